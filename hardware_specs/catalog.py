@@ -1,0 +1,64 @@
+"""Catalogs of named specs: one YAML file per entry, the file stem is the name.
+
+A :class:`YamlCatalog` knows one folder and one schema. ``get`` takes a catalog name,
+a path to a YAML file, or an inline mapping, so a scenario can use any of the three.
+"""
+
+from __future__ import annotations
+
+from functools import cache
+from pathlib import Path
+from typing import Any, Generic
+
+from hardware_specs.schema import Accelerator, Fabric, Node
+from hardware_specs.yaml_io import SpecT, read_yaml, validate_spec
+from simulator.errors import ConfigError
+
+_HERE = Path(__file__).parent
+
+
+class YamlCatalog(Generic[SpecT]):
+    """Named specs of one kind, read from ``folder/*.yaml`` and validated by ``schema``."""
+
+    def __init__(self, kind: str, folder: Path, schema: type[SpecT]):
+        self.kind = kind
+        self.folder = folder
+        self.schema = schema
+
+    def names(self) -> list[str]:
+        return sorted(p.stem for p in self.folder.glob("*.yaml"))
+
+    def get(self, ref: str | dict[str, Any] | SpecT, field: str | None = None) -> SpecT:
+        """Resolve a catalog name, a YAML path, an inline mapping, or an existing spec."""
+        field = field or self.kind
+        if isinstance(ref, self.schema):
+            return ref
+        if isinstance(ref, dict):
+            return validate_spec(self.schema, ref, field)
+        if not isinstance(ref, str) or not ref:
+            raise ConfigError(field, f"expected a catalog name, a file path or a mapping, got {ref!r}")
+        if ref in self.names():
+            return _load_cached(self, ref)
+        path = Path(ref)
+        if path.suffix in (".yaml", ".yml") or path.exists():
+            return validate_spec(self.schema, read_yaml(path, field), field)
+        raise ConfigError(field, f"unknown {self.kind} {ref!r} (known: {', '.join(self.names())})")
+
+    def all(self) -> dict[str, SpecT]:
+        return {name: self.get(name) for name in self.names()}
+
+
+@cache
+def _load_cached(catalog: YamlCatalog, name: str):
+    path = catalog.folder / f"{name}.yaml"
+    return validate_spec(catalog.schema, read_yaml(path, f"{catalog.kind}:{name}"), f"{catalog.kind}:{name}")
+
+
+ACCELERATORS = YamlCatalog("accelerator", _HERE / "accelerators", Accelerator)
+NODES = YamlCatalog("node", _HERE / "nodes", Node)
+FABRICS = YamlCatalog("fabric", _HERE / "fabrics", Fabric)
+
+
+def node_accelerator(node: Node, field: str = "cluster.node.accelerator") -> Accelerator:
+    """The node's accelerator spec, resolving a catalog name."""
+    return ACCELERATORS.get(node.accelerator, field)

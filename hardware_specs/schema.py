@@ -1,0 +1,141 @@
+"""Pydantic schemas of hardware: accelerators, nodes, fabrics, and the cluster built from them.
+
+Specs are pure values (frozen, ``extra="forbid"``): building one reads no clock and writes
+no file. Every number carries its unit in its field name; every catalog entry has a
+``source``; every efficiency constant says where it came from (``source``) and, when it
+was fitted, on which data (``fitted_on``).
+
+Units used throughout:
+- ``*_tflops``: 10^12 floating-point operations per second (dense, non-sparse);
+- ``*_gib``: 2^30 bytes; ``*_gb_per_s``: 10^9 bytes per second;
+- ``*_gbit_per_s``: 10^9 bits per second (NIC line rates are quoted so);
+- ``*_us``: microseconds; ``*_watts``: watts.
+"""
+
+from __future__ import annotations
+
+from typing import Literal
+
+from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
+
+Precision = Literal["fp64", "fp32", "tf32", "bf16", "fp16", "fp8"]
+
+
+class Spec(BaseModel):
+    """Base of every spec: immutable, unknown keys rejected."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+
+class EfficiencyPoint(Spec):
+    """One point of a GEMM efficiency curve: a GEMM of ``gflop`` runs at ``efficiency`` x peak."""
+
+    gflop: float = Field(gt=0)
+    efficiency: float = Field(gt=0, le=1)
+
+
+class ComputeEfficiency(Spec):
+    """How close kernels get to the datasheet peaks.
+
+    ``gemm_curve`` is interpolated linearly in log10(GFLOP of one GEMM) and clamped at its ends.
+    ``memory_bound_efficiency`` is achieved / peak HBM bandwidth for streaming kernels.
+    """
+
+    gemm_curve: list[EfficiencyPoint] = Field(min_length=1)
+    memory_bound_efficiency: float = Field(gt=0, le=1)
+    attention_efficiency_factor: float = Field(
+        default=1.0, gt=0, le=1, description="attention GEMMs (QK^T, AV) relative to the curve"
+    )
+    kernel_launch_overhead_us: float = Field(ge=0)
+    source: str
+    fitted_on: str | None = None
+
+    @field_validator("gemm_curve")
+    @classmethod
+    def _sorted(cls, points: list[EfficiencyPoint]) -> list[EfficiencyPoint]:
+        sizes = [p.gflop for p in points]
+        if sizes != sorted(sizes) or len(set(sizes)) != len(sizes):
+            raise ValueError("points must have strictly increasing gflop")
+        return points
+
+
+class Accelerator(Spec):
+    """One GPU (or one GCD of a multi-die package)."""
+
+    name: str
+    vendor: str
+    peak_tflops: dict[Precision, float] = Field(description="dense datasheet peak per precision")
+    hbm_gib: float = Field(gt=0)
+    hbm_bandwidth_gb_per_s: float = Field(gt=0)
+    tdp_watts: float = Field(gt=0)
+    idle_watts: float | None = Field(default=None, gt=0)
+    efficiency: ComputeEfficiency
+    source: str
+    notes: str | None = None
+
+    @field_validator("peak_tflops")
+    @classmethod
+    def _positive_peaks(cls, peaks: dict[str, float]) -> dict[str, float]:
+        if not peaks:
+            raise ValueError("at least one precision is needed")
+        for precision, value in peaks.items():
+            if value <= 0:
+                raise ValueError(f"{precision} must be positive")
+        return peaks
+
+
+class IntraNodeFabric(Spec):
+    """GPU-to-GPU links inside a node (NVLink/NVSwitch, Infinity Fabric, or PCIe).
+
+    ``bandwidth_per_gpu_gb_per_s`` is the one-direction line rate of one GPU's ports;
+    ``collective_efficiency`` is NCCL's achievable bus bandwidth over that line rate.
+    """
+
+    kind: Literal["nvswitch", "nvlink", "xgmi", "pcie"]
+    bandwidth_per_gpu_gb_per_s: float = Field(gt=0)
+    latency_us: float = Field(ge=0)
+    collective_efficiency: float = Field(gt=0, le=1)
+    supports_nvls: bool = False
+    source: str
+
+
+class Node(Spec):
+    """A server: accelerators, their intra-node fabric, and NICs to the cluster fabric."""
+
+    name: str
+    accelerator: str | Accelerator = Field(description="catalog name or an inline accelerator")
+    gpus_per_node: int = Field(gt=0)
+    intra_node: IntraNodeFabric
+    nics_per_node: int = Field(ge=0)
+    nic_bandwidth_gbit_per_s: float = Field(gt=0, description="line rate of one NIC")
+    nic_efficiency: float = Field(gt=0, le=1, description="achievable / line rate")
+    nic_latency_us: float = Field(ge=0)
+    host_memory_gib: float = Field(gt=0)
+    node_overhead_watts: float = Field(default=0, ge=0, description="CPUs, NICs, fans beyond the GPUs")
+    source: str
+    notes: str | None = None
+
+
+class FatTree(Spec):
+    """A folded-Clos fabric. ``oversubscription`` 1 is non-blocking; above ``pod_size_nodes``
+    traffic shares uplinks that have 1/oversubscription of the injection bandwidth."""
+
+    topology: Literal["fat-tree"] = "fat-tree"
+    name: str
+    levels: int = Field(ge=1, le=4, description="switch tiers")
+    oversubscription: float = Field(default=1.0, ge=1.0)
+    pod_size_nodes: int | None = Field(default=None, gt=0, description="nodes below one non-blocking pod")
+    switch_latency_us: float = Field(ge=0)
+    source: str
+    notes: str | None = None
+
+    @model_validator(mode="after")
+    def _pod_needed(self) -> FatTree:
+        if self.oversubscription > 1 and self.pod_size_nodes is None:
+            raise ValueError("pod_size_nodes is required when oversubscription > 1")
+        return self
+
+
+# New topologies (rail-optimized, dragonfly, torus) join this union with their own
+# ``topology`` tag, and simulator/topology.py maps each onto link classes.
+Fabric = FatTree

@@ -1,0 +1,185 @@
+"""The scenario contract: model + cluster + parallelism + training, read from YAML.
+
+A scenario file holds *references* (catalog names, paths, inline mappings); loading it
+resolves them to specs and checks the layout, so everything downstream works on values.
+``--set key.path=value`` overrides are applied to the raw mapping before validation.
+Three independent inputs (model, system, execution) are joined only here (Calculon's habit).
+"""
+
+from __future__ import annotations
+
+import copy
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, Literal
+
+import yaml
+from pydantic import BaseModel, ConfigDict, Field, ValidationError
+
+from hardware_specs.catalog import FABRICS, NODES, node_accelerator
+from hardware_specs.schema import Accelerator, Fabric, Node
+from hardware_specs.yaml_io import read_yaml
+from simulator.errors import ConfigError, from_pydantic
+from simulator.parallelism import Parallelism, resolve_layout
+from workloads.catalog import resolve_model
+from workloads.schema import TransformerSpec
+
+DEFAULT_SCENARIO = Path(__file__).parent / "scenarios" / "default.yaml"
+
+Precision = Literal["fp32", "bf16", "fp16", "fp8"]
+
+
+class _Strict(BaseModel):
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+
+class ClusterSpec(_Strict):
+    """Which hardware and how much. ``profile`` is a calibrated hardware profile YAML
+    (with ``node`` and ``fabric`` inside); when given, ``node``/``fabric`` come from it."""
+
+    node: str | dict[str, Any] | None = None
+    fabric: str | dict[str, Any] = "fat-tree"
+    profile: str | None = None
+    num_gpus: int = Field(gt=0)
+
+
+class TrainingSpec(_Strict):
+    seq_length: int | None = Field(default=None, gt=0, description="overrides the model's")
+    precision: Precision = "bf16"
+    optimizer: Literal["adam", "adamw", "sgd"] = "adam"
+    tokens: float | None = Field(default=None, gt=0, description="tokens to train, for time to train")
+
+
+class SimulationSpec(_Strict):
+    mode: Literal["symmetric", "full"] = "symmetric"
+    hbm_reserve_gib: float = Field(default=2.0, ge=0, description="kept free: CUDA context, allocator slack")
+
+
+class ScenarioFile(_Strict):
+    """The YAML document as written by a user (references unresolved)."""
+
+    name: str | None = None
+    description: str | None = None
+    model: str | dict[str, Any]
+    cluster: ClusterSpec
+    parallelism: Parallelism = Parallelism()
+    training: TrainingSpec = TrainingSpec()
+    simulation: SimulationSpec = SimulationSpec()
+
+
+@dataclass(frozen=True)
+class Scenario:
+    """A resolved scenario: specs, not references; layout checked and ``dp`` inferred."""
+
+    name: str
+    model: TransformerSpec
+    node: Node
+    accelerator: Accelerator
+    fabric: Fabric
+    num_gpus: int
+    parallelism: Parallelism
+    training: TrainingSpec
+    simulation: SimulationSpec
+
+    @property
+    def seq_length(self) -> int:
+        return self.training.seq_length or self.model.seq_length
+
+    @property
+    def num_nodes(self) -> int:
+        return -(-self.num_gpus // self.node.gpus_per_node)
+
+
+def _parse_value(text: str) -> Any:
+    """A ``--set`` value: YAML scalar syntax (numbers, true/false, null, lists, strings)."""
+    try:
+        return yaml.safe_load(text)
+    except yaml.YAMLError:
+        return text
+
+
+def apply_overrides(raw: dict[str, Any], overrides: list[str]) -> dict[str, Any]:
+    """Apply ``key.path=value`` overrides to a raw scenario mapping (returns a copy)."""
+    data = copy.deepcopy(raw)
+    for item in overrides:
+        if "=" not in item:
+            raise ConfigError("--set", f"expected key.path=value, got {item!r}")
+        path, value = item.split("=", 1)
+        keys = [k for k in path.strip().split(".") if k]
+        if not keys:
+            raise ConfigError("--set", f"empty key in {item!r}")
+        node = data
+        for key in keys[:-1]:
+            child = node.get(key)
+            if child is None:
+                child = node[key] = {}
+            if not isinstance(child, dict):
+                raise ConfigError(path, f"{key} is not a mapping")
+            node = child
+        node[keys[-1]] = _parse_value(value)
+    return data
+
+
+def load_raw(source: str | Path | dict[str, Any] | None) -> tuple[dict[str, Any], Path | None]:
+    """The raw mapping of a scenario file (or the default), and the folder paths are relative to."""
+    if isinstance(source, dict):
+        return copy.deepcopy(source), None
+    path = Path(source) if source is not None else DEFAULT_SCENARIO
+    data = read_yaml(path, "scenario")
+    if not isinstance(data, dict):
+        raise ConfigError("scenario", f"{path} must hold a mapping at the top level")
+    return data, path.parent
+
+
+def _relative(ref: Any, base: Path | None) -> Any:
+    """Resolve relative file references against the scenario file's folder."""
+    if isinstance(ref, str) and base is not None and (ref.endswith((".yaml", ".yml", ".json"))):
+        candidate = base / ref
+        if candidate.exists():
+            return str(candidate)
+    return ref
+
+
+def build_scenario(raw: dict[str, Any], base: Path | None = None) -> Scenario:
+    """Validate a raw mapping and resolve every reference."""
+    try:
+        doc = ScenarioFile.model_validate(raw)
+    except ValidationError as exc:
+        raise from_pydantic(exc) from None
+    model = resolve_model(_relative(doc.model, base), "model")
+    if doc.training.seq_length:
+        model = model.model_copy(update={"seq_length": doc.training.seq_length})
+    node_ref: Any = doc.cluster.node
+    fabric_ref: Any = _relative(doc.cluster.fabric, base)
+    if doc.cluster.profile:
+        profile = read_yaml(Path(_relative(doc.cluster.profile, base)), "cluster.profile")
+        if not isinstance(profile, dict) or "node" not in profile:
+            raise ConfigError("cluster.profile", "a profile must hold a 'node' mapping (and optionally 'fabric')")
+        node_ref = profile["node"]
+        fabric_ref = profile.get("fabric", fabric_ref)
+    if node_ref is None:
+        raise ConfigError("cluster.node", "required (a catalog name, a YAML path or a mapping)")
+    node = NODES.get(_relative(node_ref, base), "cluster.node")
+    accelerator = node_accelerator(node)
+    fabric = FABRICS.get(fabric_ref, "cluster.fabric")
+    if doc.training.precision not in accelerator.peak_tflops:
+        raise ConfigError("training.precision", f"{accelerator.name} has no {doc.training.precision} peak")
+    parallelism = resolve_layout(doc.parallelism, model, doc.cluster.num_gpus)
+    return Scenario(
+        name=doc.name or model.name,
+        model=model,
+        node=node,
+        accelerator=accelerator,
+        fabric=fabric,
+        num_gpus=doc.cluster.num_gpus,
+        parallelism=parallelism,
+        training=doc.training,
+        simulation=doc.simulation,
+    )
+
+
+def load_scenario(source: str | Path | dict[str, Any] | None = None, overrides: list[str] | None = None) -> Scenario:
+    """Read a scenario (file, mapping, or the built-in default), apply overrides, resolve it."""
+    raw, base = load_raw(source)
+    return build_scenario(apply_overrides(raw, overrides or []), base)
+

@@ -1,0 +1,67 @@
+"""Build a :class:`TransformerSpec` from a Hugging Face ``config.json`` mapping.
+
+Understands the keys of Llama/Mistral/Mixtral (``hidden_size``, ``num_hidden_layers``,
+``num_key_value_heads``, ``intermediate_size``, ``num_local_experts``) and GPT-2
+(``n_embd``, ``n_layer``, ``n_head``, ``n_inner``, ``n_positions``).
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from pydantic import ValidationError
+
+from simulator.errors import ConfigError, from_pydantic
+from workloads.schema import TransformerSpec
+
+_GATED_TYPES = {"llama", "mistral", "mixtral", "qwen2", "gemma", "qwen2_moe"}
+
+
+def _pick(config: dict[str, Any], *keys: str, default: Any = None) -> Any:
+    for key in keys:
+        if config.get(key) is not None:
+            return config[key]
+    return default
+
+
+def spec_from_hf_config(config: dict[str, Any], name: str = "hf-model", field: str = "model") -> TransformerSpec:
+    """Map an HF config onto the schema; a missing required key is a ConfigError naming it."""
+    if not isinstance(config, dict):
+        raise ConfigError(field, "config.json must hold a JSON object")
+    model_type = str(config.get("model_type", "")).lower()
+    hidden = _pick(config, "hidden_size", "n_embd", "d_model")
+    layers = _pick(config, "num_hidden_layers", "n_layer", "num_layers")
+    heads = _pick(config, "num_attention_heads", "n_head")
+    vocab = _pick(config, "vocab_size")
+    for key, value in (("hidden_size", hidden), ("num_hidden_layers", layers),
+                       ("num_attention_heads", heads), ("vocab_size", vocab)):
+        if value is None:
+            raise ConfigError(f"{field}.{key}", "required key missing from config.json")
+    gated = model_type in _GATED_TYPES or config.get("hidden_act") in ("silu", "swiglu")
+    data: dict[str, Any] = {
+        "name": config.get("_name_or_path") or name,
+        "num_layers": layers,
+        "hidden_size": hidden,
+        "num_attention_heads": heads,
+        "num_kv_heads": _pick(config, "num_key_value_heads"),
+        "ffn_hidden_size": _pick(config, "intermediate_size", "n_inner"),
+        "gated_mlp": bool(gated),
+        "vocab_size": vocab,
+        "seq_length": _pick(config, "max_position_embeddings", "n_positions", "n_ctx", default=2048),
+        "tied_embeddings": bool(config.get("tie_word_embeddings", model_type == "gpt2")),
+        "position_embedding": "rope" if gated or "rope_theta" in config else "learned",
+        "norm": "rmsnorm" if "rms_norm_eps" in config else "layernorm",
+        "linear_bias": bool(config.get("attention_bias", not gated)),
+        "source": "Hugging Face config.json",
+    }
+    experts = _pick(config, "num_local_experts", "num_experts")
+    if experts:
+        data["moe"] = {
+            "num_experts": experts,
+            "top_k": _pick(config, "num_experts_per_tok", default=2),
+            "expert_ffn_hidden_size": _pick(config, "moe_intermediate_size"),
+        }
+    try:
+        return TransformerSpec.model_validate(data)
+    except ValidationError as exc:
+        raise from_pydantic(exc, field) from None
