@@ -84,6 +84,20 @@ class Accelerator(Spec):
         return peaks
 
 
+CollectiveName = Literal["all_reduce", "all_gather", "reduce_scatter", "broadcast", "send_recv", "all_to_all"]
+
+
+class AlphaBeta(Spec):
+    """A measured cost law for one collective on one link class:
+    time = latency_us + bus_bytes / bus_bandwidth_gb_per_s, where bus_bytes is the NCCL-tests
+    "bus" volume (2(n-1)/n*S for all-reduce, (n-1)/n*S for all-gather/reduce-scatter, S otherwise)."""
+
+    latency_us: float = Field(ge=0)
+    bus_bandwidth_gb_per_s: float = Field(gt=0)
+    source: str | None = None
+    fitted_on: str | None = None
+
+
 class IntraNodeFabric(Spec):
     """GPU-to-GPU links inside a node (NVLink/NVSwitch, Infinity Fabric, or PCIe).
 
@@ -91,11 +105,14 @@ class IntraNodeFabric(Spec):
     ``collective_efficiency`` is NCCL's achievable bus bandwidth over that line rate.
     """
 
-    kind: Literal["nvswitch", "nvlink", "xgmi", "pcie"]
+    kind: Literal["nvswitch", "nvlink", "xgmi", "pcie", "shm"]
     bandwidth_per_gpu_gb_per_s: float = Field(gt=0)
     latency_us: float = Field(ge=0)
     collective_efficiency: float = Field(gt=0, le=1)
     supports_nvls: bool = False
+    collectives: dict[CollectiveName, AlphaBeta] | None = Field(
+        default=None, description="fitted per-collective laws (from `clustersim calibrate`); override the above"
+    )
     source: str
 
 
@@ -106,10 +123,11 @@ class Node(Spec):
     accelerator: str | Accelerator = Field(description="catalog name or an inline accelerator")
     gpus_per_node: int = Field(gt=0)
     intra_node: IntraNodeFabric
-    nics_per_node: int = Field(ge=0)
+    nics_per_node: int = Field(ge=0, description="NICs for compute traffic (storage NICs not counted)")
     nic_bandwidth_gbit_per_s: float = Field(gt=0, description="line rate of one NIC")
     nic_efficiency: float = Field(gt=0, le=1, description="achievable / line rate")
     nic_latency_us: float = Field(ge=0)
+    inter_node_collectives: dict[CollectiveName, AlphaBeta] | None = None
     host_memory_gib: float = Field(gt=0)
     node_overhead_watts: float = Field(default=0, ge=0, description="CPUs, NICs, fans beyond the GPUs")
     source: str
