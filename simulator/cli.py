@@ -1,0 +1,51 @@
+"""The ``clustersim`` command line.
+
+Each sub-command lives in its own module under ``simulator/commands/`` and exposes
+``register(subparsers)``, which adds its parser and sets ``handler`` (a function of the
+parsed arguments returning the exit code). Bad input anywhere is a :class:`ConfigError`:
+one line on stderr naming the field, exit code 2, no traceback.
+"""
+
+from __future__ import annotations
+
+import argparse
+import importlib
+import pkgutil
+import sys
+
+from simulator import commands
+from simulator.errors import ConfigError
+
+EXIT_BAD_INPUT = 2
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(
+        prog="clustersim",
+        description="Discrete-event simulator of neural-network training on GPU clusters.",
+    )
+    subparsers = parser.add_subparsers(dest="command", metavar="COMMAND")
+    for info in sorted(pkgutil.iter_modules(commands.__path__), key=lambda m: m.name):
+        module = importlib.import_module(f"{commands.__name__}.{info.name}")
+        module.register(subparsers)
+    return parser
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = build_parser()
+    args = parser.parse_args(argv)
+    if not getattr(args, "handler", None):
+        parser.print_help()
+        return 0
+    try:
+        return int(args.handler(args) or 0)
+    except ConfigError as exc:
+        print(f"clustersim: error: {exc}", file=sys.stderr)
+        return EXIT_BAD_INPUT
+    except KeyboardInterrupt:
+        print("clustersim: interrupted", file=sys.stderr)
+        return 130
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,1 @@
+"""Sub-commands of ``clustersim``: one module each, discovered by simulator/cli.py."""
