@@ -1,0 +1,118 @@
+"""Collective algorithms as α-β costs on the topology.
+
+For a collective of ``S`` payload bytes over a group of n ranks (g per node, k nodes) the
+NCCL-tests "bus" volume per rank is (Jeaugey, NCCL tests PERFORMANCE.md):
+
+- all-reduce: 2(n-1)/n · S    - all-gather / reduce-scatter: (n-1)/n · S (S = full tensor)
+- broadcast / send-recv: S    - all-to-all: (n-1)/n · S
+
+and the time in isolation is ``latency + bus / bus_bandwidth``. Mapped on links:
+
+- inside one node every byte of the bus volume crosses the rank's intra-node port;
+- across nodes a ring (NCCL runs one channel per NIC) pushes the bus volume through the
+  node's g NICs, so each rank's NIC port carries bus/g, and (g-1)/g of it stays on NVLink;
+  a double binary tree moves the same bandwidth term with 2·log2(k) latency steps
+  instead of 2(n-1), and NCCL picks the faster one — so do we;
+- between pods of an oversubscribed fat tree the inter-node bytes also cross the uplinks.
+
+Latency: ring all-reduce 2(n-1) steps, all-gather/reduce-scatter (n-1) steps, each costing
+the slowest hop's latency; tree 2·log2(k) inter-node steps plus 2(g-1) intra ones.
+Measured per-collective α-β laws from ``clustersim calibrate`` override these for the
+link class they were measured on.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+
+from hardware_specs.schema import AlphaBeta
+from simulator.topology import LinkCapacities, Placement
+
+BUS_FACTOR = {
+    "all_reduce": lambda n: 2 * (n - 1) / n,
+    "all_gather": lambda n: (n - 1) / n,
+    "reduce_scatter": lambda n: (n - 1) / n,
+    "all_to_all": lambda n: (n - 1) / n,
+    "broadcast": lambda n: 1.0,
+    "send_recv": lambda n: 1.0,
+}
+
+
+@dataclass(frozen=True)
+class CollectiveCost:
+    """What one rank does for a collective: a latency, then bytes over its link classes."""
+
+    algorithm: str
+    latency_s: float
+    bytes_by_link: dict[str, float]   # "nvl" | "nic" | "up" -> bytes per rank (each direction)
+
+    def isolated_time_s(self, links: LinkCapacities) -> float:
+        capacity = {"nvl": links.intra_bytes_per_s, "nic": links.inter_bytes_per_s, "up": links.uplink_bytes_per_s}
+        transfer = max((b / capacity[k] for k, b in self.bytes_by_link.items() if b > 0), default=0.0)
+        return self.latency_s + transfer
+
+
+def bus_bytes(collective: str, payload_bytes: float, n: int) -> float:
+    if n <= 1:
+        return 0.0
+    return BUS_FACTOR[collective](n) * payload_bytes
+
+
+def _steps(collective: str, n: int) -> int:
+    if collective == "all_reduce":
+        return 2 * (n - 1)
+    if collective in ("all_gather", "reduce_scatter", "broadcast"):
+        return n - 1
+    return 1
+
+
+def collective_cost(
+    collective: str,
+    payload_bytes: float,
+    placement: Placement,
+    links: LinkCapacities,
+    intra_laws: dict[str, AlphaBeta] | None = None,
+    inter_laws: dict[str, AlphaBeta] | None = None,
+) -> CollectiveCost:
+    """Cost of ``collective`` of ``payload_bytes`` over ``placement`` (see module docstring)."""
+    n = placement.size
+    if n <= 1 or payload_bytes <= 0:
+        return CollectiveCost("none", 0.0, {})
+    bus = bus_bytes(collective, payload_bytes, n)
+    g, k = placement.members_per_node, placement.num_nodes
+    if k == 1:
+        law = (intra_laws or {}).get(collective)
+        if law is not None:
+            # Scale bytes so that alone on the port it takes bus / law bandwidth.
+            scaled = bus * links.intra_bytes_per_s / (law.bus_bandwidth_gb_per_s * 1e9)
+            return CollectiveCost("measured", law.latency_us * 1e-6, {"nvl": scaled})
+        return CollectiveCost("ring", _steps(collective, n) * links.intra_latency_s, {"nvl": bus})
+
+    law = (inter_laws or {}).get(collective)
+    nic_bytes = bus / g
+    by_link = {"nic": nic_bytes}
+    if g > 1:
+        by_link["nvl"] = bus * (g - 1) / g
+    if placement.num_pods > 1:
+        by_link["up"] = nic_bytes
+    if law is not None:
+        by_link = {key: b * links.inter_bytes_per_s / (law.bus_bandwidth_gb_per_s * 1e9 / g) if key == "nic" else b
+                   for key, b in by_link.items()}
+        return CollectiveCost("measured", law.latency_us * 1e-6, by_link)
+    hop = max(links.inter_latency_s, links.intra_latency_s)
+    ring_latency = _steps(collective, n) * hop
+    if collective == "all_reduce":
+        tree_latency = 2 * math.ceil(math.log2(k)) * links.inter_latency_s + 2 * (g - 1) * links.intra_latency_s
+        if tree_latency < ring_latency:
+            return CollectiveCost("tree", tree_latency, by_link)
+    if collective == "send_recv":
+        return CollectiveCost("p2p", links.inter_latency_s, {"nic": payload_bytes})
+    if collective == "all_to_all":
+        inter_share = (n - g) / n * payload_bytes
+        intra_share = (g - 1) / n * payload_bytes
+        a2a = {"nic": inter_share, "nvl": intra_share}
+        if placement.num_pods > 1:
+            a2a["up"] = inter_share
+        return CollectiveCost("pairwise", links.inter_latency_s + (n - 1) * 1e-6, a2a)
+    return CollectiveCost("ring", ring_latency, by_link)

@@ -1,0 +1,66 @@
+"""Time of one kernel on one accelerator: a roofline with calibrated efficiencies.
+
+    t(op) = max(flops / (peak · eff_gemm(size)), bytes / (hbm_bw · eff_mem)) + launch overhead
+
+``eff_gemm`` is the accelerator's GEMM efficiency curve (efficiency vs GFLOP of one GEMM,
+interpolated in log10 size; batched attention GEMMs use the size of one GEMM and the
+``attention_efficiency_factor``). Where the constants come from is recorded in the spec's
+``efficiency.source`` / ``fitted_on``. Each distinct op shape is priced once (memoized).
+"""
+
+from __future__ import annotations
+
+import math
+from functools import lru_cache
+
+from hardware_specs.schema import Accelerator
+from workloads.graph import Op
+
+
+def gemm_efficiency(accelerator: Accelerator, gflop: float) -> float:
+    """Efficiency of one GEMM of ``gflop`` GFLOP, log-linear between the curve's points."""
+    points = accelerator.efficiency.gemm_curve
+    if gflop <= points[0].gflop:
+        return points[0].efficiency
+    if gflop >= points[-1].gflop:
+        return points[-1].efficiency
+    for lo, hi in zip(points, points[1:], strict=False):
+        if lo.gflop <= gflop <= hi.gflop:
+            frac = (math.log10(gflop) - math.log10(lo.gflop)) / (math.log10(hi.gflop) - math.log10(lo.gflop))
+            return lo.efficiency + frac * (hi.efficiency - lo.efficiency)
+    return points[-1].efficiency  # unreachable: the curve is sorted
+
+
+class ComputeModel:
+    """Prices ops for one accelerator and one precision (fp8 GEMMs use the fp8 peak)."""
+
+    def __init__(self, accelerator: Accelerator, precision: str):
+        self.accelerator = accelerator
+        self.precision = precision
+        self.peak_flops = accelerator.peak_tflops[precision] * 1e12
+        eff = accelerator.efficiency
+        self.mem_bw = accelerator.hbm_bandwidth_gb_per_s * 1e9 * eff.memory_bound_efficiency
+        self.launch_s = eff.kernel_launch_overhead_us * 1e-6
+        self._time = lru_cache(maxsize=None)(self._time_uncached)
+
+    def time_s(self, op: Op) -> float:
+        """Seconds for one op (collectives are priced by the network, not here)."""
+        if op.kind == "collective":
+            raise ValueError(f"{op.name} is a collective: the network model prices it")
+        return self._time(op.kind, op.flops, op.bytes_moved, op.m, op.n, op.k, op.batch)
+
+    def _time_uncached(self, kind: str, flops: float, bytes_moved: float, m: int, n: int, k: int, batch: int) -> float:
+        memory_s = bytes_moved / self.mem_bw
+        if kind == "memory":
+            return memory_s + self.launch_s
+        eff = gemm_efficiency(self.accelerator, 2.0 * m * n * k / 1e9)
+        if kind == "attention":
+            eff *= self.accelerator.efficiency.attention_efficiency_factor
+        return max(flops / (self.peak_flops * eff), memory_s) + self.launch_s
+
+    def ops_time_s(self, ops) -> float:
+        return sum(self.time_s(op) for op in ops if op.kind != "collective")
+
+    def optimizer_step_s(self, local_params: float, bytes_per_param_touched: float) -> float:
+        """Optimizer step as a streaming kernel over the local (possibly sharded) parameters."""
+        return local_params * bytes_per_param_touched / self.mem_bw + self.launch_s

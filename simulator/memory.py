@@ -1,0 +1,552 @@
+"""Memory of one rank: model states (ZeRO), activations (Korthikanti), buffers; peak and ``fits``.
+
+Pure functions, no SimPy. Byte counts are floats named ``*_bytes``; GiB = 2^30 bytes
+(DESIGN.md), except where a published table is reproduced in its own unit (ZeRO Table 1
+uses GB = 10^9; the caller divides).
+
+Sources
+-------
+- Model states: Rajbhandari et al. 2020, "ZeRO" (SC20, arXiv:1910.02054) Sec. 3 and Table 1:
+  mixed-precision Adam keeps 2Ψ fp16 weights + 2Ψ fp16 gradients + KΨ optimizer state
+  (fp32 master weights, momentum, variance: K = 4+4+4 = 12). Per device with Nd-way data
+  parallelism: P_os (stage 1) 4Ψ + KΨ/Nd; P_os+g (stage 2) 2Ψ + (2+K)Ψ/Nd;
+  P_os+g+p (stage 3) (2+2+K)Ψ/Nd.
+- Activations per transformer layer: Korthikanti et al. 2022, "Reducing Activation
+  Recomputation in Large Transformer Models" (arXiv:2205.05198) Sec. 4, Table 2
+  (validation/data/korthikanti2022_activation_memory_formulas.csv).
+- Micro-batches in flight: Narayanan et al. 2021 (SC21) Sec. 2.2 and Megatron-LM
+  ``megatron/core/pipeline_parallel/schedules.py`` (``get_num_warmup_microbatches`` logic of
+  ``forward_backward_pipelining_with_interleaving`` / ``..._without_interleaving``).
+
+What each bucket of :class:`MemoryBreakdown` holds
+--------------------------------------------------
+- weights / gradients / optimizer: :func:`stage_params` × :func:`bytes_per_param`, sharded by
+  ZeRO over the data-parallel group. The group is ``dp·cp`` for dense parameters (context-
+  parallel ranks hold the same weights; Megatron's distributed optimizer shards over the
+  dp×cp group) and ``dp·cp/ep`` for routed-expert parameters (Megatron's expert-data-parallel
+  group). ZeRO-1 with Megatron's distributed optimizer is the same sharding as DeepSpeed's.
+- activations: per-layer activations × the stage's layers × micro-batches in flight, plus the
+  embedding-dropout mask on the first stage, the final norm / LM-head inputs and the logits on
+  the last stage, plus the working set of rematerialisation (with recompute, the backward
+  re-creates one layer's activations; they are alive on top of the stored checkpoints).
+- other: communication buffers only: gradient buckets, 2 × ``gradient_bucket_mb`` MiB (one
+  being filled while one is reduced; counted whatever the dp degree, as the DDP / ZeRO wrapper
+  allocates them anyway); under ZeRO-3 the gathered weights of the current module and the
+  prefetched next one (the two largest modules of the stage — layers, embedding, head — at
+  full, un-sharded size, less the 1/dp shards already counted in ``weights``; DeepSpeed
+  ``stage3_prefetch_bucket_size`` / FSDP ``forward_prefetch``); and pipeline send/recv
+  buffers when pp > 1 (one activation received, one being sent).
+- The CUDA context, NCCL's internal buffers and allocator fragmentation are NOT in the
+  breakdown: they are what ``scenario.simulation.hbm_reserve_gib`` (default 2 GiB) keeps free.
+  :func:`fits` compares the breakdown against ``hbm_gib - hbm_reserve_gib``. So there is no
+  separate fixed framework overhead in "other" (it would be counted twice).
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+
+from simulator.errors import ConfigError
+from simulator.parallelism import Parallelism, split_layers
+from workloads.counting import is_moe_layer
+from workloads.schema import TransformerSpec
+
+GIB = float(2**30)
+MIB = float(2**20)
+
+#: Bytes per element of a stored 16-bit activation; fp32 training stores 4.
+ACTIVATION_ELEMENT_BYTES_16BIT = 2
+#: Bytes per dropout-mask element (Korthikanti 2022 Sec. 4.1 counts masks as 1 byte).
+DROPOUT_MASK_BYTES = 1
+#: Bytes per logit element on the last stage at the loss: the 16-bit logits (2 B) and the fp32
+#: softmax/cross-entropy copy (4 B) that Megatron's vocab-parallel cross-entropy makes
+#: (``vocab_parallel_logits.float()``, exp kept for the backward); both are alive while the
+#: loss is computed. Korthikanti 2022 Sec. 4.3 counts 4 B per logit instead; pass
+#: ``logits_bytes_per_element=4`` to :func:`output_layer_activation_bytes` to get theirs.
+LOGITS_BYTES_PER_ELEMENT = 6
+
+_MIXED = ("bf16", "fp16", "fp8")
+_OPTIMIZERS = ("adam", "adamw", "sgd")
+_SCHEDULES = ("gpipe", "1f1b", "interleaved")
+_RECOMPUTE = ("none", "selective", "full")
+
+
+@dataclass(frozen=True)
+class MemoryBreakdown:
+    """Bytes held by one rank at its peak, by kind. ``stage`` names the pipeline stage (if known)."""
+
+    weights_bytes: float
+    gradients_bytes: float
+    optimizer_bytes: float
+    activations_bytes: float
+    other_bytes: float
+    stage: int | None = None
+
+    @property
+    def total_bytes(self) -> float:
+        return self.weights_bytes + self.gradients_bytes + self.optimizer_bytes + self.activations_bytes + self.other_bytes
+
+    @property
+    def total_gib(self) -> float:
+        return self.total_bytes / GIB
+
+    def gib(self) -> dict[str, float]:
+        """The five kinds in GiB (2^30 bytes)."""
+        return {
+            "weights": self.weights_bytes / GIB,
+            "gradients": self.gradients_bytes / GIB,
+            "optimizer": self.optimizer_bytes / GIB,
+            "activations": self.activations_bytes / GIB,
+            "other": self.other_bytes / GIB,
+        }
+
+
+# --------------------------------------------------------------------------- model states
+
+
+def bytes_per_param(precision: str = "bf16", optimizer: str = "adam") -> dict[str, int]:
+    """Bytes per parameter of weights, gradients and optimizer state.
+
+    - Mixed precision (bf16/fp16) with Adam/AdamW: 2 / 2 / 12 (fp32 master 4 + momentum 4 +
+      variance 4): ZeRO (Rajbhandari 2020) Sec. 3, K = 12.
+    - fp8 is counted as mixed precision: the bf16 weight copy is kept and the fp8 casts of weights
+      and activations are transient (Transformer Engine recipe), so 2 / 2 / 12 too.
+    - fp32 with Adam: 4 / 4 / 8 (no master copy; momentum + variance).
+    - SGD with momentum: mixed 2 / 2 / 8 (fp32 master 4 + momentum 4); fp32 4 / 4 / 4.
+
+    Gradients are counted at 2 B as in ZeRO. (Megatron-LM with bf16 accumulates and reduces
+    gradients in an fp32 ``main_grad`` buffer by default, 4 B; that is not modelled here.)
+    """
+    if optimizer not in _OPTIMIZERS:
+        raise ConfigError("training.optimizer", f"unknown optimizer {optimizer!r} (known: {', '.join(_OPTIMIZERS)})")
+    if precision in _MIXED:
+        opt = 12 if optimizer in ("adam", "adamw") else 8
+        return {"weights": 2, "gradients": 2, "optimizer": opt}
+    if precision == "fp32":
+        opt = 8 if optimizer in ("adam", "adamw") else 4
+        return {"weights": 4, "gradients": 4, "optimizer": opt}
+    raise ConfigError("training.precision", f"unknown precision {precision!r} (known: fp32, bf16, fp16, fp8)")
+
+
+def model_state_bytes(
+    num_params: float, zero_stage: int, dp: int, precision: str = "bf16", optimizer: str = "adam"
+) -> tuple[float, float, float]:
+    """(weights, gradients, optimizer) bytes per device for ``num_params`` parameters replicated
+    over ``dp`` data-parallel ranks, sharded by ZeRO stage (Rajbhandari 2020 Table 1):
+    stage 1 shards the optimizer state over dp, stage 2 also the gradients, stage 3 also the weights."""
+    if num_params < 0 or not math.isfinite(num_params):
+        raise ConfigError("num_params", f"must be a non-negative finite number, got {num_params}")
+    if zero_stage not in (0, 1, 2, 3):
+        raise ConfigError("parallelism.zero_stage", f"must be 0, 1, 2 or 3, got {zero_stage}")
+    if not isinstance(dp, int) or dp < 1:
+        raise ConfigError("parallelism.dp", f"must be a positive integer, got {dp!r}")
+    bpp = bytes_per_param(precision, optimizer)
+    w = bpp["weights"] * num_params
+    g = bpp["gradients"] * num_params
+    o = bpp["optimizer"] * num_params
+    if zero_stage >= 1:
+        o /= dp
+    if zero_stage >= 2:
+        g /= dp
+    if zero_stage >= 3:
+        w /= dp
+    return w, g, o
+
+
+def max_params_for_memory(
+    memory_bytes: float, zero_stage: int, dp: int, mp: int = 1, precision: str = "bf16", optimizer: str = "adam"
+) -> float:
+    """Largest model whose model states fit ``memory_bytes`` per device with ``mp``-way model
+    parallelism and ``dp``-way ZeRO data parallelism (ZeRO Table 2's "max theoretical model
+    size": model states only, no activations or buffers)."""
+    if memory_bytes < 0 or mp < 1:
+        raise ConfigError("memory_bytes", "memory must be >= 0 and mp >= 1")
+    per_param = sum(model_state_bytes(1.0, zero_stage, dp, precision, optimizer))
+    return memory_bytes * mp / per_param
+
+
+# --------------------------------------------------------------------------- activations
+
+
+def _kv_heads_per_rank(heads: int, kv_heads: int, tp: int) -> int:
+    """KV heads held by one tensor-parallel rank: kv/tp, or 1 when tp > kv (Megatron replicates them)."""
+    if heads % kv_heads:
+        raise ConfigError("model.num_kv_heads", f"{kv_heads} does not divide attention heads ({heads})")
+    if kv_heads % tp == 0:
+        return kv_heads // tp
+    if tp % kv_heads == 0:
+        return 1
+    raise ConfigError("parallelism.tp", f"{tp} and kv heads ({kv_heads}) do not divide one another")
+
+
+def activation_bytes_per_layer(
+    seq: int,
+    micro_batch: int,
+    hidden: int,
+    heads: int,
+    tp: int = 1,
+    sequence_parallel: bool = False,
+    recompute: str = "none",
+    ffn: int | None = None,
+    kv_heads: int | None = None,
+    gated: bool = False,
+    cp: int = 1,
+    dropout: bool = True,
+    element_bytes: int = ACTIVATION_ELEMENT_BYTES_16BIT,
+) -> float:
+    """Activation bytes one transformer layer keeps for its backward, per micro-batch, on one rank.
+
+    Korthikanti et al. 2022 Sec. 4 (GPT layer: 4h FFN, multi-head attention, dropout,
+    16-bit activations, 1-byte dropout masks):
+
+    ================================  ===========================
+    no parallelism                    s·b·h·(34 + 5·a·s/h)
+    tensor parallel (t)               s·b·h·(10 + 24/t + 5·a·s/(h·t))
+    tensor + sequence parallel        s·b·h/t·(34 + 5·a·s/h)
+    TP + selective recompute          s·b·h·(10 + 24/t)
+    TP + SP + selective recompute     34·s·b·h/t
+    full recompute                    2·s·b·h  (÷t with SP: the layer input only)
+    ================================  ===========================
+
+    Generalisation, counted per stored tensor (e = ``element_bytes``, 2 for 16-bit; m = 1-byte
+    dropout mask, 0 without dropout; d = h/a head size; g KV heads; f FFN width):
+
+    - kept whole on every TP rank unless sequence parallel (then ÷t):
+      LN1 input e·sbh, QKV-GEMM input e·sbh, attention-output dropout mask m·sbh,
+      LN2 input e·sbh, FC1 input e·sbh, MLP dropout mask m·sbh  → (4e + 2m)·sbh = 10·sbh for GPT;
+    - split by TP: Q e·sbh/t, K and V 2·e·sb·d·g_rank (g_rank = g/t, or 1 when t > g as Megatron
+      replicates KV heads), attention-projection input e·sbh/t; MLP plain (GeLU): activation
+      input e·sbf/t + FC2 input e·sbf/t = 2e·sbf/t; gated (SwiGLU, Megatron's fused
+      ``bias_swiglu`` keeps its 2f-wide input and recomputes the SiLU) 2e·sbf/t + FC2 input
+      e·sbf/t = 3e·sbf/t. For GPT (g = a, f = 4h, e = 2): 8·sbh/t + 16·sbh/t = 24·sbh/t;
+    - attention core, split by TP: softmax output e·as²b/t, dropout mask m·as²b/t, dropout
+      output e·as²b/t (absent without dropout: the AV GEMM then reads the softmax output)
+      → 5·as²b/t for GPT. Selective recompute drops exactly this term.
+    - full recompute keeps the layer input e·sbh (÷t with SP).
+
+    Context parallelism ``cp`` divides the sequence: s is replaced by s/cp everywhere, including
+    the s² of the attention core (brief's rule; with ring/flash attention the core is not
+    materialised at all, which is what ``recompute="selective"`` models).
+    """
+    for name, value in (("seq", seq), ("micro_batch", micro_batch), ("hidden", hidden), ("heads", heads), ("tp", tp), ("cp", cp)):
+        if not isinstance(value, int) or value < 1:
+            raise ConfigError(name, f"must be a positive integer, got {value!r}")
+    if recompute not in _RECOMPUTE:
+        raise ConfigError("parallelism.recompute", f"unknown recompute {recompute!r} (known: {', '.join(_RECOMPUTE)})")
+    if hidden % heads:
+        raise ConfigError("model.hidden_size", f"{hidden} is not divisible by heads ({heads})")
+    if heads % tp:
+        raise ConfigError("parallelism.tp", f"{tp} does not divide attention heads ({heads})")
+    if seq % cp:
+        raise ConfigError("parallelism.cp", f"{cp} does not divide the sequence length ({seq})")
+    if sequence_parallel and tp == 1:
+        raise ConfigError("parallelism.sequence_parallel", "needs tp > 1")
+    f = hidden * 4 if ffn is None else ffn
+    if f < 1:
+        raise ConfigError("model.ffn_hidden_size", f"must be positive, got {f}")
+    if element_bytes <= 0:
+        raise ConfigError("element_bytes", f"must be positive, got {element_bytes}")
+    g_rank = _kv_heads_per_rank(heads, kv_heads or heads, tp)
+
+    s = seq / cp
+    sb = s * micro_batch
+    e, m = float(element_bytes), float(DROPOUT_MASK_BYTES if dropout else 0)
+    t = tp
+    head_dim = hidden / heads
+
+    if recompute == "full":
+        return e * sb * hidden / (t if sequence_parallel else 1)
+
+    replicated = (4 * e + 2 * m) * sb * hidden
+    if sequence_parallel:
+        replicated /= t
+    attn_split = e * sb * hidden / t + 2 * e * sb * head_dim * g_rank + e * sb * hidden / t
+    mlp_split = (3 * e if gated else 2 * e) * sb * f / t
+    total = replicated + attn_split + mlp_split
+    if recompute == "none":
+        core_per_element = e + m + (e if dropout else 0.0)
+        total += core_per_element * (heads / t) * s * s * micro_batch
+    return total
+
+
+def embedding_activation_bytes(seq: int, micro_batch: int, hidden: int, tp: int = 1, sequence_parallel: bool = False, cp: int = 1) -> float:
+    """Per micro-batch on the first stage: the embedding-dropout mask, 1 byte per element, s·b·h
+    (÷t with SP). Korthikanti 2022 Sec. 4.3: "sbhp/t" for p micro-batches in flight; the
+    embedding output itself is the first layer's input and is counted there."""
+    return DROPOUT_MASK_BYTES * (seq / cp) * micro_batch * hidden / (tp if sequence_parallel else 1)
+
+
+def output_layer_activation_bytes(
+    seq: int,
+    micro_batch: int,
+    hidden: int,
+    vocab: int,
+    tp: int = 1,
+    sequence_parallel: bool = False,
+    cp: int = 1,
+    logits_bytes_per_element: float = LOGITS_BYTES_PER_ELEMENT,
+    element_bytes: int = ACTIVATION_ELEMENT_BYTES_16BIT,
+) -> float:
+    """Per micro-batch on the last stage: final-norm input and LM-head input (2·e·sbh, ÷t with
+    SP) plus the logits s·b·V/t × ``logits_bytes_per_element`` (vocab-parallel head).
+    With SP, e = 2 and 4 B per logit this is Korthikanti 2022 Sec. 4.3's 4·sbh/t·(1 + V/h)."""
+    s = seq / cp
+    norm_and_head_inputs = 2 * element_bytes * s * micro_batch * hidden / (tp if sequence_parallel else 1)
+    logits = logits_bytes_per_element * s * micro_batch * vocab / tp
+    return norm_and_head_inputs + logits
+
+
+def pipeline_output_tensor_bytes(seq: int, micro_batch: int, hidden: int, micro_batches_in_flight: float, element_bytes: int = 2) -> float:
+    """Bytes of the stage-output tensors kept if they are not deallocated after being sent:
+    e·s·b·h per micro-batch in flight. Megatron frees them (``deallocate_output_tensor``), so
+    :func:`rank_memory` does not count them; Korthikanti 2022 App. B quotes the saving for the
+    530B first stage as "sbhp = 2.73 GB" (= 2·s·b·h·p bytes in units of 2^30)."""
+    return element_bytes * seq * micro_batch * hidden * micro_batches_in_flight
+
+
+# --------------------------------------------------------------------------- pipeline schedule
+
+
+def _check_schedule(schedule: str, pp: int, stage: int, num_micro_batches: int, virtual_stages: int) -> None:
+    if schedule not in _SCHEDULES:
+        raise ConfigError("parallelism.schedule", f"unknown schedule {schedule!r} (known: {', '.join(_SCHEDULES)})")
+    if not isinstance(pp, int) or pp < 1:
+        raise ConfigError("parallelism.pp", f"must be a positive integer, got {pp!r}")
+    if not isinstance(stage, int) or not 0 <= stage < pp:
+        raise ConfigError("stage", f"must be in 0..{pp - 1}, got {stage!r}")
+    if not isinstance(num_micro_batches, int) or num_micro_batches < 1:
+        raise ConfigError("parallelism.global_batch_size", f"needs at least one micro-batch per replica, got {num_micro_batches!r}")
+    if not isinstance(virtual_stages, int) or virtual_stages < 1:
+        raise ConfigError("parallelism.virtual_stages", f"must be a positive integer, got {virtual_stages!r}")
+    if virtual_stages > 1 and schedule != "interleaved":
+        raise ConfigError("parallelism.virtual_stages", "more than 1 needs schedule: interleaved")
+
+
+def _chunk_microbatches_in_flight(schedule: str, pp: int, stage: int, m: int, v: int) -> int:
+    """Chunk-micro-batches whose forward has run and backward has not, at the rank's peak
+    (end of warm-up plus the first steady-state forward)."""
+    if schedule == "gpipe":
+        return m * v
+    if schedule == "1f1b":
+        # Megatron: warm-up = min(p - i - 1, m), then one more forward before the first backward.
+        return min(pp - stage, m)
+    # Interleaved (Megatron get_num_warmup_microbatches, microbatch group size = p):
+    warmup = (pp - stage - 1) * 2 + (v - 1) * pp
+    total = m * v
+    if warmup >= total:  # Megatron: all forwards first, no steady state
+        return total
+    return warmup + 1
+
+
+def microbatches_in_flight(schedule: str, pp: int, stage: int, num_micro_batches: int, virtual_stages: int = 1) -> float:
+    """Micro-batches whose activations are alive at the peak of pipeline stage ``stage`` (0-based)
+    of ``pp``, in units of full-stage micro-batches (multiply by one micro-batch's activations
+    through all the stage's layers).
+
+    - GPipe (Huang 2019; Narayanan 2021 Sec. 2.2.1): all m forwards run before any backward: m.
+    - 1F1B (PipeDream-Flush; Narayanan 2021 Sec. 2.2.1): stage i warms up with p − i − 1 forwards
+      and runs one more before its first backward: min(p − i, m).
+    - Interleaved with v chunks (Narayanan 2021 Sec. 2.2.2; Megatron-LM schedules.py
+      ``get_num_warmup_microbatches``): warm-up = (p − i − 1)·2 + (v − 1)·p chunk-micro-batches,
+      + 1 in steady state, capped at m·v (then all forwards run first); each chunk-micro-batch
+      holds 1/v of the stage's layers, so the value is that count / v. For stage 0 this is
+      p + (p − 1)/v = p·(1 + (p − 1)/(p·v)), Korthikanti 2022 Sec. 4.2.3's factor.
+
+    Never more than m.
+    """
+    _check_schedule(schedule, pp, stage, num_micro_batches, virtual_stages)
+    v = virtual_stages
+    return _chunk_microbatches_in_flight(schedule, pp, stage, num_micro_batches, v) / v
+
+
+def _chunk_count_in_flight(schedule: str, pp: int, stage: int, m: int, v: int, chunk: int) -> int:
+    """How many micro-batches of model chunk ``chunk`` are in flight on rank ``stage`` at its peak.
+    Megatron's interleaved order runs forward k on chunk (k mod p·v) // p."""
+    if schedule != "interleaved":
+        return _chunk_microbatches_in_flight(schedule, pp, stage, m, v)
+    n = _chunk_microbatches_in_flight(schedule, pp, stage, m, v)
+    return sum(1 for k in range(n) if (k % (pp * v)) // pp == chunk)
+
+
+# --------------------------------------------------------------------------- parameters per stage
+
+
+def stage_layer_indices(num_layers: int, pp: int, virtual_stages: int, stage: int) -> list[int]:
+    """Global 0-based layer indices held by pipeline rank ``stage``: the layers of chunks
+    c·pp + stage for c in 0..v−1 (Megatron's interleaved placement), split by :func:`split_layers`."""
+    if not isinstance(stage, int) or not 0 <= stage < pp:
+        raise ConfigError("stage", f"must be in 0..{pp - 1}, got {stage!r}")
+    counts = split_layers(num_layers, pp * virtual_stages)
+    starts = [sum(counts[:k]) for k in range(len(counts))]
+    layers: list[int] = []
+    for c in range(virtual_stages):
+        k = c * pp + stage
+        layers.extend(range(starts[k], starts[k] + counts[k]))
+    return layers
+
+
+def _norm_params(model: TransformerSpec) -> int:
+    return 2 * model.hidden_size if model.norm == "layernorm" else model.hidden_size
+
+
+def _ffn_params_per_rank(model: TransformerSpec, ffn: int, tp: int) -> float:
+    """FC1 (column-parallel, its bias split) and FC2 (row-parallel, its bias replicated) on one TP rank."""
+    h = model.hidden_size
+    mats = 3 if model.gated_mlp else 2
+    split = mats * h * ffn + (ffn * (2 if model.gated_mlp else 1) if model.linear_bias else 0)
+    replicated = h if model.linear_bias else 0
+    return split / tp + replicated
+
+
+def _layer_params_per_rank(model: TransformerSpec, tp: int, ep: int, moe_layer: bool) -> tuple[float, float]:
+    """(dense, routed-expert) parameters of one layer on one rank. Same counts as
+    workloads.counting.layer_params, split the Megatron way: Q/O and FFN matrices ÷tp, KV ÷tp
+    (or one head per rank, replicated, when tp > kv heads), row-parallel biases and norms
+    replicated, routed experts ÷(ep·tp) (expert tensor parallel = tp), router replicated."""
+    h, d = model.hidden_size, model.head_dim
+    g_rank = _kv_heads_per_rank(model.num_attention_heads, model.kv_heads, tp)
+    attn = 2 * h * h / tp + 2 * h * d * g_rank
+    if model.linear_bias:
+        attn += h / tp + 2 * d * g_rank + h
+    norms = 2 * _norm_params(model)
+    if moe_layer and model.moe is not None:
+        expert_ffn = model.moe.expert_ffn_hidden_size or model.ffn_size
+        experts = model.moe.num_experts / ep * _ffn_params_per_rank(model, expert_ffn, tp)
+        dense = model.moe.num_shared_experts * _ffn_params_per_rank(model, expert_ffn, tp)
+        router = h * model.moe.num_experts
+        return attn + dense + router + norms, experts
+    return attn + _ffn_params_per_rank(model, model.ffn_size, tp) + norms, 0.0
+
+
+def _stage_param_split(model: TransformerSpec, par: Parallelism, stage: int) -> tuple[float, float, list[float]]:
+    """(dense, expert) parameters of one rank of ``stage`` and the size of each module (for ZeRO-3 prefetch)."""
+    tp, ep, pp = par.tp, par.ep, par.pp
+    dense = expert = 0.0
+    modules: list[float] = []
+    for idx in stage_layer_indices(model.num_layers, pp, par.virtual_stages, stage):
+        d, e = _layer_params_per_rank(model, tp, ep, is_moe_layer(model, idx))
+        dense += d
+        expert += e
+        modules.append(d + e)
+    h, word = model.hidden_size, model.vocab_size * model.hidden_size / tp  # vocab-parallel embedding
+    if stage == 0:
+        positions = model.seq_length * h if model.position_embedding == "learned" else 0
+        dense += word + positions
+        modules.append(word + positions)
+    if stage == pp - 1:
+        head = _norm_params(model)
+        if not model.tied_embeddings:
+            head += word
+        elif pp > 1:
+            head += word  # Megatron keeps a copy of the word embedding on the last stage
+        dense += head
+        modules.append(head)
+    return dense, expert, modules
+
+
+def stage_params(model: TransformerSpec, parallelism: Parallelism, stage: int) -> int:
+    """Parameters held by one rank of pipeline stage ``stage`` (0-based) after the TP split (and
+    the EP split of routed experts): its layers, the embedding (word ÷tp, learned positions
+    replicated) on the first stage, the final norm and LM head on the last; with tied embeddings
+    and pp > 1 the last stage also holds a copy of the word embedding (Megatron)."""
+    dense, expert, _ = _stage_param_split(model, parallelism, stage)
+    return int(round(dense + expert))
+
+
+# --------------------------------------------------------------------------- one rank
+
+
+def _moe_ffn_width(model: TransformerSpec) -> int:
+    """FFN width whose activations a MoE layer stores per token: top-k routed experts (times the
+    capacity factor if one is set: padded slots are stored too) plus shared experts. Assumes the
+    tokens spread evenly over the expert-parallel ranks."""
+    if model.moe is None:
+        return model.ffn_size
+    expert_ffn = model.moe.expert_ffn_hidden_size or model.ffn_size
+    routed = model.moe.top_k * expert_ffn * (model.moe.capacity_factor or 1.0)
+    return int(math.ceil(routed + model.moe.num_shared_experts * expert_ffn))
+
+
+def rank_memory(scenario, stage: int) -> MemoryBreakdown:
+    """Peak memory of one rank of pipeline stage ``stage`` (all ranks of a stage are alike)."""
+    model, par, tr = scenario.model, scenario.parallelism, scenario.training
+    pp, v, tp, cp = par.pp, par.virtual_stages, par.tp, par.cp
+    dp = par.dp_degree
+    m = par.num_micro_batches
+    _check_schedule(par.schedule, pp, stage, m, v)
+    if par.ep > 1 and (dp * cp) % par.ep:
+        raise ConfigError("parallelism.ep", f"{par.ep} does not divide dp*cp = {dp * cp}")
+
+    # Model states.
+    dense, expert, modules = _stage_param_split(model, par, stage)
+    zdp = dp * cp
+    w1, g1, o1 = model_state_bytes(dense, par.zero_stage, zdp, tr.precision, tr.optimizer)
+    w2, g2, o2 = model_state_bytes(expert, par.zero_stage, zdp // par.ep, tr.precision, tr.optimizer)
+    weights, grads, optim = w1 + w2, g1 + g2, o1 + o2
+
+    # Activations.
+    e = 4 if tr.precision == "fp32" else ACTIVATION_ELEMENT_BYTES_16BIT
+    s, b, sp = scenario.seq_length, par.micro_batch_size, par.sequence_parallel
+    common = dict(seq=s, micro_batch=b, hidden=model.hidden_size, heads=model.num_attention_heads, tp=tp,
+                  sequence_parallel=sp, kv_heads=model.kv_heads, gated=model.gated_mlp, cp=cp, element_bytes=e)
+    layers = stage_layer_indices(model.num_layers, pp, v, stage)
+
+    def per_layer(idx: int, recompute: str) -> float:
+        ffn = _moe_ffn_width(model) if is_moe_layer(model, idx) else model.ffn_size
+        return activation_bytes_per_layer(recompute=recompute, ffn=ffn, **common)
+
+    in_flight = microbatches_in_flight(par.schedule, pp, stage, m, v)
+    stored = sum(per_layer(i, par.recompute) for i in layers) * in_flight
+    # Rematerialisation working set: the backward re-creates one layer's activations (full) or one
+    # attention core (selective) on top of the stored checkpoints.
+    working = 0.0
+    if par.recompute != "none" and layers:
+        working = max(per_layer(i, "none") - per_layer(i, par.recompute) for i in layers)
+    activations = stored + working
+    if stage == 0:
+        activations += embedding_activation_bytes(s, b, model.hidden_size, tp, sp, cp) * _chunk_count_in_flight(
+            par.schedule, pp, stage, m, v, 0)
+    if stage == pp - 1:
+        activations += output_layer_activation_bytes(s, b, model.hidden_size, model.vocab_size, tp, sp, cp,
+                                                     element_bytes=e) * _chunk_count_in_flight(
+            par.schedule, pp, stage, m, v, v - 1)
+
+    # Communication buffers.
+    wbytes = bytes_per_param(tr.precision, tr.optimizer)["weights"]
+    other = 0.0
+    other += 2 * par.gradient_bucket_mb * MIB  # PyTorch DDP bucket_cap_mb is in MiB
+    if par.zero_stage == 3 and modules:
+        # gathered current module + prefetched next, at full size, less the shards already counted
+        top2 = sum(sorted(modules)[-2:])
+        other += top2 * wbytes * (1 - 1 / zdp)
+    if pp > 1:
+        other += 2 * e * (s / cp) * b * model.hidden_size / (tp if sp else 1)  # p2p recv + send
+    return MemoryBreakdown(weights, grads, optim, activations, other, stage=stage)
+
+
+def peak_rank_memory(scenario) -> tuple[int, MemoryBreakdown, list[MemoryBreakdown]]:
+    """(stage with the highest total, its breakdown, every stage's breakdown); ties go to the first."""
+    stages = [rank_memory(scenario, i) for i in range(scenario.parallelism.pp)]
+    best = max(range(len(stages)), key=lambda i: (stages[i].total_bytes, -i))
+    return best, stages[best], stages
+
+
+def usable_hbm_bytes(scenario) -> float:
+    """HBM one rank may fill: ``accelerator.hbm_gib - simulation.hbm_reserve_gib`` in bytes."""
+    hbm, reserve = scenario.accelerator.hbm_gib, scenario.simulation.hbm_reserve_gib
+    if reserve >= hbm:
+        raise ConfigError("simulation.hbm_reserve_gib", f"{reserve:g} GiB leaves nothing of {hbm:g} GiB HBM")
+    return (hbm - reserve) * GIB
+
+
+def fits(scenario, breakdown: MemoryBreakdown) -> tuple[bool, str | None]:
+    """Whether ``breakdown`` fits the accelerator's HBM minus the reserve; if not, why."""
+    usable = usable_hbm_bytes(scenario)
+    total = breakdown.total_bytes
+    if total <= usable:
+        return True, None
+    hbm, reserve = scenario.accelerator.hbm_gib, scenario.simulation.hbm_reserve_gib
+    where = f" on stage {breakdown.stage}" if breakdown.stage is not None else ""
+    return False, (f"needs {total / GIB:.1f} GiB of {usable / GIB:.1f} GiB usable "
+                   f"(HBM {hbm:g} GiB - {reserve:g} GiB reserve){where}")

@@ -1,0 +1,133 @@
+"""A flow-level network on SimPy: transfers share ports by max-min fairness.
+
+This module knows ports and bytes, nothing of GPUs. A *port* is a directional resource
+with a capacity in bytes/s (a GPU's NVLink transmit side, a NIC's receive side, ...).
+A *flow* moves given bytes over each of several ports; it progresses at one rate r
+(fraction of its bytes per second), so on port p it uses r·d_p bytes/s.
+
+Rates are max-min fair in bandwidth (progressive filling, Bertsekas & Gallager, *Data
+Networks*, Sec. 6.5.2): all flows' bandwidth on their heaviest port rises together
+until some port saturates; the flows on it freeze; repeat. Rates are recomputed only
+when a flow starts or finishes, and one re-armed timeout marks the next completion, so
+events occur only where the allocation changes (DESIGN.md, "Where the time goes").
+
+The seam to the rest (ASTRA-sim style) is :meth:`FlowNetwork.transfer`; another network
+model with the same method can replace this one.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass, field
+
+import simpy
+
+_EPS = 1e-12
+
+
+@dataclass(eq=False)
+class _Flow:
+    demands: dict[str, float]
+    done: simpy.Event
+    heaviest: float
+    remaining: float = 1.0          # fraction of the bytes still to move
+    rate: float = 0.0               # fraction per second
+    weights: dict[str, float] = field(default_factory=dict)
+
+
+class FlowNetwork:
+    """Shared ports with fair sharing. ``capacity(port)`` gives bytes/s of a port."""
+
+    def __init__(self, env: simpy.Environment, capacity: Callable[[str], float]):
+        self.env = env
+        self.capacity = capacity
+        self._flows: list[_Flow] = []
+        self._last_update = 0.0
+        self._version = 0
+        self.flows_started = 0
+
+    def transfer(self, demands: dict[str, float], latency_s: float = 0.0) -> simpy.Event:
+        """Start a transfer: wait ``latency_s``, then move ``demands[port]`` bytes over each
+        port at the fair rate. Returns an event that fires when the last byte arrives."""
+        done = self.env.event()
+        demands = {p: b for p, b in demands.items() if b > 0}
+        if latency_s > 0:
+            self.env.timeout(latency_s).callbacks.append(lambda _ev: self._start(demands, done))
+        else:
+            self._start(demands, done)
+        return done
+
+    # -- internals -------------------------------------------------------------------------
+
+    def _start(self, demands: dict[str, float], done: simpy.Event) -> None:
+        if not demands:
+            done.succeed()
+            return
+        self._advance()
+        heaviest = max(demands.values())
+        flow = _Flow(demands, done, heaviest, weights={p: b / heaviest for p, b in demands.items()})
+        self._flows.append(flow)
+        self.flows_started += 1
+        self._reallocate()
+
+    def _advance(self) -> None:
+        """Move every flow forward to now at its current rate."""
+        elapsed = self.env.now - self._last_update
+        if elapsed > 0:
+            for flow in self._flows:
+                flow.remaining -= flow.rate * elapsed
+        self._last_update = self.env.now
+
+    def _reallocate(self) -> None:
+        flows = self._flows
+        if len(flows) == 1:
+            flow = flows[0]
+            flow.rate = min(self.capacity(p) / b for p, b in flow.demands.items())
+        else:
+            self._progressive_filling(flows)
+        self._arm_next_completion()
+
+    def _progressive_filling(self, flows: list[_Flow]) -> None:
+        used: dict[str, float] = {}
+        active = set(range(len(flows)))
+        level = 0.0
+        bandwidth = [0.0] * len(flows)
+        while active:
+            weight_on: dict[str, float] = {}
+            for i in active:
+                for port, w in flows[i].weights.items():
+                    weight_on[port] = weight_on.get(port, 0.0) + w
+            increments = {
+                port: (self.capacity(port) - used.get(port, 0.0)) / w for port, w in weight_on.items()
+            }
+            step = max(0.0, min(increments.values()))
+            level += step
+            for port, w in weight_on.items():
+                used[port] = used.get(port, 0.0) + step * w
+            saturated = {p for p, inc in increments.items() if inc - step <= _EPS * max(1.0, inc)}
+            frozen = {i for i in active if saturated.intersection(flows[i].weights)}
+            for i in frozen:
+                bandwidth[i] = level
+            active -= frozen
+        for flow, bw in zip(flows, bandwidth, strict=True):
+            flow.rate = bw / flow.heaviest
+
+    def _arm_next_completion(self) -> None:
+        self._version += 1
+        if not self._flows:
+            return
+        next_s = min(max(f.remaining, 0.0) / f.rate for f in self._flows)
+        version = self._version
+        self.env.timeout(next_s).callbacks.append(lambda _ev: self._on_timer(version))
+
+    def _on_timer(self, version: int) -> None:
+        if version != self._version:
+            return  # a newer allocation superseded this timer
+        self._advance()
+        finished = [f for f in self._flows if f.remaining <= 1e-9]
+        if not finished:  # float round-off: finish the closest one
+            finished = [min(self._flows, key=lambda f: f.remaining / f.rate)]
+        for flow in finished:
+            self._flows.remove(flow)
+            flow.done.succeed()
+        self._reallocate()

@@ -1,0 +1,391 @@
+"""Planning: turn a scenario into per-actor task lists for the engine.
+
+An *actor* is a simulated rank. In symmetric mode (the default) there is one actor per
+pipeline stage — the rank with tp = cp = dp index 0 — because every other rank of the
+stage does the same work at the same time (DESIGN.md, "Symmetry is the speed"); its
+collectives are priced on the topology for the whole group, and the other, symmetric
+groups' traffic is accounted for by giving each rank its own share of the node's NICs.
+In full mode every rank is an actor and collectives rendezvous across their members.
+
+Streams per actor: ``compute`` (kernels, optimizer), ``tp`` (tensor-parallel collectives,
+which the next kernel waits for), ``dp`` (gradient reduction, ZeRO gathers), ``pp``
+(activation/gradient sends to the neighbouring stage).
+
+Granularity: by default one compute task and one TP-communication task per layer and
+pass; ``detail=True`` makes one task per kernel and per collective (for ``--trace``).
+Both give the same step time (tested).
+"""
+
+from __future__ import annotations
+
+from collections import defaultdict
+from dataclasses import dataclass, field
+
+from simulator.collectives import collective_cost
+from simulator.compute import ComputeModel
+from simulator.engine import Task
+from simulator.parallelism import split_layers
+from simulator.scenario import Scenario
+from simulator.schedule import stage_order
+from simulator.topology import RankLayout, Topology
+from workloads.counting import embedding_params, layer_params, output_head_params
+from workloads.graph import LayerWork, Op, ShardShape, embedding_work, head_work, layer_work
+
+GRAD_BYTES = {"fp32": 4, "bf16": 2, "fp16": 2, "fp8": 2}
+WEIGHT_BYTES = {"fp32": 4, "bf16": 2, "fp16": 2, "fp8": 2}
+# Adam step, mixed precision: read fp32 master+m+v and the 16-bit grad, write master+m+v and the
+# 16-bit weight: 12 + 2 + 12 + 2 = 28 bytes per parameter (fp32 training: 4+8 read/write + 4 + 4 = 32).
+OPTIMIZER_BYTES_PER_PARAM = {"adam": 28.0, "adamw": 28.0, "sgd": 12.0}
+
+
+@dataclass
+class Plan:
+    """Task lists per (actor, stream), plus what the analysis needs."""
+
+    streams: dict[tuple[str, str], list[Task]]
+    actors: dict[str, int]                                  # actor -> rank
+    stage_of: dict[str, int]
+    layers_per_chunk: list[int]
+    topology: Topology
+    compute_tasks: dict[str, list[Task]] = field(default_factory=dict)
+
+
+class Planner:
+    """Builds the :class:`Plan` of one training step."""
+
+    def __init__(self, scenario: Scenario, mode: str | None = None, detail: bool = False):
+        self.sc = scenario
+        self.par = scenario.parallelism
+        self.mode = mode or scenario.simulation.mode
+        self.detail = detail
+        self.precision = scenario.training.precision
+        self.layout = RankLayout(self.par)
+        self.topo = Topology(scenario.node, scenario.fabric, scenario.num_gpus)
+        self.links = self.topo.links
+        self.compute = ComputeModel(scenario.accelerator, self.precision)
+        self.shard = ShardShape(
+            micro_batch=self.par.micro_batch_size,
+            seq_length=scenario.seq_length,
+            tp=self.par.tp,
+            cp=self.par.cp,
+            sequence_parallel=self.par.sequence_parallel,
+            precision=self.precision,
+        )
+        self.chunks = self.par.pp * self.par.virtual_stages
+        self.layers_per_chunk = split_layers(scenario.model.num_layers, self.chunks)
+        self.layer = layer_work(scenario.model, self.shard)
+        self.embedding = embedding_work(scenario.model, self.shard)
+        self.head = head_work(scenario.model, self.shard)
+        self._cost_cache: dict = {}
+        if self.mode == "full":
+            self.actor_ranks = {f"rank{r}": r for r in range(self.layout.world)}
+        else:
+            self.actor_ranks = {f"stage{i}": self.layout.representative(i) for i in range(self.par.pp)}
+        self.rank_actor = {r: a for a, r in self.actor_ranks.items()}
+
+    # -- pricing ---------------------------------------------------------------------------
+
+    def _compute_time(self, ops) -> float:
+        return self.compute.ops_time_s(ops)
+
+    def _collective(self, rank: int, group: str, collective: str, payload: float):
+        ranks = self.layout.group(rank, group)
+        placement = self.topo.placement(ranks)
+        key = (collective, payload, placement.size, placement.members_per_node, placement.num_nodes,
+               placement.num_pods)
+        cost = self._cost_cache.get(key)
+        if cost is None:
+            node = self.sc.node
+            cost = collective_cost(collective, payload, placement, self.links,
+                                   node.intra_node.collectives, node.inter_node_collectives)
+            self._cost_cache[key] = cost
+        simulated = [r for r in ranks if r in self.rank_actor]
+        return cost, ranks, len(simulated)
+
+    def comm_task(self, actor: str, stream: str, category: str, name: str, rank: int,
+                  parts: list[tuple[str, str, float]], key: str) -> Task | None:
+        """One task moving one or more collectives ``(group, collective, payload)`` in sequence."""
+        demands: dict[str, float] = defaultdict(float)
+        latency, size, group_root = 0.0, 1, None
+        for group, collective, payload in parts:
+            cost, ranks, simulated = self._collective(rank, group, collective, payload)
+            latency += cost.latency_s
+            for link, b in cost.bytes_by_link.items():
+                demands[f"{actor}:{link}_tx"] += b
+                demands[f"{actor}:{link}_rx"] += b
+            size, group_root = simulated, min(ranks)
+        if not demands and latency == 0.0:
+            return None
+        return Task(name, actor, stream, category, demands=dict(demands), latency_s=latency,
+                    rendezvous=f"{key}@{group_root}" if size > 1 else None, rendezvous_size=size)
+
+    def send_task(self, actor: str, dst_rank: int, name: str, payload: float) -> Task:
+        src_rank = self.actor_ranks[actor]
+        dst = self.rank_actor[dst_rank]
+        if self.topo.node_of(src_rank) == self.topo.node_of(dst_rank):
+            links, latency = ["nvl"], self.links.intra_latency_s
+        else:
+            links, latency = ["nic"], self.links.inter_latency_s
+            if self.topo.pod_of(src_rank) != self.topo.pod_of(dst_rank):
+                links.append("up")
+        demands = {}
+        for link in links:
+            demands[f"{actor}:{link}_tx"] = payload
+            demands[f"{dst}:{link}_rx"] = payload
+        return Task(name, actor, "pp", "pp_comm", demands=demands, latency_s=latency)
+
+    # -- params ----------------------------------------------------------------------------
+
+    def layer_params_local(self) -> float:
+        return layer_params(self.sc.model).total / self.par.tp
+
+    def chunk_params_local(self, global_chunk: int) -> float:
+        model, tp = self.sc.model, self.par.tp
+        params = self.layers_per_chunk[global_chunk] * self.layer_params_local()
+        if global_chunk == 0:
+            params += embedding_params(model) / tp
+        if global_chunk == self.chunks - 1:
+            params += output_head_params(model) / tp
+            if model.tied_embeddings and self.chunks > 1 and self.par.pp > 1:
+                params += model.vocab_size * model.hidden_size / tp
+        return params
+
+    def stage_params_local(self, stage: int) -> float:
+        return sum(self.chunk_params_local(c * self.par.pp + stage) for c in range(self.par.virtual_stages))
+
+    # -- building --------------------------------------------------------------------------
+
+    def build(self) -> Plan:
+        streams: dict[tuple[str, str], list[Task]] = defaultdict(list)
+        self._streams_ref = streams
+        lookup: dict[tuple, Task] = {}
+        compute_tasks: dict[str, list[Task]] = {}
+        for actor, rank in self.actor_ranks.items():
+            compute_tasks[actor] = self._build_actor(actor, rank, streams, lookup)
+        self._link_pipeline(lookup)
+        stage_of = {a: self.layout.coords(r).pp for a, r in self.actor_ranks.items()}
+        return Plan(dict(streams), dict(self.actor_ranks), stage_of, self.layers_per_chunk, self.topo,
+                    compute_tasks)
+
+    def _segments(self, ops: tuple[Op, ...]):
+        """Split ops into runs: ("compute", ops) and ("comm", [(group, collective, payload)])."""
+        if not self.detail:
+            compute = tuple(op for op in ops if op.kind != "collective")
+            comms = [(op.group, op.collective, op.comm_bytes) for op in ops if op.kind == "collective"]
+            out = [("compute", compute, "compute")] if compute else []
+            if comms:
+                out.append(("comm", comms, "comm"))
+            return out
+        out = []
+        for op in ops:
+            if op.kind == "collective":
+                out.append(("comm", [(op.group, op.collective, op.comm_bytes)], op.name))
+            else:
+                out.append(("compute", (op,), op.name))
+        return out
+
+    def _build_actor(self, actor: str, rank: int, streams, lookup) -> list[Task]:
+        par, sc = self.par, self.sc
+        stage = self.layout.coords(rank).pp
+        m_total = par.num_micro_batches
+        order = stage_order(par.schedule, m_total, par.pp, stage, par.virtual_stages)
+        compute_list: list[Task] = []
+        prev: list[Task | None] = [None]   # last task on the compute/tp chain
+        dp_tasks: list[Task] = []
+        zero = par.zero_stage
+        dp_size = par.dp_degree
+        weight_bytes = WEIGHT_BYTES[self.precision]
+        grad_bytes = GRAD_BYTES[self.precision]
+
+        def add(task: Task | None, extra_deps: tuple[Task, ...] = ()) -> Task | None:
+            if task is None:
+                return None
+            if prev[0] is not None:
+                task.deps.append(prev[0])
+            task.deps.extend(extra_deps)
+            streams[(actor, task.stream)].append(task)
+            if task.stream == "compute":
+                compute_list.append(task)
+            prev[0] = task
+            return task
+
+        def run_ops(ops: tuple[Op, ...], label: str, category: str, first_deps: tuple[Task, ...] = ()) -> Task | None:
+            first = True
+            last = None
+            for kind, payload, name in self._segments(ops):
+                deps = first_deps if first else ()
+                if kind == "compute":
+                    task = Task(f"{label}.{name}", actor, "compute", category, duration_s=self._compute_time(payload))
+                    last = add(task, deps) or last
+                else:
+                    task = self.comm_task(actor, "tp", "tp_comm", f"{label}.{name}", rank, payload,
+                                          key=f"{label}.{name}")
+                    last = add(task, deps) or last
+                first = False
+            return last
+
+        def gather_params(label: str, params: float) -> tuple[Task, ...]:
+            """ZeRO-3: all-gather a layer's weights on the dp stream, prefetched one task ahead."""
+            if zero < 3 or dp_size == 1:
+                return ()
+            task = self.comm_task(actor, "dp", "dp_comm", f"{label}.zero3_gather", rank,
+                                  [("dp", "all_gather", params * weight_bytes)], key=f"{label}.zero3_gather")
+            if task is None:
+                return ()
+            if len(compute_list) >= 2:
+                task.deps.append(compute_list[-2])
+            streams[(actor, "dp")].append(task)
+            dp_tasks.append(task)
+            return (task,)
+
+        # Gradient buckets (ZeRO 0/1: once, on the last micro-batch; ZeRO 2/3: every micro-batch).
+        bucket_limit = par.gradient_bucket_mb * 1e6
+        bucket = {"bytes": 0.0, "n": 0}
+        reduce_kind = "all_reduce" if zero == 0 else "reduce_scatter"
+
+        def flush_bucket(after: Task, label: str) -> None:
+            if bucket["bytes"] <= 0 or dp_size == 1:
+                bucket["bytes"] = 0.0
+                return
+            task = self.comm_task(actor, "dp", "dp_comm", f"{label}.grad_{reduce_kind}", rank,
+                                  [("dp", reduce_kind, bucket["bytes"])], key=f"{label}.grad{bucket['n']}")
+            bucket["bytes"] = 0.0
+            bucket["n"] += 1
+            if task is None:
+                return
+            task.deps.append(after)
+            streams[(actor, "dp")].append(task)
+            dp_tasks.append(task)
+
+        # ZeRO-1/2 with overlapped parameter all-gather: gather each chunk's updated weights
+        # at the start of the step, before its first forward (Megatron's overlap_param_gather).
+        start_gathers: dict[int, Task] = {}
+        if zero in (1, 2) and dp_size > 1 and par.overlap_param_gather:
+            for c in range(par.virtual_stages):
+                g = c * par.pp + stage
+                task = self.comm_task(actor, "dp", "dp_comm", f"c{g}.param_all_gather", rank,
+                                      [("dp", "all_gather", self.chunk_params_local(g) * weight_bytes)],
+                                      key=f"c{g}.param_gather")
+                if task is not None:
+                    streams[(actor, "dp")].append(task)
+                    dp_tasks.append(task)
+                    start_gathers[g] = task
+
+        last_chunk = self.chunks - 1
+        lp = self.layer_params_local()
+        recompute = par.recompute
+        for phase, mb, chunk in order:
+            g = chunk * par.pp + stage
+            n_layers = self.layers_per_chunk[g]
+            tag = f"mb{mb}.c{g}"
+            reduce_now = (mb == m_total - 1) if zero < 2 else True
+            if phase == "F":
+                entry = Task(f"F.{tag}.recv", actor, "compute", "marker")
+                add(entry, tuple(t for t in (start_gathers.get(g),) if mb == 0 and t is not None))
+                lookup[("F_entry", actor, mb, g)] = entry
+                if g == 0:
+                    run_ops(self.embedding.forward, f"F.{tag}.embedding", "compute")
+                for layer in range(n_layers):
+                    label = f"F.{tag}.L{layer}"
+                    run_ops(self.layer.forward, label, "compute", gather_params(label, lp))
+                if g == last_chunk:
+                    run_ops(self.head.forward, f"F.{tag}.head", "compute")
+                lookup[("F_exit", actor, mb, g)] = prev[0]
+            else:
+                entry = Task(f"B.{tag}.recv", actor, "compute", "marker")
+                add(entry)
+                lookup[("B_entry", actor, mb, g)] = entry
+                if g == last_chunk:
+                    run_ops(self.head.backward, f"B.{tag}.head", "compute")
+                    if reduce_now:
+                        bucket["bytes"] += output_head_params(sc.model) / par.tp * grad_bytes
+                for layer in reversed(range(n_layers)):
+                    label = f"B.{tag}.L{layer}"
+                    gathered = gather_params(label, lp)
+                    rc_ops = self.layer.recompute_ops(recompute)
+                    if rc_ops:
+                        run_ops(rc_ops, f"{label}.recompute", "recompute", gathered)
+                        gathered = ()
+                    done = run_ops(self.layer.backward, label, "compute", gathered)
+                    if reduce_now and (par.overlap_grad_reduce or zero >= 2):
+                        bucket["bytes"] += lp * grad_bytes
+                        if bucket["bytes"] >= bucket_limit:
+                            flush_bucket(done, label)
+                if g == 0:
+                    run_ops(self.embedding.backward, f"B.{tag}.embedding", "compute")
+                if reduce_now and (par.overlap_grad_reduce or zero >= 2):
+                    if g == 0:
+                        bucket["bytes"] += embedding_params(sc.model) / par.tp * grad_bytes
+                    flush_bucket(prev[0], f"B.{tag}")
+                lookup[("B_exit", actor, mb, g)] = prev[0]
+
+        end_of_backward = prev[0]
+        if not (par.overlap_grad_reduce or zero >= 2) and dp_size > 1:
+            bucket["bytes"] = self.stage_params_local(stage) * grad_bytes
+            flush_bucket(end_of_backward, "grads")
+        # Tied embeddings across pipeline stages: sum the two copies' gradients (Megatron).
+        if sc.model.tied_embeddings and par.pp > 1 and stage in (0, par.pp - 1):
+            task = self.comm_task(actor, "dp", "dp_comm", "embedding_grad_all_reduce", rank,
+                                  [("embedding", "all_reduce",
+                                    sc.model.vocab_size * sc.model.hidden_size / par.tp * grad_bytes)],
+                                  key="embedding_grad")
+            if task is not None:
+                task.deps.append(end_of_backward)
+                streams[(actor, "dp")].append(task)
+                dp_tasks.append(task)
+
+        local_params = self.stage_params_local(stage)
+        sharded = local_params / dp_size if zero >= 1 else local_params
+        optimizer_bytes = OPTIMIZER_BYTES_PER_PARAM[sc.training.optimizer] * (32 / 28 if self.precision == "fp32" else 1)
+        opt = Task("optimizer_step", actor, "compute", "optimizer",
+                   duration_s=self.compute.optimizer_step_s(sharded, optimizer_bytes))
+        add(opt, tuple(dp_tasks))
+        if zero in (1, 2) and dp_size > 1 and not par.overlap_param_gather:
+            task = self.comm_task(actor, "dp", "dp_comm", "param_all_gather", rank,
+                                  [("dp", "all_gather", local_params * weight_bytes)], key="param_gather")
+            if task is not None:
+                task.deps.append(opt)
+                streams[(actor, "dp")].append(task)
+        return compute_list
+
+    def _link_pipeline(self, lookup: dict[tuple, Task]) -> None:
+        """Add the sends between stages and the cross-stage dependencies."""
+        par = self.par
+        payload = (self.sc.seq_length // par.cp) * par.micro_batch_size * self.sc.model.hidden_size
+        payload *= WEIGHT_BYTES[self.precision]
+        if par.tp > 1:
+            payload /= par.tp  # Megatron scatter/gather optimisation (or sequence-parallel shards)
+        last = self.chunks - 1
+        for actor, rank in self.actor_ranks.items():
+            c = self.layout.coords(rank)
+            stage = c.pp
+            for (kind, a, mb, g), task in list(lookup.items()):
+                if a != actor:
+                    continue
+                if kind == "F_exit" and g < last:
+                    dst_stage = (g + 1) % par.pp
+                    dst = self.layout.rank(type(c)(c.tp, c.cp, c.dp, dst_stage))
+                    dst_actor = self.rank_actor[dst]
+                    if dst_stage == stage:
+                        lookup[("F_entry", dst_actor, mb, g + 1)].deps.append(task)
+                        continue
+                    send = self.send_task(actor, dst, f"send_act.mb{mb}.c{g}", payload)
+                    send.deps.append(task)
+                    self._pp_stream(actor).append(send)
+                    lookup[("F_entry", dst_actor, mb, g + 1)].deps.append(send)
+                elif kind == "B_exit" and g > 0:
+                    dst_stage = (g - 1) % par.pp
+                    dst = self.layout.rank(type(c)(c.tp, c.cp, c.dp, dst_stage))
+                    dst_actor = self.rank_actor[dst]
+                    if dst_stage == stage:
+                        lookup[("B_entry", dst_actor, mb, g - 1)].deps.append(task)
+                        continue
+                    send = self.send_task(actor, dst, f"send_grad.mb{mb}.c{g}", payload)
+                    send.deps.append(task)
+                    self._pp_stream(actor).append(send)
+                    lookup[("B_entry", dst_actor, mb, g - 1)].deps.append(send)
+                elif kind == "F_exit" and g == last:
+                    lookup[("B_entry", actor, mb, g)].deps.append(task)
+
+    def _pp_stream(self, actor: str) -> list[Task]:
+        return self._streams_ref[(actor, "pp")]

@@ -1,0 +1,88 @@
+"""Pipeline schedules: the order in which one pipeline rank runs forward and backward passes.
+
+Each item is ``(phase, micro_batch, chunk)`` with phase "F" or "B" and ``chunk`` the local
+model chunk (0 unless interleaved). Dependencies between ranks (activations forward,
+gradients backward) are added by the planner; this module only orders one rank's work.
+
+- GPipe (Huang et al. 2019): all forwards, then all backwards (reverse order).
+  Bubble (p-1)/(m+p-1) of the step.
+- 1F1B (PipeDream-Flush, Narayanan et al. 2021 Sec. 2.2.1): p-i-1 warm-up forwards, then
+  one forward / one backward alternately, then cool-down backwards. Same bubble as GPipe,
+  at most p-i micro-batches in flight.
+- Interleaved 1F1B (Narayanan et al. 2021 Sec. 2.2.2; Megatron-LM ``schedules.py``):
+  v chunks per rank, chunk c of rank i is global chunk c·p + i; warm-up
+  (p-i-1)·2 + (v-1)·p chunk-passes; bubble shrinks by v: (p-1)/(v·m) of the ideal time.
+"""
+
+from __future__ import annotations
+
+from simulator.errors import ConfigError
+
+Item = tuple[str, int, int]
+
+
+def gpipe(num_micro_batches: int) -> list[Item]:
+    forward = [("F", m, 0) for m in range(num_micro_batches)]
+    backward = [("B", m, 0) for m in reversed(range(num_micro_batches))]
+    return forward + backward
+
+
+def one_f_one_b(num_micro_batches: int, pp: int, stage: int) -> list[Item]:
+    warmup = min(pp - stage - 1, num_micro_batches)
+    order: list[Item] = [("F", m, 0) for m in range(warmup)]
+    next_f, next_b = warmup, 0
+    while next_f < num_micro_batches:
+        order.append(("F", next_f, 0))
+        order.append(("B", next_b, 0))
+        next_f += 1
+        next_b += 1
+    order += [("B", m, 0) for m in range(next_b, num_micro_batches)]
+    return order
+
+
+def _interleaved_chunk(k: int, pp: int, v: int, forward: bool) -> int:
+    chunk = (k % (pp * v)) // pp
+    return chunk if forward else v - 1 - chunk
+
+
+def _interleaved_micro_batch(k: int, pp: int, v: int) -> int:
+    group, within = divmod(k, pp * v)
+    return group * pp + within % pp
+
+
+def interleaved(num_micro_batches: int, pp: int, stage: int, v: int) -> list[Item]:
+    if num_micro_batches % pp:
+        raise ConfigError("parallelism.global_batch_size", "interleaved needs micro-batches divisible by pp")
+    total = num_micro_batches * v
+    warmup = min((pp - stage - 1) * 2 + (v - 1) * pp, total)
+    order: list[Item] = []
+
+    def fwd(k: int) -> Item:
+        return ("F", _interleaved_micro_batch(k, pp, v), _interleaved_chunk(k, pp, v, True))
+
+    def bwd(k: int) -> Item:
+        return ("B", _interleaved_micro_batch(k, pp, v), _interleaved_chunk(k, pp, v, False))
+
+    order += [fwd(k) for k in range(warmup)]
+    for k in range(total - warmup):
+        order.append(fwd(k + warmup))
+        order.append(bwd(k))
+    order += [bwd(k) for k in range(total - warmup, total)]
+    return order
+
+
+def stage_order(schedule: str, num_micro_batches: int, pp: int, stage: int, virtual_stages: int = 1) -> list[Item]:
+    """The order of passes on pipeline rank ``stage`` for ``schedule``."""
+    if schedule == "gpipe" or pp == 1:
+        return gpipe(num_micro_batches) if schedule == "gpipe" else one_f_one_b(num_micro_batches, 1, 0)
+    if schedule == "1f1b":
+        return one_f_one_b(num_micro_batches, pp, stage)
+    if schedule == "interleaved":
+        return interleaved(num_micro_batches, pp, stage, virtual_stages)
+    raise ConfigError("parallelism.schedule", f"unknown schedule {schedule!r}")
+
+
+def ideal_bubble_fraction(schedule: str, num_micro_batches: int, pp: int, virtual_stages: int = 1) -> float:
+    """Bubble as a fraction of the whole step: (p-1)/(v·m + p-1) (GPipe/1F1B: v = 1)."""
+    v = virtual_stages if schedule == "interleaved" else 1
+    return (pp - 1) / (v * num_micro_batches + pp - 1)

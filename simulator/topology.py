@@ -1,0 +1,152 @@
+"""Where ranks sit and which links their groups use.
+
+Ranks are numbered Megatron-style, tp innermost then cp, dp, pp (``tp-cp-dp-pp``), and
+fill nodes in order (``node = rank // gpus_per_node``). A communicator group is described
+by its placement: members, members per node, nodes, pods. Each rank owns directional
+*ports* that the flow network shares:
+
+- ``{actor}:nvl_tx`` / ``nvl_rx``  — its intra-node links (NVLink/NVSwitch/xGMI/PCIe);
+- ``{actor}:nic_tx`` / ``nic_rx``  — its share of the node's NICs (nics·rate / gpus per node);
+- ``{actor}:up_tx``  / ``up_rx``   — its share of the fat tree's uplinks above a pod
+  (nic share / oversubscription); only traffic between pods crosses them.
+
+A new topology (rail-optimized, dragonfly, torus) implements :class:`Topology` with its
+own placement, hop counts and port capacities.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from functools import cached_property
+
+from hardware_specs.schema import FatTree, Node
+from simulator.errors import ConfigError
+from simulator.parallelism import Parallelism
+
+GroupKind = str  # "tp" | "cp" | "dp" | "pp" | "ep" | "embedding"
+
+
+@dataclass(frozen=True)
+class Coordinates:
+    tp: int
+    cp: int
+    dp: int
+    pp: int
+
+
+@dataclass(frozen=True)
+class Placement:
+    """Where a communicator group's members are."""
+
+    ranks: tuple[int, ...]
+    members_per_node: int
+    num_nodes: int
+    num_pods: int
+
+    @property
+    def size(self) -> int:
+        return len(self.ranks)
+
+
+class RankLayout:
+    """Rank numbering of a layout (tp-cp-dp-pp, tp innermost)."""
+
+    def __init__(self, par: Parallelism):
+        self.par = par
+        self.tp, self.cp, self.dp, self.pp = par.tp, par.cp, par.dp_degree, par.pp
+        self.world = self.tp * self.cp * self.dp * self.pp
+
+    def rank(self, c: Coordinates) -> int:
+        return c.tp + self.tp * (c.cp + self.cp * (c.dp + self.dp * c.pp))
+
+    def coords(self, rank: int) -> Coordinates:
+        tp, rest = rank % self.tp, rank // self.tp
+        cp, rest = rest % self.cp, rest // self.cp
+        dp, pp = rest % self.dp, rest // self.dp
+        return Coordinates(tp, cp, dp, pp)
+
+    def group(self, rank: int, kind: GroupKind) -> tuple[int, ...]:
+        """The ranks of ``rank``'s communicator of ``kind``."""
+        c = self.coords(rank)
+        if kind == "tp":
+            return tuple(self.rank(Coordinates(i, c.cp, c.dp, c.pp)) for i in range(self.tp))
+        if kind == "cp":
+            return tuple(self.rank(Coordinates(c.tp, i, c.dp, c.pp)) for i in range(self.cp))
+        if kind == "dp":
+            return tuple(self.rank(Coordinates(c.tp, c.cp, i, c.pp)) for i in range(self.dp))
+        if kind == "pp":
+            return tuple(self.rank(Coordinates(c.tp, c.cp, c.dp, i)) for i in range(self.pp))
+        if kind == "embedding":  # first and last stage share the tied embedding
+            return tuple(sorted({self.rank(Coordinates(c.tp, c.cp, c.dp, 0)),
+                                 self.rank(Coordinates(c.tp, c.cp, c.dp, self.pp - 1))}))
+        raise ValueError(f"unknown group kind {kind}")
+
+    def representative(self, stage: int) -> int:
+        """The rank that stands for pipeline stage ``stage`` in symmetric mode."""
+        return self.rank(Coordinates(0, 0, 0, stage))
+
+
+@dataclass(frozen=True)
+class LinkCapacities:
+    """Per-rank port capacities in bytes/s and per-hop latencies in seconds."""
+
+    intra_bytes_per_s: float
+    inter_bytes_per_s: float
+    uplink_bytes_per_s: float
+    intra_latency_s: float
+    inter_latency_s: float
+
+
+class Topology:
+    """A fat tree of identical nodes (the seam for other topologies)."""
+
+    def __init__(self, node: Node, fabric: FatTree, num_gpus: int):
+        self.node = node
+        self.fabric = fabric
+        self.num_gpus = num_gpus
+        self.gpus_per_node = node.gpus_per_node
+
+    def node_of(self, rank: int) -> int:
+        return rank // self.gpus_per_node
+
+    def pod_of(self, rank: int) -> int:
+        pod = self.fabric.pod_size_nodes
+        return self.node_of(rank) // pod if pod else 0
+
+    def placement(self, ranks: tuple[int, ...]) -> Placement:
+        nodes = {self.node_of(r) for r in ranks}
+        pods = {self.pod_of(r) for r in ranks}
+        per_node = max(1, len(ranks) // len(nodes))
+        return Placement(tuple(ranks), per_node, len(nodes), len(pods))
+
+    @cached_property
+    def links(self) -> LinkCapacities:
+        node, fabric = self.node, self.fabric
+        intra = node.intra_node.bandwidth_per_gpu_gb_per_s * 1e9 * node.intra_node.collective_efficiency
+        if node.nics_per_node:
+            inter = (node.nics_per_node * node.nic_bandwidth_gbit_per_s / 8 * 1e9 * node.nic_efficiency
+                     / node.gpus_per_node)
+        else:
+            inter = 0.0
+        if inter == 0.0 and self.num_gpus > self.gpus_per_node:
+            raise ConfigError("cluster.node.nics_per_node", "a multi-node cluster needs NICs")
+        hops = 2 * fabric.levels - 1  # worst-case switches on a path in a folded Clos
+        return LinkCapacities(
+            intra_bytes_per_s=intra,
+            inter_bytes_per_s=inter or 1.0,
+            uplink_bytes_per_s=(inter or 1.0) / fabric.oversubscription,
+            intra_latency_s=node.intra_node.latency_us * 1e-6,
+            inter_latency_s=(node.nic_latency_us + hops * fabric.switch_latency_us) * 1e-6,
+        )
+
+    def port_capacity(self, port: str) -> float:
+        """Bytes/s of a port named ``{actor}:{class}_{dir}``."""
+        kind = port.rsplit(":", 1)[1].split("_", 1)[0]
+        links = self.links
+        if kind == "nvl":
+            return links.intra_bytes_per_s
+        if kind == "nic":
+            return links.inter_bytes_per_s
+        if kind == "up":
+            return links.uplink_bytes_per_s
+        raise ValueError(f"unknown port {port}")

@@ -1,0 +1,248 @@
+"""The workload graph: the ops of one transformer layer (and of the embedding and the loss)
+for one micro-batch on one rank, with FLOPs and bytes, after the layout's shard.
+
+Ops follow Megatron-LM's GPT layer (Shoeybi 2019; Korthikanti 2022 Fig. 4/5):
+LN -> QKV (column-parallel) -> QK^T -> softmax/dropout -> AV -> output (row-parallel) -> [TP comm]
+-> dropout+residual -> LN -> FC1 (column) -> GeLU/SwiGLU -> FC2 (row) -> [TP comm] -> dropout+residual.
+
+Without sequence parallelism each [TP comm] is an all-reduce of the b·s·h activation; with
+it, the two are a reduce-scatter after the row-parallel GEMM and an all-gather before the
+next column-parallel GEMM, and norms/dropouts run on s/t tokens. Backward mirrors forward:
+each GEMM becomes two (input-gradient and weight-gradient, 2x the FLOPs), memory-bound ops
+move twice the bytes, attention-core GEMMs double, and the TP collectives repeat (the f/g
+conjugates of Megatron). FLOPs count 2 per multiply-add.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field, replace
+from functools import cache
+from typing import Literal
+
+from workloads.counting import is_moe_layer, layer_params
+from workloads.schema import TransformerSpec
+
+OpKind = Literal["gemm", "attention", "memory", "collective"]
+Phase = Literal["forward", "backward"]
+
+BYTES_PER_ELEMENT = {"fp32": 4, "bf16": 2, "fp16": 2, "fp8": 2}  # activations stay 16-bit under fp8 GEMMs
+
+
+@dataclass(frozen=True)
+class Op:
+    """One kernel (or one collective) of a layer for one micro-batch on one rank.
+
+    ``m, n, k``: GEMM dims (C[m,n] = A[m,k]·B[k,n]), ``batch`` independent GEMMs of that
+    shape (attention heads). ``bytes_moved``: HBM traffic. For collectives, ``comm_bytes``
+    is the payload per rank and ``group`` names the communicator ("tp", "cp", "ep").
+    ``recompute_class`` marks what selective recompute re-runs ("attention_core").
+    """
+
+    name: str
+    kind: OpKind
+    flops: float = 0.0
+    bytes_moved: float = 0.0
+    m: int = 0
+    n: int = 0
+    k: int = 0
+    batch: int = 1
+    collective: str | None = None
+    group: str | None = None
+    comm_bytes: float = 0.0
+    recompute_class: str | None = None
+
+    @property
+    def gflop_per_gemm(self) -> float:
+        return 2.0 * self.m * self.n * self.k / 1e9 if self.kind in ("gemm", "attention") else 0.0
+
+
+@dataclass(frozen=True)
+class ShardShape:
+    """What one rank computes: the layout's split of one micro-batch."""
+
+    micro_batch: int
+    seq_length: int
+    tp: int = 1
+    cp: int = 1
+    sequence_parallel: bool = False
+    precision: str = "bf16"
+
+    @property
+    def act_bytes(self) -> int:
+        return BYTES_PER_ELEMENT[self.precision]
+
+    @property
+    def local_seq(self) -> int:
+        return self.seq_length // self.cp
+
+
+@dataclass(frozen=True)
+class LayerWork:
+    """Forward and backward ops of one layer, in execution order."""
+
+    forward: tuple[Op, ...]
+    backward: tuple[Op, ...]
+    params: int = 0
+
+    @property
+    def forward_flops(self) -> float:
+        return sum(op.flops for op in self.forward)
+
+    @property
+    def backward_flops(self) -> float:
+        return sum(op.flops for op in self.backward)
+
+    def recompute_ops(self, recompute: str) -> tuple[Op, ...]:
+        """Ops re-run before the backward: all of forward (full), the attention core (selective)."""
+        if recompute == "full":
+            return self.forward
+        if recompute == "selective":
+            return tuple(op for op in self.forward if op.recompute_class == "attention_core")
+        return ()
+
+
+def _gemm(name: str, m: int, n: int, k: int, elem: int, batch: int = 1, kind: OpKind = "gemm",
+          recompute_class: str | None = None) -> Op:
+    flops = 2.0 * m * n * k * batch
+    bytes_moved = float(elem * batch * (m * k + k * n + m * n))
+    return Op(name, kind, flops, bytes_moved, m, n, k, batch, recompute_class=recompute_class)
+
+
+def _memory(name: str, elements: float, reads: float, writes: float, elem: int,
+            recompute_class: str | None = None) -> Op:
+    return Op(name, "memory", flops=0.0, bytes_moved=elements * elem * (reads + writes),
+              recompute_class=recompute_class)
+
+
+def _tp_comm(name: str, collective: str, payload_bytes: float) -> Op:
+    return Op(name, "collective", collective=collective, group="tp", comm_bytes=payload_bytes)
+
+
+def _backward_of(op: Op) -> list[Op]:
+    """The backward kernels of a forward op (see module docstring)."""
+    if op.kind == "gemm":
+        # dX = dY·W^T  (m x k = m x n · n x k) and dW = X^T·dY (k x n = k x m · m x n)
+        return [
+            replace(_gemm(f"{op.name}.dgrad", op.m, op.k, op.n, 1, op.batch), bytes_moved=op.bytes_moved),
+            replace(_gemm(f"{op.name}.wgrad", op.k, op.n, op.m, 1, op.batch), bytes_moved=op.bytes_moved),
+        ]
+    if op.kind == "attention":
+        return [Op(f"{op.name}.grad", "attention", 2 * op.flops, 2 * op.bytes_moved, op.m, op.n, op.k, op.batch)]
+    if op.kind == "memory":
+        return [Op(f"{op.name}.grad", "memory", 0.0, 2 * op.bytes_moved)]
+    # Collective: Megatron's conjugate operator in backward moves the same volume.
+    mirror = {"all_reduce": "all_reduce", "reduce_scatter": "all_gather", "all_gather": "reduce_scatter"}
+    return [Op(f"{op.name}.grad", "collective", collective=mirror.get(op.collective, op.collective),
+               group=op.group, comm_bytes=op.comm_bytes)]
+
+
+@cache
+def layer_work(model: TransformerSpec, shard: ShardShape, layer_index: int = 0) -> LayerWork:
+    """Ops of one transformer layer for one micro-batch on one rank."""
+    if is_moe_layer(model, layer_index):
+        raise NotImplementedError("MoE layers are not simulated yet (expert parallelism lands with issue 5)")
+    b, s, t = shard.micro_batch, shard.local_seq, shard.tp
+    h, hd, elem = model.hidden_size, model.head_dim, shard.act_bytes
+    heads, kv = model.num_attention_heads // t, max(1, model.kv_heads // t)
+    tokens = b * s
+    norm_tokens = tokens // t if shard.sequence_parallel else tokens
+    full_seq = shard.seq_length  # keys/values span the whole sequence (ring/all-gather under cp)
+    ffn = model.ffn_size // t
+    ffn_out = 2 * ffn if model.gated_mlp else ffn
+    act_payload = float(tokens * h * elem)
+
+    def tp_boundary(name: str) -> list[Op]:
+        if t == 1:
+            return []
+        if shard.sequence_parallel:
+            return [_tp_comm(f"{name}.reduce_scatter", "reduce_scatter", act_payload)]
+        return [_tp_comm(f"{name}.all_reduce", "all_reduce", act_payload)]
+
+    def tp_gather(name: str) -> list[Op]:
+        if t > 1 and shard.sequence_parallel:
+            return [_tp_comm(f"{name}.all_gather", "all_gather", act_payload)]
+        return []
+
+    fwd: list[Op] = []
+    fwd.append(_memory("ln1", norm_tokens * h, 1, 1, elem))
+    fwd += tp_gather("attn_in")
+    fwd.append(_gemm("qkv", tokens, (heads + 2 * kv) * hd, h, elem))
+    fwd.append(_gemm("attn_scores", s, full_seq, hd, elem, batch=b * heads, kind="attention",
+                     recompute_class="attention_core"))
+    fwd.append(_memory("softmax_dropout", b * heads * s * full_seq, 1, 2, elem, recompute_class="attention_core"))
+    fwd.append(_gemm("attn_values", s, hd, full_seq, elem, batch=b * heads, kind="attention",
+                     recompute_class="attention_core"))
+    fwd.append(_gemm("attn_out", tokens, h, heads * hd, elem))
+    fwd += tp_boundary("attn_out")
+    fwd.append(_memory("dropout_residual1", norm_tokens * h, 2, 1, elem))
+    fwd.append(_memory("ln2", norm_tokens * h, 1, 1, elem))
+    fwd += tp_gather("mlp_in")
+    fwd.append(_gemm("fc1", tokens, ffn_out, h, elem))
+    fwd.append(_memory("swiglu" if model.gated_mlp else "gelu", tokens * ffn, 2 if model.gated_mlp else 1, 1, elem))
+    fwd.append(_gemm("fc2", tokens, h, ffn, elem))
+    fwd += tp_boundary("mlp_out")
+    fwd.append(_memory("dropout_residual2", norm_tokens * h, 2, 1, elem))
+
+    bwd: list[Op] = []
+    for op in reversed(fwd):
+        bwd += _backward_of(op)
+    return LayerWork(tuple(fwd), tuple(bwd), params=layer_params(model).total)
+
+
+@cache
+def embedding_work(model: TransformerSpec, shard: ShardShape) -> LayerWork:
+    """Token (+ position) embedding on the first stage: a gather, and with a vocab-parallel
+    embedding under TP an all-reduce (reduce-scatter with SP) of its output."""
+    tokens, h, elem = shard.micro_batch * shard.local_seq, model.hidden_size, shard.act_bytes
+    fwd: list[Op] = [_memory("embedding_lookup", tokens * h, 1, 1, elem)]
+    if shard.tp > 1:
+        name = "reduce_scatter" if shard.sequence_parallel else "all_reduce"
+        fwd.append(_tp_comm(f"embedding.{name}", name, float(tokens * h * elem)))
+    bwd = [_memory("embedding_grad", tokens * h, 2, 1, elem)]
+    return LayerWork(tuple(fwd), tuple(bwd))
+
+
+@cache
+def head_work(model: TransformerSpec, shard: ShardShape) -> LayerWork:
+    """Final norm, LM head GEMM (vocab-parallel under TP) and cross-entropy on the last stage.
+    The logits are b·s·V/t; softmax cross-entropy reads them in fp32 (Megatron upcasts)."""
+    b, s, t = shard.micro_batch, shard.local_seq, shard.tp
+    h, elem, vocab = model.hidden_size, shard.act_bytes, model.vocab_size // t
+    tokens = b * s
+    norm_tokens = tokens // t if shard.sequence_parallel else tokens
+    fwd: list[Op] = [_memory("final_ln", norm_tokens * h, 1, 1, elem)]
+    if t > 1 and shard.sequence_parallel:
+        fwd.append(_tp_comm("head_in.all_gather", "all_gather", float(tokens * h * elem)))
+    fwd.append(_gemm("lm_head", tokens, vocab, h, elem))
+    fwd.append(_memory("cross_entropy", tokens * vocab, 2, 1, 4))
+    bwd: list[Op] = []
+    for op in reversed(fwd):
+        bwd += _backward_of(op)
+    if t > 1 and not shard.sequence_parallel:
+        # The input-gradient of a vocab-parallel head is summed over tp ranks.
+        bwd.append(_tp_comm("head_in.grad.all_reduce", "all_reduce", float(tokens * h * elem)))
+    return LayerWork(tuple(fwd), tuple(bwd))
+
+
+@dataclass(frozen=True)
+class ModelFlops:
+    """FLOPs per step counted from the ops: model FLOPs (fwd + bwd, no recompute) and
+    hardware FLOPs (with the recomputed forward work)."""
+
+    model_flops: float
+    hardware_flops: float
+    per_layer_forward: float = field(default=0.0)
+
+
+def step_flops(model: TransformerSpec, seq_length: int, global_batch: int, recompute: str) -> ModelFlops:
+    """Whole-model FLOPs per optimizer step, counted per op on an unsharded layer."""
+    shard = ShardShape(micro_batch=1, seq_length=seq_length)
+    layer = layer_work(model, shard)
+    head = head_work(model, shard)
+    fwd_layer = sum(op.flops for op in layer.forward if op.kind != "memory")
+    fwd_head = sum(op.flops for op in head.forward if op.kind != "memory")
+    fwd = model.num_layers * fwd_layer + fwd_head
+    recomputed = sum(op.flops for op in layer.recompute_ops(recompute))
+    model_flops = 3 * fwd * global_batch
+    hardware = model_flops + model.num_layers * recomputed * global_batch
+    return ModelFlops(model_flops, hardware, fwd_layer)
