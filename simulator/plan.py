@@ -77,6 +77,10 @@ class Planner:
         self.embedding = embedding_work(scenario.model, self.shard)
         self.head = head_work(scenario.model, self.shard)
         self._cost_cache: dict = {}
+        self._time_cache: dict = {}
+        self._comm_cache: dict = {}
+        self._group_cache: dict = {}
+        self._pass_ops: dict = {}
         if self.mode == "full":
             self.actor_ranks = {f"rank{r}": r for r in range(self.layout.world)}
         else:
@@ -86,10 +90,16 @@ class Planner:
     # -- pricing ---------------------------------------------------------------------------
 
     def _compute_time(self, ops) -> float:
-        return self.compute.ops_time_s(ops)
+        key = id(ops)
+        hit = self._time_cache.get(key)
+        if hit is None or hit[0] is not ops:
+            hit = self._time_cache[key] = (ops, self.compute.ops_time_s(ops))
+        return hit[1]
 
     def _collective(self, rank: int, group: str, collective: str, payload: float):
-        ranks = self.layout.group(rank, group)
+        ranks = self._group_cache.get((rank, group))
+        if ranks is None:
+            ranks = self._group_cache[(rank, group)] = self.layout.group(rank, group)
         placement = self.topo.placement(ranks)
         key = (collective, payload, placement.size, placement.members_per_node, placement.num_nodes,
                placement.num_pods)
@@ -105,18 +115,23 @@ class Planner:
     def comm_task(self, actor: str, stream: str, category: str, name: str, rank: int,
                   parts: list[tuple[str, str, float]], key: str) -> Task | None:
         """One task moving one or more collectives ``(group, collective, payload)`` in sequence."""
-        demands: dict[str, float] = defaultdict(float)
-        latency, size, group_root = 0.0, 1, None
-        for group, collective, payload in parts:
-            cost, ranks, simulated = self._collective(rank, group, collective, payload)
-            latency += cost.latency_s
-            for link, b in cost.bytes_by_link.items():
-                demands[f"{actor}:{link}_tx"] += b
-                demands[f"{actor}:{link}_rx"] += b
-            size, group_root = simulated, min(ranks)
+        cache_key = (actor, tuple(parts))
+        cached = self._comm_cache.get(cache_key)
+        if cached is None:
+            demands: dict[str, float] = defaultdict(float)
+            latency, size, group_root = 0.0, 1, None
+            for group, collective, payload in parts:
+                cost, ranks, simulated = self._collective(rank, group, collective, payload)
+                latency += cost.latency_s
+                for link, b in cost.bytes_by_link.items():
+                    demands[f"{actor}:{link}_tx"] += b
+                    demands[f"{actor}:{link}_rx"] += b
+                size, group_root = simulated, min(ranks)
+            cached = self._comm_cache[cache_key] = (dict(demands), latency, size, group_root)
+        demands, latency, size, group_root = cached
         if not demands and latency == 0.0:
             return None
-        return Task(name, actor, stream, category, demands=dict(demands), latency_s=latency,
+        return Task(name, actor, stream, category, demands=demands, latency_s=latency,
                     rendezvous=f"{key}@{group_root}" if size > 1 else None, rendezvous_size=size)
 
     def send_task(self, actor: str, dst_rank: int, name: str, payload: float) -> Task:
@@ -279,45 +294,58 @@ class Planner:
             n_layers = self.layers_per_chunk[g]
             tag = f"mb{mb}.c{g}"
             reduce_now = (mb == m_total - 1) if zero < 2 else True
+            pass_start = len(compute_list)
+            per_layer_gathers = zero >= 3 and dp_size > 1
+            overlapped_reduce = reduce_now and dp_size > 1 and (par.overlap_grad_reduce or zero >= 2)
             if phase == "F":
-                entry = Task(f"F.{tag}.recv", actor, "compute", "marker")
-                add(entry, tuple(t for t in (start_gathers.get(g),) if mb == 0 and t is not None))
-                lookup[("F_entry", actor, mb, g)] = entry
-                if g == 0:
-                    run_ops(self.embedding.forward, f"F.{tag}.embedding", "compute")
-                for layer in range(n_layers):
-                    label = f"F.{tag}.L{layer}"
-                    run_ops(self.layer.forward, label, "compute", gather_params(label, lp))
-                if g == last_chunk:
-                    run_ops(self.head.forward, f"F.{tag}.head", "compute")
-                lookup[("F_exit", actor, mb, g)] = prev[0]
-            else:
-                entry = Task(f"B.{tag}.recv", actor, "compute", "marker")
-                add(entry)
-                lookup[("B_entry", actor, mb, g)] = entry
-                if g == last_chunk:
-                    run_ops(self.head.backward, f"B.{tag}.head", "compute")
-                    if reduce_now:
-                        bucket["bytes"] += output_head_params(sc.model) / par.tp * grad_bytes
-                for layer in reversed(range(n_layers)):
-                    label = f"B.{tag}.L{layer}"
-                    gathered = gather_params(label, lp)
-                    rc_ops = self.layer.recompute_ops(recompute)
-                    if rc_ops:
-                        run_ops(rc_ops, f"{label}.recompute", "recompute", gathered)
-                        gathered = ()
-                    done = run_ops(self.layer.backward, label, "compute", gathered)
-                    if reduce_now and (par.overlap_grad_reduce or zero >= 2):
-                        bucket["bytes"] += lp * grad_bytes
-                        if bucket["bytes"] >= bucket_limit:
-                            flush_bucket(done, label)
-                if g == 0:
-                    run_ops(self.embedding.backward, f"B.{tag}.embedding", "compute")
-                if reduce_now and (par.overlap_grad_reduce or zero >= 2):
+                if self.detail or per_layer_gathers:
                     if g == 0:
-                        bucket["bytes"] += embedding_params(sc.model) / par.tp * grad_bytes
-                    flush_bucket(prev[0], f"B.{tag}")
+                        run_ops(self.embedding.forward, f"F.{tag}.embedding", "compute")
+                    for layer in range(n_layers):
+                        label = f"F.{tag}.L{layer}"
+                        run_ops(self.layer.forward, label, "compute", gather_params(label, lp))
+                    if g == last_chunk:
+                        run_ops(self.head.forward, f"F.{tag}.head", "compute")
+                else:  # one compute and one TP task for the whole chunk pass
+                    run_ops(self._chunk_ops("F", g), f"F.{tag}", "compute")
+                entry = compute_list[pass_start]
+                if mb == 0 and g in start_gathers:
+                    entry.deps.append(start_gathers[g])
+                lookup[("F_entry", actor, mb, g)] = entry
+                lookup[("F_exit", actor, mb, g)] = prev[0]
+                continue
+            if not (self.detail or per_layer_gathers or overlapped_reduce):
+                recompute_ops = self._chunk_ops("R", g)
+                if recompute_ops:
+                    run_ops(recompute_ops, f"B.{tag}.recompute", "recompute")
+                run_ops(self._chunk_ops("B", g), f"B.{tag}", "compute")
+                lookup[("B_entry", actor, mb, g)] = compute_list[pass_start]
                 lookup[("B_exit", actor, mb, g)] = prev[0]
+                continue
+            if g == last_chunk:
+                run_ops(self.head.backward, f"B.{tag}.head", "compute")
+                if reduce_now:
+                    bucket["bytes"] += output_head_params(sc.model) / par.tp * grad_bytes
+            for layer in reversed(range(n_layers)):
+                label = f"B.{tag}.L{layer}"
+                gathered = gather_params(label, lp)
+                rc_ops = self.layer.recompute_ops(recompute)
+                if rc_ops:
+                    run_ops(rc_ops, f"{label}.recompute", "recompute", gathered)
+                    gathered = ()
+                done = run_ops(self.layer.backward, label, "compute", gathered)
+                if overlapped_reduce:
+                    bucket["bytes"] += lp * grad_bytes
+                    if bucket["bytes"] >= bucket_limit:
+                        flush_bucket(done, label)
+            if g == 0:
+                run_ops(self.embedding.backward, f"B.{tag}.embedding", "compute")
+            if overlapped_reduce:
+                if g == 0:
+                    bucket["bytes"] += embedding_params(sc.model) / par.tp * grad_bytes
+                flush_bucket(prev[0], f"B.{tag}")
+            lookup[("B_entry", actor, mb, g)] = compute_list[pass_start]
+            lookup[("B_exit", actor, mb, g)] = prev[0]
 
         end_of_backward = prev[0]
         if not (par.overlap_grad_reduce or zero >= 2) and dp_size > 1:
@@ -386,6 +414,25 @@ class Planner:
                     lookup[("B_entry", dst_actor, mb, g - 1)].deps.append(send)
                 elif kind == "F_exit" and g == last:
                     lookup[("B_entry", actor, mb, g)].deps.append(task)
+
+    def _chunk_ops(self, phase: str, global_chunk: int) -> tuple[Op, ...]:
+        """All ops of one chunk pass, concatenated (cached): "F" forward, "B" backward,
+        "R" the recomputed forward work of the chunk's layers."""
+        first, last = global_chunk == 0, global_chunk == self.chunks - 1
+        n = self.layers_per_chunk[global_chunk]
+        key = (phase, first, last, n)
+        ops = self._pass_ops.get(key)
+        if ops is None:
+            if phase == "F":
+                ops = ((self.embedding.forward if first else ()) + self.layer.forward * n
+                       + (self.head.forward if last else ()))
+            elif phase == "B":
+                ops = ((self.head.backward if last else ()) + self.layer.backward * n
+                       + (self.embedding.backward if first else ()))
+            else:
+                ops = self.layer.recompute_ops(self.par.recompute) * n
+            self._pass_ops[key] = ops
+        return ops
 
     def _pp_stream(self, actor: str) -> list[Task]:
         return self._streams_ref[(actor, "pp")]

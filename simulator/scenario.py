@@ -19,6 +19,7 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError
 from hardware_specs.catalog import FABRICS, NODES, node_accelerator
 from hardware_specs.schema import Accelerator, Fabric, Node
 from hardware_specs.yaml_io import read_yaml
+from simulator.economics import EconomicsSpec
 from simulator.errors import ConfigError, from_pydantic
 from simulator.parallelism import Parallelism, resolve_layout
 from workloads.catalog import resolve_model
@@ -65,6 +66,7 @@ class ScenarioFile(_Strict):
     parallelism: Parallelism = Parallelism()
     training: TrainingSpec = TrainingSpec()
     simulation: SimulationSpec = SimulationSpec()
+    economics: EconomicsSpec = EconomicsSpec()
 
 
 @dataclass(frozen=True)
@@ -80,6 +82,7 @@ class Scenario:
     parallelism: Parallelism
     training: TrainingSpec
     simulation: SimulationSpec
+    economics: EconomicsSpec = EconomicsSpec()
 
     @property
     def seq_length(self) -> int:
@@ -175,6 +178,7 @@ def build_scenario(raw: dict[str, Any], base: Path | None = None) -> Scenario:
         parallelism=parallelism,
         training=doc.training,
         simulation=doc.simulation,
+        economics=doc.economics,
     )
 
 

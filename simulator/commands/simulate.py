@@ -1,0 +1,41 @@
+"""``clustersim simulate``: one training step of a scenario (the built-in default if none)."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+from simulator.errors import ConfigError
+from simulator.result import render_table
+from simulator.scenario import load_scenario
+from simulator.simulate import simulate
+from simulator.trace import write_chrome_trace
+
+
+def register(subparsers) -> None:
+    p = subparsers.add_parser("simulate", help="simulate one training step of a scenario",
+                              description="Simulate one training step. Without SCENARIO, runs the built-in "
+                                          "default (GPT-3 175B on 1024 A100s).")
+    p.add_argument("scenario", nargs="?", help="scenario YAML (default: built-in)")
+    p.add_argument("--set", dest="overrides", action="append", default=[], metavar="KEY.PATH=VALUE",
+                   help="override a scenario field, e.g. --set parallelism.tp=4 (repeatable)")
+    p.add_argument("--json", action="store_true", help="print one JSON object instead of the table")
+    p.add_argument("--trace", metavar="FILE", help="write a Chrome trace-event JSON of the step (Perfetto)")
+    p.add_argument("--mode", choices=["symmetric", "full"], help="override simulation.mode")
+    p.set_defaults(handler=run)
+
+
+def run(args) -> int:
+    if args.trace and not Path(args.trace).parent.resolve().is_dir():
+        raise ConfigError("--trace", f"folder does not exist: {Path(args.trace).parent}")
+    scenario = load_scenario(args.scenario, args.overrides)
+    result = simulate(scenario, mode=args.mode, detail=bool(args.trace))
+    if args.trace:
+        write_chrome_trace(result, args.trace)
+    if args.json:
+        print(json.dumps(result.to_dict(), indent=2))
+    else:
+        print(render_table(result))
+        if args.trace:
+            print(f"\n  trace written to {args.trace}")
+    return 0

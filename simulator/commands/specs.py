@@ -1,0 +1,65 @@
+"""``clustersim specs list|show``: the catalog of accelerators, nodes, fabrics and models."""
+
+from __future__ import annotations
+
+import json
+
+import yaml
+
+from hardware_specs.catalog import ACCELERATORS, FABRICS, NODES
+from simulator.errors import ConfigError
+from workloads.catalog import MODELS
+from workloads.counting import total_params
+
+CATALOGS = {"accelerator": ACCELERATORS, "node": NODES, "fabric": FABRICS, "model": MODELS}
+
+
+def register(subparsers) -> None:
+    p = subparsers.add_parser("specs", help="list or show catalog entries (hardware and models)")
+    sub = p.add_subparsers(dest="specs_command", metavar="ACTION")
+    lst = sub.add_parser("list", help="list catalog entries")
+    lst.add_argument("--kind", choices=sorted(CATALOGS), help="only this kind")
+    lst.add_argument("--json", action="store_true")
+    lst.set_defaults(handler=run_list)
+    show = sub.add_parser("show", help="show one entry as YAML")
+    show.add_argument("name")
+    show.add_argument("--kind", choices=sorted(CATALOGS), help="when a name exists in several catalogs")
+    show.add_argument("--json", action="store_true")
+    show.set_defaults(handler=run_show)
+    p.set_defaults(handler=lambda args: (p.print_help(), 0)[1])
+
+
+def _summary(kind: str, spec) -> str:
+    if kind == "accelerator":
+        return f"{spec.peak_tflops.get('bf16', spec.peak_tflops.get('fp16', 0)):g} TFLOP/s bf16, {spec.hbm_gib:g} GiB"
+    if kind == "node":
+        return (f"{spec.gpus_per_node}x {spec.accelerator if isinstance(spec.accelerator, str) else spec.accelerator.name}, "
+                f"{spec.intra_node.kind}, {spec.nics_per_node}x {spec.nic_bandwidth_gbit_per_s:g} Gb/s")
+    if kind == "fabric":
+        return f"{spec.topology}, {spec.levels} tiers, oversubscription {spec.oversubscription:g}"
+    return f"{total_params(spec) / 1e9:.1f} B params, {spec.num_layers} layers, h={spec.hidden_size}"
+
+
+def run_list(args) -> int:
+    kinds = [args.kind] if args.kind else list(CATALOGS)
+    rows = [{"kind": k, "name": n, "summary": _summary(k, CATALOGS[k].get(n))} for k in kinds for n in CATALOGS[k].names()]
+    if args.json:
+        print(json.dumps(rows, indent=2))
+        return 0
+    for kind in kinds:
+        print(f"{kind}s:")
+        for row in rows:
+            if row["kind"] == kind:
+                print(f"  {row['name']:<18} {row['summary']}")
+    return 0
+
+
+def run_show(args) -> int:
+    kinds = [args.kind] if args.kind else list(CATALOGS)
+    found = [(k, CATALOGS[k].get(args.name)) for k in kinds if args.name in CATALOGS[k].names()]
+    if not found:
+        raise ConfigError("name", f"no catalog entry {args.name!r} (see `clustersim specs list`)")
+    kind, spec = found[0]
+    data = spec.model_dump(mode="json", exclude_none=True)
+    print(json.dumps(data, indent=2) if args.json else f"# {kind}\n" + yaml.safe_dump(data, sort_keys=False))
+    return 0

@@ -1,0 +1,157 @@
+"""The result of simulating one training step, and how it is shown (JSON, table, timeline).
+
+Definitions (DESIGN.md, "Definitions that must not drift"):
+- model FLOPs per step: counted per op, fwd + bwd (for a dense GPT this equals Korthikanti
+  2022 Eq. 7, 72·B·L·s·h²·(1 + s/(6h) + V/(12·h·L)));
+- hardware FLOPs add the recomputed forward work;
+- MFU = model FLOPs / (step time · GPUs · dense peak); HFU uses hardware FLOPs.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import asdict, dataclass, field
+from typing import Any
+
+BREAKDOWN_KEYS = ("compute", "recompute", "tp_comm", "cp_comm", "ep_comm", "pp_comm", "dp_comm",
+                  "pipeline_bubble", "optimizer")
+
+
+@dataclass(frozen=True)
+class TimelineEvent:
+    rank_class: str
+    stream: str
+    name: str
+    category: str
+    start_s: float
+    end_s: float
+
+
+@dataclass
+class SimulationResult:
+    scenario_name: str
+    num_gpus: int
+    num_parameters: int
+    parallelism: dict[str, Any]
+    step_time_s: float | None
+    tokens_per_step: int
+    model_flops_per_step: float
+    hardware_flops_per_step: float
+    peak_tflops_per_gpu: float
+    peak_memory_gib: float
+    peak_memory_stage: int
+    memory_gib: dict[str, float]
+    memory_per_stage_gib: list[float]
+    hbm_gib: float
+    fits: bool
+    infeasible_reason: str | None
+    time_breakdown_s: dict[str, float]
+    layer_split: list[int]
+    mode: str
+    tokens_to_train: float | None = None
+    extra: dict[str, Any] = field(default_factory=dict)
+    timeline: list[TimelineEvent] = field(default_factory=list, repr=False)
+
+    @property
+    def tokens_per_s(self) -> float | None:
+        return self.tokens_per_step / self.step_time_s if self.step_time_s else None
+
+    def _tflops_per_gpu(self, flops: float) -> float | None:
+        if not self.step_time_s:
+            return None
+        return flops / (self.step_time_s * self.num_gpus) / 1e12
+
+    @property
+    def model_tflops_per_gpu(self) -> float | None:
+        return self._tflops_per_gpu(self.model_flops_per_step)
+
+    @property
+    def hardware_tflops_per_gpu(self) -> float | None:
+        return self._tflops_per_gpu(self.hardware_flops_per_step)
+
+    @property
+    def mfu(self) -> float | None:
+        value = self.model_tflops_per_gpu
+        return value / self.peak_tflops_per_gpu if value is not None else None
+
+    @property
+    def hfu(self) -> float | None:
+        value = self.hardware_tflops_per_gpu
+        return value / self.peak_tflops_per_gpu if value is not None else None
+
+    @property
+    def time_to_train_days(self) -> float | None:
+        if not self.tokens_to_train or not self.tokens_per_s:
+            return None
+        return self.tokens_to_train / self.tokens_per_s / 86400
+
+    def to_dict(self) -> dict[str, Any]:
+        """The ``clustersim simulate --json`` object."""
+        out = {
+            "scenario": self.scenario_name,
+            "num_gpus": self.num_gpus,
+            "num_parameters": self.num_parameters,
+            "parallelism": self.parallelism,
+            "step_time_s": self.step_time_s,
+            "tokens_per_s": self.tokens_per_s,
+            "model_tflops_per_gpu": self.model_tflops_per_gpu,
+            "hardware_tflops_per_gpu": self.hardware_tflops_per_gpu,
+            "mfu": self.mfu,
+            "hfu": self.hfu,
+            "peak_memory_gib": self.peak_memory_gib,
+            "peak_memory_stage": self.peak_memory_stage,
+            "hbm_gib": self.hbm_gib,
+            "fits": self.fits,
+            "memory_gib": self.memory_gib,
+            "memory_per_stage_gib": self.memory_per_stage_gib,
+            "time_breakdown_s": self.time_breakdown_s,
+            "time_to_train_days": self.time_to_train_days,
+            "layer_split": self.layer_split,
+            "simulation_mode": self.mode,
+            "infeasible_reason": self.infeasible_reason,
+        }
+        out.update(self.extra)
+        return out
+
+    def timeline_dicts(self) -> list[dict[str, Any]]:
+        return [asdict(e) for e in self.timeline]
+
+
+def _fmt(value: float | None, spec: str, unit: str = "") -> str:
+    if value is None or (isinstance(value, float) and not math.isfinite(value)):
+        return "-"
+    return f"{value:{spec}}{unit}"
+
+
+def render_table(result: SimulationResult) -> str:
+    """A readable summary for the terminal."""
+    par = result.parallelism
+    lines = [
+        f"clustersim: {result.scenario_name} on {result.num_gpus} GPUs ({result.mode} mode)",
+        f"  layout         tp={par['tp']} pp={par['pp']} dp={par['dp']} cp={par['cp']} "
+        f"vp={par['virtual_stages']} {par['schedule']} zero={par['zero_stage']} recompute={par['recompute']} "
+        f"sp={par['sequence_parallel']} mbs={par['micro_batch_size']} gbs={par['global_batch_size']}",
+        f"  parameters     {result.num_parameters / 1e9:.2f} B",
+        f"  layers/stage   {result.layer_split}",
+        "",
+        f"  step time      {_fmt(result.step_time_s, '.3f', ' s')}",
+        f"  tokens/s       {_fmt(result.tokens_per_s, ',.0f')}",
+        f"  TFLOP/s/GPU    {_fmt(result.model_tflops_per_gpu, '.1f')} model, "
+        f"{_fmt(result.hardware_tflops_per_gpu, '.1f')} hardware (peak {result.peak_tflops_per_gpu:g})",
+        f"  MFU / HFU      {_fmt(result.mfu and result.mfu * 100, '.1f', '%')} / "
+        f"{_fmt(result.hfu and result.hfu * 100, '.1f', '%')}",
+    ]
+    if result.time_to_train_days is not None:
+        lines.append(f"  time to train  {result.time_to_train_days:.1f} days for {result.tokens_to_train:.3g} tokens")
+    lines += ["", "  time breakdown of the step (critical rank)"]
+    total = sum(result.time_breakdown_s.values()) or 1.0
+    for key in BREAKDOWN_KEYS:
+        value = result.time_breakdown_s.get(key, 0.0)
+        if value > 0:
+            lines.append(f"    {key:<16} {value:10.3f} s  {100 * value / total:5.1f}%")
+    lines += ["", f"  memory per GPU (stage {result.peak_memory_stage}, the highest peak)"]
+    for key, value in result.memory_gib.items():
+        lines.append(f"    {key:<16} {value:10.2f} GiB")
+    verdict = "fits" if result.fits else f"DOES NOT FIT: {result.infeasible_reason}"
+    lines.append(f"    {'total':<16} {result.peak_memory_gib:10.2f} GiB of {result.hbm_gib:g} GiB HBM — {verdict}")
+    return "\n".join(lines)

@@ -1,0 +1,141 @@
+"""Simulate one training step of a scenario: plan, run the engine, measure, attribute.
+
+``simulate(scenario)`` returns a :class:`SimulationResult`. ``simulate_point(raw)`` is the
+form sweeps and searches use: it takes a raw scenario mapping and never raises for bad or
+infeasible input — it returns a row with ``fits: false`` and ``infeasible_reason``.
+
+The time breakdown walks the compute stream of the critical actor (the one whose work ends
+last): busy time is compute / recompute / optimizer; every gap is charged to what the next
+kernel was waiting for — a TP or DP collective (exposed communication), a pipeline send
+(``pp_comm`` while the transfer ran, ``pipeline_bubble`` before it started), or nothing
+(bubble). So the parts add up to the step time exactly.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from simulator.engine import Engine, Task
+from simulator.errors import ConfigError
+from simulator.memory import fits as memory_fits
+from simulator.memory import peak_rank_memory
+from simulator.plan import Plan, Planner
+from simulator.result import BREAKDOWN_KEYS, SimulationResult, TimelineEvent
+from simulator.scenario import Scenario, load_scenario
+from workloads.counting import total_params
+from workloads.graph import step_flops
+
+_BUSY = {"compute": "compute", "recompute": "recompute", "optimizer": "optimizer"}
+
+
+def _binding_dep(task: Task) -> Task | None:
+    """The dependency a compute task waited for longest (not its own stream's predecessor)."""
+    deps = [d for d in task.deps if d.stream != "compute" or d.actor != task.actor]
+    return max(deps, key=lambda d: d.end_s, default=None)
+
+
+def _charge_gap(breakdown: dict[str, float], gap_start: float, gap_end: float, waited_for: Task | None) -> None:
+    gap = gap_end - gap_start
+    if gap <= 0:
+        return
+    if waited_for is None:
+        breakdown["pipeline_bubble"] += gap
+        return
+    if waited_for.category == "pp_comm":
+        transfer = max(0.0, gap_end - max(gap_start, waited_for.start_s))
+        breakdown["pp_comm"] += min(transfer, gap)
+        breakdown["pipeline_bubble"] += gap - min(transfer, gap)
+    elif waited_for.category in breakdown and waited_for.category not in _BUSY:
+        breakdown[waited_for.category] += gap
+    else:
+        breakdown["pipeline_bubble"] += gap
+
+
+def time_breakdown(plan: Plan, actor: str, step_time: float) -> dict[str, float]:
+    """Attribute the critical actor's step time to busy work and what it waited for."""
+    breakdown = dict.fromkeys(BREAKDOWN_KEYS, 0.0)
+    cursor = 0.0
+    for task in plan.compute_tasks[actor]:
+        _charge_gap(breakdown, cursor, task.start_s, _binding_dep(task))
+        breakdown[_BUSY.get(task.category, "compute")] += task.end_s - task.start_s
+        cursor = task.end_s
+    if step_time > cursor:
+        # After its last kernel the rank waits for its DP reductions or for other stages.
+        tail = [t for (a, s), ts in plan.streams.items() if a == actor and s != "compute" for t in ts]
+        last = max(tail, key=lambda t: t.end_s, default=None)
+        _charge_gap(breakdown, cursor, step_time, last if last and last.end_s > cursor else None)
+    return breakdown
+
+
+def _critical_actor(plan: Plan) -> str:
+    ends = {a: max((t.end_s for t in ts), default=0.0) for a, ts in plan.compute_tasks.items()}
+    return max(ends, key=lambda a: (ends[a], -plan.stage_of[a]))
+
+
+def _timeline(plan: Plan, mode: str) -> list[TimelineEvent]:
+    events = []
+    for (actor, stream), tasks in plan.streams.items():
+        for t in tasks:
+            if not t.end_s > t.start_s:
+                continue
+            events.append(TimelineEvent(actor, stream, t.name, t.category, t.start_s, t.end_s))
+    events.sort(key=lambda e: (e.rank_class, e.stream, e.start_s))
+    return events
+
+
+def simulate(scenario: Scenario, mode: str | None = None, detail: bool = False,
+             run_if_oom: bool = True) -> SimulationResult:
+    """Simulate one step. ``mode`` overrides ``scenario.simulation.mode``; ``detail`` makes one
+    task per kernel (for traces). An out-of-memory layout is still timed unless ``run_if_oom``
+    is false, and is reported with ``fits: false`` and the reason."""
+    model, par = scenario.model, scenario.parallelism
+    mode = mode or scenario.simulation.mode
+    if model.is_moe:
+        raise ConfigError("model", f"{model.name} is a mixture-of-experts model; MoE is not simulated yet")
+    stage, peak, per_stage = peak_rank_memory(scenario)
+    ok, reason = memory_fits(scenario, peak)
+    flops = step_flops(model, scenario.seq_length, par.global_batch_size, par.recompute)
+    accel = scenario.accelerator
+    step_time = None
+    breakdown = dict.fromkeys(BREAKDOWN_KEYS, 0.0)
+    timeline: list[TimelineEvent] = []
+    planner = Planner(scenario, mode=mode, detail=detail)
+    if ok or run_if_oom:
+        plan = planner.build()
+        engine = Engine(plan.topology.port_capacity)
+        step_time = engine.run(plan.streams)
+        critical = _critical_actor(plan)
+        breakdown = time_breakdown(plan, critical, step_time)
+        timeline = _timeline(plan, mode)
+    return SimulationResult(
+        scenario_name=scenario.name,
+        num_gpus=scenario.num_gpus,
+        num_parameters=total_params(model),
+        parallelism=par.model_dump(),
+        step_time_s=step_time,
+        tokens_per_step=par.global_batch_size * scenario.seq_length,
+        model_flops_per_step=flops.model_flops,
+        hardware_flops_per_step=flops.hardware_flops,
+        peak_tflops_per_gpu=accel.peak_tflops[scenario.training.precision],
+        peak_memory_gib=peak.total_bytes / 2**30,
+        peak_memory_stage=stage,
+        memory_gib=peak.gib(),
+        memory_per_stage_gib=[b.total_bytes / 2**30 for b in per_stage],
+        hbm_gib=accel.hbm_gib,
+        fits=ok,
+        infeasible_reason=reason,
+        time_breakdown_s=breakdown,
+        layer_split=planner.layers_per_chunk,
+        mode=mode,
+        tokens_to_train=scenario.training.tokens,
+        timeline=timeline,
+    )
+
+
+def simulate_point(raw: dict[str, Any], overrides: list[str] | None = None, run_if_oom: bool = False) -> dict[str, Any]:
+    """Simulate a raw scenario mapping; bad input becomes a row with the reason (for sweeps)."""
+    try:
+        scenario = load_scenario(raw, overrides)
+        return simulate(scenario, run_if_oom=run_if_oom).to_dict()
+    except ConfigError as exc:
+        return {"fits": False, "infeasible_reason": str(exc), "step_time_s": None}
