@@ -33,6 +33,9 @@ class Task:
     deps: list[Task] = field(default_factory=list)
     rendezvous: str | None = None
     rendezvous_size: int = 1
+    # For reporting only: a fixed-duration task may stand for consecutive parts of different
+    # kinds (a kernel run and an uncontended collective that it waits for), as (category, seconds).
+    segments: tuple[tuple[str, float], ...] | None = None
     start_s: float = float("nan")
     end_s: float = float("nan")
     ready_s: float = float("nan")

@@ -38,6 +38,11 @@ class Parallelism(BaseModel):
     global_batch_size: int = Field(default=512, gt=0, description="sequences per optimizer step")
     gradient_bucket_mb: float = Field(default=25.0, gt=0, description="DDP all-reduce bucket size (MB)")
     overlap_grad_reduce: bool = True
+    overlap_tp_grad_comm: bool = Field(
+        default=True,
+        description="TP input-gradient all-reduce/reduce-scatter overlapped with the weight-gradient GEMM "
+                    "(Megatron-LM's asynchronous TP communication, on by default since late 2021)",
+    )
     overlap_param_gather: bool = True
 
     @property

@@ -81,6 +81,7 @@ class Planner:
         self._comm_cache: dict = {}
         self._group_cache: dict = {}
         self._pass_ops: dict = {}
+        self.tp_exclusive = self.mode != "full" and self._tp_links_exclusive()
         if self.mode == "full":
             self.actor_ranks = {f"rank{r}": r for r in range(self.layout.world)}
         else:
@@ -149,6 +150,46 @@ class Planner:
             demands[f"{dst}:{link}_rx"] = payload
         return Task(name, actor, "pp", "pp_comm", demands=demands, latency_s=latency)
 
+    def pass_cost_s(self, rank: int, ops: tuple[Op, ...]) -> tuple[float, float]:
+        """(kernel seconds, isolated TP-collective seconds) of an op run, cached per op tuple."""
+        key = ("fused", id(ops))
+        hit = self._time_cache.get(key)
+        if hit is None or hit[0] is not ops:
+            compute_s = self._compute_time(tuple(op for op in ops if op.kind != "collective"))
+            comm_s = sum(self._isolated_comm_s(rank, [(op.group, op.collective, op.comm_bytes)])
+                         * self._exposure(rank, ops, i) for i, op in enumerate(ops) if op.kind == "collective")
+            hit = self._time_cache[key] = (ops, (compute_s, comm_s))
+        return hit[1]
+
+    def _isolated_comm_s(self, rank: int, parts: list[tuple[str, str, float]]) -> float:
+        key = ("isolated", tuple(parts))
+        hit = self._comm_cache.get(key)
+        if hit is None:
+            hit = 0.0
+            for group, collective, payload in parts:
+                cost, _, _ = self._collective(rank, group, collective, payload)
+                hit += cost.isolated_time_s(self.links)
+            self._comm_cache[key] = hit
+        return hit
+
+    def _tp_links_exclusive(self) -> bool:
+        """Whether TP collectives never share a link with other streams: the TP group is inside a
+        node, and neither DP/CP groups nor pipeline neighbours use that node's intra-node links."""
+        par, topo = self.par, self.topo
+        if par.tp == 1:
+            return True
+        rep = self.layout.representative(0)
+        if topo.placement(self.layout.group(rep, "tp")).num_nodes > 1:
+            return False
+        for kind, size in (("dp", par.dp_degree), ("cp", par.cp)):
+            if size > 1 and topo.placement(self.layout.group(rep, kind)).members_per_node > 1:
+                return False
+        if par.pp > 1:
+            stages = [self.layout.representative(i) for i in range(par.pp)]
+            if len({topo.node_of(r) for r in stages}) < par.pp:
+                return False
+        return True
+
     # -- params ----------------------------------------------------------------------------
 
     def layer_params_local(self) -> float:
@@ -182,21 +223,47 @@ class Planner:
         return Plan(dict(streams), dict(self.actor_ranks), stage_of, self.layers_per_chunk, self.topo,
                     compute_tasks)
 
-    def _segments(self, ops: tuple[Op, ...]):
-        """Split ops into runs: ("compute", ops) and ("comm", [(group, collective, payload)])."""
+    def _exposure(self, rank: int, ops: tuple[Op, ...], i: int) -> float:
+        """Fraction of collective ``ops[i]``'s isolated time left exposed: 1, or for a TP
+        input-gradient collective overlapped with the next (weight-gradient) kernel,
+        max(0, t_comm - t_kernel) / t_comm."""
+        op = ops[i]
+        if not (op.overlaps_next and self.par.overlap_tp_grad_comm) or i + 1 >= len(ops):
+            return 1.0
+        t_comm = self._isolated_comm_s(rank, [(op.group, op.collective, op.comm_bytes)])
+        nxt = ops[i + 1]
+        t_next = self.compute.time_s(nxt) if nxt.kind != "collective" else 0.0
+        return max(0.0, t_comm - t_next) / t_comm if t_comm > 0 else 1.0
+
+    def _segments(self, rank: int, ops: tuple[Op, ...]):
+        """Split ops into runs ``(kind, payload, name, overlapped)``: ("compute", ops) and
+        ("comm", [(group, collective, payload)]). Coarse mode merges all kernels into one run and
+        all collectives into one, with overlapped collectives reduced to their exposed share."""
+        key = ("segments", id(ops), self.detail)
+        hit = self._time_cache.get(key)
+        if hit is not None and hit[0] is ops:
+            return hit[1]
+        out = []
         if not self.detail:
             compute = tuple(op for op in ops if op.kind != "collective")
-            comms = [(op.group, op.collective, op.comm_bytes) for op in ops if op.kind == "collective"]
-            out = [("compute", compute, "compute")] if compute else []
+            comms = []
+            for i, op in enumerate(ops):
+                if op.kind == "collective":
+                    share = self._exposure(rank, ops, i)
+                    if share > 0:
+                        comms.append((op.group, op.collective, op.comm_bytes * share))
+            if compute:
+                out.append(("compute", compute, "compute", False))
             if comms:
-                out.append(("comm", comms, "comm"))
-            return out
-        out = []
-        for op in ops:
-            if op.kind == "collective":
-                out.append(("comm", [(op.group, op.collective, op.comm_bytes)], op.name))
-            else:
-                out.append(("compute", (op,), op.name))
+                out.append(("comm", comms, "comm", False))
+        else:
+            for op in ops:
+                if op.kind == "collective":
+                    overlapped = op.overlaps_next and self.par.overlap_tp_grad_comm
+                    out.append(("comm", [(op.group, op.collective, op.comm_bytes)], op.name, overlapped))
+                else:
+                    out.append(("compute", (op,), op.name, False))
+        self._time_cache[key] = (ops, out)
         return out
 
     def _build_actor(self, actor: str, rank: int, streams, lookup) -> list[Task]:
@@ -212,12 +279,17 @@ class Planner:
         weight_bytes = WEIGHT_BYTES[self.precision]
         grad_bytes = GRAD_BYTES[self.precision]
 
+        carry: list[Task] = []  # side tasks (overlapped collectives) the next chained task waits for
+
         def add(task: Task | None, extra_deps: tuple[Task, ...] = ()) -> Task | None:
             if task is None:
                 return None
             if prev[0] is not None:
                 task.deps.append(prev[0])
             task.deps.extend(extra_deps)
+            if carry:
+                task.deps.extend(carry)
+                carry.clear()
             streams[(actor, task.stream)].append(task)
             if task.stream == "compute":
                 compute_list.append(task)
@@ -227,16 +299,32 @@ class Planner:
         def run_ops(ops: tuple[Op, ...], label: str, category: str, first_deps: tuple[Task, ...] = ()) -> Task | None:
             first = True
             last = None
-            for kind, payload, name in self._segments(ops):
+            if not self.detail and self.tp_exclusive:
+                # TP traffic has its links to itself: fold it into the kernel task (exact, fewer events).
+                compute_s, comm_s = self.pass_cost_s(rank, ops)
+                task = Task(label, actor, "compute", category, duration_s=compute_s + comm_s,
+                            segments=((category, compute_s), ("tp_comm", comm_s)) if comm_s else None)
+                return add(task, first_deps)
+            pending: Task | None = None  # an overlapped collective running beside the next kernel
+            for kind, payload, name, overlapped in self._segments(rank, ops):
                 deps = first_deps if first else ()
+                first = False
                 if kind == "compute":
                     task = Task(f"{label}.{name}", actor, "compute", category, duration_s=self._compute_time(payload))
                     last = add(task, deps) or last
+                    if pending is not None:
+                        carry.append(pending)  # the kernel after the overlapped one waits for it
+                        pending = None
+                    continue
+                task = self.comm_task(actor, "tp", "tp_comm", f"{label}.{name}", rank, payload, key=f"{label}.{name}")
+                if task is not None and overlapped:
+                    task.deps.extend([t for t in (prev[0],) if t is not None] + list(deps))
+                    streams[(actor, "tp")].append(task)
+                    pending = task
                 else:
-                    task = self.comm_task(actor, "tp", "tp_comm", f"{label}.{name}", rank, payload,
-                                          key=f"{label}.{name}")
                     last = add(task, deps) or last
-                first = False
+            if pending is not None:
+                carry.append(pending)
             return last
 
         def gather_params(label: str, params: float) -> tuple[Task, ...]:
@@ -384,36 +472,34 @@ class Planner:
         if par.tp > 1:
             payload /= par.tp  # Megatron scatter/gather optimisation (or sequence-parallel shards)
         last = self.chunks - 1
-        for actor, rank in self.actor_ranks.items():
-            c = self.layout.coords(rank)
+        coords = {actor: self.layout.coords(rank) for actor, rank in self.actor_ranks.items()}
+        for (kind, actor, mb, g), task in list(lookup.items()):
+            c = coords[actor]
             stage = c.pp
-            for (kind, a, mb, g), task in list(lookup.items()):
-                if a != actor:
+            if kind == "F_exit" and g < last:
+                dst_stage = (g + 1) % par.pp
+                dst = self.layout.rank(type(c)(c.tp, c.cp, c.dp, dst_stage))
+                dst_actor = self.rank_actor[dst]
+                if dst_stage == stage:
+                    lookup[("F_entry", dst_actor, mb, g + 1)].deps.append(task)
                     continue
-                if kind == "F_exit" and g < last:
-                    dst_stage = (g + 1) % par.pp
-                    dst = self.layout.rank(type(c)(c.tp, c.cp, c.dp, dst_stage))
-                    dst_actor = self.rank_actor[dst]
-                    if dst_stage == stage:
-                        lookup[("F_entry", dst_actor, mb, g + 1)].deps.append(task)
-                        continue
-                    send = self.send_task(actor, dst, f"send_act.mb{mb}.c{g}", payload)
-                    send.deps.append(task)
-                    self._pp_stream(actor).append(send)
-                    lookup[("F_entry", dst_actor, mb, g + 1)].deps.append(send)
-                elif kind == "B_exit" and g > 0:
-                    dst_stage = (g - 1) % par.pp
-                    dst = self.layout.rank(type(c)(c.tp, c.cp, c.dp, dst_stage))
-                    dst_actor = self.rank_actor[dst]
-                    if dst_stage == stage:
-                        lookup[("B_entry", dst_actor, mb, g - 1)].deps.append(task)
-                        continue
-                    send = self.send_task(actor, dst, f"send_grad.mb{mb}.c{g}", payload)
-                    send.deps.append(task)
-                    self._pp_stream(actor).append(send)
-                    lookup[("B_entry", dst_actor, mb, g - 1)].deps.append(send)
-                elif kind == "F_exit" and g == last:
-                    lookup[("B_entry", actor, mb, g)].deps.append(task)
+                send = self.send_task(actor, dst, f"send_act.mb{mb}.c{g}", payload)
+                send.deps.append(task)
+                self._pp_stream(actor).append(send)
+                lookup[("F_entry", dst_actor, mb, g + 1)].deps.append(send)
+            elif kind == "B_exit" and g > 0:
+                dst_stage = (g - 1) % par.pp
+                dst = self.layout.rank(type(c)(c.tp, c.cp, c.dp, dst_stage))
+                dst_actor = self.rank_actor[dst]
+                if dst_stage == stage:
+                    lookup[("B_entry", dst_actor, mb, g - 1)].deps.append(task)
+                    continue
+                send = self.send_task(actor, dst, f"send_grad.mb{mb}.c{g}", payload)
+                send.deps.append(task)
+                self._pp_stream(actor).append(send)
+                lookup[("B_entry", dst_actor, mb, g - 1)].deps.append(send)
+            elif kind == "F_exit" and g == last:
+                lookup[("B_entry", actor, mb, g)].deps.append(task)
 
     def _chunk_ops(self, phase: str, global_chunk: int) -> tuple[Op, ...]:
         """All ops of one chunk pass, concatenated (cached): "F" forward, "B" backward,

@@ -10,6 +10,7 @@ Definitions (DESIGN.md, "Definitions that must not drift"):
 from __future__ import annotations
 
 import math
+from collections.abc import Callable
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
@@ -50,7 +51,15 @@ class SimulationResult:
     mode: str
     tokens_to_train: float | None = None
     extra: dict[str, Any] = field(default_factory=dict)
-    timeline: list[TimelineEvent] = field(default_factory=list, repr=False)
+    timeline_builder: Callable[[], list[TimelineEvent]] | None = field(default=None, repr=False)
+    _timeline_cache: list[TimelineEvent] | None = field(default=None, repr=False)
+
+    @property
+    def timeline(self) -> list[TimelineEvent]:
+        """Every task of the simulated step as an event (built on first use: sweeps never pay for it)."""
+        if self._timeline_cache is None:
+            self._timeline_cache = self.timeline_builder() if self.timeline_builder else []
+        return self._timeline_cache
 
     @property
     def tokens_per_s(self) -> float | None:

@@ -57,7 +57,11 @@ def time_breakdown(plan: Plan, actor: str, step_time: float) -> dict[str, float]
     cursor = 0.0
     for task in plan.compute_tasks[actor]:
         _charge_gap(breakdown, cursor, task.start_s, _binding_dep(task))
-        breakdown[_BUSY.get(task.category, "compute")] += task.end_s - task.start_s
+        if task.segments:
+            for category, seconds in task.segments:
+                breakdown[_BUSY.get(category, category)] += seconds
+        else:
+            breakdown[_BUSY.get(task.category, "compute")] += task.end_s - task.start_s
         cursor = task.end_s
     if step_time > cursor:
         # After its last kernel the rank waits for its DP reductions or for other stages.
@@ -72,11 +76,18 @@ def _critical_actor(plan: Plan) -> str:
     return max(ends, key=lambda a: (ends[a], -plan.stage_of[a]))
 
 
-def _timeline(plan: Plan, mode: str) -> list[TimelineEvent]:
+def _timeline(plan: Plan) -> list[TimelineEvent]:
     events = []
     for (actor, stream), tasks in plan.streams.items():
         for t in tasks:
             if not t.end_s > t.start_s:
+                continue
+            if t.segments:  # unfold kernel + TP segments onto their streams
+                cursor = t.start_s
+                for category, seconds in t.segments:
+                    seg_stream = "tp" if category == "tp_comm" else stream
+                    events.append(TimelineEvent(actor, seg_stream, t.name, category, cursor, cursor + seconds))
+                    cursor += seconds
                 continue
             events.append(TimelineEvent(actor, stream, t.name, t.category, t.start_s, t.end_s))
     events.sort(key=lambda e: (e.rank_class, e.stream, e.start_s))
@@ -98,7 +109,7 @@ def simulate(scenario: Scenario, mode: str | None = None, detail: bool = False,
     accel = scenario.accelerator
     step_time = None
     breakdown = dict.fromkeys(BREAKDOWN_KEYS, 0.0)
-    timeline: list[TimelineEvent] = []
+    timeline_builder = None
     planner = Planner(scenario, mode=mode, detail=detail)
     if ok or run_if_oom:
         plan = planner.build()
@@ -106,7 +117,7 @@ def simulate(scenario: Scenario, mode: str | None = None, detail: bool = False,
         step_time = engine.run(plan.streams)
         critical = _critical_actor(plan)
         breakdown = time_breakdown(plan, critical, step_time)
-        timeline = _timeline(plan, mode)
+        timeline_builder = lambda: _timeline(plan)  # noqa: E731
     return SimulationResult(
         scenario_name=scenario.name,
         num_gpus=scenario.num_gpus,
@@ -128,7 +139,7 @@ def simulate(scenario: Scenario, mode: str | None = None, detail: bool = False,
         layer_split=planner.layers_per_chunk,
         mode=mode,
         tokens_to_train=scenario.training.tokens,
-        timeline=timeline,
+        timeline_builder=timeline_builder,
     )
 
 

@@ -50,6 +50,9 @@ class Op:
     group: str | None = None
     comm_bytes: float = 0.0
     recompute_class: str | None = None
+    input_grad_collective: str | None = None   # column-parallel GEMM: TP collective of its input grad
+    input_grad_bytes: float = 0.0
+    overlaps_next: bool = False                # collective that may run alongside the next kernel
 
     @property
     def gflop_per_gemm(self) -> float:
@@ -119,21 +122,33 @@ def _tp_comm(name: str, collective: str, payload_bytes: float) -> Op:
 
 
 def _backward_of(op: Op) -> list[Op]:
-    """The backward kernels of a forward op (see module docstring)."""
+    """The backward kernels of a forward op (see module docstring).
+
+    Megatron's conjugate TP operators: the forward all-reduce after a row-parallel GEMM ("g")
+    is the identity in backward, and the identity before a column-parallel GEMM ("f") is an
+    all-reduce of its input gradient in backward; with sequence parallelism the pair is
+    reduce-scatter/all-gather and swaps the same way. That backward collective is issued right
+    after the column-parallel GEMM's input-gradient kernel and may overlap its weight-gradient
+    kernel (``overlaps_next``), as Megatron-LM's asynchronous TP gradient communication does.
+    """
     if op.kind == "gemm":
         # dX = dY·W^T  (m x k = m x n · n x k) and dW = X^T·dY (k x n = k x m · m x n)
-        return [
-            replace(_gemm(f"{op.name}.dgrad", op.m, op.k, op.n, 1, op.batch), bytes_moved=op.bytes_moved),
-            replace(_gemm(f"{op.name}.wgrad", op.k, op.n, op.m, 1, op.batch), bytes_moved=op.bytes_moved),
-        ]
+        dgrad = replace(_gemm(f"{op.name}.dgrad", op.m, op.k, op.n, 1, op.batch), bytes_moved=op.bytes_moved)
+        wgrad = replace(_gemm(f"{op.name}.wgrad", op.k, op.n, op.m, 1, op.batch), bytes_moved=op.bytes_moved)
+        if op.input_grad_collective:
+            comm = Op(f"{op.name}.input_grad.{op.input_grad_collective}", "collective",
+                      collective=op.input_grad_collective, group="tp", comm_bytes=op.input_grad_bytes,
+                      overlaps_next=True)
+            return [dgrad, comm, wgrad]
+        return [dgrad, wgrad]
     if op.kind == "attention":
         return [Op(f"{op.name}.grad", "attention", 2 * op.flops, 2 * op.bytes_moved, op.m, op.n, op.k, op.batch)]
     if op.kind == "memory":
         return [Op(f"{op.name}.grad", "memory", 0.0, 2 * op.bytes_moved)]
-    # Collective: Megatron's conjugate operator in backward moves the same volume.
-    mirror = {"all_reduce": "all_reduce", "reduce_scatter": "all_gather", "all_gather": "reduce_scatter"}
-    return [Op(f"{op.name}.grad", "collective", collective=mirror.get(op.collective, op.collective),
-               group=op.group, comm_bytes=op.comm_bytes)]
+    if op.collective == "reduce_scatter":  # g with sequence parallelism: all-gather the output gradient
+        return [Op(f"{op.name}.grad", "collective", collective="all_gather", group=op.group,
+                   comm_bytes=op.comm_bytes)]
+    return []  # g's all-reduce and f's all-gather: handled at the column-parallel GEMM
 
 
 @cache
@@ -163,10 +178,16 @@ def layer_work(model: TransformerSpec, shard: ShardShape, layer_index: int = 0) 
             return [_tp_comm(f"{name}.all_gather", "all_gather", act_payload)]
         return []
 
+    def column_parallel(op: Op) -> Op:
+        if t == 1:
+            return op
+        return replace(op, input_grad_collective="reduce_scatter" if shard.sequence_parallel else "all_reduce",
+                       input_grad_bytes=act_payload)
+
     fwd: list[Op] = []
     fwd.append(_memory("ln1", norm_tokens * h, 1, 1, elem))
     fwd += tp_gather("attn_in")
-    fwd.append(_gemm("qkv", tokens, (heads + 2 * kv) * hd, h, elem))
+    fwd.append(column_parallel(_gemm("qkv", tokens, (heads + 2 * kv) * hd, h, elem)))
     fwd.append(_gemm("attn_scores", s, full_seq, hd, elem, batch=b * heads, kind="attention",
                      recompute_class="attention_core"))
     fwd.append(_memory("softmax_dropout", b * heads * s * full_seq, 1, 2, elem, recompute_class="attention_core"))
@@ -177,7 +198,7 @@ def layer_work(model: TransformerSpec, shard: ShardShape, layer_index: int = 0) 
     fwd.append(_memory("dropout_residual1", norm_tokens * h, 2, 1, elem))
     fwd.append(_memory("ln2", norm_tokens * h, 1, 1, elem))
     fwd += tp_gather("mlp_in")
-    fwd.append(_gemm("fc1", tokens, ffn_out, h, elem))
+    fwd.append(column_parallel(_gemm("fc1", tokens, ffn_out, h, elem)))
     fwd.append(_memory("swiglu" if model.gated_mlp else "gelu", tokens * ffn, 2 if model.gated_mlp else 1, 1, elem))
     fwd.append(_gemm("fc2", tokens, h, ffn, elem))
     fwd += tp_boundary("mlp_out")
@@ -199,6 +220,8 @@ def embedding_work(model: TransformerSpec, shard: ShardShape) -> LayerWork:
         name = "reduce_scatter" if shard.sequence_parallel else "all_reduce"
         fwd.append(_tp_comm(f"embedding.{name}", name, float(tokens * h * elem)))
     bwd = [_memory("embedding_grad", tokens * h, 2, 1, elem)]
+    if shard.tp > 1 and shard.sequence_parallel:  # the reduce-scatter's conjugate
+        bwd.insert(0, _tp_comm("embedding.grad.all_gather", "all_gather", float(tokens * h * elem)))
     return LayerWork(tuple(fwd), tuple(bwd))
 
 
@@ -213,14 +236,15 @@ def head_work(model: TransformerSpec, shard: ShardShape) -> LayerWork:
     fwd: list[Op] = [_memory("final_ln", norm_tokens * h, 1, 1, elem)]
     if t > 1 and shard.sequence_parallel:
         fwd.append(_tp_comm("head_in.all_gather", "all_gather", float(tokens * h * elem)))
-    fwd.append(_gemm("lm_head", tokens, vocab, h, elem))
+    head = _gemm("lm_head", tokens, vocab, h, elem)
+    if t > 1:  # vocab-parallel head: its input gradient is summed (scattered with SP) over tp ranks
+        head = replace(head, input_grad_collective="reduce_scatter" if shard.sequence_parallel else "all_reduce",
+                       input_grad_bytes=float(tokens * h * elem))
+    fwd.append(head)
     fwd.append(_memory("cross_entropy", tokens * vocab, 2, 1, 4))
     bwd: list[Op] = []
     for op in reversed(fwd):
         bwd += _backward_of(op)
-    if t > 1 and not shard.sequence_parallel:
-        # The input-gradient of a vocab-parallel head is summed over tp ranks.
-        bwd.append(_tp_comm("head_in.grad.all_reduce", "all_reduce", float(tokens * h * elem)))
     return LayerWork(tuple(fwd), tuple(bwd))
 
 
