@@ -42,6 +42,9 @@ def main(argv: list[str] | None = None) -> int:
     except ConfigError as exc:
         print(f"clustersim: error: {exc}", file=sys.stderr)
         return EXIT_BAD_INPUT
+    except BrokenPipeError:  # e.g. `clustersim simulate | head`
+        sys.stderr.close()
+        return 0
     except KeyboardInterrupt:
         print("clustersim: interrupted", file=sys.stderr)
         return 130

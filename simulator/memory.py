@@ -497,12 +497,15 @@ def rank_memory(scenario, stage: int) -> MemoryBreakdown:
         return activation_bytes_per_layer(recompute=recompute, ffn=ffn, **common)
 
     in_flight = microbatches_in_flight(par.schedule, pp, stage, m, v)
-    stored = sum(per_layer(i, par.recompute) for i in layers) * in_flight
+    # FlashAttention never materialises the s x s scores: like selective recompute for memory.
+    stored_mode = "selective" if tr.attention == "flash" and par.recompute == "none" else par.recompute
+    stored = sum(per_layer(i, stored_mode) for i in layers) * in_flight
     # Rematerialisation working set: the backward re-creates one layer's activations (full) or one
     # attention core (selective) on top of the stored checkpoints.
     working = 0.0
     if par.recompute != "none" and layers:
-        working = max(per_layer(i, "none") - per_layer(i, par.recompute) for i in layers)
+        whole = "selective" if tr.attention == "flash" else "none"
+        working = max(max(0.0, per_layer(i, whole) - per_layer(i, par.recompute)) for i in layers)
     activations = stored + working
     if stage == 0:
         activations += embedding_activation_bytes(s, b, model.hidden_size, tp, sp, cp) * _chunk_count_in_flight(

@@ -70,6 +70,7 @@ class Planner:
             cp=self.par.cp,
             sequence_parallel=self.par.sequence_parallel,
             precision=self.precision,
+            flash_attention=scenario.training.attention == "flash",
         )
         self.chunks = self.par.pp * self.par.virtual_stages
         self.layers_per_chunk = split_layers(scenario.model.num_layers, self.chunks)

@@ -48,6 +48,7 @@ class SimulationResult:
     infeasible_reason: str | None
     time_breakdown_s: dict[str, float]
     layer_split: list[int]
+    layers_per_stage: list[int]
     mode: str
     tokens_to_train: float | None = None
     extra: dict[str, Any] = field(default_factory=dict)
@@ -116,6 +117,7 @@ class SimulationResult:
             "time_breakdown_s": self.time_breakdown_s,
             "time_to_train_days": self.time_to_train_days,
             "layer_split": self.layer_split,
+            "layers_per_stage": self.layers_per_stage,
             "simulation_mode": self.mode,
             "infeasible_reason": self.infeasible_reason,
         }
@@ -141,7 +143,8 @@ def render_table(result: SimulationResult) -> str:
         f"vp={par['virtual_stages']} {par['schedule']} zero={par['zero_stage']} recompute={par['recompute']} "
         f"sp={par['sequence_parallel']} mbs={par['micro_batch_size']} gbs={par['global_batch_size']}",
         f"  parameters     {result.num_parameters / 1e9:.2f} B",
-        f"  layers/stage   {result.layer_split}",
+        f"  layers/stage   {result.layers_per_stage}" + (
+            f" (chunks: {result.layer_split})" if len(result.layer_split) != len(result.layers_per_stage) else ""),
         "",
         f"  step time      {_fmt(result.step_time_s, '.3f', ' s')}",
         f"  tokens/s       {_fmt(result.tokens_per_s, ',.0f')}",

@@ -49,6 +49,8 @@ class TrainingSpec(_Strict):
     precision: Precision = "bf16"
     optimizer: Literal["adam", "adamw", "sgd"] = "adam"
     tokens: float | None = Field(default=None, gt=0, description="tokens to train, for time to train")
+    attention: Literal["standard", "flash"] = Field(
+        default="standard", description="standard: softmax materialised (Megatron 2021-22); flash: FlashAttention")
 
 
 class SimulationSpec(_Strict):

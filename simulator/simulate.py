@@ -105,7 +105,8 @@ def simulate(scenario: Scenario, mode: str | None = None, detail: bool = False,
         raise ConfigError("model", f"{model.name} is a mixture-of-experts model; MoE is not simulated yet")
     stage, peak, per_stage = peak_rank_memory(scenario)
     ok, reason = memory_fits(scenario, peak)
-    flops = step_flops(model, scenario.seq_length, par.global_batch_size, par.recompute)
+    flops = step_flops(model, scenario.seq_length, par.global_batch_size, par.recompute,
+                       flash_attention=scenario.training.attention == "flash")
     accel = scenario.accelerator
     step_time = None
     breakdown = dict.fromkeys(BREAKDOWN_KEYS, 0.0)
@@ -137,6 +138,8 @@ def simulate(scenario: Scenario, mode: str | None = None, detail: bool = False,
         infeasible_reason=reason,
         time_breakdown_s=breakdown,
         layer_split=planner.layers_per_chunk,
+        layers_per_stage=[sum(planner.layers_per_chunk[c * par.pp + i] for c in range(par.virtual_stages))
+                          for i in range(par.pp)],
         mode=mode,
         tokens_to_train=scenario.training.tokens,
         timeline_builder=timeline_builder,

@@ -53,6 +53,7 @@ class Op:
     input_grad_collective: str | None = None   # column-parallel GEMM: TP collective of its input grad
     input_grad_bytes: float = 0.0
     overlaps_next: bool = False                # collective that may run alongside the next kernel
+    backward_flops_factor: float = 2.0         # backward FLOPs / forward FLOPs (attention ops)
 
     @property
     def gflop_per_gemm(self) -> float:
@@ -69,6 +70,7 @@ class ShardShape:
     cp: int = 1
     sequence_parallel: bool = False
     precision: str = "bf16"
+    flash_attention: bool = False
 
     @property
     def act_bytes(self) -> int:
@@ -142,7 +144,8 @@ def _backward_of(op: Op) -> list[Op]:
             return [dgrad, comm, wgrad]
         return [dgrad, wgrad]
     if op.kind == "attention":
-        return [Op(f"{op.name}.grad", "attention", 2 * op.flops, 2 * op.bytes_moved, op.m, op.n, op.k, op.batch)]
+        return [Op(f"{op.name}.grad", "attention", op.backward_flops_factor * op.flops, 2 * op.bytes_moved,
+                   op.m, op.n, op.k, op.batch)]
     if op.kind == "memory":
         return [Op(f"{op.name}.grad", "memory", 0.0, 2 * op.bytes_moved)]
     if op.collective == "reduce_scatter":  # g with sequence parallelism: all-gather the output gradient
@@ -188,11 +191,19 @@ def layer_work(model: TransformerSpec, shard: ShardShape, layer_index: int = 0) 
     fwd.append(_memory("ln1", norm_tokens * h, 1, 1, elem))
     fwd += tp_gather("attn_in")
     fwd.append(column_parallel(_gemm("qkv", tokens, (heads + 2 * kv) * hd, h, elem)))
-    fwd.append(_gemm("attn_scores", s, full_seq, hd, elem, batch=b * heads, kind="attention",
-                     recompute_class="attention_core"))
-    fwd.append(_memory("softmax_dropout", b * heads * s * full_seq, 1, 2, elem, recompute_class="attention_core"))
-    fwd.append(_gemm("attn_values", s, hd, full_seq, elem, batch=b * heads, kind="attention",
-                     recompute_class="attention_core"))
+    if shard.flash_attention:
+        # FlashAttention (Dao et al. 2022): QK^T, softmax and AV fused in SRAM; HBM traffic is
+        # q, k, v, o only; the backward recomputes the scores: 5 matmuls vs 2 forward (2.5x).
+        flash = _gemm("flash_attention", s, full_seq, hd, elem, batch=b * heads, kind="attention",
+                      recompute_class="attention_core")
+        fwd.append(replace(flash, flops=2 * flash.flops, backward_flops_factor=2.5,
+                           bytes_moved=float(elem * b * (2 * s * heads * hd + 2 * full_seq * kv * hd))))
+    else:
+        fwd.append(_gemm("attn_scores", s, full_seq, hd, elem, batch=b * heads, kind="attention",
+                         recompute_class="attention_core"))
+        fwd.append(_memory("softmax_dropout", b * heads * s * full_seq, 1, 2, elem, recompute_class="attention_core"))
+        fwd.append(_gemm("attn_values", s, hd, full_seq, elem, batch=b * heads, kind="attention",
+                         recompute_class="attention_core"))
     fwd.append(_gemm("attn_out", tokens, h, heads * hd, elem))
     fwd += tp_boundary("attn_out")
     fwd.append(_memory("dropout_residual1", norm_tokens * h, 2, 1, elem))
@@ -258,15 +269,22 @@ class ModelFlops:
     per_layer_forward: float = field(default=0.0)
 
 
-def step_flops(model: TransformerSpec, seq_length: int, global_batch: int, recompute: str) -> ModelFlops:
-    """Whole-model FLOPs per optimizer step, counted per op on an unsharded layer."""
-    shard = ShardShape(micro_batch=1, seq_length=seq_length)
+def step_flops(model: TransformerSpec, seq_length: int, global_batch: int, recompute: str,
+               flash_attention: bool = False) -> ModelFlops:
+    """Whole-model FLOPs per optimizer step, counted per op on an unsharded layer.
+
+    Model FLOPs: 3 x forward (the backward of a matmul costs twice its forward). Hardware
+    FLOPs: what the kernels execute — forward, backward (FlashAttention's backward recomputes
+    the scores) and the recomputed forward work."""
+    shard = ShardShape(micro_batch=1, seq_length=seq_length, flash_attention=flash_attention)
     layer = layer_work(model, shard)
     head = head_work(model, shard)
-    fwd_layer = sum(op.flops for op in layer.forward if op.kind != "memory")
-    fwd_head = sum(op.flops for op in head.forward if op.kind != "memory")
-    fwd = model.num_layers * fwd_layer + fwd_head
-    recomputed = sum(op.flops for op in layer.recompute_ops(recompute))
-    model_flops = 3 * fwd * global_batch
-    hardware = model_flops + model.num_layers * recomputed * global_batch
+
+    def flops(ops) -> float:
+        return sum(op.flops for op in ops if op.kind in ("gemm", "attention"))
+
+    fwd_layer = flops(layer.forward)
+    model_flops = 3 * (model.num_layers * fwd_layer + flops(head.forward)) * global_batch
+    hardware_layer = fwd_layer + flops(layer.backward) + flops(layer.recompute_ops(recompute))
+    hardware = (model.num_layers * hardware_layer + flops(head.forward) + flops(head.backward)) * global_batch
     return ModelFlops(model_flops, hardware, fwd_layer)

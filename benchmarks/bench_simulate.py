@@ -1,0 +1,53 @@
+"""How long one simulated step takes (a benchmark, not a test: absolute times are noisy).
+
+Reports the median wall time over repeats for the default scenario and for Llama-3-405B on
+16,384 H100s (tp 8, pp 16, dp 128), and — to show that symmetric mode does not grow with the
+data-parallel degree — the same 405B layout at dp 8, 32, 128 and 512 as ratios to dp 8.
+
+    python benchmarks/bench_simulate.py [--repeats 5]
+"""
+
+from __future__ import annotations
+
+import argparse
+import statistics
+import time
+from pathlib import Path
+
+from simulator.scenario import load_scenario
+from simulator.simulate import simulate
+
+LLAMA = Path(__file__).resolve().parents[1] / "examples" / "llama3-405b-16k-h100.yaml"
+LLAMA_1F1B = ["parallelism.virtual_stages=1", "parallelism.schedule=1f1b"]
+
+
+def median_seconds(source, overrides, repeats: int) -> float:
+    scenario = load_scenario(source, overrides)
+    times = []
+    for _ in range(repeats):
+        start = time.perf_counter()
+        simulate(scenario)
+        times.append(time.perf_counter() - start)
+    return statistics.median(times)
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--repeats", type=int, default=5)
+    args = parser.parse_args()
+    print(f"{'scenario':<52} {'median s':>9}")
+    print(f"{'default (GPT-3 175B, 1024 A100, interleaved)':<52} {median_seconds(None, [], args.repeats):>9.3f}")
+    print(f"{'llama3-405b 16384 H100 tp8 pp16 dp128 1f1b':<52} "
+          f"{median_seconds(LLAMA, LLAMA_1F1B, args.repeats):>9.3f}")
+    print(f"{'llama3-405b 16384 H100 interleaved v=4':<52} {median_seconds(LLAMA, [], args.repeats):>9.3f}")
+    print("\nsymmetric mode vs dp degree (llama3-405b, tp 8 pp 16, gbs = 16 x dp, 1f1b):")
+    base = None
+    for dp in (8, 32, 128, 512):
+        overrides = LLAMA_1F1B + [f"cluster.num_gpus={8 * 16 * dp}", f"parallelism.global_batch_size={16 * dp}"]
+        seconds = median_seconds(LLAMA, overrides, args.repeats)
+        base = base or seconds
+        print(f"  dp {dp:>4} ({8 * 16 * dp:>6} GPUs): {seconds:.3f} s  ratio to dp 8: {seconds / base:.2f}")
+
+
+if __name__ == "__main__":
+    main()
