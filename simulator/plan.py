@@ -29,7 +29,7 @@ from simulator.scenario import Scenario
 from simulator.schedule import stage_order
 from simulator.topology import RankLayout, Topology
 from workloads.counting import embedding_params, layer_params, output_head_params
-from workloads.graph import LayerWork, Op, ShardShape, embedding_work, head_work, layer_work
+from workloads.graph import Op, ShardShape, embedding_work, head_work, layer_work
 
 GRAD_BYTES = {"fp32": 4, "bf16": 2, "fp16": 2, "fp8": 2}
 WEIGHT_BYTES = {"fp32": 4, "bf16": 2, "fp16": 2, "fp8": 2}

@@ -1,0 +1,463 @@
+"""Fit a hardware profile from the harness's microbenchmarks (``clustersim calibrate``).
+
+The profile is a YAML mapping ``{node: {..., accelerator: {...}}, fabric: {...}}`` that any
+scenario can load through ``cluster.profile``; it validates as :class:`hardware_specs.schema.Node`
+and :class:`hardware_specs.schema.FatTree`. What is fitted, and from what:
+
+- ``peak_tflops[p]``: the best measured GEMM rate in precision ``p`` (``gemm.csv``, kind mm);
+- ``kernel_launch_overhead_us``: the median time of a one-element add (``memory.csv``, tiny_add):
+  on a GPU the launch cost, on a CPU the dispatcher's per-op overhead;
+- ``gemm_curve``: efficiency vs GFLOP of one GEMM, ``flops / (peak · (t - launch))`` per shape
+  (median over ranks, and over shapes of equal size), in the simulator's roofline convention;
+- ``attention_efficiency_factor``: batched (``bmm``) GEMMs' efficiency over the curve at the
+  size of one of their GEMMs (how the simulator prices attention);
+- ``hbm_bandwidth_gb_per_s``: the best copy bandwidth; ``memory_bound_efficiency``: the harmonic
+  mean of the memory-bound kernels' bandwidths (copy, add, GELU, LayerNorm, softmax; each one's
+  seconds per byte net of the launch term, averaged over sizes up to 64 MiB) over that copy peak;
+- ``intra_node.collectives[c]``: ``t = latency_us + bus_bytes / bus_bandwidth_gb_per_s`` fitted
+  by least squares on (bus bytes, median time) with relative weights (every size counts alike).
+
+Each fitted value records ``fitted_on:`` naming the file and rows. Training runs are never
+read here: fit and check stay on different data.
+"""
+
+from __future__ import annotations
+
+import csv
+import json
+import math
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import yaml
+
+from simulator.errors import ConfigError
+
+MICRO_DIR = "microbench"
+MEMORY_FIT_MAX_BYTES = 64 * 2**20  # kernels on tensors up to 16 Mi fp32 elements (in and out)
+COLLECTIVE_ORDER = ("all_reduce", "all_gather", "reduce_scatter", "broadcast", "send_recv", "all_to_all")
+
+
+@dataclass(frozen=True)
+class AlphaBetaFit:
+    """``time_s = alpha_s + bytes / beta_bytes_per_s``."""
+
+    alpha_s: float
+    beta_bytes_per_s: float
+    rows: int
+    max_relative_residual: float
+
+    @property
+    def latency_us(self) -> float:
+        return self.alpha_s * 1e6
+
+    @property
+    def bandwidth_gb_per_s(self) -> float:
+        return self.beta_bytes_per_s / 1e9
+
+
+def fit_alpha_beta(bytes_: list[float] | np.ndarray, times_s: list[float] | np.ndarray,
+                   relative: bool = True) -> AlphaBetaFit:
+    """Least-squares fit of ``t = α + bytes/β``. With ``relative`` each point is weighted by
+    1/t, so the fit minimises relative error and small messages count as much as large ones.
+    α is kept ≥ 0 (refit through the origin if the free fit goes negative)."""
+    x = np.asarray(bytes_, dtype=float)
+    t = np.asarray(times_s, dtype=float)
+    if x.size == 0 or x.size != t.size:
+        raise ConfigError("calibration", "an alpha-beta fit needs matching, non-empty bytes and times")
+    if np.any(t <= 0) or np.any(x < 0):
+        raise ConfigError("calibration", "times must be positive and sizes non-negative")
+    w = 1.0 / t if relative else np.ones_like(t)
+    if x.size >= 2 and np.ptp(x) > 0:
+        a = np.column_stack([np.ones_like(x), x]) * w[:, None]
+        (alpha, slope), *_ = np.linalg.lstsq(a, t * w, rcond=None)
+    else:
+        alpha, slope = 0.0, float(np.median(t / np.maximum(x, 1.0)))
+    if alpha < 0 or slope <= 0:
+        if slope <= 0:
+            # no measurable bandwidth term (noise): latency = median time, bandwidth from the largest message
+            alpha = float(np.median(t))
+            slope = max(float(t[np.argmax(x)] - alpha), 1e-12) / max(float(x.max()), 1.0)
+        else:
+            alpha = 0.0
+            slope = float(np.sum(w * w * x * t) / np.sum(w * w * x * x))
+    pred = alpha + slope * x
+    resid = float(np.max(np.abs(pred - t) / t))
+    return AlphaBetaFit(float(alpha), float(1.0 / slope), int(x.size), resid)
+
+
+# --------------------------------------------------------------------------- reading
+def _read_csv(path: Path) -> list[dict[str, Any]]:
+    rows = []
+    with path.open(newline="") as fh:
+        for row in csv.DictReader(fh):
+            rows.append({k: _num(v) for k, v in row.items()})
+    return rows
+
+
+def _num(v: str) -> Any:
+    if v is None or v == "":
+        return None
+    try:
+        f = float(v)
+    except ValueError:
+        return v
+    return int(f) if f.is_integer() and "." not in v and "e" not in v.lower() else f
+
+
+def read_microbench(folder: str | Path) -> dict[str, Any]:
+    """The harness's microbenchmark files: ``DIR/microbench/*.csv`` (+ ``microbench.json`` for
+    the machine and settings), or a folder that holds them directly."""
+    root = Path(folder)
+    micro = root / MICRO_DIR if (root / MICRO_DIR).is_dir() else root
+    meta_path = micro / "microbench.json"
+    meta: dict[str, Any] = {}
+    if meta_path.is_file():
+        try:
+            meta = json.loads(meta_path.read_text())
+        except json.JSONDecodeError as exc:
+            raise ConfigError("--from", f"{meta_path}: invalid JSON ({exc.msg})") from None
+    data: dict[str, Any] = {"folder": str(micro), "machine": meta.get("machine", {}), "settings": meta.get("settings", {}),
+                            "started": meta.get("started")}
+    for name in ("gemm", "memory", "collectives"):
+        path = micro / f"{name}.csv"
+        if path.is_file():
+            data[name] = _read_csv(path)
+        elif name in meta:
+            data[name] = meta[name]
+        else:
+            raise ConfigError("--from", f"no {name}.csv under {micro} (run `python -m validation.harness --out DIR`)")
+    return data
+
+
+# --------------------------------------------------------------------------- fitting
+def _median_by(rows: list[dict], key) -> dict[Any, float]:
+    groups: dict[Any, list[float]] = {}
+    for r in rows:
+        groups.setdefault(key(r), []).append(float(r["median_s"]))
+    return {k: float(np.median(v)) for k, v in groups.items()}
+
+
+def _interp_curve(curve: list[dict], gflop: float) -> float:
+    xs = [math.log10(p["gflop"]) for p in curve]
+    ys = [p["efficiency"] for p in curve]
+    return float(np.interp(math.log10(gflop), xs, ys))
+
+
+def fit_memory(memory: list[dict], launch_s: float) -> tuple[float, float, dict[str, float], list[int]]:
+    """(copy peak bytes/s, effective memory-bound bytes/s, per-kernel bytes/s, sizes used)."""
+    kernels = [r for r in memory if r["kernel"] != "tiny_add" and r.get("precision", "fp32") == "fp32"]
+    copy = [r for r in kernels if r["kernel"] == "copy"]
+    if not copy:
+        raise ConfigError("--from", "memory.csv has no copy rows")
+    copy_med = _median_by(copy, lambda r: int(r["elements"]))
+    copy_bytes = {int(r["elements"]): float(r["bytes"]) for r in copy}
+    hbm = max(copy_bytes[n] / max(t - launch_s, 0.05 * t) for n, t in copy_med.items())
+    fit_rows = [r for r in kernels if float(r["bytes"]) <= MEMORY_FIT_MAX_BYTES] or kernels
+    med = _median_by(fit_rows, lambda r: (r["kernel"], int(r["elements"])))
+    nbytes = {(r["kernel"], int(r["elements"])): float(r["bytes"]) for r in fit_rows}
+    # Each kernel's bandwidth (seconds per byte net of the launch term, averaged over its sizes
+    # so every size counts alike), then their harmonic mean: the rate of streaming equal bytes
+    # through each kind of kernel, as a training step does (norms, activations, softmax,
+    # residual adds, copies, the optimizer).
+    per_kernel: dict[str, float] = {}
+    for kernel in sorted({k for k, _ in med}):
+        keys = [key for key in med if key[0] == kernel]
+        s_per_byte = [max(med[key] - launch_s, 0.05 * med[key]) / nbytes[key] for key in keys]
+        per_kernel[kernel] = 1.0 / float(np.mean(s_per_byte))
+    eff_bw = len(per_kernel) / sum(1.0 / bw for bw in per_kernel.values())
+    return hbm, eff_bw, per_kernel, sorted({n for _, n in med})
+
+
+def fit_compute(data: dict[str, Any], file_label: str) -> tuple[dict[str, float], dict[str, Any], dict[str, str]]:
+    """Peaks per precision and the efficiency block of the accelerator."""
+    memory = data["memory"]
+    tiny = [float(r["median_s"]) for r in memory if r["kernel"] == "tiny_add" and r.get("precision", "fp32") == "fp32"]
+    launch_s = float(np.median(tiny)) if tiny else 0.0
+    hbm, eff_bw, per_kernel, sizes = fit_memory(memory, launch_s)
+    mem_eff = float(min(1.0, max(1e-3, eff_bw / hbm)))
+    gemm = data["gemm"]
+    order = ["fp32", "tf32", "bf16", "fp16", "fp8"]
+    precisions = sorted({r["precision"] for r in gemm}, key=lambda p: order.index(p) if p in order else 99)
+    if not precisions:
+        raise ConfigError("--from", "gemm.csv has no rows")
+    peaks: dict[str, float] = {}
+    notes: dict[str, str] = {}
+    curve_precision = "fp32" if "fp32" in precisions else precisions[0]
+    curve: list[dict] = []
+    attention_factor, attention_rows = 1.0, "none (factor 1)"
+    for p in precisions:
+        mm = [r for r in gemm if r["precision"] == p and r.get("kind", "mm") == "mm"]
+        # median over ranks per (shape, layout)
+        per_layout = _median_by(mm, lambda r: (int(r["m"]), int(r["n"]), int(r["k"]), r.get("layout") or "nn"))
+        if not per_layout:
+            continue
+        rates = {key: 2.0 * key[0] * key[1] * key[2] / t for key, t in per_layout.items()}
+        best = max(rates, key=rates.get)
+        peak = rates[best]
+        peaks[p] = peak / 1e12
+        notes[p] = f"best of {len(rates)} shape x layout rows: {best[0]}x{best[1]}x{best[2]} {best[3]}"
+        if p != curve_precision:
+            continue
+        # a shape's time: the mean over its layouts (a linear layer runs nt forward, nn and tn backward)
+        shapes: dict[tuple, list[float]] = {}
+        for key, t in per_layout.items():
+            shapes.setdefault(key[:3], []).append(t)
+        by_size: dict[float, list[float]] = {}
+        for shape, ts in shapes.items():
+            flops = 2.0 * shape[0] * shape[1] * shape[2]
+            t = float(np.mean(ts))
+            eff = flops / (peak * max(t - launch_s, t * 0.05))
+            by_size.setdefault(round(flops / 1e9, 9), []).append(min(1.0, eff))
+        curve = [{"gflop": g, "efficiency": round(float(np.median(e)), 4)} for g, e in sorted(by_size.items())]
+        # attention: the simulator prices QKᵀ and AV (2·b·h·s²·d each, backward 2x) at the curve's
+        # efficiency for one head's GEMM times the factor, plus softmax as a memory-bound op
+        # (3 then 6 passes over b·h·s² elements); the factor makes that equal the measured kernel.
+        elem = 4 if p == "fp32" else 2
+        factors = []
+        for kind, passes, gemm_mult in (("sdpa_fwd_bwd", 9, 3), ("sdpa", 3, 1)):
+            rows = [r for r in gemm if r["precision"] == p and r.get("kind") == kind]
+            per = _median_by(rows, lambda r: (int(r["batch"]), int(r["m"]), int(r["n"]), int(r["k"])))
+            for (bh, sq, _, d), t in per.items():
+                softmax_s = passes * bh * sq * sq * elem / eff_bw + (2 if gemm_mult == 3 else 1) * launch_s
+                gemm_s = max(t - softmax_s - 2 * gemm_mult * launch_s, 0.2 * t)
+                one = 2.0 * sq * sq * d / 1e9
+                factors.append((gemm_mult * 4.0 * bh * sq * sq * d) / (peak * _interp_curve(curve, one) * gemm_s))
+            if factors:
+                attention_rows = f"kind={kind} ({len(per)} shapes)"
+                break
+        if not factors:
+            bmm = [r for r in gemm if r["precision"] == p and r.get("kind") == "bmm"]
+            per_bmm = _median_by(bmm, lambda r: (int(r["batch"]), int(r["m"]), int(r["n"]), int(r["k"])))
+            for (b, m, n, k), t in per_bmm.items():
+                eff = 2.0 * b * m * n * k / (peak * max(t - launch_s, t * 0.05))
+                factors.append(eff / _interp_curve(curve, 2.0 * m * n * k / 1e9))
+            if factors:
+                attention_rows = f"kind=bmm ({len(per_bmm)} shapes)"
+        if factors:
+            attention_factor = float(min(1.0, max(0.01, np.median(factors))))
+    kernels_used = list(per_kernel)
+    efficiency = {
+        "gemm_curve": curve,
+        "memory_bound_efficiency": round(mem_eff, 4),
+        "attention_efficiency_factor": round(attention_factor, 4),
+        "kernel_launch_overhead_us": round(launch_s * 1e6, 3),
+        "source": "clustersim calibrate: fitted from the harness's microbenchmarks "
+                  f"(peak = best measured {curve_precision} GEMM; efficiency = flops / (peak * (t - launch)), "
+                  "a shape's t being the mean over the nn/nt/tn layouts of a linear's forward and backward)",
+        "fitted_on": (
+            f"{file_label}/gemm.csv rows precision={curve_precision} kind=mm ({len(curve)} sizes) for gemm_curve; "
+            f"{attention_rows} for attention_efficiency_factor; {file_label}/memory.csv rows kernel=tiny_add for "
+            f"kernel_launch_overhead_us, kernel in {kernels_used} x elements {sizes[0]}..{sizes[-1]} "
+            f"(harmonic mean of per-kernel GB/s "
+            + ", ".join(f"{k} {v / 1e9:.2f}" for k, v in per_kernel.items())
+            + f" = {eff_bw / 1e9:.2f} GB/s) for memory_bound_efficiency, "
+            f"kernel=copy (best {hbm / 1e9:.2f} GB/s) for hbm_bandwidth_gb_per_s"
+        ),
+    }
+    notes["hbm_bandwidth_gb_per_s"] = f"{hbm / 1e9:.3f}"
+    return peaks, efficiency, notes
+
+
+def fit_collectives(data: dict[str, Any], file_label: str) -> dict[str, dict[str, Any]]:
+    rows = data.get("collectives") or []
+    out: dict[str, dict[str, Any]] = {}
+    names = sorted({r["collective"] for r in rows}, key=lambda c: COLLECTIVE_ORDER.index(c) if c in COLLECTIVE_ORDER else 99)
+    for name in names:
+        sel = [r for r in rows if r["collective"] == name]
+        per_size = _median_by(sel, lambda r: float(r["bus_bytes"]))
+        sizes = sorted(per_size)
+        fit = fit_alpha_beta(sizes, [per_size[s] for s in sizes])
+        raw_sizes = sorted({int(r["size_bytes"]) for r in sel})
+        out[name] = {
+            "latency_us": round(fit.latency_us, 3),
+            "bus_bandwidth_gb_per_s": round(fit.bandwidth_gb_per_s, 6),
+            "source": "clustersim calibrate: weighted least squares of t = latency + bus_bytes / bandwidth "
+                      f"(max relative residual {fit.max_relative_residual:.2f})",
+            "fitted_on": f"{file_label}/collectives.csv rows collective={name}, size_bytes "
+                         f"{raw_sizes[0]}..{raw_sizes[-1]} ({len(raw_sizes)} rows, world_size "
+                         f"{sel[0].get('world_size')})",
+        }
+    return out
+
+
+def build_profile(data: dict[str, Any], source_label: str | None = None, intra_node_kind: str | None = None,
+                  world_size: int | None = None) -> dict[str, Any]:
+    """The hardware-profile mapping (see module docstring) from microbenchmark data."""
+    label = source_label or data.get("folder", "microbench")
+    machine = data.get("machine") or {}
+    settings = data.get("settings") or {}
+    world = int(world_size or settings.get("world_size") or max(
+        [int(r.get("world_size", 1)) for r in data.get("collectives") or []] or [1]))
+    device_type = settings.get("device_type", "cpu")
+    peaks, efficiency, notes = fit_compute(data, label)
+    collectives = fit_collectives(data, label)
+    host = machine.get("hostname", "unknown-host")
+    mem_gib = (machine.get("memory_bytes") or 16 * 2**30) / 2**30
+    if device_type == "cuda" and machine.get("gpus"):
+        gpu = machine["gpus"][0]
+        accel_name, hbm_gib, vendor = gpu["name"], gpu["memory_bytes"] / 2**30, "nvidia"
+        kind = intra_node_kind or "nvlink"
+    else:
+        threads = settings.get("threads_per_rank", 1)
+        accel_name = f"{machine.get('cpu_model') or 'cpu'} ({threads} thread{'s' if threads != 1 else ''} per rank)"
+        hbm_gib, vendor = mem_gib / max(world, 1), "cpu"
+        kind = intra_node_kind or "shm"
+    when = data.get("started") or "unknown date"
+    versions = machine.get("versions", {})
+    provenance = (f"measured on {host} ({machine.get('cpu_model')}, {machine.get('cpu_cores')} cores), "
+                  f"{when}, torch {versions.get('torch')}, backend {settings.get('backend')}, world size {world}")
+    accelerator = {
+        "name": f"calibrated: {accel_name}",
+        "vendor": vendor,
+        "peak_tflops": {p: round(v, 6) for p, v in peaks.items()},
+        "hbm_gib": round(hbm_gib, 3),
+        "hbm_bandwidth_gb_per_s": round(float(notes["hbm_bandwidth_gb_per_s"]), 3),
+        "tdp_watts": 100.0,
+        "efficiency": efficiency,
+        "source": f"clustersim calibrate; {provenance}",
+        "notes": "peak_tflops = best measured GEMM per precision (" + "; ".join(
+            f"{p}: {notes[p]}" for p in peaks) + "); tdp_watts is a placeholder (not measured)",
+    }
+    if collectives:
+        bw = max(c["bus_bandwidth_gb_per_s"] for c in collectives.values())
+        lat = collectives.get("send_recv", next(iter(collectives.values())))["latency_us"]
+    else:
+        bw, lat = 1.0, 0.0
+    node = {
+        "name": f"calibrated-{host}",
+        "accelerator": accelerator,
+        "gpus_per_node": world,
+        "intra_node": {
+            "kind": kind,
+            "bandwidth_per_gpu_gb_per_s": round(bw, 6),
+            "latency_us": round(lat, 3),
+            "collective_efficiency": 1.0,
+            "supports_nvls": False,
+            "collectives": collectives or None,
+            "source": f"clustersim calibrate (fitted per-collective laws below); {provenance}",
+        },
+        "nics_per_node": 0,
+        "nic_bandwidth_gbit_per_s": 1.0,
+        "nic_efficiency": 1.0,
+        "nic_latency_us": 0.0,
+        "host_memory_gib": round(mem_gib, 3),
+        "source": f"clustersim calibrate; {provenance}",
+        "notes": "one host: the ranks are processes on it (no NICs are measured; the NIC fields are placeholders)",
+    }
+    if not collectives:
+        node["intra_node"].pop("collectives")
+    fabric = {
+        "topology": "fat-tree",
+        "name": "single-host",
+        "levels": 1,
+        "oversubscription": 1.0,
+        "switch_latency_us": 0.0,
+        "source": "clustersim calibrate: one host, no switch",
+    }
+    return {"node": node, "fabric": fabric,
+            "calibration": {"from": str(data.get("folder")), "machine": machine, "settings": {
+                k: v for k, v in settings.items() if isinstance(v, str | int | float | bool)}}}
+
+
+def validate_profile(profile: dict[str, Any]) -> None:
+    """Raise ConfigError unless the profile loads as Node and FatTree."""
+    from hardware_specs.schema import FatTree, Node
+    from hardware_specs.yaml_io import validate_spec
+
+    validate_spec(Node, profile["node"], "profile.node")
+    validate_spec(FatTree, profile["fabric"], "profile.fabric")
+
+
+def write_profile(profile: dict[str, Any], path: str | Path) -> Path:
+    path = Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    header = ("# Hardware profile written by `clustersim calibrate` (fitted, not datasheet values).\n"
+              "# Use it in a scenario as  cluster: {profile: " + path.name + ", num_gpus: N}\n")
+    path.write_text(header + yaml.safe_dump(profile, sort_keys=False, width=120))
+    return path
+
+
+def load_profile_specs(path: str | Path):
+    """(Node, FatTree) of a profile file."""
+    from hardware_specs.schema import FatTree, Node
+    from hardware_specs.yaml_io import read_yaml, validate_spec
+
+    raw = read_yaml(Path(path), "profile")
+    if not isinstance(raw, dict) or "node" not in raw:
+        raise ConfigError("profile", f"{path} holds no 'node' mapping")
+    return validate_spec(Node, raw["node"], "profile.node"), validate_spec(FatTree, raw.get("fabric", {}), "profile.fabric")
+
+
+# --------------------------------------------------------------------------- prediction of runs
+TRAIN_DIR = "training"
+
+
+def read_runs(folder: str | Path) -> dict[str, Any]:
+    """The harness's training records: ``DIR/training/runs.json`` (or ``DIR/runs.json``)."""
+    root = Path(folder)
+    for path in (root / TRAIN_DIR / "runs.json", root / "runs.json", root):
+        if path.is_file():
+            try:
+                doc = json.loads(path.read_text())
+            except json.JSONDecodeError as exc:
+                raise ConfigError("--runs", f"{path}: invalid JSON ({exc.msg})") from None
+            if not isinstance(doc, dict) or not isinstance(doc.get("runs"), list):
+                raise ConfigError("--runs", f"{path} is not a harness runs.json (no 'runs' list)")
+            doc["path"] = str(path)
+            return doc
+    raise ConfigError("--runs", f"no training/runs.json under {root} (run `python -m validation.harness --out DIR`)")
+
+
+def scenario_for_run(run: dict[str, Any], profile_path: str | Path) -> dict[str, Any]:
+    """The raw scenario that describes a recorded run: same model, layout, precision, optimizer."""
+    lay = run["layout"]
+    return {
+        "name": f"harness-{run['strategy']}",
+        "model": run["model"],
+        "cluster": {"profile": str(profile_path), "num_gpus": int(lay["num_gpus"])},
+        "parallelism": {
+            "tp": int(lay["tp"]), "pp": int(lay["pp"]), "dp": int(lay["dp"]),
+            "zero_stage": int(lay["zero_stage"]), "schedule": lay["schedule"],
+            "micro_batch_size": int(lay["micro_batch_size"]), "global_batch_size": int(lay["global_batch_size"]),
+            "recompute": "none",
+        },
+        "training": {"precision": run.get("precision", "fp32"), "optimizer": run.get("optimizer", "adam")},
+    }
+
+
+def predict_runs(runs_doc: dict[str, Any], profile_path: str | Path,
+                 strategies: list[str] | None = None) -> list[dict[str, Any]]:
+    """Simulate every recorded run with the profile; one row per run with the relative error."""
+    from simulator.scenario import load_scenario
+    from simulator.simulate import simulate
+
+    rows = []
+    for run in runs_doc["runs"]:
+        if strategies and run["strategy"] not in strategies:
+            continue
+        raw = scenario_for_run(run, profile_path)
+        result = simulate(load_scenario(raw))
+        measured = float(run["step_time_s"])
+        predicted = float(result.step_time_s)
+        rows.append({
+            "strategy": run["strategy"],
+            "num_gpus": raw["cluster"]["num_gpus"],
+            "layout": {k: raw["parallelism"][k] for k in ("tp", "pp", "dp", "zero_stage", "schedule",
+                                                          "micro_batch_size", "global_batch_size")},
+            "measured_step_time_s": measured,
+            "measured_p10_s": run.get("step_time_p10_s"),
+            "measured_p90_s": run.get("step_time_p90_s"),
+            "predicted_step_time_s": predicted,
+            "relative_error": (predicted - measured) / measured,
+            "predicted_breakdown_s": dict(result.time_breakdown_s),
+        })
+    return rows
+
+
+def error_summary(rows: list[dict[str, Any]]) -> dict[str, float]:
+    errs = np.abs([r["relative_error"] for r in rows]) if rows else np.array([0.0])
+    return {"runs": len(rows), "median_abs_relative_error": float(np.median(errs)),
+            "max_abs_relative_error": float(np.max(errs))}

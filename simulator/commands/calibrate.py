@@ -1,0 +1,81 @@
+"""``clustersim calibrate``: fit a hardware profile from real microbenchmarks.
+
+Runs the harness's microbenchmarks on this machine (``torch.distributed``: gloo on CPU, NCCL
+on GPUs; torch is the ``validation`` extra) or reads their files (``--from DIR``), and writes
+a profile YAML that scenarios load with ``cluster: {profile: PROFILE.yaml, num_gpus: N}``.
+Training runs are never used here (``clustersim validate-runs`` checks against them).
+"""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+from simulator.errors import ConfigError
+
+DEFAULT_DIR = Path(os.environ.get("CLUSTERSIM_CALIBRATION_DIR", "clustersim-calibration"))
+
+
+def register(subparsers) -> None:
+    p = subparsers.add_parser(
+        "calibrate", help="fit a hardware profile from microbenchmarks (runs them, or reads --from DIR)",
+        description="Fit a hardware profile (accelerator GEMM/memory efficiencies, per-collective "
+                    "alpha-beta laws) from the harness's microbenchmarks. Without --from, runs them here "
+                    f"(gloo on CPU, NCCL on GPUs) under --dir (default ./{DEFAULT_DIR}).")
+    p.add_argument("--from", dest="source", metavar="DIR",
+                   help="read measurements from DIR (a harness output folder or its microbench/ folder)")
+    p.add_argument("--out", metavar="PROFILE.yaml", help="profile to write (default: DIR/profile.yaml)")
+    p.add_argument("--dir", type=Path, default=DEFAULT_DIR, help=f"work folder when measuring (default ./{DEFAULT_DIR})")
+    p.add_argument("--world-size", type=int, default=2, help="processes to measure with (default 2)")
+    p.add_argument("--quick", action="store_true", help="fewer sizes and repetitions")
+    p.add_argument("--device", choices=["cpu", "cuda"], help="default: cuda if present, else cpu")
+    p.add_argument("--intra-node-kind", choices=["shm", "pcie", "nvlink", "nvswitch", "xgmi"],
+                   help="intra_node.kind to record (default: shm on CPU, nvlink on GPUs)")
+    p.add_argument("--json", action="store_true", help="print the profile as JSON")
+    p.set_defaults(handler=run)
+
+
+def run(args) -> int:
+    import json
+
+    from simulator.calibration import build_profile, read_microbench, validate_profile, write_profile
+
+    if args.world_size < 1:
+        raise ConfigError("--world-size", "must be at least 1")
+    if args.source:
+        folder = Path(args.source)
+        if not folder.is_dir():
+            raise ConfigError("--from", f"folder not found: {folder}")
+    else:
+        try:
+            import torch  # noqa: F401
+        except ImportError:
+            raise ConfigError("calibrate", "measuring needs torch (pip install 'clustersim[validation]'), "
+                                           "or pass --from DIR with measurements made elsewhere") from None
+        from validation.harness.run import run_microbench_files
+
+        folder = args.dir
+        print(f"measuring microbenchmarks (world size {args.world_size}) into {folder}/microbench ...", flush=True)
+        try:
+            run_microbench_files(folder, args.world_size, args.quick, args.device)
+        except RuntimeError as exc:
+            raise ConfigError("calibrate", str(exc).splitlines()[0]) from None
+    data = read_microbench(folder)
+    profile = build_profile(data, source_label=str(Path(data["folder"])), intra_node_kind=args.intra_node_kind)
+    validate_profile(profile)
+    out = Path(args.out) if args.out else (Path(folder) / "profile.yaml")
+    write_profile(profile, out)
+    if args.json:
+        print(json.dumps(profile, indent=2))
+        return 0
+    acc = profile["node"]["accelerator"]
+    eff = acc["efficiency"]
+    print(f"wrote {out}")
+    print(f"  peak TFLOP/s      {', '.join(f'{p} {v:.4g}' for p, v in acc['peak_tflops'].items())}")
+    print(f"  GEMM efficiency   {len(eff['gemm_curve'])} points, "
+          f"{min(p['efficiency'] for p in eff['gemm_curve']):.2f}..{max(p['efficiency'] for p in eff['gemm_curve']):.2f}")
+    print(f"  memory            {acc['hbm_bandwidth_gb_per_s']:.4g} GB/s x {eff['memory_bound_efficiency']:.3f}; "
+          f"launch {eff['kernel_launch_overhead_us']:.3g} us")
+    for name, law in (profile["node"]["intra_node"].get("collectives") or {}).items():
+        print(f"  {name:<16s}  {law['latency_us']:9.1f} us + bytes / {law['bus_bandwidth_gb_per_s']:.4g} GB/s")
+    return 0

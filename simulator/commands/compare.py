@@ -1,0 +1,109 @@
+"""``clustersim compare --trace FILE [SCENARIO]``: a measured profiler trace beside a simulated step.
+
+Reads a PyTorch profiler / Kineto Chrome trace (the harness's, or one from your own GPU job),
+groups it into compute, optimizer, each kind of communication and idle (see
+:mod:`simulator.trace_compare`) and prints it beside the simulated step of SCENARIO, with the
+relative error per category; ``--plot`` draws the measured lanes above the simulated ones.
+For a harness trace (``DIR/training/traces/<strategy>_rank<r>.json``) SCENARIO may be left
+out: the run's model and layout are read from ``DIR/training/runs.json`` and the hardware
+from ``--profile`` (default ``DIR/profile.yaml``, then ``./clustersim-calibration/profile.yaml``).
+"""
+
+from __future__ import annotations
+
+import json
+import re
+from pathlib import Path
+
+from simulator.commands.calibrate import DEFAULT_DIR
+from simulator.errors import ConfigError
+
+
+def register(subparsers) -> None:
+    p = subparsers.add_parser(
+        "compare", help="compare a measured PyTorch profiler trace with the simulated step",
+        description="Group a Kineto/PyTorch-profiler Chrome trace into compute, communication kinds and idle, "
+                    "and set it beside the simulated step of the matching scenario.")
+    p.add_argument("scenario", nargs="?", help="scenario YAML the trace was measured on (optional for harness traces)")
+    p.add_argument("--trace", required=True, metavar="FILE", help="profiler trace (.json or .json.gz)")
+    p.add_argument("--set", dest="overrides", action="append", default=[], metavar="KEY.PATH=VALUE",
+                   help="override a scenario field (repeatable)")
+    steps = p.add_mutually_exclusive_group()
+    steps.add_argument("--step", type=int, metavar="N", help="use ProfilerStep#N only")
+    steps.add_argument("--average", action="store_true", help="average every profiled step (the default)")
+    p.add_argument("--rank-class", help="simulated rank class (default: the pipeline stage of the trace's rank)")
+    p.add_argument("--profile", metavar="PROFILE.yaml", help="hardware profile for a harness trace without SCENARIO")
+    p.add_argument("--plot", metavar="PNG", help="write the measured-above-simulated timeline")
+    p.add_argument("--json", action="store_true", help="print one JSON object")
+    p.set_defaults(handler=run)
+
+
+_HARNESS_TRACE = re.compile(r"^(?P<strategy>[a-z0-9_]+)_rank(?P<rank>\d+)\.json(\.gz)?$")
+
+
+def _harness_scenario(trace: Path, profile: str | None) -> tuple[dict, str]:
+    from simulator.calibration import read_runs, scenario_for_run
+
+    m = _HARNESS_TRACE.match(trace.name)
+    runs_dir = trace.parent.parent  # DIR/training/traces/x.json -> DIR/training
+    if not m or not (runs_dir / "runs.json").is_file():
+        raise ConfigError("scenario", "give the scenario the trace was measured on (SCENARIO), "
+                                      "or a harness trace next to its training/runs.json")
+    doc = read_runs(runs_dir)
+    match = [r for r in doc["runs"] if r["strategy"] == m["strategy"]]
+    if not match:
+        raise ConfigError("--trace", f"no run {m['strategy']!r} in {runs_dir / 'runs.json'}")
+    candidates = [Path(profile)] if profile else [runs_dir.parent / "profile.yaml", DEFAULT_DIR / "profile.yaml"]
+    found = next((c for c in candidates if c.is_file()), None)
+    if found is None:
+        raise ConfigError("--profile", "no hardware profile found (tried " + ", ".join(map(str, candidates))
+                          + "); run `clustersim calibrate` or pass --profile")
+    return scenario_for_run(match[0], found), f"harness run {m['strategy']} with {found}"
+
+
+def run(args) -> int:
+    from simulator.scenario import load_scenario
+    from simulator.simulate import simulate
+    from simulator.trace_compare import (
+        compare_rows,
+        load_trace,
+        measured_breakdown,
+        plot_timelines,
+        simulated_breakdown,
+        stage_of_rank,
+        trace_rank,
+    )
+
+    trace = Path(args.trace)
+    if args.plot and not Path(args.plot).parent.resolve().is_dir():
+        raise ConfigError("--plot", f"folder does not exist: {Path(args.plot).parent}")
+    measured = measured_breakdown(trace, step=args.step)
+    if args.scenario:
+        scenario = load_scenario(args.scenario, args.overrides)
+        described = str(args.scenario)
+    else:
+        raw, described = _harness_scenario(trace, args.profile)
+        scenario = load_scenario(raw, args.overrides)
+    result = simulate(scenario)
+    par = scenario.parallelism
+    rank_class = args.rank_class or stage_of_rank(trace_rank(load_trace(trace)), scenario.num_gpus, par.pp)
+    simulated = simulated_breakdown(result, rank_class, par.zero_stage)
+    rows = compare_rows(measured, simulated)
+    if args.plot:
+        plot_timelines(measured, simulated, args.plot,
+                       f"{trace.name} ({measured.step}) vs {scenario.name} ({simulated.step})")
+    if args.json:
+        print(json.dumps({"trace": str(trace), "scenario": described, "measured_step": measured.step,
+                          "simulated_rank_class": simulated.step, "rows": rows, "notes": measured.notes}, indent=2))
+        return 0
+    print(f"trace     {trace} ({measured.step})")
+    print(f"scenario  {described} -> {simulated.step}")
+    print(f"{'category':<24s} {'measured':>11s} {'simulated':>11s} {'error':>8s}")
+    for r in rows:
+        err = "" if r["relative_error"] is None else f"{r['relative_error'] * 100:+7.1f}%"
+        print(f"{r['category']:<24s} {r['measured_s'] * 1e3:9.2f}ms {r['simulated_s'] * 1e3:9.2f}ms {err:>8s}")
+    for note in measured.notes:
+        print(f"  note: {note}")
+    if args.plot:
+        print(f"\n  timeline written to {args.plot}")
+    return 0

@@ -1,0 +1,170 @@
+"""``clustersim validate-runs``: predict recorded training runs and show predicted vs measured.
+
+Each run of the harness (``DIR/training/runs.json``) is simulated with the calibrated
+profile, the same model shape and the same layout; the table gives the relative error per
+run. With no arguments, uses ``./clustersim-calibration/profile.yaml`` (from ``clustersim
+calibrate``) and runs the training harness there first if it has no runs yet.
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+from simulator.commands.calibrate import DEFAULT_DIR
+from simulator.errors import ConfigError
+
+DEFAULT_TOLERANCE = (0.15, 0.30)
+
+
+def register(subparsers) -> None:
+    p = subparsers.add_parser(
+        "validate-runs", help="predict recorded torch.distributed training runs; predicted vs measured",
+        description="Simulate every training run recorded by the harness with a calibrated profile and "
+                    "compare step times. Without --runs, runs the harness's training strategies here "
+                    f"(under ./{DEFAULT_DIR}) unless they are already there.")
+    p.add_argument("--profile", metavar="PROFILE.yaml", help=f"calibrated profile (default ./{DEFAULT_DIR}/profile.yaml)")
+    p.add_argument("--runs", metavar="DIR", help="harness output folder with training/runs.json")
+    p.add_argument("--dir", type=Path, default=DEFAULT_DIR, help=f"work folder when measuring (default ./{DEFAULT_DIR})")
+    p.add_argument("--world-size", type=int, help="processes for the training runs (default: the profile's gpus_per_node)")
+    p.add_argument("--quick", action="store_true", help="fewer training steps when measuring")
+    p.add_argument("--rerun", action="store_true", help="measure the training runs again even if recorded")
+    p.add_argument("--strategy", action="append", help="only these strategies (repeatable)")
+    p.add_argument("--json", action="store_true", help="print a JSON list of per-run objects")
+    p.add_argument("--plot", metavar="PNG", help="write a predicted-vs-measured plot")
+    p.add_argument("--tolerance", metavar="MEDIAN[,MAX]",
+                   help="fail (exit 1) when the median |relative error| exceeds MEDIAN or any run exceeds MAX "
+                        f"(default MAX = 2 x MEDIAN; without this flag the targets {DEFAULT_TOLERANCE} are only reported)")
+    p.set_defaults(handler=run)
+
+
+def parse_tolerance(text: str | None) -> tuple[float, float] | None:
+    if text is None:
+        return None
+    parts = [t for t in text.replace(":", ",").split(",") if t.strip()]
+    try:
+        values = [float(t) for t in parts]
+    except ValueError:
+        raise ConfigError("--tolerance", f"expected MEDIAN[,MAX] as fractions, got {text!r}") from None
+    if not values or len(values) > 2 or any(v <= 0 for v in values):
+        raise ConfigError("--tolerance", f"expected one or two positive fractions, got {text!r}")
+    return (values[0], values[1] if len(values) == 2 else 2 * values[0])
+
+
+def _profile_path(args) -> Path:
+    path = Path(args.profile) if args.profile else args.dir / "profile.yaml"
+    if not path.is_file():
+        hint = "" if args.profile else " (run `clustersim calibrate` first, or pass --profile)"
+        raise ConfigError("--profile", f"file not found: {path}{hint}")
+    return path
+
+
+def _runs_folder(args, profile: Path) -> Path:
+    if args.runs:
+        folder = Path(args.runs)
+        if not folder.exists():
+            raise ConfigError("--runs", f"not found: {folder}")
+        return folder
+    folder = args.dir
+    if args.rerun or not (folder / "training" / "runs.json").is_file():
+        try:
+            import torch  # noqa: F401
+        except ImportError:
+            raise ConfigError("validate-runs", "measuring needs torch (pip install 'clustersim[validation]'), "
+                                               "or pass --runs DIR with runs recorded elsewhere") from None
+        from simulator.calibration import load_profile_specs
+        from validation.harness.run import run_training_files
+
+        node, _ = load_profile_specs(profile)
+        world = args.world_size or node.gpus_per_node
+        print(f"measuring training runs (world size {world}) into {folder}/training ...", flush=True)
+        try:
+            run_training_files(folder, world, args.quick)
+        except RuntimeError as exc:
+            raise ConfigError("validate-runs", str(exc).splitlines()[0]) from None
+    return folder
+
+
+def render(rows: list[dict], summary: dict, tolerance: tuple[float, float]) -> str:
+    lines = [f"{'strategy':<10s} {'layout':<28s} {'measured':>10s} {'(p10-p90)':>17s} {'predicted':>10s} {'error':>8s}"]
+    for r in rows:
+        lay = r["layout"]
+        layout = (f"tp{lay['tp']} pp{lay['pp']} dp{lay['dp']}" + (f" zero{lay['zero_stage']}" if lay["zero_stage"] else "")
+                  + (f" {lay['schedule']}" if lay["pp"] > 1 else "") + f" mb{lay['micro_batch_size']}/{lay['global_batch_size']}")
+        spread = (f"({r['measured_p10_s'] * 1e3:.0f}-{r['measured_p90_s'] * 1e3:.0f} ms)"
+                  if r.get("measured_p10_s") is not None else "")
+        lines.append(f"{r['strategy']:<10s} {layout:<28s} {r['measured_step_time_s'] * 1e3:8.1f}ms {spread:>17s} "
+                     f"{r['predicted_step_time_s'] * 1e3:8.1f}ms {r['relative_error'] * 100:+7.1f}%")
+    med, mx = summary["median_abs_relative_error"], summary["max_abs_relative_error"]
+    ok = med <= tolerance[0] and mx <= tolerance[1]
+    lines.append("")
+    lines.append(f"median |error| {med * 100:.1f}% (target <= {tolerance[0] * 100:.0f}%), "
+                 f"max |error| {mx * 100:.1f}% (target <= {tolerance[1] * 100:.0f}%): {'PASS' if ok else 'FAIL'}")
+    return "\n".join(lines)
+
+
+def plot(rows: list[dict], path: str | Path, title: str) -> Path:
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    fig, ax = plt.subplots(figsize=(6, 6))
+    meas = [r["measured_step_time_s"] * 1e3 for r in rows]
+    pred = [r["predicted_step_time_s"] * 1e3 for r in rows]
+    lo_err = [max(0.0, (r["measured_step_time_s"] - (r.get("measured_p10_s") or r["measured_step_time_s"])) * 1e3) for r in rows]
+    hi_err = [max(0.0, ((r.get("measured_p90_s") or r["measured_step_time_s"]) - r["measured_step_time_s"]) * 1e3) for r in rows]
+    ax.errorbar(meas, pred, xerr=[lo_err, hi_err], fmt="o", capsize=3)
+    for r, x, y in zip(rows, meas, pred, strict=True):
+        ax.annotate(r["strategy"], (x, y), textcoords="offset points", xytext=(5, 5), fontsize=8)
+    top = max(meas + pred + [m + h for m, h in zip(meas, hi_err, strict=True)]) * 1.1
+    ax.plot([0, top], [0, top], "k--", lw=1, label="predicted = measured")
+    ax.fill_between([0, top], [0, top * 0.7], [0, top * 1.3], color="grey", alpha=0.15, label="+/-30%")
+    ax.set_xlim(0, top)
+    ax.set_ylim(0, top)
+    ax.set_xlabel("measured step time (ms; bars: p10-p90)")
+    ax.set_ylabel("predicted step time (ms)")
+    ax.set_title(title, fontsize=9)
+    ax.legend(loc="upper left", fontsize=8)
+    fig.tight_layout()
+    path = Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fig.savefig(path, dpi=110)
+    plt.close(fig)
+    return path
+
+
+def run(args) -> int:
+    from simulator.calibration import error_summary, predict_runs, read_runs
+
+    tolerance = parse_tolerance(args.tolerance)
+    if args.plot and not Path(args.plot).parent.resolve().is_dir():
+        raise ConfigError("--plot", f"folder does not exist: {Path(args.plot).parent}")
+    profile = _profile_path(args)
+    folder = _runs_folder(args, profile)
+    doc = read_runs(folder)
+    rows = predict_runs(doc, profile, args.strategy)
+    if not rows:
+        raise ConfigError("--strategy", "no recorded run matches")
+    summary = error_summary(rows)
+    if args.plot:
+        machine = doc.get("machine", {})
+        plot(rows, args.plot, f"{machine.get('hostname', '')} {machine.get('cpu_model', '')}: "
+                              f"median |err| {summary['median_abs_relative_error'] * 100:.1f}%")
+    if args.json:
+        print(json.dumps(rows, indent=2))
+    else:
+        print(f"profile {profile}; runs {doc['path']}")
+        print(render(rows, summary, tolerance or DEFAULT_TOLERANCE))
+        cores = (doc.get("machine") or {}).get("cpu_cores")
+        busy = [r["strategy"] for r in doc["runs"]
+                if cores and max(x or 0 for x in (r.get("load_average_1min") or [0])) > cores + 0.5]
+        if busy:
+            print(f"  note: the machine was busier than its {cores} cores while measuring {', '.join(busy)} "
+                  "(1-min load average); other processes slow the runs the profile does not know about")
+        if args.plot:
+            print(f"\n  plot written to {args.plot}")
+    if tolerance and (summary["median_abs_relative_error"] > tolerance[0]
+                      or summary["max_abs_relative_error"] > tolerance[1]):
+        return 1
+    return 0

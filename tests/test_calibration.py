@@ -1,0 +1,227 @@
+"""Calibration: alpha-beta fits, the profile YAML, validate-runs on recorded files (no torch needed)."""
+
+from __future__ import annotations
+
+import csv
+import json
+from pathlib import Path
+from types import SimpleNamespace
+
+import numpy as np
+import pytest
+import yaml
+
+from simulator.calibration import (
+    build_profile,
+    fit_alpha_beta,
+    load_profile_specs,
+    predict_runs,
+    read_microbench,
+    read_runs,
+    scenario_for_run,
+    validate_profile,
+    write_profile,
+)
+from simulator.cli import main
+from simulator.errors import ConfigError
+
+PEAK = 80e9          # flop/s
+LAUNCH = 3e-6        # s
+COPY_BW = 40e9       # bytes/s
+LAWS = {"all_reduce": (120e-6, 1.5e9), "all_gather": (90e-6, 1.0e9), "reduce_scatter": (100e-6, 0.8e9),
+        "broadcast": (60e-6, 2.0e9), "send_recv": (40e-6, 2.5e9)}
+SIZES = [4096 * 4**i for i in range(8)]
+
+
+def _eff(gflop: float) -> float:
+    return float(np.interp(np.log10(gflop), [-3.5, -1, 1], [0.3, 0.8, 0.9]))
+
+
+def _rows_with_stats(t: float) -> dict:
+    return {"median_s": t, "p10_s": t * 0.95, "p90_s": t * 1.1, "min_s": t * 0.9, "mean_s": t, "reps": 5}
+
+
+def _bus(name: str, size: float, world: int = 2) -> float:
+    if name == "all_reduce":
+        return 2 * (world - 1) / world * size
+    if name in ("all_gather", "reduce_scatter"):
+        return (world - 1) / world * size
+    return size
+
+
+def synthetic_microbench(folder: Path, world: int = 2) -> Path:
+    """Harness-format files whose numbers follow known laws exactly."""
+    micro = folder / "microbench"
+    micro.mkdir(parents=True)
+    gemm = []
+    for rank in range(world):
+        for m, n, k in [(64, 64, 64), (256, 256, 256), (512, 512, 512), (1024, 1024, 1024), (2048, 2048, 1024)]:
+            flops = 2.0 * m * n * k
+            t = flops / (PEAK * _eff(flops / 1e9)) + LAUNCH
+            for layout in ("nn", "nt", "tn"):
+                gemm.append({"kind": "mm", "layout": layout, "precision": "fp32", "batch": 1, "m": m, "n": n, "k": k,
+                             "gflop": flops / 1e9, **_rows_with_stats(t), "tflops": flops / t / 1e12, "rank": rank})
+    memory = []
+    for rank in range(world):
+        for kernel, slow in (("copy", 1.0), ("gelu", 4.0)):
+            for n in (2**16, 2**20):
+                nbytes = 8 * n
+                t = LAUNCH + nbytes * slow / COPY_BW
+                memory.append({"kernel": kernel, "precision": "fp32", "elements": n, "bytes": nbytes,
+                               **_rows_with_stats(t), "gb_per_s": nbytes / t / 1e9, "rank": rank})
+        memory.append({"kernel": "tiny_add", "precision": "fp32", "elements": 1, "bytes": 12,
+                       **_rows_with_stats(LAUNCH), "gb_per_s": 0.0, "rank": rank})
+    coll = []
+    for name, (alpha, beta) in LAWS.items():
+        for size in SIZES:
+            bb = _bus(name, size, world)
+            coll.append({"collective": name, "world_size": world, "size_bytes": size, "bus_bytes": bb,
+                         **_rows_with_stats(alpha + bb / beta)})
+    for name, rows in (("gemm", gemm), ("memory", memory), ("collectives", coll)):
+        with (micro / f"{name}.csv").open("w", newline="") as fh:
+            w = csv.DictWriter(fh, fieldnames=list(rows[0]))
+            w.writeheader()
+            w.writerows(rows)
+    (micro / "microbench.json").write_text(json.dumps({
+        "kind": "clustersim-harness-microbench", "started": "2026-01-01T00:00:00+00:00",
+        "machine": {"hostname": "testhost", "cpu_model": "Test CPU", "cpu_cores": 2, "memory_bytes": 8 * 2**30,
+                    "versions": {"torch": "x", "python": "3.11"}},
+        "settings": {"world_size": world, "backend": "gloo", "device_type": "cpu", "threads_per_rank": 1}}))
+    return folder
+
+
+def test_alpha_beta_fit_recovers_exact_laws():
+    for alpha, beta in LAWS.values():
+        x = np.array(SIZES, dtype=float)
+        fit = fit_alpha_beta(x, alpha + x / beta)
+        assert fit.alpha_s == pytest.approx(alpha, rel=1e-9)
+        assert fit.beta_bytes_per_s == pytest.approx(beta, rel=1e-9)
+        assert fit.max_relative_residual < 1e-9
+        plain = fit_alpha_beta(x, alpha + x / beta, relative=False)
+        assert plain.alpha_s == pytest.approx(alpha, rel=1e-6) and plain.beta_bytes_per_s == pytest.approx(beta, rel=1e-9)
+
+
+def test_alpha_beta_fit_keeps_latency_non_negative_and_rejects_bad_input():
+    x = np.array([1e3, 1e6, 1e7])
+    fit = fit_alpha_beta(x, x / 1e9 - np.array([0, 0, 2e-4]) + 1e-7)
+    assert fit.alpha_s >= 0 and fit.beta_bytes_per_s > 0
+    with pytest.raises(ConfigError):
+        fit_alpha_beta([], [])
+    with pytest.raises(ConfigError):
+        fit_alpha_beta([1, 2], [0.0, 1.0])
+
+
+def test_profile_is_fitted_from_the_files_and_loads_as_specs(tmp_path):
+    folder = synthetic_microbench(tmp_path / "m")
+    profile = build_profile(read_microbench(folder), source_label="microbench")
+    validate_profile(profile)
+    acc = profile["node"]["accelerator"]
+    # peak = the best measured GEMM rate (the largest shape, launch term included)
+    big = 2.0 * 2048 * 2048 * 1024
+    best = big / (big / (PEAK * _eff(big / 1e9)) + LAUNCH)
+    assert acc["peak_tflops"]["fp32"] == pytest.approx(best / 1e12, rel=1e-4)
+    eff = acc["efficiency"]
+    assert eff["kernel_launch_overhead_us"] == pytest.approx(LAUNCH * 1e6)
+    # the curve, net of the launch term, relative to that peak
+    curve = {round(p["gflop"], 6): p["efficiency"] for p in eff["gemm_curve"]}
+    for g in (2 * 64**3 / 1e9, 2 * 256**3 / 1e9, 2 * 1024**3 / 1e9):
+        assert curve[round(g, 6)] == pytest.approx(PEAK * _eff(g) / best, rel=1e-3)
+    assert acc["hbm_bandwidth_gb_per_s"] == pytest.approx(COPY_BW / 1e9, rel=0.01)
+    # harmonic mean of copy (1x) and gelu (4x slower) over the copy peak: 2 / (1 + 4) = 0.4
+    assert eff["memory_bound_efficiency"] == pytest.approx(0.4, rel=1e-3)
+    assert "gemm.csv" in eff["fitted_on"] and "memory.csv" in eff["fitted_on"]
+    node = profile["node"]
+    assert node["gpus_per_node"] == 2 and node["intra_node"]["kind"] == "shm"
+    for name, (alpha, beta) in LAWS.items():
+        law = node["intra_node"]["collectives"][name]
+        assert law["latency_us"] == pytest.approx(alpha * 1e6, rel=1e-4)
+        assert law["bus_bandwidth_gb_per_s"] == pytest.approx(beta / 1e9, rel=1e-4)
+        assert f"collective={name}" in law["fitted_on"] and "collectives.csv" in law["fitted_on"]
+    path = write_profile(profile, tmp_path / "profile.yaml")
+    node_spec, fabric_spec = load_profile_specs(path)
+    assert node_spec.intra_node.collectives["send_recv"].latency_us == pytest.approx(40.0, rel=1e-4)
+    assert fabric_spec.topology == "fat-tree"
+
+
+def test_a_scenario_loads_the_profile(tmp_path):
+    from simulator.scenario import load_scenario
+
+    path = write_profile(build_profile(read_microbench(synthetic_microbench(tmp_path / "m"))), tmp_path / "p.yaml")
+    sc = load_scenario({"model": {"name": "t", "num_layers": 2, "hidden_size": 64, "num_attention_heads": 4,
+                                  "vocab_size": 256, "seq_length": 32},
+                        "cluster": {"profile": str(path), "num_gpus": 2},
+                        "parallelism": {"dp": 2, "micro_batch_size": 2, "global_batch_size": 4},
+                        "training": {"precision": "fp32"}})
+    assert sc.node.gpus_per_node == 2 and sc.accelerator.peak_tflops["fp32"] > 0
+
+
+RUN_MODEL = {"name": "tiny", "num_layers": 2, "hidden_size": 64, "num_attention_heads": 4, "vocab_size": 256,
+             "seq_length": 32, "tied_embeddings": True}
+
+
+def _runs_doc(folder: Path) -> Path:
+    from validation.harness.layouts import STRATEGIES, layout_of
+
+    cfg = SimpleNamespace(global_batch=8, micro_batch=4, pp_micro_batches=4)
+    runs = [{"strategy": s, "layout": layout_of(s, cfg, 2), "model": RUN_MODEL, "precision": "fp32",
+             "optimizer": "adam", "step_time_s": 0.01 * (i + 1), "step_time_p10_s": 0.009 * (i + 1),
+             "step_time_p90_s": 0.011 * (i + 1)} for i, s in enumerate(STRATEGIES)]
+    path = folder / "training" / "runs.json"
+    path.parent.mkdir(parents=True)
+    path.write_text(json.dumps({"kind": "clustersim-harness-training", "machine": {"hostname": "h"}, "runs": runs}))
+    return folder
+
+
+def test_each_strategy_maps_to_its_scenario(tmp_path):
+    doc = read_runs(_runs_doc(tmp_path / "r"))
+    by = {r["strategy"]: scenario_for_run(r, "p.yaml") for r in doc["runs"]}
+    assert by["single"]["cluster"]["num_gpus"] == 1
+    assert by["ddp"]["parallelism"]["dp"] == 2 and by["ddp"]["parallelism"]["zero_stage"] == 0
+    assert by["fsdp"]["parallelism"]["zero_stage"] == 3
+    assert by["pp_gpipe"]["parallelism"]["pp"] == 2 and by["pp_gpipe"]["parallelism"]["schedule"] == "gpipe"
+    assert by["pp_1f1b"]["parallelism"]["schedule"] == "1f1b"
+    assert by["pp_1f1b"]["parallelism"]["micro_batch_size"] * 4 == by["pp_1f1b"]["parallelism"]["global_batch_size"]
+    assert by["tp"]["parallelism"]["tp"] == 2
+    assert all(s["training"]["precision"] == "fp32" for s in by.values())
+
+
+def test_calibrate_and_validate_runs_cli_on_recorded_files(tmp_path, capsys):
+    folder = synthetic_microbench(tmp_path / "m")
+    out = tmp_path / "profile.yaml"
+    assert main(["calibrate", "--from", str(folder), "--out", str(out)]) == 0
+    assert "all_reduce" in capsys.readouterr().out
+    assert yaml.safe_load(out.read_text())["node"]["intra_node"]["kind"] == "shm"
+    runs = _runs_doc(tmp_path / "r")
+    png = tmp_path / "vr.png"
+    assert main(["validate-runs", "--profile", str(out), "--runs", str(runs), "--json", "--plot", str(png)]) == 0
+    rows = json.loads(capsys.readouterr().out)
+    assert [r["strategy"] for r in rows] == ["single", "ddp", "fsdp", "pp_gpipe", "pp_1f1b", "tp"]
+    for r in rows:
+        assert r["predicted_step_time_s"] > 0
+        assert r["relative_error"] == pytest.approx((r["predicted_step_time_s"] - r["measured_step_time_s"])
+                                                    / r["measured_step_time_s"])
+    assert png.read_bytes()[:4] == b"\x89PNG"
+    assert main(["validate-runs", "--profile", str(out), "--runs", str(runs)]) == 0
+    table = capsys.readouterr().out
+    assert "median |error|" in table and "pp_gpipe" in table
+    # an impossible tolerance fails with exit code 1; a bad one is a one-line error
+    assert main(["validate-runs", "--profile", str(out), "--runs", str(runs), "--tolerance", "1e-9"]) == 1
+    capsys.readouterr()
+    assert main(["validate-runs", "--profile", str(out), "--runs", str(runs), "--tolerance", "abc"]) == 2
+    assert "--tolerance" in capsys.readouterr().err
+
+
+def test_predict_runs_rows(tmp_path):
+    path = write_profile(build_profile(read_microbench(synthetic_microbench(tmp_path / "m"))), tmp_path / "p.yaml")
+    rows = predict_runs(read_runs(_runs_doc(tmp_path / "r")), path, ["tp"])
+    assert len(rows) == 1 and rows[0]["predicted_breakdown_s"]["tp_comm"] >= 0
+
+
+def test_missing_inputs_are_config_errors(tmp_path, capsys):
+    with pytest.raises(ConfigError, match="no gemm.csv"):
+        read_microbench(tmp_path)
+    with pytest.raises(ConfigError, match="runs.json"):
+        read_runs(tmp_path)
+    assert main(["calibrate", "--from", str(tmp_path / "nope")]) == 2
+    assert main(["validate-runs", "--profile", str(tmp_path / "nope.yaml"), "--runs", str(tmp_path)]) == 2
+    assert "file not found" in capsys.readouterr().err

@@ -1,0 +1,234 @@
+"""The measurement harness: real 2-process gloo jobs on CPU, and the GPU path with the
+device logic mocked. Skipped where torch (the ``validation`` extra) is not installed."""
+
+from __future__ import annotations
+
+import json
+import math
+from dataclasses import replace
+from pathlib import Path
+from unittest import mock
+
+import pytest
+
+torch = pytest.importorskip("torch")
+
+from validation.harness import launcher  # noqa: E402
+from validation.harness.microbench import MicrobenchConfig, bus_bytes  # noqa: E402
+from validation.harness.run import run_microbench_files, run_training_files  # noqa: E402
+from validation.harness.training import STRATEGIES, TrainingConfig, layout_of  # noqa: E402
+
+pytestmark = pytest.mark.torch
+
+TINY_SPEC = {
+    "name": "tiny-gpt", "num_layers": 2, "hidden_size": 64, "num_attention_heads": 4,
+    "vocab_size": 256, "seq_length": 32, "tied_embeddings": True, "source": "test",
+}
+
+
+def test_launcher_runs_a_two_process_gloo_job():
+    results = launcher.launch(launcher.probe_rank, 2, 2.0)
+    assert [r["rank"] for r in results] == [0, 1]
+    assert all(r["world_size"] == 2 and r["backend"] == "gloo" and r["device"] == "cpu" for r in results)
+    assert all(r["sum"] == 2.0 * (1 + 2) for r in results)
+    assert all(r["threads"] == 1 for r in results)
+
+
+def test_launcher_reports_the_failing_rank():
+    with pytest.raises(launcher.LaunchError, match="rank 1"):
+        launcher.launch(_fail_on_rank_one, 2)
+
+
+def _fail_on_rank_one(ctx):
+    if ctx.rank == 1:
+        raise RuntimeError("boom")
+    return ctx.rank
+
+
+def test_quick_microbenchmarks_write_files_with_expected_fields(tmp_path):
+    cfg = MicrobenchConfig(gemm_shapes=[(64, 64, 64), (128, 128, 128)], bmm_shapes=[(4, 32, 32, 16)],
+                           gemm_layouts=["nn", "tn"], attention_shapes=[(1, 2, 32, 16)],
+                           memory_elements=[2**12, 2**14], memory_kernels=["copy", "gelu", "adam"],
+                           collective_bytes=[4096, 65536], warmup=1, reps=3, min_sample_s=2e-4)
+    meta = run_microbench_files(tmp_path, world_size=2, quick=True, config=cfg)
+    folder = tmp_path / "microbench"
+    for name in ("gemm.csv", "memory.csv", "collectives.csv", "microbench.json"):
+        assert (folder / name).is_file()
+    doc = json.loads((folder / "microbench.json").read_text())
+    assert doc["machine"]["cpu_cores"] >= 1 and doc["machine"]["hostname"]
+    assert doc["machine"]["versions"]["torch"] == torch.__version__
+    assert doc["settings"]["backend"] == "gloo" and doc["settings"]["world_size"] == 2
+    assert doc["started"] and doc["finished"]
+    gemm = doc["gemm"]
+    assert len(gemm) == 2 * (2 * 2 + 1 + 2)  # 2 ranks x (2 shapes x 2 layouts + 1 bmm + sdpa fwd, fwd+bwd)
+    assert {r["kind"] for r in gemm} == {"mm", "bmm", "sdpa", "sdpa_fwd_bwd"}
+    assert {r["layout"] for r in gemm if r["kind"] == "mm"} == {"nn", "tn"}
+    for row in gemm:
+        assert row["precision"] == "fp32"
+        assert row["p10_s"] <= row["median_s"] <= row["p90_s"]
+        assert row["tflops"] > 0 and row["reps"] == 3
+    kernels = {r["kernel"] for r in doc["memory"]}
+    assert kernels == {"copy", "gelu", "adam", "tiny_add"}
+    coll = doc["collectives"]
+    assert {r["collective"] for r in coll} == {"all_reduce", "all_gather", "reduce_scatter", "broadcast", "send_recv"}
+    for row in coll:
+        assert row["bus_bytes"] == pytest.approx(bus_bytes(row["collective"], row["size_bytes"], 2))
+        assert row["median_s"] > 0 and row["busbw_gb_per_s"] > 0
+    header = (folder / "collectives.csv").read_text().splitlines()[0].split(",")
+    assert {"collective", "size_bytes", "bus_bytes", "median_s", "p10_s", "p90_s"} <= set(header)
+    assert meta["kind"] == "clustersim-harness-microbench"
+
+
+def test_every_strategy_trains_and_agrees_on_the_loss(tmp_path):
+    cfg = TrainingConfig(spec=TINY_SPEC, global_batch=8, micro_batch=4, pp_micro_batches=4,
+                         warmup_steps=0, steps=2, profile_steps=1)
+    doc = run_training_files(tmp_path, world_size=2, quick=True, config=cfg)
+    runs = {r["strategy"]: r for r in doc["runs"]}
+    assert set(runs) == set(STRATEGIES)
+    # a freshly initialised model over a uniform-random batch: loss ~ ln(vocab)
+    ref = runs["single"]["losses"]
+    assert ref[0] == pytest.approx(math.log(256), rel=0.05)
+    for name, run in runs.items():
+        # step 0: the same weights and batch, so TP/PP/FSDP/DDP compute the very same loss
+        assert run["losses"][0] == pytest.approx(ref[0], rel=1e-5, abs=1e-5), name
+        # later steps: the same gradients and Adam updates, up to summation order
+        for got, want in zip(run["losses"][1:], ref[1:], strict=True):
+            assert got == pytest.approx(want, rel=1e-3), name
+        assert run["steps_timed"] == 2 and run["step_time_s"] > 0
+        assert run["layout"] == layout_of(name, cfg, 2)
+        assert run["model"]["hidden_size"] == 64
+        assert run["traces"], name
+        for trace in run["traces"]:
+            data = json.loads((tmp_path / "training" / trace).read_text())
+            names = {e.get("name", "") for e in data["traceEvents"]}
+            assert any(n.startswith("ProfilerStep#") for n in names), trace
+    assert runs["single"]["world_size"] == 1 and runs["ddp"]["world_size"] == 2
+    # ZeRO-3 and TP hold about half the parameters per rank; DDP all of them
+    full = runs["ddp"]["local_params_per_rank"][0]
+    assert runs["fsdp"]["local_params_per_rank"][0] < 0.6 * full
+    assert runs["tp"]["local_params_per_rank"][0] < 0.75 * full
+    assert (tmp_path / "training" / "runs.csv").is_file()
+
+
+def test_layouts_map_to_simulator_parallelism():
+    cfg = TrainingConfig(spec=TINY_SPEC)
+    assert layout_of("fsdp", cfg, 2)["zero_stage"] == 3
+    assert layout_of("pp_gpipe", cfg, 2) | {} == {**layout_of("pp_gpipe", cfg, 2), "schedule": "gpipe", "pp": 2}
+    assert layout_of("pp_1f1b", cfg, 2)["num_micro_batches"] == 4
+    assert layout_of("tp", cfg, 2)["tp"] == 2
+    with pytest.raises(ValueError):
+        layout_of("zero9", cfg, 2)
+
+
+# --------------------------------------------------------------------------- GPU path, mocked
+def _fake_cuda(count: int):
+    return [
+        mock.patch.object(torch.cuda, "is_available", return_value=True),
+        mock.patch.object(torch.cuda, "device_count", return_value=count),
+        mock.patch.object(torch.distributed, "is_nccl_available", return_value=True),
+    ]
+
+
+def test_nccl_one_process_per_gpu_when_cuda_is_present():
+    patches = _fake_cuda(4)
+    for p in patches:
+        p.start()
+    try:
+        choice = launcher.choose_device(2)
+        assert (choice.backend, choice.device_type, choice.num_devices) == ("nccl", "cuda", 4)
+        assert choice.device_for(1) == torch.device("cuda", 1)
+        with pytest.raises(RuntimeError, match="one GPU per process"):
+            launcher.choose_device(8)
+        assert launcher.choose_device(2, device="cpu").backend == "gloo"
+    finally:
+        for p in patches:
+            p.stop()
+
+
+def test_cpu_when_no_cuda_and_clear_errors():
+    with mock.patch.object(torch.cuda, "is_available", return_value=False):
+        choice = launcher.choose_device(2)
+        assert (choice.backend, choice.device_type) == ("gloo", "cpu")
+        with pytest.raises(RuntimeError, match="no CUDA"):
+            launcher.choose_device(2, device="cuda")
+        with pytest.raises(RuntimeError, match="needs CUDA"):
+            launcher.choose_device(2, backend="nccl")
+
+
+def test_worker_initialises_nccl_on_its_own_gpu(tmp_path):
+    """The rank side of the GPU path: set the device, init NCCL bound to it, run, report."""
+    choice = launcher.DeviceChoice("nccl", "cuda", 2)
+    with mock.patch.object(torch.cuda, "set_device") as set_device, \
+         mock.patch.object(torch.distributed, "init_process_group") as init, \
+         mock.patch.object(torch.distributed, "is_initialized", return_value=False):
+        launcher._worker(1, _return_ctx, (), 2, choice, 12345, 1, str(tmp_path), 60.0)
+    set_device.assert_called_once_with(torch.device("cuda", 1))
+    args, kwargs = init.call_args
+    assert args[0] == "nccl" and kwargs["rank"] == 1 and kwargs["world_size"] == 2
+    assert kwargs["device_id"] == torch.device("cuda", 1)
+    import pickle
+
+    status, value = pickle.loads((tmp_path / "rank1.pkl").read_bytes())
+    assert status == "ok" and value == {"rank": 1, "backend": "nccl", "cuda": True}
+
+
+def _return_ctx(ctx):
+    return {"rank": ctx.rank, "backend": ctx.backend, "cuda": ctx.is_cuda}
+
+
+def test_training_measures_cuda_memory_when_on_gpu():
+    from validation.harness.training import PeakMemory
+
+    ctx = launcher.RankContext(0, 1, torch.device("cuda", 0), "nccl", "cuda", 1)
+    with mock.patch.object(torch.cuda, "synchronize"), \
+         mock.patch.object(torch.cuda, "reset_peak_memory_stats") as reset, \
+         mock.patch.object(torch.cuda, "memory_allocated", return_value=100), \
+         mock.patch.object(torch.cuda, "max_memory_allocated", return_value=5000):
+        pm = PeakMemory(ctx)
+        pm.start()
+        got = pm.stop()
+    reset.assert_called_once()
+    assert got["peak_memory_bytes"] == 5000 and got["peak_memory_kind"] == "cuda_max_memory_allocated"
+
+
+def test_cpu_peak_memory_is_recorded_or_explained():
+    from validation.harness.training import PeakMemory
+
+    ctx = launcher.RankContext(0, 1, torch.device("cpu"), "gloo", "cpu", 1)
+    pm = PeakMemory(ctx)
+    pm.start()
+    blob = torch.ones(8 * 2**20)  # 32 MiB
+    got = pm.stop()
+    del blob
+    if got["peak_memory_bytes"] is None:
+        assert got["peak_memory_note"]
+    else:
+        assert got["peak_memory_bytes"] >= 16 * 2**20
+
+
+def test_gpu_microbench_precisions_default_to_half_types():
+    from validation.harness import microbench
+
+    ctx = launcher.RankContext(0, 1, torch.device("cpu"), "gloo", "cuda", 1)  # cuda-typed ctx, cpu tensors
+    cfg = MicrobenchConfig(gemm_shapes=[(16, 16, 16)], gemm_layouts=["nn"], bmm_shapes=[], attention_shapes=[],
+                           warmup=0, reps=1, min_sample_s=0)
+    with mock.patch.object(ctx.__class__, "sync", lambda self: None):
+        rows = microbench.bench_gemm(ctx, replace(cfg, precisions=None))
+    assert [r["precision"] for r in rows] == ["fp32", "bf16", "fp16"]
+
+
+def test_module_cli_help_does_not_need_a_run(capsys):
+    from validation.harness.__main__ import main
+
+    with pytest.raises(SystemExit):
+        main(["--help"])
+    assert "--world-size" in capsys.readouterr().out
+
+
+def test_output_folder_layout_is_documented():
+    from validation.harness import run
+
+    doc = run.__doc__
+    for name in ("manifest.json", "gemm.csv", "collectives.csv", "runs.json", "traces"):
+        assert name in doc
+    assert Path(run.__file__).is_file()

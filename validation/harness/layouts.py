@@ -1,0 +1,28 @@
+"""The harness's training strategies and the parallel layout each one runs (torch-free, so the
+simulator side can map recorded runs to scenarios without the ``validation`` extra)."""
+
+from __future__ import annotations
+
+from typing import Any
+
+STRATEGIES = ("single", "ddp", "fsdp", "pp_gpipe", "pp_1f1b", "tp")
+
+
+def layout_of(strategy: str, cfg: Any, world: int) -> dict[str, Any]:
+    """The parallel layout a strategy ran: what the simulator is given for it."""
+    g, mb = cfg.global_batch, cfg.micro_batch
+    if strategy == "single":
+        return {"num_gpus": 1, "tp": 1, "pp": 1, "dp": 1, "zero_stage": 0, "schedule": "1f1b",
+                "micro_batch_size": mb, "global_batch_size": g, "num_micro_batches": g // mb}
+    if strategy in ("ddp", "fsdp"):
+        return {"num_gpus": world, "tp": 1, "pp": 1, "dp": world, "zero_stage": 3 if strategy == "fsdp" else 0,
+                "schedule": "1f1b", "micro_batch_size": g // world, "global_batch_size": g, "num_micro_batches": 1}
+    if strategy in ("pp_gpipe", "pp_1f1b"):
+        m = cfg.pp_micro_batches
+        return {"num_gpus": world, "tp": 1, "pp": world, "dp": 1, "zero_stage": 0,
+                "schedule": "gpipe" if strategy == "pp_gpipe" else "1f1b",
+                "micro_batch_size": g // m, "global_batch_size": g, "num_micro_batches": m}
+    if strategy == "tp":
+        return {"num_gpus": world, "tp": world, "pp": 1, "dp": 1, "zero_stage": 0, "schedule": "1f1b",
+                "micro_batch_size": mb, "global_batch_size": g, "num_micro_batches": g // mb}
+    raise ValueError(f"unknown strategy {strategy!r} (known: {', '.join(STRATEGIES)})")

@@ -1,0 +1,308 @@
+"""Microbenchmarks run by every rank of a launched job (see :mod:`validation.harness.launcher`).
+
+- GEMM throughput over a sweep of shapes and precisions (fp32 on CPU; fp32/bf16/fp16 on GPU),
+  plus batched attention-shaped GEMMs (``bmm``);
+- memory-bound kernels (copy, add, GELU, LayerNorm, softmax) over tensor sizes, and tiny ops
+  whose time is the per-kernel (launch / dispatch) overhead;
+- collectives (all_reduce, all_gather, reduce_scatter, broadcast, send_recv) over message sizes.
+
+All ranks run the compute benchmarks at the same time (as in a training job, where every rank
+computes), so contention for cores / memory bandwidth is part of what is measured. Each row
+records the median and the p10/p90 spread of ``reps`` timed repetitions after ``warmup``.
+"""
+
+from __future__ import annotations
+
+from dataclasses import asdict, dataclass, field
+
+import torch
+import torch.distributed as dist
+import torch.nn.functional as F
+
+from validation.harness.launcher import RankContext
+from validation.harness.stats import summarize, time_op
+
+KIB = 1024
+MIB = 1024 * 1024
+
+DTYPES = {"fp32": torch.float32, "bf16": torch.bfloat16, "fp16": torch.float16}
+BYTES = {"fp32": 4, "bf16": 2, "fp16": 2}
+COLLECTIVES = ("all_reduce", "all_gather", "reduce_scatter", "broadcast", "send_recv")
+
+
+@dataclass
+class MicrobenchConfig:
+    """What to sweep and how hard. ``quick`` keeps a run to a few seconds."""
+
+    gemm_shapes: list[tuple[int, int, int]] = field(default_factory=lambda: [
+        (64, 64, 64), (128, 128, 128), (256, 256, 256), (512, 512, 512), (1024, 1024, 1024),
+        (512, 256, 256), (512, 768, 256), (512, 1024, 256), (512, 256, 1024), (512, 4096, 256),
+        (256, 1024, 512), (2048, 256, 256), (2048, 1024, 256), (2048, 256, 1024), (2048, 4096, 256),
+    ])
+    bmm_shapes: list[tuple[int, int, int, int]] = field(default_factory=lambda: [
+        (16, 128, 128, 64), (16, 128, 64, 128), (32, 256, 256, 64), (32, 256, 64, 256),
+    ])
+    gemm_layouts: list[str] = field(default_factory=lambda: ["nn", "nt", "tn"])
+    attention_shapes: list[tuple[int, int, int, int]] = field(default_factory=lambda: [
+        (4, 4, 128, 64), (2, 4, 256, 64), (8, 8, 128, 32), (2, 16, 512, 64),
+    ])  # (batch, heads, seq, head_dim)
+    precisions: list[str] | None = None  # default: fp32 on CPU; fp32, bf16, fp16 on GPU
+    memory_elements: list[int] = field(default_factory=lambda: [2**16, 2**18, 2**20, 2**22, 2**24])
+    memory_kernels: list[str] = field(default_factory=lambda: ["copy", "add", "gelu", "layernorm", "softmax",
+                                                              "log_softmax", "adam"])
+    collective_bytes: list[int] = field(default_factory=lambda: [4 * KIB * 4**i for i in range(8)])  # 4 KiB..64 MiB
+    collectives: list[str] = field(default_factory=lambda: list(COLLECTIVES))
+    warmup: int = 3
+    reps: int = 15
+    min_sample_s: float = 2e-3  # short ops are repeated inside one sample to reach this
+
+    @classmethod
+    def quick(cls) -> MicrobenchConfig:
+        return cls(
+            gemm_shapes=[(128, 128, 128), (256, 256, 256), (512, 256, 256), (512, 768, 256), (512, 1024, 256),
+                         (512, 256, 1024), (512, 4096, 256), (1024, 1024, 1024)],
+            bmm_shapes=[(16, 128, 128, 64)],
+            attention_shapes=[(4, 4, 128, 64), (2, 4, 256, 64)],
+            memory_elements=[2**16, 2**18, 2**20, 2**22],
+            collective_bytes=[4 * KIB * 4**i for i in range(6)],  # 4 KiB..4 MiB
+            warmup=2,
+            reps=7,
+        )
+
+    def to_dict(self) -> dict:
+        return asdict(self)
+
+
+def _inner_count(fn, sync, target_s: float) -> int:
+    """How many calls make one sample last about ``target_s`` (at least 1)."""
+    import time
+
+    fn()
+    sync()
+    t0 = time.perf_counter()
+    fn()
+    sync()
+    dt = max(time.perf_counter() - t0, 1e-7)
+    return max(1, min(10_000, int(target_s / dt)))
+
+
+def _rows_stats(samples: list[float]) -> dict:
+    return summarize(samples)
+
+
+def bench_gemm(ctx: RankContext, cfg: MicrobenchConfig) -> list[dict]:
+    precisions = cfg.precisions or (["fp32", "bf16", "fp16"] if ctx.is_cuda else ["fp32"])
+    rows = []
+    gen = torch.Generator(device="cpu").manual_seed(ctx.rank)
+    for precision in precisions:
+        dtype = DTYPES[precision]
+        for m, n, k in cfg.gemm_shapes:
+            for layout in cfg.gemm_layouts:
+                # nn: C = A·B; nt: C = A·Bᵀ (a linear's forward, x·Wᵀ); tn: C = Aᵀ·B (its weight gradient)
+                a = torch.randn(*((k, m) if layout[0] == "t" else (m, k)), generator=gen).to(ctx.device, dtype)
+                b = torch.randn(*((n, k) if layout[1] == "t" else (k, n)), generator=gen).to(ctx.device, dtype)
+                a_op = a.t() if layout[0] == "t" else a
+                b_op = b.t() if layout[1] == "t" else b
+                fn = lambda a=a_op, b=b_op: torch.mm(a, b)  # noqa: E731
+                inner = _inner_count(fn, ctx.sync, cfg.min_sample_s)
+                st = _rows_stats(time_op(fn, cfg.warmup, cfg.reps, ctx.sync, inner))
+                flops = 2.0 * m * n * k
+                rows.append({"kind": "mm", "layout": layout, "precision": precision, "batch": 1, "m": m, "n": n,
+                             "k": k, "gflop": flops / 1e9, **st, "tflops": flops / st["median_s"] / 1e12,
+                             "tflops_p10": flops / st["p90_s"] / 1e12, "tflops_p90": flops / st["p10_s"] / 1e12})
+        for batch, m, n, k in cfg.bmm_shapes:
+            a = torch.randn(batch, m, k, generator=gen).to(ctx.device, dtype)
+            b = torch.randn(batch, k, n, generator=gen).to(ctx.device, dtype)
+            fn = lambda a=a, b=b: torch.bmm(a, b)  # noqa: E731
+            inner = _inner_count(fn, ctx.sync, cfg.min_sample_s)
+            st = _rows_stats(time_op(fn, cfg.warmup, cfg.reps, ctx.sync, inner))
+            flops = 2.0 * batch * m * n * k
+            rows.append({"kind": "bmm", "layout": "nn", "precision": precision, "batch": batch, "m": m, "n": n, "k": k,
+                         "gflop": flops / 1e9, **st, "tflops": flops / st["median_s"] / 1e12,
+                         "tflops_p10": flops / st["p90_s"] / 1e12, "tflops_p90": flops / st["p10_s"] / 1e12})
+        for batch, heads, seq, dim in cfg.attention_shapes:
+            rows += _bench_attention(ctx, cfg, precision, batch, heads, seq, dim, gen)
+    return rows
+
+
+def _bench_attention(ctx, cfg, precision, batch, heads, seq, dim, gen) -> list[dict]:
+    """Causal scaled-dot-product attention (the kernel the harness model runs), forward and
+    forward+backward. ``gflop`` counts QKᵀ and AV in full (4·b·h·s²·d forward; backward 2x),
+    as the simulator counts attention."""
+    dtype = DTYPES[precision]
+    q, k, v = (torch.randn(batch, heads, seq, dim, generator=gen).to(ctx.device, dtype).requires_grad_()
+               for _ in range(3))
+    grad = torch.randn(batch, heads, seq, dim, generator=gen).to(ctx.device, dtype)
+    fwd_flops = 4.0 * batch * heads * seq * seq * dim
+
+    def fwd():
+        with torch.no_grad():
+            return F.scaled_dot_product_attention(q, k, v, is_causal=True)
+
+    def fwd_bwd():
+        out = F.scaled_dot_product_attention(q, k, v, is_causal=True)
+        out.backward(grad)
+        q.grad = k.grad = v.grad = None
+
+    rows = []
+    for kind, fn, flops in (("sdpa", fwd, fwd_flops), ("sdpa_fwd_bwd", fwd_bwd, 3 * fwd_flops)):
+        inner = _inner_count(fn, ctx.sync, cfg.min_sample_s)
+        st = _rows_stats(time_op(fn, cfg.warmup, cfg.reps, ctx.sync, inner))
+        rows.append({"kind": kind, "layout": "causal", "precision": precision, "batch": batch * heads, "m": seq,
+                     "n": seq, "k": dim, "gflop": flops / 1e9, **st, "tflops": flops / st["median_s"] / 1e12,
+                     "tflops_p10": flops / st["p90_s"] / 1e12, "tflops_p90": flops / st["p10_s"] / 1e12})
+    return rows
+
+
+def _memory_kernel(name: str, n: int, device, dtype):
+    """A memory-bound kernel on ``n`` elements and the bytes it moves (reads + writes)."""
+    x = torch.randn(n, device=device, dtype=dtype)
+    y = torch.randn(n, device=device, dtype=dtype)
+    out = torch.empty_like(x)
+    e = x.element_size()
+    if name == "copy":
+        return (lambda: out.copy_(x)), 2 * n * e
+    if name == "add":
+        return (lambda: torch.add(x, y, out=out)), 3 * n * e
+    if name == "gelu":
+        return (lambda: F.gelu(x)), 2 * n * e
+    width = 256 if n >= 256 else n
+    x2 = x.view(-1, width)
+    if name == "layernorm":
+        w = torch.ones(width, device=device, dtype=dtype)
+        b = torch.zeros(width, device=device, dtype=dtype)
+        return (lambda: F.layer_norm(x2, (width,), w, b)), 2 * n * e
+    if name == "softmax":
+        return (lambda: torch.softmax(x2, dim=-1)), 2 * n * e
+    if name == "log_softmax":
+        return (lambda: torch.log_softmax(x2, dim=-1)), 2 * n * e
+    if name == "adam":
+        # one fused Adam step over n parameters: reads p, g, m, v and writes p, m, v
+        p = torch.nn.Parameter(x.clone())
+        p.grad = y.clone()
+        try:
+            opt = torch.optim.Adam([p], lr=1e-3, fused=True)
+        except (RuntimeError, TypeError, ValueError):
+            opt = torch.optim.Adam([p], lr=1e-3)
+        return opt.step, 7 * n * e
+    raise ValueError(f"unknown memory kernel {name!r}")
+
+
+def bench_memory(ctx: RankContext, cfg: MicrobenchConfig) -> list[dict]:
+    rows = []
+    for precision in ["fp32"] + (["bf16"] if ctx.is_cuda else []):
+        dtype = DTYPES[precision]
+        for kernel in cfg.memory_kernels:
+            for n in cfg.memory_elements:
+                fn, nbytes = _memory_kernel(kernel, n, ctx.device, dtype)
+                inner = _inner_count(fn, ctx.sync, cfg.min_sample_s)
+                st = _rows_stats(time_op(fn, cfg.warmup, cfg.reps, ctx.sync, inner))
+                rows.append({"kernel": kernel, "precision": precision, "elements": n, "bytes": nbytes, **st,
+                             "gb_per_s": nbytes / st["median_s"] / 1e9})
+        # per-kernel overhead: ops on one element, where the time is all dispatch/launch
+        x = torch.ones(1, device=ctx.device, dtype=dtype)
+        y = torch.ones(1, device=ctx.device, dtype=dtype)
+        fn = lambda x=x, y=y: torch.add(x, y)  # noqa: E731
+        inner = _inner_count(fn, ctx.sync, cfg.min_sample_s)
+        st = _rows_stats(time_op(fn, cfg.warmup, cfg.reps, ctx.sync, inner))
+        rows.append({"kernel": "tiny_add", "precision": precision, "elements": 1, "bytes": 3 * x.element_size(),
+                     **st, "gb_per_s": 3 * x.element_size() / st["median_s"] / 1e9})
+    return rows
+
+
+def bus_bytes(collective: str, size_bytes: float, world: int) -> float:
+    """NCCL-tests bus volume of a collective whose per-rank buffer is ``size_bytes``."""
+    if collective == "all_reduce":
+        return 2 * (world - 1) / world * size_bytes
+    if collective in ("all_gather", "reduce_scatter"):
+        return (world - 1) / world * size_bytes
+    return float(size_bytes)
+
+
+def _collective_fn(name: str, size_bytes: int, ctx: RankContext):
+    ws, rank = ctx.world_size, ctx.rank
+    n = max(ws, size_bytes // 4 // ws * ws)  # fp32 elements, divisible by the world size
+    buf = torch.ones(n, device=ctx.device)
+    if name == "all_reduce":
+        return lambda: dist.all_reduce(buf)
+    if name == "all_gather":
+        shard = torch.ones(n // ws, device=ctx.device)
+        gather = getattr(dist, "all_gather_single", None) or dist.all_gather_into_tensor
+        return lambda: gather(buf, shard)
+    if name == "reduce_scatter":
+        shard = torch.empty(n // ws, device=ctx.device)
+        scatter = getattr(dist, "reduce_scatter_single", None) or dist.reduce_scatter_tensor
+        return lambda: scatter(shard, buf)
+    if name == "broadcast":
+        return lambda: dist.broadcast(buf, 0)
+    if name == "send_recv":
+        # ping-pong between pairs (0,1), (2,3), ...; one sample is one one-way transfer
+        peer = rank ^ 1
+        if peer >= ws:
+            return lambda: None
+
+        def pingpong():
+            if rank % 2 == 0:
+                dist.send(buf, peer)
+                dist.recv(buf, peer)
+            else:
+                dist.recv(buf, peer)
+                dist.send(buf, peer)
+        return pingpong
+    raise ValueError(f"unknown collective {name!r}")
+
+
+def bench_collectives(ctx: RankContext, cfg: MicrobenchConfig) -> list[dict]:
+    """Each sample: a barrier, then ``inner`` back-to-back operations (the same count on every
+    rank, so that sub-millisecond ones are timed over a few ms), the time of one; the slowest
+    rank's sample counts (a collective is done when its last rank is)."""
+    import time
+
+    if ctx.world_size < 2:
+        return []
+    rows = []
+    for name in cfg.collectives:
+        for size in cfg.collective_bytes:
+            fn = _collective_fn(name, size, ctx)
+            dist.barrier()
+            for _ in range(cfg.warmup):
+                fn()
+            ctx.sync()
+            t0 = time.perf_counter()
+            fn()
+            ctx.sync()
+            probe = time.perf_counter() - t0
+            inner = torch.tensor([max(1, min(1000, int(cfg.min_sample_s / max(probe, 1e-7))))])
+            dist.all_reduce(inner, op=dist.ReduceOp.MAX)
+            inner = int(inner.item())
+            samples = []
+            for _ in range(cfg.reps):
+                dist.barrier()
+                t0 = time.perf_counter()
+                for _ in range(inner):
+                    fn()
+                ctx.sync()
+                samples.append((time.perf_counter() - t0) / inner)
+            if name == "send_recv":
+                samples = [s / 2 for s in samples]  # one-way time of a round trip
+            t = torch.tensor(samples, dtype=torch.float64)
+            dist.all_reduce(t, op=dist.ReduceOp.MAX)
+            st = summarize(t.tolist())
+            bb = bus_bytes(name, size, ctx.world_size)
+            rows.append({"collective": name, "world_size": ctx.world_size, "size_bytes": size, "bus_bytes": bb,
+                         "inner": inner, **st, "algbw_gb_per_s": size / st["median_s"] / 1e9,
+                         "busbw_gb_per_s": bb / st["median_s"] / 1e9})
+    return rows
+
+
+def run_microbenchmarks(ctx: RankContext, cfg: MicrobenchConfig) -> dict:
+    """Rank function: every rank benchmarks compute; all join the collectives."""
+    dist.barrier()
+    gemm = bench_gemm(ctx, cfg)
+    dist.barrier()
+    memory = bench_memory(ctx, cfg)
+    dist.barrier()
+    collectives = bench_collectives(ctx, cfg)
+    for row in gemm + memory:
+        row["rank"] = ctx.rank
+    return {"gemm": gemm, "memory": memory, "collectives": collectives}
