@@ -5,6 +5,7 @@ NCCL-tests "bus" volume per rank is (Jeaugey, NCCL tests PERFORMANCE.md):
 
 - all-reduce: 2(n-1)/n · S    - all-gather / reduce-scatter: (n-1)/n · S (S = full tensor)
 - broadcast / send-recv: S    - all-to-all: (n-1)/n · S
+- ring pass (context-parallel K/V ring): (n-1) · S, S being one hop's payload
 
 and the time in isolation is ``latency + bus / bus_bandwidth``. Mapped on links:
 
@@ -36,6 +37,7 @@ BUS_FACTOR = {
     "all_to_all": lambda n: (n - 1) / n,
     "broadcast": lambda n: 1.0,
     "send_recv": lambda n: 1.0,
+    "ring_pass": lambda n: n - 1.0,  # context-parallel ring: payload moves n-1 hops (Liu et al. 2023)
 }
 
 
@@ -62,7 +64,7 @@ def bus_bytes(collective: str, payload_bytes: float, n: int) -> float:
 def _steps(collective: str, n: int) -> int:
     if collective == "all_reduce":
         return 2 * (n - 1)
-    if collective in ("all_gather", "reduce_scatter", "broadcast"):
+    if collective in ("all_gather", "reduce_scatter", "broadcast", "ring_pass"):
         return n - 1
     return 1
 
@@ -108,6 +110,13 @@ def collective_cost(
             return CollectiveCost("tree", tree_latency, by_link)
     if collective == "send_recv":
         return CollectiveCost("p2p", links.inter_latency_s, {"nic": payload_bytes})
+    if collective == "ring_pass":
+        # Each step is a send to the ring neighbour; steps are in lock-step, so the rank whose
+        # neighbour is on another node sets the pace: all of its bytes cross its NIC.
+        ring = {"nic": bus}
+        if placement.num_pods > 1:
+            ring["up"] = bus
+        return CollectiveCost("ring", ring_latency, ring)
     if collective == "all_to_all":
         inter_share = (n - g) / n * payload_bytes
         intra_share = (g - 1) / n * payload_bytes

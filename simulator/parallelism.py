@@ -38,6 +38,7 @@ class Parallelism(BaseModel):
     global_batch_size: int = Field(default=512, gt=0, description="sequences per optimizer step")
     gradient_bucket_mb: float = Field(default=25.0, gt=0, description="DDP all-reduce bucket size (MB)")
     overlap_grad_reduce: bool = True
+    overlap_cp_comm: bool = Field(default=True, description="ring-attention K/V passes overlapped with attention")
     overlap_tp_grad_comm: bool = Field(
         default=True,
         description="TP input-gradient all-reduce/reduce-scatter overlapped with the weight-gradient GEMM "

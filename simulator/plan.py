@@ -82,6 +82,7 @@ class Planner:
         self._comm_cache: dict = {}
         self._group_cache: dict = {}
         self._pass_ops: dict = {}
+        self.grad_group = "dp_cp" if self.par.cp > 1 else "dp"
         self.tp_exclusive = self.mode != "full" and self._tp_links_exclusive()
         if self.mode == "full":
             self.actor_ranks = {f"rank{r}": r for r in range(self.layout.world)}
@@ -115,19 +116,22 @@ class Planner:
         return cost, ranks, len(simulated)
 
     def comm_task(self, actor: str, stream: str, category: str, name: str, rank: int,
-                  parts: list[tuple[str, str, float]], key: str) -> Task | None:
-        """One task moving one or more collectives ``(group, collective, payload)`` in sequence."""
+                  parts: list[tuple], key: str) -> Task | None:
+        """One task moving one or more collectives ``(group, collective, payload[, share])`` in
+        sequence; ``share`` scales an overlapped collective down to its exposed part."""
         cache_key = (actor, tuple(parts))
         cached = self._comm_cache.get(cache_key)
         if cached is None:
             demands: dict[str, float] = defaultdict(float)
             latency, size, group_root = 0.0, 1, None
-            for group, collective, payload in parts:
+            for part in parts:
+                group, collective, payload = part[:3]
+                share = part[3] if len(part) > 3 else 1.0  # exposed share of an overlapped collective
                 cost, ranks, simulated = self._collective(rank, group, collective, payload)
-                latency += cost.latency_s
+                latency += cost.latency_s * share
                 for link, b in cost.bytes_by_link.items():
-                    demands[f"{actor}:{link}_tx"] += b
-                    demands[f"{actor}:{link}_rx"] += b
+                    demands[f"{actor}:{link}_tx"] += b * share
+                    demands[f"{actor}:{link}_rx"] += b * share
                 size, group_root = simulated, min(ranks)
             cached = self._comm_cache[cache_key] = (dict(demands), latency, size, group_root)
         demands, latency, size, group_root = cached
@@ -152,14 +156,23 @@ class Planner:
         return Task(name, actor, "pp", "pp_comm", demands=demands, latency_s=latency)
 
     def pass_cost_s(self, rank: int, ops: tuple[Op, ...]) -> tuple[float, float]:
-        """(kernel seconds, isolated TP-collective seconds) of an op run, cached per op tuple."""
+        """(kernel seconds, exposed collective seconds) of an op run in isolation, cached per op tuple."""
+        compute_s, comm = self.pass_cost_by_category(rank, ops)
+        return compute_s, sum(comm.values())
+
+    def pass_cost_by_category(self, rank: int, ops: tuple[Op, ...]) -> tuple[float, dict[str, float]]:
+        """Kernel seconds and exposed collective seconds per category ("tp_comm", "cp_comm")."""
         key = ("fused", id(ops))
         hit = self._time_cache.get(key)
         if hit is None or hit[0] is not ops:
             compute_s = self._compute_time(tuple(op for op in ops if op.kind != "collective"))
-            comm_s = sum(self._isolated_comm_s(rank, [(op.group, op.collective, op.comm_bytes)])
-                         * self._exposure(rank, ops, i) for i, op in enumerate(ops) if op.kind == "collective")
-            hit = self._time_cache[key] = (ops, (compute_s, comm_s))
+            comm: dict[str, float] = {}
+            for i, op in enumerate(ops):
+                if op.kind == "collective":
+                    seconds = self._isolated_comm_s(rank, [(op.group, op.collective, op.comm_bytes)])
+                    category = f"{op.group}_comm"
+                    comm[category] = comm.get(category, 0.0) + seconds * self._exposure(rank, ops, i)
+            hit = self._time_cache[key] = (ops, (compute_s, comm))
         return hit[1]
 
     def _isolated_comm_s(self, rank: int, parts: list[tuple[str, str, float]]) -> float:
@@ -177,6 +190,8 @@ class Planner:
         """Whether TP collectives never share a link with other streams: the TP group is inside a
         node, and neither DP/CP groups nor pipeline neighbours use that node's intra-node links."""
         par, topo = self.par, self.topo
+        if par.cp > 1:
+            return False  # ring passes share links with DP/PP traffic: simulate them as flows
         if par.tp == 1:
             return True
         rep = self.layout.representative(0)
@@ -229,12 +244,15 @@ class Planner:
         input-gradient collective overlapped with the next (weight-gradient) kernel,
         max(0, t_comm - t_kernel) / t_comm."""
         op = ops[i]
-        if not (op.overlaps_next and self.par.overlap_tp_grad_comm) or i + 1 >= len(ops):
+        if not (op.overlaps_next and self._overlap_on(op)) or i + 1 >= len(ops):
             return 1.0
         t_comm = self._isolated_comm_s(rank, [(op.group, op.collective, op.comm_bytes)])
         nxt = ops[i + 1]
         t_next = self.compute.time_s(nxt) if nxt.kind != "collective" else 0.0
         return max(0.0, t_comm - t_next) / t_comm if t_comm > 0 else 1.0
+
+    def _overlap_on(self, op: Op) -> bool:
+        return self.par.overlap_cp_comm if op.group == "cp" else self.par.overlap_tp_grad_comm
 
     def _segments(self, rank: int, ops: tuple[Op, ...]):
         """Split ops into runs ``(kind, payload, name, overlapped)``: ("compute", ops) and
@@ -247,20 +265,20 @@ class Planner:
         out = []
         if not self.detail:
             compute = tuple(op for op in ops if op.kind != "collective")
-            comms = []
+            comms: dict[str, list] = {}
             for i, op in enumerate(ops):
                 if op.kind == "collective":
                     share = self._exposure(rank, ops, i)
                     if share > 0:
-                        comms.append((op.group, op.collective, op.comm_bytes * share))
+                        comms.setdefault(op.group, []).append((op.group, op.collective, op.comm_bytes, share))
             if compute:
                 out.append(("compute", compute, "compute", False))
-            if comms:
-                out.append(("comm", comms, "comm", False))
+            for group, parts in comms.items():
+                out.append(("comm", parts, f"{group}_comm", False))
         else:
             for op in ops:
                 if op.kind == "collective":
-                    overlapped = op.overlaps_next and self.par.overlap_tp_grad_comm
+                    overlapped = op.overlaps_next and self._overlap_on(op)
                     out.append(("comm", [(op.group, op.collective, op.comm_bytes)], op.name, overlapped))
                 else:
                     out.append(("compute", (op,), op.name, False))
@@ -276,10 +294,11 @@ class Planner:
         prev: list[Task | None] = [None]   # last task on the compute/tp chain
         dp_tasks: list[Task] = []
         zero = par.zero_stage
-        dp_size = par.dp_degree
+        dp_size = par.dp_degree * par.cp  # weights are replicated over dp and cp (Megatron)
         weight_bytes = WEIGHT_BYTES[self.precision]
         grad_bytes = GRAD_BYTES[self.precision]
 
+        layer_ends: list[Task] = []  # last task of each layer pass, for ZeRO-3 prefetch distance
         carry: list[Task] = []  # side tasks (overlapped collectives) the next chained task waits for
 
         def add(task: Task | None, extra_deps: tuple[Task, ...] = ()) -> Task | None:
@@ -302,9 +321,10 @@ class Planner:
             last = None
             if not self.detail and self.tp_exclusive:
                 # TP traffic has its links to itself: fold it into the kernel task (exact, fewer events).
-                compute_s, comm_s = self.pass_cost_s(rank, ops)
-                task = Task(label, actor, "compute", category, duration_s=compute_s + comm_s,
-                            segments=((category, compute_s), ("tp_comm", comm_s)) if comm_s else None)
+                compute_s, comm = self.pass_cost_by_category(rank, ops)
+                comm = {k: v for k, v in comm.items() if v > 0}
+                task = Task(label, actor, "compute", category, duration_s=compute_s + sum(comm.values()),
+                            segments=((category, compute_s), *comm.items()) if comm else None)
                 return add(task, first_deps)
             pending: Task | None = None  # an overlapped collective running beside the next kernel
             for kind, payload, name, overlapped in self._segments(rank, ops):
@@ -317,10 +337,12 @@ class Planner:
                         carry.append(pending)  # the kernel after the overlapped one waits for it
                         pending = None
                     continue
-                task = self.comm_task(actor, "tp", "tp_comm", f"{label}.{name}", rank, payload, key=f"{label}.{name}")
+                group = payload[0][0]
+                task = self.comm_task(actor, group, f"{group}_comm", f"{label}.{name}", rank, payload,
+                                      key=f"{label}.{name}")
                 if task is not None and overlapped:
                     task.deps.extend([t for t in (prev[0],) if t is not None] + list(deps))
-                    streams[(actor, "tp")].append(task)
+                    streams[(actor, task.stream)].append(task)
                     pending = task
                 else:
                     last = add(task, deps) or last
@@ -333,11 +355,11 @@ class Planner:
             if zero < 3 or dp_size == 1:
                 return ()
             task = self.comm_task(actor, "dp", "dp_comm", f"{label}.zero3_gather", rank,
-                                  [("dp", "all_gather", params * weight_bytes)], key=f"{label}.zero3_gather")
+                                  [(self.grad_group, "all_gather", params * weight_bytes)], key=f"{label}.zero3_gather")
             if task is None:
                 return ()
-            if len(compute_list) >= 2:
-                task.deps.append(compute_list[-2])
+            if len(layer_ends) >= 2:
+                task.deps.append(layer_ends[-2])  # prefetch: starts once the layer before the previous ends
             streams[(actor, "dp")].append(task)
             dp_tasks.append(task)
             return (task,)
@@ -352,7 +374,7 @@ class Planner:
                 bucket["bytes"] = 0.0
                 return
             task = self.comm_task(actor, "dp", "dp_comm", f"{label}.grad_{reduce_kind}", rank,
-                                  [("dp", reduce_kind, bucket["bytes"])], key=f"{label}.grad{bucket['n']}")
+                                  [(self.grad_group, reduce_kind, bucket["bytes"])], key=f"{label}.grad{bucket['n']}")
             bucket["bytes"] = 0.0
             bucket["n"] += 1
             if task is None:
@@ -368,7 +390,7 @@ class Planner:
             for c in range(par.virtual_stages):
                 g = c * par.pp + stage
                 task = self.comm_task(actor, "dp", "dp_comm", f"c{g}.param_all_gather", rank,
-                                      [("dp", "all_gather", self.chunk_params_local(g) * weight_bytes)],
+                                      [(self.grad_group, "all_gather", self.chunk_params_local(g) * weight_bytes)],
                                       key=f"c{g}.param_gather")
                 if task is not None:
                     streams[(actor, "dp")].append(task)
@@ -392,7 +414,7 @@ class Planner:
                         run_ops(self.embedding.forward, f"F.{tag}.embedding", "compute")
                     for layer in range(n_layers):
                         label = f"F.{tag}.L{layer}"
-                        run_ops(self.layer.forward, label, "compute", gather_params(label, lp))
+                        layer_ends.append(run_ops(self.layer.forward, label, "compute", gather_params(label, lp)))
                     if g == last_chunk:
                         run_ops(self.head.forward, f"F.{tag}.head", "compute")
                 else:  # one compute and one TP task for the whole chunk pass
@@ -423,6 +445,7 @@ class Planner:
                     run_ops(rc_ops, f"{label}.recompute", "recompute", gathered)
                     gathered = ()
                 done = run_ops(self.layer.backward, label, "compute", gathered)
+                layer_ends.append(done)
                 if overlapped_reduce:
                     bucket["bytes"] += lp * grad_bytes
                     if bucket["bytes"] >= bucket_limit:
@@ -459,7 +482,7 @@ class Planner:
         add(opt, tuple(dp_tasks))
         if zero in (1, 2) and dp_size > 1 and not par.overlap_param_gather:
             task = self.comm_task(actor, "dp", "dp_comm", "param_all_gather", rank,
-                                  [("dp", "all_gather", local_params * weight_bytes)], key="param_gather")
+                                  [(self.grad_group, "all_gather", local_params * weight_bytes)], key="param_gather")
             if task is not None:
                 task.deps.append(opt)
                 streams[(actor, "dp")].append(task)

@@ -29,26 +29,31 @@ _BUSY = {"compute": "compute", "recompute": "recompute", "optimizer": "optimizer
 
 
 def _binding_dep(task: Task) -> Task | None:
-    """The dependency a compute task waited for longest (not its own stream's predecessor)."""
-    deps = [d for d in task.deps if d.stream != "compute" or d.actor != task.actor]
+    """The dependency that finished last (for a kernel: not its own stream's predecessor)."""
+    deps = task.deps
+    if task.stream == "compute":
+        deps = [d for d in deps if d.stream != "compute" or d.actor != task.actor]
     return max(deps, key=lambda d: d.end_s, default=None)
 
 
 def _charge_gap(breakdown: dict[str, float], gap_start: float, gap_end: float, waited_for: Task | None) -> None:
-    gap = gap_end - gap_start
-    if gap <= 0:
-        return
-    if waited_for is None:
-        breakdown["pipeline_bubble"] += gap
-        return
-    if waited_for.category == "pp_comm":
-        transfer = max(0.0, gap_end - max(gap_start, waited_for.start_s))
-        breakdown["pp_comm"] += min(transfer, gap)
-        breakdown["pipeline_bubble"] += gap - min(transfer, gap)
-    elif waited_for.category in breakdown and waited_for.category not in _BUSY:
-        breakdown[waited_for.category] += gap
-    else:
-        breakdown["pipeline_bubble"] += gap
+    """Charge the idle interval [gap_start, gap_end] along the chain of what it waited for: the
+    part while ``waited_for`` ran goes to its category (another stage's kernels: the pipeline
+    bubble), the part before it started to whatever *it* waited for, recursively."""
+    while gap_end - gap_start > 0:
+        if waited_for is None:
+            breakdown["pipeline_bubble"] += gap_end - gap_start
+            return
+        own_start = min(gap_end, max(gap_start, waited_for.start_s))
+        category = waited_for.category
+        if category in _BUSY or category not in breakdown:
+            category = "pipeline_bubble"  # a kernel of another rank: waiting on the pipeline
+        upstream = _binding_dep(waited_for)
+        if upstream is None or upstream.end_s <= gap_start:
+            breakdown[category] += gap_end - gap_start  # queued behind its own stream: all its own
+            return
+        breakdown[category] += gap_end - own_start
+        gap_end, waited_for = own_start, upstream
 
 
 def time_breakdown(plan: Plan, actor: str, step_time: float) -> dict[str, float]:
@@ -85,7 +90,7 @@ def _timeline(plan: Plan) -> list[TimelineEvent]:
             if t.segments:  # unfold kernel + TP segments onto their streams
                 cursor = t.start_s
                 for category, seconds in t.segments:
-                    seg_stream = "tp" if category == "tp_comm" else stream
+                    seg_stream = category.removesuffix("_comm") if category.endswith("_comm") else stream
                     events.append(TimelineEvent(actor, seg_stream, t.name, category, cursor, cursor + seconds))
                     cursor += seconds
                 continue

@@ -74,6 +74,8 @@ class RankLayout:
             return tuple(self.rank(Coordinates(c.tp, i, c.dp, c.pp)) for i in range(self.cp))
         if kind == "dp":
             return tuple(self.rank(Coordinates(c.tp, c.cp, i, c.pp)) for i in range(self.dp))
+        if kind == "dp_cp":  # gradients and ZeRO shards span data- and context-parallel ranks
+            return tuple(self.rank(Coordinates(c.tp, j, i, c.pp)) for i in range(self.dp) for j in range(self.cp))
         if kind == "pp":
             return tuple(self.rank(Coordinates(c.tp, c.cp, c.dp, i)) for i in range(self.pp))
         if kind == "embedding":  # first and last stage share the tied embedding

@@ -148,6 +148,8 @@ def _backward_of(op: Op) -> list[Op]:
                    op.m, op.n, op.k, op.batch)]
     if op.kind == "memory":
         return [Op(f"{op.name}.grad", "memory", 0.0, 2 * op.bytes_moved)]
+    if op.collective == "ring_pass":  # K/V are passed again and dK/dV travel back: 2x the bytes
+        return [replace(op, name=f"{op.name}.grad", comm_bytes=2 * op.comm_bytes)]
     if op.collective == "reduce_scatter":  # g with sequence parallelism: all-gather the output gradient
         return [Op(f"{op.name}.grad", "collective", collective="all_gather", group=op.group,
                    comm_bytes=op.comm_bytes)]
@@ -191,6 +193,12 @@ def layer_work(model: TransformerSpec, shard: ShardShape, layer_index: int = 0) 
     fwd.append(_memory("ln1", norm_tokens * h, 1, 1, elem))
     fwd += tp_gather("attn_in")
     fwd.append(column_parallel(_gemm("qkv", tokens, (heads + 2 * kv) * hd, h, elem)))
+    if shard.cp > 1:
+        # Ring attention (Liu et al. 2023; Megatron-LM context parallelism): each rank's K/V chunk
+        # travels cp-1 hops around the cp ring while the attention of the chunk in hand runs.
+        kv_bytes = float(2 * b * s * kv * hd * elem)
+        fwd.append(Op("cp_ring_kv", "collective", collective="ring_pass", group="cp", comm_bytes=kv_bytes,
+                      overlaps_next=True))
     if shard.flash_attention:
         # FlashAttention (Dao et al. 2022): QK^T, softmax and AV fused in SRAM; HBM traffic is
         # q, k, v, o only; the backward recomputes the scores: 5 matmuls vs 2 forward (2.5x).
@@ -218,7 +226,18 @@ def layer_work(model: TransformerSpec, shard: ShardShape, layer_index: int = 0) 
     bwd: list[Op] = []
     for op in reversed(fwd):
         bwd += _backward_of(op)
+    if shard.cp > 1:
+        bwd = _ring_before_attention(bwd)
     return LayerWork(tuple(fwd), tuple(bwd), params=layer_params(model).total)
+
+
+def _ring_before_attention(bwd: list[Op]) -> list[Op]:
+    """Put the backward ring pass (K/V again plus dK/dV: twice the bytes) right before the
+    attention-gradient kernels it overlaps, instead of after them as plain reversal would."""
+    ring = next(op for op in bwd if op.collective == "ring_pass")
+    rest = [op for op in bwd if op is not ring]
+    first_attention = next(i for i, op in enumerate(rest) if op.kind == "attention")
+    return rest[:first_attention] + [ring] + rest[first_attention:]
 
 
 @cache

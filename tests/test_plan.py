@@ -1,0 +1,219 @@
+"""The planner (simulator/plan.py): actors, task lists, and the bytes each collective moves.
+
+Model used throughout ("small"): GPT, 4 layers, h = 256, 8 heads, s = 256, V = 1024, untied,
+learned positions. Parameters: a layer 12h² + 13h = 789,760; embedding V·h + s·h = 327,680;
+final norm 2h = 512 plus head V·h = 262,144: total 4·789,760 + 327,680 + 262,656 = 3,749,376.
+"""
+
+from __future__ import annotations
+
+import pytest
+
+from simulator.plan import Planner
+from simulator.scenario import load_scenario
+from workloads.counting import total_params
+
+SMALL = dict(name="small-gpt", num_layers=4, hidden_size=256, num_attention_heads=8, vocab_size=1024,
+             seq_length=256)
+P_LAYER = 789_760
+P_EMBED = 327_680
+P_HEAD = 262_656
+P_TOTAL = 4 * P_LAYER + P_EMBED + P_HEAD
+ACT = 256 * 256 * 2  # one micro-batch's b·s·h activation in bf16: 131,072 bytes
+
+
+def a100(num_gpus: int, model: dict | None = None, **parallelism):
+    par = dict(micro_batch_size=1, global_batch_size=16)
+    par.update(parallelism)
+    return load_scenario(dict(model=model or SMALL, cluster=dict(node="dgx-a100-80g", fabric="fat-tree",
+                                                                  num_gpus=num_gpus), parallelism=par))
+
+
+def _tasks(plan, actor: str, stream: str):
+    return plan.streams.get((actor, stream), [])
+
+
+def test_parameter_count_of_the_small_model():
+    assert total_params(a100(8, tp=1).model) == P_TOTAL == 3_749_376
+
+
+def test_symmetric_mode_has_one_actor_per_stage():
+    # tp 2, pp 2, dp 4 (tp-cp-dp-pp numbering): stage 1 starts at rank tp·dp = 8.
+    plan = Planner(a100(16, tp=2, pp=2, dp=4)).build()
+    assert plan.actors == {"stage0": 0, "stage1": 8}
+    assert plan.stage_of == {"stage0": 0, "stage1": 1}
+    assert plan.layers_per_chunk == [2, 2]
+
+
+def test_full_mode_has_every_rank():
+    plan = Planner(a100(16, tp=2, pp=2, dp=4), mode="full").build()
+    assert plan.actors == {f"rank{r}": r for r in range(16)}
+    assert plan.stage_of["rank7"] == 0 and plan.stage_of["rank8"] == 1
+
+
+def test_coarse_task_counts():
+    # pp = 1, m = 2 micro-batches (16 / dp 8), gradients reduced after the backward: one task per
+    # pass: 2 F + 2 B + optimizer = 5.
+    plan = Planner(a100(8, tp=1, pp=1, dp=8, overlap_grad_reduce=False)).build()
+    names = [t.name for t in _tasks(plan, "stage0", "compute")]
+    assert names == ["F.mb0.c0", "B.mb0.c0", "F.mb1.c0", "B.mb1.c0", "optimizer_step"]
+    # overlapped gradient buckets: the last micro-batch's backward runs per layer so that buckets can
+    # start as soon as their layers are done: head + 4 layers + embedding = 6 tasks -> 3 + 6 + 1 = 10.
+    plan = Planner(a100(8, tp=1, pp=1, dp=8)).build()
+    names = [t.name for t in _tasks(plan, "stage0", "compute")]
+    assert names[3:9] == ["B.mb1.c0.head", "B.mb1.c0.L3", "B.mb1.c0.L2", "B.mb1.c0.L1", "B.mb1.c0.L0",
+                          "B.mb1.c0.embedding"]
+    assert len(names) == 10
+    # full recompute adds one recompute task before each backward: 7
+    plan = Planner(a100(8, tp=1, pp=1, dp=8, recompute="full", overlap_grad_reduce=False)).build()
+    cats = [t.category for t in _tasks(plan, "stage0", "compute")]
+    assert cats.count("recompute") == 2 and len(cats) == 7
+
+
+def test_detail_mode_has_one_task_per_kernel():
+    # tp = 1: a layer forward has 12 kernels (ln1, qkv, scores, softmax, values, out, dropout_residual1,
+    # ln2, fc1, gelu, fc2, dropout_residual2); embedding 1 kernel, head 3 (final_ln, lm_head, cross_entropy).
+    plan = Planner(a100(1, tp=1, pp=1, dp=1, global_batch_size=1), detail=True).build()
+    fwd = [t for t in _tasks(plan, "stage0", "compute") if t.name.startswith("F.")]
+    assert len(fwd) == 1 + 4 * 12 + 3
+
+
+def test_dp_all_reduce_moves_the_whole_gradient_once():
+    # dp = 8 in one node, ZeRO 0: the gradient all-reduce moves 2(n-1)/n · 2P bytes per rank in total
+    # (all buckets together) on NVLink: 1.75 · 7,498,752 = 13,122,816.
+    plan = Planner(a100(8, tp=1, pp=1, dp=8)).build()
+    dp = _tasks(plan, "stage0", "dp")
+    assert {t.category for t in dp} == {"dp_comm"}
+    assert sum(t.demands["stage0:nvl_tx"] for t in dp) == pytest.approx(2 * 7 / 8 * 2 * P_TOTAL)
+    assert sum(t.demands["stage0:nvl_rx"] for t in dp) == pytest.approx(2 * 7 / 8 * 2 * P_TOTAL)
+    assert all("stage0:nic_tx" not in t.demands for t in dp)
+
+
+def test_small_buckets_split_the_gradient():
+    # 1 MB buckets: the 7.5 MB gradient goes in several all-reduces; the total is unchanged.
+    plan = Planner(a100(8, tp=1, pp=1, dp=8, gradient_bucket_mb=1.0)).build()
+    dp = _tasks(plan, "stage0", "dp")
+    assert len(dp) > 1
+    assert sum(t.demands["stage0:nvl_tx"] for t in dp) == pytest.approx(2 * 7 / 8 * 2 * P_TOTAL)
+
+
+def test_zero1_reduce_scatter_and_param_all_gather():
+    # ZeRO-1, dp 8: gradients reduce-scattered once, (n-1)/n · 2P; updated weights all-gathered,
+    # (n-1)/n · 2P (overlapped with the next step's start: issued first on the dp stream).
+    plan = Planner(a100(8, tp=1, pp=1, dp=8, zero_stage=1)).build()
+    dp = _tasks(plan, "stage0", "dp")
+    rs = [t for t in dp if "reduce_scatter" in t.name]
+    ag = [t for t in dp if "all_gather" in t.name]
+    assert sum(t.demands["stage0:nvl_tx"] for t in rs) == pytest.approx(7 / 8 * 2 * P_TOTAL)
+    assert sum(t.demands["stage0:nvl_tx"] for t in ag) == pytest.approx(7 / 8 * 2 * P_TOTAL)
+    assert dp[0] in ag
+    # the optimizer updates only its 1/8 shard: its duration is P/8 · 28 B / (2039 GB/s · 0.89) + 4 us
+    opt = _tasks(plan, "stage0", "compute")[-1]
+    assert opt.duration_s == pytest.approx(P_TOTAL / 8 * 28 / (2039e9 * 0.89) + 4e-6, rel=1e-12)
+
+
+def test_optimizer_step_unsharded():
+    plan = Planner(a100(8, tp=1, pp=1, dp=8)).build()
+    opt = _tasks(plan, "stage0", "compute")[-1]
+    assert opt.category == "optimizer"
+    assert opt.duration_s == pytest.approx(P_TOTAL * 28 / (2039e9 * 0.89) + 4e-6, rel=1e-12)
+
+
+def test_zero3_gathers_every_layer_twice_per_micro_batch():
+    # ZeRO-3, dp 8, m = 2: each layer's weights are all-gathered for its forward and its backward of
+    # each micro-batch: 2·2·4 = 16 gathers of (n-1)/n · 2·P_layer; gradients reduce-scattered every
+    # micro-batch: 2 · (n-1)/n · 2P in total.
+    plan = Planner(a100(8, tp=1, pp=1, dp=8, zero_stage=3)).build()
+    dp = _tasks(plan, "stage0", "dp")
+    gathers = [t for t in dp if "zero3_gather" in t.name]
+    assert len(gathers) == 16
+    assert all(t.demands["stage0:nvl_tx"] == pytest.approx(7 / 8 * 2 * P_LAYER) for t in gathers)
+    rs = [t for t in dp if "reduce_scatter" in t.name]
+    assert sum(t.demands["stage0:nvl_tx"] for t in rs) == pytest.approx(2 * 7 / 8 * 2 * P_TOTAL)
+
+
+def test_pipeline_sends_between_nodes():
+    # tp 2, pp 2, dp 4 on 2 nodes: stage 0 (rank 0, node 0) sends each micro-batch's activation to
+    # stage 1 (rank 8, node 1) over the NICs; Megatron's scatter/gather sends b·s·h·2 / tp = 65,536 B.
+    # m = 16 / 4 = 4: four activations forward, four gradients back.
+    plan = Planner(a100(16, tp=2, pp=2, dp=4)).build()
+    sends0 = _tasks(plan, "stage0", "pp")
+    sends1 = _tasks(plan, "stage1", "pp")
+    assert [t.name for t in sends0] == [f"send_act.mb{m}.c0" for m in range(4)]
+    assert [t.name for t in sends1] == [f"send_grad.mb{m}.c1" for m in range(4)]
+    assert sends0[0].demands == {"stage0:nic_tx": ACT / 2, "stage1:nic_rx": ACT / 2}
+    assert sends0[0].category == "pp_comm"
+    # inter-node latency: NIC 5 us + 3-tier fat tree (2·3 - 1 = 5 switch hops) x 0.6 us = 8 us
+    assert sends0[0].latency_s == pytest.approx(8e-6, rel=1e-12)
+
+
+def test_pipeline_sends_inside_a_node_use_nvlink():
+    plan = Planner(a100(8, tp=1, pp=2, dp=4)).build()
+    send = _tasks(plan, "stage0", "pp")[0]
+    assert send.demands == {"stage0:nvl_tx": ACT, "stage1:nvl_rx": ACT}
+    assert send.latency_s == pytest.approx(3e-6, rel=1e-12)
+
+
+def test_tp_forward_comm_bytes_per_pass():
+    # tp 2, pp 1: per forward pass, 2 all-reduces per layer + 1 for the embedding, each of bus
+    # 2·(2-1)/2 · ACT = ACT bytes -> (2·4 + 1)·ACT on NVLink; full mode (TP not folded).
+    plan = Planner(a100(2, tp=2, pp=1, dp=1, global_batch_size=2), mode="full").build()
+    fwd = [t for t in _tasks(plan, "rank0", "tp") if t.name.startswith("F.mb0")]
+    assert len(fwd) == 1
+    assert fwd[0].demands["rank0:nvl_tx"] == pytest.approx(9 * ACT)
+    # ring latency in one node: 2(n-1) = 2 steps of 3 us per all-reduce
+    assert fwd[0].latency_s == pytest.approx(9 * 2 * 3e-6, rel=1e-12)
+
+
+def test_full_mode_collectives_rendezvous_over_their_group():
+    plan = Planner(a100(16, tp=2, pp=2, dp=4), mode="full").build()
+    tp = _tasks(plan, "rank1", "tp")
+    assert tp and all(t.rendezvous_size == 2 and t.rendezvous.endswith("@0") for t in tp)
+    dp = _tasks(plan, "rank1", "dp")
+    assert dp and all(t.rendezvous_size == 4 and t.rendezvous.endswith("@1") for t in dp)  # dp group 1,3,5,7
+    # symmetric mode: a single simulated member, no rendezvous
+    sym = Planner(a100(16, tp=2, pp=2, dp=4)).build()
+    assert all(t.rendezvous is None for ts in sym.streams.values() for t in ts)
+
+
+def test_tp_links_exclusive_decision():
+    # TP in a node with dp = 1 and pipeline stages on separate nodes: TP folds into the kernels.
+    assert Planner(a100(16, tp=8, pp=2, dp=1)).tp_exclusive is True
+    # DP members share the node's NVLink: not exclusive.
+    assert Planner(a100(16, tp=2, pp=2, dp=4)).tp_exclusive is False
+    # tp = 1: nothing to share.
+    assert Planner(a100(8, tp=1, pp=1, dp=8)).tp_exclusive is True
+    # full mode never folds
+    assert Planner(a100(16, tp=8, pp=2, dp=1), mode="full").tp_exclusive is False
+
+
+def test_tied_embedding_gradient_all_reduce_between_first_and_last_stage():
+    # Tied embeddings with pp 2: stage 0 and stage 1 each hold a copy of the V·h table; after the
+    # backward they all-reduce its gradient over the 2-member embedding group: bus 2·1/2 · V·h·2 / tp.
+    model = dict(SMALL, tied_embeddings=True)
+    plan = Planner(a100(16, model=model, tp=2, pp=2, dp=4)).build()
+    for actor in ("stage0", "stage1"):
+        emb = [t for t in _tasks(plan, actor, "dp") if t.name == "embedding_grad_all_reduce"]
+        assert len(emb) == 1
+        # ranks 0 and 8 are on different nodes: NIC bytes = bus / g (g = 1)
+        assert emb[0].demands[f"{actor}:nic_tx"] == pytest.approx(1024 * 256 * 2 / 2)
+
+
+def test_interleaved_chunks_and_cross_stage_links():
+    # pp 2, v 2: 4 chunks of 1 layer; stage 0 holds chunks 0 and 2, stage 1 chunks 1 and 3.
+    plan = Planner(a100(8, tp=1, pp=2, dp=4, schedule="interleaved", virtual_stages=2)).build()
+    assert plan.layers_per_chunk == [1, 1, 1, 1]
+    names0 = {t.name for t in _tasks(plan, "stage0", "compute")}
+    assert {"F.mb0.c0", "F.mb0.c2", "B.mb0.c0", "B.mb0.c2"} <= names0
+    # stage 0 sends activations of chunks 0 and 2 except the last chunk (3 is on stage 1): c0 and c2
+    sends = [t.name for t in _tasks(plan, "stage0", "pp")]
+    assert "send_act.mb0.c0" in sends and "send_act.mb0.c2" in sends
+    assert "send_grad.mb0.c2" in sends  # chunk 2's input gradient goes back to chunk 1 on stage 1
+
+
+def test_stage_params_with_tp():
+    # tp 2, pp 2: stage 0 holds 2 layers + embedding, /tp: (2·789,760 + 327,680)/2 = 953,600;
+    # stage 1 holds 2 layers + final norm and head: (2·789,760 + 262,656)/2 = 921,088.
+    pl = Planner(a100(16, tp=2, pp=2, dp=4))
+    assert pl.stage_params_local(0) == pytest.approx(953_600)
+    assert pl.stage_params_local(1) == pytest.approx(921_088)
