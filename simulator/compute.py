@@ -38,6 +38,12 @@ class ComputeModel:
         self.accelerator = accelerator
         self.precision = precision
         self.peak_flops = accelerator.peak_tflops[precision] * 1e12
+        # FP8 (Micikevicius et al. 2022; Transformer Engine): GEMMs run at the fp8 peak, attention
+        # stays in bf16, and every GEMM casts its two inputs to fp8 (read 2 B, write 1 B per element,
+        # plus the amax reduction folded into the same pass) as extra memory-bound work.
+        self.fp8 = precision == "fp8"
+        self.attention_peak_flops = (accelerator.peak_tflops.get("bf16", accelerator.peak_tflops[precision]) * 1e12
+                                     if self.fp8 else self.peak_flops)
         eff = accelerator.efficiency
         self.mem_bw = accelerator.hbm_bandwidth_gb_per_s * 1e9 * eff.memory_bound_efficiency
         self.launch_s = eff.kernel_launch_overhead_us * 1e-6
@@ -56,7 +62,11 @@ class ComputeModel:
         eff = gemm_efficiency(self.accelerator, 2.0 * m * n * k / 1e9)
         if kind == "attention":
             eff *= self.accelerator.efficiency.attention_efficiency_factor
-        return max(flops / (self.peak_flops * eff), memory_s) + self.launch_s
+            return max(flops / (self.attention_peak_flops * eff), memory_s) + self.launch_s
+        gemm_s = max(flops / (self.peak_flops * eff), memory_s) + self.launch_s
+        if self.fp8:
+            gemm_s += batch * (m * k + k * n) * 3 / self.mem_bw + self.launch_s
+        return gemm_s
 
     def ops_time_s(self, ops) -> float:
         return sum(self.time_s(op) for op in ops if op.kind != "collective")

@@ -1,0 +1,55 @@
+"""FP8 GEMM pricing and context-parallel ring attention: exact volumes and times on toy specs."""
+
+from __future__ import annotations
+
+import pytest
+
+from hardware_specs.schema import Accelerator
+from simulator.compute import ComputeModel
+from workloads.graph import ShardShape, layer_work
+from workloads.schema import TransformerSpec
+
+ACC = Accelerator.model_validate(dict(
+    name="toy", vendor="toy", peak_tflops={"bf16": 100.0, "fp8": 200.0}, hbm_gib=80, hbm_bandwidth_gb_per_s=1000,
+    tdp_watts=700, source="toy",
+    efficiency=dict(gemm_curve=[{"gflop": 1, "efficiency": 0.5}], memory_bound_efficiency=1.0,
+                    attention_efficiency_factor=1.0, kernel_launch_overhead_us=0, source="toy")))
+MODEL = TransformerSpec(name="toy", num_layers=2, hidden_size=1024, num_attention_heads=8, vocab_size=1000,
+                        seq_length=4096)
+
+
+def test_fp8_gemm_runs_at_fp8_peak_plus_input_casts():
+    shard = ShardShape(micro_batch=1, seq_length=4096, precision="fp8")
+    gemm = next(op for op in layer_work(MODEL, shard).forward if op.name == "fc1")
+    # fc1: m = 4096 tokens, n = 4096, k = 1024 -> 2·m·n·k FLOPs at 0.5 x 200 TFLOP/s; the casts read
+    # 2 B and write 1 B per element of both inputs (m·k + k·n) at 1000 GB/s.
+    m, n, k = 4096, 4096, 1024
+    compute_s = 2 * m * n * k / (0.5 * 200e12)
+    bytes_s = 2 * (m * k + k * n + m * n) / 1000e9
+    cast_s = (m * k + k * n) * 3 / 1000e9
+    fp8 = ComputeModel(ACC, "fp8").time_s(gemm)
+    assert fp8 == pytest.approx(max(compute_s, bytes_s) + cast_s, rel=1e-12)
+    bf16 = ComputeModel(ACC, "bf16").time_s(gemm)
+    assert bf16 == pytest.approx(2 * m * n * k / (0.5 * 100e12), rel=1e-12)
+    assert fp8 < bf16
+
+
+def test_fp8_attention_stays_at_the_bf16_peak():
+    shard = ShardShape(micro_batch=1, seq_length=4096, precision="fp8", flash_attention=True)
+    attention = next(op for op in layer_work(MODEL, shard).forward if op.kind == "attention")
+    expected = attention.flops / (0.5 * 100e12)
+    assert ComputeModel(ACC, "fp8").time_s(attention) == pytest.approx(max(expected, attention.bytes_moved / 1e12))
+
+
+@pytest.mark.parametrize("cp", [2, 4, 8])
+def test_ring_attention_passes_kv_cp_minus_one_hops(cp):
+    shard = ShardShape(micro_batch=2, seq_length=4096, cp=cp)
+    work = layer_work(MODEL, shard)
+    ring = [op for op in work.forward if op.group == "cp"]
+    # one K and one V chunk of b·(s/cp)·kv_heads·head_dim 16-bit elements, overlapping the next kernel
+    assert len(ring) == 1 and ring[0].collective == "ring_pass" and ring[0].overlaps_next
+    assert ring[0].comm_bytes == 2 * 2 * (4096 // cp) * 8 * 128 * 2
+    back = [op for op in work.backward if op.group == "cp"]
+    assert len(back) == 1 and back[0].comm_bytes == 2 * ring[0].comm_bytes
+    nxt = work.backward[work.backward.index(back[0]) + 1]
+    assert nxt.kind == "attention"  # the backward ring overlaps the attention gradient
