@@ -9,12 +9,20 @@ A few minutes on a 2-core machine.
 from __future__ import annotations
 
 import json
+import os
 
 import pytest
 
 torch = pytest.importorskip("torch")
 
-pytestmark = [pytest.mark.torch, pytest.mark.slow]
+# Opt-in: on a shared 2-core machine the measured step times of 2-process runs swing by 2x with
+# the load of other processes (see issue 3's note), so this check is run on purpose, on a quiet
+# machine, with CLUSTERSIM_E2E=1 — not on every CI run.
+pytestmark = [
+    pytest.mark.torch,
+    pytest.mark.slow,
+    pytest.mark.skipif(os.environ.get("CLUSTERSIM_E2E") != "1", reason="set CLUSTERSIM_E2E=1 to run the harness loop"),
+]
 
 MEDIAN_TOLERANCE = 0.15
 MAX_TOLERANCE = 0.30
