@@ -71,6 +71,10 @@ class ComputeModel:
     def ops_time_s(self, ops) -> float:
         return sum(self.time_s(op) for op in ops if op.kind != "collective")
 
+    def copy_s(self, nbytes: float) -> float:
+        """A device copy of ``nbytes``: read and write once."""
+        return 2 * nbytes / self.mem_bw + self.launch_s if nbytes > 0 else 0.0
+
     def optimizer_step_s(self, local_params: float, bytes_per_param_touched: float) -> float:
         """Optimizer step as a streaming kernel over the local (possibly sharded) parameters."""
         return local_params * bytes_per_param_touched / self.mem_bw + self.launch_s

@@ -362,7 +362,11 @@ class Planner:
                 task.deps.append(layer_ends[-2])  # prefetch: starts once the layer before the previous ends
             streams[(actor, "dp")].append(task)
             dp_tasks.append(task)
-            return (task,)
+            # Copy-out of the gathered flat buffer into the layer's parameters (PyTorch FSDP
+            # ``foreach_all_gather_copy_out``; DeepSpeed's partition copy): read + write, memory-bound.
+            add(Task(f"{label}.zero3_copy_out", actor, "compute", "compute",
+                     duration_s=self.compute.copy_s(params * weight_bytes * (dp_size - 1) / dp_size)), (task,))
+            return ()
 
         # Gradient buckets (ZeRO 0/1: once, on the last micro-batch; ZeRO 2/3: every micro-batch).
         bucket_limit = par.gradient_bucket_mb * 1e6
@@ -373,6 +377,7 @@ class Planner:
             if bucket["bytes"] <= 0 or dp_size == 1:
                 bucket["bytes"] = 0.0
                 return
+            after = self._copy_in(actor, after, label, bucket["bytes"], zero, add)
             task = self.comm_task(actor, "dp", "dp_comm", f"{label}.grad_{reduce_kind}", rank,
                                   [(self.grad_group, reduce_kind, bucket["bytes"])], key=f"{label}.grad{bucket['n']}")
             bucket["bytes"] = 0.0
@@ -543,6 +548,17 @@ class Planner:
                 ops = self.layer.recompute_ops(self.par.recompute) * n
             self._pass_ops[key] = ops
         return ops
+
+    def _copy_in(self, actor: str, after: Task, label: str, grad_bytes: float, zero: int, add) -> Task:
+        """ZeRO-2/3 copy the bucket's gradients into the flat reduce-scatter input first
+        (FSDP ``foreach_reduce`` copy-in; DeepSpeed's ipg bucket): a memory-bound kernel."""
+        if zero < 2 or after is not self._last_chain_task(actor):
+            return after
+        return add(Task(f"{label}.grad_copy_in", actor, "compute", "compute", duration_s=self.compute.copy_s(grad_bytes)))
+
+    def _last_chain_task(self, actor: str) -> Task | None:
+        compute = self._streams_ref.get((actor, "compute"))
+        return compute[-1] if compute else None
 
     def _pp_stream(self, actor: str) -> list[Task]:
         return self._streams_ref[(actor, "pp")]
