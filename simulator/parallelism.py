@@ -36,6 +36,7 @@ class Parallelism(BaseModel):
     recompute: Recompute = "none"
     micro_batch_size: int = Field(default=1, gt=0, description="sequences per micro-batch per replica")
     global_batch_size: int = Field(default=512, gt=0, description="sequences per optimizer step")
+    moe_load_imbalance: float = Field(default=1.0, ge=1.0, description="tokens of the busiest expert / mean")
     gradient_bucket_mb: float = Field(default=25.0, gt=0, description="DDP all-reduce bucket size (MB)")
     overlap_grad_reduce: bool = True
     overlap_cp_comm: bool = Field(default=True, description="ring-attention K/V passes overlapped with attention")
@@ -98,6 +99,11 @@ def resolve_layout(par: Parallelism, model: TransformerSpec, num_gpus: int) -> P
         raise ConfigError("parallelism.ep", "expert parallelism needs a mixture-of-experts model")
     if par.ep > 1 and dp % par.ep:
         raise ConfigError("parallelism.ep", f"{par.ep} does not divide dp = {dp}")
+    if model.moe is not None:
+        if model.moe.num_experts % par.ep:
+            raise ConfigError("parallelism.ep", f"{par.ep} does not divide the {model.moe.num_experts} experts")
+        if model.moe.moe_layer_frequency != 1:
+            raise ConfigError("model.moe.moe_layer_frequency", "only every-layer MoE is simulated so far")
     if par.sequence_parallel and par.tp == 1:
         raise ConfigError("parallelism.sequence_parallel", "needs tp > 1")
     replica_batch = dp * par.micro_batch_size

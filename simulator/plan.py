@@ -71,6 +71,8 @@ class Planner:
             sequence_parallel=self.par.sequence_parallel,
             precision=self.precision,
             flash_attention=scenario.training.attention == "flash",
+            ep=self.par.ep,
+            moe_load_imbalance=self.par.moe_load_imbalance,
         )
         self.chunks = self.par.pp * self.par.virtual_stages
         self.layers_per_chunk = split_layers(scenario.model.num_layers, self.chunks)
@@ -197,7 +199,7 @@ class Planner:
         rep = self.layout.representative(0)
         if topo.placement(self.layout.group(rep, "tp")).num_nodes > 1:
             return False
-        for kind, size in (("dp", par.dp_degree), ("cp", par.cp)):
+        for kind, size in (("dp", par.dp_degree), ("cp", par.cp), ("ep", par.ep)):
             if size > 1 and topo.placement(self.layout.group(rep, kind)).members_per_node > 1:
                 return False
         if par.pp > 1:
@@ -208,8 +210,14 @@ class Planner:
 
     # -- params ----------------------------------------------------------------------------
 
+    def layer_params_split(self) -> tuple[float, float]:
+        """(dense, expert) parameters of one layer held by one rank: dense split by tp, routed
+        experts by ep (norms and the router are small and counted with the dense part)."""
+        lp = layer_params(self.sc.model)
+        return (lp.attention + lp.mlp_dense + lp.norms + lp.router) / self.par.tp, lp.mlp_experts / self.par.ep
+
     def layer_params_local(self) -> float:
-        return layer_params(self.sc.model).total / self.par.tp
+        return sum(self.layer_params_split())
 
     def chunk_params_local(self, global_chunk: int) -> float:
         model, tp = self.sc.model, self.par.tp
@@ -370,23 +378,28 @@ class Planner:
 
         # Gradient buckets (ZeRO 0/1: once, on the last micro-batch; ZeRO 2/3: every micro-batch).
         bucket_limit = par.gradient_bucket_mb * 1e6
-        bucket = {"bytes": 0.0, "n": 0}
+        bucket = {"bytes": 0.0, "expert": 0.0, "n": 0}
         reduce_kind = "all_reduce" if zero == 0 else "reduce_scatter"
 
         def flush_bucket(after: Task, label: str) -> None:
-            if bucket["bytes"] <= 0 or dp_size == 1:
-                bucket["bytes"] = 0.0
+            dense, expert = bucket["bytes"] - bucket["expert"], bucket["expert"]
+            bucket["bytes"] = bucket["expert"] = 0.0
+            if dense + expert <= 0 or dp_size == 1:
                 return
-            after = self._copy_in(actor, after, label, bucket["bytes"], zero, add)
-            task = self.comm_task(actor, "dp", "dp_comm", f"{label}.grad_{reduce_kind}", rank,
-                                  [(self.grad_group, reduce_kind, bucket["bytes"])], key=f"{label}.grad{bucket['n']}")
-            bucket["bytes"] = 0.0
+            after = self._copy_in(actor, after, label, dense + expert, zero, add)
+            # Dense gradients are reduced over dp (x cp); expert gradients over the expert-data-
+            # parallel group (dp / ep ranks holding the same experts).
+            for group, nbytes in ((self.grad_group, dense), ("edp", expert)):
+                if nbytes <= 0:
+                    continue
+                task = self.comm_task(actor, "dp", "dp_comm", f"{label}.{group}_grad_{reduce_kind}", rank,
+                                      [(group, reduce_kind, nbytes)], key=f"{label}.{group}grad{bucket['n']}")
+                if task is None:
+                    continue
+                task.deps.append(after)
+                streams[(actor, "dp")].append(task)
+                dp_tasks.append(task)
             bucket["n"] += 1
-            if task is None:
-                return
-            task.deps.append(after)
-            streams[(actor, "dp")].append(task)
-            dp_tasks.append(task)
 
         # ZeRO-1/2 with overlapped parameter all-gather: gather each chunk's updated weights
         # at the start of the step, before its first forward (Megatron's overlap_param_gather).
@@ -404,6 +417,7 @@ class Planner:
 
         last_chunk = self.chunks - 1
         lp = self.layer_params_local()
+        lp_expert = self.layer_params_split()[1]
         recompute = par.recompute
         for phase, mb, chunk in order:
             g = chunk * par.pp + stage
@@ -453,6 +467,7 @@ class Planner:
                 layer_ends.append(done)
                 if overlapped_reduce:
                     bucket["bytes"] += lp * grad_bytes
+                    bucket["expert"] += lp_expert * grad_bytes
                     if bucket["bytes"] >= bucket_limit:
                         flush_bucket(done, label)
             if g == 0:
@@ -467,6 +482,8 @@ class Planner:
         end_of_backward = prev[0]
         if not (par.overlap_grad_reduce or zero >= 2) and dp_size > 1:
             bucket["bytes"] = self.stage_params_local(stage) * grad_bytes
+            stage_layers = sum(self.layers_per_chunk[c * par.pp + stage] for c in range(par.virtual_stages))
+            bucket["expert"] = stage_layers * lp_expert * grad_bytes
             flush_bucket(end_of_backward, "grads")
         # Tied embeddings across pipeline stages: sum the two copies' gradients (Megatron).
         if sc.model.tied_embeddings and par.pp > 1 and stage in (0, par.pp - 1):

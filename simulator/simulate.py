@@ -106,8 +106,6 @@ def simulate(scenario: Scenario, mode: str | None = None, detail: bool = False,
     is false, and is reported with ``fits: false`` and the reason."""
     model, par = scenario.model, scenario.parallelism
     mode = mode or scenario.simulation.mode
-    if model.is_moe:
-        raise ConfigError("model", f"{model.name} is a mixture-of-experts model; MoE is not simulated yet")
     stage, peak, per_stage = peak_rank_memory(scenario)
     ok, reason = memory_fits(scenario, peak)
     flops = step_flops(model, scenario.seq_length, par.global_batch_size, par.recompute,

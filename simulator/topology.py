@@ -76,6 +76,13 @@ class RankLayout:
             return tuple(self.rank(Coordinates(c.tp, c.cp, i, c.pp)) for i in range(self.dp))
         if kind == "dp_cp":  # gradients and ZeRO shards span data- and context-parallel ranks
             return tuple(self.rank(Coordinates(c.tp, j, i, c.pp)) for i in range(self.dp) for j in range(self.cp))
+        if kind in ("ep", "edp"):
+            # Expert parallelism is carved out of dp (Megatron/DeepSeek): ep consecutive dp ranks
+            # share a token exchange; the expert-data-parallel group holds the same experts.
+            ep = self.par.ep
+            block, pos = divmod(c.dp, ep)
+            dps = [block * ep + j for j in range(ep)] if kind == "ep" else [b * ep + pos for b in range(self.dp // ep)]
+            return tuple(self.rank(Coordinates(c.tp, c.cp, d, c.pp)) for d in dps)
         if kind == "pp":
             return tuple(self.rank(Coordinates(c.tp, c.cp, c.dp, i)) for i in range(self.pp))
         if kind == "embedding":  # first and last stage share the tied embedding

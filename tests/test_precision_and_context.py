@@ -53,3 +53,32 @@ def test_ring_attention_passes_kv_cp_minus_one_hops(cp):
     assert len(back) == 1 and back[0].comm_bytes == 2 * ring[0].comm_bytes
     nxt = work.backward[work.backward.index(back[0]) + 1]
     assert nxt.kind == "attention"  # the backward ring overlaps the attention gradient
+
+
+MOE = TransformerSpec(name="toy-moe", num_layers=2, hidden_size=1024, num_attention_heads=8, vocab_size=1000,
+                      seq_length=4096, gated_mlp=True, ffn_hidden_size=2048,
+                      moe={"num_experts": 8, "top_k": 2})
+
+
+@pytest.mark.parametrize("ep", [2, 4, 8])
+def test_moe_layer_has_two_all_to_alls_of_top_k_tokens(ep):
+    shard = ShardShape(micro_batch=1, seq_length=4096, ep=ep, moe_load_imbalance=1.5)
+    work = layer_work(MOE, shard)
+    a2a = [op for op in work.forward if op.collective == "all_to_all"]
+    # dispatch and combine: every token's hidden vector goes to its top-2 experts: s·k·h·2 bytes
+    assert [op.name for op in a2a] == ["moe_dispatch.all_to_all", "moe_combine.all_to_all"]
+    assert all(op.comm_bytes == 4096 * 2 * 1024 * 2 and op.group == "ep" for op in a2a)
+    assert sum(op.collective == "all_to_all" for op in work.backward) == 2
+    fc1 = next(op for op in work.forward if op.name == "expert_fc1")
+    # 8/ep local experts, each gets s·k·ep/E tokens x 1.5 imbalance; SwiGLU: 2·ffn columns
+    assert (fc1.batch, fc1.m, fc1.n, fc1.k) == (8 // ep, round(4096 * 2 * ep / 8 * 1.5), 2 * 2048, 1024)
+
+
+def test_moe_model_flops_count_only_the_active_experts():
+    from workloads.graph import step_flops
+
+    flops = step_flops(MOE, 4096, 1, "none")
+    dense = TransformerSpec(name="dense", num_layers=2, hidden_size=1024, num_attention_heads=8, vocab_size=1000,
+                            seq_length=4096, gated_mlp=True, ffn_hidden_size=2 * 2048)
+    router = 3 * 2 * 2 * 4096 * 8 * 1024  # 3 passes x 2 layers x router GEMM
+    assert flops.model_flops == pytest.approx(step_flops(dense, 4096, 1, "none").model_flops + router, rel=1e-9)

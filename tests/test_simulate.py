@@ -337,11 +337,21 @@ def test_simulate_point_of_a_good_layout():
     assert row["parallelism"]["dp"] == 4
 
 
-def test_moe_model_is_a_config_error():
+def test_moe_model_with_expert_parallelism_runs_its_all_to_alls():
     sc = load_scenario(dict(model="mixtral-8x7b", cluster=dict(node="dgx-h100", num_gpus=64),
-                            parallelism=dict(tp=8, pp=8, dp=1, micro_batch_size=1, global_batch_size=8)))
-    with pytest.raises(ConfigError):
-        simulate(sc)
+                            parallelism=dict(tp=1, pp=1, ep=8, micro_batch_size=1, global_batch_size=64),
+                            training=dict(seq_length=1024)))
+    r = simulate(sc)
+    assert r.time_breakdown_s["ep_comm"] > 0 and r.step_time_s > 0
+    assert sum(r.time_breakdown_s.values()) == pytest.approx(r.step_time_s, rel=1e-9)
+
+
+def test_moe_every_other_layer_is_a_config_error():
+    raw = dict(model=dict(name="m", num_layers=4, hidden_size=256, num_attention_heads=4, vocab_size=100,
+                          seq_length=128, moe=dict(num_experts=4, top_k=1, moe_layer_frequency=2)),
+               cluster=dict(node="dgx-h100", num_gpus=8), parallelism=dict(ep=4, global_batch_size=8))
+    with pytest.raises(ConfigError, match="moe_layer_frequency"):
+        load_scenario(raw)
 
 
 def test_memory_breakdown_is_reported():

@@ -71,6 +71,8 @@ class ShardShape:
     sequence_parallel: bool = False
     precision: str = "bf16"
     flash_attention: bool = False
+    ep: int = 1
+    moe_load_imbalance: float = 1.0
 
     @property
     def act_bytes(self) -> int:
@@ -148,6 +150,8 @@ def _backward_of(op: Op) -> list[Op]:
                    op.m, op.n, op.k, op.batch)]
     if op.kind == "memory":
         return [Op(f"{op.name}.grad", "memory", 0.0, 2 * op.bytes_moved)]
+    if op.collective == "all_to_all":  # the gradients go back the way the tokens came
+        return [replace(op, name=f"{op.name}.grad")]
     if op.collective == "ring_pass":  # K/V are passed again and dK/dV travel back: 2x the bytes
         return [replace(op, name=f"{op.name}.grad", comm_bytes=2 * op.comm_bytes)]
     if op.collective == "reduce_scatter":  # g with sequence parallelism: all-gather the output gradient
@@ -159,8 +163,7 @@ def _backward_of(op: Op) -> list[Op]:
 @cache
 def layer_work(model: TransformerSpec, shard: ShardShape, layer_index: int = 0) -> LayerWork:
     """Ops of one transformer layer for one micro-batch on one rank."""
-    if is_moe_layer(model, layer_index):
-        raise NotImplementedError("MoE layers are not simulated yet (expert parallelism lands with issue 5)")
+    moe_layer = is_moe_layer(model, layer_index)
     b, s, t = shard.micro_batch, shard.local_seq, shard.tp
     h, hd, elem = model.hidden_size, model.head_dim, shard.act_bytes
     heads, kv = model.num_attention_heads // t, max(1, model.kv_heads // t)
@@ -216,11 +219,15 @@ def layer_work(model: TransformerSpec, shard: ShardShape, layer_index: int = 0) 
     fwd += tp_boundary("attn_out")
     fwd.append(_memory("dropout_residual1", norm_tokens * h, 2, 1, elem))
     fwd.append(_memory("ln2", norm_tokens * h, 1, 1, elem))
-    fwd += tp_gather("mlp_in")
-    fwd.append(column_parallel(_gemm("fc1", tokens, ffn_out, h, elem)))
-    fwd.append(_memory("swiglu" if model.gated_mlp else "gelu", tokens * ffn, 2 if model.gated_mlp else 1, 1, elem))
-    fwd.append(_gemm("fc2", tokens, h, ffn, elem))
-    fwd += tp_boundary("mlp_out")
+    if moe_layer:
+        fwd += _moe_block(model, shard, norm_tokens)
+    else:
+        fwd += tp_gather("mlp_in")
+        fwd.append(column_parallel(_gemm("fc1", tokens, ffn_out, h, elem)))
+        fwd.append(_memory("swiglu" if model.gated_mlp else "gelu", tokens * ffn, 2 if model.gated_mlp else 1, 1,
+                           elem))
+        fwd.append(_gemm("fc2", tokens, h, ffn, elem))
+        fwd += tp_boundary("mlp_out")
     fwd.append(_memory("dropout_residual2", norm_tokens * h, 2, 1, elem))
 
     bwd: list[Op] = []
@@ -228,7 +235,40 @@ def layer_work(model: TransformerSpec, shard: ShardShape, layer_index: int = 0) 
         bwd += _backward_of(op)
     if shard.cp > 1:
         bwd = _ring_before_attention(bwd)
-    return LayerWork(tuple(fwd), tuple(bwd), params=layer_params(model).total)
+    return LayerWork(tuple(fwd), tuple(bwd), params=layer_params(model, moe_layer).total)
+
+
+def _moe_block(model: TransformerSpec, shard: ShardShape, routed_tokens: int) -> list[Op]:
+    """A mixture-of-experts FFN (GShard/Switch; Megatron-LM MoE with expert parallelism):
+    router GEMM, all-to-all dispatch over the ep group, the local experts' GEMMs, all-to-all
+    combine, plus shared experts. Experts are not tensor-split (expert tensor parallel 1); with
+    tp > 1 each tp rank routes its sequence-parallel share of tokens (without SP, all tokens).
+    Tokens per local expert: routed·top_k·ep/E, times ``moe_load_imbalance`` (busiest expert /
+    mean), times the capacity factor when one is set (Fedus et al. 2021)."""
+    moe = model.moe
+    h, elem, ep = model.hidden_size, shard.act_bytes, shard.ep
+    experts_local = moe.num_experts // ep
+    ffn_e = moe.expert_ffn_hidden_size or model.ffn_size
+    width = 2 * ffn_e if model.gated_mlp else ffn_e
+    capacity = moe.capacity_factor or 1.0
+    copies = routed_tokens * moe.top_k * capacity
+    per_expert = max(1, round(copies * ep / moe.num_experts * shard.moe_load_imbalance))
+    payload = float(copies * h * elem)
+    ops: list[Op] = [_gemm("router", routed_tokens, moe.num_experts, h, elem),
+                     _memory("router_topk_permute", routed_tokens * h, 1, 1, elem)]
+    if ep > 1:
+        ops.append(Op("moe_dispatch.all_to_all", "collective", collective="all_to_all", group="ep", comm_bytes=payload))
+    ops.append(_gemm("expert_fc1", per_expert, width, h, elem, batch=experts_local))
+    ops.append(_memory("expert_act", per_expert * experts_local * ffn_e, 2 if model.gated_mlp else 1, 1, elem))
+    ops.append(_gemm("expert_fc2", per_expert, h, ffn_e, elem, batch=experts_local))
+    if ep > 1:
+        ops.append(Op("moe_combine.all_to_all", "collective", collective="all_to_all", group="ep", comm_bytes=payload))
+    ops.append(_memory("unpermute_weighted_sum", routed_tokens * moe.top_k * h, 1, 1, elem))
+    if moe.num_shared_experts:
+        shared = moe.num_shared_experts * ffn_e
+        ops.append(_gemm("shared_fc1", routed_tokens, 2 * shared if model.gated_mlp else shared, h, elem))
+        ops.append(_gemm("shared_fc2", routed_tokens, h, shared, elem))
+    return ops
 
 
 def _ring_before_attention(bwd: list[Op]) -> list[Op]:

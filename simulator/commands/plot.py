@@ -1,0 +1,34 @@
+"""``clustersim plot SCENARIO --out DIR``: memory per stage, time breakdown and timeline figures."""
+
+from __future__ import annotations
+
+from simulator.errors import ConfigError
+
+
+def register(subparsers) -> None:
+    p = subparsers.add_parser(
+        "plot",
+        help="write figures of a simulated step: memory per stage, time breakdown, timeline",
+        description="Simulate one step of the scenario and write memory.{png,svg} (per pipeline stage, stacked "
+        "against HBM), time_breakdown.{png,svg} and timeline.{png,svg} (Gantt by rank class and stream).",
+    )
+    p.add_argument("scenario", nargs="?", help="scenario YAML (default: the built-in default)")
+    p.add_argument("--out", required=True, help="output folder")
+    p.add_argument("--set", dest="overrides", action="append", default=[], metavar="KEY=VALUE",
+                   help="override a scenario field (repeatable)")
+    p.add_argument("--format", default="png,svg", help="comma-separated: png, svg (default both)")
+    p.set_defaults(handler=run)
+
+
+def run(args) -> int:
+    from simulator.plots import FORMATS, plot_scenario
+    from simulator.scenario import load_scenario
+
+    formats = [f.strip() for f in args.format.split(",") if f.strip()]
+    bad = [f for f in formats if f not in FORMATS]
+    if not formats or bad:
+        raise ConfigError("--format", f"must be png and/or svg, got {args.format!r}")
+    scenario = load_scenario(args.scenario, args.overrides)
+    for path in plot_scenario(scenario, args.out, formats):
+        print(path)
+    return 0

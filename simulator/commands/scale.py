@@ -1,0 +1,61 @@
+"""``clustersim scale SCENARIO --gpus 64,128,...``: tokens/s and MFU against GPUs, with ideal scaling."""
+
+from __future__ import annotations
+
+import json
+import sys
+
+from simulator.errors import ConfigError
+
+
+def register(subparsers) -> None:
+    p = subparsers.add_parser(
+        "scale",
+        help="scaling curve: best (or fixed) layout per GPU count, CSV + PNG/SVG",
+        description="For each GPU count, find the best layout (or keep the scenario's, --fixed) and plot "
+        "tokens/s and MFU against GPUs with ideal scaling; writes scaling.csv, scaling.png, scaling.svg.",
+    )
+    p.add_argument("scenario", nargs="?", help="scenario YAML (default: the built-in default)")
+    p.add_argument("--gpus", required=True, help="comma-separated GPU counts, e.g. 64,128,256")
+    mode = p.add_mutually_exclusive_group()
+    mode.add_argument("--strong", action="store_true", help="keep the global batch (default)")
+    mode.add_argument("--weak", action="store_true", help="keep the batch per GPU")
+    p.add_argument("--fixed", action="store_true", help="keep the scenario's layout (dp inferred) instead of searching")
+    p.add_argument("--out", default="scaling", help="output folder (default: ./scaling)")
+    p.add_argument("--set", dest="overrides", action="append", default=[], metavar="KEY=VALUE",
+                   help="override a scenario field (repeatable)")
+    p.add_argument("--space", action="append", default=[], metavar="KEY=V1,V2", help="search space (see search)")
+    p.add_argument("--constraint", action="append", default=[], metavar="KEY=VALUE", help="search constraint")
+    p.add_argument("--workers", type=int, default=None, help="worker processes (default: all cores)")
+    p.add_argument("--dask", metavar="ADDRESS", help="run on Dask: 'local' or tcp://host:port")
+    p.add_argument("--json", action="store_true", help="print the rows as JSON instead of a table")
+    p.set_defaults(handler=run)
+
+
+def run(args) -> int:
+    from simulator.scaling import parse_gpu_counts, render_table, scaling_curve, write_outputs
+    from simulator.search import SearchConstraints, SearchSpace, parse_assignments
+
+    if args.workers is not None and args.workers < 1:
+        raise ConfigError("--workers", f"must be at least 1, got {args.workers}")
+    if args.fixed and (args.space or args.constraint):
+        raise ConfigError("--fixed", "a fixed layout takes no --space or --constraint")
+    counts = parse_gpu_counts(args.gpus)
+    space = parse_assignments(args.space, SearchSpace, "--space", lists=True)
+    constraints = parse_assignments(args.constraint, SearchConstraints, "--constraint", lists=False)
+    rows = scaling_curve(args.scenario, counts, overrides=args.overrides, weak=args.weak,
+                         layout="fixed" if args.fixed else "search", space=space, constraints=constraints,
+                         workers=args.workers, dask=args.dask)
+    mode = "weak" if args.weak else "strong"
+    paths = write_outputs(rows, args.out, title=f"{args.scenario or 'default scenario'}: {mode} scaling, "
+                          f"{'fixed layout' if args.fixed else 'best layout per GPU count'}")
+    if args.json:
+        from simulator.commands.search import _finite
+
+        json.dump(_finite(rows), sys.stdout, indent=2, default=str, allow_nan=False)
+        sys.stdout.write("\n")
+    else:
+        print(render_table(rows))
+    for path in paths:
+        print(path, file=sys.stderr)
+    return 0

@@ -1,0 +1,65 @@
+"""``clustersim search SCENARIO``: every valid layout on N GPUs, simulated and ranked."""
+
+from __future__ import annotations
+
+import json
+import math
+import sys
+
+from simulator.errors import ConfigError
+
+
+def register(subparsers) -> None:
+    p = subparsers.add_parser(
+        "search",
+        help="enumerate, prune and simulate parallel layouts; print the best first",
+        description="Enumerate every layout of the scenario's model on N GPUs (tp, pp, dp, cp, virtual stages, "
+        "micro-batch, ZeRO stage, recompute, sequence parallel), prune invalid and out-of-memory ones "
+        "(kept as rows with the reason), simulate the rest in parallel and rank them by tokens/s.",
+    )
+    p.add_argument("scenario", nargs="?", help="scenario YAML (default: the built-in default)")
+    p.add_argument("--gpus", type=int, help="number of GPUs (default: the scenario's cluster.num_gpus)")
+    p.add_argument("--set", dest="overrides", action="append", default=[], metavar="KEY=VALUE",
+                   help="override a scenario field (repeatable)")
+    p.add_argument("--space", action="append", default=[], metavar="KEY=V1,V2",
+                   help="candidate values of a layout field, e.g. tp=4,8 or recompute=full (repeatable); "
+                   "keys: tp pp cp ep virtual_stages micro_batch_size zero_stage recompute sequence_parallel schedule")
+    p.add_argument("--constraint", action="append", default=[], metavar="KEY=VALUE",
+                   help="a limit, e.g. max_memory_gib=70 or tp_within_node=false (repeatable); "
+                   "keys: tp_within_node max_tp max_pp min_dp max_dp max_memory_gib")
+    p.add_argument("--top", type=int, default=None, help="rows to show (table default 10; --json default all)")
+    p.add_argument("--json", action="store_true", help="print a JSON list, best first")
+    p.add_argument("--workers", type=int, default=None, help="worker processes (default: all cores)")
+    p.add_argument("--dask", metavar="ADDRESS", help="run on Dask: 'local' or tcp://host:port")
+    p.set_defaults(handler=run)
+
+
+def _finite(value):
+    """JSON has no NaN/Infinity: non-finite numbers become null."""
+    if isinstance(value, float) and not math.isfinite(value):
+        return None
+    if isinstance(value, dict):
+        return {k: _finite(v) for k, v in value.items()}
+    if isinstance(value, (list, tuple)):
+        return [_finite(v) for v in value]
+    return value
+
+
+def run(args) -> int:
+    from simulator.search import SearchConstraints, SearchSpace, parse_assignments, render_table, search
+
+    if args.top is not None and args.top < 1:
+        raise ConfigError("--top", f"must be at least 1, got {args.top}")
+    if args.workers is not None and args.workers < 1:
+        raise ConfigError("--workers", f"must be at least 1, got {args.workers}")
+    space = parse_assignments(args.space, SearchSpace, "--space", lists=True)
+    constraints = parse_assignments(args.constraint, SearchConstraints, "--constraint", lists=False)
+    rows = search(args.scenario, overrides=args.overrides, num_gpus=args.gpus, space=space,
+                  constraints=constraints, workers=args.workers, dask=args.dask)
+    if args.json:
+        shown = rows if args.top is None else rows[: args.top]
+        json.dump(_finite(shown), sys.stdout, indent=2, default=str, allow_nan=False)
+        sys.stdout.write("\n")
+    else:
+        print(render_table(rows, top=args.top or 10))
+    return 0

@@ -1,0 +1,144 @@
+"""Figures of one simulated scenario (matplotlib, Agg; PNG and SVG).
+
+- ``memory``: memory per GPU for each pipeline stage, stacked by kind (weights, gradients,
+  optimizer state, activations, other), against the HBM capacity and the usable part of it
+  (HBM minus ``simulation.hbm_reserve_gib``). From :func:`simulator.memory.peak_rank_memory`,
+  the same model ``simulate`` reports.
+- ``time_breakdown``: the step time of the critical rank split into compute, recompute,
+  exposed communication by kind, pipeline bubble and optimizer (``time_breakdown_s``).
+- ``timeline``: a Gantt chart of the simulated step, one row per rank class (pipeline stage)
+  and stream (compute, tp, pp, dp, ...), coloured by category.
+
+Figures are built on ``matplotlib.figure.Figure`` (no pyplot, no global backend state), so
+plotting is safe from worker processes and tests.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Sequence
+from pathlib import Path
+from typing import Any
+
+from matplotlib.figure import Figure
+from matplotlib.patches import Patch
+
+from simulator.errors import ConfigError
+
+MEMORY_KINDS = ("weights", "gradients", "optimizer", "activations", "other")
+MEMORY_COLOURS = {"weights": "#4c72b0", "gradients": "#55a868", "optimizer": "#c44e52",
+                  "activations": "#8172b2", "other": "#937860"}
+CATEGORY_COLOURS = {
+    "compute": "#4c72b0", "recompute": "#64b5cd", "optimizer": "#937860",
+    "tp_comm": "#dd8452", "pp_comm": "#55a868", "dp_comm": "#c44e52", "cp_comm": "#8172b2",
+    "ep_comm": "#da8bc3", "pipeline_bubble": "#cccccc",
+}
+FORMATS = ("png", "svg")
+
+
+def _save(fig: Figure, out_dir: Path, stem: str, formats: Sequence[str]) -> list[Path]:
+    for fmt in formats:
+        if fmt not in FORMATS:
+            raise ConfigError("--format", f"must be png or svg, got {fmt!r}")
+    out_dir.mkdir(parents=True, exist_ok=True)
+    paths = []
+    for fmt in formats:
+        path = out_dir / f"{stem}.{fmt}"
+        fig.savefig(path, format=fmt, dpi=120, bbox_inches="tight")
+        paths.append(path)
+    return paths
+
+
+def memory_figure(stages: Sequence[dict[str, float]], hbm_gib: float, usable_gib: float | None = None,
+                  title: str = "") -> Figure:
+    """Stacked bars of memory per GPU (GiB) for each stage, with HBM (and usable) lines."""
+    fig = Figure(figsize=(max(5.0, 0.5 * len(stages) + 3), 4.0))
+    ax = fig.add_subplot()
+    xs = list(range(len(stages)))
+    bottom = [0.0] * len(stages)
+    for kind in MEMORY_KINDS:
+        values = [float(s.get(kind) or 0.0) for s in stages]
+        ax.bar(xs, values, bottom=bottom, color=MEMORY_COLOURS[kind], label=kind, width=0.7)
+        bottom = [b + v for b, v in zip(bottom, values, strict=True)]
+    ax.axhline(hbm_gib, color="black", lw=1.2, label=f"HBM {hbm_gib:g} GiB")
+    if usable_gib is not None and usable_gib < hbm_gib:
+        ax.axhline(usable_gib, color="black", lw=1.0, ls="--", label=f"usable {usable_gib:g} GiB")
+    ax.set_xticks(xs, [str(i) for i in xs])
+    ax.set_xlabel("pipeline stage")
+    ax.set_ylabel("memory per GPU (GiB)")
+    ax.set_ylim(0, max(max(bottom, default=0.0), hbm_gib) * 1.12)
+    ax.set_title(title or "memory per GPU by pipeline stage")
+    ax.legend(fontsize=8, loc="upper left", bbox_to_anchor=(1.01, 1.0))
+    return fig
+
+
+def time_breakdown_figure(breakdown: dict[str, float], step_time_s: float | None = None, title: str = "") -> Figure:
+    """Horizontal bars of the step's time breakdown (seconds and share of the step)."""
+    items = [(k, float(v)) for k, v in breakdown.items() if v and float(v) > 0]
+    fig = Figure(figsize=(7.0, 0.45 * max(len(items), 1) + 1.6))
+    ax = fig.add_subplot()
+    total = step_time_s or sum(v for _, v in items) or 1.0
+    names = [k for k, _ in items][::-1]
+    values = [v for _, v in items][::-1]
+    ax.barh(names, values, color=[CATEGORY_COLOURS.get(k, "#777777") for k in names])
+    for y, v in enumerate(values):
+        ax.text(v, y, f" {v:.3g} s ({100 * v / total:.1f}%)", va="center", fontsize=8)
+    ax.set_xlabel("seconds per step")
+    ax.set_xlim(0, max(values, default=1.0) * 1.35)
+    ax.set_title(title or f"time breakdown of one step ({total:.3g} s)")
+    return fig
+
+
+def timeline_figure(events: Iterable[Any], title: str = "", max_events: int = 20000) -> Figure:
+    """Gantt chart: one row per (rank class, stream), bars coloured by category.
+
+    ``events`` are TimelineEvents or mappings with rank_class, stream, category, start_s, end_s."""
+    rows: dict[tuple[str, str], dict[str, list[tuple[float, float]]]] = {}
+    for n, e in enumerate(events):
+        if n >= max_events:
+            break
+        get = e.get if isinstance(e, dict) else (lambda k, _e=e: getattr(_e, k))
+        key = (str(get("rank_class")), str(get("stream")))
+        start, end = float(get("start_s")), float(get("end_s"))
+        rows.setdefault(key, {}).setdefault(str(get("category")), []).append((start, end - start))
+    order = sorted(rows, key=lambda k: (_natural(k[0]), k[1] != "compute", k[1]))
+    fig = Figure(figsize=(11.0, 0.32 * max(len(order), 1) + 1.6))
+    ax = fig.add_subplot()
+    used = set()
+    for y, key in enumerate(order):
+        for category, spans in rows[key].items():
+            ax.broken_barh(spans, (y - 0.4, 0.8), facecolors=CATEGORY_COLOURS.get(category, "#777777"), linewidth=0)
+            used.add(category)
+    ax.set_yticks(range(len(order)), [f"{rc} · {st}" for rc, st in order], fontsize=8)
+    ax.invert_yaxis()
+    ax.set_xlabel("time in the step (s)")
+    ax.set_title(title or "simulated step timeline")
+    ax.legend(handles=[Patch(color=CATEGORY_COLOURS.get(c, "#777777"), label=c) for c in sorted(used)],
+              fontsize=8, loc="upper left", bbox_to_anchor=(1.01, 1.0))
+    return fig
+
+
+def _natural(text: str) -> tuple:
+    digits = "".join(ch for ch in text if ch.isdigit())
+    return (text.rstrip("0123456789"), int(digits) if digits else -1, text)
+
+
+def plot_scenario(scenario, out_dir: str | Path, formats: Sequence[str] = FORMATS, result=None) -> list[Path]:
+    """Simulate ``scenario`` (unless ``result`` is given) and write the three figures; return the paths."""
+    from simulator.memory import peak_rank_memory, usable_hbm_bytes
+    from simulator.simulate import simulate
+
+    out = Path(out_dir)
+    result = result if result is not None else simulate(scenario)
+    _, _, per_stage = peak_rank_memory(scenario)
+    name = scenario.name
+    paths = []
+    paths += _save(memory_figure([b.gib() for b in per_stage], scenario.accelerator.hbm_gib,
+                                 usable_hbm_bytes(scenario) / 2**30,
+                                 title=f"{name}: memory per GPU by pipeline stage"), out, "memory", formats)
+    if result.step_time_s:
+        paths += _save(time_breakdown_figure(result.time_breakdown_s, result.step_time_s,
+                                             title=f"{name}: step {result.step_time_s:.3g} s"),
+                       out, "time_breakdown", formats)
+    if result.timeline:
+        paths += _save(timeline_figure(result.timeline, title=f"{name}: one simulated step"), out, "timeline", formats)
+    return paths

@@ -1,0 +1,238 @@
+"""Scaling curves: tokens/s and MFU against the number of GPUs, with ideal scaling.
+
+For each GPU count N the layout is either
+
+- ``search`` (default): the best layout :func:`simulator.search.search` finds on N GPUs, or
+- ``fixed``: the scenario's own layout with ``dp`` inferred (tp, pp, cp, virtual stages, ZeRO,
+  recompute and micro-batch kept; the rule Narayanan et al. 2021 Fig. 8 / Table 1 follow when they
+  scale out data parallelism).
+
+Strong scaling keeps the scenario's global batch; weak scaling keeps the batch per GPU
+(``global_batch_size · N / N₀``, N₀ the scenario's GPU count, rounded to an integer).
+Ideal scaling is linear from the smallest GPU count that has a feasible layout:
+``tokens/s(N) = tokens/s(N_min) · N / N_min``, and MFU stays at its value there; the
+scaling efficiency is measured over ideal.
+"""
+
+from __future__ import annotations
+
+import copy
+import csv
+import math
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Any
+
+from simulator.errors import ConfigError
+
+CSV_COLUMNS = (
+    "num_gpus", "global_batch_size", "tp", "pp", "dp", "cp", "virtual_stages", "schedule", "zero_stage",
+    "recompute", "sequence_parallel", "micro_batch_size", "fits", "step_time_s", "tokens_per_s",
+    "tokens_per_s_per_gpu", "mfu", "hfu", "peak_memory_gib", "ideal_tokens_per_s", "ideal_mfu",
+    "scaling_efficiency", "layouts_tried", "infeasible_reason",
+)
+
+
+def parse_gpu_counts(text: str | Sequence[int]) -> list[int]:
+    """``"64,128,256"`` (or a list) into sorted unique positive GPU counts."""
+    if isinstance(text, str):
+        items = [t.strip() for t in text.split(",") if t.strip()]
+        try:
+            counts = [int(t) for t in items]
+        except ValueError:
+            raise ConfigError("--gpus", f"expected comma-separated integers, got {text!r}") from None
+    else:
+        counts = [int(t) for t in text]
+    if not counts:
+        raise ConfigError("--gpus", "needs at least one GPU count")
+    bad = [c for c in counts if c < 1]
+    if bad:
+        raise ConfigError("--gpus", f"GPU counts must be positive, got {bad[0]}")
+    return sorted(set(counts))
+
+
+def _fixed_task(args: tuple[dict[str, Any], Any]) -> dict[str, Any]:
+    from simulator.sweep import run_point
+
+    raw, fn = args
+    return run_point(raw, fn)
+
+
+def _row(n: int, gbs: int, result: dict[str, Any] | None, tried: int) -> dict[str, Any]:
+    result = result or {}
+    par = result.get("parallelism") or {}
+    rate = result.get("tokens_per_s") if result.get("fits") else None
+    row = {"num_gpus": n, "global_batch_size": gbs, "layouts_tried": tried,
+           **{k: par.get(k) for k in ("tp", "pp", "dp", "cp", "virtual_stages", "schedule", "zero_stage",
+                                      "recompute", "sequence_parallel", "micro_batch_size")},
+           "fits": bool(result.get("fits")), "step_time_s": result.get("step_time_s") if rate else None,
+           "tokens_per_s": rate, "tokens_per_s_per_gpu": rate / n if rate else None,
+           "mfu": result.get("mfu") if rate else None, "hfu": result.get("hfu") if rate else None,
+           "peak_memory_gib": result.get("peak_memory_gib"),
+           "infeasible_reason": None if rate else (result.get("infeasible_reason") or "no feasible layout")}
+    return row
+
+
+def scaling_curve(
+    source: str | dict[str, Any] | None,
+    gpu_counts: Sequence[int],
+    *,
+    overrides: list[str] | None = None,
+    weak: bool = False,
+    layout: str = "search",
+    space=None,
+    constraints=None,
+    workers: int | None = None,
+    dask: str | None = None,
+    simulate_fn=None,
+) -> list[dict[str, Any]]:
+    """One row per GPU count (see the module docstring); rows follow ``CSV_COLUMNS``."""
+    from simulator.scenario import apply_overrides, load_raw
+    from simulator.search import search
+    from simulator.sweep import absolutize, parallel_map
+
+    if layout not in ("search", "fixed"):
+        raise ConfigError("--layout", f"must be 'search' or 'fixed', got {layout!r}")
+    counts = parse_gpu_counts(list(gpu_counts))
+    raw, base_dir = load_raw(source)
+    raw = absolutize(apply_overrides(raw, overrides or []), base_dir)
+    par = raw.setdefault("parallelism", {})
+    n0 = (raw.get("cluster") or {}).get("num_gpus")
+    if not isinstance(n0, int) or n0 < 1:
+        raise ConfigError("cluster.num_gpus", "must be a positive integer")
+    gbs0 = par.get("global_batch_size", 512)
+    if not isinstance(gbs0, int) or gbs0 < 1:
+        raise ConfigError("parallelism.global_batch_size", "must be a positive integer")
+
+    def gbs_for(n: int) -> int:
+        return max(1, round(gbs0 * n / n0)) if weak else gbs0
+
+    points = []
+    for n in counts:
+        point = copy.deepcopy(raw)
+        point["cluster"]["num_gpus"] = n
+        point["parallelism"]["global_batch_size"] = gbs_for(n)
+        if layout == "fixed":
+            point["parallelism"]["dp"] = "auto"
+        points.append(point)
+
+    rows: list[dict[str, Any]] = []
+    if layout == "fixed":
+        results: dict[int, dict[str, Any]] = {}
+        items = [(p, simulate_fn) for p in points]
+        for idx, ok, result in parallel_map(_fixed_task, items, workers=workers, dask=dask):
+            results[idx] = result if ok else {"fits": False, "infeasible_reason": str(result)}
+        for idx, n in enumerate(counts):
+            res = results.get(idx) or {}
+            if res.get("status") == "error":
+                res = {**res, "fits": False, "infeasible_reason": res.get("error")}
+            rows.append(_row(n, gbs_for(n), res, 1))
+    else:
+        for n, point in zip(counts, points, strict=True):
+            found = search(point, space=space, constraints=constraints, workers=workers, dask=dask,
+                           simulate_fn=simulate_fn)
+            best = found[0] if found and found[0].get("fits") and found[0].get("tokens_per_s") else None
+            if best is None and found:
+                reasons = {str(r.get("infeasible_reason")).split(":")[0] for r in found[:50]}
+                best = {"fits": False, "infeasible_reason": f"none of {len(found)} layouts fits or is valid "
+                        f"({'; '.join(sorted(reasons))[:120]})"}
+            rows.append(_row(n, gbs_for(n), best, len(found)))
+    _add_ideal(rows)
+    return rows
+
+
+def _add_ideal(rows: list[dict[str, Any]]) -> None:
+    ref = next((r for r in rows if r["tokens_per_s"]), None)
+    for r in rows:
+        if ref is None:
+            r.update(ideal_tokens_per_s=None, ideal_mfu=None, scaling_efficiency=None)
+            continue
+        ideal = ref["tokens_per_s"] * r["num_gpus"] / ref["num_gpus"]
+        if r["num_gpus"] < ref["num_gpus"]:
+            ideal = None  # below the first feasible count there is no reference
+        r["ideal_tokens_per_s"] = ideal
+        r["ideal_mfu"] = ref["mfu"] if ideal is not None else None
+        r["scaling_efficiency"] = r["tokens_per_s"] / ideal if ideal and r["tokens_per_s"] else None
+
+
+def write_csv(rows: list[dict[str, Any]], path: Path) -> Path:
+    path.parent.mkdir(parents=True, exist_ok=True)
+    with path.open("w", newline="") as fh:
+        writer = csv.DictWriter(fh, fieldnames=list(CSV_COLUMNS))
+        writer.writeheader()
+        for r in rows:
+            writer.writerow({k: ("" if r.get(k) is None else r.get(k)) for k in CSV_COLUMNS})
+    return path
+
+
+def scaling_figure(rows: list[dict[str, Any]], title: str = ""):
+    """Two panels: tokens/s vs GPUs (log-log, ideal dashed) and MFU vs GPUs (ideal dashed)."""
+    from matplotlib.figure import Figure
+
+    fig = Figure(figsize=(11.0, 4.2))
+    ax1, ax2 = fig.subplots(1, 2)
+    ok = [r for r in rows if r["tokens_per_s"]]
+    xs = [r["num_gpus"] for r in ok]
+    ideal = [r for r in rows if r.get("ideal_tokens_per_s")]
+    ax1.plot(xs, [r["tokens_per_s"] for r in ok], "o-", color="#4c72b0", label="simulated")
+    if ideal:
+        ax1.plot([r["num_gpus"] for r in ideal], [r["ideal_tokens_per_s"] for r in ideal], "--", color="gray",
+                 label="ideal (linear)")
+    ax2.plot(xs, [100 * (r["mfu"] or 0) for r in ok], "o-", color="#c44e52", label="simulated")
+    if ideal:
+        ax2.plot([r["num_gpus"] for r in ideal], [100 * (r["ideal_mfu"] or 0) for r in ideal], "--", color="gray",
+                 label="ideal (constant)")
+    infeasible = [r["num_gpus"] for r in rows if not r["tokens_per_s"]]
+    all_n = [r["num_gpus"] for r in rows]
+    for ax in (ax1, ax2):
+        ax.set_xscale("log", base=2)
+        ax.set_xticks(all_n, [str(n) for n in all_n], fontsize=8)
+        ax.minorticks_off()
+        ax.set_xlabel("GPUs")
+        ax.grid(True, which="both", alpha=0.3)
+        for n in infeasible:
+            ax.axvline(n, color="#c44e52", alpha=0.25, lw=6)
+    if ok:
+        ax1.set_yscale("log")
+        ax1.set_xticks(all_n, [str(n) for n in all_n], fontsize=8)
+    ax1.set_ylabel("tokens/s")
+    ax2.set_ylabel("MFU (%)")
+    ax2.set_ylim(0, max([100 * (r["mfu"] or 0) for r in ok] + [1.0]) * 1.25)
+    ax1.legend(fontsize=8)
+    ax2.legend(fontsize=8)
+    if infeasible:
+        ax2.text(0.01, 0.02, f"no feasible layout at {', '.join(map(str, infeasible))} GPUs (shaded)",
+                 transform=ax2.transAxes, fontsize=7, color="#c44e52")
+    fig.suptitle(title or "scaling")
+    return fig
+
+
+def write_outputs(rows: list[dict[str, Any]], out_dir: str | Path, title: str = "",
+                  formats: Sequence[str] = ("png", "svg")) -> list[Path]:
+    """``scaling.csv`` and ``scaling.{png,svg}`` in ``out_dir``."""
+    out = Path(out_dir)
+    paths = [write_csv(rows, out / "scaling.csv")]
+    fig = scaling_figure(rows, title)
+    for fmt in formats:
+        path = out / f"scaling.{fmt}"
+        fig.savefig(path, format=fmt, dpi=120, bbox_inches="tight")
+        paths.append(path)
+    return paths
+
+
+def render_table(rows: list[dict[str, Any]]) -> str:
+    def f(v, spec):
+        return "-" if v is None or (isinstance(v, float) and not math.isfinite(v)) else format(v, spec)
+
+    lines = [f"{'GPUs':>6} {'gbs':>6} {'tp':>3} {'pp':>3} {'dp':>5} {'vp':>3} {'mbs':>3} {'zero':>4} {'recomp':<9} "
+             f"{'tokens/s':>13} {'tok/s/GPU':>10} {'MFU':>6} {'eff':>6}"]
+    for r in rows:
+        if not r["tokens_per_s"]:
+            lines.append(f"{r['num_gpus']:>6} {r['global_batch_size']:>6}  -- {r['infeasible_reason']}")
+            continue
+        lines.append(
+            f"{r['num_gpus']:>6} {r['global_batch_size']:>6} {r['tp']:>3} {r['pp']:>3} {r['dp']:>5} "
+            f"{r['virtual_stages']:>3} {r['micro_batch_size']:>3} {r['zero_stage']:>4} {r['recompute']:<9} "
+            f"{f(r['tokens_per_s'], ',.0f'):>13} {f(r['tokens_per_s_per_gpu'], ',.0f'):>10} "
+            f"{f(r['mfu'] and 100 * r['mfu'], '.1f'):>5}% {f(r['scaling_efficiency'] and 100 * r['scaling_efficiency'], '.0f'):>5}%")
+    return "\n".join(lines)

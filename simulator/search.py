@@ -1,0 +1,341 @@
+"""Layout search: every valid parallel layout of a scenario's model on N GPUs, best first.
+
+The space (each a list; ``None`` means "derive it from the model and the cluster"):
+
+- ``tp``: powers of two up to the GPUs of one node (tensor parallelism stays on NVLink, as
+  Megatron-LM advises, Narayanan et al. 2021 Sec. 3.3 takeaway #1) that divide N;
+- ``pp``: divisors of N/(tp·cp) up to the number of layers;
+- ``cp`` [1], ``ep`` [1] (MoE is not simulated yet), ``virtual_stages`` [1, 2],
+  ``micro_batch_size`` [1, 2, 4], ``zero_stage`` [0, 1], ``recompute`` [none, selective, full],
+  ``sequence_parallel`` [false, true], ``schedule`` (derived: interleaved when virtual stages > 1,
+  else the scenario's own unless that is interleaved, then 1f1b).
+
+Combinations that are the same layout under another name are not enumerated (sequence
+parallel without tp, virtual stages or a schedule without pp). Everything else is a row:
+
+1. invalid layouts (``resolve_layout`` raises: tp does not divide heads, tp·cp·pp does not
+   divide N, the global batch is not divisible by dp × micro-batch, ...) get ``fits: false`` and
+   ``infeasible_reason: "invalid layout: ..."``;
+2. layouts whose peak memory (the cheap memory model, :func:`simulator.memory.peak_rank_memory`)
+   exceeds HBM, or a ``max_memory_gib`` constraint, get ``fits: false`` and the reason;
+3. the rest are simulated in parallel (local processes, or Dask) and ranked by tokens/s.
+
+Constraints (:class:`SearchConstraints`) narrow the space before anything is built.
+Each result row is ``{"parallelism": {...}, **simulate keys}`` (the keys of
+``clustersim simulate --json``).
+"""
+
+from __future__ import annotations
+
+import copy
+import math
+import os
+from collections import Counter
+from collections.abc import Callable
+from typing import Any
+
+import yaml
+from pydantic import BaseModel, ConfigDict, Field, ValidationError
+
+from simulator.errors import ConfigError, from_pydantic
+from simulator.sweep import empty_result, parallel_map, run_point
+
+_SCHEDULES = ("gpipe", "1f1b", "interleaved")
+_RECOMPUTE = ("none", "selective", "full")
+
+
+class SearchSpace(BaseModel):
+    """Candidate values per layout field (``None``: derived, see the module docstring)."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    tp: list[int] | None = None
+    pp: list[int] | None = None
+    cp: list[int] = [1]
+    ep: list[int] = [1]
+    virtual_stages: list[int] = [1, 2]
+    micro_batch_size: list[int] = [1, 2, 4]
+    zero_stage: list[int] = [0, 1]
+    recompute: list[str] = list(_RECOMPUTE)
+    sequence_parallel: list[bool] = [False, True]
+    schedule: list[str] | None = None
+
+
+class SearchConstraints(BaseModel):
+    """Limits on the layouts tried."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    tp_within_node: bool = Field(default=True, description="tp at most the GPUs of one node")
+    max_tp: int | None = Field(default=None, gt=0)
+    max_pp: int | None = Field(default=None, gt=0)
+    min_dp: int | None = Field(default=None, gt=0)
+    max_dp: int | None = Field(default=None, gt=0)
+    max_memory_gib: float | None = Field(default=None, gt=0, description="a tighter memory limit than HBM")
+
+
+def _check_space(space: SearchSpace) -> None:
+    for name in ("tp", "pp", "cp", "ep", "virtual_stages", "micro_batch_size"):
+        values = getattr(space, name)
+        if values is not None:
+            if not values:
+                raise ConfigError(f"--space {name}", "needs at least one value")
+            bad = [v for v in values if v < 1]
+            if bad:
+                raise ConfigError(f"--space {name}", f"values must be positive integers, got {bad[0]}")
+    for v in space.zero_stage:
+        if v not in (0, 1, 2, 3):
+            raise ConfigError("--space zero_stage", f"must be 0, 1, 2 or 3, got {v}")
+    for v in space.recompute:
+        if v not in _RECOMPUTE:
+            raise ConfigError("--space recompute", f"must be one of {', '.join(_RECOMPUTE)}, got {v!r}")
+    for v in space.schedule or []:
+        if v not in _SCHEDULES:
+            raise ConfigError("--space schedule", f"must be one of {', '.join(_SCHEDULES)}, got {v!r}")
+    for name in ("zero_stage", "recompute", "sequence_parallel", "cp", "ep"):
+        if not getattr(space, name):
+            raise ConfigError(f"--space {name}", "needs at least one value")
+
+
+def parse_assignments(items: list[str], schema: type[BaseModel], flag: str, lists: bool) -> BaseModel:
+    """``key=v1,v2`` (``lists``) or ``key=value`` strings into a ``schema`` instance."""
+    data: dict[str, Any] = {}
+    for item in items:
+        if "=" not in item:
+            raise ConfigError(flag, f"expected key=value, got {item!r}")
+        key, text = (part.strip() for part in item.split("=", 1))
+        if key not in schema.model_fields:
+            raise ConfigError(f"{flag} {key}", f"unknown key (known: {', '.join(schema.model_fields)})")
+        try:
+            if lists:
+                value: Any = [yaml.safe_load(v.strip()) for v in text.split(",") if v.strip()]
+            else:
+                value = yaml.safe_load(text)
+        except yaml.YAMLError:
+            raise ConfigError(f"{flag} {key}", f"cannot parse {text!r}") from None
+        data[key] = value
+    try:
+        return schema.model_validate(data)
+    except ValidationError as exc:
+        err = from_pydantic(exc)
+        raise ConfigError(f"{flag} {err.field.split('.')[0]}", err.reason) from None
+
+
+def _divisors(n: int) -> list[int]:
+    small = [d for d in range(1, int(math.isqrt(n)) + 1) if n % d == 0]
+    return sorted(set(small + [n // d for d in small]))
+
+
+def enumerate_layouts(
+    base: dict[str, Any],
+    num_gpus: int,
+    num_layers: int,
+    gpus_per_node: int,
+    space: SearchSpace,
+    constraints: SearchConstraints,
+) -> list[dict[str, Any]]:
+    """Candidate ``parallelism`` mappings (``dp: auto``), before any validity check."""
+    _check_space(space)
+    max_tp = min(gpus_per_node if constraints.tp_within_node else num_gpus, constraints.max_tp or num_gpus)
+    tps = space.tp or [t for t in (2**k for k in range(0, 16)) if t <= max_tp and num_gpus % t == 0]
+    tps = [t for t in tps if t <= max_tp]
+    max_pp = min(num_layers, constraints.max_pp or num_layers)
+    base_schedule = base.get("schedule", "1f1b")
+    out = []
+    for tp in tps:
+        for cp in space.cp:
+            # derived pp: the divisors of N/(tp*cp), so that the product divides N
+            pps = space.pp or ([p for p in _divisors(num_gpus // (tp * cp))] if num_gpus % (tp * cp) == 0 else [1])
+            for pp in pps:
+                if pp > max_pp:
+                    continue
+                mp = tp * cp * pp
+                dp = num_gpus // mp if num_gpus % mp == 0 else None
+                if dp is not None and (
+                    (constraints.min_dp and dp < constraints.min_dp) or (constraints.max_dp and dp > constraints.max_dp)
+                ):
+                    continue
+                for v in space.virtual_stages:
+                    if v > 1 and pp == 1:
+                        continue
+                    if pp == 1:
+                        schedules = ["1f1b"]  # no pipeline: the schedule does not matter
+                    elif space.schedule:
+                        schedules = [s for s in space.schedule if (s == "interleaved") == (v > 1)]
+                    elif v > 1:
+                        schedules = ["interleaved"]
+                    else:
+                        schedules = [base_schedule if base_schedule != "interleaved" else "1f1b"]
+                    for schedule in schedules:
+                        for ep in space.ep:
+                            for mbs in space.micro_batch_size:
+                                for zero in space.zero_stage:
+                                    for rc in space.recompute:
+                                        for sp in space.sequence_parallel:
+                                            if sp and tp == 1:
+                                                continue
+                                            out.append({**base, "tp": tp, "pp": pp, "cp": cp, "ep": ep,
+                                                        "dp": "auto", "virtual_stages": v, "schedule": schedule,
+                                                        "micro_batch_size": mbs, "zero_stage": zero,
+                                                        "recompute": rc, "sequence_parallel": sp})
+    return out
+
+
+def _search_task(args: tuple[dict[str, Any], Callable | None]) -> dict[str, Any]:
+    raw, simulate_fn = args
+    return run_point(raw, simulate_fn)
+
+
+def _rank_key(item: tuple[int, dict[str, Any]]) -> tuple:
+    idx, row = item
+    rate = row.get("tokens_per_s")
+    if row.get("fits") and rate:
+        return (0, -rate, idx)
+    reason = str(row.get("infeasible_reason") or "")
+    return (1 if not reason.startswith("invalid layout") else 2, 0.0, idx)
+
+
+def search(
+    source: str | dict[str, Any] | None = None,
+    *,
+    overrides: list[str] | None = None,
+    num_gpus: int | None = None,
+    space: SearchSpace | None = None,
+    constraints: SearchConstraints | None = None,
+    workers: int | None = None,
+    dask: str | None = None,
+    simulate_fn: Callable[[dict[str, Any]], dict[str, Any]] | None = None,
+    simulate: bool = True,
+) -> list[dict[str, Any]]:
+    """Rows for every candidate layout, best first (see the module docstring).
+
+    ``simulate=False`` stops after pruning (feasible rows then have no time). ``simulate_fn`` is a
+    picklable replacement for the core's ``simulate_point`` (tests)."""
+    from simulator.memory import fits as memory_fits
+    from simulator.memory import peak_rank_memory
+    from simulator.parallelism import Parallelism
+    from simulator.scenario import apply_overrides, build_scenario, load_raw
+    from simulator.sweep import absolutize
+
+    space = space or SearchSpace()
+    constraints = constraints or SearchConstraints()
+    raw, base_dir = load_raw(source)
+    raw = absolutize(apply_overrides(raw, overrides or []), base_dir)
+    if num_gpus is not None:
+        if num_gpus < 1:
+            raise ConfigError("--gpus", f"must be a positive integer, got {num_gpus}")
+        raw.setdefault("cluster", {})["num_gpus"] = num_gpus
+    # The scenario as given must be well-formed apart from its layout: check it with a trivial layout.
+    try:
+        base_par = Parallelism.model_validate(raw.get("parallelism") or {})
+    except ValidationError as exc:
+        raise from_pydantic(exc, "parallelism") from None
+    probe = copy.deepcopy(raw)
+    n_probe = (probe.get("cluster") or {}).get("num_gpus")
+    probe["parallelism"] = {"global_batch_size": n_probe if isinstance(n_probe, int) and n_probe > 0 else 1}
+    scenario = build_scenario(probe)
+    layers, per_node, n = scenario.model.num_layers, scenario.node.gpus_per_node, scenario.num_gpus
+    # Everything of the scenario's layout that the search does not vary is kept (batch, buckets, overlap knobs).
+    searched = {"tp", "pp", "dp", "cp", "ep", "virtual_stages", "micro_batch_size", "zero_stage", "recompute",
+                "sequence_parallel"}
+    keep = {k: v for k, v in base_par.model_dump().items() if k not in searched}
+    candidates = enumerate_layouts(keep, n, layers, per_node, space, constraints)
+
+    rows: list[dict[str, Any] | None] = [None] * len(candidates)
+    to_simulate: list[int] = []
+    raws: list[dict[str, Any]] = []
+    for i, cand in enumerate(candidates):
+        point = copy.deepcopy(raw)
+        point["parallelism"] = cand
+        try:
+            sc = build_scenario(point)
+        except ConfigError as exc:
+            row = empty_result()
+            row["parallelism"] = dict(cand)
+            row["infeasible_reason"] = f"invalid layout: {exc}"
+            rows[i] = row
+            continue
+        stage, peak, per_stage = peak_rank_memory(sc)
+        ok, reason = memory_fits(sc, peak)
+        if ok and constraints.max_memory_gib is not None and peak.total_gib > constraints.max_memory_gib:
+            ok, reason = False, (f"needs {peak.total_gib:.1f} GiB, above the max_memory_gib constraint "
+                                 f"({constraints.max_memory_gib:g} GiB)")
+        if not ok or not simulate:
+            row = empty_result()
+            row.update(parallelism=sc.parallelism.model_dump(), num_gpus=sc.num_gpus, fits=ok,
+                       infeasible_reason=reason, peak_memory_gib=peak.total_gib, peak_memory_stage=stage,
+                       memory_gib=peak.gib(), memory_per_stage_gib=[b.total_gib for b in per_stage],
+                       hbm_gib=sc.accelerator.hbm_gib)
+            rows[i] = row
+            continue
+        to_simulate.append(i)
+        raws.append(point)
+
+    n_workers = workers or os.cpu_count() or 1
+    chunk = max(1, math.ceil(len(raws) / (n_workers * 4)))
+    items = [(r, simulate_fn) for r in raws]
+    for j, ok, result in parallel_map(_search_task, items, workers=workers, dask=dask, chunk_size=chunk):
+        i = to_simulate[j]
+        if not ok:
+            result = {**empty_result(), "status": "error", "error": str(result)}
+        row = dict(result)
+        if row.get("status") == "error":
+            row["fits"] = False
+            row["infeasible_reason"] = f"simulation failed: {row.get('error')}"
+        for key in ("status", "error", "elapsed_s"):
+            row.pop(key, None)
+        row["parallelism"] = row.get("parallelism") or {**candidates[i], "dp": n // (
+            candidates[i]["tp"] * candidates[i]["pp"] * candidates[i]["cp"])}
+        rows[i] = row
+    ranked = sorted(enumerate(r for r in rows if r is not None), key=_rank_key)
+    return [{"parallelism": row["parallelism"], **{k: v for k, v in row.items() if k != "parallelism"}}
+            for _, row in ranked]
+
+
+def summarize(rows: list[dict[str, Any]]) -> dict[str, Any]:
+    """Counts of simulated / out-of-memory / invalid rows and the commonest reasons."""
+    simulated = sum(1 for r in rows if r.get("fits") and r.get("tokens_per_s"))
+    invalid = [r for r in rows if str(r.get("infeasible_reason") or "").startswith("invalid layout")]
+    failed = [r for r in rows if str(r.get("infeasible_reason") or "").startswith("simulation failed")]
+    oom = [r for r in rows if not r.get("fits") and r not in invalid and r not in failed]
+    reasons = Counter(str(r["infeasible_reason"]).split(" (")[0].split(":")[-1].strip()[:70] for r in invalid)
+    return {"layouts": len(rows), "simulated": simulated, "out_of_memory": len(oom), "invalid": len(invalid),
+            "failed": len(failed), "invalid_reasons": reasons.most_common(3)}
+
+
+def _fmt(value: Any, spec: str) -> str:
+    if value is None or (isinstance(value, float) and not math.isfinite(value)):
+        return "-"
+    return format(value, spec)
+
+
+def render_table(rows: list[dict[str, Any]], top: int = 10) -> str:
+    """Best-first table of the feasible layouts, then a summary of what was pruned."""
+    head = (f"{'#':>3} {'tp':>3} {'pp':>3} {'dp':>5} {'cp':>3} {'vp':>3} {'sched':<11} {'zero':>4} {'recomp':<9} "
+            f"{'sp':<3} {'mbs':>3} {'tokens/s':>12} {'MFU':>6} {'step s':>8} {'mem GiB':>8} "
+            f"{'compute':>8} {'tp':>7} {'dp':>7} {'pp':>7} {'bubble':>7}")
+    lines = [head]
+    shown = 0
+    for row in rows:
+        if shown >= top or not (row.get("fits") and row.get("tokens_per_s")):
+            break
+        shown += 1
+        p = row["parallelism"]
+        b = row.get("time_breakdown_s") or {}
+        lines.append(
+            f"{shown:>3} {p['tp']:>3} {p['pp']:>3} {p['dp']:>5} {p['cp']:>3} {p['virtual_stages']:>3} "
+            f"{p['schedule']:<11} {p['zero_stage']:>4} {p['recompute']:<9} {'y' if p['sequence_parallel'] else 'n':<3} "
+            f"{p['micro_batch_size']:>3} {_fmt(row.get('tokens_per_s'), ',.0f'):>12} "
+            f"{_fmt(row.get('mfu') and 100 * row['mfu'], '.1f'):>5}% {_fmt(row.get('step_time_s'), '.3f'):>8} "
+            f"{_fmt(row.get('peak_memory_gib'), '.1f'):>8} "
+            + " ".join(f"{_fmt(b.get(k), '.3f'):>{w}}" for k, w in
+                       (("compute", 8), ("tp_comm", 7), ("dp_comm", 7), ("pp_comm", 7), ("pipeline_bubble", 7))))
+    s = summarize(rows)
+    if shown == 0:
+        lines.append("  (no layout fits)")
+    lines.append("")
+    lines.append(f"{s['layouts']} layouts: {s['simulated']} simulated, {s['out_of_memory']} out of memory, "
+                 f"{s['invalid']} invalid" + (f", {s['failed']} failed" if s["failed"] else ""))
+    for reason, count in s["invalid_reasons"]:
+        lines.append(f"  invalid ({count}): {reason}")
+    return "\n".join(lines)
