@@ -155,6 +155,11 @@ def render_table(result: SimulationResult) -> str:
     ]
     if result.time_to_train_days is not None:
         lines.append(f"  time to train  {result.time_to_train_days:.1f} days for {result.tokens_to_train:.3g} tokens")
+        extra = result.extra
+        if extra.get("effective_time_to_train_days") is not None:
+            lines.append(f"  with failures  {extra['effective_time_to_train_days']:.1f} days (goodput "
+                         f"{100 * extra['goodput']:.1f}%), {extra['gpu_hours']:,.0f} GPU-hours, "
+                         f"${extra['cost_usd']:,.0f}, {extra['energy_mwh']:,.0f} MWh")
     lines += ["", "  time breakdown of the step (critical rank)"]
     total = sum(result.time_breakdown_s.values()) or 1.0
     for key in BREAKDOWN_KEYS:

@@ -16,6 +16,7 @@ from __future__ import annotations
 from typing import Any
 
 from simulator.engine import Engine, Task
+from simulator.economics import training_economics
 from simulator.errors import ConfigError
 from simulator.memory import fits as memory_fits
 from simulator.memory import peak_rank_memory
@@ -122,7 +123,7 @@ def simulate(scenario: Scenario, mode: str | None = None, detail: bool = False,
         critical = _critical_actor(plan)
         breakdown = time_breakdown(plan, critical, step_time)
         timeline_builder = lambda: _timeline(plan)  # noqa: E731
-    return SimulationResult(
+    return _with_economics(scenario, SimulationResult(
         scenario_name=scenario.name,
         num_gpus=scenario.num_gpus,
         num_parameters=total_params(model),
@@ -146,7 +147,14 @@ def simulate(scenario: Scenario, mode: str | None = None, detail: bool = False,
         mode=mode,
         tokens_to_train=scenario.training.tokens,
         timeline_builder=timeline_builder,
-    )
+    ))
+
+
+def _with_economics(scenario: Scenario, result: SimulationResult) -> SimulationResult:
+    """Add time, cost and energy to train (and goodput under failures) when tokens are given."""
+    if scenario.training.tokens and result.step_time_s:
+        result.extra.update(training_economics(scenario, result.to_dict()))
+    return result
 
 
 def simulate_point(raw: dict[str, Any], overrides: list[str] | None = None, run_if_oom: bool = False) -> dict[str, Any]:
