@@ -423,6 +423,9 @@ def scenario_for_run(run: dict[str, Any], profile_path: str | Path) -> dict[str,
             "zero_stage": int(lay["zero_stage"]), "schedule": lay["schedule"],
             "micro_batch_size": int(lay["micro_batch_size"]), "global_batch_size": int(lay["global_batch_size"]),
             "recompute": "none",
+            # The harness's Megatron-style TP all-reduces synchronously inside autograd (no async
+            # gradient all-reduce), so nothing overlaps the weight-gradient GEMMs.
+            "overlap_tp_grad_comm": False,
         },
         "training": {"precision": run.get("precision", "fp32"), "optimizer": run.get("optimizer", "adam")},
     }
