@@ -103,6 +103,23 @@ def _parse_value(text: str) -> Any:
         return text
 
 
+def set_path(raw: dict[str, Any], path: str, value: Any, field: str | None = None) -> None:
+    """Set ``a.b.c`` in a nested mapping in place, creating mappings on the way."""
+    keys = [k for k in str(path).strip().split(".") if k]
+    field = field or path
+    if not keys:
+        raise ConfigError(field, "empty key path")
+    node = raw
+    for key in keys[:-1]:
+        child = node.get(key)
+        if child is None:
+            child = node[key] = {}
+        if not isinstance(child, dict):
+            raise ConfigError(field, f"{key} is not a mapping")
+        node = child
+    node[keys[-1]] = copy.deepcopy(value)
+
+
 def apply_overrides(raw: dict[str, Any], overrides: list[str]) -> dict[str, Any]:
     """Apply ``key.path=value`` overrides to a raw scenario mapping (returns a copy)."""
     data = copy.deepcopy(raw)
@@ -110,18 +127,9 @@ def apply_overrides(raw: dict[str, Any], overrides: list[str]) -> dict[str, Any]
         if "=" not in item:
             raise ConfigError("--set", f"expected key.path=value, got {item!r}")
         path, value = item.split("=", 1)
-        keys = [k for k in path.strip().split(".") if k]
-        if not keys:
+        if not path.strip(".").strip():
             raise ConfigError("--set", f"empty key in {item!r}")
-        node = data
-        for key in keys[:-1]:
-            child = node.get(key)
-            if child is None:
-                child = node[key] = {}
-            if not isinstance(child, dict):
-                raise ConfigError(path, f"{key} is not a mapping")
-            node = child
-        node[keys[-1]] = _parse_value(value)
+        set_path(data, path, _parse_value(value), path.strip())
     return data
 
 

@@ -15,8 +15,8 @@ from __future__ import annotations
 
 from typing import Any
 
-from simulator.engine import Engine, Task
 from simulator.economics import training_economics
+from simulator.engine import Engine, Task
 from simulator.errors import ConfigError
 from simulator.memory import fits as memory_fits
 from simulator.memory import peak_rank_memory

@@ -154,23 +154,6 @@ class SweepFile(BaseModel):
     zip: dict[str, list[Any]] = Field(default_factory=dict)
 
 
-def set_path(raw: dict[str, Any], path: str, value: Any, field: str | None = None) -> None:
-    """Set ``a.b.c`` in a nested mapping in place, creating mappings on the way."""
-    keys = [k for k in str(path).split(".") if k]
-    field = field or path
-    if not keys:
-        raise ConfigError(field, "empty scenario path")
-    node = raw
-    for key in keys[:-1]:
-        child = node.get(key)
-        if child is None:
-            child = node[key] = {}
-        if not isinstance(child, dict):
-            raise ConfigError(field, f"{key} is not a mapping in the scenario")
-        node = child
-    node[keys[-1]] = copy.deepcopy(value)
-
-
 _REF_PATHS = (("model",), ("cluster", "node"), ("cluster", "fabric"), ("cluster", "profile"))
 
 
@@ -233,7 +216,7 @@ class Sweep:
 
     def points(self) -> list[tuple[str, dict[str, Any], dict[str, Any]]]:
         """(point_id, varied values, scenario mapping) of every point; schema errors fail fast."""
-        from simulator.scenario import ScenarioFile
+        from simulator.scenario import ScenarioFile, set_path
 
         out = []
         for values in self.values():
