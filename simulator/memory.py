@@ -49,6 +49,7 @@ from dataclasses import dataclass
 
 from simulator.errors import ConfigError
 from simulator.parallelism import Parallelism, split_layers
+from simulator.scenario import gradient_bytes
 from workloads.counting import is_moe_layer
 from workloads.schema import TransformerSpec
 
@@ -115,8 +116,9 @@ def bytes_per_param(precision: str = "bf16", optimizer: str = "adam") -> dict[st
     - fp32 with Adam: 4 / 4 / 8 (no master copy; momentum + variance).
     - SGD with momentum: mixed 2 / 2 / 8 (fp32 master 4 + momentum 4); fp32 4 / 4 / 4.
 
-    Gradients are counted at 2 B as in ZeRO. (Megatron-LM with bf16 accumulates and reduces
-    gradients in an fp32 ``main_grad`` buffer by default, 4 B; that is not modelled here.)
+    Gradients are counted at 2 B as in ZeRO; ``model_state_bytes(grad_bytes=4)`` models the fp32
+    ``main_grad`` buffer that Megatron-LM (and nanotron) keep for bf16 training
+    (``TrainingSpec.grad_dtype``).
     """
     if optimizer not in _OPTIMIZERS:
         raise ConfigError("training.optimizer", f"unknown optimizer {optimizer!r} (known: {', '.join(_OPTIMIZERS)})")
@@ -130,7 +132,8 @@ def bytes_per_param(precision: str = "bf16", optimizer: str = "adam") -> dict[st
 
 
 def model_state_bytes(
-    num_params: float, zero_stage: int, dp: int, precision: str = "bf16", optimizer: str = "adam"
+    num_params: float, zero_stage: int, dp: int, precision: str = "bf16", optimizer: str = "adam",
+    grad_bytes: float | None = None,
 ) -> tuple[float, float, float]:
     """(weights, gradients, optimizer) bytes per device for ``num_params`` parameters replicated
     over ``dp`` data-parallel ranks, sharded by ZeRO stage (Rajbhandari 2020 Table 1):
@@ -143,7 +146,7 @@ def model_state_bytes(
         raise ConfigError("parallelism.dp", f"must be a positive integer, got {dp!r}")
     bpp = bytes_per_param(precision, optimizer)
     w = bpp["weights"] * num_params
-    g = bpp["gradients"] * num_params
+    g = (bpp["gradients"] if grad_bytes is None else grad_bytes) * num_params
     o = bpp["optimizer"] * num_params
     if zero_stage >= 1:
         o /= dp
@@ -481,8 +484,9 @@ def rank_memory(scenario, stage: int) -> MemoryBreakdown:
     # Model states.
     dense, expert, modules = _stage_param_split(model, par, stage)
     zdp = dp * cp
-    w1, g1, o1 = model_state_bytes(dense, par.zero_stage, zdp, tr.precision, tr.optimizer)
-    w2, g2, o2 = model_state_bytes(expert, par.zero_stage, zdp // par.ep, tr.precision, tr.optimizer)
+    gb = gradient_bytes(tr)
+    w1, g1, o1 = model_state_bytes(dense, par.zero_stage, zdp, tr.precision, tr.optimizer, gb)
+    w2, g2, o2 = model_state_bytes(expert, par.zero_stage, zdp // par.ep, tr.precision, tr.optimizer, gb)
     weights, grads, optim = w1 + w2, g1 + g2, o1 + o2
 
     # Activations.

@@ -25,13 +25,12 @@ from simulator.collectives import collective_cost
 from simulator.compute import ComputeModel
 from simulator.engine import Task
 from simulator.parallelism import split_layers
-from simulator.scenario import Scenario
+from simulator.scenario import Scenario, gradient_bytes
 from simulator.schedule import stage_order
 from simulator.topology import RankLayout, Topology
 from workloads.counting import embedding_params, layer_params, output_head_params
 from workloads.graph import Op, ShardShape, embedding_work, head_work, layer_work
 
-GRAD_BYTES = {"fp32": 4, "bf16": 2, "fp16": 2, "fp8": 2}
 WEIGHT_BYTES = {"fp32": 4, "bf16": 2, "fp16": 2, "fp8": 2}
 # Adam step, mixed precision: read fp32 master+m+v and the 16-bit grad, write master+m+v and the
 # 16-bit weight: 12 + 2 + 12 + 2 = 28 bytes per parameter (fp32 training: 4+8 read/write + 4 + 4 = 32).
@@ -304,7 +303,7 @@ class Planner:
         zero = par.zero_stage
         dp_size = par.dp_degree * par.cp  # weights are replicated over dp and cp (Megatron)
         weight_bytes = WEIGHT_BYTES[self.precision]
-        grad_bytes = GRAD_BYTES[self.precision]
+        grad_bytes = gradient_bytes(sc.training)
 
         layer_ends: list[Task] = []  # last task of each layer pass, for ZeRO-3 prefetch distance
         carry: list[Task] = []  # side tasks (overlapped collectives) the next chained task waits for
@@ -569,13 +568,9 @@ class Planner:
     def _copy_in(self, actor: str, after: Task, label: str, grad_bytes: float, zero: int, add) -> Task:
         """ZeRO-2/3 copy the bucket's gradients into the flat reduce-scatter input first
         (FSDP ``foreach_reduce`` copy-in; DeepSpeed's ipg bucket): a memory-bound kernel."""
-        if zero < 2 or after is not self._last_chain_task(actor):
+        if zero < 2:
             return after
         return add(Task(f"{label}.grad_copy_in", actor, "compute", "compute", duration_s=self.compute.copy_s(grad_bytes)))
-
-    def _last_chain_task(self, actor: str) -> Task | None:
-        compute = self._streams_ref.get((actor, "compute"))
-        return compute[-1] if compute else None
 
     def _pp_stream(self, actor: str) -> list[Task]:
         return self._streams_ref[(actor, "pp")]

@@ -49,8 +49,19 @@ class TrainingSpec(_Strict):
     precision: Precision = "bf16"
     optimizer: Literal["adam", "adamw", "sgd"] = "adam"
     tokens: float | None = Field(default=None, gt=0, description="tokens to train, for time to train")
+    grad_dtype: Literal["auto", "fp32", "bf16", "fp16"] = Field(
+        default="auto",
+        description="gradient accumulation/reduction dtype; auto: fp32 for bf16/fp8 training (Megatron-LM "
+                    "sets accumulate_allreduce_grads_in_fp32 for bf16; nanotron likewise), fp16 for fp16, fp32 for fp32")
     attention: Literal["standard", "flash"] = Field(
         default="standard", description="standard: softmax materialised (Megatron 2021-22); flash: FlashAttention")
+
+
+def gradient_bytes(training: TrainingSpec) -> int:
+    """Bytes per gradient element held and reduced (see ``TrainingSpec.grad_dtype``)."""
+    if training.grad_dtype != "auto":
+        return 4 if training.grad_dtype == "fp32" else 2
+    return 2 if training.precision == "fp16" else 4
 
 
 class SimulationSpec(_Strict):

@@ -418,8 +418,18 @@ def test_korthikanti_published_runs_fit_a100_80g(row):
     assert len(stages) == sc.parallelism.pp and peak.total_bytes == max(b.total_bytes for b in stages)
 
 
-def test_rank_memory_model_states_175b_no_zero():
+def test_rank_memory_fp32_main_grads_for_bf16_by_default():
+    # Megatron-LM keeps fp32 main_grad buffers for bf16 training: 4 B of gradient per parameter.
     sc = _scenario(64, tp=8, pp=8, schedule="1f1b", global_batch_size=64)
+    n = stage_params(sc.model, sc.parallelism, 3)
+    assert rank_memory(sc, 3).gradients_bytes == 4 * n
+    fp16 = _scenario(64, tp=8, pp=8, schedule="1f1b", global_batch_size=64, training=(("precision", "fp16"),))
+    assert rank_memory(fp16, 3).gradients_bytes == 2 * n
+
+
+def test_rank_memory_model_states_175b_no_zero():
+    sc = _scenario(64, tp=8, pp=8, schedule="1f1b", global_batch_size=64,
+                   training=(("precision", "bf16"), ("grad_dtype", "bf16")))
     for i in (0, 3, 7):
         b = rank_memory(sc, i)
         n = stage_params(sc.model, sc.parallelism, i)
@@ -435,7 +445,7 @@ def test_rank_memory_zero_shards_over_dp():
         sc = _scenario(512, tp=8, pp=8, dp=8, zero_stage=zero, global_batch_size=512)
         n = stage_params(sc.model, sc.parallelism, 3)
         b = rank_memory(sc, 3)
-        w, g, o = model_state_bytes(n, zero, 8)
+        w, g, o = model_state_bytes(n, zero, 8, grad_bytes=4)  # bf16: fp32 main grads
         assert (b.weights_bytes, b.gradients_bytes, b.optimizer_bytes) == pytest.approx((w, g, o))
         assert b.other_bytes >= 2 * 25 * 2**20  # gradient buckets
 

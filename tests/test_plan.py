@@ -26,7 +26,9 @@ def a100(num_gpus: int, model: dict | None = None, **parallelism):
     par = dict(micro_batch_size=1, global_batch_size=16)
     par.update(parallelism)
     return load_scenario(dict(model=model or SMALL, cluster=dict(node="dgx-a100-80g", fabric="fat-tree",
-                                                                  num_gpus=num_gpus), parallelism=par))
+                                                                  num_gpus=num_gpus), parallelism=par,
+                              # the hand-derived volumes below count 2-byte (bf16) gradients
+                              training=dict(grad_dtype="bf16")))
 
 
 def _tasks(plan, actor: str, stream: str):

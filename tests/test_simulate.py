@@ -51,7 +51,7 @@ def toy_raw(num_gpus: int, nvl_gb_per_s: float = 1e12, nvl_latency_us: float = 0
     par.update(parallelism)
     return dict(model=model, cluster=dict(node=node, fabric=dict(name="toy-fabric", levels=1, switch_latency_us=0,
                                                                    source="toy"), num_gpus=num_gpus),
-                parallelism=par)
+                parallelism=par, training=dict(grad_dtype="bf16"))  # hand derivations use 2-byte gradients
 
 
 def toy(num_gpus: int, **kw):
