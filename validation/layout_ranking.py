@@ -56,7 +56,7 @@ import pandas as pd
 
 DATA = Path(__file__).resolve().parent / "data"
 HAGEMANN_CSV = DATA / "hagemann2023_parallel_layouts_all_runs.csv"
-ULTRASCALE_CSV = DATA / "ultrascale_playbook_config_sweep.csv"
+ULTRASCALE_CSV = DATA / "ultrascale_playbook_config_sweep.csv.gz"  # gzip of shared/published/ (2.2 MB)
 
 TARGET_SPEARMAN = 0.8
 TARGET_OOM_ACCURACY = 0.90
