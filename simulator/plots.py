@@ -35,17 +35,19 @@ CATEGORY_COLOURS = {
 FORMATS = ("png", "svg")
 
 
-def _save(fig: Figure, out_dir: Path, stem: str, formats: Sequence[str]) -> list[Path]:
+def save_figure(fig: Figure, path: str | Path, dpi: int = 120) -> Path:
+    """Write one figure file (format from the suffix), creating its folder; the one place figures are saved."""
+    path = Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fig.savefig(path, format=path.suffix.lstrip(".") or "png", dpi=dpi, bbox_inches="tight")
+    return path
+
+
+def save_figures(fig: Figure, out_dir: Path, stem: str, formats: Sequence[str]) -> list[Path]:
     for fmt in formats:
         if fmt not in FORMATS:
             raise ConfigError("--format", f"must be png or svg, got {fmt!r}")
-    out_dir.mkdir(parents=True, exist_ok=True)
-    paths = []
-    for fmt in formats:
-        path = out_dir / f"{stem}.{fmt}"
-        fig.savefig(path, format=fmt, dpi=120, bbox_inches="tight")
-        paths.append(path)
-    return paths
+    return [save_figure(fig, out_dir / f"{stem}.{fmt}") for fmt in formats]
 
 
 def memory_figure(stages: Sequence[dict[str, float]], hbm_gib: float, usable_gib: float | None = None,
@@ -132,13 +134,13 @@ def plot_scenario(scenario, out_dir: str | Path, formats: Sequence[str] = FORMAT
     _, _, per_stage = peak_rank_memory(scenario)
     name = scenario.name
     paths = []
-    paths += _save(memory_figure([b.gib() for b in per_stage], scenario.accelerator.hbm_gib,
+    paths += save_figures(memory_figure([b.gib() for b in per_stage], scenario.accelerator.hbm_gib,
                                  usable_hbm_bytes(scenario) / 2**30,
                                  title=f"{name}: memory per GPU by pipeline stage"), out, "memory", formats)
     if result.step_time_s:
-        paths += _save(time_breakdown_figure(result.time_breakdown_s, result.step_time_s,
+        paths += save_figures(time_breakdown_figure(result.time_breakdown_s, result.step_time_s,
                                              title=f"{name}: step {result.step_time_s:.3g} s"),
                        out, "time_breakdown", formats)
     if result.timeline:
-        paths += _save(timeline_figure(result.timeline, title=f"{name}: one simulated step"), out, "timeline", formats)
+        paths += save_figures(timeline_figure(result.timeline, title=f"{name}: one simulated step"), out, "timeline", formats)
     return paths

@@ -212,11 +212,9 @@ def write_outputs(rows: list[dict[str, Any]], out_dir: str | Path, title: str = 
     """``scaling.csv`` and ``scaling.{png,svg}`` in ``out_dir``."""
     out = Path(out_dir)
     paths = [write_csv(rows, out / "scaling.csv")]
-    fig = scaling_figure(rows, title)
-    for fmt in formats:
-        path = out / f"scaling.{fmt}"
-        fig.savefig(path, format=fmt, dpi=120, bbox_inches="tight")
-        paths.append(path)
+    from simulator.plots import save_figures
+
+    paths += save_figures(scaling_figure(rows, title), out, "scaling", formats)
     return paths
 
 

@@ -127,9 +127,9 @@ def plot(rows: list[dict], path: str | Path, title: str) -> Path:
     ax.set_title(title, fontsize=9)
     ax.legend(loc="upper left", fontsize=8)
     fig.tight_layout()
-    path = Path(path)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fig.savefig(path, dpi=110)
+    from simulator.plots import save_figure
+
+    path = save_figure(fig, path, dpi=110)
     plt.close(fig)
     return path
 
