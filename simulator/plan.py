@@ -7,13 +7,17 @@ collectives are priced on the topology for the whole group, and the other, symme
 groups' traffic is accounted for by giving each rank its own share of the node's NICs.
 In full mode every rank is an actor and collectives rendezvous across their members.
 
-Streams per actor: ``compute`` (kernels, optimizer), ``tp`` (tensor-parallel collectives,
-which the next kernel waits for), ``dp`` (gradient reduction, ZeRO gathers), ``pp``
-(activation/gradient sends to the neighbouring stage).
+Streams per actor: ``compute`` (kernels, optimizer), ``tp`` / ``cp`` / ``ep`` (tensor-,
+context- and expert-parallel collectives, which the next kernel waits for unless marked as
+overlapping it), ``dp`` (gradient reduction, ZeRO gathers), ``pp`` (activation/gradient
+sends to the neighbouring stage).
 
-Granularity: by default one compute task and one TP-communication task per layer and
-pass; ``detail=True`` makes one task per kernel and per collective (for ``--trace``).
-Both give the same step time (tested).
+Granularity: by default one compute task (and one task per kind of collective) for a whole
+chunk pass — the forward or backward of a model chunk for one micro-batch — and per layer
+only where per-layer events matter (the last micro-batch's backward when gradient reduction
+overlaps it, ZeRO-3 gathers). When TP traffic has its links to itself, its exposed time is
+folded into the kernel task (exact, fewer events). ``detail=True`` makes one task per kernel
+and per collective (for ``--trace``); both give the same step time where nothing contends (tested).
 """
 
 from __future__ import annotations

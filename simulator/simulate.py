@@ -5,10 +5,11 @@ form sweeps and searches use: it takes a raw scenario mapping and never raises f
 infeasible input — it returns a row with ``fits: false`` and ``infeasible_reason``.
 
 The time breakdown walks the compute stream of the critical actor (the one whose work ends
-last): busy time is compute / recompute / optimizer; every gap is charged to what the next
-kernel was waiting for — a TP or DP collective (exposed communication), a pipeline send
-(``pp_comm`` while the transfer ran, ``pipeline_bubble`` before it started), or nothing
-(bubble). So the parts add up to the step time exactly.
+last): busy time is compute / recompute / optimizer (and the exposed collective segments
+folded into kernel tasks); every gap is charged along the chain of what the next kernel was
+waiting for — the part while a collective ran to its kind (exposed tp/cp/ep/dp
+communication), while a pipeline send ran to ``pp_comm``, while another stage computed to
+``pipeline_bubble`` — so the parts add up to the step time exactly.
 """
 
 from __future__ import annotations
