@@ -69,7 +69,7 @@ LOGITS_BYTES_PER_ELEMENT = 6
 
 _MIXED = ("bf16", "fp16", "fp8")
 _OPTIMIZERS = ("adam", "adamw", "sgd")
-_SCHEDULES = ("gpipe", "1f1b", "interleaved")
+_SCHEDULES = ("gpipe", "1f1b", "interleaved", "zb-h1")  # zb-h1 keeps 1F1B's in-flight limit
 _RECOMPUTE = ("none", "selective", "full")
 
 
@@ -331,7 +331,7 @@ def _chunk_microbatches_in_flight(schedule: str, pp: int, stage: int, m: int, v:
     (end of warm-up plus the first steady-state forward)."""
     if schedule == "gpipe":
         return m * v
-    if schedule == "1f1b":
+    if schedule in ("1f1b", "zb-h1"):
         # Megatron: warm-up = min(p - i - 1, m), then one more forward before the first backward.
         return min(pp - stage, m)
     # Interleaved (Megatron get_num_warmup_microbatches, microbatch group size = p):

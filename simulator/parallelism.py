@@ -15,7 +15,7 @@ from pydantic import BaseModel, ConfigDict, Field
 from simulator.errors import ConfigError
 from workloads.schema import TransformerSpec
 
-Schedule = Literal["gpipe", "1f1b", "interleaved"]
+Schedule = Literal["gpipe", "1f1b", "interleaved", "zb-h1"]
 Recompute = Literal["none", "selective", "full"]
 
 
@@ -93,6 +93,8 @@ def resolve_layout(par: Parallelism, model: TransformerSpec, num_gpus: int) -> P
         )
     if par.virtual_stages > 1 and par.schedule != "interleaved":
         raise ConfigError("parallelism.virtual_stages", "more than 1 needs schedule: interleaved")
+    if par.schedule == "zb-h1" and par.zero_stage == 3:
+        raise ConfigError("parallelism.schedule", "zb-h1 with ZeRO-3 is not simulated yet")
     if par.schedule == "interleaved" and par.pp == 1:
         raise ConfigError("parallelism.schedule", "interleaved needs pp > 1")
     if par.ep > 1 and not model.is_moe:

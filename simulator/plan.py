@@ -30,7 +30,7 @@ from simulator.compute import ComputeModel
 from simulator.engine import Task
 from simulator.parallelism import split_layers
 from simulator.scenario import Scenario, gradient_bytes
-from simulator.schedule import stage_order
+from simulator.schedule import stage_order, zero_bubble
 from simulator.topology import RankLayout, Topology
 from workloads.counting import embedding_params, layer_params, output_head_params
 from workloads.graph import Op, ShardShape, embedding_work, head_work, layer_work
@@ -87,6 +87,7 @@ class Planner:
         self._comm_cache: dict = {}
         self._group_cache: dict = {}
         self._pass_ops: dict = {}
+        self._zero_bubble_orders = None
         self.grad_group = "dp_cp" if self.par.cp > 1 else "dp"
         self.tp_exclusive = self.mode != "full" and self._tp_links_exclusive()
         if self.mode == "full":
@@ -300,7 +301,7 @@ class Planner:
         par, sc = self.par, self.sc
         stage = self.layout.coords(rank).pp
         m_total = par.num_micro_batches
-        order = stage_order(par.schedule, m_total, par.pp, stage, par.virtual_stages)
+        order = self._stage_order(rank, stage)
         compute_list: list[Task] = []
         prev: list[Task | None] = [None]   # last task on the compute/tp chain
         dp_tasks: list[Task] = []
@@ -429,6 +430,7 @@ class Planner:
             reduce_now = (mb == m_total - 1) if zero < 2 else True
             pass_start = len(compute_list)
             per_layer_gathers = zero >= 3 and dp_size > 1
+            zero_bubble = par.schedule == "zb-h1"
             overlapped_reduce = reduce_now and dp_size > 1 and (par.overlap_grad_reduce or zero >= 2)
             if phase == "F":
                 if self.detail or per_layer_gathers:
@@ -447,7 +449,14 @@ class Planner:
                 lookup[("F_entry", actor, mb, g)] = entry
                 lookup[("F_exit", actor, mb, g)] = prev[0]
                 continue
-            if not (self.detail or per_layer_gathers or overlapped_reduce):
+            if phase == "W":  # zero-bubble weight-gradient pass; the chunk's gradients are final after it
+                run_ops(self._chunk_ops("W", g), f"W.{tag}", "compute")
+                if reduce_now and dp_size > 1:
+                    bucket["bytes"] += self.chunk_params_local(g) * grad_bytes
+                    bucket["expert"] += self.layers_per_chunk[g] * lp_expert * grad_bytes
+                    flush_bucket(prev[0], f"W.{tag}")
+                continue
+            if zero_bubble or not (self.detail or per_layer_gathers or overlapped_reduce):
                 recompute_ops = self._chunk_ops("R", g)
                 if recompute_ops:
                     run_ops(recompute_ops, f"B.{tag}.recompute", "recompute")
@@ -483,7 +492,7 @@ class Planner:
             lookup[("B_exit", actor, mb, g)] = prev[0]
 
         end_of_backward = prev[0]
-        if not (par.overlap_grad_reduce or zero >= 2) and dp_size > 1:
+        if not (par.overlap_grad_reduce or zero >= 2 or par.schedule == "zb-h1") and dp_size > 1:
             bucket["bytes"] = self.stage_params_local(stage) * grad_bytes
             stage_layers = sum(self.layers_per_chunk[c * par.pp + stage] for c in range(par.virtual_stages))
             bucket["expert"] = stage_layers * lp_expert * grad_bytes
@@ -513,13 +522,19 @@ class Planner:
                 streams[(actor, "dp")].append(task)
         return compute_list
 
-    def _link_pipeline(self, lookup: dict[tuple, Task]) -> None:
-        """Add the sends between stages and the cross-stage dependencies."""
+    def _pp_payload(self) -> float:
+        """Bytes one rank sends to the next stage per micro-batch (activation or its gradient)."""
         par = self.par
         payload = (self.sc.seq_length // par.cp) * par.micro_batch_size * self.sc.model.hidden_size
         payload *= WEIGHT_BYTES[self.precision]
         if par.tp > 1:
             payload /= par.tp  # Megatron scatter/gather optimisation (or sequence-parallel shards)
+        return payload
+
+    def _link_pipeline(self, lookup: dict[tuple, Task]) -> None:
+        """Add the sends between stages and the cross-stage dependencies."""
+        par = self.par
+        payload = self._pp_payload()
         last = self.chunks - 1
         coords = {actor: self.layout.coords(rank) for actor, rank in self.actor_ranks.items()}
         for (kind, actor, mb, g), task in list(lookup.items()):
@@ -550,6 +565,23 @@ class Planner:
             elif kind == "F_exit" and g == last:
                 lookup[("B_entry", actor, mb, g)].deps.append(task)
 
+    def _stage_order(self, rank: int, stage: int):
+        par = self.par
+        if par.schedule != "zb-h1":
+            return stage_order(par.schedule, par.num_micro_batches, par.pp, stage, par.virtual_stages)
+        if self._zero_bubble_orders is None:
+            # Pass times of a middle stage (no embedding or loss), isolated, for the list schedule.
+            g = min(1, self.chunks - 1) if self.chunks > 2 else 0
+            t_f, t_b, t_w = (sum(self.pass_cost_s(rank, self._chunk_ops(ph, g))) for ph in ("F", "B", "W"))
+            t_b += sum(self.pass_cost_s(rank, self._chunk_ops("R", g)))
+            t_comm = 0.0
+            if par.pp > 1:
+                probe = self.send_task(self.rank_actor[self.layout.representative(0)],
+                                       self.layout.representative(1), "probe", self._pp_payload())
+                t_comm = probe.latency_s + max(b / self.topo.port_capacity(p) for p, b in probe.demands.items())
+            self._zero_bubble_orders = zero_bubble(par.num_micro_batches, par.pp, t_f, t_b, t_w, t_comm)
+        return self._zero_bubble_orders[stage]
+
     def _chunk_ops(self, phase: str, global_chunk: int) -> tuple[Op, ...]:
         """All ops of one chunk pass, concatenated (cached): "F" forward, "B" backward,
         "R" the recomputed forward work of the chunk's layers."""
@@ -561,6 +593,11 @@ class Planner:
             if phase == "F":
                 ops = ((self.embedding.forward if first else ()) + self.layer.forward * n
                        + (self.head.forward if last else ()))
+            elif phase == "B" and self.par.schedule == "zb-h1":
+                ops = ((self.head.input_grad_ops() if last else ()) + self.layer.input_grad_ops() * n
+                       + (self.embedding.backward if first else ()))
+            elif phase == "W":
+                ops = (self.head.weight_grad_ops() if last else ()) + self.layer.weight_grad_ops() * n
             elif phase == "B":
                 ops = ((self.head.backward if last else ()) + self.layer.backward * n
                        + (self.embedding.backward if first else ()))

@@ -1,6 +1,6 @@
 """Pipeline schedules: the order in which one pipeline rank runs forward and backward passes.
 
-Each item is ``(phase, micro_batch, chunk)`` with phase "F" or "B" and ``chunk`` the local
+Each item is ``(phase, micro_batch, chunk)`` with phase "F", "B" or (zero-bubble) "W" and ``chunk`` the local
 model chunk (0 unless interleaved). Dependencies between ranks (activations forward,
 gradients backward) are added by the planner; this module only orders one rank's work.
 
@@ -38,6 +38,66 @@ def one_f_one_b(num_micro_batches: int, pp: int, stage: int) -> list[Item]:
         next_b += 1
     order += [("B", m, 0) for m in range(next_b, num_micro_batches)]
     return order
+
+
+def zero_bubble(num_micro_batches: int, pp: int, t_f: float, t_b: float, t_w: float,
+                t_comm: float = 0.0) -> list[list[Item]]:
+    """Zero-bubble orders for every stage (Qi et al. 2024, "Zero Bubble Pipeline Parallelism").
+
+    The backward is split into B (input gradient, sent upstream at once) and W (weight
+    gradient, needed only by the optimizer). Orders come from a list schedule on the pass
+    times, as the paper's scheduler does: each stage runs a B whose gradient has arrived, else
+    an F whose input has arrived while at most p-i micro-batches are in flight (1F1B's memory,
+    as in ZB-H1), else a pending W to fill what would be bubble. With equal F, B, W times
+    this reaches ZB-H1's step m(F+B+W) + (p-1)(F+B-W), against 1F1B's (m+p-1)(F+B+W)."""
+    m, p = num_micro_batches, pp
+    free = [0.0] * p
+    next_f, in_flight = [0] * p, [0] * p
+    f_ready: list[dict[int, float]] = [{mb: 0.0 for mb in range(m)}] + [{} for _ in range(p - 1)]
+    b_ready: list[dict[int, float]] = [{} for _ in range(p)]
+    pending_w: list[list[int]] = [[] for _ in range(p)]
+    orders: list[list[Item]] = [[] for _ in range(p)]
+    for _ in range(3 * m * p):
+        best = None
+        for i in range(p):
+            t = free[i]
+            options = []
+            if b_ready[i]:
+                mb = min(b_ready[i])
+                options.append((max(t, b_ready[i][mb]), 0, "B", mb))
+            if next_f[i] < m and next_f[i] in f_ready[i] and in_flight[i] < p - i:
+                options.append((max(t, f_ready[i][next_f[i]]), 1, "F", next_f[i]))
+            startable = [o for o in options if o[0] <= t]
+            if startable:
+                start, _, kind, mb = min(startable, key=lambda o: o[1])
+            elif pending_w[i]:
+                start, kind, mb = t, "W", pending_w[i][0]
+            elif options:
+                start, _, kind, mb = min(options)
+            else:
+                continue
+            if best is None or (start, i) < best[0]:
+                best = ((start, i), i, kind, mb)
+        (start, _), i, kind, mb = best
+        if kind == "F":
+            end = start + t_f
+            next_f[i] += 1
+            in_flight[i] += 1
+            del f_ready[i][mb]
+            (f_ready[i + 1] if i + 1 < p else b_ready[i])[mb] = end + (t_comm if i + 1 < p else 0.0)
+        elif kind == "B":
+            end = start + t_b
+            in_flight[i] -= 1
+            del b_ready[i][mb]
+            pending_w[i].append(mb)
+            if i > 0:
+                b_ready[i - 1][mb] = end + t_comm
+        else:
+            end = start + t_w
+            pending_w[i].pop(0)
+        free[i] = end
+        orders[i].append((kind, mb, 0))
+    return orders
 
 
 def _interleaved_chunk(k: int, pp: int, v: int, forward: bool) -> int:

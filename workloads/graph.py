@@ -99,6 +99,14 @@ class LayerWork:
     def backward_flops(self) -> float:
         return sum(op.flops for op in self.backward)
 
+    def input_grad_ops(self) -> tuple[Op, ...]:
+        """Backward without the weight-gradient GEMMs (zero-bubble "B" pass, Qi et al. 2023)."""
+        return tuple(op for op in self.backward if not op.name.endswith(".wgrad"))
+
+    def weight_grad_ops(self) -> tuple[Op, ...]:
+        """The weight-gradient GEMMs alone (zero-bubble "W" pass)."""
+        return tuple(op for op in self.backward if op.name.endswith(".wgrad"))
+
     def recompute_ops(self, recompute: str) -> tuple[Op, ...]:
         """Ops re-run before the backward: all of forward (full), the attention core (selective)."""
         if recompute == "full":
