@@ -483,7 +483,7 @@ def rank_memory(scenario, stage: int) -> MemoryBreakdown:
 
     # Model states.
     dense, expert, modules = _stage_param_split(model, par, stage)
-    zdp = dp * cp
+    zdp = par.zero_shard_size or dp * cp  # hybrid sharding shards over its group only
     gb = gradient_bytes(tr)
     w1, g1, o1 = model_state_bytes(dense, par.zero_stage, zdp, tr.precision, tr.optimizer, gb)
     w2, g2, o2 = model_state_bytes(expert, par.zero_stage, zdp // par.ep, tr.precision, tr.optimizer, gb)

@@ -33,6 +33,10 @@ class Parallelism(BaseModel):
     schedule: Schedule = "1f1b"
     sequence_parallel: bool = False
     zero_stage: Literal[0, 1, 2, 3] = 0
+    zero_shard_size: int | None = Field(
+        default=None, gt=0,
+        description="hybrid sharding (FSDP HYBRID_SHARD / HSDP): ZeRO shards over groups of this many dp "
+                    "ranks and replicates across groups; default: shard over all of dp")
     recompute: Recompute = "none"
     micro_batch_size: int = Field(default=1, gt=0, description="sequences per micro-batch per replica")
     global_batch_size: int = Field(default=512, gt=0, description="sequences per optimizer step")
@@ -93,6 +97,13 @@ def resolve_layout(par: Parallelism, model: TransformerSpec, num_gpus: int) -> P
         )
     if par.virtual_stages > 1 and par.schedule != "interleaved":
         raise ConfigError("parallelism.virtual_stages", "more than 1 needs schedule: interleaved")
+    if par.zero_shard_size is not None:
+        if par.zero_stage == 0:
+            raise ConfigError("parallelism.zero_shard_size", "needs zero_stage >= 1")
+        if par.cp > 1:
+            raise ConfigError("parallelism.zero_shard_size", "hybrid sharding with cp > 1 is not simulated yet")
+        if dp % par.zero_shard_size:
+            raise ConfigError("parallelism.zero_shard_size", f"{par.zero_shard_size} does not divide dp = {dp}")
     if par.schedule == "zb-h1" and par.zero_stage == 3:
         raise ConfigError("parallelism.schedule", "zb-h1 with ZeRO-3 is not simulated yet")
     if par.schedule == "interleaved" and par.pp == 1:

@@ -89,6 +89,10 @@ class Planner:
         self._pass_ops: dict = {}
         self._zero_bubble_orders = None
         self.grad_group = "dp_cp" if self.par.cp > 1 else "dp"
+        hybrid = self.par.zero_shard_size is not None and self.par.zero_shard_size < self.par.dp_degree
+        self.shard_group = "zshard" if hybrid else self.grad_group  # ZeRO shards live on this group
+        self.shard_size = self.par.zero_shard_size or self.par.dp_degree * self.par.cp
+        self.hybrid_replicas = self.par.dp_degree // self.shard_size if hybrid else 1
         self.tp_exclusive = self.mode != "full" and self._tp_links_exclusive()
         if self.mode == "full":
             self.actor_ranks = {f"rank{r}": r for r in range(self.layout.world)}
@@ -307,6 +311,7 @@ class Planner:
         dp_tasks: list[Task] = []
         zero = par.zero_stage
         dp_size = par.dp_degree * par.cp  # weights are replicated over dp and cp (Megatron)
+        shard = self.shard_size           # ZeRO shards: all of dp x cp, or a hybrid-sharding group
         weight_bytes = WEIGHT_BYTES[self.precision]
         grad_bytes = gradient_bytes(sc.training)
 
@@ -367,7 +372,7 @@ class Planner:
             if zero < 3 or dp_size == 1:
                 return ()
             task = self.comm_task(actor, "dp", "dp_comm", f"{label}.zero3_gather", rank,
-                                  [(self.grad_group, "all_gather", params * weight_bytes)], key=f"{label}.zero3_gather")
+                                  [(self.shard_group, "all_gather", params * weight_bytes)], key=f"{label}.zero3_gather")
             if task is None:
                 return ()
             if len(layer_ends) >= 2:
@@ -377,7 +382,7 @@ class Planner:
             # Copy-out of the gathered flat buffer into the layer's parameters (PyTorch FSDP
             # ``foreach_all_gather_copy_out``; DeepSpeed's partition copy): read + write, memory-bound.
             add(Task(f"{label}.zero3_copy_out", actor, "compute", "compute",
-                     duration_s=self.compute.copy_s(params * weight_bytes * (dp_size - 1) / dp_size)), (task,))
+                     duration_s=self.compute.copy_s(params * weight_bytes * (shard - 1) / shard)), (task,))
             return ()
 
         # Gradient buckets (ZeRO 0/1: once, on the last micro-batch; ZeRO 2/3: every micro-batch).
@@ -393,11 +398,15 @@ class Planner:
             after = self._copy_in(actor, after, label, dense + expert, zero, add)
             # Dense gradients are reduced over dp (x cp); expert gradients over the expert-data-
             # parallel group (dp / ep ranks holding the same experts).
-            for group, nbytes in ((self.grad_group, dense), ("edp", expert)):
+            steps = [(self.shard_group if zero >= 1 else self.grad_group, reduce_kind, dense), ("edp", reduce_kind, expert)]
+            if self.hybrid_replicas > 1 and zero >= 1:
+                # HSDP: the reduce-scattered shard is then all-reduced across the replicas.
+                steps.insert(1, ("zrep", "all_reduce", dense / self.shard_size))
+            for group, kind, nbytes in steps:
                 if nbytes <= 0:
                     continue
-                task = self.comm_task(actor, "dp", "dp_comm", f"{label}.{group}_grad_{reduce_kind}", rank,
-                                      [(group, reduce_kind, nbytes)], key=f"{label}.{group}grad{bucket['n']}")
+                task = self.comm_task(actor, "dp", "dp_comm", f"{label}.{group}_grad_{kind}", rank,
+                                      [(group, kind, nbytes)], key=f"{label}.{group}grad{bucket['n']}")
                 if task is None:
                     continue
                 task.deps.append(after)
@@ -412,7 +421,7 @@ class Planner:
             for c in range(par.virtual_stages):
                 g = c * par.pp + stage
                 task = self.comm_task(actor, "dp", "dp_comm", f"c{g}.param_all_gather", rank,
-                                      [(self.grad_group, "all_gather", self.chunk_params_local(g) * weight_bytes)],
+                                      [(self.shard_group, "all_gather", self.chunk_params_local(g) * weight_bytes)],
                                       key=f"c{g}.param_gather")
                 if task is not None:
                     streams[(actor, "dp")].append(task)
@@ -509,14 +518,14 @@ class Planner:
                 dp_tasks.append(task)
 
         local_params = self.stage_params_local(stage)
-        sharded = local_params / dp_size if zero >= 1 else local_params
+        sharded = local_params / shard if zero >= 1 else local_params
         optimizer_bytes = OPTIMIZER_BYTES_PER_PARAM[sc.training.optimizer] * (32 / 28 if self.precision == "fp32" else 1)
         opt = Task("optimizer_step", actor, "compute", "optimizer",
                    duration_s=self.compute.optimizer_step_s(sharded, optimizer_bytes))
         add(opt, tuple(dp_tasks))
         if zero in (1, 2) and dp_size > 1 and not par.overlap_param_gather:
             task = self.comm_task(actor, "dp", "dp_comm", "param_all_gather", rank,
-                                  [(self.grad_group, "all_gather", local_params * weight_bytes)], key="param_gather")
+                                  [(self.shard_group, "all_gather", local_params * weight_bytes)], key="param_gather")
             if task is not None:
                 task.deps.append(opt)
                 streams[(actor, "dp")].append(task)

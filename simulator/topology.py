@@ -76,12 +76,15 @@ class RankLayout:
             return tuple(self.rank(Coordinates(c.tp, c.cp, i, c.pp)) for i in range(self.dp))
         if kind == "dp_cp":  # gradients and ZeRO shards span data- and context-parallel ranks
             return tuple(self.rank(Coordinates(c.tp, j, i, c.pp)) for i in range(self.dp) for j in range(self.cp))
-        if kind in ("ep", "edp"):
-            # Expert parallelism is carved out of dp (Megatron/DeepSeek): ep consecutive dp ranks
-            # share a token exchange; the expert-data-parallel group holds the same experts.
-            ep = self.par.ep
-            block, pos = divmod(c.dp, ep)
-            dps = [block * ep + j for j in range(ep)] if kind == "ep" else [b * ep + pos for b in range(self.dp // ep)]
+        if kind in ("ep", "edp", "zshard", "zrep"):
+            # Sub-groups of dp. Expert parallelism is carved out of dp (Megatron/DeepSeek): ep
+            # consecutive dp ranks exchange tokens; the expert-data-parallel group holds the same
+            # experts. Hybrid sharding: zshard consecutive dp ranks share one ZeRO shard set, zrep
+            # are the replicas of one shard.
+            size = self.par.ep if kind in ("ep", "edp") else (self.par.zero_shard_size or self.dp)
+            block, pos = divmod(c.dp, size)
+            inner = kind in ("ep", "zshard")
+            dps = [block * size + j for j in range(size)] if inner else [b * size + pos for b in range(self.dp // size)]
             return tuple(self.rank(Coordinates(c.tp, c.cp, d, c.pp)) for d in dps)
         if kind == "pp":
             return tuple(self.rank(Coordinates(c.tp, c.cp, c.dp, i)) for i in range(self.pp))
