@@ -15,6 +15,7 @@ import json
 import re
 from pathlib import Path
 
+from simulator.cli_options import add_overrides
 from simulator.commands.calibrate import DEFAULT_DIR
 from simulator.errors import ConfigError
 
@@ -26,8 +27,7 @@ def register(subparsers) -> None:
                     "and set it beside the simulated step of the matching scenario.")
     p.add_argument("scenario", nargs="?", help="scenario YAML the trace was measured on (optional for harness traces)")
     p.add_argument("--trace", required=True, metavar="FILE", help="profiler trace (.json or .json.gz)")
-    p.add_argument("--set", dest="overrides", action="append", default=[], metavar="KEY.PATH=VALUE",
-                   help="override a scenario field (repeatable)")
+    add_overrides(p)
     steps = p.add_mutually_exclusive_group()
     steps.add_argument("--step", type=int, metavar="N", help="use ProfilerStep#N only")
     steps.add_argument("--average", action="store_true", help="average every profiled step (the default)")

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from simulator.cli_options import add_overrides
 from simulator.errors import ConfigError
 
 
@@ -14,8 +15,7 @@ def register(subparsers) -> None:
     )
     p.add_argument("scenario", nargs="?", help="scenario YAML (default: the built-in default)")
     p.add_argument("--out", required=True, help="output folder")
-    p.add_argument("--set", dest="overrides", action="append", default=[], metavar="KEY=VALUE",
-                   help="override a scenario field (repeatable)")
+    add_overrides(p)
     p.add_argument("--format", default="png,svg", help="comma-separated: png, svg (default both)")
     p.set_defaults(handler=run)
 

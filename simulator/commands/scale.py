@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 import sys
 
+from simulator.cli_options import add_execution, add_overrides, check_workers
 from simulator.errors import ConfigError
 
 
@@ -22,12 +23,10 @@ def register(subparsers) -> None:
     mode.add_argument("--weak", action="store_true", help="keep the batch per GPU")
     p.add_argument("--fixed", action="store_true", help="keep the scenario's layout (dp inferred) instead of searching")
     p.add_argument("--out", default="scaling", help="output folder (default: ./scaling)")
-    p.add_argument("--set", dest="overrides", action="append", default=[], metavar="KEY=VALUE",
-                   help="override a scenario field (repeatable)")
+    add_overrides(p)
     p.add_argument("--space", action="append", default=[], metavar="KEY=V1,V2", help="search space (see search)")
     p.add_argument("--constraint", action="append", default=[], metavar="KEY=VALUE", help="search constraint")
-    p.add_argument("--workers", type=int, default=None, help="worker processes (default: all cores)")
-    p.add_argument("--dask", metavar="ADDRESS", help="run on Dask: 'local' or tcp://host:port")
+    add_execution(p)
     p.add_argument("--json", action="store_true", help="print the rows as JSON instead of a table")
     p.set_defaults(handler=run)
 
@@ -36,8 +35,7 @@ def run(args) -> int:
     from simulator.scaling import parse_gpu_counts, render_table, scaling_curve, write_outputs
     from simulator.search import SearchConstraints, SearchSpace, parse_assignments
 
-    if args.workers is not None and args.workers < 1:
-        raise ConfigError("--workers", f"must be at least 1, got {args.workers}")
+    check_workers(args.workers)
     if args.fixed and (args.space or args.constraint):
         raise ConfigError("--fixed", "a fixed layout takes no --space or --constraint")
     counts = parse_gpu_counts(args.gpus)

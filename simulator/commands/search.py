@@ -6,6 +6,7 @@ import json
 import math
 import sys
 
+from simulator.cli_options import add_execution, add_overrides, check_workers
 from simulator.errors import ConfigError
 
 
@@ -19,8 +20,7 @@ def register(subparsers) -> None:
     )
     p.add_argument("scenario", nargs="?", help="scenario YAML (default: the built-in default)")
     p.add_argument("--gpus", type=int, help="number of GPUs (default: the scenario's cluster.num_gpus)")
-    p.add_argument("--set", dest="overrides", action="append", default=[], metavar="KEY=VALUE",
-                   help="override a scenario field (repeatable)")
+    add_overrides(p)
     p.add_argument("--space", action="append", default=[], metavar="KEY=V1,V2",
                    help="candidate values of a layout field, e.g. tp=4,8 or recompute=full (repeatable); "
                    "keys: tp pp cp ep virtual_stages micro_batch_size zero_stage recompute sequence_parallel schedule")
@@ -29,8 +29,7 @@ def register(subparsers) -> None:
                    "keys: tp_within_node max_tp max_pp min_dp max_dp max_memory_gib")
     p.add_argument("--top", type=int, default=None, help="rows to show (table default 10; --json default all)")
     p.add_argument("--json", action="store_true", help="print a JSON list, best first")
-    p.add_argument("--workers", type=int, default=None, help="worker processes (default: all cores)")
-    p.add_argument("--dask", metavar="ADDRESS", help="run on Dask: 'local' or tcp://host:port")
+    add_execution(p)
     p.set_defaults(handler=run)
 
 
@@ -50,8 +49,7 @@ def run(args) -> int:
 
     if args.top is not None and args.top < 1:
         raise ConfigError("--top", f"must be at least 1, got {args.top}")
-    if args.workers is not None and args.workers < 1:
-        raise ConfigError("--workers", f"must be at least 1, got {args.workers}")
+    check_workers(args.workers)
     space = parse_assignments(args.space, SearchSpace, "--space", lists=True)
     constraints = parse_assignments(args.constraint, SearchConstraints, "--constraint", lists=False)
     rows = search(args.scenario, overrides=args.overrides, num_gpus=args.gpus, space=space,

@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
+from simulator.cli_options import add_overrides
 from simulator.errors import ConfigError
 from simulator.result import render_table
 from simulator.scenario import load_scenario
@@ -17,8 +18,7 @@ def register(subparsers) -> None:
                               description="Simulate one training step. Without SCENARIO, runs the built-in "
                                           "default (GPT-3 175B on 1024 A100s).")
     p.add_argument("scenario", nargs="?", help="scenario YAML (default: built-in)")
-    p.add_argument("--set", dest="overrides", action="append", default=[], metavar="KEY.PATH=VALUE",
-                   help="override a scenario field, e.g. --set parallelism.tp=4 (repeatable)")
+    add_overrides(p)
     p.add_argument("--json", action="store_true", help="print one JSON object instead of the table")
     p.add_argument("--trace", metavar="FILE", help="write a Chrome trace-event JSON of the step (Perfetto)")
     p.add_argument("--mode", choices=["symmetric", "full"], help="override simulation.mode")

@@ -5,6 +5,7 @@ from __future__ import annotations
 import sys
 from pathlib import Path
 
+from simulator.cli_options import add_execution, check_workers
 from simulator.errors import ConfigError
 
 
@@ -20,8 +21,7 @@ def register(subparsers) -> None:
     p.add_argument("--resume", action="store_true", help="skip points already in --out")
     p.add_argument("--retry-errors", action="store_true", help="with --resume: rerun points recorded as errors")
     p.add_argument("--force", action="store_true", help="overwrite an existing --out")
-    p.add_argument("--workers", type=int, default=None, help="worker processes (default: all cores)")
-    p.add_argument("--dask", metavar="ADDRESS", help="run on Dask: 'local' (LocalCluster on 127.0.0.1) or tcp://host:port")
+    add_execution(p)
     p.add_argument("--no-progress", action="store_true", help="no progress bar")
     p.set_defaults(handler=run)
 
@@ -29,8 +29,7 @@ def register(subparsers) -> None:
 def run(args) -> int:
     from simulator.sweep import load_sweep, run_sweep
 
-    if args.workers is not None and args.workers < 1:
-        raise ConfigError("--workers", f"must be at least 1, got {args.workers}")
+    check_workers(args.workers)
     if args.retry_errors and not args.resume:
         raise ConfigError("--retry-errors", "needs --resume")
     sweep = load_sweep(args.sweep)

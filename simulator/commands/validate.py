@@ -11,7 +11,7 @@ import json
 import os
 from concurrent.futures import ProcessPoolExecutor
 
-from simulator.errors import ConfigError
+from simulator.cli_options import check_workers
 from validation.published_cases import CASE_SETS, run_case
 
 
@@ -52,8 +52,7 @@ def summarize(name: str, results) -> dict:
 
 
 def run(args) -> int:
-    if args.workers < 1:
-        raise ConfigError("--workers", "must be at least 1")
+    check_workers(args.workers)
     names = args.case_sets or list(CASE_SETS)
     jobs = [(name, case) for name in names for case in CASE_SETS[name].cases()]
     work = [(case, CASE_SETS[name].tolerance_per_case) for name, case in jobs]
