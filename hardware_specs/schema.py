@@ -47,6 +47,12 @@ class ComputeEfficiency(Spec):
         default=1.0, gt=0, le=1, description="attention GEMMs (QK^T, AV) relative to the curve"
     )
     kernel_launch_overhead_us: float = Field(ge=0)
+    overlap_compute_slowdown: float = Field(
+        default=0.0, ge=0, le=10,
+        description="relative increase of a compute kernel's time while a communication of the same "
+                    "rank runs beside it (communication kernels take SMs / CPU cores): 0.1 = 10% longer",
+    )
+    overlap_compute_slowdown_source: str | None = None
     source: str
     fitted_on: str | None = None
 

@@ -15,7 +15,11 @@ and :class:`hardware_specs.schema.FatTree`. What is fitted, and from what:
   mean of the memory-bound kernels' bandwidths (copy, add, GELU, LayerNorm, softmax; each one's
   seconds per byte net of the launch term, averaged over sizes up to 64 MiB) over that copy peak;
 - ``intra_node.collectives[c]``: ``t = latency_us + bus_bytes / bus_bandwidth_gb_per_s`` fitted
-  by least squares on (bus bytes, median time) with relative weights (every size counts alike).
+  by least squares on (bus bytes, median time) with relative weights (every size counts alike),
+  on the rows timed right after a kernel (``context=after_compute``) where present, since that
+  is how a collective runs in a training step;
+- ``overlap_compute_slowdown``: how much longer a GEMM takes while all-reduces run beside it
+  (``overlap.csv``, median over ranks; the engine slows overlapped kernels by it).
 
 Each fitted value records ``fitted_on:`` naming the file and rows. Training runs are never
 read here: fit and check stay on different data.
@@ -121,15 +125,33 @@ def read_microbench(folder: str | Path) -> dict[str, Any]:
             raise ConfigError("--from", f"{meta_path}: invalid JSON ({exc.msg})") from None
     data: dict[str, Any] = {"folder": str(micro), "machine": meta.get("machine", {}), "settings": meta.get("settings", {}),
                             "started": meta.get("started")}
-    for name in ("gemm", "memory", "collectives"):
+    for name in ("gemm", "memory", "collectives", "overlap"):
         path = micro / f"{name}.csv"
         if path.is_file():
             data[name] = _read_csv(path)
         elif name in meta:
             data[name] = meta[name]
+        elif name == "overlap":  # optional: files from harness versions before the overlap benchmark
+            data[name] = []
         else:
             raise ConfigError("--from", f"no {name}.csv under {micro} (run `python -m validation.harness --out DIR`)")
     return data
+
+
+def fit_overlap_slowdown(overlap: list[dict], file_label: str) -> tuple[float, str]:
+    """``overlap_compute_slowdown`` = median over ranks of (GEMM time beside all-reduces /
+    GEMM time alone - 1) from the overlap benchmark (validation/harness/overlap.py); 0 with a
+    note when the files have no valid overlap rows."""
+    valid = [r for r in overlap if int(r.get("valid_samples") or 0) > 0 and r.get("compute_slowdown") is not None]
+    if not valid:
+        return 0.0, f"not measured: {file_label} has no overlap.csv rows with valid samples (0 assumed)"
+    slowdowns = [max(0.0, float(r["compute_slowdown"])) for r in valid]
+    value = float(np.median(slowdowns))
+    r0 = valid[0]
+    return value, (f"clustersim calibrate: median over {len(valid)} ranks of gemm_overlapped_s / gemm_alone_s - 1 "
+                   f"(per rank: {', '.join(f'{x:.3f}' for x in slowdowns)}); fitted on {file_label}/overlap.csv "
+                   f"(GEMM {r0.get('m')}x{r0.get('n')}x{r0.get('k')} beside {r0.get('collectives_in_flight')} "
+                   f"async all_reduce of {r0.get('size_bytes')} B)")
 
 
 # --------------------------------------------------------------------------- fitting
@@ -267,6 +289,13 @@ def fit_collectives(data: dict[str, Any], file_label: str) -> dict[str, dict[str
     names = sorted({r["collective"] for r in rows}, key=lambda c: COLLECTIVE_ORDER.index(c) if c in COLLECTIVE_ORDER else 99)
     for name in names:
         sel = [r for r in rows if r["collective"] == name]
+        # A collective in a training step follows a kernel: fit on the harness's after_compute
+        # rows where the files have them (older files: back_to_back only, no context column).
+        contexts = {r.get("context") or "back_to_back" for r in sel}
+        context = "after_compute" if "after_compute" in contexts else "back_to_back"
+        sel = [r for r in sel if (r.get("context") or "back_to_back") == context]
+        # an after_compute time can round to 0 (pair minus kernel, on a noisy host): no information
+        sel = [r for r in sel if float(r["median_s"]) > 0] or sel
         per_size = _median_by(sel, lambda r: float(r["bus_bytes"]))
         sizes = sorted(per_size)
         fit = fit_alpha_beta(sizes, [per_size[s] for s in sizes])
@@ -276,7 +305,7 @@ def fit_collectives(data: dict[str, Any], file_label: str) -> dict[str, dict[str
             "bus_bandwidth_gb_per_s": round(fit.bandwidth_gb_per_s, 6),
             "source": "clustersim calibrate: weighted least squares of t = latency + bus_bytes / bandwidth "
                       f"(max relative residual {fit.max_relative_residual:.2f})",
-            "fitted_on": f"{file_label}/collectives.csv rows collective={name}, size_bytes "
+            "fitted_on": f"{file_label}/collectives.csv rows collective={name}, context={context}, size_bytes "
                          f"{raw_sizes[0]}..{raw_sizes[-1]} ({len(raw_sizes)} rows, world_size "
                          f"{sel[0].get('world_size')})",
         }
@@ -293,6 +322,9 @@ def build_profile(data: dict[str, Any], source_label: str | None = None, intra_n
         [int(r.get("world_size", 1)) for r in data.get("collectives") or []] or [1]))
     device_type = settings.get("device_type", "cpu")
     peaks, efficiency, notes = fit_compute(data, label)
+    slowdown, slowdown_source = fit_overlap_slowdown(data.get("overlap") or [], label)
+    efficiency["overlap_compute_slowdown"] = round(slowdown, 4)
+    efficiency["overlap_compute_slowdown_source"] = slowdown_source
     collectives = fit_collectives(data, label)
     host = machine.get("hostname", "unknown-host")
     mem_gib = (machine.get("memory_bytes") or 16 * 2**30) / 2**30

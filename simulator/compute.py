@@ -6,6 +6,8 @@
 interpolated in log10 size; batched attention GEMMs use the size of one GEMM and the
 ``attention_efficiency_factor``). Where the constants come from is recorded in the spec's
 ``efficiency.source`` / ``fitted_on``. Each distinct op shape is priced once (memoized).
+An op's ``executed_fraction`` scales the FLOPs its kernel runs (a causal fused attention kernel
+skips the masked tiles) while the counted FLOPs stay as they are.
 """
 
 from __future__ import annotations
@@ -53,7 +55,7 @@ class ComputeModel:
         """Seconds for one op (collectives are priced by the network, not here)."""
         if op.kind == "collective":
             raise ValueError(f"{op.name} is a collective: the network model prices it")
-        return self._time(op.kind, op.flops, op.bytes_moved, op.m, op.n, op.k, op.batch)
+        return self._time(op.kind, op.flops * op.executed_fraction, op.bytes_moved, op.m, op.n, op.k, op.batch)
 
     def _time_uncached(self, kind: str, flops: float, bytes_moved: float, m: int, n: int, k: int, batch: int) -> float:
         memory_s = bytes_moved / self.mem_bw

@@ -5,7 +5,13 @@ transformers. Each (actor, stream) pair is one SimPy process that runs its tasks
 order; a task starts once its dependencies have finished and its stream is free. A task
 either takes a fixed ``duration_s`` or moves bytes over the network (``demands``); tasks
 that share a ``rendezvous`` key start together once all have arrived (a collective over
-several simulated actors) and finish together. Heterogeneous or failing actors, async
+several simulated actors) and finish together.
+
+Interference: a fixed-duration task with ``slowdown_while_contended`` s > 0 progresses at
+rate 1/(1+s) while any ``contends`` task of the same actor is moving bytes (on accelerators,
+communication kernels occupy SMs beside the compute kernels; on CPUs, communication threads
+take cores). The rate is re-evaluated whenever such a task starts or ends, so a kernel that is
+overlapped for half its length takes (1 + s/2) times its duration. Heterogeneous or failing actors, async
 pipelines or infrequent synchronisation are task lists and dependencies of another shape.
 """
 
@@ -36,6 +42,9 @@ class Task:
     # For reporting only: a fixed-duration task may stand for consecutive parts of different
     # kinds (a kernel run and an uncontended collective that it waits for), as (category, seconds).
     segments: tuple[tuple[str, float], ...] | None = None
+    # Interference (see the module docstring): this task slows while a contending one runs.
+    slowdown_while_contended: float = 0.0
+    contends: bool = False
     start_s: float = float("nan")
     end_s: float = float("nan")
     ready_s: float = float("nan")
@@ -57,6 +66,8 @@ class Engine:
         self.env = simpy.Environment()
         self.network = FlowNetwork(self.env, network_capacity)
         self._rendezvous: dict[str, _Rendezvous] = {}
+        self._contending: dict[str, int] = defaultdict(int)      # actor -> contending tasks in flight
+        self._contention_changed: dict[str, simpy.Event] = {}    # actor -> fires when that count hits/leaves 0
 
     def run(self, streams: dict[tuple[str, str], list[Task]]) -> float:
         for tasks in streams.values():
@@ -82,13 +93,45 @@ class Engine:
                 yield from self._join(task)
             elif task.demands is not None:
                 task.start_s = env.now
-                yield self.network.transfer(task.demands, task.latency_s)
+                transfer = self.network.transfer(task.demands, task.latency_s)
+                if task.contends:
+                    self._contend(task.actor, +1)
+                    transfer.callbacks.append(lambda _ev, actor=task.actor: self._contend(actor, -1))
+                yield transfer
             else:
                 task.start_s = env.now
                 if task.duration_s > 0:
-                    yield env.timeout(task.duration_s)
+                    if task.slowdown_while_contended > 0:
+                        yield from self._run_slowable(task)
+                    else:
+                        yield env.timeout(task.duration_s)
             task.end_s = env.now
             task.done.succeed()
+
+    def _contend(self, actor: str, delta: int) -> None:
+        before = self._contending[actor]
+        self._contending[actor] = before + delta
+        if (before == 0) != (before + delta == 0):
+            changed = self._contention_changed.pop(actor, None)
+            if changed is not None:
+                changed.succeed()
+
+    def _run_slowable(self, task: Task):
+        """Run ``task.duration_s`` of work at rate 1, or 1/(1+s) while its actor is contended."""
+        env, actor = self.env, task.actor
+        remaining = task.duration_s
+        slow_rate = 1.0 / (1.0 + task.slowdown_while_contended)
+        while remaining > 1e-15 * task.duration_s:
+            rate = slow_rate if self._contending[actor] else 1.0
+            changed = self._contention_changed.get(actor)
+            if changed is None:
+                changed = self._contention_changed[actor] = env.event()
+            began = env.now
+            finish = env.timeout(remaining / rate)
+            yield finish | changed
+            if finish.processed:  # ran to the end before the contention changed
+                return
+            remaining -= (env.now - began) * rate
 
     def _join(self, task: Task):
         """Wait for every member of the task's rendezvous, then move all members' bytes as one flow."""
@@ -106,6 +149,10 @@ class Engine:
                 member.start_s = self.env.now
             latency = max(m.latency_s for m in meeting.arrived)
             meeting.finished = self.network.transfer(dict(demands), latency)
+            for member in meeting.arrived:
+                if member.contends:
+                    self._contend(member.actor, +1)
+                    meeting.finished.callbacks.append(lambda _ev, actor=member.actor: self._contend(actor, -1))
             del self._rendezvous[task.rendezvous]
             meeting.all_arrived.succeed()
         yield meeting.finished

@@ -48,10 +48,10 @@ import math
 from dataclasses import dataclass
 
 from simulator.errors import ConfigError
-from simulator.parallelism import Parallelism, split_layers
+from simulator.parallelism import Parallelism, chunk_layer_counts, split_layers
 from simulator.scenario import gradient_bytes
-from workloads.counting import is_moe_layer
-from workloads.schema import TransformerSpec
+from workloads.counting import is_moe_layer, mla_attention_params
+from workloads.schema import MLASpec, TransformerSpec
 
 GIB = float(2**30)
 MIB = float(2**20)
@@ -273,6 +273,73 @@ def activation_bytes_per_layer(
     return total
 
 
+def mla_activation_bytes_per_layer(
+    seq: int,
+    micro_batch: int,
+    hidden: int,
+    heads: int,
+    mla: MLASpec,
+    tp: int = 1,
+    sequence_parallel: bool = False,
+    recompute: str = "none",
+    ffn: int | None = None,
+    gated: bool = False,
+    cp: int = 1,
+    dropout: bool = True,
+    element_bytes: int = ACTIVATION_ELEMENT_BYTES_16BIT,
+    flash_attention: bool = False,
+) -> float:
+    """Activation bytes of one layer with multi-head latent attention (DeepSeek-V2/V3), per
+    micro-batch on one rank: :func:`activation_bytes_per_layer`'s accounting with the attention
+    block's tensors replaced (e bytes per element, a heads, t = tp, d_qk = nope + rope,
+    d_v = ``v_head_dim``, r_q / r_kv the latent ranks, r_q = h without a query latent):
+
+    - ``recompute="none"``: LN inputs/outputs, dropout masks as for MHA (4e + 2m)·sbh; the
+      latents before and after their RMSNorms 2e·sb·(r_q + r_kv) plus the RoPE key e·sb·rope
+      (without a query latent W_Q reads the LN output, already counted); Q and K
+      2e·sb·a·d_qk/t, V e·sb·a·d_v/t, the output projection's input e·sb·a·d_v/t; the
+      softmax/dropout core 5·a·s²·b/t unless FlashAttention;
+    - ``"selective"``: DeepSeek-V3's recompute (arXiv:2412.19437 Sec. 3.2.3: all RMSNorms and
+      the MLA up-projections are recomputed in the backward) plus the attention core: kept are
+      the LN inputs and masks (2e + 2m)·sbh, the latents before their norms and the RoPE key
+      e·sb·(r_q + r_kv + rope) — the compressed latents stand in for the K/V inputs — and the
+      output projection's input e·sb·a·d_v/t (the attention output FlashAttention's backward
+      needs);
+    - ``"full"``: the layer input e·sbh (÷t with SP).
+
+    MLP terms as for MHA. Approximations: the latents are counted ÷t with SP (as the
+    sequence-parallel tensors they are computed as); Megatron's FP8 activation caching of
+    DeepSeek-V3 (Sec. 3.3.3) is not modelled (16-bit activations)."""
+    if recompute not in _RECOMPUTE:
+        raise ConfigError("parallelism.recompute", f"unknown recompute {recompute!r} (known: {', '.join(_RECOMPUTE)})")
+    if heads % tp:
+        raise ConfigError("parallelism.tp", f"{tp} does not divide attention heads ({heads})")
+    if seq % cp:
+        raise ConfigError("parallelism.cp", f"{cp} does not divide the sequence length ({seq})")
+    f = hidden * 4 if ffn is None else ffn
+    s = seq / cp
+    sb = s * micro_batch
+    e, m, t = float(element_bytes), float(DROPOUT_MASK_BYTES if dropout else 0), tp
+    sp_div = t if sequence_parallel else 1
+    if recompute == "full":
+        return e * sb * hidden / sp_div
+    latents = (mla.q_lora_rank or 0) + mla.kv_lora_rank
+    heads_rank = heads / t
+    out_in = e * sb * heads_rank * mla.v_head_dim
+    mlp = (3 * e if gated else 2 * e) * sb * f / t
+    if recompute == "selective":
+        replicated = (2 * e + 2 * m) * sb * hidden / sp_div
+        latent_bytes = e * sb * (latents + mla.qk_rope_head_dim) / sp_div
+        return replicated + latent_bytes + out_in + mlp
+    replicated = (4 * e + 2 * m) * sb * hidden / sp_div
+    latent_bytes = (2 * e * sb * latents + e * sb * mla.qk_rope_head_dim) / sp_div
+    qkv = e * sb * heads_rank * (2 * mla.qk_head_dim + mla.v_head_dim)
+    total = replicated + latent_bytes + qkv + out_in + mlp
+    if not flash_attention:
+        total += (e + m + (e if dropout else 0.0)) * heads_rank * s * s * micro_batch
+    return total
+
+
 def embedding_activation_bytes(seq: int, micro_batch: int, hidden: int, tp: int = 1, sequence_parallel: bool = False, cp: int = 1) -> float:
     """Per micro-batch on the first stage: the embedding-dropout mask, 1 byte per element, s·b·h
     (÷t with SP). Korthikanti 2022 Sec. 4.3: "sbhp/t" for p micro-batches in flight; the
@@ -375,12 +442,15 @@ def _chunk_count_in_flight(schedule: str, pp: int, stage: int, m: int, v: int, c
 # --------------------------------------------------------------------------- parameters per stage
 
 
-def stage_layer_indices(num_layers: int, pp: int, virtual_stages: int, stage: int) -> list[int]:
+def stage_layer_indices(num_layers: int, pp: int, virtual_stages: int, stage: int,
+                        counts: list[int] | None = None) -> list[int]:
     """Global 0-based layer indices held by pipeline rank ``stage``: the layers of chunks
-    c·pp + stage for c in 0..v−1 (Megatron's interleaved placement), split by :func:`split_layers`."""
+    c·pp + stage for c in 0..v−1 (Megatron's interleaved placement), split by :func:`split_layers`
+    unless ``counts`` (layers per global chunk, :func:`chunk_layer_counts`) is given."""
     if not isinstance(stage, int) or not 0 <= stage < pp:
         raise ConfigError("stage", f"must be in 0..{pp - 1}, got {stage!r}")
-    counts = split_layers(num_layers, pp * virtual_stages)
+    if counts is None:
+        counts = split_layers(num_layers, pp * virtual_stages)
     starts = [sum(counts[:k]) for k in range(len(counts))]
     layers: list[int] = []
     for c in range(virtual_stages):
@@ -406,16 +476,21 @@ def _layer_params_per_rank(model: TransformerSpec, tp: int, ep: int, moe_layer: 
     """(dense, routed-expert) parameters of one layer on one rank. Same counts as
     workloads.counting.layer_params, split the Megatron way: Q/O and FFN matrices ÷tp, KV ÷tp
     (or one head per rank, replicated, when tp > kv heads), row-parallel biases and norms
-    replicated, routed experts ÷(ep·tp) (expert tensor parallel = tp), router replicated."""
+    replicated, routed experts ÷ep (expert tensor parallel 1, as the workload graph's MoE block
+    and the planner assume: each tp rank runs whole experts on its tokens), router replicated."""
     h, d = model.hidden_size, model.head_dim
-    g_rank = _kv_heads_per_rank(model.num_attention_heads, model.kv_heads, tp)
-    attn = 2 * h * h / tp + 2 * h * d * g_rank
-    if model.linear_bias:
-        attn += h / tp + 2 * d * g_rank + h
+    if model.mla is not None:  # up-projections and W_O per head ÷tp; down-projections replicated
+        split, replicated = mla_attention_params(model)
+        attn = split / tp + replicated
+    else:
+        g_rank = _kv_heads_per_rank(model.num_attention_heads, model.kv_heads, tp)
+        attn = 2 * h * h / tp + 2 * h * d * g_rank
+        if model.linear_bias:
+            attn += h / tp + 2 * d * g_rank + h
     norms = 2 * _norm_params(model)
     if moe_layer and model.moe is not None:
         expert_ffn = model.moe.expert_ffn_hidden_size or model.ffn_size
-        experts = model.moe.num_experts / ep * _ffn_params_per_rank(model, expert_ffn, tp)
+        experts = model.moe.num_experts / ep * _ffn_params_per_rank(model, expert_ffn, 1)
         dense = model.moe.num_shared_experts * _ffn_params_per_rank(model, expert_ffn, tp)
         router = h * model.moe.num_experts
         return attn + dense + router + norms, experts
@@ -427,7 +502,8 @@ def _stage_param_split(model: TransformerSpec, par: Parallelism, stage: int) -> 
     tp, ep, pp = par.tp, par.ep, par.pp
     dense = expert = 0.0
     modules: list[float] = []
-    for idx in stage_layer_indices(model.num_layers, pp, par.virtual_stages, stage):
+    counts = chunk_layer_counts(par, model.num_layers)
+    for idx in stage_layer_indices(model.num_layers, pp, par.virtual_stages, stage, counts):
         d, e = _layer_params_per_rank(model, tp, ep, is_moe_layer(model, idx))
         dense += d
         expert += e
@@ -494,21 +570,28 @@ def rank_memory(scenario, stage: int) -> MemoryBreakdown:
     s, b, sp = scenario.seq_length, par.micro_batch_size, par.sequence_parallel
     common = dict(seq=s, micro_batch=b, hidden=model.hidden_size, heads=model.num_attention_heads, tp=tp,
                   sequence_parallel=sp, kv_heads=model.kv_heads, gated=model.gated_mlp, cp=cp, element_bytes=e)
-    layers = stage_layer_indices(model.num_layers, pp, v, stage)
+    layers = stage_layer_indices(model.num_layers, pp, v, stage, chunk_layer_counts(par, model.num_layers))
+    flash = tr.attention == "flash"
 
     def per_layer(idx: int, recompute: str) -> float:
         ffn = _moe_ffn_width(model) if is_moe_layer(model, idx) else model.ffn_size
+        if model.mla is not None:
+            return mla_activation_bytes_per_layer(
+                s, b, model.hidden_size, model.num_attention_heads, model.mla, tp=tp, sequence_parallel=sp,
+                recompute=recompute, ffn=ffn, gated=model.gated_mlp, cp=cp, element_bytes=e, flash_attention=flash)
         return activation_bytes_per_layer(recompute=recompute, ffn=ffn, **common)
 
     in_flight = microbatches_in_flight(par.schedule, pp, stage, m, v)
-    # FlashAttention never materialises the s x s scores: like selective recompute for memory.
-    stored_mode = "selective" if tr.attention == "flash" and par.recompute == "none" else par.recompute
+    # FlashAttention never materialises the s x s scores: like selective recompute for memory
+    # (the MLA count takes flash_attention itself: its selective recompute drops more).
+    mla = model.mla is not None
+    stored_mode = "selective" if flash and par.recompute == "none" and not mla else par.recompute
     stored = sum(per_layer(i, stored_mode) for i in layers) * in_flight
     # Rematerialisation working set: the backward re-creates one layer's activations (full) or one
     # attention core (selective) on top of the stored checkpoints.
     working = 0.0
     if par.recompute != "none" and layers:
-        whole = "selective" if tr.attention == "flash" else "none"
+        whole = "selective" if flash and not mla else "none"
         working = max(max(0.0, per_layer(i, whole) - per_layer(i, par.recompute)) for i in layers)
     activations = stored + working
     if stage == 0:

@@ -30,6 +30,13 @@ class Parallelism(BaseModel):
     cp: int = Field(default=1, gt=0, description="context-parallel degree")
     ep: int = Field(default=1, gt=0, description="expert-parallel degree (carved out of dp)")
     virtual_stages: int = Field(default=1, gt=0, description="model chunks per pipeline rank")
+    first_stage_layers: int | None = Field(
+        default=None, ge=0,
+        description="layers on the first pipeline rank (Megatron-LM --decoder-first-pipeline-num-layers); "
+                    "the rest split evenly over the other stages; with virtual stages, over its chunks")
+    last_stage_layers: int | None = Field(
+        default=None, ge=0,
+        description="layers on the last pipeline rank (Megatron-LM --decoder-last-pipeline-num-layers)")
     schedule: Schedule = "1f1b"
     sequence_parallel: bool = False
     zero_stage: Literal[0, 1, 2, 3] = 0
@@ -37,19 +44,39 @@ class Parallelism(BaseModel):
         default=None, gt=0,
         description="hybrid sharding (FSDP HYBRID_SHARD / HSDP): ZeRO shards over groups of this many dp "
                     "ranks and replicates across groups; default: shard over all of dp")
-    recompute: Recompute = "none"
+    recompute: Recompute = Field(
+        default="none",
+        description="selective: the attention core (Korthikanti 2022); for MLA models also the RMSNorms "
+                    "and MLA up-projections (DeepSeek-V3 Sec. 3.2.3); full: the whole layer")
     micro_batch_size: int = Field(default=1, gt=0, description="sequences per micro-batch per replica")
     global_batch_size: int = Field(default=512, gt=0, description="sequences per optimizer step")
     moe_load_imbalance: float = Field(default=1.0, ge=1.0, description="tokens of the busiest expert / mean")
     gradient_bucket_mb: float = Field(default=25.0, gt=0, description="DDP all-reduce bucket size (MB)")
     overlap_grad_reduce: bool = True
     overlap_cp_comm: bool = Field(default=True, description="ring-attention K/V passes overlapped with attention")
+    cp_comm: Literal["ring", "all_gather"] = Field(
+        default="ring",
+        description="context parallel K/V exchange: ring (ring attention, Megatron-LM p2p) or all_gather "
+                    "(gather K/V before attention, reduce-scatter dK/dV after: Llama 3, arXiv:2407.21783 Sec. 3.3.2)")
+    cp_load_balance: bool = Field(
+        default=True,
+        description="causal load balancing under cp: the sequence in 2*cp chunks, rank i holding chunks i and "
+                    "2cp-1-i, so every rank does the same causal attention work (otherwise the last rank does most)")
     overlap_tp_grad_comm: bool = Field(
         default=True,
         description="TP input-gradient all-reduce/reduce-scatter overlapped with the weight-gradient GEMM "
                     "(Megatron-LM's asynchronous TP communication, on by default since late 2021)",
     )
     overlap_param_gather: bool = True
+    overlap_p2p_comm: bool = Field(
+        default=True,
+        description="pipeline sends run beside the sender's next kernels (Megatron-LM --overlap-p2p-communication); "
+                    "off: the sender waits for each send before its next pass (blocking send/recv)")
+    tp_comm_overlap: bool = Field(
+        default=False,
+        description="userbuffers-style TP overlap (Transformer Engine --tp-comm-overlap; needs sequence_parallel): "
+                    "the all-gather before a column-parallel GEMM and the reduce-scatter after a row-parallel one "
+                    "are split into chunks pipelined with that GEMM, forward and backward")
 
     @property
     def dp_degree(self) -> int:
@@ -115,10 +142,14 @@ def resolve_layout(par: Parallelism, model: TransformerSpec, num_gpus: int) -> P
     if model.moe is not None:
         if model.moe.num_experts % par.ep:
             raise ConfigError("parallelism.ep", f"{par.ep} does not divide the {model.moe.num_experts} experts")
-        if model.moe.moe_layer_frequency != 1:
-            raise ConfigError("model.moe.moe_layer_frequency", "only every-layer MoE is simulated so far")
     if par.sequence_parallel and par.tp == 1:
         raise ConfigError("parallelism.sequence_parallel", "needs tp > 1")
+    if par.tp_comm_overlap and not par.sequence_parallel:
+        raise ConfigError("parallelism.tp_comm_overlap",
+                          "needs sequence_parallel: true (it pipelines the all-gather / reduce-scatter pair)")
+    if model.mla is not None and par.cp > 1:
+        raise ConfigError("parallelism.cp", "multi-head latent attention with context parallelism is not simulated yet")
+    chunk_layer_counts(par, model.num_layers)  # checks first_stage_layers / last_stage_layers
     replica_batch = dp * par.micro_batch_size
     if par.global_batch_size % replica_batch:
         raise ConfigError(
@@ -154,6 +185,57 @@ def split_layers(num_layers: int, num_chunks: int) -> list[int]:
         lo, hi = lo + 1, hi - 1
     for idx in order[:surplus]:
         counts[idx] -= 1
+    return counts
+
+
+def chunk_layer_counts(par: Parallelism, num_layers: int) -> list[int]:
+    """Layers per global model chunk (chunk c of pipeline rank i is c·pp + i).
+
+    Without ``first_stage_layers`` / ``last_stage_layers``: :func:`split_layers`. With them
+    (Megatron-LM ``--decoder-first-pipeline-num-layers`` / ``--decoder-last-pipeline-num-layers``,
+    ``get_transformer_layer_offset``): the first (last) pipeline rank holds that many layers,
+    split evenly over its ``virtual_stages`` chunks, and the remaining layers are split evenly
+    over the other ranks' chunks; anything that does not divide is a ConfigError naming the
+    field. The end ranks may hold 0 layers (only the embedding or the loss) without virtual
+    stages; every other chunk holds at least one."""
+    pp, v = par.pp, par.virtual_stages
+    first, last = par.first_stage_layers, par.last_stage_layers
+    if first is None and last is None:
+        return split_layers(num_layers, pp * v)
+    field = "parallelism.first_stage_layers" if first is not None else "parallelism.last_stage_layers"
+    if pp == 1:
+        raise ConfigError(field, "needs pp > 1")
+    for name, value in (("first_stage_layers", first), ("last_stage_layers", last)):
+        if value is None:
+            continue
+        if value < 0:
+            raise ConfigError(f"parallelism.{name}", f"must be >= 0, got {value}")
+        if value % v or (v > 1 and value == 0):
+            raise ConfigError(f"parallelism.{name}",
+                              f"{value} layers do not split over the rank's {v} virtual stages (need a positive multiple)")
+    rest = num_layers - (first or 0) - (last or 0)
+    middle_ranks = pp - (first is not None) - (last is not None)
+    if rest < 0:
+        raise ConfigError(field, f"first/last stage layers ({first}, {last}) exceed the model's {num_layers} layers")
+    if middle_ranks == 0:
+        if rest:
+            raise ConfigError(field, f"with pp = 2, first_stage_layers + last_stage_layers must equal the "
+                                     f"model's {num_layers} layers, got {first} + {last}")
+        per_middle = 0
+    else:
+        if rest % (middle_ranks * v) or rest == 0:
+            raise ConfigError(field, f"the remaining {rest} layers do not split evenly (and at least one each) "
+                                     f"over {middle_ranks} other stages x {v} virtual stages")
+        per_middle = rest // (middle_ranks * v)
+    counts = []
+    for _chunk in range(v):
+        for stage in range(pp):
+            if stage == 0 and first is not None:
+                counts.append(first // v)
+            elif stage == pp - 1 and last is not None:
+                counts.append(last // v)
+            else:
+                counts.append(per_middle)
     return counts
 
 

@@ -28,12 +28,18 @@ from dataclasses import dataclass, field
 from simulator.collectives import collective_cost
 from simulator.compute import ComputeModel
 from simulator.engine import Task
-from simulator.parallelism import split_layers
+from simulator.parallelism import chunk_layer_counts
 from simulator.scenario import Scenario, gradient_bytes
 from simulator.schedule import stage_order, zero_bubble
 from simulator.topology import RankLayout, Topology
-from workloads.counting import embedding_params, layer_params, output_head_params
-from workloads.graph import Op, ShardShape, embedding_work, head_work, layer_work
+from workloads.counting import (
+    embedding_params,
+    layer_kind_runs,
+    layer_kinds,
+    layer_params,
+    output_head_params,
+)
+from workloads.graph import LayerWork, Op, ShardShape, embedding_work, head_work, layer_work
 
 WEIGHT_BYTES = {"fp32": 4, "bf16": 2, "fp16": 2, "fp8": 2}
 # Adam step, mixed precision: read fp32 master+m+v and the 16-bit grad, write master+m+v and the
@@ -76,10 +82,20 @@ class Planner:
             flash_attention=scenario.training.attention == "flash",
             ep=self.par.ep,
             moe_load_imbalance=self.par.moe_load_imbalance,
+            cp_comm=self.par.cp_comm,
+            cp_load_balance=self.par.cp_load_balance,
+            tp_comm_overlap=self.par.tp_comm_overlap,
         )
         self.chunks = self.par.pp * self.par.virtual_stages
-        self.layers_per_chunk = split_layers(scenario.model.num_layers, self.chunks)
-        self.layer = layer_work(scenario.model, self.shard)
+        self.layers_per_chunk = chunk_layer_counts(self.par, scenario.model.num_layers)
+        # Layers may differ (dense / MoE FFN): each kind is built once, from its first layer, and
+        # a chunk is the runs of equal kind it holds, in order (a dense model: one run per chunk).
+        self.layer_kinds = layer_kinds(scenario.model)
+        self.layer_works = {kind: layer_work(scenario.model, self.shard, self.layer_kinds.index(kind))
+                            for kind in dict.fromkeys(self.layer_kinds)}
+        self.layer = self.layer_works[self.layer_kinds[0]]  # the first layer's work (calibration reads it)
+        self.chunk_starts = [sum(self.layers_per_chunk[:g]) for g in range(self.chunks)]
+        self._params_split: dict[bool, tuple[float, float]] = {}
         self.embedding = embedding_work(scenario.model, self.shard)
         self.head = head_work(scenario.model, self.shard)
         self._cost_cache: dict = {}
@@ -218,18 +234,39 @@ class Planner:
 
     # -- params ----------------------------------------------------------------------------
 
-    def layer_params_split(self) -> tuple[float, float]:
-        """(dense, expert) parameters of one layer held by one rank: dense split by tp, routed
-        experts by ep (norms and the router are small and counted with the dense part)."""
-        lp = layer_params(self.sc.model)
-        return (lp.attention + lp.mlp_dense + lp.norms + lp.router) / self.par.tp, lp.mlp_experts / self.par.ep
+    def layer_params_split(self, moe_layer: bool | None = None) -> tuple[float, float]:
+        """(dense, expert) parameters of one layer of kind ``moe_layer`` (default: the first
+        layer's) held by one rank: dense split by tp, routed experts by ep (norms and the router
+        are small and counted with the dense part; MLA's down-projections are replicated)."""
+        kind = self.layer_kinds[0] if moe_layer is None else moe_layer
+        hit = self._params_split.get(kind)
+        if hit is None:
+            lp = layer_params(self.sc.model, kind)
+            dense = (lp.attention + lp.mlp_dense + lp.norms + lp.router) / self.par.tp + lp.attention_replicated
+            hit = self._params_split[kind] = (dense, lp.mlp_experts / self.par.ep)
+        return hit
 
-    def layer_params_local(self) -> float:
-        return sum(self.layer_params_split())
+    def layer_params_local(self, moe_layer: bool | None = None) -> float:
+        return sum(self.layer_params_split(moe_layer))
+
+    def chunk_runs(self, global_chunk: int) -> tuple[tuple[bool, int], ...]:
+        """The chunk's layers as runs of equal kind, in order: ((moe_layer, count), ...)."""
+        return layer_kind_runs(self.layer_kinds, self.chunk_starts[global_chunk], self.layers_per_chunk[global_chunk])
+
+    def chunk_layer_kind(self, global_chunk: int, layer: int) -> bool:
+        """Kind (MoE or not) of the chunk's ``layer``-th layer."""
+        return self.layer_kinds[self.chunk_starts[global_chunk] + layer]
+
+    def _layers_params(self, runs, expert_only: bool = False) -> float:
+        """Local parameters (or routed-expert ones only) of layers given as runs of equal kind."""
+        total = 0.0
+        for kind, count in runs:
+            total += count * (self.layer_params_split(kind)[1] if expert_only else self.layer_params_local(kind))
+        return total
 
     def chunk_params_local(self, global_chunk: int) -> float:
         model, tp = self.sc.model, self.par.tp
-        params = self.layers_per_chunk[global_chunk] * self.layer_params_local()
+        params = self._layers_params(self.chunk_runs(global_chunk))
         if global_chunk == 0:
             params += embedding_params(model) / tp
         if global_chunk == self.chunks - 1:
@@ -251,23 +288,65 @@ class Planner:
         for actor, rank in self.actor_ranks.items():
             compute_tasks[actor] = self._build_actor(actor, rank, streams, lookup)
         self._link_pipeline(lookup)
+        if not self.par.overlap_p2p_comm:
+            self._block_on_sends(streams)
+        self._mark_interference(streams)
         stage_of = {a: self.layout.coords(r).pp for a, r in self.actor_ranks.items()}
         return Plan(dict(streams), dict(self.actor_ranks), stage_of, self.layers_per_chunk, self.topo,
                     compute_tasks)
 
+    def _block_on_sends(self, streams) -> None:
+        """Blocking point-to-point (``overlap_p2p_comm: false``): the sender's first compute task
+        after a send's source pass waits for the send to finish."""
+        for (actor, stream), tasks in list(streams.items()):
+            if stream != "pp":
+                continue
+            compute = streams.get((actor, "compute"), [])
+            position = {id(t): i for i, t in enumerate(compute)}
+            for send in tasks:
+                source = next((d for d in send.deps if id(d) in position), None)
+                if source is not None and position[id(source)] + 1 < len(compute):
+                    compute[position[id(source)] + 1].deps.append(send)
+
+    def _mark_interference(self, streams) -> None:
+        """Kernels slow by ``accelerator.efficiency.overlap_compute_slowdown`` while a collective
+        or send/recv of the same rank runs beside them (communication kernels take SMs); the
+        engine applies it (see simulator/engine.py). Only communication on its own stream can
+        run beside a kernel; a blocking one leaves the compute stream idle."""
+        slowdown = self.sc.accelerator.efficiency.overlap_compute_slowdown
+        if slowdown <= 0:
+            return
+        for (_actor, stream), tasks in streams.items():
+            for task in tasks:
+                if stream == "compute":
+                    if task.demands is None:
+                        task.slowdown_while_contended = slowdown
+                elif task.demands is not None:
+                    task.contends = True
+
     def _exposure(self, rank: int, ops: tuple[Op, ...], i: int) -> float:
         """Fraction of collective ``ops[i]``'s isolated time left exposed: 1, or for a TP
         input-gradient collective overlapped with the next (weight-gradient) kernel,
-        max(0, t_comm - t_kernel) / t_comm."""
+        max(t_comm - t_kernel, t_comm·s/(1+s)) / t_comm.
+
+        The second term is the overlapped kernel's slowdown s (``overlap_compute_slowdown``):
+        it runs at rate 1/(1+s) while the collective runs, so the pair takes t_comm when
+        t_comm >= t_kernel·(1+s), else t_kernel + t_comm·s/(1+s) -- what the engine gives when
+        both run as tasks (detail mode); here it is counted with the collective's exposed time."""
         op = ops[i]
         if not (op.overlaps_next and self._overlap_on(op)) or i + 1 >= len(ops):
             return 1.0
         t_comm = self._isolated_comm_s(rank, [(op.group, op.collective, op.comm_bytes)])
         nxt = ops[i + 1]
         t_next = self.compute.time_s(nxt) if nxt.kind != "collective" else 0.0
-        return max(0.0, t_comm - t_next) / t_comm if t_comm > 0 else 1.0
+        if t_comm <= 0:
+            return 1.0
+        s = self.sc.accelerator.efficiency.overlap_compute_slowdown
+        return max(0.0, t_comm - t_next, t_comm * s / (1 + s)) / t_comm
 
     def _overlap_on(self, op: Op) -> bool:
+        if op.overlap_knob == "tp_comm":
+            return self.par.tp_comm_overlap
         return self.par.overlap_cp_comm if op.group == "cp" else self.par.overlap_tp_grad_comm
 
     def _segments(self, rank: int, ops: tuple[Op, ...]):
@@ -429,8 +508,6 @@ class Planner:
                     start_gathers[g] = task
 
         last_chunk = self.chunks - 1
-        lp = self.layer_params_local()
-        lp_expert = self.layer_params_split()[1]
         recompute = par.recompute
         for phase, mb, chunk in order:
             g = chunk * par.pp + stage
@@ -447,7 +524,9 @@ class Planner:
                         run_ops(self.embedding.forward, f"F.{tag}.embedding", "compute")
                     for layer in range(n_layers):
                         label = f"F.{tag}.L{layer}"
-                        layer_ends.append(run_ops(self.layer.forward, label, "compute", gather_params(label, lp)))
+                        kind = self.chunk_layer_kind(g, layer)
+                        layer_ends.append(run_ops(self.layer_works[kind].forward, label, "compute",
+                                                  gather_params(label, self.layer_params_local(kind))))
                     if g == last_chunk:
                         run_ops(self.head.forward, f"F.{tag}.head", "compute")
                 else:  # one compute and one TP task for the whole chunk pass
@@ -462,7 +541,7 @@ class Planner:
                 run_ops(self._chunk_ops("W", g), f"W.{tag}", "compute")
                 if reduce_now and dp_size > 1:
                     bucket["bytes"] += self.chunk_params_local(g) * grad_bytes
-                    bucket["expert"] += self.layers_per_chunk[g] * lp_expert * grad_bytes
+                    bucket["expert"] += self._layers_params(self.chunk_runs(g), expert_only=True) * grad_bytes
                     flush_bucket(prev[0], f"W.{tag}")
                 continue
             if zero_bubble or not (self.detail or per_layer_gathers or overlapped_reduce):
@@ -479,16 +558,18 @@ class Planner:
                     bucket["bytes"] += output_head_params(sc.model) / par.tp * grad_bytes
             for layer in reversed(range(n_layers)):
                 label = f"B.{tag}.L{layer}"
+                kind = self.chunk_layer_kind(g, layer)
+                work, lp = self.layer_works[kind], self.layer_params_local(kind)
                 gathered = gather_params(label, lp)
-                rc_ops = self.layer.recompute_ops(recompute)
+                rc_ops = work.recompute_ops(recompute)
                 if rc_ops:
                     run_ops(rc_ops, f"{label}.recompute", "recompute", gathered)
                     gathered = ()
-                done = run_ops(self.layer.backward, label, "compute", gathered)
+                done = run_ops(work.backward, label, "compute", gathered)
                 layer_ends.append(done)
                 if overlapped_reduce:
                     bucket["bytes"] += lp * grad_bytes
-                    bucket["expert"] += lp_expert * grad_bytes
+                    bucket["expert"] += self.layer_params_split(kind)[1] * grad_bytes
                     if bucket["bytes"] >= bucket_limit:
                         flush_bucket(done, label)
             if g == 0:
@@ -503,8 +584,11 @@ class Planner:
         end_of_backward = prev[0]
         if not (par.overlap_grad_reduce or zero >= 2 or par.schedule == "zb-h1") and dp_size > 1:
             bucket["bytes"] = self.stage_params_local(stage) * grad_bytes
-            stage_layers = sum(self.layers_per_chunk[c * par.pp + stage] for c in range(par.virtual_stages))
-            bucket["expert"] = stage_layers * lp_expert * grad_bytes
+            stage_kinds: dict[bool, int] = {}
+            for c in range(par.virtual_stages):
+                for kind, count in self.chunk_runs(c * par.pp + stage):
+                    stage_kinds[kind] = stage_kinds.get(kind, 0) + count
+            bucket["expert"] = self._layers_params(stage_kinds.items(), expert_only=True) * grad_bytes
             flush_bucket(end_of_backward, "grads")
         # Tied embeddings across pipeline stages: sum the two copies' gradients (Megatron).
         if sc.model.tied_embeddings and par.pp > 1 and stage in (0, par.pp - 1):
@@ -595,23 +679,29 @@ class Planner:
         """All ops of one chunk pass, concatenated (cached): "F" forward, "B" backward,
         "R" the recomputed forward work of the chunk's layers."""
         first, last = global_chunk == 0, global_chunk == self.chunks - 1
-        n = self.layers_per_chunk[global_chunk]
-        key = (phase, first, last, n)
+        runs = self.chunk_runs(global_chunk)  # keyed by the kinds' counts, in layer order
+        key = (phase, first, last, runs)
         ops = self._pass_ops.get(key)
         if ops is None:
+            works = self.layer_works
+
+            def layers(part, order=runs) -> tuple[Op, ...]:
+                return sum((part(works[kind]) * count for kind, count in order), ())
+
+            backward = tuple(reversed(runs))  # the backward runs the chunk's layers last to first
             if phase == "F":
-                ops = ((self.embedding.forward if first else ()) + self.layer.forward * n
+                ops = ((self.embedding.forward if first else ()) + layers(lambda w: w.forward)
                        + (self.head.forward if last else ()))
             elif phase == "B" and self.par.schedule == "zb-h1":
-                ops = ((self.head.input_grad_ops() if last else ()) + self.layer.input_grad_ops() * n
+                ops = ((self.head.input_grad_ops() if last else ()) + layers(LayerWork.input_grad_ops, backward)
                        + (self.embedding.backward if first else ()))
             elif phase == "W":
-                ops = (self.head.weight_grad_ops() if last else ()) + self.layer.weight_grad_ops() * n
+                ops = (self.head.weight_grad_ops() if last else ()) + layers(LayerWork.weight_grad_ops, backward)
             elif phase == "B":
-                ops = ((self.head.backward if last else ()) + self.layer.backward * n
+                ops = ((self.head.backward if last else ()) + layers(lambda w: w.backward, backward)
                        + (self.embedding.backward if first else ()))
             else:
-                ops = self.layer.recompute_ops(self.par.recompute) * n
+                ops = layers(lambda w: w.recompute_ops(self.par.recompute), backward)
             self._pass_ops[key] = ops
         return ops
 

@@ -141,6 +141,48 @@ def test_profile_is_fitted_from_the_files_and_loads_as_specs(tmp_path):
     node_spec, fabric_spec = load_profile_specs(path)
     assert node_spec.intra_node.collectives["send_recv"].latency_us == pytest.approx(40.0, rel=1e-4)
     assert fabric_spec.topology == "fat-tree"
+    # no overlap.csv in these files: the slowdown is 0 and says it was not measured
+    assert eff["overlap_compute_slowdown"] == 0.0
+    assert eff["overlap_compute_slowdown_source"].startswith("not measured")
+
+
+def test_collectives_are_fitted_on_the_after_compute_rows_when_present(tmp_path):
+    folder = synthetic_microbench(tmp_path / "m")
+    path = folder / "microbench" / "collectives.csv"
+    with path.open() as fh:
+        rows = list(csv.DictReader(fh))
+    extra = []
+    for r in rows:  # the same collectives issued after a kernel: 3x the latency, half the bandwidth
+        alpha, beta = LAWS[r["collective"]]
+        t = 3 * alpha + float(r["bus_bytes"]) / (beta / 2)
+        extra.append({**r, "median_s": t, "p10_s": t, "p90_s": t, "min_s": t, "mean_s": t, "context": "after_compute"})
+    for r in rows:
+        r["context"] = "back_to_back"
+    with path.open("w", newline="") as fh:
+        w = csv.DictWriter(fh, fieldnames=list(extra[0]))
+        w.writeheader()
+        w.writerows(rows + extra)
+    laws = build_profile(read_microbench(folder), source_label="m")["node"]["intra_node"]["collectives"]
+    for name, (alpha, beta) in LAWS.items():
+        assert laws[name]["latency_us"] == pytest.approx(3 * alpha * 1e6, rel=1e-4)
+        assert laws[name]["bus_bandwidth_gb_per_s"] == pytest.approx(beta / 2 / 1e9, rel=1e-4)
+        assert "context=after_compute" in laws[name]["fitted_on"]
+
+
+def test_overlap_slowdown_is_the_median_over_ranks(tmp_path):
+    folder = synthetic_microbench(tmp_path / "m")
+    rows = [{"rank": r, "collective": "all_reduce", "size_bytes": 2**24, "collectives_in_flight": 10, "m": 512,
+             "n": 1024, "k": 1024, "valid_samples": v, "samples": 5, "gemm_alone_s": 0.01,
+             "gemm_overlapped_s": 0.01 * (1 + x), "compute_slowdown": x}
+            for r, (x, v) in enumerate([(0.2, 5), (0.4, 4), (0.3, 5), (9.0, 0)])]  # the last one: no valid sample
+    with (folder / "microbench" / "overlap.csv").open("w", newline="") as fh:
+        w = csv.DictWriter(fh, fieldnames=list(rows[0]))
+        w.writeheader()
+        w.writerows(rows)
+    eff = build_profile(read_microbench(folder), source_label="m")["node"]["accelerator"]["efficiency"]
+    assert eff["overlap_compute_slowdown"] == pytest.approx(0.3)
+    assert "overlap.csv" in eff["overlap_compute_slowdown_source"]
+    assert "3 ranks" in eff["overlap_compute_slowdown_source"]
 
 
 def test_a_scenario_loads_the_profile(tmp_path):

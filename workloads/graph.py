@@ -11,6 +11,11 @@ next column-parallel GEMM, and norms/dropouts run on s/t tokens. Backward mirror
 each GEMM becomes two (input-gradient and weight-gradient, 2x the FLOPs), memory-bound ops
 move twice the bytes, attention-core GEMMs double, and the TP collectives repeat (the f/g
 conjugates of Megatron). FLOPs count 2 per multiply-add.
+
+Multi-head latent attention (``model.mla``, DeepSeek-V2/V3) replaces LN -> QKV by the latent
+projections of :func:`_mla_projections` and the attention core by :func:`_mla_core`; see there
+for what is approximated. Layers of one model may differ (dense or MoE FFN):
+``layer_work(model, shard, layer_index)`` builds the layer at that index.
 """
 
 from __future__ import annotations
@@ -19,11 +24,13 @@ from dataclasses import dataclass, field, replace
 from functools import cache
 from typing import Literal
 
-from workloads.counting import is_moe_layer, layer_params
+from workloads.counting import is_moe_layer, layer_kind_counts, layer_kinds, layer_params
 from workloads.schema import TransformerSpec
 
 OpKind = Literal["gemm", "attention", "memory", "collective"]
 Phase = Literal["forward", "backward"]
+
+FLASH_TILE = 128  # FlashAttention-2's query/key block (Dao 2023), for the causal-skip share
 
 BYTES_PER_ELEMENT = {"fp32": 4, "bf16": 2, "fp16": 2, "fp8": 2}  # activations stay 16-bit under fp8 GEMMs
 
@@ -35,7 +42,9 @@ class Op:
     ``m, n, k``: GEMM dims (C[m,n] = A[m,k]·B[k,n]), ``batch`` independent GEMMs of that
     shape (attention heads). ``bytes_moved``: HBM traffic. For collectives, ``comm_bytes``
     is the payload per rank and ``group`` names the communicator ("tp", "cp", "ep").
-    ``recompute_class`` marks what selective recompute re-runs ("attention_core").
+    ``recompute_class`` marks what selective recompute re-runs: "attention_core" (Korthikanti
+    2022), and for MLA models also "selective" (the norms and MLA up-projections that
+    DeepSeek-V3 recomputes, arXiv:2412.19437 Sec. 3.2.3).
     """
 
     name: str
@@ -54,6 +63,8 @@ class Op:
     input_grad_bytes: float = 0.0
     overlaps_next: bool = False                # collective that may run alongside the next kernel
     backward_flops_factor: float = 2.0         # backward FLOPs / forward FLOPs (attention ops)
+    executed_fraction: float = 1.0             # share of ``flops`` the kernel runs (causal skipping)
+    overlap_knob: str = ""                     # which switch turns ``overlaps_next`` on ("tp_comm"; else by group)
 
     @property
     def gflop_per_gemm(self) -> float:
@@ -73,6 +84,9 @@ class ShardShape:
     flash_attention: bool = False
     ep: int = 1
     moe_load_imbalance: float = 1.0
+    cp_comm: str = "ring"          # "ring" | "all_gather"
+    cp_load_balance: bool = True
+    tp_comm_overlap: bool = False  # userbuffers-style TP all-gather / reduce-scatter pipelined with GEMMs
 
     @property
     def act_bytes(self) -> int:
@@ -81,6 +95,23 @@ class ShardShape:
     @property
     def local_seq(self) -> int:
         return self.seq_length // self.cp
+
+    @property
+    def causal_fraction(self) -> float:
+        """Share of the counted (non-causal) attention-core FLOPs that a causal fused kernel runs
+        on the busiest rank. FlashAttention skips tiles above the diagonal and computes the
+        diagonal tiles whole (tile 128, FlashAttention-2's block size): of n x n tiles it runs
+        n(n+1)/2, i.e. 1/2 + 1/(2n). Under cp with load balancing (2cp chunks, rank i holding
+        i and 2cp-1-i; Megatron-LM, Llama 3) every rank runs that share of its s/cp x s block;
+        without it the last rank attends to all cp-1 earlier chunks plus its own diagonal one:
+        (cp - 1 + 1/2 + 1/(2 n_local)) / cp. The FLOPs reported (model FLOPs, MFU) stay the
+        non-causal count, as in Megatron-LM and Narayanan et al. 2021; this scales time only."""
+        tile = FLASH_TILE
+        if self.cp == 1 or self.cp_load_balance:
+            n = max(1, -(-self.seq_length // tile))
+            return 0.5 + 0.5 / n
+        n_local = max(1, -(-self.local_seq // tile))
+        return (self.cp - 0.5 + 0.5 / n_local) / self.cp
 
 
 @dataclass(frozen=True)
@@ -108,11 +139,12 @@ class LayerWork:
         return tuple(op for op in self.backward if op.name.endswith(".wgrad"))
 
     def recompute_ops(self, recompute: str) -> tuple[Op, ...]:
-        """Ops re-run before the backward: all of forward (full), the attention core (selective)."""
+        """Ops re-run before the backward: all of forward (full), the attention core (selective;
+        with MLA also the norms and up-projections)."""
         if recompute == "full":
             return self.forward
         if recompute == "selective":
-            return tuple(op for op in self.forward if op.recompute_class == "attention_core")
+            return tuple(op for op in self.forward if op.recompute_class in ("attention_core", "selective"))
         return ()
 
 
@@ -155,7 +187,12 @@ def _backward_of(op: Op) -> list[Op]:
         return [dgrad, wgrad]
     if op.kind == "attention":
         return [Op(f"{op.name}.grad", "attention", op.backward_flops_factor * op.flops, 2 * op.bytes_moved,
-                   op.m, op.n, op.k, op.batch)]
+                   op.m, op.n, op.k, op.batch, executed_fraction=op.executed_fraction)]
+    if op.collective == "all_gather" and op.group == "cp":
+        # all-gather CP: K/V are gathered again for the backward (only the local chunk is kept)
+        # and the dK/dV of the whole sequence are reduce-scattered back to their owners.
+        return [replace(op, name=f"{op.name}.regather"),
+                replace(op, name=f"{op.name}.grad_reduce_scatter", collective="reduce_scatter")]
     if op.kind == "memory":
         return [Op(f"{op.name}.grad", "memory", 0.0, 2 * op.bytes_moved)]
     if op.collective == "all_to_all":  # the gradients go back the way the tokens came
@@ -170,7 +207,8 @@ def _backward_of(op: Op) -> list[Op]:
 
 @cache
 def layer_work(model: TransformerSpec, shard: ShardShape, layer_index: int = 0) -> LayerWork:
-    """Ops of one transformer layer for one micro-batch on one rank."""
+    """Ops of one transformer layer (the one at ``layer_index``: dense or MoE) for one
+    micro-batch on one rank."""
     moe_layer = is_moe_layer(model, layer_index)
     b, s, t = shard.micro_batch, shard.local_seq, shard.tp
     h, hd, elem = model.hidden_size, model.head_dim, shard.act_bytes
@@ -200,17 +238,29 @@ def layer_work(model: TransformerSpec, shard: ShardShape, layer_index: int = 0) 
         return replace(op, input_grad_collective="reduce_scatter" if shard.sequence_parallel else "all_reduce",
                        input_grad_bytes=act_payload)
 
+    norm_rc = "selective" if model.mla is not None else None  # DeepSeek-V3 recomputes its RMSNorms
     fwd: list[Op] = []
-    fwd.append(_memory("ln1", norm_tokens * h, 1, 1, elem))
-    fwd += tp_gather("attn_in")
-    fwd.append(column_parallel(_gemm("qkv", tokens, (heads + 2 * kv) * hd, h, elem)))
+    fwd.append(_memory("ln1", norm_tokens * h, 1, 1, elem, recompute_class=norm_rc))
+    if model.mla is not None:
+        fwd += _mla_projections(model, shard, norm_tokens)
+    else:
+        fwd += tp_gather("attn_in")
+        fwd.append(column_parallel(_gemm("qkv", tokens, (heads + 2 * kv) * hd, h, elem)))
     if shard.cp > 1:
-        # Ring attention (Liu et al. 2023; Megatron-LM context parallelism): each rank's K/V chunk
-        # travels cp-1 hops around the cp ring while the attention of the chunk in hand runs.
         kv_bytes = float(2 * b * s * kv * hd * elem)
-        fwd.append(Op("cp_ring_kv", "collective", collective="ring_pass", group="cp", comm_bytes=kv_bytes,
-                      overlaps_next=True))
-    if shard.flash_attention:
+        if shard.cp_comm == "all_gather":
+            # All-gather CP (Llama 3, arXiv:2407.21783 Sec. 3.3.2): gather the whole sequence's K/V
+            # (S = cp x the local K/V, the all-gather convention), then attend; not overlapped.
+            fwd.append(Op("cp_allgather_kv", "collective", collective="all_gather", group="cp",
+                          comm_bytes=kv_bytes * shard.cp))
+        else:
+            # Ring attention (Liu et al. 2023; Megatron-LM context parallelism): each rank's K/V chunk
+            # travels cp-1 hops around the cp ring while the attention of the chunk in hand runs.
+            fwd.append(Op("cp_ring_kv", "collective", collective="ring_pass", group="cp", comm_bytes=kv_bytes,
+                          overlaps_next=True))
+    if model.mla is not None:
+        fwd += _mla_core(model, shard)
+    elif shard.flash_attention:
         # FlashAttention (Dao et al. 2022): QK^T, softmax and AV fused in SRAM; HBM traffic is
         # q, k, v, o only; the backward recomputes the scores: 5 matmuls vs 2 forward (2.5x).
         flash = _gemm("flash_attention", s, full_seq, hd, elem, batch=b * heads, kind="attention",
@@ -223,10 +273,11 @@ def layer_work(model: TransformerSpec, shard: ShardShape, layer_index: int = 0) 
         fwd.append(_memory("softmax_dropout", b * heads * s * full_seq, 1, 2, elem, recompute_class="attention_core"))
         fwd.append(_gemm("attn_values", s, hd, full_seq, elem, batch=b * heads, kind="attention",
                          recompute_class="attention_core"))
-    fwd.append(_gemm("attn_out", tokens, h, heads * hd, elem))
+    attn_width = heads * (model.mla.v_head_dim if model.mla is not None else hd)
+    fwd.append(_gemm("attn_out", tokens, h, attn_width, elem))
     fwd += tp_boundary("attn_out")
     fwd.append(_memory("dropout_residual1", norm_tokens * h, 2, 1, elem))
-    fwd.append(_memory("ln2", norm_tokens * h, 1, 1, elem))
+    fwd.append(_memory("ln2", norm_tokens * h, 1, 1, elem, recompute_class=norm_rc))
     if moe_layer:
         fwd += _moe_block(model, shard, norm_tokens)
     else:
@@ -238,12 +289,74 @@ def layer_work(model: TransformerSpec, shard: ShardShape, layer_index: int = 0) 
         fwd += tp_boundary("mlp_out")
     fwd.append(_memory("dropout_residual2", norm_tokens * h, 2, 1, elem))
 
+    if shard.flash_attention:
+        fwd = [replace(op, executed_fraction=shard.causal_fraction) if op.kind == "attention" else op for op in fwd]
     bwd: list[Op] = []
     for op in reversed(fwd):
         bwd += _backward_of(op)
     if shard.cp > 1:
-        bwd = _ring_before_attention(bwd)
+        bwd = _cp_comm_before_attention(bwd)
+    if shard.tp_comm_overlap and t > 1 and shard.sequence_parallel:
+        fwd, bwd = _userbuffers_overlap(fwd), _userbuffers_overlap(bwd)
     return LayerWork(tuple(fwd), tuple(bwd), params=layer_params(model, moe_layer).total)
+
+
+def _mla_projections(model: TransformerSpec, shard: ShardShape, norm_tokens: int) -> list[Op]:
+    """MLA's projections up to the attention core (DeepSeek-V2 Sec. 2.1.2-2.1.3; Megatron-LM
+    ``MLASelfAttention``), in training's non-absorbed form: the down-projections W_DQ and
+    W_DKV (with the shared RoPE key) are replicated over tp and run on the rank's tokens
+    (its sequence-parallel share with SP), their RMSNorms likewise; with SP the latents are
+    all-gathered; the up-projections W_UQ and W_UK/W_UV are column-parallel (heads ÷ tp), so
+    their input gradients are all-reduced (reduce-scattered with SP) over tp, counted with
+    the RoPE key's gradient. Approximations: the all-gathers of the three latents are one
+    collective; the TP all-reduce of the replicated down-projections' weight gradients under
+    SP (once per step) is not modelled. Selective recompute re-runs the norms and the
+    up-projections (DeepSeek-V3 Sec. 3.2.3)."""
+    mla, h, elem, t = model.mla, model.hidden_size, shard.act_bytes, shard.tp
+    heads, tokens = model.num_attention_heads // t, shard.micro_batch * shard.local_seq
+    q_in = mla.q_lora_rank or h
+    ops: list[Op] = []
+    if mla.q_lora_rank:
+        ops.append(_gemm("q_down", norm_tokens, mla.q_lora_rank, h, elem))
+        ops.append(_memory("q_norm", norm_tokens * mla.q_lora_rank, 1, 1, elem, recompute_class="selective"))
+    ops.append(_gemm("kv_down", norm_tokens, mla.kv_lora_rank + mla.qk_rope_head_dim, h, elem))
+    ops.append(_memory("kv_norm", norm_tokens * mla.kv_lora_rank, 1, 1, elem, recompute_class="selective"))
+    latent_width = q_in + mla.kv_lora_rank + mla.qk_rope_head_dim
+    if t > 1 and shard.sequence_parallel:
+        ops.append(_tp_comm("mla_latents.all_gather", "all_gather", float(tokens * latent_width * elem)))
+    q_up = _gemm("q_up" if mla.q_lora_rank else "q_proj", tokens, heads * mla.qk_head_dim, q_in, elem,
+                 recompute_class="selective")
+    kv_up = _gemm("kv_up", tokens, heads * (mla.qk_nope_head_dim + mla.v_head_dim), mla.kv_lora_rank, elem,
+                  recompute_class="selective")
+    if t > 1:
+        grad_comm = "reduce_scatter" if shard.sequence_parallel else "all_reduce"
+        q_up = replace(q_up, input_grad_collective=grad_comm, input_grad_bytes=float(tokens * q_in * elem))
+        kv_up = replace(kv_up, input_grad_collective=grad_comm,
+                        input_grad_bytes=float(tokens * (mla.kv_lora_rank + mla.qk_rope_head_dim) * elem))
+    return ops + [q_up, kv_up]
+
+
+def _mla_core(model: TransformerSpec, shard: ShardShape) -> list[Op]:
+    """MLA's attention core per rank (heads ÷ tp): scores Q·K^T with head size nope + rope,
+    values P·V with ``v_head_dim`` (DeepSeek-V2 Eq. 17-19), every head its own K and V.
+    FlashAttention: one fused kernel of 2·b·a·s²·(d_qk + d_v) FLOPs whose backward runs
+    (3·d_qk + 2·d_v)/(d_qk + d_v) times that (recomputed Q·K^T, dQ, dK with d_qk; dV, dP with
+    d_v); HBM traffic q, k, v, o."""
+    mla, elem = model.mla, shard.act_bytes
+    b, s, full_seq = shard.micro_batch, shard.local_seq, shard.seq_length
+    heads = model.num_attention_heads // shard.tp
+    dqk, dv = mla.qk_head_dim, mla.v_head_dim
+    if shard.flash_attention:
+        flash = _gemm("flash_attention", s, full_seq, dqk, elem, batch=b * heads, kind="attention",
+                      recompute_class="attention_core")
+        return [replace(flash, flops=2.0 * b * heads * s * full_seq * (dqk + dv),
+                        backward_flops_factor=(3 * dqk + 2 * dv) / (dqk + dv),
+                        bytes_moved=float(elem * b * heads * (s + full_seq) * (dqk + dv)))]
+    return [_gemm("attn_scores", s, full_seq, dqk, elem, batch=b * heads, kind="attention",
+                  recompute_class="attention_core"),
+            _memory("softmax_dropout", b * heads * s * full_seq, 1, 2, elem, recompute_class="attention_core"),
+            _gemm("attn_values", s, dv, full_seq, elem, batch=b * heads, kind="attention",
+                  recompute_class="attention_core")]
 
 
 def _moe_block(model: TransformerSpec, shard: ShardShape, routed_tokens: int) -> list[Op]:
@@ -279,13 +392,37 @@ def _moe_block(model: TransformerSpec, shard: ShardShape, routed_tokens: int) ->
     return ops
 
 
-def _ring_before_attention(bwd: list[Op]) -> list[Op]:
-    """Put the backward ring pass (K/V again plus dK/dV: twice the bytes) right before the
-    attention-gradient kernels it overlaps, instead of after them as plain reversal would."""
-    ring = next(op for op in bwd if op.collective == "ring_pass")
-    rest = [op for op in bwd if op is not ring]
+def _userbuffers_overlap(ops: list[Op]) -> list[Op]:
+    """Transformer Engine's userbuffers TP overlap (``--tp-comm-overlap``, with sequence
+    parallelism): a TP all-gather feeding a GEMM and a TP reduce-scatter of a GEMM's output are
+    split into chunks pipelined with that GEMM (ring exchange or split pipelined). Modelled as
+    the collective running beside its GEMM (``overlaps_next``; a reduce-scatter is moved ahead
+    of the GEMM whose output it reduces), so the pair takes max(t_comm, t_gemm) plus the
+    overlapped kernel's slowdown. Approximation: the first (all-gather) or last
+    (reduce-scatter) chunk that cannot overlap, ~1/tp of the shorter one, is not counted."""
+    out = list(ops)
+    i = 0
+    while i < len(out):
+        op = out[i]
+        if op.kind == "collective" and op.group == "tp" and not op.overlaps_next:
+            nxt = out[i + 1] if i + 1 < len(out) else None
+            prev = out[i - 1] if i > 0 else None
+            if op.collective == "all_gather" and nxt is not None and nxt.kind == "gemm":
+                out[i] = replace(op, overlaps_next=True, overlap_knob="tp_comm")
+            elif op.collective == "reduce_scatter" and prev is not None and prev.kind == "gemm":
+                out[i - 1], out[i] = replace(op, overlaps_next=True, overlap_knob="tp_comm"), prev
+        i += 1
+    return out
+
+
+def _cp_comm_before_attention(bwd: list[Op]) -> list[Op]:
+    """Put the backward ring pass (K/V again plus dK/dV: twice the bytes), or the all-gather
+    CP's re-gather of K/V, right before the attention-gradient kernels (plain reversal would put
+    it after them); the all-gather CP's dK/dV reduce-scatter stays after them."""
+    early = next(op for op in bwd if op.collective == "ring_pass" or op.name.endswith(".regather"))
+    rest = [op for op in bwd if op is not early]
     first_attention = next(i for i, op in enumerate(rest) if op.kind == "attention")
-    return rest[:first_attention] + [ring] + rest[first_attention:]
+    return rest[:first_attention] + [early] + rest[first_attention:]
 
 
 @cache
@@ -333,7 +470,7 @@ class ModelFlops:
 
     model_flops: float
     hardware_flops: float
-    per_layer_forward: float = field(default=0.0)
+    per_layer_forward: float = field(default=0.0)  # mean over the layers when they differ
 
 
 def step_flops(model: TransformerSpec, seq_length: int, global_batch: int, recompute: str,
@@ -344,14 +481,20 @@ def step_flops(model: TransformerSpec, seq_length: int, global_batch: int, recom
     FLOPs: what the kernels execute — forward, backward (FlashAttention's backward recomputes
     the scores) and the recomputed forward work."""
     shard = ShardShape(micro_batch=1, seq_length=seq_length, flash_attention=flash_attention)
-    layer = layer_work(model, shard)
     head = head_work(model, shard)
 
     def flops(ops) -> float:
         return sum(op.flops for op in ops if op.kind in ("gemm", "attention"))
 
-    fwd_layer = flops(layer.forward)
-    model_flops = 3 * (model.num_layers * fwd_layer + flops(head.forward)) * global_batch
-    hardware_layer = fwd_layer + flops(layer.backward) + flops(layer.recompute_ops(recompute))
-    hardware = (model.num_layers * hardware_layer + flops(head.forward) + flops(head.backward)) * global_batch
-    return ModelFlops(model_flops, hardware, fwd_layer)
+    # Summed per layer kind (dense / MoE), each kind priced once on its first layer.
+    kinds, counts = layer_kinds(model), layer_kind_counts(model)
+    layers_fwd = layers_hw = 0.0
+    for kind, count in counts.items():
+        layer = layer_work(model, shard, kinds.index(kind))
+        fwd_layer = flops(layer.forward)
+        layers_fwd += count * fwd_layer
+        layers_hw += count * (fwd_layer + flops(layer.backward) + flops(layer.recompute_ops(recompute)))
+    model_flops = 3 * (layers_fwd + flops(head.forward)) * global_batch
+    hardware = (layers_hw + flops(head.forward) + flops(head.backward)) * global_batch
+    mean_fwd = fwd_layer if len(counts) == 1 else layers_fwd / model.num_layers
+    return ModelFlops(model_flops, hardware, mean_fwd)

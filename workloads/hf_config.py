@@ -1,8 +1,11 @@
 """Build a :class:`TransformerSpec` from a Hugging Face ``config.json`` mapping.
 
 Understands the keys of Llama/Mistral/Mixtral (``hidden_size``, ``num_hidden_layers``,
-``num_key_value_heads``, ``intermediate_size``, ``num_local_experts``) and GPT-2
-(``n_embd``, ``n_layer``, ``n_head``, ``n_inner``, ``n_positions``).
+``num_key_value_heads``, ``intermediate_size``, ``num_local_experts``), GPT-2
+(``n_embd``, ``n_layer``, ``n_head``, ``n_inner``, ``n_positions``) and DeepSeek-V2/V3
+(``n_routed_experts``, ``n_shared_experts``, ``first_k_dense_replace``, and the MLA keys
+``q_lora_rank``, ``kv_lora_rank``, ``qk_nope_head_dim``, ``qk_rope_head_dim``, ``v_head_dim``).
+The multi-token-prediction layers of DeepSeek-V3 (``num_nextn_predict_layers``) are not imported.
 """
 
 from __future__ import annotations
@@ -14,7 +17,7 @@ from pydantic import ValidationError
 from simulator.errors import ConfigError, from_pydantic
 from workloads.schema import TransformerSpec
 
-_GATED_TYPES = {"llama", "mistral", "mixtral", "qwen2", "gemma", "qwen2_moe"}
+_GATED_TYPES = {"llama", "mistral", "mixtral", "qwen2", "gemma", "qwen2_moe", "deepseek_v2", "deepseek_v3"}
 
 
 def _pick(config: dict[str, Any], *keys: str, default: Any = None) -> Any:
@@ -54,13 +57,22 @@ def spec_from_hf_config(config: dict[str, Any], name: str = "hf-model", field: s
         "linear_bias": bool(config.get("attention_bias", not gated)),
         "source": "Hugging Face config.json",
     }
-    experts = _pick(config, "num_local_experts", "num_experts")
+    experts = _pick(config, "num_local_experts", "num_experts", "n_routed_experts")
     if experts:
         data["moe"] = {
             "num_experts": experts,
             "top_k": _pick(config, "num_experts_per_tok", default=2),
             "expert_ffn_hidden_size": _pick(config, "moe_intermediate_size"),
+            "num_shared_experts": _pick(config, "n_shared_experts", default=0),
+            "first_dense_layers": _pick(config, "first_k_dense_replace", default=0),
         }
+        if _pick(config, "moe_layer_freq", default=1) != 1:
+            # HF DeepSeek: MoE where i % freq == 0; this schema: (i + 1) % freq == 0.
+            raise ConfigError(f"{field}.moe_layer_freq", "only 1 is imported (the layer numbering differs)")
+    if config.get("kv_lora_rank"):
+        data["mla"] = {key: config.get(key) for key in
+                       ("q_lora_rank", "kv_lora_rank", "qk_nope_head_dim", "qk_rope_head_dim", "v_head_dim")}
+        data["num_kv_heads"] = None  # every MLA head has its own keys and values
     try:
         return TransformerSpec.model_validate(data)
     except ValidationError as exc:

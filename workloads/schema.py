@@ -1,9 +1,9 @@
 """Model schemas: a decoder-only transformer (GPT, Llama, Mixtral shapes).
 
-Covers multi-head and grouped-query attention (``num_kv_heads``), plain and gated (SwiGLU)
-MLPs, learned or rotary positions, tied or untied embeddings, and mixture-of-experts
-feed-forward blocks (described here; the simulator marks MoE models not-yet-simulated
-until expert parallelism lands).
+Covers multi-head and grouped-query attention (``num_kv_heads``), multi-head latent
+attention (``mla``, DeepSeek-V2/V3), plain and gated (SwiGLU) MLPs, learned or rotary
+positions, tied or untied embeddings, and mixture-of-experts feed-forward blocks, on every
+layer or on some (``moe_layer_frequency``, ``first_dense_layers``).
 """
 
 from __future__ import annotations
@@ -23,13 +23,40 @@ class MoESpec(BaseModel):
     num_shared_experts: int = Field(default=0, ge=0)
     expert_ffn_hidden_size: int | None = Field(default=None, gt=0, description="default: ffn_hidden_size")
     capacity_factor: float | None = Field(default=None, gt=0)
-    moe_layer_frequency: int = Field(default=1, gt=0, description="every k-th layer is MoE")
+    moe_layer_frequency: int = Field(
+        default=1, gt=0, description="every k-th layer is MoE: 0-based layer i when (i + 1) % k == 0")
+    first_dense_layers: int = Field(
+        default=0, ge=0,
+        description="the first k layers keep a dense FFN of ffn_hidden_size (DeepSeek's first_k_dense_replace)")
 
     @model_validator(mode="after")
     def _k_le_experts(self) -> MoESpec:
         if self.top_k > self.num_experts:
             raise ValueError("top_k must not exceed num_experts")
         return self
+
+
+class MLASpec(BaseModel):
+    """Multi-head latent attention (DeepSeek-V2, arXiv:2405.04434 Sec. 2.1; DeepSeek-V3,
+    arXiv:2412.19437 Sec. 2.1.1). Queries and keys/values are projected through low-rank
+    latents: c_Q = W_DQ·h (``q_lora_rank``; none: a full-rank W_Q as in DeepSeek-V2-Lite),
+    c_KV = W_DKV·h (``kv_lora_rank``) plus a decoupled RoPE key k_R = W_KR·h shared by all
+    heads (``qk_rope_head_dim``); per head q = [W_UQ·c_Q] of ``qk_nope_head_dim`` +
+    ``qk_rope_head_dim``, k = [W_UK·c_KV, k_R], v = W_UV·c_KV of ``v_head_dim``; output W_O
+    (heads·v_head_dim x hidden). RMSNorms on both latents. No biases."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    q_lora_rank: int | None = Field(default=None, gt=0, description="query latent; none: full-rank W_Q")
+    kv_lora_rank: int = Field(gt=0)
+    qk_nope_head_dim: int = Field(gt=0)
+    qk_rope_head_dim: int = Field(ge=0)
+    v_head_dim: int = Field(gt=0)
+
+    @property
+    def qk_head_dim(self) -> int:
+        """Head size of the attention scores: non-positional plus RoPE part."""
+        return self.qk_nope_head_dim + self.qk_rope_head_dim
 
 
 class TransformerSpec(BaseModel):
@@ -51,16 +78,35 @@ class TransformerSpec(BaseModel):
     norm: Literal["layernorm", "rmsnorm"] = "layernorm"
     linear_bias: bool = True
     moe: MoESpec | None = None
+    mla: MLASpec | None = Field(default=None, description="multi-head latent attention instead of MHA/GQA")
     source: str = "user"
     notes: str | None = None
 
     @model_validator(mode="after")
     def _shape_consistent(self) -> TransformerSpec:
-        if self.hidden_size % self.num_attention_heads:
+        if self.mla is None and self.hidden_size % self.num_attention_heads:
             raise ValueError("hidden_size must be divisible by num_attention_heads")
         if self.num_attention_heads % self.kv_heads:
             raise ValueError("num_attention_heads must be divisible by num_kv_heads")
+        if self.mla is not None:
+            if self.num_kv_heads not in (None, self.num_attention_heads):
+                raise ValueError("mla: every head has its own keys and values; leave num_kv_heads unset")
+            if self.linear_bias:
+                raise ValueError("mla: projections without biases only (set linear_bias: false)")
+        if self.moe is not None:
+            if self.moe.first_dense_layers >= self.num_layers:
+                raise ValueError("moe.first_dense_layers must be less than num_layers")
+            if not any(self.is_moe_layer(i) for i in range(self.num_layers)):
+                raise ValueError("moe: no layer is a MoE layer with this moe_layer_frequency")
         return self
+
+    def is_moe_layer(self, layer_index: int) -> bool:
+        """Whether 0-based layer ``layer_index`` has a MoE FFN: not one of the first
+        ``first_dense_layers``, and (i + 1) % ``moe_layer_frequency`` == 0 (so with frequency 2
+        layers 1, 3, 5, ... are MoE, as in GShard's every-other-layer placement)."""
+        moe = self.moe
+        return (moe is not None and layer_index >= moe.first_dense_layers
+                and (layer_index + 1) % moe.moe_layer_frequency == 0)
 
     @property
     def kv_heads(self) -> int:

@@ -4,7 +4,8 @@
   plus batched attention-shaped GEMMs (``bmm``);
 - memory-bound kernels (copy, add, GELU, LayerNorm, softmax) over tensor sizes, and tiny ops
   whose time is the per-kernel (launch / dispatch) overhead;
-- collectives (all_reduce, all_gather, reduce_scatter, broadcast, send_recv) over message sizes.
+- collectives (all_reduce, all_gather, reduce_scatter, broadcast, send_recv) over message sizes;
+- a GEMM with and without all-reduces running beside it (:mod:`validation.harness.overlap`).
 
 All ranks run the compute benchmarks at the same time (as in a training job, where every rank
 computes), so contention for cores / memory bandwidth is part of what is measured. Each row
@@ -55,6 +56,8 @@ class MicrobenchConfig:
     warmup: int = 3
     reps: int = 15
     min_sample_s: float = 2e-3  # short ops are repeated inside one sample to reach this
+    overlap: bool = True        # run the overlap benchmark (compute slowed by communication)
+    collectives_after_compute: bool = True  # also time each collective issued right after a kernel
 
     @classmethod
     def quick(cls) -> MicrobenchConfig:
@@ -252,15 +255,33 @@ def _collective_fn(name: str, size_bytes: int, ctx: RankContext):
     raise ValueError(f"unknown collective {name!r}")
 
 
+def _compute_between(ctx: RankContext):
+    """The kernel run before each collective in the ``after_compute`` context: a GEMM of about
+    a millisecond on a CPU core (0.13 GFLOP), ~0.1 ms on a GPU (bf16 4096^3)."""
+    m, n, k, dtype = (512, 512, 256, torch.float32) if not ctx.is_cuda else (4096, 4096, 4096, torch.bfloat16)
+    a = torch.randn(m, k).to(ctx.device, dtype)
+    b = torch.randn(k, n).to(ctx.device, dtype)
+    return lambda: torch.mm(a, b)
+
+
 def bench_collectives(ctx: RankContext, cfg: MicrobenchConfig) -> list[dict]:
-    """Each sample: a barrier, then ``inner`` back-to-back operations (the same count on every
-    rank, so that sub-millisecond ones are timed over a few ms), the time of one; the slowest
-    rank's sample counts (a collective is done when its last rank is)."""
+    """Each sample: a barrier, then ``inner`` operations (the same count on every rank, so that
+    sub-millisecond ones are timed over a few ms), the time of one; the slowest rank's sample
+    counts (a collective is done when its last rank is). Two contexts per (collective, size):
+
+    - ``back_to_back``: the operations one after another (what nccl-tests measure);
+    - ``after_compute``: each operation issued right after a kernel (``_compute_between``), as in a
+      training step, its time being the pair's less the kernel's alone (measured just before on
+      the same rank). On a CPU host this is markedly slower than back to back (gloo's threads
+      wake from sleep, the buffers are cold in cache, the ranks arrive skewed); on GPUs the two
+      should agree. ``clustersim calibrate`` fits the collectives on ``after_compute`` rows.
+    """
     import time
 
     if ctx.world_size < 2:
         return []
     rows = []
+    kernel = _compute_between(ctx) if cfg.collectives_after_compute else None
     for name in cfg.collectives:
         for size in cfg.collective_bytes:
             fn = _collective_fn(name, size, ctx)
@@ -275,23 +296,36 @@ def bench_collectives(ctx: RankContext, cfg: MicrobenchConfig) -> list[dict]:
             inner = torch.tensor([max(1, min(1000, int(cfg.min_sample_s / max(probe, 1e-7))))])
             dist.all_reduce(inner, op=dist.ReduceOp.MAX)
             inner = int(inner.item())
-            samples = []
-            for _ in range(cfg.reps):
+
+            def timed(body) -> float:
                 dist.barrier()
                 t0 = time.perf_counter()
                 for _ in range(inner):
-                    fn()
+                    body()
                 ctx.sync()
-                samples.append((time.perf_counter() - t0) / inner)
-            if name == "send_recv":
-                samples = [s / 2 for s in samples]  # one-way time of a round trip
-            t = torch.tensor(samples, dtype=torch.float64)
-            dist.all_reduce(t, op=dist.ReduceOp.MAX)
-            st = summarize(t.tolist())
+                return (time.perf_counter() - t0) / inner
+
+            contexts = {"back_to_back": [timed(fn) for _ in range(cfg.reps)]}
+            if kernel is not None:
+                def pair():
+                    kernel()
+                    fn()
+                after = []
+                for _ in range(cfg.reps):
+                    alone = timed(kernel)
+                    after.append(max(timed(pair) - alone, 0.0))
+                contexts["after_compute"] = after
             bb = bus_bytes(name, size, ctx.world_size)
-            rows.append({"collective": name, "world_size": ctx.world_size, "size_bytes": size, "bus_bytes": bb,
-                         "inner": inner, **st, "algbw_gb_per_s": size / st["median_s"] / 1e9,
-                         "busbw_gb_per_s": bb / st["median_s"] / 1e9})
+            for context, samples in contexts.items():
+                if name == "send_recv":
+                    samples = [s / 2 for s in samples]  # one-way time of a round trip
+                t = torch.tensor(samples, dtype=torch.float64)
+                dist.all_reduce(t, op=dist.ReduceOp.MAX)
+                st = summarize(t.tolist())
+                rows.append({"collective": name, "context": context, "world_size": ctx.world_size,
+                             "size_bytes": size, "bus_bytes": bb, "inner": inner, **st,
+                             "algbw_gb_per_s": size / max(st["median_s"], 1e-12) / 1e9,
+                             "busbw_gb_per_s": bb / max(st["median_s"], 1e-12) / 1e9})
     return rows
 
 
@@ -303,6 +337,12 @@ def run_microbenchmarks(ctx: RankContext, cfg: MicrobenchConfig) -> dict:
     memory = bench_memory(ctx, cfg)
     dist.barrier()
     collectives = bench_collectives(ctx, cfg)
+    overlap = []
+    if cfg.overlap:
+        from validation.harness.overlap import OverlapConfig, bench_overlap
+
+        dist.barrier()
+        overlap = bench_overlap(ctx, OverlapConfig.for_device(ctx.is_cuda, quick=cfg.reps < 10))
     for row in gemm + memory:
         row["rank"] = ctx.rank
-    return {"gemm": gemm, "memory": memory, "collectives": collectives}
+    return {"gemm": gemm, "memory": memory, "collectives": collectives, "overlap": overlap}

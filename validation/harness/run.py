@@ -6,6 +6,7 @@ Layout of the output folder::
     DIR/microbench/gemm.csv       one row per (rank, precision, shape)
     DIR/microbench/memory.csv     one row per (rank, kernel, size)
     DIR/microbench/collectives.csv one row per (collective, size)
+    DIR/microbench/overlap.csv    one row per rank: a GEMM alone and beside all-reduces
     DIR/microbench/microbench.json the same rows + the settings and machine
     DIR/training/runs.json        one record per strategy (layout, model spec, step times, losses, memory)
     DIR/training/runs.csv         the headline numbers of runs.json
@@ -121,10 +122,13 @@ def run_microbench_files(out: Path, world_size: int, quick: bool, device: str | 
     gemm = [row for r in per_rank for row in r["gemm"]]
     memory = [row for r in per_rank for row in r["memory"]]
     collectives = per_rank[0]["collectives"]
+    overlap = [row for r in per_rank for row in r.get("overlap", [])]
     folder = out / MICRO_DIR
     write_csv(folder / "gemm.csv", gemm)
     write_csv(folder / "memory.csv", memory)
     write_csv(folder / "collectives.csv", collectives)
+    if overlap:
+        write_csv(folder / "overlap.csv", overlap)
     meta = {
         "format_version": FORMAT_VERSION,
         "kind": "clustersim-harness-microbench",
@@ -133,8 +137,9 @@ def run_microbench_files(out: Path, world_size: int, quick: bool, device: str | 
         "machine": machine_info(),
         "settings": {"world_size": world_size, "backend": choice.backend, "device_type": choice.device_type,
                      "threads_per_rank": threads_per_rank, "quick": quick, **cfg.to_dict()},
-        "files": {"gemm": "gemm.csv", "memory": "memory.csv", "collectives": "collectives.csv"},
-        "gemm": gemm, "memory": memory, "collectives": collectives,
+        "files": {"gemm": "gemm.csv", "memory": "memory.csv", "collectives": "collectives.csv",
+                  **({"overlap": "overlap.csv"} if overlap else {})},
+        "gemm": gemm, "memory": memory, "collectives": collectives, "overlap": overlap,
     }
     write_json(folder / "microbench.json", meta)
     return meta
