@@ -16,7 +16,7 @@ import math
 from functools import lru_cache
 
 from hardware_specs.schema import Accelerator
-from workloads.graph import Op
+from workloads.graph import Op, gemm_class
 
 
 def gemm_efficiency(accelerator: Accelerator, gflop: float) -> float:
@@ -36,15 +36,17 @@ def gemm_efficiency(accelerator: Accelerator, gflop: float) -> float:
 class ComputeModel:
     """Prices ops for one accelerator and one precision (fp8 GEMMs use the fp8 peak)."""
 
-    def __init__(self, accelerator: Accelerator, precision: str):
+    def __init__(self, accelerator: Accelerator, precision: str, fp8_gemms=("attention_proj", "mlp", "experts")):
         self.accelerator = accelerator
         self.precision = precision
         self.peak_flops = accelerator.peak_tflops[precision] * 1e12
-        # FP8 (Micikevicius et al. 2022; Transformer Engine): GEMMs run at the fp8 peak, attention
-        # stays in bf16, and every GEMM casts its two inputs to fp8 (read 2 B, write 1 B per element,
-        # plus the amax reduction folded into the same pass) as extra memory-bound work.
+        # FP8 (Micikevicius et al. 2022; Transformer Engine): the GEMMs of the classes in
+        # ``fp8_gemms`` run at the fp8 peak and cast their two inputs to fp8 (read 2 B, write 1 B
+        # per element, plus the amax reduction folded into the same pass) as extra memory-bound
+        # work; attention and the other GEMMs (LM head, router by default) stay in bf16.
         self.fp8 = precision == "fp8"
-        self.attention_peak_flops = (accelerator.peak_tflops.get("bf16", accelerator.peak_tflops[precision]) * 1e12
+        self.fp8_gemms = frozenset(fp8_gemms)
+        self.bf16_peak_flops = (accelerator.peak_tflops.get("bf16", accelerator.peak_tflops[precision]) * 1e12
                                      if self.fp8 else self.peak_flops)
         eff = accelerator.efficiency
         self.mem_bw = accelerator.hbm_bandwidth_gb_per_s * 1e9 * eff.memory_bound_efficiency
@@ -55,7 +57,10 @@ class ComputeModel:
         """Seconds for one op (collectives are priced by the network, not here)."""
         if op.kind == "collective":
             raise ValueError(f"{op.name} is a collective: the network model prices it")
-        return self._time(op.kind, op.flops * op.executed_fraction, op.bytes_moved, op.m, op.n, op.k, op.batch)
+        kind = op.kind
+        if kind == "gemm" and self.fp8 and gemm_class(op.name) not in self.fp8_gemms:
+            kind = "gemm_bf16"  # a GEMM kept in higher precision in an fp8 run
+        return self._time(kind, op.flops * op.executed_fraction, op.bytes_moved, op.m, op.n, op.k, op.batch)
 
     def _time_uncached(self, kind: str, flops: float, bytes_moved: float, m: int, n: int, k: int, batch: int) -> float:
         memory_s = bytes_moved / self.mem_bw
@@ -64,7 +69,9 @@ class ComputeModel:
         eff = gemm_efficiency(self.accelerator, 2.0 * m * n * k / 1e9)
         if kind == "attention":
             eff *= self.accelerator.efficiency.attention_efficiency_factor
-            return max(flops / (self.attention_peak_flops * eff), memory_s) + self.launch_s
+            return max(flops / (self.bf16_peak_flops * eff), memory_s) + self.launch_s
+        if kind == "gemm_bf16":
+            return max(flops / (self.bf16_peak_flops * eff), memory_s) + self.launch_s
         gemm_s = max(flops / (self.peak_flops * eff), memory_s) + self.launch_s
         if self.fp8:
             gemm_s += batch * (m * k + k * n) * 3 / self.mem_bw + self.launch_s

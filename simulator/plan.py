@@ -71,7 +71,7 @@ class Planner:
         self.layout = RankLayout(self.par)
         self.topo = Topology(scenario.node, scenario.fabric, scenario.num_gpus)
         self.links = self.topo.links
-        self.compute = ComputeModel(scenario.accelerator, self.precision)
+        self.compute = ComputeModel(scenario.accelerator, self.precision, scenario.training.fp8_gemms)
         self.shard = ShardShape(
             micro_batch=self.par.micro_batch_size,
             seq_length=scenario.seq_length,

@@ -28,6 +28,7 @@ from workloads.schema import TransformerSpec
 DEFAULT_SCENARIO = Path(__file__).parent / "scenarios" / "default.yaml"
 
 Precision = Literal["fp32", "bf16", "fp16", "fp8"]
+GemmClass = Literal["attention_proj", "mlp", "experts", "router", "lm_head"]
 
 
 class _Strict(BaseModel):
@@ -55,6 +56,11 @@ class TrainingSpec(_Strict):
                     "sets accumulate_allreduce_grads_in_fp32 for bf16; nanotron likewise), fp16 for fp16, fp32 for fp32")
     attention: Literal["standard", "flash"] = Field(
         default="standard", description="standard: softmax materialised (Megatron 2021-22); flash: FlashAttention")
+    fp8_gemms: list[GemmClass] = Field(
+        default_factory=lambda: ["attention_proj", "mlp", "experts"],
+        description="with precision fp8, the GEMM classes that run in FP8; the others run in bf16. Default as "
+                    "Transformer Engine / DeepSeek-V3 (arXiv:2412.19437 Sec. 3.3.1): the linear layers of attention, "
+                    "MLP and experts in FP8; the LM head and the MoE router in higher precision")
 
 
 def gradient_bytes(training: TrainingSpec) -> int:

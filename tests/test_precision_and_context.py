@@ -84,3 +84,20 @@ def test_moe_model_flops_count_only_the_active_experts():
                             seq_length=4096, gated_mlp=True, ffn_hidden_size=2 * 2048)
     router = 3 * 2 * 2 * 4096 * 8 * 1024  # 3 passes x 2 layers x router GEMM
     assert flops.model_flops == pytest.approx(step_flops(dense, 4096, 1, "none").model_flops + router, rel=1e-9)
+
+
+def test_fp8_gemm_classes_choose_which_gemms_run_in_fp8():
+    from workloads.graph import head_work
+
+    shard = ShardShape(micro_batch=1, seq_length=4096, precision="fp8")
+    head = next(op for op in head_work(MODEL, shard).forward if op.name == "lm_head")
+    fc1 = next(op for op in layer_work(MODEL, shard).forward if op.name == "fc1")
+    default = ComputeModel(ACC, "fp8")  # attention_proj, mlp, experts in FP8; LM head in bf16
+    assert default.time_s(head) == pytest.approx(max(head.flops / (0.5 * 100e12), head.bytes_moved / 1e12))
+    everything = ComputeModel(ACC, "fp8", ["attention_proj", "mlp", "experts", "lm_head"])
+    assert everything.time_s(head) < default.time_s(head)
+    assert ComputeModel(ACC, "fp8", ["attention_proj"]).time_s(fc1) == pytest.approx(
+        ComputeModel(ACC, "bf16").time_s(fc1))
+    # a backward GEMM belongs to its forward op's class
+    fc1_dgrad = next(op for op in layer_work(MODEL, shard).backward if op.name == "fc1.dgrad")
+    assert default.time_s(fc1_dgrad) < ComputeModel(ACC, "fp8", []).time_s(fc1_dgrad)

@@ -30,6 +30,21 @@ from workloads.schema import TransformerSpec
 OpKind = Literal["gemm", "attention", "memory", "collective"]
 Phase = Literal["forward", "backward"]
 
+# GEMM classes (for a precision per op class, e.g. which GEMMs run in FP8), by op-name prefix
+GEMM_CLASS = {
+    "qkv": "attention_proj", "attn_out": "attention_proj", "q_down": "attention_proj", "kv_down": "attention_proj",
+    "q_up": "attention_proj", "kv_up": "attention_proj",
+    "fc1": "mlp", "fc2": "mlp", "shared_fc1": "mlp", "shared_fc2": "mlp",
+    "expert_fc1": "experts", "expert_fc2": "experts",
+    "router": "router", "lm_head": "lm_head",
+}
+
+
+def gemm_class(op_name: str) -> str | None:
+    """The class of a GEMM op ("fc1.dgrad" -> "mlp"); None for attention-core and other ops."""
+    return GEMM_CLASS.get(op_name.split(".", 1)[0])
+
+
 FLASH_TILE = 128  # FlashAttention-2's query/key block (Dao 2023), for the causal-skip share
 
 BYTES_PER_ELEMENT = {"fp32": 4, "bf16": 2, "fp16": 2, "fp8": 2}  # activations stay 16-bit under fp8 GEMMs
