@@ -72,6 +72,10 @@ class Parallelism(BaseModel):
         default=True,
         description="pipeline sends run beside the sender's next kernels (Megatron-LM --overlap-p2p-communication); "
                     "off: the sender waits for each send before its next pass (blocking send/recv)")
+    overlap_moe_comm: bool = Field(
+        default=False,
+        description="expert all-to-alls hidden behind another micro-batch's computation (DeepSeek-V3 DualPipe, "
+                    "Megatron-core EP overlap); exposed only where longer than the pass's kernels")
     tp_comm_overlap: bool = Field(
         default=False,
         description="userbuffers-style TP overlap (Transformer Engine --tp-comm-overlap; needs sequence_parallel): "

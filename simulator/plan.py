@@ -334,6 +334,8 @@ class Planner:
         t_comm >= t_kernel·(1+s), else t_kernel + t_comm·s/(1+s) -- what the engine gives when
         both run as tasks (detail mode); here it is counted with the collective's exposed time."""
         op = ops[i]
+        if op.collective == "all_to_all" and self.par.overlap_moe_comm:
+            return self._paired_moe_exposure(rank, ops)
         if not (op.overlaps_next and self._overlap_on(op)) or i + 1 >= len(ops):
             return 1.0
         t_comm = self._isolated_comm_s(rank, [(op.group, op.collective, op.comm_bytes)])
@@ -343,6 +345,24 @@ class Planner:
             return 1.0
         s = self.sc.accelerator.efficiency.overlap_compute_slowdown
         return max(0.0, t_comm - t_next, t_comm * s / (1 + s)) / t_comm
+
+    def _paired_moe_exposure(self, rank: int, ops: tuple[Op, ...]) -> float:
+        """``overlap_moe_comm``: the expert all-to-alls of a pass run beside the computation of
+        another micro-batch's pass (DeepSeek-V3's DualPipe pairs a forward and a backward chunk,
+        arXiv:2412.19437 Sec. 3.2.1; Megatron-core's EP all-to-all overlap). Approximated with
+        the pass's own kernel time T as the budget that hides the pass's all-to-alls A: the
+        exposed share max(A - T, A·s/(1+s)) / A is the same for each of them (s: the kernels'
+        slowdown beside communication). Warm-up passes with no partner are treated alike."""
+        key = ("moe_pair", id(ops))
+        hit = self._time_cache.get(key)
+        if hit is None or hit[0] is not ops:
+            a2a = self._isolated_comm_s(rank, [(op.group, op.collective, op.comm_bytes) for op in ops
+                                               if op.collective == "all_to_all"])
+            kernels = self._compute_time(tuple(op for op in ops if op.kind != "collective"))
+            s = self.sc.accelerator.efficiency.overlap_compute_slowdown
+            share = max(0.0, a2a - kernels, a2a * s / (1 + s)) / a2a if a2a > 0 else 1.0
+            hit = self._time_cache[key] = (ops, share)
+        return hit[1]
 
     def _overlap_on(self, op: Op) -> bool:
         if op.overlap_knob == "tp_comm":
@@ -372,7 +392,12 @@ class Planner:
                 out.append(("comm", parts, f"{group}_comm", False))
         else:
             for op in ops:
-                if op.kind == "collective":
+                if op.kind == "collective" and op.collective == "all_to_all" and self.par.overlap_moe_comm:
+                    # hidden behind another micro-batch's pass: only the exposed share runs here
+                    share = self._paired_moe_exposure(rank, ops)
+                    if share > 0:
+                        out.append(("comm", [(op.group, op.collective, op.comm_bytes, share)], op.name, False))
+                elif op.kind == "collective":
                     overlapped = op.overlaps_next and self._overlap_on(op)
                     out.append(("comm", [(op.group, op.collective, op.comm_bytes)], op.name, overlapped))
                 else:
