@@ -83,7 +83,7 @@ def test_tp_input_grad_overlap_with_a_slowed_wgrad_kernel(mode, detail):
     # max(t_ar - t_w, t_ar/2) = 100 us (was 99.34), FC1 100 us (was 65.78), head ~t_ar.
     s = 1.0
     exposed_share = s / (1 + s)
-    per_mb = (2 * L * T_AR + T_AR + L * (max(T_AR - T_QKV_W, T_AR * exposed_share)
+    per_mb = (2 * L * T_AR + 4 * T_AR + L * (max(T_AR - T_QKV_W, T_AR * exposed_share)
                                          + max(T_AR - T_FC1_W, T_AR * exposed_share))
               + max(T_AR - T_HEAD_W, T_AR * exposed_share))
     r = simulate(load_scenario(_with_slowdown(_tp_raw(overlap=True), s)), mode=mode, detail=detail)

@@ -158,13 +158,14 @@ def test_pipeline_sends_inside_a_node_use_nvlink():
 
 def test_tp_forward_comm_bytes_per_pass():
     # tp 2, pp 1: per forward pass, 2 all-reduces per layer + 1 for the embedding, each of bus
-    # 2·(2-1)/2 · ACT = ACT bytes -> (2·4 + 1)·ACT on NVLink; full mode (TP not folded).
+    # 2·(2-1)/2 · ACT = ACT bytes -> (2·4 + 1)·ACT on NVLink; full mode (TP not folded). The
+    # vocab-parallel cross-entropy adds 3 fp32 all-reduces of one value per token (s = 256).
     plan = Planner(a100(2, tp=2, pp=1, dp=1, global_batch_size=2), mode="full").build()
     fwd = [t for t in _tasks(plan, "rank0", "tp") if t.name.startswith("F.mb0")]
     assert len(fwd) == 1
-    assert fwd[0].demands["rank0:nvl_tx"] == pytest.approx(9 * ACT)
-    # ring latency in one node: 2(n-1) = 2 steps of 3 us per all-reduce
-    assert fwd[0].latency_s == pytest.approx(9 * 2 * 3e-6, rel=1e-12)
+    assert fwd[0].demands["rank0:nvl_tx"] == pytest.approx(9 * ACT + 3 * 256 * 4)
+    # ring latency in one node: 2(n-1) = 2 steps of 3 us per all-reduce, 9 + 3 all-reduces
+    assert fwd[0].latency_s == pytest.approx(12 * 2 * 3e-6, rel=1e-12)
 
 
 def test_full_mode_collectives_rendezvous_over_their_group():

@@ -458,7 +458,10 @@ def embedding_work(model: TransformerSpec, shard: ShardShape) -> LayerWork:
 @cache
 def head_work(model: TransformerSpec, shard: ShardShape) -> LayerWork:
     """Final norm, LM head GEMM (vocab-parallel under TP) and cross-entropy on the last stage.
-    The logits are b·s·V/t; softmax cross-entropy reads them in fp32 (Megatron upcasts)."""
+    The logits are b·s·V/t; softmax cross-entropy reads them in fp32 (Megatron upcasts). Under
+    TP the vocab-parallel cross-entropy all-reduces three fp32 values per token over tp: the
+    logit maximum, the target logit and the sum of exponentials (Megatron-LM
+    ``_VocabParallelCrossEntropy``); its backward needs no communication."""
     b, s, t = shard.micro_batch, shard.local_seq, shard.tp
     h, elem, vocab = model.hidden_size, shard.act_bytes, model.vocab_size // t
     tokens = b * s
@@ -472,6 +475,9 @@ def head_work(model: TransformerSpec, shard: ShardShape) -> LayerWork:
                        input_grad_bytes=float(tokens * h * elem))
     fwd.append(head)
     fwd.append(_memory("cross_entropy", tokens * vocab, 2, 1, 4))
+    if t > 1:
+        fwd += [_tp_comm(f"cross_entropy.{what}.all_reduce", "all_reduce", float(tokens * 4))
+                for what in ("logits_max", "target_logit", "sum_exp")]
     bwd: list[Op] = []
     for op in reversed(fwd):
         bwd += _backward_of(op)
