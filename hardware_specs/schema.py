@@ -95,10 +95,14 @@ CollectiveName = Literal["all_reduce", "all_gather", "reduce_scatter", "broadcas
 
 class AlphaBeta(Spec):
     """A measured cost law for one collective on one link class:
-    time = latency_us + bus_bytes / bus_bandwidth_gb_per_s, where bus_bytes is the NCCL-tests
-    "bus" volume (2(n-1)/n*S for all-reduce, (n-1)/n*S for all-gather/reduce-scatter, S otherwise)."""
+    time = latency_us + steps(n) * latency_per_step_us + bus_bytes / bus_bandwidth_gb_per_s, where
+    bus_bytes is the NCCL-tests "bus" volume (2(n-1)/n*S for all-reduce, (n-1)/n*S for
+    all-gather/reduce-scatter, S otherwise) and steps(n) the ring's step count over the n ranks
+    (2(n-1) for all-reduce, n-1 for all-gather/reduce-scatter, 1 otherwise): a law measured at
+    several group sizes whose latency grows with the ring (e.g. EFA, validation/calibrate_efa.py)."""
 
     latency_us: float = Field(ge=0)
+    latency_per_step_us: float = Field(default=0.0, ge=0, description="latency per ring step (see above)")
     bus_bandwidth_gb_per_s: float = Field(gt=0)
     source: str | None = None
     fitted_on: str | None = None

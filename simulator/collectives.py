@@ -18,8 +18,9 @@ and the time in isolation is ``latency + bus / bus_bandwidth``. Mapped on links:
 
 Latency: ring all-reduce 2(n-1) steps, all-gather/reduce-scatter (n-1) steps, each costing
 the slowest hop's latency; tree 2·log2(k) inter-node steps plus 2(g-1) intra ones.
-Measured per-collective α-β laws from ``clustersim calibrate`` override these for the
-link class they were measured on.
+Measured per-collective α-β laws from ``clustersim calibrate`` (or fitted on published
+microbenchmarks, e.g. ``validation/calibrate_efa.py``) override these for the link class they
+were measured on; a law's latency is ``latency_us + steps · latency_per_step_us``.
 """
 
 from __future__ import annotations
@@ -69,6 +70,11 @@ def _steps(collective: str, n: int) -> int:
     return 1
 
 
+def _law_latency_s(law: AlphaBeta, collective: str, n: int) -> float:
+    """A measured law's latency over n ranks: fixed part plus per-ring-step part."""
+    return (law.latency_us + _steps(collective, n) * law.latency_per_step_us) * 1e-6
+
+
 def collective_cost(
     collective: str,
     payload_bytes: float,
@@ -88,7 +94,7 @@ def collective_cost(
         if law is not None:
             # Scale bytes so that alone on the port it takes bus / law bandwidth.
             scaled = bus * links.intra_bytes_per_s / (law.bus_bandwidth_gb_per_s * 1e9)
-            return CollectiveCost("measured", law.latency_us * 1e-6, {"nvl": scaled})
+            return CollectiveCost("measured", _law_latency_s(law, collective, n), {"nvl": scaled})
         return CollectiveCost("ring", _steps(collective, n) * links.intra_latency_s, {"nvl": bus})
 
     law = (inter_laws or {}).get(collective)
@@ -101,7 +107,7 @@ def collective_cost(
     if law is not None:
         by_link = {key: b * links.inter_bytes_per_s / (law.bus_bandwidth_gb_per_s * 1e9 / g) if key == "nic" else b
                    for key, b in by_link.items()}
-        return CollectiveCost("measured", law.latency_us * 1e-6, by_link)
+        return CollectiveCost("measured", _law_latency_s(law, collective, n), by_link)
     hop = max(links.inter_latency_s, links.intra_latency_s)
     ring_latency = _steps(collective, n) * hop
     if collective == "all_reduce":

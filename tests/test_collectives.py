@@ -217,6 +217,23 @@ def test_measured_inter_node_law_with_several_ranks_per_node():
     assert cost.isolated_time_s(topo.links) == pytest.approx(20e-6 + 1.75 * S / 5e9, rel=1e-12)
 
 
+def test_measured_law_latency_grows_with_the_ring_steps():
+    # A law fitted across group sizes (validation/calibrate_efa.py): 7 us fixed + 37 us per ring step.
+    # Inter-node all-gather over 4 nodes, one rank each (ranks 0, 8, 16, 24 on 32 GPUs): n - 1 = 3
+    # steps -> 7 + 3·37 = 118 us; bus = 3/4 S at 20 GB/s per node.
+    law = AlphaBeta(latency_us=7, latency_per_step_us=37, bus_bandwidth_gb_per_s=20)
+    topo = _topo(32)
+    cost = collective_cost("all_gather", S, topo.placement((0, 8, 16, 24)), topo.links,
+                           inter_laws={"all_gather": law})
+    assert cost.latency_s == pytest.approx(118e-6, rel=1e-12)
+    assert cost.isolated_time_s(topo.links) == pytest.approx(118e-6 + 0.75 * S / 20e9, rel=1e-12)
+    # An all-reduce has 2(n-1) steps: inside a node over 4 ranks, 6 steps -> 7 + 6·37 = 229 us.
+    ar = collective_cost("all_reduce", S, topo.placement((0, 1, 2, 3)), topo.links, intra_laws={"all_reduce": law})
+    assert ar.latency_s == pytest.approx(229e-6, rel=1e-12)
+    # The default per-step latency is 0: a plain law keeps its constant latency.
+    assert AlphaBeta(latency_us=7, bus_bandwidth_gb_per_s=20).latency_per_step_us == 0
+
+
 def test_measured_laws_come_from_the_node_spec_through_topology():
     # The node spec's intra_node.collectives reaches collective_cost the way the planner passes it.
     node = _node(intra={"collectives": {"all_gather": {"latency_us": 4, "bus_bandwidth_gb_per_s": 50}}})

@@ -10,7 +10,7 @@ import pytest
 from simulator.engine import Engine, Task
 from simulator.scenario import load_scenario
 from simulator.simulate import simulate
-from tests.test_simulate import H, S, T_AR, T_FC1_W, T_HEAD_W, T_LAYER, T_QKV_W, L, _tp_raw, toy_raw
+from tests.test_simulate import T_AR, T_FC1_W, T_HEAD_W, T_LAYER, T_QKV_W, H, L, S, _tp_raw, toy_raw
 
 
 def _run(*tasks: Task, capacity: float = 1.0) -> float:

@@ -1,10 +1,11 @@
 """Layout ranking and OOM prediction against Hagemann 2023 and the Ultra-Scale Playbook
 (validation/layout_ranking.py). The case mapping is unit-tested on rows; the validation tests
-compute the issue's metrics and FAIL below its targets (Spearman >= 0.8 per group on average,
->= 90% OOM classified right, median |error| of tokens/s/GPU <= 15%).
+compute the issue's metrics on the held-out half (the framework profiles are fitted on the other
+half) and FAIL below its targets (Spearman >= 0.8 per group on average, >= 90% OOM classified
+right, median |error| of tokens/s/GPU <= 15%).
 
-To stay quick in CI, OOM classification runs on every row (memory model only); the ranking and
-the throughput error are simulated on a deterministic subset (the full report:
+To stay quick in CI, OOM classification runs on every held-out row (memory model only); the
+ranking and the throughput error are simulated on a deterministic subset (the full report:
 ``python -m validation.layout_ranking``)."""
 
 from __future__ import annotations
@@ -33,8 +34,11 @@ def test_hagemann_mapping_of_the_70_percent_mfu_run():
         "parallelism": {"tp": 1, "pp": 1, "dp": "auto", "virtual_stages": 1, "schedule": "1f1b",
                         "sequence_parallel": False, "zero_stage": 1, "recompute": "none",
                         "micro_batch_size": 1, "global_batch_size": 2048},
-        "training": {"seq_length": 2048, "precision": "bf16", "attention": "flash", "optimizer": "adamw"},
+        "training": {"seq_length": 2048, "precision": "bf16", "attention": "flash", "optimizer": "adamw",
+                     "grad_dtype": "bf16"},
     }
+    assert case.memory_variant == "fused_rmsnorm"
+    assert case.split_key == "Llama 13B|64|1|1|1|False|none|2048|flash_attention2 + RMS kernel"
     assert not case.measured_oom
     assert case.measured["mfu"] == pytest.approx(0.7057311797718144)
     assert case.measured["tokens_per_s_per_gpu"] == pytest.approx(4 * 2**20 / 26.53954972161187 / 64)
@@ -70,7 +74,10 @@ def test_ultrascale_mapping_first_row():
     assert case.raw["cluster"] == {"node": "p5-h100-efa", "fabric": "fat-tree", "num_gpus": 8}
     assert case.raw["parallelism"] == {"tp": 1, "pp": 2, "dp": 4, "virtual_stages": 1, "schedule": "1f1b",
                                        "sequence_parallel": False, "zero_stage": 1, "recompute": "none",
-                                       "micro_batch_size": 4, "global_batch_size": 256}
+                                       "micro_batch_size": 4, "global_batch_size": 256,
+                                       # nanotron's cost balance: the LM head (V·h) weighs as ~4 of
+                                       # llama-1b's 16 blocks, so the last of 2 stages gets 6 blocks
+                                       "last_stage_layers": 6}
     assert case.raw["training"]["attention"] == "flash"
     assert case.raw["training"]["seq_length"] == 4096
     assert case.measured == pytest.approx({"tokens_per_s_per_gpu": 38895.0, "mfu": 0.443, "memory_gb": 41.8})
@@ -123,28 +130,80 @@ def _largest_group_per_model_and_gpus(cases: list) -> list:
     return [c for c in runs if c.group in keep]
 
 
-@pytest.mark.xfail(strict=True, reason="issue 4 open: memory model under-predicts measured peaks (~0.65x on the Playbook rows); 82.5% (Hagemann) / 80.8% (Ultra-Scale) classified right, target 90%")
+# --------------------------------------------------------------------------- split and profiles
+
+
 @pytest.mark.parametrize("source", ["hagemann", "ultrascale"])
-def test_oom_classification_at_least_90_percent(source):
-    cases = lr.hagemann_cases() if source == "hagemann" else lr.ultrascale_cases()
-    report = lr.oom_report(cases)
+def test_the_split_is_deterministic_by_layout_and_about_half(source):
+    cases, _ = lr.calibrated(source)
+    held = lr.heldout(cases)
+    fit = lr.fit_half(cases)
+    assert len(held) + len(fit) == len(cases) and 0.4 < len(held) / len(cases) < 0.6
+    assert {id(c) for c in held}.isdisjoint({id(c) for c in fit})
+    by_key: dict = {}
+    for c in cases:  # repeated measurements of one layout fall on the same side
+        by_key.setdefault(c.split_key, set()).add(c.heldout)
+    assert all(len(sides) == 1 for sides in by_key.values())
+
+
+def test_profiles_are_the_fit_on_the_fit_half():
+    # validation/profiles/*.yaml hold what validation/calibrate_frameworks.py fits (memory fits are
+    # cheap to redo; the compute fit simulates ~100x30 runs and is only checked for provenance).
+    cf = pytest.importorskip("validation.calibrate_frameworks")
+    for source, fitted in (("hagemann", cf.fit_hagemann_memory()), ("ultrascale", cf.fit_playbook_memory())):
+        _, profile = lr.calibrated(source)
+        written = profile.memory_overhead
+        assert written.states_factor == pytest.approx(fitted.states_factor, abs=2e-3)
+        assert written.optimizer_factor == pytest.approx(fitted.optimizer_factor, abs=2e-3)
+        assert written.activations_factor.keys() == fitted.activations_factor.keys()
+        for k, v in fitted.activations_factor.items():
+            assert written.activations_factor[k] == pytest.approx(v, abs=2e-3)
+        assert written.constant_gib == pytest.approx(fitted.constant_gib, abs=0.01)
+        assert "fit half" in written.fitted_on
+    _, profile = lr.calibrated("ultrascale")
+    assert "single-node" in profile.compute_efficiency["fitted_on"]
+    assert "fit half" in profile.compute_efficiency["fitted_on"]
+
+
+# --------------------------------------------------------------------------- the issue's targets
+
+
+@pytest.mark.parametrize("source", ["hagemann", "ultrascale"])
+def test_oom_classification_of_the_heldout_half_at_least_90_percent(source):
+    # Held-out half only (the profile's memory overhead was fitted on the other half).
+    # Measured 2026-12-03: Hagemann 91.2% (267 oom->oom, 20 oom->fits, 24 ok->oom, 189 ok->fits);
+    # Ultra-Scale 93.7% (664, 98, 6, 876; 84 layouts nanotron cannot partition count as OOM).
+    cases, profile = lr.calibrated(source)
+    report = lr.oom_report(lr.heldout(cases), profile.memory_overhead)
     print(f"{source}: {100 * report['accuracy']:.1f}% right, confusion {report['confusion']}")
     assert report["accuracy"] >= lr.TARGET_OOM_ACCURACY, report["confusion"]
 
 
-@pytest.mark.xfail(strict=True, reason="issue 4 open: exposed DP/ZeRO communication at large dp is too small; mean Spearman 0.55-0.76, target 0.8")
+def test_the_plain_memory_model_alone_misses_the_oom_target():
+    # Without the fitted framework overhead the analytic breakdown under-predicts nanotron's
+    # measured peaks (~0.65x): the target is met by the fitted profile, not by the plain model.
+    cases, _ = lr.calibrated("ultrascale")
+    report = lr.oom_report(lr.heldout(cases))
+    assert report["accuracy"] < lr.TARGET_OOM_ACCURACY
+
+
+@pytest.mark.xfail(strict=True, reason="issue 4 open: held-out mean Spearman 0.41 here (48 runs), 0.26 on a 213-run sample "
+                   "(13B 128 GPU seq 8192 and 30B 256 GPU groups inverted), target 0.8")
 def test_hagemann_layout_ranking_spearman():
-    cases = _spread(_largest_group_per_model_and_gpus(lr.hagemann_cases()), per_group=6)
-    assert len({c.group[:2] for c in cases}) == 8  # every model x GPU-count group is represented
-    report = lr.ranking_report(cases, workers=2)
+    cases, profile = lr.calibrated("hagemann")
+    chosen = _spread(_largest_group_per_model_and_gpus(lr.heldout(cases)), per_group=6)
+    assert len({c.group[:2] for c in chosen}) == 8  # every model x GPU-count group is represented
+    report = lr.ranking_report(chosen, workers=2, overhead=profile.memory_overhead)
     print({g: round(r, 3) for g, r in report["groups"].items()})
     assert not math.isnan(report["mean_spearman"])
     assert report["mean_spearman"] >= lr.TARGET_SPEARMAN, report["groups"]
 
 
-@pytest.mark.xfail(strict=True, reason="issue 4 open: multi-node EFA runs predicted 2-14x too fast (ratio grows with nodes, tp across nodes, pp); median error 135-176% (139% on a 400-row sample), target 15%")
+@pytest.mark.xfail(strict=True, reason="issue 4 open: multi-node EFA runs predicted much too fast; held-out "
+                   "median |error| 155% on a 302-run sample, target 15%")
 def test_ultrascale_tokens_per_gpu_median_error():
-    runs = [c for c in lr.ultrascale_cases() if not c.measured_oom]
-    report = lr.ranking_report(lr.sample(runs, 80), workers=2)
+    cases, profile = lr.calibrated("ultrascale")
+    runs = [c for c in lr.heldout(cases) if not c.measured_oom]
+    report = lr.ranking_report(lr.sample(runs, 80), workers=2, overhead=profile.memory_overhead)
     print(f"median |error| {100 * report['median_abs_error']:.1f}% over {len(report['errors'])} rows")
     assert report["median_abs_error"] <= lr.TARGET_MEDIAN_ABS_ERROR

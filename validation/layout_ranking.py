@@ -1,10 +1,19 @@
 """Does the simulator rank parallel layouts, and predict out-of-memory, as real clusters did?
 
-Two published sweeps (validation/data/README.md):
+Two published sweeps (validation/data/README.md). Each run is mapped to a scenario; the
+mapping and everything it assumes is listed here. Framework-specific constants (what the
+framework holds in memory beyond the analytic breakdown; how fast its kernels run) are FITTED on
+a declared half of each sweep and kept in a profile (``validation/profiles/*.yaml``, written by
+``python -m validation.calibrate_frameworks --write``); the other half is the check.
+
+**The split.** A run belongs to the *fit* half when the md5 of its layout key is even, to the
+*held-out* half when odd (:func:`is_heldout`). The key is the layout as printed (Playbook:
+model|gpus|tp|pp|dp|zero|micro-batch; Hagemann: model|gpus|tp|pp|micro-batch|sp|checkpointing|
+seq|kernel), so repeated measurements of one layout fall on the same side. Reports give the
+held-out figures (and, separately, the fit half and all rows); the tests check the held-out half.
 
 **Hagemann et al. 2023** ("Efficient Parallelization Layouts for Large-Scale Distributed Model
 Training", arXiv:2311.05610; 984 runs of LLaMA 13B/30B/65B, raw data from the authors' repo).
-Case mapping (CSV row -> scenario), with what we had to assume:
 
 - model ``Llama 13B/30B/65B`` -> catalog ``llama-13b/30b/65b`` (LLaMA-1 shapes); ``seq_len`` 2048
   (file default, UNVERIFIED) or 8192;
@@ -12,51 +21,79 @@ Case mapping (CSV row -> scenario), with what we had to assume:
 - layout: tp, pp, micro-batch as printed, dp inferred; ``sequence_parallel`` 1 -> true (blank -> false;
   ignored at tp 1); schedule 1F1B, no interleaving; **ZeRO-1** (the Aleph Alpha codebase shards the
   optimizer state; LLaMA 13B at tp 1, pp 1, micro-batch 1 on 64 GPUs ran without checkpointing,
-  which only fits if the optimizer state is sharded);
+  which only fits if the optimizer state is sharded) and **bf16 gradients** (``grad_dtype: bf16``;
+  inferred the same way, UNVERIFIED: that run, and 30B at tp 1 pp 2 on 256 GPUs, would need
+  52 GB / 60 GB for fp32 gradients on top of the weights, more than an 80 GB GPU);
 - global batch: ~4M tokens per step (inferred in the CSV from step time x MFU, UNVERIFIED):
   4,194,304 / seq, i.e. 2048 sequences at 2048 and 512 at 8192;
 - ``activation_checkpointing_type`` every_layer -> ``recompute: full``, disabled -> ``none``; the
   FlashAttention kernels -> ``training.attention: flash`` (no s x s scores stored, the core recomputed
   in the backward pass), ``torch``/``fused`` -> ``standard``;
+- memory variant: ``fused_rmsnorm`` for the ``... + RMS kernel`` runs, ``unfused_rmsnorm`` otherwise
+  (an unfused RMSNorm saves fp32 intermediates for its backward; the profile fits one activation
+  factor per variant on the fit half's OOM labels: this sweep has no memory readings);
 - the kernel otherwise is not modelled (the simulator has one kernel library), so layouts are ranked
   within groups of the same **model x GPU count x sequence length x kernel** (a refinement of the
   issue's model x GPU-count groups: comparing a FlashAttention-2 run with a plain-torch run of the
   same layout measures the kernel, which the simulator cannot see);
 - measured rows ``Kernel not available`` / ``Other Error`` are dropped; ``OOM Error`` is the OOM class.
+- A100 compute efficiencies: the catalog's (fitted on Korthikanti 2022 Table 4, not on this sweep).
 
 **HF Ultra-Scale Playbook** (nanotron benchmark sweep, 3,287 configs on 1-64 nodes of 8xH100):
 
-- model ``1B/3B/8B/80B`` -> ``llama-1b`` / ``llama-3b`` (Llama 3.2 shapes, assumed by the catalog) /
+- model ``1B/3B/8B/80B`` -> ``llama-1b`` (Llama 3.2 1B shape) / ``llama-3b`` (Llama 3.2 3B with 32
+  heads instead of 24: the sweep ran it at tp 16 and 32; UNVERIFIED, see the catalog entry) /
   ``llama3-8b`` / ``llama3-70b`` (the Playbook's "80B" is taken to be the Llama-3-70B shape, 80 layers,
   h 8192: UNVERIFIED); seq 4096;
-- cluster: ``p5-h100-efa`` (AWS p5, EFA, the Playbook's hardware); dp, tp, pp, ZeRO stage,
-  micro-batch and the 256-sequence global batch as printed;
+- cluster: ``p5-h100-efa`` (AWS p5, EFA, the Playbook's hardware), whose collective laws are fitted on
+  the Playbook's own 256 MB collective microbenchmark (validation/calibrate_efa.py), not on the sweep;
+  dp, tp, pp, ZeRO stage, micro-batch and the 256-sequence global batch as printed;
 - nanotron runs FlashAttention (-> ``attention: flash``), tensor parallel in reduce-scatter mode
   (-> ``sequence_parallel`` when tp > 1) and a 1F1B pipeline engine; no activation checkpointing;
+  fp32 gradient accumulation (the simulator's default ``grad_dtype`` for bf16);
+- pipeline partition: nanotron balances stages by block compute cost, the LM head counting as
+  V·h (:func:`nanotron_stage_layers`); the simulator gets the nearest split it can express
+  (``first_stage_layers``/``last_stage_layers``, :func:`first_last_stage_layers`). Where nanotron's
+  partition leaves a rank without any block the layout cannot run: predicted infeasible (OOM class);
+- the profile ``nanotron-p5-h100.yaml`` replaces the H100's *assumed* compute efficiencies by ones
+  fitted on the fit half's single-node runs (no EFA in them), and maps the memory breakdown to
+  nanotron's reported memory (fitted on the fit half's ``gpu_memory_GB``, read as GiB: UNVERIFIED);
 - a blank status (crashed or OOM per the heatmap legend) is the OOM class (so crashes that were not
   OOM count against the simulator).
 
-Metrics: Spearman rank correlation of predicted vs measured throughput per group (mean over
-groups with at least ``MIN_GROUP`` measured runs); OOM classification accuracy and the confusion
-matrix; median absolute relative error of tokens/s per GPU on the Playbook's ok rows.
-Targets (the issue): Spearman >= 0.8, >= 90% OOM classified right, median abs error <= 15%.
+A layout is predicted to run when it maps to a valid scenario and its framework peak (the
+profile's overhead applied to ``simulator.memory``'s breakdown, ``simulator/memory_overhead.py``)
+is at most HBM minus ``simulation.hbm_reserve_gib``.
 
-Run ``python -m validation.layout_ranking [--sample N] [--workers N]`` for the report.
+Metrics: Spearman rank correlation of predicted vs measured throughput per group (mean over
+groups with at least ``MIN_GROUP`` measured runs; runs predicted infeasible rank last); OOM
+classification accuracy and the confusion matrix; median absolute relative error of tokens/s per
+GPU on the Playbook's ok rows. Targets (the issue): Spearman >= 0.8, >= 90% OOM classified right,
+median abs error <= 15%.
+
+Run ``python -m validation.layout_ranking [--set both] [--sample N] [--workers N] [--uncalibrated]``.
 """
 
 from __future__ import annotations
 
 import argparse
+import copy
+import hashlib
 import math
 from dataclasses import dataclass, field
+from functools import cache
 from pathlib import Path
 from typing import Any
 
 import pandas as pd
+import yaml
 
 DATA = Path(__file__).resolve().parent / "data"
+PROFILES = Path(__file__).resolve().parent / "profiles"
 HAGEMANN_CSV = DATA / "hagemann2023_parallel_layouts_all_runs.csv"
 ULTRASCALE_CSV = DATA / "ultrascale_playbook_config_sweep.csv.gz"  # gzip of shared/published/ (2.2 MB)
+HAGEMANN_PROFILE = PROFILES / "hagemann-a100.yaml"
+ULTRASCALE_PROFILE = PROFILES / "nanotron-p5-h100.yaml"
 
 TARGET_SPEARMAN = 0.8
 TARGET_OOM_ACCURACY = 0.90
@@ -67,6 +104,7 @@ HAGEMANN_TOKENS_PER_STEP = 4 * 1024 * 1024
 HAGEMANN_MODELS = {"Llama 13B": "llama-13b", "Llama 30B": "llama-30b", "Llama 65B": "llama-65b"}
 ULTRASCALE_MODELS = {"1B": "llama-1b", "3B": "llama-3b", "8B": "llama3-8b", "80B": "llama3-70b"}
 FLASH_KERNELS = ("flash_attention", "flash_attention2", "flash_attention2 + RMS kernel", "flash_attentionv1.0.8")
+ULTRASCALE_NODE = "p5-h100-efa"
 
 
 @dataclass
@@ -79,6 +117,73 @@ class Case:
     raw: dict[str, Any]
     measured_oom: bool
     measured: dict[str, float] = field(default_factory=dict)  # step_time_s, mfu, tokens_per_s_per_gpu
+    mapping_error: str | None = None   # the framework could not run this layout (predicted infeasible)
+    memory_variant: str | None = None  # which activation factor of the profile's memory overhead applies
+    split_key: str = ""                # the layout as printed; md5 parity decides fit / held-out
+
+    @property
+    def heldout(self) -> bool:
+        return is_heldout(self.split_key)
+
+
+def is_heldout(split_key: str) -> bool:
+    """The declared split: odd md5 of the layout key = held-out, even = fit."""
+    return int(hashlib.md5(split_key.encode()).hexdigest(), 16) % 2 == 1
+
+
+def heldout(cases: list[Case]) -> list[Case]:
+    return [c for c in cases if c.heldout]
+
+
+def fit_half(cases: list[Case]) -> list[Case]:
+    return [c for c in cases if not c.heldout]
+
+
+# --------------------------------------------------------------------------- profiles
+
+
+@dataclass(frozen=True)
+class FrameworkProfile:
+    """Fitted framework constants (validation/profiles/*.yaml)."""
+
+    name: str
+    memory_overhead: Any = None             # simulator.memory_overhead.MemoryOverhead
+    compute_efficiency: dict | None = None  # replaces the accelerator's ``efficiency`` block
+    source: str = ""
+    path: Path | None = None
+
+
+def load_profile(path: Path) -> FrameworkProfile | None:
+    """The profile at ``path`` (None when it has not been written)."""
+    from simulator.memory_overhead import MemoryOverhead
+
+    if not path.exists():
+        return None
+    doc = yaml.safe_load(path.read_text())
+    mem = doc.get("memory_overhead")
+    return FrameworkProfile(name=doc["name"], memory_overhead=MemoryOverhead.model_validate(mem) if mem else None,
+                            compute_efficiency=doc.get("compute_efficiency"), source=doc.get("source", ""), path=path)
+
+
+@cache
+def _catalog_yaml(kind: str, name: str) -> dict:
+    base = Path(__file__).resolve().parents[1] / "hardware_specs" / kind
+    return yaml.safe_load((base / f"{name}.yaml").read_text())
+
+
+def profiled_node(node: str, compute_efficiency: dict | None) -> str | dict:
+    """The catalog node, or (with a fitted compute efficiency) the node as a mapping whose
+    accelerator is the catalog accelerator with that efficiency block."""
+    if not compute_efficiency:
+        return node
+    spec = copy.deepcopy(_catalog_yaml("nodes", node))
+    accelerator = copy.deepcopy(_catalog_yaml("accelerators", spec["accelerator"]))
+    accelerator["efficiency"] = copy.deepcopy(compute_efficiency)
+    spec["accelerator"] = accelerator
+    return spec
+
+
+# --------------------------------------------------------------------------- case mapping
 
 
 def _seq_from(text: Any) -> int:
@@ -103,40 +208,132 @@ def hagemann_case(row: dict[str, Any]) -> Case | None:
     recompute = "full" if row["activation_checkpointing_type"] == "every_layer" else "none"
     attention = "flash" if kernel in FLASH_KERNELS else "standard"
     n = int(row["world_size"])
+    mbs = int(row["micro_batch_size"])
     raw = {
         "name": f"hagemann-{row['trial_id']}",
         "model": HAGEMANN_MODELS[row["model"]],
         "cluster": {"node": "dgx-a100-80g", "fabric": "fat-tree", "num_gpus": n},
         "parallelism": {"tp": tp, "pp": pp, "dp": "auto", "virtual_stages": 1, "schedule": "1f1b",
                         "sequence_parallel": sp, "zero_stage": 1, "recompute": recompute,
-                        "micro_batch_size": int(row["micro_batch_size"]),
-                        "global_batch_size": HAGEMANN_TOKENS_PER_STEP // seq},
-        "training": {"seq_length": seq, "precision": "bf16", "attention": attention, "optimizer": "adamw"},
+                        "micro_batch_size": mbs, "global_batch_size": HAGEMANN_TOKENS_PER_STEP // seq},
+        "training": {"seq_length": seq, "precision": "bf16", "attention": attention, "optimizer": "adamw",
+                     "grad_dtype": "bf16"},
     }
     measured = {} if oom else {"step_time_s": step, "mfu": float(row["avg_mfu"]),
                                "tokens_per_s_per_gpu": HAGEMANN_TOKENS_PER_STEP / step / n}
-    return Case("hagemann", str(row["trial_id"]), (row["model"], n, seq, kernel), raw, oom, measured)
+    variant = "fused_rmsnorm" if "RMS kernel" in kernel else "unfused_rmsnorm"
+    key = f"{row['model']}|{n}|{tp}|{pp}|{mbs}|{sp}|{recompute}|{seq}|{kernel}"
+    return Case("hagemann", str(row["trial_id"]), (row["model"], n, seq, kernel), raw, oom, measured,
+                memory_variant=variant, split_key=key)
 
 
-def ultrascale_case(index: int, row: dict[str, Any]) -> Case:
-    """The scenario of one Ultra-Scale Playbook CSV row."""
+def _layer_cost(model) -> float:
+    """nanotron's ``get_block_compute_costs`` of a decoder layer: 4·heads·head_dim·h + 3·f·h."""
+    return 4 * model.num_attention_heads * model.head_dim * model.hidden_size + 3 * model.ffn_size * model.hidden_size
+
+
+def nanotron_stage_layers(model, pp: int) -> list[int] | None:
+    """Decoder layers per pipeline rank as nanotron places them, or None when a rank gets no block.
+
+    nanotron (``build_model``, the Playbook's framework) cuts the list of pipeline blocks
+    ``[embedding, layer_1..layer_L, final norm, LM head, cast to fp32, loss]`` by cumulative
+    compute cost (``get_block_compute_costs``: a decoder layer costs 4·heads·head_dim·h + 3·f·h,
+    the LM head V·h, the rest 0): block i goes to the current rank, which moves on once the
+    cumulative cost passes ``total·(rank+1)/pp``. Ranks left without any block cannot run
+    (the sweep's 1B at pp 16/32 and 3B at pp 32 all but never finished)."""
+    blocks = [("embedding", 0.0)] + [("layer", float(_layer_cost(model)))] * model.num_layers + [
+        ("norm", 0.0), ("lm_head", float(model.vocab_size * model.hidden_size)), ("cast", 0.0), ("loss", 0.0)]
+    total = sum(c for _, c in blocks)
+    layers, held = [0] * pp, [0] * pp
+    rank, cumulative = 0, 0.0
+    for kind, cost in blocks:
+        if rank >= pp:
+            return None
+        cumulative += cost
+        held[rank] += 1
+        layers[rank] += kind == "layer"
+        if cumulative > total * (rank + 1) / pp:
+            rank += 1
+    return layers if min(held) > 0 else None
+
+
+def first_last_stage_layers(model, pp: int, target: list[int]) -> tuple[int | None, int | None]:
+    """The simulator's nearest expressible split of ``target`` (layers per rank): it takes
+    ``first_stage_layers``/``last_stage_layers`` and splits the rest evenly. Chosen so that the
+    busiest rank's compute cost (decoder layers + the LM head on the last rank) is as close as
+    possible to that of ``target`` (the busiest rank sets a pipeline's pace), then by the
+    distance to ``target``."""
+    from simulator.errors import ConfigError
+    from simulator.parallelism import Parallelism, chunk_layer_counts
+
+    if pp == 1:
+        return None, None
+    layer, head = _layer_cost(model), model.vocab_size * model.hidden_size
+
+    def busiest(counts: list[int]) -> float:
+        return max(c * layer + (head if i == pp - 1 else 0) for i, c in enumerate(counts))
+
+    pace = busiest(target)
+    best = None
+    options = [None, *range(model.num_layers + 1)]
+    for first in options:
+        for last in options:
+            try:
+                counts = chunk_layer_counts(Parallelism(pp=pp, first_stage_layers=first, last_stage_layers=last),
+                                            model.num_layers)
+            except (ConfigError, ValueError):
+                continue
+            key = (abs(busiest(counts) - pace), sum(abs(a - b) for a, b in zip(counts, target, strict=True)))
+            if best is None or key < best[0]:
+                best = (key, first, last)
+    return (best[1], best[2]) if best else (None, None)
+
+
+@cache
+def _nanotron_split(model_name: str, pp: int) -> tuple[bool, int | None, int | None]:
+    from workloads.catalog import MODELS
+
+    model = MODELS.get(model_name)
+    target = nanotron_stage_layers(model, pp)
+    if target is None:
+        return False, None, None
+    return (True, *first_last_stage_layers(model, pp, target))
+
+
+def ultrascale_case(index: int, row: dict[str, Any], profile: FrameworkProfile | None = None) -> Case:
+    """The scenario of one Ultra-Scale Playbook CSV row (with ``profile``'s compute efficiency)."""
     tp, pp = int(row["tp"]), int(row["pp"])
     gpus = int(row["gpus"])
+    model_name = ULTRASCALE_MODELS[str(row["model"])]
+    parallelism: dict[str, Any] = {
+        "tp": tp, "pp": pp, "dp": int(row["dp"]), "virtual_stages": 1, "schedule": "1f1b",
+        "sequence_parallel": tp > 1, "zero_stage": int(row["zero_stage"]),
+        "recompute": "none", "micro_batch_size": int(row["micro_batch_size"]),
+        "global_batch_size": int(row["global_batch_size_seqs"])}
+    mapping_error = None
+    runs, first, last = _nanotron_split(model_name, pp)
+    if not runs:
+        mapping_error = f"nanotron's cost-balanced partition leaves a pipeline rank of {pp} without blocks"
+    if first is not None:
+        parallelism["first_stage_layers"] = first
+    if last is not None:
+        parallelism["last_stage_layers"] = last
+    node = profiled_node(ULTRASCALE_NODE, profile.compute_efficiency if profile else None)
     raw = {
         "name": f"ultrascale-{index}",
-        "model": ULTRASCALE_MODELS[str(row["model"])],
-        "cluster": {"node": "p5-h100-efa", "fabric": "fat-tree", "num_gpus": gpus},
-        "parallelism": {"tp": tp, "pp": pp, "dp": int(row["dp"]), "virtual_stages": 1, "schedule": "1f1b",
-                        "sequence_parallel": tp > 1, "zero_stage": int(row["zero_stage"]),
-                        "recompute": "none", "micro_batch_size": int(row["micro_batch_size"]),
-                        "global_batch_size": int(row["global_batch_size_seqs"])},
+        "model": model_name,
+        "cluster": {"node": node, "fabric": "fat-tree", "num_gpus": gpus},
+        "parallelism": parallelism,
         "training": {"seq_length": int(row["seq_len"]), "precision": "bf16", "attention": "flash",
                      "optimizer": "adamw"},
     }
     ok = str(row["status"]) == "ok"
     measured = {"tokens_per_s_per_gpu": float(row["tokens_per_sec_per_gpu"]), "mfu": float(row["mfu_pct"]) / 100,
                 "memory_gb": float(row["gpu_memory_GB"])} if ok else {}
-    return Case("ultrascale", str(index), (str(row["model"]), int(row["nodes"])), raw, not ok, measured)
+    key = (f"{row['model']}|{gpus}|{tp}|{pp}|{int(row['dp'])}|{int(row['zero_stage'])}|"
+           f"{int(row['micro_batch_size'])}")
+    return Case("ultrascale", str(index), (str(row["model"]), int(row["nodes"])), raw, not ok, measured,
+                mapping_error, split_key=key)
 
 
 def hagemann_cases() -> list[Case]:
@@ -145,47 +342,84 @@ def hagemann_cases() -> list[Case]:
     return [c for c in cases if c is not None]
 
 
-def ultrascale_cases() -> list[Case]:
+def ultrascale_cases(profile: FrameworkProfile | None = None) -> list[Case]:
     frame = pd.read_csv(ULTRASCALE_CSV)
-    return [ultrascale_case(i, r) for i, r in enumerate(frame.to_dict("records"))]
+    return [ultrascale_case(i, r, profile) for i, r in enumerate(frame.to_dict("records"))]
+
+
+def calibrated(source: str) -> tuple[list[Case], FrameworkProfile | None]:
+    """The cases of ``source`` mapped with its fitted profile (if written), and the profile."""
+    if source == "hagemann":
+        return hagemann_cases(), load_profile(HAGEMANN_PROFILE)
+    profile = load_profile(ULTRASCALE_PROFILE)
+    return ultrascale_cases(profile), profile
 
 
 # --------------------------------------------------------------------------- prediction
 
 
-def predict_memory(case: Case) -> dict[str, Any]:
-    """Cheap prediction (memory model only): fits, peak GiB, or the invalid-layout reason."""
+def predict_memory(case: Case, overhead=None) -> dict[str, Any]:
+    """Cheap prediction (memory model only): fits, peak GiB, or the invalid-layout reason.
+    With ``overhead`` (a MemoryOverhead) the framework peak decides."""
     from simulator.errors import ConfigError
     from simulator.memory import fits, peak_rank_memory
+    from simulator.memory_overhead import fits_with_overhead
     from simulator.scenario import build_scenario
 
+    if case.mapping_error:
+        return {"fits": False, "peak_memory_gib": None, "invalid": case.mapping_error}
     try:
         scenario = build_scenario(case.raw)
     except ConfigError as exc:
         return {"fits": False, "peak_memory_gib": None, "invalid": str(exc)}
+    if overhead is not None:
+        ok, peak_gib, reason = fits_with_overhead(scenario, overhead, case.memory_variant)
+        return {"fits": ok, "peak_memory_gib": peak_gib, "invalid": None, "reason": reason}
     _, peak, _ = peak_rank_memory(scenario)
     ok, reason = fits(scenario, peak)
     return {"fits": ok, "peak_memory_gib": peak.total_gib, "invalid": None, "reason": reason}
 
 
-def _simulate_case(raw: dict[str, Any]) -> dict[str, Any]:
+def _simulate_case(job: tuple[dict[str, Any], dict | None, str | None]) -> dict[str, Any]:
+    from simulator.errors import ConfigError
+    from simulator.memory_overhead import MemoryOverhead, fits_with_overhead
+    from simulator.scenario import build_scenario
     from simulator.simulate import simulate_point
 
-    return simulate_point(raw, run_if_oom=False)
+    raw, overhead, variant = job
+    if overhead is None:
+        return simulate_point(raw, run_if_oom=False)
+    try:
+        ok, _, reason = fits_with_overhead(build_scenario(raw), MemoryOverhead.model_validate(overhead), variant)
+    except ConfigError as exc:
+        return {"fits": False, "infeasible_reason": str(exc), "step_time_s": None}
+    if not ok:
+        return {"fits": False, "infeasible_reason": reason, "step_time_s": None}
+    result = simulate_point(raw, run_if_oom=True)
+    result["fits"], result["infeasible_reason"] = True, None
+    return result
 
 
-def predict_throughput(cases: list[Case], workers: int | None = None) -> list[dict[str, Any]]:
-    """Simulate every case (in parallel); rows with the predicted tokens/s per GPU and MFU."""
+def predict_throughput(cases: list[Case], workers: int | None = None, overhead=None) -> list[dict[str, Any]]:
+    """Simulate every case (in parallel); rows with the predicted tokens/s per GPU and MFU.
+    Cases predicted infeasible (mapping error, OOM by ``overhead`` or the plain memory model) get no rate."""
     from simulator.sweep import parallel_map
 
     out: list[dict[str, Any]] = [{} for _ in cases]
-    chunk = max(1, len(cases) // ((workers or 2) * 4))
-    for idx, ok, result in parallel_map(_simulate_case, [c.raw for c in cases], workers=workers, chunk_size=chunk):
+    todo = [i for i, c in enumerate(cases) if not c.mapping_error]
+    for i, c in enumerate(cases):
+        if c.mapping_error:
+            out[i] = {"fits": False, "infeasible_reason": c.mapping_error}
+    dumped = overhead.model_dump() if overhead is not None else None
+    jobs = [(cases[i].raw, dumped, cases[i].memory_variant) for i in todo]
+    chunk = max(1, len(jobs) // ((workers or 2) * 4))
+    for k, ok, result in parallel_map(_simulate_case, jobs, workers=workers, chunk_size=chunk):
+        idx = todo[k]
         if not ok:
             out[idx] = {"fits": False, "error": str(result)}
             continue
         n = cases[idx].raw["cluster"]["num_gpus"]
-        rate = result.get("tokens_per_s")
+        rate = result.get("tokens_per_s") if result.get("fits") else None
         out[idx] = {"fits": bool(result.get("fits")), "step_time_s": result.get("step_time_s"), "mfu": result.get("mfu"),
                     "tokens_per_s_per_gpu": rate / n if rate else None,
                     "infeasible_reason": result.get("infeasible_reason")}
@@ -216,22 +450,23 @@ def accuracy(matrix: dict[str, int]) -> float:
     return (matrix["oom_predicted_oom"] + matrix["ok_predicted_fits"]) / total if total else math.nan
 
 
-def oom_report(cases: list[Case]) -> dict[str, Any]:
-    """OOM classification of every case by the memory model."""
-    preds = [predict_memory(c) for c in cases]
+def oom_report(cases: list[Case], overhead=None) -> dict[str, Any]:
+    """OOM classification of every case by the memory model (with ``overhead``: the framework peak)."""
+    preds = [predict_memory(c, overhead) for c in cases]
     matrix = confusion([c.measured_oom for c in cases], [not p["fits"] for p in preds])
     wrong = [(c, p) for c, p in zip(cases, preds, strict=True) if c.measured_oom == p["fits"]]
     return {"n": len(cases), "accuracy": accuracy(matrix), "confusion": matrix, "wrong": wrong,
-            "invalid": sum(1 for p in preds if p["invalid"])}
+            "invalid": sum(1 for p in preds if p["invalid"]), "predictions": preds}
 
 
-def ranking_report(cases: list[Case], workers: int | None = None, metric: str = "tokens_per_s_per_gpu"
-                   ) -> dict[str, Any]:
+def ranking_report(cases: list[Case], workers: int | None = None, metric: str = "tokens_per_s_per_gpu",
+                   overhead=None) -> dict[str, Any]:
     """Spearman per group over the measured runs (OOM rows excluded), and throughput errors."""
     runs = [c for c in cases if not c.measured_oom]
-    preds = predict_throughput(runs, workers)
+    preds = predict_throughput(runs, workers, overhead)
     table = [{"source": c.source, "case_id": c.case_id, "group": str(c.group), "model": c.raw["model"],
-              "num_gpus": c.raw["cluster"]["num_gpus"], **{k: v for k, v in c.raw["parallelism"].items()},
+              "num_gpus": c.raw["cluster"]["num_gpus"], "heldout": c.heldout,
+              **{k: v for k, v in c.raw["parallelism"].items()},
               "seq": c.raw["training"]["seq_length"],
               **{f"measured_{k}": v for k, v in c.measured.items()},
               **{f"predicted_{k}": v for k, v in p.items()}} for c, p in zip(runs, preds, strict=True)]
@@ -270,20 +505,30 @@ def _main(argv: list[str] | None = None) -> int:
     parser.add_argument("--sample", type=int, default=None, help="simulate a stratified sample of N runs per set")
     parser.add_argument("--workers", type=int, default=None)
     parser.add_argument("--set", choices=("hagemann", "ultrascale", "both"), default="both")
+    parser.add_argument("--split", choices=("heldout", "fit", "all"), default="heldout",
+                        help="which half the ranking/throughput figures use (OOM is printed for all three)")
+    parser.add_argument("--uncalibrated", action="store_true",
+                        help="ignore validation/profiles/ (plain memory model, catalog efficiencies)")
     parser.add_argument("--csv", metavar="PREFIX", help="write PREFIX_<set>.csv: predicted vs measured per run")
     args = parser.parse_args(argv)
-    sets = {"hagemann": hagemann_cases, "ultrascale": ultrascale_cases}
-    for name, loader in sets.items():
+    for name in ("hagemann", "ultrascale"):
         if args.set not in (name, "both"):
             continue
-        cases = loader()
-        oom = oom_report(cases)
-        print(f"== {name}: {len(cases)} cases")
-        print(f"OOM classification: {100 * oom['accuracy']:.1f}% right (target {100 * TARGET_OOM_ACCURACY:.0f}%), "
-              f"confusion {oom['confusion']}, {oom['invalid']} invalid layouts")
-        metric = "tokens_per_s_per_gpu"
-        rank = ranking_report(sample([c for c in cases if not c.measured_oom], args.sample), args.workers, metric)
-        print(f"ranking over {rank['runs']} runs: mean Spearman {rank['mean_spearman']:.3f} "
+        if args.uncalibrated:
+            cases, profile = (hagemann_cases() if name == "hagemann" else ultrascale_cases()), None
+        else:
+            cases, profile = calibrated(name)
+        overhead = profile.memory_overhead if profile else None
+        print(f"== {name}: {len(cases)} cases; profile: {profile.path.name if profile else 'none'}")
+        for label, part in (("held-out", heldout(cases)), ("fit", fit_half(cases)), ("all", cases)):
+            oom = oom_report(part, overhead)
+            print(f"OOM classification, {label} ({oom['n']}): {100 * oom['accuracy']:.1f}% right "
+                  f"(target {100 * TARGET_OOM_ACCURACY:.0f}%), confusion {oom['confusion']}, "
+                  f"{oom['invalid']} invalid layouts")
+        part = {"heldout": heldout, "fit": fit_half, "all": lambda c: c}[args.split](cases)
+        runs = sample([c for c in part if not c.measured_oom], args.sample)
+        rank = ranking_report(runs, args.workers, "tokens_per_s_per_gpu", overhead)
+        print(f"ranking over {rank['runs']} {args.split} runs: mean Spearman {rank['mean_spearman']:.3f} "
               f"(min {rank['min_spearman']:.3f}, target {TARGET_SPEARMAN}), "
               f"median |error| of tokens/s/GPU {100 * rank['median_abs_error']:.1f}%, "
               f"{rank['unpredicted']} measured runs predicted infeasible")

@@ -297,7 +297,7 @@ def bench_collectives(ctx: RankContext, cfg: MicrobenchConfig) -> list[dict]:
             dist.all_reduce(inner, op=dist.ReduceOp.MAX)
             inner = int(inner.item())
 
-            def timed(body) -> float:
+            def timed(body, inner: int = inner) -> float:
                 dist.barrier()
                 t0 = time.perf_counter()
                 for _ in range(inner):
@@ -307,7 +307,7 @@ def bench_collectives(ctx: RankContext, cfg: MicrobenchConfig) -> list[dict]:
 
             contexts = {"back_to_back": [timed(fn) for _ in range(cfg.reps)]}
             if kernel is not None:
-                def pair():
+                def pair(fn=fn):
                     kernel()
                     fn()
                 after = []

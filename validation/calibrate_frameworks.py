@@ -1,0 +1,228 @@
+"""Fit the framework profiles of the layout-ranking validation on the *fit* half of each sweep.
+
+``validation/layout_ranking.py`` splits every sweep by the md5 parity of the printed layout
+(even = fit, odd = held-out; :func:`validation.layout_ranking.is_heldout`). This module fits on
+the fit half only and writes ``validation/profiles/*.yaml``; the validation reports and tests
+use the held-out half as the check.
+
+``nanotron-p5-h100.yaml`` (HF Ultra-Scale Playbook, nanotron on AWS p5):
+
+- ``compute_efficiency``: the H100's catalog efficiency block is *assumed* (the A100 curve scaled);
+  here its GEMM curve is scaled by one factor ``s`` (capped at 1) and its per-kernel launch
+  overhead replaced by ``L``, (s, L) minimising the mean |log(predicted / measured tokens/s)| over
+  the fit half's **single-node** runs (8 GPUs, NVLink only: no EFA, whose laws come from
+  microbenchmarks, validation/calibrate_efa.py). nanotron launches many small kernels from Python
+  (no fused TE layers), hence the large L. Memory-bound and attention efficiencies are kept.
+- ``memory_overhead``: nanotron's reported ``gpu_memory_GB`` (read as GiB) regressed on the
+  analytic breakdown of the peak stage, ``measured - other = a·(weights + gradients) +
+  b·optimizer + c·activations + d``, non-negative least squares weighted by 1/measured, over
+  the fit half's finished runs.
+
+``hagemann-a100.yaml`` (Hagemann 2023, Aleph Alpha codebase on A100 80GB): the sweep has no memory
+readings, only OOM labels, so ``memory_overhead`` has weights/gradients/optimizer at 1 and one
+activation factor per RMSNorm variant plus a constant, fitted by logistic regression of the
+fit half's OOM labels on ``peak - usable HBM`` (peak = states + k[variant]·activations + other + d).
+
+``python -m validation.calibrate_frameworks [--write]`` prints the fits (and writes the YAMLs).
+The compute fit simulates ~30 single-node runs ~100 times (about two minutes on two cores).
+"""
+
+from __future__ import annotations
+
+import argparse
+import copy
+import math
+
+import numpy as np
+import yaml
+from scipy.optimize import minimize, nnls
+
+from validation import layout_ranking as lr
+
+PLAYBOOK_FIT_ON = ("HF Ultra-Scale Playbook sweep (validation/data/ultrascale_playbook_config_sweep.csv.gz), "
+                   "fit half (md5 of 'model|gpus|tp|pp|dp|zero|mbs' even; validation/layout_ranking.py is_heldout)")
+HAGEMANN_FIT_ON = ("Hagemann 2023 (validation/data/hagemann2023_parallel_layouts_all_runs.csv), fit half "
+                   "(md5 of 'model|gpus|tp|pp|mbs|sp|checkpointing|seq|kernel' even), OOM labels")
+
+
+def _breakdowns(cases: list[lr.Case]) -> list[tuple[lr.Case, object, list]]:
+    """(case, scenario, per-stage breakdowns) of the cases that map to a valid scenario."""
+    from simulator.errors import ConfigError
+    from simulator.memory import peak_rank_memory
+    from simulator.scenario import build_scenario
+
+    out = []
+    for c in cases:
+        if c.mapping_error:
+            continue
+        try:
+            sc = build_scenario(c.raw)
+        except ConfigError:
+            continue
+        out.append((c, sc, peak_rank_memory(sc)[2]))
+    return out
+
+
+# --------------------------------------------------------------------------- Playbook memory
+
+
+def fit_playbook_memory(cases: list[lr.Case] | None = None):
+    """MemoryOverhead of nanotron, fitted on the fit half's finished runs (see module doc)."""
+    from simulator.memory import GIB
+    from simulator.memory_overhead import MemoryOverhead
+
+    cases = cases if cases is not None else lr.ultrascale_cases()
+    rows = []
+    for c, _, stages in _breakdowns([c for c in lr.fit_half(cases) if not c.measured_oom]):
+        peak = max(stages, key=lambda b: b.total_bytes)
+        rows.append((peak.weights_bytes + peak.gradients_bytes, peak.optimizer_bytes, peak.activations_bytes,
+                     peak.other_bytes, c.measured["memory_gb"]))
+    data = np.array(rows)
+    feats = np.c_[data[:, 0] / GIB, data[:, 1] / GIB, data[:, 2] / GIB, np.ones(len(data))]
+    target = data[:, 4] - data[:, 3] / GIB
+    weight = 1 / data[:, 4]
+    (a, b, c, d), _ = nnls(feats * weight[:, None], target * weight)
+    return MemoryOverhead(
+        framework="nanotron (Ultra-Scale Playbook)",
+        states_factor=round(float(a), 4), optimizer_factor=round(float(b), 4),
+        activations_factor={"default": round(float(c), 4)}, constant_gib=round(float(d), 3),
+        source="regression of nanotron's reported peak memory on simulator.memory's breakdown "
+               "(validation/calibrate_frameworks.py fit_playbook_memory)",
+        fitted_on=f"{PLAYBOOK_FIT_ON}: gpu_memory_GB of the {len(rows)} finished runs (read as GiB)",
+    )
+
+
+# --------------------------------------------------------------------------- Playbook compute
+
+
+def _efficiency_with(base: dict, scale: float, launch_us: float, n_rows: int) -> dict:
+    eff = copy.deepcopy(base)
+    eff["gemm_curve"] = [{"gflop": p["gflop"], "efficiency": round(min(1.0, p["efficiency"] * scale), 4)}
+                         for p in base["gemm_curve"]]
+    eff["kernel_launch_overhead_us"] = round(launch_us, 2)
+    eff["source"] = (f"catalog h100-sxm-80g (assumed) with its GEMM curve x {scale:.4f} and kernel launch "
+                     f"overhead {launch_us:.2f} us, fitted for nanotron (validation/calibrate_frameworks.py "
+                     "fit_playbook_compute); memory-bound and attention efficiencies as in the catalog")
+    eff["fitted_on"] = (f"{PLAYBOOK_FIT_ON}: tokens/s/GPU of the {n_rows} finished single-node (8 GPU) runs")
+    return eff
+
+
+def _log_errors(cases: list[lr.Case], efficiency: dict) -> np.ndarray:
+    from simulator.simulate import simulate_point
+
+    out = []
+    for c in cases:
+        raw = copy.deepcopy(c.raw)
+        raw["cluster"]["node"] = lr.profiled_node(lr.ULTRASCALE_NODE, efficiency)
+        result = simulate_point(raw, run_if_oom=True)
+        rate = result["tokens_per_s"] / raw["cluster"]["num_gpus"]
+        out.append(math.log(rate / c.measured["tokens_per_s_per_gpu"]))
+    return np.array(out)
+
+
+def playbook_single_node_runs(cases: list[lr.Case]) -> list[lr.Case]:
+    return [c for c in cases if not c.measured_oom and not c.mapping_error and c.group[1] == 1]
+
+
+def fit_playbook_compute(cases: list[lr.Case] | None = None, iters: int = 60) -> dict:
+    """The nanotron compute-efficiency block, fitted on the fit half's single-node runs."""
+    cases = cases if cases is not None else lr.ultrascale_cases()
+    runs = playbook_single_node_runs(lr.fit_half(cases))
+    base = lr._catalog_yaml("accelerators", lr._catalog_yaml("nodes", lr.ULTRASCALE_NODE)["accelerator"])["efficiency"]
+
+    def loss(x: np.ndarray) -> float:
+        scale, launch = float(x[0]), float(x[1])
+        if not 0.05 < scale <= 1.5 or not 0 <= launch <= 500:
+            return 1e9
+        return float(np.mean(np.abs(_log_errors(runs, _efficiency_with(base, scale, launch, len(runs))))))
+
+    start = np.array([0.7, 20.0])
+    simplex = np.array([start, start + [0.1, 0.0], start + [0.0, 10.0]])
+    x = minimize(loss, start, method="Nelder-Mead",
+                 options={"initial_simplex": simplex, "maxiter": iters, "fatol": 1e-4, "xatol": 1e-3}).x
+    return _efficiency_with(base, float(x[0]), float(x[1]), len(runs))
+
+
+# --------------------------------------------------------------------------- Hagemann memory
+
+
+def fit_hagemann_memory(cases: list[lr.Case] | None = None):
+    """MemoryOverhead of the Aleph Alpha codebase, by logistic regression of the fit half's OOM labels."""
+    from simulator.memory import GIB, usable_hbm_bytes
+    from simulator.memory_overhead import MemoryOverhead
+
+    cases = cases if cases is not None else lr.hagemann_cases()
+    variants = ("fused_rmsnorm", "unfused_rmsnorm")
+    rows = []
+    for c, sc, stages in _breakdowns(lr.fit_half(cases)):
+        states = [(b.weights_bytes + b.gradients_bytes + b.optimizer_bytes + b.other_bytes) / GIB for b in stages]
+        acts = [b.activations_bytes / GIB for b in stages]
+        rows.append((states, acts, variants.index(c.memory_variant), usable_hbm_bytes(sc) / GIB,
+                     1.0 if c.measured_oom else -1.0))
+
+    def margins(x: np.ndarray) -> np.ndarray:
+        k = (x[0], x[1])
+        return np.array([max(s + k[v] * a for s, a in zip(st, ac, strict=True)) + x[2] - usable
+                         for st, ac, v, usable, _ in rows])
+
+    labels = np.array([r[4] for r in rows])
+
+    def loss(x: np.ndarray) -> float:
+        if x[0] <= 0 or x[1] <= 0:
+            return 1e9
+        z = math.exp(x[3]) * margins(x) * labels
+        return float(np.mean(np.logaddexp(0.0, -z)))
+
+    start = np.array([1.5, 3.0, 0.0, math.log(0.5)])
+    simplex = np.vstack([start, start + np.diag([0.3, 0.5, 3.0, 0.5])])
+    x = minimize(loss, start, method="Nelder-Mead",
+                 options={"initial_simplex": simplex, "maxiter": 2000, "fatol": 1e-9, "xatol": 1e-6}).x
+    return MemoryOverhead(
+        framework="Aleph Alpha codebase (Hagemann 2023)",
+        activations_factor={"fused_rmsnorm": round(float(x[0]), 4), "unfused_rmsnorm": round(float(x[1]), 4)},
+        constant_gib=round(float(x[2]), 3),
+        source="logistic regression of OOM labels on (framework peak - usable HBM), weights/gradients/optimizer "
+               "as counted (validation/calibrate_frameworks.py fit_hagemann_memory)",
+        fitted_on=f"{HAGEMANN_FIT_ON} of the {len(rows)} runs",
+    )
+
+
+# --------------------------------------------------------------------------- files
+
+
+def _dump(path, doc: dict) -> None:
+    header = ("# Written by `python -m validation.calibrate_frameworks --write`; do not edit by hand.\n"
+              "# Fitted on the fit half of the sweep only (validation/layout_ranking.py is_heldout); the\n"
+              "# held-out half is what tests/test_layout_ranking.py checks.\n")
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text(header + yaml.safe_dump(doc, sort_keys=False, width=110))
+
+
+def _main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--write", action="store_true", help="write validation/profiles/*.yaml")
+    parser.add_argument("--skip-compute", action="store_true", help="keep the written compute block (memory only)")
+    args = parser.parse_args(argv)
+    hag = fit_hagemann_memory()
+    print("hagemann memory:", hag.model_dump())
+    us_cases = lr.ultrascale_cases()
+    mem = fit_playbook_memory(us_cases)
+    print("playbook memory:", mem.model_dump())
+    if args.skip_compute:
+        old = lr.load_profile(lr.ULTRASCALE_PROFILE)
+        compute = old.compute_efficiency if old else None
+    else:
+        compute = fit_playbook_compute(us_cases)
+    print("playbook compute:", compute)
+    if args.write:
+        _dump(lr.HAGEMANN_PROFILE, {"name": "hagemann-a100", "source": hag.source,
+                                     "memory_overhead": hag.model_dump()})
+        _dump(lr.ULTRASCALE_PROFILE, {"name": "nanotron-p5-h100",
+                                       "source": "nanotron as run by the HF Ultra-Scale Playbook on AWS p5",
+                                       "compute_efficiency": compute, "memory_overhead": mem.model_dump()})
+        print(f"wrote {lr.HAGEMANN_PROFILE} and {lr.ULTRASCALE_PROFILE}")
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(_main())
