@@ -199,11 +199,38 @@ def test_hagemann_layout_ranking_spearman():
     assert report["mean_spearman"] >= lr.TARGET_SPEARMAN, report["groups"]
 
 
-@pytest.mark.xfail(strict=True, reason="issue 4 open: multi-node EFA runs predicted much too fast; held-out "
-                   "median |error| 155% on a 302-run sample, target 15%")
+@pytest.mark.xfail(strict=True, reason="issue 4 open: held-out median |error| 155% on a 302-run sample, "
+                   "target 15%: 9-11% at 1-2 nodes, 75-1300% from 4 nodes on, where measured runs are "
+                   "systematically slower than predicted (most with pp > 1 and tp > 1) and the sweep "
+                   "disagrees with itself (test below)")
 def test_ultrascale_tokens_per_gpu_median_error():
     cases, profile = lr.calibrated("ultrascale")
     runs = [c for c in lr.heldout(cases) if not c.measured_oom]
     report = lr.ranking_report(lr.sample(runs, 80), workers=2, overhead=profile.memory_overhead)
     print(f"median |error| {100 * report['median_abs_error']:.1f}% over {len(report['errors'])} rows")
     assert report["median_abs_error"] <= lr.TARGET_MEDIAN_ABS_ERROR
+
+
+def test_the_sweep_agrees_with_itself_only_on_one_and_two_nodes():
+    # Repeated measurements and ZeRO-0/ZeRO-1 pairs of one layout: within 1% at 1-2 nodes, while
+    # from 4 nodes on >= 20% of the pairs are more than 2x apart. This bounds what any model can
+    # show against the multi-node rows (validation/layout_ranking.py ultrascale_measurement_consistency).
+    spread = lr.ultrascale_measurement_consistency().set_index("nodes")
+    assert list(spread.index) == [1, 2, 4, 8, 16, 32, 64]
+    assert (spread.loc[[1, 2], "median_rel_diff"] < 0.02).all()
+    assert (spread.loc[[4, 8, 16, 32, 64], "share_over_2x"] >= 0.2).all()
+
+
+def test_ultrascale_heldout_one_and_two_node_runs_meet_the_targets():
+    # Where the sweep is self-consistent (1-2 nodes), every held-out finished run: measured
+    # 2026-12-03 median |error| 8.7% over 120 runs (1 node 7.7%, 2 nodes 8.7%), mean Spearman 0.89.
+    # The 2-node runs are not used by any fit (the compute profile is fitted on 1-node runs of the
+    # fit half, the EFA laws on the collective microbenchmark).
+    cases, profile = lr.calibrated("ultrascale")
+    runs = [c for c in lr.heldout(cases) if not c.measured_oom and c.group[1] in (1, 2)]
+    assert len(runs) == 120
+    report = lr.ranking_report(runs, workers=2, overhead=profile.memory_overhead)
+    print(f"median |error| {100 * report['median_abs_error']:.1f}%, mean Spearman {report['mean_spearman']:.3f}")
+    assert report["median_abs_error"] <= lr.TARGET_MEDIAN_ABS_ERROR
+    assert report["mean_spearman"] >= lr.TARGET_SPEARMAN
+    assert report["unpredicted"] <= 2
