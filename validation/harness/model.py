@@ -119,9 +119,9 @@ class _VocabParallelCrossEntropy(torch.autograd.Function):
         target_logit = shifted.gather(-1, local_target.unsqueeze(-1)).squeeze(-1) * in_range
         exp = shifted.exp()
         sum_exp = exp.sum(dim=-1)
-        both = torch.stack([target_logit, sum_exp])
-        dist.all_reduce(both, group=group)
-        target_logit, sum_exp = both[0], both[1]
+        # two separate all-reduces as Megatron-LM issues them (the simulator prices three per pass)
+        dist.all_reduce(target_logit, group=group)
+        dist.all_reduce(sum_exp, group=group)
         loss = torch.log(sum_exp) - target_logit
         softmax = exp / sum_exp.unsqueeze(-1)
         ctx.save_for_backward(softmax, local_target, in_range)
