@@ -89,6 +89,22 @@ def test_ultrascale_mapping_first_row():
         assert p["tp"] * p["pp"] * p["dp"] == c.raw["cluster"]["num_gpus"]
 
 
+def test_nanotron_partition_by_compute_cost():
+    # llama-1b: 16 blocks of cost c and the LM head of V·h = 3.91 c (nanotron get_block_compute_costs);
+    # total 19.91 c. A rank moves on once the running cost passes total·(rank+1)/pp.
+    from workloads.catalog import MODELS
+
+    model = MODELS.get("llama-1b")
+    assert model.vocab_size * model.hidden_size / lr._layer_cost(model) == pytest.approx(3.9140625)
+    assert lr.nanotron_stage_layers(model, 2) == [10, 6]        # 10 c > 9.96 c: rank 1 gets 6 + head
+    assert lr.nanotron_stage_layers(model, 4) == [5, 5, 5, 1]
+    assert lr.nanotron_stage_layers(model, 8) == [3, 2, 3, 2, 3, 2, 1, 0]  # the last rank: head only
+    assert lr.nanotron_stage_layers(model, 16) is None          # some rank gets no block at all
+    # the simulator's nearest split: same busiest-rank cost first (pp 2: [10, 6] exactly)
+    assert lr.first_last_stage_layers(model, 2, [10, 6]) == (None, 6)
+    assert lr.first_last_stage_layers(model, 4, [5, 5, 5, 1]) == (None, 1)
+
+
 def test_metric_functions():
     assert lr.spearman([1, 2, 3, 4], [10, 20, 30, 40]) == pytest.approx(1.0)
     assert lr.spearman([1, 2, 3, 4], [4, 3, 2, 1]) == pytest.approx(-1.0)
