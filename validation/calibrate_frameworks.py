@@ -20,8 +20,10 @@ use the held-out half as the check.
 
 ``hagemann-a100.yaml`` (Hagemann 2023, Aleph Alpha codebase on A100 80GB): the sweep has no memory
 readings, only OOM labels, so ``memory_overhead`` has weights/gradients/optimizer at 1 and one
-activation factor per RMSNorm variant plus a constant, fitted by logistic regression of the
-fit half's OOM labels on ``peak - usable HBM`` (peak = states + k[variant]·activations + other + d).
+activation factor per memory variant (RMSNorm kernel fused or not, x full recompute or none:
+what an unfused norm keeps differs between storing every layer's activations and storing only
+layer inputs) plus a constant, fitted by logistic regression of the fit half's OOM labels on
+``peak - usable HBM`` (peak = states + k[variant]·activations + other + d).
 
 ``python -m validation.calibrate_frameworks [--write]`` prints the fits (and writes the YAMLs).
 The compute fit simulates ~30 single-node runs ~100 times (about two minutes on two cores).
@@ -152,35 +154,37 @@ def fit_hagemann_memory(cases: list[lr.Case] | None = None):
     from simulator.memory_overhead import MemoryOverhead
 
     cases = cases if cases is not None else lr.hagemann_cases()
-    variants = ("fused_rmsnorm", "unfused_rmsnorm")
+    fit_cases = _breakdowns(lr.fit_half(cases))
+    variants = sorted({c.memory_variant for c, _, _ in fit_cases})
     rows = []
-    for c, sc, stages in _breakdowns(lr.fit_half(cases)):
+    for c, sc, stages in fit_cases:
         states = [(b.weights_bytes + b.gradients_bytes + b.optimizer_bytes + b.other_bytes) / GIB for b in stages]
         acts = [b.activations_bytes / GIB for b in stages]
         rows.append((states, acts, variants.index(c.memory_variant), usable_hbm_bytes(sc) / GIB,
                      1.0 if c.measured_oom else -1.0))
+    nv = len(variants)
 
     def margins(x: np.ndarray) -> np.ndarray:
-        k = (x[0], x[1])
-        return np.array([max(s + k[v] * a for s, a in zip(st, ac, strict=True)) + x[2] - usable
+        return np.array([max(s + x[v] * a for s, a in zip(st, ac, strict=True)) + x[nv] - usable
                          for st, ac, v, usable, _ in rows])
 
     labels = np.array([r[4] for r in rows])
 
     def loss(x: np.ndarray) -> float:
-        if x[0] <= 0 or x[1] <= 0:
+        if np.any(x[:nv] <= 0):
             return 1e9
-        z = math.exp(x[3]) * margins(x) * labels
+        z = math.exp(x[nv + 1]) * margins(x) * labels
         return float(np.mean(np.logaddexp(0.0, -z)))
 
-    start = np.array([1.5, 3.0, 0.0, math.log(0.5)])
-    simplex = np.vstack([start, start + np.diag([0.3, 0.5, 3.0, 0.5])])
+    # x = (activation factor per variant, constant GiB, log of the logistic scale)
+    start = np.array([2.0] * nv + [0.0, math.log(0.5)])
+    simplex = np.vstack([start, start + np.diag([0.4] * nv + [3.0, 0.5])])
     x = minimize(loss, start, method="Nelder-Mead",
-                 options={"initial_simplex": simplex, "maxiter": 2000, "fatol": 1e-9, "xatol": 1e-6}).x
+                 options={"initial_simplex": simplex, "maxiter": 4000, "fatol": 1e-9, "xatol": 1e-6}).x
     return MemoryOverhead(
         framework="Aleph Alpha codebase (Hagemann 2023)",
-        activations_factor={"fused_rmsnorm": round(float(x[0]), 4), "unfused_rmsnorm": round(float(x[1]), 4)},
-        constant_gib=round(float(x[2]), 3),
+        activations_factor={v: round(float(x[i]), 4) for i, v in enumerate(variants)},
+        constant_gib=round(float(x[nv]), 3),
         source="logistic regression of OOM labels on (framework peak - usable HBM), weights/gradients/optimizer "
                "as counted (validation/calibrate_frameworks.py fit_hagemann_memory)",
         fitted_on=f"{HAGEMANN_FIT_ON} of the {len(rows)} runs",

@@ -30,8 +30,10 @@ Training", arXiv:2311.05610; 984 runs of LLaMA 13B/30B/65B, raw data from the au
   FlashAttention kernels -> ``training.attention: flash`` (no s x s scores stored, the core recomputed
   in the backward pass), ``torch``/``fused`` -> ``standard``;
 - memory variant: ``fused_rmsnorm`` for the ``... + RMS kernel`` runs, ``unfused_rmsnorm`` otherwise
-  (an unfused RMSNorm saves fp32 intermediates for its backward; the profile fits one activation
-  factor per variant on the fit half's OOM labels: this sweep has no memory readings);
+  (an unfused RMSNorm saves fp32 intermediates for its backward), with ``+full_recompute`` when
+  every layer is checkpointed (then only layer inputs are stored and the overhead falls on one
+  recomputed layer); the profile fits one activation factor per variant on the fit half's OOM
+  labels (this sweep has no memory readings);
 - the kernel otherwise is not modelled (the simulator has one kernel library), so layouts are ranked
   within groups of the same **model x GPU count x sequence length x kernel** (a refinement of the
   issue's model x GPU-count groups: comparing a FlashAttention-2 run with a plain-torch run of the
@@ -223,7 +225,8 @@ def hagemann_case(row: dict[str, Any]) -> Case | None:
     }
     measured = {} if oom else {"step_time_s": step, "mfu": float(row["avg_mfu"]),
                                "tokens_per_s_per_gpu": HAGEMANN_TOKENS_PER_STEP / step / n}
-    variant = "fused_rmsnorm" if "RMS kernel" in kernel else "unfused_rmsnorm"
+    variant = ("fused_rmsnorm" if "RMS kernel" in kernel else "unfused_rmsnorm") + (
+        "+full_recompute" if recompute == "full" else "")
     key = f"{row['model']}|{n}|{tp}|{pp}|{mbs}|{sp}|{recompute}|{seq}|{kernel}"
     return Case("hagemann", str(row["trial_id"]), (row["model"], n, seq, kernel), raw, oom, measured,
                 memory_variant=variant, split_key=key)
