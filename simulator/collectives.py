@@ -62,7 +62,8 @@ def bus_bytes(collective: str, payload_bytes: float, n: int) -> float:
     return BUS_FACTOR[collective](n) * payload_bytes
 
 
-def _steps(collective: str, n: int) -> int:
+def ring_steps(collective: str, n: int) -> int:
+    """Latency steps of a ring collective over n ranks (2(n-1) all-reduce, n-1 gather/scatter)."""
     if collective == "all_reduce":
         return 2 * (n - 1)
     if collective in ("all_gather", "reduce_scatter", "broadcast", "ring_pass"):
@@ -72,7 +73,7 @@ def _steps(collective: str, n: int) -> int:
 
 def _law_latency_s(law: AlphaBeta, collective: str, n: int) -> float:
     """A measured law's latency over n ranks: fixed part plus per-ring-step part."""
-    return (law.latency_us + _steps(collective, n) * law.latency_per_step_us) * 1e-6
+    return (law.latency_us + ring_steps(collective, n) * law.latency_per_step_us) * 1e-6
 
 
 def collective_cost(
@@ -95,7 +96,7 @@ def collective_cost(
             # Scale bytes so that alone on the port it takes bus / law bandwidth.
             scaled = bus * links.intra_bytes_per_s / (law.bus_bandwidth_gb_per_s * 1e9)
             return CollectiveCost("measured", _law_latency_s(law, collective, n), {"nvl": scaled})
-        return CollectiveCost("ring", _steps(collective, n) * links.intra_latency_s, {"nvl": bus})
+        return CollectiveCost("ring", ring_steps(collective, n) * links.intra_latency_s, {"nvl": bus})
 
     law = (inter_laws or {}).get(collective)
     nic_bytes = bus / g
@@ -109,7 +110,7 @@ def collective_cost(
                    for key, b in by_link.items()}
         return CollectiveCost("measured", _law_latency_s(law, collective, n), by_link)
     hop = max(links.inter_latency_s, links.intra_latency_s)
-    ring_latency = _steps(collective, n) * hop
+    ring_latency = ring_steps(collective, n) * hop
     if collective == "all_reduce":
         tree_latency = 2 * math.ceil(math.log2(k)) * links.inter_latency_s + 2 * (g - 1) * links.intra_latency_s
         if tree_latency < ring_latency:

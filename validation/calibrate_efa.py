@@ -34,6 +34,8 @@ from pathlib import Path
 
 import pandas as pd
 
+from simulator.collectives import BUS_FACTOR, ring_steps
+
 DATA = Path(__file__).resolve().parent / "data" / "ultrascale_playbook_scaling_figures.csv"
 MESSAGE_BYTES = 2**28  # "256MB"
 GPUS_PER_NODE = 8
@@ -47,11 +49,7 @@ FITTED_ON = ("validation/data/ultrascale_playbook_scaling_figures.csv: '{figure}
 
 
 def bus_factor(collective: str, n: int) -> float:
-    return 2 * (n - 1) / n if collective == "all_reduce" else (n - 1) / n
-
-
-def steps(collective: str, n: int) -> int:
-    return 2 * (n - 1) if collective == "all_reduce" else n - 1
+    return BUS_FACTOR[collective](n)
 
 
 @dataclass(frozen=True)
@@ -72,7 +70,7 @@ class Law:
     fitted_on: str
 
     def time_s(self, n: int, payload_bytes: float = MESSAGE_BYTES) -> float:
-        return (steps(self.collective, n) * self.latency_per_step_us * 1e-6
+        return (ring_steps(self.collective, n) * self.latency_per_step_us * 1e-6
                 + bus_factor(self.collective, n) * payload_bytes / (self.bus_bandwidth_gb_per_s * 1e9))
 
     def busbw_gb_per_s(self, n: int) -> float:
@@ -91,7 +89,7 @@ def fit_inter_node(collective: str) -> Law:
     xs, ys, ts = [], [], []
     for p in pts:
         n = p.nodes * GPUS_PER_NODE
-        xs.append(steps(collective, n))
+        xs.append(ring_steps(collective, n))
         ys.append(bus_factor(collective, n) * MESSAGE_BYTES)
         ts.append(p.time_s(collective))
     # minimise sum ((x a + y b - t) / t)^2: normal equations of the 2x2 system
@@ -113,7 +111,7 @@ def fit_intra_node(collective: str, hop_latency_us: float) -> Law:
     """Bandwidth from the single-node point, per-step latency = the NVLink hop latency."""
     (p,) = [p for p in points(collective) if p.nodes == 1]
     n = GPUS_PER_NODE
-    transfer = p.time_s(collective) - steps(collective, n) * hop_latency_us * 1e-6
+    transfer = p.time_s(collective) - ring_steps(collective, n) * hop_latency_us * 1e-6
     bw = bus_factor(collective, n) * MESSAGE_BYTES / transfer / 1e9
     return Law(collective, hop_latency_us, bw, FITTED_ON.format(figure=FIGURES[collective], nodes="1"))
 
