@@ -53,6 +53,12 @@ class ComputeEfficiency(Spec):
                     "rank runs beside it (communication kernels take SMs / CPU cores): 0.1 = 10% longer",
     )
     overlap_compute_slowdown_source: str | None = None
+    overlap_comm_slowdown: float = Field(
+        default=0.0, ge=0, le=50,
+        description="the other direction: relative slowdown of a communication while a compute kernel of "
+                    "the same rank runs (it moves at 1/(1+c) of its rate): 1 = half speed",
+    )
+    overlap_comm_slowdown_source: str | None = None
     source: str
     fitted_on: str | None = None
 

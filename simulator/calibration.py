@@ -19,7 +19,9 @@ and :class:`hardware_specs.schema.FatTree`. What is fitted, and from what:
   on the rows timed right after a kernel (``context=after_compute``) where present, since that
   is how a collective runs in a training step;
 - ``overlap_compute_slowdown``: how much longer a GEMM takes while all-reduces run beside it
-  (``overlap.csv``, median over ranks; the engine slows overlapped kernels by it).
+  (``overlap.csv``, median over ranks; the engine slows overlapped kernels by it);
+- ``overlap_comm_slowdown``: the other direction, from the same rows: how much slower the
+  all-reduces move while the GEMMs run (the engine slows overlapped collectives by it).
 
 Each fitted value records ``fitted_on:`` naming the file and rows. Training runs are never
 read here: fit and check stay on different data.
@@ -124,7 +126,7 @@ def read_microbench(folder: str | Path) -> dict[str, Any]:
         except json.JSONDecodeError as exc:
             raise ConfigError("--from", f"{meta_path}: invalid JSON ({exc.msg})") from None
     data: dict[str, Any] = {"folder": str(micro), "machine": meta.get("machine", {}), "settings": meta.get("settings", {}),
-                            "started": meta.get("started")}
+                            "started": meta.get("started"), "speed_probe": meta.get("speed_probe")}
     for name in ("gemm", "memory", "collectives", "overlap"):
         path = micro / f"{name}.csv"
         if path.is_file():
@@ -152,6 +154,34 @@ def fit_overlap_slowdown(overlap: list[dict], file_label: str) -> tuple[float, s
                    f"(per rank: {', '.join(f'{x:.3f}' for x in slowdowns)}); fitted on {file_label}/overlap.csv "
                    f"(GEMM {r0.get('m')}x{r0.get('n')}x{r0.get('k')} beside {r0.get('collectives_in_flight')} "
                    f"async all_reduce of {r0.get('size_bytes')} B)")
+
+
+MAX_COMM_SLOWDOWN = 20.0  # a collective at 1/21 of its pace beside compute: as good as stalled
+
+
+def fit_overlap_comm_slowdown(overlap: list[dict], file_label: str) -> tuple[float, str]:
+    """``overlap_comm_slowdown`` c from the same benchmark: the queued all-reduces take
+    ``collectives_alone_s`` alone and ``collectives_with_gemms_s`` when GEMMs run beside them
+    for the first T = gemms_per_sample · gemm_overlapped_s. Moving at 1/(1+c) during T,
+    T·(1 - 1/(1+c)) = with - alone, so c = 1 / (1 - (with - alone)/T) - 1 (0 when the
+    collectives were not slower; capped at 20, a stall). Median over ranks."""
+    values = []
+    for r in overlap:
+        try:
+            alone, both = float(r["collectives_alone_s"]), float(r["collectives_with_gemms_s"])
+            window = float(r["gemms_per_sample"]) * float(r["gemm_overlapped_s"])
+        except (KeyError, TypeError, ValueError):
+            continue
+        if int(r.get("valid_samples") or 0) <= 0 or window <= 0 or alone <= 0:
+            continue
+        kept = 1.0 - max(0.0, both - alone) / window  # share of its pace the collective kept
+        values.append(MAX_COMM_SLOWDOWN if kept <= 1.0 / (1.0 + MAX_COMM_SLOWDOWN) else 1.0 / kept - 1.0)
+    if not values:
+        return 0.0, f"not measured: {file_label} has no overlap.csv rows with collective times (0 assumed)"
+    value = float(np.median(values))
+    return value, (f"clustersim calibrate: median over {len(values)} ranks of c = 1/(1 - (collectives_with_gemms_s - "
+                   f"collectives_alone_s) / (gemms_per_sample * gemm_overlapped_s)) - 1 (per rank: "
+                   f"{', '.join(f'{x:.3f}' for x in values)}); fitted on {file_label}/overlap.csv")
 
 
 # --------------------------------------------------------------------------- fitting
@@ -325,6 +355,9 @@ def build_profile(data: dict[str, Any], source_label: str | None = None, intra_n
     slowdown, slowdown_source = fit_overlap_slowdown(data.get("overlap") or [], label)
     efficiency["overlap_compute_slowdown"] = round(slowdown, 4)
     efficiency["overlap_compute_slowdown_source"] = slowdown_source
+    comm_slowdown, comm_slowdown_source = fit_overlap_comm_slowdown(data.get("overlap") or [], label)
+    efficiency["overlap_comm_slowdown"] = round(comm_slowdown, 4)
+    efficiency["overlap_comm_slowdown_source"] = comm_slowdown_source
     collectives = fit_collectives(data, label)
     host = machine.get("hostname", "unknown-host")
     mem_gib = (machine.get("memory_bytes") or 16 * 2**30) / 2**30
@@ -389,9 +422,11 @@ def build_profile(data: dict[str, Any], source_label: str | None = None, intra_n
         "switch_latency_us": 0.0,
         "source": "clustersim calibrate: one host, no switch",
     }
-    return {"node": node, "fabric": fabric,
-            "calibration": {"from": str(data.get("folder")), "machine": machine, "settings": {
-                k: v for k, v in settings.items() if isinstance(v, str | int | float | bool)}}}
+    calibration = {"from": str(data.get("folder")), "machine": machine, "settings": {
+        k: v for k, v in settings.items() if isinstance(v, str | int | float | bool)}}
+    if (data.get("speed_probe") or {}).get("median_s"):
+        calibration["speed_probe"] = data["speed_probe"]  # how fast the machine was (diagnostic)
+    return {"node": node, "fabric": fabric, "calibration": calibration}
 
 
 def validate_profile(profile: dict[str, Any]) -> None:
@@ -463,12 +498,27 @@ def scenario_for_run(run: dict[str, Any], profile_path: str | Path) -> dict[str,
     }
 
 
+def calibration_probe_s(profile_path: str | Path) -> float | None:
+    """The median speed-probe time recorded while the profile's microbenchmarks ran, if any."""
+    from hardware_specs.yaml_io import read_yaml
+
+    raw = read_yaml(Path(profile_path), "profile")
+    probe = ((raw.get("calibration") or {}).get("speed_probe") or {}) if isinstance(raw, dict) else {}
+    value = probe.get("median_s") if isinstance(probe, dict) else None
+    return float(value) if isinstance(value, int | float) and value > 0 else None
+
+
 def predict_runs(runs_doc: dict[str, Any], profile_path: str | Path,
                  strategies: list[str] | None = None) -> list[dict[str, Any]]:
-    """Simulate every recorded run with the profile; one row per run with the relative error."""
+    """Simulate every recorded run with the profile; one row per run with the relative error.
+
+    ``probe_slowdown`` is the run's speed-probe median over the one taken while the profile
+    was fitted (:mod:`validation.harness.probe`): above 1 the machine ran the probe GEMM slower
+    during the run than during calibration. It is reported, never used to scale a prediction."""
     from simulator.scenario import load_scenario
     from simulator.simulate import simulate
 
+    calib_probe_s = calibration_probe_s(profile_path)
     rows = []
     for run in runs_doc["runs"]:
         if strategies and run["strategy"] not in strategies:
@@ -477,6 +527,7 @@ def predict_runs(runs_doc: dict[str, Any], profile_path: str | Path,
         result = simulate(load_scenario(raw))
         measured = float(run["step_time_s"])
         predicted = float(result.step_time_s)
+        run_probe_s = (run.get("speed_probe") or {}).get("median_s")
         rows.append({
             "strategy": run["strategy"],
             "num_gpus": raw["cluster"]["num_gpus"],
@@ -487,6 +538,7 @@ def predict_runs(runs_doc: dict[str, Any], profile_path: str | Path,
             "measured_p90_s": run.get("step_time_p90_s"),
             "predicted_step_time_s": predicted,
             "relative_error": (predicted - measured) / measured,
+            "probe_slowdown": run_probe_s / calib_probe_s if run_probe_s and calib_probe_s else None,
             "predicted_breakdown_s": dict(result.time_breakdown_s),
         })
     return rows

@@ -11,8 +11,12 @@ Interference: a fixed-duration task with ``slowdown_while_contended`` s > 0 prog
 rate 1/(1+s) while any ``contends`` task of the same actor is moving bytes (on accelerators,
 communication kernels occupy SMs beside the compute kernels; on CPUs, communication threads
 take cores). The rate is re-evaluated whenever such a task starts or ends, so a kernel that is
-overlapped for half its length takes (1 + s/2) times its duration. Heterogeneous or failing actors, async
-pipelines or infrequent synchronisation are task lists and dependencies of another shape.
+overlapped for half its length takes (1 + s/2) times its duration. The other direction: a
+transfer with ``comm_slowdown_while_computing`` c > 0 moves (its latency and its bytes) at 1/(1+c) of its pace while
+any ``slows_comm`` task of its actor runs (a collective over a rendezvous: while any member's
+does), because the compute kernels take the SMs / cores its kernels or threads need.
+Heterogeneous or failing actors, async pipelines or infrequent synchronisation are task lists
+and dependencies of another shape.
 """
 
 from __future__ import annotations
@@ -45,6 +49,8 @@ class Task:
     # Interference (see the module docstring): this task slows while a contending one runs.
     slowdown_while_contended: float = 0.0
     contends: bool = False
+    comm_slowdown_while_computing: float = 0.0  # a transfer: 1/(1+c) of its rate while its actor computes
+    slows_comm: bool = False                     # a fixed-duration task that slows its actor's transfers
     start_s: float = float("nan")
     end_s: float = float("nan")
     ready_s: float = float("nan")
@@ -68,6 +74,9 @@ class Engine:
         self._rendezvous: dict[str, _Rendezvous] = {}
         self._contending: dict[str, int] = defaultdict(int)      # actor -> contending tasks in flight
         self._contention_changed: dict[str, simpy.Event] = {}    # actor -> fires when that count hits/leaves 0
+        self._computing: dict[str, int] = defaultdict(int)       # actor -> slows_comm tasks running
+        self._slowed_flows: dict[str, int] = defaultdict(int)    # actor -> its slowable transfers in flight
+        self._compute_changed: dict[str, simpy.Event] = {}       # actor -> fires when it starts/stops computing
 
     def run(self, streams: dict[tuple[str, str], list[Task]]) -> float:
         for tasks in streams.values():
@@ -93,7 +102,7 @@ class Engine:
                 yield from self._join(task)
             elif task.demands is not None:
                 task.start_s = env.now
-                transfer = self.network.transfer(task.demands, task.latency_s)
+                transfer = self._transfer([task], task.demands, task.latency_s)
                 if task.contends:
                     self._contend(task.actor, +1)
                     transfer.callbacks.append(lambda _ev, actor=task.actor: self._contend(actor, -1))
@@ -101,10 +110,14 @@ class Engine:
             else:
                 task.start_s = env.now
                 if task.duration_s > 0:
+                    if task.slows_comm:
+                        self._compute_state(task.actor, +1)
                     if task.slowdown_while_contended > 0:
                         yield from self._run_slowable(task)
                     else:
                         yield env.timeout(task.duration_s)
+                    if task.slows_comm:
+                        self._compute_state(task.actor, -1)
             task.end_s = env.now
             task.done.succeed()
 
@@ -115,6 +128,66 @@ class Engine:
             changed = self._contention_changed.pop(actor, None)
             if changed is not None:
                 changed.succeed()
+
+    def _transfer(self, members: list[Task], demands: dict[str, float], latency_s: float) -> simpy.Event:
+        """Start the transfer of ``members`` (one task, or a rendezvous): its latency and its
+        bytes both move at the slowed pace while a member's actor computes."""
+        factor = self._comm_factor(members)
+        if factor is None:
+            return self.network.transfer(demands, latency_s)
+        actors = sorted({m.actor for m in members if m.comm_slowdown_while_computing > 0})
+        for actor in actors:
+            self._slowed_flows[actor] += 1
+        done = self.env.process(self._slowed_transfer(actors, demands, latency_s, factor))
+        for actor in actors:
+            done.callbacks.append(lambda _ev, actor=actor: self._slowed_flows.__setitem__(
+                actor, self._slowed_flows[actor] - 1))
+        return done
+
+    def _slowed_transfer(self, actors: list[str], demands: dict[str, float], latency_s: float, factor):
+        """Latency as work done at ``factor()`` pace (re-evaluated whenever one of ``actors``
+        starts or stops computing), then the bytes as a network flow with that factor."""
+        env = self.env
+        remaining = latency_s
+        while remaining > 1e-15 * max(latency_s, 1e-30):
+            rate = factor()
+            changed = [self._compute_changed_event(a) for a in actors]
+            began = env.now
+            finish = env.timeout(remaining / rate)
+            yield simpy.AnyOf(env, [finish, *changed])
+            if finish.processed:
+                break
+            remaining -= (env.now - began) * rate
+        yield self.network.transfer(demands, 0.0, factor)
+
+    def _compute_changed_event(self, actor: str) -> simpy.Event:
+        event = self._compute_changed.get(actor)
+        if event is None:
+            event = self._compute_changed[actor] = self.env.event()
+        return event
+
+    def _comm_factor(self, members: list[Task]):
+        """The rate factor of a transfer shared by ``members``: 1/(1+c) while any member's actor
+        computes (a collective moves at its slowest member's pace); None when nothing slows it."""
+        slowed = [(m.actor, m.comm_slowdown_while_computing) for m in members if m.comm_slowdown_while_computing > 0]
+        if not slowed:
+            return None
+        computing = self._computing
+
+        def factor() -> float:
+            return min((1.0 / (1.0 + c) for actor, c in slowed if computing[actor]), default=1.0)
+        return factor
+
+    def _compute_state(self, actor: str, delta: int) -> None:
+        """Count the actor's running ``slows_comm`` tasks; when it starts or stops computing,
+        its slowed transfers re-evaluate their pace (latencies via an event, flows via refresh)."""
+        before = self._computing[actor]
+        self._computing[actor] = before + delta
+        if (before == 0) != (before + delta == 0) and self._slowed_flows[actor]:
+            changed = self._compute_changed.pop(actor, None)
+            if changed is not None:
+                changed.succeed()
+            self.network.refresh()
 
     def _run_slowable(self, task: Task):
         """Run ``task.duration_s`` of work at rate 1, or 1/(1+s) while its actor is contended."""
@@ -148,7 +221,7 @@ class Engine:
                     demands[port] += b
                 member.start_s = self.env.now
             latency = max(m.latency_s for m in meeting.arrived)
-            meeting.finished = self.network.transfer(dict(demands), latency)
+            meeting.finished = self._transfer(meeting.arrived, dict(demands), latency)
             for member in meeting.arrived:
                 if member.contends:
                     self._contend(member.actor, +1)

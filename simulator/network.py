@@ -8,8 +8,14 @@ A *flow* moves given bytes over each of several ports; it progresses at one rate
 Rates are max-min fair in bandwidth (progressive filling, Bertsekas & Gallager, *Data
 Networks*, Sec. 6.5.2): all flows' bandwidth on their heaviest port rises together
 until some port saturates; the flows on it freeze; repeat. Rates are recomputed only
-when a flow starts or finishes, and one re-armed timeout marks the next completion, so
-events occur only where the allocation changes (DESIGN.md, "Where the time goes").
+when a flow starts or finishes (or :meth:`FlowNetwork.refresh` says a flow's ``factor``
+changed), and one re-armed timeout marks the next completion, so events occur only where
+the allocation changes (DESIGN.md, "Where the time goes").
+
+A flow may carry a ``factor()``: its fair rate is multiplied by it (a flow whose endpoints
+are busy elsewhere moves slower than the links allow). The capacity it leaves unused is not
+handed to other flows, a simplification that is exact when the slowed flow has its ports
+to itself.
 
 The seam to the rest (ASTRA-sim style) is :meth:`FlowNetwork.transfer`; another network
 model with the same method can replace this one.
@@ -33,6 +39,7 @@ class _Flow:
     remaining: float = 1.0          # fraction of the bytes still to move
     rate: float = 0.0               # fraction per second
     weights: dict[str, float] = field(default_factory=dict)
+    factor: Callable[[], float] | None = None  # multiplies the fair rate (1 = the links' pace)
 
 
 class FlowNetwork:
@@ -46,26 +53,34 @@ class FlowNetwork:
         self._version = 0
         self.flows_started = 0
 
-    def transfer(self, demands: dict[str, float], latency_s: float = 0.0) -> simpy.Event:
+    def transfer(self, demands: dict[str, float], latency_s: float = 0.0,
+                 factor: Callable[[], float] | None = None) -> simpy.Event:
         """Start a transfer: wait ``latency_s``, then move ``demands[port]`` bytes over each
-        port at the fair rate. Returns an event that fires when the last byte arrives."""
+        port at the fair rate (times ``factor()`` where given). Returns an event that fires
+        when the last byte arrives."""
         done = self.env.event()
         demands = {p: b for p, b in demands.items() if b > 0}
         if latency_s > 0:
-            self.env.timeout(latency_s).callbacks.append(lambda _ev: self._start(demands, done))
+            self.env.timeout(latency_s).callbacks.append(lambda _ev: self._start(demands, done, factor))
         else:
-            self._start(demands, done)
+            self._start(demands, done, factor)
         return done
+
+    def refresh(self) -> None:
+        """Re-evaluate the flows' rates now (a ``factor`` changed)."""
+        if self._flows:
+            self._advance()
+            self._reallocate()
 
     # -- internals -------------------------------------------------------------------------
 
-    def _start(self, demands: dict[str, float], done: simpy.Event) -> None:
+    def _start(self, demands: dict[str, float], done: simpy.Event, factor: Callable[[], float] | None = None) -> None:
         if not demands:
             done.succeed()
             return
         self._advance()
         heaviest = max(demands.values())
-        flow = _Flow(demands, done, heaviest, weights={p: b / heaviest for p, b in demands.items()})
+        flow = _Flow(demands, done, heaviest, weights={p: b / heaviest for p, b in demands.items()}, factor=factor)
         self._flows.append(flow)
         self.flows_started += 1
         self._reallocate()
@@ -85,6 +100,9 @@ class FlowNetwork:
             flow.rate = min(self.capacity(p) / b for p, b in flow.demands.items())
         else:
             self._progressive_filling(flows)
+        for flow in flows:
+            if flow.factor is not None:
+                flow.rate *= flow.factor()
         self._arm_next_completion()
 
     def _progressive_filling(self, flows: list[_Flow]) -> None:

@@ -28,6 +28,7 @@ from dataclasses import dataclass, field
 from simulator.collectives import collective_cost
 from simulator.compute import ComputeModel
 from simulator.engine import Task
+from simulator.interference import exposed_comm_share
 from simulator.parallelism import chunk_layer_counts
 from simulator.scenario import Scenario, gradient_bytes
 from simulator.schedule import stage_order, zero_bubble
@@ -310,29 +311,32 @@ class Planner:
 
     def _mark_interference(self, streams) -> None:
         """Kernels slow by ``accelerator.efficiency.overlap_compute_slowdown`` while a collective
-        or send/recv of the same rank runs beside them (communication kernels take SMs); the
-        engine applies it (see simulator/engine.py). Only communication on its own stream can
+        or send/recv of the same rank runs beside them (communication kernels take SMs), and
+        communication slows by ``overlap_comm_slowdown`` while a kernel of its rank runs; the
+        engine applies both (see simulator/engine.py). Only communication on its own stream can
         run beside a kernel; a blocking one leaves the compute stream idle."""
-        slowdown = self.sc.accelerator.efficiency.overlap_compute_slowdown
-        if slowdown <= 0:
+        eff = self.sc.accelerator.efficiency
+        slowdown, comm_slowdown = eff.overlap_compute_slowdown, eff.overlap_comm_slowdown
+        if slowdown <= 0 and comm_slowdown <= 0:
             return
         for (_actor, stream), tasks in streams.items():
             for task in tasks:
                 if stream == "compute":
                     if task.demands is None:
                         task.slowdown_while_contended = slowdown
+                        task.slows_comm = comm_slowdown > 0
                 elif task.demands is not None:
-                    task.contends = True
+                    task.contends = slowdown > 0
+                    task.comm_slowdown_while_computing = comm_slowdown
 
     def _exposure(self, rank: int, ops: tuple[Op, ...], i: int) -> float:
         """Fraction of collective ``ops[i]``'s isolated time left exposed: 1, or for a TP
-        input-gradient collective overlapped with the next (weight-gradient) kernel,
-        max(t_comm - t_kernel, t_comm·s/(1+s)) / t_comm.
-
-        The second term is the overlapped kernel's slowdown s (``overlap_compute_slowdown``):
-        it runs at rate 1/(1+s) while the collective runs, so the pair takes t_comm when
-        t_comm >= t_kernel·(1+s), else t_kernel + t_comm·s/(1+s) -- what the engine gives when
-        both run as tasks (detail mode); here it is counted with the collective's exposed time."""
+        input-gradient collective overlapped with the next (weight-gradient) kernel, the
+        pair's time beyond the kernel's over t_comm (simulator/interference.py: the kernel
+        slowed by ``overlap_compute_slowdown`` s and the collective by ``overlap_comm_slowdown``
+        c while both run; with c = 0, max(t_comm - t_kernel, t_comm·s/(1+s)) / t_comm) -- what
+        the engine gives when both run as tasks (detail mode); here it is counted with the
+        collective's exposed time."""
         op = ops[i]
         if op.collective == "all_to_all" and self.par.overlap_moe_comm:
             return self._paired_moe_exposure(rank, ops)
@@ -343,24 +347,25 @@ class Planner:
         t_next = self.compute.time_s(nxt) if nxt.kind != "collective" else 0.0
         if t_comm <= 0:
             return 1.0
-        s = self.sc.accelerator.efficiency.overlap_compute_slowdown
-        return max(0.0, t_comm - t_next, t_comm * s / (1 + s)) / t_comm
+        eff = self.sc.accelerator.efficiency
+        return exposed_comm_share(t_next, t_comm, eff.overlap_compute_slowdown, eff.overlap_comm_slowdown)
 
     def _paired_moe_exposure(self, rank: int, ops: tuple[Op, ...]) -> float:
         """``overlap_moe_comm``: the expert all-to-alls of a pass run beside the computation of
         another micro-batch's pass (DeepSeek-V3's DualPipe pairs a forward and a backward chunk,
         arXiv:2412.19437 Sec. 3.2.1; Megatron-core's EP all-to-all overlap). Approximated with
         the pass's own kernel time T as the budget that hides the pass's all-to-alls A: the
-        exposed share max(A - T, A·s/(1+s)) / A is the same for each of them (s: the kernels'
-        slowdown beside communication). Warm-up passes with no partner are treated alike."""
+        exposed share (simulator/interference.py; with no communication slowdown
+        max(A - T, A·s/(1+s)) / A, s: the kernels' slowdown beside communication) is the same
+        for each of them. Warm-up passes with no partner are treated alike."""
         key = ("moe_pair", id(ops))
         hit = self._time_cache.get(key)
         if hit is None or hit[0] is not ops:
             a2a = self._isolated_comm_s(rank, [(op.group, op.collective, op.comm_bytes) for op in ops
                                                if op.collective == "all_to_all"])
             kernels = self._compute_time(tuple(op for op in ops if op.kind != "collective"))
-            s = self.sc.accelerator.efficiency.overlap_compute_slowdown
-            share = max(0.0, a2a - kernels, a2a * s / (1 + s)) / a2a if a2a > 0 else 1.0
+            eff = self.sc.accelerator.efficiency
+            share = exposed_comm_share(kernels, a2a, eff.overlap_compute_slowdown, eff.overlap_comm_slowdown)
             hit = self._time_cache[key] = (ops, share)
         return hit[1]
 

@@ -183,6 +183,29 @@ def test_overlap_slowdown_is_the_median_over_ranks(tmp_path):
     assert eff["overlap_compute_slowdown"] == pytest.approx(0.3)
     assert "overlap.csv" in eff["overlap_compute_slowdown_source"]
     assert "3 ranks" in eff["overlap_compute_slowdown_source"]
+    assert eff["overlap_comm_slowdown"] == 0.0 and "not measured" in eff["overlap_comm_slowdown_source"]
+
+
+def test_overlap_comm_slowdown_from_how_much_later_the_collectives_end(tmp_path):
+    # GEMMs beside the all-reduces for T = 3 x 10 ms. A collective at 1/(1+c) pace during T ends
+    # T·c/(1+c) later: c = 1 -> +15 ms, c = 0.5 -> +10 ms, c = 3 -> +22.5 ms; a faster run counts as 0.
+    folder = synthetic_microbench(tmp_path / "m")
+    rows = [{"rank": r, "collective": "all_reduce", "valid_samples": 5, "samples": 5, "gemms_per_sample": 3,
+             "gemm_alone_s": 0.008, "gemm_overlapped_s": 0.01, "compute_slowdown": 0.25,
+             "collectives_alone_s": 0.1, "collectives_with_gemms_s": 0.1 + extra}
+            for r, extra in enumerate([0.015, 0.010, 0.0225, -0.002])]
+    with (folder / "microbench" / "overlap.csv").open("w", newline="") as fh:
+        w = csv.DictWriter(fh, fieldnames=list(rows[0]))
+        w.writeheader()
+        w.writerows(rows)
+    eff = build_profile(read_microbench(folder), source_label="m")["node"]["accelerator"]["efficiency"]
+    assert eff["overlap_comm_slowdown"] == pytest.approx(np.median([1.0, 0.5, 3.0, 0.0]), abs=1e-4)
+    assert "4 ranks" in eff["overlap_comm_slowdown_source"]
+    # a collective that did not move at all while the GEMMs ran is capped as a stall
+    from simulator.calibration import MAX_COMM_SLOWDOWN, fit_overlap_comm_slowdown
+
+    stalled = dict(rows[0], collectives_with_gemms_s=0.1 + 0.03)
+    assert fit_overlap_comm_slowdown([stalled], "m")[0] == MAX_COMM_SLOWDOWN
 
 
 def test_a_scenario_loads_the_profile(tmp_path):
@@ -267,3 +290,33 @@ def test_missing_inputs_are_config_errors(tmp_path, capsys):
     assert main(["calibrate", "--from", str(tmp_path / "nope")]) == 2
     assert main(["validate-runs", "--profile", str(tmp_path / "nope.yaml"), "--runs", str(tmp_path)]) == 2
     assert "file not found" in capsys.readouterr().err
+
+
+def test_speed_probe_travels_from_the_files_to_the_profile_and_the_run_rows(tmp_path, capsys):
+    """The probe is a diagnostic: the profile records it, validate-runs reports each run's
+    probe over the calibration's, and the prediction is the same with or without it."""
+    folder = synthetic_microbench(tmp_path / "m")
+    meta_path = folder / "microbench" / "microbench.json"
+    meta = json.loads(meta_path.read_text())
+    plain = predict_runs(read_runs(_runs_doc(tmp_path / "r0")),
+                         write_profile(build_profile(read_microbench(folder)), tmp_path / "plain.yaml"))
+    meta["speed_probe"] = {"median_s": 0.004, "p10_s": 0.0035, "p90_s": 0.005, "samples": 54, "shape_mnk": [512, 1024, 256]}
+    meta_path.write_text(json.dumps(meta))
+    profile = write_profile(build_profile(read_microbench(folder)), tmp_path / "p.yaml")
+    assert yaml.safe_load(profile.read_text())["calibration"]["speed_probe"]["median_s"] == 0.004
+    runs_folder = _runs_doc(tmp_path / "r")
+    path = runs_folder / "training" / "runs.json"
+    doc = json.loads(path.read_text())
+    doc["runs"][0]["speed_probe"] = {"median_s": 0.005}   # single: the machine 25% slower
+    doc["runs"][1]["speed_probe"] = {"median_s": 0.0041}  # ddp: within the note's 10%
+    path.write_text(json.dumps(doc))
+    rows = predict_runs(read_runs(runs_folder), profile)
+    assert rows[0]["probe_slowdown"] == pytest.approx(1.25)
+    assert rows[1]["probe_slowdown"] == pytest.approx(1.025)
+    assert all(r["probe_slowdown"] is None for r in rows[2:])
+    assert all(r["probe_slowdown"] is None for r in plain)
+    for with_probe, without in zip(rows, plain, strict=True):  # reported, never applied
+        assert with_probe["predicted_step_time_s"] == pytest.approx(without["predicted_step_time_s"])
+    assert main(["validate-runs", "--profile", str(profile), "--runs", str(runs_folder)]) == 0
+    out = capsys.readouterr().out
+    assert "single x1.25" in out and "ddp x" not in out

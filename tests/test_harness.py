@@ -14,9 +14,9 @@ import pytest
 torch = pytest.importorskip("torch")
 
 from validation.harness import launcher  # noqa: E402
-from validation.harness.microbench import MicrobenchConfig, bus_bytes  # noqa: E402
+from validation.harness.microbench import PROBE_SAMPLES_PER_BURST, MicrobenchConfig, bus_bytes  # noqa: E402
 from validation.harness.run import run_microbench_files, run_training_files  # noqa: E402
-from validation.harness.training import STRATEGIES, TrainingConfig, layout_of  # noqa: E402
+from validation.harness.training import STRATEGIES, TrainingConfig, layout_of, merge_ranks  # noqa: E402
 
 pytestmark = pytest.mark.torch
 
@@ -88,6 +88,9 @@ def test_quick_microbenchmarks_write_files_with_expected_fields(tmp_path):
     header = (folder / "collectives.csv").read_text().splitlines()[0].split(",")
     assert {"collective", "size_bytes", "bus_bytes", "median_s", "p10_s", "p90_s"} <= set(header)
     assert meta["kind"] == "clustersim-harness-microbench"
+    probe = doc["speed_probe"]  # 3 bursts of samples on each of the 2 ranks
+    assert probe["samples"] == 2 * 3 * PROBE_SAMPLES_PER_BURST and probe["shape_mnk"] == [512, 1024, 256]
+    assert 0 < probe["p10_s"] <= probe["median_s"] <= probe["p90_s"]
 
 
 def test_every_strategy_trains_and_agrees_on_the_loss(tmp_path):
@@ -105,7 +108,10 @@ def test_every_strategy_trains_and_agrees_on_the_loss(tmp_path):
         # later steps: the same gradients and Adam updates, up to summation order
         for got, want in zip(run["losses"][1:], ref[1:], strict=True):
             assert got == pytest.approx(want, rel=1e-3), name
-        assert run["steps_timed"] == 2 and run["step_time_s"] > 0
+        # single pools its two independent copies' steps; a job's step is its slowest rank's
+        assert run["steps_timed"] == (4 if name == "single" else 2) and run["step_time_s"] > 0
+        assert run["speed_probe"]["samples"] == 2 * 2 and run["speed_probe"]["median_s"] > 0  # 1 per step and rank
+        assert len(run["step_times_s_per_rank"]) == 2
         assert run["layout"] == layout_of(name, cfg, 2)
         assert run["model"]["hidden_size"] == 64
         assert run["traces"], name
@@ -120,6 +126,24 @@ def test_every_strategy_trains_and_agrees_on_the_loss(tmp_path):
     assert runs["fsdp"]["local_params_per_rank"][0] < 0.6 * full
     assert runs["tp"]["local_params_per_rank"][0] < 0.75 * full
     assert (tmp_path / "training" / "runs.csv").is_file()
+
+
+def test_a_job_step_is_its_slowest_rank_and_single_pools_independent_copies():
+    cfg = TrainingConfig(spec=TINY_SPEC, warmup_steps=0, steps=2)
+
+    def rec(strategy, rank, times):
+        return {"strategy": strategy, "rank": rank, "active": True, "losses": [1.0, 1.0], "step_times_s": times,
+                "trace": None, "local_params": 10, "probe_samples_s": [0.003, 0.004], "probe_shape": [512, 1024, 256]}
+
+    per_rank = [[rec("single", 0, [0.10, 0.30]), rec("ddp", 0, [0.10, 0.30])],
+                [rec("single", 1, [0.20, 0.40]), rec("ddp", 1, [0.20, 0.25])]]
+    runs = {r["strategy"]: r for r in merge_ranks(per_rank, cfg, 2)}
+    assert runs["ddp"]["step_times_s"] == [0.20, 0.30]
+    assert runs["ddp"]["step_time_s"] == pytest.approx(0.25)
+    assert sorted(runs["single"]["step_times_s"]) == [0.10, 0.20, 0.30, 0.40]
+    assert runs["single"]["step_time_s"] == pytest.approx(0.25)
+    assert runs["single"]["speed_probe"]["samples"] == 4
+    assert runs["single"]["speed_probe"]["median_s"] == pytest.approx(0.0035)
 
 
 def test_layouts_map_to_simulator_parallelism():
@@ -224,9 +248,22 @@ def test_gpu_microbench_precisions_default_to_half_types():
     ctx = launcher.RankContext(0, 1, torch.device("cpu"), "gloo", "cuda", 1)  # cuda-typed ctx, cpu tensors
     cfg = MicrobenchConfig(gemm_shapes=[(16, 16, 16)], gemm_layouts=["nn"], bmm_shapes=[], attention_shapes=[],
                            warmup=0, reps=1, min_sample_s=0)
-    with mock.patch.object(ctx.__class__, "sync", lambda self: None):
+    with mock.patch.object(ctx.__class__, "sync", lambda self: None), \
+            mock.patch.object(microbench, "last_level_cache_bytes", lambda is_cuda, device=None: 50 * 2**20):
         rows = microbench.bench_gemm(ctx, replace(cfg, precisions=None))
     assert [r["precision"] for r in rows] == ["fp32", "bf16", "fp16"]
+    # operands cycle through copies that fill twice the (here: mocked 50 MiB) L2
+    assert rows[0]["operand_copies"] == 64 and rows[1]["operand_copies"] == 64
+
+
+def test_operand_copies_fill_twice_the_cache_within_bounds():
+    from validation.harness.microbench import operand_copies
+
+    assert operand_copies(1024 * 1024, 32 * 2**20) == 64             # 1 MiB sets: 64 fill 64 MiB
+    assert operand_copies(3 * 2**20, 32 * 2**20) == 22               # ceil(64 / 3)
+    assert operand_copies(256 * 2**20, 32 * 2**20) == 1              # one set already exceeds the cache
+    assert operand_copies(16 * 2**20, 512 * 2**20) == 32             # capped at 512 MiB of copies
+    assert operand_copies(0, 32 * 2**20) == 1
 
 
 def test_module_cli_help_does_not_need_a_run(capsys):

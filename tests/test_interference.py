@@ -70,9 +70,56 @@ def test_collective_over_a_rendezvous_contends_on_every_member():
     assert k0.end_s == pytest.approx(5.0) and k1.end_s == pytest.approx(5.0)
 
 
-def _with_slowdown(raw: dict, slowdown: float) -> dict:
+def test_a_transfer_moves_slower_while_its_actor_computes():
+    # c = 1: the 4-byte flow (1 B/s) moves at 0.5 B/s while the 2 s kernel runs (1 byte by
+    # t = 2), then 3 bytes at full rate: ends at 5. The kernel itself is not slowed (s = 0).
+    k = Task("k", "r0", "compute", "compute", duration_s=2.0, slows_comm=True)
+    c = Task("c", "r0", "dp", "dp_comm", demands={"r0:nic_tx": 4.0}, comm_slowdown_while_computing=1.0)
+    _run(k, c)
+    assert k.end_s == 2.0
+    assert c.end_s == pytest.approx(5.0, rel=1e-12)
+
+
+def test_kernel_and_transfer_slow_each_other_as_the_closed_form_says():
+    # s = c = 1, both start at 0: each at half pace; the 2 s kernel ends at 4 (the flow has moved
+    # 2 of 4 bytes), the flow's other 2 bytes take 2 s: 6 s = overlapped_pair_s(2, 4, 1, 1).
+    from simulator.interference import overlapped_pair_s
+
+    k = Task("k", "r0", "compute", "compute", duration_s=2.0, slowdown_while_contended=1.0, slows_comm=True)
+    c = Task("c", "r0", "dp", "dp_comm", demands={"r0:nic_tx": 4.0}, contends=True, comm_slowdown_while_computing=1.0)
+    assert _run(k, c) == pytest.approx(6.0, rel=1e-12)
+    assert k.end_s == pytest.approx(4.0, rel=1e-12)
+    assert overlapped_pair_s(2.0, 4.0, 1.0, 1.0) == pytest.approx(6.0)
+    # the other branch: the collective ends first (t_c(1+c) = 2 <= t_k(1+s) = 8)
+    k2 = Task("k", "r0", "compute", "compute", duration_s=4.0, slowdown_while_contended=1.0, slows_comm=True)
+    c2 = Task("c", "r0", "dp", "dp_comm", demands={"r0:nic_tx": 1.0}, contends=True, comm_slowdown_while_computing=1.0)
+    assert _run(k2, c2) == pytest.approx(overlapped_pair_s(4.0, 1.0, 1.0, 1.0), rel=1e-12)
+    assert c2.end_s == pytest.approx(2.0, rel=1e-12)
+
+
+def test_a_collective_moves_at_its_slowest_members_pace():
+    # r0 computes 0..2, r1 is idle: the shared flow (2 bytes per member at 1 B/s) still slows to
+    # 1/(1+c) = 1/3 while r0 computes: 2/3 byte by t = 2, then 4/3 at full rate: ends at 10/3.
+    ar0 = Task("ar", "r0", "dp", "dp_comm", demands={"r0:nvl_tx": 2.0}, rendezvous="ar", rendezvous_size=2,
+               comm_slowdown_while_computing=2.0)
+    ar1 = Task("ar", "r1", "dp", "dp_comm", demands={"r1:nvl_tx": 2.0}, rendezvous="ar", rendezvous_size=2,
+               comm_slowdown_while_computing=2.0)
+    k0 = Task("k0", "r0", "compute", "compute", duration_s=2.0, slows_comm=True)
+    _run(ar0, ar1, k0)
+    assert ar0.end_s == pytest.approx(10 / 3, rel=1e-12) and ar1.end_s == ar0.end_s
+
+
+def test_closed_form_without_communication_slowdown_is_the_old_one():
+    from simulator.interference import exposed_comm_share
+
+    for t_k, t_c, s in [(1.0, 3.0, 0.5), (3.0, 1.0, 0.5), (2.0, 2.0, 0.0), (1.0, 1.0, 2.0)]:
+        assert exposed_comm_share(t_k, t_c, s, 0.0) == pytest.approx(max(0.0, t_c - t_k, t_c * s / (1 + s)) / t_c)
+
+
+def _with_slowdown(raw: dict, slowdown: float, comm_slowdown: float = 0.0) -> dict:
     raw = copy.deepcopy(raw)
     raw["cluster"]["node"]["accelerator"]["efficiency"]["overlap_compute_slowdown"] = slowdown
+    raw["cluster"]["node"]["accelerator"]["efficiency"]["overlap_comm_slowdown"] = comm_slowdown
     return raw
 
 
@@ -88,6 +135,28 @@ def test_tp_input_grad_overlap_with_a_slowed_wgrad_kernel(mode, detail):
               + max(T_AR - T_HEAD_W, T_AR * exposed_share))
     r = simulate(load_scenario(_with_slowdown(_tp_raw(overlap=True), s)), mode=mode, detail=detail)
     assert r.step_time_s == pytest.approx(3 * (1.5 * L * T_LAYER + per_mb), rel=1e-9)
+
+
+@pytest.mark.parametrize(("mode", "detail"), [("symmetric", False), ("symmetric", True), ("full", False), ("full", True)])
+def test_tp_overlap_with_both_directions_of_slowdown_agrees_in_every_mode(mode, detail):
+    # s = 1, c = 1: every overlapped pair takes overlapped_pair_s(t_w, t_ar, 1, 1).
+    from simulator.interference import overlapped_pair_s
+
+    def exposed(t_w: float) -> float:
+        return overlapped_pair_s(t_w, T_AR, 1.0, 1.0) - t_w
+
+    per_mb = 2 * L * T_AR + 4 * T_AR + L * (exposed(T_QKV_W) + exposed(T_FC1_W)) + exposed(T_HEAD_W)
+    r = simulate(load_scenario(_with_slowdown(_tp_raw(overlap=True), 1.0, 1.0)), mode=mode, detail=detail)
+    assert r.step_time_s == pytest.approx(3 * (1.5 * L * T_LAYER + per_mb), rel=1e-9)
+
+
+def test_overlapped_gradient_reduction_stretches_when_the_backward_slows_it():
+    raw = toy_raw(2, nvl_gb_per_s=1, nvl_latency_us=1, dp=2, global_batch_size=2, overlap_grad_reduce=True,
+                  gradient_bucket_mb=0.5)
+    base = simulate(load_scenario(raw))
+    slowed = simulate(load_scenario(_with_slowdown(raw, 0.0, 3.0)))
+    assert slowed.step_time_s > base.step_time_s
+    assert slowed.time_breakdown_s["compute"] == pytest.approx(base.time_breakdown_s["compute"], rel=1e-12)
 
 
 def test_overlapped_gradient_reduction_slows_the_backward_it_hides_behind():

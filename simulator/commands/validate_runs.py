@@ -38,6 +38,9 @@ def register(subparsers) -> None:
     p.set_defaults(handler=run)
 
 
+PROBE_NOTE_THRESHOLD = 0.10  # report runs whose speed probe moved by more than 10% from calibration
+
+
 def parse_tolerance(text: str | None) -> tuple[float, float] | None:
     if text is None:
         return None
@@ -159,6 +162,11 @@ def run(args) -> int:
         cores = (doc.get("machine") or {}).get("cpu_cores")
         busy = [r["strategy"] for r in doc["runs"]
                 if cores and max(x or 0 for x in (r.get("load_average_1min") or [0])) > cores + 0.5]
+        drifted = [f"{r['strategy']} x{r['probe_slowdown']:.2f}" for r in rows
+                   if r.get("probe_slowdown") and abs(r["probe_slowdown"] - 1) > PROBE_NOTE_THRESHOLD]
+        if drifted:
+            print("  note: the speed probe (one fixed GEMM) ran slower (>1) or faster (<1) during these runs than "
+                  f"during calibration: {', '.join(drifted)} (the machine's speed changed between calibration and run)")
         if busy:
             print(f"  note: the machine was busier than its {cores} cores while measuring {', '.join(busy)} "
                   "(1-min load average); other processes slow the runs the profile does not know about")

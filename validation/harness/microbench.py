@@ -1,6 +1,8 @@
 """Microbenchmarks run by every rank of a launched job (see :mod:`validation.harness.launcher`).
 
 - GEMM throughput over a sweep of shapes and precisions (fp32 on CPU; fp32/bf16/fp16 on GPU),
+  each call on the next of several operand copies, so its operands come from memory as in a
+  training step and not from the cache a back-to-back loop leaves warm (:func:`operand_copies`),
   plus batched attention-shaped GEMMs (``bmm``);
 - memory-bound kernels (copy, add, GELU, LayerNorm, softmax) over tensor sizes, and tiny ops
   whose time is the per-kernel (launch / dispatch) overhead;
@@ -14,6 +16,7 @@ records the median and the p10/p90 spread of ``reps`` timed repetitions after ``
 
 from __future__ import annotations
 
+import itertools
 from dataclasses import asdict, dataclass, field
 
 import torch
@@ -28,6 +31,7 @@ MIB = 1024 * 1024
 
 DTYPES = {"fp32": torch.float32, "bf16": torch.bfloat16, "fp16": torch.float16}
 BYTES = {"fp32": 4, "bf16": 2, "fp16": 2}
+PROBE_SAMPLES_PER_BURST = 9  # speed-probe samples before, between and after the compute benchmarks
 COLLECTIVES = ("all_reduce", "all_gather", "reduce_scatter", "broadcast", "send_recv")
 
 
@@ -56,6 +60,7 @@ class MicrobenchConfig:
     warmup: int = 3
     reps: int = 15
     min_sample_s: float = 2e-3  # short ops are repeated inside one sample to reach this
+    cold_gemm_operands: bool = True  # GEMMs cycle through operand copies > 2x the LLC (see operand_copies)
     overlap: bool = True        # run the overlap benchmark (compute slowed by communication)
     collectives_after_compute: bool = True  # also time each collective issued right after a kernel
 
@@ -74,6 +79,43 @@ class MicrobenchConfig:
 
     def to_dict(self) -> dict:
         return asdict(self)
+
+
+MAX_OPERAND_COPIES = 64
+MAX_OPERAND_BYTES = 512 * MIB
+DEFAULT_LLC_BYTES = 32 * MIB
+
+
+def last_level_cache_bytes(is_cuda: bool, device=None) -> int:
+    """The last-level cache a kernel's operands would stay in: a CUDA device's L2, or the
+    largest CPU cache that sysfs lists (L3 here: 32 MiB); 32 MiB where neither says."""
+    if is_cuda:
+        size = getattr(torch.cuda.get_device_properties(device), "L2_cache_size", 0)
+        return int(size) or DEFAULT_LLC_BYTES
+    sizes = []
+    try:
+        from pathlib import Path
+
+        for entry in Path("/sys/devices/system/cpu/cpu0/cache").glob("index*/size"):
+            text = entry.read_text().strip().upper()
+            scale = {"K": 1024, "M": MIB, "G": 1024 * MIB}.get(text[-1:], 1)
+            sizes.append(int(text.rstrip("KMG")) * scale)
+    except (OSError, ValueError):
+        pass
+    return max(sizes) if sizes else DEFAULT_LLC_BYTES
+
+
+def operand_copies(bytes_per_set: int, llc_bytes: int) -> int:
+    """How many copies of a kernel's operands, used in turn, make every call read them from
+    memory rather than from cache: enough to fill twice the last-level cache (at most 64
+    copies, 512 MiB). This is the state of a training step's GEMMs: a layer's weight and
+    saved activation were last touched a whole pass earlier, and other kernels ran between.
+    On this host one 512x256x1024 fp32 GEMM ran 11-14% slower on rotating copies than back
+    to back on one warm set (interleaved, so host drift hits both alike)."""
+    if bytes_per_set <= 0:
+        return 1
+    wanted = -(-2 * llc_bytes // bytes_per_set)
+    return max(1, min(MAX_OPERAND_COPIES, wanted, MAX_OPERAND_BYTES // bytes_per_set))
 
 
 def _inner_count(fn, sync, target_s: float) -> int:
@@ -97,21 +139,26 @@ def bench_gemm(ctx: RankContext, cfg: MicrobenchConfig) -> list[dict]:
     precisions = cfg.precisions or (["fp32", "bf16", "fp16"] if ctx.is_cuda else ["fp32"])
     rows = []
     gen = torch.Generator(device="cpu").manual_seed(ctx.rank)
+    llc = last_level_cache_bytes(ctx.is_cuda, ctx.device)
     for precision in precisions:
         dtype = DTYPES[precision]
         for m, n, k in cfg.gemm_shapes:
             for layout in cfg.gemm_layouts:
                 # nn: C = A·B; nt: C = A·Bᵀ (a linear's forward, x·Wᵀ); tn: C = Aᵀ·B (its weight gradient)
-                a = torch.randn(*((k, m) if layout[0] == "t" else (m, k)), generator=gen).to(ctx.device, dtype)
-                b = torch.randn(*((n, k) if layout[1] == "t" else (k, n)), generator=gen).to(ctx.device, dtype)
-                a_op = a.t() if layout[0] == "t" else a
-                b_op = b.t() if layout[1] == "t" else b
-                fn = lambda a=a_op, b=b_op: torch.mm(a, b)  # noqa: E731
+                copies = operand_copies((m * k + k * n) * BYTES[precision], llc) if cfg.cold_gemm_operands else 1
+                pairs = []
+                for _ in range(copies):
+                    a = torch.randn(*((k, m) if layout[0] == "t" else (m, k)), generator=gen).to(ctx.device, dtype)
+                    b = torch.randn(*((n, k) if layout[1] == "t" else (k, n)), generator=gen).to(ctx.device, dtype)
+                    pairs.append((a.t() if layout[0] == "t" else a, b.t() if layout[1] == "t" else b))
+                turn = itertools.cycle(pairs)
+                fn = lambda turn=turn: torch.mm(*next(turn))  # noqa: E731
                 inner = _inner_count(fn, ctx.sync, cfg.min_sample_s)
                 st = _rows_stats(time_op(fn, cfg.warmup, cfg.reps, ctx.sync, inner))
                 flops = 2.0 * m * n * k
                 rows.append({"kind": "mm", "layout": layout, "precision": precision, "batch": 1, "m": m, "n": n,
-                             "k": k, "gflop": flops / 1e9, **st, "tflops": flops / st["median_s"] / 1e12,
+                             "k": k, "gflop": flops / 1e9, "operand_copies": copies,
+                             **st, "tflops": flops / st["median_s"] / 1e12,
                              "tflops_p10": flops / st["p90_s"] / 1e12, "tflops_p90": flops / st["p10_s"] / 1e12})
         for batch, m, n, k in cfg.bmm_shapes:
             a = torch.randn(batch, m, k, generator=gen).to(ctx.device, dtype)
@@ -331,10 +378,16 @@ def bench_collectives(ctx: RankContext, cfg: MicrobenchConfig) -> list[dict]:
 
 def run_microbenchmarks(ctx: RankContext, cfg: MicrobenchConfig) -> dict:
     """Rank function: every rank benchmarks compute; all join the collectives."""
+    from validation.harness.probe import SpeedProbe
+
+    probe = SpeedProbe(ctx)
     dist.barrier()
+    probe.sample(PROBE_SAMPLES_PER_BURST)
     gemm = bench_gemm(ctx, cfg)
+    probe.sample(PROBE_SAMPLES_PER_BURST)
     dist.barrier()
     memory = bench_memory(ctx, cfg)
+    probe.sample(PROBE_SAMPLES_PER_BURST)
     dist.barrier()
     collectives = bench_collectives(ctx, cfg)
     overlap = []
@@ -345,4 +398,5 @@ def run_microbenchmarks(ctx: RankContext, cfg: MicrobenchConfig) -> dict:
         overlap = bench_overlap(ctx, OverlapConfig.for_device(ctx.is_cuda, quick=cfg.reps < 10))
     for row in gemm + memory:
         row["rank"] = ctx.rank
-    return {"gemm": gemm, "memory": memory, "collectives": collectives, "overlap": overlap}
+    return {"gemm": gemm, "memory": memory, "collectives": collectives, "overlap": overlap,
+            "probe_samples_s": probe.samples_s, "probe_shape": list(probe.shape)}

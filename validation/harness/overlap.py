@@ -13,8 +13,9 @@ of its rank is in flight (simulator/engine.py). This benchmark measures s direct
 3. s = gemm_overlapped / gemm_alone - 1 (median over samples; every rank measures, since all
    ranks compute and communicate at once as in training).
 
-It also records the collectives' time alone and under the GEMMs (communication slowed by
-compute), which the simulator does not use yet. On CUDA, GEMMs are timed with events on the
+It also records the collectives' time alone and under the GEMMs: communication slowed by
+compute, which calibration turns into ``overlap_comm_slowdown`` c (the collectives move at
+1/(1+c) of their pace while a kernel of their rank runs; simulator/calibration.py). On CUDA, GEMMs are timed with events on the
 compute stream (a device-wide synchronize would wait for the NCCL stream too).
 """
 

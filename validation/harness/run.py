@@ -114,6 +114,7 @@ def run_microbench_files(out: Path, world_size: int, quick: bool, device: str | 
     """Run the microbenchmarks in a ``world_size`` job and write ``out/microbench/*``."""
     from validation.harness.launcher import choose_device, launch
     from validation.harness.microbench import MicrobenchConfig, run_microbenchmarks
+    from validation.harness.probe import probe_summary
 
     cfg = config or (MicrobenchConfig.quick() if quick else MicrobenchConfig())
     choice = choose_device(world_size, device=device)
@@ -140,6 +141,7 @@ def run_microbench_files(out: Path, world_size: int, quick: bool, device: str | 
         "files": {"gemm": "gemm.csv", "memory": "memory.csv", "collectives": "collectives.csv",
                   **({"overlap": "overlap.csv"} if overlap else {})},
         "gemm": gemm, "memory": memory, "collectives": collectives, "overlap": overlap,
+        "speed_probe": probe_summary([x for r in per_rank for x in r["probe_samples_s"]], per_rank[0]["probe_shape"]),
     }
     write_json(folder / "microbench.json", meta)
     return meta

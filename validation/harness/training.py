@@ -38,6 +38,7 @@ from torch import nn
 from validation.harness.launcher import RankContext
 from validation.harness.layouts import STRATEGIES, layout_of
 from validation.harness.model import GPT, TPGPT, StageModule, lm_loss, tied_weight_params
+from validation.harness.probe import SpeedProbe, probe_summary
 from validation.harness.stats import summarize
 from workloads.schema import TransformerSpec
 
@@ -239,10 +240,13 @@ def _run_one(strategy: str, ctx: RankContext, cfg: TrainingConfig, spec: Transfo
     del full
     dist.barrier()
     load_before = _load()
+    probe = SpeedProbe(ctx)
     memory = PeakMemory(ctx)
     memory.start()
     losses, times = [], []
     for i in range(cfg.warmup_steps + cfg.steps):
+        if i >= cfg.warmup_steps:
+            probe.sample()  # how fast the machine is now (outside the timed step)
         t0 = time.perf_counter()
         loss = runner.step()
         dt = time.perf_counter() - t0
@@ -256,7 +260,8 @@ def _run_one(strategy: str, ctx: RankContext, cfg: TrainingConfig, spec: Transfo
         trace = _profile(runner, ctx, cfg, strategy)
     dist.barrier()
     return {"strategy": strategy, "rank": ctx.rank, "active": runner.active, "losses": losses,
-            "step_times_s": times, "trace": trace,
+            "step_times_s": times, "trace": trace, "probe_samples_s": probe.samples_s,
+            "probe_shape": list(probe.shape),
             "local_params": _local_params(runner.model) if runner.active else 0, **mem}
 
 
@@ -302,7 +307,10 @@ def run_training(ctx: RankContext, cfg: TrainingConfig) -> list[dict]:
 
 def merge_ranks(per_rank: list[list[dict]], cfg: TrainingConfig, world: int) -> list[dict]:
     """One record per strategy from the ranks' records: the step time of a step is the
-    slowest active rank's; losses are rank 0's (all ranks agree by construction)."""
+    slowest active rank's (the ranks of one job wait for each other); losses are rank 0's
+    (all ranks agree by construction). ``single`` is the exception: its ranks are independent
+    one-device jobs, so its steps are all ranks' steps pooled. The maximum of two unrelated
+    jobs' steps would be a slower statistic than either job's (on this host by ~3%)."""
     runs = []
     by_strategy: dict[str, list[dict]] = {}
     for rank_results in per_rank:
@@ -310,7 +318,10 @@ def merge_ranks(per_rank: list[list[dict]], cfg: TrainingConfig, world: int) -> 
             by_strategy.setdefault(rec["strategy"], []).append(rec)
     for strategy, recs in by_strategy.items():
         active = [r for r in sorted(recs, key=lambda r: r["rank"]) if r["active"]]
-        steps = [max(vals) for vals in zip(*(r["step_times_s"] for r in active), strict=True)]
+        if strategy == "single":
+            steps = [t for r in active for t in r["step_times_s"]]
+        else:
+            steps = [max(vals) for vals in zip(*(r["step_times_s"] for r in active), strict=True)]
         stats = summarize(steps)
         mems = [r.get("peak_memory_bytes") for r in active]
         runs.append({
@@ -331,6 +342,9 @@ def merge_ranks(per_rank: list[list[dict]], cfg: TrainingConfig, world: int) -> 
             "peak_memory_kind": active[0].get("peak_memory_kind"),
             "peak_memory_note": active[0].get("peak_memory_note"),
             "local_params_per_rank": [r["local_params"] for r in active],
+            "step_times_s_per_rank": [r["step_times_s"] for r in active],
+            "speed_probe": probe_summary([x for r in active for x in r.get("probe_samples_s", [])],
+                                         active[0].get("probe_shape", [])),
             "load_average_1min": active[0].get("load_average_1min"),
             "traces": [r["trace"] for r in active if r.get("trace")],
         })
