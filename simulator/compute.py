@@ -84,6 +84,10 @@ class ComputeModel:
         """A device copy of ``nbytes``: read and write once."""
         return 2 * nbytes / self.mem_bw + self.launch_s if nbytes > 0 else 0.0
 
+    def add_into_s(self, nbytes: float) -> float:
+        """``x += y`` over ``nbytes`` of x: read both, write x (a memory-bound kernel)."""
+        return 3 * nbytes / self.mem_bw + self.launch_s if nbytes > 0 else 0.0
+
     def optimizer_step_s(self, local_params: float, bytes_per_param_touched: float) -> float:
         """Optimizer step as a streaming kernel over the local (possibly sharded) parameters."""
         return local_params * bytes_per_param_touched / self.mem_bw + self.launch_s

@@ -67,7 +67,13 @@ class Parallelism(BaseModel):
         description="TP input-gradient all-reduce/reduce-scatter overlapped with the weight-gradient GEMM "
                     "(Megatron-LM's asynchronous TP communication, on by default since late 2021)",
     )
-    overlap_param_gather: bool = True
+    overlap_param_gather: bool = Field(
+        default=True,
+        description="parameter all-gathers hidden behind compute: ZeRO-1/2 gather each chunk's updated weights at "
+                    "the step's start (Megatron --overlap-param-gather), ZeRO-3 prefetches the next layer's "
+                    "weights during the current one (FSDP/DeepSpeed prefetch); off: ZeRO-1/2 gather after the "
+                    "optimizer step, ZeRO-3 gathers each layer only once the one before has finished and the "
+                    "compute waits (PyTorch FSDP2 over gloo, whose collectives block the host)")
     overlap_p2p_comm: bool = Field(
         default=True,
         description="pipeline sends run beside the sender's next kernels (Megatron-LM --overlap-p2p-communication); "

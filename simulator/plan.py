@@ -86,6 +86,7 @@ class Planner:
             cp_comm=self.par.cp_comm,
             cp_load_balance=self.par.cp_load_balance,
             tp_comm_overlap=self.par.tp_comm_overlap,
+            unfused_eager_kernels=scenario.training.unfused_eager_kernels,
         )
         self.chunks = self.par.pp * self.par.virtual_stages
         self.layers_per_chunk = chunk_layer_counts(self.par, scenario.model.num_layers)
@@ -477,15 +478,19 @@ class Planner:
             return last
 
         def gather_params(label: str, params: float) -> tuple[Task, ...]:
-            """ZeRO-3: all-gather a layer's weights on the dp stream, prefetched one task ahead."""
+            """ZeRO-3: all-gather a layer's weights on the dp stream, prefetched one task ahead
+            (``overlap_param_gather``), or, with it off, issued only when the layer before has
+            finished, so the compute waits for every gather (a host-blocking backend)."""
             if zero < 3 or dp_size == 1:
                 return ()
             task = self.comm_task(actor, "dp", "dp_comm", f"{label}.zero3_gather", rank,
                                   [(self.shard_group, "all_gather", params * weight_bytes)], key=f"{label}.zero3_gather")
             if task is None:
                 return ()
-            if len(layer_ends) >= 2:
+            if par.overlap_param_gather and len(layer_ends) >= 2:
                 task.deps.append(layer_ends[-2])  # prefetch: starts once the layer before the previous ends
+            elif not par.overlap_param_gather and layer_ends:
+                task.deps.append(layer_ends[-1])  # blocking: starts when the layer before ends, compute waits
             streams[(actor, "dp")].append(task)
             dp_tasks.append(task)
             # Copy-out of the gathered flat buffer into the layer's parameters (PyTorch FSDP
@@ -493,6 +498,16 @@ class Planner:
             add(Task(f"{label}.zero3_copy_out", actor, "compute", "compute",
                      duration_s=self.compute.copy_s(params * weight_bytes * (shard - 1) / shard)), (task,))
             return ()
+
+        def accumulate_grads(g: int, mb: int, tag: str) -> None:
+            """``unfused_eager_kernels``: after every micro-batch's backward but the first, the new
+            gradients are added into the held ones (PyTorch AccumulateGrad), over the chunk's
+            local gradients (its shard of them where ZeRO-2/3 reduce-scatter every micro-batch)."""
+            if not sc.training.unfused_eager_kernels or mb == 0:
+                return
+            nbytes = self.chunk_params_local(g) * grad_bytes / (shard if zero >= 2 else 1)
+            add(Task(f"B.{tag}.grad_accumulate", actor, "compute", "compute",
+                     duration_s=self.compute.add_into_s(nbytes)))
 
         # Gradient buckets (ZeRO 0/1: once, on the last micro-batch; ZeRO 2/3: every micro-batch).
         bucket_limit = par.gradient_bucket_mb * 1e6
@@ -579,6 +594,7 @@ class Planner:
                 if recompute_ops:
                     run_ops(recompute_ops, f"B.{tag}.recompute", "recompute")
                 run_ops(self._chunk_ops("B", g), f"B.{tag}", "compute")
+                accumulate_grads(g, mb, tag)
                 lookup[("B_entry", actor, mb, g)] = compute_list[pass_start]
                 lookup[("B_exit", actor, mb, g)] = prev[0]
                 continue
@@ -608,6 +624,7 @@ class Planner:
                 if g == 0:
                     bucket["bytes"] += embedding_params(sc.model) / par.tp * grad_bytes
                 flush_bucket(prev[0], f"B.{tag}")
+            accumulate_grads(g, mb, tag)
             lookup[("B_entry", actor, mb, g)] = compute_list[pass_start]
             lookup[("B_exit", actor, mb, g)] = prev[0]
 

@@ -56,6 +56,13 @@ class TrainingSpec(_Strict):
                     "sets accumulate_allreduce_grads_in_fp32 for bf16; nanotron likewise), fp16 for fp16, fp32 for fp32")
     attention: Literal["standard", "flash"] = Field(
         default="standard", description="standard: softmax materialised (Megatron 2021-22); flash: FlashAttention")
+    unfused_eager_kernels: bool = Field(
+        default=False,
+        description="the separate kernels of a framework that runs PyTorch eager ops (the harness): each biased "
+                    "linear's bias gradient as its own reduction of the output gradient, and gradient accumulation "
+                    "as an add into the gradients after every micro-batch but the first. Off (Megatron-LM, "
+                    "Transformer Engine): the wgrad GEMM's epilogue gives the bias gradient and accumulates into "
+                    "main_grad (gradient_accumulation_fusion)")
     fp8_gemms: list[GemmClass] = Field(
         default_factory=lambda: ["attention_proj", "mlp", "experts"],
         description="with precision fp8, the GEMM classes that run in FP8; the others run in bf16. Default as "

@@ -28,6 +28,8 @@ from simulator.errors import ConfigError
 PEAK = 80e9          # flop/s
 LAUNCH = 3e-6        # s
 COPY_BW = 40e9       # bytes/s
+EAGER_SUM = 20e-6    # s: sum().backward() of one element
+EAGER_KERNEL = 11e-6  # s: what each of a linear's 3 kernels costs in an eager autograd step
 LAWS = {"all_reduce": (120e-6, 1.5e9), "all_gather": (90e-6, 1.0e9), "reduce_scatter": (100e-6, 0.8e9),
         "broadcast": (60e-6, 2.0e9), "send_recv": (40e-6, 2.5e9)}
 SIZES = [4096 * 4**i for i in range(8)]
@@ -71,6 +73,9 @@ def synthetic_microbench(folder: Path, world: int = 2) -> Path:
                                **_rows_with_stats(t), "gb_per_s": nbytes / t / 1e9, "rank": rank})
         memory.append({"kernel": "tiny_add", "precision": "fp32", "elements": 1, "bytes": 12,
                        **_rows_with_stats(LAUNCH), "gb_per_s": 0.0, "rank": rank})
+        for name, t in (("tiny_linear_fwd_bwd", EAGER_SUM + 3 * EAGER_KERNEL), ("tiny_sum_bwd", EAGER_SUM)):
+            memory.append({"kernel": name, "precision": "fp32", "elements": 1, "bytes": 0,
+                           **_rows_with_stats(t), "gb_per_s": 0.0, "rank": rank})
     coll = []
     for name, (alpha, beta) in LAWS.items():
         for size in SIZES:
@@ -121,7 +126,9 @@ def test_profile_is_fitted_from_the_files_and_loads_as_specs(tmp_path):
     best = big / (big / (PEAK * _eff(big / 1e9)) + LAUNCH)
     assert acc["peak_tflops"]["fp32"] == pytest.approx(best / 1e12, rel=1e-4)
     eff = acc["efficiency"]
-    assert eff["kernel_launch_overhead_us"] == pytest.approx(LAUNCH * 1e6)
+    # a CPU step pays the eager per-kernel overhead; the fits subtract only the bare add (LAUNCH)
+    assert eff["kernel_launch_overhead_us"] == pytest.approx(EAGER_KERNEL * 1e6)
+    assert "tiny_linear_fwd_bwd" in eff["fitted_on"]
     # the curve, net of the launch term, relative to that peak
     curve = {round(p["gflop"], 6): p["efficiency"] for p in eff["gemm_curve"]}
     for g in (2 * 64**3 / 1e9, 2 * 256**3 / 1e9, 2 * 1024**3 / 1e9):
@@ -167,6 +174,15 @@ def test_collectives_are_fitted_on_the_after_compute_rows_when_present(tmp_path)
         assert laws[name]["latency_us"] == pytest.approx(3 * alpha * 1e6, rel=1e-4)
         assert laws[name]["bus_bandwidth_gb_per_s"] == pytest.approx(beta / 2 / 1e9, rel=1e-4)
         assert "context=after_compute" in laws[name]["fitted_on"]
+
+
+def test_gpu_profiles_keep_the_bare_launch_cost():
+    from simulator.calibration import eager_kernel_overhead_s
+
+    rows = [{"kernel": "tiny_linear_fwd_bwd", "median_s": 50e-6}, {"kernel": "tiny_sum_bwd", "median_s": 20e-6}]
+    assert eager_kernel_overhead_s(rows, {"device_type": "cuda"}, 4e-6) == (4e-6, "kernel=tiny_add")
+    assert eager_kernel_overhead_s(rows, {"device_type": "cpu"}, 1e-6)[0] == pytest.approx(10e-6)
+    assert eager_kernel_overhead_s([], {"device_type": "cpu"}, 1e-6) == (1e-6, "kernel=tiny_add")  # older files
 
 
 def test_overlap_slowdown_is_the_median_over_ranks(tmp_path):

@@ -14,7 +14,7 @@ import pytest
 torch = pytest.importorskip("torch")
 
 from validation.harness import launcher  # noqa: E402
-from validation.harness.microbench import PROBE_SAMPLES_PER_BURST, MicrobenchConfig, bus_bytes  # noqa: E402
+from validation.harness.microbench import MicrobenchConfig, bus_bytes  # noqa: E402
 from validation.harness.run import run_microbench_files, run_training_files  # noqa: E402
 from validation.harness.training import STRATEGIES, TrainingConfig, layout_of, merge_ranks  # noqa: E402
 
@@ -68,7 +68,9 @@ def test_quick_microbenchmarks_write_files_with_expected_fields(tmp_path):
         assert row["p10_s"] <= row["median_s"] <= row["p90_s"]
         assert row["tflops"] > 0 and row["reps"] == 3
     kernels = {r["kernel"] for r in doc["memory"]}
-    assert kernels == {"copy", "gelu", "adam", "tiny_add"}
+    assert kernels == {"copy", "gelu", "adam", "tiny_add", "tiny_linear_fwd_bwd", "tiny_sum_bwd"}
+    eager = {r["kernel"]: r["median_s"] for r in doc["memory"] if r["kernel"].startswith("tiny_") and r["rank"] == 0}
+    assert eager["tiny_linear_fwd_bwd"] > eager["tiny_sum_bwd"] > eager["tiny_add"] > 0  # autograd costs more
     coll = doc["collectives"]
     assert {r["collective"] for r in coll} == {"all_reduce", "all_gather", "reduce_scatter", "broadcast", "send_recv"}
     assert {r["context"] for r in coll} == {"back_to_back", "after_compute"}
@@ -88,8 +90,8 @@ def test_quick_microbenchmarks_write_files_with_expected_fields(tmp_path):
     header = (folder / "collectives.csv").read_text().splitlines()[0].split(",")
     assert {"collective", "size_bytes", "bus_bytes", "median_s", "p10_s", "p90_s"} <= set(header)
     assert meta["kind"] == "clustersim-harness-microbench"
-    probe = doc["speed_probe"]  # 3 bursts of samples on each of the 2 ranks
-    assert probe["samples"] == 2 * 3 * PROBE_SAMPLES_PER_BURST and probe["shape_mnk"] == [512, 1024, 256]
+    probe = doc["speed_probe"]  # one sample after each mm row (2 shapes x 2 layouts) and memory row (2 x 3)
+    assert probe["samples"] == 2 * (2 * 2 + 2 * 3) and probe["shape_mnk"] == [512, 1024, 256]
     assert 0 < probe["p10_s"] <= probe["median_s"] <= probe["p90_s"]
 
 

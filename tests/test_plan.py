@@ -134,6 +134,28 @@ def test_zero3_gathers_every_layer_twice_per_micro_batch():
     assert sum(t.demands["stage0:nvl_tx"] for t in rs) == pytest.approx(2 * 7 / 8 * 2 * P_TOTAL)
 
 
+def test_zero3_gathers_prefetch_one_layer_ahead_or_block():
+    # Prefetched (default), a layer's gather waits for the layer two back (overlapping the one
+    # before); with overlap_param_gather off (FSDP2 over gloo: host-blocking collectives) it waits
+    # for the layer just before, and the step grows by the gathers it no longer hides.
+    from simulator.simulate import simulate
+
+    def gathers(sc):
+        plan = Planner(sc).build()
+        return [t for t in _tasks(plan, "stage0", "dp") if "zero3_gather" in t.name]
+
+    prefetched = gathers(a100(8, tp=1, pp=1, dp=8, zero_stage=3))
+    blocking = gathers(a100(8, tp=1, pp=1, dp=8, zero_stage=3, overlap_param_gather=False))
+    assert [t.name for t in prefetched] == [t.name for t in blocking]
+    assert [d.name for d in prefetched[2].deps] == ["F.mb0.c0.L0"]
+    assert [d.name for d in blocking[2].deps] == ["F.mb0.c0.L1"]
+    assert not prefetched[0].deps and not blocking[0].deps
+    fast = simulate(a100(8, tp=1, pp=1, dp=8, zero_stage=3))
+    slow = simulate(a100(8, tp=1, pp=1, dp=8, zero_stage=3, overlap_param_gather=False))
+    assert slow.step_time_s > fast.step_time_s
+    assert slow.time_breakdown_s["dp_comm"] > fast.time_breakdown_s["dp_comm"]
+
+
 def test_pipeline_sends_between_nodes():
     # tp 2, pp 2, dp 4 on 2 nodes: stage 0 (rank 0, node 0) sends each micro-batch's activation to
     # stage 1 (rank 8, node 1) over the NICs; Megatron's scatter/gather sends b·s·h·2 / tp = 65,536 B.

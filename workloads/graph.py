@@ -102,6 +102,7 @@ class ShardShape:
     cp_comm: str = "ring"          # "ring" | "all_gather"
     cp_load_balance: bool = True
     tp_comm_overlap: bool = False  # userbuffers-style TP all-gather / reduce-scatter pipelined with GEMMs
+    unfused_eager_kernels: bool = False  # bias gradients as separate reductions (TrainingSpec)
 
     @property
     def act_bytes(self) -> int:
@@ -309,11 +310,29 @@ def layer_work(model: TransformerSpec, shard: ShardShape, layer_index: int = 0) 
     bwd: list[Op] = []
     for op in reversed(fwd):
         bwd += _backward_of(op)
+    if shard.unfused_eager_kernels and model.linear_bias:
+        bwd = _with_bias_grads(bwd, elem, BIASED_LINEARS)
     if shard.cp > 1:
         bwd = _cp_comm_before_attention(bwd)
     if shard.tp_comm_overlap and t > 1 and shard.sequence_parallel:
         fwd, bwd = _userbuffers_overlap(fwd), _userbuffers_overlap(bwd)
     return LayerWork(tuple(fwd), tuple(bwd), params=layer_params(model, moe_layer).total)
+
+
+BIASED_LINEARS = ("qkv", "attn_out", "fc1", "fc2")  # a layer's linears that carry a bias with linear_bias
+
+
+def _with_bias_grads(bwd: list[Op], elem: int, biased: tuple[str, ...]) -> list[Op]:
+    """A bias gradient after each biased linear's weight gradient: the sum of the output
+    gradient over the tokens, a read of tokens x out elements (PyTorch eager's ``aten::sum`` in
+    ``AddmmBackward0``). The wgrad op is X^T·dY with k = tokens and n = out features."""
+    out: list[Op] = []
+    for op in bwd:
+        out.append(op)
+        base = op.name.removesuffix(".wgrad")
+        if op.kind == "gemm" and base != op.name and base in biased:
+            out.append(_memory(f"{base}.bias_grad", op.k * op.n, 1, 0, elem))
+    return out
 
 
 def _mla_projections(model: TransformerSpec, shard: ShardShape, norm_tokens: int) -> list[Op]:

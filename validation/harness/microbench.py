@@ -5,7 +5,8 @@
   training step and not from the cache a back-to-back loop leaves warm (:func:`operand_copies`),
   plus batched attention-shaped GEMMs (``bmm``);
 - memory-bound kernels (copy, add, GELU, LayerNorm, softmax) over tensor sizes, and tiny ops
-  whose time is the per-kernel (launch / dispatch) overhead;
+  whose time is the per-kernel (launch / dispatch) overhead: a one-element add, and a
+  one-element linear layer's forward and backward under autograd (the eager overhead);
 - collectives (all_reduce, all_gather, reduce_scatter, broadcast, send_recv) over message sizes;
 - a GEMM with and without all-reduces running beside it (:mod:`validation.harness.overlap`).
 
@@ -31,7 +32,6 @@ MIB = 1024 * 1024
 
 DTYPES = {"fp32": torch.float32, "bf16": torch.bfloat16, "fp16": torch.float16}
 BYTES = {"fp32": 4, "bf16": 2, "fp16": 2}
-PROBE_SAMPLES_PER_BURST = 9  # speed-probe samples before, between and after the compute benchmarks
 COLLECTIVES = ("all_reduce", "all_gather", "reduce_scatter", "broadcast", "send_recv")
 
 
@@ -135,7 +135,8 @@ def _rows_stats(samples: list[float]) -> dict:
     return summarize(samples)
 
 
-def bench_gemm(ctx: RankContext, cfg: MicrobenchConfig) -> list[dict]:
+def bench_gemm(ctx: RankContext, cfg: MicrobenchConfig, after_row=None) -> list[dict]:
+    """GEMM rows; ``after_row()`` (the speed probe) runs after each mm row."""
     precisions = cfg.precisions or (["fp32", "bf16", "fp16"] if ctx.is_cuda else ["fp32"])
     rows = []
     gen = torch.Generator(device="cpu").manual_seed(ctx.rank)
@@ -160,6 +161,8 @@ def bench_gemm(ctx: RankContext, cfg: MicrobenchConfig) -> list[dict]:
                              "k": k, "gflop": flops / 1e9, "operand_copies": copies,
                              **st, "tflops": flops / st["median_s"] / 1e12,
                              "tflops_p10": flops / st["p90_s"] / 1e12, "tflops_p90": flops / st["p10_s"] / 1e12})
+                if after_row is not None:
+                    after_row()
         for batch, m, n, k in cfg.bmm_shapes:
             a = torch.randn(batch, m, k, generator=gen).to(ctx.device, dtype)
             b = torch.randn(batch, k, n, generator=gen).to(ctx.device, dtype)
@@ -238,7 +241,8 @@ def _memory_kernel(name: str, n: int, device, dtype):
     raise ValueError(f"unknown memory kernel {name!r}")
 
 
-def bench_memory(ctx: RankContext, cfg: MicrobenchConfig) -> list[dict]:
+def bench_memory(ctx: RankContext, cfg: MicrobenchConfig, after_row=None) -> list[dict]:
+    """Memory-bound kernel rows; ``after_row()`` (the speed probe) runs after each."""
     rows = []
     for precision in ["fp32"] + (["bf16"] if ctx.is_cuda else []):
         dtype = DTYPES[precision]
@@ -249,6 +253,8 @@ def bench_memory(ctx: RankContext, cfg: MicrobenchConfig) -> list[dict]:
                 st = _rows_stats(time_op(fn, cfg.warmup, cfg.reps, ctx.sync, inner))
                 rows.append({"kernel": kernel, "precision": precision, "elements": n, "bytes": nbytes, **st,
                              "gb_per_s": nbytes / st["median_s"] / 1e9})
+                if after_row is not None:
+                    after_row()
         # per-kernel overhead: ops on one element, where the time is all dispatch/launch
         x = torch.ones(1, device=ctx.device, dtype=dtype)
         y = torch.ones(1, device=ctx.device, dtype=dtype)
@@ -257,6 +263,30 @@ def bench_memory(ctx: RankContext, cfg: MicrobenchConfig) -> list[dict]:
         st = _rows_stats(time_op(fn, cfg.warmup, cfg.reps, ctx.sync, inner))
         rows.append({"kernel": "tiny_add", "precision": precision, "elements": 1, "bytes": 3 * x.element_size(),
                      **st, "gb_per_s": 3 * x.element_size() / st["median_s"] / 1e9})
+        rows += _eager_overhead_rows(ctx, cfg, dtype, precision)
+    return rows
+
+
+def _eager_overhead_rows(ctx: RankContext, cfg: MicrobenchConfig, dtype, precision: str) -> list[dict]:
+    """What a kernel costs beyond its work in an eager autograd step: a one-element
+    ``nn.Linear`` forward + backward (its three kernels -- forward, input gradient, weight
+    gradient -- with their dispatch, autograd nodes and gradient accumulation), and the
+    ``sum().backward()`` that drives it alone; calibration takes (linear - sum) / 3 per kernel."""
+    lin = torch.nn.Linear(1, 1).to(ctx.device, dtype)
+    x = torch.ones(1, 1, device=ctx.device, dtype=dtype)
+    leaf = torch.ones(1, device=ctx.device, dtype=dtype, requires_grad=True)
+
+    def linear_fwd_bwd():
+        lin(x).sum().backward()
+
+    def sum_bwd():
+        leaf.sum().backward()
+
+    rows = []
+    for name, fn in (("tiny_linear_fwd_bwd", linear_fwd_bwd), ("tiny_sum_bwd", sum_bwd)):
+        inner = _inner_count(fn, ctx.sync, cfg.min_sample_s)
+        st = _rows_stats(time_op(fn, cfg.warmup, cfg.reps, ctx.sync, inner))
+        rows.append({"kernel": name, "precision": precision, "elements": 1, "bytes": 0, **st, "gb_per_s": 0.0})
     return rows
 
 
@@ -380,14 +410,13 @@ def run_microbenchmarks(ctx: RankContext, cfg: MicrobenchConfig) -> dict:
     """Rank function: every rank benchmarks compute; all join the collectives."""
     from validation.harness.probe import SpeedProbe
 
+    # one probe sample after each GEMM and memory row: spread over the whole phase, and each
+    # taken after other work, as the training runs take theirs (after a step)
     probe = SpeedProbe(ctx)
     dist.barrier()
-    probe.sample(PROBE_SAMPLES_PER_BURST)
-    gemm = bench_gemm(ctx, cfg)
-    probe.sample(PROBE_SAMPLES_PER_BURST)
+    gemm = bench_gemm(ctx, cfg, after_row=probe.sample)
     dist.barrier()
-    memory = bench_memory(ctx, cfg)
-    probe.sample(PROBE_SAMPLES_PER_BURST)
+    memory = bench_memory(ctx, cfg, after_row=probe.sample)
     dist.barrier()
     collectives = bench_collectives(ctx, cfg)
     overlap = []

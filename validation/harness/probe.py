@@ -5,8 +5,12 @@ On a shared host the same kernel runs at different speeds from one second to the
 processes, had per-second medians from 3.2 to 5.6 ms, both processes slow in the same
 seconds). The harness samples the probe during the compute microbenchmarks and once before
 every timed training step, so the files say how fast the machine was when the profile was
-fitted and while each run was timed (``clustersim validate-runs`` reports the ratio). The
-probe is a diagnostic: nothing is fitted on it and no prediction is scaled by it.
+fitted and while each run was timed (``clustersim validate-runs`` reports the ratio). Every
+sample is taken right after other work (after a benchmark row, after a training step): the
+first GEMM after a training step ran 6-13% slower than the same GEMM back to back, so samples
+taken in bursts would read as a faster machine. The probe is a diagnostic: nothing is fitted
+on it and no prediction is scaled by it (one run's probe said the machine was 20% faster
+during the training runs while the steps were not).
 """
 
 from __future__ import annotations
