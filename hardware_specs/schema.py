@@ -16,6 +16,7 @@ from __future__ import annotations
 
 from typing import Literal
 
+import numpy as np
 from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 
 Precision = Literal["fp64", "fp32", "tf32", "bf16", "fp16", "fp8"]
@@ -110,8 +111,47 @@ class AlphaBeta(Spec):
     latency_us: float = Field(ge=0)
     latency_per_step_us: float = Field(default=0.0, ge=0, description="latency per ring step (see above)")
     bus_bandwidth_gb_per_s: float = Field(gt=0)
+    measured_points: list[tuple[float, float]] | None = Field(
+        default=None,
+        description="[bus_bytes, time_us] pairs measured over ``measured_world_size`` ranks, non-decreasing in "
+                    "both: where given, a collective of that group size takes the time interpolated between them "
+                    "(linearly in bytes; the first point's below, the law's bandwidth beyond the last), for "
+                    "transports that an alpha-beta line fits badly (gloo on a CPU host)")
+    measured_world_size: int | None = Field(default=None, ge=2)
     source: str | None = None
     fitted_on: str | None = None
+
+    @field_validator("measured_points")
+    @classmethod
+    def _monotone(cls, points):
+        if points is None:
+            return points
+        if len(points) < 1:
+            raise ValueError("needs at least one [bus_bytes, time_us] point")
+        for (b0, t0), (b1, t1) in zip(points, points[1:], strict=False):
+            if b1 <= b0 or t1 < t0:
+                raise ValueError("points must grow in bus_bytes and not shrink in time_us")
+        if any(b < 0 or t < 0 for b, t in points):
+            raise ValueError("bus_bytes and time_us must be non-negative")
+        return points
+
+    @model_validator(mode="after")
+    def _points_need_world_size(self):
+        if self.measured_points is not None and self.measured_world_size is None:
+            raise ValueError("measured_points needs measured_world_size (the group size they were timed on)")
+        return self
+
+    def table_time_s(self, bus_bytes: float, n: int) -> float | None:
+        """The measured time of ``bus_bytes`` over ``n`` ranks, or None where no table applies."""
+        if self.measured_points is None or n != self.measured_world_size:
+            return None
+        xs = [b for b, _ in self.measured_points]
+        ts = [t for _, t in self.measured_points]
+        if bus_bytes <= xs[0]:
+            return ts[0] * 1e-6
+        if bus_bytes >= xs[-1]:
+            return ts[-1] * 1e-6 + (bus_bytes - xs[-1]) / (self.bus_bandwidth_gb_per_s * 1e9)
+        return float(np.interp(bus_bytes, xs, ts)) * 1e-6
 
 
 class IntraNodeFabric(Spec):

@@ -19,7 +19,9 @@ and :class:`hardware_specs.schema.FatTree`. What is fitted, and from what:
 - ``intra_node.collectives[c]``: ``t = latency_us + bus_bytes / bus_bandwidth_gb_per_s`` fitted
   by least squares on (bus bytes, median time) with relative weights (every size counts alike),
   on the rows timed right after a kernel (``context=after_compute``) where present, since that
-  is how a collective runs in a training step;
+  is how a collective runs in a training step; where that line misses some size by more than
+  25% (gloo on a CPU host: flat ~1-2 ms, then growing), the law also keeps the measured medians,
+  made non-decreasing by isotonic regression, as ``measured_points`` for that group size;
 - ``overlap_compute_slowdown``: how much longer a GEMM takes while all-reduces run beside it
   (``overlap.csv``, median over ranks; the engine slows overlapped kernels by it);
 - ``overlap_comm_slowdown``: the other direction, from the same rows: how much slower the
@@ -354,16 +356,40 @@ def fit_collectives(data: dict[str, Any], file_label: str) -> dict[str, dict[str
         sizes = sorted(per_size)
         fit = fit_alpha_beta(sizes, [per_size[s] for s in sizes])
         raw_sizes = sorted({int(r["size_bytes"]) for r in sel})
-        out[name] = {
+        world = int(sel[0].get("world_size") or 0)
+        law = {
             "latency_us": round(fit.latency_us, 3),
             "bus_bandwidth_gb_per_s": round(fit.bandwidth_gb_per_s, 6),
             "source": "clustersim calibrate: weighted least squares of t = latency + bus_bytes / bandwidth "
                       f"(max relative residual {fit.max_relative_residual:.2f})",
             "fitted_on": f"{file_label}/collectives.csv rows collective={name}, context={context}, size_bytes "
-                         f"{raw_sizes[0]}..{raw_sizes[-1]} ({len(raw_sizes)} rows, world_size "
-                         f"{sel[0].get('world_size')})",
+                         f"{raw_sizes[0]}..{raw_sizes[-1]} ({len(raw_sizes)} rows, world_size {world})",
         }
+        points = monotone_points(sizes, [per_size[s] for s in sizes])
+        if points is not None and world >= 2 and fit.max_relative_residual > TABLE_RESIDUAL:
+            law["measured_points"] = points
+            law["measured_world_size"] = world
+            law["source"] += (f"; the line misses some size by more than {TABLE_RESIDUAL:.0%}, so the measured medians "
+                              "(made non-decreasing by isotonic regression) give the time at this group size")
+        out[name] = law
     return out
+
+
+TABLE_RESIDUAL = 0.25  # an alpha-beta line further off than this at some size: use the measured points
+
+
+def monotone_points(bus_bytes: list[float], times_s: list[float]) -> list[list[float]] | None:
+    """[bus_bytes, time_us] pairs with the times made non-decreasing in size by isotonic
+    regression (``scipy.optimize.isotonic_regression``, weights alike): a collective of more
+    bytes does not take less time, so a dip is noise. None without scipy (then the line alone)."""
+    try:
+        from scipy.optimize import isotonic_regression
+    except ImportError:
+        return None
+    if len(bus_bytes) < 2:
+        return None
+    fitted = isotonic_regression(np.asarray(times_s, dtype=float)).x
+    return [[float(b), round(float(t) * 1e6, 3)] for b, t in zip(bus_bytes, fitted, strict=True)]
 
 
 def build_profile(data: dict[str, Any], source_label: str | None = None, intra_node_kind: str | None = None,
@@ -522,6 +548,9 @@ def scenario_for_run(run: dict[str, Any], profile_path: str | Path) -> dict[str,
             # a CPU every gather sits on the critical path (torch's FSDPParamGroup.pre_forward /
             # _prefetch_unshard; the harness trace: the main thread waits in them).
             **({"overlap_param_gather": False} if run.get("device_type", "cpu") == "cpu" else {}),
+            # FSDP2 reduce-scatters each fully_shard unit's gradients (one block) as its backward
+            # ends; DDP buckets at 25 MB (PyTorch's default bucket_cap_mb, the simulator's default)
+            **({"gradient_bucket_mb": _block_gradient_mb(run)} if int(lay["zero_stage"]) == 3 else {}),
         },
         # PyTorch eager: bias gradients and gradient accumulation are kernels of their own
         "training": {"precision": run.get("precision", "fp32"), "optimizer": run.get("optimizer", "adam"),
@@ -537,6 +566,16 @@ def calibration_probe_s(profile_path: str | Path) -> float | None:
     probe = ((raw.get("calibration") or {}).get("speed_probe") or {}) if isinstance(raw, dict) else {}
     value = probe.get("median_s") if isinstance(probe, dict) else None
     return float(value) if isinstance(value, int | float) and value > 0 else None
+
+
+def _block_gradient_mb(run: dict[str, Any]) -> float:
+    """MB of one transformer block's gradients (fp32 in the harness): FSDP2's unit of reduction."""
+    from workloads.counting import layer_params
+    from workloads.schema import TransformerSpec
+
+    spec = TransformerSpec.model_validate(run["model"])
+    grad_bytes = 2 if run.get("precision") in ("bf16", "fp16") else 4
+    return layer_params(spec).total * grad_bytes / 1e6
 
 
 def predict_runs(runs_doc: dict[str, Any], profile_path: str | Path,

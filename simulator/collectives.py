@@ -20,7 +20,9 @@ Latency: ring all-reduce 2(n-1) steps, all-gather/reduce-scatter (n-1) steps, ea
 the slowest hop's latency; tree 2·log2(k) inter-node steps plus 2(g-1) intra ones.
 Measured per-collective α-β laws from ``clustersim calibrate`` (or fitted on published
 microbenchmarks, e.g. ``validation/calibrate_efa.py``) override these for the link class they
-were measured on; a law's latency is ``latency_us + steps · latency_per_step_us``.
+were measured on; a law's latency is ``latency_us + steps · latency_per_step_us``. A law with
+``measured_points`` (timed at one group size) gives that group size the measured time itself:
+the latency is the table's time less what the bytes take at the law's bandwidth.
 """
 
 from __future__ import annotations
@@ -95,6 +97,10 @@ def collective_cost(
         if law is not None:
             # Scale bytes so that alone on the port it takes bus / law bandwidth.
             scaled = bus * links.intra_bytes_per_s / (law.bus_bandwidth_gb_per_s * 1e9)
+            table_s = law.table_time_s(bus, n)
+            if table_s is not None:  # the measured time: what the bytes do not take is latency
+                latency = max(0.0, table_s - bus / (law.bus_bandwidth_gb_per_s * 1e9))
+                return CollectiveCost("measured", latency, {"nvl": scaled})
             return CollectiveCost("measured", _law_latency_s(law, collective, n), {"nvl": scaled})
         return CollectiveCost("ring", ring_steps(collective, n) * links.intra_latency_s, {"nvl": bus})
 

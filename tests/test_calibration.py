@@ -185,6 +185,28 @@ def test_gpu_profiles_keep_the_bare_launch_cost():
     assert eager_kernel_overhead_s([], {"device_type": "cpu"}, 1e-6) == (1e-6, "kernel=tiny_add")  # older files
 
 
+def test_collectives_that_a_line_misses_keep_their_measured_points(tmp_path):
+    from simulator.calibration import TABLE_RESIDUAL, fit_collectives
+
+    # gloo-like: flat ~2 ms up to 256 KiB (one dip: noise), then growing; the line misses by > 25%
+    sizes = [4096, 16384, 65536, 262144, 1048576, 4194304]
+    times = [2.0e-3, 2.2e-3, 0.9e-3, 2.4e-3, 3.5e-3, 6.0e-3]
+    rows = [{"collective": "all_reduce", "world_size": 2, "size_bytes": b, "bus_bytes": b, "context": "after_compute",
+             **_rows_with_stats(t)} for b, t in zip(sizes, times, strict=True)]
+    law = fit_collectives({"collectives": rows}, "m")["all_reduce"]
+    assert law["measured_world_size"] == 2 and "isotonic" in law["source"]
+    points = law["measured_points"]
+    assert [p[0] for p in points] == sizes
+    got = [p[1] for p in points]
+    assert got == sorted(got)                                  # non-decreasing
+    assert got[:3] == pytest.approx([1700.0] * 3, rel=1e-6)    # the dip pooled with its neighbours
+    assert got[3:] == pytest.approx([2400.0, 3500.0, 6000.0])  # the rest as measured
+    # exact laws (the synthetic files) stay a line
+    exact = build_profile(read_microbench(synthetic_microbench(tmp_path / "m")))["node"]["intra_node"]["collectives"]
+    assert all("measured_points" not in law for law in exact.values())
+    assert TABLE_RESIDUAL == 0.25
+
+
 def test_overlap_slowdown_is_the_median_over_ranks(tmp_path):
     folder = synthetic_microbench(tmp_path / "m")
     rows = [{"rank": r, "collective": "all_reduce", "size_bytes": 2**24, "collectives_in_flight": 10, "m": 512,

@@ -197,6 +197,34 @@ def test_measured_intra_node_law_overrides():
     assert other.algorithm == "ring"
 
 
+def test_measured_points_give_their_group_size_the_measured_time():
+    # all_reduce over 2 ranks timed at bus 1 MB -> 2 ms and 4 MB -> 5 ms; the line: 0.5 ms + bus / 2 GB/s.
+    law = AlphaBeta(latency_us=500, bus_bandwidth_gb_per_s=2, measured_points=[(1e6, 2000.0), (4e6, 5000.0)],
+                    measured_world_size=2)
+    topo = _topo(8)
+    pair = topo.placement((0, 1))
+
+    def time_s(payload, placement=pair):
+        cost = collective_cost("all_reduce", payload, placement, topo.links, intra_laws={"all_reduce": law})
+        return cost.isolated_time_s(topo.links)
+
+    # n = 2: bus = payload. Between the points: linear in bytes; below: the first; beyond: + bytes at 2 GB/s
+    assert time_s(2.5e6) == pytest.approx(3.5e-3, rel=1e-9)
+    assert time_s(1e5) == pytest.approx(2e-3, rel=1e-9)
+    assert time_s(8e6) == pytest.approx(5e-3 + 4e6 / 2e9, rel=1e-9)
+    # another group size: the line (latency + bus / bandwidth, bus = 1.5 payload for 4 ranks)
+    assert time_s(2e6, topo.placement((0, 1, 2, 3))) == pytest.approx(500e-6 + 1.5 * 2e6 / 2e9, rel=1e-9)
+
+
+def test_measured_points_must_be_monotone_and_name_their_group_size():
+    from pydantic import ValidationError
+
+    with pytest.raises(ValidationError, match="not shrink"):
+        AlphaBeta(latency_us=1, bus_bandwidth_gb_per_s=1, measured_points=[(1, 5.0), (2, 4.0)], measured_world_size=2)
+    with pytest.raises(ValidationError, match="measured_world_size"):
+        AlphaBeta(latency_us=1, bus_bandwidth_gb_per_s=1, measured_points=[(1, 5.0)])
+
+
 def test_measured_inter_node_law_overrides():
     # Measured inter-node all-reduce law: 30 us + bus / 10 GB/s. n = 2 (ranks 0, 8), g = 1: bus = S.
     # Time = 30 us + 64e6 / 10e9 = 30 us + 6.4 ms.

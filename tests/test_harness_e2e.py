@@ -1,9 +1,16 @@
 """End to end on this machine (CPU, gloo, world size 2): measure, calibrate, predict.
 
-The harness runs its quick microbenchmarks and the training strategies; the profile is fitted
-on the microbenchmarks only; every training run is then predicted with the simulator. The
-issue's targets are asserted, not widened: median |relative error| <= 15%, every run <= 30%.
-A few minutes on a 2-core machine.
+The harness runs its quick microbenchmarks and the training strategies (~1 minute on 2
+cores); the profile is fitted on the microbenchmarks only; every training run is then
+predicted with the simulator. Two checks on the same measurements:
+
+- every CI run: the regression guard, median |relative error| <= 35% and every run <= 60%.
+  On this shared 2-vCPU VM the loop's median error was 12-25% and its worst run 25-43% over
+  a dozen runs (issue 3's note): the machine's speed moves by 10-60% between the
+  microbenchmark and training phases (the speed probe says how much), so the guard catches a
+  broken model (a cost charged twice, a collective lost), not the host's mood;
+- on purpose (``CLUSTERSIM_E2E=1``, on a quiet machine): the issue's targets, not widened:
+  median <= 15%, every run <= 30%.
 """
 
 from __future__ import annotations
@@ -15,17 +22,14 @@ import pytest
 
 torch = pytest.importorskip("torch")
 
-# Opt-in: on a shared 2-core machine the measured step times of 2-process runs swing by 2x with
-# the load of other processes (see issue 3's note), so this check is run on purpose, on a quiet
-# machine, with CLUSTERSIM_E2E=1 — not on every CI run.
-pytestmark = [
-    pytest.mark.torch,
-    pytest.mark.slow,
-    pytest.mark.skipif(os.environ.get("CLUSTERSIM_E2E") != "1", reason="set CLUSTERSIM_E2E=1 to run the harness loop"),
-]
+pytestmark = [pytest.mark.torch, pytest.mark.slow]
 
-MEDIAN_TOLERANCE = 0.15
+MEDIAN_TOLERANCE = 0.15  # the issue's targets
 MAX_TOLERANCE = 0.30
+GUARD_MEDIAN = 0.35      # every CI run (see the module docstring)
+GUARD_MAX = 0.60
+targets = pytest.mark.skipif(os.environ.get("CLUSTERSIM_E2E") != "1",
+                             reason="set CLUSTERSIM_E2E=1 (a quiet machine) to assert the 15%/30% targets")
 
 
 @pytest.fixture(scope="module")
@@ -38,31 +42,44 @@ def measured(tmp_path_factory):
     return out
 
 
-def test_calibrated_predictions_meet_the_targets(measured, capsys):
+@pytest.fixture(scope="module")
+def predicted(measured):
     from simulator.calibration import error_summary, predict_runs, read_runs
     from simulator.cli import main
 
     profile = measured / "profile.yaml"
     assert main(["calibrate", "--from", str(measured), "--out", str(profile)]) == 0
     rows = predict_runs(read_runs(measured), profile)
-    assert {r["strategy"] for r in rows} == {"single", "ddp", "fsdp", "pp_gpipe", "pp_1f1b", "tp"}
     summary = error_summary(rows)
     table = "\n".join(f"{r['strategy']:<9s} measured {r['measured_step_time_s'] * 1e3:8.1f} ms  predicted "
-                      f"{r['predicted_step_time_s'] * 1e3:8.1f} ms  error {r['relative_error'] * 100:+6.1f}%"
-                      for r in rows)
+                      f"{r['predicted_step_time_s'] * 1e3:8.1f} ms  error {r['relative_error'] * 100:+6.1f}%  "
+                      f"probe x{r['probe_slowdown'] or float('nan'):.2f}" for r in rows)
     (measured / "validate_runs.txt").write_text(table + "\n" + json.dumps(summary) + "\n")
+    return rows, summary, table
+
+
+def test_calibrated_predictions_stay_within_the_regression_guard(predicted):
+    rows, summary, table = predicted
+    print(table)
+    assert {r["strategy"] for r in rows} == {"single", "ddp", "fsdp", "pp_gpipe", "pp_1f1b", "tp"}
+    assert all(r["probe_slowdown"] and r["probe_slowdown"] > 0 for r in rows), "every run carries the speed probe"
+    assert summary["median_abs_relative_error"] <= GUARD_MEDIAN, table
+    assert summary["max_abs_relative_error"] <= GUARD_MAX, table
+
+
+@targets
+def test_calibrated_predictions_meet_the_targets(predicted):
+    rows, summary, table = predicted
     print(table)
     assert summary["median_abs_relative_error"] <= MEDIAN_TOLERANCE, table
     assert summary["max_abs_relative_error"] <= MAX_TOLERANCE, table
 
 
-def test_compare_reads_a_real_harness_trace(measured, capsys):
+def test_compare_reads_a_real_harness_trace(measured, predicted, capsys):
     from simulator.cli import main
     from simulator.trace_compare import measured_breakdown
 
     profile = measured / "profile.yaml"
-    if not profile.is_file():
-        assert main(["calibrate", "--from", str(measured), "--out", str(profile)]) == 0
     trace = measured / "training" / "traces" / "ddp_rank0.json"
     b = measured_breakdown(trace)
     assert b.busy_s["compute"] > 0 and b.busy_s["all_reduce"] > 0 and b.duration_s > 0
