@@ -60,6 +60,12 @@ class ComputeEfficiency(Spec):
                     "the same rank runs (it moves at 1/(1+c) of its rate): 1 = half speed",
     )
     overlap_comm_slowdown_source: str | None = None
+    sync_jitter: float = Field(
+        default=0.0, ge=0, le=1,
+        description="relative standard deviation of a rank's time for equal work between synchronisations: "
+                    "a job of N ranks waits sigma * E[max of N normals] of each segment for its slowest "
+                    "(simulator/jitter.py); 0 = ranks in lockstep")
+    sync_jitter_source: str | None = None
     source: str
     fitted_on: str | None = None
 

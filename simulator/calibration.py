@@ -25,7 +25,9 @@ and :class:`hardware_specs.schema.FatTree`. What is fitted, and from what:
 - ``overlap_compute_slowdown``: how much longer a GEMM takes while all-reduces run beside it
   (``overlap.csv``, median over ranks; the engine slows overlapped kernels by it);
 - ``overlap_comm_slowdown``: the other direction, from the same rows: how much slower the
-  all-reduces move while the GEMMs run (the engine slows overlapped collectives by it).
+  all-reduces move while the GEMMs run (the engine slows overlapped collectives by it);
+- ``sync_jitter``: how long ranks wait for the slowest after equal work (``skew.csv``), as the
+  relative standard deviation σ of a rank's time (simulator/jitter.py).
 
 Each fitted value records ``fitted_on:`` naming the file and rows. Training runs are never
 read here: fit and check stay on different data.
@@ -131,13 +133,13 @@ def read_microbench(folder: str | Path) -> dict[str, Any]:
             raise ConfigError("--from", f"{meta_path}: invalid JSON ({exc.msg})") from None
     data: dict[str, Any] = {"folder": str(micro), "machine": meta.get("machine", {}), "settings": meta.get("settings", {}),
                             "started": meta.get("started"), "speed_probe": meta.get("speed_probe")}
-    for name in ("gemm", "memory", "collectives", "overlap"):
+    for name in ("gemm", "memory", "collectives", "overlap", "skew"):
         path = micro / f"{name}.csv"
         if path.is_file():
             data[name] = _read_csv(path)
         elif name in meta:
             data[name] = meta[name]
-        elif name == "overlap":  # optional: files from harness versions before the overlap benchmark
+        elif name in ("overlap", "skew"):  # optional: files from harness versions without these benchmarks
             data[name] = []
         else:
             raise ConfigError("--from", f"no {name}.csv under {micro} (run `python -m validation.harness --out DIR`)")
@@ -158,6 +160,29 @@ def fit_overlap_slowdown(overlap: list[dict], file_label: str) -> tuple[float, s
                    f"(per rank: {', '.join(f'{x:.3f}' for x in slowdowns)}); fitted on {file_label}/overlap.csv "
                    f"(GEMM {r0.get('m')}x{r0.get('n')}x{r0.get('k')} beside {r0.get('collectives_in_flight')} "
                    f"async all_reduce of {r0.get('size_bytes')} B)")
+
+
+def fit_sync_jitter(skew: list[dict], file_label: str) -> tuple[float, str]:
+    """``sync_jitter`` σ from the skew benchmark (validation/harness/skew.py): each row's mean
+    relative wait for the slowest rank over e_n (the expected maximum of n standard normals,
+    simulator/jitter.py), median over the segment lengths."""
+    from simulator.jitter import expected_max_of_normals
+
+    values = []
+    for r in skew:
+        try:
+            world, wait = int(r["world_size"]), float(r["relative_wait"])
+        except (KeyError, TypeError, ValueError):
+            continue
+        if world >= 2 and wait >= 0:
+            values.append(wait / expected_max_of_normals(world))
+    if not values:
+        return 0.0, f"not measured: {file_label} has no skew.csv rows (0: ranks in lockstep)"
+    value = float(np.median(values))
+    segments = ", ".join(f"{float(r['segment_mean_s']) * 1e3:.1f} ms" for r in skew if "segment_mean_s" in r)
+    return value, (f"clustersim calibrate: median over {len(values)} segment lengths ({segments}) of the mean "
+                   f"relative wait for the slowest of {int(skew[0]['world_size'])} ranks over E[max of n normals] "
+                   f"(per segment: {', '.join(f'{x:.4f}' for x in values)}); fitted on {file_label}/skew.csv")
 
 
 MAX_COMM_SLOWDOWN = 20.0  # a collective at 1/21 of its pace beside compute: as good as stalled
@@ -405,6 +430,9 @@ def build_profile(data: dict[str, Any], source_label: str | None = None, intra_n
     slowdown, slowdown_source = fit_overlap_slowdown(data.get("overlap") or [], label)
     efficiency["overlap_compute_slowdown"] = round(slowdown, 4)
     efficiency["overlap_compute_slowdown_source"] = slowdown_source
+    jitter, jitter_source = fit_sync_jitter(data.get("skew") or [], label)
+    efficiency["sync_jitter"] = round(jitter, 4)
+    efficiency["sync_jitter_source"] = jitter_source
     comm_slowdown, comm_slowdown_source = fit_overlap_comm_slowdown(data.get("overlap") or [], label)
     efficiency["overlap_comm_slowdown"] = round(comm_slowdown, 4)
     efficiency["overlap_comm_slowdown_source"] = comm_slowdown_source

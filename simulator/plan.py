@@ -29,6 +29,7 @@ from simulator.collectives import collective_cost
 from simulator.compute import ComputeModel
 from simulator.engine import Task
 from simulator.interference import exposed_comm_share
+from simulator.jitter import sync_stretch
 from simulator.parallelism import chunk_layer_counts
 from simulator.scenario import Scenario, gradient_bytes
 from simulator.schedule import stage_order, zero_bubble
@@ -73,6 +74,7 @@ class Planner:
         self.topo = Topology(scenario.node, scenario.fabric, scenario.num_gpus)
         self.links = self.topo.links
         self.compute = ComputeModel(scenario.accelerator, self.precision, scenario.training.fp8_gemms)
+        self.sync_stretch = sync_stretch(scenario.accelerator.efficiency.sync_jitter, scenario.num_gpus)
         self.shard = ShardShape(
             micro_batch=self.par.micro_batch_size,
             seq_length=scenario.seq_length,
@@ -121,10 +123,12 @@ class Planner:
     # -- pricing ---------------------------------------------------------------------------
 
     def _compute_time(self, ops) -> float:
+        """Kernel seconds of ``ops``, stretched by the expected wait for the slowest rank
+        (simulator/jitter.py; 1 where ``sync_jitter`` is 0 or the job has one rank)."""
         key = id(ops)
         hit = self._time_cache.get(key)
         if hit is None or hit[0] is not ops:
-            hit = self._time_cache[key] = (ops, self.compute.ops_time_s(ops))
+            hit = self._time_cache[key] = (ops, self.compute.ops_time_s(ops) * self.sync_stretch)
         return hit[1]
 
     def _collective(self, rank: int, group: str, collective: str, payload: float):

@@ -207,6 +207,23 @@ def test_collectives_that_a_line_misses_keep_their_measured_points(tmp_path):
     assert TABLE_RESIDUAL == 0.25
 
 
+def test_sync_jitter_is_the_relative_wait_over_the_expected_maximum(tmp_path):
+    import math
+
+    folder = synthetic_microbench(tmp_path / "m")
+    eff = build_profile(read_microbench(folder), source_label="m")["node"]["accelerator"]["efficiency"]
+    assert eff["sync_jitter"] == 0.0 and "not measured" in eff["sync_jitter_source"]  # no skew.csv
+    rows = [{"world_size": 2, "segment_target_s": t, "gemms": 1, "segment_mean_s": t, "wait_mean_s": w * t,
+             "relative_wait": w, "reps": 10} for t, w in ((0.004, 0.07), (0.02, 0.05), (0.08, 0.06))]
+    with (folder / "microbench" / "skew.csv").open("w", newline="") as fh:
+        writer = csv.DictWriter(fh, fieldnames=list(rows[0]))
+        writer.writeheader()
+        writer.writerows(rows)
+    eff = build_profile(read_microbench(folder), source_label="m")["node"]["accelerator"]["efficiency"]
+    assert eff["sync_jitter"] == pytest.approx(0.06 * math.sqrt(math.pi), abs=1e-4)  # median wait / e_2
+    assert "skew.csv" in eff["sync_jitter_source"] and "3 segment lengths" in eff["sync_jitter_source"]
+
+
 def test_overlap_slowdown_is_the_median_over_ranks(tmp_path):
     folder = synthetic_microbench(tmp_path / "m")
     rows = [{"rank": r, "collective": "all_reduce", "size_bytes": 2**24, "collectives_in_flight": 10, "m": 512,

@@ -90,6 +90,10 @@ def test_quick_microbenchmarks_write_files_with_expected_fields(tmp_path):
     header = (folder / "collectives.csv").read_text().splitlines()[0].split(",")
     assert {"collective", "size_bytes", "bus_bytes", "median_s", "p10_s", "p90_s"} <= set(header)
     assert meta["kind"] == "clustersim-harness-microbench"
+    skew = doc["skew"]  # one row per segment length: the slowest rank's lead over the mean
+    assert (folder / "skew.csv").is_file() and len(skew) == 2
+    for row in skew:
+        assert row["world_size"] == 2 and row["segment_mean_s"] > 0 and 0 <= row["relative_wait"] < 1
     probe = doc["speed_probe"]  # one sample after each mm row (2 shapes x 2 layouts) and memory row (2 x 3)
     assert probe["samples"] == 2 * (2 * 2 + 2 * 3) and probe["shape_mnk"] == [512, 1024, 256]
     assert 0 < probe["p10_s"] <= probe["median_s"] <= probe["p90_s"]

@@ -246,3 +246,36 @@ def test_paired_moe_overlap_hides_all_to_alls_behind_the_pass(detail):
     assert paired.time_breakdown_s["compute"] == pytest.approx(plain.time_breakdown_s["compute"], rel=1e-9)
     # the step shrinks by the all-to-alls, less what of the gradient all-reduce they used to hide
     assert plain.step_time_s - plain.time_breakdown_s["ep_comm"] <= paired.step_time_s < plain.step_time_s
+
+
+def test_expected_maximum_of_normals_matches_known_values():
+    import math
+
+    from simulator.jitter import expected_max_of_normals, sync_stretch
+
+    assert expected_max_of_normals(1) == 0.0
+    assert expected_max_of_normals(2) == pytest.approx(1 / math.sqrt(math.pi), rel=1e-9)
+    assert expected_max_of_normals(3) == pytest.approx(1.5 / math.sqrt(math.pi), rel=1e-9)  # 3/(2 sqrt(pi))
+    assert expected_max_of_normals(8) == pytest.approx(1.4236, abs=1e-4)
+    assert sync_stretch(0.1, 2) == pytest.approx(1 + 0.1 / math.sqrt(math.pi), rel=1e-9)
+    assert sync_stretch(0.1, 1) == 1.0 and sync_stretch(0.0, 64) == 1.0
+
+
+@pytest.mark.parametrize(("mode", "detail"), [("symmetric", False), ("symmetric", True), ("full", False)])
+def test_sync_jitter_stretches_every_kernel_of_a_multi_rank_job(mode, detail):
+    # the TP toy (2 ranks): with sigma = 0.1 every kernel takes 1 + 0.1 e_2 times as long; the
+    # collectives do not change; a one-GPU job is not stretched.
+    from simulator.jitter import sync_stretch
+
+    raw = _tp_raw(overlap=False)
+    base = simulate(load_scenario(raw), mode=mode, detail=detail)
+    jittered_raw = copy.deepcopy(raw)
+    jittered_raw["cluster"]["node"]["accelerator"]["efficiency"]["sync_jitter"] = 0.1
+    jittered = simulate(load_scenario(jittered_raw), mode=mode, detail=detail)
+    k = sync_stretch(0.1, 2)
+    assert jittered.time_breakdown_s["compute"] == pytest.approx(base.time_breakdown_s["compute"] * k, rel=1e-9)
+    assert jittered.time_breakdown_s["tp_comm"] == pytest.approx(base.time_breakdown_s["tp_comm"], rel=1e-9)
+    single = toy_raw(1, global_batch_size=1)
+    single_jittered = copy.deepcopy(single)
+    single_jittered["cluster"]["node"]["accelerator"]["efficiency"]["sync_jitter"] = 0.1
+    assert simulate(load_scenario(single_jittered)).step_time_s == simulate(load_scenario(single)).step_time_s

@@ -8,7 +8,8 @@
   whose time is the per-kernel (launch / dispatch) overhead: a one-element add, and a
   one-element linear layer's forward and backward under autograd (the eager overhead);
 - collectives (all_reduce, all_gather, reduce_scatter, broadcast, send_recv) over message sizes;
-- a GEMM with and without all-reduces running beside it (:mod:`validation.harness.overlap`).
+- a GEMM with and without all-reduces running beside it (:mod:`validation.harness.overlap`);
+- how long ranks wait for each other after equal work (:mod:`validation.harness.skew`).
 
 All ranks run the compute benchmarks at the same time (as in a training job, where every rank
 computes), so contention for cores / memory bandwidth is part of what is measured. Each row
@@ -61,6 +62,7 @@ class MicrobenchConfig:
     reps: int = 15
     min_sample_s: float = 2e-3  # short ops are repeated inside one sample to reach this
     cold_gemm_operands: bool = True  # GEMMs cycle through operand copies > 2x the LLC (see operand_copies)
+    sync_skew: bool = True      # run the synchronisation-skew benchmark (validation/harness/skew.py)
     overlap: bool = True        # run the overlap benchmark (compute slowed by communication)
     collectives_after_compute: bool = True  # also time each collective issued right after a kernel
 
@@ -425,7 +427,13 @@ def run_microbenchmarks(ctx: RankContext, cfg: MicrobenchConfig) -> dict:
 
         dist.barrier()
         overlap = bench_overlap(ctx, OverlapConfig.for_device(ctx.is_cuda, quick=cfg.reps < 10))
+    skew = []
+    if cfg.sync_skew:
+        from validation.harness.skew import SkewConfig, bench_sync_skew
+
+        dist.barrier()
+        skew = bench_sync_skew(ctx, SkewConfig.for_device(ctx.is_cuda, quick=cfg.reps < 10))
     for row in gemm + memory:
         row["rank"] = ctx.rank
-    return {"gemm": gemm, "memory": memory, "collectives": collectives, "overlap": overlap,
+    return {"gemm": gemm, "memory": memory, "collectives": collectives, "overlap": overlap, "skew": skew,
             "probe_samples_s": probe.samples_s, "probe_shape": list(probe.shape)}
