@@ -179,6 +179,30 @@ def test_profiles_are_the_fit_on_the_fit_half():
     _, profile = lr.calibrated("ultrascale")
     assert "single-node" in profile.compute_efficiency["fitted_on"]
     assert "fit half" in profile.compute_efficiency["fitted_on"]
+    _, profile = lr.calibrated("hagemann")
+    assert "fit half" in profile.compute_efficiency["fitted_on"]
+    assert "fit_hagemann_compute" in profile.node_overrides["intra_node"]["source"]
+
+
+def test_a_profile_rescales_catalog_constants_and_says_so():
+    _, profile = lr.calibrated("hagemann")
+    case = lr.hagemann_case(_hagemann_row(132173), profile)  # any row: the node is the same for all
+    node = case.raw["cluster"]["node"]
+    catalog_node = lr._catalog_yaml("nodes", "dgx-a100-80g")
+    catalog_eff = lr._catalog_yaml("accelerators", "a100-sxm-80g")["efficiency"]
+    assert node["name"] == "dgx-a100-80g" and node["nics_per_node"] == catalog_node["nics_per_node"]
+    fitted = node["intra_node"]["collective_efficiency"]
+    assert 0 < fitted < catalog_node["intra_node"]["collective_efficiency"]
+    assert node["intra_node"]["bandwidth_per_gpu_gb_per_s"] == catalog_node["intra_node"]["bandwidth_per_gpu_gb_per_s"]
+    scale = node["accelerator"]["efficiency"]["gemm_curve"][-1]["efficiency"] / catalog_eff["gemm_curve"][-1]["efficiency"]
+    for mine, theirs in zip(node["accelerator"]["efficiency"]["gemm_curve"], catalog_eff["gemm_curve"], strict=True):
+        assert mine["efficiency"] == pytest.approx(theirs["efficiency"] * scale, abs=1e-3)
+    from hardware_specs.schema import Node
+
+    Node.model_validate({**node, "accelerator": node["accelerator"]["name"]})  # a valid spec
+    assert lr.hagemann_case(_hagemann_row(132173)).raw["cluster"]["node"] == "dgx-a100-80g"  # no profile: catalog
+    merged = lr._merged({"a": {"b": 1, "c": 2}, "d": 3}, {"a": {"b": 5}, "e": 6})
+    assert merged == {"a": {"b": 5, "c": 2}, "d": 3, "e": 6}
 
 
 # --------------------------------------------------------------------------- the issue's targets
@@ -203,8 +227,9 @@ def test_the_plain_memory_model_alone_misses_the_oom_target():
     assert report["accuracy"] < lr.TARGET_OOM_ACCURACY
 
 
-@pytest.mark.xfail(strict=True, reason="issue 4 open: held-out mean Spearman 0.35 here (48 runs), 0.43 on a 213-run sample "
-                   "(13B 128 GPU seq 8192 and 30B 256 GPU groups inverted), target 0.8")
+@pytest.mark.xfail(strict=True, reason="issue 4 open: held-out mean Spearman 0.48 here (48 runs), 0.51 over all 213 "
+                   "held-out runs, target 0.8: within a group the layouts differ by 5-30% while single "
+                   "predictions scatter by ~10%, and the fastest runs of 4 groups are predicted OOM (ranked last)")
 def test_hagemann_layout_ranking_spearman():
     cases, profile = lr.calibrated("hagemann")
     chosen = _spread(_largest_group_per_model_and_gpus(lr.heldout(cases)), per_group=6)
@@ -213,6 +238,23 @@ def test_hagemann_layout_ranking_spearman():
     print({g: round(r, 3) for g, r in report["groups"].items()})
     assert not math.isnan(report["mean_spearman"])
     assert report["mean_spearman"] >= lr.TARGET_SPEARMAN, report["groups"]
+
+
+def test_hagemann_heldout_throughput_within_15_percent_and_better_ranked_than_with_catalog_constants():
+    # The profile's compute constants (GEMM curve x s, NVLink collective efficiency x c) are fitted
+    # on the fit half's tokens/s (validation/calibrate_frameworks.py fit_hagemann_compute); this is
+    # the held-out check. Measured 2026-12-03 on these 48 runs: median |error| 10.5% (catalog
+    # constants: 25.9%), mean Spearman 0.48 (catalog: 0.35); over all 213 held-out runs 9.7%
+    # (31.8%) and 0.51 (0.43).
+    cases, profile = lr.calibrated("hagemann")
+    chosen = _spread(_largest_group_per_model_and_gpus(lr.heldout(cases)), per_group=6)
+    fitted = lr.ranking_report(chosen, workers=2, overhead=profile.memory_overhead)
+    catalog_cases = {c.case_id: c for c in lr.hagemann_cases()}
+    catalog = lr.ranking_report([catalog_cases[c.case_id] for c in chosen], workers=2, overhead=profile.memory_overhead)
+    print(f"fitted: {100 * fitted['median_abs_error']:.1f}%, {fitted['mean_spearman']:.3f}; "
+          f"catalog: {100 * catalog['median_abs_error']:.1f}%, {catalog['mean_spearman']:.3f}")
+    assert fitted["median_abs_error"] <= lr.TARGET_MEDIAN_ABS_ERROR
+    assert fitted["mean_spearman"] > catalog["mean_spearman"]
 
 
 @pytest.mark.xfail(strict=True, reason="issue 4 open: held-out median |error| 155% on a 302-run sample, "

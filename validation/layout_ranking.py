@@ -39,7 +39,12 @@ Training", arXiv:2311.05610; 984 runs of LLaMA 13B/30B/65B, raw data from the au
   issue's model x GPU-count groups: comparing a FlashAttention-2 run with a plain-torch run of the
   same layout measures the kernel, which the simulator cannot see);
 - measured rows ``Kernel not available`` / ``Other Error`` are dropped; ``OOM Error`` is the OOM class.
-- A100 compute efficiencies: the catalog's (fitted on Korthikanti 2022 Table 4, not on this sweep).
+- A100 compute and NVLink efficiencies: the catalog's (fitted on Korthikanti 2022 Table 4 and NCCL
+  busbw figures) rescaled for this codebase by the profile ``hagemann-a100.yaml``: the GEMM curve x s and
+  the intra-node collective efficiency x c, (s, c) fitted on the fit half's tokens/s
+  (validation/calibrate_frameworks.py fit_hagemann_compute). With the catalog constants the predicted
+  rate is too high by a factor that grows with tp (the codebase's TP all-reduces cost several times
+  what NCCL's bus bandwidth gives), which inverts the ranking of tp 4-8 against tp 1-2 layouts.
 
 **HF Ultra-Scale Playbook** (nanotron benchmark sweep, 3,287 configs on 1-64 nodes of 8xH100):
 
@@ -109,6 +114,7 @@ HAGEMANN_MODELS = {"Llama 13B": "llama-13b", "Llama 30B": "llama-30b", "Llama 65
 ULTRASCALE_MODELS = {"1B": "llama-1b", "3B": "llama-3b", "8B": "llama3-8b", "80B": "llama3-70b"}
 FLASH_KERNELS = ("flash_attention", "flash_attention2", "flash_attention2 + RMS kernel", "flash_attentionv1.0.8")
 ULTRASCALE_NODE = "p5-h100-efa"
+HAGEMANN_NODE = "dgx-a100-80g"
 
 
 @dataclass
@@ -153,6 +159,7 @@ class FrameworkProfile:
     name: str
     memory_overhead: Any = None             # simulator.memory_overhead.MemoryOverhead
     compute_efficiency: dict | None = None  # replaces the accelerator's ``efficiency`` block
+    node_overrides: dict | None = None      # merged into the catalog node (e.g. intra_node.collective_efficiency)
     source: str = ""
     path: Path | None = None
 
@@ -166,7 +173,8 @@ def load_profile(path: Path) -> FrameworkProfile | None:
     doc = yaml.safe_load(path.read_text())
     mem = doc.get("memory_overhead")
     return FrameworkProfile(name=doc["name"], memory_overhead=MemoryOverhead.model_validate(mem) if mem else None,
-                            compute_efficiency=doc.get("compute_efficiency"), source=doc.get("source", ""), path=path)
+                            compute_efficiency=doc.get("compute_efficiency"), node_overrides=doc.get("node_overrides"),
+                            source=doc.get("source", ""), path=path)
 
 
 @cache
@@ -175,16 +183,34 @@ def _catalog_yaml(kind: str, name: str) -> dict:
     return yaml.safe_load((base / f"{name}.yaml").read_text())
 
 
-def profiled_node(node: str, compute_efficiency: dict | None) -> str | dict:
-    """The catalog node, or (with a fitted compute efficiency) the node as a mapping whose
-    accelerator is the catalog accelerator with that efficiency block."""
-    if not compute_efficiency:
+def _merged(base: dict, overrides: dict) -> dict:
+    """``base`` with ``overrides`` merged in, nested mappings key by key (keys such as
+    ``source``/``fitted_on`` travel with the values they describe)."""
+    out = copy.deepcopy(base)
+    for key, value in overrides.items():
+        out[key] = _merged(out[key], value) if isinstance(value, dict) and isinstance(out.get(key), dict) else value
+    return out
+
+
+def profiled_node(node: str, compute_efficiency: dict | None, node_overrides: dict | None = None) -> str | dict:
+    """The catalog node, or (with fitted framework constants) the node as a mapping: its
+    accelerator the catalog accelerator with ``compute_efficiency`` as its efficiency block, and
+    ``node_overrides`` merged into the node spec."""
+    if not compute_efficiency and not node_overrides:
         return node
     spec = copy.deepcopy(_catalog_yaml("nodes", node))
     accelerator = copy.deepcopy(_catalog_yaml("accelerators", spec["accelerator"]))
-    accelerator["efficiency"] = copy.deepcopy(compute_efficiency)
+    if compute_efficiency:
+        accelerator["efficiency"] = copy.deepcopy(compute_efficiency)
     spec["accelerator"] = accelerator
-    return spec
+    return _merged(spec, node_overrides or {})
+
+
+def profile_node(node: str, profile: FrameworkProfile | None) -> str | dict:
+    """:func:`profiled_node` with the constants of ``profile`` (the catalog node without one)."""
+    if profile is None:
+        return node
+    return profiled_node(node, profile.compute_efficiency, profile.node_overrides)
 
 
 # --------------------------------------------------------------------------- case mapping
@@ -194,8 +220,9 @@ def _seq_from(text: Any) -> int:
     return int(str(text).split()[0])
 
 
-def hagemann_case(row: dict[str, Any]) -> Case | None:
-    """The scenario of one Hagemann CSV row (None for rows that are neither a run nor an OOM)."""
+def hagemann_case(row: dict[str, Any], profile: FrameworkProfile | None = None) -> Case | None:
+    """The scenario of one Hagemann CSV row (None for rows that are neither a run nor an OOM),
+    on the catalog DGX A100 or, with ``profile``, on it with the profile's fitted constants."""
     status = str(row["avg_step_time_s"])
     oom = status == "OOM Error"
     if not oom:
@@ -216,7 +243,7 @@ def hagemann_case(row: dict[str, Any]) -> Case | None:
     raw = {
         "name": f"hagemann-{row['trial_id']}",
         "model": HAGEMANN_MODELS[row["model"]],
-        "cluster": {"node": "dgx-a100-80g", "fabric": "fat-tree", "num_gpus": n},
+        "cluster": {"node": profile_node(HAGEMANN_NODE, profile), "fabric": "fat-tree", "num_gpus": n},
         "parallelism": {"tp": tp, "pp": pp, "dp": "auto", "virtual_stages": 1, "schedule": "1f1b",
                         "sequence_parallel": sp, "zero_stage": 1, "recompute": recompute,
                         "micro_batch_size": mbs, "global_batch_size": HAGEMANN_TOKENS_PER_STEP // seq},
@@ -323,7 +350,7 @@ def ultrascale_case(index: int, row: dict[str, Any], profile: FrameworkProfile |
         parallelism["first_stage_layers"] = first
     if last is not None:
         parallelism["last_stage_layers"] = last
-    node = profiled_node(ULTRASCALE_NODE, profile.compute_efficiency if profile else None)
+    node = profile_node(ULTRASCALE_NODE, profile)
     raw = {
         "name": f"ultrascale-{index}",
         "model": model_name,
@@ -341,9 +368,9 @@ def ultrascale_case(index: int, row: dict[str, Any], profile: FrameworkProfile |
                 mapping_error, split_key=key)
 
 
-def hagemann_cases() -> list[Case]:
+def hagemann_cases(profile: FrameworkProfile | None = None) -> list[Case]:
     frame = pd.read_csv(HAGEMANN_CSV)
-    cases = [hagemann_case(r) for r in frame.to_dict("records")]
+    cases = [hagemann_case(r, profile) for r in frame.to_dict("records")]
     return [c for c in cases if c is not None]
 
 
@@ -355,7 +382,8 @@ def ultrascale_cases(profile: FrameworkProfile | None = None) -> list[Case]:
 def calibrated(source: str) -> tuple[list[Case], FrameworkProfile | None]:
     """The cases of ``source`` mapped with its fitted profile (if written), and the profile."""
     if source == "hagemann":
-        return hagemann_cases(), load_profile(HAGEMANN_PROFILE)
+        profile = load_profile(HAGEMANN_PROFILE)
+        return hagemann_cases(profile), profile
     profile = load_profile(ULTRASCALE_PROFILE)
     return ultrascale_cases(profile), profile
 
