@@ -1,22 +1,23 @@
 """End to end on this machine (CPU, gloo, world size 2): measure, calibrate, predict.
 
-The harness runs its quick microbenchmarks and the training strategies (~1 minute on 2
+The harness runs its quick microbenchmarks and the training strategies (~1-1.5 minutes on 2
 cores); the profile is fitted on the microbenchmarks only; every training run is then
-predicted with the simulator. Two checks on the same measurements:
+predicted with the simulator. Two checks on the same measurements, both in every CI run:
 
-- every CI run: the regression guard, median |relative error| <= 35% and every run <= 60%.
-  On this shared 2-vCPU VM the loop's median error was 12-25% and its worst run 25-43% over
-  a dozen runs (issue 3's note): the machine's speed moves by 10-60% between the
-  microbenchmark and training phases (the speed probe says how much), so the guard catches a
-  broken model (a cost charged twice, a collective lost), not the host's mood;
-- on purpose (``CLUSTERSIM_E2E=1``, on a quiet machine): the issue's targets, not widened:
-  median <= 15%, every run <= 30%.
+- the regression guard, median |relative error| <= 35% and every run <= 60%, on the first
+  loop: it catches a broken model (a cost charged twice, a collective lost) whatever the host does;
+- the issue's targets, not widened: median <= 15% and every run <= 30%. A shared 2-vCPU VM
+  changes speed by 10-60% between the microbenchmark and the training phases (the speed probe
+  records it: x0.76-x1.65 on 2026-12-02), so one loop in four missed the targets there for host
+  reasons (6 of 8 passed; on 2026-12-03's VM 9 of 9, worst run 4-11%). When the first loop
+  misses them the whole loop is measured once more, and the test fails when the second misses
+  them too: a model that is wrong misses both, a host that stalled for one phase rarely does.
+  Both tables are printed.
 """
 
 from __future__ import annotations
 
 import json
-import os
 
 import pytest
 
@@ -26,24 +27,19 @@ pytestmark = [pytest.mark.torch, pytest.mark.slow]
 
 MEDIAN_TOLERANCE = 0.15  # the issue's targets
 MAX_TOLERANCE = 0.30
-GUARD_MEDIAN = 0.35      # every CI run (see the module docstring)
+GUARD_MEDIAN = 0.35      # the regression guard (see the module docstring)
 GUARD_MAX = 0.60
-targets = pytest.mark.skipif(os.environ.get("CLUSTERSIM_E2E") != "1",
-                             reason="set CLUSTERSIM_E2E=1 (a quiet machine) to assert the 15%/30% targets")
 
 
-@pytest.fixture(scope="module")
-def measured(tmp_path_factory):
+def _measure(out):
     from validation.harness.run import run_microbench_files, run_training_files
 
-    out = tmp_path_factory.mktemp("harness")
     run_microbench_files(out, world_size=2, quick=True)
     run_training_files(out, world_size=2, quick=True)
     return out
 
 
-@pytest.fixture(scope="module")
-def predicted(measured):
+def _predict(measured):
     from simulator.calibration import error_summary, predict_runs, read_runs
     from simulator.cli import main
 
@@ -54,8 +50,25 @@ def predicted(measured):
     table = "\n".join(f"{r['strategy']:<9s} measured {r['measured_step_time_s'] * 1e3:8.1f} ms  predicted "
                       f"{r['predicted_step_time_s'] * 1e3:8.1f} ms  error {r['relative_error'] * 100:+6.1f}%  "
                       f"probe x{r['probe_slowdown'] or float('nan'):.2f}" for r in rows)
+    table += (f"\nmedian |error| {100 * summary['median_abs_relative_error']:.1f}%, "
+              f"max {100 * summary['max_abs_relative_error']:.1f}%")
     (measured / "validate_runs.txt").write_text(table + "\n" + json.dumps(summary) + "\n")
     return rows, summary, table
+
+
+def _meets_targets(summary) -> bool:
+    return (summary["median_abs_relative_error"] <= MEDIAN_TOLERANCE
+            and summary["max_abs_relative_error"] <= MAX_TOLERANCE)
+
+
+@pytest.fixture(scope="module")
+def measured(tmp_path_factory):
+    return _measure(tmp_path_factory.mktemp("harness"))
+
+
+@pytest.fixture(scope="module")
+def predicted(measured):
+    return _predict(measured)
 
 
 def test_calibrated_predictions_stay_within_the_regression_guard(predicted):
@@ -67,12 +80,14 @@ def test_calibrated_predictions_stay_within_the_regression_guard(predicted):
     assert summary["max_abs_relative_error"] <= GUARD_MAX, table
 
 
-@targets
-def test_calibrated_predictions_meet_the_targets(predicted):
-    rows, summary, table = predicted
-    print(table)
-    assert summary["median_abs_relative_error"] <= MEDIAN_TOLERANCE, table
-    assert summary["max_abs_relative_error"] <= MAX_TOLERANCE, table
+def test_calibrated_predictions_meet_the_targets(predicted, tmp_path):
+    _, summary, table = predicted
+    print("first loop:\n" + table)
+    if _meets_targets(summary):
+        return
+    _, again, table_again = _predict(_measure(tmp_path / "again"))
+    print("second loop (the first missed the targets):\n" + table_again)
+    assert _meets_targets(again), f"both loops missed the targets\nfirst:\n{table}\nsecond:\n{table_again}"
 
 
 def test_compare_reads_a_real_harness_trace(measured, predicted, capsys):
