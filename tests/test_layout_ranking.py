@@ -259,8 +259,9 @@ def test_hagemann_heldout_throughput_within_15_percent_and_better_ranked_than_wi
 
 @pytest.mark.xfail(strict=True, reason="issue 4 open: held-out median |error| 155% on a 302-run sample, "
                    "target 15%: 9-11% at 1-2 nodes, 75-1300% from 4 nodes on, where measured runs are "
-                   "systematically slower than predicted (most with pp > 1 and tp > 1) and the sweep "
-                   "disagrees with itself (test below)")
+                   "systematically slower than predicted (pp > 1 with tp > 1 across nodes: a fixed ~(8 + 2.5 tp) ms "
+                   "per layer and micro-batch, see validation/layout_ranking.py) and the sweep disagrees with "
+                   "itself (test below)")
 def test_ultrascale_tokens_per_gpu_median_error():
     cases, profile = lr.calibrated("ultrascale")
     runs = [c for c in lr.heldout(cases) if not c.measured_oom]

@@ -80,6 +80,18 @@ median abs error <= 15%. For the Playbook the report also gives the error per no
 the sweep's own consistency (:func:`ultrascale_measurement_consistency`): its repeated layouts
 agree within 1% at 1-2 nodes and are often > 2x apart from 4 nodes on.
 
+What the multi-node rows show, and the simulator does not model (measured on all finished rows,
+``--split all --csv``): when pipeline stages sit on different nodes *and* tp > 1, a step takes
+about a fixed time per micro-batch, whatever the micro-batch size, until compute is longer. 1B,
+pp 2, 4 nodes: ~90 / 130 / 220 / 460 ms per micro-batch at tp 2 / 4 / 8 / 16 (tp 8, dp 2: 28.2 s
+at micro-batch 1 with 128 micro-batches, 14.0 s at 2, 6.9 s at 4, 3.5 s at 8), i.e. ~(8 + 2.5·tp) ms
+per decoder layer of the stage and micro-batch (1B, 3B and 8B alike), where compute takes 1-5 ms.
+The same layouts on one node, and tp 1 over several nodes, run as predicted. It looks like a
+host-side stall of nanotron's pipeline engine with EFA (a latency, not a bandwidth: it does not
+grow with the message); no mechanism in the published material explains it, so it is reported
+here rather than fitted. At 32-64 nodes every layout, pp 1 included, runs 1.3-15x below the
+prediction (1B tp 2 dp 256 on 64 nodes: 697 tokens/s/GPU against 15,700 for tp 1 dp 256 on 32).
+
 Run ``python -m validation.layout_ranking [--set both] [--sample N] [--workers N] [--uncalibrated]``.
 """
 
