@@ -194,7 +194,7 @@ def fit_hagemann_compute(cases: list[lr.Case] | None = None, iters: int = 30,
     fit half's finished runs: the catalog A100 GEMM curve x s, and the DGX A100's intra-node
     collective efficiency x c. The second carries what the sweep shows and the catalog (fitted on
     Megatron, Korthikanti 2022) does not: the predicted rate is too high by a factor that grows
-    with the tensor-parallel degree (median log ratio 0.15 / 0.23 / 0.37 / 0.38 at tp 1 / 2 / 4 / 8
+    with the tensor-parallel degree (median log ratio 0.20 / 0.23 / 0.37 / 0.38 at tp 1 / 2 / 4 / 8
     on the fit half with the catalog constants), i.e. this codebase's per-layer TP all-reduces cost
     several times what NCCL's bus bandwidth gives. Each evaluation simulates ~180 runs
     (~30 s on two cores), so the simplex is capped at ``iters`` iterations."""
