@@ -66,6 +66,11 @@ class ComputeEfficiency(Spec):
                     "a job of N ranks waits sigma * E[max of N normals] of each segment for its slowest "
                     "(simulator/jitter.py); 0 = ranks in lockstep")
     sync_jitter_source: str | None = None
+    optimizer_efficiency: float | None = Field(
+        default=None, gt=0, le=1,
+        description="achieved / peak HBM bandwidth of the (fused) optimizer step, which streams its states "
+                    "with little arithmetic; None = memory_bound_efficiency")
+    optimizer_efficiency_source: str | None = None
     source: str
     fitted_on: str | None = None
 

@@ -51,8 +51,9 @@ def _bus(name: str, size: float, world: int = 2) -> float:
     return size
 
 
-def synthetic_microbench(folder: Path, world: int = 2) -> Path:
-    """Harness-format files whose numbers follow known laws exactly."""
+def synthetic_microbench(folder: Path, world: int = 2, adam_slowdown: float | None = None) -> Path:
+    """Harness-format files whose numbers follow known laws exactly (with ``adam_slowdown``, also
+    fused-Adam rows that stream at COPY_BW / adam_slowdown)."""
     micro = folder / "microbench"
     micro.mkdir(parents=True)
     gemm = []
@@ -65,7 +66,8 @@ def synthetic_microbench(folder: Path, world: int = 2) -> Path:
                              "gflop": flops / 1e9, **_rows_with_stats(t), "tflops": flops / t / 1e12, "rank": rank})
     memory = []
     for rank in range(world):
-        for kernel, slow in (("copy", 1.0), ("gelu", 4.0)):
+        kernels = (("copy", 1.0), ("gelu", 4.0)) + ((("adam", adam_slowdown),) if adam_slowdown else ())
+        for kernel, slow in kernels:
             for n in (2**16, 2**20):
                 nbytes = 8 * n
                 t = LAUNCH + nbytes * slow / COPY_BW
@@ -137,6 +139,7 @@ def test_profile_is_fitted_from_the_files_and_loads_as_specs(tmp_path):
     # harmonic mean of copy (1x) and gelu (4x slower) over the copy peak: 2 / (1 + 4) = 0.4
     assert eff["memory_bound_efficiency"] == pytest.approx(0.4, rel=1e-3)
     assert "gemm.csv" in eff["fitted_on"] and "memory.csv" in eff["fitted_on"]
+    assert "optimizer_efficiency" not in eff  # no adam rows: the planner uses memory_bound_efficiency
     node = profile["node"]
     assert node["gpus_per_node"] == 2 and node["intra_node"]["kind"] == "shm"
     for name, (alpha, beta) in LAWS.items():
@@ -375,3 +378,31 @@ def test_speed_probe_travels_from_the_files_to_the_profile_and_the_run_rows(tmp_
     assert main(["validate-runs", "--profile", str(profile), "--runs", str(runs_folder)]) == 0
     out = capsys.readouterr().out
     assert "single x1.25" in out and "ddp x" not in out
+
+
+def test_the_optimizer_gets_the_fused_adam_rows_bandwidth(tmp_path):
+    folder = synthetic_microbench(tmp_path / "m", adam_slowdown=2.0)
+    eff = build_profile(read_microbench(folder), source_label="microbench")["node"]["accelerator"]["efficiency"]
+    # adam streams at half the copy rate: 0.5 of it; the activation-kernel mean now counts it too
+    assert eff["optimizer_efficiency"] == pytest.approx(0.5, rel=1e-3)
+    assert eff["memory_bound_efficiency"] == pytest.approx(3 / (1 + 4 + 2), rel=1e-3)
+    assert "kernel=adam" in eff["optimizer_efficiency_source"]
+
+
+def test_optimizer_step_time_uses_the_optimizer_efficiency_when_given():
+    from hardware_specs.schema import Accelerator
+    from simulator.compute import ComputeModel
+
+    def accelerator(**extra):
+        return Accelerator.model_validate(dict(
+            name="toy", vendor="toy", peak_tflops={"fp32": 10.0}, hbm_gib=8, hbm_bandwidth_gb_per_s=100,
+            tdp_watts=100, source="toy",
+            efficiency=dict(gemm_curve=[{"gflop": 1, "efficiency": 0.5}], memory_bound_efficiency=0.2,
+                            kernel_launch_overhead_us=10, source="toy", **extra)))
+
+    params, per_param = 1e8, 32.0
+    # 3.2 GB at 0.2 x 100 GB/s, plus one launch; at 0.5 x 100 GB/s with optimizer_efficiency 0.5
+    assert ComputeModel(accelerator(), "fp32").optimizer_step_s(params, per_param) == pytest.approx(0.16 + 10e-6)
+    tuned = ComputeModel(accelerator(optimizer_efficiency=0.5), "fp32")
+    assert tuned.optimizer_step_s(params, per_param) == pytest.approx(0.064 + 10e-6)
+    assert tuned.add_into_s(1e9) == pytest.approx(3e9 / 20e9 + 10e-6)  # other memory-bound kernels unchanged
