@@ -24,14 +24,14 @@ activation factor per memory variant (RMSNorm kernel fused or not, x full recomp
 what an unfused norm keeps differs between storing every layer's activations and storing only
 layer inputs) plus a constant, fitted by logistic regression of the fit half's OOM labels on
 ``peak - usable HBM`` (peak = states + k[variant]·activations + other + d). Its
-``compute_efficiency`` and ``node_overrides`` rescale two catalog constants for this codebase:
-the A100 GEMM curve x s and the DGX A100's intra-node collective efficiency x c, (s, c)
-minimising the mean |log(predicted / measured tokens/s)| over the fit half's finished runs
-(:func:`fit_hagemann_compute`).
+``compute_efficiency`` and ``node_overrides`` set three catalog constants for this codebase:
+the A100 GEMM curve x s, the per-kernel overhead L and the DGX A100's intra-node collective
+efficiency x c, (s, L, c) minimising the mean |log(predicted / measured tokens/s)| over the fit
+half's finished runs (:func:`fit_hagemann_compute`).
 
 ``python -m validation.calibrate_frameworks [--write]`` prints the fits (and writes the YAMLs).
 The nanotron compute fit simulates ~30 single-node runs ~100 times (about two minutes on two
-cores); the Hagemann compute fit ~180 runs ~50 times (about twenty minutes).
+cores); the Hagemann compute fit ~190 runs ~80 times (about forty minutes).
 ``--skip-compute`` keeps both written compute fits and redoes the memory fits only.
 """
 
@@ -154,17 +154,19 @@ def fit_playbook_compute(cases: list[lr.Case] | None = None, iters: int = 60) ->
 # --------------------------------------------------------------------------- Hagemann compute
 
 
-def _hagemann_constants(base_efficiency: dict, base_intra: dict, scale: float, collective: float,
-                        n_rows: int) -> tuple[dict, dict]:
-    """(compute_efficiency, node_overrides) of the Aleph Alpha codebase for GEMM scale ``scale``
-    and intra-node collective-efficiency factor ``collective``."""
+def _hagemann_constants(base_efficiency: dict, base_intra: dict, scale: float, launch_us: float,
+                        collective: float, n_rows: int) -> tuple[dict, dict]:
+    """(compute_efficiency, node_overrides) of the Aleph Alpha codebase: the catalog GEMM curve
+    x ``scale``, a per-kernel overhead of ``launch_us``, the intra-node collective efficiency x
+    ``collective``."""
     fitted_on = f"{HAGEMANN_FIT_ON.replace(', OOM labels', '')}: tokens/s/GPU of the {n_rows} finished runs"
     eff = copy.deepcopy(base_efficiency)
     eff["gemm_curve"] = [{"gflop": p["gflop"], "efficiency": round(min(1.0, p["efficiency"] * scale), 4)}
                          for p in base_efficiency["gemm_curve"]]
-    eff["source"] = (f"catalog a100-sxm-80g (fitted on Korthikanti 2022) with its GEMM curve x {scale:.4f}, "
-                     "fitted for the Aleph Alpha codebase (validation/calibrate_frameworks.py fit_hagemann_compute); "
-                     "the other efficiencies as in the catalog")
+    eff["kernel_launch_overhead_us"] = round(launch_us, 2)
+    eff["source"] = (f"catalog a100-sxm-80g (fitted on Korthikanti 2022) with its GEMM curve x {scale:.4f} and "
+                     f"kernel launch overhead {launch_us:.2f} us, fitted for the Aleph Alpha codebase "
+                     "(validation/calibrate_frameworks.py fit_hagemann_compute); the other efficiencies as in the catalog")
     eff["fitted_on"] = fitted_on
     base_collective = float(base_intra["collective_efficiency"])
     overrides = {"intra_node": {
@@ -186,18 +188,21 @@ def hagemann_finished_runs(cases: list[lr.Case]) -> list[lr.Case]:
     return [c for c in cases if not c.measured_oom and not c.mapping_error]
 
 
-def fit_hagemann_compute(cases: list[lr.Case] | None = None, iters: int = 30,
+def fit_hagemann_compute(cases: list[lr.Case] | None = None, iters: int = 40,
                          workers: int | None = None) -> tuple[dict, dict]:
     """The Aleph Alpha codebase's (compute_efficiency, node_overrides), fitted on the fit half.
 
-    Two constants, (s, c) minimising the mean |log(predicted / measured tokens/s/GPU)| over the
-    fit half's finished runs: the catalog A100 GEMM curve x s, and the DGX A100's intra-node
-    collective efficiency x c. The second carries what the sweep shows and the catalog (fitted on
+    Three constants, (s, L, c) minimising the mean |log(predicted / measured tokens/s/GPU)| over
+    the fit half's finished runs: the catalog A100 GEMM curve x s, a per-kernel (launch and
+    framework) overhead L in place of the catalog's 4 us, as for nanotron (:func:`fit_playbook_compute`;
+    it weighs most where tp and small micro-batches make kernels short), and the DGX A100's
+    intra-node collective efficiency x c. The last carries what the sweep shows and the catalog (fitted on
     Megatron, Korthikanti 2022) does not: the predicted rate is too high by a factor that grows
     with the tensor-parallel degree (median log ratio 0.20 / 0.23 / 0.37 / 0.38 at tp 1 / 2 / 4 / 8
     on the fit half with the catalog constants), i.e. this codebase's per-layer TP all-reduces cost
-    several times what NCCL's bus bandwidth gives. Each evaluation simulates ~180 runs
-    (~30 s on two cores), so the simplex is capped at ``iters`` iterations."""
+    several times what NCCL's bus bandwidth gives. L is weakly determined (the loss moves by
+    < 0.001 between 50 and 100 us). Each evaluation simulates ~190 runs (~30 s on two cores),
+    so the simplex is capped at ``iters`` iterations."""
     from simulator.sweep import parallel_map
 
     cases = cases if cases is not None else lr.hagemann_cases()
@@ -207,10 +212,10 @@ def fit_hagemann_compute(cases: list[lr.Case] | None = None, iters: int = 30,
     measured = np.array([c.measured["tokens_per_s_per_gpu"] for c in runs])
 
     def loss(x: np.ndarray) -> float:
-        scale, collective = float(x[0]), float(x[1])
-        if not 0.05 < scale <= 1.5 or not 0.02 <= collective <= 1.0:
+        scale, launch, collective = float(x[0]), float(x[1]), float(x[2])
+        if not 0.05 < scale <= 1.5 or not 0 <= launch <= 500 or not 0.02 <= collective <= 1.0:
             return 1e9
-        eff, overrides = _hagemann_constants(base, node["intra_node"], scale, collective, len(runs))
+        eff, overrides = _hagemann_constants(base, node["intra_node"], scale, launch, collective, len(runs))
         spec = lr.profiled_node(lr.HAGEMANN_NODE, eff, overrides)
         jobs = []
         for c in runs:
@@ -223,14 +228,14 @@ def fit_hagemann_compute(cases: list[lr.Case] | None = None, iters: int = 30,
                 raise RuntimeError(f"fit run {runs[k].case_id} failed: {rate}")
             rates[k] = rate
         value = float(np.mean(np.abs(np.log(rates / measured))))
-        print(f"  s={scale:.4f} c={collective:.4f}: mean |log ratio| {value:.4f}", flush=True)
+        print(f"  s={scale:.4f} L={launch:.2f} us c={collective:.4f}: mean |log ratio| {value:.4f}", flush=True)
         return value
 
-    start = np.array([0.85, 0.25])
-    simplex = np.array([start, start + [0.1, 0.0], start + [0.0, 0.1]])
+    start = np.array([0.85, 20.0, 0.25])
+    simplex = np.array([start, start + [0.1, 0, 0], start + [0, 20.0, 0], start + [0, 0, 0.1]])
     x = minimize(loss, start, method="Nelder-Mead",
                  options={"initial_simplex": simplex, "maxiter": iters, "fatol": 1e-3, "xatol": 5e-3}).x
-    return _hagemann_constants(base, node["intra_node"], float(x[0]), float(x[1]), len(runs))
+    return _hagemann_constants(base, node["intra_node"], float(x[0]), float(x[1]), float(x[2]), len(runs))
 
 
 # --------------------------------------------------------------------------- Hagemann memory

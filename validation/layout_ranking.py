@@ -40,8 +40,8 @@ Training", arXiv:2311.05610; 984 runs of LLaMA 13B/30B/65B, raw data from the au
   same layout measures the kernel, which the simulator cannot see);
 - measured rows ``Kernel not available`` / ``Other Error`` are dropped; ``OOM Error`` is the OOM class.
 - A100 compute and NVLink efficiencies: the catalog's (fitted on Korthikanti 2022 Table 4 and NCCL
-  busbw figures) rescaled for this codebase by the profile ``hagemann-a100.yaml``: the GEMM curve x s and
-  the intra-node collective efficiency x c, (s, c) fitted on the fit half's tokens/s
+  busbw figures) reset for this codebase by the profile ``hagemann-a100.yaml``: the GEMM curve x s, the
+  per-kernel overhead L and the intra-node collective efficiency x c, (s, L, c) fitted on the fit half's tokens/s
   (validation/calibrate_frameworks.py fit_hagemann_compute). With the catalog constants the predicted
   rate is too high by a factor that grows with tp (the codebase's TP all-reduces cost several times
   what NCCL's bus bandwidth gives), which inverts the ranking of tp 4-8 against tp 1-2 layouts.
