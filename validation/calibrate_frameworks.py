@@ -103,16 +103,25 @@ def fit_playbook_memory(cases: list[lr.Case] | None = None):
 # --------------------------------------------------------------------------- Playbook compute
 
 
-def _efficiency_with(base: dict, scale: float, launch_us: float, n_rows: int) -> dict:
+def _scaled_efficiency(base: dict, scale: float, launch_us: float, source: str, fitted_on: str) -> dict:
+    """A catalog efficiency block with its GEMM curve x ``scale`` (capped at 1) and its per-kernel
+    overhead set to ``launch_us``, saying where both came from."""
     eff = copy.deepcopy(base)
     eff["gemm_curve"] = [{"gflop": p["gflop"], "efficiency": round(min(1.0, p["efficiency"] * scale), 4)}
                          for p in base["gemm_curve"]]
     eff["kernel_launch_overhead_us"] = round(launch_us, 2)
-    eff["source"] = (f"catalog h100-sxm-80g (assumed) with its GEMM curve x {scale:.4f} and kernel launch "
-                     f"overhead {launch_us:.2f} us, fitted for nanotron (validation/calibrate_frameworks.py "
-                     "fit_playbook_compute); memory-bound and attention efficiencies as in the catalog")
-    eff["fitted_on"] = (f"{PLAYBOOK_FIT_ON}: tokens/s/GPU of the {n_rows} finished single-node (8 GPU) runs")
+    eff["source"] = source
+    eff["fitted_on"] = fitted_on
     return eff
+
+
+def _efficiency_with(base: dict, scale: float, launch_us: float, n_rows: int) -> dict:
+    return _scaled_efficiency(
+        base, scale, launch_us,
+        source=(f"catalog h100-sxm-80g (assumed) with its GEMM curve x {scale:.4f} and kernel launch "
+                f"overhead {launch_us:.2f} us, fitted for nanotron (validation/calibrate_frameworks.py "
+                "fit_playbook_compute); memory-bound and attention efficiencies as in the catalog"),
+        fitted_on=f"{PLAYBOOK_FIT_ON}: tokens/s/GPU of the {n_rows} finished single-node (8 GPU) runs")
 
 
 def _log_errors(cases: list[lr.Case], efficiency: dict) -> np.ndarray:
@@ -160,14 +169,12 @@ def _hagemann_constants(base_efficiency: dict, base_intra: dict, scale: float, l
     x ``scale``, a per-kernel overhead of ``launch_us``, the intra-node collective efficiency x
     ``collective``."""
     fitted_on = f"{HAGEMANN_FIT_ON.replace(', OOM labels', '')}: tokens/s/GPU of the {n_rows} finished runs"
-    eff = copy.deepcopy(base_efficiency)
-    eff["gemm_curve"] = [{"gflop": p["gflop"], "efficiency": round(min(1.0, p["efficiency"] * scale), 4)}
-                         for p in base_efficiency["gemm_curve"]]
-    eff["kernel_launch_overhead_us"] = round(launch_us, 2)
-    eff["source"] = (f"catalog a100-sxm-80g (fitted on Korthikanti 2022) with its GEMM curve x {scale:.4f} and "
-                     f"kernel launch overhead {launch_us:.2f} us, fitted for the Aleph Alpha codebase "
-                     "(validation/calibrate_frameworks.py fit_hagemann_compute); the other efficiencies as in the catalog")
-    eff["fitted_on"] = fitted_on
+    eff = _scaled_efficiency(
+        base_efficiency, scale, launch_us,
+        source=(f"catalog a100-sxm-80g (fitted on Korthikanti 2022) with its GEMM curve x {scale:.4f} and "
+                f"kernel launch overhead {launch_us:.2f} us, fitted for the Aleph Alpha codebase "
+                "(validation/calibrate_frameworks.py fit_hagemann_compute); the other efficiencies as in the catalog"),
+        fitted_on=fitted_on)
     base_collective = float(base_intra["collective_efficiency"])
     overrides = {"intra_node": {
         "collective_efficiency": round(base_collective * collective, 4),
