@@ -9,7 +9,14 @@ reports ~1.5-1.9x the breakdown). A :class:`MemoryOverhead` maps the breakdown t
 framework would report::
 
     peak = states_factor · (weights + gradients) + optimizer_factor · optimizer
-           + activations_factor[variant] · activations + other + constant_gib
+           + activations_factor[variant] · activations · (1 + β·(F − 1)) / F + other + constant_gib
+
+where F is the number of micro-batches in flight on the stage (``simulator.memory.
+microbatches_in_flight``) and β = ``later_microbatch_factor``: the micro-batches waiting for
+their backward beyond the first count β times as much as the one being worked on (β = 1: all
+alike, the analytic count). β < 1 describes a framework whose peak carries working memory
+proportional to the micro-batch in process (activation gradients, allocator blocks sized to it)
+on top of what every stored micro-batch holds; it is fitted like the other factors.
 
 and a layout fits when that peak is at most the accelerator's HBM less the scenario's reserve
 (``simulator.memory.usable_hbm_bytes``). The factors are FITTED on named measurements (the spec
@@ -23,7 +30,7 @@ from __future__ import annotations
 from pydantic import BaseModel, ConfigDict, Field
 
 from simulator.errors import ConfigError
-from simulator.memory import GIB, MemoryBreakdown, peak_rank_memory, usable_hbm_bytes
+from simulator.memory import GIB, MemoryBreakdown, microbatches_in_flight, peak_rank_memory, usable_hbm_bytes
 
 
 class MemoryOverhead(BaseModel):
@@ -35,6 +42,7 @@ class MemoryOverhead(BaseModel):
     states_factor: float = Field(default=1.0, gt=0)
     optimizer_factor: float = Field(default=1.0, gt=0)
     activations_factor: dict[str, float] = Field(default_factory=lambda: {"default": 1.0})
+    later_microbatch_factor: float = Field(default=1.0, ge=0, le=1)
     constant_gib: float = 0.0
     source: str
     fitted_on: str | None = None
@@ -47,18 +55,24 @@ class MemoryOverhead(BaseModel):
         return self.activations_factor[key]
 
 
-def framework_peak_bytes(breakdown: MemoryBreakdown, overhead: MemoryOverhead, variant: str | None = None) -> float:
-    """The peak the framework would report for a rank whose analytic breakdown is ``breakdown``."""
+def framework_peak_bytes(breakdown: MemoryBreakdown, overhead: MemoryOverhead, variant: str | None = None,
+                         in_flight: float = 1.0) -> float:
+    """The peak the framework would report for a rank whose analytic breakdown is ``breakdown``
+    with ``in_flight`` micro-batches' activations stored (the F of the module doc)."""
+    f = max(1.0, in_flight)
+    in_flight_weight = (1.0 + overhead.later_microbatch_factor * (f - 1.0)) / f
     return (overhead.states_factor * (breakdown.weights_bytes + breakdown.gradients_bytes)
             + overhead.optimizer_factor * breakdown.optimizer_bytes
-            + overhead.factor(variant) * breakdown.activations_bytes
+            + overhead.factor(variant) * breakdown.activations_bytes * in_flight_weight
             + breakdown.other_bytes + overhead.constant_gib * GIB)
 
 
 def framework_peak(scenario, overhead: MemoryOverhead, variant: str | None = None) -> tuple[int, float]:
     """(stage, bytes) of the rank with the highest framework peak over all pipeline stages."""
     _, _, stages = peak_rank_memory(scenario)
-    values = [framework_peak_bytes(b, overhead, variant) for b in stages]
+    par = scenario.parallelism
+    values = [framework_peak_bytes(b, overhead, variant, microbatches_in_flight(
+        par.schedule, par.pp, i, par.num_micro_batches, par.virtual_stages)) for i, b in enumerate(stages)]
     best = max(range(len(values)), key=lambda i: (values[i], -i))
     return best, values[best]
 

@@ -50,3 +50,34 @@ def test_fit_decision_on_the_default_scenario():
     assert ok and reason is None and peak_gib == pytest.approx(usable / GIB)
     ok, _, reason = fits_with_overhead(scenario, MemoryOverhead(framework="toy", constant_gib=exact + 1e-6, source="t"))
     assert not ok and reason.startswith("toy: needs") and "fitted overhead" in reason
+
+
+def test_later_microbatches_in_flight_count_their_factor():
+    # later_microbatch_factor β = 0.5 with F = 4 in flight: activations weigh (1 + 0.5·3) / 4 = 0.625,
+    # so 2 · 8 GiB · 0.625 = 10 GiB in place of 16; one micro-batch in flight is unaffected.
+    overhead = MemoryOverhead(framework="toy", activations_factor={"default": 2.0}, later_microbatch_factor=0.5,
+                              source="toy")
+    states_and_other = (10 + 20 + 40 + 1) * GIB
+    assert framework_peak_bytes(BREAKDOWN, overhead, in_flight=4) == pytest.approx(states_and_other + 10 * GIB)
+    assert framework_peak_bytes(BREAKDOWN, overhead, in_flight=1) == pytest.approx(states_and_other + 16 * GIB)
+
+
+@given(in_flight=st.floats(1, 64))
+def test_with_the_default_factor_the_in_flight_count_does_not_matter(in_flight):
+    overhead = MemoryOverhead(framework="toy", activations_factor={"default": 1.7}, source="toy")
+    assert framework_peak_bytes(BREAKDOWN, overhead, in_flight=in_flight) == pytest.approx(
+        framework_peak_bytes(BREAKDOWN, overhead))
+
+
+def test_framework_peak_weighs_each_stage_by_its_own_in_flight_count():
+    # The default scenario is an interleaved pipeline (pp 8, 2 chunks): each stage has its own count.
+    from simulator.memory import microbatches_in_flight
+
+    scenario = load_scenario()
+    par = scenario.parallelism
+    _, _, stages = peak_rank_memory(scenario)
+    overhead = MemoryOverhead(framework="toy", later_microbatch_factor=0.0, source="toy")
+    expected = [b.total_bytes - b.activations_bytes + b.activations_bytes / microbatches_in_flight(
+        par.schedule, par.pp, i, par.num_micro_batches, par.virtual_stages) for i, b in enumerate(stages)]
+    stage, peak = framework_peak(scenario, overhead)
+    assert par.pp > 1 and peak == pytest.approx(max(expected)) and expected[stage] == pytest.approx(peak)

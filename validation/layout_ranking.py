@@ -17,7 +17,9 @@ Training", arXiv:2311.05610; 984 runs of LLaMA 13B/30B/65B, raw data from the au
 
 - model ``Llama 13B/30B/65B`` -> catalog ``llama-13b/30b/65b`` (LLaMA-1 shapes); ``seq_len`` 2048
   (file default, UNVERIFIED) or 8192;
-- cluster: ``dgx-a100-80g`` nodes (A100 80GB is UNVERIFIED in the source), ``fat-tree``;
+- cluster: ``dgx-a100-80g`` nodes (A100 80GB is UNVERIFIED in the source); the network is not
+  published: the catalog's non-blocking ``fat-tree`` without a profile, with the profile a two-tier
+  fat tree whose NIC efficiency and oversubscription above pods of 8 nodes are fitted (below);
 - layout: tp, pp, micro-batch as printed, dp inferred; ``sequence_parallel`` 1 -> true (blank -> false;
   ignored at tp 1); schedule 1F1B, no interleaving; **ZeRO-1** (the Aleph Alpha codebase shards the
   optimizer state; LLaMA 13B at tp 1, pp 1, micro-batch 1 on 64 GPUs ran without checkpointing,
@@ -39,12 +41,15 @@ Training", arXiv:2311.05610; 984 runs of LLaMA 13B/30B/65B, raw data from the au
   issue's model x GPU-count groups: comparing a FlashAttention-2 run with a plain-torch run of the
   same layout measures the kernel, which the simulator cannot see);
 - measured rows ``Kernel not available`` / ``Other Error`` are dropped; ``OOM Error`` is the OOM class.
-- A100 compute and NVLink efficiencies: the catalog's (fitted on Korthikanti 2022 Table 4 and NCCL
-  busbw figures) reset for this codebase by the profile ``hagemann-a100.yaml``: the GEMM curve x s, the
-  per-kernel overhead L and the intra-node collective efficiency x c, (s, L, c) fitted on the fit half's tokens/s
-  (validation/calibrate_frameworks.py fit_hagemann_compute). With the catalog constants the predicted
-  rate is too high by a factor that grows with tp (the codebase's TP all-reduces cost several times
-  what NCCL's bus bandwidth gives), which inverts the ranking of tp 4-8 against tp 1-2 layouts.
+- A100 compute, NVLink and network efficiencies: the catalog's (fitted on Korthikanti 2022 Table 4
+  and NCCL busbw figures, for a DGX SuperPOD) reset for this codebase and cluster by the profile
+  ``hagemann-a100.yaml``: the GEMM curve x s, the per-kernel overhead L, the intra-node collective
+  efficiency x c, the NIC efficiency x n and the fabric's oversubscription o, (s, L, c, n, o) fitted on
+  the fit half's tokens/s (validation/calibrate_frameworks.py fit_hagemann_compute). With the catalog
+  constants the predicted rate is too high by a factor that grows with tp (the codebase's TP
+  all-reduces cost several times what NCCL's bus bandwidth gives), which inverts the ranking of
+  tp 4-8 against tp 1-2 layouts; with a non-blocking network the layouts whose data-parallel groups
+  span many nodes are predicted too fast against their groups.
 
 **HF Ultra-Scale Playbook** (nanotron benchmark sweep, 3,287 configs on 1-64 nodes of 8xH100):
 
@@ -172,6 +177,7 @@ class FrameworkProfile:
     memory_overhead: Any = None             # simulator.memory_overhead.MemoryOverhead
     compute_efficiency: dict | None = None  # replaces the accelerator's ``efficiency`` block
     node_overrides: dict | None = None      # merged into the catalog node (e.g. intra_node.collective_efficiency)
+    fabric: dict | None = None              # replaces the mapping's catalog fabric (a FatTree spec)
     source: str = ""
     path: Path | None = None
 
@@ -186,7 +192,7 @@ def load_profile(path: Path) -> FrameworkProfile | None:
     mem = doc.get("memory_overhead")
     return FrameworkProfile(name=doc["name"], memory_overhead=MemoryOverhead.model_validate(mem) if mem else None,
                             compute_efficiency=doc.get("compute_efficiency"), node_overrides=doc.get("node_overrides"),
-                            source=doc.get("source", ""), path=path)
+                            fabric=doc.get("fabric"), source=doc.get("source", ""), path=path)
 
 
 @cache
@@ -255,7 +261,8 @@ def hagemann_case(row: dict[str, Any], profile: FrameworkProfile | None = None) 
     raw = {
         "name": f"hagemann-{row['trial_id']}",
         "model": HAGEMANN_MODELS[row["model"]],
-        "cluster": {"node": profile_node(HAGEMANN_NODE, profile), "fabric": "fat-tree", "num_gpus": n},
+        "cluster": {"node": profile_node(HAGEMANN_NODE, profile),
+                    "fabric": copy.deepcopy(profile.fabric) if profile and profile.fabric else "fat-tree", "num_gpus": n},
         "parallelism": {"tp": tp, "pp": pp, "dp": "auto", "virtual_stages": 1, "schedule": "1f1b",
                         "sequence_parallel": sp, "zero_stage": 1, "recompute": recompute,
                         "micro_batch_size": mbs, "global_batch_size": HAGEMANN_TOKENS_PER_STEP // seq},
