@@ -248,10 +248,10 @@ def test_the_plain_memory_model_alone_misses_the_oom_target():
     assert report["accuracy"] < lr.TARGET_OOM_ACCURACY
 
 
-@pytest.mark.xfail(strict=True, reason="issue 4 open: held-out mean Spearman 0.73 here (48 runs), 0.68 over all 213 "
-                   "held-out runs, target 0.8: within a group the layouts differ by 5-30% while single "
-                   "predictions scatter by ~7%, and 12 measured runs (often their group's fastest) are "
-                   "predicted OOM (ranked last)")
+@pytest.mark.xfail(strict=True, reason="issue 4 open: held-out mean Spearman 0.76 here (48 runs), 0.70 over all 213 "
+                   "held-out runs, target 0.8: there 12 measured runs, often their group's fastest, are "
+                   "predicted OOM and rank last; ranked by their simulated rates instead the same runs reach 0.90 "
+                   "(0.88 over all 213): the memory classifier, fitted on OOM labels alone, is what falls short")
 def test_hagemann_layout_ranking_spearman():
     cases, profile = lr.calibrated("hagemann")
     chosen = _spread(_largest_group_per_model_and_gpus(lr.heldout(cases)), per_group=6)
@@ -266,18 +266,21 @@ def test_hagemann_heldout_throughput_within_15_percent_and_better_ranked_than_wi
     # The profile's compute and network constants (GEMM curve x s, per-kernel overhead L, NVLink
     # collective efficiency x c, NIC efficiency x n, fabric oversubscription o) are fitted on the
     # fit half's tokens/s (validation/calibrate_frameworks.py fit_hagemann_compute); this is the
-    # held-out check. Measured 2026-12-03 on these 48 runs: median |error| 8.2% (catalog
-    # constants and fabric: 27.4%), mean Spearman 0.73 (catalog: 0.52); over all 213 held-out runs
-    # 8.6% (30.4%) and 0.68 (0.48).
+    # held-out check. Measured 2026-12-03 on these 48 runs: median |error| 5.4% (catalog
+    # constants and fabric: 27.4%), mean Spearman 0.76 (catalog: 0.52); over all 213 held-out runs
+    # 6.7% (30.4%) and 0.70 (0.48). The throughput model's own ranking (every run ranked by its
+    # simulated rate, the memory verdict set aside) meets the issue's 0.8: 0.90 here, 0.88 over 213.
     cases, profile = lr.calibrated("hagemann")
     chosen = _spread(_largest_group_per_model_and_gpus(lr.heldout(cases)), per_group=6)
     fitted = lr.ranking_report(chosen, workers=2, overhead=profile.memory_overhead)
     catalog_cases = {c.case_id: c for c in lr.hagemann_cases()}
     catalog = lr.ranking_report([catalog_cases[c.case_id] for c in chosen], workers=2, overhead=profile.memory_overhead)
-    print(f"fitted: {100 * fitted['median_abs_error']:.1f}%, {fitted['mean_spearman']:.3f}; "
+    print(f"fitted: {100 * fitted['median_abs_error']:.1f}%, {fitted['mean_spearman']:.3f} "
+          f"({fitted['mean_spearman_if_run']:.3f} by simulated rate alone); "
           f"catalog: {100 * catalog['median_abs_error']:.1f}%, {catalog['mean_spearman']:.3f}")
     assert fitted["median_abs_error"] <= lr.TARGET_MEDIAN_ABS_ERROR
     assert fitted["mean_spearman"] > catalog["mean_spearman"]
+    assert fitted["mean_spearman_if_run"] >= lr.TARGET_SPEARMAN
 
 
 @pytest.mark.xfail(strict=True, reason="issue 4 open: held-out median |error| 155% on a 302-run sample, "
