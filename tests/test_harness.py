@@ -45,6 +45,46 @@ def _fail_on_rank_one(ctx):
     return ctx.rank
 
 
+def _abort_at_exit_on_rank_one(ctx):
+    import atexit
+    import os
+
+    if ctx.rank == 1:
+        atexit.register(os.abort)  # SIGABRT after the result is reported, as a gloo teardown crash
+    return ctx.rank * 10
+
+
+def _abort_once_on_rank_one(ctx, marker: str):
+    import os
+
+    if ctx.rank == 1 and not Path(marker).exists():
+        Path(marker).write_text("aborted once")
+        os.abort()  # killed before reporting, no Python error
+    return ctx.rank
+
+
+def _always_abort_on_rank_one(ctx):
+    import os
+
+    if ctx.rank == 1:
+        os.abort()
+    return ctx.rank
+
+
+def test_a_crash_after_every_rank_reported_keeps_the_results():
+    with pytest.warns(RuntimeWarning, match="teardown crash"):
+        assert launcher.launch(_abort_at_exit_on_rank_one, 2) == [0, 10]
+
+
+def test_a_rank_killed_before_reporting_restarts_the_job_once(tmp_path):
+    marker = tmp_path / "marker"
+    with pytest.warns(RuntimeWarning, match="starting the job again"):
+        assert launcher.launch(_abort_once_on_rank_one, 2, str(marker)) == [0, 1]
+    assert marker.read_text() == "aborted once"
+    with pytest.raises(launcher.LaunchError, match="SIGABRT"), pytest.warns(RuntimeWarning):
+        launcher.launch(_always_abort_on_rank_one, 2)
+
+
 def test_quick_microbenchmarks_write_files_with_expected_fields(tmp_path):
     cfg = MicrobenchConfig(gemm_shapes=[(64, 64, 64), (128, 128, 128)], bmm_shapes=[(4, 32, 32, 16)],
                            gemm_layouts=["nn", "tn"], attention_shapes=[(1, 2, 32, 16)],

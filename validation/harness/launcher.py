@@ -18,6 +18,7 @@ import pickle
 import socket
 import tempfile
 import traceback
+import warnings
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
@@ -129,12 +130,27 @@ class LaunchError(RuntimeError):
     pass
 
 
+def _rank_reports(tmp: str, world_size: int) -> list[tuple[str, Any] | None]:
+    """What each rank wrote before it exited: ("ok", value), ("error", traceback) or None."""
+    reports: list[tuple[str, Any] | None] = []
+    for rank in range(world_size):
+        path = Path(tmp) / f"rank{rank}.pkl"
+        reports.append(pickle.loads(path.read_bytes()) if path.exists() else None)
+    return reports
+
+
 def launch(fn: Callable, world_size: int, *args, backend: str | None = None, device: str | None = None,
-           threads_per_rank: int = 1, timeout_s: float = 600.0) -> list[Any]:
+           threads_per_rank: int = 1, timeout_s: float = 600.0, relaunches: int = 1) -> list[Any]:
     """Run ``fn(ctx, *args)`` in ``world_size`` processes; return the ranks' results.
 
     ``fn`` must be importable (a module-level function): the ranks are started with
     ``spawn``. Raises :class:`LaunchError` with the failing rank's traceback.
+
+    A rank killed by a signal is not a Python error. When every rank had already reported its
+    result, the kill came in teardown (gloo's C++ threads can abort the process on exit with
+    "terminate called without an active exception", seen once in a CI run on 2026-12-03) and the
+    results stand, with a warning. When a rank was killed before reporting and no rank raised, the
+    whole job is started again, at most ``relaunches`` times, and then fails.
     """
     import torch.multiprocessing as mp
 
@@ -148,19 +164,19 @@ def launch(fn: Callable, world_size: int, *args, backend: str | None = None, dev
             mp.spawn(_worker, args=(fn, args, world_size, choice, port, threads_per_rank, tmp, timeout_s),
                      nprocs=world_size, join=True)
         except Exception as exc:
-            errors = []
-            for rank in range(world_size):
-                path = Path(tmp) / f"rank{rank}.pkl"
-                if path.exists():
-                    status, value = pickle.loads(path.read_bytes())
-                    if status == "error":
-                        errors.append(f"rank {rank}: {value}")
-            raise LaunchError("\n".join(errors) or str(exc)) from None
-        results = []
-        for rank in range(world_size):
-            status, value = pickle.loads((Path(tmp) / f"rank{rank}.pkl").read_bytes())
-            results.append(value)
-        return results
+            reports = _rank_reports(tmp, world_size)
+            errors = [f"rank {rank}: {r[1]}" for rank, r in enumerate(reports) if r is not None and r[0] == "error"]
+            if not errors and all(r is not None and r[0] == "ok" for r in reports):
+                warnings.warn(f"every rank reported its result, then: {exc} (ignored: a teardown crash)",
+                              RuntimeWarning, stacklevel=2)
+                return [r[1] for r in reports]
+            if errors or relaunches <= 0:
+                raise LaunchError("\n".join(errors) or str(exc)) from None
+            warnings.warn(f"{exc} before reporting; starting the job again", RuntimeWarning, stacklevel=2)
+        else:
+            return [r[1] for r in _rank_reports(tmp, world_size)]
+    return launch(fn, world_size, *args, backend=backend, device=device, threads_per_rank=threads_per_rank,
+                  timeout_s=timeout_s, relaunches=relaunches - 1)
 
 
 def probe_rank(ctx: RankContext, value: float = 1.0) -> dict:
