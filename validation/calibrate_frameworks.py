@@ -19,20 +19,25 @@ use the held-out half as the check.
   the fit half's finished runs.
 
 ``hagemann-a100.yaml`` (Hagemann 2023, Aleph Alpha codebase on A100 80GB): the sweep has no memory
-readings, only OOM labels, so ``memory_overhead`` has weights/gradients/optimizer at 1 and one
+readings, only OOM labels, so ``memory_overhead`` has weights/gradients/optimizer at 1, one
 activation factor per memory variant (RMSNorm kernel fused or not, x full recompute or none:
 what an unfused norm keeps differs between storing every layer's activations and storing only
-layer inputs) plus a constant, fitted by logistic regression of the fit half's OOM labels on
-``peak - usable HBM`` (peak = states + k[variant]·activations + other + d). Its
-``compute_efficiency`` and ``node_overrides`` set three catalog constants for this codebase:
-the A100 GEMM curve x s, the per-kernel overhead L and the DGX A100's intra-node collective
-efficiency x c, (s, L, c) minimising the mean |log(predicted / measured tokens/s)| over the fit
-half's finished runs (:func:`fit_hagemann_compute`).
+layer inputs), the share β that each further micro-batch in flight costs, and a constant,
+fitted by logistic regression of the fit half's OOM labels on ``peak - usable HBM``
+(:func:`fit_hagemann_memory`). Its ``compute_efficiency``, ``node_overrides`` and ``fabric`` set
+catalog constants for this codebase and its (unpublished) network: the A100 GEMM curve x s, the
+per-kernel overhead L, the DGX A100's intra-node collective efficiency x c, its NIC efficiency
+x n and a fat tree's oversubscription o above pods of 8 nodes, (s, L, c, n, o) minimising the
+mean |log(predicted / measured tokens/s)| over the fit half's finished runs
+(:func:`fit_hagemann_compute`); then, those held, the speed of the intra-node reduce-scatter
+and all-gather (:func:`fit_hagemann_sequence_parallel`).
 
-``python -m validation.calibrate_frameworks [--write]`` prints the fits (and writes the YAMLs).
-The nanotron compute fit simulates ~30 single-node runs ~100 times (about two minutes on two
-cores); the Hagemann compute fit ~190 runs ~80 times (about forty minutes).
-``--skip-compute`` keeps both written compute fits and redoes the memory fits only.
+``python -m validation.calibrate_frameworks [--write] [--set hagemann|ultrascale|both]`` prints
+the fits (and writes the YAMLs). The nanotron compute fit simulates ~30 single-node runs ~100
+times (about two minutes on two cores); the Hagemann compute fit ~190 runs ~160 times (about 45
+minutes), its reduce-scatter/all-gather fit ~10 times more. ``--skip-compute`` keeps the written
+compute fits and redoes the memory fits only; ``--only-sequence-parallel`` redoes the Hagemann
+memory and reduce-scatter/all-gather fits on the written compute constants.
 """
 
 from __future__ import annotations
