@@ -129,8 +129,38 @@ class AlphaBeta(Spec):
                     "(linearly in bytes; the first point's below, the law's bandwidth beyond the last), for "
                     "transports that an alpha-beta line fits badly (gloo on a CPU host)")
     measured_world_size: int | None = Field(default=None, ge=2)
+    bus_bandwidth_by_nodes: dict[int, float] | None = Field(
+        default=None,
+        description="bus bandwidth (GB/s) measured per number of nodes the group spans, for an inter-node law: "
+                    "a group over k nodes gets the bandwidth interpolated log-log between the listed counts (the "
+                    "nearest listed count's outside them) instead of bus_bandwidth_gb_per_s. For fabrics whose "
+                    "large-message bandwidth falls with scale (congestion, oversubscription) rather than their "
+                    "latency growing with the ring; validation/calibrate_efa.py tells the two apart")
     source: str | None = None
     fitted_on: str | None = None
+
+    @field_validator("bus_bandwidth_by_nodes")
+    @classmethod
+    def _positive_table(cls, table):
+        if table is None:
+            return table
+        if not table:
+            raise ValueError("needs at least one {nodes: GB/s} entry")
+        if any(k < 1 or v <= 0 for k, v in table.items()):
+            raise ValueError("node counts must be >= 1 and bandwidths > 0")
+        return dict(sorted(table.items()))
+
+    def bandwidth_gb_per_s(self, num_nodes: int = 1) -> float:
+        """The law's bus bandwidth for a group over ``num_nodes`` nodes (see ``bus_bandwidth_by_nodes``)."""
+        if not self.bus_bandwidth_by_nodes:
+            return self.bus_bandwidth_gb_per_s
+        nodes = list(self.bus_bandwidth_by_nodes)
+        values = [self.bus_bandwidth_by_nodes[k] for k in nodes]
+        if num_nodes <= nodes[0]:
+            return values[0]
+        if num_nodes >= nodes[-1]:
+            return values[-1]
+        return float(np.exp(np.interp(np.log(num_nodes), np.log(nodes), np.log(values))))
 
     @field_validator("measured_points")
     @classmethod

@@ -112,7 +112,8 @@ def collective_cost(
     if placement.num_pods > 1:
         by_link["up"] = nic_bytes
     if law is not None:
-        by_link = {key: b * links.inter_bytes_per_s / (law.bus_bandwidth_gb_per_s * 1e9 / g) if key == "nic" else b
+        bandwidth = law.bandwidth_gb_per_s(k) * 1e9
+        by_link = {key: b * links.inter_bytes_per_s / (bandwidth / g) if key == "nic" else b
                    for key, b in by_link.items()}
         return CollectiveCost("measured", _law_latency_s(law, collective, n), by_link)
     hop = max(links.inter_latency_s, links.intra_latency_s)

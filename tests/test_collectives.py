@@ -262,6 +262,25 @@ def test_measured_law_latency_grows_with_the_ring_steps():
     assert AlphaBeta(latency_us=7, bus_bandwidth_gb_per_s=20).latency_per_step_us == 0
 
 
+def test_a_law_with_bandwidth_by_node_count_uses_the_group_s_node_count():
+    # bus_bandwidth_by_nodes {2: 40, 8: 10} GB/s: 4 nodes sit halfway in log-log, sqrt(40·10) = 20.
+    law = AlphaBeta(latency_us=0, latency_per_step_us=0, bus_bandwidth_gb_per_s=40,
+                    bus_bandwidth_by_nodes={8: 10.0, 2: 40.0})
+    assert list(law.bus_bandwidth_by_nodes) == [2, 8]
+    assert law.bandwidth_gb_per_s(4) == pytest.approx(20.0, rel=1e-12)
+    assert law.bandwidth_gb_per_s(1) == 40.0 and law.bandwidth_gb_per_s(64) == 10.0  # nearest outside
+    topo = _topo(64)
+    # all-gather over 4 nodes, one rank each: bus 3/4 S at 20 GB/s
+    four = collective_cost("all_gather", S, topo.placement((0, 8, 16, 24)), topo.links, inter_laws={"all_gather": law})
+    assert four.isolated_time_s(topo.links) == pytest.approx(0.75 * S / 20e9, rel=1e-12)
+    # over 8 nodes: 7/8 S at 10 GB/s
+    eight = collective_cost("all_gather", S, topo.placement(tuple(range(0, 64, 8))), topo.links,
+                            inter_laws={"all_gather": law})
+    assert eight.isolated_time_s(topo.links) == pytest.approx(0.875 * S / 10e9, rel=1e-12)
+    with pytest.raises(ValueError, match="bandwidths > 0"):
+        AlphaBeta(latency_us=0, bus_bandwidth_gb_per_s=1, bus_bandwidth_by_nodes={2: 0.0})
+
+
 def test_measured_laws_come_from_the_node_spec_through_topology():
     # The node spec's intra_node.collectives reaches collective_cost the way the planner passes it.
     node = _node(intra={"collectives": {"all_gather": {"latency_us": 4, "bus_bandwidth_gb_per_s": 50}}})

@@ -75,6 +75,8 @@ def test_ultrascale_mapping_first_row():
     assert case.raw["parallelism"] == {"tp": 1, "pp": 2, "dp": 4, "virtual_stages": 1, "schedule": "1f1b",
                                        "sequence_parallel": False, "zero_stage": 1, "recompute": "none",
                                        "micro_batch_size": 4, "global_batch_size": 256,
+                                       # the DP scaling figure's choice (validation/calibrate_efa.py)
+                                       "overlap_grad_reduce": False,
                                        # nanotron's cost balance: the LM head (V·h) weighs as ~4 of
                                        # llama-1b's 16 blocks, so the last of 2 stages gets 6 blocks
                                        "last_stage_layers": 6}
@@ -154,7 +156,10 @@ def test_the_split_is_deterministic_by_layout_and_about_half(source):
     cases, _ = lr.calibrated(source)
     held = lr.heldout(cases)
     fit = lr.fit_half(cases)
-    assert len(held) + len(fit) == len(cases) and 0.4 < len(held) / len(cases) < 0.6
+    # runs of a layout some calibration figure shares (odd md5) are in neither half
+    calibration_only = [c for c in cases if c.used_in_calibration and lr.is_heldout(c.split_key)]
+    assert len(held) + len(fit) + len(calibration_only) == len(cases) and 0.4 < len(held) / len(cases) < 0.6
+    assert len(calibration_only) <= 3
     assert {id(c) for c in held}.isdisjoint({id(c) for c in fit})
     by_key: dict = {}
     for c in cases:  # repeated measurements of one layout fall on the same side
@@ -283,11 +288,11 @@ def test_hagemann_heldout_throughput_within_15_percent_and_better_ranked_than_wi
     assert fitted["mean_spearman_if_run"] >= lr.TARGET_SPEARMAN
 
 
-@pytest.mark.xfail(strict=True, reason="issue 4 open: held-out median |error| 155% on a 302-run sample, "
-                   "target 15%: 9-11% at 1-2 nodes, 75-1300% from 4 nodes on, where measured runs are "
-                   "systematically slower than predicted (pp > 1 with tp > 1 across nodes: a fixed ~(8 + 2.5 tp) ms "
-                   "per layer and micro-batch, see validation/layout_ranking.py) and the sweep disagrees with "
-                   "itself (test below)")
+@pytest.mark.xfail(strict=True, reason="issue 4 open: held-out median |error| 83% over all 879 held-out runs "
+                   "(122% on this 81-run sample), target 15%: 8-9% at 1-2 nodes, 40-860% from 4 nodes on, "
+                   "where half the runs (pp > 1 with tp > 2 across nodes) run 2-15x below any prediction "
+                   "(see validation/layout_ranking.py) and the sweep disagrees with itself (test below); "
+                   "the other half meets the target (test further below)")
 def test_ultrascale_tokens_per_gpu_median_error():
     cases, profile = lr.calibrated("ultrascale")
     runs = [c for c in lr.heldout(cases) if not c.measured_oom]
@@ -308,9 +313,9 @@ def test_the_sweep_agrees_with_itself_only_on_one_and_two_nodes():
 
 def test_ultrascale_heldout_one_and_two_node_runs_meet_the_targets():
     # Where the sweep is self-consistent (1-2 nodes), every held-out finished run: measured
-    # 2026-12-03 median |error| 8.7% over 120 runs (1 node 7.7%, 2 nodes 8.7%), mean Spearman 0.89.
-    # The 2-node runs are not used by any fit (the compute profile is fitted on 1-node runs of the
-    # fit half, the EFA laws on the collective microbenchmark).
+    # 2026-12-03 median |error| 9.0% over 120 runs, mean Spearman 0.89. No held-out run is used by
+    # a fit (the compute profile is fitted on the fit half's 1-node runs, nanotron's latency per
+    # inter-node call on its pp 1 runs, the EFA laws on the Playbook's microbenchmark and DP figure).
     cases, profile = lr.calibrated("ultrascale")
     runs = [c for c in lr.heldout(cases) if not c.measured_oom and c.group[1] in (1, 2)]
     assert len(runs) == 120
@@ -319,3 +324,18 @@ def test_ultrascale_heldout_one_and_two_node_runs_meet_the_targets():
     assert report["median_abs_error"] <= lr.TARGET_MEDIAN_ABS_ERROR
     assert report["mean_spearman"] >= lr.TARGET_SPEARMAN
     assert report["unpredicted"] <= 2
+
+
+def test_ultrascale_heldout_runs_outside_the_cross_node_pipeline_anomaly_meet_the_target():
+    # Every held-out finished run without pipeline stages on several nodes combined with tp > 2
+    # (pp 1, or tp <= 2), 1-64 nodes: measured 2026-12-03 median |error| 13.9% over 426 runs
+    # (1-2 nodes 8-9%, 4-32 nodes 13-17%, 64 nodes 118%). Before the EFA laws took their bandwidth
+    # per node count from the DP figure and nanotron its latency per call: 18.8%.
+    cases, profile = lr.calibrated("ultrascale")
+    runs = [c for c in lr.heldout(cases) if not c.measured_oom
+            and (c.raw["parallelism"]["pp"] == 1 or c.raw["parallelism"]["tp"] <= 2)]
+    assert len(runs) == 426
+    report = lr.ranking_report(runs, workers=2, overhead=profile.memory_overhead)
+    print(f"median |error| {100 * report['median_abs_error']:.1f}% over {len(report['errors'])} runs")
+    assert report["median_abs_error"] <= lr.TARGET_MEDIAN_ABS_ERROR
+    assert report["unpredicted"] <= 6
