@@ -65,7 +65,6 @@ FIGURES = {
     "reduce_scatter": "ReduceScatter bandwidth (GB/s), 256MB message, median",
 }
 DP_FIGURE = "DP scaling (1B model: DP=8 point equals 1B config MBS2/GBS256/ZeRO0 in sweep, 40,150 tok/s/gpu)"
-DP_GLOBAL_BATCH = 256  # sequences ("a global batch size of 1M tokens" at seq 4096)
 FITTED_ON = ("validation/data/ultrascale_playbook_scaling_figures.csv: '{figure}' rows, nodes {nodes} "
              "(HF Ultra-Scale Playbook pp_comm_bandwidth.html, 8xH100 p5 nodes, EFA); fit by validation/calibrate_efa.py")
 
@@ -207,9 +206,9 @@ def dp_scaling_scenario(dp: int, inter: dict[str, Law], overlap_grad_reduce: boo
     fit_playbook_collective_latency)."""
     import validation.layout_ranking as lr
 
-    micro_batch = 2 if dp * 2 <= DP_GLOBAL_BATCH else 1
     row = {"model": "1B", "nodes": dp // GPUS_PER_NODE, "gpus": dp, "dp": dp, "tp": 1, "pp": 1, "zero_stage": 0,
-           "micro_batch_size": micro_batch, "global_batch_size_seqs": DP_GLOBAL_BATCH, "seq_len": 4096,
+           "micro_batch_size": lr.dp_figure_micro_batch(dp), "global_batch_size_seqs": lr.DP_FIGURE_GLOBAL_BATCH,
+           "seq_len": 4096,
            "status": "ok", "tokens_per_sec_per_gpu": math.nan, "mfu_pct": math.nan, "gpu_memory_GB": math.nan}
     profile = lr.load_profile(lr.ULTRASCALE_PROFILE)
     raw = lr.ultrascale_case(0, row, profile).raw
@@ -299,7 +298,7 @@ def node_yaml_block(inter: dict[str, Law]) -> str:
         table = ", ".join(f"{k}: {v}" for k, v in spec.bus_bandwidth_by_nodes.items())
         lines += [f"  {c}:", "    latency_us: 0",
                   f"    latency_per_step_us: {spec.latency_per_step_us}        # fitted on the Playbook's DP scaling figure (see header)",
-                  f"    bus_bandwidth_gb_per_s: {spec.bus_bandwidth_gb_per_s}       # = the 2-node entry (used only outside the table)",
+                  f"    bus_bandwidth_gb_per_s: {spec.bus_bandwidth_gb_per_s}       # = the 2-node entry (unused while the table is given)",
                   f"    bus_bandwidth_by_nodes: {{{table}}}",
                   '    source: "HF Ultra-Scale Playbook microbenchmark (pp_comm_bandwidth.html), 2-64 nodes, and DP scaling '
                   'figure (dp_scaling.html)"',

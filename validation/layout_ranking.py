@@ -146,6 +146,12 @@ NANOTRON_OVERLAP_GRAD_REDUCE = False
 #: GPU counts of that figure's multi-node points (those fits use); the sweep's runs of their layouts
 #: are kept out of the held-out half.
 DP_FIGURE_GPUS = (16, 32, 64, 128, 256)
+DP_FIGURE_GLOBAL_BATCH = 256  # sequences ("a global batch size of 1M tokens" at seq 4096)
+
+
+def dp_figure_micro_batch(dp: int) -> int:
+    """The DP figure's micro-batch: 2, or 1 where 256 sequences allow no more (DP 256)."""
+    return 2 if dp * 2 <= DP_FIGURE_GLOBAL_BATCH else 1
 HAGEMANN_NODE = "dgx-a100-80g"
 
 
@@ -402,7 +408,7 @@ def ultrascale_case(index: int, row: dict[str, Any], profile: FrameworkProfile |
     key = (f"{row['model']}|{gpus}|{tp}|{pp}|{int(row['dp'])}|{int(row['zero_stage'])}|"
            f"{int(row['micro_batch_size'])}")
     in_dp_figure = (str(row["model"]), tp, pp, int(row["zero_stage"]), gpus, int(row["micro_batch_size"])) in {
-        ("1B", 1, 1, 0, dp, 2 if dp * 2 <= 256 else 1) for dp in DP_FIGURE_GPUS}
+        ("1B", 1, 1, 0, dp, dp_figure_micro_batch(dp)) for dp in DP_FIGURE_GPUS}
     return Case("ultrascale", str(index), (str(row["model"]), int(row["nodes"])), raw, not ok, measured,
                 mapping_error, split_key=key, used_in_calibration=in_dp_figure)
 
