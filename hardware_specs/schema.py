@@ -35,6 +35,25 @@ class EfficiencyPoint(Spec):
     efficiency: float = Field(gt=0, le=1)
 
 
+class CrossNodePipelineFloor(Spec):
+    """A framework's host-side floor on the decoder layers of a pipeline stage whose pipeline
+    neighbour sits on another node (simulator/host_floor.py).
+
+    While such a stage runs, one decoder layer's forward + backward for one micro-batch takes at
+    least ``per_layer_us + per_layer_per_tp_rank_us · tp`` microseconds, whatever the micro-batch
+    size: the GPU's kernels overlap this time, so the pass takes the longer of the two. Observed
+    for nanotron on AWS p5 / EFA (the Ultra-Scale Playbook sweep; mechanism not published), fitted
+    there (validation/calibrate_frameworks.py fit_playbook_pipeline_floor)."""
+
+    per_layer_us: float = Field(ge=0)
+    per_layer_per_tp_rank_us: float = Field(ge=0)
+    source: str
+    fitted_on: str | None = None
+
+    def per_layer_s(self, tp: int) -> float:
+        return (self.per_layer_us + self.per_layer_per_tp_rank_us * tp) * 1e-6
+
+
 class ComputeEfficiency(Spec):
     """How close kernels get to the datasheet peaks.
 
@@ -71,6 +90,10 @@ class ComputeEfficiency(Spec):
         description="achieved / peak HBM bandwidth of the (fused) optimizer step, which streams its states "
                     "with little arithmetic; None = memory_bound_efficiency")
     optimizer_efficiency_source: str | None = None
+    cross_node_pipeline_floor: CrossNodePipelineFloor | None = Field(
+        default=None,
+        description="host-side floor per decoder layer and micro-batch of a stage whose pipeline neighbour "
+                    "is on another node (a framework's behaviour; None = no floor)")
     source: str
     fitted_on: str | None = None
 

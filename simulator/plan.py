@@ -28,6 +28,7 @@ from dataclasses import dataclass, field
 from simulator.collectives import collective_cost
 from simulator.compute import ComputeModel
 from simulator.engine import Task
+from simulator.host_floor import floor_per_layer_s, stretch
 from simulator.interference import exposed_comm_share
 from simulator.jitter import sync_stretch
 from simulator.parallelism import chunk_layer_counts
@@ -75,6 +76,8 @@ class Planner:
         self.links = self.topo.links
         self.compute = ComputeModel(scenario.accelerator, self.precision, scenario.training.fp8_gemms)
         self.sync_stretch = sync_stretch(scenario.accelerator.efficiency.sync_jitter, scenario.num_gpus)
+        self.host_floor = scenario.accelerator.efficiency.cross_node_pipeline_floor
+        self._stretch_cache: dict[tuple[int, bool], float] = {}
         self.shard = ShardShape(
             micro_batch=self.par.micro_batch_size,
             seq_length=scenario.seq_length,
@@ -206,6 +209,46 @@ class Planner:
                     comm[category] = comm.get(category, 0.0) + seconds * self._exposure(rank, ops, i)
             hit = self._time_cache[key] = (ops, (compute_s, comm))
         return hit[1]
+
+    def layer_pass_ops(self, kind: bool, phase: str) -> tuple[Op, ...]:
+        """One layer's ops of a pass: "F" forward, "B" backward (its input-gradient part under
+        zero bubble), "W" weight gradients (zero bubble), "R" the recomputed forward work."""
+        work = self.layer_works[kind]
+        if phase == "F":
+            return work.forward
+        if phase == "B":
+            return work.input_grad_ops() if self.par.schedule == "zb-h1" else work.backward
+        if phase == "W":
+            return work.weight_grad_ops()
+        return work.recompute_ops(self.par.recompute)
+
+    def layer_stretch(self, rank: int, kind: bool) -> float:
+        """The host floor's factor on the passes of a layer of ``kind`` on ``rank``
+        (simulator/host_floor.py): 1 unless the rank's pipeline neighbour is on another node and
+        the layer's isolated forward + backward (+ recompute) is shorter than the floor."""
+        key = (rank, kind)
+        hit = self._stretch_cache.get(key)
+        if hit is None:
+            floor_s = floor_per_layer_s(self.host_floor, self.layout, self.topo, rank)
+            hit = 1.0
+            if floor_s > 0:
+                work = self.layer_works[kind]
+                device_s = sum(sum(self.pass_cost_s(rank, ops)) for ops in
+                               (work.forward, work.backward, work.recompute_ops(self.par.recompute)) if ops)
+                hit = stretch(device_s, floor_s)
+            self._stretch_cache[key] = hit
+        return hit
+
+    def host_floor_stall_s(self, rank: int, phase: str, runs) -> float:
+        """Seconds a pass over ``runs`` ((layer kind, count), ...) waits for the host floor."""
+        if self.host_floor is None or self.par.pp == 1:
+            return 0.0
+        stall = 0.0
+        for kind, count in runs:
+            factor = self.layer_stretch(rank, kind)
+            if factor > 1.0:
+                stall += count * (factor - 1.0) * sum(self.pass_cost_s(rank, self.layer_pass_ops(kind, phase)))
+        return stall
 
     def _isolated_comm_s(self, rank: int, parts: list[tuple[str, str, float]]) -> float:
         key = ("isolated", tuple(parts))
@@ -481,6 +524,13 @@ class Planner:
                 carry.append(pending)
             return last
 
+        def host_floor(label: str, phase: str, runs) -> Task | None:
+            """The stage's host-side floor (simulator/host_floor.py): a stall after the pass."""
+            stall = self.host_floor_stall_s(rank, phase, runs)
+            if stall <= 0:
+                return None
+            return add(Task(f"{label}.host_floor", actor, "compute", "host_stall", duration_s=stall))
+
         def gather_params(label: str, params: float) -> tuple[Task, ...]:
             """ZeRO-3: all-gather a layer's weights on the dp stream, prefetched one task ahead
             (``overlap_param_gather``), or, with it off, issued only when the layer before has
@@ -576,10 +626,12 @@ class Planner:
                         kind = self.chunk_layer_kind(g, layer)
                         layer_ends.append(run_ops(self.layer_works[kind].forward, label, "compute",
                                                   gather_params(label, self.layer_params_local(kind))))
+                        host_floor(label, "F", ((kind, 1),))
                     if g == last_chunk:
                         run_ops(self.head.forward, f"F.{tag}.head", "compute")
                 else:  # one compute and one TP task for the whole chunk pass
                     run_ops(self._chunk_ops("F", g), f"F.{tag}", "compute")
+                    host_floor(f"F.{tag}", "F", self.chunk_runs(g))
                 entry = compute_list[pass_start]
                 if mb == 0 and g in start_gathers:
                     entry.deps.append(start_gathers[g])
@@ -588,6 +640,7 @@ class Planner:
                 continue
             if phase == "W":  # zero-bubble weight-gradient pass; the chunk's gradients are final after it
                 run_ops(self._chunk_ops("W", g), f"W.{tag}", "compute")
+                host_floor(f"W.{tag}", "W", self.chunk_runs(g))
                 if reduce_now and dp_size > 1:
                     bucket["bytes"] += self.chunk_params_local(g) * grad_bytes
                     bucket["expert"] += self._layers_params(self.chunk_runs(g), expert_only=True) * grad_bytes
@@ -597,7 +650,9 @@ class Planner:
                 recompute_ops = self._chunk_ops("R", g)
                 if recompute_ops:
                     run_ops(recompute_ops, f"B.{tag}.recompute", "recompute")
+                    host_floor(f"B.{tag}.recompute", "R", self.chunk_runs(g))
                 run_ops(self._chunk_ops("B", g), f"B.{tag}", "compute")
+                host_floor(f"B.{tag}", "B", self.chunk_runs(g))
                 accumulate_grads(g, mb, tag)
                 lookup[("B_entry", actor, mb, g)] = compute_list[pass_start]
                 lookup[("B_exit", actor, mb, g)] = prev[0]
@@ -614,8 +669,10 @@ class Planner:
                 rc_ops = work.recompute_ops(recompute)
                 if rc_ops:
                     run_ops(rc_ops, f"{label}.recompute", "recompute", gathered)
+                    host_floor(f"{label}.recompute", "R", ((kind, 1),))
                     gathered = ()
                 done = run_ops(work.backward, label, "compute", gathered)
+                done = host_floor(label, "B", ((kind, 1),)) or done
                 layer_ends.append(done)
                 if overlapped_reduce:
                     bucket["bytes"] += lp * grad_bytes

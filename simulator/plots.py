@@ -28,7 +28,7 @@ MEMORY_KINDS = ("weights", "gradients", "optimizer", "activations", "other")
 MEMORY_COLOURS = {"weights": "#4c72b0", "gradients": "#55a868", "optimizer": "#c44e52",
                   "activations": "#8172b2", "other": "#937860"}
 CATEGORY_COLOURS = {
-    "compute": "#4c72b0", "recompute": "#64b5cd", "optimizer": "#937860",
+    "compute": "#4c72b0", "recompute": "#64b5cd", "host_stall": "#8c8c8c", "optimizer": "#937860",
     "tp_comm": "#dd8452", "pp_comm": "#55a868", "dp_comm": "#c44e52", "cp_comm": "#8172b2",
     "ep_comm": "#da8bc3", "pipeline_bubble": "#cccccc",
 }

@@ -14,7 +14,7 @@ from collections.abc import Callable
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
-BREAKDOWN_KEYS = ("compute", "recompute", "tp_comm", "cp_comm", "ep_comm", "pp_comm", "dp_comm",
+BREAKDOWN_KEYS = ("compute", "recompute", "host_stall", "tp_comm", "cp_comm", "ep_comm", "pp_comm", "dp_comm",
                   "pipeline_bubble", "optimizer")
 
 

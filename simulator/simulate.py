@@ -27,7 +27,7 @@ from simulator.scenario import Scenario, load_scenario
 from workloads.counting import total_params
 from workloads.graph import step_flops
 
-_BUSY = {"compute": "compute", "recompute": "recompute", "optimizer": "optimizer"}
+_BUSY = {"compute": "compute", "recompute": "recompute", "host_stall": "host_stall", "optimizer": "optimizer"}
 
 
 def _binding_dep(task: Task) -> Task | None:

@@ -52,12 +52,12 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
 from simulator.economics import ECONOMICS_KEYS
 from simulator.errors import ConfigError, from_pydantic
+from simulator.result import BREAKDOWN_KEYS
 
 # --------------------------------------------------------------------------- result columns
 
 MEMORY_KINDS = ("weights", "gradients", "optimizer", "activations", "other")
-TIME_KINDS = ("compute", "recompute", "tp_comm", "cp_comm", "ep_comm", "pp_comm", "dp_comm", "pipeline_bubble",
-              "optimizer")
+TIME_KINDS = BREAKDOWN_KEYS
 LAYOUT_KEYS = ("tp", "pp", "dp", "cp", "ep", "virtual_stages", "schedule", "sequence_parallel", "zero_stage",
                "recompute", "micro_batch_size", "global_batch_size")
 """Fields of the resolved layout a sweep row carries as ``layout.<field>`` columns."""

@@ -1,0 +1,52 @@
+"""Host-side floor of a pipeline stage whose pipeline neighbour is on another node.
+
+Some frameworks cannot get a decoder layer's work done faster than a fixed host-side time while
+their pipeline sends and receives cross the inter-node network. nanotron on AWS p5 / EFA (the
+Ultra-Scale Playbook sweep) shows it plainly: with pipeline stages on different nodes, a step
+takes about (4 + 3·tp) ms per decoder layer of a stage and micro-batch, whatever the micro-batch
+size and model width (1B to 70B alike), until the GPU work is longer; on one node, or without
+pipelining, the same layouts run at their kernel speed. The Playbook does not say why (a host
+thread starved by the network progress threads, or each tensor-parallel collective waiting for
+the last of its tp ranks' hosts, would both look like this): the constants are fitted, and their
+spec (``hardware_specs.schema.CrossNodePipelineFloor``) records where.
+
+The GPU's kernels run while the host is stalled, so the floor does not add to them: a layer's
+passes for one micro-batch take the longer of their device time and the floor (the roofline of
+a host-bound loop). The planner applies it per layer kind: with ``device_s`` the isolated time
+of a layer's forward + backward (+ recompute) and ``floor_s`` the floor, every pass of that
+layer is stretched by ``max(1, floor_s / device_s)``, so the micro-batch's passes together take
+``max(device_s, floor_s)`` whichever way the floor splits between forward and backward.
+"""
+
+from __future__ import annotations
+
+from hardware_specs.schema import CrossNodePipelineFloor
+from simulator.topology import Coordinates, RankLayout, Topology
+
+
+def has_cross_node_neighbour(layout: RankLayout, topology: Topology, rank: int) -> bool:
+    """Whether the rank's previous or next pipeline stage (same tp/cp/dp coordinates) is on
+    another node."""
+    c = layout.coords(rank)
+    node = topology.node_of(rank)
+    for stage in (c.pp - 1, c.pp + 1):
+        if 0 <= stage < layout.par.pp:
+            neighbour = layout.rank(Coordinates(c.tp, c.cp, c.dp, stage))
+            if topology.node_of(neighbour) != node:
+                return True
+    return False
+
+
+def floor_per_layer_s(spec: CrossNodePipelineFloor | None, layout: RankLayout, topology: Topology, rank: int) -> float:
+    """The floor on one decoder layer's forward + backward of one micro-batch on ``rank``
+    (0 without a spec, without pipelining, or with both neighbours on the rank's node)."""
+    if spec is None or layout.par.pp == 1 or not has_cross_node_neighbour(layout, topology, rank):
+        return 0.0
+    return spec.per_layer_s(layout.par.tp)
+
+
+def stretch(device_s: float, floor_s: float) -> float:
+    """The factor on a layer's passes: ``max(1, floor_s / device_s)``."""
+    if floor_s <= 0 or device_s <= 0 or floor_s <= device_s:
+        return 1.0
+    return floor_s / device_s

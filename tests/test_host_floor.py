@@ -1,0 +1,88 @@
+"""The host-side floor of a pipeline stage whose neighbour is on another node
+(simulator/host_floor.py): exact step times on the toy GPT of tests/test_simulate.py.
+
+Toy: L = 4 layers, pp = 2 (2 layers per stage), tp = dp = 1, micro-batch 1, m micro-batches; a
+layer's forward takes t = T_LAYER, its backward 2t, so F + B = 3t = 2.8186 ms per layer. Pipeline
+sends and the LM head cost ~1e-15 s. 1F1B without a floor: step = (m + p - 1)·2·3t.
+With a floor of 10 ms per layer above 3t, every layer pass is stretched by 10 ms / 3t: a stage's
+forward + backward of one micro-batch takes 2·10 ms, so step = (m + 1)·20 ms, the critical stage
+busy m·2·3t of it and stalled m·2·(10 ms - 3t)."""
+
+from __future__ import annotations
+
+import copy
+import sys
+from pathlib import Path
+
+import pytest
+
+from hardware_specs.schema import CrossNodePipelineFloor
+from simulator.host_floor import floor_per_layer_s, has_cross_node_neighbour, stretch
+from simulator.parallelism import Parallelism
+from simulator.scenario import load_scenario
+from simulator.simulate import simulate
+from simulator.topology import RankLayout, Topology
+
+sys.path.insert(0, str(Path(__file__).parent))
+from test_simulate import MODES, T_LAYER, toy_raw  # noqa: E402
+
+FLOOR = {"per_layer_us": 6000.0, "per_layer_per_tp_rank_us": 4000.0, "source": "toy"}  # 10 ms at tp 1
+FLOOR_S = 10e-3
+
+
+def _pipeline(m: int, gpus_per_node: int, floor: dict | None = FLOOR, pp: int = 2, tp: int = 1, **par):
+    raw = toy_raw(pp * tp, pp=pp, tp=tp, global_batch_size=m, **par)
+    node = raw["cluster"]["node"]
+    node["gpus_per_node"] = gpus_per_node
+    node["nics_per_node"] = gpus_per_node
+    if floor is not None:
+        node["accelerator"]["efficiency"]["cross_node_pipeline_floor"] = copy.deepcopy(floor)
+    return load_scenario(raw)
+
+
+def test_the_floor_formula_and_the_stretch():
+    spec = CrossNodePipelineFloor.model_validate(FLOOR)
+    assert spec.per_layer_s(1) == pytest.approx(10e-3) and spec.per_layer_s(8) == pytest.approx(38e-3)
+    assert stretch(2.0, 5.0) == 2.5 and stretch(5.0, 2.0) == 1.0 and stretch(1.0, 0.0) == 1.0
+
+
+@pytest.mark.parametrize(("mode", "detail"), MODES)
+@pytest.mark.parametrize("m", [1, 4])
+def test_stages_on_two_nodes_run_at_the_floor(mode, detail, m):
+    r = simulate(_pipeline(m, gpus_per_node=1), mode=mode, detail=detail)
+    assert r.step_time_s == pytest.approx((m + 1) * 2 * FLOOR_S, rel=1e-9)
+    assert r.time_breakdown_s["host_stall"] == pytest.approx(m * 2 * (FLOOR_S - 3 * T_LAYER), rel=1e-9)
+    assert r.time_breakdown_s["compute"] == pytest.approx(m * 2 * 3 * T_LAYER, rel=1e-9)
+
+
+@pytest.mark.parametrize(("mode", "detail"), MODES)
+def test_no_floor_on_one_node_without_a_spec_or_below_the_device_time(mode, detail):
+    plain = (4 + 1) * 2 * 3 * T_LAYER
+    for scenario in (_pipeline(4, gpus_per_node=8),                   # both stages on one node
+                     _pipeline(4, gpus_per_node=1, floor=None),       # no floor in the spec
+                     _pipeline(4, gpus_per_node=1, floor={**FLOOR, "per_layer_us": 0.0,
+                                                          "per_layer_per_tp_rank_us": 1000.0})):  # 1 ms < 3t
+        r = simulate(scenario, mode=mode, detail=detail)
+        assert r.step_time_s == pytest.approx(plain, rel=1e-9)
+        assert r.time_breakdown_s["host_stall"] == 0.0
+
+
+def test_the_floor_grows_with_tp():
+    # tp = 2 halves the kernels (3t/2 per layer, no TP traffic cost: NVLink at 1e12 GB/s, no
+    # latency) and raises the floor to 6 + 4·2 = 14 ms per layer.
+    r = simulate(_pipeline(2, gpus_per_node=2, tp=2))
+    assert r.step_time_s == pytest.approx(3 * 2 * 14e-3, rel=1e-6)
+
+
+def test_which_stages_have_a_neighbour_on_another_node():
+    # pp 4 on two nodes of 2 GPUs: stages 0-1 on node 0, 2-3 on node 1; only 1 and 2 border.
+    par = Parallelism(pp=4, dp=1)
+    layout = RankLayout(par)
+    node = _pipeline(4, gpus_per_node=2, pp=4).node
+    topology = Topology(node, load_scenario(toy_raw(4, pp=4, global_batch_size=4)).fabric, 4)
+    assert [has_cross_node_neighbour(layout, topology, layout.representative(s)) for s in range(4)] == \
+        [False, True, True, False]
+    spec = CrossNodePipelineFloor.model_validate(FLOOR)
+    assert [floor_per_layer_s(spec, layout, topology, layout.representative(s)) for s in range(4)] == \
+        [0.0, pytest.approx(FLOOR_S), pytest.approx(FLOOR_S), 0.0]
+    assert floor_per_layer_s(None, layout, topology, 1) == 0.0
