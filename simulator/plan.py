@@ -624,9 +624,9 @@ class Planner:
                     for layer in range(n_layers):
                         label = f"F.{tag}.L{layer}"
                         kind = self.chunk_layer_kind(g, layer)
-                        layer_ends.append(run_ops(self.layer_works[kind].forward, label, "compute",
-                                                  gather_params(label, self.layer_params_local(kind))))
-                        host_floor(label, "F", ((kind, 1),))
+                        done = run_ops(self.layer_works[kind].forward, label, "compute",
+                                       gather_params(label, self.layer_params_local(kind)))
+                        layer_ends.append(host_floor(label, "F", ((kind, 1),)) or done)
                     if g == last_chunk:
                         run_ops(self.head.forward, f"F.{tag}.head", "compute")
                 else:  # one compute and one TP task for the whole chunk pass

@@ -56,6 +56,15 @@ def test_stages_on_two_nodes_run_at_the_floor(mode, detail, m):
 
 
 @pytest.mark.parametrize(("mode", "detail"), MODES)
+def test_the_floor_covers_the_recomputed_forward_too(mode, detail):
+    # Full recompute: F + R + B = 4t = 3.76 ms per layer, still below the 10 ms floor, so a
+    # stage's micro-batch takes 2·10 ms as before; the stall is what the floor adds to 4t.
+    r = simulate(_pipeline(4, gpus_per_node=1, recompute="full"), mode=mode, detail=detail)
+    assert r.step_time_s == pytest.approx(5 * 2 * FLOOR_S, rel=1e-9)
+    assert r.time_breakdown_s["host_stall"] == pytest.approx(4 * 2 * (FLOOR_S - 4 * T_LAYER), rel=1e-9)
+
+
+@pytest.mark.parametrize(("mode", "detail"), MODES)
 def test_no_floor_on_one_node_without_a_spec_or_below_the_device_time(mode, detail):
     plain = (4 + 1) * 2 * 3 * T_LAYER
     for scenario in (_pipeline(4, gpus_per_node=8),                   # both stages on one node
