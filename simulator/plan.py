@@ -212,15 +212,22 @@ class Planner:
 
     def layer_pass_ops(self, kind: bool, phase: str) -> tuple[Op, ...]:
         """One layer's ops of a pass: "F" forward, "B" backward (its input-gradient part under
-        zero bubble), "W" weight gradients (zero bubble), "R" the recomputed forward work."""
-        work = self.layer_works[kind]
-        if phase == "F":
-            return work.forward
-        if phase == "B":
-            return work.input_grad_ops() if self.par.schedule == "zb-h1" else work.backward
-        if phase == "W":
-            return work.weight_grad_ops()
-        return work.recompute_ops(self.par.recompute)
+        zero bubble), "W" weight gradients (zero bubble), "R" the recomputed forward work (cached:
+        the pricing caches key on the tuple)."""
+        key = ("layer", kind, phase)
+        ops = self._pass_ops.get(key)
+        if ops is None:
+            work = self.layer_works[kind]
+            if phase == "F":
+                ops = work.forward
+            elif phase == "B":
+                ops = work.input_grad_ops() if self.par.schedule == "zb-h1" else work.backward
+            elif phase == "W":
+                ops = work.weight_grad_ops()
+            else:
+                ops = work.recompute_ops(self.par.recompute)
+            self._pass_ops[key] = ops
+        return ops
 
     def layer_stretch(self, rank: int, kind: bool) -> float:
         """The host floor's factor on the passes of a layer of ``kind`` on ``rank``
@@ -234,7 +241,7 @@ class Planner:
             if floor_s > 0:
                 work = self.layer_works[kind]
                 device_s = sum(sum(self.pass_cost_s(rank, ops)) for ops in
-                               (work.forward, work.backward, work.recompute_ops(self.par.recompute)) if ops)
+                               (work.forward, work.backward, self.layer_pass_ops(kind, "R")) if ops)
                 hit = stretch(device_s, floor_s)
             self._stretch_cache[key] = hit
         return hit

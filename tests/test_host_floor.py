@@ -64,6 +64,16 @@ def test_the_floor_covers_the_recomputed_forward_too(mode, detail):
     assert r.time_breakdown_s["host_stall"] == pytest.approx(4 * 2 * (FLOOR_S - 4 * T_LAYER), rel=1e-9)
 
 
+def test_zero_bubble_passes_are_floored_alike_in_both_modes():
+    # zb-h1 splits the backward into input- and weight-gradient passes; stretched by the same
+    # factor they still sum to the floor per layer and micro-batch: a stage's m micro-batches
+    # take at least m·2·10 ms, and symmetric and full mode agree.
+    steps = [simulate(_pipeline(4, gpus_per_node=1, schedule="zb-h1"), mode=mode).step_time_s
+             for mode in ("symmetric", "full")]
+    assert steps[0] == pytest.approx(steps[1], rel=1e-9)
+    assert 4 * 2 * FLOOR_S <= steps[0] <= (4 + 1) * 2 * FLOOR_S * (1 + 1e-9)
+
+
 @pytest.mark.parametrize(("mode", "detail"), MODES)
 def test_no_floor_on_one_node_without_a_spec_or_below_the_device_time(mode, detail):
     plain = (4 + 1) * 2 * 3 * T_LAYER
