@@ -17,7 +17,15 @@ from __future__ import annotations
 from typing import Literal
 
 import numpy as np
-from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
+from pydantic import (
+    BaseModel,
+    ConfigDict,
+    Field,
+    NonNegativeFloat,
+    PositiveInt,
+    field_validator,
+    model_validator,
+)
 
 Precision = Literal["fp64", "fp32", "tf32", "bf16", "fp16", "fp8"]
 
@@ -40,17 +48,23 @@ class CrossNodePipelineFloor(Spec):
     neighbour sits on another node (simulator/host_floor.py).
 
     While such a stage runs, one decoder layer's forward + backward for one micro-batch takes at
-    least ``per_layer_us + per_layer_per_tp_rank_us · tp`` microseconds, whatever the micro-batch
-    size: the GPU's kernels overlap this time, so the pass takes the longer of the two. Observed
-    for nanotron on AWS p5 / EFA (the Ultra-Scale Playbook sweep; mechanism not published), fitted
-    there (validation/calibrate_frameworks.py fit_playbook_pipeline_floor)."""
+    least a fixed time, whatever the micro-batch size: the GPU's kernels overlap this time, so the
+    pass takes the longer of the two. The floor depends on the tensor-parallel degree:
+    ``per_layer_us_by_tp[tp]`` where that degree is listed (each fitted on its own runs), else the
+    rule ``per_layer_us + per_layer_per_tp_rank_us · tp``. Observed for nanotron on AWS p5 / EFA
+    (the Ultra-Scale Playbook sweep; mechanism not published), fitted there
+    (validation/calibrate_frameworks.py fit_playbook_pipeline_floor)."""
 
-    per_layer_us: float = Field(ge=0)
-    per_layer_per_tp_rank_us: float = Field(ge=0)
+    per_layer_us: float = Field(ge=0, description="the rule's constant term (tp not listed below)")
+    per_layer_per_tp_rank_us: float = Field(ge=0, description="the rule's growth per tensor-parallel rank")
+    per_layer_us_by_tp: dict[PositiveInt, NonNegativeFloat] = Field(
+        default_factory=dict, description="floor per layer at the listed tp degrees, overriding the rule")
     source: str
     fitted_on: str | None = None
 
     def per_layer_s(self, tp: int) -> float:
+        if tp in self.per_layer_us_by_tp:
+            return self.per_layer_us_by_tp[tp] * 1e-6
         return (self.per_layer_us + self.per_layer_per_tp_rank_us * tp) * 1e-6
 
 

@@ -3,8 +3,9 @@
 Some frameworks cannot get a decoder layer's work done faster than a fixed host-side time while
 their pipeline sends and receives cross the inter-node network. nanotron on AWS p5 / EFA (the
 Ultra-Scale Playbook sweep) shows it plainly: with pipeline stages on different nodes, a step
-takes about (3 + 2.75·tp) ms per decoder layer of a stage and micro-batch, whatever the micro-batch
-size and model width (1B to 70B alike), until the GPU work is longer; on one node, or without
+takes a fixed time per decoder layer of a stage and micro-batch (fitted: ~9 ms at tp 1-2, 14 / 22 /
+47 ms at tp 4 / 8 / 16), whatever the micro-batch size and model width (1B to 70B alike), until the
+GPU work is longer; on one node, or without
 pipelining, the same layouts run at their kernel speed. The Playbook does not say why (a host
 thread starved by the network progress threads, or each tensor-parallel collective waiting for
 the last of its tp ranks' hosts, would both look like this): the constants are fitted, and their

@@ -46,6 +46,19 @@ def test_the_floor_formula_and_the_stretch():
     assert stretch(2.0, 5.0) == 2.5 and stretch(5.0, 2.0) == 1.0 and stretch(1.0, 0.0) == 1.0
 
 
+def test_a_floor_listed_for_a_tp_degree_overrides_the_rule():
+    spec = CrossNodePipelineFloor.model_validate({**FLOOR, "per_layer_us_by_tp": {2: 9000.0, 8: 20000.0}})
+    assert spec.per_layer_s(2) == pytest.approx(9e-3)       # listed: not 6 + 4·2 = 14 ms
+    assert spec.per_layer_s(8) == pytest.approx(20e-3)
+    assert spec.per_layer_s(4) == pytest.approx(22e-3)      # not listed: the rule, 6 + 4·4 ms
+
+
+@pytest.mark.parametrize("table", [{0: 1000.0}, {2: -1.0}])
+def test_a_floor_table_needs_positive_degrees_and_non_negative_floors(table):
+    with pytest.raises(ValueError, match="per_layer_us_by_tp"):
+        CrossNodePipelineFloor.model_validate({**FLOOR, "per_layer_us_by_tp": table})
+
+
 @pytest.mark.parametrize(("mode", "detail"), MODES)
 @pytest.mark.parametrize("m", [1, 4])
 def test_stages_on_two_nodes_run_at_the_floor(mode, detail, m):
@@ -91,6 +104,9 @@ def test_the_floor_grows_with_tp():
     # latency) and raises the floor to 6 + 4·2 = 14 ms per layer.
     r = simulate(_pipeline(2, gpus_per_node=2, tp=2))
     assert r.step_time_s == pytest.approx(3 * 2 * 14e-3, rel=1e-6)
+    # The same layout with the floor listed at tp = 2 (9 ms) runs at the listed floor.
+    listed = simulate(_pipeline(2, gpus_per_node=2, tp=2, floor={**FLOOR, "per_layer_us_by_tp": {2: 9000.0}}))
+    assert listed.step_time_s == pytest.approx(3 * 2 * 9e-3, rel=1e-6)
 
 
 def test_which_stages_have_a_neighbour_on_another_node():

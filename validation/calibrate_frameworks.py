@@ -237,55 +237,78 @@ def playbook_cross_node_pipeline_runs(cases: list[lr.Case]) -> list[lr.Case]:
             and c.raw["parallelism"]["pp"] > 1]
 
 
-def _with_pipeline_floor(compute_efficiency: dict, per_layer_us: float, per_tp_rank_us: float, n_rows: int) -> dict:
+def _with_pipeline_floor(compute_efficiency: dict, by_tp_us: dict[int, float], run_counts: dict[int, int]) -> dict:
+    """``compute_efficiency`` with a ``cross_node_pipeline_floor`` of ``by_tp_us`` (us per decoder
+    layer and micro-batch at each fitted tp) and, for tp degrees not fitted, the run-weighted
+    least-squares line through them."""
+    tps = np.array(sorted(by_tp_us), dtype=float)
+    floors = np.array([by_tp_us[int(t)] for t in tps])
+    weights = np.sqrt([run_counts[int(t)] for t in tps])
+    if len(tps) > 1:
+        slope, intercept = np.polyfit(tps, floors, 1, w=weights)
+    else:
+        slope, intercept = 0.0, floors[0]
     eff = copy.deepcopy(compute_efficiency)
     eff["cross_node_pipeline_floor"] = {
-        "per_layer_us": round(per_layer_us, 1), "per_layer_per_tp_rank_us": round(per_tp_rank_us, 1),
+        "per_layer_us": round(max(float(intercept), 0.0), 1),
+        "per_layer_per_tp_rank_us": round(max(float(slope), 0.0), 1),
+        "per_layer_us_by_tp": {tp: round(float(by_tp_us[tp]), 1) for tp in sorted(by_tp_us)},
         "source": ("nanotron's host-side floor per decoder layer and micro-batch while its pipeline crosses EFA "
-                   "(mechanism not published; simulator/host_floor.py), fitted (validation/calibrate_frameworks.py "
-                   "fit_playbook_pipeline_floor)"),
-        "fitted_on": (f"{PLAYBOOK_FIT_ON}: tokens/s/GPU of the {n_rows} finished runs on "
-                      f"{PLAYBOOK_FLOOR_NODES[0]}-{PLAYBOOK_FLOOR_NODES[1]} nodes with pp > 1")}
+                   "(mechanism not published; simulator/host_floor.py), fitted per tp degree "
+                   "(validation/calibrate_frameworks.py fit_playbook_pipeline_floor); the rule for other "
+                   "degrees is the run-weighted least-squares line through the fitted ones"),
+        "fitted_on": (f"{PLAYBOOK_FIT_ON}: tokens/s/GPU of the {sum(run_counts.values())} finished runs on "
+                      f"{PLAYBOOK_FLOOR_NODES[0]}-{PLAYBOOK_FLOOR_NODES[1]} nodes with pp > 1 (runs per tp: "
+                      + ", ".join(f"{t}: {n}" for t, n in sorted(run_counts.items())) + ")")}
     return eff
 
 
 def fit_playbook_pipeline_floor(compute_efficiency: dict, node_overrides: dict | None,
                                 cases: list[lr.Case] | None = None, workers: int | None = None) -> dict:
-    """``compute_efficiency`` with nanotron's ``cross_node_pipeline_floor`` (a + b·tp us per
-    decoder layer and micro-batch, simulator/host_floor.py), fitted on the fit half's finished runs
-    with pp > 1 on 2-16 nodes, the other constants held.
+    """``compute_efficiency`` with nanotron's ``cross_node_pipeline_floor`` (us per decoder layer
+    and micro-batch at each tp degree, simulator/host_floor.py), fitted on the fit half's finished
+    runs with pp > 1 on 2-16 nodes, the other constants held.
 
     Why: with pipeline stages on different nodes the sweep's steps take a fixed time per decoder
-    layer and micro-batch, whatever the micro-batch size and model (~17 / 27 / 57 ms at tp 4 / 8 /
+    layer and micro-batch, whatever the micro-batch size and model (~17 / 27 / 55 ms at tp 4 / 8 /
     16 on 2-16 nodes; 1B, 3B, 8B and 70B alike), where kernels take 1-5 ms; on one node the same
     layouts run at kernel speed. Without it those runs were predicted 2-15x too fast (held-out
-    median |error| 83% over all runs). Why 2-16 nodes: from 32 nodes on the sweep has a second,
-    different slowdown (~1.4 s per micro-batch whatever model, tp or pp; pp 1 runs there fall into
-    a fast and a 5-10x slower mode for the same layout) that a per-layer floor does not describe
-    and that would pull the fit off the 2-16 node runs. Loss: mean |log(predicted / measured)|.
-    Fitted 2026-12-03: 2965 + 2753·tp us (loss 0.439 over 374 runs); held-out median |error| of
-    all finished runs 83% -> 15.4%, of those with pp > 1 on 2-16 nodes 81% -> 10.7%. Fitted on
-    2-64 nodes instead: 1523 + 3598·tp us, held-out 20.1% over all runs, and worse at every node
-    count from 4 to 32 (17-25% against 9-22%)."""
+    median |error| 83% over all runs). Why a value per tp degree: a line a + b·tp (fitted first:
+    2965 + 2753·tp us) left the fit half's tp 1-2 runs 8-12% too fast, its tp 8 runs 15% too slow
+    and its tp 32 runs (tp across 4 nodes) up to 30% too fast: the floor is flat from tp 1 to 2
+    and steeper than linear beyond 16. Each degree's floor only affects its own runs, so each is
+    a one-dimensional fit (bounded Brent, ~15 evaluations) on those runs; degrees not in the fit
+    get the run-weighted line through the fitted values. Fitted 2026-12-03: 9.1 / 9.2 / 13.7 /
+    21.7 / 46.9 / 126.8 ms at tp 1 / 2 / 4 / 8 / 16 / 32 (58 / 68 / 73 / 83 / 62 / 30 runs), line
+    3.6·tp ms; held-out median |error| of all finished runs 15.4% (the line) -> 13.2%, of those
+    with pp > 1 on 2-16 nodes 10.7% -> 8.3%. Why 2-16 nodes: from 32 nodes on the sweep has a
+    second, different slowdown (~1.4 s per micro-batch whatever model, tp or pp; pp 1 runs there
+    fall into a fast and a 5-10x slower mode for the same layout) that a per-layer floor does not
+    describe and that would pull the fit off the 2-16 node runs (the line fitted on 2-64 nodes
+    was 1523 + 3598·tp us, held-out 20.1% over all runs against 15.4%). Loss: mean
+    |log(predicted / measured)| per degree. ~4 minutes on 2 cores."""
     cases = cases if cases is not None else lr.ultrascale_cases()
     runs = playbook_cross_node_pipeline_runs(lr.fit_half(cases))
-    measured = np.array([c.measured["tokens_per_s_per_gpu"] for c in runs])
     fabric = runs[0].raw["cluster"]["fabric"]
+    by_tp: dict[int, list[lr.Case]] = {}
+    for c in runs:
+        by_tp.setdefault(c.raw["parallelism"]["tp"], []).append(c)
+    counts = {tp: len(group) for tp, group in by_tp.items()}
+    fitted: dict[int, float] = {}
+    for tp, group in sorted(by_tp.items()):
+        measured = np.array([c.measured["tokens_per_s_per_gpu"] for c in group])
 
-    def loss(x: np.ndarray) -> float:
-        if np.any(x < 0):
-            return 1e9
-        eff = _with_pipeline_floor(compute_efficiency, float(x[0]), float(x[1]), len(runs))
-        spec = lr.profiled_node(lr.ULTRASCALE_NODE, eff, node_overrides)
-        value = float(np.mean(np.abs(np.log(_fit_half_rates(runs, spec, fabric, workers) / measured))))
-        print(f"  floor {x[0]:7.1f} + {x[1]:6.1f}·tp us: mean |log ratio| {value:.4f}", flush=True)
-        return value
+        def loss(floor_us: float, tp: int = tp, group: list = group, measured: np.ndarray = measured) -> float:
+            eff = _with_pipeline_floor(compute_efficiency, {tp: floor_us}, {tp: len(group)})
+            spec = lr.profiled_node(lr.ULTRASCALE_NODE, eff, node_overrides)
+            value = float(np.mean(np.abs(np.log(_fit_half_rates(group, spec, fabric, workers) / measured))))
+            print(f"  tp {tp:2d} floor {floor_us:8.1f} us: mean |log ratio| {value:.4f} ({len(group)} runs)",
+                  flush=True)
+            return value
 
-    start = np.array([4000.0, 3000.0])
-    simplex = np.array([start, start + [2000.0, 0.0], start + [0.0, 1000.0]])
-    x = minimize(loss, start, method="Nelder-Mead",
-                 options={"initial_simplex": simplex, "maxiter": 30, "fatol": 5e-4, "xatol": 100.0}).x
-    return _with_pipeline_floor(compute_efficiency, float(x[0]), float(x[1]), len(runs))
+        fitted[tp] = float(minimize_scalar(loss, bounds=(0.0, 300_000.0), method="bounded",
+                                           options={"xatol": 200.0}).x)
+    return _with_pipeline_floor(compute_efficiency, fitted, counts)
 
 
 # --------------------------------------------------------------------------- Hagemann compute
@@ -559,6 +582,8 @@ def _main(argv: list[str] | None = None) -> int:
                         help="which profile to refit (the other is left as written)")
     parser.add_argument("--only-sequence-parallel", action="store_true",
                         help="Hagemann: refit only the reduce-scatter/all-gather factor on the written constants")
+    parser.add_argument("--only-pipeline-floor", action="store_true",
+                        help="Ultra-Scale: refit only nanotron's cross-node pipeline floor on the written constants")
     args = parser.parse_args(argv)
     if args.set in ("hagemann", "both"):
         hag = fit_hagemann_memory()
@@ -583,12 +608,12 @@ def _main(argv: list[str] | None = None) -> int:
         mem = fit_playbook_memory(us_cases)
         print("playbook memory:", mem.model_dump())
         old = lr.load_profile(lr.ULTRASCALE_PROFILE)
-        if args.skip_compute:
+        if args.skip_compute or args.only_pipeline_floor:
             compute = old.compute_efficiency if old else None
         else:
             compute = fit_playbook_compute(us_cases)
         print("playbook compute:", compute)
-        if args.skip_compute:
+        if args.skip_compute or args.only_pipeline_floor:
             node_overrides = old.node_overrides if old else None
         else:
             node_overrides = fit_playbook_collective_latency(compute, us_cases)

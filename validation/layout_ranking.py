@@ -75,7 +75,8 @@ Training", arXiv:2311.05610; 984 runs of LLaMA 13B/30B/65B, raw data from the au
   all-reduce / all-gather / reduce-scatter a fixed latency per call (~0.73 ms, fitted on the fit
   half's 2-64 node runs without pipelining: it is what tensor parallelism across nodes pays),
   gives a stage whose pipeline neighbour is on another node a host-side floor per decoder layer
-  and micro-batch (~3 + 2.75·tp ms, fitted on the fit half's pp > 1 runs on 2-16 nodes; below), and
+  and micro-batch (one value per tp degree, ~9 ms at tp 1-2 to 47 ms at tp 16, fitted on the fit
+  half's pp > 1 runs on 2-16 nodes; below), and
   maps the memory breakdown to nanotron's reported memory (fitted on the fit half's
   ``gpu_memory_GB``, read as GiB: UNVERIFIED);
 - a blank status (crashed or OOM per the heatmap legend) is the OOM class (so crashes that were not
@@ -103,13 +104,14 @@ micro-batches, 14.0 s at 2, 6.9 s at 4, 3.5 s at 8; ~11 / 17 / 27 / 57 ms per la
 several nodes, run at kernel speed. It is a latency, not a bandwidth (it does not grow with the
 message), and no mechanism in the published material explains it; it looks like a host-side stall
 of nanotron's pipeline engine with EFA. The profile models it as such (simulator/host_floor.py:
-the layer's passes last the longer of their kernel time and a + b·tp), fitted on the fit half's
-runs with pp > 1 on 2-16 nodes: held-out, those runs' median |error| fell from 81% to 10.7% (383
-runs), all held-out runs' from 83% to 15.4%. Left unmodelled: from 32 nodes on a second slowdown,
+the layer's passes last the longer of their kernel time and a floor per tp degree), fitted on the
+fit half's runs with pp > 1 on 2-16 nodes: held-out, those runs' median |error| fell from 81% to
+8.3% (383 runs), all held-out runs' from 83% to 13.2% (15.4% with one line a + b·tp for all tp
+degrees). Left unmodelled: from 32 nodes on a second slowdown,
 ~1.4 s per micro-batch whatever the model, tp or pp (pp >= 4; ~0.8-1.2 s at pp 2), in some runs
 at 32 nodes and most at 64; and at 64 nodes pp 1 runs too fall into a fast mode and a 5-10x slower
 one for the same layout (1B tp 2 dp 256 on 64 nodes: 697 tokens/s/GPU against 15,700 for tp 1
-dp 256 on 32). Held-out median |error| at 32 / 64 nodes: 22% / 253%.
+dp 256 on 32). Held-out median |error| at 32 / 64 nodes: 18% / 254%.
 
 Run ``python -m validation.layout_ranking [--set both] [--sample N] [--workers N] [--uncalibrated]``.
 """
