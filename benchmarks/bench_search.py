@@ -25,6 +25,9 @@ CASES = {
         64, SearchSpace()),
     "gpt3-175b on 1024 A100 (tp 4-8, full recompute)": (
         [], 1024, SearchSpace(tp=[4, 8], recompute=["full"], zero_stage=[0, 1], micro_batch_size=[1, 2])),
+    "mixtral-8x7b on 64 H100 (default space, ep derived: 1-8)": (
+        ["model=mixtral-8x7b", "cluster.node=dgx-h100", "training.seq_length=4096", "training.attention=flash",
+         "parallelism.global_batch_size=512", "parallelism.moe_load_imbalance=1.2"], 64, SearchSpace()),
 }
 
 
@@ -52,7 +55,7 @@ def main() -> None:
               f"search {total_s:.1f} s -> {s['layouts'] / total_s:,.1f} layouts/s overall, "
               f"{s['simulated'] / sim_s:,.1f} simulated layouts/s")
         if best.get("tokens_per_s"):
-            print(f"  best: tp {p['tp']} pp {p['pp']} dp {p['dp']} vp {p['virtual_stages']} mbs {p['micro_batch_size']} "
+            print(f"  best: tp {p['tp']} pp {p['pp']} dp {p['dp']} ep {p['ep']} vp {p['virtual_stages']} mbs {p['micro_batch_size']} "
                   f"zero {p['zero_stage']} recompute {p['recompute']} sp {p['sequence_parallel']}: "
                   f"{best['tokens_per_s']:,.0f} tokens/s, MFU {100 * best['mfu']:.1f}%")
 

@@ -5,7 +5,10 @@ The space (each a list; ``None`` means "derive it from the model and the cluster
 - ``tp``: powers of two up to the GPUs of one node (tensor parallelism stays on NVLink, as
   Megatron-LM advises, Narayanan et al. 2021 Sec. 3.3 takeaway #1) that divide N;
 - ``pp``: divisors of N/(tp·cp) up to the number of layers;
-- ``cp`` [1], ``ep`` [1] (MoE is not simulated yet), ``virtual_stages`` [1, 2],
+- ``ep``: for a mixture-of-experts model, the powers of two that divide both its routed experts
+  and dp (experts are carved out of the data-parallel ranks, as Megatron-LM's ``tp-cp-ep-dp-pp``
+  order does; ``simulator.parallelism``), up to the ``max_ep`` constraint; [1] for a dense model;
+- ``cp`` [1], ``virtual_stages`` [1, 2],
   ``micro_batch_size`` [1, 2, 4], ``zero_stage`` [0, 1], ``recompute`` [none, selective, full],
   ``sequence_parallel`` [false, true], ``schedule`` (derived: interleaved when virtual stages > 1,
   else the scenario's own unless that is interleaved, then 1f1b).
@@ -52,7 +55,7 @@ class SearchSpace(BaseModel):
     tp: list[int] | None = None
     pp: list[int] | None = None
     cp: list[int] = [1]
-    ep: list[int] = [1]
+    ep: list[int] | None = None
     virtual_stages: list[int] = [1, 2]
     micro_batch_size: list[int] = [1, 2, 4]
     zero_stage: list[int] = [0, 1]
@@ -69,6 +72,7 @@ class SearchConstraints(BaseModel):
     tp_within_node: bool = Field(default=True, description="tp at most the GPUs of one node")
     max_tp: int | None = Field(default=None, gt=0)
     max_pp: int | None = Field(default=None, gt=0)
+    max_ep: int | None = Field(default=None, gt=0, description="largest expert-parallel degree derived for MoE")
     min_dp: int | None = Field(default=None, gt=0)
     max_dp: int | None = Field(default=None, gt=0)
     max_memory_gib: float | None = Field(default=None, gt=0, description="a tighter memory limit than HBM")
@@ -92,7 +96,7 @@ def _check_space(space: SearchSpace) -> None:
     for v in space.schedule or []:
         if v not in _SCHEDULES:
             raise ConfigError("--space schedule", f"must be one of {', '.join(_SCHEDULES)}, got {v!r}")
-    for name in ("zero_stage", "recompute", "sequence_parallel", "cp", "ep"):
+    for name in ("zero_stage", "recompute", "sequence_parallel", "cp"):
         if not getattr(space, name):
             raise ConfigError(f"--space {name}", "needs at least one value")
 
@@ -133,8 +137,12 @@ def enumerate_layouts(
     gpus_per_node: int,
     space: SearchSpace,
     constraints: SearchConstraints,
+    num_experts: int = 0,
 ) -> list[dict[str, Any]]:
-    """Candidate ``parallelism`` mappings (``dp: auto``), before any validity check."""
+    """Candidate ``parallelism`` mappings (``dp: auto``), before any validity check.
+
+    ``num_experts``: the routed experts of a mixture-of-experts model (0: dense), from which the
+    ``ep`` candidates are derived when the space leaves them open."""
     _check_space(space)
     max_tp = min(gpus_per_node if constraints.tp_within_node else num_gpus, constraints.max_tp or num_gpus)
     tps = space.tp or [t for t in (2**k for k in range(0, 16)) if t <= max_tp and num_gpus % t == 0]
@@ -167,7 +175,7 @@ def enumerate_layouts(
                     else:
                         schedules = [base_schedule if base_schedule != "interleaved" else "1f1b"]
                     for schedule in schedules:
-                        for ep in space.ep:
+                        for ep in space.ep or _derived_ep(num_experts, dp, constraints.max_ep):
                             for mbs in space.micro_batch_size:
                                 for zero in space.zero_stage:
                                     for rc in space.recompute:
@@ -179,6 +187,14 @@ def enumerate_layouts(
                                                         "micro_batch_size": mbs, "zero_stage": zero,
                                                         "recompute": rc, "sequence_parallel": sp})
     return out
+
+
+def _derived_ep(num_experts: int, dp: int | None, max_ep: int | None) -> list[int]:
+    """Expert-parallel degrees worth trying: powers of two dividing the experts and dp."""
+    if num_experts <= 1 or dp is None:
+        return [1]
+    limit = min(num_experts, dp, max_ep or num_experts)
+    return [e for e in (2**k for k in range(0, 20)) if e <= limit and num_experts % e == 0 and dp % e == 0]
 
 
 def _search_task(args: tuple[dict[str, Any], Callable | None]) -> dict[str, Any]:
@@ -239,7 +255,8 @@ def search(
     searched = {"tp", "pp", "dp", "cp", "ep", "virtual_stages", "micro_batch_size", "zero_stage", "recompute",
                 "sequence_parallel"}
     keep = {k: v for k, v in base_par.model_dump().items() if k not in searched}
-    candidates = enumerate_layouts(keep, n, layers, per_node, space, constraints)
+    experts = scenario.model.moe.num_experts if scenario.model.is_moe else 0
+    candidates = enumerate_layouts(keep, n, layers, per_node, space, constraints, experts)
 
     rows: list[dict[str, Any] | None] = [None] * len(candidates)
     to_simulate: list[int] = []
@@ -310,10 +327,12 @@ def _fmt(value: Any, spec: str) -> str:
 
 
 def render_table(rows: list[dict[str, Any]], top: int = 10) -> str:
-    """Best-first table of the feasible layouts, then a summary of what was pruned."""
-    head = (f"{'#':>3} {'tp':>3} {'pp':>3} {'dp':>5} {'cp':>3} {'vp':>3} {'sched':<11} {'zero':>4} {'recomp':<9} "
+    """Best-first table of the feasible layouts, then a summary of what was pruned. The last six
+    columns are the step's time breakdown in seconds (``time_breakdown_s``): compute, tensor-,
+    expert- (all-to-all), data- and pipeline-parallel communication, and the pipeline bubble."""
+    head = (f"{'#':>3} {'tp':>3} {'pp':>3} {'dp':>5} {'cp':>3} {'ep':>3} {'vp':>3} {'sched':<11} {'zero':>4} {'recomp':<9} "
             f"{'sp':<3} {'mbs':>3} {'tokens/s':>12} {'MFU':>6} {'step s':>8} {'mem GiB':>8} "
-            f"{'compute':>8} {'tp':>7} {'dp':>7} {'pp':>7} {'bubble':>7}")
+            f"{'compute':>8} {'tp':>7} {'ep':>7} {'dp':>7} {'pp':>7} {'bubble':>7}")
     lines = [head]
     shown = 0
     for row in rows:
@@ -323,13 +342,13 @@ def render_table(rows: list[dict[str, Any]], top: int = 10) -> str:
         p = row["parallelism"]
         b = row.get("time_breakdown_s") or {}
         lines.append(
-            f"{shown:>3} {p['tp']:>3} {p['pp']:>3} {p['dp']:>5} {p['cp']:>3} {p['virtual_stages']:>3} "
+            f"{shown:>3} {p['tp']:>3} {p['pp']:>3} {p['dp']:>5} {p['cp']:>3} {p.get('ep', 1):>3} {p['virtual_stages']:>3} "
             f"{p['schedule']:<11} {p['zero_stage']:>4} {p['recompute']:<9} {'y' if p['sequence_parallel'] else 'n':<3} "
             f"{p['micro_batch_size']:>3} {_fmt(row.get('tokens_per_s'), ',.0f'):>12} "
             f"{_fmt(row.get('mfu') and 100 * row['mfu'], '.1f'):>5}% {_fmt(row.get('step_time_s'), '.3f'):>8} "
             f"{_fmt(row.get('peak_memory_gib'), '.1f'):>8} "
             + " ".join(f"{_fmt(b.get(k), '.3f'):>{w}}" for k, w in
-                       (("compute", 8), ("tp_comm", 7), ("dp_comm", 7), ("pp_comm", 7), ("pipeline_bubble", 7))))
+                       (("compute", 8), ("tp_comm", 7), ("ep_comm", 7), ("dp_comm", 7), ("pp_comm", 7), ("pipeline_bubble", 7))))
     s = summarize(rows)
     if shown == 0:
         lines.append("  (no layout fits)")

@@ -134,3 +134,34 @@ def test_parse_assignments():
     assert space.tp == [1, 2] and space.sequence_parallel == [True]
     with pytest.raises(ConfigError):
         parse_assignments(["tp"], SearchSpace, "--space", lists=True)
+
+
+def test_expert_parallel_degrees_are_derived_for_moe_models_only():
+    dense = enumerate_layouts({}, 64, 32, 8, SearchSpace(), SearchConstraints())
+    assert {c["ep"] for c in dense} == {1}
+    moe = enumerate_layouts({}, 64, 32, 8, SearchSpace(), SearchConstraints(), num_experts=8)
+    assert {c["ep"] for c in moe} == {1, 2, 4, 8}
+    for c in moe:  # ep divides the experts and is carved out of dp
+        dp = 64 // (c["tp"] * c["pp"] * c["cp"])
+        assert 8 % c["ep"] == 0 and dp % c["ep"] == 0
+    # tp 8 x pp 4 leaves dp 2: only ep 1 and 2 there
+    assert {c["ep"] for c in moe if c["tp"] == 8 and c["pp"] == 4} == {1, 2}
+    capped = enumerate_layouts({}, 64, 32, 8, SearchSpace(), SearchConstraints(max_ep=2), num_experts=8)
+    assert {c["ep"] for c in capped} == {1, 2}
+    # an explicit space is taken as given (invalid values become invalid rows later)
+    given = enumerate_layouts({}, 64, 32, 8, SearchSpace(ep=[3]), SearchConstraints(), num_experts=8)
+    assert {c["ep"] for c in given} == {3}
+
+
+def test_search_over_a_moe_model_tries_expert_parallelism():
+    """Mixtral 8x7B on 16 H100s: without ep every layout keeps all 8 experts per rank; the
+    memory model then prunes layouts that ep 8 makes fit."""
+    rows = search(None, overrides=["model=mixtral-8x7b", "cluster.node=dgx-h100", "training.seq_length=4096",
+                                   "parallelism.global_batch_size=64"], num_gpus=16, workers=1, simulate=False,
+                  space=SearchSpace(tp=[1], pp=[1], micro_batch_size=[1], zero_stage=[1], recompute=["full"],
+                                    virtual_stages=[1]))
+    by_ep = {r["parallelism"]["ep"]: r for r in rows}
+    assert set(by_ep) == {1, 2, 4, 8}
+    assert by_ep[1]["fits"] is False and "GiB" in by_ep[1]["infeasible_reason"]
+    assert by_ep[8]["fits"] is True
+    assert by_ep[8]["peak_memory_gib"] < by_ep[1]["peak_memory_gib"]

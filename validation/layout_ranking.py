@@ -95,6 +95,23 @@ median abs error <= 15%. For the Playbook the report also gives the error per no
 the sweep's own consistency (:func:`ultrascale_measurement_consistency`): its repeated layouts
 agree within 1% at 1-2 nodes and are often > 2x apart from 4 nodes on.
 
+What Hagemann's misclassified rows have in common (held-out, measured 2026-12-04): of the 12 runs
+that ran but are predicted OOM, 9 are without checkpointing at pp >= 2 (8 at pp >= 4), predicted at
+82-122 GiB against 78 usable, and 5 are the fastest run of their group, which is what costs the
+Spearman target (0.703; 0.876 with every run ranked by its simulated rate). Of the 11 OOM rows
+predicted to fit, 7 are full-recompute runs (5 of 13B at sequence 8192 on 128 GPUs) and 4
+sequence-parallel runs without checkpointing, predicted at 27-78 GiB. The data contradict
+themselves in places: 7 pairs where a layout that needs no more memory by any count (same model,
+sequence, memory variant, tp, pp, checkpointing; at least as many GPUs, no larger micro-batch,
+sequence parallel if the other is) went OOM while the other ran, e.g. 65B tp 8 pp 4 / pp 8
+micro-batch 4 ran on 64 GPUs (the ``seqpara`` files) and went OOM on 128 (the main files): two of
+the 12 held-out misses, which no memory model monotone in those counts gets right. Other model
+forms fitted the same way were no better held-out than the profile's (95.4% right, 12): a separate
+factor for the recompute working set (95.0% right, 15 runs predicted OOM), plus a logits factor
+(94.0%, 17), plus one layer's working memory (95.0%, 15), a free states factor (degenerate), a
+power law in the micro-batches in flight (94.6%, 14), a cap on them (92.4%, 18); grouping by the
+issue's model x GPU count instead gives 0.702, by model x GPU count x sequence 0.723.
+
 What the multi-node rows show (measured on all finished rows, ``--split all --csv``): when
 pipeline stages sit on different nodes, a step takes about a fixed time per decoder layer of a
 stage and micro-batch, whatever the micro-batch size and the model (1B to 70B alike), until the

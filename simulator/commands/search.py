@@ -14,7 +14,7 @@ def register(subparsers) -> None:
     p = subparsers.add_parser(
         "search",
         help="enumerate, prune and simulate parallel layouts; print the best first",
-        description="Enumerate every layout of the scenario's model on N GPUs (tp, pp, dp, cp, virtual stages, "
+        description="Enumerate every layout of the scenario's model on N GPUs (tp, pp, dp, cp, ep for MoE, virtual stages, "
         "micro-batch, ZeRO stage, recompute, sequence parallel), prune invalid and out-of-memory ones "
         "(kept as rows with the reason), simulate the rest in parallel and rank them by tokens/s.",
     )
@@ -26,7 +26,7 @@ def register(subparsers) -> None:
                    "keys: tp pp cp ep virtual_stages micro_batch_size zero_stage recompute sequence_parallel schedule")
     p.add_argument("--constraint", action="append", default=[], metavar="KEY=VALUE",
                    help="a limit, e.g. max_memory_gib=70 or tp_within_node=false (repeatable); "
-                   "keys: tp_within_node max_tp max_pp min_dp max_dp max_memory_gib")
+                   "keys: tp_within_node max_tp max_pp max_ep min_dp max_dp max_memory_gib")
     p.add_argument("--top", type=int, default=None, help="rows to show (table default 10; --json default all)")
     p.add_argument("--json", action="store_true", help="print a JSON list, best first")
     add_execution(p)
