@@ -7,12 +7,16 @@ predicted with the simulator. Two checks on the same measurements, both in every
 - the regression guard, median |relative error| <= 35% and every run <= 60%, on the first
   loop: it catches a broken model (a cost charged twice, a collective lost) whatever the host does;
 - the issue's targets, not widened: median <= 15% and every run <= 30%. A shared 2-vCPU VM
-  changes speed by 10-60% between the microbenchmark and the training phases (the speed probe
-  records it: x0.76-x1.65 on 2026-12-02), so one loop in four missed the targets there for host
-  reasons (6 of 8 passed; on 2026-12-03's VM 10 of 10, worst run 4-16%). When the first loop
-  misses them the whole loop is measured once more, and the test fails when the second misses
-  them too: a model that is wrong misses both, a host that stalled for one phase rarely does.
-  Both tables are printed.
+  changes speed between and within phases: one step stalls (2026-12-04: tp measured 592 ms
+  in one loop, 350 ms in the next), or the microbenchmark phase runs slow and every
+  prediction comes out 10-30% high (the speed probe records some of it: x0.76-x1.65 on
+  2026-12-02). On 2026-12-04's VM one quick loop in three missed the targets for such host
+  reasons, and the two-loop rule this test had before failed CI twice. So: when the first loop
+  meets the targets the test passes; when it misses, two more loops are measured and each
+  strategy's error is the median of its three loops' errors (every loop predicted with its
+  own calibration), and the targets apply to those. A stall or a slow phase in one loop is
+  outvoted by the other two; a model that is wrong is wrong in all three and still fails.
+  All tables are printed.
 """
 
 from __future__ import annotations
@@ -80,14 +84,50 @@ def test_calibrated_predictions_stay_within_the_regression_guard(predicted):
     assert summary["max_abs_relative_error"] <= GUARD_MAX, table
 
 
+def median_of_loops(loops: list[list[dict]]) -> dict[str, float]:
+    """Each strategy's median relative error over the loops, summarised like one loop's."""
+    import numpy as np
+
+    from simulator.calibration import error_summary
+
+    strategies = [r["strategy"] for r in loops[0]]
+    errors = {s: float(np.median([r["relative_error"] for rows in loops for r in rows if r["strategy"] == s]))
+              for s in strategies}
+    summary = error_summary([{"relative_error": e} for e in errors.values()])
+    return {"per_strategy_relative_error": errors, **summary}
+
+
+def test_median_of_loops_outvotes_one_bad_loop_and_keeps_a_wrong_model_wrong():
+    def loop(**errors):
+        return [{"strategy": s, "relative_error": e} for s, e in errors.items()]
+
+    stalled = [loop(tp=-0.46, ddp=0.05), loop(tp=0.03, ddp=0.08), loop(tp=-0.06, ddp=-0.02)]
+    pooled = median_of_loops(stalled)
+    assert pooled["per_strategy_relative_error"] == {"tp": -0.06, "ddp": 0.05}
+    assert _meets_targets(pooled)
+    wrong = [loop(tp=-0.25, ddp=-0.20), loop(tp=-0.19, ddp=-0.05), loop(tp=-0.40, ddp=-0.18)]
+    assert median_of_loops(wrong)["median_abs_relative_error"] == pytest.approx(0.215)
+    assert not _meets_targets(median_of_loops(wrong))
+
+
 def test_calibrated_predictions_meet_the_targets(predicted, tmp_path):
-    _, summary, table = predicted
+    rows, summary, table = predicted
     print("first loop:\n" + table)
     if _meets_targets(summary):
         return
-    _, again, table_again = _predict(_measure(tmp_path / "again"))
-    print("second loop (the first missed the targets):\n" + table_again)
-    assert _meets_targets(again), f"both loops missed the targets\nfirst:\n{table}\nsecond:\n{table_again}"
+    loops, tables = [rows], [table]
+    for i in (2, 3):
+        more_rows, _, more_table = _predict(_measure(tmp_path / f"loop{i}"))
+        print(f"loop {i} (the first missed the targets):\n" + more_table)
+        loops.append(more_rows)
+        tables.append(more_table)
+    pooled = median_of_loops(loops)
+    verdict = "\n".join(f"{s:<9s} median error {100 * e:+6.1f}%" for s, e in pooled["per_strategy_relative_error"].items())
+    verdict += (f"\nmedian |error| {100 * pooled['median_abs_relative_error']:.1f}%, "
+                f"max {100 * pooled['max_abs_relative_error']:.1f}%")
+    print("median of the three loops:\n" + verdict)
+    assert _meets_targets(pooled), ("the median of three loops missed the targets\n" + verdict + "\n"
+                                    + "\n".join(f"loop {i}:\n{t}" for i, t in enumerate(tables, 1)))
 
 
 def test_compare_reads_a_real_harness_trace(measured, predicted, capsys):

@@ -74,7 +74,7 @@ class MicrobenchConfig:
             bmm_shapes=[(16, 128, 128, 64)],
             attention_shapes=[(4, 4, 128, 64), (2, 4, 256, 64)],
             memory_elements=[2**16, 2**18, 2**20, 2**22],
-            collective_bytes=[4 * KIB * 4**i for i in range(6)],  # 4 KiB..4 MiB
+            collective_bytes=[4 * KIB * 4**i for i in range(7)],  # 4 KiB..16 MiB
             warmup=2,
             reps=7,
         )

@@ -163,7 +163,7 @@ def run_training_files(out: Path, world_size: int, quick: bool, device: str | No
         spec = default_spec(quick=False).model_dump(exclude_none=True)
         config = TrainingConfig(spec=spec)
         if quick:
-            config = replace(config, warmup_steps=2, steps=5, profile_steps=2)
+            config = replace(config, warmup_steps=2, steps=8, profile_steps=2)
     config = replace(config, trace_dir=str(folder / "traces"))
     choice = choose_device(world_size, device=device)
     started = now_iso()
