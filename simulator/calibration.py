@@ -625,7 +625,13 @@ def predict_runs(runs_doc: dict[str, Any], profile_path: str | Path,
 
     ``probe_slowdown`` is the run's speed-probe median over the one taken while the profile
     was fitted (:mod:`validation.harness.probe`): above 1 the machine ran the probe GEMM slower
-    during the run than during calibration. It is reported, never used to scale a prediction."""
+    during the run than during calibration. ``predicted_step_time_s`` and ``relative_error``
+    never use it. ``probe_adjusted_step_time_s`` is the prediction for the machine at the speed
+    the probe measured during the run: the predicted step times the slowdown, on a CPU run
+    only, where compute, the collectives' copies and reductions and the host all share the
+    same cores (on a GPU the probe times the GPU's GEMM, which says nothing of the network,
+    so it is ``None`` there). It is a second measurement of the host taken while the run was
+    timed, not a fit to the step times: the profile is fitted on the microbenchmarks alone."""
     from simulator.scenario import load_scenario
     from simulator.simulate import simulate
 
@@ -639,6 +645,8 @@ def predict_runs(runs_doc: dict[str, Any], profile_path: str | Path,
         measured = float(run["step_time_s"])
         predicted = float(result.step_time_s)
         run_probe_s = (run.get("speed_probe") or {}).get("median_s")
+        slowdown = run_probe_s / calib_probe_s if run_probe_s and calib_probe_s else None
+        adjusted = predicted * slowdown if slowdown and run.get("device_type", "cpu") == "cpu" else None
         rows.append({
             "strategy": run["strategy"],
             "num_gpus": raw["cluster"]["num_gpus"],
@@ -649,13 +657,18 @@ def predict_runs(runs_doc: dict[str, Any], profile_path: str | Path,
             "measured_p90_s": run.get("step_time_p90_s"),
             "predicted_step_time_s": predicted,
             "relative_error": (predicted - measured) / measured,
-            "probe_slowdown": run_probe_s / calib_probe_s if run_probe_s and calib_probe_s else None,
+            "probe_slowdown": slowdown,
+            "probe_adjusted_step_time_s": adjusted,
+            "probe_adjusted_relative_error": (adjusted - measured) / measured if adjusted else None,
             "predicted_breakdown_s": dict(result.time_breakdown_s),
         })
     return rows
 
 
-def error_summary(rows: list[dict[str, Any]]) -> dict[str, float]:
-    errs = np.abs([r["relative_error"] for r in rows]) if rows else np.array([0.0])
-    return {"runs": len(rows), "median_abs_relative_error": float(np.median(errs)),
+def error_summary(rows: list[dict[str, Any]], key: str = "relative_error") -> dict[str, float]:
+    """Median and max |error| over the rows' ``key`` (``relative_error`` or
+    ``probe_adjusted_relative_error``; rows without a value are left out)."""
+    values = [r[key] for r in rows if r.get(key) is not None]
+    errs = np.abs(values) if values else np.array([0.0])
+    return {"runs": len(values), "median_abs_relative_error": float(np.median(errs)),
             "max_abs_relative_error": float(np.max(errs))}

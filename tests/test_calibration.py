@@ -13,6 +13,7 @@ import yaml
 
 from simulator.calibration import (
     build_profile,
+    error_summary,
     fit_alpha_beta,
     load_profile_specs,
     predict_runs,
@@ -351,13 +352,14 @@ def test_missing_inputs_are_config_errors(tmp_path, capsys):
 
 
 def test_speed_probe_travels_from_the_files_to_the_profile_and_the_run_rows(tmp_path, capsys):
-    """The probe is a diagnostic: the profile records it, validate-runs reports each run's
-    probe over the calibration's, and the prediction is the same with or without it."""
+    """The profile records the probe; validate-runs reports each run's probe over the
+    calibration's; the raw prediction is the same with or without it, and the prediction at
+    the probe's speed is the raw one times that ratio (CPU runs only)."""
     folder = synthetic_microbench(tmp_path / "m")
     meta_path = folder / "microbench" / "microbench.json"
     meta = json.loads(meta_path.read_text())
-    plain = predict_runs(read_runs(_runs_doc(tmp_path / "r0")),
-                         write_profile(build_profile(read_microbench(folder)), tmp_path / "plain.yaml"))
+    plain_profile = write_profile(build_profile(read_microbench(folder)), tmp_path / "plain.yaml")
+    plain = predict_runs(read_runs(_runs_doc(tmp_path / "r0")), plain_profile)
     meta["speed_probe"] = {"median_s": 0.004, "p10_s": 0.0035, "p90_s": 0.005, "samples": 54, "shape_mnk": [512, 1024, 256]}
     meta_path.write_text(json.dumps(meta))
     profile = write_profile(build_profile(read_microbench(folder)), tmp_path / "p.yaml")
@@ -373,11 +375,28 @@ def test_speed_probe_travels_from_the_files_to_the_profile_and_the_run_rows(tmp_
     assert rows[1]["probe_slowdown"] == pytest.approx(1.025)
     assert all(r["probe_slowdown"] is None for r in rows[2:])
     assert all(r["probe_slowdown"] is None for r in plain)
-    for with_probe, without in zip(rows, plain, strict=True):  # reported, never applied
+    for with_probe, without in zip(rows, plain, strict=True):  # the raw prediction ignores it
         assert with_probe["predicted_step_time_s"] == pytest.approx(without["predicted_step_time_s"])
+    assert rows[0]["probe_adjusted_step_time_s"] == pytest.approx(1.25 * rows[0]["predicted_step_time_s"])
+    measured = rows[0]["measured_step_time_s"]
+    assert rows[0]["probe_adjusted_relative_error"] == pytest.approx(1.25 * rows[0]["predicted_step_time_s"] / measured - 1)
+    assert all(r["probe_adjusted_step_time_s"] is None for r in rows[2:] + plain)
+    assert error_summary(rows, "probe_adjusted_relative_error")["runs"] == 2
     assert main(["validate-runs", "--profile", str(profile), "--runs", str(runs_folder)]) == 0
     out = capsys.readouterr().out
-    assert "single x1.25" in out and "ddp x" not in out
+    assert "note:" in out and "single x1.25" in out.split("note:")[1] and "ddp x" not in out.split("note:")[1]
+    assert "at probe speed" in out
+    # the tolerance judges the raw errors, or with --probe-adjusted the errors at the probe's speed
+    adjusted = [abs(r["probe_adjusted_relative_error"]) for r in rows[:2]]
+    raw = [abs(r["relative_error"]) for r in rows]
+    between = f"{(max(adjusted) + max(raw)) / 2:.4f},{(max(adjusted) + max(raw)) / 2:.4f}"
+    assert max(adjusted) != pytest.approx(max(raw), abs=1e-3)
+    judged_raw = main(["validate-runs", "--profile", str(profile), "--runs", str(runs_folder), "--tolerance", between])
+    judged_adj = main(["validate-runs", "--profile", str(profile), "--runs", str(runs_folder), "--tolerance", between,
+                       "--probe-adjusted"])
+    assert {judged_raw, judged_adj} == {0, 1}
+    assert judged_adj == (0 if max(adjusted) < max(raw) else 1)
+    assert main(["validate-runs", "--profile", str(plain_profile), "--runs", str(runs_folder), "--probe-adjusted"]) == 2
 
 
 def test_the_optimizer_gets_the_fused_adam_rows_bandwidth(tmp_path):

@@ -20,6 +20,7 @@ import time
 
 import numpy as np
 import torch
+import torch.distributed as dist
 
 from validation.harness.launcher import RankContext
 from validation.harness.microbench import last_level_cache_bytes, operand_copies
@@ -45,9 +46,17 @@ class SpeedProbe:
         self.samples_s: list[float] = []
 
     def sample(self, count: int = 1) -> None:
+        """Time ``count`` probe GEMMs. Every rank calls it at the same points, and the ranks
+        meet at a barrier first, so each sample times the GEMM with every rank running it at
+        once, in the microbenchmarks and in every training strategy alike. Without the barrier
+        a rank's sample overlapped whatever the other ranks were doing at that moment: in a
+        pipeline, the other stage's backward (2026-12-04: pp_gpipe's samples 3.9-10.9 ms, median
+        2.25x the calibration's, while its steps ran 10% over the prediction)."""
         for _ in range(count):
             a, b = next(self._turn)
             self.ctx.sync()
+            if dist.is_available() and dist.is_initialized():
+                dist.barrier()
             t0 = time.perf_counter()
             torch.mm(a, b)
             self.ctx.sync()
