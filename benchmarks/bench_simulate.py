@@ -1,7 +1,8 @@
 """How long one simulated step takes (a benchmark, not a test: absolute times are noisy).
 
 Reports the median wall time over repeats for the default scenario and for Llama-3-405B on
-16,384 H100s (tp 8, pp 16, dp 128), and — to show that symmetric mode does not grow with the
+16,384 H100s (tp 8, pp 16, dp 128), DeepSeek-V3 at pp 32 (480 micro-batches: the deep pipeline whose
+point-to-point flows the flow network's unshared-port shortcut is for), and — to show that symmetric mode does not grow with the
 data-parallel degree — the same 405B layout at dp 8, 32, 128 and 512 as ratios to dp 8.
 
     python benchmarks/bench_simulate.py [--repeats 5]
@@ -19,6 +20,8 @@ from simulator.simulate import simulate
 
 LLAMA = Path(__file__).resolve().parents[1] / "examples" / "llama3-405b-16k-h100.yaml"
 LLAMA_1F1B = ["parallelism.virtual_stages=1", "parallelism.schedule=1f1b"]
+DEEPSEEK = Path(__file__).resolve().parents[1] / "examples" / "deepseek-v3-h800.yaml"
+DEEPSEEK_PP32 = ["parallelism.pp=32", "parallelism.ep=16", "parallelism.tp=2", "parallelism.schedule=1f1b"]
 
 
 def median_seconds(source, overrides, repeats: int) -> float:
@@ -40,6 +43,8 @@ def main() -> None:
     print(f"{'llama3-405b 16384 H100 tp8 pp16 dp128 1f1b':<52} "
           f"{median_seconds(LLAMA, LLAMA_1F1B, args.repeats):>9.3f}")
     print(f"{'llama3-405b 16384 H100 interleaved v=4':<52} {median_seconds(LLAMA, [], args.repeats):>9.3f}")
+    print(f"{'deepseek-v3 2048 H800 tp2 pp32 ep16 1f1b':<52} "
+          f"{median_seconds(DEEPSEEK, DEEPSEEK_PP32, args.repeats):>9.3f}")
     print("\nsymmetric mode vs dp degree (llama3-405b, tp 8 pp 16, gbs = 16 x dp, 1f1b):")
     base = None
     for dp in (8, 32, 128, 512):

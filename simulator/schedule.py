@@ -57,27 +57,35 @@ def zero_bubble(num_micro_batches: int, pp: int, t_f: float, t_b: float, t_w: fl
     b_ready: list[dict[int, float]] = [{} for _ in range(p)]
     pending_w: list[list[int]] = [[] for _ in range(p)]
     orders: list[list[Item]] = [[] for _ in range(p)]
+
+    def candidate(i: int):
+        """Stage i's next item and its start, or None: what the rule above picks for it."""
+        t = free[i]
+        options = []
+        if b_ready[i]:
+            mb = min(b_ready[i])
+            options.append((max(t, b_ready[i][mb]), 0, "B", mb))
+        if next_f[i] < m and next_f[i] in f_ready[i] and in_flight[i] < p - i:
+            options.append((max(t, f_ready[i][next_f[i]]), 1, "F", next_f[i]))
+        startable = [o for o in options if o[0] <= t]
+        if startable:
+            start, _, kind, mb = min(startable, key=lambda o: o[1])
+        elif pending_w[i]:
+            start, kind, mb = t, "W", pending_w[i][0]
+        elif options:
+            start, _, kind, mb = min(options)
+        else:
+            return None
+        return (start, i), i, kind, mb
+
+    # The earliest candidate over the stages runs next (ties: the lower stage). Running an item
+    # on stage i changes only stages i-1, i and i+1 (its free time and queues, the activation
+    # it sends down, the gradient it sends up), so only their candidates are recomputed.
+    candidates = [candidate(i) for i in range(p)]
     for _ in range(3 * m * p):
-        best = None
-        for i in range(p):
-            t = free[i]
-            options = []
-            if b_ready[i]:
-                mb = min(b_ready[i])
-                options.append((max(t, b_ready[i][mb]), 0, "B", mb))
-            if next_f[i] < m and next_f[i] in f_ready[i] and in_flight[i] < p - i:
-                options.append((max(t, f_ready[i][next_f[i]]), 1, "F", next_f[i]))
-            startable = [o for o in options if o[0] <= t]
-            if startable:
-                start, _, kind, mb = min(startable, key=lambda o: o[1])
-            elif pending_w[i]:
-                start, kind, mb = t, "W", pending_w[i][0]
-            elif options:
-                start, _, kind, mb = min(options)
-            else:
-                continue
-            if best is None or (start, i) < best[0]:
-                best = ((start, i), i, kind, mb)
+        best = min((c for c in candidates if c is not None), default=None)
+        if best is None:
+            break
         (start, _), i, kind, mb = best
         if kind == "F":
             end = start + t_f
@@ -97,6 +105,9 @@ def zero_bubble(num_micro_batches: int, pp: int, t_f: float, t_b: float, t_w: fl
             pending_w[i].pop(0)
         free[i] = end
         orders[i].append((kind, mb, 0))
+        for j in (i - 1, i, i + 1):
+            if 0 <= j < p:
+                candidates[j] = candidate(j)
     return orders
 
 

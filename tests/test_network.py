@@ -8,6 +8,8 @@ from __future__ import annotations
 
 import pytest
 import simpy
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from simulator.network import FlowNetwork
 
@@ -172,3 +174,38 @@ def test_max_min_is_in_bandwidth_on_each_flows_heaviest_port():
     times = _finish_times(env, {"x": net.transfer({"A": 2 * GB, "B": 1 * GB}), "y": net.transfer({"B": 1 * GB})})
     assert times["y"] == pytest.approx(1.5, rel=1e-12)
     assert times["x"] == pytest.approx(2.5, rel=1e-12)
+
+
+def test_a_flow_with_its_ports_to_itself_is_not_slowed_by_sharing_elsewhere():
+    """a and b share p (0.5 GB/s each); c has r (2 GB/s) to itself. At 1 s d starts on q and r:
+    the filling gives a, b 0.5 (p saturates first) and c, d 1 GB/s each on r (r and q saturate
+    together: q carries a's 0.5 + d's 0.5). a, b, d end at 2 s; c then has 1 GB left alone at
+    2 GB/s and ends at 2.5 s."""
+    env, net = _net({"p": 1 * GB, "q": 1 * GB, "r": 2 * GB})
+    times: dict[str, float] = {}
+
+    def run(name, demands, start_s=0.0):
+        yield env.timeout(start_s)
+        yield net.transfer(demands)
+        times[name] = env.now
+
+    env.process(run("a", {"p": 1 * GB, "q": 1 * GB}))
+    env.process(run("b", {"p": 1 * GB}))
+    env.process(run("c", {"r": 4 * GB}))
+    env.process(run("d", {"q": 0.5 * GB, "r": 1 * GB}, start_s=1.0))
+    env.run()
+    assert times == pytest.approx({"a": 2.0, "b": 2.0, "c": 2.5, "d": 2.0})
+
+
+@settings(max_examples=60, deadline=None)
+@given(st.lists(st.dictionaries(st.sampled_from("abcdefgh"), st.floats(0.1, 10.0), min_size=1, max_size=3),
+                min_size=1, max_size=8))
+def test_rates_equal_progressive_filling_over_all_flows(demand_sets):
+    """The shortcut (flows on unshared ports get their own bottleneck without the filling)
+    gives every flow the rate the filling over all flows gives it."""
+    env, net = _net({p: (1 + "abcdefgh".index(p)) * GB for p in "abcdefgh"})
+    for demands in demand_sets:
+        net.transfer({p: b * GB for p, b in demands.items()})
+    fast = [f.rate for f in net._flows]
+    net._progressive_filling(net._flows)
+    assert fast == pytest.approx([f.rate for f in net._flows], rel=1e-9)
