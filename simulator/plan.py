@@ -110,6 +110,7 @@ class Planner:
         self._comm_cache: dict = {}
         self._group_cache: dict = {}
         self._pass_ops: dict = {}
+        self._chunk_runs: dict[int, tuple[tuple[bool, int], ...]] = {}
         self._zero_bubble_orders = None
         self.grad_group = "dp_cp" if self.par.cp > 1 else "dp"
         hybrid = self.par.zero_shard_size is not None and self.par.zero_shard_size < self.par.dp_degree
@@ -306,8 +307,13 @@ class Planner:
         return sum(self.layer_params_split(moe_layer))
 
     def chunk_runs(self, global_chunk: int) -> tuple[tuple[bool, int], ...]:
-        """The chunk's layers as runs of equal kind, in order: ((moe_layer, count), ...)."""
-        return layer_kind_runs(self.layer_kinds, self.chunk_starts[global_chunk], self.layers_per_chunk[global_chunk])
+        """The chunk's layers as runs of equal kind, in order: ((moe_layer, count), ...) (cached:
+        the planner asks for every pass of every micro-batch)."""
+        runs = self._chunk_runs.get(global_chunk)
+        if runs is None:
+            runs = self._chunk_runs[global_chunk] = layer_kind_runs(
+                self.layer_kinds, self.chunk_starts[global_chunk], self.layers_per_chunk[global_chunk])
+        return runs
 
     def chunk_layer_kind(self, global_chunk: int, layer: int) -> bool:
         """Kind (MoE or not) of the chunk's ``layer``-th layer."""

@@ -16,6 +16,8 @@ gradients backward) are added by the planner; this module only orders one rank's
 
 from __future__ import annotations
 
+import heapq
+
 from simulator.errors import ConfigError
 
 Item = tuple[str, int, int]
@@ -80,13 +82,25 @@ def zero_bubble(num_micro_batches: int, pp: int, t_f: float, t_b: float, t_w: fl
 
     # The earliest candidate over the stages runs next (ties: the lower stage). Running an item
     # on stage i changes only stages i-1, i and i+1 (its free time and queues, the activation
-    # it sends down, the gradient it sends up), so only their candidates are recomputed.
-    candidates = [candidate(i) for i in range(p)]
+    # it sends down, the gradient it sends up), so only their candidates are recomputed; they
+    # sit in a heap, and an entry whose stage has been recomputed since is skipped when popped.
+    version = [0] * p
+    heap = []
+
+    def refresh(j: int) -> None:
+        version[j] += 1
+        c = candidate(j)
+        if c is not None:
+            heapq.heappush(heap, (c[0], version[j], c[2], c[3]))
+
+    for i in range(p):
+        refresh(i)
     for _ in range(3 * m * p):
-        best = min((c for c in candidates if c is not None), default=None)
-        if best is None:
+        while heap and heap[0][1] != version[heap[0][0][1]]:
+            heapq.heappop(heap)
+        if not heap:
             break
-        (start, _), i, kind, mb = best
+        (start, i), _, kind, mb = heapq.heappop(heap)
         if kind == "F":
             end = start + t_f
             next_f[i] += 1
@@ -107,7 +121,7 @@ def zero_bubble(num_micro_batches: int, pp: int, t_f: float, t_b: float, t_w: fl
         orders[i].append((kind, mb, 0))
         for j in (i - 1, i, i + 1):
             if 0 <= j < p:
-                candidates[j] = candidate(j)
+                refresh(j)
     return orders
 
 

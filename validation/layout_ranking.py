@@ -112,6 +112,20 @@ factor for the recompute working set (95.0% right, 15 runs predicted OOM), plus 
 power law in the micro-batches in flight (94.6%, 14), a cap on them (92.4%, 18); grouping by the
 issue's model x GPU count instead gives 0.702, by model x GPU count x sequence 0.723.
 
+Tried 2026-12-04, also no better held-out:
+- A separate factor for standard attention's s² core: 94.6%, 14.
+- Scaling that core down before the variant factor: 94.8% at κ = 0.5, 92.8% at κ = 0.
+- One factor per kernel: 93.6%, 14.
+- Sequence parallelism that stores the all-gathered GEMM inputs: 95.2%, 16. This was suggested
+  by the seqpara files. In their 87 tp > 1 pairs, sequence parallelism rescues only 5 layouts
+  from OOM, where Megatron's count would rescue many.
+- ZeRO-2 instead of ZeRO-1: 94.8%, 15. It is the only variant whose fitted constant comes out
+  positive (+25.8 GiB, factors 1.4 / 2.1 / 3.5); ZeRO-1's is −15.8 GiB.
+
+A flexible classifier fitted on the same labels (``validation/memory_classifier_ceiling.py``)
+gets 97.6% right, but the ranking reaches only 0.75, against 0.876 with every label known. The
+labels alone do not carry the target.
+
 What the multi-node rows show (measured on all finished rows, ``--split all --csv``): when
 pipeline stages sit on different nodes, a step takes about a fixed time per decoder layer of a
 stage and micro-batch, whatever the micro-batch size and the model (1B to 70B alike), until the
