@@ -1,9 +1,12 @@
 """How long one simulated step takes (a benchmark, not a test: absolute times are noisy).
 
-Reports the median wall time over repeats for the default scenario and for Llama-3-405B on
-16,384 H100s (tp 8, pp 16, dp 128), DeepSeek-V3 at pp 32 (480 micro-batches: the deep pipeline whose
-point-to-point flows the flow network's unshared-port shortcut is for), and — to show that symmetric mode does not grow with the
-data-parallel degree — the same 405B layout at dp 8, 32, 128 and 512 as ratios to dp 8.
+Reports the median wall time over repeats for:
+- the default scenario;
+- Llama-3-405B on 16,384 H100s (tp 8, pp 16, dp 128);
+- DeepSeek-V3 at pp 32 (480 micro-batches), the deep pipeline that the flow network's
+  unshared-port shortcut is for;
+- the same 405B layout at dp 8, 32, 128 and 512, as ratios to dp 8, to show that symmetric mode
+  does not grow with the data-parallel degree.
 
     python benchmarks/bench_simulate.py [--repeats 5]
 """

@@ -61,7 +61,7 @@ def zero_bubble(num_micro_batches: int, pp: int, t_f: float, t_b: float, t_w: fl
     orders: list[list[Item]] = [[] for _ in range(p)]
 
     def candidate(i: int):
-        """Stage i's next item and its start, or None: what the rule above picks for it."""
+        """Stage i's next item as (start, kind, micro-batch), or None: what the rule above picks."""
         t = free[i]
         options = []
         if b_ready[i]:
@@ -78,7 +78,7 @@ def zero_bubble(num_micro_batches: int, pp: int, t_f: float, t_b: float, t_w: fl
             start, _, kind, mb = min(options)
         else:
             return None
-        return (start, i), i, kind, mb
+        return start, kind, mb
 
     # The earliest candidate over the stages runs next (ties: the lower stage). Running an item
     # on stage i changes only stages i-1, i and i+1 (its free time and queues, the activation
@@ -89,9 +89,10 @@ def zero_bubble(num_micro_batches: int, pp: int, t_f: float, t_b: float, t_w: fl
 
     def refresh(j: int) -> None:
         version[j] += 1
-        c = candidate(j)
-        if c is not None:
-            heapq.heappush(heap, (c[0], version[j], c[2], c[3]))
+        item = candidate(j)
+        if item is not None:
+            start, kind, mb = item
+            heapq.heappush(heap, ((start, j), version[j], kind, mb))
 
     for i in range(p):
         refresh(i)
