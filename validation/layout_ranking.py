@@ -557,6 +557,17 @@ def spearman(x: list[float], y: list[float]) -> float:
     return float(sx.corr(sy))
 
 
+def group_spearman(groups: dict[tuple, list[tuple[float, float]]]) -> dict[tuple, float]:
+    """Spearman of (predicted, measured) pairs per group, for groups of at least ``MIN_GROUP`` runs."""
+    return {g: spearman([p for p, _ in v], [m for _, m in v]) for g, v in groups.items() if len(v) >= MIN_GROUP}
+
+
+def mean_finite(values) -> float:
+    """Mean of the values that are not NaN (NaN when none are)."""
+    finite = [v for v in values if not math.isnan(v)]
+    return sum(finite) / len(finite) if finite else math.nan
+
+
 def confusion(measured_oom: list[bool], predicted_oom: list[bool]) -> dict[str, int]:
     """Counts of (measured, predicted) OOM classes."""
     out = {"oom_predicted_oom": 0, "oom_predicted_fits": 0, "ok_predicted_oom": 0, "ok_predicted_fits": 0}
@@ -607,12 +618,10 @@ def ranking_report(cases: list[Case], workers: int | None = None, metric: str = 
         else:
             errors.append(abs(value - case.measured[metric]) / case.measured[metric])
         groups.setdefault(case.group, []).append((value, case.measured[metric]))
-    rho = {g: spearman([p for p, _ in v], [m for _, m in v]) for g, v in groups.items() if len(v) >= MIN_GROUP}
+    rho = group_spearman(groups)
     finite = [r for r in rho.values() if not math.isnan(r)]
-    rho_if_run = [spearman([p for p, _ in v], [m for _, m in v]) for v in groups_if_run.values() if len(v) >= MIN_GROUP]
-    finite_if_run = [r for r in rho_if_run if not math.isnan(r)]
-    return {"runs": len(runs), "groups": rho, "mean_spearman": sum(finite) / len(finite) if finite else math.nan,
-            "mean_spearman_if_run": sum(finite_if_run) / len(finite_if_run) if finite_if_run else math.nan,
+    return {"runs": len(runs), "groups": rho, "mean_spearman": mean_finite(rho.values()),
+            "mean_spearman_if_run": mean_finite(group_spearman(groups_if_run).values()),
             "min_spearman": min(finite) if finite else math.nan, "unpredicted": unpredicted,
             "median_abs_error": float(pd.Series(errors).median()) if errors else math.nan,
             "errors": errors, "table": pd.DataFrame(table)}

@@ -39,7 +39,6 @@ Needs scikit-learn. It is not a core dependency of clustersim; install it with
 from __future__ import annotations
 
 import argparse
-import math
 import sys
 
 from validation import layout_ranking as lr
@@ -87,9 +86,7 @@ def mean_spearman(runs: list[lr.Case], rate_if_run: dict[str, float], predicted_
     for case in runs:
         value = 0.0 if predicted_oom[case.case_id] else rate_if_run[case.case_id]
         groups.setdefault(case.group, []).append((value, case.measured["tokens_per_s_per_gpu"]))
-    rhos = [lr.spearman([p for p, _ in v], [m for _, m in v]) for v in groups.values() if len(v) >= lr.MIN_GROUP]
-    finite = [r for r in rhos if not math.isnan(r)]
-    return sum(finite) / len(finite) if finite else math.nan
+    return lr.mean_finite(lr.group_spearman(groups).values())
 
 
 def _main(argv: list[str] | None = None) -> int:
