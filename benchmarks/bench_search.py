@@ -13,7 +13,7 @@ import argparse
 import os
 import time
 
-from simulator.search import SearchSpace, search, summarize
+from simulator.explore.search import SearchSpace, search, summarize
 
 CASES = {
     # name: (overrides, GPUs, space)

@@ -45,7 +45,7 @@ class EfficiencyPoint(Spec):
 
 class CrossNodePipelineFloor(Spec):
     """A framework's host-side floor on the decoder layers of a pipeline stage whose pipeline
-    neighbour sits on another node (simulator/host_floor.py).
+    neighbour sits on another node (simulator/cost/host_floor.py).
 
     While such a stage runs, one decoder layer's forward + backward for one micro-batch takes at
     least a fixed time, whatever the micro-batch size: the GPU's kernels overlap this time, so the
@@ -97,7 +97,7 @@ class ComputeEfficiency(Spec):
         default=0.0, ge=0, le=1,
         description="relative standard deviation of a rank's time for equal work between synchronisations: "
                     "a job of N ranks waits sigma * E[max of N normals] of each segment for its slowest "
-                    "(simulator/jitter.py); 0 = ranks in lockstep")
+                    "(simulator/cost/jitter.py); 0 = ranks in lockstep")
     sync_jitter_source: str | None = None
     optimizer_efficiency: float | None = Field(
         default=None, gt=0, le=1,
@@ -289,5 +289,5 @@ class FatTree(Spec):
 
 
 # New topologies (rail-optimized, dragonfly, torus) join this union with their own
-# ``topology`` tag, and simulator/topology.py maps each onto link classes.
+# ``topology`` tag, and simulator/cost/topology.py maps each onto link classes.
 Fabric = FatTree

@@ -19,9 +19,10 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError
 from hardware_specs.catalog import FABRICS, NODES, node_accelerator
 from hardware_specs.schema import Accelerator, Fabric, Node
 from hardware_specs.yaml_io import read_yaml
-from simulator.economics import EconomicsSpec
+from simulator.economics.cost import EconomicsSpec
 from simulator.errors import ConfigError, from_pydantic
-from simulator.parallelism import Parallelism, resolve_layout
+from simulator.strategies.registry import DEFAULT_KIND, parse_strategy
+from simulator.strategies.spmd.layout import Parallelism, resolve_layout
 from workloads.catalog import resolve_model
 from workloads.schema import TransformerSpec
 
@@ -89,6 +90,9 @@ class ScenarioFile(_Strict):
     description: str | None = None
     model: str | dict[str, Any]
     cluster: ClusterSpec
+    strategy: dict[str, Any] | None = Field(
+        default=None, description="the strategy kind and its settings ({kind: spmd} when absent); see "
+                                  "simulator/strategies/registry.py")
     parallelism: Parallelism = Parallelism()
     training: TrainingSpec = TrainingSpec()
     simulation: SimulationSpec = SimulationSpec()
@@ -109,6 +113,11 @@ class Scenario:
     training: TrainingSpec
     simulation: SimulationSpec
     economics: EconomicsSpec = EconomicsSpec()
+    strategy: BaseModel | None = None  # the kind's config; None: the default kind (spmd)
+
+    @property
+    def strategy_kind(self) -> str:
+        return getattr(self.strategy, "kind", DEFAULT_KIND)
 
     @property
     def seq_length(self) -> int:
@@ -213,6 +222,7 @@ def build_scenario(raw: dict[str, Any], base: Path | None = None) -> Scenario:
         training=doc.training,
         simulation=doc.simulation,
         economics=doc.economics,
+        strategy=parse_strategy(doc.strategy),
     )
 
 

@@ -16,14 +16,15 @@ from __future__ import annotations
 
 from typing import Any
 
-from simulator.economics import training_economics
-from simulator.engine import Engine, Task
+from simulator.economics.cost import training_economics
+from simulator.engine.engine import Engine, Task
 from simulator.errors import ConfigError
-from simulator.memory import fits as memory_fits
-from simulator.memory import peak_rank_memory
-from simulator.plan import Plan, Planner
-from simulator.result import BREAKDOWN_KEYS, SimulationResult, TimelineEvent
+from simulator.memory.analytic import fits as memory_fits
+from simulator.report.result import BREAKDOWN_KEYS, SimulationResult, TimelineEvent
 from simulator.scenario import Scenario, load_scenario
+from simulator.strategies.registry import get_kind
+from simulator.strategies.spmd.layout import chunk_layer_counts
+from simulator.strategies.spmd.plan import Plan
 from workloads.counting import total_params
 from workloads.graph import step_flops
 
@@ -108,7 +109,8 @@ def simulate(scenario: Scenario, mode: str | None = None, detail: bool = False,
     is false, and is reported with ``fits: false`` and the reason."""
     model, par = scenario.model, scenario.parallelism
     mode = mode or scenario.simulation.mode
-    stage, peak, per_stage = peak_rank_memory(scenario)
+    kind = get_kind(scenario.strategy_kind)
+    stage, peak, per_stage = kind.memory(scenario)
     ok, reason = memory_fits(scenario, peak)
     flops = step_flops(model, scenario.seq_length, par.global_batch_size, par.recompute,
                        flash_attention=scenario.training.attention == "flash")
@@ -116,9 +118,9 @@ def simulate(scenario: Scenario, mode: str | None = None, detail: bool = False,
     step_time = None
     breakdown = dict.fromkeys(BREAKDOWN_KEYS, 0.0)
     timeline_builder = None
-    planner = Planner(scenario, mode=mode, detail=detail)
+    layers_per_chunk = chunk_layer_counts(par, model.num_layers)
     if ok or run_if_oom:
-        plan = planner.build()
+        plan = kind.compile(scenario, mode=mode, detail=detail)
         engine = Engine(plan.topology.port_capacity)
         step_time = engine.run(plan.streams)
         critical = _critical_actor(plan)
@@ -142,8 +144,8 @@ def simulate(scenario: Scenario, mode: str | None = None, detail: bool = False,
         fits=ok,
         infeasible_reason=reason,
         time_breakdown_s=breakdown,
-        layer_split=planner.layers_per_chunk,
-        layers_per_stage=[sum(planner.layers_per_chunk[c * par.pp + i] for c in range(par.virtual_stages))
+        layer_split=layers_per_chunk,
+        layers_per_stage=[sum(layers_per_chunk[c * par.pp + i] for c in range(par.virtual_stages))
                           for i in range(par.pp)],
         mode=mode,
         tokens_to_train=scenario.training.tokens,

@@ -11,7 +11,8 @@ import numpy as np
 import pytest
 import yaml
 
-from simulator.calibration import (
+from simulator.cli import main
+from simulator.cost.calibration import (
     build_profile,
     error_summary,
     fit_alpha_beta,
@@ -23,7 +24,6 @@ from simulator.calibration import (
     validate_profile,
     write_profile,
 )
-from simulator.cli import main
 from simulator.errors import ConfigError
 
 PEAK = 80e9          # flop/s
@@ -181,7 +181,7 @@ def test_collectives_are_fitted_on_the_after_compute_rows_when_present(tmp_path)
 
 
 def test_gpu_profiles_keep_the_bare_launch_cost():
-    from simulator.calibration import eager_kernel_overhead_s
+    from simulator.cost.calibration import eager_kernel_overhead_s
 
     rows = [{"kernel": "tiny_linear_fwd_bwd", "median_s": 50e-6}, {"kernel": "tiny_sum_bwd", "median_s": 20e-6}]
     assert eager_kernel_overhead_s(rows, {"device_type": "cuda"}, 4e-6) == (4e-6, "kernel=tiny_add")
@@ -190,7 +190,7 @@ def test_gpu_profiles_keep_the_bare_launch_cost():
 
 
 def test_collectives_that_a_line_misses_keep_their_measured_points(tmp_path):
-    from simulator.calibration import TABLE_RESIDUAL, fit_collectives
+    from simulator.cost.calibration import TABLE_RESIDUAL, fit_collectives
 
     # gloo-like: flat ~2 ms up to 256 KiB (one dip: noise), then growing; the line misses by > 25%
     sizes = [4096, 16384, 65536, 262144, 1048576, 4194304]
@@ -261,7 +261,7 @@ def test_overlap_comm_slowdown_from_how_much_later_the_collectives_end(tmp_path)
     assert eff["overlap_comm_slowdown"] == pytest.approx(np.median([1.0, 0.5, 3.0, 0.0]), abs=1e-4)
     assert "4 ranks" in eff["overlap_comm_slowdown_source"]
     # a collective that did not move at all while the GEMMs ran is capped as a stall
-    from simulator.calibration import MAX_COMM_SLOWDOWN, fit_overlap_comm_slowdown
+    from simulator.cost.calibration import MAX_COMM_SLOWDOWN, fit_overlap_comm_slowdown
 
     stalled = dict(rows[0], collectives_with_gemms_s=0.1 + 0.03)
     assert fit_overlap_comm_slowdown([stalled], "m")[0] == MAX_COMM_SLOWDOWN
@@ -410,7 +410,7 @@ def test_the_optimizer_gets_the_fused_adam_rows_bandwidth(tmp_path):
 
 def test_optimizer_step_time_uses_the_optimizer_efficiency_when_given():
     from hardware_specs.schema import Accelerator
-    from simulator.compute import ComputeModel
+    from simulator.cost.compute import ComputeModel
 
     def accelerator(**extra):
         return Accelerator.model_validate(dict(

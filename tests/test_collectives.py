@@ -1,4 +1,4 @@
-"""α-β collective costs (simulator/collectives.py) on toy node/fabric specs with round numbers.
+"""α-β collective costs (simulator/cost/collectives.py) on toy node/fabric specs with round numbers.
 
 Toy node: 8 GPUs, intra-node link B_nvl = 100 GB/s per GPU per direction, collective
 efficiency 1.0, latency α_nvl = 2 us; 4 NICs of 400 Gb/s (50 GB/s) each at efficiency 1.0,
@@ -13,8 +13,8 @@ import math
 import pytest
 
 from hardware_specs.schema import AlphaBeta, FatTree, Node
-from simulator.collectives import bus_bytes, collective_cost
-from simulator.topology import Placement, Topology
+from simulator.cost.collectives import bus_bytes, collective_cost
+from simulator.cost.topology import Placement, Topology
 
 GB = 1e9
 B_NVL = 100 * GB

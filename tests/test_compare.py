@@ -10,8 +10,7 @@ import pytest
 
 from simulator.cli import main
 from simulator.errors import ConfigError
-from simulator.result import TimelineEvent
-from simulator.trace_compare import (
+from simulator.report.compare import (
     comm_kind,
     compare_rows,
     load_trace,
@@ -21,6 +20,7 @@ from simulator.trace_compare import (
     stage_of_rank,
     union_length,
 )
+from simulator.report.result import TimelineEvent
 
 DATA = Path(__file__).parent / "data" / "traces"
 CPU = DATA / "gloo_cpu_two_steps.json"

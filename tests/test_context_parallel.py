@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import pytest
 
-from simulator.collectives import bus_bytes
+from simulator.cost.collectives import bus_bytes
 from simulator.scenario import load_scenario
 from simulator.simulate import simulate
 from workloads.graph import FLASH_TILE, ShardShape, layer_work

@@ -10,10 +10,10 @@ import pytest
 
 from simulator.cli import main
 from simulator.errors import ConfigError
-from simulator.memory import mla_activation_bytes_per_layer, stage_params
-from simulator.parallelism import Parallelism
-from simulator.plan import Planner
+from simulator.memory.analytic import mla_activation_bytes_per_layer, stage_params
 from simulator.scenario import load_scenario
+from simulator.strategies.spmd.layout import Parallelism
+from simulator.strategies.spmd.plan import Planner
 from workloads.catalog import MODELS
 from workloads.counting import (
     active_params,

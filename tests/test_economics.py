@@ -1,4 +1,4 @@
-"""Time, cost and energy to train (simulator/economics.py).
+"""Time, cost and energy to train (simulator/economics/cost.py).
 
 Narayanan et al. 2021 Sec. 5.1 (validation/data/narayanan2021_text_numbers.csv): GPT-3 175B on
 1024 A100 at 140 TFLOP/s for 300B tokens ~ 34 days; 1T on 3072 A100 at 163 TFLOP/s for 450B
@@ -13,7 +13,7 @@ from pathlib import Path
 
 import pytest
 
-from simulator.economics import (
+from simulator.economics.cost import (
     ECONOMICS_KEYS,
     EconomicsSpec,
     checkpoint_bytes_per_parameter,

@@ -1,10 +1,10 @@
-"""The discrete-event engine (simulator/engine.py) on toy task graphs with exact end times."""
+"""The discrete-event engine (simulator/engine/engine.py) on toy task graphs with exact end times."""
 
 from __future__ import annotations
 
 import pytest
 
-from simulator.engine import Engine, Task
+from simulator.engine.engine import Engine, Task
 
 GB = 1e9
 

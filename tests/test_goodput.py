@@ -1,4 +1,4 @@
-"""Goodput under failures (simulator/goodput.py): exact numbers from the formulas, and the
+"""Goodput under failures (simulator/economics/goodput.py): exact numbers from the formulas, and the
 Llama 3 Table 5 inputs (Dubey et al. 2024: 419 unexpected interruptions, 54 days, 16,384 H100)."""
 
 from __future__ import annotations
@@ -8,7 +8,7 @@ import math
 
 import pytest
 
-from simulator import goodput as gp
+from simulator.economics import goodput as gp
 from simulator.errors import ConfigError
 
 

@@ -50,8 +50,8 @@ def _measure(out):
 
 
 def _predict(measured):
-    from simulator.calibration import error_summary, predict_runs, read_runs
     from simulator.cli import main
+    from simulator.cost.calibration import error_summary, predict_runs, read_runs
 
     profile = measured / "profile.yaml"
     assert main(["calibrate", "--from", str(measured), "--out", str(profile)]) == 0
@@ -97,7 +97,7 @@ def median_of_loops(loops: list[list[dict]], key: str = ADJUSTED) -> dict[str, f
     """Each strategy's median ``key`` error over the loops, summarised like one loop's."""
     import numpy as np
 
-    from simulator.calibration import error_summary
+    from simulator.cost.calibration import error_summary
 
     strategies = [r["strategy"] for r in loops[0]]
     errors = {s: float(np.median([r[key] for rows in loops for r in rows if r["strategy"] == s]))
@@ -141,7 +141,7 @@ def test_calibrated_predictions_meet_the_targets(predicted, tmp_path):
 
 def test_compare_reads_a_real_harness_trace(measured, predicted, capsys):
     from simulator.cli import main
-    from simulator.trace_compare import measured_breakdown
+    from simulator.report.compare import measured_breakdown
 
     profile = measured / "profile.yaml"
     trace = measured / "training" / "traces" / "ddp_rank0.json"

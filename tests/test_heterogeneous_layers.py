@@ -9,10 +9,10 @@ from pathlib import Path
 
 import pytest
 
-from simulator.memory import rank_memory, stage_params
-from simulator.plan import Planner
+from simulator.memory.analytic import rank_memory, stage_params
 from simulator.scenario import load_scenario
 from simulator.simulate import simulate
+from simulator.strategies.spmd.plan import Planner
 from workloads.counting import active_params, layer_kind_counts, layer_kind_runs, layer_kinds, total_params
 from workloads.graph import ShardShape, layer_work, step_flops
 from workloads.schema import TransformerSpec

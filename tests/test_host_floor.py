@@ -1,5 +1,5 @@
 """The host-side floor of a pipeline stage whose neighbour is on another node
-(simulator/host_floor.py): exact step times on the toy GPT of tests/test_simulate.py.
+(simulator/cost/host_floor.py): exact step times on the toy GPT of tests/test_simulate.py.
 
 Toy: L = 4 layers, pp = 2 (2 layers per stage), tp = dp = 1, micro-batch 1, m micro-batches; a
 layer's forward takes t = T_LAYER, its backward 2t, so F + B = 3t = 2.8186 ms per layer. Pipeline
@@ -17,11 +17,11 @@ from pathlib import Path
 import pytest
 
 from hardware_specs.schema import CrossNodePipelineFloor
-from simulator.host_floor import floor_per_layer_s, has_cross_node_neighbour, stretch
-from simulator.parallelism import Parallelism
+from simulator.cost.host_floor import floor_per_layer_s, has_cross_node_neighbour, stretch
+from simulator.cost.topology import RankLayout, Topology
 from simulator.scenario import load_scenario
 from simulator.simulate import simulate
-from simulator.topology import RankLayout, Topology
+from simulator.strategies.spmd.layout import Parallelism
 
 sys.path.insert(0, str(Path(__file__).parent))
 from test_simulate import MODES, T_LAYER, toy_raw  # noqa: E402

@@ -5,9 +5,9 @@ from __future__ import annotations
 import pytest
 
 from simulator.errors import ConfigError
-from simulator.plan import Planner
 from simulator.scenario import load_scenario
 from simulator.simulate import simulate
+from simulator.strategies.spmd.plan import Planner
 
 MODEL = dict(name="toy", num_layers=4, hidden_size=512, num_attention_heads=8, vocab_size=1024, seq_length=512)
 

@@ -7,7 +7,7 @@ import copy
 
 import pytest
 
-from simulator.engine import Engine, Task
+from simulator.engine.engine import Engine, Task
 from simulator.scenario import load_scenario
 from simulator.simulate import simulate
 from tests.test_simulate import T_AR, T_FC1_W, T_HEAD_W, T_LAYER, T_QKV_W, H, L, S, _tp_raw, toy_raw
@@ -83,7 +83,7 @@ def test_a_transfer_moves_slower_while_its_actor_computes():
 def test_kernel_and_transfer_slow_each_other_as_the_closed_form_says():
     # s = c = 1, both start at 0: each at half pace; the 2 s kernel ends at 4 (the flow has moved
     # 2 of 4 bytes), the flow's other 2 bytes take 2 s: 6 s = overlapped_pair_s(2, 4, 1, 1).
-    from simulator.interference import overlapped_pair_s
+    from simulator.cost.interference import overlapped_pair_s
 
     k = Task("k", "r0", "compute", "compute", duration_s=2.0, slowdown_while_contended=1.0, slows_comm=True)
     c = Task("c", "r0", "dp", "dp_comm", demands={"r0:nic_tx": 4.0}, contends=True, comm_slowdown_while_computing=1.0)
@@ -110,7 +110,7 @@ def test_a_collective_moves_at_its_slowest_members_pace():
 
 
 def test_closed_form_without_communication_slowdown_is_the_old_one():
-    from simulator.interference import exposed_comm_share
+    from simulator.cost.interference import exposed_comm_share
 
     for t_k, t_c, s in [(1.0, 3.0, 0.5), (3.0, 1.0, 0.5), (2.0, 2.0, 0.0), (1.0, 1.0, 2.0)]:
         assert exposed_comm_share(t_k, t_c, s, 0.0) == pytest.approx(max(0.0, t_c - t_k, t_c * s / (1 + s)) / t_c)
@@ -140,7 +140,7 @@ def test_tp_input_grad_overlap_with_a_slowed_wgrad_kernel(mode, detail):
 @pytest.mark.parametrize(("mode", "detail"), [("symmetric", False), ("symmetric", True), ("full", False), ("full", True)])
 def test_tp_overlap_with_both_directions_of_slowdown_agrees_in_every_mode(mode, detail):
     # s = 1, c = 1: every overlapped pair takes overlapped_pair_s(t_w, t_ar, 1, 1).
-    from simulator.interference import overlapped_pair_s
+    from simulator.cost.interference import overlapped_pair_s
 
     def exposed(t_w: float) -> float:
         return overlapped_pair_s(t_w, T_AR, 1.0, 1.0) - t_w
@@ -251,7 +251,7 @@ def test_paired_moe_overlap_hides_all_to_alls_behind_the_pass(detail):
 def test_expected_maximum_of_normals_matches_known_values():
     import math
 
-    from simulator.jitter import expected_max_of_normals, sync_stretch
+    from simulator.cost.jitter import expected_max_of_normals, sync_stretch
 
     assert expected_max_of_normals(1) == 0.0
     assert expected_max_of_normals(2) == pytest.approx(1 / math.sqrt(math.pi), rel=1e-9)
@@ -265,7 +265,7 @@ def test_expected_maximum_of_normals_matches_known_values():
 def test_sync_jitter_stretches_every_kernel_of_a_multi_rank_job(mode, detail):
     # the TP toy (2 ranks): with sigma = 0.1 every kernel takes 1 + 0.1 e_2 times as long; the
     # collectives do not change; a one-GPU job is not stretched.
-    from simulator.jitter import sync_stretch
+    from simulator.cost.jitter import sync_stretch
 
     raw = _tp_raw(overlap=False)
     base = simulate(load_scenario(raw), mode=mode, detail=detail)

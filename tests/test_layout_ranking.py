@@ -341,7 +341,7 @@ def test_ultrascale_heldout_one_and_two_node_runs_meet_the_targets():
 
 def test_ultrascale_heldout_pipelines_across_nodes_meet_the_target_with_the_host_floor():
     # Held-out finished runs with pp > 1 on 2-16 nodes, the domain of nanotron's host-side floor
-    # per layer (simulator/host_floor.py), fitted on the fit half's runs of that domain
+    # per layer (simulator/cost/host_floor.py), fitted on the fit half's runs of that domain
     # (validation/calibrate_frameworks.py fit_playbook_pipeline_floor). Measured 2026-12-03:
     # median |error| 8.3% over the 378 of 383 runs predicted to fit (tp > 2: 7.8% over 243); with
     # the floor's rule for unlisted tp degrees (the line 3.6·tp ms through the fitted values)

@@ -1,4 +1,4 @@
-"""Memory model of one rank (simulator/memory.py) against ZeRO 2020 and Korthikanti 2022."""
+"""Memory model of one rank (simulator/memory/analytic.py) against ZeRO 2020 and Korthikanti 2022."""
 
 from __future__ import annotations
 
@@ -13,7 +13,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from simulator.errors import ConfigError
-from simulator.memory import (
+from simulator.memory.analytic import (
     GIB,
     MemoryBreakdown,
     activation_bytes_per_layer,
@@ -29,8 +29,8 @@ from simulator.memory import (
     stage_layer_indices,
     stage_params,
 )
-from simulator.parallelism import Parallelism
 from simulator.scenario import load_scenario
+from simulator.strategies.spmd.layout import Parallelism
 from workloads.counting import embedding_params, layer_params, output_head_params, total_params
 from workloads.schema import TransformerSpec
 

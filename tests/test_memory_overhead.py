@@ -1,4 +1,4 @@
-"""Framework memory overhead (simulator/memory_overhead.py): the fitted map from the analytic
+"""Framework memory overhead (simulator/memory/overhead.py): the fitted map from the analytic
 breakdown to the peak a framework reports, and the fit decision it drives."""
 
 from __future__ import annotations
@@ -8,8 +8,8 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from simulator.errors import ConfigError
-from simulator.memory import GIB, MemoryBreakdown, peak_rank_memory, usable_hbm_bytes
-from simulator.memory_overhead import MemoryOverhead, fits_with_overhead, framework_peak, framework_peak_bytes
+from simulator.memory.analytic import GIB, MemoryBreakdown, peak_rank_memory, usable_hbm_bytes
+from simulator.memory.overhead import MemoryOverhead, fits_with_overhead, framework_peak, framework_peak_bytes
 from simulator.scenario import load_scenario
 
 BREAKDOWN = MemoryBreakdown(weights_bytes=10 * GIB, gradients_bytes=20 * GIB, optimizer_bytes=40 * GIB,
@@ -71,7 +71,7 @@ def test_with_the_default_factor_the_in_flight_count_does_not_matter(in_flight):
 
 def test_framework_peak_weighs_each_stage_by_its_own_in_flight_count():
     # The default scenario is an interleaved pipeline (pp 8, 2 chunks): each stage has its own count.
-    from simulator.memory import microbatches_in_flight
+    from simulator.memory.analytic import microbatches_in_flight
 
     scenario = load_scenario()
     par = scenario.parallelism

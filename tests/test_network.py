@@ -1,4 +1,4 @@
-"""Flow-level network (simulator/network.py): exact completion times on toy ports.
+"""Flow-level network (simulator/engine/network.py): exact completion times on toy ports.
 
 Every expected time below is derived by hand from the max-min fair-share rule
 (progressive filling) with capacities in bytes/s; no number is copied from a run.
@@ -11,7 +11,7 @@ import simpy
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from simulator.network import FlowNetwork
+from simulator.engine.network import FlowNetwork
 
 GB = 1e9
 

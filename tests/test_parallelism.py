@@ -1,18 +1,18 @@
-"""The parallel layout (simulator/parallelism.py) and rank numbering (simulator/topology.py)."""
+"""The parallel layout (simulator/strategies/spmd/layout.py) and rank numbering (simulator/cost/topology.py)."""
 
 from __future__ import annotations
 
 import pytest
 
+from simulator.cost.topology import Coordinates, RankLayout
 from simulator.errors import ConfigError
-from simulator.parallelism import (
+from simulator.strategies.spmd.layout import (
     Parallelism,
     ceil_div,
     data_parallel_groups_per_node,
     resolve_layout,
     split_layers,
 )
-from simulator.topology import Coordinates, RankLayout
 from workloads.schema import TransformerSpec
 
 MODEL = TransformerSpec(name="m", num_layers=8, hidden_size=512, num_attention_heads=8, num_kv_heads=4,

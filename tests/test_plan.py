@@ -1,4 +1,4 @@
-"""The planner (simulator/plan.py): actors, task lists, and the bytes each collective moves.
+"""The planner (simulator/strategies/spmd/plan.py): actors, task lists, and the bytes each collective moves.
 
 Model used throughout ("small"): GPT, 4 layers, h = 256, 8 heads, s = 256, V = 1024, untied,
 learned positions. Parameters: a layer 12h² + 13h = 789,760; embedding V·h + s·h = 327,680;
@@ -9,8 +9,8 @@ from __future__ import annotations
 
 import pytest
 
-from simulator.plan import Planner
 from simulator.scenario import load_scenario
+from simulator.strategies.spmd.plan import Planner
 from workloads.counting import total_params
 
 SMALL = dict(name="small-gpt", num_layers=4, hidden_size=256, num_attention_heads=8, vocab_size=1024,

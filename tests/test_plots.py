@@ -1,9 +1,9 @@
-"""Figures (simulator/plots.py, `clustersim plot`): memory per stage, time breakdown, timeline."""
+"""Figures (simulator/report/plots.py, `clustersim plot`): memory per stage, time breakdown, timeline."""
 
 from __future__ import annotations
 
 from simulator.cli import main
-from simulator.plots import memory_figure, time_breakdown_figure, timeline_figure
+from simulator.report.plots import memory_figure, time_breakdown_figure, timeline_figure
 
 SMALL = ["--set", "model=llama-1b", "--set", "cluster.node=dgx-h100", "--set", "cluster.num_gpus=16",
          "--set", "training.seq_length=1024", "--set", "parallelism.tp=2", "--set", "parallelism.pp=2",

@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 
 from hardware_specs.schema import Accelerator
-from simulator.compute import ComputeModel
+from simulator.cost.compute import ComputeModel
 from workloads.graph import ShardShape, layer_work
 from workloads.schema import TransformerSpec
 

@@ -13,7 +13,7 @@ from hypothesis import HealthCheck, assume, given, settings
 from hypothesis import strategies as st
 
 from hardware_specs.catalog import NODES
-from simulator.result import BREAKDOWN_KEYS
+from simulator.report.result import BREAKDOWN_KEYS
 from simulator.scenario import load_scenario
 from simulator.simulate import simulate
 

@@ -1,4 +1,4 @@
-"""Scaling curves (simulator/scaling.py, `clustersim scale`)."""
+"""Scaling curves (simulator/explore/scaling.py, `clustersim scale`)."""
 
 from __future__ import annotations
 
@@ -8,8 +8,8 @@ import pytest
 
 from simulator.cli import main
 from simulator.errors import ConfigError
-from simulator.scaling import CSV_COLUMNS, parse_gpu_counts, scaling_curve
-from simulator.search import SearchSpace
+from simulator.explore.scaling import CSV_COLUMNS, parse_gpu_counts, scaling_curve
+from simulator.explore.search import SearchSpace
 
 TINY = ["model=llama-1b", "cluster.node=dgx-h100", "cluster.num_gpus=8", "training.seq_length=1024",
         "parallelism.global_batch_size=32", "parallelism.tp=1", "parallelism.pp=1", "parallelism.virtual_stages=1",

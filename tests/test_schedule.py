@@ -1,4 +1,4 @@
-"""Pipeline schedules: the order of passes (simulator/schedule.py) and, through simulate(),
+"""Pipeline schedules: the order of passes (simulator/strategies/spmd/schedule.py) and, through simulate(),
 the step time and bubble of GPipe, 1F1B and interleaved 1F1B on a toy cluster without
 communication costs.
 
@@ -23,8 +23,14 @@ import pytest
 
 from simulator.errors import ConfigError
 from simulator.scenario import load_scenario
-from simulator.schedule import gpipe, ideal_bubble_fraction, interleaved, one_f_one_b, stage_order
 from simulator.simulate import simulate
+from simulator.strategies.spmd.schedule import (
+    gpipe,
+    ideal_bubble_fraction,
+    interleaved,
+    one_f_one_b,
+    stage_order,
+)
 
 H, S, HEADS, V = 256, 256, 4, 8
 PEAK_TFLOPS = 1000.0

@@ -1,4 +1,4 @@
-"""Layout search (simulator/search.py, `clustersim search`): enumeration, pruning of invalid and
+"""Layout search (simulator/explore/search.py, `clustersim search`): enumeration, pruning of invalid and
 out-of-memory layouts as rows with reasons, ranking, the JSON contract, bad input."""
 
 from __future__ import annotations
@@ -9,7 +9,13 @@ import pytest
 
 from simulator.cli import main
 from simulator.errors import ConfigError
-from simulator.search import SearchConstraints, SearchSpace, enumerate_layouts, parse_assignments, search
+from simulator.explore.search import (
+    SearchConstraints,
+    SearchSpace,
+    enumerate_layouts,
+    parse_assignments,
+    search,
+)
 
 TINY = [
     "model=llama-1b", "cluster.node=dgx-h100", "training.seq_length=1024", "parallelism.global_batch_size=32",

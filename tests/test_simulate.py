@@ -8,11 +8,11 @@ import math
 
 import pytest
 
-from simulator.parallelism import split_layers
-from simulator.plan import Planner
-from simulator.result import BREAKDOWN_KEYS
+from simulator.report.result import BREAKDOWN_KEYS
 from simulator.scenario import load_scenario
 from simulator.simulate import simulate, simulate_point
+from simulator.strategies.spmd.layout import split_layers
+from simulator.strategies.spmd.plan import Planner
 from workloads.counting import korthikanti_model_flops, narayanan_flops_with_recompute, total_params
 
 # ------------------------------------------------------------------ toy cluster with round numbers

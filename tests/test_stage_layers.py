@@ -11,10 +11,10 @@ from pathlib import Path
 import pytest
 
 from simulator.errors import ConfigError
-from simulator.memory import rank_memory, stage_layer_indices, stage_params
-from simulator.parallelism import Parallelism, chunk_layer_counts
+from simulator.memory.analytic import rank_memory, stage_layer_indices, stage_params
 from simulator.scenario import load_scenario
 from simulator.simulate import simulate
+from simulator.strategies.spmd.layout import Parallelism, chunk_layer_counts
 
 sys.path.insert(0, str(Path(__file__).parent))
 from test_simulate import MODES, T_LAYER, toy, toy_raw  # noqa: E402

@@ -1,4 +1,4 @@
-"""Sweeps (simulator/sweep.py, `clustersim sweep`): grid expansion, point ids, streaming CSV and
+"""Sweeps (simulator/explore/sweep.py, `clustersim sweep`): grid expansion, point ids, streaming CSV and
 Parquet output that survives interruption, --resume, failing points, local worker processes."""
 
 from __future__ import annotations
@@ -10,7 +10,7 @@ import pytest
 
 from simulator.cli import main
 from simulator.errors import ConfigError
-from simulator.sweep import (
+from simulator.explore.sweep import (
     RESULT_COLUMNS,
     ParquetResults,
     flatten_result,

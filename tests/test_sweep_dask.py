@@ -13,7 +13,7 @@ distributed = pytest.importorskip("distributed")
 
 from simulator.cli import main  # noqa: E402
 from simulator.errors import ConfigError  # noqa: E402
-from simulator.sweep import load_sweep, parallel_map, run_sweep  # noqa: E402
+from simulator.explore.sweep import load_sweep, parallel_map, run_sweep  # noqa: E402
 
 BASE = {
     "model": "llama-1b",

@@ -7,9 +7,9 @@ from pathlib import Path
 
 import pytest
 
-from simulator.memory import peak_rank_memory
-from simulator.schedule import zero_bubble
+from simulator.memory.analytic import peak_rank_memory
 from simulator.simulate import simulate
+from simulator.strategies.spmd.schedule import zero_bubble
 
 sys.path.insert(0, str(Path(__file__).parent))
 from test_simulate import toy  # noqa: E402

@@ -25,8 +25,8 @@ import pandas as pd
 
 from hardware_specs.catalog import ACCELERATORS
 from hardware_specs.schema import Accelerator, ComputeEfficiency, EfficiencyPoint
-from simulator.plan import Planner
 from simulator.scenario import load_scenario
+from simulator.strategies.spmd.plan import Planner
 
 DATA = Path(__file__).parent / "data" / "korthikanti2022_table4_layer_times.csv"
 ROWS = {"Baseline no recompute": False, "Sequence Parallelism": True}

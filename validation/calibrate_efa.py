@@ -54,7 +54,7 @@ from pathlib import Path
 
 import pandas as pd
 
-from simulator.collectives import BUS_FACTOR, ring_steps
+from simulator.cost.collectives import BUS_FACTOR, ring_steps
 
 DATA = Path(__file__).resolve().parent / "data" / "ultrascale_playbook_scaling_figures.csv"
 MESSAGE_BYTES = 2**28  # "256MB"

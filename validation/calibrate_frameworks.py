@@ -20,7 +20,7 @@ use the held-out half as the check.
   fitted in turn, and a second round moved it 729.5 -> 725 us, inside the fit's tolerance).
 - ``compute_efficiency.cross_node_pipeline_floor``: nanotron's host-side floor per decoder layer
   and micro-batch of a stage whose pipeline neighbour is on another node (a + b·tp us,
-  simulator/host_floor.py), minimising the same loss over the fit half's runs with pp > 1 on 2-16
+  simulator/cost/host_floor.py), minimising the same loss over the fit half's runs with pp > 1 on 2-16
   nodes, the constants above held (:func:`fit_playbook_pipeline_floor`; neither earlier fit sees a
   stage boundary between nodes, so the order does not matter).
 - ``memory_overhead``: nanotron's reported ``gpu_memory_GB`` (read as GiB) regressed on the
@@ -72,7 +72,7 @@ HAGEMANN_FIT_ON = ("Hagemann 2023 (validation/data/hagemann2023_parallel_layouts
 def _breakdowns(cases: list[lr.Case]) -> list[tuple[lr.Case, object, list]]:
     """(case, scenario, per-stage breakdowns) of the cases that map to a valid scenario."""
     from simulator.errors import ConfigError
-    from simulator.memory import peak_rank_memory
+    from simulator.memory.analytic import peak_rank_memory
     from simulator.scenario import build_scenario
 
     out = []
@@ -92,8 +92,8 @@ def _breakdowns(cases: list[lr.Case]) -> list[tuple[lr.Case, object, list]]:
 
 def fit_playbook_memory(cases: list[lr.Case] | None = None):
     """MemoryOverhead of nanotron, fitted on the fit half's finished runs (see module doc)."""
-    from simulator.memory import GIB
-    from simulator.memory_overhead import MemoryOverhead
+    from simulator.memory.analytic import GIB
+    from simulator.memory.overhead import MemoryOverhead
 
     cases = cases if cases is not None else lr.ultrascale_cases()
     rows = []
@@ -110,7 +110,7 @@ def fit_playbook_memory(cases: list[lr.Case] | None = None):
         framework="nanotron (Ultra-Scale Playbook)",
         states_factor=round(float(a), 4), optimizer_factor=round(float(b), 4),
         activations_factor={"default": round(float(c), 4)}, constant_gib=round(float(d), 3),
-        source="regression of nanotron's reported peak memory on simulator.memory's breakdown "
+        source="regression of nanotron's reported peak memory on simulator.memory.analytic's breakdown "
                "(validation/calibrate_frameworks.py fit_playbook_memory)",
         fitted_on=f"{PLAYBOOK_FIT_ON}: gpu_memory_GB of the {len(rows)} finished runs (read as GiB)",
     )
@@ -254,7 +254,7 @@ def _with_pipeline_floor(compute_efficiency: dict, by_tp_us: dict[int, float], r
         "per_layer_per_tp_rank_us": round(max(float(slope), 0.0), 1),
         "per_layer_us_by_tp": {tp: round(float(by_tp_us[tp]), 1) for tp in sorted(by_tp_us)},
         "source": ("nanotron's host-side floor per decoder layer and micro-batch while its pipeline crosses EFA "
-                   "(mechanism not published; simulator/host_floor.py), fitted per tp degree "
+                   "(mechanism not published; simulator/cost/host_floor.py), fitted per tp degree "
                    "(validation/calibrate_frameworks.py fit_playbook_pipeline_floor); the rule for other "
                    "degrees is the run-weighted least-squares line through the fitted ones"),
         "fitted_on": (f"{PLAYBOOK_FIT_ON}: tokens/s/GPU of the {sum(run_counts.values())} finished runs on "
@@ -266,7 +266,7 @@ def _with_pipeline_floor(compute_efficiency: dict, by_tp_us: dict[int, float], r
 def fit_playbook_pipeline_floor(compute_efficiency: dict, node_overrides: dict | None,
                                 cases: list[lr.Case] | None = None, workers: int | None = None) -> dict:
     """``compute_efficiency`` with nanotron's ``cross_node_pipeline_floor`` (us per decoder layer
-    and micro-batch at each tp degree, simulator/host_floor.py), fitted on the fit half's finished
+    and micro-batch at each tp degree, simulator/cost/host_floor.py), fitted on the fit half's finished
     runs with pp > 1 on 2-16 nodes, the other constants held.
 
     Why: with pipeline stages on different nodes the sweep's steps take a fixed time per decoder
@@ -379,7 +379,7 @@ def _with_sequence_parallel_collectives(node_overrides: dict, base_node: dict, f
 
 def _fit_half_rates(runs: list[lr.Case], node_spec: dict, fabric: dict | str, workers: int | None) -> np.ndarray:
     """Predicted tokens/s/GPU of ``runs`` on ``node_spec`` / ``fabric`` (run even where predicted OOM)."""
-    from simulator.sweep import parallel_map
+    from simulator.explore.sweep import parallel_map
 
     jobs = []
     for c in runs:
@@ -516,8 +516,8 @@ def fit_hagemann_memory(cases: list[lr.Case] | None = None, fit_later_microbatch
     (against β = 1) lowers the fit half's log loss 0.158 -> 0.141 (β = 0.65) and on the held-out
     half moves OOM accuracy 92.8% -> 95.4%, measured runs predicted OOM 20 -> 12
     (``fit_later_microbatch_factor=False`` keeps β = 1, for that comparison)."""
-    from simulator.memory import GIB, microbatches_in_flight, usable_hbm_bytes
-    from simulator.memory_overhead import MemoryOverhead
+    from simulator.memory.analytic import GIB, microbatches_in_flight, usable_hbm_bytes
+    from simulator.memory.overhead import MemoryOverhead
 
     cases = cases if cases is not None else lr.hagemann_cases()
     fit_cases = _breakdowns(lr.fit_half(cases))

@@ -83,7 +83,7 @@ Training", arXiv:2311.05610; 984 runs of LLaMA 13B/30B/65B, raw data from the au
   OOM count against the simulator).
 
 A layout is predicted to run when it maps to a valid scenario and its framework peak (the
-profile's overhead applied to ``simulator.memory``'s breakdown, ``simulator/memory_overhead.py``)
+profile's overhead applied to ``simulator.memory.analytic``'s breakdown, ``simulator/memory/overhead.py``)
 is at most HBM minus ``simulation.hbm_reserve_gib``.
 
 Metrics: Spearman rank correlation of predicted vs measured throughput per group (mean over
@@ -134,7 +134,7 @@ micro-batches, 14.0 s at 2, 6.9 s at 4, 3.5 s at 8; ~11 / 17 / 27 / 57 ms per la
 8 / 16 on 2-16 nodes, where the kernels take 1-5 ms. The same layouts on one node, and pp 1 over
 several nodes, run at kernel speed. It is a latency, not a bandwidth (it does not grow with the
 message), and no mechanism in the published material explains it; it looks like a host-side stall
-of nanotron's pipeline engine with EFA. The profile models it as such (simulator/host_floor.py:
+of nanotron's pipeline engine with EFA. The profile models it as such (simulator/cost/host_floor.py:
 the layer's passes last the longer of their kernel time and a floor per tp degree), fitted on the
 fit half's runs with pp > 1 on 2-16 nodes: held-out, those runs' median |error| fell from 81% to
 8.3% (383 runs), all held-out runs' from 83% to 13.2% (15.4% with one line a + b·tp for all tp
@@ -246,7 +246,7 @@ class FrameworkProfile:
 
 def load_profile(path: Path) -> FrameworkProfile | None:
     """The profile at ``path`` (None when it has not been written)."""
-    from simulator.memory_overhead import MemoryOverhead
+    from simulator.memory.overhead import MemoryOverhead
 
     if not path.exists():
         return None
@@ -377,7 +377,7 @@ def first_last_stage_layers(model, pp: int, target: list[int]) -> tuple[int | No
     possible to that of ``target`` (the busiest rank sets a pipeline's pace), then by the
     distance to ``target``."""
     from simulator.errors import ConfigError
-    from simulator.parallelism import Parallelism, chunk_layer_counts
+    from simulator.strategies.spmd.layout import Parallelism, chunk_layer_counts
 
     if pp == 1:
         return None, None
@@ -479,8 +479,8 @@ def predict_memory(case: Case, overhead=None) -> dict[str, Any]:
     """Cheap prediction (memory model only): fits, peak GiB, or the invalid-layout reason.
     With ``overhead`` (a MemoryOverhead) the framework peak decides."""
     from simulator.errors import ConfigError
-    from simulator.memory import fits, peak_rank_memory
-    from simulator.memory_overhead import fits_with_overhead
+    from simulator.memory.analytic import fits, peak_rank_memory
+    from simulator.memory.overhead import fits_with_overhead
     from simulator.scenario import build_scenario
 
     if case.mapping_error:
@@ -499,7 +499,7 @@ def predict_memory(case: Case, overhead=None) -> dict[str, Any]:
 
 def _simulate_case(job: tuple[dict[str, Any], dict | None, str | None]) -> dict[str, Any]:
     from simulator.errors import ConfigError
-    from simulator.memory_overhead import MemoryOverhead, fits_with_overhead
+    from simulator.memory.overhead import MemoryOverhead, fits_with_overhead
     from simulator.scenario import build_scenario
     from simulator.simulate import simulate_point
 
@@ -520,7 +520,7 @@ def predict_throughput(cases: list[Case], workers: int | None = None, overhead=N
     Cases predicted infeasible (mapping error, OOM by ``overhead`` or the plain memory model) get no
     rate; those predicted OOM are still timed, as ``tokens_per_s_per_gpu_if_run``, so a report can
     tell the throughput model's ranking from the memory verdict's share in it."""
-    from simulator.sweep import parallel_map
+    from simulator.explore.sweep import parallel_map
 
     out: list[dict[str, Any]] = [{} for _ in cases]
     todo = [i for i, c in enumerate(cases) if not c.mapping_error]

@@ -52,8 +52,8 @@ FEATURES = ("states_gib", "activations_gib", "activations_per_microbatch_gib", "
 def features(cases: list[lr.Case], overhead) -> dict[str, dict[str, float]]:
     """Per case id, the features of its heaviest stage (by the analytic breakdown) and the
     profile's margin ``margin_gib`` (framework peak minus usable HBM; > 0 predicts OOM)."""
-    from simulator.memory import GIB, microbatches_in_flight, usable_hbm_bytes
-    from simulator.memory_overhead import framework_peak
+    from simulator.memory.analytic import GIB, microbatches_in_flight, usable_hbm_bytes
+    from simulator.memory.overhead import framework_peak
     from workloads.counting import total_params
 
     out = {}

@@ -38,7 +38,7 @@ def register(subparsers) -> None:
 def run(args) -> int:
     import json
 
-    from simulator.calibration import build_profile, read_microbench, validate_profile, write_profile
+    from simulator.cost.calibration import build_profile, read_microbench, validate_profile, write_profile
 
     if args.world_size < 1:
         raise ConfigError("--world-size", "must be at least 1")

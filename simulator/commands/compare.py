@@ -2,7 +2,7 @@
 
 Reads a PyTorch profiler / Kineto Chrome trace (the harness's, or one from your own GPU job),
 groups it into compute, optimizer, each kind of communication and idle (see
-:mod:`simulator.trace_compare`) and prints it beside the simulated step of SCENARIO, with the
+:mod:`simulator.report.compare`) and prints it beside the simulated step of SCENARIO, with the
 relative error per category; ``--plot`` draws the measured lanes above the simulated ones.
 For a harness trace (``DIR/training/traces/<strategy>_rank<r>.json``) SCENARIO may be left
 out: the run's model and layout are read from ``DIR/training/runs.json`` and the hardware
@@ -42,7 +42,7 @@ _HARNESS_TRACE = re.compile(r"^(?P<strategy>[a-z0-9_]+)_rank(?P<rank>\d+)\.json(
 
 
 def _harness_scenario(trace: Path, profile: str | None) -> tuple[dict, str]:
-    from simulator.calibration import read_runs, scenario_for_run
+    from simulator.cost.calibration import read_runs, scenario_for_run
 
     m = _HARNESS_TRACE.match(trace.name)
     runs_dir = trace.parent.parent  # DIR/training/traces/x.json -> DIR/training
@@ -62,9 +62,7 @@ def _harness_scenario(trace: Path, profile: str | None) -> tuple[dict, str]:
 
 
 def run(args) -> int:
-    from simulator.scenario import load_scenario
-    from simulator.simulate import simulate
-    from simulator.trace_compare import (
+    from simulator.report.compare import (
         compare_rows,
         load_trace,
         measured_breakdown,
@@ -73,6 +71,8 @@ def run(args) -> int:
         stage_of_rank,
         trace_rank,
     )
+    from simulator.scenario import load_scenario
+    from simulator.simulate import simulate
 
     trace = Path(args.trace)
     if args.plot and not Path(args.plot).parent.resolve().is_dir():

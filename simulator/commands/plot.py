@@ -21,7 +21,7 @@ def register(subparsers) -> None:
 
 
 def run(args) -> int:
-    from simulator.plots import FORMATS, plot_scenario
+    from simulator.report.plots import FORMATS, plot_scenario
     from simulator.scenario import load_scenario
 
     formats = [f.strip() for f in args.format.split(",") if f.strip()]

@@ -32,8 +32,8 @@ def register(subparsers) -> None:
 
 
 def run(args) -> int:
-    from simulator.scaling import parse_gpu_counts, render_table, scaling_curve, write_outputs
-    from simulator.search import SearchConstraints, SearchSpace, parse_assignments
+    from simulator.explore.scaling import parse_gpu_counts, render_table, scaling_curve, write_outputs
+    from simulator.explore.search import SearchConstraints, SearchSpace, parse_assignments
 
     check_workers(args.workers)
     if args.fixed and (args.space or args.constraint):

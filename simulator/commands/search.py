@@ -45,7 +45,13 @@ def _finite(value):
 
 
 def run(args) -> int:
-    from simulator.search import SearchConstraints, SearchSpace, parse_assignments, render_table, search
+    from simulator.explore.search import (
+        SearchConstraints,
+        SearchSpace,
+        parse_assignments,
+        render_table,
+        search,
+    )
 
     if args.top is not None and args.top < 1:
         raise ConfigError("--top", f"must be at least 1, got {args.top}")

@@ -7,10 +7,10 @@ from pathlib import Path
 
 from simulator.cli_options import add_overrides
 from simulator.errors import ConfigError
-from simulator.result import render_table
+from simulator.report.result import render_table
+from simulator.report.trace import write_chrome_trace
 from simulator.scenario import load_scenario
 from simulator.simulate import simulate
-from simulator.trace import write_chrome_trace
 
 
 def register(subparsers) -> None:

@@ -27,7 +27,7 @@ def register(subparsers) -> None:
 
 
 def run(args) -> int:
-    from simulator.sweep import load_sweep, run_sweep
+    from simulator.explore.sweep import load_sweep, run_sweep
 
     check_workers(args.workers)
     if args.retry_errors and not args.resume:

@@ -78,7 +78,7 @@ def _runs_folder(args, profile: Path) -> Path:
         except ImportError:
             raise ConfigError("validate-runs", "measuring needs torch (pip install 'clustersim[validation]'), "
                                                "or pass --runs DIR with runs recorded elsewhere") from None
-        from simulator.calibration import load_profile_specs
+        from simulator.cost.calibration import load_profile_specs
         from validation.harness.run import run_training_files
 
         node, _ = load_profile_specs(profile)
@@ -146,7 +146,7 @@ def plot(rows: list[dict], path: str | Path, title: str) -> Path:
     ax.set_title(title, fontsize=9)
     ax.legend(loc="upper left", fontsize=8)
     fig.tight_layout()
-    from simulator.plots import save_figure
+    from simulator.report.plots import save_figure
 
     path = save_figure(fig, path, dpi=110)
     plt.close(fig)
@@ -154,7 +154,7 @@ def plot(rows: list[dict], path: str | Path, title: str) -> Path:
 
 
 def run(args) -> int:
-    from simulator.calibration import error_summary, predict_runs, read_runs
+    from simulator.cost.calibration import error_summary, predict_runs, read_runs
 
     tolerance = parse_tolerance(args.tolerance)
     if args.plot and not Path(args.plot).parent.resolve().is_dir():

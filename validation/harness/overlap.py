@@ -4,7 +4,7 @@ Communication that overlaps compute is not free for the compute: NCCL kernels oc
 and HBM bandwidth beside the GEMMs of the same GPU; gloo's threads take CPU cores from the
 ops of the same process. The simulator models this as one number per accelerator,
 ``efficiency.overlap_compute_slowdown`` s: a kernel runs at rate 1/(1+s) while a collective
-of its rank is in flight (simulator/engine.py). This benchmark measures s directly:
+of its rank is in flight (simulator/engine/engine.py). This benchmark measures s directly:
 
 1. ``gemm_alone``: the median time of one GEMM (each sample ``gemms_per_sample`` back to back);
 2. ``gemm_overlapped``: the same, while ``collectives_in_flight`` asynchronous all-reduces
@@ -15,7 +15,7 @@ of its rank is in flight (simulator/engine.py). This benchmark measures s direct
 
 It also records the collectives' time alone and under the GEMMs: communication slowed by
 compute, which calibration turns into ``overlap_comm_slowdown`` c (the collectives move at
-1/(1+c) of their pace while a kernel of their rank runs; simulator/calibration.py). On CUDA, GEMMs are timed with events on the
+1/(1+c) of their pace while a kernel of their rank runs; simulator/cost/calibration.py). On CUDA, GEMMs are timed with events on the
 compute stream (a device-wide synchronize would wait for the NCCL stream too).
 """
 

@@ -8,7 +8,7 @@ maximum of n standard normals (the "system noise" model of Petrini et al. 2003 a
 et al. 2010, SC'10). This benchmark measures it directly: all ranks leave a barrier, run the
 same GEMM count (a segment of about ``segment_s``), time it, and all-gather their times; the
 row's ``relative_wait`` is the mean over repetitions of (max - mean) / mean. Calibration turns
-it into ``efficiency.sync_jitter`` σ (simulator/calibration.py).
+it into ``efficiency.sync_jitter`` σ (simulator/cost/calibration.py).
 
 On this 2-vCPU VM: 5-12% of the segment for segments of 4-90 ms (two runs), nearly flat in
 the segment length, so the wait grows with the work between synchronisations.

@@ -153,7 +153,7 @@ class _Runner:
         elif strategy in ("pp_gpipe", "pp_1f1b"):
             from torch.distributed.pipelining import PipelineStage, Schedule1F1B, ScheduleGPipe
 
-            from simulator.parallelism import split_layers
+            from simulator.strategies.spmd.layout import split_layers
 
             counts = split_layers(full.spec.num_layers, self.world)
             first = sum(counts[: ctx.rank])

@@ -29,7 +29,7 @@ and :class:`hardware_specs.schema.FatTree`. What is fitted, and from what:
 - ``overlap_comm_slowdown``: the other direction, from the same rows: how much slower the
   all-reduces move while the GEMMs run (the engine slows overlapped collectives by it);
 - ``sync_jitter``: how long ranks wait for the slowest after equal work (``skew.csv``), as the
-  relative standard deviation σ of a rank's time (simulator/jitter.py).
+  relative standard deviation σ of a rank's time (simulator/cost/jitter.py).
 
 Each fitted value records ``fitted_on:`` naming the file and rows. Training runs are never
 read here: fit and check stay on different data.
@@ -167,8 +167,8 @@ def fit_overlap_slowdown(overlap: list[dict], file_label: str) -> tuple[float, s
 def fit_sync_jitter(skew: list[dict], file_label: str) -> tuple[float, str]:
     """``sync_jitter`` σ from the skew benchmark (validation/harness/skew.py): each row's mean
     relative wait for the slowest rank over e_n (the expected maximum of n standard normals,
-    simulator/jitter.py), median over the segment lengths."""
-    from simulator.jitter import expected_max_of_normals
+    simulator/cost/jitter.py), median over the segment lengths."""
+    from simulator.cost.jitter import expected_max_of_normals
 
     values = []
     for r in skew:

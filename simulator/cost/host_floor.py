@@ -22,7 +22,7 @@ layer is stretched by ``max(1, floor_s / device_s)``, so the micro-batch's passe
 from __future__ import annotations
 
 from hardware_specs.schema import CrossNodePipelineFloor
-from simulator.topology import Coordinates, RankLayout, Topology
+from simulator.cost.topology import Coordinates, RankLayout, Topology
 
 
 def has_cross_node_neighbour(layout: RankLayout, topology: Topology, rank: int) -> bool:

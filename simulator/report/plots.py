@@ -126,7 +126,7 @@ def _natural(text: str) -> tuple:
 
 def plot_scenario(scenario, out_dir: str | Path, formats: Sequence[str] = FORMATS, result=None) -> list[Path]:
     """Simulate ``scenario`` (unless ``result`` is given) and write the three figures; return the paths."""
-    from simulator.memory import peak_rank_memory, usable_hbm_bytes
+    from simulator.memory.analytic import peak_rank_memory, usable_hbm_bytes
     from simulator.simulate import simulate
 
     out = Path(out_dir)

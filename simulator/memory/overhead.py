@@ -1,6 +1,6 @@
-"""What a training framework really holds beyond the analytic breakdown of ``simulator.memory``.
+"""What a training framework really holds beyond the analytic breakdown of ``simulator.memory.analytic``.
 
-``simulator.memory`` counts the bytes a layout needs (model states by ZeRO stage, Korthikanti
+``simulator.memory.analytic`` counts the bytes a layout needs (model states by ZeRO stage, Korthikanti
 activations, communication buffers). Frameworks hold more: the caching allocator's reserve and
 fragmentation, un-fused kernels' saved intermediates (an unfused RMSNorm keeps fp32 copies of
 its input), fp32 casts, workspace, duplicated gradient buffers. Measured peaks are therefore a
@@ -22,7 +22,7 @@ and a layout fits when that peak is at most the accelerator's HBM less the scena
 (``simulator.memory.usable_hbm_bytes``). The factors are FITTED on named measurements (the spec
 records ``source`` and ``fitted_on``); ``variant`` names a framework setting that changes the
 activation overhead (e.g. a fused RMSNorm kernel or not). The default (all factors 1, constant 0)
-is the plain breakdown. Pure functions, no SimPy; ``simulator.memory`` is not changed by this.
+is the plain breakdown. Pure functions, no SimPy; ``simulator.memory.analytic`` is not changed by this.
 """
 
 from __future__ import annotations
@@ -30,7 +30,13 @@ from __future__ import annotations
 from pydantic import BaseModel, ConfigDict, Field
 
 from simulator.errors import ConfigError
-from simulator.memory import GIB, MemoryBreakdown, microbatches_in_flight, peak_rank_memory, usable_hbm_bytes
+from simulator.memory.analytic import (
+    GIB,
+    MemoryBreakdown,
+    microbatches_in_flight,
+    peak_rank_memory,
+    usable_hbm_bytes,
+)
 
 
 class MemoryOverhead(BaseModel):

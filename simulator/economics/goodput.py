@@ -38,7 +38,7 @@ from pathlib import Path
 
 from simulator.errors import ConfigError
 
-LLAMA3_TABLE5 = Path(__file__).resolve().parent.parent / "validation" / "data" / "llama3_2024_table5_interruptions.csv"
+LLAMA3_TABLE5 = Path(__file__).resolve().parents[2] / "validation" / "data" / "llama3_2024_table5_interruptions.csv"
 """Dubey et al. 2024 Table 5 (shipped as validation package data)."""
 
 LLAMA3_SNAPSHOT_DAYS = 54.0

@@ -21,7 +21,7 @@ from functools import cached_property
 
 from hardware_specs.schema import FatTree, Node
 from simulator.errors import ConfigError
-from simulator.parallelism import Parallelism
+from simulator.strategies.spmd.layout import Parallelism
 
 GroupKind = str  # "tp" | "cp" | "dp" | "pp" | "ep" | "embedding"
 

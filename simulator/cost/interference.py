@@ -3,7 +3,7 @@
 While both run, the kernel progresses at 1/(1+s) (``overlap_compute_slowdown``: the
 collective's kernels or threads take SMs / cores) and the collective at 1/(1+c)
 (``overlap_comm_slowdown``: the kernel takes what the collective needs). The engine
-(simulator/engine.py) simulates exactly this when both are tasks; the planner's fused passes
+(simulator/engine/engine.py) simulates exactly this when both are tasks; the planner's fused passes
 use this formula for a collective overlapped with one known kernel.
 
 With kernel work t_k and collective work t_c (each alone):

@@ -31,7 +31,7 @@ import math
 from dataclasses import dataclass
 
 from hardware_specs.schema import AlphaBeta
-from simulator.topology import LinkCapacities, Placement
+from simulator.cost.topology import LinkCapacities, Placement
 
 BUS_FACTOR = {
     "all_reduce": lambda n: 2 * (n - 1) / n,

@@ -48,8 +48,8 @@ import math
 from dataclasses import dataclass
 
 from simulator.errors import ConfigError
-from simulator.parallelism import Parallelism, chunk_layer_counts, split_layers
 from simulator.scenario import gradient_bytes
+from simulator.strategies.spmd.layout import Parallelism, chunk_layer_counts, split_layers
 from workloads.counting import is_moe_layer, mla_attention_params
 from workloads.schema import MLASpec, TransformerSpec
 

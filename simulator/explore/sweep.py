@@ -28,7 +28,7 @@ A point whose layout is infeasible (indivisible, out of memory) is a row with
 
 Parallel execution: local worker processes (``concurrent.futures.ProcessPoolExecutor``) by
 default; ``dask="local"`` starts a Dask ``LocalCluster`` on 127.0.0.1, ``dask="tcp://host:port"``
-connects to a running scheduler. :func:`parallel_map` is shared with :mod:`simulator.search`.
+connects to a running scheduler. :func:`parallel_map` is shared with :mod:`simulator.explore.search`.
 """
 
 from __future__ import annotations
@@ -50,9 +50,9 @@ from typing import Any
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
-from simulator.economics import ECONOMICS_KEYS
+from simulator.economics.cost import ECONOMICS_KEYS
 from simulator.errors import ConfigError, from_pydantic
-from simulator.result import BREAKDOWN_KEYS
+from simulator.report.result import BREAKDOWN_KEYS
 
 # --------------------------------------------------------------------------- result columns
 
@@ -285,7 +285,7 @@ def with_economics(raw: dict[str, Any], result: dict[str, Any]) -> dict[str, Any
     if all(k in result for k in ECONOMICS_KEYS) or not result.get("fits"):
         return result
     try:
-        from simulator.economics import training_economics
+        from simulator.economics.cost import training_economics
         from simulator.scenario import build_scenario
 
         scenario = build_scenario(raw)

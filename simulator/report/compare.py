@@ -475,7 +475,7 @@ def plot_timelines(measured: StepBreakdown, simulated: StepBreakdown, path: str 
               bbox_to_anchor=(0.5, -0.18 - 0.6 / max(len(lanes), 1)), fontsize=8, ncol=min(len(used), 6), frameon=False)
     ax.set_title(title or f"measured ({measured.duration_s * 1e3:.1f} ms) vs simulated ({simulated.duration_s * 1e3:.1f} ms)")
     fig.tight_layout()
-    from simulator.plots import save_figure
+    from simulator.report.plots import save_figure
 
     path = save_figure(fig, path, dpi=110)
     plt.close(fig)

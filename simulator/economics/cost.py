@@ -5,7 +5,7 @@ asks for, given ``training.tokens``:
 
 - **ideal wall-clock** ``tokens / tokens_per_s`` (``time_to_train_days``);
 - **effective wall-clock** ``ideal / goodput`` (``effective_time_to_train_days``), goodput from
-  :mod:`simulator.goodput` (interruptions, checkpoints, restarts);
+  :mod:`simulator.economics.goodput` (interruptions, checkpoints, restarts);
 - **GPU-hours** ``num_gpus · effective hours`` (a reserved GPU is paid while it waits for a
   restart) and **dollars** ``gpu_hours · gpu_hour_usd``;
 - **energy** ``PUE · (N_gpu · P_gpu + N_node · P_node) · effective hours`` in MWh, where the GPU
@@ -33,7 +33,7 @@ from typing import TYPE_CHECKING, Any
 
 from pydantic import BaseModel, ConfigDict, Field, field_validator
 
-from simulator import goodput as gp
+from simulator.economics import goodput as gp
 from simulator.errors import ConfigError
 
 if TYPE_CHECKING:  # the scenario module imports this one; keep the import one-way at run time

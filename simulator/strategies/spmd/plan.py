@@ -25,16 +25,16 @@ from __future__ import annotations
 from collections import defaultdict
 from dataclasses import dataclass, field
 
-from simulator.collectives import collective_cost
-from simulator.compute import ComputeModel
-from simulator.engine import Task
-from simulator.host_floor import floor_per_layer_s, stretch
-from simulator.interference import exposed_comm_share
-from simulator.jitter import sync_stretch
-from simulator.parallelism import chunk_layer_counts
+from simulator.cost.collectives import collective_cost
+from simulator.cost.compute import ComputeModel
+from simulator.cost.host_floor import floor_per_layer_s, stretch
+from simulator.cost.interference import exposed_comm_share
+from simulator.cost.jitter import sync_stretch
+from simulator.cost.topology import RankLayout, Topology
+from simulator.engine.engine import Task
 from simulator.scenario import Scenario, gradient_bytes
-from simulator.schedule import stage_order, zero_bubble
-from simulator.topology import RankLayout, Topology
+from simulator.strategies.spmd.layout import chunk_layer_counts
+from simulator.strategies.spmd.schedule import stage_order, zero_bubble
 from workloads.counting import (
     embedding_params,
     layer_kind_runs,
@@ -128,7 +128,7 @@ class Planner:
 
     def _compute_time(self, ops) -> float:
         """Kernel seconds of ``ops``, stretched by the expected wait for the slowest rank
-        (simulator/jitter.py; 1 where ``sync_jitter`` is 0 or the job has one rank)."""
+        (simulator/cost/jitter.py; 1 where ``sync_jitter`` is 0 or the job has one rank)."""
         key = id(ops)
         hit = self._time_cache.get(key)
         if hit is None or hit[0] is not ops:
@@ -232,7 +232,7 @@ class Planner:
 
     def layer_stretch(self, rank: int, kind: bool) -> float:
         """The host floor's factor on the passes of a layer of ``kind`` on ``rank``
-        (simulator/host_floor.py): 1 unless the rank's pipeline neighbour is on another node and
+        (simulator/cost/host_floor.py): 1 unless the rank's pipeline neighbour is on another node and
         the layer's isolated forward + backward (+ recompute) is shorter than the floor."""
         key = (rank, kind)
         hit = self._stretch_cache.get(key)
@@ -374,7 +374,7 @@ class Planner:
         """Kernels slow by ``accelerator.efficiency.overlap_compute_slowdown`` while a collective
         or send/recv of the same rank runs beside them (communication kernels take SMs), and
         communication slows by ``overlap_comm_slowdown`` while a kernel of its rank runs; the
-        engine applies both (see simulator/engine.py). Only communication on its own stream can
+        engine applies both (see simulator/engine/engine.py). Only communication on its own stream can
         run beside a kernel; a blocking one leaves the compute stream idle."""
         eff = self.sc.accelerator.efficiency
         slowdown, comm_slowdown = eff.overlap_compute_slowdown, eff.overlap_comm_slowdown
@@ -393,7 +393,7 @@ class Planner:
     def _exposure(self, rank: int, ops: tuple[Op, ...], i: int) -> float:
         """Fraction of collective ``ops[i]``'s isolated time left exposed: 1, or for a TP
         input-gradient collective overlapped with the next (weight-gradient) kernel, the
-        pair's time beyond the kernel's over t_comm (simulator/interference.py: the kernel
+        pair's time beyond the kernel's over t_comm (simulator/cost/interference.py: the kernel
         slowed by ``overlap_compute_slowdown`` s and the collective by ``overlap_comm_slowdown``
         c while both run; with c = 0, max(t_comm - t_kernel, t_comm·s/(1+s)) / t_comm) -- what
         the engine gives when both run as tasks (detail mode); here it is counted with the
@@ -416,7 +416,7 @@ class Planner:
         another micro-batch's pass (DeepSeek-V3's DualPipe pairs a forward and a backward chunk,
         arXiv:2412.19437 Sec. 3.2.1; Megatron-core's EP all-to-all overlap). Approximated with
         the pass's own kernel time T as the budget that hides the pass's all-to-alls A: the
-        exposed share (simulator/interference.py; with no communication slowdown
+        exposed share (simulator/cost/interference.py; with no communication slowdown
         max(A - T, A·s/(1+s)) / A, s: the kernels' slowdown beside communication) is the same
         for each of them. Warm-up passes with no partner are treated alike."""
         key = ("moe_pair", id(ops))
@@ -538,7 +538,7 @@ class Planner:
             return last
 
         def host_floor(label: str, phase: str, runs) -> Task | None:
-            """The stage's host-side floor (simulator/host_floor.py): a stall after the pass."""
+            """The stage's host-side floor (simulator/cost/host_floor.py): a stall after the pass."""
             stall = self.host_floor_stall_s(rank, phase, runs)
             if stall <= 0:
                 return None

@@ -52,7 +52,7 @@ def parse_gpu_counts(text: str | Sequence[int]) -> list[int]:
 
 
 def _fixed_task(args: tuple[dict[str, Any], Any]) -> dict[str, Any]:
-    from simulator.sweep import run_point
+    from simulator.explore.sweep import run_point
 
     raw, fn = args
     return run_point(raw, fn)
@@ -87,9 +87,9 @@ def scaling_curve(
     simulate_fn=None,
 ) -> list[dict[str, Any]]:
     """One row per GPU count (see the module docstring); rows follow ``CSV_COLUMNS``."""
+    from simulator.explore.search import search
+    from simulator.explore.sweep import absolutize, parallel_map
     from simulator.scenario import apply_overrides, load_raw
-    from simulator.search import search
-    from simulator.sweep import absolutize, parallel_map
 
     if layout not in ("search", "fixed"):
         raise ConfigError("--layout", f"must be 'search' or 'fixed', got {layout!r}")
@@ -212,7 +212,7 @@ def write_outputs(rows: list[dict[str, Any]], out_dir: str | Path, title: str = 
     """``scaling.csv`` and ``scaling.{png,svg}`` in ``out_dir``."""
     out = Path(out_dir)
     paths = [write_csv(rows, out / "scaling.csv")]
-    from simulator.plots import save_figures
+    from simulator.report.plots import save_figures
 
     paths += save_figures(scaling_figure(rows, title), out, "scaling", formats)
     return paths

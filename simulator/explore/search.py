@@ -7,7 +7,7 @@ The space (each a list; ``None`` means "derive it from the model and the cluster
 - ``pp``: divisors of N/(tp·cp) up to the number of layers;
 - ``ep``: for a mixture-of-experts model, the powers of two that divide both its routed experts
   and dp (experts are carved out of the data-parallel ranks, as Megatron-LM's ``tp-cp-ep-dp-pp``
-  order does; ``simulator.parallelism``), up to the ``max_ep`` constraint; [1] for a dense model;
+  order does; ``simulator.strategies.spmd.layout``), up to the ``max_ep`` constraint; [1] for a dense model;
 - ``cp`` [1], ``virtual_stages`` [1, 2],
   ``micro_batch_size`` [1, 2, 4], ``zero_stage`` [0, 1], ``recompute`` [none, selective, full],
   ``sequence_parallel`` [false, true], ``schedule`` (derived: interleaved when virtual stages > 1,
@@ -41,7 +41,7 @@ import yaml
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
 from simulator.errors import ConfigError, from_pydantic
-from simulator.sweep import empty_result, parallel_map, run_point
+from simulator.explore.sweep import empty_result, parallel_map, run_point
 
 _SCHEDULES = ("gpipe", "1f1b", "interleaved")
 _RECOMPUTE = ("none", "selective", "full")
@@ -227,11 +227,11 @@ def search(
 
     ``simulate=False`` stops after pruning (feasible rows then have no time). ``simulate_fn`` is a
     picklable replacement for the core's ``simulate_point`` (tests)."""
-    from simulator.memory import fits as memory_fits
-    from simulator.memory import peak_rank_memory
-    from simulator.parallelism import Parallelism
+    from simulator.explore.sweep import absolutize
+    from simulator.memory.analytic import fits as memory_fits
+    from simulator.memory.analytic import peak_rank_memory
     from simulator.scenario import apply_overrides, build_scenario, load_raw
-    from simulator.sweep import absolutize
+    from simulator.strategies.spmd.layout import Parallelism
 
     space = space or SearchSpace()
     constraints = constraints or SearchConstraints()

@@ -26,7 +26,7 @@ from dataclasses import dataclass, field
 
 import simpy
 
-from simulator.network import FlowNetwork
+from simulator.engine.network import FlowNetwork
 
 
 @dataclass(eq=False)

@@ -10,7 +10,7 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
-from simulator.result import SimulationResult
+from simulator.report.result import SimulationResult
 
 _STREAM_ORDER = {"compute": 0, "tp": 1, "dp": 2, "pp": 3}
 

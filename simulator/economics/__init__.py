@@ -1,0 +1,1 @@
+"""Time, cost and energy to train, and goodput under failures."""

@@ -1,0 +1,1 @@
+"""Exploration: layout search, sweeps over scenario fields (local processes or Dask), scaling curves."""

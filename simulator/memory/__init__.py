@@ -1,0 +1,1 @@
+"""Memory of a rank: the analytic peak (model states, activations, buffers) and the frameworks' fitted overheads."""

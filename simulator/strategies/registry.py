@@ -1,0 +1,96 @@
+"""The registry of strategy kinds: one name, one module, one config.
+
+A kind module defines a pydantic config whose ``kind`` field is ``Literal["<name>"]`` and
+calls :func:`register` once at import with a :class:`StrategyKind`. The scenario's
+``strategy:`` block is one of the discriminated union of every registered config, told apart
+by ``kind`` (:func:`parse_strategy`, :func:`strategy_union`); a block without ``kind`` (or no block) is the default kind,
+``spmd``. Kind modules are listed in :data:`KIND_MODULES` and imported on first use, so that
+reading a scenario does not import every planner (and there is no import cycle between the
+scenario, which holds a config, and the planners, which read the scenario).
+
+Registering a name twice is an error (Vidur's registries keyed by name, without silent
+overrides).
+"""
+
+from __future__ import annotations
+
+import importlib
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Annotated, Any, Union
+
+from pydantic import BaseModel, Field, ValidationError
+
+from simulator.errors import ConfigError, from_pydantic
+
+DEFAULT_KIND = "spmd"
+
+#: Every strategy kind module, imported by :func:`load_kinds`. A new kind is one module and one line here.
+KIND_MODULES: tuple[str, ...] = (
+    "simulator.strategies.spmd.kind",
+)
+
+
+@dataclass(frozen=True)
+class StrategyKind:
+    """What a kind gives the simulator.
+
+    ``config``: its pydantic model (a ``kind: Literal[name]`` field first). ``compile(scenario,
+    mode, detail)``: the per-actor task lists (a :class:`simulator.strategies.spmd.plan.Plan`-like
+    object with ``streams``, ``actors``, ``stage_of``, ``compute_tasks``, ``topology``).
+    ``memory(scenario)``: ``(peak stage, its MemoryBreakdown, one per stage)``. ``summary``:
+    one line on what it models, for ``--help`` and the README."""
+
+    name: str
+    config: type[BaseModel]
+    summary: str
+    compile: Callable[..., Any]
+    memory: Callable[..., Any]
+
+
+_KINDS: dict[str, StrategyKind] = {}
+
+
+def register(kind: StrategyKind) -> StrategyKind:
+    """Add a kind; a name registered twice is an error (two modules claiming one name)."""
+    if kind.name in _KINDS:
+        raise ValueError(f"strategy kind {kind.name!r} is registered twice")
+    field = kind.config.model_fields.get("kind")
+    if field is None or getattr(field.annotation, "__args__", None) != (kind.name,):
+        raise ValueError(f"strategy kind {kind.name!r}: its config needs a field kind: Literal[{kind.name!r}]")
+    _KINDS[kind.name] = kind
+    return kind
+
+
+def load_kinds() -> dict[str, StrategyKind]:
+    """Every registered kind, importing the kind modules on first use."""
+    for module in KIND_MODULES:
+        importlib.import_module(module)
+    return dict(_KINDS)
+
+
+def get_kind(name: str) -> StrategyKind:
+    kinds = load_kinds()
+    if name not in kinds:
+        raise ConfigError("strategy.kind", f"unknown kind {name!r}; known: {', '.join(sorted(kinds))}")
+    return kinds[name]
+
+
+def strategy_union() -> Any:
+    """The discriminated union of every kind's config (``kind`` is the tag), for schemas."""
+    configs = tuple(k.config for k in load_kinds().values())
+    return configs[0] if len(configs) == 1 else Annotated[Union[configs], Field(discriminator="kind")]  # noqa: UP007
+
+
+def parse_strategy(raw: Any) -> BaseModel:
+    """The scenario's ``strategy:`` block as its kind's config (the default kind when absent)."""
+    if raw is None:
+        raw = {}
+    if not isinstance(raw, dict):
+        raise ConfigError("strategy", "must be a mapping with a 'kind' (e.g. {kind: spmd})")
+    raw = {"kind": DEFAULT_KIND, **raw}
+    kind = get_kind(str(raw["kind"]))  # unknown kind: one line naming the known ones
+    try:  # what the union would dispatch to, so that errors name strategy.<field> without the tag
+        return kind.config.model_validate(raw)
+    except ValidationError as exc:
+        raise from_pydantic(exc, "strategy") from None

@@ -1,0 +1,60 @@
+"""The strategy registry: kinds by name, the default kind, duplicates and unknown kinds refused."""
+
+from __future__ import annotations
+
+from typing import Literal
+
+import pytest
+from pydantic import BaseModel, TypeAdapter
+
+from simulator.errors import ConfigError
+from simulator.scenario import load_raw, load_scenario
+from simulator.simulate import simulate
+from simulator.strategies.registry import (
+    StrategyKind,
+    get_kind,
+    load_kinds,
+    parse_strategy,
+    register,
+    strategy_union,
+)
+
+
+def test_spmd_is_the_default_and_explicit_spmd_is_the_same_step():
+    raw, _ = load_raw(None)
+    raw["parallelism"]["pp"] = 2
+    raw["parallelism"]["virtual_stages"] = 1
+    raw["cluster"]["num_gpus"] = 64
+    implicit = load_scenario(raw)
+    explicit = load_scenario({**raw, "strategy": {"kind": "spmd"}})
+    assert implicit.strategy_kind == explicit.strategy_kind == "spmd"
+    assert simulate(implicit).step_time_s == simulate(explicit).step_time_s
+
+
+def test_a_name_registered_twice_is_an_error():
+    spmd = get_kind("spmd")
+    with pytest.raises(ValueError, match="registered twice"):
+        register(spmd)
+
+
+def test_a_config_without_its_kind_literal_is_refused():
+    class Loose(BaseModel):
+        kind: Literal["other"] = "other"
+
+    with pytest.raises(ValueError, match="Literal"):
+        register(StrategyKind("loose", Loose, "", compile=lambda *a, **k: None, memory=lambda s: None))
+    assert "loose" not in load_kinds()
+
+
+def test_unknown_kind_and_unknown_field_name_the_field():
+    with pytest.raises(ConfigError, match=r"strategy\.kind: unknown kind 'nope'"):
+        parse_strategy({"kind": "nope"})
+    with pytest.raises(ConfigError, match=r"strategy.*unknown key"):
+        parse_strategy({"kind": "spmd", "steps_per_sync": 4})
+    with pytest.raises(ConfigError, match="strategy: must be a mapping"):
+        parse_strategy("spmd")
+
+
+def test_the_union_dispatches_on_kind():
+    config = TypeAdapter(strategy_union()).validate_python({"kind": "spmd"})
+    assert config.kind == "spmd"
