@@ -81,6 +81,8 @@ def gradient_bytes(training: TrainingSpec) -> int:
 class SimulationSpec(_Strict):
     mode: Literal["symmetric", "full"] = "symmetric"
     hbm_reserve_gib: float = Field(default=2.0, ge=0, description="kept free: CUDA context, allocator slack")
+    steps: int = Field(default=1, ge=1, le=10_000,
+                       description="training steps unrolled back to back; results give the mean and each step's time")
 
 
 class ScenarioFile(_Strict):

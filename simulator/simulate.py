@@ -1,6 +1,8 @@
-"""Simulate one training step of a scenario: plan, run the engine, measure, attribute.
+"""Simulate training steps of a scenario: plan, run the engine, measure, attribute.
 
-``simulate(scenario)`` returns a :class:`SimulationResult`. ``simulate_point(raw)`` is the
+``simulate(scenario)`` returns a :class:`SimulationResult`. With ``simulation.steps`` N > 1 the
+kind's plan holds N steps: ``step_time_s`` is the makespan / N, ``step_times_s`` each step's
+time (from the plan's step ends, simulator/strategies/plan.py) and the breakdown the mean per step. ``simulate_point(raw)`` is the
 form sweeps and searches use: it takes a raw scenario mapping and never raises for bad or
 infeasible input — it returns a row with ``fits: false`` and ``infeasible_reason``.
 
@@ -22,9 +24,9 @@ from simulator.errors import ConfigError
 from simulator.memory.analytic import fits as memory_fits
 from simulator.report.result import BREAKDOWN_KEYS, SimulationResult, TimelineEvent
 from simulator.scenario import Scenario, load_scenario
+from simulator.strategies.plan import Plan, step_durations, step_end_times
 from simulator.strategies.registry import get_kind
 from simulator.strategies.spmd.layout import chunk_layer_counts
-from simulator.strategies.spmd.plan import Plan
 from workloads.counting import total_params
 from workloads.graph import step_flops
 
@@ -104,7 +106,7 @@ def _timeline(plan: Plan) -> list[TimelineEvent]:
 
 def simulate(scenario: Scenario, mode: str | None = None, detail: bool = False,
              run_if_oom: bool = True) -> SimulationResult:
-    """Simulate one step. ``mode`` overrides ``scenario.simulation.mode``; ``detail`` makes one
+    """Simulate ``simulation.steps`` steps (one by default). ``mode`` overrides ``scenario.simulation.mode``; ``detail`` makes one
     task per kernel (for traces). An out-of-memory layout is still timed unless ``run_if_oom``
     is false, and is reported with ``fits: false`` and the reason."""
     model, par = scenario.model, scenario.parallelism
@@ -115,16 +117,19 @@ def simulate(scenario: Scenario, mode: str | None = None, detail: bool = False,
     flops = step_flops(model, scenario.seq_length, par.global_batch_size, par.recompute,
                        flash_attention=scenario.training.attention == "flash")
     accel = scenario.accelerator
-    step_time = None
+    step_time = makespan = None
+    step_times: list[float] = []
     breakdown = dict.fromkeys(BREAKDOWN_KEYS, 0.0)
     timeline_builder = None
     layers_per_chunk = chunk_layer_counts(par, model.num_layers)
     if ok or run_if_oom:
         plan = kind.compile(scenario, mode=mode, detail=detail)
         engine = Engine(plan.topology.port_capacity)
-        step_time = engine.run(plan.streams)
+        makespan = engine.run(plan.streams)
+        step_time = makespan / plan.steps
+        step_times = step_durations(step_end_times(plan, makespan))
         critical = _critical_actor(plan)
-        breakdown = time_breakdown(plan, critical, step_time)
+        breakdown = {k: v / plan.steps for k, v in time_breakdown(plan, critical, makespan).items()}
         timeline_builder = lambda: _timeline(plan)  # noqa: E731
     return _with_economics(scenario, SimulationResult(
         scenario_name=scenario.name,
@@ -132,6 +137,9 @@ def simulate(scenario: Scenario, mode: str | None = None, detail: bool = False,
         num_parameters=total_params(model),
         parallelism=par.model_dump(),
         step_time_s=step_time,
+        steps=scenario.simulation.steps,
+        step_times_s=step_times,
+        makespan_s=makespan,
         tokens_per_step=par.global_batch_size * scenario.seq_length,
         model_flops_per_step=flops.model_flops,
         hardware_flops_per_step=flops.hardware_flops,

@@ -72,6 +72,7 @@ def runs(tmp_path_factory):
         "oom": py + ["simulate", str(oom), "--json"],
         "specs_show": ([script] if script else py) + ["specs", "show", "a100-sxm-80g"],
         "bad_type": py + ["simulate", str(tiny), "--set", "parallelism.tp=eight"],
+        "steps": py + ["simulate", str(tiny), "--steps", "3", "--json"],
     }
     env = dict(os.environ, PYTHONDONTWRITEBYTECODE="1")
     procs = {name: subprocess.Popen(argv, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env,
@@ -81,6 +82,16 @@ def runs(tmp_path_factory):
         stdout, stderr = proc.communicate(timeout=180)
         out[name] = subprocess.CompletedProcess(cases[name], proc.returncode, stdout, stderr)
     return out
+
+
+def test_simulate_many_steps_in_a_subprocess(runs):
+    # --steps 3: three identical synchronous steps back to back; the mean is the makespan / 3.
+    r = runs["steps"]
+    assert r.returncode == 0, r.stderr
+    out = json.loads(r.stdout)
+    assert out["steps"] == 3 and len(out["step_times_s"]) == 3
+    assert out["makespan_s"] == pytest.approx(3 * out["step_time_s"], rel=1e-12)
+    assert out["step_times_s"] == pytest.approx([out["step_time_s"]] * 3, rel=1e-9)
 
 
 def test_default_simulate_prints_a_table(runs):

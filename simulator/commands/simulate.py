@@ -14,21 +14,26 @@ from simulator.simulate import simulate
 
 
 def register(subparsers) -> None:
-    p = subparsers.add_parser("simulate", help="simulate one training step of a scenario",
-                              description="Simulate one training step. Without SCENARIO, runs the built-in "
+    p = subparsers.add_parser("simulate", help="simulate training steps of a scenario (one by default)",
+                              description="Simulate one training step (or --steps N). Without SCENARIO, runs the built-in "
                                           "default (GPT-3 175B on 1024 A100s).")
     p.add_argument("scenario", nargs="?", help="scenario YAML (default: built-in)")
     add_overrides(p)
     p.add_argument("--json", action="store_true", help="print one JSON object instead of the table")
     p.add_argument("--trace", metavar="FILE", help="write a Chrome trace-event JSON of the step (Perfetto)")
     p.add_argument("--mode", choices=["symmetric", "full"], help="override simulation.mode")
+    p.add_argument("--steps", type=int, metavar="N",
+                   help="unroll N training steps back to back (simulation.steps): mean and per-step times")
     p.set_defaults(handler=run)
 
 
 def run(args) -> int:
     if args.trace and not Path(args.trace).parent.resolve().is_dir():
         raise ConfigError("--trace", f"folder does not exist: {Path(args.trace).parent}")
-    scenario = load_scenario(args.scenario, args.overrides)
+    overrides = list(args.overrides)
+    if args.steps is not None:
+        overrides.append(f"simulation.steps={args.steps}")
+    scenario = load_scenario(args.scenario, overrides)
     result = simulate(scenario, mode=args.mode, detail=bool(args.trace))
     if args.trace:
         write_chrome_trace(result, args.trace)

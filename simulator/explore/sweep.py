@@ -68,6 +68,9 @@ RESULT_KEYS = (
     "parallelism",
     "num_parameters",
     "step_time_s",
+    "steps",
+    "step_times_s",
+    "makespan_s",
     "tokens_per_s",
     "model_tflops_per_gpu",
     "hardware_tflops_per_gpu",
@@ -100,7 +103,7 @@ RESULT_COLUMNS: tuple[str, ...] = (
 """Flat columns of a sweep row (nested mappings as ``outer.inner``; lists as JSON text)."""
 
 META_COLUMNS = ("point_id", "status", "error", "elapsed_s")
-_STRING_COLUMNS = {"scenario", "infeasible_reason", "layer_split", "layers_per_stage", "memory_per_stage_gib",
+_STRING_COLUMNS = {"scenario", "infeasible_reason", "layer_split", "step_times_s", "layers_per_stage", "memory_per_stage_gib",
                    "simulation_mode",
                    "extra_json", "point_id", "status", "error", "layout.schedule", "layout.recompute"}
 _BOOL_COLUMNS = {"fits", "layout.sequence_parallel"}

@@ -34,7 +34,7 @@ class SimulationResult:
     num_gpus: int
     num_parameters: int
     parallelism: dict[str, Any]
-    step_time_s: float | None
+    step_time_s: float | None          # the mean over the simulated steps (makespan / steps)
     tokens_per_step: int
     model_flops_per_step: float
     hardware_flops_per_step: float
@@ -51,6 +51,9 @@ class SimulationResult:
     layers_per_stage: list[int]
     mode: str
     tokens_to_train: float | None = None
+    steps: int = 1
+    step_times_s: list[float] = field(default_factory=list)  # each simulated step
+    makespan_s: float | None = None                          # end of the last task of the last step
     extra: dict[str, Any] = field(default_factory=dict)
     timeline_builder: Callable[[], list[TimelineEvent]] | None = field(default=None, repr=False)
     _timeline_cache: list[TimelineEvent] | None = field(default=None, repr=False)
@@ -103,6 +106,9 @@ class SimulationResult:
             "num_parameters": self.num_parameters,
             "parallelism": self.parallelism,
             "step_time_s": self.step_time_s,
+            "steps": self.steps,
+            "step_times_s": self.step_times_s,
+            "makespan_s": self.makespan_s,
             "tokens_per_s": self.tokens_per_s,
             "model_tflops_per_gpu": self.model_tflops_per_gpu,
             "hardware_tflops_per_gpu": self.hardware_tflops_per_gpu,
@@ -146,7 +152,9 @@ def render_table(result: SimulationResult) -> str:
         f"  layers/stage   {result.layers_per_stage}" + (
             f" (chunks: {result.layer_split})" if len(result.layer_split) != len(result.layers_per_stage) else ""),
         "",
-        f"  step time      {_fmt(result.step_time_s, '.3f', ' s')}",
+        f"  step time      {_fmt(result.step_time_s, '.3f', ' s')}" + (
+            f" (mean of {result.steps} steps: {', '.join(f'{t:.3f}' for t in result.step_times_s[:8])}"
+            f"{', ...' if result.steps > 8 else ''} s)" if result.steps > 1 else ""),
         f"  tokens/s       {_fmt(result.tokens_per_s, ',.0f')}",
         f"  TFLOP/s/GPU    {_fmt(result.model_tflops_per_gpu, '.1f')} model, "
         f"{_fmt(result.hardware_tflops_per_gpu, '.1f')} hardware (peak {result.peak_tflops_per_gpu:g})",

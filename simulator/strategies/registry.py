@@ -36,8 +36,12 @@ class StrategyKind:
     """What a kind gives the simulator.
 
     ``config``: its pydantic model (a ``kind: Literal[name]`` field first). ``compile(scenario,
-    mode, detail)``: the per-actor task lists (a :class:`simulator.strategies.spmd.plan.Plan`-like
-    object with ``streams``, ``actors``, ``stage_of``, ``compute_tasks``, ``topology``).
+    mode, detail)``: a :class:`simulator.strategies.plan.Plan` (per-actor task lists with
+    ``streams``, ``actors``, ``stage_of``, ``compute_tasks``, ``topology``) holding
+    ``scenario.simulation.steps`` steps: ``Plan.steps`` and, per step, ``Plan.step_ends`` (the tasks
+    whose last end is the end of that step). A kind whose period spans steps (every H steps, async
+    updates) unrolls the steps it is asked for and marks each one's end; the result's
+    ``step_time_s`` is the makespan / steps and ``step_times_s`` each step (simulator/strategies/plan.py).
     ``memory(scenario)``: ``(peak stage, its MemoryBreakdown, one per stage)``. ``summary``:
     one line on what it models, for ``--help`` and the README."""
 

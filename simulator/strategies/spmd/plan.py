@@ -23,7 +23,6 @@ and per collective (for ``--trace``); both give the same step time where nothing
 from __future__ import annotations
 
 from collections import defaultdict
-from dataclasses import dataclass, field
 
 from simulator.cost.collectives import collective_cost
 from simulator.cost.compute import ComputeModel
@@ -33,6 +32,7 @@ from simulator.cost.jitter import sync_stretch
 from simulator.cost.topology import RankLayout, Topology
 from simulator.engine.engine import Task
 from simulator.scenario import Scenario, gradient_bytes
+from simulator.strategies.plan import Plan
 from simulator.strategies.spmd.layout import chunk_layer_counts
 from simulator.strategies.spmd.schedule import stage_order, zero_bubble
 from workloads.counting import (
@@ -50,20 +50,8 @@ WEIGHT_BYTES = {"fp32": 4, "bf16": 2, "fp16": 2, "fp8": 2}
 OPTIMIZER_BYTES_PER_PARAM = {"adam": 28.0, "adamw": 28.0, "sgd": 12.0}
 
 
-@dataclass
-class Plan:
-    """Task lists per (actor, stream), plus what the analysis needs."""
-
-    streams: dict[tuple[str, str], list[Task]]
-    actors: dict[str, int]                                  # actor -> rank
-    stage_of: dict[str, int]
-    layers_per_chunk: list[int]
-    topology: Topology
-    compute_tasks: dict[str, list[Task]] = field(default_factory=dict)
-
-
 class Planner:
-    """Builds the :class:`Plan` of one training step."""
+    """Builds the :class:`Plan` of ``simulation.steps`` training steps."""
 
     def __init__(self, scenario: Scenario, mode: str | None = None, detail: bool = False):
         self.sc = scenario
@@ -343,19 +331,36 @@ class Planner:
     # -- building --------------------------------------------------------------------------
 
     def build(self) -> Plan:
+        """The plan of ``simulation.steps`` steps back to back: each actor's step k+1 starts (its
+        first kernel, its start-of-step parameter gathers) after its optimizer step of step k and
+        any parameter all-gather that follows it. With more than one step, task names and
+        rendezvous keys carry ``s<k>.``."""
         streams: dict[tuple[str, str], list[Task]] = defaultdict(list)
         self._streams_ref = streams
-        lookup: dict[tuple, Task] = {}
-        compute_tasks: dict[str, list[Task]] = {}
-        for actor, rank in self.actor_ranks.items():
-            compute_tasks[actor] = self._build_actor(actor, rank, streams, lookup)
-        self._link_pipeline(lookup)
+        compute_tasks: dict[str, list[Task]] = defaultdict(list)
+        steps = self.sc.simulation.steps
+        step_ends: list[list[Task]] = []
+        boundary: dict[str, tuple[Task, ...]] = {}
+        for step in range(steps):
+            before = {key: len(tasks) for key, tasks in streams.items()}
+            lookup: dict[tuple, Task] = {}
+            for actor, rank in self.actor_ranks.items():
+                tasks, boundary[actor] = self._build_actor(actor, rank, streams, lookup, boundary.get(actor, ()))
+                compute_tasks[actor].extend(tasks)
+            self._link_pipeline(lookup)
+            if steps > 1:
+                for key, tasks in streams.items():
+                    for task in tasks[before.get(key, 0):]:
+                        task.name = f"s{step}.{task.name}"
+                        if task.rendezvous is not None:
+                            task.rendezvous = f"s{step}.{task.rendezvous}"
+            step_ends.append([t for ends in boundary.values() for t in ends])
         if not self.par.overlap_p2p_comm:
             self._block_on_sends(streams)
         self._mark_interference(streams)
         stage_of = {a: self.layout.coords(r).pp for a, r in self.actor_ranks.items()}
         return Plan(dict(streams), dict(self.actor_ranks), stage_of, self.layers_per_chunk, self.topo,
-                    compute_tasks)
+                    dict(compute_tasks), steps=steps, step_ends=step_ends)
 
     def _block_on_sends(self, streams) -> None:
         """Blocking point-to-point (``overlap_p2p_comm: false``): the sender's first compute task
@@ -471,7 +476,10 @@ class Planner:
         self._time_cache[key] = (ops, out)
         return out
 
-    def _build_actor(self, actor: str, rank: int, streams, lookup) -> list[Task]:
+    def _build_actor(self, actor: str, rank: int, streams, lookup,
+                     after: tuple[Task, ...] = ()) -> tuple[list[Task], tuple[Task, ...]]:
+        """One step of ``actor``: its tasks on every stream, starting after ``after`` (the end of
+        its previous step). Returns its compute tasks and the tasks that end its step."""
         par, sc = self.par, self.sc
         stage = self.layout.coords(rank).pp
         m_total = par.num_micro_batches
@@ -486,7 +494,7 @@ class Planner:
         grad_bytes = gradient_bytes(sc.training)
 
         layer_ends: list[Task] = []  # last task of each layer pass, for ZeRO-3 prefetch distance
-        carry: list[Task] = []  # side tasks (overlapped collectives) the next chained task waits for
+        carry: list[Task] = list(after)  # side tasks (overlapped collectives) the next chained task waits for
 
         def add(task: Task | None, extra_deps: tuple[Task, ...] = ()) -> Task | None:
             if task is None:
@@ -554,6 +562,7 @@ class Planner:
                                   [(self.shard_group, "all_gather", params * weight_bytes)], key=f"{label}.zero3_gather")
             if task is None:
                 return ()
+            task.deps.extend(after)  # the weights the previous step's optimizer updated
             if par.overlap_param_gather and len(layer_ends) >= 2:
                 task.deps.append(layer_ends[-2])  # prefetch: starts once the layer before the previous ends
             elif not par.overlap_param_gather and layer_ends:
@@ -615,6 +624,7 @@ class Planner:
                                       [(self.shard_group, "all_gather", self.chunk_params_local(g) * weight_bytes)],
                                       key=f"c{g}.param_gather")
                 if task is not None:
+                    task.deps.extend(after)
                     streams[(actor, "dp")].append(task)
                     dp_tasks.append(task)
                     start_gathers[g] = task
@@ -728,13 +738,15 @@ class Planner:
         opt = Task("optimizer_step", actor, "compute", "optimizer",
                    duration_s=self.compute.optimizer_step_s(sharded, optimizer_bytes))
         add(opt, tuple(dp_tasks))
+        ends: tuple[Task, ...] = (opt,)
         if zero in (1, 2) and dp_size > 1 and not par.overlap_param_gather:
             task = self.comm_task(actor, "dp", "dp_comm", "param_all_gather", rank,
                                   [(self.shard_group, "all_gather", local_params * weight_bytes)], key="param_gather")
             if task is not None:
                 task.deps.append(opt)
                 streams[(actor, "dp")].append(task)
-        return compute_list
+                ends = (opt, task)
+        return compute_list, ends
 
     def _pp_payload(self) -> float:
         """Bytes one rank sends to the next stage per micro-batch (activation or its gradient)."""

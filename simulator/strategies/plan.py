@@ -1,0 +1,63 @@
+"""What every strategy kind compiles to: per-actor task lists over many steps (the engine's input).
+
+A kind's ``compile(scenario, mode, detail)`` returns a :class:`Plan`. The contract (see also
+:mod:`simulator.strategies.registry`):
+
+- ``streams``: ``{(actor, stream): [Task, ...]}`` in the order each stream runs them; every
+  dependency across streams or actors is a ``Task.deps`` entry.
+- ``steps``: how many training steps the lists hold (``simulation.steps``), unrolled back to back
+  (for the spmd kind, the optimizer step of step k before the forward of step k+1).
+- ``step_ends``: for each step, the tasks whose last end marks the end of that step (spmd: every
+  actor's optimizer step and any parameter gather after it; an asynchronous kind: the tasks that
+  complete its k-th update). :func:`step_end_times` reads them after the run; the mean step time is
+  the makespan / ``steps`` and step k lasts from the end of step k-1 to its own end (the last
+  step to the makespan).
+- ``compute_tasks``: per actor, its compute-stream tasks in order (the time breakdown walks them);
+  ``stage_of``: the actor's pipeline stage (or 0), for picking the critical actor.
+- ``memory_base_bytes``: ``{actor: bytes}`` held from the start by each actor (weights, ...);
+  tasks add and free the rest (``Task.alloc_bytes`` / ``Task.free_bytes``), so the engine's
+  counter per actor gives the simulated memory over time. Empty: the kind does not track memory.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any
+
+from simulator.engine.engine import Task
+
+#: The engine counter name the planners use for device memory.
+MEMORY_COUNTER = "memory"
+
+
+@dataclass
+class Plan:
+    """Task lists per (actor, stream), plus what the analysis needs."""
+
+    streams: dict[tuple[str, str], list[Task]]
+    actors: dict[str, int]                                  # actor -> rank
+    stage_of: dict[str, int]
+    layers_per_chunk: list[int]
+    topology: Any
+    compute_tasks: dict[str, list[Task]] = field(default_factory=dict)
+    steps: int = 1
+    step_ends: list[list[Task]] = field(default_factory=list)
+    memory_base_bytes: dict[str, float] = field(default_factory=dict)
+
+
+def step_end_times(plan: Plan, makespan_s: float) -> list[float]:
+    """The simulated end of every step (after the engine ran): the last end among the step's
+    ``step_ends`` tasks, never before the previous step's end; the last step ends at the makespan."""
+    if not plan.step_ends:
+        return [makespan_s * (k + 1) / plan.steps for k in range(plan.steps)]
+    ends: list[float] = []
+    for tasks in plan.step_ends:
+        end = max((t.end_s for t in tasks), default=0.0)
+        ends.append(max(end, ends[-1] if ends else 0.0))
+    ends[-1] = makespan_s
+    return ends
+
+
+def step_durations(ends_s: list[float]) -> list[float]:
+    """Per-step seconds from the step ends (the first step from time 0)."""
+    return [end - (ends_s[k - 1] if k else 0.0) for k, end in enumerate(ends_s)]
