@@ -27,7 +27,11 @@ from pydantic import (
     model_validator,
 )
 
-Precision = Literal["fp64", "fp32", "tf32", "bf16", "fp16", "fp8"]
+Precision = Literal["fp64", "fp32", "tf32", "bf16", "fp16", "fp8", "fp4"]
+# GEMM curves are kept per precision and, for FP8/FP4, per scaling recipe's kernel: fp8 (per-tensor
+# scaled, torch._scaled_mm / cuBLASLt), fp8_block (1x128 / 128x128 block-scaled, DeepGEMM),
+# mxfp8 (32-element blocks, Blackwell), nvfp4 (16-element blocks, Blackwell).
+CurveKey = Literal["fp64", "fp32", "tf32", "bf16", "fp16", "fp8", "fp4", "fp8_block", "mxfp8", "nvfp4"]
 
 
 class Spec(BaseModel):
@@ -41,6 +45,52 @@ class EfficiencyPoint(Spec):
 
     gflop: float = Field(gt=0)
     efficiency: float = Field(gt=0, le=1)
+
+
+class PrecisionCurve(Spec):
+    """A GEMM efficiency curve for one precision (fp8 kernels saturate differently from bf16 ones),
+    with where it came from: ``fitted_on`` names the microbenchmark file and rows; None = assumed."""
+
+    points: list[EfficiencyPoint] = Field(min_length=1)
+    source: str
+    fitted_on: str | None = None
+
+    @field_validator("points")
+    @classmethod
+    def _sorted(cls, points: list[EfficiencyPoint]) -> list[EfficiencyPoint]:
+        sizes = [p.gflop for p in points]
+        if sizes != sorted(sizes) or len(set(sizes)) != len(sizes):
+            raise ValueError("points must have strictly increasing gflop")
+        return points
+
+
+class AttentionEfficiency(Spec):
+    """A fused attention kernel's efficiency (achieved / dense bf16 peak) by pass, sequence length,
+    head size and causality (validation/calibrate_microbench.py fits it on attention_kernels.csv):
+
+        eff(pass, s, d, causal) = level[pass] · head_dim_factor(d) · s / (s + half_seq_len[causal])
+
+    the saturating form of a kernel whose per-tile prologue/epilogue and wave quantisation cost a
+    fixed time per row block (Dao 2023, FlashAttention-2 Sec. 3.3; Shah et al. 2024, FlashAttention-3
+    Sec. 4.1 show TFLOP/s rising with s to a plateau). ``head_dim_factor`` is interpolated linearly in
+    log2(d) and clamped at its ends; a causal kernel reaches its plateau later (fewer tiles per row)."""
+
+    kernel: str = Field(description="e.g. FlashAttention-2, FlashAttention-3")
+    fwd_efficiency: float = Field(gt=0, le=1, description="forward, long sequences, head size 128")
+    bwd_efficiency: float = Field(gt=0, le=1, description="backward, long sequences, head size 128")
+    half_seq_len: float = Field(ge=0, description="non-causal: sequence length at half the plateau")
+    causal_half_seq_len: float = Field(ge=0, description="causal: sequence length at half the plateau")
+    head_dim_factor: dict[PositiveInt, float] = Field(
+        default_factory=lambda: {128: 1.0}, description="efficiency relative to head size 128")
+    source: str
+    fitted_on: str | None = None
+
+    def efficiency(self, pass_: str, seq_len: float, head_dim: float, causal: bool) -> float:
+        level = self.fwd_efficiency if pass_ == "fwd" else self.bwd_efficiency
+        dims = sorted(self.head_dim_factor)
+        factor = float(np.interp(np.log2(head_dim), np.log2(dims), [self.head_dim_factor[d] for d in dims]))
+        half = self.causal_half_seq_len if causal else self.half_seq_len
+        return min(1.0, level * factor * seq_len / (seq_len + half))
 
 
 class CrossNodePipelineFloor(Spec):
@@ -76,7 +126,32 @@ class ComputeEfficiency(Spec):
     """
 
     gemm_curve: list[EfficiencyPoint] = Field(min_length=1)
+    gemm_curves: dict[CurveKey, PrecisionCurve] = Field(
+        default_factory=dict,
+        description="kernel curves per precision, each with its provenance; a precision not listed uses "
+                    "gemm_curve (whose provenance is this spec's source / fitted_on)")
+    in_training_gemm_factor: float = Field(
+        default=1.0, gt=0, le=1,
+        description="GEMMs inside a training step reach this fraction of the microbenchmark curve (the "
+                    "curve's ceiling is the best of a shape search at steady clocks; a step's shapes, "
+                    "power-capped clocks and L2 traffic of neighbouring kernels give less)")
+    in_training_gemm_factor_source: str | None = None
+    in_training_gemm_factor_fitted_on: str | None = Field(
+        default=None, description="data and rows it was fitted on for this accelerator; None = assumed "
+                                  "(when the factor is 1 the fitted gemm_curve already holds it)")
+    misaligned_gemm_factor: float = Field(
+        default=1.0, gt=0, le=1,
+        description="a GEMM with a dimension that is not a multiple of 16 bytes of its element type runs at "
+                    "this fraction of the curve (tensor cores need 16-byte aligned tiles: NVIDIA, Matrix "
+                    "Multiplication Background User's Guide, 'Tensor Core Requirements')")
+    misaligned_gemm_factor_source: str | None = None
+    attention: AttentionEfficiency | None = Field(
+        default=None, description="the fused attention kernel (training.attention: flash); None: the GEMM "
+                                  "curve times attention_efficiency_factor")
     memory_bound_efficiency: float = Field(gt=0, le=1)
+    memory_bound_efficiency_source: str | None = None
+    memory_bound_efficiency_fitted_on: str | None = Field(
+        default=None, description="data and rows it was fitted on; None = assumed")
     attention_efficiency_factor: float = Field(
         default=1.0, gt=0, le=1, description="attention GEMMs (QK^T, AV) relative to the curve"
     )

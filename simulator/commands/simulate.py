@@ -6,6 +6,7 @@ import json
 from pathlib import Path
 
 from simulator.cli_options import add_overrides
+from simulator.cost.provenance import assumed_components, efficiency_provenance
 from simulator.errors import ConfigError
 from simulator.report.result import render_table
 from simulator.report.trace import write_chrome_trace
@@ -35,6 +36,9 @@ def run(args) -> int:
         overrides.append(f"simulation.steps={args.steps}")
     scenario = load_scenario(args.scenario, overrides)
     result = simulate(scenario, mode=args.mode, detail=bool(args.trace))
+    provenance = efficiency_provenance(scenario)
+    result.extra["efficiency_provenance"] = provenance
+    result.extra["assumed_efficiencies"] = assumed_components(provenance)
     if args.trace:
         write_chrome_trace(result, args.trace)
     if args.json:

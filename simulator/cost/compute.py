@@ -2,10 +2,16 @@
 
     t(op) = max(flops / (peak · eff_gemm(size)), bytes / (hbm_bw · eff_mem)) + launch overhead
 
-``eff_gemm`` is the accelerator's GEMM efficiency curve (efficiency vs GFLOP of one GEMM,
-interpolated in log10 size; batched attention GEMMs use the size of one GEMM and the
-``attention_efficiency_factor``). Where the constants come from is recorded in the spec's
-``efficiency.source`` / ``fitted_on``. Each distinct op shape is priced once (memoized).
+``eff_gemm`` is the accelerator's GEMM efficiency curve for the precision the GEMM runs in
+(efficiency vs GFLOP of one GEMM, interpolated in log10 size; ``gemm_curves[precision]`` where
+the spec has one, else ``gemm_curve``), times ``in_training_gemm_factor`` (a step's GEMMs against
+the microbenchmark's best shapes) and ``misaligned_gemm_factor`` when a dimension is not a
+multiple of 16 bytes. A fused attention kernel (FlashAttention) uses the spec's
+``attention`` efficiency by pass, sequence length, head size and causality where the spec has
+one; otherwise (and for the materialised QK^T / AV GEMMs) the GEMM curve at the size of one
+GEMM times ``attention_efficiency_factor``. Where the constants come from is recorded in the
+spec (``source`` / ``fitted_on`` per curve; see simulator/cost/provenance.py). Each distinct op
+shape is priced once (memoized).
 An op's ``executed_fraction`` scales the FLOPs its kernel runs (a causal fused attention kernel
 skips the masked tiles) while the counted FLOPs stay as they are.
 """
@@ -19,9 +25,21 @@ from hardware_specs.schema import Accelerator
 from workloads.graph import Op, gemm_class
 
 
-def gemm_efficiency(accelerator: Accelerator, gflop: float) -> float:
+ALIGNMENT_BYTES = 16  # tensor-core tiles need 16-byte aligned leading dimensions (cuBLAS / hipBLASLt)
+ELEMENT_BYTES = {"fp32": 4, "tf32": 4, "bf16": 2, "fp16": 2, "fp8": 1, "fp4": 0.5, "fp64": 8}
+
+
+def curve_points(accelerator: Accelerator, precision: str | None = None):
+    """The GEMM curve of ``precision`` (the precision's own where the spec has one)."""
+    eff = accelerator.efficiency
+    if precision is not None and precision in eff.gemm_curves:
+        return eff.gemm_curves[precision].points
+    return eff.gemm_curve
+
+
+def gemm_efficiency(accelerator: Accelerator, gflop: float, precision: str | None = None) -> float:
     """Efficiency of one GEMM of ``gflop`` GFLOP, log-linear between the curve's points."""
-    points = accelerator.efficiency.gemm_curve
+    points = curve_points(accelerator, precision)
     if gflop <= points[0].gflop:
         return points[0].efficiency
     if gflop >= points[-1].gflop:
@@ -31,6 +49,25 @@ def gemm_efficiency(accelerator: Accelerator, gflop: float) -> float:
             frac = (math.log10(gflop) - math.log10(lo.gflop)) / (math.log10(hi.gflop) - math.log10(lo.gflop))
             return lo.efficiency + frac * (hi.efficiency - lo.efficiency)
     return points[-1].efficiency  # unreachable: the curve is sorted
+
+
+def is_aligned(m: int, n: int, k: int, precision: str) -> bool:
+    """Whether every GEMM dimension is a multiple of 16 bytes of the element type."""
+    step = max(1, int(ALIGNMENT_BYTES / ELEMENT_BYTES.get(precision, 2)))
+    return m % step == 0 and n % step == 0 and k % step == 0
+
+
+def kernel_gemm_efficiency(accelerator: Accelerator, m: int, n: int, k: int, precision: str) -> float:
+    """A GEMM kernel's efficiency as a microbenchmark times it: curve x alignment (no in-step factor)."""
+    eff = gemm_efficiency(accelerator, 2.0 * m * n * k / 1e9, precision)
+    if not is_aligned(m, n, k, precision):
+        eff *= accelerator.efficiency.misaligned_gemm_factor
+    return eff
+
+
+def attention_pass(op_name: str) -> str:
+    """"fwd" for a forward attention kernel, "bwd" for its gradient (named ``*.grad``)."""
+    return "bwd" if op_name.endswith(".grad") else "fwd"
 
 
 class ComputeModel:
@@ -49,6 +86,9 @@ class ComputeModel:
         self.bf16_peak_flops = (accelerator.peak_tflops.get("bf16", accelerator.peak_tflops[precision]) * 1e12
                                      if self.fp8 else self.peak_flops)
         eff = accelerator.efficiency
+        self.high_precision = "bf16" if self.fp8 else precision
+        self.in_training = eff.in_training_gemm_factor
+        self.attention = eff.attention
         self.mem_bw = accelerator.hbm_bandwidth_gb_per_s * 1e9 * eff.memory_bound_efficiency
         self.optimizer_bw = accelerator.hbm_bandwidth_gb_per_s * 1e9 * (
             eff.optimizer_efficiency if eff.optimizer_efficiency is not None else eff.memory_bound_efficiency)
@@ -62,13 +102,20 @@ class ComputeModel:
         kind = op.kind
         if kind == "gemm" and self.fp8 and gemm_class(op.name) not in self.fp8_gemms:
             kind = "gemm_bf16"  # a GEMM kept in higher precision in an fp8 run
+        if kind == "attention" and op.name.split(".")[0] == "flash_attention" and self.attention is not None:
+            kind = "flash_" + attention_pass(op.name) + ("_causal" if op.executed_fraction < 1 else "")
         return self._time(kind, op.flops * op.executed_fraction, op.bytes_moved, op.m, op.n, op.k, op.batch)
 
     def _time_uncached(self, kind: str, flops: float, bytes_moved: float, m: int, n: int, k: int, batch: int) -> float:
         memory_s = bytes_moved / self.mem_bw
         if kind == "memory":
             return memory_s + self.launch_s
-        eff = gemm_efficiency(self.accelerator, 2.0 * m * n * k / 1e9)
+        if kind.startswith("flash_"):
+            # the fused kernel: n is the key length, k the head size (workloads/graph.py)
+            eff = self.attention.efficiency(kind.split("_")[1], n, k, kind.endswith("_causal"))
+            return max(flops / (self.bf16_peak_flops * eff), memory_s) + self.launch_s
+        gemm_precision = self.precision if kind == "gemm" else self.high_precision
+        eff = kernel_gemm_efficiency(self.accelerator, m, n, k, gemm_precision) * self.in_training
         if kind == "attention":
             eff *= self.accelerator.efficiency.attention_efficiency_factor
             return max(flops / (self.bf16_peak_flops * eff), memory_s) + self.launch_s

@@ -179,4 +179,10 @@ def render_table(result: SimulationResult) -> str:
         lines.append(f"    {key:<16} {value:10.2f} GiB")
     verdict = "fits" if result.fits else f"DOES NOT FIT: {result.infeasible_reason}"
     lines.append(f"    {'total':<16} {result.peak_memory_gib:10.2f} GiB of {result.hbm_gib:g} GiB HBM — {verdict}")
+    provenance = result.extra.get("efficiency_provenance")
+    if provenance:
+        assumed = [k for k, v in provenance.items() if v == "assumed"]
+        measured = [k for k, v in provenance.items() if v != "assumed"]
+        lines += ["", "  efficiencies   calibrated: " + (", ".join(measured) or "none"),
+                  "                 ASSUMED (not measured): " + (", ".join(assumed) or "none")]
     return "\n".join(lines)

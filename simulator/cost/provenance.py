@@ -1,0 +1,47 @@
+"""Which of a run's efficiency constants were measured and which are assumed.
+
+A user who asks about hardware the project holds no measurement of must be told so: every
+efficiency the compute model uses for a scenario is listed with the data it was fitted on
+(``fitted_on`` in the spec) or as *assumed*. ``clustersim simulate`` prints the assumed ones
+and ``--json`` carries the whole map (``efficiency_provenance``).
+"""
+
+from __future__ import annotations
+
+from simulator.scenario import Scenario
+
+ASSUMED = "assumed"
+
+
+def gemm_curve_key(scenario: Scenario) -> str:
+    """The curve the run's main GEMMs are priced on (see simulator/cost/compute.py)."""
+    return scenario.training.precision
+
+
+def efficiency_provenance(scenario: Scenario) -> dict[str, str]:
+    """Component -> fitted_on (data and rows) or "assumed", for the constants this run uses."""
+    accel = scenario.accelerator
+    eff = accel.efficiency
+    out: dict[str, str] = {}
+
+    def curve(key: str) -> str:
+        if key in eff.gemm_curves:
+            return eff.gemm_curves[key].fitted_on or ASSUMED
+        return eff.fitted_on or ASSUMED
+
+    key = gemm_curve_key(scenario)
+    out[f"gemm_{key}"] = curve(key)
+    if scenario.training.precision == "fp8":
+        out["gemm_bf16"] = curve("bf16")  # the GEMMs kept in higher precision
+    if eff.in_training_gemm_factor != 1.0:
+        out["in_training_gemm_factor"] = eff.in_training_gemm_factor_fitted_on or ASSUMED
+    if scenario.training.attention == "flash" and eff.attention is not None:
+        out["attention_kernel"] = eff.attention.fitted_on or ASSUMED
+    else:
+        out["attention_efficiency_factor"] = ASSUMED  # no run of this project has measured it
+    out["memory_bound"] = eff.memory_bound_efficiency_fitted_on or ASSUMED
+    return out
+
+
+def assumed_components(provenance: dict[str, str]) -> list[str]:
+    return [name for name, where in provenance.items() if where == ASSUMED]

@@ -1,0 +1,494 @@
+"""Calibrate accelerators on public microbenchmarks: GEMM by shape and precision, fused attention.
+
+Data (copied from ``shared/published/modern/``, its README in ``data/microbench/SOURCE_README.md``):
+``data/microbench/gemm_microbench.csv`` and ``attention_kernels.csv``. Every row has a key (GPU,
+dtype, kernel, shape); a row is *held out* when the md5 of its key is odd, as in
+validation/layout_ranking.py, and the specs are fitted on the even (fit) half only. The
+held-out half is what ``tests/test_microbench_calibration.py`` checks against tolerances.
+
+GEMM model (simulator/cost/compute.py): ``t = max(2·M·N·K / (peak · eff(size)), bytes / (hbm · mem_eff))``
+with ``eff(size) = level · BASE_SHAPE(size / r)``, BASE_SHAPE the A100 cuBLAS shape of
+validation/calibrate_a100.py and r the precision's peak over the A100's 312 TF (a GEMM of the same
+*duration* keeps the same efficiency). One level per (accelerator, precision) is fitted on that
+pair's fit rows (least squares on log time). Where a pair has no fit row the level comes by the
+first rule that applies, and the spec says so (``fitted_on`` names the rows it transfers):
+
+1. the same accelerator's other precision times the median fp8/bf16 level ratio of the
+   accelerators that have both in the fit half;
+2. the same die's sibling (H100/H200/H800/GH200; B200/B300/GB200/GB300; MI300X/MI325X);
+3. nothing measured: the level stays *assumed* (0.75).
+
+The alignment factor (a dimension not a multiple of 16 bytes) is fitted on the H100 ``torch.bmm``
+rows (d_ff sweep) as the ratio of the misaligned row to the aligned fit rows of that sweep.
+FP8 with 1x128 / 128x128 block scaling (DeepGEMM on H800) gets its own Hopper curve
+(``gemm_curves.fp8_block``) fitted on that kernel's fit rows; it is the shape check too, since
+its 28 shapes run from weight-streaming (M = 64) to compute-bound.
+
+``in_training_gemm_factor``: the A100 curve (a100-sxm-80g, fitted on Korthikanti 2022 Table 4
+layer times) over the A100 kernel curve that the A100 MAMF row implies gives how far a step's
+GEMMs fall below the microbenchmark's best shapes; other accelerators carry that ratio, marked
+*assumed* for them (no end-to-end row is fitted here; Blackwell has none by design).
+
+Attention model (hardware_specs/schema.py ``AttentionEfficiency``): per (GPU, kernel) a level per
+pass, a head-size factor and a saturation length (non-causal, causal), fitted on the fit rows of
+``attention_kernels.csv`` (fwd, bwd and fwd+bwd rows; fwd+bwd = fwd time + bwd time) by least
+squares on log time. FLOPs follow the file's convention (fwd 4·s²·d·h, halved when causal;
+bwd 2.5 x fwd); the simulator's causal kernel runs the diagonal tiles whole (workloads/graph.py
+``causal_fraction``), so the fitted efficiencies are for that executed share.
+
+``python -m validation.calibrate_microbench`` prints the fit and the held-out tables;
+``--write`` rewrites the generated efficiency block of each calibrated accelerator YAML.
+"""
+
+from __future__ import annotations
+
+import argparse
+import hashlib
+import math
+from dataclasses import dataclass, field
+from functools import cache
+from pathlib import Path
+
+import numpy as np
+import pandas as pd
+import yaml
+from scipy.optimize import least_squares, minimize_scalar
+
+from hardware_specs.catalog import ACCELERATORS
+from hardware_specs.schema import Accelerator
+from validation.calibrate_a100 import BASE_SHAPE
+
+DATA = Path(__file__).parent / "data" / "microbench"
+GEMM_CSV = DATA / "gemm_microbench.csv"
+ATTENTION_CSV = DATA / "attention_kernels.csv"
+SPECS = Path(__file__).parent.parent / "hardware_specs" / "accelerators"
+MARKER = "# --- efficiency: written by `python -m validation.calibrate_microbench --write`"
+
+A100_BF16_PEAK = 312.0
+ASSUMED_LEVEL = 0.75
+GPU_NAMES = {
+    "A100 SXM": "a100-sxm-80g", "H100 SXM": "h100-sxm-80g", "H200 SXM": "h200-sxm-141g", "GH200": "gh200",
+    "H800 SXM5": "h800-sxm-80g", "H100 (variant not stated)": "h100-sxm-80g",
+    "B200 SXM": "b200", "B300 SXM": "b300", "GB200": "gb200",
+    "MI300X": "mi300x", "MI325X": "mi325x", "MI355X": "mi355x",
+}
+SIBLINGS = [("h100-sxm-80g", "h200-sxm-141g", "h800-sxm-80g", "gh200"),
+            ("b200", "b300", "gb200", "gb300"), ("mi300x", "mi325x")]
+CALIBRATED = ["h100-sxm-80g", "h200-sxm-141g", "h800-sxm-80g", "gh200", "b200", "b300", "gb200", "gb300",
+              "mi300x", "mi325x", "mi355x"]
+# Which fused attention kernel each accelerator's spec describes (what today's frameworks run).
+# Hopper siblings (same GH100 die and clocks) carry the H100 fit.
+ATTENTION_KERNEL = {"a100-sxm-80g": ("FlashAttention-2", "A100 80GB SXM4"),
+                    "h100-sxm-80g": ("FlashAttention-2", "H100 80GB SXM5"),
+                    "h200-sxm-141g": ("FlashAttention-2", "H100 80GB SXM5"),
+                    "h800-sxm-80g": ("FlashAttention-2", "H100 80GB SXM5"),
+                    "gh200": ("FlashAttention-2", "H100 80GB SXM5")}
+
+
+def is_heldout(key: str) -> bool:
+    """The declared split: odd md5 of the row key = held-out, even = fit."""
+    return int(hashlib.md5(key.encode()).hexdigest(), 16) % 2 == 1
+
+
+def base_shape(gflop_a100: float) -> float:
+    xs, ys = zip(*BASE_SHAPE, strict=True)
+    return float(np.interp(np.log10(gflop_a100), np.log10(xs), ys))
+
+
+# ----------------------------------------------------------------------------------------- GEMM
+
+
+@dataclass(frozen=True)
+class GemmRow:
+    key: str
+    row: int                 # 0-based data row of the CSV
+    accelerator: str
+    precision: str           # bf16 | fp16 | fp8 (per-tensor) | fp8_block
+    kernel: str              # mamf | maf | deepgemm | bmm
+    m: int
+    n: int
+    k: int
+    groups: int
+    tflops: float
+
+    @property
+    def flops(self) -> float:
+        return 2.0 * self.m * self.n * self.k * self.groups
+
+    @property
+    def heldout(self) -> bool:
+        return is_heldout(self.key)
+
+
+def _precision(dtype: str) -> str:
+    if "128" in dtype:
+        return "fp8_block"
+    if dtype.startswith("fp8"):
+        return "fp8"
+    return dtype
+
+
+def _kernel(op: str) -> str:
+    if op.startswith("torch.mm"):
+        return "mamf"
+    if op.startswith("hipblaslt"):
+        return "maf"
+    if op.startswith("DeepGEMM"):
+        return "deepgemm"
+    if op.startswith("torch.bmm"):
+        return "bmm"
+    return "other"
+
+
+@cache
+def gemm_rows() -> tuple[GemmRow, ...]:
+    """The rows this calibration uses: single-kernel GEMM TFLOP/s of a catalogued accelerator."""
+    df = pd.read_csv(GEMM_CSV)
+    rows = []
+    for i, r in df.iterrows():
+        name = GPU_NAMES.get(r.gpu)
+        kernel = _kernel(r.op)
+        if name is None or kernel == "other" or not np.isfinite(r.achieved_tflops):
+            continue
+        groups = int(str(r.num_groups).replace("batch=", "")) if str(r.num_groups) not in ("nan", "") else 1
+        precision = _precision(r["dtype"])
+        key = f"{r.gpu}|{r['dtype']}|{r.op}|{r.m}x{r.n}x{r.k}|{r.num_groups}"
+        rows.append(GemmRow(key, int(i), name, precision, kernel, int(r.m), int(r.n), int(r.k), groups,
+                            float(r.achieved_tflops)))
+    return tuple(rows)
+
+
+def _peak(accel: Accelerator, precision: str) -> float:
+    return accel.peak_tflops["fp8" if precision.startswith("fp8") else precision]
+
+
+def gemm_time_s(accel: Accelerator, precision: str, level: float, row: GemmRow, misaligned_factor: float = 1.0,
+                memory_efficiency: float = 0.80) -> float:
+    """The compute model's roofline for one microbenchmark GEMM at curve level ``level``, with the
+    spec's per-kernel fixed cost (the simulator adds it to every kernel; it is what a 10 us kernel's
+    prologue, tile setup and tail cost)."""
+    peak = _peak(accel, precision)
+    ratio = peak / A100_BF16_PEAK
+    eff = level * base_shape(2.0 * row.m * row.n * row.k / 1e9 / ratio)
+    step = 16 if precision.startswith("fp8") else 8
+    if row.m % step or row.n % step or row.k % step:
+        eff *= misaligned_factor
+    elem = 1 if precision.startswith("fp8") else 2
+    bytes_moved = row.groups * ((row.m * row.k + row.k * row.n) * elem + row.m * row.n * 2)
+    launch_s = accel.efficiency.kernel_launch_overhead_us * 1e-6
+    return max(row.flops / (peak * 1e12 * eff),
+               bytes_moved / (accel.hbm_bandwidth_gb_per_s * 1e9 * memory_efficiency)) + launch_s
+
+
+def _fit_level(accel: Accelerator, precision: str, rows: list[GemmRow], misaligned: float = 1.0) -> float:
+    def loss(level):
+        return sum((math.log(gemm_time_s(accel, precision, level, r, misaligned) * r.tflops * 1e12 / r.flops)) ** 2
+                   for r in rows)
+    return float(minimize_scalar(loss, bounds=(0.05, 1.0), method="bounded").x)
+
+
+@dataclass
+class GemmFit:
+    """Per (accelerator, precision): the curve level and where it came from."""
+
+    levels: dict[tuple[str, str], float] = field(default_factory=dict)
+    fitted_on: dict[tuple[str, str], str] = field(default_factory=dict)
+    fp8_over_bf16: float = 1.0
+    misaligned_factor: float = 1.0
+    misaligned_on: str | None = None
+    in_training_factor: float = 1.0
+
+
+def _rows_label(rows: list[GemmRow]) -> str:
+    return "validation/data/microbench/gemm_microbench.csv rows " + ",".join(str(r.row + 2) for r in rows)
+
+
+@cache
+def fit_gemm() -> GemmFit:
+    fit = GemmFit()
+    rows = [r for r in gemm_rows() if not r.heldout]
+    bmm = [r for r in rows if r.kernel == "bmm"]
+    misaligned = [r for r in bmm if r.k % 8]
+    if misaligned and len(bmm) > len(misaligned):
+        aligned = [r.tflops for r in bmm if not r.k % 8]
+        fit.misaligned_factor = float(np.mean([r.tflops for r in misaligned]) / np.median(aligned))
+        fit.misaligned_on = _rows_label(bmm)
+    groups: dict[tuple[str, str], list[GemmRow]] = {}
+    for r in rows:
+        if r.kernel == "bmm":
+            continue  # an unnamed H100 variant at 40% of peak: used for the alignment ratio only
+        precision = "bf16" if r.precision == "fp16" else r.precision
+        groups.setdefault((r.accelerator, precision), []).append(r)
+    for (name, precision), members in groups.items():
+        fit.levels[(name, precision)] = _fit_level(ACCELERATORS.get(name), precision, members)
+        fit.fitted_on[(name, precision)] = _rows_label(members)
+    ratios = [fit.levels[(a, "fp8")] / fit.levels[(a, "bf16")] for (a, p) in fit.levels
+              if p == "fp8" and (a, "bf16") in fit.levels]
+    fit.fp8_over_bf16 = float(np.median(ratios)) if ratios else 1.0
+    fit.in_training_factor = _in_training_factor()
+    return fit
+
+
+def _in_training_factor() -> float:
+    """The A100's end-to-end-fitted curve over its kernel curve (MAMF row, all rows of it: it is the
+    only A100 GEMM row, so it is used here and never held out)."""
+    a100 = ACCELERATORS.get("a100-sxm-80g")
+    (row,) = [r for r in gemm_rows() if r.accelerator == "a100-sxm-80g"]
+    kernel_level = _fit_level(a100, "bf16", [row])
+    return float(a100.efficiency.gemm_curve[-1].efficiency / kernel_level)
+
+
+def level_for(fit: GemmFit, name: str, precision: str) -> tuple[float, str | None, str]:
+    """(level, fitted_on or None, how) for an accelerator and precision, by the rules above."""
+    if (name, precision) in fit.levels:
+        return fit.levels[(name, precision)], fit.fitted_on[(name, precision)], "fitted"
+    other = "bf16" if precision == "fp8" else "fp8" if precision == "bf16" else None
+    if other and (name, other) in fit.levels:
+        factor = fit.fp8_over_bf16 if precision == "fp8" else 1 / fit.fp8_over_bf16
+        level = min(1.0, fit.levels[(name, other)] * factor)
+        return level, fit.fitted_on[(name, other)] + f" ({other}; x{factor:.3f}, the median fp8/bf16 level ratio)", \
+            f"from its {other} level"
+    for family in SIBLINGS:
+        if name in family:
+            for sibling in family:
+                if (sibling, precision) in fit.levels:
+                    return (fit.levels[(sibling, precision)],
+                            fit.fitted_on[(sibling, precision)] + f" (sibling {sibling})", f"from {sibling}")
+    return ASSUMED_LEVEL, None, "assumed"
+
+
+def predict_gemm_tflops(fit: GemmFit, row: GemmRow) -> float:
+    precision = "bf16" if row.precision == "fp16" else row.precision
+    accel = ACCELERATORS.get(row.accelerator)
+    if row.kernel == "bmm":
+        aligned = [r for r in gemm_rows() if r.kernel == "bmm" and not r.heldout and not r.k % 8]
+        level = _fit_level(accel, precision, aligned)  # the unnamed variant's own level (aligned fit rows)
+    else:
+        level = level_for(fit, row.accelerator, precision)[0]
+    return row.flops / gemm_time_s(accel, precision, level, row, fit.misaligned_factor) / 1e12
+
+
+def gemm_heldout_table() -> pd.DataFrame:
+    """Held-out GEMM rows: measured vs predicted TFLOP/s and the relative error."""
+    fit = fit_gemm()
+    out = []
+    for r in gemm_rows():
+        if not r.heldout or r.accelerator == "a100-sxm-80g":
+            continue
+        pred = predict_gemm_tflops(fit, r)
+        precision = "bf16" if r.precision == "fp16" else r.precision
+        how = "bmm variant level" if r.kernel == "bmm" else level_for(fit, r.accelerator, precision)[2]
+        out.append({"row": r.row + 2, "accelerator": r.accelerator, "precision": r.precision, "kernel": r.kernel,
+                    "shape": f"{r.m}x{r.n}x{r.k}" + (f"x{r.groups}" if r.groups > 1 else ""),
+                    "measured_tflops": r.tflops, "predicted_tflops": round(pred, 1),
+                    "error": pred / r.tflops - 1, "level_from": how})
+    return pd.DataFrame(out)
+
+
+# ------------------------------------------------------------------------------------ attention
+
+
+@dataclass(frozen=True)
+class AttentionRow:
+    key: str
+    row: int
+    kernel: str
+    gpu: str
+    pass_: str           # fwd | bwd | fwd+bwd
+    causal: bool
+    head_dim: int
+    seq_len: int
+    tflops: float
+
+    @property
+    def heldout(self) -> bool:
+        return is_heldout(self.key)
+
+
+@cache
+def attention_rows() -> tuple[AttentionRow, ...]:
+    df = pd.read_csv(ATTENTION_CSV)
+    rows = []
+    for i, r in df.iterrows():
+        if r.kernel not in ("FlashAttention-2",) or not str(r.seq_len).isdigit() or not np.isfinite(r.head_dim):
+            continue
+        key = f"{r.kernel}|{r.gpu}|{r['pass']}|{r.causal}|{int(r.head_dim)}|{r.seq_len}"
+        rows.append(AttentionRow(key, int(i), r.kernel, r.gpu, r["pass"], bool(r.causal), int(r.head_dim),
+                                 int(r.seq_len), float(r.achieved_tflops)))
+    return tuple(rows)
+
+
+def _causal_fraction(seq_len: int, tile: int = 128) -> float:
+    """Share of the non-causal tiles a causal kernel runs (workloads/graph.py causal_fraction)."""
+    t = max(1, math.ceil(seq_len / tile))
+    return (t * (t + 1) / 2) / (t * t)
+
+
+def attention_time_units(params, row: AttentionRow, peak_tflops: float) -> float:
+    """Model time (in units of 1/peak) of one row's work under parameters
+    (fwd level, bwd level, half-seq, causal half-seq, head-64 factor)."""
+    fwd, bwd, half, chalf, f64 = params
+    factor = 1.0 if row.head_dim >= 128 else f64
+    h = chalf if row.causal else half
+    sat = row.seq_len / (row.seq_len + h)
+    work = (_causal_fraction(row.seq_len) if row.causal else 1.0)  # executed share of the full fwd FLOPs
+    t_fwd = work / (fwd * factor * sat)
+    t_bwd = 2.5 * work / (bwd * factor * sat)
+    return {"fwd": t_fwd, "bwd": t_bwd, "fwd+bwd": t_fwd + t_bwd}[row.pass_] / peak_tflops
+
+
+def _measured_units(row: AttentionRow) -> float:
+    """Measured time in the same units: the file's FLOPs (causal halved) / achieved TFLOP/s, per full-fwd FLOP."""
+    flops = {"fwd": 1.0, "bwd": 2.5, "fwd+bwd": 3.5}[row.pass_] * (0.5 if row.causal else 1.0)
+    return flops / row.tflops
+
+
+@dataclass(frozen=True)
+class AttentionFit:
+    gpu: str
+    kernel: str
+    params: tuple[float, float, float, float, float]
+    rows: tuple[int, ...]
+
+
+def fit_attention(kernel: str, gpu: str, peak_tflops: float) -> AttentionFit:
+    rows = [r for r in attention_rows() if r.kernel == kernel and r.gpu == gpu and not r.heldout]
+    has_split = any(r.pass_ != "fwd+bwd" for r in rows)
+
+    def residuals(p):
+        params = p if has_split else (p[0], p[0], p[1], p[2], p[3])
+        return [math.log(attention_time_units(params, r, peak_tflops) / _measured_units(r)) for r in rows]
+    if has_split:
+        x0, lo, hi = [0.6, 0.5, 500, 1000, 0.9], [0.05, 0.05, 0, 0, 0.3], [1, 1, 20000, 20000, 1.5]
+    else:
+        x0, lo, hi = [0.4, 500, 1000, 0.9], [0.05, 0, 0, 0.3], [1, 20000, 20000, 1.5]
+    p = least_squares(residuals, x0, bounds=(lo, hi)).x
+    params = tuple(float(v) for v in p) if has_split else (float(p[0]), float(p[0]), float(p[1]), float(p[2]),
+                                                           float(p[3]))
+    return AttentionFit(gpu, kernel, params, tuple(r.row + 2 for r in rows))
+
+
+def attention_heldout_table() -> pd.DataFrame:
+    out = []
+    for name, (kernel, gpu) in ATTENTION_KERNEL.items():
+        if name not in ("a100-sxm-80g", "h100-sxm-80g"):
+            continue  # siblings carry the H100 fit: the same rows
+        peak = ACCELERATORS.get(name).peak_tflops["bf16"]
+        fit = fit_attention(kernel, gpu, peak)
+        for r in attention_rows():
+            if r.kernel != kernel or r.gpu != gpu or not r.heldout:
+                continue
+            pred = r.tflops * _measured_units(r) / attention_time_units(fit.params, r, peak)
+            out.append({"row": r.row + 2, "accelerator": name, "kernel": kernel, "pass": r.pass_, "causal": r.causal,
+                        "head_dim": r.head_dim, "seq_len": r.seq_len, "measured_tflops": r.tflops,
+                        "predicted_tflops": round(pred, 1), "error": pred / r.tflops - 1})
+    return pd.DataFrame(out)
+
+
+# ---------------------------------------------------------------------------------- spec writing
+
+
+def _curve(level: float, peak: float) -> list[dict]:
+    ratio = peak / A100_BF16_PEAK
+    return [{"gflop": float(f"{g * ratio:.4g}"), "efficiency": round(min(1.0, level * s), 4)} for g, s in BASE_SHAPE]
+
+
+def efficiency_block(name: str) -> dict:
+    """The generated ``efficiency:`` mapping of one accelerator."""
+    fit = fit_gemm()
+    accel = ACCELERATORS.get(name)
+    level, fitted_on, how = level_for(fit, name, "bf16")
+    block: dict = {"gemm_curve": _curve(level, accel.peak_tflops["bf16"])}
+    curves = {}
+    if "fp8" in accel.peak_tflops:
+        l8, on8, how8 = level_for(fit, name, "fp8")
+        curves["fp8"] = {"points": _curve(l8, accel.peak_tflops["fp8"]),
+                         "source": f"microbenchmark GEMM level ({how8}) on validation/calibrate_a100.py BASE_SHAPE"
+                                   if on8 else "assumed: no FP8 GEMM of this accelerator or a sibling was measured",
+                         "fitted_on": on8}
+    hopper = next(f for f in SIBLINGS if "h100-sxm-80g" in f)
+    if name in hopper and ("h800-sxm-80g", "fp8_block") in fit.levels:
+        curves["fp8_block"] = {"points": _curve(fit.levels[("h800-sxm-80g", "fp8_block")], accel.peak_tflops["fp8"]),
+                               "source": "DeepGEMM FP8 1x128/128x128 block-scaled GEMMs on H800 (same tensor cores as "
+                                         "H100); level on validation/calibrate_a100.py BASE_SHAPE",
+                               "fitted_on": fit.fitted_on[("h800-sxm-80g", "fp8_block")]}
+    block["gemm_curves"] = curves
+    block["in_training_gemm_factor"] = round(fit.in_training_factor, 4)
+    block["in_training_gemm_factor_source"] = (
+        "assumed for this accelerator: the A100's ratio of its Korthikanti-2022-fitted curve to its MAMF kernel "
+        "curve (validation/calibrate_microbench.py _in_training_factor)")
+    if name.startswith(("h100", "h200", "h800", "gh200")) and fit.misaligned_on:
+        block["misaligned_gemm_factor"] = round(fit.misaligned_factor, 4)
+        block["misaligned_gemm_factor_source"] = f"H100 torch.bmm d_ff sweep, {fit.misaligned_on}"
+    kernel = ATTENTION_KERNEL.get(name)
+    if kernel:
+        peak = accel.peak_tflops["bf16"]
+        a = fit_attention(*kernel, peak)
+        fwd, bwd, half, chalf, f64 = a.params
+        block["attention"] = {
+            "kernel": kernel[0], "fwd_efficiency": round(fwd, 4), "bwd_efficiency": round(bwd, 4),
+            "half_seq_len": round(half, 1), "causal_half_seq_len": round(chalf, 1),
+            "head_dim_factor": {64: round(f64, 4), 128: 1.0},
+            "source": f"{kernel[0]} on {kernel[1]} (Dao 2023 Figs 4-7, transcribed), saturating form",
+            "fitted_on": "validation/data/microbench/attention_kernels.csv rows " + ",".join(map(str, a.rows))}
+    block.update({
+        "memory_bound_efficiency": 0.80,
+        "memory_bound_efficiency_source": "assumed (no memory-bound kernel of this accelerator was measured)",
+        "attention_efficiency_factor": 0.70,
+        "kernel_launch_overhead_us": 4,
+        "overlap_compute_slowdown": 0.0,
+        "overlap_compute_slowdown_source": "not measured (assumed 0); see validation/harness/overlap.py",
+        "source": (f"bf16 GEMM level {how} (microbenchmarks) on validation/calibrate_a100.py BASE_SHAPE, "
+                   f"gflop axis x peak/312" if fitted_on else
+                   "assumed: no GEMM of this accelerator or a sibling was measured; A100 shape, level 0.75"),
+        "fitted_on": fitted_on,
+    })
+    return block
+
+
+def write_spec(name: str) -> Path:
+    path = SPECS / f"{name}.yaml"
+    text = path.read_text()
+    if MARKER in text:
+        head = text[: text.index(MARKER)]
+    else:  # first write: cut the hand-written efficiency block out
+        lines, keep, skipping = text.splitlines(keepends=True), [], False
+        for line in lines:
+            if line.startswith("efficiency:"):
+                skipping = True
+                continue
+            if skipping and line[:1] not in (" ", "\n", "#"):
+                skipping = False
+            if not skipping:
+                keep.append(line)
+        head = "".join(keep)
+    body = yaml.safe_dump({"efficiency": efficiency_block(name)}, sort_keys=False, width=200, default_flow_style=None)
+    path.write_text(head.rstrip("\n") + "\n" + MARKER + " (edit the script, not this block) ---\n" + body)
+    return path
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    parser.add_argument("--write", action="store_true", help="rewrite the accelerator YAMLs' efficiency blocks")
+    args = parser.parse_args(argv)
+    fit = fit_gemm()
+    pd.set_option("display.width", 200)
+    print("GEMM levels (fit half):")
+    for (name, precision), level in sorted(fit.levels.items()):
+        print(f"  {name:<14} {precision:<9} {level:.3f}")
+    print(f"  fp8/bf16 median level ratio {fit.fp8_over_bf16:.3f}; misaligned factor {fit.misaligned_factor:.3f}; "
+          f"in-training factor {fit.in_training_factor:.3f}")
+    g = gemm_heldout_table()
+    print("\nGEMM held-out rows:\n" + g.to_string(index=False))
+    print(f"  median |error| {g.error.abs().median():.1%}, max {g.error.abs().max():.1%}")
+    a = attention_heldout_table()
+    print("\nattention held-out rows:\n" + a.to_string(index=False))
+    print(f"  median |error| {a.error.abs().median():.1%}, max {a.error.abs().max():.1%}")
+    if args.write:
+        for name in CALIBRATED:
+            print("wrote", write_spec(name))
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
