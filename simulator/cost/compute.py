@@ -24,7 +24,6 @@ from functools import lru_cache
 from hardware_specs.schema import Accelerator
 from workloads.graph import Op, gemm_class
 
-
 ALIGNMENT_BYTES = 16  # tensor-core tiles need 16-byte aligned leading dimensions (cuBLAS / hipBLASLt)
 ELEMENT_BYTES = {"fp32": 4, "tf32": 4, "bf16": 2, "fp16": 2, "fp8": 1, "fp4": 0.5, "fp64": 8}
 
