@@ -33,7 +33,8 @@ REQUIRED = {
 }
 
 ALL_ENTRIES = [(kind, name) for kind, cat in CATALOGS.items() for name in cat.names()]
-FP8_HARDWARE = {"h100-sxm-80g", "h800-sxm-80g", "h200-sxm-141g", "b200", "mi300x"}
+FP8_HARDWARE = {"h100-sxm-80g", "h800-sxm-80g", "h200-sxm-141g", "gh200", "b200", "b300", "gb200", "gb300", "mi300x",
+                "mi325x", "mi355x"}
 NO_BF16 = {"v100-sxm-32g"}  # Volta tensor cores: fp16 only
 
 
