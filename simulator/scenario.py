@@ -195,6 +195,9 @@ def build_scenario(raw: dict[str, Any], base: Path | None = None) -> Scenario:
     except ValidationError as exc:
         raise from_pydantic(exc) from None
     model = resolve_model(_relative(doc.model, base), "model")
+    if not isinstance(model, TransformerSpec):  # until the planner reads any layer graph (issue 19)
+        raise ConfigError("model", f"{model.name}: only decoder transformers can be simulated yet; this network's "
+                                   "layer graph is built (workloads.networks) but not yet planned")
     if doc.training.seq_length:
         model = model.model_copy(update={"seq_length": doc.training.seq_length})
     node_ref: Any = doc.cluster.node

@@ -1,7 +1,9 @@
 """The model catalog (``workloads/models/*.yaml``) and model references in scenarios.
 
 A model reference is a catalog name, a path to a model YAML, a path to a Hugging Face
-``config.json``, or an inline mapping.
+``config.json``, or an inline mapping. Networks other than decoder transformers (ResNet, VGG,
+Inception, ViT, U-Net, LSTMs, BERT: ``workloads/models/networks/``) resolve to their family's
+spec (``workloads.networks``); an inline mapping with a ``family`` key is one of those.
 """
 
 from __future__ import annotations
@@ -13,13 +15,20 @@ from typing import Any
 from hardware_specs.catalog import YamlCatalog
 from simulator.errors import ConfigError
 from workloads.hf_config import spec_from_hf_config
+from workloads.networks.catalog import get_network, network_names
+from workloads.networks.spec import NetworkSpec
 from workloads.schema import TransformerSpec
 
 MODELS = YamlCatalog("model", Path(__file__).parent / "models", TransformerSpec)
 
 
-def resolve_model(ref: str | dict[str, Any] | TransformerSpec, field: str = "model") -> TransformerSpec:
+def resolve_model(ref: str | dict[str, Any] | TransformerSpec | NetworkSpec,
+                  field: str = "model") -> TransformerSpec | NetworkSpec:
     """Resolve any model reference to a spec (see module docstring)."""
+    if isinstance(ref, NetworkSpec):
+        return ref
+    if (isinstance(ref, str) and ref in network_names()) or (isinstance(ref, dict) and "family" in ref):
+        return get_network(ref, field)
     if isinstance(ref, str) and ref.endswith(".json"):
         path = Path(ref)
         if not path.is_file():
@@ -29,4 +38,7 @@ def resolve_model(ref: str | dict[str, Any] | TransformerSpec, field: str = "mod
         except json.JSONDecodeError as exc:
             raise ConfigError(field, f"invalid JSON in {path}: {exc.msg} at line {exc.lineno}") from None
         return spec_from_hf_config(config, name=path.parent.name or path.stem, field=field)
+    if isinstance(ref, str) and ref not in MODELS.names() and not Path(ref).suffix and not Path(ref).exists():
+        known = ", ".join(sorted(MODELS.names() + network_names()))
+        raise ConfigError(field, f"unknown model {ref!r} (known: {known})")
     return MODELS.get(ref, field)

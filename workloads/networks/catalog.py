@@ -1,0 +1,35 @@
+"""The catalog of networks other than decoder transformers (``workloads/models/networks/*.yaml``),
+one spec class per family, told apart by the ``family`` key."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Annotated, Any
+
+from pydantic import Field, RootModel
+
+from hardware_specs.catalog import YamlCatalog
+from hardware_specs.yaml_io import validate_spec
+from workloads.networks.resnet import ResNetSpec
+from workloads.networks.spec import NetworkSpec
+from workloads.networks.vgg import VGGSpec
+
+FamilySpec = Annotated[ResNetSpec | VGGSpec, Field(discriminator="family")]
+
+
+class NetworkEntry(RootModel[FamilySpec]):
+    """A catalog entry: one of the family specs, chosen by its ``family``."""
+
+
+NETWORKS = YamlCatalog("model", Path(__file__).parent.parent / "models" / "networks", NetworkEntry)
+
+
+def network_names() -> list[str]:
+    return NETWORKS.names()
+
+
+def get_network(ref: str | dict[str, Any], field: str = "model") -> NetworkSpec:
+    """A network spec from a catalog name, a YAML path or a mapping with a ``family`` key."""
+    if isinstance(ref, dict):
+        return validate_spec(NetworkEntry, ref, field).root
+    return NETWORKS.get(ref, field).root

@@ -1,0 +1,53 @@
+"""What every network spec of the catalog shares: a name, a source, and ``layer_graph(shard)``.
+
+The contract with the simulator (issue 19): a model spec offers ``layer_graph(shard)`` for one
+micro-batch (``shard.micro_batch``) at ``shard.precision``, plus ``name``, ``seq_length`` (None
+for images) and ``sample`` ("image", "sequence", "sentence"). The layers of these networks are
+not split by tensor, context or sequence parallelism here: a shard asking for it is refused.
+"""
+
+from __future__ import annotations
+
+from typing import ClassVar
+
+from pydantic import BaseModel, ConfigDict
+
+from simulator.errors import ConfigError
+from workloads.graph import ShardShape
+from workloads.layer_graph import LayerGraph
+from workloads.networks.builder import NetBuilder
+
+
+def refuse_split(name: str, shard: ShardShape) -> None:
+    """A ConfigError when ``shard`` splits a layer (tp, cp or sequence parallel) of ``name``."""
+    for label, value in (("tp", shard.tp), ("cp", shard.cp)):
+        if value > 1:
+            raise ConfigError(f"parallelism.{label}", f"{name}: its layers cannot be split by {label} "
+                                                      f"(got {label} {value}); use data or pipeline parallelism")
+    if shard.sequence_parallel:
+        raise ConfigError("parallelism.sequence_parallel", f"{name}: its layers cannot be split by sequence "
+                                                           "parallelism")
+
+
+class NetworkSpec(BaseModel):
+    """Base of the non-transformer catalog specs; subclasses set ``family`` and build in ``_build``."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    name: str
+    source: str = ""
+    sample: ClassVar[str] = "image"
+
+    @property
+    def seq_length(self) -> int | None:
+        return None
+
+    def layer_graph(self, shard: ShardShape) -> LayerGraph:
+        """The network's layers for ``shard.micro_batch`` samples at ``shard.precision``."""
+        refuse_split(self.name, shard)
+        builder = NetBuilder(self.name, shard.micro_batch, shard.act_bytes, self.sample, self.seq_length)
+        self._build(builder)
+        return builder.output()
+
+    def _build(self, net: NetBuilder) -> None:  # pragma: no cover - every subclass overrides
+        raise NotImplementedError
