@@ -87,3 +87,74 @@ def vgg16(dropout: float = 0.5) -> nn.Sequential:
     return nn.Sequential(*layers, nn.AdaptiveAvgPool2d((7, 7)), nn.Flatten(),
                          nn.Linear(512 * 49, 4096), nn.ReLU(True), nn.Dropout(dropout),
                          nn.Linear(4096, 4096), nn.ReLU(True), nn.Dropout(dropout), nn.Linear(4096, 1000))
+
+
+class EncoderBlock(nn.Module):
+    def __init__(self, heads: int, hidden: int, mlp: int):
+        super().__init__()
+        self.ln_1 = nn.LayerNorm(hidden, eps=1e-6)
+        self.self_attention = nn.MultiheadAttention(hidden, heads, dropout=0.0, batch_first=True)
+        self.dropout = nn.Dropout(0.0)
+        self.ln_2 = nn.LayerNorm(hidden, eps=1e-6)
+        self.mlp = nn.Sequential(nn.Linear(hidden, mlp), nn.GELU(), nn.Dropout(0.0), nn.Linear(mlp, hidden),
+                                 nn.Dropout(0.0))
+
+    def forward(self, inputs):
+        x = self.ln_1(inputs)
+        x, _ = self.self_attention(x, x, x, need_weights=False)
+        x = self.dropout(x) + inputs
+        return x + self.mlp(self.ln_2(x))
+
+
+class VisionTransformer(nn.Module):
+    def __init__(self, image: int = 224, patch: int = 16, layers: int = 12, heads: int = 12, hidden: int = 768,
+                 mlp: int = 3072, num_classes: int = 1000):
+        super().__init__()
+        self.hidden = hidden
+        self.conv_proj = nn.Conv2d(3, hidden, patch, patch)
+        self.class_token = nn.Parameter(torch.zeros(1, 1, hidden))
+        self.pos_embedding = nn.Parameter(torch.randn(1, (image // patch) ** 2 + 1, hidden) * 0.02)
+        self.layers = nn.Sequential(*[EncoderBlock(heads, hidden, mlp) for _ in range(layers)])
+        self.ln = nn.LayerNorm(hidden, eps=1e-6)
+        self.head = nn.Linear(hidden, num_classes)
+
+    def forward(self, x):
+        n = x.shape[0]
+        x = self.conv_proj(x).reshape(n, self.hidden, -1).permute(0, 2, 1)
+        x = torch.cat([self.class_token.expand(n, -1, -1), x], dim=1)
+        x = self.ln(self.layers(x + self.pos_embedding))
+        return self.head(x[:, 0])
+
+
+class UNet(nn.Module):
+    """Ronneberger et al. 2015's U-Net (unpadded 3×3 convolutions, crop and concatenate)."""
+
+    def __init__(self, in_channels: int = 1, classes: int = 2, base: int = 64, depth: int = 4):
+        super().__init__()
+
+        def double(c_in, c_out):
+            return nn.Sequential(nn.Conv2d(c_in, c_out, 3), nn.ReLU(inplace=True), nn.Conv2d(c_out, c_out, 3),
+                                 nn.ReLU(inplace=True))
+
+        self.down = nn.ModuleList([double(in_channels if i == 0 else base * 2 ** (i - 1), base * 2 ** i)
+                                   for i in range(depth)])
+        self.pool = nn.MaxPool2d(2, 2)
+        self.bottom = double(base * 2 ** (depth - 1), base * 2 ** depth)
+        self.upconv = nn.ModuleList([nn.ConvTranspose2d(base * 2 ** (i + 1), base * 2 ** i, 2, 2)
+                                     for i in range(depth)])
+        self.up = nn.ModuleList([double(base * 2 ** (i + 1), base * 2 ** i) for i in range(depth)])
+        self.out = nn.Conv2d(base, classes, 1)
+
+    def forward(self, x):
+        skips = []
+        for block in self.down:
+            x = block(x)
+            skips.append(x)
+            x = self.pool(x)
+        x = self.bottom(x)
+        for i in reversed(range(len(self.up))):
+            x = self.upconv[i](x)
+            skip = skips[i]
+            dh, dw = (skip.shape[2] - x.shape[2]) // 2, (skip.shape[3] - x.shape[3]) // 2
+            x = self.up[i](torch.cat([skip[:, :, dh:dh + x.shape[2], dw:dw + x.shape[3]], x], dim=1))
+        return self.out(x)

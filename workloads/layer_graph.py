@@ -13,7 +13,8 @@ for one micro-batch on one rank after a layout's shard (a transformer builder ta
   boundary after it);
 - ``splittable``: which dimensions of its iteration space may be split over devices (batch,
   channels, heads, reduction, spatial, sequence, experts), for per-layer parallelism;
-- ``inputs``: the names of the layers it reads (empty for the graph's first layer).
+- ``inputs``: the names of the layers it reads (empty for the graph's first layer, and for an
+  embedding of a second input such as a translation model's target tokens).
 
 Parameters, FLOPs and activation memory of a whole model are the sums over this description
 (:meth:`LayerGraph.total_params`, :meth:`forward_flops`, :meth:`saved_bytes`); nothing else
@@ -120,8 +121,9 @@ class LayerGraph:
             bad_split = set(layer.splittable) - SPLIT_DIMS
             if bad_split:
                 raise ConfigError(where, f"unknown splittable dimension(s) {sorted(bad_split)}")
-            if i and not layer.inputs:
-                raise ConfigError(where, "has no inputs (only the first layer may)")
+            if i and not layer.inputs and layer.kind != "embedding":
+                raise ConfigError(where, "has no inputs (only the first layer and embeddings of a second input, "
+                                         "such as a decoder's target tokens, may)")
             for name in layer.inputs:
                 if name == layer.name:
                     raise ConfigError(where, "reads its own output (a cycle)")

@@ -45,6 +45,7 @@ class Tensor:
     shape: tuple[int, ...]
     producer: str | None
     storage: int
+    storage_numel: int = 0   # elements of the storage when this tensor is a smaller view of it
 
     @property
     def numel(self) -> int:
@@ -88,7 +89,7 @@ class NetBuilder:
         if t.storage in self._saved_storages:
             return 0.0
         self._saved_storages.add(t.storage)
-        return self._bytes(t)
+        return float(self.batch * max(t.numel, t.storage_numel) * self.elem)
 
     def _layer(self, name: str, kind: str, inputs: list[Tensor], out: Tensor, forward: list[Op],
                backward: list[Op] | None = None, params: int = 0, saved: float = 0.0,
@@ -173,17 +174,18 @@ class NetBuilder:
     def relu(self, name: str, x: Tensor, inplace: bool = True) -> Tensor:
         """ReLU (saves its output; in place it writes over its input's storage)."""
         n = self.batch * x.numel
-        out = Tensor(x.shape, name, x.storage) if inplace else self._new(x.shape, name)
+        out = Tensor(x.shape, name, x.storage, x.storage_numel) if inplace else self._new(x.shape, name)
         return self._layer(name, "relu", [x], out, [self._memory_op(f"{name}.relu", n, 1, 1)],
                            [self._memory_op(f"{name}.relu.grad", n, 2, 1)], 0, self._save(out),
                            frozenset({"batch", "channels", "spatial"}))
 
     def activation(self, name: str, x: Tensor, function: str = "gelu") -> Tensor:
-        """An elementwise activation that saves its input (GELU, tanh-free variants)."""
+        """An elementwise activation: GELU saves its input, tanh and sigmoid their output."""
         n = self.batch * x.numel
         out = self._new(x.shape, name)
+        saved = self._save(out) if function in ("tanh", "sigmoid") else self._save(x)
         return self._layer(name, "activation", [x], out, [self._memory_op(f"{name}.{function}", n, 1, 1)],
-                           [self._memory_op(f"{name}.{function}.grad", n, 2, 1)], 0, self._save(x),
+                           [self._memory_op(f"{name}.{function}.grad", n, 2, 1)], 0, saved,
                            frozenset({"batch", "channels", "spatial", "sequence"}))
 
     def maxpool(self, name: str, x: Tensor, kernel: int, stride: int, padding: int = 0,
@@ -224,17 +226,20 @@ class NetBuilder:
 
     def flatten(self, name: str, x: Tensor) -> Tensor:
         """A view: no kernel, nothing saved, the same storage."""
-        out = Tensor((x.numel,), name, x.storage)
+        out = Tensor((x.numel,), name, x.storage, x.storage_numel)
         return self._layer(name, "flatten", [x], out, [], [], 0, 0.0)
 
-    def linear(self, name: str, x: Tensor, out_features: int, bias: bool = True, kind: str = "linear") -> Tensor:
-        """A linear layer over the last dimension (tokens × features GEMM); saves its input."""
+    def linear(self, name: str, x: Tensor, out_features: int, bias: bool = True, kind: str = "linear",
+               tied_weights: bool = False) -> Tensor:
+        """A linear layer over the last dimension (tokens × features GEMM); saves its input.
+        ``tied_weights``: the weight is another layer's (an embedding's), only the bias is new."""
         *lead, k = x.shape
         rows = self.batch * math.prod(lead)
         fwd, bwd = self._gemm_ops(f"{name}.gemm", rows, out_features, k, 1, self._needs_grad(x), k * out_features)
         out = self._new((*lead, out_features), name)
-        return self._layer(name, kind, [x], out, [fwd], bwd, k * out_features + (out_features if bias else 0),
-                           self._save(x), frozenset({"batch", "channels", "reduction", "sequence"}))
+        params = (0 if tied_weights else k * out_features) + (out_features if bias else 0)
+        return self._layer(name, kind, [x], out, [fwd], bwd, params, self._save(x),
+                           frozenset({"batch", "channels", "reduction", "sequence"}))
 
     def dropout(self, name: str, x: Tensor, p: float) -> Tensor:
         """Dropout in training: a one-byte mask saved (CUDA ``native_dropout``); p = 0 is the identity."""
@@ -279,6 +284,198 @@ class NetBuilder:
         return self._layer(name, "layernorm", [x], out, [self._memory_op(f"{name}.ln", n, 1, 1)],
                            [self._memory_op(f"{name}.ln.grad", n, 2, 1)], 2 * x.shape[-1], saved,
                            frozenset({"batch", "sequence"}))
+
+    # -- sequence layers -----------------------------------------------------------------------------
+
+    def tokens(self, name: str, x: Tensor) -> Tensor:
+        """Feature map (C, H, W) as H·W tokens of C features: a view (flatten + permute)."""
+        c, h, w = x.shape
+        out = Tensor((h * w, c), name, x.storage, x.storage_numel)
+        return self._layer(name, "flatten", [x], out, [], [], 0, 0.0)
+
+    def crop(self, x: Tensor, height: int, width: int) -> Tensor:
+        """The centre height×width of a feature map: a view of the same storage, no layer."""
+        return Tensor((x.shape[0], height, width), x.producer, x.storage, x.storage_numel or x.numel)
+
+    def select_token(self, name: str, x: Tensor, index: int = 0) -> Tensor:
+        """One token of each sample (``x[:, 0]``): a view; who saves it keeps the whole storage."""
+        out = Tensor(x.shape[1:], name, x.storage, x.storage_numel or x.numel)
+        return self._layer(name, "flatten", [x], out, [], [], 0, 0.0)
+
+    def prepend_token(self, name: str, x: Tensor) -> Tensor:
+        """A learned token put before the sequence (ViT's class token): a copy, nothing saved."""
+        s, e = x.shape
+        out = self._new((s + 1, e), name)
+        n = self.batch * out.numel
+        return self._layer(name, "concat", [x], out, [self._memory_op(f"{name}.cat", n, 1, 1)],
+                           [self._memory_op(f"{name}.cat.grad", n, 1, 1)], e, 0.0,
+                           frozenset({"batch", "sequence"}))
+
+    def add_parameter(self, name: str, x: Tensor, kind: str = "add") -> Tensor:
+        """Add a learned tensor of the sample's shape (position embeddings): nothing saved."""
+        n = self.batch * x.numel
+        out = self._new(x.shape, name)
+        return self._layer(name, kind, [x], out, [self._memory_op(f"{name}.add", n, 2, 1)],
+                           [self._memory_op(f"{name}.add.grad", n, 1, 2)], x.numel, 0.0,
+                           frozenset({"batch", "sequence"}))
+
+    def embedding(self, name: str, tokens: int, vocab: int, dim: int, source: Tensor | None = None) -> Tensor:
+        """An embedding lookup of ``tokens`` ids per sample: a gather of rows, saves the int64 ids."""
+        n = self.batch * tokens * dim
+        out = self._new((tokens, dim), name)
+        ids = self.input(tokens) if source is None else source
+        return self._layer(name, "embedding", [ids], out, [self._memory_op(f"{name}.gather", n, 1, 1)],
+                           [self._memory_op(f"{name}.scatter_add", n, 2, 1)], vocab * dim,
+                           float(self.batch * tokens * INDEX_BYTES), frozenset({"batch", "sequence", "channels"}))
+
+    def self_attention(self, name: str, x: Tensor, heads: int, kernel: str = "flash", dropout: float = 0.0,
+                       packed_qkv: bool = True) -> Tensor:
+        """Multi-head self-attention (Vaswani et al. 2017): Q, K, V projections with bias, the
+        attention core, the output projection with bias, as one layer.
+
+        ``kernel="flash"``: a fused kernel (FlashAttention, Dao 2022; PyTorch's
+        ``scaled_dot_product_attention``) with 2 matmuls forward and 2.5× backward; saves q, k, v
+        (one packed storage when ``packed_qkv``, as ``nn.MultiheadAttention``), its output and
+        the fp32 log-sum-exp per head and query; its output is laid out token-major already, so
+        the output projection saves that same storage. ``kernel="eager"``: scores, softmax, dropout and the weighted sum as
+        separate kernels (Hugging Face BERT): saves the input, copies of q and k for the scores
+        matmul, the softmax output (and, with dropout, the mask and the dropped probabilities),
+        a copy of v, and the context copy that the output projection saves."""
+        s, e = x.shape
+        if e % heads:
+            raise ConfigError(f"model.layers.{name}", f"hidden size {e} not divisible by {heads} heads")
+        d, b, el = e // heads, self.batch, self.elem
+        rows, tokens_bytes = b * s, float(b * s * e * el)
+        qkv, qkv_b = self._gemm_ops(f"{name}.qkv", rows, 3 * e, e, 1, self._needs_grad(x), 3 * e * e)
+        proj, proj_b = self._gemm_ops(f"{name}.out_proj", rows, e, e, 1, True, e * e)
+        saved = self._save(x)
+        if kernel == "flash":
+            core = Op(f"{name}.flash_attention", "attention", 4.0 * b * heads * s * s * d, 4 * tokens_bytes,
+                      s, s, d, b * heads, backward_flops_factor=2.5)
+            core_f = [core]
+            core_b = [Op(f"{name}.flash_attention.grad", "attention", 2.5 * core.flops, 2 * core.bytes_moved,
+                         s, s, d, b * heads)]
+            saved += 3 * tokens_bytes + tokens_bytes + b * heads * s * FP32_BYTES
+        else:
+            probs = b * heads * s * s
+            scores = Op(f"{name}.scores", "attention", 2.0 * b * heads * s * s * d, el * (2 * rows * e + probs),
+                        s, s, d, b * heads)
+            values = Op(f"{name}.values", "attention", 2.0 * b * heads * s * s * d, el * (2 * rows * e + probs),
+                        s, d, s, b * heads)
+            soft = self._memory_op(f"{name}.softmax", probs, 1, 1 + (1 if dropout else 0))
+            core_f = [scores, soft, values]
+            core_b = [Op(f"{name}.values.grad", "attention", 2 * values.flops, 2 * values.bytes_moved, s, d, s,
+                         b * heads), self._memory_op(f"{name}.softmax.grad", probs, 3, 1),
+                      Op(f"{name}.scores.grad", "attention", 2 * scores.flops, 2 * scores.bytes_moved, s, s, d,
+                         b * heads)]
+            saved += 3 * tokens_bytes + probs * el + tokens_bytes
+            if dropout:
+                saved += probs * (MASK_BYTES + el)
+        out = self._new((s, e), name)
+        forward = [qkv, *core_f, proj]
+        backward = [*proj_b, *core_b, *qkv_b]
+        if not packed_qkv:
+            forward[0] = Op(f"{name}.q_k_v", "gemm", qkv.flops, qkv.bytes_moved, rows, e, e, 3)
+        return self._layer(name, "attention", [x], out, forward, backward, 4 * e * e + 4 * e, saved,
+                           frozenset({"batch", "heads", "sequence"}))
+
+    def lstm(self, name: str, x: Tensor, hidden: int, projection: int | None = None,
+             bidirectional: bool = False) -> Tensor:
+        """One LSTM layer over the sequence (Hochreiter & Schmidhuber 1997; with a projection,
+        Sak et al. 2014, as ``torch.nn.LSTM(proj_size=...)``), per direction:
+
+        - the input projection of all time steps at once: a GEMM (B·T) × 4H × in;
+        - per time step the recurrent GEMM B × 4H × r (r = projection or H), ``T`` of them one
+          after another (``batch`` = T on the op; they cannot run together);
+        - the gate nonlinearities and cell update (memory-bound), and with a projection the
+          per-step B × P × H GEMM.
+
+        Backward: each GEMM's data and weight gradients. Saved bytes are an estimate of cuDNN's
+        reserve space: per step the four gates, the cell state and the hidden output, plus the
+        input (the reserve-space layout is not documented)."""
+        t, n_in = x.shape
+        dirs = 2 if bidirectional else 1
+        r = projection or hidden
+        b = self.batch
+        forward: list[Op] = []
+        backward: list[Op] = []
+        for direction in range(dirs):
+            tag = f"{name}.{'reverse' if direction else 'forward'}"
+            inp, inp_b = self._gemm_ops(f"{tag}.input_gemm", b * t, 4 * hidden, n_in, 1, self._needs_grad(x),
+                                        4 * hidden * n_in)
+            rec = Op(f"{tag}.recurrent_gemm", "gemm", 2.0 * b * 4 * hidden * r * t,
+                     float(self.elem * t * (b * r + b * 4 * hidden + 4 * hidden * r)), b, 4 * hidden, r, t)
+            gates = self._memory_op(f"{tag}.gates", b * t * hidden, 6, 2)
+            forward += [inp, rec, gates]
+            step_b = [Op(f"{tag}.recurrent_gemm.dgrad", "gemm", rec.flops, rec.bytes_moved, b, r, 4 * hidden, t),
+                      Op(f"{tag}.recurrent_gemm.wgrad", "gemm", rec.flops, rec.bytes_moved, 4 * hidden, r, b, t),
+                      self._memory_op(f"{tag}.gates.grad", b * t * hidden, 8, 5)]
+            if projection:
+                pr = Op(f"{tag}.projection", "gemm", 2.0 * b * projection * hidden * t,
+                        float(self.elem * t * (b * hidden + b * projection + hidden * projection)),
+                        b, projection, hidden, t)
+                forward.append(pr)
+                step_b += [Op(f"{tag}.projection.dgrad", "gemm", pr.flops, pr.bytes_moved, b, hidden, projection, t),
+                           Op(f"{tag}.projection.wgrad", "gemm", pr.flops, pr.bytes_moved, hidden, projection, b, t)]
+            backward += step_b + inp_b
+        params = dirs * (4 * hidden * (n_in + r) + 8 * hidden + (projection * hidden if projection else 0))
+        out = self._new((t, dirs * r), name)
+        saved = self._save(x) + dirs * float(b * t * (4 * hidden + hidden + r) * self.elem)
+        return self._layer(name, "lstm", [x], out, forward, backward, params, saved,
+                           frozenset({"batch", "channels"}))
+
+    def additive_attention(self, name: str, query: Tensor, keys: Tensor) -> Tensor:
+        """Additive (Bahdanau) attention as in GNMT's PyTorch reference that PipeDream profiled
+        (``BahdanauAttention``): linear maps of the queries and keys (no bias), for every query–key
+        pair tanh(q_i + k_j) weighted by v (memory-bound over Tq·Tk·H),
+        softmax over the keys, and the context as a batched GEMM of the probabilities with the
+        keys. Saves the two linear inputs, the tanh output (Tq·Tk·H per sample), the softmax
+        output and the keys again for the context GEMM. Parameters: 2·H² + H (PipeDream's profile
+        of GNMT-16 has exactly these)."""
+        tq, h = query.shape
+        tk, hk = keys.shape
+        b, el = self.batch, self.elem
+        q, q_b = self._gemm_ops(f"{name}.linear_q", b * tq, h, h, 1, True, h * h)
+        k, k_b = self._gemm_ops(f"{name}.linear_k", b * tk, h, hk, 1, True, h * hk)
+        pairs = b * tq * tk * h
+        score = self._memory_op(f"{name}.tanh_v", pairs, 1, 1)
+        soft = self._memory_op(f"{name}.softmax", b * tq * tk, 1, 1)
+        context = Op(f"{name}.context", "gemm", 2.0 * b * tq * tk * hk, el * b * (tq * tk + tk * hk + tq * hk),
+                     tq, hk, tk, b)
+        context_b = [Op(f"{name}.context.dgrad", "gemm", context.flops, context.bytes_moved, tq, tk, hk, b),
+                     Op(f"{name}.context.wgrad", "gemm", context.flops, context.bytes_moved, tk, hk, tq, b)]
+        saved = self._save(query) + self._save(keys) + float(el * (pairs + 2 * b * tq * tk))
+        out = self._new((tq, hk), name)
+        return self._layer(name, "attention", [query, keys], out, [q, k, score, soft, context],
+                           [*context_b, self._memory_op(f"{name}.softmax.grad", b * tq * tk, 3, 1),
+                            self._memory_op(f"{name}.tanh_v.grad", pairs, 3, 1), *k_b, *q_b],
+                           2 * h * h + h, saved, frozenset({"batch"}))
+
+    def sampled_softmax(self, name: str, x: Tensor, vocab: int, num_sampled: int) -> Tensor:
+        """Sampled softmax loss (Jean et al. 2015; Jozefowicz et al. 2016 Sec. 3.1): the rows of the
+        output embedding (vocab × d, plus a bias) for ``num_sampled`` sampled classes are gathered and
+        the logits of every position against them and its own target are one GEMM; backward scatters
+        the gradient into those rows. Saves the input and the fp32 log-softmax output."""
+        *lead, d = x.shape
+        rows = self.batch * math.prod(lead)
+        gather = self._memory_op(f"{name}.gather", num_sampled * d + rows * d, 1, 1)
+        logits, logits_b = self._gemm_ops(f"{name}.logits", rows, num_sampled + 1, d, 1, True, 0)
+        loss = self._memory_op(f"{name}.log_softmax", rows * (num_sampled + 1), 1, 1, FP32_BYTES)
+        out = self._new((1,), name)
+        saved = self._save(x) + float(rows * (num_sampled + 1) * FP32_BYTES)
+        return self._layer(name, "loss", [x], out, [gather, logits, loss],
+                           [self._memory_op(f"{name}.log_softmax.grad", rows * (num_sampled + 1), 2, 1, FP32_BYTES),
+                            *logits_b, self._memory_op(f"{name}.scatter_add", num_sampled * d, 2, 1)],
+                           vocab * d + vocab, saved, frozenset({"batch", "sequence"}))
+
+    def cross_entropy(self, name: str, logits: Tensor) -> Tensor:
+        """Softmax cross-entropy over the last dimension (the loss): log-softmax in fp32 (autocast
+        runs it in fp32), saves its fp32 output."""
+        n = self.batch * logits.numel
+        out = self._new((1,), name)
+        return self._layer(name, "loss", [logits], out, [self._memory_op(f"{name}.log_softmax", n, 1, 1, FP32_BYTES)],
+                           [self._memory_op(f"{name}.log_softmax.grad", n, 2, 1, FP32_BYTES)], 0,
+                           float(n * FP32_BYTES), frozenset({"batch", "sequence"}))
 
     def output(self) -> LayerGraph:
         """The graph built so far, checked."""

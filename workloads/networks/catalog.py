@@ -10,11 +10,17 @@ from pydantic import Field, RootModel
 
 from hardware_specs.catalog import YamlCatalog
 from hardware_specs.yaml_io import validate_spec
+from workloads.networks.bert import BertSpec
+from workloads.networks.inception import InceptionV3Spec
 from workloads.networks.resnet import ResNetSpec
+from workloads.networks.rnn import BigLSTMSpec, GNMTSpec
 from workloads.networks.spec import NetworkSpec
+from workloads.networks.unet import UNetSpec
 from workloads.networks.vgg import VGGSpec
+from workloads.networks.vit import ViTSpec
 
-FamilySpec = Annotated[ResNetSpec | VGGSpec, Field(discriminator="family")]
+FamilySpec = Annotated[ResNetSpec | VGGSpec | InceptionV3Spec | ViTSpec | UNetSpec | GNMTSpec | BigLSTMSpec | BertSpec,
+                       Field(discriminator="family")]
 
 
 class NetworkEntry(RootModel[FamilySpec]):
