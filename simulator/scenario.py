@@ -24,6 +24,7 @@ from simulator.errors import ConfigError, from_pydantic
 from simulator.strategies.registry import DEFAULT_KIND, parse_strategy
 from simulator.strategies.spmd.layout import Parallelism, resolve_layout
 from workloads.catalog import resolve_model
+from workloads.graph import ShardShape
 from workloads.schema import TransformerSpec
 
 DEFAULT_SCENARIO = Path(__file__).parent / "scenarios" / "default.yaml"
@@ -196,6 +197,7 @@ def build_scenario(raw: dict[str, Any], base: Path | None = None) -> Scenario:
         raise from_pydantic(exc) from None
     model = resolve_model(_relative(doc.model, base), "model")
     if not isinstance(model, TransformerSpec):  # until the planner reads any layer graph (issue 19)
+        model.layer_graph(ShardShape(micro_batch=1, seq_length=model.seq_length or 1))  # a bad graph: its own error
         raise ConfigError("model", f"{model.name}: only decoder transformers can be simulated yet; this network's "
                                    "layer graph is built (workloads.networks) but not yet planned")
     if doc.training.seq_length:

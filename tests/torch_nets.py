@@ -158,3 +158,29 @@ class UNet(nn.Module):
             dh, dw = (skip.shape[2] - x.shape[2]) // 2, (skip.shape[3] - x.shape[3]) // 2
             x = self.up[i](torch.cat([skip[:, :, dh:dh + x.shape[2], dw:dw + x.shape[3]], x], dim=1))
         return self.out(x)
+
+
+class DataDependent(nn.Module):
+    """Control flow on a tensor's values: torch.fx cannot trace it."""
+
+    def __init__(self):
+        super().__init__()
+        self.fc = nn.Linear(8, 8)
+
+    def forward(self, x):
+        if x.sum() > 0:
+            return self.fc(x)
+        return x
+
+
+class WithRecurrence(nn.Module):
+    """A module kind the importer does not map (an LSTM)."""
+
+    def __init__(self):
+        super().__init__()
+        self.conv = nn.Conv2d(3, 8, 3)
+        self.rnn = nn.LSTM(8, 8, batch_first=True)
+
+    def forward(self, x):
+        y = self.conv(x).flatten(2).transpose(1, 2)
+        return self.rnn(y)[0]

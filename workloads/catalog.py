@@ -4,6 +4,8 @@ A model reference is a catalog name, a path to a model YAML, a path to a Hugging
 ``config.json``, or an inline mapping. Networks other than decoder transformers (ResNet, VGG,
 Inception, ViT, U-Net, LSTMs, BERT: ``workloads/models/networks/``) resolve to their family's
 spec (``workloads.networks``); an inline mapping with a ``family`` key is one of those.
+``torchvision:NAME`` and ``{torch: "pkg.module:callable", input_shape: [...]}`` are PyTorch modules
+traced on the meta device (``workloads.networks.torch_import``).
 """
 
 from __future__ import annotations
@@ -13,10 +15,12 @@ from pathlib import Path
 from typing import Any
 
 from hardware_specs.catalog import YamlCatalog
+from hardware_specs.yaml_io import validate_spec
 from simulator.errors import ConfigError
 from workloads.hf_config import spec_from_hf_config
 from workloads.networks.catalog import get_network, network_names
 from workloads.networks.spec import NetworkSpec
+from workloads.networks.torch_import import TorchModelSpec, torchvision_spec
 from workloads.schema import TransformerSpec
 
 MODELS = YamlCatalog("model", Path(__file__).parent / "models", TransformerSpec)
@@ -27,6 +31,10 @@ def resolve_model(ref: str | dict[str, Any] | TransformerSpec | NetworkSpec,
     """Resolve any model reference to a spec (see module docstring)."""
     if isinstance(ref, NetworkSpec):
         return ref
+    if isinstance(ref, str) and ref.startswith("torchvision:"):
+        return torchvision_spec(ref)
+    if isinstance(ref, dict) and "torch" in ref:
+        return validate_spec(TorchModelSpec, ref, field)
     if (isinstance(ref, str) and ref in network_names()) or (isinstance(ref, dict) and "family" in ref):
         return get_network(ref, field)
     if isinstance(ref, str) and ref.endswith(".json"):

@@ -311,13 +311,14 @@ class NetBuilder:
                            [self._memory_op(f"{name}.cat.grad", n, 1, 1)], e, 0.0,
                            frozenset({"batch", "sequence"}))
 
-    def add_parameter(self, name: str, x: Tensor, kind: str = "add") -> Tensor:
-        """Add a learned tensor of the sample's shape (position embeddings): nothing saved."""
+    def add_parameter(self, name: str, x: Tensor, kind: str = "add", params: int | None = None) -> Tensor:
+        """Add a learned tensor of the sample's shape (position embeddings; ``params`` when it is
+        broadcast from a smaller one): nothing saved."""
         n = self.batch * x.numel
         out = self._new(x.shape, name)
         return self._layer(name, kind, [x], out, [self._memory_op(f"{name}.add", n, 2, 1)],
-                           [self._memory_op(f"{name}.add.grad", n, 1, 2)], x.numel, 0.0,
-                           frozenset({"batch", "sequence"}))
+                           [self._memory_op(f"{name}.add.grad", n, 1, 2)], x.numel if params is None else params,
+                           0.0, frozenset({"batch", "sequence"}))
 
     def embedding(self, name: str, tokens: int, vocab: int, dim: int, source: Tensor | None = None) -> Tensor:
         """An embedding lookup of ``tokens`` ids per sample: a gather of rows, saves the int64 ids."""

@@ -1,0 +1,363 @@
+"""A PyTorch module as a layer graph: built on the meta device (no weights, no GPU), traced with
+``torch.fx.symbolic_trace``, shapes propagated (``torch.fx.passes.shape_prop``), and every node
+mapped onto the same :class:`~workloads.networks.builder.NetBuilder` layers that the catalog's
+builders use, so kernels, parameters and saved bytes follow the same rules.
+
+Scenario syntax::
+
+    model: torchvision:resnet50                    # input 3x224x224 (inception_v3: 3x299x299)
+    model: {torch: "pkg.module:callable", input_shape: [3, 224, 224], kwargs: {num_classes: 10}}
+
+Leaf modules mapped: Conv2d, ConvTranspose2d (stride = kernel), BatchNorm2d, LayerNorm, ReLU,
+GELU/SiLU/Tanh/Sigmoid, MaxPool2d, AvgPool2d, AdaptiveAvgPool2d, Linear, Dropout, Flatten,
+Identity, MultiheadAttention (self-attention). Functions: residual adds (tensor + tensor, or a
+learned tensor such as position embeddings), ``torch.cat`` (a learned token before a sequence too),
+views (flatten, view, reshape, permute, transpose, contiguous, indexing; ``x[:, 0]`` keeps the
+whole storage alive), ReLU/GELU/tanh/sigmoid, pooling and dropout in functional form. Nodes that
+make no tensor (``x.shape``, output tuples) are skipped. Anything else — a model that does not
+trace, an unknown module kind or operation — is refused with one ConfigError naming the layer.
+"""
+
+from __future__ import annotations
+
+import importlib
+import operator
+from typing import Any, ClassVar, Literal
+
+from pydantic import Field, PrivateAttr
+
+from simulator.errors import ConfigError
+from workloads.graph import ShardShape
+from workloads.layer_graph import LayerGraph
+from workloads.networks.builder import NetBuilder, Tensor
+from workloads.networks.spec import NetworkSpec, refuse_split
+
+TORCHVISION_INPUTS = {"inception_v3": [3, 299, 299]}
+DEFAULT_IMAGE = [3, 224, 224]
+
+
+class TorchModelSpec(NetworkSpec):
+    """A PyTorch module from ``torch`` ("pkg.module:callable" or "torchvision:NAME"), called with
+    ``kwargs``, fed samples of ``input_shape`` (without the batch dimension)."""
+
+    family: Literal["torch"] = "torch"
+    name: str = ""
+    torch: str = Field(min_length=1)
+    input_shape: tuple[int, ...] = Field(min_length=1)
+    kwargs: dict[str, Any] = Field(default_factory=dict)
+    sample: ClassVar[str] = "image"
+    _graphs: dict = PrivateAttr(default_factory=dict)
+
+    def model_post_init(self, context: Any) -> None:
+        if not self.name:
+            object.__setattr__(self, "name", self.torch.split(":")[-1])
+
+    @property
+    def seq_length(self) -> int | None:
+        return None if len(self.input_shape) == 3 else self.input_shape[0]
+
+    def layer_graph(self, shard: ShardShape) -> LayerGraph:
+        refuse_split(self.name, shard)
+        key = (shard.micro_batch, shard.act_bytes)
+        if key not in self._graphs:
+            sample = "image" if len(self.input_shape) == 3 else "sequence"
+            net = NetBuilder(self.name, shard.micro_batch, shard.act_bytes, sample, self.seq_length)
+            trace_into(net, self._module(), self.input_shape, self.torch)
+            self._graphs[key] = net.output()
+        return self._graphs[key]
+
+    def _module(self):
+        torch = _torch()
+        factory = load_callable(self.torch)
+        try:
+            with torch.device("meta"):
+                module = factory(**self.kwargs)
+        except Exception as exc:  # the user's code: any failure is a bad model reference
+            raise ConfigError("model.torch", f"{self.torch}(**kwargs) failed: {type(exc).__name__}: {exc}") from None
+        if not isinstance(module, torch.nn.Module):
+            raise ConfigError("model.torch", f"{self.torch} returned {type(module).__name__}, not a torch.nn.Module")
+        return module.train()
+
+
+def torchvision_spec(ref: str) -> TorchModelSpec:
+    """``torchvision:NAME`` with torchvision's input size for that model."""
+    name = ref.split(":", 1)[1]
+    return TorchModelSpec(name=name, torch=ref, input_shape=tuple(TORCHVISION_INPUTS.get(name, DEFAULT_IMAGE)))
+
+
+def _torch():
+    try:
+        import torch
+        import torch.fx  # noqa: F401
+    except ImportError:
+        raise ConfigError("model.torch", "importing a PyTorch model needs torch (pip install 'clustersim[torch]')") \
+            from None
+    return torch
+
+
+def load_callable(ref: str):
+    """The callable named by "pkg.module:callable" or "torchvision:NAME"."""
+    if ref.startswith("torchvision:"):
+        module_name, attr = "torchvision.models", ref.split(":", 1)[1]
+    elif ":" in ref:
+        module_name, attr = ref.split(":", 1)
+    else:
+        raise ConfigError("model.torch", f"{ref!r}: expected 'pkg.module:callable' or 'torchvision:NAME'")
+    try:
+        module = importlib.import_module(module_name)
+    except Exception as exc:  # ImportError, or a broken install raising anything at import
+        hint = " (pip install 'clustersim[torch]')" if module_name.startswith("torchvision") else ""
+        raise ConfigError("model.torch", f"cannot import {module_name}{hint}: {type(exc).__name__}: {exc}") from None
+    target = getattr(module, attr, None)
+    if not callable(target):
+        raise ConfigError("model.torch", f"{module_name} has no callable {attr!r}")
+    return target
+
+
+def trace_into(net: NetBuilder, module, input_shape: tuple[int, ...], ref: str) -> None:
+    """Trace ``module`` on the meta device and append its layers to ``net``."""
+    torch = _torch()
+    from torch.fx.passes.shape_prop import ShapeProp
+    try:
+        traced = torch.fx.symbolic_trace(module)
+    except Exception as exc:  # data-dependent control flow, unsupported Python
+        raise ConfigError("model.torch", f"{ref}: cannot be traced by torch.fx: {type(exc).__name__}: "
+                                         f"{str(exc).splitlines()[0] if str(exc) else ''}") from None
+    sample = torch.empty(2, *input_shape, device="meta")
+    try:
+        ShapeProp(traced).propagate(sample)
+    except Exception as exc:
+        raise ConfigError("model.input_shape", f"{ref}: input {list(input_shape)} does not run through the model: "
+                                               f"{type(exc).__name__}: {str(exc).splitlines()[0]}") from None
+    _Mapper(net, traced, torch).run()
+
+
+class _Mapper:
+    """Walks the traced graph node by node (see the module docstring)."""
+
+    def __init__(self, net: NetBuilder, traced, torch):
+        self.net = net
+        self.traced = traced
+        self.torch = torch
+        self.nn = torch.nn
+        self.F = torch.nn.functional
+        self.values: dict[str, Any] = {}   # node name -> Tensor, _Param, tuple of those, or None
+        self.names: set[str] = set()
+
+    def run(self) -> None:
+        for node in self.traced.graph.nodes:
+            self.values[node.name] = self._visit(node)
+
+    # -- helpers ----------------------------------------------------------------------------------
+
+    def _layer_name(self, node) -> str:
+        base = str(node.target) if node.op == "call_module" else node.name
+        name = base if base not in self.names else node.name
+        self.names.add(name)
+        return name
+
+    def _shape(self, node) -> tuple[int, ...] | None:
+        meta = node.meta.get("tensor_meta")
+        if not hasattr(meta, "shape"):  # no tensor, or a tuple of them
+            return None
+        return tuple(int(d) for d in meta.shape[1:])
+
+    def _arg(self, value):
+        if hasattr(value, "name") and hasattr(value, "op"):  # an fx Node
+            return self.values.get(value.name)
+        if isinstance(value, (list, tuple)):
+            return type(value)(self._arg(v) for v in value)
+        return value
+
+    def _tensor(self, node, value, where: str) -> Tensor:
+        got = self._arg(value)
+        if not isinstance(got, Tensor):
+            raise ConfigError(f"model.layers.{where}", f"expects an activation as input, got {type(got).__name__} "
+                                                       f"from {value}")
+        return got
+
+    def _unknown(self, node, what: str) -> ConfigError:
+        return ConfigError(f"model.layers.{node.target if node.op == 'call_module' else node.name}", what)
+
+    # -- nodes ------------------------------------------------------------------------------------
+
+    def _visit(self, node):
+        if node.op == "placeholder":
+            if self.values:
+                raise self._unknown(node, "a second model input; only one input tensor is supported")
+            return self.net.input(*self._shape(node))
+        if node.op == "get_attr":
+            return _Param(tuple(int(d) for d in node.meta["tensor_meta"].shape))
+        if node.op == "output":
+            return None
+        if node.op == "call_module":
+            return self._module(node, self.traced.get_submodule(node.target))
+        if node.op in ("call_function", "call_method"):
+            return self._function(node)
+        raise self._unknown(node, f"unsupported graph node {node.op}")
+
+    def _module(self, node, m):
+        nn, net = self.nn, self.net
+        name = self._layer_name(node)
+        x = self._tensor(node, node.args[0], name) if node.args else None
+        if isinstance(m, nn.Conv2d):
+            if m.stride[0] != m.stride[1] or m.dilation != (1, 1) or m.padding_mode != "zeros" or isinstance(m.padding, str):
+                raise self._unknown(node, "Conv2d with unequal strides, dilation, a padding mode or string padding is "
+                                          "not supported")
+            return net.conv2d(name, x, m.out_channels, m.kernel_size, stride=m.stride[0], padding=m.padding,
+                              groups=m.groups, bias=m.bias is not None)
+        if isinstance(m, nn.ConvTranspose2d):
+            if m.stride != m.kernel_size or m.padding != (0, 0) or m.kernel_size[0] != m.kernel_size[1]:
+                raise self._unknown(node, "ConvTranspose2d is supported with stride = square kernel, no padding")
+            return net.conv_transpose2d(name, x, m.out_channels, m.kernel_size[0], m.stride[0], m.bias is not None)
+        if isinstance(m, nn.BatchNorm2d):
+            return net.batchnorm(name, x)
+        if isinstance(m, nn.LayerNorm):
+            return net.layernorm(name, x)
+        if isinstance(m, nn.ReLU):
+            return net.relu(name, x, inplace=m.inplace)
+        for kind, function in ((nn.GELU, "gelu"), (nn.SiLU, "silu"), (nn.Tanh, "tanh"), (nn.Sigmoid, "sigmoid")):
+            if isinstance(m, kind):
+                return net.activation(name, x, function)
+        if isinstance(m, nn.MaxPool2d):
+            return self._pool(node, name, x, "max", m.kernel_size, m.stride, m.padding, m.ceil_mode, m.dilation)
+        if isinstance(m, nn.AvgPool2d):
+            return self._pool(node, name, x, "avg", m.kernel_size, m.stride, m.padding, m.ceil_mode, 1)
+        if isinstance(m, nn.AdaptiveAvgPool2d):
+            return self._adaptive(node, name, x, m.output_size)
+        if isinstance(m, nn.Linear):
+            return net.linear(name, x, m.out_features, bias=m.bias is not None)
+        if isinstance(m, nn.Dropout):
+            return net.dropout(name, x, m.p)
+        if isinstance(m, nn.Flatten):
+            return self._view(node, name, x)
+        if isinstance(m, nn.Identity):
+            return x
+        if isinstance(m, nn.MultiheadAttention):
+            if not (node.args[0] is node.args[1] is node.args[2]) or not m._qkv_same_embed_dim:
+                raise self._unknown(node, "MultiheadAttention is supported as self-attention (query = key = value)")
+            if not m.batch_first:
+                raise self._unknown(node, "MultiheadAttention is supported with batch_first=True")
+            return (net.self_attention(name, x, m.num_heads, dropout=m.dropout), None)
+        raise self._unknown(node, f"unknown module kind {type(m).__name__}")
+
+    def _pool(self, node, name, x, kind, kernel, stride, padding, ceil_mode, dilation):
+        def one(v):
+            if isinstance(v, (tuple, list)):
+                if len(set(v)) != 1:
+                    raise self._unknown(node, f"{kind} pooling with unequal sizes {v} is not supported")
+                return v[0]
+            return v
+        if one(dilation) != 1:
+            raise self._unknown(node, "dilated pooling is not supported")
+        kernel, padding = one(kernel), one(padding)
+        stride = one(stride) if stride else kernel
+        if kind == "max":
+            return self.net.maxpool(name, x, kernel, stride, padding, ceil_mode)
+        return self.net.avgpool(name, x, kernel, stride, padding, ceil_mode)
+
+    def _adaptive(self, node, name, x, size):
+        sizes = size if isinstance(size, (tuple, list)) else (size, size)
+        if len(set(sizes)) != 1 or sizes[0] is None:
+            raise self._unknown(node, f"adaptive pooling to {size} is not supported (square sizes only)")
+        return self.net.adaptive_avgpool(name, x, int(sizes[0]))
+
+    def _view(self, node, name, x):
+        shape = self._shape(node)
+        if shape == x.shape:
+            return x
+        out = Tensor(shape, name, x.storage, max(x.storage_numel, x.numel))
+        return self.net._layer(name, "flatten", [x], out, [], [], 0, 0.0)
+
+    VIEWS: ClassVar[set[str]] = {"flatten", "view", "reshape", "permute", "transpose", "contiguous", "squeeze",
+                                 "unsqueeze", "expand", "__getitem__"}
+
+    def _function(self, node):
+        torch, F = self.torch, self.F
+        target = node.target
+        shape = self._shape(node)
+        if shape is None:  # makes no tensor: x.shape, sizes, output tuples
+            if target is operator.getitem and isinstance(self._arg(node.args[0]), tuple):
+                return self._arg(node.args[0])[node.args[1]]
+            return None
+        label = target if isinstance(target, str) else getattr(target, "__name__", str(target))
+        args = [self._arg(a) for a in node.args]
+        if target is operator.getitem and isinstance(args[0], tuple):
+            return args[0][node.args[1]]
+        if label in ("add", "iadd", "add_", "__add__", "__iadd__"):
+            return self._add(node, args, inplace=label in ("iadd", "add_", "__iadd__"))
+        if target is torch.cat or label == "cat":
+            return self._cat(node, args, node.kwargs.get("dim", node.args[1] if len(node.args) > 1 else 0))
+        if isinstance(args[0], _Param):
+            return _Param(shape)  # an operation on a learned tensor alone (expand the class token)
+        name = self._layer_name(node)
+        x = args[0]
+        if not isinstance(x, Tensor):
+            raise self._unknown(node, f"unsupported operation {label} on {type(x).__name__}")
+        if target is operator.getitem:
+            index = node.args[1]
+            if isinstance(index, tuple) and len(index) == 2 and index[0] == slice(None) and isinstance(index[1], int):
+                return self.net.select_token(name, x, index[1])
+            return self._view(node, name, x)
+        if target is torch.flatten or label in self.VIEWS:
+            return self._view(node, name, x)
+        if target in (F.relu, torch.relu) or label in ("relu", "relu_"):
+            return self.net.relu(name, x, inplace=bool(node.kwargs.get("inplace", label == "relu_")))
+        for function, names in (("gelu", (F.gelu,)), ("silu", (F.silu,)), ("tanh", (torch.tanh,)),
+                                ("sigmoid", (torch.sigmoid,))):
+            if target in names or label == function:
+                return self.net.activation(name, x, function)
+        kw = dict(zip(("kernel_size", "stride", "padding"), node.args[1:4], strict=False)) | dict(node.kwargs)
+        if target is F.max_pool2d or label in ("max_pool2d", "boolean_dispatch"):
+            return self._pool(node, name, x, "max", kw["kernel_size"], kw.get("stride"), kw.get("padding", 0),
+                              kw.get("ceil_mode", False), kw.get("dilation", 1))
+        if target is F.avg_pool2d or label == "avg_pool2d":
+            return self._pool(node, name, x, "avg", kw["kernel_size"], kw.get("stride"), kw.get("padding", 0),
+                              kw.get("ceil_mode", False), 1)
+        if target is F.adaptive_avg_pool2d or label == "adaptive_avg_pool2d":
+            return self._adaptive(node, name, x, node.args[1] if len(node.args) > 1 else node.kwargs["output_size"])
+        if target is F.dropout or label == "dropout":
+            p = node.kwargs.get("p", node.args[1] if len(node.args) > 1 else 0.5)
+            training = node.kwargs.get("training", node.args[2] if len(node.args) > 2 else True)
+            return self.net.dropout(name, x, p if training else 0.0)
+        raise self._unknown(node, f"unsupported operation {label}")
+
+    def _add(self, node, args, inplace: bool):
+        a, b = args[0], args[1]
+        name = self._layer_name(node)
+        if isinstance(a, Tensor) and isinstance(b, Tensor):
+            return self.net.add(name, a, b, inplace=inplace)
+        if isinstance(a, Tensor) and isinstance(b, _Param) or isinstance(b, Tensor) and isinstance(a, _Param):
+            x, p = (a, b) if isinstance(a, Tensor) else (b, a)
+            return self.net.add_parameter(name, x, params=_numel(p.shape))
+        raise self._unknown(node, "adds something other than activations and learned tensors")
+
+    def _cat(self, node, args, dim: int):
+        parts = args[0]
+        name = self._layer_name(node)
+        dim = dim - 1 if dim > 0 else dim + len(self._shape(node)) if dim < 0 else None
+        if dim is None:
+            raise self._unknown(node, "concatenates along the batch dimension")
+        tensors = [p for p in parts if isinstance(p, Tensor)]
+        learned = [p for p in parts if isinstance(p, _Param)]
+        if len(tensors) + len(learned) != len(parts) or not tensors:
+            raise self._unknown(node, "concatenates something other than activations and learned tensors")
+        if learned:
+            if len(parts) != 2 or not isinstance(parts[0], _Param) or dim != 0:
+                raise self._unknown(node, "a learned tensor is supported only as a token before a sequence")
+            return self.net.prepend_token(name, tensors[0])
+        return self.net.concat(name, tensors, dim)
+
+
+class _Param:
+    """A learned tensor met in the graph (``get_attr``), shape per sample."""
+
+    def __init__(self, shape: tuple[int, ...]):
+        self.shape = shape
+
+
+def _numel(shape: tuple[int, ...]) -> int:
+    n = 1
+    for d in shape:
+        n *= d
+    return n
