@@ -25,6 +25,7 @@ from simulator.strategies.registry import DEFAULT_KIND, parse_strategy
 from simulator.strategies.spmd.layout import Parallelism, resolve_layout
 from workloads.catalog import resolve_model
 from workloads.graph import ShardShape
+from workloads.layer_graph import LayerGraph
 from workloads.schema import TransformerSpec
 
 DEFAULT_SCENARIO = Path(__file__).parent / "scenarios" / "default.yaml"
@@ -129,6 +130,23 @@ class Scenario:
     @property
     def num_nodes(self) -> int:
         return -(-self.num_gpus // self.node.gpus_per_node)
+
+    @property
+    def shard(self) -> ShardShape:
+        """What one rank computes of one micro-batch under the layout (a model without a sequence
+        gets ``seq_length`` 1, which its builder ignores)."""
+        par, tr = self.parallelism, self.training
+        return ShardShape(
+            micro_batch=par.micro_batch_size, seq_length=self.seq_length or 1, tp=par.tp, cp=par.cp,
+            sequence_parallel=par.sequence_parallel, precision=tr.precision,
+            flash_attention=tr.attention == "flash", ep=par.ep, moe_load_imbalance=par.moe_load_imbalance,
+            cp_comm=par.cp_comm, cp_load_balance=par.cp_load_balance, tp_comm_overlap=par.tp_comm_overlap,
+            unfused_eager_kernels=tr.unfused_eager_kernels)
+
+    def layer_graph(self) -> LayerGraph:
+        """The model's layer graph for one micro-batch on one rank (the one description memory,
+        compute and the planner read)."""
+        return self.model.layer_graph(self.shard)
 
 
 def _parse_value(text: str) -> Any:

@@ -7,14 +7,23 @@ for one micro-batch on one rank after a layout's shard (a transformer builder ta
 - its kernels: ``forward`` and ``backward`` :class:`~workloads.graph.Op` s in execution order
   (GEMMs and convolutions as implicit GEMMs with M×N×K, memory-bound ops, attention, collectives
   of the layout), from which FLOPs and HBM bytes are summed;
-- ``params``: the parameters this rank holds for the layer;
-- ``saved_bytes``: the activation bytes it keeps for its backward (per micro-batch);
+- ``params``: the parameters this rank holds for the layer (``expert_params`` of them routed
+  experts, sharded over the expert-parallel group and reduced over the expert-data-parallel one);
+- ``saved_bytes``: the activation bytes it keeps for its backward (per micro-batch) without
+  recompute; ``saved_bytes_selective`` what it keeps under selective recompute (the attention
+  core and, for MLA, the norms and up-projections dropped; None: nothing selective to drop) and
+  ``checkpoint_bytes`` what it keeps under full recompute (its input; None: the output bytes of
+  its inputs). :meth:`Layer.kept_bytes` picks one by recompute mode;
 - ``output_bytes``: the bytes it hands to each consumer (what a pipeline sends across a stage
   boundary after it);
 - ``splittable``: which dimensions of its iteration space may be split over devices (batch,
   channels, heads, reduction, spatial, sequence, experts), for per-layer parallelism;
 - ``inputs``: the names of the layers it reads (empty for the graph's first layer, and for an
   embedding of a second input such as a translation model's target tokens).
+
+A graph may pin its first ``prologue`` layers to the first pipeline chunk and its last
+``epilogue`` layers to the last (a transformer's embedding and LM head): a pipeline splits only
+the layers between; a CNN's graph pins none.
 
 Parameters, FLOPs and activation memory of a whole model are the sums over this description
 (:meth:`LayerGraph.total_params`, :meth:`forward_flops`, :meth:`saved_bytes`); nothing else
@@ -52,9 +61,12 @@ class Layer:
     kind: str
     forward: tuple[Op, ...] = ()
     backward: tuple[Op, ...] = ()
-    params: int = 0
+    params: float = 0
     saved_bytes: float = 0.0
     output_bytes: float = 0.0
+    expert_params: float = 0.0
+    saved_bytes_selective: float | None = None
+    checkpoint_bytes: float | None = None
     inputs: tuple[str, ...] = ()
     splittable: frozenset[str] = frozenset({"batch"})
     input_shape: tuple[int, ...] | None = None   # per sample, e.g. (C, H, W) or (tokens, hidden)
@@ -67,6 +79,25 @@ class Layer:
     @property
     def backward_flops(self) -> float:
         return sum(op.flops for op in self.backward)
+
+    def kept_bytes(self, recompute: str, input_bytes: float = 0.0) -> float:
+        """Activation bytes the layer keeps for its backward under ``recompute`` ("none",
+        "selective", "full"); ``input_bytes``: what its inputs hand it (the full-recompute
+        checkpoint when the layer states none)."""
+        if recompute == "full":
+            return self.checkpoint_bytes if self.checkpoint_bytes is not None else min(self.saved_bytes, input_bytes)
+        if recompute == "selective" and self.saved_bytes_selective is not None:
+            return self.saved_bytes_selective
+        return self.saved_bytes
+
+    def recompute_ops(self, recompute: str) -> tuple[Op, ...]:
+        """Ops re-run before the backward: the whole forward (full), the ops marked for selective
+        recompute (the attention core; with MLA also the norms and up-projections)."""
+        if recompute == "full":
+            return self.forward
+        if recompute == "selective":
+            return tuple(op for op in self.forward if op.recompute_class in ("attention_core", "selective"))
+        return ()
 
 
 @dataclass(frozen=True)
@@ -81,6 +112,8 @@ class LayerGraph:
     micro_batch: int
     sample: str = "sequence"
     seq_length: int | None = None
+    prologue: int = 0
+    epilogue: int = 0
     _index: dict[str, int] = field(default_factory=dict, compare=False, repr=False)
 
     def __post_init__(self) -> None:
@@ -104,6 +137,19 @@ class LayerGraph:
     def saved_bytes(self) -> float:
         return sum(layer.saved_bytes for layer in self.layers)
 
+    @property
+    def pipelined(self) -> tuple[Layer, ...]:
+        """The layers a pipeline splits (all but the prologue and epilogue)."""
+        return self.layers[self.prologue:len(self.layers) - self.epilogue]
+
+    def input_bytes(self, layer: Layer) -> float:
+        """Bytes a layer reads from the layers before it (0 for the first)."""
+        return sum(self.layers[self._index[n]].output_bytes for n in layer.inputs)
+
+    def kept_bytes(self, recompute: str) -> float:
+        """Activation bytes of one micro-batch through the whole graph under ``recompute``."""
+        return sum(layer.kept_bytes(recompute, self.input_bytes(layer)) for layer in self.layers)
+
     def is_chain(self) -> bool:
         return all(layer.inputs == ((self.layers[i - 1].name,) if i else ()) for i, layer in enumerate(self.layers))
 
@@ -112,6 +158,8 @@ class LayerGraph:
         seen: set[str] = set()
         if not self.layers:
             raise ConfigError("model", f"{self.name}: the graph has no layers")
+        if self.prologue < 0 or self.epilogue < 0 or self.prologue + self.epilogue >= len(self.layers):
+            raise ConfigError("model", f"{self.name}: prologue + epilogue must leave layers to split")
         for i, layer in enumerate(self.layers):
             where = f"model.layers.{layer.name}"
             if layer.name in seen:
@@ -138,7 +186,7 @@ class LayerGraph:
                     raise ConfigError(where, f"expects input {list(layer.input_shape)} but {source.name} gives "
                                              f"{list(source.output_shape)}")
             for number, label in ((layer.params, "params"), (layer.saved_bytes, "saved_bytes"),
-                                  (layer.output_bytes, "output_bytes")):
+                                  (layer.output_bytes, "output_bytes"), (layer.expert_params, "expert_params")):
                 if not number >= 0:
                     raise ConfigError(f"{where}.{label}", f"must be a non-negative number, got {number!r}")
             seen.add(layer.name)

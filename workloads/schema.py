@@ -123,3 +123,15 @@ class TransformerSpec(BaseModel):
     @property
     def is_moe(self) -> bool:
         return self.moe is not None
+
+    @property
+    def sample(self) -> str:
+        """What one sample of the global batch is: a sequence of ``seq_length`` tokens."""
+        return "sequence"
+
+    def layer_graph(self, shard):
+        """The model as a :class:`~workloads.layer_graph.LayerGraph` (embedding -> blocks -> head)
+        for one micro-batch on one rank after ``shard`` (workloads/transformer_graph.py)."""
+        from workloads.transformer_graph import transformer_layer_graph  # the builder imports this module
+
+        return transformer_layer_graph(self, shard)

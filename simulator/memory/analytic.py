@@ -50,22 +50,16 @@ from dataclasses import dataclass
 from simulator.errors import ConfigError
 from simulator.scenario import gradient_bytes
 from simulator.strategies.spmd.layout import Parallelism, chunk_layer_counts, split_layers
-from workloads.counting import is_moe_layer, mla_attention_params
-from workloads.schema import MLASpec, TransformerSpec
+from workloads.graph import ShardShape
+from workloads.layer_graph import LayerGraph
+from workloads.schema import MLASpec
+from workloads.transformer_graph import DROPOUT_MASK_BYTES, LOGITS_BYTES_PER_ELEMENT  # noqa: F401 (re-exported)
 
 GIB = float(2**30)
 MIB = float(2**20)
 
 #: Bytes per element of a stored 16-bit activation; fp32 training stores 4.
 ACTIVATION_ELEMENT_BYTES_16BIT = 2
-#: Bytes per dropout-mask element (Korthikanti 2022 Sec. 4.1 counts masks as 1 byte).
-DROPOUT_MASK_BYTES = 1
-#: Bytes per logit element on the last stage at the loss: the 16-bit logits (2 B) and the fp32
-#: softmax/cross-entropy copy (4 B) that Megatron's vocab-parallel cross-entropy makes
-#: (``vocab_parallel_logits.float()``, exp kept for the backward); both are alive while the
-#: loss is computed. Korthikanti 2022 Sec. 4.3 counts 4 B per logit instead; pass
-#: ``logits_bytes_per_element=4`` to :func:`output_layer_activation_bytes` to get theirs.
-LOGITS_BYTES_PER_ELEMENT = 6
 
 _MIXED = ("bf16", "fp16", "fp8")
 _OPTIMIZERS = ("adam", "adamw", "sgd")
@@ -459,76 +453,44 @@ def stage_layer_indices(num_layers: int, pp: int, virtual_stages: int, stage: in
     return layers
 
 
-def _norm_params(model: TransformerSpec) -> int:
-    return 2 * model.hidden_size if model.norm == "layernorm" else model.hidden_size
+def _params_graph(model, par: Parallelism) -> LayerGraph:
+    """A layer graph for parameter counts only (they depend on tp and ep, not on the micro-batch)."""
+    return model.layer_graph(ShardShape(micro_batch=1, seq_length=model.seq_length or 1, tp=par.tp, ep=par.ep))
 
 
-def _ffn_params_per_rank(model: TransformerSpec, ffn: int, tp: int) -> float:
-    """FC1 (column-parallel, its bias split) and FC2 (row-parallel, its bias replicated) on one TP rank."""
-    h = model.hidden_size
-    mats = 3 if model.gated_mlp else 2
-    split = mats * h * ffn + (ffn * (2 if model.gated_mlp else 1) if model.linear_bias else 0)
-    replicated = h if model.linear_bias else 0
-    return split / tp + replicated
-
-
-def _layer_params_per_rank(model: TransformerSpec, tp: int, ep: int, moe_layer: bool) -> tuple[float, float]:
-    """(dense, routed-expert) parameters of one layer on one rank. Same counts as
-    workloads.counting.layer_params, split the Megatron way: Q/O and FFN matrices ÷tp, KV ÷tp
-    (or one head per rank, replicated, when tp > kv heads), row-parallel biases and norms
-    replicated, routed experts ÷ep (expert tensor parallel 1, as the workload graph's MoE block
-    and the planner assume: each tp rank runs whole experts on its tokens), router replicated."""
-    h, d = model.hidden_size, model.head_dim
-    if model.mla is not None:  # up-projections and W_O per head ÷tp; down-projections replicated
-        split, replicated = mla_attention_params(model)
-        attn = split / tp + replicated
-    else:
-        g_rank = _kv_heads_per_rank(model.num_attention_heads, model.kv_heads, tp)
-        attn = 2 * h * h / tp + 2 * h * d * g_rank
-        if model.linear_bias:
-            attn += h / tp + 2 * d * g_rank + h
-    norms = 2 * _norm_params(model)
-    if moe_layer and model.moe is not None:
-        expert_ffn = model.moe.expert_ffn_hidden_size or model.ffn_size
-        experts = model.moe.num_experts / ep * _ffn_params_per_rank(model, expert_ffn, 1)
-        dense = model.moe.num_shared_experts * _ffn_params_per_rank(model, expert_ffn, tp)
-        router = h * model.moe.num_experts
-        return attn + dense + router + norms, experts
-    return attn + _ffn_params_per_rank(model, model.ffn_size, tp) + norms, 0.0
-
-
-def _stage_param_split(model: TransformerSpec, par: Parallelism, stage: int) -> tuple[float, float, list[float]]:
-    """(dense, expert) parameters of one rank of ``stage`` and the size of each module (for ZeRO-3 prefetch)."""
-    tp, ep, pp = par.tp, par.ep, par.pp
+def _stage_param_split(model, par: Parallelism, stage: int,
+                       graph: LayerGraph | None = None) -> tuple[float, float, list[float]]:
+    """(dense, expert) parameters of one rank of ``stage`` and the size of each module (for
+    ZeRO-3 prefetch), read off the layer graph: the stage's pipelined layers, the prologue
+    (embedding) on the first stage, the epilogue (final norm, head) on the last; with tied
+    embeddings and pp > 1 the last stage also holds a copy of the word embedding (Megatron)."""
+    graph = graph or _params_graph(model, par)
+    pipelined = graph.pipelined
     dense = expert = 0.0
     modules: list[float] = []
-    counts = chunk_layer_counts(par, model.num_layers)
-    for idx in stage_layer_indices(model.num_layers, pp, par.virtual_stages, stage, counts):
-        d, e = _layer_params_per_rank(model, tp, ep, is_moe_layer(model, idx))
-        dense += d
-        expert += e
-        modules.append(d + e)
-    h, word = model.hidden_size, model.vocab_size * model.hidden_size / tp  # vocab-parallel embedding
+    counts = chunk_layer_counts(par, len(pipelined))
+    for idx in stage_layer_indices(len(pipelined), par.pp, par.virtual_stages, stage, counts):
+        layer = pipelined[idx]
+        dense += layer.params - layer.expert_params
+        expert += layer.expert_params
+        modules.append(layer.params)
+    ends = []
     if stage == 0:
-        positions = model.seq_length * h if model.position_embedding == "learned" else 0
-        dense += word + positions
-        modules.append(word + positions)
-    if stage == pp - 1:
-        head = _norm_params(model)
-        if not model.tied_embeddings:
-            head += word
-        elif pp > 1:
-            head += word  # Megatron keeps a copy of the word embedding on the last stage
-        dense += head
-        modules.append(head)
+        ends += list(graph.layers[:graph.prologue])
+    if stage == par.pp - 1:
+        ends += list(graph.layers[len(graph.layers) - graph.epilogue:])
+    for layer in ends:
+        size = layer.params
+        if layer is graph.layers[-1] and par.pp > 1 and getattr(model, "tied_embeddings", False):
+            size += model.vocab_size * model.hidden_size / par.tp
+        dense += size
+        modules.append(size)
     return dense, expert, modules
 
 
-def stage_params(model: TransformerSpec, parallelism: Parallelism, stage: int) -> int:
+def stage_params(model, parallelism: Parallelism, stage: int) -> int:
     """Parameters held by one rank of pipeline stage ``stage`` (0-based) after the TP split (and
-    the EP split of routed experts): its layers, the embedding (word ÷tp, learned positions
-    replicated) on the first stage, the final norm and LM head on the last; with tied embeddings
-    and pp > 1 the last stage also holds a copy of the word embedding (Megatron)."""
+    the EP split of routed experts), from the layer graph (see :func:`_stage_param_split`)."""
     dense, expert, _ = _stage_param_split(model, parallelism, stage)
     return int(round(dense + expert))
 
@@ -536,20 +498,9 @@ def stage_params(model: TransformerSpec, parallelism: Parallelism, stage: int) -
 # --------------------------------------------------------------------------- one rank
 
 
-def _moe_ffn_width(model: TransformerSpec) -> int:
-    """FFN width whose activations a MoE layer stores per token: top-k routed experts (times the
-    capacity factor if one is set: padded slots are stored too) plus shared experts. Assumes the
-    tokens spread evenly over the expert-parallel ranks."""
-    if model.moe is None:
-        return model.ffn_size
-    expert_ffn = model.moe.expert_ffn_hidden_size or model.ffn_size
-    routed = model.moe.top_k * expert_ffn * (model.moe.capacity_factor or 1.0)
-    return int(math.ceil(routed + model.moe.num_shared_experts * expert_ffn))
-
-
 def rank_memory(scenario, stage: int) -> MemoryBreakdown:
     """Peak memory of one rank of pipeline stage ``stage`` (all ranks of a stage are alike)."""
-    model, par, tr = scenario.model, scenario.parallelism, scenario.training
+    par, tr = scenario.parallelism, scenario.training
     pp, v, tp, cp = par.pp, par.virtual_stages, par.tp, par.cp
     dp = par.dp_degree
     m = par.num_micro_batches
@@ -558,49 +509,39 @@ def rank_memory(scenario, stage: int) -> MemoryBreakdown:
         raise ConfigError("parallelism.ep", f"{par.ep} does not divide dp*cp = {dp * cp}")
 
     # Model states.
-    dense, expert, modules = _stage_param_split(model, par, stage)
+    graph = scenario.layer_graph()
+    dense, expert, modules = _stage_param_split(scenario.model, par, stage, graph)
     zdp = par.zero_shard_size or dp * cp  # hybrid sharding shards over its group only
     gb = gradient_bytes(tr)
     w1, g1, o1 = model_state_bytes(dense, par.zero_stage, zdp, tr.precision, tr.optimizer, gb)
     w2, g2, o2 = model_state_bytes(expert, par.zero_stage, zdp // par.ep, tr.precision, tr.optimizer, gb)
     weights, grads, optim = w1 + w2, g1 + g2, o1 + o2
 
-    # Activations.
-    e = 4 if tr.precision == "fp32" else ACTIVATION_ELEMENT_BYTES_16BIT
-    s, b, sp = scenario.seq_length, par.micro_batch_size, par.sequence_parallel
-    common = dict(seq=s, micro_batch=b, hidden=model.hidden_size, heads=model.num_attention_heads, tp=tp,
-                  sequence_parallel=sp, kv_heads=model.kv_heads, gated=model.gated_mlp, cp=cp, element_bytes=e)
-    layers = stage_layer_indices(model.num_layers, pp, v, stage, chunk_layer_counts(par, model.num_layers))
-    flash = tr.attention == "flash"
+    # Activations, read off the layer graph: what each of the stage's layers keeps under the
+    # recompute mode, times the micro-batches in flight; the prologue (embedding) and epilogue
+    # (head) times those of the first and last chunk.
+    pipelined = graph.pipelined
+    recompute = par.recompute
+    layers = [pipelined[i] for i in stage_layer_indices(len(pipelined), pp, v, stage,
+                                                         chunk_layer_counts(par, len(pipelined)))]
 
-    def per_layer(idx: int, recompute: str) -> float:
-        ffn = _moe_ffn_width(model) if is_moe_layer(model, idx) else model.ffn_size
-        if model.mla is not None:
-            return mla_activation_bytes_per_layer(
-                s, b, model.hidden_size, model.num_attention_heads, model.mla, tp=tp, sequence_parallel=sp,
-                recompute=recompute, ffn=ffn, gated=model.gated_mlp, cp=cp, element_bytes=e, flash_attention=flash)
-        return activation_bytes_per_layer(recompute=recompute, ffn=ffn, **common)
+    def kept(layer, mode: str) -> float:
+        return layer.kept_bytes(mode, graph.input_bytes(layer))
 
     in_flight = microbatches_in_flight(par.schedule, pp, stage, m, v)
-    # FlashAttention never materialises the s x s scores: like selective recompute for memory
-    # (the MLA count takes flash_attention itself: its selective recompute drops more).
-    mla = model.mla is not None
-    stored_mode = "selective" if flash and par.recompute == "none" and not mla else par.recompute
-    stored = sum(per_layer(i, stored_mode) for i in layers) * in_flight
+    stored = sum(kept(layer, recompute) for layer in layers) * in_flight
     # Rematerialisation working set: the backward re-creates one layer's activations (full) or one
     # attention core (selective) on top of the stored checkpoints.
     working = 0.0
-    if par.recompute != "none" and layers:
-        whole = "selective" if flash and not mla else "none"
-        working = max(max(0.0, per_layer(i, whole) - per_layer(i, par.recompute)) for i in layers)
+    if recompute != "none" and layers:
+        working = max(max(0.0, layer.saved_bytes - kept(layer, recompute)) for layer in layers)
     activations = stored + working
     if stage == 0:
-        activations += embedding_activation_bytes(s, b, model.hidden_size, tp, sp, cp) * _chunk_count_in_flight(
+        activations += sum(kept(layer, recompute) for layer in graph.layers[:graph.prologue]) * _chunk_count_in_flight(
             par.schedule, pp, stage, m, v, 0)
     if stage == pp - 1:
-        activations += output_layer_activation_bytes(s, b, model.hidden_size, model.vocab_size, tp, sp, cp,
-                                                     element_bytes=e) * _chunk_count_in_flight(
-            par.schedule, pp, stage, m, v, v - 1)
+        activations += sum(kept(layer, recompute) for layer in graph.layers[len(graph.layers) - graph.epilogue:]) * \
+            _chunk_count_in_flight(par.schedule, pp, stage, m, v, v - 1)
 
     # Communication buffers.
     wbytes = bytes_per_param(tr.precision, tr.optimizer)["weights"]
@@ -610,8 +551,8 @@ def rank_memory(scenario, stage: int) -> MemoryBreakdown:
         # gathered current module + prefetched next, at full size, less the shards already counted
         top2 = sum(sorted(modules)[-2:])
         other += top2 * wbytes * (1 - 1 / zdp)
-    if pp > 1:
-        other += 2 * e * (s / cp) * b * model.hidden_size / (tp if sp else 1)  # p2p recv + send
+    if pp > 1 and layers:  # p2p recv + send of the stage's boundary activation
+        other += 2 * max(layer.output_bytes for layer in layers) / (tp if par.sequence_parallel else 1)
     return MemoryBreakdown(weights, grads, optim, activations, other, stage=stage)
 
 

@@ -1,0 +1,222 @@
+"""The transformer's layer graph: embedding -> blocks -> LM head, for one micro-batch on one rank.
+
+``transformer_layer_graph(model, shard)`` (also ``TransformerSpec.layer_graph(shard)``) turns the
+ops of :mod:`workloads.graph` into a :class:`~workloads.layer_graph.LayerGraph`, and states here,
+once, what each layer holds and keeps:
+
+- parameters per rank, split the Megatron way (Shoeybi 2019): Q/O and FFN matrices ÷tp, K/V ÷tp
+  (one KV head per rank, replicated, when tp > kv heads), column-parallel biases ÷tp, row-parallel
+  biases and norms replicated, MLA down-projections replicated, routed experts ÷ep (expert tensor
+  parallel 1), router replicated; the word embedding vocab-parallel (÷tp), learned positions
+  replicated; the LM head ÷tp (none of its own with tied embeddings);
+- the activation tensors each layer saves for its backward (:func:`block_saved_tensors`), and
+  which recompute drops them: selective recompute drops the attention core (Korthikanti et al.
+  2022, arXiv:2205.05198 Sec. 4) and for MLA also the norms' outputs and the up-projections
+  (DeepSeek-V3, arXiv:2412.19437 Sec. 3.2.3); full recompute keeps the layer input only;
+  FlashAttention never stores the s x s core. Korthikanti's closed forms
+  (``simulator.memory.analytic.activation_bytes_per_layer``) are the test oracle;
+- the first stage's embedding-dropout mask and the last stage's norm/head inputs and logits.
+
+The embedding is the graph's ``prologue`` and the head its ``epilogue``: a pipeline splits the
+blocks and pins those two to the first and last chunk (Megatron-LM).
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+from functools import cache
+
+from workloads.counting import layer_kinds, mla_attention_params
+from workloads.graph import LayerWork, ShardShape, embedding_work, head_work, layer_work
+from workloads.layer_graph import Layer, LayerGraph
+from workloads.schema import TransformerSpec
+
+#: Bytes per dropout-mask element (Korthikanti 2022 Sec. 4.1 counts masks as 1 byte).
+DROPOUT_MASK_BYTES = 1
+#: Bytes per logit element on the last stage at the loss: the 16-bit logits (2 B) and the fp32
+#: softmax/cross-entropy copy (4 B) that Megatron's vocab-parallel cross-entropy makes
+#: (``vocab_parallel_logits.float()``, exp kept for the backward); both are alive while the
+#: loss is computed. Korthikanti 2022 Sec. 4.3 counts 4 B per logit instead.
+LOGITS_BYTES_PER_ELEMENT = 6
+
+#: Layer kinds whose ops carry their own tensor-parallel split (a graph of other kinds runs at tp 1).
+TENSOR_PARALLEL_KINDS = frozenset({"embedding", "transformer_block", "lm_head"})
+
+
+@dataclass(frozen=True)
+class SavedTensor:
+    """One activation a layer keeps for its backward: its bytes per micro-batch on one rank and
+    whether selective recompute drops it (re-creating it in the backward)."""
+
+    name: str
+    nbytes: float
+    selective_drops: bool = False
+
+
+def kv_heads_per_rank(model: TransformerSpec, tp: int) -> int:
+    """KV heads held by one tensor-parallel rank: kv/tp, or 1 when tp > kv (Megatron replicates them)."""
+    kv = model.kv_heads
+    return kv // tp if kv % tp == 0 else 1
+
+
+def _norm_params(model: TransformerSpec) -> int:
+    return 2 * model.hidden_size if model.norm == "layernorm" else model.hidden_size
+
+
+def _ffn_params_per_rank(model: TransformerSpec, ffn: int, tp: int) -> float:
+    """FC1 (column-parallel, its bias split) and FC2 (row-parallel, its bias replicated) on one TP rank."""
+    h = model.hidden_size
+    mats = 3 if model.gated_mlp else 2
+    split = mats * h * ffn + (ffn * (2 if model.gated_mlp else 1) if model.linear_bias else 0)
+    replicated = h if model.linear_bias else 0
+    return split / tp + replicated
+
+
+def block_params_per_rank(model: TransformerSpec, tp: int, ep: int, moe_layer: bool) -> tuple[float, float]:
+    """(dense, routed-expert) parameters of one block on one rank (module docstring)."""
+    h, d = model.hidden_size, model.head_dim
+    if model.mla is not None:  # up-projections and W_O per head ÷tp; down-projections replicated
+        split, replicated = mla_attention_params(model)
+        attn = split / tp + replicated
+    else:
+        g_rank = kv_heads_per_rank(model, tp)
+        attn = 2 * h * h / tp + 2 * h * d * g_rank
+        if model.linear_bias:
+            attn += h / tp + 2 * d * g_rank + h
+    norms = 2 * _norm_params(model)
+    if moe_layer and model.moe is not None:
+        expert_ffn = model.moe.expert_ffn_hidden_size or model.ffn_size
+        experts = model.moe.num_experts / ep * _ffn_params_per_rank(model, expert_ffn, 1)
+        dense = model.moe.num_shared_experts * _ffn_params_per_rank(model, expert_ffn, tp)
+        router = h * model.moe.num_experts
+        return attn + dense + router + norms, experts
+    return attn + _ffn_params_per_rank(model, model.ffn_size, tp) + norms, 0.0
+
+
+def embedding_params_per_rank(model: TransformerSpec, tp: int) -> float:
+    """Word embedding ÷tp (vocab-parallel) plus learned positions (replicated)."""
+    positions = model.seq_length * model.hidden_size if model.position_embedding == "learned" else 0
+    return model.vocab_size * model.hidden_size / tp + positions
+
+
+def head_params_per_rank(model: TransformerSpec, tp: int) -> float:
+    """Final norm plus the LM head ÷tp (none of its own with tied embeddings; the copy Megatron
+    keeps on the last stage when pp > 1 is a pipeline matter, added by memory and planner)."""
+    head = _norm_params(model)
+    if not model.tied_embeddings:
+        head += model.vocab_size * model.hidden_size / tp
+    return head
+
+
+def moe_ffn_width(model: TransformerSpec) -> int:
+    """FFN width whose activations a MoE layer stores per token: top-k routed experts (times the
+    capacity factor if one is set: padded slots are stored too) plus shared experts. Assumes the
+    tokens spread evenly over the expert-parallel ranks."""
+    if model.moe is None:
+        return model.ffn_size
+    expert_ffn = model.moe.expert_ffn_hidden_size or model.ffn_size
+    routed = model.moe.top_k * expert_ffn * (model.moe.capacity_factor or 1.0)
+    return int(math.ceil(routed + model.moe.num_shared_experts * expert_ffn))
+
+
+def block_saved_tensors(model: TransformerSpec, shard: ShardShape, moe_layer: bool,
+                        dropout: bool = True) -> tuple[SavedTensor, ...]:
+    """The tensors one block keeps for its backward without recompute, per micro-batch on one
+    rank (e bytes per element, m = 1-byte dropout masks, s = seq/cp local tokens, b micro-batch,
+    h hidden, t = tp, f the FFN width — top-k experts' widths for a MoE block):
+
+    - MHA/GQA (Korthikanti 2022 Sec. 4.1, per tensor): LN1 input, QKV input, attention-output
+      mask, LN2 input, FC1 input, MLP mask, (4e + 2m)·sbh, ÷t with sequence parallel; Q e·sbh/t,
+      K and V 2e·sb·d·g (g KV heads per rank), the output projection's input e·sbh/t; FC1 output
+      e·sbf/t (2f wide when gated: Megatron's fused ``bias_swiglu`` keeps its input and recomputes
+      the SiLU) and FC2 input e·sbf/t; the attention core (softmax output, mask, dropout output,
+      (2e + m)·a·s²b/t; absent with FlashAttention) is what selective recompute drops.
+    - MLA (DeepSeek-V2/V3): LN inputs and masks as above, the LN outputs (dropped by DeepSeek-V3's
+      selective recompute, like the latents after their RMSNorms and Q, K, V of the up-projections),
+      the latents before their norms and the RoPE key (÷t with SP), the output projection's
+      input, the MLP as for MHA, the core unless FlashAttention.
+    """
+    e = float(shard.act_bytes)
+    m = float(DROPOUT_MASK_BYTES if dropout else 0)
+    t = shard.tp
+    s = shard.seq_length / shard.cp
+    sb = s * shard.micro_batch
+    h = model.hidden_size
+    sp_div = t if shard.sequence_parallel else 1
+    f = moe_ffn_width(model) if moe_layer else model.ffn_size
+    heads_rank = model.num_attention_heads / t
+    mlp = [SavedTensor("fc1_output", (2 * e if model.gated_mlp else e) * sb * f / t),
+           SavedTensor("fc2_input", e * sb * f / t)]
+    core_bytes = (e + m + (e if dropout else 0.0)) * heads_rank * s * s * shard.micro_batch
+    masks = [SavedTensor("attn_dropout_mask", m * sb * h / sp_div), SavedTensor("mlp_dropout_mask", m * sb * h / sp_div)]
+    if model.mla is None:
+        d, g = model.head_dim, kv_heads_per_rank(model, t)
+        tensors = [SavedTensor(name, e * sb * h / sp_div) for name in ("ln1_input", "qkv_input", "ln2_input",
+                                                                       "fc1_input")]
+        tensors += masks
+        tensors += [SavedTensor("q", e * sb * h / t), SavedTensor("k_v", 2 * e * sb * d * g),
+                    SavedTensor("attn_out_input", e * sb * h / t)]
+        tensors += mlp
+        if not shard.flash_attention:
+            tensors.append(SavedTensor("attention_core", core_bytes, selective_drops=True))
+        return tuple(tensors)
+    mla = model.mla
+    latents = (mla.q_lora_rank or 0) + mla.kv_lora_rank
+    tensors = [SavedTensor("ln1_input", e * sb * h / sp_div), SavedTensor("ln2_input", e * sb * h / sp_div),
+               SavedTensor("ln1_output", e * sb * h / sp_div, selective_drops=True),
+               SavedTensor("ln2_output", e * sb * h / sp_div, selective_drops=True)]
+    tensors += masks
+    tensors += [SavedTensor("latents", e * sb * latents / sp_div),
+                SavedTensor("latents_normed", e * sb * latents / sp_div, selective_drops=True),
+                SavedTensor("rope_key", e * sb * mla.qk_rope_head_dim / sp_div),
+                SavedTensor("q_k_v", e * sb * heads_rank * (2 * mla.qk_head_dim + mla.v_head_dim), selective_drops=True),
+                SavedTensor("attn_out_input", e * sb * heads_rank * mla.v_head_dim)]
+    tensors += mlp
+    if not shard.flash_attention:
+        tensors.append(SavedTensor("attention_core", core_bytes, selective_drops=True))
+    return tuple(tensors)
+
+
+def _layer(name: str, kind: str, work: LayerWork, params: float, expert: float, saved: tuple[SavedTensor, ...],
+           checkpoint: float | None, output_bytes: float, inputs: tuple[str, ...], splittable: frozenset[str],
+           ) -> Layer:
+    total = sum(x.nbytes for x in saved)
+    return Layer(name, kind, work.forward, work.backward, params=params, expert_params=expert, saved_bytes=total,
+                 saved_bytes_selective=total - sum(x.nbytes for x in saved if x.selective_drops),
+                 checkpoint_bytes=checkpoint, output_bytes=output_bytes, inputs=inputs, splittable=splittable)
+
+
+@cache
+def transformer_layer_graph(model: TransformerSpec, shard: ShardShape) -> LayerGraph:
+    """The model as embedding -> num_layers blocks -> head for one micro-batch on one rank after
+    ``shard`` (cached; blocks of one kind, dense or MoE, share their op tuples)."""
+    e, h = float(shard.act_bytes), model.hidden_size
+    sb = shard.seq_length / shard.cp * shard.micro_batch
+    sp_div = shard.tp if shard.sequence_parallel else 1
+    hidden_out = e * sb * h  # what a block (and the embedding) hands on, before any TP split
+    splits = frozenset({"batch", "heads", "sequence"})
+    embed_mask = (SavedTensor("embedding_dropout_mask", DROPOUT_MASK_BYTES * sb * h / sp_div),)
+    # The embedding's output is the first block's input, counted there; it keeps its mask whatever
+    # the recompute (Korthikanti 2022 Sec. 4.3).
+    layers = [_layer("embedding", "embedding", embedding_work(model, shard),
+                     embedding_params_per_rank(model, shard.tp), 0.0, embed_mask, embed_mask[0].nbytes,
+                     hidden_out, (), splits)]
+    kinds = layer_kinds(model)
+    per_kind: dict[bool, tuple] = {}
+    for i, moe_layer in enumerate(kinds):
+        if moe_layer not in per_kind:
+            dense, expert = block_params_per_rank(model, shard.tp, shard.ep, moe_layer)
+            per_kind[moe_layer] = (layer_work(model, shard, kinds.index(moe_layer)), dense + expert, expert,
+                                   block_saved_tensors(model, shard, moe_layer))
+        work, params, expert, saved = per_kind[moe_layer]
+        layers.append(_layer(f"block{i}", "transformer_block", work, params, expert, saved,
+                             e * sb * h / sp_div, hidden_out, (layers[-1].name,), splits))
+    # Final-norm and LM-head inputs (÷t with SP) and the logits (÷t, vocab-parallel), whatever the
+    # recompute (Korthikanti 2022 Sec. 4.3: 4·sbh/t·(1 + V/h) with SP and 4 B per logit).
+    head_saved = (SavedTensor("norm_and_head_inputs", 2 * e * sb * h / sp_div),
+                  SavedTensor("logits", LOGITS_BYTES_PER_ELEMENT * sb * model.vocab_size / shard.tp))
+    layers.append(_layer("head", "lm_head", head_work(model, shard), head_params_per_rank(model, shard.tp), 0.0,
+                         head_saved, sum(x.nbytes for x in head_saved), 0.0, (layers[-1].name,), splits))
+    return LayerGraph(model.name, tuple(layers), shard.micro_batch, sample="sequence",
+                      seq_length=shard.seq_length, prologue=1, epilogue=1)
