@@ -26,9 +26,10 @@ from simulator.report.result import BREAKDOWN_KEYS, SimulationResult, TimelineEv
 from simulator.scenario import Scenario, load_scenario
 from simulator.strategies.plan import Plan, step_durations, step_end_times
 from simulator.strategies.registry import get_kind
-from simulator.strategies.spmd.layout import chunk_layer_counts
+from simulator.strategies.spmd.split import chunk_counts
 from workloads.counting import total_params
-from workloads.graph import step_flops
+from workloads.graph import ModelFlops, ShardShape, step_flops
+from workloads.schema import TransformerSpec
 
 _BUSY = {"compute": "compute", "recompute": "recompute", "host_stall": "host_stall", "optimizer": "optimizer"}
 
@@ -114,14 +115,13 @@ def simulate(scenario: Scenario, mode: str | None = None, detail: bool = False,
     kind = get_kind(scenario.strategy_kind)
     stage, peak, per_stage = kind.memory(scenario)
     ok, reason = memory_fits(scenario, peak)
-    flops = step_flops(model, scenario.seq_length, par.global_batch_size, par.recompute,
-                       flash_attention=scenario.training.attention == "flash")
+    flops = _step_flops(scenario)
     accel = scenario.accelerator
     step_time = makespan = None
     step_times: list[float] = []
     breakdown = dict.fromkeys(BREAKDOWN_KEYS, 0.0)
     timeline_builder = None
-    layers_per_chunk = chunk_layer_counts(par, model.num_layers)
+    layers_per_chunk = chunk_counts(scenario, scenario.layer_graph())
     if ok or run_if_oom:
         plan = kind.compile(scenario, mode=mode, detail=detail)
         engine = Engine(plan.topology.port_capacity)
@@ -134,13 +134,15 @@ def simulate(scenario: Scenario, mode: str | None = None, detail: bool = False,
     return _with_economics(scenario, SimulationResult(
         scenario_name=scenario.name,
         num_gpus=scenario.num_gpus,
-        num_parameters=total_params(model),
+        num_parameters=_total_params(scenario),
         parallelism=par.model_dump(),
         step_time_s=step_time,
         steps=scenario.simulation.steps,
         step_times_s=step_times,
         makespan_s=makespan,
-        tokens_per_step=par.global_batch_size * scenario.seq_length,
+        tokens_per_step=par.global_batch_size * scenario.seq_length if scenario.seq_length else None,
+        samples_per_step=par.global_batch_size,
+        sample=getattr(model, "sample", "sequence"),
         model_flops_per_step=flops.model_flops,
         hardware_flops_per_step=flops.hardware_flops,
         peak_tflops_per_gpu=accel.peak_tflops[scenario.training.precision],
@@ -159,6 +161,40 @@ def simulate(scenario: Scenario, mode: str | None = None, detail: bool = False,
         tokens_to_train=scenario.training.tokens,
         timeline_builder=timeline_builder,
     ))
+
+
+def _unsharded_graph(scenario: Scenario):
+    """The model's graph for one sample on one device (no split): what FLOPs and parameters count."""
+    return scenario.model.layer_graph(ShardShape(micro_batch=1, seq_length=scenario.seq_length or 1,
+                                                 precision=scenario.training.precision,
+                                                 flash_attention=scenario.training.attention == "flash"))
+
+
+def _total_params(scenario: Scenario) -> int:
+    if isinstance(scenario.model, TransformerSpec):
+        return total_params(scenario.model)
+    return int(round(_unsharded_graph(scenario).total_params()))
+
+
+def _step_flops(scenario: Scenario) -> ModelFlops:
+    """FLOPs per optimizer step counted from the ops (GEMMs, convolutions, attention): model FLOPs
+    forward + backward, hardware FLOPs with the recomputed forward. A transformer counts per layer
+    kind (:func:`workloads.graph.step_flops`, the same sum, faster); any other graph per layer."""
+    par = scenario.parallelism
+    if isinstance(scenario.model, TransformerSpec):
+        return step_flops(scenario.model, scenario.seq_length, par.global_batch_size, par.recompute,
+                          flash_attention=scenario.training.attention == "flash")
+    graph = _unsharded_graph(scenario)
+
+    def flops(ops) -> float:
+        return sum(op.flops for op in ops if op.kind in ("gemm", "attention"))
+
+    forward = sum(flops(layer.forward) for layer in graph.layers)
+    backward = sum(flops(layer.backward) for layer in graph.layers)
+    recomputed = sum(flops(layer.recompute_ops(par.recompute)) for layer in graph.layers)
+    batch = par.global_batch_size
+    return ModelFlops((forward + backward) * batch, (forward + backward + recomputed) * batch,
+                      forward / max(1, len(graph.pipelined)))
 
 
 def _with_economics(scenario: Scenario, result: SimulationResult) -> SimulationResult:

@@ -237,8 +237,11 @@ def test_interleaved_chunks_and_cross_stage_links():
 
 
 def test_stage_params_with_tp():
-    # tp 2, pp 2: stage 0 holds 2 layers + embedding, /tp: (2·789,760 + 327,680)/2 = 953,600;
-    # stage 1 holds 2 layers + final norm and head: (2·789,760 + 262,656)/2 = 921,088.
+    # tp 2, pp 2, split the Megatron way (the layer graph's count, the same as memory's): a layer
+    # holds its 12h² matrices, QKV and FC1 biases (3h + 4h) ÷2, and replicated the attention-out
+    # and FC2 biases (2h) and its two layer norms (4h): 393,216 + 896 + 1,536 = 395,648.
+    # Stage 0: 2 layers + the word embedding ÷2 (131,072) + learned positions (65,536) = 987,904;
+    # stage 1: 2 layers + final norm (512) + head ÷2 (131,072) = 922,880.
     pl = Planner(a100(16, tp=2, pp=2, dp=4))
-    assert pl.stage_params_local(0) == pytest.approx(953_600)
-    assert pl.stage_params_local(1) == pytest.approx(921_088)
+    assert pl.stage_params_local(0) == pytest.approx(987_904)
+    assert pl.stage_params_local(1) == pytest.approx(922_880)

@@ -50,6 +50,7 @@ from dataclasses import dataclass
 from simulator.errors import ConfigError
 from simulator.scenario import gradient_bytes
 from simulator.strategies.spmd.layout import Parallelism, chunk_layer_counts, split_layers
+from simulator.strategies.spmd.split import chunk_counts
 from workloads.graph import ShardShape
 from workloads.layer_graph import LayerGraph
 from workloads.schema import MLASpec
@@ -458,8 +459,8 @@ def _params_graph(model, par: Parallelism) -> LayerGraph:
     return model.layer_graph(ShardShape(micro_batch=1, seq_length=model.seq_length or 1, tp=par.tp, ep=par.ep))
 
 
-def _stage_param_split(model, par: Parallelism, stage: int,
-                       graph: LayerGraph | None = None) -> tuple[float, float, list[float]]:
+def _stage_param_split(model, par: Parallelism, stage: int, graph: LayerGraph | None = None,
+                       counts: list[int] | None = None) -> tuple[float, float, list[float]]:
     """(dense, expert) parameters of one rank of ``stage`` and the size of each module (for
     ZeRO-3 prefetch), read off the layer graph: the stage's pipelined layers, the prologue
     (embedding) on the first stage, the epilogue (final norm, head) on the last; with tied
@@ -468,7 +469,7 @@ def _stage_param_split(model, par: Parallelism, stage: int,
     pipelined = graph.pipelined
     dense = expert = 0.0
     modules: list[float] = []
-    counts = chunk_layer_counts(par, len(pipelined))
+    counts = counts or chunk_layer_counts(par, len(pipelined))
     for idx in stage_layer_indices(len(pipelined), par.pp, par.virtual_stages, stage, counts):
         layer = pipelined[idx]
         dense += layer.params - layer.expert_params
@@ -510,7 +511,8 @@ def rank_memory(scenario, stage: int) -> MemoryBreakdown:
 
     # Model states.
     graph = scenario.layer_graph()
-    dense, expert, modules = _stage_param_split(scenario.model, par, stage, graph)
+    counts = chunk_counts(scenario, graph)
+    dense, expert, modules = _stage_param_split(scenario.model, par, stage, graph, counts)
     zdp = par.zero_shard_size or dp * cp  # hybrid sharding shards over its group only
     gb = gradient_bytes(tr)
     w1, g1, o1 = model_state_bytes(dense, par.zero_stage, zdp, tr.precision, tr.optimizer, gb)
@@ -522,8 +524,7 @@ def rank_memory(scenario, stage: int) -> MemoryBreakdown:
     # (head) times those of the first and last chunk.
     pipelined = graph.pipelined
     recompute = par.recompute
-    layers = [pipelined[i] for i in stage_layer_indices(len(pipelined), pp, v, stage,
-                                                         chunk_layer_counts(par, len(pipelined)))]
+    layers = [pipelined[i] for i in stage_layer_indices(len(pipelined), pp, v, stage, counts)]
 
     def kept(layer, mode: str) -> float:
         return layer.kept_bytes(mode, graph.input_bytes(layer))

@@ -35,7 +35,7 @@ class SimulationResult:
     num_parameters: int
     parallelism: dict[str, Any]
     step_time_s: float | None          # the mean over the simulated steps (makespan / steps)
-    tokens_per_step: int
+    tokens_per_step: int | None  # None for a model without a sequence (images)
     model_flops_per_step: float
     hardware_flops_per_step: float
     peak_tflops_per_gpu: float
@@ -54,6 +54,8 @@ class SimulationResult:
     steps: int = 1
     step_times_s: list[float] = field(default_factory=list)  # each simulated step
     makespan_s: float | None = None                          # end of the last task of the last step
+    samples_per_step: int = 0     # the global batch: sequences, images, sentences
+    sample: str = "sequence"      # what one sample is (the model's ``sample`` word)
     extra: dict[str, Any] = field(default_factory=dict)
     timeline_builder: Callable[[], list[TimelineEvent]] | None = field(default=None, repr=False)
     _timeline_cache: list[TimelineEvent] | None = field(default=None, repr=False)
@@ -67,7 +69,13 @@ class SimulationResult:
 
     @property
     def tokens_per_s(self) -> float | None:
-        return self.tokens_per_step / self.step_time_s if self.step_time_s else None
+        """Tokens per second, only where the model has a sequence."""
+        return self.tokens_per_step / self.step_time_s if self.step_time_s and self.tokens_per_step else None
+
+    @property
+    def samples_per_s(self) -> float | None:
+        """Samples (``sample``: sequences, images, ...) per second."""
+        return self.samples_per_step / self.step_time_s if self.step_time_s else None
 
     def _tflops_per_gpu(self, flops: float) -> float | None:
         if not self.step_time_s:
@@ -109,6 +117,8 @@ class SimulationResult:
             "steps": self.steps,
             "step_times_s": self.step_times_s,
             "makespan_s": self.makespan_s,
+            "samples_per_s": self.samples_per_s,
+            "sample": self.sample,
             "tokens_per_s": self.tokens_per_s,
             "model_tflops_per_gpu": self.model_tflops_per_gpu,
             "hardware_tflops_per_gpu": self.hardware_tflops_per_gpu,
@@ -155,7 +165,8 @@ def render_table(result: SimulationResult) -> str:
         f"  step time      {_fmt(result.step_time_s, '.3f', ' s')}" + (
             f" (mean of {result.steps} steps: {', '.join(f'{t:.3f}' for t in result.step_times_s[:8])}"
             f"{', ...' if result.steps > 8 else ''} s)" if result.steps > 1 else ""),
-        f"  tokens/s       {_fmt(result.tokens_per_s, ',.0f')}",
+        f"  samples/s      {_fmt(result.samples_per_s, ',.1f')} ({result.sample}s)",
+        *([f"  tokens/s       {_fmt(result.tokens_per_s, ',.0f')}"] if result.tokens_per_step else []),
         f"  TFLOP/s/GPU    {_fmt(result.model_tflops_per_gpu, '.1f')} model, "
         f"{_fmt(result.hardware_tflops_per_gpu, '.1f')} hardware (peak {result.peak_tflops_per_gpu:g})",
         f"  MFU / HFU      {_fmt(result.mfu and result.mfu * 100, '.1f', '%')} / "

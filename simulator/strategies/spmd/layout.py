@@ -13,7 +13,9 @@ from typing import Literal
 from pydantic import BaseModel, ConfigDict, Field
 
 from simulator.errors import ConfigError
+from workloads.graph import ShardShape
 from workloads.schema import TransformerSpec
+from workloads.transformer_graph import TENSOR_PARALLEL_KINDS
 
 Schedule = Literal["gpipe", "1f1b", "interleaved", "zb-h1"]
 Recompute = Literal["none", "selective", "full"]
@@ -38,6 +40,10 @@ class Parallelism(BaseModel):
         default=None, ge=0,
         description="layers on the last pipeline rank (Megatron-LM --decoder-last-pipeline-num-layers)")
     schedule: Schedule = "1f1b"
+    pp_split: Literal["even", "balanced"] = Field(
+        default="even",
+        description="how pipeline chunks are cut: even (the same number of layers each, Megatron-LM) or "
+                    "balanced (contiguous layers minimising the slowest chunk's compute; for uneven graphs)")
     sequence_parallel: bool = False
     zero_stage: Literal[0, 1, 2, 3] = 0
     zero_shard_size: int | None = Field(
@@ -120,17 +126,21 @@ def resolve_layout(par: Parallelism, model: TransformerSpec, num_gpus: int) -> P
                 "parallelism",
                 f"tp*cp*pp*dp = {par.tp}*{par.cp}*{par.pp}*{dp} = {dp * mp} does not equal num_gpus = {num_gpus}",
             )
-    if model.num_attention_heads % par.tp:
-        raise ConfigError("parallelism.tp", f"{par.tp} does not divide attention heads ({model.num_attention_heads})")
-    if model.kv_heads % par.tp and par.tp % model.kv_heads:
-        raise ConfigError("parallelism.tp", f"{par.tp} and kv heads ({model.kv_heads}) do not divide one another")
-    if model.ffn_size % par.tp:
-        raise ConfigError("parallelism.tp", f"{par.tp} does not divide the FFN size ({model.ffn_size})")
+    if isinstance(model, TransformerSpec):
+        if model.num_attention_heads % par.tp:
+            raise ConfigError("parallelism.tp", f"{par.tp} does not divide attention heads ({model.num_attention_heads})")
+        if model.kv_heads % par.tp and par.tp % model.kv_heads:
+            raise ConfigError("parallelism.tp", f"{par.tp} and kv heads ({model.kv_heads}) do not divide one another")
+        if model.ffn_size % par.tp:
+            raise ConfigError("parallelism.tp", f"{par.tp} does not divide the FFN size ({model.ffn_size})")
+        num_layers = model.num_layers
+    else:
+        num_layers = _check_graph_layout(par, model)
     chunks = par.pp * par.virtual_stages
-    if chunks > model.num_layers:
+    if chunks > num_layers:
         raise ConfigError(
             "parallelism.pp",
-            f"pp*virtual_stages = {chunks} exceeds the model's {model.num_layers} layers",
+            f"pp*virtual_stages = {chunks} exceeds the model's {num_layers} layers",
         )
     if par.virtual_stages > 1 and par.schedule != "interleaved":
         raise ConfigError("parallelism.virtual_stages", "more than 1 needs schedule: interleaved")
@@ -145,11 +155,11 @@ def resolve_layout(par: Parallelism, model: TransformerSpec, num_gpus: int) -> P
         raise ConfigError("parallelism.schedule", "zb-h1 with ZeRO-3 is not simulated yet")
     if par.schedule == "interleaved" and par.pp == 1:
         raise ConfigError("parallelism.schedule", "interleaved needs pp > 1")
-    if par.ep > 1 and not model.is_moe:
+    if par.ep > 1 and not getattr(model, "is_moe", False):
         raise ConfigError("parallelism.ep", "expert parallelism needs a mixture-of-experts model")
     if par.ep > 1 and dp % par.ep:
         raise ConfigError("parallelism.ep", f"{par.ep} does not divide dp = {dp}")
-    if model.moe is not None:
+    if getattr(model, "moe", None) is not None:
         if model.moe.num_experts % par.ep:
             raise ConfigError("parallelism.ep", f"{par.ep} does not divide the {model.moe.num_experts} experts")
     if par.sequence_parallel and par.tp == 1:
@@ -157,9 +167,12 @@ def resolve_layout(par: Parallelism, model: TransformerSpec, num_gpus: int) -> P
     if par.tp_comm_overlap and not par.sequence_parallel:
         raise ConfigError("parallelism.tp_comm_overlap",
                           "needs sequence_parallel: true (it pipelines the all-gather / reduce-scatter pair)")
-    if model.mla is not None and par.cp > 1:
+    if getattr(model, "mla", None) is not None and par.cp > 1:
         raise ConfigError("parallelism.cp", "multi-head latent attention with context parallelism is not simulated yet")
-    chunk_layer_counts(par, model.num_layers)  # checks first_stage_layers / last_stage_layers
+    if par.pp_split == "balanced" and (par.first_stage_layers is not None or par.last_stage_layers is not None):
+        raise ConfigError("parallelism.pp_split", "balanced sets the layers per stage itself: leave "
+                                                  "first_stage_layers / last_stage_layers unset")
+    chunk_layer_counts(par, num_layers)  # checks first_stage_layers / last_stage_layers
     replica_batch = dp * par.micro_batch_size
     if par.global_batch_size % replica_batch:
         raise ConfigError(
@@ -173,6 +186,22 @@ def resolve_layout(par: Parallelism, model: TransformerSpec, num_gpus: int) -> P
             f"interleaved schedule needs micro-batches per replica ({micro_batches}) divisible by pp ({par.pp})",
         )
     return par.model_copy(update={"dp": dp})
+
+
+def _check_graph_layout(par: Parallelism, model) -> int:
+    """Layout rules for a model given as a layer graph (not a transformer spec): tensor
+    parallelism only where every layer's kind carries its own TP split (transformer blocks; a
+    ConfigError names the first layer that does not), context parallelism only for models with
+    a sequence. Returns the number of layers a pipeline splits."""
+    graph = model.layer_graph(ShardShape(micro_batch=1, seq_length=getattr(model, "seq_length", None) or 1)).check()
+    if par.tp > 1:
+        other = next((layer for layer in graph.layers if layer.kind not in TENSOR_PARALLEL_KINDS), None)
+        if other is not None:
+            raise ConfigError("parallelism.tp", f"tensor parallelism is not modelled for {other.kind} layers "
+                                                f"({model.name} layer {other.name!r}); use tp: 1")
+    if par.cp > 1 and graph.seq_length is None:
+        raise ConfigError("parallelism.cp", f"context parallelism needs a sequence; {model.name} has none")
+    return len(graph.pipelined)
 
 
 def split_layers(num_layers: int, num_chunks: int) -> list[int]:

@@ -33,16 +33,12 @@ from simulator.cost.topology import RankLayout, Topology
 from simulator.engine.engine import Task
 from simulator.scenario import Scenario, gradient_bytes
 from simulator.strategies.plan import Plan
-from simulator.strategies.spmd.layout import chunk_layer_counts
 from simulator.strategies.spmd.schedule import stage_order, zero_bubble
-from workloads.counting import (
-    embedding_params,
-    layer_kind_runs,
-    layer_kinds,
-    layer_params,
-    output_head_params,
-)
-from workloads.graph import LayerWork, Op, ShardShape, embedding_work, head_work, layer_work
+from simulator.strategies.spmd.split import chunk_counts
+from workloads.counting import layer_kind_runs
+from workloads.graph import LayerWork, Op
+from workloads.layer_graph import LayerGraph
+from workloads.schema import TransformerSpec
 
 WEIGHT_BYTES = {"fp32": 4, "bf16": 2, "fp16": 2, "fp8": 2}
 # Adam step, mixed precision: read fp32 master+m+v and the 16-bit grad, write master+m+v and the
@@ -66,33 +62,30 @@ class Planner:
         self.sync_stretch = sync_stretch(scenario.accelerator.efficiency.sync_jitter, scenario.num_gpus)
         self.host_floor = scenario.accelerator.efficiency.cross_node_pipeline_floor
         self._stretch_cache: dict[tuple[int, bool], float] = {}
-        self.shard = ShardShape(
-            micro_batch=self.par.micro_batch_size,
-            seq_length=scenario.seq_length,
-            tp=self.par.tp,
-            cp=self.par.cp,
-            sequence_parallel=self.par.sequence_parallel,
-            precision=self.precision,
-            flash_attention=scenario.training.attention == "flash",
-            ep=self.par.ep,
-            moe_load_imbalance=self.par.moe_load_imbalance,
-            cp_comm=self.par.cp_comm,
-            cp_load_balance=self.par.cp_load_balance,
-            tp_comm_overlap=self.par.tp_comm_overlap,
-            unfused_eager_kernels=scenario.training.unfused_eager_kernels,
-        )
+        self.shard = scenario.shard
+        self.graph = scenario.layer_graph()
         self.chunks = self.par.pp * self.par.virtual_stages
-        self.layers_per_chunk = chunk_layer_counts(self.par, scenario.model.num_layers)
-        # Layers may differ (dense / MoE FFN): each kind is built once, from its first layer, and
-        # a chunk is the runs of equal kind it holds, in order (a dense model: one run per chunk).
-        self.layer_kinds = layer_kinds(scenario.model)
-        self.layer_works = {kind: layer_work(scenario.model, self.shard, self.layer_kinds.index(kind))
-                            for kind in dict.fromkeys(self.layer_kinds)}
+        # The pipeline splits the graph's pipelined layers (a transformer's blocks; every layer of
+        # a CNN); the prologue (embedding) runs on the first chunk, the epilogue (head) on the last.
+        self.pipelined = self.graph.pipelined
+        self.layers_per_chunk = chunk_counts(scenario, self.graph)
+        # Layers may differ: each kind is priced once, from its first layer, and a chunk is the runs
+        # of equal kind it holds, in order (a dense transformer: one run per chunk).
+        self.layer_kinds = layer_kind_keys(scenario.model, self.graph)
+        self.layer_works = {}
+        self._params_split: dict = {}
+        for kind, layer in zip(self.layer_kinds, self.pipelined, strict=True):
+            if kind not in self.layer_works:
+                self.layer_works[kind] = LayerWork(layer.forward, layer.backward, params=layer.params)
+                self._params_split[kind] = (layer.params - layer.expert_params, layer.expert_params)
         self.layer = self.layer_works[self.layer_kinds[0]]  # the first layer's work (calibration reads it)
         self.chunk_starts = [sum(self.layers_per_chunk[:g]) for g in range(self.chunks)]
-        self._params_split: dict[bool, tuple[float, float]] = {}
-        self.embedding = embedding_work(scenario.model, self.shard)
-        self.head = head_work(scenario.model, self.shard)
+        prologue = self.graph.layers[:self.graph.prologue]
+        epilogue = self.graph.layers[len(self.graph.layers) - self.graph.epilogue:]
+        self.embedding = _joined(prologue)
+        self.head = _joined(epilogue)
+        self.prologue_params = sum(layer.params for layer in prologue)
+        self.epilogue_params = sum(layer.params for layer in epilogue)
         self._cost_cache: dict = {}
         self._time_cache: dict = {}
         self._comm_cache: dict = {}
@@ -279,20 +272,13 @@ class Planner:
 
     # -- params ----------------------------------------------------------------------------
 
-    def layer_params_split(self, moe_layer: bool | None = None) -> tuple[float, float]:
-        """(dense, expert) parameters of one layer of kind ``moe_layer`` (default: the first
-        layer's) held by one rank: dense split by tp, routed experts by ep (norms and the router
-        are small and counted with the dense part; MLA's down-projections are replicated)."""
-        kind = self.layer_kinds[0] if moe_layer is None else moe_layer
-        hit = self._params_split.get(kind)
-        if hit is None:
-            lp = layer_params(self.sc.model, kind)
-            dense = (lp.attention + lp.mlp_dense + lp.norms + lp.router) / self.par.tp + lp.attention_replicated
-            hit = self._params_split[kind] = (dense, lp.mlp_experts / self.par.ep)
-        return hit
+    def layer_params_split(self, kind=None) -> tuple[float, float]:
+        """(dense, routed-expert) parameters one rank holds of a layer of ``kind`` (default: the
+        first layer's), as the layer graph states them."""
+        return self._params_split[self.layer_kinds[0] if kind is None else kind]
 
-    def layer_params_local(self, moe_layer: bool | None = None) -> float:
-        return sum(self.layer_params_split(moe_layer))
+    def layer_params_local(self, kind=None) -> float:
+        return sum(self.layer_params_split(kind))
 
     def chunk_runs(self, global_chunk: int) -> tuple[tuple[bool, int], ...]:
         """The chunk's layers as runs of equal kind, in order: ((moe_layer, count), ...) (cached:
@@ -318,10 +304,10 @@ class Planner:
         model, tp = self.sc.model, self.par.tp
         params = self._layers_params(self.chunk_runs(global_chunk))
         if global_chunk == 0:
-            params += embedding_params(model) / tp
+            params += self.prologue_params
         if global_chunk == self.chunks - 1:
-            params += output_head_params(model) / tp
-            if model.tied_embeddings and self.chunks > 1 and self.par.pp > 1:
+            params += self.epilogue_params
+            if getattr(model, "tied_embeddings", False) and self.chunks > 1 and self.par.pp > 1:
                 params += model.vocab_size * model.hidden_size / tp
         return params
 
@@ -683,7 +669,7 @@ class Planner:
             if g == last_chunk:
                 run_ops(self.head.backward, f"B.{tag}.head", "compute")
                 if reduce_now:
-                    bucket["bytes"] += output_head_params(sc.model) / par.tp * grad_bytes
+                    bucket["bytes"] += self.epilogue_params * grad_bytes
             for layer in reversed(range(n_layers)):
                 label = f"B.{tag}.L{layer}"
                 kind = self.chunk_layer_kind(g, layer)
@@ -706,7 +692,7 @@ class Planner:
                 run_ops(self.embedding.backward, f"B.{tag}.embedding", "compute")
             if overlapped_reduce:
                 if g == 0:
-                    bucket["bytes"] += embedding_params(sc.model) / par.tp * grad_bytes
+                    bucket["bytes"] += self.prologue_params * grad_bytes
                 flush_bucket(prev[0], f"B.{tag}")
             accumulate_grads(g, mb, tag)
             lookup[("B_entry", actor, mb, g)] = compute_list[pass_start]
@@ -722,7 +708,7 @@ class Planner:
             bucket["expert"] = self._layers_params(stage_kinds.items(), expert_only=True) * grad_bytes
             flush_bucket(end_of_backward, "grads")
         # Tied embeddings across pipeline stages: sum the two copies' gradients (Megatron).
-        if sc.model.tied_embeddings and par.pp > 1 and stage in (0, par.pp - 1):
+        if getattr(sc.model, "tied_embeddings", False) and par.pp > 1 and stage in (0, par.pp - 1):
             task = self.comm_task(actor, "dp", "dp_comm", "embedding_grad_all_reduce", rank,
                                   [("embedding", "all_reduce",
                                     sc.model.vocab_size * sc.model.hidden_size / par.tp * grad_bytes)],
@@ -748,19 +734,20 @@ class Planner:
                 ends = (opt, task)
         return compute_list, ends
 
-    def _pp_payload(self) -> float:
-        """Bytes one rank sends to the next stage per micro-batch (activation or its gradient)."""
-        par = self.par
-        payload = (self.sc.seq_length // par.cp) * par.micro_batch_size * self.sc.model.hidden_size
-        payload *= WEIGHT_BYTES[self.precision]
-        if par.tp > 1:
-            payload /= par.tp  # Megatron scatter/gather optimisation (or sequence-parallel shards)
-        return payload
+    def _pp_payload(self, global_chunk: int = 0) -> float:
+        """Bytes sent across the boundary after ``global_chunk`` per micro-batch (its last layer's
+        output, or that output's gradient), ÷tp: Megatron's scatter/gather optimisation (or the
+        sequence-parallel shards)."""
+        last = self.chunk_starts[global_chunk] + self.layers_per_chunk[global_chunk] - 1
+        if last < 0:  # an empty first chunk hands on the prologue's output
+            layer = self.graph.layers[max(0, self.graph.prologue - 1)]
+        else:
+            layer = self.pipelined[last]
+        return layer.output_bytes / self.par.tp
 
     def _link_pipeline(self, lookup: dict[tuple, Task]) -> None:
         """Add the sends between stages and the cross-stage dependencies."""
         par = self.par
-        payload = self._pp_payload()
         last = self.chunks - 1
         coords = {actor: self.layout.coords(rank) for actor, rank in self.actor_ranks.items()}
         for (kind, actor, mb, g), task in list(lookup.items()):
@@ -773,7 +760,7 @@ class Planner:
                 if dst_stage == stage:
                     lookup[("F_entry", dst_actor, mb, g + 1)].deps.append(task)
                     continue
-                send = self.send_task(actor, dst, f"send_act.mb{mb}.c{g}", payload)
+                send = self.send_task(actor, dst, f"send_act.mb{mb}.c{g}", self._pp_payload(g))
                 send.deps.append(task)
                 self._pp_stream(actor).append(send)
                 lookup[("F_entry", dst_actor, mb, g + 1)].deps.append(send)
@@ -784,7 +771,7 @@ class Planner:
                 if dst_stage == stage:
                     lookup[("B_entry", dst_actor, mb, g - 1)].deps.append(task)
                     continue
-                send = self.send_task(actor, dst, f"send_grad.mb{mb}.c{g}", payload)
+                send = self.send_task(actor, dst, f"send_grad.mb{mb}.c{g}", self._pp_payload(g - 1))
                 send.deps.append(task)
                 self._pp_stream(actor).append(send)
                 lookup[("B_entry", dst_actor, mb, g - 1)].deps.append(send)
@@ -847,3 +834,23 @@ class Planner:
 
     def _pp_stream(self, actor: str) -> list[Task]:
         return self._streams_ref[(actor, "pp")]
+
+
+def layer_kind_keys(model, graph: LayerGraph) -> tuple:
+    """A key per pipelined layer, equal for layers that do the same work (priced once): a
+    transformer's dense / MoE flag, else the index of the first layer with the same ops and params."""
+    if isinstance(model, TransformerSpec):
+        return tuple(model.is_moe_layer(i) for i in range(model.num_layers))
+    first: dict[tuple, int] = {}
+    keys = []
+    for i, layer in enumerate(graph.pipelined):
+        keys.append(first.setdefault((layer.forward, layer.backward, layer.params, layer.expert_params), i))
+    return tuple(keys)
+
+
+def _joined(layers) -> LayerWork:
+    """The prologue's (or epilogue's) layers as one unit of work, forward in order, backward reversed."""
+    if len(layers) == 1:
+        return LayerWork(layers[0].forward, layers[0].backward)
+    return LayerWork(sum((layer.forward for layer in layers), ()),
+                     sum((layer.backward for layer in reversed(layers)), ()))

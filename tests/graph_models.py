@@ -1,0 +1,35 @@
+"""A tiny hand-built graph model for the tests: a chain of linear layers (one GEMM each), the
+smallest thing that is a layer graph and not a transformer. Not a catalog model."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from workloads.graph import ShardShape, _backward_of, _gemm
+from workloads.layer_graph import Layer, LayerGraph
+
+
+@dataclass(frozen=True)
+class ChainSpec:
+    """``len(widths)`` linear layers; layer i multiplies ``rows`` x ``widths[i]`` inputs per sample
+    by a ``widths[i]`` x ``out`` weight (M = rows·micro-batch, K = widths[i], N = out)."""
+
+    name: str = "chain"
+    widths: tuple[int, ...] = (256, 256)
+    rows: int = 256
+    out: int = 256
+    kind: str = "linear"
+    seq_length: int | None = None
+    sample: str = "image"
+
+    def layer_graph(self, shard: ShardShape) -> LayerGraph:
+        elem = shard.act_bytes
+        m = self.rows * shard.micro_batch
+        layers = []
+        for i, k in enumerate(self.widths):
+            forward = (_gemm(f"fc{i}", m, self.out, k, elem),)
+            backward = tuple(_backward_of(forward[0]))
+            layers.append(Layer(f"fc{i}", self.kind, forward, backward, params=k * self.out,
+                                saved_bytes=float(m * k * elem), output_bytes=float(m * self.out * elem),
+                                inputs=(f"fc{i - 1}",) if i else ()))
+        return LayerGraph(self.name, tuple(layers), shard.micro_batch, sample=self.sample)

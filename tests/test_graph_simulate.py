@@ -1,0 +1,133 @@
+"""Any layer graph runs through the spmd planner and memory: exact step times on a toy chain of
+linear layers (tests/graph_models.py) on the toy cluster of test_simulate.py.
+
+Each layer is one GEMM of M = 256·b rows, N = 256, K = its width. On the toy accelerator every
+GEMM of >= 0.008 GFLOP runs at E = 5e11 FLOP/s, memory traffic and the optimizer stream at
+~1e21 B/s (their times are ~1e-13 s), no launch overhead. A 256 x 256 x 256 GEMM is
+2·256³ = 33,554,432 FLOP: c = 67.108864 us forward, 2c backward (dgrad + wgrad).
+"""
+
+from __future__ import annotations
+
+from dataclasses import replace
+
+import pytest
+from graph_models import ChainSpec
+from test_simulate import E, toy
+
+from simulator.errors import ConfigError
+from simulator.memory.analytic import rank_memory
+from simulator.simulate import simulate
+from simulator.strategies.spmd.layout import Parallelism, resolve_layout
+from simulator.strategies.spmd.split import balanced_split
+
+C = 2 * 256**3 / E  # one 256-wide layer's forward, seconds
+
+
+def chain_scenario(num_gpus: int, model: ChainSpec | None = None, nvl_gb_per_s: float = 1e12,
+                   nvl_latency_us: float = 0.0, **parallelism):
+    """The toy cluster running ``model`` (a chain graph) instead of the toy GPT."""
+    base = toy(num_gpus, nvl_gb_per_s=nvl_gb_per_s, nvl_latency_us=nvl_latency_us, dp=num_gpus,
+               global_batch_size=num_gpus)
+    model = model or ChainSpec()
+    par = dict(micro_batch_size=1, global_batch_size=1)
+    par.update(parallelism)
+    return replace(base, model=model, name=model.name, parallelism=resolve_layout(Parallelism(**par), model, num_gpus))
+
+
+def test_single_gpu_chain_step_is_forward_plus_backward():
+    r = simulate(chain_scenario(1, global_batch_size=3))
+    assert r.step_time_s == pytest.approx(3 * 3 * 2 * C, rel=1e-9)
+    assert r.num_parameters == 2 * 256 * 256
+    assert r.tokens_per_step is None and r.tokens_per_s is None
+    assert r.samples_per_s == pytest.approx(3 / r.step_time_s)
+    # Model FLOPs: forward + backward of both GEMMs per sample, counted from the ops.
+    assert r.model_flops_per_step == pytest.approx(3 * 3 * 2 * 2 * 256**3)
+    d = r.to_dict()
+    assert d["sample"] == "image" and d["samples_per_s"] == pytest.approx(r.samples_per_s)
+
+
+@pytest.mark.parametrize("overlap", [False, True])
+def test_data_parallel_two_ranks_one_bucket(overlap):
+    # dp 2 in a node, NVLink 100 GB/s with 1 us latency; the 2·65,536 bf16 gradients (262,144 B)
+    # fit one 25 MB bucket, all-reduced once after the last backward (with overlap the bucket
+    # only fills then too): t = 2(n-1)·1 us + 2(n-1)/n · 262,144 B / 1e11 B/s = 2 us + 2.62144 us.
+    t_dp = 2e-6 + 262_144 / 100e9
+    r = simulate(chain_scenario(2, nvl_gb_per_s=100, nvl_latency_us=1, dp=2, global_batch_size=2,
+                                overlap_grad_reduce=overlap))
+    assert r.step_time_s == pytest.approx(3 * 2 * C + t_dp, rel=1e-9)
+    assert r.time_breakdown_s["dp_comm"] == pytest.approx(t_dp, rel=1e-6)
+
+
+def test_pipeline_two_stages_gpipe_two_micro_batches():
+    # pp 2, one layer per stage (f = c, b = 2c), m = 2, sends ~free: GPipe takes (m + p - 1)(f + b) = 9c.
+    r = simulate(chain_scenario(2, pp=2, global_batch_size=2, schedule="gpipe"))
+    assert r.layer_split == [1, 1]
+    assert r.step_time_s == pytest.approx(9 * C, rel=1e-9)
+
+
+UNEVEN = ChainSpec(name="uneven", widths=(256, 256, 256, 768))  # costs c, c, c, 3c
+
+
+def test_balanced_split_of_uneven_layers():
+    # Even: [2, 2] -> stage loads 2c and 4c forward. GPipe, m = 2: stage 1's forwards end at 2c+4c+4c
+    # = 10c, its two backwards (8c each) at 18c and 26c, stage 0's (4c) follow each: 30c.
+    even = simulate(chain_scenario(2, UNEVEN, pp=2, global_batch_size=2, schedule="gpipe"))
+    assert even.layer_split == [2, 2]
+    assert even.step_time_s == pytest.approx(30 * C, rel=1e-9)
+    # Balanced: [3, 1] -> 3c and 3c: (m + p - 1)·(3c + 6c) = 27c.
+    balanced = simulate(chain_scenario(2, UNEVEN, pp=2, global_batch_size=2, schedule="gpipe", pp_split="balanced"))
+    assert balanced.layer_split == [3, 1]
+    assert balanced.step_time_s == pytest.approx(27 * C, rel=1e-9)
+
+
+def test_balanced_split_minimises_the_largest_chunk():
+    assert balanced_split([1, 1, 1, 3], 2) == [3, 1]
+    assert balanced_split([5, 1, 1, 1, 1, 1], 2) == [1, 5]
+    assert balanced_split([1, 1, 1, 1], 2, first_extra=2) == [1, 3]
+    assert balanced_split([1.0] * 7, 7) == [1] * 7
+    with pytest.raises(ConfigError, match="parallelism.pp"):
+        balanced_split([1, 1], 3)
+
+
+def test_recompute_full_reruns_the_forward():
+    # One more forward per layer before its backward: 4c per layer per micro-batch.
+    r = simulate(chain_scenario(1, recompute="full"))
+    assert r.step_time_s == pytest.approx(2 * 4 * C, rel=1e-9)
+    assert r.time_breakdown_s["recompute"] == pytest.approx(2 * C, rel=1e-9)
+    assert r.hardware_flops_per_step == pytest.approx(r.model_flops_per_step * 4 / 3)
+
+
+@pytest.mark.parametrize("zero", [1, 2, 3])
+def test_zero_stages_run_and_shard_the_model_states(zero):
+    sc = chain_scenario(4, dp=4, global_batch_size=4, zero_stage=zero)
+    r = simulate(sc)
+    assert r.step_time_s > 3 * 2 * C
+    replicated = rank_memory(chain_scenario(4, dp=4, global_batch_size=4), 0)
+    sharded = rank_memory(sc, 0)
+    assert sharded.optimizer_bytes == pytest.approx(replicated.optimizer_bytes / 4)
+    assert (sharded.weights_bytes < replicated.weights_bytes) == (zero == 3)
+
+
+def test_activation_memory_is_read_off_the_graph():
+    # 1F1B, pp 1, one micro-batch in flight: the saved inputs of both layers, M·K·2 bytes each;
+    # full recompute keeps each layer's input (its predecessor's output; the first layer its own).
+    none = rank_memory(chain_scenario(1), 0)
+    assert none.activations_bytes == 2 * 256 * 256 * 2
+    full = rank_memory(chain_scenario(1, recompute="full"), 0)
+    assert full.activations_bytes == 2 * 256 * 256 * 2  # here the inputs are all that is saved
+
+
+def test_tensor_parallel_is_refused_for_layers_without_a_tp_split():
+    with pytest.raises(ConfigError, match=r"parallelism.tp.*linear layers.*'fc0'"):
+        chain_scenario(2, tp=2)
+
+
+def test_context_parallel_needs_a_sequence():
+    with pytest.raises(ConfigError, match="parallelism.cp"):
+        chain_scenario(2, cp=2)
+
+
+def test_more_stages_than_layers_is_refused():
+    with pytest.raises(ConfigError, match="exceeds the model's 2 layers"):
+        chain_scenario(4, pp=4, global_batch_size=4)
