@@ -250,12 +250,13 @@ def search(
     n_probe = (probe.get("cluster") or {}).get("num_gpus")
     probe["parallelism"] = {"global_batch_size": n_probe if isinstance(n_probe, int) and n_probe > 0 else 1}
     scenario = build_scenario(probe)
-    layers, per_node, n = scenario.model.num_layers, scenario.node.gpus_per_node, scenario.num_gpus
+    layers = len(scenario.layer_graph().pipelined)  # what a pipeline splits (a transformer's blocks)
+    per_node, n = scenario.node.gpus_per_node, scenario.num_gpus
     # Everything of the scenario's layout that the search does not vary is kept (batch, buckets, overlap knobs).
     searched = {"tp", "pp", "dp", "cp", "ep", "virtual_stages", "micro_batch_size", "zero_stage", "recompute",
                 "sequence_parallel"}
     keep = {k: v for k, v in base_par.model_dump().items() if k not in searched}
-    experts = scenario.model.moe.num_experts if scenario.model.is_moe else 0
+    experts = scenario.model.moe.num_experts if getattr(scenario.model, "is_moe", False) else 0
     candidates = enumerate_layouts(keep, n, layers, per_node, space, constraints, experts)
 
     rows: list[dict[str, Any] | None] = [None] * len(candidates)
