@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import copy
 from dataclasses import dataclass
+from functools import lru_cache
 from pathlib import Path
 from typing import Any, Literal
 
@@ -145,8 +146,21 @@ class Scenario:
 
     def layer_graph(self) -> LayerGraph:
         """The model's layer graph for one micro-batch on one rank (the one description memory,
-        compute and the planner read)."""
-        return self.model.layer_graph(self.shard)
+        compute and the planner read; built once per model and shard)."""
+        return layer_graph_of(self.model, self.shard)
+
+
+@lru_cache(maxsize=256)
+def _cached_graph(model: Any, shard: ShardShape) -> LayerGraph:
+    return model.layer_graph(shard)
+
+
+def layer_graph_of(model: Any, shard: ShardShape) -> LayerGraph:
+    """``model.layer_graph(shard)``, cached for hashable (frozen) specs."""
+    try:
+        return _cached_graph(model, shard)
+    except TypeError:  # an unhashable spec: build it each time
+        return model.layer_graph(shard)
 
 
 def _parse_value(text: str) -> Any:

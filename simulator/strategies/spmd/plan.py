@@ -87,6 +87,7 @@ class Planner:
         self.prologue_params = sum(layer.params for layer in prologue)
         self.epilogue_params = sum(layer.params for layer in epilogue)
         self._cost_cache: dict = {}
+        self._payload_cache: dict[int, float] = {}
         self._time_cache: dict = {}
         self._comm_cache: dict = {}
         self._group_cache: dict = {}
@@ -735,15 +736,17 @@ class Planner:
         return compute_list, ends
 
     def _pp_payload(self, global_chunk: int = 0) -> float:
-        """Bytes sent across the boundary after ``global_chunk`` per micro-batch (its last layer's
-        output, or that output's gradient), ÷tp: Megatron's scatter/gather optimisation (or the
-        sequence-parallel shards)."""
-        last = self.chunk_starts[global_chunk] + self.layers_per_chunk[global_chunk] - 1
-        if last < 0:  # an empty first chunk hands on the prologue's output
-            layer = self.graph.layers[max(0, self.graph.prologue - 1)]
-        else:
-            layer = self.pipelined[last]
-        return layer.output_bytes / self.par.tp
+        """Bytes sent across the boundary after ``global_chunk`` per micro-batch (or their
+        gradients back): every tensor made before the cut and read after it (a chain: the last
+        layer's output; a residual network cut inside a block: the skip tensor too), ÷tp:
+        Megatron's scatter/gather optimisation (or the sequence-parallel shards)."""
+        cut = self.graph.prologue + self.chunk_starts[global_chunk] + self.layers_per_chunk[global_chunk]
+        hit = self._payload_cache.get(cut)
+        if hit is None:
+            layers = self.graph.layers
+            after = {name for layer in layers[cut:] for name in layer.inputs}
+            hit = self._payload_cache[cut] = sum(layer.output_bytes for layer in layers[:cut] if layer.name in after)
+        return hit / self.par.tp
 
     def _link_pipeline(self, lookup: dict[tuple, Task]) -> None:
         """Add the sends between stages and the cross-stage dependencies."""
