@@ -109,7 +109,7 @@ class Scenario:
     """A resolved scenario: specs, not references; layout checked and ``dp`` inferred."""
 
     name: str
-    model: TransformerSpec
+    model: Any  # a TransformerSpec, or any spec with name, seq_length, sample and layer_graph(shard)
     node: Node
     accelerator: Accelerator
     fabric: Fabric
@@ -228,11 +228,10 @@ def build_scenario(raw: dict[str, Any], base: Path | None = None) -> Scenario:
     except ValidationError as exc:
         raise from_pydantic(exc) from None
     model = resolve_model(_relative(doc.model, base), "model")
-    if not isinstance(model, TransformerSpec):  # until the planner reads any layer graph (issue 19)
-        model.layer_graph(ShardShape(micro_batch=1, seq_length=model.seq_length or 1))  # a bad graph: its own error
-        raise ConfigError("model", f"{model.name}: only decoder transformers can be simulated yet; this network's "
-                                   "layer graph is built (workloads.networks) but not yet planned")
     if doc.training.seq_length:
+        if not isinstance(model, TransformerSpec):
+            raise ConfigError("training.seq_length", f"{model.name}: only a decoder transformer's sequence length "
+                                                     "can be set here")
         model = model.model_copy(update={"seq_length": doc.training.seq_length})
     node_ref: Any = doc.cluster.node
     fabric_ref: Any = _relative(doc.cluster.fabric, base)

@@ -55,6 +55,8 @@ def _with(base: dict, **sections) -> dict:
     return out
 
 
+EXAMPLES = Path(__file__).resolve().parents[1] / "examples"
+
 # ------------------------------------------------------------------ subprocess runs (concurrent)
 
 
@@ -73,6 +75,10 @@ def runs(tmp_path_factory):
         "specs_show": ([script] if script else py) + ["specs", "show", "a100-sxm-80g"],
         "bad_type": py + ["simulate", str(tiny), "--set", "parallelism.tp=eight"],
         "steps": py + ["simulate", str(tiny), "--steps", "3", "--json"],
+        "resnet50": py + ["simulate", str(EXAMPLES / "resnet50-8xa100.yaml")],
+        "resnet50_json": py + ["simulate", str(EXAMPLES / "resnet50-8xa100.yaml"), "--json"],
+        "resnet50_tp": py + ["simulate", str(EXAMPLES / "resnet50-8xa100.yaml"), "--set", "parallelism.tp=2",
+                             "--set", "parallelism.dp=4"],
     }
     env = dict(os.environ, PYTHONDONTWRITEBYTECODE="1")
     procs = {name: subprocess.Popen(argv, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env,
@@ -92,6 +98,26 @@ def test_simulate_many_steps_in_a_subprocess(runs):
     assert out["steps"] == 3 and len(out["step_times_s"]) == 3
     assert out["makespan_s"] == pytest.approx(3 * out["step_time_s"], rel=1e-12)
     assert out["step_times_s"] == pytest.approx([out["step_time_s"]] * 3, rel=1e-9)
+
+
+def test_resnet50_example_prints_images_per_second(runs):
+    r = runs["resnet50"]
+    assert r.returncode == 0, r.stderr
+    assert "samples/s" in r.stdout and "(images)" in r.stdout
+    assert "tokens/s" not in r.stdout
+    out = json.loads(runs["resnet50_json"].stdout)
+    assert out["sample"] == "image" and out["tokens_per_s"] is None
+    assert out["samples_per_s"] == pytest.approx(2048 / out["step_time_s"])
+    assert out["num_parameters"] == 25_557_032  # torchvision's ResNet-50
+    assert 0 < out["mfu"] < 1 and out["fits"]
+
+
+def test_tensor_parallel_resnet_is_one_line_naming_the_layer_kind(runs):
+    r = runs["resnet50_tp"]
+    assert r.returncode == 2 and "Traceback" not in r.stderr
+    lines = r.stderr.strip().splitlines()
+    assert len(lines) == 1 and lines[0].startswith("clustersim: error: parallelism.tp:")
+    assert "conv2d" in lines[0]
 
 
 def test_default_simulate_prints_a_table(runs):
