@@ -198,7 +198,13 @@ def test_inline_network_mapping_and_unknown_family():
         resolve_model({"name": "x", "family": "capsnet"})
 
 
-def test_scenario_with_a_network_is_refused_until_planned():
+def test_scenario_with_a_network_loads_and_refuses_a_sequence_length():
+    # Networks are planned like any layer graph (tests/test_graph_simulate.py); a sequence length
+    # only applies to a decoder transformer.
     from simulator.scenario import load_scenario
-    with pytest.raises(ConfigError, match="resnet50"):
-        load_scenario({"model": "resnet50", "cluster": {"node": "dgx-a100-80g", "num_gpus": 8}})
+    sc = load_scenario({"model": "resnet50", "cluster": {"node": "dgx-a100-80g", "num_gpus": 8},
+                        "parallelism": {"global_batch_size": 8}})
+    assert sc.seq_length is None and len(sc.layer_graph().pipelined) == len(sc.layer_graph().layers)
+    with pytest.raises(ConfigError, match="training.seq_length"):
+        load_scenario({"model": "resnet50", "cluster": {"node": "dgx-a100-80g", "num_gpus": 8},
+                       "parallelism": {"global_batch_size": 8}, "training": {"seq_length": 128}})
