@@ -2,7 +2,10 @@
 
 ``simulate(scenario)`` returns a :class:`SimulationResult`. With ``simulation.steps`` N > 1 the
 kind's plan holds N steps: ``step_time_s`` is the makespan / N, ``step_times_s`` each step's
-time (from the plan's step ends, simulator/strategies/plan.py) and the breakdown the mean per step. ``simulate_point(raw)`` is the
+time (from the plan's step ends, simulator/strategies/plan.py) and the breakdown the mean per step.
+Memory over time: the engine's memory counter per actor (the plan's base plus what tasks allocate
+and free) gives ``simulated_peak_memory_gib`` per actor and the series ``clustersim plot`` draws;
+``peak_memory_gib`` and ``fits`` stay the analytic peak (simulator/memory/analytic.py). ``simulate_point(raw)`` is the
 form sweeps and searches use: it takes a raw scenario mapping and never raises for bad or
 infeasible input — it returns a row with ``fits: false`` and ``infeasible_reason``.
 
@@ -24,7 +27,7 @@ from simulator.errors import ConfigError
 from simulator.memory.analytic import fits as memory_fits
 from simulator.report.result import BREAKDOWN_KEYS, SimulationResult, TimelineEvent
 from simulator.scenario import Scenario, load_scenario
-from simulator.strategies.plan import Plan, step_durations, step_end_times
+from simulator.strategies.plan import MEMORY_COUNTER, Plan, step_durations, step_end_times
 from simulator.strategies.registry import get_kind
 from simulator.strategies.spmd.split import chunk_counts
 from workloads.counting import total_params
@@ -119,13 +122,19 @@ def simulate(scenario: Scenario, mode: str | None = None, detail: bool = False,
     accel = scenario.accelerator
     step_time = makespan = None
     step_times: list[float] = []
+    memory_peaks: dict[str, float] = {}
+    memory_series: dict[str, list[tuple[float, float]]] = {}
+    actor_stage: dict[str, int] = {}
     breakdown = dict.fromkeys(BREAKDOWN_KEYS, 0.0)
     timeline_builder = None
     layers_per_chunk = chunk_counts(scenario, scenario.layer_graph())
     if ok or run_if_oom:
         plan = kind.compile(scenario, mode=mode, detail=detail)
         engine = Engine(plan.topology.port_capacity)
-        makespan = engine.run(plan.streams)
+        makespan = engine.run(plan.streams, {(a, MEMORY_COUNTER): b for a, b in plan.memory_base_bytes.items()})
+        memory_peaks = {a: engine.counter_peaks[(a, MEMORY_COUNTER)] / 2**30 for a in plan.memory_base_bytes}
+        memory_series = {a: engine.counter_series[(a, MEMORY_COUNTER)] for a in plan.memory_base_bytes}
+        actor_stage = dict(plan.stage_of)
         step_time = makespan / plan.steps
         step_times = step_durations(step_end_times(plan, makespan))
         critical = _critical_actor(plan)
@@ -140,6 +149,9 @@ def simulate(scenario: Scenario, mode: str | None = None, detail: bool = False,
         steps=scenario.simulation.steps,
         step_times_s=step_times,
         makespan_s=makespan,
+        simulated_peak_memory_gib=memory_peaks,
+        memory_series_bytes=memory_series,
+        actor_stage=actor_stage,
         tokens_per_step=par.global_batch_size * scenario.seq_length if scenario.seq_length else None,
         samples_per_step=par.global_batch_size,
         sample=getattr(model, "sample", "sequence"),

@@ -1,9 +1,14 @@
-"""Figures (simulator/report/plots.py, `clustersim plot`): memory per stage, time breakdown, timeline."""
+"""Figures (simulator/report/plots.py, `clustersim plot`): memory per stage and over time, time breakdown, timeline."""
 
 from __future__ import annotations
 
 from simulator.cli import main
-from simulator.report.plots import memory_figure, time_breakdown_figure, timeline_figure
+from simulator.report.plots import (
+    memory_figure,
+    memory_over_time_figure,
+    time_breakdown_figure,
+    timeline_figure,
+)
 
 SMALL = ["--set", "model=llama-1b", "--set", "cluster.node=dgx-h100", "--set", "cluster.num_gpus=16",
          "--set", "training.seq_length=1024", "--set", "parallelism.tp=2", "--set", "parallelism.pp=2",
@@ -14,7 +19,7 @@ SMALL = ["--set", "model=llama-1b", "--set", "cluster.node=dgx-h100", "--set", "
 def test_cli_writes_all_figures(tmp_path, capsys):
     assert main(["plot", "--out", str(tmp_path), *SMALL]) == 0
     printed = capsys.readouterr().out.split()
-    for stem in ("memory", "time_breakdown", "timeline"):
+    for stem in ("memory", "memory_over_time", "time_breakdown", "timeline"):
         png, svg = tmp_path / f"{stem}.png", tmp_path / f"{stem}.svg"
         assert png.read_bytes()[:4] == b"\x89PNG" and "<svg" in svg.read_text()[:3000]
         assert str(png) in printed
@@ -44,3 +49,13 @@ def test_timeline_rows_per_rank_class_and_stream():
 def test_bad_format(tmp_path, capsys):
     assert main(["plot", "--out", str(tmp_path), "--format", "jpg"]) == 2
     assert "--format" in capsys.readouterr().err
+
+
+def test_memory_over_time_is_a_step_line_per_rank_class_with_its_analytic_peak():
+    gib = 2**30
+    series = {"stage1": [(0.0, 1 * gib), (1.0, 3 * gib), (2.0, 1 * gib)], "stage0": [(0.0, 2 * gib), (1.5, 4 * gib)]}
+    ax = memory_over_time_figure(series, 8.0, {"stage0": 4.0, "stage1": 3.0}).axes[0]
+    labels = [t.get_text() for t in ax.get_legend().get_texts()]
+    assert labels == ["stage0 (peak 4 GiB)", "stage1 (peak 3 GiB)", "HBM 8 GiB"]
+    steps = [line for line in ax.get_lines() if line.get_label().startswith("stage")]
+    assert [list(line.get_ydata()) for line in steps] == [[2.0, 4.0], [1.0, 3.0, 1.0]]

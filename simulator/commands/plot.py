@@ -9,9 +9,11 @@ from simulator.errors import ConfigError
 def register(subparsers) -> None:
     p = subparsers.add_parser(
         "plot",
-        help="write figures of a simulated step: memory per stage, time breakdown, timeline",
+        help="write figures of a simulated step: memory per stage and over time, time breakdown, timeline",
         description="Simulate one step of the scenario and write memory.{png,svg} (per pipeline stage, stacked "
-        "against HBM), time_breakdown.{png,svg} and timeline.{png,svg} (Gantt by rank class and stream).",
+        "against HBM), memory_over_time.{png,svg} (the simulated memory of each rank class over the run, "
+        "analytic peaks dotted), time_breakdown.{png,svg} and timeline.{png,svg} (Gantt by rank class and "
+        "stream). --set simulation.steps=N plots N steps.",
     )
     p.add_argument("scenario", nargs="?", help="scenario YAML (default: the built-in default)")
     p.add_argument("--out", required=True, help="output folder")

@@ -17,6 +17,12 @@ any ``slows_comm`` task of its actor runs (a collective over a rendezvous: while
 does), because the compute kernels take the SMs / cores its kernels or threads need.
 Heterogeneous or failing actors, async pipelines or infrequent synchronisation are task lists
 and dependencies of another shape.
+
+Counters: a task may add ``alloc_bytes`` to a named counter (``counter``) of its actor when it
+starts and take ``free_bytes`` from it when it ends (the planners use one counter, device
+memory). The engine keeps each counter's value over time and its peak (:attr:`Engine.counter_series`,
+:attr:`Engine.counter_peaks`); it gives them no meaning. Frees at an instant are applied before the
+allocations of the tasks they release (a stream's next task starts after its previous one ends).
 """
 
 from __future__ import annotations
@@ -51,6 +57,10 @@ class Task:
     contends: bool = False
     comm_slowdown_while_computing: float = 0.0  # a transfer: 1/(1+c) of its rate while its actor computes
     slows_comm: bool = False                     # a fixed-duration task that slows its actor's transfers
+    # Counters (see the module docstring): added to (actor, counter) at start, taken from it at end.
+    alloc_bytes: float = 0.0
+    free_bytes: float = 0.0
+    counter: str = "memory"
     start_s: float = float("nan")
     end_s: float = float("nan")
     ready_s: float = float("nan")
@@ -77,8 +87,15 @@ class Engine:
         self._computing: dict[str, int] = defaultdict(int)       # actor -> slows_comm tasks running
         self._slowed_flows: dict[str, int] = defaultdict(int)    # actor -> its slowable transfers in flight
         self._compute_changed: dict[str, simpy.Event] = {}       # actor -> fires when it starts/stops computing
+        self.counters: dict[tuple[str, str], float] = {}              # (actor, counter) -> value now
+        self.counter_peaks: dict[tuple[str, str], float] = {}         # (actor, counter) -> highest value
+        self.counter_series: dict[tuple[str, str], list[tuple[float, float]]] = {}  # -> [(time, value)]
 
-    def run(self, streams: dict[tuple[str, str], list[Task]]) -> float:
+    def run(self, streams: dict[tuple[str, str], list[Task]],
+            counters_start: dict[tuple[str, str], float] | None = None) -> float:
+        """Run every task; ``counters_start`` gives (actor, counter) values held from time 0."""
+        for key, value in (counters_start or {}).items():
+            self._count(key, value)
         for tasks in streams.values():
             for task in tasks:
                 task.done = self.env.event()
@@ -102,6 +119,7 @@ class Engine:
                 yield from self._join(task)
             elif task.demands is not None:
                 task.start_s = env.now
+                self._started(task)
                 transfer = self._transfer([task], task.demands, task.latency_s)
                 if task.contends:
                     self._contend(task.actor, +1)
@@ -109,6 +127,7 @@ class Engine:
                 yield transfer
             else:
                 task.start_s = env.now
+                self._started(task)
                 if task.duration_s > 0:
                     if task.slows_comm:
                         self._compute_state(task.actor, +1)
@@ -119,7 +138,26 @@ class Engine:
                     if task.slows_comm:
                         self._compute_state(task.actor, -1)
             task.end_s = env.now
+            if task.free_bytes:
+                self._count((task.actor, task.counter), -task.free_bytes)
             task.done.succeed()
+
+    def _started(self, task: Task) -> None:
+        if task.alloc_bytes:
+            self._count((task.actor, task.counter), task.alloc_bytes)
+
+    def _count(self, key: tuple[str, str], delta: float) -> None:
+        """Move a counter by ``delta`` now; record the value (one point per instant) and the peak."""
+        value = self.counters.get(key, 0.0) + delta
+        self.counters[key] = value
+        if value > self.counter_peaks.get(key, float("-inf")):
+            self.counter_peaks[key] = value
+        series = self.counter_series.setdefault(key, [])
+        now = self.env.now
+        if series and series[-1][0] == now:
+            series[-1] = (now, value)
+        else:
+            series.append((now, value))
 
     def _contend(self, actor: str, delta: int) -> None:
         before = self._contending[actor]
@@ -220,6 +258,7 @@ class Engine:
                 for port, b in (member.demands or {}).items():
                     demands[port] += b
                 member.start_s = self.env.now
+                self._started(member)
             latency = max(m.latency_s for m in meeting.arrived)
             meeting.finished = self._transfer(meeting.arrived, dict(demands), latency)
             for member in meeting.arrived:

@@ -78,6 +78,7 @@ RESULT_KEYS = (
     "hfu",
     "peak_memory_gib",
     "peak_memory_stage",
+    "simulated_peak_memory_gib",
     "hbm_gib",
     "fits",
     "memory_gib",

@@ -499,6 +499,43 @@ def stage_params(model, parallelism: Parallelism, stage: int) -> int:
 # --------------------------------------------------------------------------- one rank
 
 
+def _stage_layers(scenario, stage: int):
+    graph = scenario.layer_graph()
+    counts = chunk_counts(scenario, graph)
+    par = scenario.parallelism
+    pipelined = graph.pipelined
+    return graph, [pipelined[i] for i in stage_layer_indices(len(pipelined), par.pp, par.virtual_stages, stage, counts)]
+
+
+def recompute_working_bytes(scenario, stage: int) -> float:
+    """Rematerialisation working set of ``stage``: the backward re-creates one layer's activations
+    (full) or one attention core (selective) on top of the stored checkpoints; the largest over the
+    stage's layers (0 without recompute)."""
+    recompute = scenario.parallelism.recompute
+    graph, layers = _stage_layers(scenario, stage)
+    if recompute == "none" or not layers:
+        return 0.0
+    return max(max(0.0, layer.saved_bytes - layer.kept_bytes(recompute, graph.input_bytes(layer))) for layer in layers)
+
+
+def chunk_activation_bytes(scenario, global_chunk: int) -> float:
+    """Bytes one micro-batch's forward through model chunk ``global_chunk`` (0-based, over all
+    pp·v chunks) keeps until its backward, on one rank: what its layers keep under the recompute
+    mode (as :func:`rank_memory` counts them), plus the prologue (embedding) on the first chunk and
+    the epilogue (final norm, head, loss) on the last. What the planner allocates at a chunk's
+    forward and frees at the end of its backward (memory over time)."""
+    graph = scenario.layer_graph()
+    counts = chunk_counts(scenario, graph)
+    recompute = scenario.parallelism.recompute
+    start = sum(counts[:global_chunk])
+    layers = list(graph.pipelined[start:start + counts[global_chunk]])
+    if global_chunk == 0:
+        layers += list(graph.layers[:graph.prologue])
+    if global_chunk == len(counts) - 1:
+        layers += list(graph.layers[len(graph.layers) - graph.epilogue:])
+    return sum(layer.kept_bytes(recompute, graph.input_bytes(layer)) for layer in layers)
+
+
 def rank_memory(scenario, stage: int) -> MemoryBreakdown:
     """Peak memory of one rank of pipeline stage ``stage`` (all ranks of a stage are alike)."""
     par, tr = scenario.parallelism, scenario.training
@@ -533,10 +570,7 @@ def rank_memory(scenario, stage: int) -> MemoryBreakdown:
     stored = sum(kept(layer, recompute) for layer in layers) * in_flight
     # Rematerialisation working set: the backward re-creates one layer's activations (full) or one
     # attention core (selective) on top of the stored checkpoints.
-    working = 0.0
-    if recompute != "none" and layers:
-        working = max(max(0.0, layer.saved_bytes - kept(layer, recompute)) for layer in layers)
-    activations = stored + working
+    activations = stored + recompute_working_bytes(scenario, stage)
     if stage == 0:
         activations += sum(kept(layer, recompute) for layer in graph.layers[:graph.prologue]) * _chunk_count_in_flight(
             par.schedule, pp, stage, m, v, 0)

@@ -8,6 +8,9 @@
   exposed communication by kind, pipeline bubble and optimizer (``time_breakdown_s``).
 - ``timeline``: a Gantt chart of the simulated step, one row per rank class (pipeline stage)
   and stream (compute, tp, pp, dp, ...), coloured by category.
+- ``memory_over_time``: the simulated memory of each rank class over the run (the engine's
+  counter: weights, optimizer state and buffers held, activations allocated at each forward and
+  freed at the backward, gradients), with each one's analytic peak dashed and the HBM line.
 
 Figures are built on ``matplotlib.figure.Figure`` (no pyplot, no global backend state), so
 plotting is safe from worker processes and tests.
@@ -119,6 +122,33 @@ def timeline_figure(events: Iterable[Any], title: str = "", max_events: int = 20
     return fig
 
 
+def memory_over_time_figure(series: dict[str, Sequence[tuple[float, float]]], hbm_gib: float,
+                            analytic_peak_gib: dict[str, float] | None = None, title: str = "") -> Figure:
+    """Step lines of memory (GiB) against time (s), one per rank class; dashed: its analytic peak."""
+    fig = Figure(figsize=(9.0, 4.2))
+    ax = fig.add_subplot()
+    top = 0.0
+    for actor in sorted(series, key=_natural):
+        points = list(series[actor])
+        if not points:
+            continue
+        xs = [t for t, _ in points]
+        ys = [b / 2**30 for _, b in points]
+        line, = ax.step(xs, ys, where="post", lw=1.2, label=f"{actor} (peak {max(ys):.3g} GiB)")
+        top = max(top, max(ys))
+        if analytic_peak_gib and actor in analytic_peak_gib:
+            ax.axhline(analytic_peak_gib[actor], color=line.get_color(), lw=0.8, ls=":")
+    if hbm_gib <= 2 * top:  # far above the curves it would flatten them: named in the title instead
+        ax.axhline(hbm_gib, color="black", lw=1.2, label=f"HBM {hbm_gib:g} GiB")
+        top = max(top, hbm_gib)
+    ax.set_xlabel("time (s)")
+    ax.set_ylabel("memory per GPU (GiB)")
+    ax.set_ylim(0, top * 1.1)
+    ax.set_title(title or "simulated memory over time (dotted: analytic peak)")
+    ax.legend(fontsize=8, loc="upper left", bbox_to_anchor=(1.01, 1.0))
+    return fig
+
+
 def _natural(text: str) -> tuple:
     digits = "".join(ch for ch in text if ch.isdigit())
     return (text.rstrip("0123456789"), int(digits) if digits else -1, text)
@@ -142,5 +172,14 @@ def plot_scenario(scenario, out_dir: str | Path, formats: Sequence[str] = FORMAT
                                              title=f"{name}: step {result.step_time_s:.3g} s"),
                        out, "time_breakdown", formats)
     if result.timeline:
-        paths += save_figures(timeline_figure(result.timeline, title=f"{name}: one simulated step"), out, "timeline", formats)
+        steps = f"{result.steps} simulated steps" if result.steps > 1 else "one simulated step"
+        paths += save_figures(timeline_figure(result.timeline, title=f"{name}: {steps}"), out, "timeline", formats)
+    if result.memory_series_bytes:
+        stage_peaks = [b.total_bytes / 2**30 for b in per_stage]
+        analytic = {a: stage_peaks[result.actor_stage[a]] for a in result.memory_series_bytes
+                    if a in result.actor_stage}
+        paths += save_figures(memory_over_time_figure(
+            result.memory_series_bytes, scenario.accelerator.hbm_gib, analytic,
+            title=f"{name}: simulated memory over time (dotted: analytic peak; HBM {scenario.accelerator.hbm_gib:g} GiB)"),
+            out, "memory_over_time", formats)
     return paths

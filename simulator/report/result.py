@@ -56,6 +56,11 @@ class SimulationResult:
     makespan_s: float | None = None                          # end of the last task of the last step
     samples_per_step: int = 0     # the global batch: sequences, images, sentences
     sample: str = "sequence"      # what one sample is (the model's ``sample`` word)
+    # Memory over time (engine counters): the simulated peak per actor (rank class), and each actor's
+    # (time s, bytes) series; the analytic peak is ``peak_memory_gib``.
+    simulated_peak_memory_gib: dict[str, float] = field(default_factory=dict)
+    memory_series_bytes: dict[str, list[tuple[float, float]]] = field(default_factory=dict, repr=False)
+    actor_stage: dict[str, int] = field(default_factory=dict, repr=False)  # rank class -> pipeline stage
     extra: dict[str, Any] = field(default_factory=dict)
     timeline_builder: Callable[[], list[TimelineEvent]] | None = field(default=None, repr=False)
     _timeline_cache: list[TimelineEvent] | None = field(default=None, repr=False)
@@ -126,6 +131,8 @@ class SimulationResult:
             "hfu": self.hfu,
             "peak_memory_gib": self.peak_memory_gib,
             "peak_memory_stage": self.peak_memory_stage,
+            "simulated_peak_memory_gib": max(self.simulated_peak_memory_gib.values(), default=None),
+            "simulated_peak_memory_per_rank_gib": self.simulated_peak_memory_gib,
             "hbm_gib": self.hbm_gib,
             "fits": self.fits,
             "memory_gib": self.memory_gib,
@@ -190,6 +197,10 @@ def render_table(result: SimulationResult) -> str:
         lines.append(f"    {key:<16} {value:10.2f} GiB")
     verdict = "fits" if result.fits else f"DOES NOT FIT: {result.infeasible_reason}"
     lines.append(f"    {'total':<16} {result.peak_memory_gib:10.2f} GiB of {result.hbm_gib:g} GiB HBM — {verdict}")
+    if result.simulated_peak_memory_gib:
+        peaks = result.simulated_peak_memory_gib
+        shown = ", ".join(f"{a} {v:.2f}" for a, v in list(peaks.items())[:8]) + (", ..." if len(peaks) > 8 else "")
+        lines.append(f"    {'simulated peak':<16} {max(peaks.values()):10.2f} GiB (memory over time; per rank: {shown})")
     provenance = result.extra.get("efficiency_provenance")
     if provenance:
         assumed = [k for k, v in provenance.items() if v == "assumed"]

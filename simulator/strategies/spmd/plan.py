@@ -12,6 +12,12 @@ context- and expert-parallel collectives, which the next kernel waits for unless
 overlapping it), ``dp`` (gradient reduction, ZeRO gathers), ``pp`` (activation/gradient
 sends to the neighbouring stage).
 
+Memory over time: each chunk's forward allocates the activations one micro-batch saves
+(:func:`simulator.memory.analytic.chunk_activation_bytes`) and the end of its backward frees them;
+the first backward of a chunk in a step allocates its gradients (freed after the optimizer step,
+``zero_grad(set_to_none=True)``); a backward's recompute working set lives while it runs; weights,
+optimizer state and buffers are the plan's base (``Plan.memory_base_bytes``).
+
 Granularity: by default one compute task (and one task per kind of collective) for a whole
 chunk pass — the forward or backward of a model chunk for one micro-batch — and per layer
 only where per-layer events matter (the last micro-batch's backward when gradient reduction
@@ -31,6 +37,12 @@ from simulator.cost.interference import exposed_comm_share
 from simulator.cost.jitter import sync_stretch
 from simulator.cost.topology import RankLayout, Topology
 from simulator.engine.engine import Task
+from simulator.memory.analytic import (
+    MemoryBreakdown,
+    chunk_activation_bytes,
+    rank_memory,
+    recompute_working_bytes,
+)
 from simulator.scenario import Scenario, gradient_bytes
 from simulator.strategies.plan import Plan
 from simulator.strategies.spmd.schedule import stage_order, zero_bubble
@@ -94,6 +106,7 @@ class Planner:
         self._pass_ops: dict = {}
         self._chunk_runs: dict[int, tuple[tuple[bool, int], ...]] = {}
         self._zero_bubble_orders = None
+        self._memory_cache: dict = {}
         self.grad_group = "dp_cp" if self.par.cp > 1 else "dp"
         hybrid = self.par.zero_shard_size is not None and self.par.zero_shard_size < self.par.dp_degree
         self.shard_group = "zshard" if hybrid else self.grad_group  # ZeRO shards live on this group
@@ -315,6 +328,40 @@ class Planner:
     def stage_params_local(self, stage: int) -> float:
         return sum(self.chunk_params_local(c * self.par.pp + stage) for c in range(self.par.virtual_stages))
 
+    # -- memory over time ------------------------------------------------------------------
+
+    def stage_memory(self, stage: int) -> MemoryBreakdown:
+        hit = self._memory_cache.get(("stage", stage))
+        if hit is None:
+            hit = self._memory_cache[("stage", stage)] = rank_memory(self.sc, stage)
+        return hit
+
+    def base_memory_bytes(self, stage: int) -> float:
+        """Held from the start (the steady state of training): weights, optimizer state and the
+        communication buffers of :func:`simulator.memory.analytic.rank_memory`."""
+        m = self.stage_memory(stage)
+        return m.weights_bytes + m.optimizer_bytes + m.other_bytes
+
+    def activation_bytes(self, global_chunk: int) -> float:
+        """Saved by one micro-batch's forward of the chunk until its backward (analytic accounting)."""
+        hit = self._memory_cache.get(("act", global_chunk))
+        if hit is None:
+            hit = self._memory_cache[("act", global_chunk)] = chunk_activation_bytes(self.sc, global_chunk)
+        return hit
+
+    def working_bytes(self, stage: int) -> float:
+        """Recompute working set alive during a backward pass of the stage (0 without recompute)."""
+        hit = self._memory_cache.get(("working", stage))
+        if hit is None:
+            hit = self._memory_cache[("working", stage)] = recompute_working_bytes(self.sc, stage)
+        return hit
+
+    def gradient_bytes_of_chunk(self, stage: int, global_chunk: int) -> float:
+        """The chunk's share (by local parameters) of the stage's gradient bytes (ZeRO-sharded as the
+        analytic count)."""
+        share = self.chunk_params_local(global_chunk) / max(self.stage_params_local(stage), 1.0)
+        return self.stage_memory(stage).gradients_bytes * share
+
     # -- building --------------------------------------------------------------------------
 
     def build(self) -> Plan:
@@ -346,8 +393,9 @@ class Planner:
             self._block_on_sends(streams)
         self._mark_interference(streams)
         stage_of = {a: self.layout.coords(r).pp for a, r in self.actor_ranks.items()}
+        memory_base = {a: self.base_memory_bytes(stage_of[a]) for a in self.actor_ranks}
         return Plan(dict(streams), dict(self.actor_ranks), stage_of, self.layers_per_chunk, self.topo,
-                    dict(compute_tasks), steps=steps, step_ends=step_ends)
+                    dict(compute_tasks), steps=steps, step_ends=step_ends, memory_base_bytes=memory_base)
 
     def _block_on_sends(self, streams) -> None:
         """Blocking point-to-point (``overlap_p2p_comm: false``): the sender's first compute task
@@ -572,6 +620,21 @@ class Planner:
             add(Task(f"B.{tag}.grad_accumulate", actor, "compute", "compute",
                      duration_s=self.compute.add_into_s(nbytes)))
 
+        grads_held: dict[int, float] = {}  # chunk -> its gradient bytes, allocated at its first backward
+
+        def backward_memory(g: int, entry: Task, exit_task: Task) -> None:
+            """Memory over time of a backward pass: its recompute working set (and, on the chunk's first
+            backward of the step, the chunk's gradients) from its start; the working set and the
+            chunk's saved activations freed at its end. Zero bubble's deferred W pass keeps only part of
+            them (the linear layers' inputs); counted as freed with B, as the analytic count does (ZB-H1
+            keeps 1F1B's peak, Qi et al. 2024 Sec. 3.1) -- an approximation."""
+            working = self.working_bytes(stage)
+            entry.alloc_bytes += working
+            if g not in grads_held:
+                grads_held[g] = self.gradient_bytes_of_chunk(stage, g)
+                entry.alloc_bytes += grads_held[g]
+            exit_task.free_bytes += working + self.activation_bytes(g)
+
         # Gradient buckets (ZeRO 0/1: once, on the last micro-batch; ZeRO 2/3: every micro-batch).
         bucket_limit = par.gradient_bucket_mb * 1e6
         bucket = {"bytes": 0.0, "expert": 0.0, "n": 0}
@@ -643,6 +706,7 @@ class Planner:
                     run_ops(self._chunk_ops("F", g), f"F.{tag}", "compute")
                     host_floor(f"F.{tag}", "F", self.chunk_runs(g))
                 entry = compute_list[pass_start]
+                entry.alloc_bytes += self.activation_bytes(g)  # saved for this chunk's backward
                 if mb == 0 and g in start_gathers:
                     entry.deps.append(start_gathers[g])
                 lookup[("F_entry", actor, mb, g)] = entry
@@ -664,6 +728,7 @@ class Planner:
                 run_ops(self._chunk_ops("B", g), f"B.{tag}", "compute")
                 host_floor(f"B.{tag}", "B", self.chunk_runs(g))
                 accumulate_grads(g, mb, tag)
+                backward_memory(g, compute_list[pass_start], prev[0])
                 lookup[("B_entry", actor, mb, g)] = compute_list[pass_start]
                 lookup[("B_exit", actor, mb, g)] = prev[0]
                 continue
@@ -696,6 +761,7 @@ class Planner:
                     bucket["bytes"] += self.prologue_params * grad_bytes
                 flush_bucket(prev[0], f"B.{tag}")
             accumulate_grads(g, mb, tag)
+            backward_memory(g, compute_list[pass_start], prev[0])
             lookup[("B_entry", actor, mb, g)] = compute_list[pass_start]
             lookup[("B_exit", actor, mb, g)] = prev[0]
 
@@ -725,6 +791,7 @@ class Planner:
         opt = Task("optimizer_step", actor, "compute", "optimizer",
                    duration_s=self.compute.optimizer_step_s(sharded, optimizer_bytes))
         add(opt, tuple(dp_tasks))
+        opt.free_bytes += sum(grads_held.values())  # zero_grad(set_to_none=True)
         ends: tuple[Task, ...] = (opt,)
         if zero in (1, 2) and dp_size > 1 and not par.overlap_param_gather:
             task = self.comm_task(actor, "dp", "dp_comm", "param_all_gather", rank,
