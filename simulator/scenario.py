@@ -20,6 +20,7 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError
 from hardware_specs.catalog import FABRICS, NODES, node_accelerator
 from hardware_specs.schema import Accelerator, Fabric, Node
 from hardware_specs.yaml_io import read_yaml
+from simulator.economics.convergence import ConvergenceSpec
 from simulator.economics.cost import EconomicsSpec
 from simulator.errors import ConfigError, from_pydantic
 from simulator.strategies.registry import DEFAULT_KIND, parse_strategy
@@ -102,6 +103,9 @@ class ScenarioFile(_Strict):
     training: TrainingSpec = TrainingSpec()
     simulation: SimulationSpec = SimulationSpec()
     economics: EconomicsSpec = EconomicsSpec()
+    convergence: ConvergenceSpec | None = Field(
+        default=None, description="steps to a target as a function of batch, staleness and local steps (the user's "
+                                  "or a paper's numbers): gives steps_to_target and time_to_target_s")
 
 
 @dataclass(frozen=True)
@@ -119,6 +123,7 @@ class Scenario:
     simulation: SimulationSpec
     economics: EconomicsSpec = EconomicsSpec()
     strategy: BaseModel | None = None  # the kind's config; None: the default kind (spmd)
+    convergence: ConvergenceSpec | None = None
 
     @property
     def strategy_kind(self) -> str:
@@ -261,6 +266,7 @@ def build_scenario(raw: dict[str, Any], base: Path | None = None) -> Scenario:
         simulation=doc.simulation,
         economics=doc.economics,
         strategy=parse_strategy(doc.strategy),
+        convergence=doc.convergence,
     )
 
 

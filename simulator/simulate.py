@@ -21,6 +21,7 @@ from __future__ import annotations
 
 from typing import Any
 
+from simulator.economics.convergence import convergence_results
 from simulator.economics.cost import training_economics
 from simulator.engine.engine import Engine, Task
 from simulator.errors import ConfigError
@@ -210,9 +211,16 @@ def _step_flops(scenario: Scenario) -> ModelFlops:
 
 
 def _with_economics(scenario: Scenario, result: SimulationResult) -> SimulationResult:
-    """Add time, cost and energy to train (and goodput under failures) when tokens are given."""
+    """Add time, cost and energy to train (and goodput under failures) when tokens are given, and
+    steps / time to target when the scenario has a ``convergence:`` block."""
     if scenario.training.tokens and result.step_time_s:
         result.extra.update(training_economics(scenario, result.to_dict()))
+    if scenario.convergence is not None:
+        kind = get_kind(scenario.strategy_kind)
+        inputs = kind.convergence_inputs(scenario) if kind.convergence_inputs else {}
+        result.extra.update(convergence_results(
+            scenario.convergence, result.step_time_s, scenario.parallelism.global_batch_size, scenario.seq_length,
+            staleness_steps=float(inputs.get("staleness_steps", 0.0)), local_steps=int(inputs.get("local_steps", 1))))
     return result
 
 

@@ -23,12 +23,16 @@ def register(subparsers) -> None:
     add_overrides(p)
     p.add_argument("--space", action="append", default=[], metavar="KEY=V1,V2",
                    help="candidate values of a layout field, e.g. tp=4,8 or recompute=full (repeatable); "
-                   "keys: tp pp cp ep virtual_stages micro_batch_size zero_stage recompute sequence_parallel schedule")
+                   "keys: tp pp cp ep virtual_stages micro_batch_size zero_stage recompute sequence_parallel schedule "
+                   "global_batch_size")
     p.add_argument("--constraint", action="append", default=[], metavar="KEY=VALUE",
                    help="a limit, e.g. max_memory_gib=70 or tp_within_node=false (repeatable); "
                    "keys: tp_within_node max_tp max_pp max_ep min_dp max_dp max_memory_gib")
     p.add_argument("--top", type=int, default=None, help="rows to show (table default 10; --json default all)")
     p.add_argument("--json", action="store_true", help="print a JSON list, best first")
+    p.add_argument("--rank-by", default="tokens_per_s", choices=["tokens_per_s", "time_to_target_s"],
+                   help="best first by tokens/s (default) or by time to target (needs a convergence: block; "
+                   "its steps to target are the block's numbers, not a prediction)")
     add_execution(p)
     p.set_defaults(handler=run)
 
@@ -59,11 +63,16 @@ def run(args) -> int:
     space = parse_assignments(args.space, SearchSpace, "--space", lists=True)
     constraints = parse_assignments(args.constraint, SearchConstraints, "--constraint", lists=False)
     rows = search(args.scenario, overrides=args.overrides, num_gpus=args.gpus, space=space,
-                  constraints=constraints, workers=args.workers, dask=args.dask)
+                  constraints=constraints, workers=args.workers, dask=args.dask, rank_by=args.rank_by)
     if args.json:
         shown = rows if args.top is None else rows[: args.top]
         json.dump(_finite(shown), sys.stdout, indent=2, default=str, allow_nan=False)
         sys.stdout.write("\n")
     else:
         print(render_table(rows, top=args.top or 10))
+        if args.rank_by == "time_to_target_s" and rows and rows[0].get("convergence_source"):
+            best = rows[0]
+            print(f"\nranked by time to target: best {best['time_to_target_s']:,.0f} s = "
+                  f"{best['steps_to_target']:,.0f} steps at global batch {best['parallelism']['global_batch_size']} "
+                  f"({best['convergence_source']})")
     return 0

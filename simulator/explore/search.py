@@ -21,7 +21,9 @@ parallel without tp, virtual stages or a schedule without pp). Everything else i
    ``infeasible_reason: "invalid layout: ..."``;
 2. layouts whose peak memory (the cheap memory model, :func:`simulator.memory.peak_rank_memory`)
    exceeds HBM, or a ``max_memory_gib`` constraint, get ``fits: false`` and the reason;
-3. the rest are simulated in parallel (local processes, or Dask) and ranked by tokens/s.
+3. the rest are simulated in parallel (local processes, or Dask) and ranked by tokens/s, or by
+   ``time_to_target_s`` (``rank_by``; the scenario's ``convergence:`` block gives steps to target,
+   which depend on ``global_batch_size``, a searchable field).
 
 Constraints (:class:`SearchConstraints`) narrow the space before anything is built.
 Each result row is ``{"parallelism": {...}, **simulate keys}`` (the keys of
@@ -62,6 +64,11 @@ class SearchSpace(BaseModel):
     recompute: list[str] = list(_RECOMPUTE)
     sequence_parallel: list[bool] = [False, True]
     schedule: list[str] | None = None
+    global_batch_size: list[int] | None = None  # None: the scenario's (vary it to rank by time to target)
+
+
+RANK_METRICS = {"tokens_per_s": -1.0, "time_to_target_s": 1.0}
+"""What ``search`` can rank by, with the sign that puts the best first (most tokens/s, least time)."""
 
 
 class SearchConstraints(BaseModel):
@@ -79,7 +86,7 @@ class SearchConstraints(BaseModel):
 
 
 def _check_space(space: SearchSpace) -> None:
-    for name in ("tp", "pp", "cp", "ep", "virtual_stages", "micro_batch_size"):
+    for name in ("tp", "pp", "cp", "ep", "virtual_stages", "micro_batch_size", "global_batch_size"):
         values = getattr(space, name)
         if values is not None:
             if not values:
@@ -186,6 +193,8 @@ def enumerate_layouts(
                                                         "dp": "auto", "virtual_stages": v, "schedule": schedule,
                                                         "micro_batch_size": mbs, "zero_stage": zero,
                                                         "recompute": rc, "sequence_parallel": sp})
+    if space.global_batch_size:
+        out = [{**cand, "global_batch_size": gbs} for gbs in space.global_batch_size for cand in out]
     return out
 
 
@@ -202,11 +211,11 @@ def _search_task(args: tuple[dict[str, Any], Callable | None]) -> dict[str, Any]
     return run_point(raw, simulate_fn)
 
 
-def _rank_key(item: tuple[int, dict[str, Any]]) -> tuple:
+def _rank_key(item: tuple[int, dict[str, Any]], metric: str = "tokens_per_s") -> tuple:
     idx, row = item
-    rate = row.get("tokens_per_s")
-    if row.get("fits") and rate:
-        return (0, -rate, idx)
+    value = row.get(metric)
+    if row.get("fits") and row.get("tokens_per_s") and value is not None:
+        return (0, RANK_METRICS[metric] * value, idx)
     reason = str(row.get("infeasible_reason") or "")
     return (1 if not reason.startswith("invalid layout") else 2, 0.0, idx)
 
@@ -222,8 +231,10 @@ def search(
     dask: str | None = None,
     simulate_fn: Callable[[dict[str, Any]], dict[str, Any]] | None = None,
     simulate: bool = True,
+    rank_by: str = "tokens_per_s",
 ) -> list[dict[str, Any]]:
-    """Rows for every candidate layout, best first (see the module docstring).
+    """Rows for every candidate layout, best first (see the module docstring): most ``tokens_per_s``,
+    or least ``time_to_target_s`` (needs the scenario's ``convergence:`` block).
 
     ``simulate=False`` stops after pruning (feasible rows then have no time). ``simulate_fn`` is a
     picklable replacement for the core's ``simulate_point`` (tests)."""
@@ -235,7 +246,11 @@ def search(
 
     space = space or SearchSpace()
     constraints = constraints or SearchConstraints()
+    if rank_by not in RANK_METRICS:
+        raise ConfigError("--rank-by", f"must be one of {', '.join(RANK_METRICS)}, got {rank_by!r}")
     raw, base_dir = load_raw(source)
+    if rank_by == "time_to_target_s" and not raw.get("convergence"):
+        raise ConfigError("--rank-by", "time_to_target_s needs the scenario's convergence: block")
     raw = absolutize(apply_overrides(raw, overrides or []), base_dir)
     if num_gpus is not None:
         if num_gpus < 1:
@@ -305,7 +320,7 @@ def search(
         row["parallelism"] = row.get("parallelism") or {**candidates[i], "dp": n // (
             candidates[i]["tp"] * candidates[i]["pp"] * candidates[i]["cp"])}
         rows[i] = row
-    ranked = sorted(enumerate(r for r in rows if r is not None), key=_rank_key)
+    ranked = sorted(enumerate(r for r in rows if r is not None), key=lambda item: _rank_key(item, rank_by))
     return [{"parallelism": row["parallelism"], **{k: v for k, v in row.items() if k != "parallelism"}}
             for _, row in ranked]
 
@@ -334,6 +349,9 @@ def render_table(rows: list[dict[str, Any]], top: int = 10) -> str:
     head = (f"{'#':>3} {'tp':>3} {'pp':>3} {'dp':>5} {'cp':>3} {'ep':>3} {'vp':>3} {'sched':<11} {'zero':>4} {'recomp':<9} "
             f"{'sp':<3} {'mbs':>3} {'tokens/s':>12} {'MFU':>6} {'step s':>8} {'mem GiB':>8} "
             f"{'compute':>8} {'tp':>7} {'ep':>7} {'dp':>7} {'pp':>7} {'bubble':>7}")
+    with_target = any(r.get("time_to_target_s") for r in rows)
+    if with_target:  # the convergence block's steps to target x step time, and the batch it depends on
+        head += f" {'gbs':>6} {'target s':>10}"
     lines = [head]
     shown = 0
     for row in rows:
@@ -349,7 +367,9 @@ def render_table(rows: list[dict[str, Any]], top: int = 10) -> str:
             f"{_fmt(row.get('mfu') and 100 * row['mfu'], '.1f'):>5}% {_fmt(row.get('step_time_s'), '.3f'):>8} "
             f"{_fmt(row.get('peak_memory_gib'), '.1f'):>8} "
             + " ".join(f"{_fmt(b.get(k), '.3f'):>{w}}" for k, w in
-                       (("compute", 8), ("tp_comm", 7), ("ep_comm", 7), ("dp_comm", 7), ("pp_comm", 7), ("pipeline_bubble", 7))))
+                       (("compute", 8), ("tp_comm", 7), ("ep_comm", 7), ("dp_comm", 7), ("pp_comm", 7), ("pipeline_bubble", 7)))
+            + (f" {p.get('global_batch_size', '-'):>6} {_fmt(row.get('time_to_target_s'), ',.0f'):>10}" if with_target
+               else ""))
     s = summarize(rows)
     if shown == 0:
         lines.append("  (no layout fits)")

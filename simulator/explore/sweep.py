@@ -85,6 +85,8 @@ RESULT_KEYS = (
     "memory_per_stage_gib",
     "time_breakdown_s",
     "time_to_train_days",
+    "steps_to_target",
+    "time_to_target_s",
     "layer_split",
     "layers_per_stage",
     "simulation_mode",

@@ -186,6 +186,11 @@ def render_table(result: SimulationResult) -> str:
             lines.append(f"  with failures  {extra['effective_time_to_train_days']:.1f} days (goodput "
                          f"{100 * extra['goodput']:.1f}%), {extra['gpu_hours']:,.0f} GPU-hours, "
                          f"${extra['cost_usd']:,.0f}, {extra['energy_mwh']:,.0f} MWh")
+    if result.extra.get("steps_to_target") is not None:
+        extra = result.extra
+        lines.append(f"  time to target {_fmt(extra.get('time_to_target_s'), ',.0f', ' s')} = "
+                     f"{extra['steps_to_target']:,.0f} steps x step time")
+        lines.append(f"                 ({extra['convergence_source']})")
     lines += ["", "  time breakdown of the step (critical rank)"]
     total = sum(result.time_breakdown_s.values()) or 1.0
     for key in BREAKDOWN_KEYS:

@@ -43,13 +43,16 @@ class StrategyKind:
     updates) unrolls the steps it is asked for and marks each one's end; the result's
     ``step_time_s`` is the makespan / steps and ``step_times_s`` each step (simulator/strategies/plan.py).
     ``memory(scenario)``: ``(peak stage, its MemoryBreakdown, one per stage)``. ``summary``:
-    one line on what it models, for ``--help`` and the README."""
+    one line on what it models, for ``--help`` and the README. ``convergence_inputs(scenario)``
+    (optional): ``{"staleness_steps": tau, "local_steps": H}`` that the scenario's ``convergence:``
+    block turns into steps to target (simulator/economics/convergence.py); absent: synchronous, 0 and 1."""
 
     name: str
     config: type[BaseModel]
     summary: str
     compile: Callable[..., Any]
     memory: Callable[..., Any]
+    convergence_inputs: Callable[..., dict[str, float]] | None = None
 
 
 _KINDS: dict[str, StrategyKind] = {}
