@@ -122,6 +122,7 @@ def simulate(scenario: Scenario, mode: str | None = None, detail: bool = False,
     flops = _step_flops(scenario)
     accel = scenario.accelerator
     step_time = makespan = None
+    steps_run = scenario.simulation.steps  # a kind may round it up to whole periods (Plan.steps)
     step_times: list[float] = []
     memory_peaks: dict[str, float] = {}
     memory_series: dict[str, list[tuple[float, float]]] = {}
@@ -136,6 +137,7 @@ def simulate(scenario: Scenario, mode: str | None = None, detail: bool = False,
         memory_peaks = {a: engine.counter_peaks[(a, MEMORY_COUNTER)] / 2**30 for a in plan.memory_base_bytes}
         memory_series = {a: engine.counter_series[(a, MEMORY_COUNTER)] for a in plan.memory_base_bytes}
         actor_stage = dict(plan.stage_of)
+        steps_run = plan.steps
         step_time = makespan / plan.steps
         step_times = step_durations(step_end_times(plan, makespan))
         critical = _critical_actor(plan)
@@ -147,7 +149,7 @@ def simulate(scenario: Scenario, mode: str | None = None, detail: bool = False,
         num_parameters=_total_params(scenario),
         parallelism=par.model_dump(),
         step_time_s=step_time,
-        steps=scenario.simulation.steps,
+        steps=steps_run,
         step_times_s=step_times,
         makespan_s=makespan,
         simulated_peak_memory_gib=memory_peaks,

@@ -132,7 +132,7 @@ def convergence_results(spec: ConvergenceSpec, step_time_s: float | None, global
     return {
         "steps_to_target": steps,
         "time_to_target_s": steps * step_time_s if step_time_s else None,
-        "convergence_source": f"{resolved.source} ({NOT_A_PREDICTION})",
+        "convergence_source": f"{resolved.source}; {NOT_A_PREDICTION}",
         "convergence_staleness_steps": staleness_steps,
         "convergence_local_steps": local_steps,
     }

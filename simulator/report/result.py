@@ -190,7 +190,7 @@ def render_table(result: SimulationResult) -> str:
         extra = result.extra
         lines.append(f"  time to target {_fmt(extra.get('time_to_target_s'), ',.0f', ' s')} = "
                      f"{extra['steps_to_target']:,.0f} steps x step time")
-        lines.append(f"                 ({extra['convergence_source']})")
+        lines.append(f"                 source: {extra['convergence_source']}")
     lines += ["", "  time breakdown of the step (critical rank)"]
     total = sum(result.time_breakdown_s.values()) or 1.0
     for key in BREAKDOWN_KEYS:

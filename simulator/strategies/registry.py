@@ -28,6 +28,7 @@ DEFAULT_KIND = "spmd"
 #: Every strategy kind module, imported by :func:`load_kinds`. A new kind is one module and one line here.
 KIND_MODULES: tuple[str, ...] = (
     "simulator.strategies.spmd.kind",
+    "simulator.strategies.local_sgd",
 )
 
 

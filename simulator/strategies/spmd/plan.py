@@ -107,6 +107,8 @@ class Planner:
         self._chunk_runs: dict[int, tuple[tuple[bool, int], ...]] = {}
         self._zero_bubble_orders = None
         self._memory_cache: dict = {}
+        self.steps = scenario.simulation.steps
+        self.sync_gradients = True  # reduce gradients over dp every step (spmd); see after_step
         self.grad_group = "dp_cp" if self.par.cp > 1 else "dp"
         hybrid = self.par.zero_shard_size is not None and self.par.zero_shard_size < self.par.dp_degree
         self.shard_group = "zshard" if hybrid else self.grad_group  # ZeRO shards live on this group
@@ -372,7 +374,7 @@ class Planner:
         streams: dict[tuple[str, str], list[Task]] = defaultdict(list)
         self._streams_ref = streams
         compute_tasks: dict[str, list[Task]] = defaultdict(list)
-        steps = self.sc.simulation.steps
+        steps = self.steps
         step_ends: list[list[Task]] = []
         boundary: dict[str, tuple[Task, ...]] = {}
         for step in range(steps):
@@ -382,13 +384,14 @@ class Planner:
                 tasks, boundary[actor] = self._build_actor(actor, rank, streams, lookup, boundary.get(actor, ()))
                 compute_tasks[actor].extend(tasks)
             self._link_pipeline(lookup)
+            extra_ends = self.after_step(step, streams, boundary)
             if steps > 1:
                 for key, tasks in streams.items():
                     for task in tasks[before.get(key, 0):]:
                         task.name = f"s{step}.{task.name}"
                         if task.rendezvous is not None:
                             task.rendezvous = f"s{step}.{task.rendezvous}"
-            step_ends.append([t for ends in boundary.values() for t in ends])
+            step_ends.append([t for ends in boundary.values() for t in ends] + extra_ends)
         if not self.par.overlap_p2p_comm:
             self._block_on_sends(streams)
         self._mark_interference(streams)
@@ -396,6 +399,12 @@ class Planner:
         memory_base = {a: self.base_memory_bytes(stage_of[a]) for a in self.actor_ranks}
         return Plan(dict(streams), dict(self.actor_ranks), stage_of, self.layers_per_chunk, self.topo,
                     dict(compute_tasks), steps=steps, step_ends=step_ends, memory_base_bytes=memory_base)
+
+    def after_step(self, step: int, streams, boundary: dict[str, tuple[Task, ...]]) -> list[Task]:
+        """Hook for kinds built on this planner: add tasks after step ``step`` (e.g. an outer
+        synchronisation every H steps), possibly replacing an actor's ``boundary`` (what its next step
+        waits for). Returns extra tasks that mark the end of the step. The spmd kind adds nothing."""
+        return []
 
     def _block_on_sends(self, streams) -> None:
         """Blocking point-to-point (``overlap_p2p_comm: false``): the sender's first compute task
@@ -523,7 +532,9 @@ class Planner:
         prev: list[Task | None] = [None]   # last task on the compute/tp chain
         dp_tasks: list[Task] = []
         zero = par.zero_stage
-        dp_size = par.dp_degree * par.cp  # weights are replicated over dp and cp (Megatron)
+        # weights are replicated over dp and cp (Megatron); a kind that does not reduce gradients every
+        # step (local SGD) plans each replica on its own
+        dp_size = par.dp_degree * par.cp if self.sync_gradients else 1
         shard = self.shard_size           # ZeRO shards: all of dp x cp, or a hybrid-sharding group
         weight_bytes = WEIGHT_BYTES[self.precision]
         grad_bytes = gradient_bytes(sc.training)
