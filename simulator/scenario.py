@@ -68,6 +68,13 @@ class TrainingSpec(_Strict):
                     "as an add into the gradients after every micro-batch but the first. Off (Megatron-LM, "
                     "Transformer Engine): the wgrad GEMM's epilogue gives the bias gradient and accumulates into "
                     "main_grad (gradient_accumulation_fusion)")
+    optimizer_fusion: Literal["none", "backward", "forward"] = Field(
+        default="none",
+        description="optimizer fusion (Jiang et al. 2021, arXiv:2104.00237): backward: each model chunk's update "
+                    "right after its last backward (and its gradient reduction), its gradients freed there; with one "
+                    "micro-batch only one module's gradients are alive at a time (PyTorch's optimizer step in "
+                    "backward); forward: each chunk's update just before its first forward of the next step. "
+                    "Needs zero_stage 0 and a schedule other than zb-h1")
     fp8_gemms: list[GemmClass] = Field(
         default_factory=lambda: ["attention_proj", "mlp", "experts"],
         description="with precision fp8, the GEMM classes that run in FP8; the others run in bf16. Default as "
@@ -254,6 +261,9 @@ def build_scenario(raw: dict[str, Any], base: Path | None = None) -> Scenario:
     if doc.training.precision not in accelerator.peak_tflops:
         raise ConfigError("training.precision", f"{accelerator.name} has no {doc.training.precision} peak")
     parallelism = resolve_layout(doc.parallelism, model, doc.cluster.num_gpus)
+    if doc.training.optimizer_fusion != "none" and (parallelism.zero_stage != 0 or parallelism.schedule == "zb-h1"):
+        raise ConfigError("training.optimizer_fusion", "is modelled with zero_stage 0 and schedules other than zb-h1, got "
+                          f"zero_stage {parallelism.zero_stage}, schedule {parallelism.schedule}")
     return Scenario(
         name=doc.name or model.name,
         model=model,

@@ -555,6 +555,11 @@ def rank_memory(scenario, stage: int) -> MemoryBreakdown:
     w1, g1, o1 = model_state_bytes(dense, par.zero_stage, zdp, tr.precision, tr.optimizer, gb)
     w2, g2, o2 = model_state_bytes(expert, par.zero_stage, zdp // par.ep, tr.precision, tr.optimizer, gb)
     weights, grads, optim = w1 + w2, g1 + g2, o1 + o2
+    if getattr(tr, "optimizer_fusion", "none") == "backward" and m == 1 and modules:
+        # optimizer step in backward with no gradient accumulation: each module's gradients are
+        # freed by its update right after they are computed, so at most the largest is alive
+        # (PyTorch tutorial "How to save memory by fusing the optimizer step into the backward pass").
+        grads = max(modules) * gb
 
     # Activations, read off the layer graph: what each of the stage's layers keeps under the
     # recompute mode, times the micro-batches in flight; the prologue (embedding) and epilogue

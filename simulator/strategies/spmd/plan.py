@@ -109,6 +109,8 @@ class Planner:
         self._memory_cache: dict = {}
         self.steps = scenario.simulation.steps
         self.sync_gradients = True  # reduce gradients over dp every step (spmd); see after_step
+        self._forward_updates: dict[str, dict[int, tuple[Task, tuple[Task, ...]]]] = {}  # forward fusion
+        self.final_step = True
         self.grad_group = "dp_cp" if self.par.cp > 1 else "dp"
         hybrid = self.par.zero_shard_size is not None and self.par.zero_shard_size < self.par.dp_degree
         self.shard_group = "zshard" if hybrid else self.grad_group  # ZeRO shards live on this group
@@ -358,6 +360,11 @@ class Planner:
             hit = self._memory_cache[("working", stage)] = recompute_working_bytes(self.sc, stage)
         return hit
 
+    def largest_module_gradient_bytes(self, stage: int) -> float:
+        """Gradient bytes of the stage's largest module (a layer, the embedding or the head), as the
+        analytic count gives them under optimizer fusion "backward" with one micro-batch."""
+        return self.stage_memory(stage).gradients_bytes
+
     def gradient_bytes_of_chunk(self, stage: int, global_chunk: int) -> float:
         """The chunk's share (by local parameters) of the stage's gradient bytes (ZeRO-sharded as the
         analytic count)."""
@@ -380,6 +387,7 @@ class Planner:
         for step in range(steps):
             before = {key: len(tasks) for key, tasks in streams.items()}
             lookup: dict[tuple, Task] = {}
+            self.final_step = step == steps - 1
             for actor, rank in self.actor_ranks.items():
                 tasks, boundary[actor] = self._build_actor(actor, rank, streams, lookup, boundary.get(actor, ()))
                 compute_tasks[actor].extend(tasks)
@@ -632,6 +640,34 @@ class Planner:
                      duration_s=self.compute.add_into_s(nbytes)))
 
         grads_held: dict[int, float] = {}  # chunk -> its gradient bytes, allocated at its first backward
+        fusion = sc.training.optimizer_fusion
+        optimizer_bytes = OPTIMIZER_BYTES_PER_PARAM[sc.training.optimizer] * (32 / 28 if self.precision == "fp32" else 1)
+        fused: list[Task] = []  # per-chunk updates (optimizer fusion)
+        deferred: list[tuple[int, tuple[Task, ...]]] = []  # (chunk, the reductions its fused update waits for)
+
+        def chunk_update(g: int, name: str) -> Task:
+            """The optimizer step of one model chunk's parameters, freeing its gradients."""
+            task = Task(name, actor, "compute", "optimizer",
+                        duration_s=self.compute.optimizer_step_s(self.chunk_params_local(g), optimizer_bytes))
+            task.free_bytes += grads_held.get(g, 0.0)
+            return task
+
+        def fused_backward_update(g: int, mb: int) -> None:
+            """Optimizer fusion "backward": with no data parallelism the chunk's update runs inline right
+            after its last backward (PyTorch's step in backward). With data parallelism it waits for the
+            chunk's gradient reduction: queued after the backward, each chunk's update waits only for the
+            buckets reduced so far (overlapped reduction) so it runs while later chunks' gradients are
+            still reduced (memory-bound kernels overlapping communication); without overlapped
+            reduction, after the final reduction."""
+            if fusion != "backward" or mb != m_total - 1:
+                return
+            if dp_size > 1:
+                overlapped = par.overlap_grad_reduce or zero >= 2
+                deferred.append((g, tuple(dp_tasks) if overlapped else ()))
+                return
+            fused.append(add(chunk_update(g, f"optimizer_step.c{g}"), tuple(dp_tasks)))
+
+        pending_forward = self._forward_updates.pop(actor, {}) if fusion == "forward" else {}
 
         def backward_memory(g: int, entry: Task, exit_task: Task) -> None:
             """Memory over time of a backward pass: its recompute working set (and, on the chunk's first
@@ -641,7 +677,13 @@ class Planner:
             keeps 1F1B's peak, Qi et al. 2024 Sec. 3.1) -- an approximation."""
             working = self.working_bytes(stage)
             entry.alloc_bytes += working
-            if g not in grads_held:
+            if fusion == "backward" and m_total == 1:
+                # step in backward without accumulation: one module's gradients alive at a time
+                transient = self.largest_module_gradient_bytes(stage)
+                entry.alloc_bytes += transient
+                exit_task.free_bytes += transient
+                grads_held[g] = 0.0
+            elif g not in grads_held:
                 grads_held[g] = self.gradient_bytes_of_chunk(stage, g)
                 entry.alloc_bytes += grads_held[g]
             exit_task.free_bytes += working + self.activation_bytes(g)
@@ -702,6 +744,10 @@ class Planner:
             zero_bubble = par.schedule == "zb-h1"
             overlapped_reduce = reduce_now and dp_size > 1 and (par.overlap_grad_reduce or zero >= 2)
             if phase == "F":
+                if mb == 0 and g in pending_forward:  # optimizer fusion "forward": last step's update first
+                    update, waits_for = pending_forward.pop(g)
+                    add(update, waits_for)
+                    pass_start = len(compute_list)
                 if self.detail or per_layer_gathers:
                     if g == 0:
                         run_ops(self.embedding.forward, f"F.{tag}.embedding", "compute")
@@ -742,6 +788,7 @@ class Planner:
                 backward_memory(g, compute_list[pass_start], prev[0])
                 lookup[("B_entry", actor, mb, g)] = compute_list[pass_start]
                 lookup[("B_exit", actor, mb, g)] = prev[0]
+                fused_backward_update(g, mb)
                 continue
             if g == last_chunk:
                 run_ops(self.head.backward, f"B.{tag}.head", "compute")
@@ -775,6 +822,7 @@ class Planner:
             backward_memory(g, compute_list[pass_start], prev[0])
             lookup[("B_entry", actor, mb, g)] = compute_list[pass_start]
             lookup[("B_exit", actor, mb, g)] = prev[0]
+            fused_backward_update(g, mb)
 
         end_of_backward = prev[0]
         if not (par.overlap_grad_reduce or zero >= 2 or par.schedule == "zb-h1") and dp_size > 1:
@@ -797,8 +845,20 @@ class Planner:
                 dp_tasks.append(task)
 
         local_params = self.stage_params_local(stage)
+        if fusion == "backward":
+            for g, waits_for in deferred:
+                fused.append(add(chunk_update(g, f"optimizer_step.c{g}"), waits_for or tuple(dp_tasks)))
+            return compute_list, tuple(fused)
+        if fusion == "forward":
+            chunks = [c * par.pp + stage for c in range(par.virtual_stages)]
+            if not self.final_step:  # applied before each chunk's first forward of the next step
+                self._forward_updates[actor] = {g: (chunk_update(g, f"optimizer_step.c{g}"), tuple(dp_tasks))
+                                                for g in chunks}
+                return compute_list, (prev[0], *dp_tasks)
+            for g in chunks:  # the run's last step: nothing follows, update now
+                fused.append(add(chunk_update(g, f"optimizer_step.c{g}"), tuple(dp_tasks)))
+            return compute_list, tuple(fused)
         sharded = local_params / shard if zero >= 1 else local_params
-        optimizer_bytes = OPTIMIZER_BYTES_PER_PARAM[sc.training.optimizer] * (32 / 28 if self.precision == "fp32" else 1)
         opt = Task("optimizer_step", actor, "compute", "optimizer",
                    duration_s=self.compute.optimizer_step_s(sharded, optimizer_bytes))
         add(opt, tuple(dp_tasks))
