@@ -127,6 +127,7 @@ def simulate(scenario: Scenario, mode: str | None = None, detail: bool = False,
     memory_peaks: dict[str, float] = {}
     memory_series: dict[str, list[tuple[float, float]]] = {}
     actor_stage: dict[str, int] = {}
+    kind_report: dict[str, float] = {}
     breakdown = dict.fromkeys(BREAKDOWN_KEYS, 0.0)
     timeline_builder = None
     layers_per_chunk = chunk_counts(scenario, scenario.layer_graph())
@@ -137,7 +138,9 @@ def simulate(scenario: Scenario, mode: str | None = None, detail: bool = False,
         memory_peaks = {a: engine.counter_peaks[(a, MEMORY_COUNTER)] / 2**30 for a in plan.memory_base_bytes}
         memory_series = {a: engine.counter_series[(a, MEMORY_COUNTER)] for a in plan.memory_base_bytes}
         actor_stage = dict(plan.stage_of)
+        kind_report = plan.report() if plan.report else {}
         steps_run = plan.steps
+        mode = plan.mode or mode
         step_time = makespan / plan.steps
         step_times = step_durations(step_end_times(plan, makespan))
         critical = _critical_actor(plan)
@@ -174,6 +177,7 @@ def simulate(scenario: Scenario, mode: str | None = None, detail: bool = False,
                           for i in range(par.pp)],
         mode=mode,
         tokens_to_train=scenario.training.tokens,
+        extra=dict(kind_report),
         timeline_builder=timeline_builder,
     ))
 
@@ -220,6 +224,8 @@ def _with_economics(scenario: Scenario, result: SimulationResult) -> SimulationR
     if scenario.convergence is not None:
         kind = get_kind(scenario.strategy_kind)
         inputs = kind.convergence_inputs(scenario) if kind.convergence_inputs else {}
+        if result.extra.get("staleness_steps_mean") is not None:  # measured in the run (simulator/strategies/plan.py)
+            inputs = {**inputs, "staleness_steps": result.extra["staleness_steps_mean"]}
         result.extra.update(convergence_results(
             scenario.convergence, result.step_time_s, scenario.parallelism.global_batch_size, scenario.seq_length,
             staleness_steps=float(inputs.get("staleness_steps", 0.0)), local_steps=int(inputs.get("local_steps", 1))))

@@ -17,10 +17,14 @@ A kind's ``compile(scenario, mode, detail)`` returns a :class:`Plan`. The contra
 - ``memory_base_bytes``: ``{actor: bytes}`` held from the start by each actor (weights, ...);
   tasks add and free the rest (``Task.alloc_bytes`` / ``Task.free_bytes``), so the engine's
   counter per actor gives the simulated memory over time. Empty: the kind does not track memory.
+- ``report`` (optional): called after the run, returns extra result keys measured from the task
+  times (e.g. a parameter server's staleness per update). A ``staleness_steps_mean`` among them
+  replaces the kind's ``convergence_inputs`` staleness.
 """
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -43,6 +47,8 @@ class Plan:
     steps: int = 1
     step_ends: list[list[Task]] = field(default_factory=list)
     memory_base_bytes: dict[str, float] = field(default_factory=dict)
+    report: Callable[[], dict[str, float]] | None = None  # after the run: a kind's own figures (result keys)
+    mode: str | None = None  # "symmetric" or "full": how the kind simulated it (it may force full)
 
 
 def step_end_times(plan: Plan, makespan_s: float) -> list[float]:

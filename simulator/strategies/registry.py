@@ -29,6 +29,7 @@ DEFAULT_KIND = "spmd"
 KIND_MODULES: tuple[str, ...] = (
     "simulator.strategies.spmd.kind",
     "simulator.strategies.local_sgd",
+    "simulator.strategies.parameter_server",
 )
 
 

@@ -109,6 +109,7 @@ class Planner:
         self._memory_cache: dict = {}
         self.steps = scenario.simulation.steps
         self.sync_gradients = True  # reduce gradients over dp every step (spmd); see after_step
+        self.local_update = True    # each rank runs its optimizer step (a parameter server's kind: the servers do)
         self._forward_updates: dict[str, dict[int, tuple[Task, tuple[Task, ...]]]] = {}  # forward fusion
         self.final_step = True
         self.grad_group = "dp_cp" if self.par.cp > 1 else "dp"
@@ -406,7 +407,8 @@ class Planner:
         stage_of = {a: self.layout.coords(r).pp for a, r in self.actor_ranks.items()}
         memory_base = {a: self.base_memory_bytes(stage_of[a]) for a in self.actor_ranks}
         return Plan(dict(streams), dict(self.actor_ranks), stage_of, self.layers_per_chunk, self.topo,
-                    dict(compute_tasks), steps=steps, step_ends=step_ends, memory_base_bytes=memory_base)
+                    dict(compute_tasks), steps=steps, step_ends=step_ends, memory_base_bytes=memory_base,
+                    mode=self.mode)
 
     def after_step(self, step: int, streams, boundary: dict[str, tuple[Task, ...]]) -> list[Task]:
         """Hook for kinds built on this planner: add tasks after step ``step`` (e.g. an outer
@@ -860,7 +862,7 @@ class Planner:
             return compute_list, tuple(fused)
         sharded = local_params / shard if zero >= 1 else local_params
         opt = Task("optimizer_step", actor, "compute", "optimizer",
-                   duration_s=self.compute.optimizer_step_s(sharded, optimizer_bytes))
+                   duration_s=self.compute.optimizer_step_s(sharded, optimizer_bytes) if self.local_update else 0.0)
         add(opt, tuple(dp_tasks))
         opt.free_bytes += sum(grads_held.values())  # zero_grad(set_to_none=True)
         ends: tuple[Task, ...] = (opt,)
