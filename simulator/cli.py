@@ -20,9 +20,14 @@ EXIT_BAD_INPUT = 2
 
 
 def build_parser() -> argparse.ArgumentParser:
+    from simulator.strategies.registry import load_kinds
+
+    kinds = "\n".join(f"  {name:<18} {kind.summary}" for name, kind in sorted(load_kinds().items()))
     parser = argparse.ArgumentParser(
         prog="clustersim",
         description="Discrete-event simulator of neural-network training on GPU clusters.",
+        epilog=f"strategy kinds (a scenario's strategy: {{kind: ...}}):\n{kinds}",
+        formatter_class=argparse.RawDescriptionHelpFormatter,
     )
     subparsers = parser.add_subparsers(dest="command", metavar="COMMAND")
     for info in sorted(pkgutil.iter_modules(commands.__path__), key=lambda m: m.name):

@@ -133,6 +133,8 @@ def test_help_lists_the_commands(runs):
     assert r.returncode == 0, r.stderr
     for command in ("simulate", "specs", "validate"):
         assert command in r.stdout
+    for kind in ("spmd", "local_sgd", "parameter_server"):  # the strategy kinds, with what each models
+        assert f"  {kind} " in r.stdout
 
 
 def test_out_of_memory_layout_is_a_result(runs):
