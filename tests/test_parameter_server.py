@@ -84,3 +84,16 @@ def test_needs_zero_0():
     with pytest.raises(ConfigError) as err:
         simulate(load_scenario(raw))
     assert err.value.field == "parallelism.zero_stage"
+
+
+def test_collective_transport_is_a_ring_reduce_and_broadcast():
+    # central over NCCL-style collectives: a pipelined ring reduce of 2P to the server, then a broadcast
+    # of 2P: each (n - 1) steps of 1 us plus 2P / B, whatever the number of workers (no incast).
+    for dp in (2, 4):
+        r = simulate(scenario(dp, transport="collective"))
+        assert r.step_times_s == pytest.approx([T + 2 * ((dp - 1) * 1e-6 + P2 / 100e9)] * 2, rel=1e-9)
+    # sharded: reduce-scatter + all-gather, the ring all-reduce's bytes and steps
+    r = simulate(scenario(4, transport="collective", servers="sharded"))
+    assert r.step_times_s == pytest.approx([T + 2 * (3e-6 + 3 / 4 * P2 / 100e9)] * 2, rel=1e-9)
+    with pytest.raises(ConfigError, match="strategy.transport"):
+        simulate(scenario(2, transport="collective", mode="async"))

@@ -39,6 +39,7 @@ BUS_FACTOR = {
     "reduce_scatter": lambda n: (n - 1) / n,
     "all_to_all": lambda n: (n - 1) / n,
     "broadcast": lambda n: 1.0,
+    "reduce": lambda n: 1.0,  # pipelined ring reduce to one root (NCCL): the payload crosses each link once
     "send_recv": lambda n: 1.0,
     "ring_pass": lambda n: n - 1.0,  # context-parallel ring: payload moves n-1 hops (Liu et al. 2023)
 }
@@ -68,7 +69,7 @@ def ring_steps(collective: str, n: int) -> int:
     """Latency steps of a ring collective over n ranks (2(n-1) all-reduce, n-1 gather/scatter)."""
     if collective == "all_reduce":
         return 2 * (n - 1)
-    if collective in ("all_gather", "reduce_scatter", "broadcast", "ring_pass"):
+    if collective in ("all_gather", "reduce_scatter", "broadcast", "reduce", "ring_pass"):
         return n - 1
     return 1
 

@@ -38,7 +38,7 @@ from __future__ import annotations
 import dataclasses
 from typing import Literal
 
-from pydantic import BaseModel, ConfigDict
+from pydantic import BaseModel, ConfigDict, Field
 
 from simulator.engine.engine import Task
 from simulator.errors import ConfigError
@@ -59,6 +59,10 @@ class ParameterServerConfig(BaseModel):
     kind: Literal["parameter_server"] = "parameter_server"
     mode: Literal["sync", "async"] = "sync"
     servers: Literal["central", "sharded"] = "central"
+    transport: Literal["p2p", "collective"] = Field(
+        default="p2p", description="p2p: pushes and pulls as point-to-point transfers (a central server's links take "
+                                   "(dp - 1) x the model); collective: a ring reduce to the server and a broadcast "
+                                   "from it (sharded: reduce-scatter and all-gather), NCCL's way (sync only)")
 
 
 def _check(scenario) -> None:
@@ -67,6 +71,8 @@ def _check(scenario) -> None:
         raise ConfigError("parallelism.zero_stage", "parameter_server shards state by its servers: needs 0")
     if par.cp != 1:
         raise ConfigError("parallelism.cp", "parameter_server is modelled without context parallelism (cp 1)")
+    if scenario.strategy.transport == "collective" and scenario.strategy.mode == "async":
+        raise ConfigError("strategy.transport", "collectives are synchronous: transport collective needs mode sync")
 
 
 def _memory_scenario(scenario):
@@ -124,7 +130,44 @@ class ParameterServerPlanner(Planner):
         task.stream, task.category = stream, "dp_comm"
         return task
 
+    def _collective_step(self, step: int, streams, boundary) -> list[Task]:
+        """transport collective: every rank joins a reduce (to the group's first rank; sharded: a
+        reduce-scatter), the servers update their part, every rank joins a broadcast (all-gather)."""
+        central = self.cfg.servers == "central"
+        grad_b, weight_b = gradient_bytes(self.sc.training), WEIGHT_BYTES[self.precision]
+        opt_bytes = OPTIMIZER_BYTES_PER_PARAM[self.sc.training.optimizer]
+        ends: list[Task] = []
+        for actor, rank in self.actor_ranks.items():
+            group = self.layout.group(rank, "dp")
+            params = self.stage_params_local(self.layout.coords(rank).pp)
+            after = list(boundary[actor])
+            reduce = self.comm_task(actor, "dp", "dp_comm", "ps_reduce", rank,
+                                    [("dp", "reduce" if central else "reduce_scatter", params * grad_b)],
+                                    key=f"ps_reduce{step}")
+            if reduce is not None:
+                reduce.deps.extend(after)
+                streams[(actor, "dp")].append(reduce)
+                after = [reduce]
+            if rank in self._servers(group):
+                shard = params / len(self._servers(group))
+                update = Task(f"server_update.r{rank}", actor, "compute", "optimizer",
+                              duration_s=self.compute.optimizer_step_s(shard, opt_bytes), deps=after)
+                streams[(actor, "compute")].append(update)
+                after = [update]
+            spread = self.comm_task(actor, "dp", "dp_comm", "ps_broadcast", rank,
+                                    [("dp", "broadcast" if central else "all_gather", params * weight_b)],
+                                    key=f"ps_broadcast{step}")
+            if spread is not None:
+                spread.deps.extend(after)
+                streams[(actor, "dp")].append(spread)
+                after = [spread]
+            boundary[actor] = tuple(after)
+            ends.extend(after)
+        return ends
+
     def after_step(self, step: int, streams, boundary) -> list[Task]:
+        if self.cfg.transport == "collective":
+            return self._collective_step(step, streams, boundary)
         ends: list[Task] = []
         grad_b, weight_b = gradient_bytes(self.sc.training), WEIGHT_BYTES[self.precision]
         opt_bytes = OPTIMIZER_BYTES_PER_PARAM[self.sc.training.optimizer]
