@@ -128,6 +128,15 @@ class ComputeModel:
     def ops_time_s(self, ops) -> float:
         return sum(self.time_s(op) for op in ops if op.kind != "collective")
 
+    def layer_time_s(self, layer, phase: str) -> float:
+        """Seconds of one layer-graph layer's ``phase`` ("forward" or "backward"): its measured time
+        when the graph came from a per-layer profile (``Layer.measured_forward_s``/``_backward_s``,
+        ``workloads.networks.profiles``), else its ops priced by :meth:`ops_time_s`."""
+        measured = layer.measured_forward_s if phase == "forward" else layer.measured_backward_s
+        if measured is not None:
+            return measured
+        return self.ops_time_s(layer.forward if phase == "forward" else layer.backward)
+
     def copy_s(self, nbytes: float) -> float:
         """A device copy of ``nbytes``: read and write once."""
         return 2 * nbytes / self.mem_bw + self.launch_s if nbytes > 0 else 0.0
