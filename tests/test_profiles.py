@@ -94,12 +94,17 @@ def test_deeppool_prof_files_give_forward_and_backward_apart():
     first = graph.layers[0]
     assert (first.measured_forward_s, first.measured_backward_s) == (pytest.approx(1087e-6), pytest.approx(3e-6))
     assert [op.name for op in first.backward] == ["0.conv2d.conv.wgrad"]  # the image needs no gradient
+    assert first.forward[0].flops == 2 * 32 * 224 * 224 * 64 * 27  # the kernel's FLOPs stay (for MFU)
 
 
 def test_the_compute_model_uses_measured_times_where_a_layer_has_them():
     model = ComputeModel(ACCELERATORS.get("a100-sxm-80g"), "bf16")
-    measured = profiled("deeppool_A100_vgg.prof", "deeppool", 32).layers[0]
+    measured = profiled("deeppool_A100_vgg.prof", "deeppool", 32).layers[1]   # a ReLU: one memory op
     assert model.layer_time_s(measured, "forward") == measured.measured_forward_s
+    assert model.ops_time_s(measured.backward) == pytest.approx(measured.measured_backward_s)  # via Op.measured_s
+    pipedream = profiled("pipedream_vgg16_graph.txt", "pipedream", 128, profile_batch=128)
+    assert sum(model.ops_time_s(x.forward) for x in pipedream.layers) == pytest.approx(
+        sum(x.measured_forward_s or 0 for x in pipedream.layers))
     built = resolve_model("vgg16").layer_graph(shard(32, "bf16")).layers[0]
     assert model.layer_time_s(built, "backward") == pytest.approx(model.ops_time_s(built.backward))
     assert model.layer_time_s(built, "forward") > 0

@@ -95,9 +95,12 @@ class ComputeModel:
         self._time = lru_cache(maxsize=None)(self._time_uncached)
 
     def time_s(self, op: Op) -> float:
-        """Seconds for one op (collectives are priced by the network, not here)."""
+        """Seconds for one op (collectives are priced by the network, not here); an op of a measured
+        per-layer profile (``op.measured_s``) takes its measured time."""
         if op.kind == "collective":
             raise ValueError(f"{op.name} is a collective: the network model prices it")
+        if op.measured_s is not None:
+            return op.measured_s
         kind = op.kind
         if kind == "gemm" and self.fp8 and gemm_class(op.name) not in self.fp8_gemms:
             kind = "gemm_bf16"  # a GEMM kept in higher precision in an fp8 run

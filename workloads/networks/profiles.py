@@ -21,6 +21,10 @@ linearly between the two nearest profiled batches (in proportion beyond the larg
 file gives only forward+backward, the split is 1 : 2 (the FLOP ratio of a layer with weights) —
 an assumption. Times are as measured whatever ``precision`` the shard asks; bytes scale with it.
 Saved bytes of a profiled layer are its output bytes (PipeDream's activation stash) — an estimate.
+
+The measured times are on the layer (``measured_forward_s``/``measured_backward_s``) and on its
+ops (``Op.measured_s``: the first op of each pass carries the pass's time, the others 0; a layer
+without kernels gets one ``<name>.measured`` op), so a planner that prices ops gets them too.
 """
 
 from __future__ import annotations
@@ -35,7 +39,7 @@ from typing import Literal
 from pydantic import Field
 
 from simulator.errors import ConfigError
-from workloads.graph import ShardShape
+from workloads.graph import Op, ShardShape
 from workloads.layer_graph import Layer, LayerGraph
 from workloads.networks.builder import NetBuilder, Tensor
 from workloads.networks.spec import NetworkSpec, refuse_split
@@ -118,6 +122,17 @@ def _topological(nodes: list[ProfiledNode], edges: list[tuple[str, str]], source
     return [by_id[n] for n in out]
 
 
+def _with_measured(layer: Layer, forward_s: float, backward_s: float) -> Layer:
+    """``layer`` with its measured times on it and on its ops (see the module docstring)."""
+    def timed(ops: tuple[Op, ...], seconds: float, phase: str) -> tuple[Op, ...]:
+        if not ops:
+            return (Op(f"{layer.name}.measured_{phase}", "memory", measured_s=seconds),)
+        return (replace(ops[0], measured_s=seconds), *(replace(op, measured_s=0.0) for op in ops[1:]))
+    return replace(layer, forward=timed(layer.forward, forward_s, "forward"),
+                   backward=timed(layer.backward, backward_s, "backward"),
+                   measured_forward_s=forward_s, measured_backward_s=backward_s)
+
+
 def _kind(desc: str) -> str:
     for prefix, kind in PIPEDREAM_KINDS:
         if desc.startswith(prefix):
@@ -141,10 +156,9 @@ def pipedream_graph(text: str, name: str, profile_batch: int, shard: ShardShape,
             continue
         reads = tuple(dict.fromkeys("input" if p in inputs else p for p in preds[node.node_id])) or ("input",)
         out_bytes = node.activation_bytes * byte_scale
-        layers.append(Layer(
-            name=node.node_id, kind=_kind(node.desc), params=round(node.parameter_bytes / 4),
-            saved_bytes=out_bytes, output_bytes=out_bytes, inputs=reads,
-            measured_forward_s=node.forward_ms * scale / 1e3, measured_backward_s=node.backward_ms * scale / 1e3))
+        layer = Layer(name=node.node_id, kind=_kind(node.desc), params=round(node.parameter_bytes / 4),
+                      saved_bytes=out_bytes, output_bytes=out_bytes, inputs=reads)
+        layers.append(_with_measured(layer, node.forward_ms * scale / 1e3, node.backward_ms * scale / 1e3))
     return LayerGraph(name, tuple(layers), shard.micro_batch, sample, seq_length).check()
 
 
@@ -257,8 +271,8 @@ def deeppool_graph(text: str, name: str, shard: ShardShape, sample: str = "image
                 f, bw = row.total_ms / 3e3, 2 * row.total_ms / 3e3
             forward += weight * f
             backward += weight * bw
-        layers.append(replace(built, inputs=(layers[-1].name,) if layers else (), input_shape=None,
-                              output_shape=None, measured_forward_s=forward, measured_backward_s=backward))
+        layers.append(_with_measured(replace(built, inputs=(layers[-1].name,) if layers else (), input_shape=None,
+                                             output_shape=None), forward, backward))
     return LayerGraph(name, tuple(layers), b, sample, seq_length).check()
 
 
