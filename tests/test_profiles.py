@@ -140,3 +140,19 @@ def test_parsers_take_the_text_directly():
     assert pipedream_graph(text, "vgg", 128, shard(1)).micro_batch == 1
     text = (DATA / "deeppool_A100_wrn.prof").read_text()
     assert deeppool_graph(text, "wrn", shard(8)).layers[-1].measured_forward_s > 0
+
+
+def test_a_profiled_model_simulates_at_its_measured_times():
+    """PipeDream's ResNet-50 profile at its minibatch of 128 on one A100 replica: the step's compute
+    is the profile's forward (182.488 ms without data loading) plus backward (260.931 ms)."""
+    from simulator.scenario import load_scenario
+    from simulator.simulate import simulate
+    scenario = load_scenario({
+        "model": {"name": "r50", "family": "profile", "format": "pipedream", "profile_batch": 128,
+                  "path": str(DATA / "pipedream_resnet50_graph.txt")},
+        "cluster": {"node": "dgx-a100-80g", "num_gpus": 1},
+        "parallelism": {"global_batch_size": 128, "micro_batch_size": 128},
+        "training": {"precision": "fp32"}})
+    result = simulate(scenario)
+    assert result.time_breakdown_s["compute"] == pytest.approx(0.182488 + 0.260931, rel=1e-6)
+    assert result.samples_per_s == pytest.approx(128 / result.step_time_s)
