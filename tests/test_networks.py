@@ -208,3 +208,12 @@ def test_scenario_with_a_network_loads_and_refuses_a_sequence_length():
     with pytest.raises(ConfigError, match="training.seq_length"):
         load_scenario({"model": "resnet50", "cluster": {"node": "dgx-a100-80g", "num_gpus": 8},
                        "parallelism": {"global_batch_size": 8}, "training": {"seq_length": 128}})
+
+
+def test_specs_list_shows_the_networks(capsys):
+    from simulator.cli import main
+    assert main(["specs", "list", "--kind", "network"]) == 0
+    out = capsys.readouterr().out
+    assert "resnet50" in out and "25.6 M params, 4.09 GMAC/sample" in out and "gnmt-16" in out
+    assert main(["specs", "show", "vit-b-16"]) == 0
+    assert "family: vit" in capsys.readouterr().out

@@ -10,6 +10,8 @@ import sys
 from pathlib import Path
 
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from simulator.errors import ConfigError
 from workloads.catalog import resolve_model
@@ -105,3 +107,21 @@ def test_cli_names_the_layer_of_a_model_that_cannot_be_imported(tmp_path):
     assert proc.returncode == 2
     lines = proc.stderr.strip().splitlines()
     assert len(lines) == 1 and "model.layers.rnn" in lines[0] and "LSTM" in lines[0]
+
+
+@settings(max_examples=6, deadline=None)
+@given(blocks=st.tuples(*[st.integers(1, 3)] * 4), width=st.sampled_from([16, 64, 128]),
+       image=st.sampled_from([64, 96, 224]), batch=st.integers(1, 64))
+def test_traced_resnets_equal_the_builder_and_the_module(blocks, width, image, batch):
+    """Any ResNet shape: the traced module's parameters are ``sum(p.numel())`` and its graph is the
+    builder's (FLOPs, saved bytes) at any micro-batch."""
+    from torch_nets import ResNet
+    with torch.device("meta"):
+        module = ResNet(blocks, width)
+    spec = resolve_model({"torch": "torch_nets:ResNet", "input_shape": [3, image, image],
+                          "kwargs": {"blocks": list(blocks), "width_per_group": width}})
+    built = resolve_model({"name": "r", "family": "resnet", "blocks": list(blocks), "width_per_group": width,
+                           "image_size": image})
+    traced = spec.layer_graph(shard(batch, "bf16"))
+    assert traced.total_params() == sum(p.numel() for p in module.parameters())
+    assert summary(traced) == summary(built.layer_graph(shard(batch, "bf16")))

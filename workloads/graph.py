@@ -80,6 +80,7 @@ class Op:
     backward_flops_factor: float = 2.0         # backward FLOPs / forward FLOPs (attention ops)
     executed_fraction: float = 1.0             # share of ``flops`` the kernel runs (causal skipping)
     overlap_knob: str = ""                     # which switch turns ``overlaps_next`` on ("tp_comm"; else by group)
+    measured_s: float | None = None            # a profiled time that replaces the roofline (per-layer profiles)
 
     @property
     def gflop_per_gemm(self) -> float:

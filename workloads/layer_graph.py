@@ -19,7 +19,10 @@ for one micro-batch on one rank after a layout's shard (a transformer builder ta
 - ``splittable``: which dimensions of its iteration space may be split over devices (batch,
   channels, heads, reduction, spatial, sequence, experts), for per-layer parallelism;
 - ``inputs``: the names of the layers it reads (empty for the graph's first layer, and for an
-  embedding of a second input such as a translation model's target tokens).
+  embedding of a second input such as a translation model's target tokens);
+- ``measured_forward_s`` / ``measured_backward_s``: for a graph read from a measured per-layer
+  profile (``workloads.networks.profiles``), the layer's measured times at this micro-batch, which
+  the compute model uses instead of pricing the ops (``ComputeModel.layer_time_s``).
 
 A graph may pin its first ``prologue`` layers to the first pipeline chunk and its last
 ``epilogue`` layers to the last (a transformer's embedding and LM head): a pipeline splits only
@@ -71,6 +74,8 @@ class Layer:
     splittable: frozenset[str] = frozenset({"batch"})
     input_shape: tuple[int, ...] | None = None   # per sample, e.g. (C, H, W) or (tokens, hidden)
     output_shape: tuple[int, ...] | None = None
+    measured_forward_s: float | None = None      # a profiled time that replaces the priced ops
+    measured_backward_s: float | None = None
 
     @property
     def forward_flops(self) -> float:
@@ -186,7 +191,9 @@ class LayerGraph:
                     raise ConfigError(where, f"expects input {list(layer.input_shape)} but {source.name} gives "
                                              f"{list(source.output_shape)}")
             for number, label in ((layer.params, "params"), (layer.saved_bytes, "saved_bytes"),
-                                  (layer.output_bytes, "output_bytes"), (layer.expert_params, "expert_params")):
+                                  (layer.output_bytes, "output_bytes"), (layer.expert_params, "expert_params"),
+                                  (layer.measured_forward_s or 0.0, "measured_forward_s"),
+                                  (layer.measured_backward_s or 0.0, "measured_backward_s")):
                 if not number >= 0:
                     raise ConfigError(f"{where}.{label}", f"must be a non-negative number, got {number!r}")
             seen.add(layer.name)

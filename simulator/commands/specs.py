@@ -1,4 +1,5 @@
-"""``clustersim specs list|show``: the catalog of accelerators, nodes, fabrics and models."""
+"""``clustersim specs list|show``: the catalog of accelerators, nodes, fabrics, models (decoder
+transformers) and networks (CNNs, ViTs, U-Net, LSTMs, BERT: ``workloads/models/networks``)."""
 
 from __future__ import annotations
 
@@ -10,8 +11,10 @@ from hardware_specs.catalog import ACCELERATORS, FABRICS, NODES
 from simulator.errors import ConfigError
 from workloads.catalog import MODELS
 from workloads.counting import total_params
+from workloads.graph import ShardShape
+from workloads.networks.catalog import NETWORKS
 
-CATALOGS = {"accelerator": ACCELERATORS, "node": NODES, "fabric": FABRICS, "model": MODELS}
+CATALOGS = {"accelerator": ACCELERATORS, "node": NODES, "fabric": FABRICS, "model": MODELS, "network": NETWORKS}
 
 
 def register(subparsers) -> None:
@@ -37,6 +40,9 @@ def _summary(kind: str, spec) -> str:
                 f"{spec.intra_node.kind}, {spec.nics_per_node}x {spec.nic_bandwidth_gbit_per_s:g} Gb/s")
     if kind == "fabric":
         return f"{spec.topology}, {spec.levels} tiers, oversubscription {spec.oversubscription:g}"
+    if kind == "network":
+        graph = spec.root.layer_graph(ShardShape(micro_batch=1, seq_length=1))
+        return f"{spec.root.family}, {graph.total_params() / 1e6:.1f} M params, {graph.forward_flops() / 2e9:.2f} GMAC/sample"
     return f"{total_params(spec) / 1e9:.1f} B params, {spec.num_layers} layers, h={spec.hidden_size}"
 
 

@@ -95,9 +95,12 @@ class ComputeModel:
         self._time = lru_cache(maxsize=None)(self._time_uncached)
 
     def time_s(self, op: Op) -> float:
-        """Seconds for one op (collectives are priced by the network, not here)."""
+        """Seconds for one op (collectives are priced by the network, not here); an op of a measured
+        per-layer profile (``op.measured_s``) takes its measured time."""
         if op.kind == "collective":
             raise ValueError(f"{op.name} is a collective: the network model prices it")
+        if op.measured_s is not None:
+            return op.measured_s
         kind = op.kind
         if kind == "gemm" and self.fp8 and gemm_class(op.name) not in self.fp8_gemms:
             kind = "gemm_bf16"  # a GEMM kept in higher precision in an fp8 run
@@ -127,6 +130,15 @@ class ComputeModel:
 
     def ops_time_s(self, ops) -> float:
         return sum(self.time_s(op) for op in ops if op.kind != "collective")
+
+    def layer_time_s(self, layer, phase: str) -> float:
+        """Seconds of one layer-graph layer's ``phase`` ("forward" or "backward"): its measured time
+        when the graph came from a per-layer profile (``Layer.measured_forward_s``/``_backward_s``,
+        ``workloads.networks.profiles``), else its ops priced by :meth:`ops_time_s`."""
+        measured = layer.measured_forward_s if phase == "forward" else layer.measured_backward_s
+        if measured is not None:
+            return measured
+        return self.ops_time_s(layer.forward if phase == "forward" else layer.backward)
 
     def copy_s(self, nbytes: float) -> float:
         """A device copy of ``nbytes``: read and write once."""

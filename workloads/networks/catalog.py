@@ -12,6 +12,7 @@ from hardware_specs.catalog import YamlCatalog
 from hardware_specs.yaml_io import validate_spec
 from workloads.networks.bert import BertSpec
 from workloads.networks.inception import InceptionV3Spec
+from workloads.networks.profiles import ProfiledModelSpec
 from workloads.networks.resnet import ResNetSpec
 from workloads.networks.rnn import BigLSTMSpec, GNMTSpec
 from workloads.networks.spec import NetworkSpec
@@ -19,8 +20,8 @@ from workloads.networks.unet import UNetSpec
 from workloads.networks.vgg import VGGSpec
 from workloads.networks.vit import ViTSpec
 
-FamilySpec = Annotated[ResNetSpec | VGGSpec | InceptionV3Spec | ViTSpec | UNetSpec | GNMTSpec | BigLSTMSpec | BertSpec,
-                       Field(discriminator="family")]
+FamilySpec = Annotated[ResNetSpec | VGGSpec | InceptionV3Spec | ViTSpec | UNetSpec | GNMTSpec | BigLSTMSpec | BertSpec
+                       | ProfiledModelSpec, Field(discriminator="family")]
 
 
 class NetworkEntry(RootModel[FamilySpec]):
