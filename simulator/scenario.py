@@ -60,7 +60,12 @@ class TrainingSpec(_Strict):
         description="gradient accumulation/reduction dtype; auto: fp32 for bf16/fp8 training (Megatron-LM "
                     "sets accumulate_allreduce_grads_in_fp32 for bf16; nanotron likewise), fp16 for fp16, fp32 for fp32")
     attention: Literal["standard", "flash"] = Field(
-        default="standard", description="standard: softmax materialised (Megatron 2021-22); flash: FlashAttention")
+        default="flash",
+        description="flash (the default, as every current framework: FlashAttention-2/3, cuDNN or CK fused "
+                    "attention; the s x s scores are never stored and causal tiles are skipped) or standard "
+                    "(softmax materialised, Megatron-LM 2021-22). On an accelerator without a fused attention "
+                    "kernel (no bf16 tensor cores: V100) the default falls back to standard and an explicit "
+                    "flash is an error")
     unfused_eager_kernels: bool = Field(
         default=False,
         description="the separate kernels of a framework that runs PyTorch eager ops (the harness): each biased "
@@ -233,6 +238,24 @@ def _relative(ref: Any, base: Path | None) -> Any:
     return ref
 
 
+def has_fused_attention(accelerator: Accelerator) -> bool:
+    """Whether FlashAttention (or a vendor fused attention kernel) runs on the accelerator: it needs
+    the bf16 tensor cores of NVIDIA Ampere / AMD CDNA2 and later (FlashAttention-2 README: Ampere,
+    Ada, Hopper; ROCm/flash-attention: MI200, MI300); V100 has none."""
+    return "bf16" in accelerator.peak_tflops
+
+
+def _resolved_attention(training: TrainingSpec, accelerator: Accelerator) -> TrainingSpec:
+    """The attention kernel the run uses: the flash default falls back to standard where no fused
+    kernel exists; an explicit flash there is a ConfigError."""
+    if training.attention != "flash" or has_fused_attention(accelerator):
+        return training
+    if "attention" in training.model_fields_set:
+        raise ConfigError("training.attention", f"flash needs a fused attention kernel, which {accelerator.name} "
+                                                "lacks (no bf16 tensor cores); use standard")
+    return training.model_copy(update={"attention": "standard"})
+
+
 def build_scenario(raw: dict[str, Any], base: Path | None = None) -> Scenario:
     """Validate a raw mapping and resolve every reference."""
     try:
@@ -260,6 +283,7 @@ def build_scenario(raw: dict[str, Any], base: Path | None = None) -> Scenario:
     fabric = FABRICS.get(fabric_ref, "cluster.fabric")
     if doc.training.precision not in accelerator.peak_tflops:
         raise ConfigError("training.precision", f"{accelerator.name} has no {doc.training.precision} peak")
+    training = _resolved_attention(doc.training, accelerator)
     parallelism = resolve_layout(doc.parallelism, model, doc.cluster.num_gpus)
     if doc.training.optimizer_fusion != "none" and (parallelism.zero_stage != 0 or parallelism.schedule == "zb-h1"):
         raise ConfigError("training.optimizer_fusion", "is modelled with zero_stage 0 and schedules other than zb-h1, got "
@@ -272,7 +296,7 @@ def build_scenario(raw: dict[str, Any], base: Path | None = None) -> Scenario:
         fabric=fabric,
         num_gpus=doc.cluster.num_gpus,
         parallelism=parallelism,
-        training=doc.training,
+        training=training,
         simulation=doc.simulation,
         economics=doc.economics,
         strategy=parse_strategy(doc.strategy),

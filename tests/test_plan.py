@@ -28,7 +28,8 @@ def a100(num_gpus: int, model: dict | None = None, **parallelism):
     return load_scenario(dict(model=model or SMALL, cluster=dict(node="dgx-a100-80g", fabric="fat-tree",
                                                                   num_gpus=num_gpus), parallelism=par,
                               # the hand-derived volumes below count 2-byte (bf16) gradients
-                              training=dict(grad_dtype="bf16")))
+                              # and the materialised softmax's kernels (scores, softmax, values)
+                              training=dict(grad_dtype="bf16", attention="standard")))
 
 
 def _tasks(plan, actor: str, stream: str):

@@ -63,7 +63,7 @@ def toy_pipeline(layers: int, pp: int, m: int, schedule: str, v: int = 1):
     raw = dict(model=model, cluster=dict(node=TOY_NODE, fabric=TOY_FABRIC, num_gpus=pp),
                parallelism=dict(tp=1, pp=pp, dp=1, schedule=schedule, virtual_stages=v, micro_batch_size=1,
                                 global_batch_size=m),
-               training=dict(precision="bf16"))
+               training=dict(precision="bf16", attention="standard"))  # hand-derived: the toy's GEMM attention
     return load_scenario(raw)
 
 

@@ -50,7 +50,8 @@ def toy_raw(num_gpus: int, nvl_gb_per_s: float = 1e12, nvl_latency_us: float = 0
     par.update(parallelism)
     return dict(model=model, cluster=dict(node=node, fabric=dict(name="toy-fabric", levels=1, switch_latency_us=0,
                                                                    source="toy"), num_gpus=num_gpus),
-                parallelism=par, training=dict(grad_dtype="bf16"))  # hand derivations use 2-byte gradients
+                parallelism=par, training=dict(grad_dtype="bf16", attention="standard"))  # hand derivations:
+    # 2-byte gradients, the QK^T and AV products as GEMMs (the materialised softmax)
 
 
 def toy(num_gpus: int, **kw):
@@ -152,7 +153,9 @@ def a100(num_gpus: int, model: dict | None = None, **parallelism):
     par = dict(micro_batch_size=1, global_batch_size=16)
     par.update(parallelism)
     return load_scenario(dict(model=model or SMALL, cluster=dict(node="dgx-a100-80g", fabric="fat-tree",
-                                                                  num_gpus=num_gpus), parallelism=par))
+                                                                  num_gpus=num_gpus), parallelism=par,
+                              # the checks below count the QK^T / AV GEMMs of the materialised softmax
+                              training=dict(attention="standard")))
 
 
 SYMMETRIC_LAYOUTS = [

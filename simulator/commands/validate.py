@@ -1,8 +1,11 @@
 """``clustersim validate``: every published case set, simulated, with errors and tolerances.
 
 Per case: published vs simulated and the relative error; per set: mean and max absolute
-error against the set's stated tolerances. Exit code 1 when any case or set is past its
-tolerance, so the command (and CI) fails instead of only printing.
+error against the set's stated tolerances. Then the sets of current hardware and frameworks
+(validation/modern: NeMo, torchtitan, llm-foundry, other frameworks, vTrain) on their held-out
+half, with their median / every-row targets, BF16 and FP8 apart and per accelerator. Exit code 1
+when any case or set is past its tolerance or target, so the command (and CI) fails instead of
+only printing.
 """
 
 from __future__ import annotations
@@ -14,12 +17,16 @@ from concurrent.futures import ProcessPoolExecutor
 from simulator.cli_options import check_workers
 from validation.published_cases import CASE_SETS, run_case
 
+MODERN_SETS = ("nemo", "torchtitan", "llmfoundry", "other", "vtrain_single", "vtrain_multi")
+
 
 def register(subparsers) -> None:
     p = subparsers.add_parser("validate", help="simulate the published measurements and report the error",
                               description="Run every published case set (Narayanan 2021 Table 1, Korthikanti "
-                                          "2022 Tables 3/5) and report per-case and per-set error.")
-    p.add_argument("--set", dest="case_sets", action="append", choices=sorted(CASE_SETS),
+                                          "2022 Tables 3/5) and report per-case and per-set error; then the current "
+                                          "hardware and framework sets (NeMo, torchtitan, llm-foundry, other "
+                                          "frameworks, vTrain) on their held-out half.")
+    p.add_argument("--set", dest="case_sets", action="append", choices=sorted(CASE_SETS) + sorted(MODERN_SETS),
                    help="only this case set (repeatable)")
     p.add_argument("--json", action="store_true", help="print a JSON object instead of tables")
     p.add_argument("--workers", type=int, default=os.cpu_count() or 1, help="parallel processes (default: all cores)")
@@ -53,26 +60,59 @@ def summarize(name: str, results) -> dict:
 
 def run(args) -> int:
     check_workers(args.workers)
-    names = args.case_sets or list(CASE_SETS)
+    selected = args.case_sets or list(CASE_SETS) + list(MODERN_SETS)
+    names = [n for n in selected if n in CASE_SETS]
+    modern = [n for n in selected if n in MODERN_SETS]
+    published = _published(args, names)
+    modern_blocks = _modern(args, modern)
+    if args.json:  # one list: the published sets' blocks, then the modern sets' (without per-row detail)
+        print(json.dumps(published + [{k: v for k, v in b.items() if k != "cases"} for b in modern_blocks],
+                         indent=2))
+    else:
+        _print_published(published)
+        _print_modern(modern_blocks)
+    ok = all(b["passed"] for b in published) and all(b["met"] for b in modern_blocks)
+    return 0 if ok else 1
+
+
+def _modern(args, names: list[str]) -> list[dict]:
+    """The held-out half of each modern set, simulated with its fitted profile."""
+    if not names:
+        return []
+    from validation.modern.registry import evaluate, report
+
+    return [report(name, evaluate(name, "heldout", args.workers)) for name in names]
+
+
+def _print_modern(blocks: list[dict]) -> None:
+    if not blocks:
+        return
+    from validation.modern.__main__ import print_report
+
+    print("Current hardware and frameworks, held-out half (python -m validation.modern --cases for every row):\n")
+    for block in blocks:
+        print_report(block)
+
+
+def _published(args, names: list[str]) -> list[dict]:
     jobs = [(name, case) for name in names for case in CASE_SETS[name].cases()]
     work = [(case, CASE_SETS[name].tolerance_per_case) for name, case in jobs]
-    if args.workers == 1:
+    if args.workers == 1 or not work:
         results = [_run(w) for w in work]
     else:
         with ProcessPoolExecutor(max_workers=args.workers) as pool:
             results = list(pool.map(_run, work))
-    report = [summarize(name, [r for (n, _), r in zip(jobs, results, strict=True) if n == name]) for name in names]
-    if args.json:
-        print(json.dumps(report, indent=2))
-    else:
-        for block in report:
-            print(f"{block['case_set']}: {block['source']}")
-            print(f"  {'case':<34} {'quantity':<42} {'published':>10} {'simulated':>10} {'error':>8}")
-            for c in block["cases"]:
-                mark = "" if c["passed"] else "  FAIL"
-                print(f"  {c['name']:<34} {c['quantity'] + ' [' + c['unit'] + ']':<42} {c['published']:>10.2f} "
-                      f"{c['simulated']:>10.2f} {100 * c['relative_error']:>+7.1f}%{mark}")
-            verdict = "PASS" if block["passed"] else "FAIL"
-            print(f"  mean |error| {100 * block['mean_abs_error']:.1f}% (tolerance {100 * block['tolerance_mean_abs']:.0f}%), "
-                  f"max {100 * block['max_abs_error']:.1f}% (tolerance {100 * block['tolerance_per_case']:.0f}% per case): {verdict}\n")
-    return 0 if all(b["passed"] for b in report) else 1
+    return [summarize(name, [r for (n, _), r in zip(jobs, results, strict=True) if n == name]) for name in names]
+
+
+def _print_published(report: list[dict]) -> None:
+    for block in report:
+        print(f"{block['case_set']}: {block['source']}")
+        print(f"  {'case':<34} {'quantity':<42} {'published':>10} {'simulated':>10} {'error':>8}")
+        for c in block["cases"]:
+            mark = "" if c["passed"] else "  FAIL"
+            print(f"  {c['name']:<34} {c['quantity'] + ' [' + c['unit'] + ']':<42} {c['published']:>10.2f} "
+                  f"{c['simulated']:>10.2f} {100 * c['relative_error']:>+7.1f}%{mark}")
+        verdict = "PASS" if block["passed"] else "FAIL"
+        print(f"  mean |error| {100 * block['mean_abs_error']:.1f}% (tolerance {100 * block['tolerance_mean_abs']:.0f}%), "
+              f"max {100 * block['max_abs_error']:.1f}% (tolerance {100 * block['tolerance_per_case']:.0f}% per case): {verdict}\n")

@@ -1,0 +1,212 @@
+"""End-to-end validation on current hardware and frameworks (validation/modern, issue 23 part B).
+
+Each set's held-out half is simulated with the framework constants fitted on its fit half
+(validation/profiles/modern-*.yaml) and FAILS past its target (frameworks: median |error| <= 10%
+and every row <= 25%; vTrain: median <= 8% single-node, <= 12% multi-node). Targets not met today
+are strict xfails that name the figure and the reason (an improvement turns them into failures to
+be promoted). Also: every CSV row is a case or a listed reason; the split keeps repeated
+configurations in one half; the profiles name fit-half rows only; mappings produce the settings the
+frameworks document; the FlashAttention default and its errors.
+"""
+
+from __future__ import annotations
+
+import re
+import subprocess
+import sys
+
+import pandas as pd
+import pytest
+
+from simulator.errors import ConfigError
+from simulator.scenario import TrainingSpec, load_scenario
+from validation.modern import case as modern_case
+from validation.modern.mapping import MODERN
+from validation.modern.profiles import load_groups
+from validation.modern.registry import SETS, built, evaluate, report
+
+ROWS = {"nemo": 73, "torchtitan": 57, "llmfoundry": 216, "other": 65, "vtrain_single": 1440, "vtrain_multi": 109}
+
+#: Held-out targets not met today: the measured figure and why (see README "How far off it is").
+UNMET: dict[str, str] = {
+    "nemo": "held-out median |error| 9.1% (target 10%: met) but max 31.8% (target 25%): the long-context CP rows "
+            "(Llama 2 7B at 256K-512K tokens) +31/+32% too fast (the H100 attention kernel is the catalog's "
+            "assumed one; hw23a calibrates FlashAttention), Llama 3 8B on Megatron FSDP -27/-28% and DeepSeek-V3 "
+            "-27% too slow",
+    "torchtitan": "held-out median |error| 24.2%, max 134.6%: MI300X (+133%, assumed efficiency curve, too few "
+                  "rows to fit), long-context CP rows too fast (assumed H100 attention), float8 rows +26% median",
+    "llmfoundry": "held-out median |error| 9.2% (target 10%: met) but max 94.5% (target 25%): sequences of "
+                  "32K-64K on H100 simulated up to 95% too fast (assumed H100 attention kernel), FP8 (2 held-out "
+                  "rows) 31%",
+    "other": "held-out median |error| 13.2%, max 69.9%: materialised-softmax baseline of the FlashAttention-2 "
+             "paper at 8K (batch not published, +70%), the H200 DeepSpeed ZeRO-2 row (+47%, no fitted constant), "
+             "fms-fsdp torch.compile rows on A100 (no fit-half rows of that group)",
+    "vtrain_single": "held-out median |error| 11.7% (target 8%): one GEMM factor, launch overhead and intra-node "
+                     "latency fitted on the fit half leave errors that grow with tp (small models, h 1024-2048) "
+                     "and micro-batch: Megatron-DeepSpeed's small-GEMM efficiency is not a scaled A100 curve",
+}
+
+
+@pytest.fixture(scope="module")
+def reports():
+    return {}
+
+
+def _report(reports: dict, name: str) -> dict:
+    if name not in reports:
+        reports[name] = report(name, evaluate(name, "heldout", workers=2))
+    return reports[name]
+
+
+@pytest.mark.parametrize("name", list(SETS))
+def test_every_row_is_a_case_or_a_reason(name):
+    cases, skipped = built(name)
+    assert len(cases) + len(skipped) == ROWS[name]
+    assert len({c.row for c in cases} | {s.row for s in skipped}) == ROWS[name]
+    assert all(s.reason.strip() for s in skipped)
+    assert cases, "every set has simulated rows"
+
+
+@pytest.mark.parametrize("name", list(SETS))
+def test_both_halves_are_populated(name):
+    cases, _ = built(name)
+    held = sum(c.heldout for c in cases)
+    assert 0.3 * len(cases) <= held <= 0.7 * len(cases)
+
+
+def test_repeated_configurations_fall_in_one_half():
+    # NeMo's LLAMA3_70B on 64 GPUs (tp4 pp8 vp5, gbs 256) was measured in four releases: one key, one half
+    cases = [c for c in built("nemo")[0] if c.row in (39, 45, 50, 55)]
+    assert len({c.key for c in cases}) == 1 and len({c.heldout for c in cases}) == 1
+
+
+def test_split_is_md5_parity():
+    assert modern_case.is_heldout("a") == (int("0cc175b9c0f1b6a831c399e269772661", 16) % 2 == 1)
+
+
+@pytest.mark.parametrize("profile", sorted({s.profile_name for s in SETS.values()}))
+def test_profiles_are_fitted_on_fit_half_rows_only(profile):
+    groups = load_groups(profile)
+    assert groups, f"validation/profiles/modern-{profile}.yaml is written (python -m validation.modern --fit --write)"
+    by_row = {(c.case_set, c.row): c for s in SETS.values() for c in built(s.name)[0]}
+    for group, entry in groups.items():
+        in_fit_half = [c for (_, _), c in by_row.items() if c.profile_group == group and not c.heldout
+                       and SETS[c.case_set].fitted and SETS[c.case_set].profile_name == profile]
+        assert entry["fit_cases"] == len(in_fit_half) >= 3
+        listed = entry["fitted_on"].split("rows (", 1)[1]
+        if listed.startswith("all fit-half rows"):
+            continue
+        rows = re.findall(r"(\w+):(\d+)", listed)
+        assert len(rows) == entry["fit_cases"]
+        for case_set, row in rows:
+            fitted = by_row[(case_set, int(row))]
+            assert not fitted.heldout and fitted.profile_group == group
+
+
+@pytest.mark.parametrize("name", [pytest.param(n, marks=pytest.mark.xfail(strict=True, reason=UNMET[n]))
+                                  if n in UNMET else n for n in SETS])
+def test_heldout_error_within_target(reports, name):
+    block = _report(reports, name)
+    o = block["overall"]
+    worst = max((c for c in block["cases"] if c["relative_error"] is not None),
+                key=lambda c: abs(c["relative_error"]))
+    print(name, o, "worst:", worst["label"], worst["relative_error"])
+    assert o["cases"] >= 3
+    assert o["median_abs_error"] <= block["median_target"]
+    if block["max_target"] is not None:
+        assert o["max_abs_error"] <= block["max_target"]
+
+
+def test_report_splits_precisions_and_accelerators(reports):
+    block = _report(reports, "llmfoundry")
+    assert {s["label"] for s in block["by_precision"]} == {"bf16", "fp8"}
+    assert {s["label"] for s in block["by_accelerator"]} == {"h100-sxm-80g", "a100-sxm-80g", "a100-sxm-40g"}
+    total = sum(s["cases"] for s in block["by_precision"])
+    assert total == block["overall"]["cases"]
+
+
+# --------------------------------------------------------------------------- mappings
+
+
+def _case(name: str, row: int):
+    return next(c for c in built(name)[0] if c.row == row)
+
+
+def test_nemo_row_maps_to_megatron_core_settings():
+    c = _case("nemo", 4)  # LLAMA2-70B, 64 H100, FP8, GBS 128, MBS 1, s 4096, TP 4 PP 4 VP 20
+    par, tr = c.scenario["parallelism"], c.scenario["training"]
+    assert c.scenario["model"] == "llama2-70b" and c.scenario["cluster"] == {
+        "node": "dgx-h100", "fabric": "fat-tree", "num_gpus": 64}
+    assert (par["tp"], par["pp"], par["cp"], par["virtual_stages"], par["schedule"]) == (4, 4, 1, 20, "interleaved")
+    assert par["sequence_parallel"] and par["tp_comm_overlap"] and par["zero_stage"] == 1
+    assert (par["micro_batch_size"], par["global_batch_size"]) == (1, 128)
+    assert tr == {"seq_length": 4096, "precision": "fp8", "attention": "flash"}
+    assert c.measured_tokens_per_s_per_gpu == 1728
+    load_scenario(c.scenario)  # a valid scenario
+
+
+def test_nemo_unrepresentable_rows_say_why():
+    reasons = {s.row: s.reason for s in built("nemo")[1]}
+    assert "LoRA" in reasons[13]
+    assert "layout not given" in reasons[16]
+    assert "Mamba" in reasons[36]
+
+
+def test_torchtitan_async_tp_and_grand_teton_hbm():
+    c = _case("torchtitan", 11)  # Llama 3.1 70B, 256 H100 (96 GB, 500 W), FSDP 32 x TP 8, AsyncTP, float8
+    par = c.scenario["parallelism"]
+    assert (par["dp"], par["tp"], par["zero_stage"], par["global_batch_size"]) == (32, 8, 3, 512)
+    assert par["tp_comm_overlap"] and par["sequence_parallel"] and par["recompute"] == "full"
+    assert c.scenario["cluster"]["node"]["overrides"]["accelerator"]["hbm_gib"] == 96
+    assert c.profile_group == "torchtitan|h100-96g-500w|fp8"
+
+
+def test_llmfoundry_row_maps_fsdp_settings():
+    c = _case("llmfoundry", 0)  # MPT-70b, 512 H100, FULL_SHARD, checkpointing, amp_bf16 (DEFAULT)
+    par, tr = c.scenario["parallelism"], c.scenario["training"]
+    assert (par["zero_stage"], par["recompute"], par["dp"], par["micro_batch_size"]) == (3, "full", 512, 8)
+    assert tr["grad_dtype"] == "fp32" and tr["attention"] == "flash" and tr["precision"] == "bf16"
+
+
+def test_vtrain_row_maps_megatron_deepspeed():
+    c = _case("vtrain_single", 0)  # 2 GPUs, GBS 16, MBS 8, h 1024, 16 heads, 24 layers, s 1024, TP1 DP1 PP2, 372.16 ms
+    par = c.scenario["parallelism"]
+    assert (par["tp"], par["dp"], par["pp"], par["micro_batch_size"], par["global_batch_size"]) == (1, 1, 2, 8, 16)
+    assert c.scenario["model"]["hidden_size"] == 1024 and c.scenario["model"]["num_layers"] == 24
+    assert c.measured_tokens_per_s_per_gpu == pytest.approx(16 * 1024 / 0.372160408 / 2)
+
+
+def test_data_copies_match_shared_row_counts():
+    for name, rows in (("nemo_perf_summary.csv", 73), ("torchtitan_perf.csv", 57),
+                       ("llmfoundry_throughput.csv", 216), ("other_llm_training_throughput.csv", 65)):
+        assert len(pd.read_csv(MODERN / name)) == rows
+
+
+# --------------------------------------------------------------------------- the flash default
+
+
+def test_attention_default_is_flash():
+    assert TrainingSpec().attention == "flash"
+    sc = load_scenario({"model": "gpt-1.7b", "cluster": {"node": "dgx-a100-80g", "num_gpus": 8}})
+    assert sc.training.attention == "flash"
+
+
+def test_default_falls_back_to_standard_without_fused_attention():
+    sc = load_scenario({"model": "gpt-1.7b", "cluster": {"node": "dgx2-v100", "num_gpus": 16},
+                        "training": {"precision": "fp16"}})
+    assert sc.training.attention == "standard"
+
+
+def test_explicit_flash_without_fused_attention_is_a_config_error():
+    with pytest.raises(ConfigError, match="training.attention"):
+        load_scenario({"model": "gpt-1.7b", "cluster": {"node": "dgx2-v100", "num_gpus": 16},
+                       "training": {"precision": "fp16", "attention": "flash"}})
+
+
+def test_cli_flash_on_v100_exits_2_with_one_line():
+    proc = subprocess.run([sys.executable, "-m", "simulator", "simulate", "--set", "cluster.node=dgx2-v100",
+                           "--set", "cluster.num_gpus=1024", "--set", "training.precision=fp16",
+                           "--set", "training.attention=flash"], capture_output=True, text=True, timeout=120)
+    assert proc.returncode == 2
+    lines = [line for line in proc.stderr.strip().splitlines() if line]
+    assert len(lines) == 1 and "training.attention" in lines[0] and "Traceback" not in proc.stderr

@@ -1,0 +1,82 @@
+"""``python -m validation.modern [--set NAME] [--half heldout|fit|all] [--fit [--write]] [--json]``.
+
+Without ``--fit``: simulate the chosen half of each set with its fitted profile and print the
+errors (overall, BF16/FP8 apart, per accelerator) against the targets. ``--fit``: fit the framework
+constants of each set on its fit half (``--write`` saves them to validation/profiles/). Exit code 1
+when a reported set misses its target.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+
+from validation.modern.registry import SETS, built, evaluate, fit, report, write_fit
+
+
+def _pct(value: float | None) -> str:
+    return "-" if value is None else f"{100 * value:.1f}%"
+
+
+def print_report(block: dict) -> None:
+    o = block["overall"]
+    target = f"median <= {100 * block['median_target']:.0f}%" + (
+        f", every row <= {100 * block['max_target']:.0f}%" if block["max_target"] is not None else "")
+    print(f"{block['case_set']}: {block['source']} ({block['csv']})")
+    print(f"  {o['cases']} cases simulated, {block['unrepresentable']} rows not representable (listed by "
+          f"--unrepresentable); fitted groups: {', '.join(block['profile_groups']) or 'none'}; catalog "
+          f"constants: {', '.join(block['catalog_groups']) or 'none'}")
+    for title, rows in (("all", [o]), ("precision", block["by_precision"]), ("accelerator", block["by_accelerator"])):
+        for s in rows:
+            print(f"  {title:<11} {s['label']:<16} n={s['cases']:<4} median |error| {_pct(s['median_abs_error']):>7} "
+                  f"max {_pct(s['max_abs_error']):>7} median error {_pct(s['median_error']):>7}"
+                  f"{'  predicted OOM: ' + str(s['predicted_oom']) if s['predicted_oom'] else ''}")
+    print(f"  target ({target}): {'met' if block['met'] else 'NOT MET'}\n")
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="python -m validation.modern", description=__doc__.split("\n\n")[1])
+    parser.add_argument("--set", dest="sets", action="append", choices=sorted(SETS), help="only this set (repeatable)")
+    parser.add_argument("--half", choices=("heldout", "fit", "all"), default="heldout")
+    parser.add_argument("--fit", action="store_true", help="fit the framework constants on the fit half")
+    parser.add_argument("--write", action="store_true", help="with --fit: write validation/profiles/modern-*.yaml")
+    parser.add_argument("--cases", action="store_true", help="print every case's error")
+    parser.add_argument("--unrepresentable", action="store_true", help="list the rows that are not simulated")
+    parser.add_argument("--json", action="store_true")
+    parser.add_argument("--workers", type=int, default=2)
+    args = parser.parse_args(argv)
+    names = args.sets or list(SETS)
+    if args.fit:
+        done: set[str] = set()
+        for name in names:
+            spec = SETS[name]
+            if not spec.fitted or spec.profile_name in done:
+                continue
+            done.add(spec.profile_name)
+            groups = fit(name, args.workers)
+            print(json.dumps({spec.profile_name: groups}, indent=2))
+            if args.write:
+                write_fit(name, groups)
+        return 0
+    if args.unrepresentable:
+        for name in names:
+            for item in built(name)[1]:
+                print(f"{name}\trow {item.row}\t{item.label}\t{item.reason}")
+        return 0
+    blocks = [report(name, evaluate(name, args.half, args.workers)) for name in names]
+    if args.json:
+        print(json.dumps(blocks, indent=2))
+    else:
+        for block in blocks:
+            print_report(block)
+            if args.cases:
+                for c in block["cases"]:
+                    print(f"    row {c['row']:>4} {c['label'][:90]:<90} measured {c['measured'] or 0:>10.1f} "
+                          f"simulated {c['simulated'] or 0:>10.1f} {_pct(c['relative_error']):>8}"
+                          f"{'' if c['fits'] else '  (predicted OOM)'}")
+    return 0 if all(b["met"] for b in blocks) else 1
+
+
+if __name__ == "__main__":
+    sys.exit(main())

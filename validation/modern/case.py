@@ -1,0 +1,128 @@
+"""One published end-to-end training row as a simulator case, the fit/held-out split, and the errors.
+
+A row becomes either a :class:`ModernCase` (a scenario that reproduces it and the measured rate)
+or an :class:`Unrepresentable` (the reason it cannot be simulated: a model or a feature the
+simulator lacks, a layout the source does not give). Nothing is dropped silently: every CSV row
+is one or the other.
+
+**What is compared**: tokens per second per GPU. Where a source gives only model TFLOP/s per GPU
+(NeMo's long-context table) or MFU (some fms-fsdp rows), the measured rate is converted with the
+*simulated* model FLOPs per token (``measured_tflops``): both count the GEMMs and the full
+(uncausal) attention score and context products (Korthikanti 2022 Eq. 2 for GPT; per op otherwise),
+as NeMo's and torchtitan's FLOP counters do. Where a source uses its own FLOP formula (the
+FlashAttention-2 paper) the mapper converts with that formula instead.
+
+**The split** (as validation/layout_ranking.py): a case is *held out* when the md5 of its key is
+odd, in the *fit* half when even. The key is the run's configuration without the software release
+(model, GPUs, layout, batch, precision and settings), so repeated measurements of one configuration
+across releases fall in the same half.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import math
+import statistics
+from dataclasses import dataclass, field
+from typing import Any
+
+
+def is_heldout(key: str) -> bool:
+    """Odd md5 of the key = held-out, even = fit."""
+    return int(hashlib.md5(key.encode()).hexdigest(), 16) % 2 == 1
+
+
+@dataclass(frozen=True)
+class ModernCase:
+    case_set: str
+    row: int                      # 0-based data row of the CSV
+    label: str                    # readable: model, GPUs, layout, precision
+    key: str                      # split key (configuration, no release)
+    scenario: dict[str, Any]      # raw scenario mapping on the catalog node (profiles applied later)
+    precision: str                # "bf16" | "fp8" (as reported apart)
+    accelerator: str              # the group a framework profile is fitted per: catalog accelerator name
+    profile_group: str            # framework|accelerator|precision: the fitted constant this case uses
+    measured_tokens_per_s_per_gpu: float | None = None
+    measured_tflops: float | None = None   # model TFLOP/s per GPU when tokens/s are not given
+    notes: str = ""
+
+    @property
+    def heldout(self) -> bool:
+        return is_heldout(self.key)
+
+
+@dataclass(frozen=True)
+class Unrepresentable:
+    case_set: str
+    row: int
+    label: str
+    reason: str
+
+
+@dataclass(frozen=True)
+class CaseOutcome:
+    case: ModernCase
+    simulated_tokens_per_s_per_gpu: float | None
+    measured_tokens_per_s_per_gpu: float | None
+    fits: bool
+    reason: str | None = None
+
+    @property
+    def relative_error(self) -> float | None:
+        sim, meas = self.simulated_tokens_per_s_per_gpu, self.measured_tokens_per_s_per_gpu
+        if not sim or not meas:
+            return None
+        return sim / meas - 1.0
+
+
+def outcome(case: ModernCase, result: dict[str, Any]) -> CaseOutcome:
+    """Compare one simulated result (``simulate_point(..., run_if_oom=True)``) with the row."""
+    n = case.scenario["cluster"]["num_gpus"]
+    tokens = result.get("tokens_per_s")
+    if not tokens:
+        return CaseOutcome(case, None, case.measured_tokens_per_s_per_gpu, False,
+                           result.get("infeasible_reason") or result.get("error") or "no step time")
+    measured = case.measured_tokens_per_s_per_gpu
+    if measured is None and case.measured_tflops is not None:
+        flops_per_token = result["model_tflops_per_gpu"] * 1e12 * n / tokens
+        measured = case.measured_tflops * 1e12 / flops_per_token
+    return CaseOutcome(case, tokens / n, measured, bool(result.get("fits")), result.get("infeasible_reason"))
+
+
+@dataclass
+class Summary:
+    """Errors of a group of outcomes (one set, one half, one precision or accelerator)."""
+
+    label: str
+    count: int
+    median_abs_error: float | None
+    max_abs_error: float | None
+    median_error: float | None
+    predicted_oom: int = 0
+    failed: list[str] = field(default_factory=list)
+
+    def met(self, median_target: float, max_target: float | None) -> bool:
+        if self.median_abs_error is None:
+            return False
+        return self.median_abs_error <= median_target and (max_target is None or self.max_abs_error <= max_target)
+
+    def as_dict(self) -> dict[str, Any]:
+        return {"label": self.label, "cases": self.count, "median_abs_error": self.median_abs_error,
+                "max_abs_error": self.max_abs_error, "median_error": self.median_error,
+                "predicted_oom": self.predicted_oom, "not_simulated": self.failed}
+
+
+def summarize(label: str, outcomes: list[CaseOutcome]) -> Summary:
+    errors = [o.relative_error for o in outcomes if o.relative_error is not None]
+    failed = [f"{o.case.label}: {o.reason}" for o in outcomes if o.relative_error is None]
+    oom = sum(1 for o in outcomes if o.relative_error is not None and not o.fits)
+    if not errors:
+        return Summary(label, 0, None, None, None, oom, failed)
+    absolute = [abs(e) for e in errors]
+    return Summary(label, len(errors), statistics.median(absolute), max(absolute), statistics.median(errors),
+                   oom, failed)
+
+
+def log_error(outcome_: CaseOutcome) -> float | None:
+    err = outcome_.relative_error
+    return None if err is None else math.log1p(err)

@@ -1,0 +1,52 @@
+"""MosaicML llm-foundry MPT throughput (``llmfoundry_throughput.csv``) as cases.
+
+Each row gives the MPT size, GPUs (8-512), sequence length, micro and global batch, FSDP sharding
+(FULL_SHARD = ZeRO-3, SHARD_GRAD_OP = ZeRO-2), FSDP mixed-precision mode (PURE: gradients reduced
+in bf16; DEFAULT: in fp32), activation checkpointing (= full recompute of each block), precision
+(amp_bf16 / bf16 / amp_fp8 with Transformer Engine) and the measured tokens/s per GPU.
+
+Settings the README does not print are llm-foundry's benchmark configs: FlashAttention, PyTorch
+FSDP with forward/backward prefetch (parameter all-gathers and gradient reduce-scatters overlapped),
+pure data parallelism (no TP/PP). Hardware: A100 rows on DGX A100 40GB/80GB nodes (the README's
+8 x 200 Gb/s RoCE, taken as the catalog's 8 x 200 Gb/s fabric); H100 rows on DGX H100 (the README
+does not state the network).
+"""
+
+from __future__ import annotations
+
+from validation.modern.case import ModernCase, Unrepresentable
+from validation.modern.mapping import read, scenario
+
+CSV = "llmfoundry_throughput.csv"
+NODES = {"h100_80gb": ("dgx-h100", "h100-sxm-80g"), "a100_80gb": ("dgx-a100-80g", "a100-sxm-80g"),
+         "a100_40gb": ("dgx-a100-40g", "a100-sxm-40g")}
+
+
+def cases() -> tuple[list[ModernCase], list[Unrepresentable]]:
+    df = read(CSV)
+    out: list[ModernCase] = []
+    skipped: list[Unrepresentable] = []
+    for index, row in df.iterrows():
+        model = str(row["model"]).lower()
+        n, seq = int(row["num_gpus"]), int(row["seq_len"])
+        mbs, gbs = int(row["micro_batch_size"]), int(row["global_batch_size_seqs"])
+        label = f"{row['model']} {row['gpu']} {n} GPUs s{seq} mbs{mbs} gbs{gbs} {row['precision']}"
+        if bool(row["activation_cpu_offload"]):
+            skipped.append(Unrepresentable("llmfoundry", int(index), label, "activation CPU offload is not simulated"))
+            continue
+        node, accelerator = NODES[str(row["gpu"])]
+        precision = "fp8" if "fp8" in str(row["precision"]) else "bf16"
+        zero = 3 if row["sharding_strategy"] == "FULL_SHARD" else 2
+        recompute = "full" if bool(row["activation_checkpointing"]) else "none"
+        parallelism = {"tp": 1, "pp": 1, "dp": n, "zero_stage": zero, "recompute": recompute,
+                       "micro_batch_size": mbs, "global_batch_size": gbs,
+                       "overlap_grad_reduce": True, "overlap_param_gather": True}
+        training = {"seq_length": seq, "precision": precision, "attention": "flash",
+                    "grad_dtype": "bf16" if row["mp_mode"] == "PURE" else "fp32"}
+        key = (f"llmfoundry|{model}|{row['gpu']}|{n}|{seq}|{mbs}|{gbs}|{row['precision']}|{row['mp_mode']}|"
+               f"{row['sharding_strategy']}|{recompute}")
+        out.append(ModernCase("llmfoundry", int(index), label, key,
+                              scenario(f"llmfoundry-{index}", model, node, n, parallelism, training),
+                              precision, accelerator, f"llmfoundry|{accelerator}|{precision}",
+                              float(row["tokens_per_s_per_gpu"])))
+    return out, skipped

@@ -1,0 +1,101 @@
+"""NeMo / Megatron-Bridge performance summary on DGX H100 (``nemo_perf_summary.csv``) as cases.
+
+Each row gives the model, GPUs, precision, GBS/MBS, sequence, and TP/PP/CP/VP/EP/FSDP. Settings
+the table does not print are NeMo's performance recipes for Megatron-Core with Transformer Engine
+(:func:`validation.modern.mapping.megatron_layout`): FlashAttention (cuDNN fused attention),
+sequence parallel and userbuffers TP overlap with tp > 1, the distributed optimizer (ZeRO-1), or
+Megatron FSDP (ZeRO-3) where the FSDP column is above 0, no activation recompute, interleaved 1F1B
+with VP > 1, MoE routing force-balanced (the table's footnote). FP8 in every flavour the table
+names (delayed / current scaling, blockwise) is the simulator's FP8 (linear layers in FP8).
+SFT rows are packed sequences of the given length: the same step as pre-training.
+"""
+
+from __future__ import annotations
+
+from validation.modern.case import ModernCase, Unrepresentable
+from validation.modern.mapping import cell_float, cell_int, megatron_layout, read, scenario
+
+CSV = "nemo_perf_summary.csv"
+NODE = "dgx-h100"
+ACCELERATOR = "h100-sxm-80g"
+
+MODELS = {
+    "GPT3-5B": "gpt3-5b", "GPT3-20B": "gpt3-20b",
+    "LLAMA2-7B": "llama2-7b", "LLAMA2-13B": "llama2-13b", "LLAMA2-70B": "llama2-70b",
+    "LLAMA3-8B": "llama3-8b", "LLAMA3_8B": "llama3-8b", "LLAMA3-70B": "llama3-70b", "LLAMA3_70B": "llama3-70b",
+    "LLAMA3.1_405B": "llama3-405b", "Nemotron-340B": "nemotron4-340b", "DeepSeekV3 (dropless)": "deepseek-v3",
+}
+UNREPRESENTABLE_MODELS = {
+    "Nemotron-8B": "architecture not in any source this project carries (NeMo's nemotron 8B config not in "
+                   "shared/); not added to the catalog without one",
+    "Nemotron-22B": "architecture not in any source this project carries (NeMo's nemotron 22B config not in "
+                    "shared/); not added to the catalog without one",
+    "Nemotron_3_Nano": "hybrid Mamba-2 / attention / MoE model: state-space layers are not simulated",
+    "GPT OSS 120B": "attention width 64 heads x 64 = 4096 differs from the hidden size 2880 (the model schema "
+                    "ties head size to hidden/heads), alternating sliding-window attention and attention sinks",
+    "Qwen3_30B_a3B": "attention width 32 heads x 128 = 4096 differs from the hidden size 2048 (the model "
+                     "schema ties head size to hidden/heads)",
+    "Qwen3_235B_a22B": "attention width 64 heads x 128 = 8192 differs from the hidden size 4096 (the model "
+                       "schema ties head size to hidden/heads)",
+}
+
+
+def _precision(text: str) -> str:
+    return "bf16" if str(text).upper().startswith("BF16") else "fp8"
+
+
+def _model(name: str) -> str | None:
+    if name in MODELS:
+        return MODELS[name]
+    return None
+
+
+def cases() -> tuple[list[ModernCase], list[Unrepresentable]]:
+    df = read(CSV)
+    out: list[ModernCase] = []
+    skipped: list[Unrepresentable] = []
+    for index, row in df.iterrows():
+        name = str(row["model"])
+        n = int(row["num_gpus"])
+        task = str(row["task"])
+        label = f"{name} {task} {n} GPUs {row['release']}"
+        base_name = name.split(" (")[0]
+        if name in UNREPRESENTABLE_MODELS or base_name in UNREPRESENTABLE_MODELS:
+            reason = UNREPRESENTABLE_MODELS.get(name) or UNREPRESENTABLE_MODELS[base_name]
+            skipped.append(Unrepresentable("nemo", int(index), label, reason))
+            continue
+        if task == "LoRA":
+            skipped.append(Unrepresentable("nemo", int(index), label,
+                                           "LoRA: frozen base weights with low-rank adapters are not simulated"))
+            continue
+        tp, pp = cell_int(row["tp"]), cell_int(row["pp"])
+        if tp is None or pp is None:
+            skipped.append(Unrepresentable("nemo", int(index), label,
+                                           "parallel layout not given (the best non-CP run of the long-context "
+                                           "table)"))
+            continue
+        model = _model(name)
+        if model is None:
+            skipped.append(Unrepresentable("nemo", int(index), label, "model not in the catalog"))
+            continue
+        cp = cell_int(row["cp"]) or 1
+        vp = cell_int(row["vp"]) or 1
+        ep = cell_int(row["ep"]) or 1
+        mbs = cell_int(row["mbs"]) or 1
+        fsdp = cell_int(row["fsdp"]) or 0
+        gbs, seq = int(row["gbs"]), int(row["seq_len"])
+        precision = _precision(row["precision"])
+        parallelism = megatron_layout(tp, pp, cp, vp, ep, mbs, gbs, zero_stage=3 if fsdp > 0 else 1)
+        if ep > 1:
+            parallelism["moe_load_imbalance"] = 1.0
+        training = {"seq_length": seq, "precision": precision, "attention": "flash"}
+        variant = "" if str(row["variant"]) in ("nan", "primary value") else f"|{row['variant']}"
+        key = (f"nemo|{model}|{task}|{n}|{precision}|tp{tp}|pp{pp}|cp{cp}|vp{vp}|ep{ep}|fsdp{fsdp}|gbs{gbs}|"
+               f"mbs{mbs}|s{seq}{variant}")
+        tokens = cell_float(row["tokens_per_s_per_gpu"])
+        out.append(ModernCase(
+            "nemo", int(index), f"{label} tp{tp} pp{pp} cp{cp} vp{vp} ep{ep} {precision}", key,
+            scenario(f"nemo-{index}", model, NODE, n, parallelism, training), precision, ACCELERATOR,
+            f"nemo|{ACCELERATOR}|{precision}", tokens,
+            None if tokens is not None else cell_float(row["model_tflops_per_gpu"])))
+    return out, skipped

@@ -1,0 +1,152 @@
+"""The other framework rows (``other_llm_training_throughput.csv``) as cases.
+
+- **NeMo AutoModel** (PyTorch FSDP2 with Transformer Engine kernels) on DGX H100: the dense Llama 3
+  70B pre-training row and DeepSeek-V3 (FSDP + EP 64 + PP 4, VP 8) are simulated: FSDP = ZeRO-3
+  over the data-parallel ranks, FlashAttention, no recompute (none is stated), MoE routing balanced.
+  Its hybrid Mamba (Nemotron V3), Kimi K2, Qwen3 MoE and GPT-OSS models and its LoRA rows are not.
+- **IBM fms-fsdp** (PyTorch FSDP1, FlashAttention-2 through SDPA): Llama 2 7B/13B/70B and the
+  34B (Code Llama shape) at 2 sequences of 4096 per GPU; FSDP = ZeRO-3 with prefetch; AC "No" =
+  none, "Selective"/"selective" = selective, "Yes" = full. A100 cluster: DGX A100 80GB with 400 Gb/s
+  per node (2 NICs); the 96-H100 cluster 800 Gb/s per node (2 NICs); the 464-H100 cluster 3.2 Tb/s
+  (8 NICs, the catalog DGX H100). MFU-only rows are converted with the model FLOPs per token and
+  the dense peak (the post's nanoGPT/PaLM MFU). torch.compile rows are their own fitted group.
+- **DeepSpeed + HF transformers** on one 8 x H200 node: the ZeRO-2 row (1 sequence of 8192 per GPU, no
+  recompute, one micro-batch per step: the batch is not stated). The ZeRO-3 rows offload the AdamW
+  step to the CPU, which is not simulated.
+- **FlashAttention-2 paper** (Table 1): GPT3-1.3B/2.7B-style models on 8 x A100 80GB, materialised
+  attention ("baseline") or FlashAttention-2; the FlashAttention-1 rows are not simulated (one fused
+  kernel model). The batch is not stated: 16,384 tokens per GPU per micro-batch, data parallel with
+  ZeRO-1, one micro-batch per step (assumed). The paper's TFLOP/s use its own count, 6·s·params +
+  12·L·h·s² per sequence, which converts them to tokens/s here.
+"""
+
+from __future__ import annotations
+
+from validation.modern.case import ModernCase, Unrepresentable
+from validation.modern.mapping import cell_float, cell_int, node_variant, read, scenario
+from workloads.catalog import resolve_model
+from workloads.counting import total_params
+
+CSV = "other_llm_training_throughput.csv"
+LLAMA2 = {"7B": "llama2-7b", "13B": "llama2-13b", "34B": "codellama-34b", "70B": "llama2-70b"}
+FA2_MODELS = {"GPT3-1.3B-style": "fa2-gpt3-1.3b", "GPT3-2.7B-style": "fa2-gpt3-2.7b"}
+FA2_TOKENS_PER_GPU = 16384
+PEAK_BF16 = {"a100-sxm-80g": 312.0, "h100-sxm-80g": 989.0}
+
+
+def _skip(index: int, label: str, reason: str) -> Unrepresentable:
+    return Unrepresentable("other", index, label, reason)
+
+
+def _fms_node(system: str) -> tuple[str | dict, str]:
+    if "A100" in system:
+        return node_variant("dgx-a100-80g", node_overrides={"nics_per_node": 2}), "a100-sxm-80g"
+    if "800 Gbps" in system:
+        return node_variant("dgx-h100", node_overrides={"nics_per_node": 2}), "h100-sxm-80g"
+    return "dgx-h100", "h100-sxm-80g"
+
+
+def _fms(index: int, row, label: str) -> ModernCase | Unrepresentable:
+    size = str(row["model"]).split()[-1]
+    model = LLAMA2[size]
+    node, accelerator = _fms_node(str(row["system"]))
+    n, local = int(row["num_gpus"]), int(row["local_batch_size"])
+    ac = str(row["activation_checkpointing"]).lower()
+    recompute = {"no": "none", "selective": "selective", "yes": "full"}[ac]
+    compiled = "torch.compile" in str(row["framework"])
+    parallelism = {"tp": 1, "pp": 1, "dp": n, "zero_stage": 3, "recompute": recompute, "micro_batch_size": local,
+                   "global_batch_size": local * n, "overlap_grad_reduce": True, "overlap_param_gather": True}
+    training = {"seq_length": 4096, "precision": "bf16", "attention": "flash"}
+    tokens = cell_float(row["tokens_per_s_per_gpu"])
+    mfu = cell_float(row["mfu_pct"])
+    flavour = "fms-fsdp-compile" if compiled else "fms-fsdp"
+    key = f"other|{flavour}|{model}|{row['system']}|{n}|{local}|{recompute}"
+    return ModernCase("other", index, f"{label} {recompute}{' compile' if compiled else ''}", key,
+                      scenario(f"other-{index}", model, node, n, parallelism, training), "bf16", accelerator,
+                      f"{flavour}|{accelerator}|bf16", tokens,
+                      None if tokens is not None else mfu / 100 * PEAK_BF16[accelerator])
+
+
+def _fa2(index: int, row, label: str) -> ModernCase | Unrepresentable:
+    framework = str(row["framework"])
+    if "(v1)" in framework:
+        return _skip(index, label, "FlashAttention-1: the simulator has one fused attention kernel model")
+    flash = "FlashAttention-2" in framework.split("attention = ")[-1]
+    model = FA2_MODELS[str(row["model"])]
+    seq = int(row["seq_len"])
+    spec = resolve_model(model).model_copy(update={"seq_length": seq})
+    flops_per_token = 6 * total_params(spec) + 12 * spec.num_layers * spec.hidden_size * seq
+    tokens = float(row["model_tflops_per_gpu"]) * 1e12 / flops_per_token
+    mbs = FA2_TOKENS_PER_GPU // seq
+    parallelism = {"tp": 1, "pp": 1, "dp": 8, "zero_stage": 1, "micro_batch_size": mbs, "global_batch_size": 8 * mbs}
+    training = {"seq_length": seq, "precision": "bf16", "attention": "flash" if flash else "standard"}
+    key = f"other|fa2-paper|{model}|{seq}|{flash}"
+    return ModernCase("other", index, f"{label} {'flash' if flash else 'standard'}", key,
+                      scenario(f"other-{index}", model, "dgx-a100-80g", 8, parallelism, training), "bf16",
+                      "a100-sxm-80g", "fa2-paper|a100-sxm-80g|bf16", tokens)
+
+
+def _automodel(index: int, row, label: str) -> ModernCase | Unrepresentable:
+    model = str(row["model"])
+    if "LoRA" in str(row["parallelism"]):
+        return _skip(index, label, "LoRA: frozen base weights with low-rank adapters are not simulated")
+    if model == "Llama3 70B":
+        name = "llama3-70b"
+    elif model == "DeepSeek V3 671B":
+        name = "deepseek-v3"
+    else:
+        reasons = {"Nemotron": "hybrid Mamba-2 / attention / MoE model: state-space layers are not simulated",
+                   "Kimi": "Kimi K2 (384 experts, DeepSeek-V3 shape) is not in the catalog",
+                   "Qwen3": "attention width 32 heads x 128 = 4096 differs from the hidden size 2048 (the model "
+                            "schema ties head size to hidden/heads)",
+                   "GPT-OSS": "attention width differs from the hidden size, sliding-window attention and sinks"}
+        return _skip(index, label, next(v for k, v in reasons.items() if model.startswith(k)))
+    n = int(row["num_gpus"])
+    tp, pp, cp = (cell_int(row[c]) or 1 for c in ("tp", "pp", "cp"))
+    ep = cell_int(row["ep"]) or 1
+    vp = cell_int(row["vp"]) or 1
+    mbs, gbs, seq = int(row["mbs"]), int(row["gbs"]), int(row["seq_len"])
+    parallelism = {"tp": tp, "pp": pp, "cp": cp, "dp": "auto", "ep": ep, "zero_stage": 3,
+                   "virtual_stages": vp, "schedule": "interleaved" if vp > 1 else "1f1b",
+                   "micro_batch_size": mbs, "global_batch_size": gbs, "moe_load_imbalance": 1.0,
+                   "overlap_grad_reduce": True, "overlap_param_gather": True}
+    if ep == 1:
+        parallelism.pop("moe_load_imbalance")
+    training = {"seq_length": seq, "precision": "bf16", "attention": "flash"}
+    key = f"other|automodel|{name}|{n}|tp{tp}|pp{pp}|cp{cp}|ep{ep}|vp{vp}|{mbs}|{gbs}|{seq}"
+    return ModernCase("other", index, f"{label} pp{pp} cp{cp} ep{ep} vp{vp}", key,
+                      scenario(f"other-{index}", name, "dgx-h100", n, parallelism, training), "bf16",
+                      "h100-sxm-80g", "automodel|h100-sxm-80g|bf16", float(row["tokens_per_s_per_gpu"]))
+
+
+def _deepspeed(index: int, row, label: str) -> ModernCase | Unrepresentable:
+    if "offload" in str(row["parallelism"]).lower() and "no offload" not in str(row["parallelism"]).lower():
+        return _skip(index, label, "ZeRO-3 with the AdamW step offloaded to the CPU: CPU offload is not simulated")
+    seq = int(row["seq_len"])
+    parallelism = {"tp": 1, "pp": 1, "dp": 8, "zero_stage": 2, "micro_batch_size": 1, "global_batch_size": 8}
+    training = {"seq_length": seq, "precision": "bf16", "attention": "flash"}
+    key = f"other|deepspeed-zero2|llama3-8b|{seq}"
+    return ModernCase("other", index, f"{label} s{seq}", key,
+                      scenario(f"other-{index}", "llama3-8b", "hgx-h200", 8, parallelism, training), "bf16",
+                      "h200-sxm-141g", "deepspeed|h200-sxm-141g|bf16", None, float(row["model_tflops_per_gpu"]))
+
+
+def cases() -> tuple[list[ModernCase], list[Unrepresentable]]:
+    df = read(CSV)
+    out: list[ModernCase] = []
+    skipped: list[Unrepresentable] = []
+    for index, row in df.iterrows():
+        framework = str(row["framework"])
+        label = f"{framework.split(' (')[0]} {row['model']} {row['gpu']} {row['num_gpus']} GPUs"
+        if framework.startswith("NeMo AutoModel"):
+            item = _automodel(int(index), row, label)
+        elif framework.startswith("IBM fms-fsdp"):
+            item = _fms(int(index), row, label)
+        elif framework.startswith("FlashAttention-2 paper"):
+            item = _fa2(int(index), row, label)
+        elif framework.startswith("DeepSpeed"):
+            item = _deepspeed(int(index), row, label)
+        else:
+            item = _skip(int(index), label, "framework not mapped")
+        (out if isinstance(item, ModernCase) else skipped).append(item)
+    return out, skipped

@@ -1,0 +1,134 @@
+"""Framework constants fitted on the fit half, one per (framework, accelerator, precision).
+
+What a framework adds to the hardware's kernels is not in any microbenchmark: its kernel choice
+and fusion (Transformer Engine, torch.compile, FlashAttention version), host overheads, the clock a
+power cap allows. It is modelled as one factor on the accelerator's GEMM efficiency curve
+(``gemm_scale``, each point times the factor, at most 1) and, where fitted, the kernel launch
+overhead, for each group ``framework|accelerator|precision`` that has at least
+:data:`MIN_FIT_CASES` fit-half rows. Groups with fewer keep the catalog constants (reported as
+*catalog*). The factor is the one that makes the fit half's median simulated/measured ratio 1
+(bisection on the log of the factor; the rate rises monotonically with it); with a launch-overhead
+grid, the grid value with the smallest fit-half median |error| wins.
+
+Written by ``python -m validation.modern --fit --write`` to ``validation/profiles/modern-<set>.yaml``
+with ``fitted_on`` naming the CSV and the rows; never edited by hand.
+"""
+
+from __future__ import annotations
+
+import copy
+import math
+import statistics
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+import yaml
+
+from validation.layout_ranking import _catalog_yaml, profiled_node
+from validation.modern.case import CaseOutcome, ModernCase, outcome
+
+PROFILES = Path(__file__).resolve().parents[1] / "profiles"
+MIN_FIT_CASES = 3
+SCALE_BOUNDS = (0.15, 1.6)
+BISECTION_STEPS = 10
+
+
+def profile_path(case_set: str) -> Path:
+    return PROFILES / f"modern-{case_set}.yaml"
+
+
+def load_groups(case_set: str) -> dict[str, dict[str, Any]]:
+    """The fitted groups of a set's profile ({} when none was written)."""
+    path = profile_path(case_set)
+    if not path.exists():
+        return {}
+    return (yaml.safe_load(path.read_text()) or {}).get("groups", {}) or {}
+
+
+def _scaled_points(points: list[dict[str, Any]], scale: float) -> list[dict[str, Any]]:
+    return [{"gflop": p["gflop"], "efficiency": round(min(1.0, p["efficiency"] * scale), 5)} for p in points]
+
+
+def scaled_efficiency(accelerator: str, gemm_scale: float, launch_us: float | None) -> dict[str, Any]:
+    """The catalog accelerator's efficiency block with the GEMM curve scaled (capped at 1)."""
+    eff = copy.deepcopy(_catalog_yaml("accelerators", accelerator)["efficiency"])
+    eff["gemm_curve"] = _scaled_points(eff["gemm_curve"], gemm_scale)
+    for curve in (eff.get("gemm_curves") or {}).values():  # per-precision curves, where the spec has them
+        curve["points"] = _scaled_points(curve["points"], gemm_scale)
+    if launch_us is not None:
+        eff["kernel_launch_overhead_us"] = launch_us
+    eff["source"] = f"{eff.get('source', '')}; GEMM curve x {gemm_scale:.4f} (framework profile)"
+    return eff
+
+
+def with_constants(case: ModernCase, constants: dict[str, Any] | None) -> dict[str, Any]:
+    """The case's scenario on its node with a profile entry's constants (``gemm_scale``,
+    ``kernel_launch_overhead_us``, ``intra_node_latency_us``); a node given as {base, overrides}
+    becomes a plain mapping either way."""
+    node = case.scenario["cluster"]["node"]
+    if not constants and not isinstance(node, dict):
+        return case.scenario
+    constants = constants or {}
+    raw = copy.deepcopy(case.scenario)
+    base, overrides = (node["base"], dict(node["overrides"])) if isinstance(node, dict) else (node, {})
+    eff = None
+    if constants.get("gemm_scale") is not None or constants.get("kernel_launch_overhead_us") is not None:
+        accelerator = _catalog_yaml("nodes", base)["accelerator"]
+        eff = scaled_efficiency(accelerator, constants.get("gemm_scale") or 1.0,
+                                constants.get("kernel_launch_overhead_us"))
+    if constants.get("intra_node_latency_us") is not None:
+        overrides["intra_node"] = {"latency_us": constants["intra_node_latency_us"]}
+    raw["cluster"]["node"] = profiled_node(base, eff, overrides or None)
+    return raw
+
+
+def resolved_scenario(case: ModernCase, groups: dict[str, dict[str, Any]]) -> dict[str, Any]:
+    """The scenario a report simulates: with the group's fitted constants where there are any."""
+    return with_constants(case, groups.get(case.profile_group))
+
+
+def _median_log_error(outcomes: list[CaseOutcome]) -> float:
+    logs = [math.log1p(o.relative_error) for o in outcomes if o.relative_error is not None]
+    return statistics.median(logs) if logs else 0.0
+
+
+def _median_abs_error(outcomes: list[CaseOutcome]) -> float:
+    errs = [abs(o.relative_error) for o in outcomes if o.relative_error is not None]
+    return statistics.median(errs) if errs else math.inf
+
+
+def fit_group(cases: list[ModernCase], simulate_many: Callable[[list[dict]], list[dict]],
+              grid: tuple[dict[str, float], ...] = ({},)) -> dict[str, Any]:
+    """For each grid point (fixed launch overhead / intra-node latency), the GEMM factor that centres
+    the fit cases' errors; the grid point with the smallest fit median |error| wins."""
+    best: dict[str, Any] | None = None
+    for point in grid:
+        lo, hi = (math.log(b) for b in SCALE_BOUNDS)
+        for _ in range(BISECTION_STEPS):
+            mid = (lo + hi) / 2
+            results = simulate_many([with_constants(c, {**point, "gemm_scale": math.exp(mid)}) for c in cases])
+            outcomes = [outcome(c, r) for c, r in zip(cases, results, strict=True)]
+            if _median_log_error(outcomes) > 0:  # simulated too fast: lower the factor
+                hi = mid
+            else:
+                lo = mid
+        candidate = {"gemm_scale": round(math.exp((lo + hi) / 2), 4), **point}
+        results = simulate_many([with_constants(c, candidate) for c in cases])
+        error = _median_abs_error([outcome(c, r) for c, r in zip(cases, results, strict=True)])
+        candidate.update({"fit_median_abs_error": round(error, 4), "fit_cases": len(cases)})
+        if best is None or candidate["fit_median_abs_error"] < best["fit_median_abs_error"]:
+            best = candidate
+    if best is None:
+        raise ValueError("fit_group needs a non-empty grid")
+    return best
+
+
+def write_profile(case_set: str, csv_name: str, source: str, groups: dict[str, dict[str, Any]]) -> Path:
+    path = profile_path(case_set)
+    doc = {"name": f"modern-{case_set}", "source": source, "groups": groups}
+    header = ("# Written by `python -m validation.modern --fit --write`; do not edit by hand.\n"
+              f"# Fitted on the fit half of {csv_name} only (md5 of the row key even; validation/modern/case.py);\n"
+              "# the held-out half is what tests/test_modern_validation.py checks.\n")
+    path.write_text(header + yaml.safe_dump(doc, sort_keys=False, width=110))
+    return path

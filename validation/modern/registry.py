@@ -1,0 +1,156 @@
+"""The modern validation sets by name, how each is simulated, fitted and reported.
+
+Targets (issue 23): framework sets median |error| <= 10% and every row <= 25% on the held-out
+half, BF16 and FP8 reported apart; vTrain median |error| <= 8% single-node, <= 12% multi-node.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass
+from functools import cache
+from typing import Any
+
+from validation.modern import llmfoundry, nemo, other, torchtitan, vtrain
+from validation.modern.case import CaseOutcome, ModernCase, Summary, Unrepresentable, outcome, summarize
+from validation.modern.profiles import fit_group, load_groups, resolved_scenario, write_profile
+
+Builder = Callable[[], tuple[list[ModernCase], list[Unrepresentable]]]
+
+
+@dataclass(frozen=True)
+class ModernSet:
+    name: str
+    csv: str
+    source: str
+    build: Builder
+    median_target: float
+    max_target: float | None
+    grid: tuple[dict[str, float], ...] = ({},)
+    profile: str | None = None   # profile file name (modern-<profile>.yaml); default: the set's name
+    fitted: bool = True          # False: its fit half is not used to fit (the profile comes from another set)
+
+    @property
+    def profile_name(self) -> str:
+        return self.profile or self.name
+
+
+FRAMEWORK_MEDIAN, FRAMEWORK_MAX = 0.10, 0.25
+#: Megatron-DeepSpeed runs eager PyTorch: a host cost per kernel and per collective that the
+#: single-node rows (small models, up to tp 8) pin down; grid of (launch overhead, intra-node latency).
+VTRAIN_GRID = tuple({"kernel_launch_overhead_us": launch, "intra_node_latency_us": latency}
+                    for launch in (10.0, 20.0, 30.0) for latency in (15.0, 30.0, 45.0))
+
+SETS: dict[str, ModernSet] = {s.name: s for s in (
+    ModernSet("nemo", "nemo_perf_summary.csv", "NeMo / Megatron-Bridge performance summary, DGX H100",
+              nemo.cases, FRAMEWORK_MEDIAN, FRAMEWORK_MAX),
+    ModernSet("torchtitan", "torchtitan_perf.csv", "torchtitan benchmarks (H100, H200, MI300X, A100)",
+              torchtitan.cases, FRAMEWORK_MEDIAN, FRAMEWORK_MAX),
+    ModernSet("llmfoundry", "llmfoundry_throughput.csv", "MosaicML llm-foundry MPT throughput (H100, A100)",
+              llmfoundry.cases, FRAMEWORK_MEDIAN, FRAMEWORK_MAX),
+    ModernSet("other", "other_llm_training_throughput.csv",
+              "NeMo AutoModel, IBM fms-fsdp, DeepSpeed, FlashAttention-2 paper", other.cases,
+              FRAMEWORK_MEDIAN, FRAMEWORK_MAX),
+    ModernSet("vtrain_single", "vtrain2024_ground_truth_single.csv",
+              "vTrain (MICRO 2024) Megatron-DeepSpeed iteration times, one 8-GPU A100 node",
+              vtrain.single_cases, 0.08, None, VTRAIN_GRID, profile="vtrain"),
+    ModernSet("vtrain_multi", "vtrain2024_ground_truth_multi.csv",
+              "vTrain (MICRO 2024) Megatron-DeepSpeed iteration times, 64-512 A100s",
+              vtrain.multi_cases, 0.12, None, VTRAIN_GRID, profile="vtrain", fitted=False),
+)}
+
+
+@cache
+def built(name: str) -> tuple[tuple[ModernCase, ...], tuple[Unrepresentable, ...]]:
+    cases, skipped = SETS[name].build()
+    return tuple(cases), tuple(skipped)
+
+
+def _simulate(raw: dict[str, Any]) -> dict[str, Any]:
+    from simulator.simulate import simulate_point
+
+    result = simulate_point(raw, run_if_oom=True)
+    keep = ("tokens_per_s", "model_tflops_per_gpu", "fits", "infeasible_reason", "step_time_s")
+    return {k: result.get(k) for k in keep}
+
+
+def simulate_many(raws: list[dict[str, Any]], workers: int | None = 2) -> list[dict[str, Any]]:
+    """Simulate scenario mappings in parallel (local processes); a crash becomes a row with the error."""
+    from simulator.explore.sweep import parallel_map
+
+    out: list[dict[str, Any]] = [{} for _ in raws]
+    chunk = max(1, len(raws) // (max(1, workers or 2) * 4))
+    for index, ok, result in parallel_map(_simulate, raws, workers=workers, chunk_size=chunk):
+        out[index] = result if ok else {"error": str(result)}
+    return out
+
+
+def evaluate(name: str, half: str = "heldout", workers: int | None = 2) -> list[CaseOutcome]:
+    """Simulate the set's cases of one half ("heldout", "fit" or "all") with its fitted profile."""
+    cases = [c for c in built(name)[0]
+             if half == "all" or (half == "heldout") == c.heldout]
+    groups = load_groups(SETS[name].profile_name)
+    results = simulate_many([resolved_scenario(c, groups) for c in cases], workers)
+    return [outcome(c, r) for c, r in zip(cases, results, strict=True)]
+
+
+def report(name: str, outcomes: list[CaseOutcome]) -> dict[str, Any]:
+    """Overall, per precision and per accelerator summaries, and whether the targets are met."""
+    spec = SETS[name]
+    overall = summarize(name, outcomes)
+    by: dict[str, list[Summary]] = {"precision": [], "accelerator": []}
+    for attr in by:
+        for value in sorted({getattr(o.case, attr) for o in outcomes}):
+            by[attr].append(summarize(value, [o for o in outcomes if getattr(o.case, attr) == value]))
+    groups = load_groups(spec.profile_name)
+    return {
+        "case_set": name, "source": spec.source, "csv": spec.csv,
+        "median_target": spec.median_target, "max_target": spec.max_target,
+        "overall": overall.as_dict(),
+        "by_precision": [s.as_dict() for s in by["precision"]],
+        "by_accelerator": [s.as_dict() for s in by["accelerator"]],
+        "met": overall.met(spec.median_target, spec.max_target),
+        "unrepresentable": len(built(name)[1]),
+        "profile_groups": sorted(groups),
+        "catalog_groups": sorted({o.case.profile_group for o in outcomes} - set(groups)),
+        "cases": [{"label": o.case.label, "row": o.case.row, "precision": o.case.precision,
+                   "accelerator": o.case.accelerator, "measured": o.measured_tokens_per_s_per_gpu,
+                   "simulated": o.simulated_tokens_per_s_per_gpu, "relative_error": o.relative_error,
+                   "fits": o.fits, "reason": o.reason} for o in outcomes],
+    }
+
+
+def fit(name: str, workers: int | None = 2) -> dict[str, dict[str, Any]]:
+    """Fit every group with enough fit-half cases of the sets sharing ``name``'s profile."""
+    spec = SETS[name]
+    members = [s for s in SETS.values() if s.profile_name == spec.profile_name and s.fitted]
+    fit_cases = [c for s in members for c in built(s.name)[0] if not c.heldout]
+    groups: dict[str, dict[str, Any]] = {}
+    for group in sorted({c.profile_group for c in fit_cases}):
+        cases = [c for c in fit_cases if c.profile_group == group]
+        if len(cases) < 3:
+            continue
+        entry = fit_group(cases, lambda raws: simulate_many(raws, workers), spec.grid)
+        entry["fitted_on"] = (f"{', '.join(s.csv for s in members)} (validation/data/), fit half (md5 of the row "
+                              f"key even): {fitted_rows(cases)}")
+        groups[group] = entry
+    return groups
+
+
+LISTED_ROWS = 60
+
+
+def fitted_rows(cases: list[ModernCase]) -> str:
+    """The rows a group was fitted on: listed ("set:row, ...") up to :data:`LISTED_ROWS`, else
+    named as every fit-half row of the group (the split rule determines them)."""
+    if len(cases) <= LISTED_ROWS:
+        return f"{len(cases)} rows ({', '.join(f'{c.case_set}:{c.row}' for c in cases)})"
+    sets = sorted({c.case_set for c in cases})
+    return f"{len(cases)} rows (all fit-half rows of the group in {', '.join(sets)})"
+
+
+def write_fit(name: str, groups: dict[str, dict[str, Any]]) -> None:
+    spec = SETS[name]
+    members = [s for s in SETS.values() if s.profile_name == spec.profile_name and s.fitted]
+    write_profile(spec.profile_name, " and ".join(s.csv for s in members),
+                  "; ".join(s.source for s in members), groups)

@@ -1,0 +1,104 @@
+"""torchtitan results (``torchtitan_perf.csv``) as cases.
+
+Rows give the model (Llama 3 / 3.1 8B, 70B, 405B), GPUs, FSDP / TP / PP / CP degrees, PP schedule,
+sequence length, local batch (per data-parallel rank), precision (bf16, or float8 linears with the
+tensorwise or rowwise recipe), torch.compile, activation checkpointing, AsyncTP and tokens/s per GPU.
+
+Settings (torchtitan's defaults where a row says nothing): FSDP2 = ZeRO-3 over the data-parallel
+ranks with the next layer's all-gather prefetched; TP always with sequence parallel (torchtitan
+shards the norms); AsyncTP = the simulator's pipelined TP overlap (``tp_comm_overlap``);
+FlashAttention (SDPA's flash / cuDNN backend); CP exchanges K/V by all-gather (torchtitan's default
+``allgather`` rotate method); PP micro-batch 1, interleaved 1F1B with 2 stages per rank; selective
+activation checkpointing ("op" or "selective") = the simulator's selective recompute, "full" = full,
+torchtitan's "selective layer" (every second block fully recomputed) = selective (an approximation
+on the fast side). A sequence length the file does not give is torchtitan's train_configs default,
+8192 (the CSV's README). float8 rowwise is a separate fitted group: it runs slower than tensorwise
+(more scaling work) and the simulator has one FP8 GEMM model.
+
+Hardware: "Grand Teton" H100s are 96 GB HBM2e (2.4 TB/s) cards at a 500 W limit (catalog DGX H100
+with those HBM values; the clock the cap allows is left to the fitted constant); H200 rows on HGX
+H200; MI300X rows on the 8 x MI300X node; A100 rows on DGX A100 80GB.
+"""
+
+from __future__ import annotations
+
+from validation.modern.case import ModernCase, Unrepresentable
+from validation.modern.mapping import cell_int, node_variant, read, scenario
+
+CSV = "torchtitan_perf.csv"
+MODELS = {"Llama 3.1 8B": "llama3-8b", "Llama 3 8B": "llama3-8b", "Llama 3.1 70B": "llama3-70b",
+          "Llama 3 70B": "llama3-70b", "Llama 3.1 405B": "llama3-405b"}
+GRAND_TETON = node_variant("dgx-h100", {"hbm_gib": 96, "hbm_bandwidth_gb_per_s": 2400, "tdp_watts": 500})
+DEFAULT_SEQ = 8192
+INTERLEAVED_STAGES_PER_RANK = 2
+
+
+def _hardware(gpu: str) -> tuple[str | dict, str]:
+    """(node, accelerator group label) of the CSV's gpu cell; None when not simulated."""
+    if gpu.startswith("H100"):
+        return GRAND_TETON, "h100-96g-500w"
+    if gpu.startswith("H200"):
+        return "hgx-h200", "h200-sxm-141g"
+    if gpu.startswith("MI300X"):
+        return "mi300x-8", "mi300x"
+    if gpu.startswith("A100"):
+        return "dgx-a100-80g", "a100-sxm-80g"
+    raise KeyError(gpu)
+
+
+def _recompute(text: str) -> str:
+    text = str(text).lower()
+    return "full" if text.startswith("full") else "selective"
+
+
+def cases() -> tuple[list[ModernCase], list[Unrepresentable]]:
+    df = read(CSV)
+    out: list[ModernCase] = []
+    skipped: list[Unrepresentable] = []
+    for index, row in df.iterrows():
+        name = str(row["model"])
+        label = f"{name} {row['gpu'][:5]} {row['num_gpus']} GPUs {row['parallelism']} {row['precision']}"
+        n = cell_int(row["num_gpus"])
+        if name not in MODELS:
+            skipped.append(Unrepresentable("torchtitan", int(index), label,
+                                           "'Llama3-architecture' model of the float8/FSDP2 blog: GPU count "
+                                           "(128 or 256) or batch and checkpointing not given per row"))
+            continue
+        if n is None or str(row["num_gpus"]).strip() != str(n):
+            skipped.append(Unrepresentable("torchtitan", int(index), label, "GPU count not given per row"))
+            continue
+        tp = cell_int(row["tp"]) or 1
+        pp = cell_int(row["pp"]) or 1
+        cp = cell_int(row["cp"]) or 1
+        dp = n // (tp * pp * cp)
+        local = cell_int(row["local_batch_size"])
+        if local is None:
+            skipped.append(Unrepresentable("torchtitan", int(index), label, "local batch size not given"))
+            continue
+        seq = cell_int(row["seq_len"]) or DEFAULT_SEQ
+        node, accelerator = _hardware(str(row["gpu"]))
+        float8 = "float8" in str(row["precision"])
+        recipe = str(row["float8_recipe"]).lower()
+        rowwise = float8 and "rowwise" in recipe
+        precision = "fp8" if float8 else "bf16"
+        interleaved = "interleaved" in str(row["pp_schedule"]).lower()
+        async_tp = str(row["async_tp"]).lower() == "yes"
+        compiled = str(row["torch_compile"]).lower() == "yes"
+        parallelism = {
+            "tp": tp, "pp": pp, "cp": cp, "dp": dp, "zero_stage": 3,
+            "virtual_stages": INTERLEAVED_STAGES_PER_RANK if interleaved else 1,
+            "schedule": "interleaved" if interleaved else "1f1b",
+            "sequence_parallel": tp > 1, "tp_comm_overlap": async_tp and tp > 1,
+            "cp_comm": "all_gather", "recompute": _recompute(row["activation_checkpointing"]),
+            "micro_batch_size": 1 if pp > 1 else local, "global_batch_size": local * dp,
+            "overlap_grad_reduce": True, "overlap_param_gather": True}
+        training = {"seq_length": seq, "precision": precision, "attention": "flash"}
+        group_precision = "fp8-rowwise" if rowwise else precision
+        key = (f"torchtitan|{name}|{row['gpu']}|{n}|tp{tp}|pp{pp}|cp{cp}|{row['pp_schedule']}|s{seq}|b{local}|"
+               f"{row['precision']}|{recipe}|{compiled}|{row['activation_checkpointing']}|{async_tp}")
+        out.append(ModernCase("torchtitan", int(index), f"{label} tp{tp} pp{pp} cp{cp} s{seq}"
+                              f"{' rowwise' if rowwise else ''}{'' if compiled else ' eager'}", key,
+                              scenario(f"torchtitan-{index}", MODELS[name], node, n, parallelism, training),
+                              precision, accelerator, f"torchtitan|{accelerator}|{group_precision}",
+                              float(row["tokens_per_s_per_gpu"])))
+    return out, skipped
