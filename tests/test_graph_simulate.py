@@ -9,10 +9,13 @@ GEMM of >= 0.008 GFLOP runs at E = 5e11 FLOP/s, memory traffic and the optimizer
 
 from __future__ import annotations
 
+import itertools
 from dataclasses import dataclass, replace
 
 import pytest
 from graph_models import ChainSpec
+from hypothesis import given, settings
+from hypothesis import strategies as st
 from test_simulate import E, toy
 
 from simulator.errors import ConfigError
@@ -162,3 +165,62 @@ def test_pipeline_sends_every_tensor_that_crosses_the_cut():
     # backwards follow: B1 5c-9c, B2 9c-13c.
     r = simulate(chain_scenario(2, ResidualSpec(), pp=2, global_batch_size=2))
     assert r.step_time_s == pytest.approx(13 * C, rel=1e-9)
+
+
+def test_ddp_buckets_fill_in_backward_order_and_hide_behind_the_rest_of_the_backward():
+    # Four 256-wide layers (131,072 bytes of bf16 gradients each), dp 2, 0.25 MB buckets: the
+    # backward of fc3 and fc2 fills the first bucket (262,144 >= 250,000 bytes), whose all-reduce
+    # (2 us + 262,144 B / 1e11 B/s = 4.62144 us) runs beside fc1's and fc0's backward (4c); the
+    # second bucket is reduced after fc0 and stays exposed: step = 4c + 8c + 4.62144 us.
+    t_bucket = 2e-6 + 262_144 / 100e9
+    four = ChainSpec(name="four", widths=(256,) * 4)
+    r = simulate(chain_scenario(2, four, nvl_gb_per_s=100, nvl_latency_us=1, dp=2, global_batch_size=2,
+                                gradient_bucket_mb=0.25))
+    assert r.step_time_s == pytest.approx(12 * C + t_bucket, rel=1e-9)
+    assert r.time_breakdown_s["dp_comm"] == pytest.approx(t_bucket, rel=1e-6)
+    # Without overlap one all-reduce of all 524,288 bytes follows the backward: 2 us + 5.24288 us.
+    r = simulate(chain_scenario(2, four, nvl_gb_per_s=100, nvl_latency_us=1, dp=2, global_batch_size=2,
+                                gradient_bucket_mb=0.25, overlap_grad_reduce=False))
+    assert r.step_time_s == pytest.approx(12 * C + 2e-6 + 524_288 / 100e9, rel=1e-9)
+
+
+def _best_max_load(costs, chunks, first, last):
+    """The smallest largest chunk load over every contiguous split (brute force, for small inputs)."""
+    n = len(costs)
+    best = float("inf")
+    for cuts in itertools.combinations(range(1, n), chunks - 1):
+        bounds = (0, *cuts, n)
+        loads = [sum(costs[a:b]) for a, b in itertools.pairwise(bounds)]
+        loads[0] += first
+        loads[-1] += last
+        best = min(best, max(loads))
+    return best
+
+
+@settings(max_examples=200, deadline=None)
+@given(st.lists(st.integers(1, 20), min_size=1, max_size=9), st.integers(1, 4), st.integers(0, 10),
+       st.integers(0, 10))
+def test_balanced_split_is_optimal(costs, chunks, first, last):
+    if chunks > len(costs):
+        return
+    counts = balanced_split([float(c) for c in costs], chunks, first, last)
+    assert len(counts) == chunks and sum(counts) == len(costs) and min(counts) >= 1
+    starts = [sum(counts[:i]) for i in range(chunks)]
+    loads = [sum(costs[s:s + c]) for s, c in zip(starts, counts, strict=True)]
+    loads[0] += first
+    loads[-1] += last
+    assert max(loads) == pytest.approx(_best_max_load(costs, chunks, first, last), rel=1e-9)
+
+
+@settings(max_examples=15, deadline=None)
+@given(st.lists(st.sampled_from([256, 512, 768]), min_size=2, max_size=5), st.sampled_from(["gpipe", "1f1b"]),
+       st.sampled_from(["even", "balanced"]), st.sampled_from(["none", "full"]))
+def test_any_chain_pipeline_step_adds_up(widths, schedule, split, recompute):
+    model = ChainSpec(name="any", widths=tuple(widths))
+    r = simulate(chain_scenario(2, model, pp=2, global_batch_size=4, schedule=schedule, pp_split=split,
+                                recompute=recompute))
+    assert sum(r.time_breakdown_s.values()) == pytest.approx(r.step_time_s, rel=1e-9)
+    # Never faster than the busiest stage's own work: 4 micro-batches of (1 or 2 forwards + 2) per layer.
+    per_layer = [w / 256 * C * (3 + (recompute == "full")) for w in widths]
+    stage_work = [sum(per_layer[:r.layer_split[0]]), sum(per_layer[r.layer_split[0]:])]
+    assert r.step_time_s >= 4 * max(stage_work) * (1 - 1e-9)
