@@ -4,6 +4,7 @@ out-of-memory layouts as rows with reasons, ranking, the JSON contract, bad inpu
 from __future__ import annotations
 
 import json
+from pathlib import Path
 
 import pytest
 
@@ -171,3 +172,16 @@ def test_search_over_a_moe_model_tries_expert_parallelism():
     assert by_ep[1]["fits"] is False and "GiB" in by_ep[1]["infeasible_reason"]
     assert by_ep[8]["fits"] is True
     assert by_ep[8]["peak_memory_gib"] < by_ep[1]["peak_memory_gib"]
+
+
+def test_search_over_a_network_ranks_by_samples_per_second():
+    """ResNet-50 on 8 A100s: tensor parallelism is refused for its convolutions (invalid rows naming
+    the layer kind); the data- and pipeline-parallel layouts are simulated and ranked by images/s."""
+    rows = search(str(Path(__file__).resolve().parents[1] / "examples" / "resnet50-8xa100.yaml"), workers=1,
+                  space=SearchSpace(tp=[1, 2], pp=[1, 2], cp=[1], micro_batch_size=[256], zero_stage=[0],
+                                    recompute=["none"], virtual_stages=[1], sequence_parallel=[False]))
+    feasible = [r for r in rows if r["fits"]]
+    assert [(r["parallelism"]["tp"], r["parallelism"]["pp"]) for r in feasible] == [(1, 1), (1, 2)]
+    assert feasible[0]["samples_per_s"] > feasible[1]["samples_per_s"] and feasible[0]["tokens_per_s"] is None
+    invalid = [r for r in rows if not r["fits"]]
+    assert invalid and all("conv2d" in r["infeasible_reason"] for r in invalid)

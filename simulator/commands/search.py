@@ -16,7 +16,7 @@ def register(subparsers) -> None:
         help="enumerate, prune and simulate parallel layouts; print the best first",
         description="Enumerate every layout of the scenario's model on N GPUs (tp, pp, dp, cp, ep for MoE, virtual stages, "
         "micro-batch, ZeRO stage, recompute, sequence parallel), prune invalid and out-of-memory ones "
-        "(kept as rows with the reason), simulate the rest in parallel and rank them by tokens/s.",
+        "(kept as rows with the reason), simulate the rest in parallel and rank them by samples/s (tokens/s for a fixed sequence).",
     )
     p.add_argument("scenario", nargs="?", help="scenario YAML (default: the built-in default)")
     p.add_argument("--gpus", type=int, help="number of GPUs (default: the scenario's cluster.num_gpus)")

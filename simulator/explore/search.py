@@ -21,7 +21,8 @@ parallel without tp, virtual stages or a schedule without pp). Everything else i
    ``infeasible_reason: "invalid layout: ..."``;
 2. layouts whose peak memory (the cheap memory model, :func:`simulator.memory.peak_rank_memory`)
    exceeds HBM, or a ``max_memory_gib`` constraint, get ``fits: false`` and the reason;
-3. the rest are simulated in parallel (local processes, or Dask) and ranked by tokens/s, or by
+3. the rest are simulated in parallel (local processes, or Dask) and ranked by throughput (samples/s,
+   which ranks as tokens/s where the model has a sequence: the length is fixed within a search), or by
    ``time_to_target_s`` (``rank_by``; the scenario's ``convergence:`` block gives steps to target,
    which depend on ``global_batch_size``, a searchable field).
 
@@ -211,10 +212,16 @@ def _search_task(args: tuple[dict[str, Any], Callable | None]) -> dict[str, Any]
     return run_point(raw, simulate_fn)
 
 
+def _rate(row: dict[str, Any]) -> float | None:
+    """Throughput: samples/s (sequences, images; within one search the sequence length is fixed, so
+    this ranks as tokens/s does), or tokens/s for rows that only carry that."""
+    return row.get("samples_per_s") or row.get("tokens_per_s")
+
+
 def _rank_key(item: tuple[int, dict[str, Any]], metric: str = "tokens_per_s") -> tuple:
     idx, row = item
-    value = row.get(metric)
-    if row.get("fits") and row.get("tokens_per_s") and value is not None:
+    value = _rate(row) if metric == "tokens_per_s" else row.get(metric)
+    if row.get("fits") and _rate(row) and value is not None:
         return (0, RANK_METRICS[metric] * value, idx)
     reason = str(row.get("infeasible_reason") or "")
     return (1 if not reason.startswith("invalid layout") else 2, 0.0, idx)
@@ -327,7 +334,7 @@ def search(
 
 def summarize(rows: list[dict[str, Any]]) -> dict[str, Any]:
     """Counts of simulated / out-of-memory / invalid rows and the commonest reasons."""
-    simulated = sum(1 for r in rows if r.get("fits") and r.get("tokens_per_s"))
+    simulated = sum(1 for r in rows if r.get("fits") and _rate(r))
     invalid = [r for r in rows if str(r.get("infeasible_reason") or "").startswith("invalid layout")]
     failed = [r for r in rows if str(r.get("infeasible_reason") or "").startswith("simulation failed")]
     oom = [r for r in rows if not r.get("fits") and r not in invalid and r not in failed]
@@ -347,7 +354,7 @@ def render_table(rows: list[dict[str, Any]], top: int = 10) -> str:
     columns are the step's time breakdown in seconds (``time_breakdown_s``): compute, tensor-,
     expert- (all-to-all), data- and pipeline-parallel communication, and the pipeline bubble."""
     head = (f"{'#':>3} {'tp':>3} {'pp':>3} {'dp':>5} {'cp':>3} {'ep':>3} {'vp':>3} {'sched':<11} {'zero':>4} {'recomp':<9} "
-            f"{'sp':<3} {'mbs':>3} {'tokens/s':>12} {'MFU':>6} {'step s':>8} {'mem GiB':>8} "
+            f"{'sp':<3} {'mbs':>3} {'samples/s':>10} {'tokens/s':>12} {'MFU':>6} {'step s':>8} {'mem GiB':>8} "
             f"{'compute':>8} {'tp':>7} {'ep':>7} {'dp':>7} {'pp':>7} {'bubble':>7}")
     with_target = any(r.get("time_to_target_s") for r in rows)
     if with_target:  # the convergence block's steps to target x step time, and the batch it depends on
@@ -355,7 +362,7 @@ def render_table(rows: list[dict[str, Any]], top: int = 10) -> str:
     lines = [head]
     shown = 0
     for row in rows:
-        if shown >= top or not (row.get("fits") and row.get("tokens_per_s")):
+        if shown >= top or not (row.get("fits") and _rate(row)):
             break
         shown += 1
         p = row["parallelism"]
@@ -363,7 +370,8 @@ def render_table(rows: list[dict[str, Any]], top: int = 10) -> str:
         lines.append(
             f"{shown:>3} {p['tp']:>3} {p['pp']:>3} {p['dp']:>5} {p['cp']:>3} {p.get('ep', 1):>3} {p['virtual_stages']:>3} "
             f"{p['schedule']:<11} {p['zero_stage']:>4} {p['recompute']:<9} {'y' if p['sequence_parallel'] else 'n':<3} "
-            f"{p['micro_batch_size']:>3} {_fmt(row.get('tokens_per_s'), ',.0f'):>12} "
+            f"{p['micro_batch_size']:>3} {_fmt(row.get('samples_per_s'), ',.1f'):>10} "
+            f"{_fmt(row.get('tokens_per_s'), ',.0f'):>12} "
             f"{_fmt(row.get('mfu') and 100 * row['mfu'], '.1f'):>5}% {_fmt(row.get('step_time_s'), '.3f'):>8} "
             f"{_fmt(row.get('peak_memory_gib'), '.1f'):>8} "
             + " ".join(f"{_fmt(b.get(k), '.3f'):>{w}}" for k, w in
