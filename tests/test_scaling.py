@@ -80,3 +80,20 @@ def test_cli_bad_input(capsys):
     assert main(["scale", "--gpus", "8,abc"]) == 2
     assert "--gpus" in capsys.readouterr().err
     assert main(["scale", "--gpus", "8", "--fixed", "--space", "tp=1"]) == 2
+
+
+def fake_images(raw):
+    """An image model: samples/s only (no tokens), 100·N·(1 - N/1024)."""
+    n = raw["cluster"]["num_gpus"]
+    p = raw["parallelism"]
+    eff = 1 - n / 1024
+    return {"parallelism": {**p, "dp": n}, "fits": True, "samples_per_s": 100.0 * n * eff, "tokens_per_s": None,
+            "mfu": 0.4 * eff, "step_time_s": 1.0, "infeasible_reason": None}
+
+
+def test_scaling_of_a_model_without_a_sequence_uses_samples_per_second():
+    rows = scaling_curve(None, [64, 256], overrides=TINY, layout="fixed", workers=1, simulate_fn=fake_images)
+    assert rows[1]["samples_per_s"] == pytest.approx(100.0 * 256 * 0.75)
+    assert rows[1]["ideal_samples_per_s"] == pytest.approx(4 * 100.0 * 64 * (1 - 64 / 1024))
+    assert rows[1]["scaling_efficiency"] == pytest.approx(0.75 / (1 - 64 / 1024))
+    assert rows[1]["tokens_per_s"] is None and rows[1]["ideal_tokens_per_s"] is None

@@ -1,4 +1,5 @@
-"""Scaling curves: tokens/s and MFU against the number of GPUs, with ideal scaling.
+"""Scaling curves: samples/s (and tokens/s where the model has a sequence) and MFU against the
+number of GPUs, with ideal scaling.
 
 For each GPU count N the layout is either
 
@@ -10,8 +11,8 @@ For each GPU count N the layout is either
 Strong scaling keeps the scenario's global batch; weak scaling keeps the batch per GPU
 (``global_batch_size · N / N₀``, N₀ the scenario's GPU count, rounded to an integer).
 Ideal scaling is linear from the smallest GPU count that has a feasible layout:
-``tokens/s(N) = tokens/s(N_min) · N / N_min``, and MFU stays at its value there; the
-scaling efficiency is measured over ideal.
+``samples/s(N) = samples/s(N_min) · N / N_min`` (tokens/s likewise), and MFU stays at its value
+there; the scaling efficiency is measured over ideal.
 """
 
 from __future__ import annotations
@@ -27,8 +28,9 @@ from simulator.errors import ConfigError
 
 CSV_COLUMNS = (
     "num_gpus", "global_batch_size", "tp", "pp", "dp", "cp", "virtual_stages", "schedule", "zero_stage",
-    "recompute", "sequence_parallel", "micro_batch_size", "fits", "step_time_s", "tokens_per_s",
-    "tokens_per_s_per_gpu", "mfu", "hfu", "peak_memory_gib", "ideal_tokens_per_s", "ideal_mfu",
+    "recompute", "sequence_parallel", "micro_batch_size", "fits", "step_time_s", "samples_per_s",
+    "samples_per_s_per_gpu", "tokens_per_s", "tokens_per_s_per_gpu", "mfu", "hfu", "peak_memory_gib",
+    "ideal_samples_per_s", "ideal_tokens_per_s", "ideal_mfu",
     "scaling_efficiency", "layouts_tried", "infeasible_reason",
 )
 
@@ -58,18 +60,26 @@ def _fixed_task(args: tuple[dict[str, Any], Any]) -> dict[str, Any]:
     return run_point(raw, fn)
 
 
+def _rate(row: dict[str, Any]) -> float | None:
+    """The throughput a row is judged by: samples/s, or tokens/s for results that only carry that."""
+    return row.get("samples_per_s") or row.get("tokens_per_s")
+
+
 def _row(n: int, gbs: int, result: dict[str, Any] | None, tried: int) -> dict[str, Any]:
     result = result or {}
     par = result.get("parallelism") or {}
-    rate = result.get("tokens_per_s") if result.get("fits") else None
+    ok = bool(result.get("fits")) and bool(_rate(result))
+    samples = result.get("samples_per_s") if ok else None
+    tokens = result.get("tokens_per_s") if ok else None
     row = {"num_gpus": n, "global_batch_size": gbs, "layouts_tried": tried,
            **{k: par.get(k) for k in ("tp", "pp", "dp", "cp", "virtual_stages", "schedule", "zero_stage",
                                       "recompute", "sequence_parallel", "micro_batch_size")},
-           "fits": bool(result.get("fits")), "step_time_s": result.get("step_time_s") if rate else None,
-           "tokens_per_s": rate, "tokens_per_s_per_gpu": rate / n if rate else None,
-           "mfu": result.get("mfu") if rate else None, "hfu": result.get("hfu") if rate else None,
+           "fits": bool(result.get("fits")), "step_time_s": result.get("step_time_s") if ok else None,
+           "samples_per_s": samples, "samples_per_s_per_gpu": samples / n if samples else None,
+           "tokens_per_s": tokens, "tokens_per_s_per_gpu": tokens / n if tokens else None,
+           "mfu": result.get("mfu") if ok else None, "hfu": result.get("hfu") if ok else None,
            "peak_memory_gib": result.get("peak_memory_gib"),
-           "infeasible_reason": None if rate else (result.get("infeasible_reason") or "no feasible layout")}
+           "infeasible_reason": None if ok else (result.get("infeasible_reason") or "no feasible layout")}
     return row
 
 
@@ -131,7 +141,7 @@ def scaling_curve(
         for n, point in zip(counts, points, strict=True):
             found = search(point, space=space, constraints=constraints, workers=workers, dask=dask,
                            simulate_fn=simulate_fn)
-            best = found[0] if found and found[0].get("fits") and found[0].get("tokens_per_s") else None
+            best = found[0] if found and found[0].get("fits") and _rate(found[0]) else None
             if best is None and found:
                 reasons = {str(r.get("infeasible_reason")).split(":")[0] for r in found[:50]}
                 best = {"fits": False, "infeasible_reason": f"none of {len(found)} layouts fits or is valid "
@@ -142,17 +152,16 @@ def scaling_curve(
 
 
 def _add_ideal(rows: list[dict[str, Any]]) -> None:
-    ref = next((r for r in rows if r["tokens_per_s"]), None)
+    ref = next((r for r in rows if _rate(r)), None)
     for r in rows:
-        if ref is None:
-            r.update(ideal_tokens_per_s=None, ideal_mfu=None, scaling_efficiency=None)
+        if ref is None or r["num_gpus"] < ref["num_gpus"]:  # below the first feasible count: no reference
+            r.update(ideal_samples_per_s=None, ideal_tokens_per_s=None, ideal_mfu=None, scaling_efficiency=None)
             continue
-        ideal = ref["tokens_per_s"] * r["num_gpus"] / ref["num_gpus"]
-        if r["num_gpus"] < ref["num_gpus"]:
-            ideal = None  # below the first feasible count there is no reference
-        r["ideal_tokens_per_s"] = ideal
-        r["ideal_mfu"] = ref["mfu"] if ideal is not None else None
-        r["scaling_efficiency"] = r["tokens_per_s"] / ideal if ideal and r["tokens_per_s"] else None
+        for key in ("samples_per_s", "tokens_per_s"):
+            r[f"ideal_{key}"] = ref[key] * r["num_gpus"] / ref["num_gpus"] if ref[key] else None
+        r["ideal_mfu"] = ref["mfu"]
+        key = "samples_per_s" if ref["samples_per_s"] else "tokens_per_s"
+        r["scaling_efficiency"] = r[key] / r[f"ideal_{key}"] if r[key] else None
 
 
 def write_csv(rows: list[dict[str, Any]], path: Path) -> Path:
@@ -171,18 +180,19 @@ def scaling_figure(rows: list[dict[str, Any]], title: str = ""):
 
     fig = Figure(figsize=(11.0, 4.2))
     ax1, ax2 = fig.subplots(1, 2)
-    ok = [r for r in rows if r["tokens_per_s"]]
+    ok = [r for r in rows if _rate(r)]
+    key = "tokens_per_s" if ok and all(r["tokens_per_s"] for r in ok) else "samples_per_s"
     xs = [r["num_gpus"] for r in ok]
-    ideal = [r for r in rows if r.get("ideal_tokens_per_s")]
-    ax1.plot(xs, [r["tokens_per_s"] for r in ok], "o-", color="#4c72b0", label="simulated")
+    ideal = [r for r in rows if r.get(f"ideal_{key}")]
+    ax1.plot(xs, [r[key] for r in ok], "o-", color="#4c72b0", label="simulated")
     if ideal:
-        ax1.plot([r["num_gpus"] for r in ideal], [r["ideal_tokens_per_s"] for r in ideal], "--", color="gray",
+        ax1.plot([r["num_gpus"] for r in ideal], [r[f"ideal_{key}"] for r in ideal], "--", color="gray",
                  label="ideal (linear)")
     ax2.plot(xs, [100 * (r["mfu"] or 0) for r in ok], "o-", color="#c44e52", label="simulated")
     if ideal:
         ax2.plot([r["num_gpus"] for r in ideal], [100 * (r["ideal_mfu"] or 0) for r in ideal], "--", color="gray",
                  label="ideal (constant)")
-    infeasible = [r["num_gpus"] for r in rows if not r["tokens_per_s"]]
+    infeasible = [r["num_gpus"] for r in rows if not _rate(r)]
     all_n = [r["num_gpus"] for r in rows]
     for ax in (ax1, ax2):
         ax.set_xscale("log", base=2)
@@ -195,7 +205,7 @@ def scaling_figure(rows: list[dict[str, Any]], title: str = ""):
     if ok:
         ax1.set_yscale("log")
         ax1.set_xticks(all_n, [str(n) for n in all_n], fontsize=8)
-    ax1.set_ylabel("tokens/s")
+    ax1.set_ylabel("tokens/s" if key == "tokens_per_s" else "samples/s")
     ax2.set_ylabel("MFU (%)")
     ax2.set_ylim(0, max([100 * (r["mfu"] or 0) for r in ok] + [1.0]) * 1.25)
     ax1.legend(fontsize=8)
@@ -223,14 +233,15 @@ def render_table(rows: list[dict[str, Any]]) -> str:
         return "-" if v is None or (isinstance(v, float) and not math.isfinite(v)) else format(v, spec)
 
     lines = [f"{'GPUs':>6} {'gbs':>6} {'tp':>3} {'pp':>3} {'dp':>5} {'vp':>3} {'mbs':>3} {'zero':>4} {'recomp':<9} "
-             f"{'tokens/s':>13} {'tok/s/GPU':>10} {'MFU':>6} {'eff':>6}"]
+             f"{'samples/s':>11} {'tokens/s':>13} {'tok/s/GPU':>10} {'MFU':>6} {'eff':>6}"]
     for r in rows:
-        if not r["tokens_per_s"]:
+        if not _rate(r):
             lines.append(f"{r['num_gpus']:>6} {r['global_batch_size']:>6}  -- {r['infeasible_reason']}")
             continue
         lines.append(
             f"{r['num_gpus']:>6} {r['global_batch_size']:>6} {r['tp']:>3} {r['pp']:>3} {r['dp']:>5} "
             f"{r['virtual_stages']:>3} {r['micro_batch_size']:>3} {r['zero_stage']:>4} {r['recompute']:<9} "
-            f"{f(r['tokens_per_s'], ',.0f'):>13} {f(r['tokens_per_s_per_gpu'], ',.0f'):>10} "
+            f"{f(r['samples_per_s'], ',.1f'):>11} {f(r['tokens_per_s'], ',.0f'):>13} "
+            f"{f(r['tokens_per_s_per_gpu'], ',.0f'):>10} "
             f"{f(r['mfu'] and 100 * r['mfu'], '.1f'):>5}% {f(r['scaling_efficiency'] and 100 * r['scaling_efficiency'], '.0f'):>5}%")
     return "\n".join(lines)
