@@ -40,7 +40,24 @@ def efficiency_provenance(scenario: Scenario) -> dict[str, str]:
     else:
         out["attention_efficiency_factor"] = ASSUMED  # no run of this project has measured it
     out["memory_bound"] = eff.memory_bound_efficiency_fitted_on or ASSUMED
+    node = scenario.node
+    laws = node.intra_laws or {}
+    if "all_reduce" in laws and laws["all_reduce"].fitted_on:
+        out["intra_node_collectives"] = laws["all_reduce"].fitted_on
+    else:  # the link rate times collective_efficiency: measured where the node's source says so
+        out["intra_node_collectives"] = _stated(node.intra_node.source)
+    if scenario.num_gpus > node.domain_gpus:
+        inter = node.inter_node_collectives or {}
+        if "all_reduce" in inter and inter["all_reduce"].fitted_on:
+            out["inter_node_collectives"] = inter["all_reduce"].fitted_on
+        else:
+            out["inter_node_collectives"] = _stated(node.source)
     return out
+
+
+def _stated(source: str) -> str:
+    """A hand-written spec's provenance: "assumed" where its source says a figure is assumed."""
+    return ASSUMED if "assum" in source.lower() else f"stated in the spec: {source}"
 
 
 def assumed_components(provenance: dict[str, str]) -> list[str]:

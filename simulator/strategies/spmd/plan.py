@@ -146,7 +146,8 @@ class Planner:
         if cost is None:
             node = self.sc.node
             cost = collective_cost(collective, payload, placement, self.links,
-                                   node.intra_node.collectives, node.inter_node_collectives)
+                                   node.intra_laws, node.inter_node_collectives, node.nvls_all_reduce,
+                                   mesh_peers=node.gpus_per_node - 1 if node.intra_node.kind == "xgmi" else None)
             self._cost_cache[key] = cost
         simulated = [r for r in ranks if r in self.rank_actor]
         return cost, ranks, len(simulated)
