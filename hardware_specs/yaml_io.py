@@ -32,6 +32,6 @@ def validate_spec(schema: type[SpecT], data: Any, field: str) -> SpecT:
     try:
         if hasattr(schema, "model_validate"):
             return schema.model_validate(data)
-        return TypeAdapter(schema).validate_python(data)  # a union of specs (fabrics)
+        return TypeAdapter(schema).validate_python(data)  # a tagged union of specs (fabrics)
     except ValidationError as exc:
-        raise from_pydantic(exc, field) from None
+        raise from_pydantic(exc, field, drop_tags=not hasattr(schema, "model_validate")) from None
