@@ -208,6 +208,8 @@ class Accelerator(Spec):
     tdp_watts: float = Field(gt=0)
     idle_watts: float | None = Field(default=None, gt=0)
     efficiency: ComputeEfficiency
+    block_scaled_formats: list[Literal["mxfp8", "mxfp4", "nvfp4"]] = Field(
+        default_factory=list, description="block-scaled formats the tensor cores take natively (datasheet)")
     source: str
     notes: str | None = None
 

@@ -8,6 +8,7 @@ and ``--json`` carries the whole map (``efficiency_provenance``).
 
 from __future__ import annotations
 
+from simulator.cost.compute import fp8_curve_key
 from simulator.scenario import Scenario
 
 ASSUMED = "assumed"
@@ -15,6 +16,8 @@ ASSUMED = "assumed"
 
 def gemm_curve_key(scenario: Scenario) -> str:
     """The curve the run's main GEMMs are priced on (see simulator/cost/compute.py)."""
+    if scenario.training.precision == "fp8":
+        return fp8_curve_key(scenario.accelerator, scenario.training.fp8_recipe)
     return scenario.training.precision
 
 
@@ -31,6 +34,9 @@ def efficiency_provenance(scenario: Scenario) -> dict[str, str]:
 
     key = gemm_curve_key(scenario)
     out[f"gemm_{key}"] = curve(key)
+    if scenario.training.precision == "fp8" and key != {"nvfp4": "nvfp4", "mxfp8": "mxfp8",
+                                                        "blockwise": "fp8_block"}.get(scenario.training.fp8_recipe, "fp8"):
+        out[f"gemm_{scenario.training.fp8_recipe}"] = ASSUMED  # the recipe's kernel not measured: fp8 curve used
     if scenario.training.precision == "fp8":
         out["gemm_bf16"] = curve("bf16")  # the GEMMs kept in higher precision
     if eff.in_training_gemm_factor != 1.0:

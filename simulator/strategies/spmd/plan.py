@@ -70,7 +70,8 @@ class Planner:
         self.layout = RankLayout(self.par)
         self.topo = Topology(scenario.node, scenario.fabric, scenario.num_gpus)
         self.links = self.topo.links
-        self.compute = ComputeModel(scenario.accelerator, self.precision, scenario.training.fp8_gemms)
+        self.compute = ComputeModel(scenario.accelerator, self.precision, scenario.training.fp8_gemms,
+                               scenario.training.fp8_recipe)
         self.sync_stretch = sync_stretch(scenario.accelerator.efficiency.sync_jitter, scenario.num_gpus)
         self.host_floor = scenario.accelerator.efficiency.cross_node_pipeline_floor
         self._stretch_cache: dict[tuple[int, bool], float] = {}
