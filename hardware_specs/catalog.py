@@ -10,7 +10,7 @@ from functools import cache
 from pathlib import Path
 from typing import Any, Generic
 
-from hardware_specs.schema import Accelerator, Fabric, Node
+from hardware_specs.schema import FABRIC_TYPES, Accelerator, Fabric, Node
 from hardware_specs.yaml_io import SpecT, read_yaml, validate_spec
 from simulator.errors import ConfigError
 
@@ -20,10 +20,11 @@ _HERE = Path(__file__).parent
 class YamlCatalog(Generic[SpecT]):
     """Named specs of one kind, read from ``folder/*.yaml`` and validated by ``schema``."""
 
-    def __init__(self, kind: str, folder: Path, schema: type[SpecT]):
+    def __init__(self, kind: str, folder: Path, schema: type[SpecT], types: tuple[type, ...] | None = None):
         self.kind = kind
         self.folder = folder
         self.schema = schema
+        self.types = types or (schema,)  # the classes a resolved spec may be (a union's members)
 
     def names(self) -> list[str]:
         return sorted(p.stem for p in self.folder.glob("*.yaml"))
@@ -31,7 +32,7 @@ class YamlCatalog(Generic[SpecT]):
     def get(self, ref: str | dict[str, Any] | SpecT, field: str | None = None) -> SpecT:
         """Resolve a catalog name, a YAML path, an inline mapping, or an existing spec."""
         field = field or self.kind
-        if isinstance(ref, self.schema):
+        if isinstance(ref, self.types):
             return ref
         if isinstance(ref, dict):
             return validate_spec(self.schema, ref, field)
@@ -56,7 +57,7 @@ def _load_cached(catalog: YamlCatalog, name: str):
 
 ACCELERATORS = YamlCatalog("accelerator", _HERE / "accelerators", Accelerator)
 NODES = YamlCatalog("node", _HERE / "nodes", Node)
-FABRICS = YamlCatalog("fabric", _HERE / "fabrics", Fabric)
+FABRICS = YamlCatalog("fabric", _HERE / "fabrics", Fabric, FABRIC_TYPES)
 
 
 def node_accelerator(node: Node, field: str = "cluster.node.accelerator") -> Accelerator:

@@ -14,15 +14,17 @@ Units used throughout:
 
 from __future__ import annotations
 
-from typing import Literal
+from typing import Annotated, Literal
 
 import numpy as np
 from pydantic import (
     BaseModel,
     ConfigDict,
+    Discriminator,
     Field,
     NonNegativeFloat,
     PositiveInt,
+    Tag,
     field_validator,
     model_validator,
 )
@@ -206,6 +208,8 @@ class Accelerator(Spec):
     tdp_watts: float = Field(gt=0)
     idle_watts: float | None = Field(default=None, gt=0)
     efficiency: ComputeEfficiency
+    block_scaled_formats: list[Literal["mxfp8", "mxfp4", "nvfp4"]] = Field(
+        default_factory=list, description="block-scaled formats the tensor cores take natively (datasheet)")
     source: str
     notes: str | None = None
 
@@ -248,8 +252,22 @@ class AlphaBeta(Spec):
                     "nearest listed count's outside them) instead of bus_bandwidth_gb_per_s. For fabrics whose "
                     "large-message bandwidth falls with scale (congestion, oversubscription) rather than their "
                     "latency growing with the ring; validation/calibrate_efa.py tells the two apart")
+    low_latency_per_step_us: float | None = Field(
+        default=None, ge=0,
+        description="NCCL's low-latency protocols (LL/LL128: flags in every line, less bandwidth, shorter steps): "
+                    "where given with low_latency_bus_bandwidth_gb_per_s, a collective takes the faster of this "
+                    "law and the main one, as NCCL's tuner picks a protocol per size (src/graph/tuning.cc)")
+    low_latency_bus_bandwidth_gb_per_s: float | None = Field(default=None, gt=0)
     source: str | None = None
     fitted_on: str | None = None
+
+    @property
+    def low_latency(self) -> AlphaBeta | None:
+        """The low-latency protocol's law, or None."""
+        if self.low_latency_per_step_us is None or self.low_latency_bus_bandwidth_gb_per_s is None:
+            return None
+        return AlphaBeta(latency_us=self.latency_us, latency_per_step_us=self.low_latency_per_step_us,
+                         bus_bandwidth_gb_per_s=self.low_latency_bus_bandwidth_gb_per_s)
 
     @field_validator("bus_bandwidth_by_nodes")
     @classmethod
@@ -307,6 +325,21 @@ class AlphaBeta(Spec):
         return float(np.interp(bus_bytes, xs, ts)) * 1e-6
 
 
+class NvlsLaw(Spec):
+    """NVLink SHARP all-reduce inside an NVSwitch domain (Jeaugey, NCCL 2.17+ "NVLS"): the switch
+    reduces and multicasts, so each rank sends its payload S into the switch and receives the
+    reduced S back once: ``time = latency_us + S / bandwidth_gb_per_s``, whatever the group size
+    (NCCL's bus bandwidth 2(n-1)/n · S / time then grows with n, as measured: H200 414 GB/s at 5
+    GPUs, 473 at 8). NCCL runs it from ``min_gpus`` ranks and when it beats the ring; so does the
+    simulator."""
+
+    latency_us: float = Field(ge=0)
+    bandwidth_gb_per_s: float = Field(gt=0, description="payload bytes per second per rank")
+    min_gpus: int = Field(default=4, ge=2)
+    source: str
+    fitted_on: str | None = None
+
+
 class IntraNodeFabric(Spec):
     """GPU-to-GPU links inside a node (NVLink/NVSwitch, Infinity Fabric, or PCIe).
 
@@ -337,10 +370,36 @@ class Node(Spec):
     nic_efficiency: float = Field(gt=0, le=1, description="achievable / line rate")
     nic_latency_us: float = Field(ge=0)
     inter_node_collectives: dict[CollectiveName, AlphaBeta] | None = None
+    nvlink_domain_gpus: int | None = Field(
+        default=None, gt=0,
+        description="GPUs that share one NVLink switch domain when it spans several nodes (GB200/GB300 NVL72: "
+                    "18 trays of 4 GPUs = 72); collectives and sends inside it use NVLink. None: the node")
+    intra_node_measured: dict[CollectiveName, AlphaBeta] | None = Field(
+        default=None, description="collective laws fitted on microbenchmarks inside the NVLink domain "
+                                  "(validation/calibrate_microbench.py); override intra_node.collectives")
+    nvls_all_reduce: NvlsLaw | None = Field(
+        default=None, description="NVLS all-reduce inside the NVLink domain (needs intra_node.supports_nvls)")
     host_memory_gib: float = Field(gt=0)
     node_overhead_watts: float = Field(default=0, ge=0, description="CPUs, NICs, fans beyond the GPUs")
     source: str
     notes: str | None = None
+
+    @model_validator(mode="after")
+    def _domain_is_whole_nodes(self) -> Node:
+        if self.nvlink_domain_gpus is not None and self.nvlink_domain_gpus % self.gpus_per_node:
+            raise ValueError("nvlink_domain_gpus must be a multiple of gpus_per_node")
+        if self.nvls_all_reduce is not None and not self.intra_node.supports_nvls:
+            raise ValueError("nvls_all_reduce needs intra_node.supports_nvls")
+        return self
+
+    @property
+    def domain_gpus(self) -> int:
+        """GPUs reachable over NVLink (the node, or the NVL72 rack)."""
+        return self.nvlink_domain_gpus or self.gpus_per_node
+
+    @property
+    def intra_laws(self) -> dict[str, AlphaBeta] | None:
+        return self.intra_node_measured or self.intra_node.collectives
 
 
 class FatTree(Spec):
@@ -363,6 +422,35 @@ class FatTree(Spec):
         return self
 
 
-# New topologies (rail-optimized, dragonfly, torus) join this union with their own
-# ``topology`` tag, and simulator/cost/topology.py maps each onto link classes.
-Fabric = FatTree
+class RailOptimized(Spec):
+    """A rail-optimised fabric (NVIDIA DGX SuperPOD reference architecture): NIC i of every node
+    connects to leaf switch i of its scalable unit (a *rail*), so traffic between GPUs of the same
+    local index inside one unit crosses one switch; spines join the units (and the rails). NCCL's
+    rings and trees pair GPUs of equal local index across nodes, and PXN moves other traffic over
+    NVLink to the rail's GPU first, so collectives see one switch hop inside a unit and three
+    between units. Above ``rail_group_nodes`` traffic shares the spine uplinks (1/oversubscription
+    of the injection bandwidth)."""
+
+    topology: Literal["rail-optimized"] = "rail-optimized"
+    name: str
+    rail_group_nodes: int = Field(gt=0, description="nodes of one scalable unit (DGX SuperPOD: 32)")
+    oversubscription: float = Field(default=1.0, ge=1.0, description="at the spine, between units")
+    switch_latency_us: float = Field(ge=0)
+    source: str
+    notes: str | None = None
+
+    @property
+    def pod_size_nodes(self) -> int:
+        return self.rail_group_nodes
+
+
+# simulator/cost/topology.py maps each fabric onto link classes (ports, hops).
+def _fabric_kind(value) -> str:
+    if isinstance(value, dict):
+        return value.get("topology", "fat-tree")
+    return getattr(value, "topology", "fat-tree")
+
+
+Fabric = Annotated[Annotated[FatTree, Tag("fat-tree")] | Annotated[RailOptimized, Tag("rail-optimized")],
+                   Discriminator(_fabric_kind)]
+FABRIC_TYPES = (FatTree, RailOptimized)

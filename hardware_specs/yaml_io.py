@@ -6,7 +6,7 @@ from pathlib import Path
 from typing import Any, TypeVar
 
 import yaml
-from pydantic import BaseModel, ValidationError
+from pydantic import BaseModel, TypeAdapter, ValidationError
 
 from simulator.errors import ConfigError, from_pydantic
 
@@ -30,6 +30,8 @@ def validate_spec(schema: type[SpecT], data: Any, field: str) -> SpecT:
     if not isinstance(data, dict):
         raise ConfigError(field, f"expected a mapping, got {type(data).__name__}")
     try:
-        return schema.model_validate(data)
+        if hasattr(schema, "model_validate"):
+            return schema.model_validate(data)
+        return TypeAdapter(schema).validate_python(data)  # a tagged union of specs (fabrics)
     except ValidationError as exc:
-        raise from_pydantic(exc, field) from None
+        raise from_pydantic(exc, field, drop_tags=not hasattr(schema, "model_validate")) from None

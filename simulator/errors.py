@@ -18,10 +18,12 @@ class ConfigError(ValueError):
         super().__init__(f"{field}: {reason}" if field else reason)
 
 
-def from_pydantic(exc, prefix: str = "") -> ConfigError:
-    """Turn a pydantic ``ValidationError`` into a ConfigError naming the first bad field."""
+def from_pydantic(exc, prefix: str = "", drop_tags: bool = False) -> ConfigError:
+    """Turn a pydantic ``ValidationError`` into a ConfigError naming the first bad field
+    (``drop_tags``: the error came from a tagged union, whose tag pydantic puts first in the path)."""
     err = exc.errors()[0]
-    loc = ".".join(str(p) for p in err.get("loc", ()) if p != "__root__")
+    parts = list(err.get("loc", ()))[1 if drop_tags else 0:]
+    loc = ".".join(str(p) for p in parts if p != "__root__")
     field = ".".join(p for p in (prefix, loc) if p)
     msg = err.get("msg", "invalid value")
     if err.get("type") == "extra_forbidden":

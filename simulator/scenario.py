@@ -80,6 +80,14 @@ class TrainingSpec(_Strict):
                     "micro-batch only one module's gradients are alive at a time (PyTorch's optimizer step in "
                     "backward); forward: each chunk's update just before its first forward of the next step. "
                     "Needs zero_stage 0 and a schedule other than zb-h1")
+    fp8_recipe: Literal["delayed", "current", "blockwise", "mxfp8", "nvfp4"] = Field(
+        default="delayed",
+        description="with precision fp8, how the FP8 GEMMs are scaled (Transformer Engine recipes): delayed = "
+                    "per-tensor scale from the amax history (DelayedScaling); current = per-tensor scale from this "
+                    "step's amax, an extra read pass (Float8CurrentScaling); blockwise = 1x128 activation / 128x128 "
+                    "weight blocks (DeepSeek-V3 arXiv:2412.19437 Sec. 3.3; Float8BlockScaling, Hopper); mxfp8 = "
+                    "32-element blocks with E8M0 scales in the tensor cores (OCP MX v1.0; Blackwell, CDNA4); nvfp4 = "
+                    "the same GEMMs in FP4 with 16-element blocks and E4M3 scales (NVIDIA NVFP4, Blackwell)")
     fp8_gemms: list[GemmClass] = Field(
         default_factory=lambda: ["attention_proj", "mlp", "experts"],
         description="with precision fp8, the GEMM classes that run in FP8; the others run in bf16. Default as "
@@ -283,6 +291,11 @@ def build_scenario(raw: dict[str, Any], base: Path | None = None) -> Scenario:
     fabric = FABRICS.get(fabric_ref, "cluster.fabric")
     if doc.training.precision not in accelerator.peak_tflops:
         raise ConfigError("training.precision", f"{accelerator.name} has no {doc.training.precision} peak")
+    recipe = doc.training.fp8_recipe
+    if doc.training.precision == "fp8" and recipe in ("mxfp8", "nvfp4") and (
+            recipe not in accelerator.block_scaled_formats or (recipe == "nvfp4" and "fp4" not in accelerator.peak_tflops)):
+        raise ConfigError("training.fp8_recipe", f"{accelerator.name} has no {recipe} tensor cores (has: "
+                                                 f"{', '.join(accelerator.block_scaled_formats) or 'none'})")
     training = _resolved_attention(doc.training, accelerator)
     parallelism = resolve_layout(doc.parallelism, model, doc.cluster.num_gpus)
     if doc.training.optimizer_fusion != "none" and (parallelism.zero_stage != 0 or parallelism.schedule == "zb-h1"):

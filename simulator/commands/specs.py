@@ -37,9 +37,12 @@ def _summary(kind: str, spec) -> str:
         return f"{spec.peak_tflops.get('bf16', spec.peak_tflops.get('fp16', 0)):g} TFLOP/s bf16, {spec.hbm_gib:g} GiB"
     if kind == "node":
         return (f"{spec.gpus_per_node}x {spec.accelerator if isinstance(spec.accelerator, str) else spec.accelerator.name}, "
-                f"{spec.intra_node.kind}, {spec.nics_per_node}x {spec.nic_bandwidth_gbit_per_s:g} Gb/s")
+                f"{spec.intra_node.kind}, {spec.nics_per_node}x {spec.nic_bandwidth_gbit_per_s:g} Gb/s"
+                + (f", NVLink domain of {spec.nvlink_domain_gpus}" if spec.nvlink_domain_gpus else ""))
     if kind == "fabric":
-        return f"{spec.topology}, {spec.levels} tiers, oversubscription {spec.oversubscription:g}"
+        shape = (f"units of {spec.rail_group_nodes} nodes" if spec.topology == "rail-optimized"
+                 else f"{spec.levels} tiers")
+        return f"{spec.topology}, {shape}, oversubscription {spec.oversubscription:g}"
     if kind == "network":
         graph = spec.root.layer_graph(ShardShape(micro_batch=1, seq_length=1))
         return f"{spec.root.family}, {graph.total_params() / 1e6:.1f} M params, {graph.forward_flops() / 2e9:.2f} GMAC/sample"

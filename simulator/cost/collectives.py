@@ -18,6 +18,13 @@ and the time in isolation is ``latency + bus / bus_bandwidth``. Mapped on links:
 
 Latency: ring all-reduce 2(n-1) steps, all-gather/reduce-scatter (n-1) steps, each costing
 the slowest hop's latency; tree 2·log2(k) inter-node steps plus 2(g-1) intra ones.
+A law with a low-latency protocol (NCCL's LL/LL128) gives the faster of its two α-β lines, as
+NCCL's tuner picks a protocol per message size.
+On a full mesh (xGMI, ``mesh_peers`` = links per GPU) a group of n inside the node uses n-1 of
+them, so its bytes take mesh_peers/(n-1) times longer than the node-wide port rate says.
+NVLS (NVLink SHARP, where the node has a fitted ``nvls_all_reduce`` law): an all-reduce inside
+one NVSwitch domain of at least ``min_gpus`` ranks costs ``latency + S / bandwidth`` (each rank
+sends S into the switch and gets the reduced S back) when that beats the ring, as NCCL chooses.
 Measured per-collective α-β laws from ``clustersim calibrate`` (or fitted on published
 microbenchmarks, e.g. ``validation/calibrate_efa.py``) override these for the link class they
 were measured on; a law's latency is ``latency_us + steps · latency_per_step_us``. A law with
@@ -30,7 +37,7 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass
 
-from hardware_specs.schema import AlphaBeta
+from hardware_specs.schema import AlphaBeta, NvlsLaw
 from simulator.cost.topology import LinkCapacities, Placement
 
 BUS_FACTOR = {
@@ -86,6 +93,8 @@ def collective_cost(
     links: LinkCapacities,
     intra_laws: dict[str, AlphaBeta] | None = None,
     inter_laws: dict[str, AlphaBeta] | None = None,
+    nvls: NvlsLaw | None = None,
+    mesh_peers: int | None = None,
 ) -> CollectiveCost:
     """Cost of ``collective`` of ``payload_bytes`` over ``placement`` (see module docstring)."""
     n = placement.size
@@ -93,6 +102,16 @@ def collective_cost(
         return CollectiveCost("none", 0.0, {})
     bus = bus_bytes(collective, payload_bytes, n)
     g, k = placement.members_per_node, placement.num_nodes
+    if mesh_peers and k == 1 and n - 1 < mesh_peers:
+        # full mesh (xGMI): a group of n drives only n-1 of each GPU's mesh_peers links
+        bus *= mesh_peers / (n - 1)
+    if k == 1 and collective == "all_reduce" and nvls is not None and n >= nvls.min_gpus:
+        ring = collective_cost(collective, payload_bytes, placement, links, intra_laws, inter_laws,
+                               mesh_peers=mesh_peers)
+        # NVLS (NVLink SHARP): the payload goes into the switch once and comes back reduced once.
+        switch = CollectiveCost("nvls", nvls.latency_us * 1e-6,
+                                {"nvl": payload_bytes * links.intra_bytes_per_s / (nvls.bandwidth_gb_per_s * 1e9)})
+        return switch if switch.isolated_time_s(links) < ring.isolated_time_s(links) else ring
     if k == 1:
         law = (intra_laws or {}).get(collective)
         if law is not None:
@@ -102,7 +121,13 @@ def collective_cost(
             if table_s is not None:  # the measured time: what the bytes do not take is latency
                 latency = max(0.0, table_s - bus / (law.bus_bandwidth_gb_per_s * 1e9))
                 return CollectiveCost("measured", latency, {"nvl": scaled})
-            return CollectiveCost("measured", _law_latency_s(law, collective, n), {"nvl": scaled})
+            simple = CollectiveCost("measured", _law_latency_s(law, collective, n), {"nvl": scaled})
+            ll = law.low_latency
+            if ll is None:
+                return simple
+            fast = CollectiveCost("measured_ll", _law_latency_s(ll, collective, n),
+                                  {"nvl": bus * links.intra_bytes_per_s / (ll.bus_bandwidth_gb_per_s * 1e9)})
+            return fast if fast.isolated_time_s(links) < simple.isolated_time_s(links) else simple
         return CollectiveCost("ring", ring_steps(collective, n) * links.intra_latency_s, {"nvl": bus})
 
     law = (inter_laws or {}).get(collective)

@@ -25,7 +25,8 @@ from hardware_specs.schema import Accelerator
 from workloads.graph import Op, gemm_class
 
 ALIGNMENT_BYTES = 16  # tensor-core tiles need 16-byte aligned leading dimensions (cuBLAS / hipBLASLt)
-ELEMENT_BYTES = {"fp32": 4, "tf32": 4, "bf16": 2, "fp16": 2, "fp8": 1, "fp4": 0.5, "fp64": 8}
+ELEMENT_BYTES = {"fp32": 4, "tf32": 4, "bf16": 2, "fp16": 2, "fp8": 1, "fp4": 0.5, "fp64": 8, "fp8_block": 1,
+                 "mxfp8": 1, "nvfp4": 0.5}
 
 
 def curve_points(accelerator: Accelerator, precision: str | None = None):
@@ -69,13 +70,36 @@ def attention_pass(op_name: str) -> str:
     return "bwd" if op_name.endswith(".grad") else "fwd"
 
 
-class ComputeModel:
-    """Prices ops for one accelerator and one precision (fp8 GEMMs use the fp8 peak)."""
+# Bytes of HBM traffic per element to quantise one GEMM input, by FP8 recipe: read bf16 (2 B),
+# write the low-precision copy (1 B fp8, 0.5 B fp4) and its scales; current scaling reads the
+# tensor once more for its amax before the cast (Transformer Engine Float8CurrentScaling);
+# delayed scaling takes its amax in the cast itself (Micikevicius et al. 2022, arXiv:2209.05433
+# Sec. 4.3). Scales: fp32 per 1x128 block (DeepSeek-V3 Sec. 3.3.1), E8M0 per 32 (OCP MX v1.0),
+# E4M3 per 16 (NVFP4).
+QUANTISE_BYTES_PER_ELEMENT = {"delayed": 3.0, "current": 5.0, "blockwise": 3.0 + 4 / 128,
+                              "mxfp8": 3.0 + 1 / 32, "nvfp4": 2.5 + 1 / 16}
+QUANTISE_KERNELS = {"delayed": 1, "current": 2, "blockwise": 1, "mxfp8": 1, "nvfp4": 1}
+RECIPE_CURVE = {"delayed": "fp8", "current": "fp8", "blockwise": "fp8_block", "mxfp8": "mxfp8", "nvfp4": "nvfp4"}
 
-    def __init__(self, accelerator: Accelerator, precision: str, fp8_gemms=("attention_proj", "mlp", "experts")):
+
+def fp8_curve_key(accelerator: Accelerator, recipe: str) -> str:
+    """The GEMM curve an FP8 recipe's GEMMs run on: the recipe's own where the spec has one, else fp8."""
+    key = RECIPE_CURVE[recipe]
+    return key if key in accelerator.efficiency.gemm_curves else "fp8"
+
+
+class ComputeModel:
+    """Prices ops for one accelerator and one precision (fp8 GEMMs use the fp8 peak, or the fp4 peak
+    under the nvfp4 recipe, and pay their inputs' quantisation as memory-bound work)."""
+
+    def __init__(self, accelerator: Accelerator, precision: str, fp8_gemms=("attention_proj", "mlp", "experts"),
+                 fp8_recipe: str = "delayed"):
         self.accelerator = accelerator
         self.precision = precision
-        self.peak_flops = accelerator.peak_tflops[precision] * 1e12
+        self.fp8_recipe = fp8_recipe
+        low = "fp4" if precision == "fp8" and fp8_recipe == "nvfp4" else precision
+        self.peak_flops = accelerator.peak_tflops[low] * 1e12
+        self.gemm_key = fp8_curve_key(accelerator, fp8_recipe) if precision == "fp8" else precision
         # FP8 (Micikevicius et al. 2022; Transformer Engine): the GEMMs of the classes in
         # ``fp8_gemms`` run at the fp8 peak and cast their two inputs to fp8 (read 2 B, write 1 B
         # per element, plus the amax reduction folded into the same pass) as extra memory-bound
@@ -116,7 +140,7 @@ class ComputeModel:
             # the fused kernel: n is the key length, k the head size (workloads/graph.py)
             eff = self.attention.efficiency(kind.split("_")[1], n, k, kind.endswith("_causal"))
             return max(flops / (self.bf16_peak_flops * eff), memory_s) + self.launch_s
-        gemm_precision = self.precision if kind == "gemm" else self.high_precision
+        gemm_precision = self.gemm_key if kind == "gemm" else self.high_precision
         eff = kernel_gemm_efficiency(self.accelerator, m, n, k, gemm_precision) * self.in_training
         if kind == "attention":
             eff *= self.accelerator.efficiency.attention_efficiency_factor
@@ -125,7 +149,9 @@ class ComputeModel:
             return max(flops / (self.bf16_peak_flops * eff), memory_s) + self.launch_s
         gemm_s = max(flops / (self.peak_flops * eff), memory_s) + self.launch_s
         if self.fp8:
-            gemm_s += batch * (m * k + k * n) * 3 / self.mem_bw + self.launch_s
+            recipe = self.fp8_recipe
+            gemm_s += (batch * (m * k + k * n) * QUANTISE_BYTES_PER_ELEMENT[recipe] / self.mem_bw
+                       + QUANTISE_KERNELS[recipe] * self.launch_s)
         return gemm_s
 
     def ops_time_s(self, ops) -> float:

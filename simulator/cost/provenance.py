@@ -8,6 +8,7 @@ and ``--json`` carries the whole map (``efficiency_provenance``).
 
 from __future__ import annotations
 
+from simulator.cost.compute import fp8_curve_key
 from simulator.scenario import Scenario
 
 ASSUMED = "assumed"
@@ -15,6 +16,8 @@ ASSUMED = "assumed"
 
 def gemm_curve_key(scenario: Scenario) -> str:
     """The curve the run's main GEMMs are priced on (see simulator/cost/compute.py)."""
+    if scenario.training.precision == "fp8":
+        return fp8_curve_key(scenario.accelerator, scenario.training.fp8_recipe)
     return scenario.training.precision
 
 
@@ -31,6 +34,9 @@ def efficiency_provenance(scenario: Scenario) -> dict[str, str]:
 
     key = gemm_curve_key(scenario)
     out[f"gemm_{key}"] = curve(key)
+    if scenario.training.precision == "fp8" and key != {"nvfp4": "nvfp4", "mxfp8": "mxfp8",
+                                                        "blockwise": "fp8_block"}.get(scenario.training.fp8_recipe, "fp8"):
+        out[f"gemm_{scenario.training.fp8_recipe}"] = ASSUMED  # the recipe's kernel not measured: fp8 curve used
     if scenario.training.precision == "fp8":
         out["gemm_bf16"] = curve("bf16")  # the GEMMs kept in higher precision
     if eff.in_training_gemm_factor != 1.0:
@@ -40,7 +46,24 @@ def efficiency_provenance(scenario: Scenario) -> dict[str, str]:
     else:
         out["attention_efficiency_factor"] = ASSUMED  # no run of this project has measured it
     out["memory_bound"] = eff.memory_bound_efficiency_fitted_on or ASSUMED
+    node = scenario.node
+    laws = node.intra_laws or {}
+    if "all_reduce" in laws and laws["all_reduce"].fitted_on:
+        out["intra_node_collectives"] = laws["all_reduce"].fitted_on
+    else:  # the link rate times collective_efficiency: measured where the node's source says so
+        out["intra_node_collectives"] = _stated(node.intra_node.source)
+    if scenario.num_gpus > node.domain_gpus:
+        inter = node.inter_node_collectives or {}
+        if "all_reduce" in inter and inter["all_reduce"].fitted_on:
+            out["inter_node_collectives"] = inter["all_reduce"].fitted_on
+        else:
+            out["inter_node_collectives"] = _stated(node.source)
     return out
+
+
+def _stated(source: str) -> str:
+    """A hand-written spec's provenance: "assumed" where its source says a figure is assumed."""
+    return ASSUMED if "assum" in source.lower() else f"stated in the spec: {source}"
 
 
 def assumed_components(provenance: dict[str, str]) -> list[str]:

@@ -10,8 +10,16 @@ by its placement: members, members per node, nodes, pods. Each rank owns directi
 - ``{actor}:up_tx``  / ``up_rx``   — its share of the fat tree's uplinks above a pod
   (nic share / oversubscription); only traffic between pods crosses them.
 
-A new topology (rail-optimized, dragonfly, torus) implements :class:`Topology` with its
-own placement, hop counts and port capacities.
+An NVLink domain may span several nodes (GB200/GB300 NVL72: 18 trays of 4 GPUs behind NVLink
+switch trays, ``Node.nvlink_domain_gpus``): placement then counts *domains* where it counts
+nodes, so a group inside one rack uses NVLink (``nvl`` ports) and only traffic between racks uses
+the NICs. Pods of the fabric are counted in physical nodes.
+
+Fabrics: a fat tree (``levels`` tiers: 2·levels-1 switches on the worst path) or a rail-optimised
+fabric (one leaf per rail inside a scalable unit of ``rail_group_nodes`` nodes: one switch on a
+path inside the unit, three between units; hardware_specs/schema.py ``RailOptimized``). Other
+topologies (dragonfly, torus) implement :class:`Topology` with their own placement, hop counts and
+port capacities.
 """
 
 from __future__ import annotations
@@ -19,7 +27,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from functools import cached_property
 
-from hardware_specs.schema import FatTree, Node
+from hardware_specs.schema import FatTree, Node, RailOptimized
 from simulator.errors import ConfigError
 from simulator.strategies.spmd.layout import Parallelism
 
@@ -110,20 +118,22 @@ class LinkCapacities:
 
 
 class Topology:
-    """A fat tree of identical nodes (the seam for other topologies)."""
+    """Identical nodes on a fat tree or a rail-optimised fabric (the seam for other topologies)."""
 
-    def __init__(self, node: Node, fabric: FatTree, num_gpus: int):
+    def __init__(self, node: Node, fabric: FatTree | RailOptimized, num_gpus: int):
         self.node = node
         self.fabric = fabric
         self.num_gpus = num_gpus
         self.gpus_per_node = node.gpus_per_node
+        self.domain_gpus = node.domain_gpus
 
     def node_of(self, rank: int) -> int:
-        return rank // self.gpus_per_node
+        """The NVLink domain of ``rank``: its node, or its rack where NVLink spans nodes (NVL72)."""
+        return rank // self.domain_gpus
 
     def pod_of(self, rank: int) -> int:
         pod = self.fabric.pod_size_nodes
-        return self.node_of(rank) // pod if pod else 0
+        return (rank // self.gpus_per_node) // pod if pod else 0
 
     def placement(self, ranks: tuple[int, ...]) -> Placement:
         nodes = {self.node_of(r) for r in ranks}
@@ -140,9 +150,13 @@ class Topology:
                      / node.gpus_per_node)
         else:
             inter = 0.0
-        if inter == 0.0 and self.num_gpus > self.gpus_per_node:
+        if inter == 0.0 and self.num_gpus > self.domain_gpus:
             raise ConfigError("cluster.node.nics_per_node", "a multi-node cluster needs NICs")
-        hops = 2 * fabric.levels - 1  # worst-case switches on a path in a folded Clos
+        if isinstance(fabric, RailOptimized):
+            nodes = -(-self.num_gpus // self.gpus_per_node)
+            hops = 1 if nodes <= fabric.rail_group_nodes else 3  # leaf of the rail; leaf-spine-leaf between units
+        else:
+            hops = 2 * fabric.levels - 1  # worst-case switches on a path in a folded Clos
         return LinkCapacities(
             intra_bytes_per_s=intra,
             inter_bytes_per_s=inter or 1.0,

@@ -273,7 +273,7 @@ def search(
     probe["parallelism"] = {"global_batch_size": n_probe if isinstance(n_probe, int) and n_probe > 0 else 1}
     scenario = build_scenario(probe)
     layers = len(scenario.layer_graph().pipelined)  # what a pipeline splits (a transformer's blocks)
-    per_node, n = scenario.node.gpus_per_node, scenario.num_gpus
+    per_node, n = scenario.node.domain_gpus, scenario.num_gpus  # the NVLink reach (the node, or an NVL72 rack)
     # Everything of the scenario's layout that the search does not vary is kept (batch, buckets, overlap knobs).
     searched = {"tp", "pp", "dp", "cp", "ep", "virtual_stages", "micro_batch_size", "zero_stage", "recompute",
                 "sequence_parallel"}

@@ -70,7 +70,8 @@ class Planner:
         self.layout = RankLayout(self.par)
         self.topo = Topology(scenario.node, scenario.fabric, scenario.num_gpus)
         self.links = self.topo.links
-        self.compute = ComputeModel(scenario.accelerator, self.precision, scenario.training.fp8_gemms)
+        self.compute = ComputeModel(scenario.accelerator, self.precision, scenario.training.fp8_gemms,
+                               scenario.training.fp8_recipe)
         self.sync_stretch = sync_stretch(scenario.accelerator.efficiency.sync_jitter, scenario.num_gpus)
         self.host_floor = scenario.accelerator.efficiency.cross_node_pipeline_floor
         self._stretch_cache: dict[tuple[int, bool], float] = {}
@@ -146,7 +147,8 @@ class Planner:
         if cost is None:
             node = self.sc.node
             cost = collective_cost(collective, payload, placement, self.links,
-                                   node.intra_node.collectives, node.inter_node_collectives)
+                                   node.intra_laws, node.inter_node_collectives, node.nvls_all_reduce,
+                                   mesh_peers=node.gpus_per_node - 1 if node.intra_node.kind == "xgmi" else None)
             self._cost_cache[key] = cost
         simulated = [r for r in ranks if r in self.rank_actor]
         return cost, ranks, len(simulated)
