@@ -97,3 +97,14 @@ def test_2bw_updates_once_per_step_and_pipedream_per_micro_batch():
     pipedream, two_bw = simulate(_async(4, "pipedream", **base)), simulate(_async(4, "2bw", **base))
     assert two_bw.extra["updates_per_step"] == 1 and pipedream.extra["updates_per_step"] == 4
     assert pipedream.step_time_s > two_bw.step_time_s
+
+
+def test_every_step_of_the_window_is_a_steady_period():
+    # simulation.steps 3: three steps of m = 4 micro-batches, each 4·9T (the slowest stage), none
+    # carrying the fill or drain; the makespan does.
+    raw = toy_raw(2, pp=2, global_batch_size=4, last_stage_layers=3)
+    raw["strategy"] = {"kind": "async_pipeline"}
+    raw["simulation"] = {"steps": 3}
+    r = simulate(load_scenario(raw))
+    assert r.step_times_s == pytest.approx([36 * T_LAYER] * 3, rel=1e-9)
+    assert r.makespan_s > 3 * 36 * T_LAYER

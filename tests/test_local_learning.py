@@ -68,3 +68,15 @@ def test_memory_one_micro_batch_in_flight_plus_the_head():
 def test_one_group_is_refused():
     with pytest.raises(ConfigError, match=r"parallelism\.pp: local_learning needs at least two groups"):
         simulate(_local(1, global_batch_size=4))
+
+
+def test_a_barrier_per_step_adds_the_forward_fill():
+    # sync_steps: every group waits for all at the end of a step. Stage 0 sends micro-batch j's
+    # activations at 6T·j + 2T (its forward of 2 layers); stage 1 then runs its 6T on each: the
+    # step ends at 2T + 4·6T = 26T (without the barrier stage 0 runs ahead: 24T).
+    raw = toy_raw(2, pp=2, global_batch_size=4)
+    raw["strategy"] = {"kind": "local_learning", "sync_steps": True}
+    raw["simulation"] = {"steps": 2}
+    r = simulate(load_scenario(raw))
+    assert r.step_time_s == pytest.approx(26 * T_LAYER, rel=1e-9)
+    assert r.step_times_s == pytest.approx([26 * T_LAYER] * 2, rel=1e-9)

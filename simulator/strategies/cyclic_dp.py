@@ -30,7 +30,7 @@ from __future__ import annotations
 import dataclasses
 from typing import Literal
 
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import BaseModel, ConfigDict
 
 from simulator.memory.analytic import rank_memory
 from simulator.strategies.registry import StrategyKind, register
@@ -88,7 +88,7 @@ def summed_activations(points: list[tuple[float, float]], period: float, workers
 
 
 def compile_cyclic_dp(scenario, mode: str | None = None, detail: bool = False):
-    cfg = _check(scenario)
+    _check(scenario)
     tasks = StageTasks(scenario)
     m = scenario.parallelism.num_micro_batches
     steps = scenario.simulation.steps

@@ -17,6 +17,7 @@ from simulator.scenario import gradient_bytes
 from simulator.strategies.plan import Plan
 from simulator.strategies.spmd.plan import Planner
 
+
 class StageTasks:
     """Streams of one actor per pipeline stage, priced by a symmetric-mode :class:`Planner`."""
 
