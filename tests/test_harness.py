@@ -151,9 +151,13 @@ def test_every_strategy_trains_and_agrees_on_the_loss(tmp_path):
     for name, run in runs.items():
         # step 0: the same weights and batch, so TP/PP/FSDP/DDP compute the very same loss
         assert run["losses"][0] == pytest.approx(ref[0], rel=1e-5, abs=1e-5), name
-        # later steps: the same gradients and Adam updates, up to summation order
+        # later steps: the same gradients and Adam updates, up to summation order (local learning
+        # trains its first group on its own loss: another model from step 1 on)
         for got, want in zip(run["losses"][1:], ref[1:], strict=True):
-            assert got == pytest.approx(want, rel=1e-3), name
+            if name == "local_learning":
+                assert got != pytest.approx(want, rel=1e-6) and math.isfinite(got), name
+            else:
+                assert got == pytest.approx(want, rel=1e-3), name
         # single pools its two independent copies' steps; a job's step is its slowest rank's
         assert run["steps_timed"] == (4 if name == "single" else 2) and run["step_time_s"] > 0
         assert run["speed_probe"]["samples"] == 2 * 2 and run["speed_probe"]["median_s"] > 0  # 1 per step and rank

@@ -599,6 +599,7 @@ def scenario_for_run(run: dict[str, Any], profile_path: str | Path) -> dict[str,
                      # priced as the materialised QK^T / softmax / AV the harness profile was fitted with
                      # (its bmm microbenchmarks), not as the flash default of today's frameworks
                      "attention": "standard"},
+        **({"strategy": dict(lay["strategy"])} if lay.get("strategy") else {}),
     }
 
 

@@ -5,11 +5,12 @@ from __future__ import annotations
 
 from typing import Any
 
-STRATEGIES = ("single", "ddp", "fsdp", "pp_gpipe", "pp_1f1b", "tp")
+STRATEGIES = ("single", "ddp", "fsdp", "pp_gpipe", "pp_1f1b", "tp", "local_learning")
 
 
 def layout_of(strategy: str, cfg: Any, world: int) -> dict[str, Any]:
-    """The parallel layout a strategy ran: what the simulator is given for it."""
+    """The parallel layout a strategy ran: what the simulator is given for it (``strategy``: the
+    scenario's strategy block where the run is not the default ``spmd`` kind)."""
     g, mb = cfg.global_batch, cfg.micro_batch
     if strategy == "single":
         return {"num_gpus": 1, "tp": 1, "pp": 1, "dp": 1, "zero_stage": 0, "schedule": "1f1b",
@@ -22,6 +23,12 @@ def layout_of(strategy: str, cfg: Any, world: int) -> dict[str, Any]:
         return {"num_gpus": world, "tp": 1, "pp": world, "dp": 1, "zero_stage": 0,
                 "schedule": "gpipe" if strategy == "pp_gpipe" else "1f1b",
                 "micro_batch_size": g // m, "global_batch_size": g, "num_micro_batches": m}
+    if strategy == "local_learning":
+        # one layer group per rank, each but the last with an auxiliary head; a barrier per step
+        m = cfg.pp_micro_batches
+        return {"num_gpus": world, "tp": 1, "pp": world, "dp": 1, "zero_stage": 0, "schedule": "1f1b",
+                "micro_batch_size": g // m, "global_batch_size": g, "num_micro_batches": m,
+                "strategy": {"kind": "local_learning", "sync_steps": True}}
     if strategy == "tp":
         return {"num_gpus": world, "tp": world, "pp": 1, "dp": 1, "zero_stage": 0, "schedule": "1f1b",
                 "micro_batch_size": mb, "global_batch_size": g, "num_micro_batches": g // mb}

@@ -16,7 +16,13 @@ Strategies (world size W):
   gradients and optimizer state sharded, all-gather before use, reduce-scatter of gradients), dp = W;
 - ``pp_gpipe`` / ``pp_1f1b``: ``torch.distributed.pipelining`` with W stages, ``pp_micro_batches``
   micro-batches (tied embedding copies on the first and last stage, their gradients all-reduced);
-- ``tp``: Megatron tensor parallelism over W ranks (see :mod:`validation.harness.model`).
+- ``tp``: Megatron tensor parallelism over W ranks (see :mod:`validation.harness.model`);
+- ``local_learning``: the layers split into W groups, one per rank (as the pipeline runs); every
+  group but the last ends in an auxiliary head (a final norm and an LM head of its own, copied from
+  the model's) and trains on its own loss (Laskin et al. 2020), so no gradient goes back between
+  ranks: each rank runs forward, its loss and backward per micro-batch (``pp_micro_batches`` of
+  them) and sends the activations on (``isend``, one way). Step 0's loss (the last group's) is the
+  full model's; later steps differ from backpropagation's by construction.
 
 Each run records per-step wall times (the slowest rank's per step), their median and p10/p90,
 losses, peak memory (CUDA ``max_memory_allocated``; on CPU the process's peak-RSS growth during
@@ -37,7 +43,7 @@ from torch import nn
 
 from validation.harness.launcher import RankContext
 from validation.harness.layouts import STRATEGIES, layout_of
-from validation.harness.model import GPT, TPGPT, StageModule, lm_loss, tied_weight_params
+from validation.harness.model import GPT, TPGPT, AuxHead, StageModule, lm_loss, tied_weight_params
 from validation.harness.probe import SpeedProbe, probe_summary
 from validation.harness.stats import summarize
 from workloads.schema import TransformerSpec
@@ -72,7 +78,7 @@ def check_config(cfg: TrainingConfig, world: int) -> None:
         raise ValueError("global_batch must be divisible by the world size for ddp/fsdp")
     if cfg.global_batch % cfg.pp_micro_batches:
         raise ValueError("global_batch must be divisible by pp_micro_batches")
-    if any(s.startswith("pp_") for s in cfg.strategies) and spec.num_layers < world:
+    if any(s.startswith("pp_") or s == "local_learning" for s in cfg.strategies) and spec.num_layers < world:
         raise ValueError("pipeline runs need at least one layer per stage")
     if "tp" in cfg.strategies and (spec.num_attention_heads % world or spec.vocab_size % world):
         raise ValueError("tp runs need heads and vocab divisible by the world size")
@@ -165,6 +171,16 @@ class _Runner:
             self.schedule = cls(pstage, n_microbatches=cfg.pp_micro_batches, loss_fn=lm_loss)
         elif strategy == "tp":
             self.model = TPGPT(full, self.world, ctx.rank).to(dev)
+        elif strategy == "local_learning":
+            from simulator.strategies.spmd.layout import split_layers
+
+            counts = split_layers(full.spec.num_layers, self.world)
+            first = sum(counts[: ctx.rank])
+            last = ctx.rank == self.world - 1
+            self.model = StageModule(full, first, first + counts[ctx.rank], ctx.rank == 0, last).to(dev)
+            self.aux_head = None if last else AuxHead(full).to(dev)
+            if self.aux_head is not None:
+                self.model.add_module("aux_head", self.aux_head)  # trained with the group
         else:
             raise ValueError(strategy)
         self.optimizer = make_adam(self.model.parameters(), cfg.lr) if self.active else None
@@ -184,6 +200,9 @@ class _Runner:
                 loss = self._forward_loss(tokens[sl], targets[sl]) / m
                 loss.backward()
                 loss_val += loss.detach()
+        elif self.strategy == "local_learning":
+            loss_val += self._local_learning_step(tokens, targets)
+            dist.broadcast(loss_val, self.world - 1)
         elif self.strategy in ("ddp", "fsdp"):
             per = cfg.global_batch // self.world
             sl = slice(ctx.rank * per, (ctx.rank + 1) * per)
@@ -214,6 +233,35 @@ class _Runner:
 
     def _forward_loss(self, tokens, targets):
         return self.model(tokens, targets)
+
+    def _local_learning_step(self, tokens, targets) -> torch.Tensor:
+        """Every micro-batch: receive the previous group's activations (rank > 0), forward the
+        group, send its output on without waiting, and backpropagate the group's own loss (the
+        auxiliary head's, or the model's on the last rank). Returns the last group's loss."""
+        ctx, m = self.ctx, self.cfg.pp_micro_batches
+        per = tokens.shape[0] // m
+        spec = self.model.spec
+        last = ctx.rank == self.world - 1
+        loss_sum = torch.zeros(1, device=ctx.device)
+        pending = []
+        for i in range(m):
+            sl = slice(i * per, (i + 1) * per)
+            if ctx.rank == 0:
+                x = tokens[sl]
+            else:
+                x = torch.empty(per, spec.seq_length, spec.hidden_size, device=ctx.device)
+                dist.recv(x, src=ctx.rank - 1)
+            out = self.model(x)
+            if not last:
+                sent = out.detach()
+                pending.append((dist.isend(sent, dst=ctx.rank + 1), sent))
+                out = self.aux_head(out)
+            loss = lm_loss(out, targets[sl]) / m
+            loss.backward()
+            loss_sum += loss.detach()
+        for handle, _ in pending:
+            handle.wait()
+        return loss_sum if last else torch.zeros(1, device=ctx.device)
 
 
 def make_adam(params, lr: float) -> torch.optim.Optimizer:
