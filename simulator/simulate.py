@@ -28,7 +28,7 @@ from simulator.errors import ConfigError
 from simulator.memory.analytic import fits as memory_fits
 from simulator.report.result import BREAKDOWN_KEYS, SimulationResult, TimelineEvent
 from simulator.scenario import Scenario, load_scenario
-from simulator.strategies.plan import MEMORY_COUNTER, Plan, step_durations, step_end_times
+from simulator.strategies.plan import MEMORY_COUNTER, Plan, step_durations, step_end_times, window_step_times
 from simulator.strategies.registry import get_kind
 from simulator.strategies.spmd.split import chunk_counts
 from workloads.counting import total_params
@@ -86,6 +86,32 @@ def time_breakdown(plan: Plan, actor: str, step_time: float) -> dict[str, float]
     return breakdown
 
 
+def window_breakdown(plan: Plan, actor: str) -> dict[str, float]:
+    """The breakdown of a steady-state window (:attr:`Plan.window`) per step: the actor's
+    busy time inside the window by category, clipped at its ends, and the rest of the window
+    charged along what the next kernel waited for (as :func:`time_breakdown`), divided by the
+    window's steps so that the parts add up to the step time."""
+    opens, closes = plan.window
+    steps = len(closes)
+    start, end = max(t.end_s for t in opens), max(t.end_s for t in closes[-1])
+    totals = dict.fromkeys(BREAKDOWN_KEYS, 0.0)
+    cursor = start
+    for task in plan.compute_tasks[actor]:
+        lo, hi = max(task.start_s, start), min(task.end_s, end)
+        if task.end_s <= start or task.start_s >= end:
+            continue
+        if lo > cursor:
+            _charge_gap(totals, cursor, lo, _binding_dep(task))
+        parts = task.segments or ((task.category, task.end_s - task.start_s),)
+        whole = sum(seconds for _, seconds in parts) or 1.0
+        for category, seconds in parts:
+            totals[_BUSY.get(category, category if category in totals else "compute")] += (hi - lo) * seconds / whole
+        cursor = hi
+    if end > cursor:
+        totals["pipeline_bubble"] += end - cursor
+    return {key: value / steps for key, value in totals.items()} if steps else totals
+
+
 def _critical_actor(plan: Plan) -> str:
     ends = {a: max((t.end_s for t in ts), default=0.0) for a, ts in plan.compute_tasks.items()}
     return max(ends, key=lambda a: (ends[a], -plan.stage_of[a]))
@@ -130,6 +156,7 @@ def simulate(scenario: Scenario, mode: str | None = None, detail: bool = False,
     kind_report: dict[str, float] = {}
     breakdown = dict.fromkeys(BREAKDOWN_KEYS, 0.0)
     timeline_builder = None
+    kind_extra: dict[str, Any] = {}
     layers_per_chunk = chunk_counts(scenario, scenario.layer_graph())
     if ok or run_if_oom:
         plan = kind.compile(scenario, mode=mode, detail=detail)
@@ -141,11 +168,19 @@ def simulate(scenario: Scenario, mode: str | None = None, detail: bool = False,
         kind_report = plan.report() if plan.report else {}
         steps_run = plan.steps
         mode = plan.mode or mode
-        step_time = makespan / plan.steps
-        step_times = step_durations(step_end_times(plan, makespan))
         critical = _critical_actor(plan)
-        breakdown = {k: v / plan.steps for k, v in time_breakdown(plan, critical, makespan).items()}
+        if plan.window is None:
+            step_time = makespan / plan.steps
+            step_times = step_durations(step_end_times(plan, makespan))
+            breakdown = {k: v / plan.steps for k, v in time_breakdown(plan, critical, makespan).items()}
+        else:  # a steady-state window (asynchronous kinds): fill and drain left out
+            step_times = window_step_times(plan)
+            step_time = sum(step_times) / len(step_times)
+            breakdown = window_breakdown(plan, critical)
         timeline_builder = lambda: _timeline(plan)  # noqa: E731
+        kind_extra = dict(plan.extra)
+        if plan.after_run is not None:
+            kind_extra.update(plan.after_run())
     return _with_economics(scenario, SimulationResult(
         scenario_name=scenario.name,
         num_gpus=scenario.num_gpus,
@@ -177,7 +212,7 @@ def simulate(scenario: Scenario, mode: str | None = None, detail: bool = False,
                           for i in range(par.pp)],
         mode=mode,
         tokens_to_train=scenario.training.tokens,
-        extra=dict(kind_report),
+        extra={**kind_report, **kind_extra},
         timeline_builder=timeline_builder,
     ))
 

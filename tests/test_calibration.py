@@ -306,6 +306,9 @@ def test_each_strategy_maps_to_its_scenario(tmp_path):
     assert by["pp_1f1b"]["parallelism"]["schedule"] == "1f1b"
     assert by["pp_1f1b"]["parallelism"]["micro_batch_size"] * 4 == by["pp_1f1b"]["parallelism"]["global_batch_size"]
     assert by["tp"]["parallelism"]["tp"] == 2
+    assert by["local_learning"]["parallelism"]["pp"] == 2
+    assert by["local_learning"]["strategy"] == {"kind": "local_learning", "sync_steps": True}
+    assert all("strategy" not in s for name, s in by.items() if name != "local_learning")
     assert all(s["training"]["precision"] == "fp32" for s in by.values())
 
 
@@ -319,7 +322,7 @@ def test_calibrate_and_validate_runs_cli_on_recorded_files(tmp_path, capsys):
     png = tmp_path / "vr.png"
     assert main(["validate-runs", "--profile", str(out), "--runs", str(runs), "--json", "--plot", str(png)]) == 0
     rows = json.loads(capsys.readouterr().out)
-    assert [r["strategy"] for r in rows] == ["single", "ddp", "fsdp", "pp_gpipe", "pp_1f1b", "tp"]
+    assert [r["strategy"] for r in rows] == ["single", "ddp", "fsdp", "pp_gpipe", "pp_1f1b", "tp", "local_learning"]
     for r in rows:
         assert r["predicted_step_time_s"] > 0
         assert r["relative_error"] == pytest.approx((r["predicted_step_time_s"] - r["measured_step_time_s"])

@@ -86,7 +86,7 @@ def predicted(measured):
 def test_calibrated_predictions_stay_within_the_regression_guard(predicted):
     rows, summary, table = predicted
     print(table)
-    assert {r["strategy"] for r in rows} == {"single", "ddp", "fsdp", "pp_gpipe", "pp_1f1b", "tp"}
+    assert {r["strategy"] for r in rows} == {"single", "ddp", "fsdp", "pp_gpipe", "pp_1f1b", "tp", "local_learning"}
     assert all(r["probe_slowdown"] and r["probe_slowdown"] > 0 for r in rows), "every run carries the speed probe"
     assert all(r[ADJUSTED] is not None for r in rows), "every CPU run is also predicted at the probe's speed"
     assert summary["raw"]["median_abs_relative_error"] <= GUARD_MEDIAN, table

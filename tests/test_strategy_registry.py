@@ -58,3 +58,12 @@ def test_unknown_kind_and_unknown_field_name_the_field():
 def test_the_union_dispatches_on_kind():
     config = TypeAdapter(strategy_union()).validate_python({"kind": "spmd"})
     assert config.kind == "spmd"
+
+
+def test_every_kind_is_in_the_union_and_in_help():
+    from simulator.cli import build_parser
+
+    help_text = build_parser().format_help()
+    for name in ("spmd", "async_pipeline", "local_learning", "cyclic_dp"):
+        assert TypeAdapter(strategy_union()).validate_python({"kind": name}).kind == name
+        assert f"  {name} " in help_text

@@ -598,7 +598,11 @@ def scenario_for_run(run: dict[str, Any], profile_path: str | Path) -> dict[str,
                      "unfused_eager_kernels": True,
                      # priced as the materialised QK^T / softmax / AV the harness profile was fitted with
                      # (its bmm microbenchmarks), not as the flash default of today's frameworks
-                     "attention": "standard"},
+                     "attention": "standard",
+                     **({"optimizer_fusion": lay["optimizer_fusion"]} if lay.get("optimizer_fusion") else {})},
+        # a run of another strategy kind (local learning, local SGD) and the steps its period spans
+        **({"strategy": dict(lay["strategy"])} if lay.get("strategy") else {}),
+        **({"simulation": {"steps": int(lay["steps"])}} if lay.get("steps") else {}),
     }
 
 

@@ -49,6 +49,12 @@ class Plan:
     memory_base_bytes: dict[str, float] = field(default_factory=dict)
     report: Callable[[], dict[str, float]] | None = None  # after the run: a kind's own figures (result keys)
     mode: str | None = None  # "symmetric" or "full": how the kind simulated it (it may force full)
+    # Kinds whose period spans micro-batches or steps (asynchronous pipelines, delayed updates)
+    # measure their steps in steady state: ``(tasks that open the window, per step the tasks that
+    # close it)``; the fill before and the drain after are left out. None: steps from time 0.
+    window: tuple[list[Task], list[list[Task]]] | None = None
+    extra: dict[str, Any] = field(default_factory=dict)  # a kind's own figures, merged into the result
+    after_run: Callable[[], dict[str, Any]] | None = None  # more figures, read from the simulated times
 
 
 def step_end_times(plan: Plan, makespan_s: float) -> list[float]:
@@ -67,3 +73,11 @@ def step_end_times(plan: Plan, makespan_s: float) -> list[float]:
 def step_durations(ends_s: list[float]) -> list[float]:
     """Per-step seconds from the step ends (the first step from time 0)."""
     return [end - (ends_s[k - 1] if k else 0.0) for k, end in enumerate(ends_s)]
+
+
+def window_step_times(plan: Plan) -> list[float]:
+    """Per-step seconds inside a plan's steady-state window (after the engine ran): from the
+    latest end among the opening tasks to the latest end among each step's closing tasks."""
+    opens, closes = plan.window
+    ends = [max(t.end_s for t in opens)] + [max(t.end_s for t in step) for step in closes]
+    return [b - a for a, b in zip(ends, ends[1:], strict=False)]

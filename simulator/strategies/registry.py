@@ -30,6 +30,9 @@ KIND_MODULES: tuple[str, ...] = (
     "simulator.strategies.spmd.kind",
     "simulator.strategies.local_sgd",
     "simulator.strategies.parameter_server",
+    "simulator.strategies.async_pipeline",
+    "simulator.strategies.local_learning",
+    "simulator.strategies.cyclic_dp",
 )
 
 

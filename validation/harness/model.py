@@ -297,6 +297,21 @@ class StageModule(nn.Module):
         return x
 
 
+class AuxHead(nn.Module):
+    """A local-learning group's auxiliary head (Laskin et al. 2020): a final norm and an LM head of
+    its own, copied from the model's (so that step 0 starts from the same function), mapping the
+    group's output to logits for a local loss."""
+
+    def __init__(self, full: GPT):
+        super().__init__()
+        self.norm = _clone(full.ln_f)
+        w = full.tok.weight if full.head is None else full.head.weight
+        self.weight = nn.Parameter(w.detach().clone())
+
+    def forward(self, x):
+        return self.norm(x) @ self.weight.t()
+
+
 def tied_weight_params(stage: StageModule) -> list[nn.Parameter]:
     """The parameters whose gradients are shared between the first and last stage."""
     if not stage.spec.tied_embeddings:

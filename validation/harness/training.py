@@ -16,7 +16,21 @@ Strategies (world size W):
   gradients and optimizer state sharded, all-gather before use, reduce-scatter of gradients), dp = W;
 - ``pp_gpipe`` / ``pp_1f1b``: ``torch.distributed.pipelining`` with W stages, ``pp_micro_batches``
   micro-batches (tied embedding copies on the first and last stage, their gradients all-reduced);
-- ``tp``: Megatron tensor parallelism over W ranks (see :mod:`validation.harness.model`).
+- ``tp``: Megatron tensor parallelism over W ranks (see :mod:`validation.harness.model`);
+- ``local_sgd`` (asked for only): every rank trains its own replica on its shard of the batch
+  (dp = W, no gradient reduction) and the replicas' parameters are averaged (an all-reduce, the outer
+  SGD step with learning rate 1) every ``LOCAL_SGD_STEPS`` = 4 steps; timed per period of 4 steps,
+  divided by 4 (so a step is the mean over whole periods);
+- ``step_in_backward`` / ``step_separate`` (asked for only): every rank its own copy (as ``single``)
+  on the whole batch as one micro-batch, with Adam stepping each parameter from a
+  ``register_post_accumulate_grad_hook`` as soon as its gradient is ready (PyTorch's tutorial
+  "How to save memory by fusing the optimizer step into the backward pass"), or in one separate step;
+- ``local_learning``: the layers split into W groups, one per rank (as the pipeline runs); every
+  group but the last ends in an auxiliary head (a final norm and an LM head of its own, copied from
+  the model's) and trains on its own loss (Laskin et al. 2020), so no gradient goes back between
+  ranks: each rank runs forward, its loss and backward per micro-batch (``pp_micro_batches`` of
+  them) and sends the activations on (``isend``, one way). Step 0's loss (the last group's) is the
+  full model's; later steps differ from backpropagation's by construction.
 
 Each run records per-step wall times (the slowest rank's per step), their median and p10/p90,
 losses, peak memory (CUDA ``max_memory_allocated``; on CPU the process's peak-RSS growth during
@@ -36,8 +50,8 @@ import torch.distributed as dist
 from torch import nn
 
 from validation.harness.launcher import RankContext
-from validation.harness.layouts import STRATEGIES, layout_of
-from validation.harness.model import GPT, TPGPT, StageModule, lm_loss, tied_weight_params
+from validation.harness.layouts import EXTRA_STRATEGIES, LOCAL_SGD_STEPS, STRATEGIES, layout_of
+from validation.harness.model import GPT, TPGPT, AuxHead, StageModule, lm_loss, tied_weight_params
 from validation.harness.probe import SpeedProbe, probe_summary
 from validation.harness.stats import summarize
 from workloads.schema import TransformerSpec
@@ -64,15 +78,15 @@ class TrainingConfig:
 def check_config(cfg: TrainingConfig, world: int) -> None:
     spec = TransformerSpec.model_validate(cfg.spec)
     for s in cfg.strategies:
-        if s not in STRATEGIES:
-            raise ValueError(f"unknown strategy {s!r} (known: {', '.join(STRATEGIES)})")
+        if s not in STRATEGIES + EXTRA_STRATEGIES:
+            raise ValueError(f"unknown strategy {s!r} (known: {', '.join(STRATEGIES + EXTRA_STRATEGIES)})")
     if cfg.global_batch % cfg.micro_batch:
         raise ValueError("global_batch must be a multiple of micro_batch")
-    if cfg.global_batch % world and any(s in ("ddp", "fsdp") for s in cfg.strategies):
+    if cfg.global_batch % world and any(s in ("ddp", "fsdp", "local_sgd") for s in cfg.strategies):
         raise ValueError("global_batch must be divisible by the world size for ddp/fsdp")
     if cfg.global_batch % cfg.pp_micro_batches:
         raise ValueError("global_batch must be divisible by pp_micro_batches")
-    if any(s.startswith("pp_") for s in cfg.strategies) and spec.num_layers < world:
+    if any(s.startswith("pp_") or s == "local_learning" for s in cfg.strategies) and spec.num_layers < world:
         raise ValueError("pipeline runs need at least one layer per stage")
     if "tp" in cfg.strategies and (spec.num_attention_heads % world or spec.vocab_size % world):
         raise ValueError("tp runs need heads and vocab divisible by the world size")
@@ -136,7 +150,8 @@ class _Runner:
         self.active = True  # every rank works in every strategy (single: each its own copy)
         self.tied = []
         self.schedule = None
-        if strategy == "single":
+        self.steps_per_call = LOCAL_SGD_STEPS if strategy == "local_sgd" else 1
+        if strategy in ("single", "local_sgd", "step_in_backward", "step_separate"):
             self.model = copy.deepcopy(full).to(dev)
         elif strategy == "ddp":
             from torch.nn.parallel import DistributedDataParallel as DDP
@@ -165,9 +180,29 @@ class _Runner:
             self.schedule = cls(pstage, n_microbatches=cfg.pp_micro_batches, loss_fn=lm_loss)
         elif strategy == "tp":
             self.model = TPGPT(full, self.world, ctx.rank).to(dev)
+        elif strategy == "local_learning":
+            from simulator.strategies.spmd.layout import split_layers
+
+            counts = split_layers(full.spec.num_layers, self.world)
+            first = sum(counts[: ctx.rank])
+            last = ctx.rank == self.world - 1
+            self.model = StageModule(full, first, first + counts[ctx.rank], ctx.rank == 0, last).to(dev)
+            self.aux_head = None if last else AuxHead(full).to(dev)
+            if self.aux_head is not None:
+                self.model.add_module("aux_head", self.aux_head)  # trained with the group
         else:
             raise ValueError(strategy)
         self.optimizer = make_adam(self.model.parameters(), cfg.lr) if self.active else None
+        if strategy == "step_in_backward":
+            self.optimizer = None  # one Adam per parameter, stepped by the hook as its gradient lands
+            self._hooked = {p: make_adam([p], cfg.lr) for p in self.model.parameters()}
+
+            def step_now(param) -> None:
+                self._hooked[param].step()
+                self._hooked[param].zero_grad(set_to_none=True)
+
+            for param in self.model.parameters():
+                param.register_post_accumulate_grad_hook(step_now)
 
     def step(self) -> float | None:
         """One optimizer step on the global batch; returns the global-batch mean loss (all ranks)."""
@@ -175,15 +210,25 @@ class _Runner:
         loss_val = torch.zeros(1, device=ctx.device)
         if not self.active:
             return None
-        self.optimizer.zero_grad(set_to_none=True)
         tokens, targets = self.tokens, self.targets
-        if self.strategy in ("single", "tp"):
+        if self.strategy == "local_sgd":
+            return self._local_sgd_period(tokens, targets)
+        if self.optimizer is not None:
+            self.optimizer.zero_grad(set_to_none=True)
+        if self.strategy in ("step_in_backward", "step_separate"):
+            loss = self._forward_loss(tokens, targets)
+            loss.backward()
+            loss_val += loss.detach()
+        elif self.strategy in ("single", "tp"):
             m = cfg.global_batch // cfg.micro_batch
             for i in range(m):
                 sl = slice(i * cfg.micro_batch, (i + 1) * cfg.micro_batch)
                 loss = self._forward_loss(tokens[sl], targets[sl]) / m
                 loss.backward()
                 loss_val += loss.detach()
+        elif self.strategy == "local_learning":
+            loss_val += self._local_learning_step(tokens, targets)
+            dist.broadcast(loss_val, self.world - 1)
         elif self.strategy in ("ddp", "fsdp"):
             per = cfg.global_batch // self.world
             sl = slice(ctx.rank * per, (ctx.rank + 1) * per)
@@ -208,12 +253,68 @@ class _Runner:
             if last:
                 loss_val += torch.stack([x.detach() for x in losses]).mean()
             dist.broadcast(loss_val, self.world - 1)
-        self.optimizer.step()
+        if self.optimizer is not None:
+            self.optimizer.step()
         ctx.sync()
         return float(loss_val.item())
 
+    def _local_sgd_period(self, tokens, targets) -> float:
+        """``steps_per_call`` inner steps on this rank's shard, then the replicas' parameters
+        averaged (all-reduce / W). Returns the first inner step's loss averaged over the ranks."""
+        ctx = self.ctx
+        per = self.cfg.global_batch // self.world
+        sl = slice(ctx.rank * per, (ctx.rank + 1) * per)
+        first = torch.zeros(1, device=ctx.device)
+        for i in range(self.steps_per_call):
+            self.optimizer.zero_grad(set_to_none=True)
+            loss = self.model(tokens[sl], targets[sl])
+            loss.backward()
+            self.optimizer.step()
+            if i == 0:
+                first += loss.detach()
+        with torch.no_grad():
+            for param in self.model.parameters():
+                dist.all_reduce(param)
+                param /= self.world
+        dist.all_reduce(first)
+        ctx.sync()
+        return float(first.item()) / self.world
+
     def _forward_loss(self, tokens, targets):
         return self.model(tokens, targets)
+
+    def _local_learning_step(self, tokens, targets) -> torch.Tensor:
+        """Every micro-batch: receive the previous group's activations (rank > 0), forward the
+        group, send its output on without waiting, and backpropagate the group's own loss (the
+        auxiliary head's, or the model's on the last rank). Returns the last group's loss."""
+        ctx, m = self.ctx, self.cfg.pp_micro_batches
+        per = tokens.shape[0] // m
+        spec = self.model.spec
+        last = ctx.rank == self.world - 1
+        loss_sum = torch.zeros(1, device=ctx.device)
+        pending = []
+        for i in range(m):
+            sl = slice(i * per, (i + 1) * per)
+            if ctx.rank == 0:
+                x = tokens[sl]
+            else:
+                x = torch.empty(per, spec.seq_length, spec.hidden_size, device=ctx.device)
+                dist.recv(x, src=ctx.rank - 1)
+            out = self.model(x)
+            if not last:
+                sent = out.detach()
+                pending.append((dist.isend(sent, dst=ctx.rank + 1), sent))
+                out = self.aux_head(out)
+            loss = lm_loss(out, targets[sl]) / m
+            loss.backward()
+            loss_sum += loss.detach()
+        for handle, _ in pending:
+            handle.wait()
+        return loss_sum if last else torch.zeros(1, device=ctx.device)
+
+
+#: Strategies whose ranks train independent copies: their steps are pooled, not maxed.
+INDEPENDENT_COPIES = ("single", "step_in_backward", "step_separate")
 
 
 def make_adam(params, lr: float) -> torch.optim.Optimizer:
@@ -249,7 +350,7 @@ def _run_one(strategy: str, ctx: RankContext, cfg: TrainingConfig, spec: Transfo
             probe.sample()  # how fast the machine is now (outside the timed step)
         t0 = time.perf_counter()
         loss = runner.step()
-        dt = time.perf_counter() - t0
+        dt = (time.perf_counter() - t0) / runner.steps_per_call  # local SGD: a period of H steps
         losses.append(loss)
         if i >= cfg.warmup_steps:
             times.append(dt)
@@ -318,7 +419,7 @@ def merge_ranks(per_rank: list[list[dict]], cfg: TrainingConfig, world: int) -> 
             by_strategy.setdefault(rec["strategy"], []).append(rec)
     for strategy, recs in by_strategy.items():
         active = [r for r in sorted(recs, key=lambda r: r["rank"]) if r["active"]]
-        if strategy == "single":
+        if strategy in INDEPENDENT_COPIES:
             steps = [t for r in active for t in r["step_times_s"]]
         else:
             steps = [max(vals) for vals in zip(*(r["step_times_s"] for r in active), strict=True)]

@@ -213,6 +213,24 @@ class Planner:
             hit = self._time_cache[key] = (ops, (compute_s, comm))
         return hit[1]
 
+    def chunk_pass_s(self, rank: int, phase: str, global_chunk: int) -> float:
+        """Seconds of one chunk pass in isolation, kernels plus exposed collectives (the price
+        other strategy kinds reuse): "F", "B", "R" (recompute) as in :meth:`_chunk_ops`."""
+        return sum(self.pass_cost_s(rank, self._chunk_ops(phase, global_chunk)))
+
+    def optimizer_step_s(self, stage: int, extra_params: float = 0.0) -> float:
+        """Seconds of one optimizer step over the stage's local parameters (ZeRO-sharded), plus
+        ``extra_params`` a kind adds to the stage (local-learning heads)."""
+        params = self.stage_params_local(stage) + extra_params
+        if self.par.zero_stage >= 1:
+            params /= self.shard_size
+        per_param = OPTIMIZER_BYTES_PER_PARAM[self.sc.training.optimizer] * (32 / 28 if self.precision == "fp32" else 1)
+        return self.compute.optimizer_step_s(params, per_param)
+
+    def pp_payload_bytes(self) -> float:
+        """Bytes one rank sends to the next stage per micro-batch (activation or its gradient)."""
+        return self._pp_payload()
+
     def layer_pass_ops(self, kind: bool, phase: str) -> tuple[Op, ...]:
         """One layer's ops of a pass: "F" forward, "B" backward (its input-gradient part under
         zero bubble), "W" weight gradients (zero bubble), "R" the recomputed forward work (cached:

@@ -1,0 +1,140 @@
+"""The ``async_pipeline`` strategy kind: pipelines that never flush.
+
+Variants (``strategy.variant``):
+
+- ``pipedream`` (Narayanan et al. 2019, "PipeDream: generalized pipeline parallelism for DNN
+  training", Sec. 3.2-3.3): 1F1B without flushes; each stage updates its weights after every
+  micro-batch's backward (after all-reducing the stage's gradient over its data-parallel
+  replicas) and keeps one stashed weight version per micro-batch in flight, so that a
+  micro-batch's backward uses the weights its forward used: stage i of p holds p - i versions.
+- ``2bw`` (Narayanan et al. 2021, "Memory-efficient pipeline-parallel DNN training", PipeDream-2BW,
+  Sec. 3.1): 1F1B without flushes, gradients accumulated over the step's micro-batches, one update
+  per step applied with a delay of one step; two weight versions (double buffering).
+- ``fine_grained`` (Kosson et al. 2020, "Pipelined backpropagation at scale", Sec. 3): one stage
+  per layer (``parallelism.pp`` = the model's layers), batch 1 per micro-batch, an update per
+  sample, no weight stashing (one version); never filled or drained, so the throughput is one
+  sample per slowest stage's forward + backward + update.
+
+What is simulated: each stage's forward and backward chunk passes priced by the SPMD planner,
+the activation and gradient sends between stages, the per-update gradient all-reduce and the
+optimizer step, in 1F1B order over ``p + N·m + p`` micro-batches (N = ``simulation.steps``). The
+steps are measured over whole periods in steady state: step k from the end of micro-batch
+p - 1 + k·m on stage 0 to the end of micro-batch p - 1 + (k+1)·m (fill and drain never count).
+Approximations: the 2BW all-reduce blocks the stage's next pass (no bucketed overlap);
+staleness is reported (updates between a micro-batch's forward and its backward on each stage),
+not turned into convergence.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from typing import Literal
+
+from pydantic import BaseModel, ConfigDict, Field
+
+from simulator.memory.analytic import MemoryBreakdown, rank_memory
+from simulator.strategies.registry import StrategyKind, register
+from simulator.strategies.spmd.schedule import one_f_one_b
+from simulator.strategies.tasklists import StageTasks, require
+
+
+class AsyncPipelineConfig(BaseModel):
+    """An asynchronous pipeline over ``parallelism.pp`` stages (each replicated ``dp`` times)."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    kind: Literal["async_pipeline"] = "async_pipeline"
+    variant: Literal["pipedream", "2bw", "fine_grained"] = Field(
+        default="pipedream",
+        description="pipedream: update per micro-batch, weight stashing; 2bw: update per step, two weight "
+                    "versions; fine_grained: one stage per layer, batch 1, update per sample (Kosson 2020)")
+
+
+def _check(scenario) -> AsyncPipelineConfig:
+    cfg, par, model = scenario.strategy, scenario.parallelism, scenario.model
+    require(par.virtual_stages == 1, "parallelism.virtual_stages", "async_pipeline runs one chunk per stage")
+    require(par.zero_stage == 0, "parallelism.zero_stage", "async_pipeline keeps whole weight versions (ZeRO 0)")
+    if cfg.variant == "fine_grained":
+        require(par.pp == model.num_layers, "parallelism.pp",
+                f"fine_grained pipelining puts one layer per stage: pp must be {model.num_layers}, got {par.pp}")
+        require(par.micro_batch_size == 1, "parallelism.micro_batch_size",
+                f"fine_grained pipelining trains on single samples: must be 1, got {par.micro_batch_size}")
+    return cfg
+
+
+def weight_versions(variant: str, pp: int, stage: int) -> int:
+    """Weight versions a stage holds: PipeDream stashes one per micro-batch in flight (p - i
+    under 1F1B), 2BW two, fine-grained pipelined backpropagation one (no stashing)."""
+    return {"pipedream": pp - stage, "2bw": 2, "fine_grained": 1}[variant]
+
+
+def staleness_updates(variant: str, pp: int, stage: int) -> int:
+    """Weight updates a stage applies between a micro-batch's forward and its backward: under
+    1F1B stage i has p - i micro-batches in flight, so p - i - 1 others' updates land in
+    between (PipeDream, fine-grained); 2BW's updates use the gradient of the previous step (1)."""
+    return 1 if variant == "2bw" else pp - stage - 1
+
+
+def compile_async_pipeline(scenario, mode: str | None = None, detail: bool = False):
+    cfg = _check(scenario)
+    tasks = StageTasks(scenario)
+    p, m = scenario.parallelism.pp, scenario.parallelism.num_micro_batches
+    steps = scenario.simulation.steps
+    n = p + steps * m + p
+    forward, backward, finished = {}, {}, {}
+    for s in range(p):
+        update_s = tasks.planner.optimizer_step_s(s)
+        for phase, j, _ in one_f_one_b(n, p, s):
+            if phase == "F":
+                forward[s, j] = tasks.kernel(s, f"F.mb{j}", tasks.pass_s(s, "F"))
+                continue
+            done = backward[s, j] = tasks.kernel(s, f"B.mb{j}", tasks.pass_s(s, "B"))
+            if cfg.variant != "2bw" or (j + 1) % m == 0:
+                label = f"mb{j}" if cfg.variant != "2bw" else f"step{j // m}"
+                reduced = tasks.gradient_all_reduce(s, f"grad_all_reduce.{label}", done)
+                done = tasks.kernel(s, f"optimizer.{label}", update_s, "optimizer",
+                                    deps=(reduced,) if reduced else ())
+            finished[s, j] = done
+    for s in range(p):  # sends queue on the stage's pp stream in the order their passes ran
+        for phase, j, _ in one_f_one_b(n, p, s):
+            if phase == "F" and s + 1 < p:
+                forward[s + 1, j].deps.append(tasks.send(s, s + 1, f"send_act.mb{j}", forward[s, j]))
+            elif phase == "B" and s > 0:
+                backward[s - 1, j].deps.append(tasks.send(s, s - 1, f"send_grad.mb{j}", backward[s, j]))
+    window = ([finished[0, p - 1]], [[finished[0, p - 1 + (k + 1) * m]] for k in range(steps)])
+    extra = {
+        "async_variant": cfg.variant,
+        "weight_versions_per_stage": [weight_versions(cfg.variant, p, s) for s in range(p)],
+        "staleness_updates_per_stage": [staleness_updates(cfg.variant, p, s) for s in range(p)],
+        "updates_per_step": m if cfg.variant != "2bw" else 1,
+    }
+    return tasks.plan(window, extra)
+
+
+def stage_memory(scenario, stage: int) -> MemoryBreakdown:
+    """1F1B's memory with p - i micro-batches in flight whatever m (no flush ever caps them),
+    plus the stashed weight versions beyond the first (16-bit copies of the stage's weights)."""
+    par = scenario.parallelism
+    in_flight_batch = max(par.global_batch_size, par.pp * par.micro_batch_size * par.dp_degree)
+    steady = dataclasses.replace(scenario, parallelism=par.model_copy(
+        update={"global_batch_size": in_flight_batch, "schedule": "1f1b"}))
+    base = rank_memory(steady, stage)
+    extra_versions = weight_versions(scenario.strategy.variant, par.pp, stage) - 1
+    return dataclasses.replace(base, weights_bytes=base.weights_bytes * (1 + extra_versions))
+
+
+def memory_async_pipeline(scenario):
+    _check(scenario)
+    stages = [stage_memory(scenario, i) for i in range(scenario.parallelism.pp)]
+    best = max(range(len(stages)), key=lambda i: (stages[i].total_bytes, -i))
+    return best, stages[best], stages
+
+
+ASYNC_PIPELINE = register(StrategyKind(
+    name="async_pipeline",
+    config=AsyncPipelineConfig,
+    summary="pipelines without flushes: PipeDream weight stashing, 2BW double buffering, fine-grained "
+            "pipelined backpropagation (one layer per stage); steady-state step over whole periods",
+    compile=compile_async_pipeline,
+    memory=memory_async_pipeline,
+))

@@ -1,0 +1,145 @@
+"""The ``cyclic_dp`` strategy kind: Cyclic Data Parallelism (Fournier & Oyallon 2024,
+"Cyclic Data Parallelism for Efficient Parallelism of Deep Neural Networks", arXiv:2403.08837).
+
+The N data-parallel workers (``parallelism.dp``) run the same step as in data parallelism, but
+worker i starts it i·T/N later (T the step time): a uniform delay instead of a simultaneous
+start. Two things follow (paper, Sec. 3): the workers' activations peak at different times, so
+their sum is (nearly) constant over the step instead of peaking at N times one worker's peak at
+the end of every forward; and each worker's gradient is ready at a different time, so the
+gradient communication is spread over the step and the update uses the gradient of the previous
+step (a one-step delay: θ_{t+1} = θ_t - η·g_{t-1}).
+
+What is simulated (one representative worker, symmetric mode): each step's micro-batch passes
+priced by the SPMD planner; the gradient all-reduce of step t starts after its last backward and
+runs beside step t + 1's passes on its own stream; the optimizer at the end of step t + 1 waits
+for it. N = ``simulation.steps`` steps are measured in steady state, after one more that fills
+the gradient stream: max(compute, communication) rather than their sum when the reduction
+cannot overlap the backward. The collective keeps its data-parallel price (the paper's
+point-to-point exchanges are not priced separately).
+
+Memory: per GPU as data parallelism plus one more gradient buffer (the reduced gradient of step t
+waits while step t + 1 accumulates its own). The summed activations of the N workers over the
+step are reported (``cyclic_activation_*``): one worker's activations taken from its simulated
+passes, growing linearly through each forward and falling linearly through each backward (a
+continuous stand-in for layer-by-layer storage), summed over the N uniformly delayed copies,
+against the simultaneous start of data parallelism (N times one worker's peak).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from typing import Literal
+
+from pydantic import BaseModel, ConfigDict
+
+from simulator.memory.analytic import rank_memory
+from simulator.strategies.registry import StrategyKind, register
+from simulator.strategies.tasklists import StageTasks, require
+
+GIB = 2**30
+#: Above this many workers the summed activations use the continuous limit (N times one worker's
+#: mean over the step), which uniformly delayed copies approach as N grows.
+EXACT_SUM_MAX_WORKERS = 512
+
+
+class CyclicDpConfig(BaseModel):
+    """Data parallelism with uniformly delayed workers and a one-step gradient delay."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    kind: Literal["cyclic_dp"] = "cyclic_dp"
+
+
+def _check(scenario) -> CyclicDpConfig:
+    par = scenario.parallelism
+    require(par.pp == 1, "parallelism.pp", "cyclic_dp is modelled for data parallelism (pp 1); "
+            "its pipelined form (workers sharing stages) is not")
+    require(par.zero_stage == 0, "parallelism.zero_stage", "cyclic_dp is modelled without ZeRO sharding")
+    return scenario.strategy
+
+
+def activation_profile(passes: list[tuple[float, float, float]]) -> list[tuple[float, float]]:
+    """One worker's activations over a step as breakpoints (t, bytes) of a piecewise-linear
+    function, from its passes ``(start_s, end_s, change_bytes)`` (a forward adds its micro-batch's
+    activations, a backward frees them), each change linear over its pass."""
+    points, level = [(0.0, 0.0)], 0.0
+    for start, end, change in sorted(passes):
+        points.append((start, level))
+        level += change
+        points.append((end, level))
+    return points
+
+
+def _value_at(points: list[tuple[float, float]], t: float, period: float) -> float:
+    t %= period
+    for (t0, v0), (t1, v1) in zip(points, points[1:], strict=False):
+        if t0 <= t <= t1:
+            return v0 if t1 == t0 else v0 + (v1 - v0) * (t - t0) / (t1 - t0)
+    return points[-1][1] if t >= points[-1][0] else 0.0
+
+
+def summed_activations(points: list[tuple[float, float]], period: float, workers: int,
+                       delayed: bool = True) -> list[tuple[float, float]]:
+    """The workers' summed activations over one period, exactly at every breakpoint of any copy:
+    copies delayed by i·period/N (cyclic) or all starting together (data parallelism)."""
+    offsets = [i * period / workers if delayed else 0.0 for i in range(workers)]
+    times = sorted({(t + o) % period for t, _ in points for o in offsets} | {0.0})
+    return [(t, sum(_value_at(points, t - o, period) for o in offsets)) for t in times]
+
+
+def compile_cyclic_dp(scenario, mode: str | None = None, detail: bool = False):
+    _check(scenario)
+    tasks = StageTasks(scenario)
+    m = scenario.parallelism.num_micro_batches
+    steps = scenario.simulation.steps
+    f_s, b_s = tasks.pass_s(0, "F"), tasks.pass_s(0, "B")
+    update_s = tasks.planner.optimizer_step_s(0)
+    ends, reduced, passes = [], None, []
+    for k in range(steps + 1):
+        for j in range(m):
+            forward = tasks.kernel(0, f"F.step{k}.mb{j}", f_s)
+            done = tasks.kernel(0, f"B.step{k}.mb{j}", b_s)
+            passes.append((k, forward, done))
+        this_step = tasks.gradient_all_reduce(0, f"grad_all_reduce.step{k}", done)
+        # one-step delay: the update ending step k applies the gradient reduced during it (step k - 1's)
+        ends.append(tasks.kernel(0, f"optimizer.step{k}", update_s, "optimizer",
+                                 deps=(reduced,) if reduced else ()))
+        reduced = this_step
+    workers = scenario.parallelism.dp_degree
+    activations = rank_memory(scenario, 0).activations_bytes  # one micro-batch's (pp 1: F, B in turn)
+
+    def summed() -> dict:
+        last = steps
+        step_start, period = ends[last - 1].end_s, ends[last].end_s - ends[last - 1].end_s
+        own = [(f.start_s - step_start, f.end_s - step_start, activations) for k, f, _ in passes if k == last]
+        own += [(b.start_s - step_start, b.end_s - step_start, -activations) for k, _, b in passes if k == last]
+        points = activation_profile(own)
+        if workers > EXACT_SUM_MAX_WORKERS:
+            area = sum((t1 - t0) * (v0 + v1) / 2 for (t0, v0), (t1, v1) in zip(points, points[1:], strict=False))
+            peak = low = workers * area / period
+        else:
+            series = summed_activations(points, period, workers)
+            peak, low = max(v for _, v in series), min(v for _, v in series)
+        return {"cyclic_activation_peak_gib": peak / GIB, "cyclic_activation_min_gib": low / GIB,
+                "simultaneous_activation_peak_gib": workers * max(v for _, v in points) / GIB,
+                "gradient_delay_steps": 1}
+
+    window = ([ends[0]], [[end] for end in ends[1:]])
+    return tasks.plan(window, after_run=summed)
+
+
+def memory_cyclic_dp(scenario):
+    _check(scenario)
+    base = rank_memory(scenario, 0)
+    delayed = dataclasses.replace(base, gradients_bytes=2 * base.gradients_bytes)
+    return 0, delayed, [delayed]
+
+
+CYCLIC_DP = register(StrategyKind(
+    name="cyclic_dp",
+    config=CyclicDpConfig,
+    summary="data parallelism with uniformly delayed workers (Fournier & Oyallon 2024): gradient "
+            "communication spread over the step, one-step gradient delay, summed activations flat",
+    compile=compile_cyclic_dp,
+    memory=memory_cyclic_dp,
+))

@@ -1,0 +1,158 @@
+"""The ``local_learning`` strategy kind: groups of layers trained on local losses.
+
+The network is split into groups, one per pipeline stage (``parallelism.pp``, the layout's layer
+split). Every group but the last ends in an auxiliary head that computes a local loss on the
+group's output: a linear output layer (Laskin et al. 2020, "Parallel training of deep networks
+with local updates", Sec. 3: greedy local learning with auxiliary heads) or a small local critic
+network, ``aux_layers`` layers of the model's own kind before that output layer (Lee et al.
+2022's local critics). A group's backward starts from its own loss, so no gradient ever flows
+between groups: a stage runs forward, its head's forward and backward, and its backward for each
+micro-batch without waiting for later stages; activations move one way (stage i to i + 1).
+Each group updates its weights (and its head's) at the end of the step (gradients all-reduced
+over its data-parallel replicas first).
+
+What is simulated: the chunk passes priced by the SPMD planner, the heads' passes priced the same
+way (the model's own output layer, and ``aux_layers`` of its first layer kind), the one-way sends,
+the step-end all-reduce and optimizer, over N + 1 unrolled steps (N = ``simulation.steps``); the
+last N are measured, each to its end on the stage that finishes last. Nothing holds a stage back
+but its input, so stage 0 runs ahead into the next step, unless ``sync_steps`` makes every group
+wait for all at the end of each step (a barrier, as a job timed step by step does): then a step
+includes the fill of the groups' forward chain.
+Memory: a micro-batch's activations are freed by its local backward, so each stage keeps one
+micro-batch's (1F1B keeps p - i), plus the head's weights, gradients, optimizer state and its
+output activations. The heads' FLOPs are reported (``aux_head_flops_per_step``), not counted in
+model FLOPs or MFU. Statistical efficiency (local losses train worse than end-to-end
+backpropagation) is not modelled.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from typing import Literal
+
+from pydantic import BaseModel, ConfigDict, Field
+
+from simulator.memory.analytic import (
+    ACTIVATION_ELEMENT_BYTES_16BIT,
+    MemoryBreakdown,
+    activation_bytes_per_layer,
+    microbatches_in_flight,
+    model_state_bytes,
+    output_layer_activation_bytes,
+    rank_memory,
+)
+from simulator.scenario import gradient_bytes
+from simulator.strategies.registry import StrategyKind, register
+from simulator.strategies.spmd.plan import Planner
+from simulator.strategies.tasklists import StageTasks, require
+from workloads.counting import output_head_params
+
+
+class LocalLearningConfig(BaseModel):
+    """Groups = pipeline stages; each group but the last trains on its own auxiliary loss."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    kind: Literal["local_learning"] = "local_learning"
+    aux_layers: int = Field(
+        default=0, ge=0,
+        description="layers (of the model's first layer kind) in each auxiliary head before its output layer: "
+                    "0 a linear head (Laskin 2020), > 0 a local critic network (Lee 2022)")
+    sync_steps: bool = Field(
+        default=False, description="every group waits for all at the end of each step (a barrier)")
+
+
+def _check(scenario) -> LocalLearningConfig:
+    par = scenario.parallelism
+    require(par.virtual_stages == 1, "parallelism.virtual_stages", "local_learning runs one group per stage")
+    require(par.pp > 1, "parallelism.pp", "local_learning needs at least two groups (pp > 1)")
+    require(scenario.model.mla is None or scenario.strategy.aux_layers == 0, "strategy.aux_layers",
+            "critic layers are built for standard attention only")
+    return scenario.strategy
+
+
+def head_params_local(scenario, planner) -> float:
+    """Parameters of one auxiliary head on one rank: an output layer (final norm + V·h, split by
+    tp like the model's) and ``aux_layers`` layers of the model's first kind."""
+    cfg, model, tp = scenario.strategy, scenario.model, scenario.parallelism.tp
+    head = (output_head_params(model) + (model.vocab_size * model.hidden_size if model.tied_embeddings else 0)) / tp
+    return head + cfg.aux_layers * planner.layer_params_local()
+
+
+def compile_local_learning(scenario, mode: str | None = None, detail: bool = False):
+    cfg = _check(scenario)
+    tasks = StageTasks(scenario)
+    planner = tasks.planner
+    p, m = scenario.parallelism.pp, scenario.parallelism.num_micro_batches
+    work = planner.layer_works[planner.layer_kinds[0]]
+    head_ops = (planner.head.forward + planner.head.backward
+                + (work.forward + work.backward) * cfg.aux_layers)
+    aux_params = head_params_local(scenario, planner)
+    steps = scenario.simulation.steps
+    step_ends: dict[tuple[int, int], object] = {}
+    forward = {}
+    for s in range(p):
+        has_head = s < p - 1
+        update_s = planner.optimizer_step_s(s, aux_params if has_head else 0.0)
+        for k in range(steps + 1):
+            for j in range(m):
+                forward[s, k, j] = tasks.kernel(s, f"F.step{k}.mb{j}", tasks.pass_s(s, "F"))
+                if has_head:
+                    tasks.kernel(s, f"aux_head.step{k}.mb{j}", tasks.ops_s(s, head_ops))
+                done = tasks.kernel(s, f"B.step{k}.mb{j}", tasks.pass_s(s, "B"))
+            reduced = tasks.gradient_all_reduce(s, f"grad_all_reduce.step{k}", done,
+                                                aux_params if has_head else 0.0)
+            step_ends[s, k] = tasks.kernel(s, f"optimizer.step{k}", update_s, "optimizer",
+                                           deps=(reduced,) if reduced else ())
+    for (s, k, j), task in forward.items():  # one-way: activations only
+        if s + 1 < p:
+            forward[s + 1, k, j].deps.append(tasks.send(s, s + 1, f"send_act.step{k}.mb{j}", task))
+    if cfg.sync_steps:  # the barrier: a step's first pass waits for every group's previous step
+        for k in range(1, steps + 1):
+            for s in range(p):
+                forward[s, k, 0].deps.extend(step_ends[r, k - 1] for r in range(p))
+    window = ([step_ends[s, 0] for s in range(p)], [[step_ends[s, k] for s in range(p)] for k in range(1, steps + 1)])
+    head_flops = sum(op.flops for op in head_ops)
+    extra = {"aux_heads": p - 1,
+             "aux_head_flops_per_step": head_flops * (p - 1) * m * scenario.parallelism.dp_degree
+             * scenario.parallelism.tp * scenario.parallelism.cp}
+    return tasks.plan(window, extra)
+
+
+def stage_memory(scenario, stage: int, planner) -> MemoryBreakdown:
+    par, model, tr = scenario.parallelism, scenario.model, scenario.training
+    base = rank_memory(dataclasses.replace(scenario, parallelism=par.model_copy(update={"schedule": "1f1b"})), stage)
+    activations = base.activations_bytes / microbatches_in_flight("1f1b", par.pp, stage, par.num_micro_batches)
+    weights, grads, optim = base.weights_bytes, base.gradients_bytes, base.optimizer_bytes
+    if stage < par.pp - 1:
+        cfg = scenario.strategy
+        w, g, o = model_state_bytes(head_params_local(scenario, planner), 0, 1, tr.precision, tr.optimizer,
+                                    gradient_bytes(tr))
+        weights, grads, optim = weights + w, grads + g, optim + o
+        e = 4 if tr.precision == "fp32" else ACTIVATION_ELEMENT_BYTES_16BIT
+        s, b = scenario.seq_length, par.micro_batch_size
+        activations += output_layer_activation_bytes(s, b, model.hidden_size, model.vocab_size, par.tp,
+                                                     par.sequence_parallel, par.cp, element_bytes=e)
+        activations += cfg.aux_layers * activation_bytes_per_layer(
+            s, b, model.hidden_size, model.num_attention_heads, tp=par.tp, sequence_parallel=par.sequence_parallel,
+            recompute=par.recompute, ffn=model.ffn_size, kv_heads=model.kv_heads, gated=model.gated_mlp,
+            cp=par.cp, element_bytes=e)
+    return MemoryBreakdown(weights, grads, optim, activations, base.other_bytes, stage=stage)
+
+
+def memory_local_learning(scenario):
+    _check(scenario)
+    planner = Planner(scenario, mode="symmetric")
+    stages = [stage_memory(scenario, i, planner) for i in range(scenario.parallelism.pp)]
+    best = max(range(len(stages)), key=lambda i: (stages[i].total_bytes, -i))
+    return best, stages[best], stages
+
+
+LOCAL_LEARNING = register(StrategyKind(
+    name="local_learning",
+    config=LocalLearningConfig,
+    summary="layer groups on pipeline stages, each trained on a local loss (auxiliary head or critic): "
+            "no backward between groups, one-way activations",
+    compile=compile_local_learning,
+    memory=memory_local_learning,
+))

@@ -1,0 +1,99 @@
+"""Task lists for the strategy kinds that are not one synchronous step (async pipelines, local
+learning, cyclic data parallelism): per-actor streams built from the SPMD planner's prices.
+
+They reuse :class:`simulator.strategies.spmd.plan.Planner` for every cost (chunk passes,
+pipeline sends, gradient collectives, optimizer steps) and only order the work differently, so a
+kind and ``spmd`` price the same pass the same way. One actor per pipeline stage (symmetric
+mode): every data-parallel replica of a stage does the same work at the same time.
+"""
+
+from __future__ import annotations
+
+from collections import defaultdict
+
+from simulator.engine.engine import Task
+from simulator.errors import ConfigError
+from simulator.scenario import gradient_bytes
+from simulator.strategies.plan import Plan
+from simulator.strategies.spmd.plan import Planner
+
+
+class StageTasks:
+    """Streams of one actor per pipeline stage, priced by a symmetric-mode :class:`Planner`."""
+
+    def __init__(self, scenario):
+        self.scenario = scenario
+        self.planner = Planner(scenario, mode="symmetric")
+        self.par = scenario.parallelism
+        self.streams: dict[tuple[str, str], list[Task]] = defaultdict(list)
+        self.compute: dict[str, list[Task]] = defaultdict(list)
+        self.actors = [f"stage{i}" for i in range(self.par.pp)]
+        self.ranks = [self.planner.actor_ranks[a] for a in self.actors]
+        self._pass_s: dict[tuple[int, str], float] = {}
+
+    # -- prices ------------------------------------------------------------------------------
+
+    def pass_s(self, stage: int, phase: str) -> float:
+        """Seconds of the stage's whole chunk pass: "F" forward, "B" backward (with recompute)."""
+        key = (stage, phase)
+        if key not in self._pass_s:
+            rank = self.ranks[stage]
+            seconds = self.planner.chunk_pass_s(rank, phase, stage)
+            if phase == "B":
+                seconds += self.planner.chunk_pass_s(rank, "R", stage)
+            self._pass_s[key] = seconds
+        return self._pass_s[key]
+
+    # -- building ----------------------------------------------------------------------------
+
+    def ops_s(self, stage: int, ops) -> float:
+        """Seconds of a tuple of ops on the stage's rank (kernels plus exposed collectives); keep
+        the tuple alive: the planner's caches key on it."""
+        return sum(self.planner.pass_cost_s(self.ranks[stage], ops))
+
+    def kernel(self, stage: int, name: str, seconds: float, category: str = "compute",
+               deps: tuple[Task, ...] = ()) -> Task:
+        """A compute task on the stage's stream (streams run their tasks in list order)."""
+        actor = self.actors[stage]
+        task = Task(name, actor, "compute", category, duration_s=seconds, deps=list(deps))
+        self.streams[(actor, "compute")].append(task)
+        self.compute[actor].append(task)
+        return task
+
+    def send(self, src: int, dst: int, name: str, after: Task) -> Task:
+        """The activation (or its gradient) of one micro-batch from stage ``src`` to ``dst``."""
+        task = self.planner.send_task(self.actors[src], self.ranks[dst], name, self.planner.pp_payload_bytes())
+        task.deps.append(after)
+        self.streams[(self.actors[src], "pp")].append(task)
+        return task
+
+    def gradient_all_reduce(self, stage: int, name: str, after: Task, extra_params: float = 0.0) -> Task | None:
+        """The stage's whole gradient (and ``extra_params``' of a kind's own modules) all-reduced
+        over its data-parallel group (None when dp = 1)."""
+        planner = self.planner
+        if self.par.dp_degree * self.par.cp == 1:
+            return None
+        nbytes = (planner.stage_params_local(stage) + extra_params) * gradient_bytes(self.scenario.training)
+        task = planner.comm_task(self.actors[stage], "dp", "dp_comm", name, self.ranks[stage],
+                                 [(planner.grad_group, "all_reduce", nbytes)], key=name)
+        if task is None:
+            return None
+        task.deps.append(after)
+        self.streams[(self.actors[stage], "dp")].append(task)
+        return task
+
+    def plan(self, window, extra=None, after_run=None) -> Plan:
+        """The plan over a steady-state ``window`` (opening tasks, each step's closing tasks),
+        with the SPMD planner's interference marks (a kernel slows while a transfer of its rank
+        runs, and the other way round)."""
+        self.planner._mark_interference(self.streams)
+        stage_of = {a: i for i, a in enumerate(self.actors)}
+        return Plan(dict(self.streams), dict(zip(self.actors, self.ranks, strict=True)), stage_of,
+                    self.planner.layers_per_chunk, self.planner.topo, dict(self.compute), steps=len(window[1]),
+                    step_ends=window[1], window=window, extra=extra or {}, after_run=after_run)
+
+
+def require(condition: bool, field: str, reason: str) -> None:
+    """A layout the kind cannot run: one ConfigError naming the field."""
+    if not condition:
+        raise ConfigError(field, reason)
