@@ -112,7 +112,7 @@ def window_breakdown(plan: Plan, actor: str) -> dict[str, float]:
     return {key: value / steps for key, value in totals.items()} if steps else totals
 
 
-def _critical_actor(plan: Plan) -> str:
+def critical_actor(plan: Plan) -> str:
     ends = {a: max((t.end_s for t in ts), default=0.0) for a, ts in plan.compute_tasks.items()}
     return max(ends, key=lambda a: (ends[a], -plan.stage_of[a]))
 
@@ -135,11 +135,46 @@ def _timeline(plan: Plan) -> list[TimelineEvent]:
     return events
 
 
+ENGINES = ("full", "fast", "auto")
+
+
+def _run_plan(scenario: Scenario, kind, mode: str, detail: bool, engine: str):
+    """Time the plan: the discrete-event engine (``full``), the longest path over the same task
+    DAG (``fast``, simulator/strategies/spmd/fast.py), or the fast path where it is exact -- no
+    transfers contending, no interference -- and the engine elsewhere (``auto``). Returns
+    (makespan, plan with timed tasks or None, the critical rank's breakdown of the makespan,
+    what the result adds: ``engine`` (which timed it) and, for the fast path, its lower bound (every
+    transfer alone) and why it may differ from the engine, the engine that ran or None). The fast
+    path counts no memory: its results have no simulated memory peaks or series."""
+    if engine not in ENGINES:
+        raise ConfigError("--engine", f"must be one of {', '.join(ENGINES)}, got {engine!r}")
+    if engine != "full":
+        if scenario.strategy_kind != "spmd":
+            raise ConfigError("--engine", f"the fast path covers the spmd strategy, not {scenario.strategy_kind!r}")
+        from simulator.strategies.spmd.fast import fast_step
+
+        estimate = fast_step(scenario, mode=mode, detail=detail)
+        if engine == "fast" or estimate.exact:
+            info = {"engine": "fast", "fast_path_lower_bound_s": estimate.lower_bound_s}
+            if estimate.approximation:
+                info["fast_path_approximation"] = estimate.approximation
+            if not estimate.breakdown_exact:
+                info["time_breakdown_extrapolated"] = True
+            return estimate.step_time_s, estimate.plan, estimate.breakdown, info, None
+    plan = kind.compile(scenario, mode=mode, detail=detail)
+    engine_run = Engine(plan.topology.port_capacity)
+    makespan = engine_run.run(plan.streams, {(a, MEMORY_COUNTER): b for a, b in plan.memory_base_bytes.items()})
+    return makespan, plan, time_breakdown(plan, critical_actor(plan), makespan), {"engine": "full"}, engine_run
+
+
 def simulate(scenario: Scenario, mode: str | None = None, detail: bool = False,
-             run_if_oom: bool = True) -> SimulationResult:
+             run_if_oom: bool = True, engine: str = "full") -> SimulationResult:
     """Simulate ``simulation.steps`` steps (one by default). ``mode`` overrides ``scenario.simulation.mode``; ``detail`` makes one
     task per kernel (for traces). An out-of-memory layout is still timed unless ``run_if_oom``
-    is false, and is reported with ``fits: false`` and the reason."""
+    is false, and is reported with ``fits: false`` and the reason. ``engine``: ``full`` (the
+    discrete-event engine, the reference), ``fast`` or ``auto`` (see :func:`_run_plan`); the
+    result's ``engine`` says which timed it. The fast path's folded evaluation keeps no plan:
+    its breakdown is extrapolated and it has no timeline."""
     model, par = scenario.model, scenario.parallelism
     mode = mode or scenario.simulation.mode
     kind = get_kind(scenario.strategy_kind)
@@ -158,30 +193,34 @@ def simulate(scenario: Scenario, mode: str | None = None, detail: bool = False,
     timeline_builder = None
     kind_extra: dict[str, Any] = {}
     layers_per_chunk = chunk_counts(scenario, scenario.layer_graph())
+    extra: dict[str, Any] = {}
     if ok or run_if_oom:
-        plan = kind.compile(scenario, mode=mode, detail=detail)
-        engine = Engine(plan.topology.port_capacity)
-        makespan = engine.run(plan.streams, {(a, MEMORY_COUNTER): b for a, b in plan.memory_base_bytes.items()})
-        memory_peaks = {a: engine.counter_peaks[(a, MEMORY_COUNTER)] / 2**30 for a in plan.memory_base_bytes}
-        memory_series = {a: engine.counter_series[(a, MEMORY_COUNTER)] for a in plan.memory_base_bytes}
-        actor_stage = dict(plan.stage_of)
-        kind_report = plan.report() if plan.report else {}
-        steps_run = plan.steps
-        mode = plan.mode or mode
-        critical = _critical_actor(plan)
-        if plan.window is None:
-            step_time = makespan / plan.steps
-            step_times = step_durations(step_end_times(plan, makespan))
-            breakdown = {k: v / plan.steps for k, v in time_breakdown(plan, critical, makespan).items()}
-        else:  # a steady-state window (asynchronous kinds): fill and drain left out
+        makespan, plan, total_breakdown, info, engine_run = _run_plan(scenario, kind, mode, detail, engine)
+        if engine_run is not None:  # the engine counts memory as tasks allocate and free it
+            memory_peaks = {a: engine_run.counter_peaks[(a, MEMORY_COUNTER)] / 2**30 for a in plan.memory_base_bytes}
+            memory_series = {a: engine_run.counter_series[(a, MEMORY_COUNTER)] for a in plan.memory_base_bytes}
+        if plan is not None:
+            actor_stage = dict(plan.stage_of)
+            kind_report = plan.report() if plan.report else {}
+            steps_run = plan.steps
+            mode = plan.mode or mode
+        if plan is not None and plan.window is not None:  # a steady-state window (asynchronous kinds)
             step_times = window_step_times(plan)
             step_time = sum(step_times) / len(step_times)
-            breakdown = window_breakdown(plan, critical)
-        timeline_builder = lambda: _timeline(plan)  # noqa: E731
-        kind_extra = dict(plan.extra)
-        if plan.after_run is not None:
-            kind_extra.update(plan.after_run())
-    return _with_economics(scenario, SimulationResult(
+            breakdown = window_breakdown(plan, critical_actor(plan))
+        else:
+            step_time = makespan / steps_run
+            # the fast path folds only single steps (simulator/strategies/spmd/fast.py): a plan is kept for many
+            step_times = (step_durations(step_end_times(plan, makespan)) if plan is not None
+                          else [step_time] * steps_run)
+            breakdown = {k: v / steps_run for k, v in (total_breakdown or dict.fromkeys(BREAKDOWN_KEYS, 0.0)).items()}
+        extra.update(info)
+        if plan is not None:
+            timeline_builder = lambda: _timeline(plan)  # noqa: E731
+            kind_extra = dict(plan.extra)
+            if plan.after_run is not None:
+                kind_extra.update(plan.after_run())
+    result = SimulationResult(
         scenario_name=scenario.name,
         num_gpus=scenario.num_gpus,
         num_parameters=_total_params(scenario),
@@ -214,7 +253,9 @@ def simulate(scenario: Scenario, mode: str | None = None, detail: bool = False,
         tokens_to_train=scenario.training.tokens,
         extra={**kind_report, **kind_extra},
         timeline_builder=timeline_builder,
-    ))
+    )
+    result.extra.update(extra)
+    return _with_economics(scenario, result)
 
 
 def _unsharded_graph(scenario: Scenario):
@@ -267,10 +308,11 @@ def _with_economics(scenario: Scenario, result: SimulationResult) -> SimulationR
     return result
 
 
-def simulate_point(raw: dict[str, Any], overrides: list[str] | None = None, run_if_oom: bool = False) -> dict[str, Any]:
+def simulate_point(raw: dict[str, Any], overrides: list[str] | None = None, run_if_oom: bool = False,
+                   engine: str = "full") -> dict[str, Any]:
     """Simulate a raw scenario mapping; bad input becomes a row with the reason (for sweeps)."""
     try:
         scenario = load_scenario(raw, overrides)
-        return simulate(scenario, run_if_oom=run_if_oom).to_dict()
+        return simulate(scenario, run_if_oom=run_if_oom, engine=engine).to_dict()
     except ConfigError as exc:
         return {"fits": False, "infeasible_reason": str(exc), "step_time_s": None}

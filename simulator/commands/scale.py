@@ -43,7 +43,7 @@ def run(args) -> int:
     constraints = parse_assignments(args.constraint, SearchConstraints, "--constraint", lists=False)
     rows = scaling_curve(args.scenario, counts, overrides=args.overrides, weak=args.weak,
                          layout="fixed" if args.fixed else "search", space=space, constraints=constraints,
-                         workers=args.workers, dask=args.dask)
+                         workers=args.workers, dask=args.dask, progress=sys.stderr.isatty())
     mode = "weak" if args.weak else "strong"
     paths = write_outputs(rows, args.out, title=f"{args.scenario or 'default scenario'}: {mode} scaling, "
                           f"{'fixed layout' if args.fixed else 'best layout per GPU count'}")

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import math
+import os
 import sys
 
 from simulator.cli_options import add_execution, add_overrides, check_workers
@@ -16,7 +17,9 @@ def register(subparsers) -> None:
         help="enumerate, prune and simulate parallel layouts; print the best first",
         description="Enumerate every layout of the scenario's model on N GPUs (tp, pp, dp, cp, ep for MoE, virtual stages, "
         "micro-batch, ZeRO stage, recompute, sequence parallel), prune invalid and out-of-memory ones "
-        "(kept as rows with the reason), simulate the rest in parallel and rank them by samples/s (tokens/s for a fixed sequence).",
+        "(kept as rows with the reason), time the rest with the fast path (best compute lower bound first; layouts "
+        "whose bound cannot reach the top k are skipped and counted), re-simulate the top k with the engine and "
+        "rank by the engine's samples/s (tokens/s for a fixed sequence). Finished points are cached on disk.",
     )
     p.add_argument("scenario", nargs="?", help="scenario YAML (default: the built-in default)")
     p.add_argument("--gpus", type=int, help="number of GPUs (default: the scenario's cluster.num_gpus)")
@@ -33,6 +36,10 @@ def register(subparsers) -> None:
     p.add_argument("--rank-by", default="tokens_per_s", choices=["tokens_per_s", "time_to_target_s"],
                    help="best first by tokens/s (default) or by time to target (needs a convergence: block; "
                    "its steps to target are the block's numbers, not a prediction)")
+    p.add_argument("--top-k", type=int, default=20, dest="top_k",
+                   help="layouts re-simulated by the engine after the fast path (default 20); the ranking is the engine's")
+    p.add_argument("--no-cache", action="store_true",
+                   help="do not read or write the on-disk cache of finished points ($CLUSTERSIM_CACHE_DIR)")
     add_execution(p)
     p.set_defaults(handler=run)
 
@@ -62,8 +69,11 @@ def run(args) -> int:
     check_workers(args.workers)
     space = parse_assignments(args.space, SearchSpace, "--space", lists=True)
     constraints = parse_assignments(args.constraint, SearchConstraints, "--constraint", lists=False)
+    if args.no_cache:
+        os.environ["CLUSTERSIM_CACHE"] = "0"  # read by the workers too (they inherit the environment)
     rows = search(args.scenario, overrides=args.overrides, num_gpus=args.gpus, space=space,
-                  constraints=constraints, workers=args.workers, dask=args.dask, rank_by=args.rank_by)
+                  constraints=constraints, workers=args.workers, dask=args.dask, rank_by=args.rank_by,
+                  top_k=args.top_k, progress=sys.stderr.isatty())
     if args.json:
         shown = rows if args.top is None else rows[: args.top]
         json.dump(_finite(shown), sys.stdout, indent=2, default=str, allow_nan=False)

@@ -25,6 +25,9 @@ def register(subparsers) -> None:
     p.add_argument("--mode", choices=["symmetric", "full"], help="override simulation.mode")
     p.add_argument("--steps", type=int, metavar="N",
                    help="unroll N training steps back to back (simulation.steps): mean and per-step times")
+    p.add_argument("--engine", choices=["full", "fast", "auto"], default="full",
+                   help="full: the discrete-event engine (default, the reference); fast: the longest path over "
+                   "the same task DAG (exact where no transfers share a link); auto: fast where exact, else full")
     p.set_defaults(handler=run)
 
 
@@ -35,7 +38,7 @@ def run(args) -> int:
     if args.steps is not None:
         overrides.append(f"simulation.steps={args.steps}")
     scenario = load_scenario(args.scenario, overrides)
-    result = simulate(scenario, mode=args.mode, detail=bool(args.trace))
+    result = simulate(scenario, mode=args.mode, detail=bool(args.trace), engine=args.engine)
     provenance = efficiency_provenance(scenario)
     result.extra["efficiency_provenance"] = provenance
     result.extra["assumed_efficiencies"] = assumed_components(provenance)

@@ -20,6 +20,7 @@ from __future__ import annotations
 import copy
 import csv
 import math
+import sys
 from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
@@ -95,8 +96,10 @@ def scaling_curve(
     workers: int | None = None,
     dask: str | None = None,
     simulate_fn=None,
+    progress: bool = False,
 ) -> list[dict[str, Any]]:
-    """One row per GPU count (see the module docstring); rows follow ``CSV_COLUMNS``."""
+    """One row per GPU count (see the module docstring); rows follow ``CSV_COLUMNS``. ``progress``:
+    a tqdm bar over the GPU counts (and the searches' own bars) on stderr."""
     from simulator.explore.search import search
     from simulator.explore.sweep import absolutize, parallel_map
     from simulator.scenario import apply_overrides, load_raw
@@ -138,9 +141,12 @@ def scaling_curve(
                 res = {**res, "fits": False, "infeasible_reason": res.get("error")}
             rows.append(_row(n, gbs_for(n), res, 1))
     else:
-        for n, point in zip(counts, points, strict=True):
+        from tqdm import tqdm
+
+        for n, point in tqdm(list(zip(counts, points, strict=True)), desc="GPU counts", unit="count",
+                             file=sys.stderr, disable=not progress, dynamic_ncols=True):
             found = search(point, space=space, constraints=constraints, workers=workers, dask=dask,
-                           simulate_fn=simulate_fn)
+                           simulate_fn=simulate_fn, progress=progress)
             best = found[0] if found and found[0].get("fits") and _rate(found[0]) else None
             if best is None and found:
                 reasons = {str(r.get("infeasible_reason")).split(":")[0] for r in found[:50]}

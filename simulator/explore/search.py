@@ -21,10 +21,28 @@ parallel without tp, virtual stages or a schedule without pp). Everything else i
    ``infeasible_reason: "invalid layout: ..."``;
 2. layouts whose peak memory (the cheap memory model, :func:`simulator.memory.peak_rank_memory`)
    exceeds HBM, or a ``max_memory_gib`` constraint, get ``fits: false`` and the reason;
-3. the rest are simulated in parallel (local processes, or Dask) and ranked by throughput (samples/s,
+3. the rest are timed in parallel (local processes, or Dask) and ranked by throughput (samples/s,
    which ranks as tokens/s where the model has a sequence: the length is fixed within a search), or by
    ``time_to_target_s`` (``rank_by``; the scenario's ``convergence:`` block gives steps to target,
    which depend on ``global_batch_size``, a searchable field).
+   Ranked by tokens/s, the rest get a lower bound on their step time from their kernels alone
+   (:func:`simulator.strategies.spmd.fast.compute_bound_s`: priced, not simulated) and are timed
+   by the fast path (simulator/strategies/spmd/fast.py) in parallel (local processes, or Dask),
+   smallest bound first; once k layouts are timed, those whose bound is above the k-th best fast
+   time (+3%) are skipped: rows that fit, with ``evaluated_by: bound`` and the bound;
+4. (ranked by tokens/s) the k best (``top_k``, default 20) are re-simulated by the engine, and
+   the ranking is the engine's: engine rows first by its tokens/s, then fast-path rows, then skipped ones. Since the
+   compute bound ≤ the fast path's bound (every transfer alone on its links) ≤ the engine's step,
+   any layout that could still beat the k-th engine time is timed by the fast path and, if its
+   bound is below it, by the engine, until none is left: the top k are the same, in the same order,
+   as with the engine everywhere (tests/test_search_fast.py).
+
+   Ranked by time to target, every feasible layout is simulated by the engine.
+
+Rows carry ``step_time_s`` (the engine's where it ran, else the fast path's), ``fast_step_time_s``,
+``fast_path_lower_bound_s``, ``step_time_lower_bound_s`` (compute) and ``evaluated_by``. Bounds
+and times are compared per token (the global batch may be a searched field). Finished points are
+cached on disk (simulator/explore/cache.py).
 
 Constraints (:class:`SearchConstraints`) narrow the space before anything is built.
 Each result row is ``{"parallelism": {...}, **simulate keys}`` (the keys of
@@ -34,8 +52,10 @@ Each result row is ``{"parallelism": {...}, **simulate keys}`` (the keys of
 from __future__ import annotations
 
 import copy
+import functools
 import math
 import os
+import sys
 from collections import Counter
 from collections.abc import Callable
 from typing import Any
@@ -47,6 +67,9 @@ from simulator.errors import ConfigError, from_pydantic
 from simulator.explore.sweep import empty_result, parallel_map, run_point
 
 _SCHEDULES = ("gpipe", "1f1b", "interleaved")
+# The fast path is a lower bound on the engine, within 3% of it (tests/test_fast_path.py): layouts
+# whose compute bound is above the k-th best fast time by more than this are not priced.
+BOUND_MARGIN = 0.03
 _RECOMPUTE = ("none", "selective", "full")
 
 
@@ -219,12 +242,16 @@ def _rate(row: dict[str, Any]) -> float | None:
 
 
 def _rank_key(item: tuple[int, dict[str, Any]], metric: str = "tokens_per_s") -> tuple:
+    """Engine-timed rows first (by ``metric``), then fast-path rows, then layouts skipped by the
+    lower bound (smallest bound first), out of memory, invalid."""
     idx, row = item
     value = _rate(row) if metric == "tokens_per_s" else row.get(metric)
     if row.get("fits") and _rate(row) and value is not None:
-        return (0, RANK_METRICS[metric] * value, idx)
+        return (0 if row.get("evaluated_by", "engine") == "engine" else 1, RANK_METRICS[metric] * value, idx)
+    if row.get("evaluated_by") == "bound":
+        return (2, row.get("step_time_lower_bound_s") or 0.0, idx)
     reason = str(row.get("infeasible_reason") or "")
-    return (1 if not reason.startswith("invalid layout") else 2, 0.0, idx)
+    return (3 if not reason.startswith("invalid layout") else 4, 0.0, idx)
 
 
 def search(
@@ -239,12 +266,18 @@ def search(
     simulate_fn: Callable[[dict[str, Any]], dict[str, Any]] | None = None,
     simulate: bool = True,
     rank_by: str = "tokens_per_s",
+    top_k: int = 20,
+    progress: bool = False,
 ) -> list[dict[str, Any]]:
     """Rows for every candidate layout, best first (see the module docstring): most ``tokens_per_s``,
     or least ``time_to_target_s`` (needs the scenario's ``convergence:`` block).
 
     ``simulate=False`` stops after pruning (feasible rows then have no time). ``simulate_fn`` is a
-    picklable replacement for the core's ``simulate_point`` (tests)."""
+    picklable replacement for the core's ``simulate_point`` (tests): every feasible layout goes
+    through it, no fast path. ``top_k``: layouts re-simulated by the engine. ``progress``: tqdm
+    bars on stderr."""
+    if top_k < 1:
+        raise ConfigError("--top-k", f"must be at least 1, got {top_k}")
     from simulator.explore.sweep import absolutize
     from simulator.memory.analytic import fits as memory_fits
     from simulator.memory.analytic import peak_rank_memory
@@ -284,6 +317,7 @@ def search(
     rows: list[dict[str, Any] | None] = [None] * len(candidates)
     to_simulate: list[int] = []
     raws: list[dict[str, Any]] = []
+    scenarios: list = []
     for i, cand in enumerate(candidates):
         point = copy.deepcopy(raw)
         point["parallelism"] = cand
@@ -310,26 +344,148 @@ def search(
             continue
         to_simulate.append(i)
         raws.append(point)
+        scenarios.append(sc)
 
-    n_workers = workers or os.cpu_count() or 1
-    chunk = max(1, math.ceil(len(raws) / (n_workers * 4)))
-    items = [(r, simulate_fn) for r in raws]
-    for j, ok, result in parallel_map(_search_task, items, workers=workers, dask=dask, chunk_size=chunk):
-        i = to_simulate[j]
-        if not ok:
-            result = {**empty_result(), "status": "error", "error": str(result)}
-        row = dict(result)
-        if row.get("status") == "error":
-            row["fits"] = False
-            row["infeasible_reason"] = f"simulation failed: {row.get('error')}"
-        for key in ("status", "error", "elapsed_s"):
-            row.pop(key, None)
-        row["parallelism"] = row.get("parallelism") or {**candidates[i], "dp": n // (
-            candidates[i]["tp"] * candidates[i]["pp"] * candidates[i]["cp"])}
-        rows[i] = row
+    if simulate_fn is not None or rank_by != "tokens_per_s":
+        # a replacement simulator (tests), or a ranking the fast path's bounds do not order: every
+        # feasible layout through it (or the engine)
+        task, items = (_search_task, [(r, simulate_fn) for r in raws]) if simulate_fn else (_engine_task, raws)
+        _evaluate(rows, to_simulate, raws, candidates, n, task, items, workers, dask, progress, "search")
+    else:
+        _fast_then_engine(rows, to_simulate, raws, scenarios, candidates, n, top_k, workers, dask, progress)
     ranked = sorted(enumerate(r for r in rows if r is not None), key=lambda item: _rank_key(item, rank_by))
     return [{"parallelism": row["parallelism"], **{k: v for k, v in row.items() if k != "parallelism"}}
             for _, row in ranked]
+
+
+def _fast_task(raw: dict[str, Any]) -> dict[str, Any]:
+    from simulator.explore.cache import cached_point
+
+    return run_point(raw, functools.partial(cached_point, engine="fast"))
+
+
+def _engine_task(raw: dict[str, Any]) -> dict[str, Any]:
+    from simulator.explore.cache import cached_point
+
+    return run_point(raw, cached_point)
+
+
+def _evaluate(rows, to_simulate, raws, candidates, n, task, items, workers, dask, progress, desc,
+              which: list[int] | None = None) -> None:
+    """Run ``task`` over ``items`` (positions ``which`` of ``to_simulate``) in parallel; store the rows."""
+    from tqdm import tqdm
+
+    which = list(range(len(items))) if which is None else which
+    if not which:
+        return
+    n_workers = workers or os.cpu_count() or 1
+    chunk = max(1, math.ceil(len(which) / (n_workers * 4)))
+    bar = tqdm(total=len(which), unit="layout", desc=desc, file=sys.stderr, disable=not progress,
+               dynamic_ncols=True, leave=False)
+    try:
+        for j, ok, result in parallel_map(task, [items[w] for w in which], workers=workers, dask=dask,
+                                          chunk_size=chunk):
+            pos = which[j]
+            i = to_simulate[pos]
+            if not ok:
+                result = {**empty_result(), "status": "error", "error": str(result)}
+            row = dict(result)
+            if row.get("status") == "error":
+                row["fits"] = False
+                row["infeasible_reason"] = f"simulation failed: {row.get('error')}"
+            for key in ("status", "error", "elapsed_s"):
+                row.pop(key, None)
+            row["parallelism"] = row.get("parallelism") or {**candidates[i], "dp": n // (
+                candidates[i]["tp"] * candidates[i]["pp"] * candidates[i]["cp"])}
+            previous = rows[i] if isinstance(rows[i], dict) else {}
+            for key in ("fast_step_time_s", "fast_path_lower_bound_s"):
+                if key in previous:
+                    row[key] = previous[key]
+            if row.get("engine") == "fast":
+                row["fast_step_time_s"] = row.get("step_time_s")
+            row["evaluated_by"] = "fast" if row.get("engine") == "fast" else "engine"
+            rows[i] = row
+            bar.update(1)
+    finally:
+        bar.close()
+
+
+def _fast_then_engine(rows, to_simulate, raws, scenarios, candidates, n, top_k, workers, dask, progress) -> None:
+    """The fast path for the candidates, best lower bound first, then the engine for the best
+    ``top_k`` (module docstring, step 3). Exact for the engine's top k (given compute bound ≤ the
+    fast path's bound with every transfer alone ≤ engine; its decisions use that bound, not the
+    fast path's contention-corrected estimate):
+    after the engine runs, every layout whose bound is below the k-th engine time is evaluated
+    by the fast path, and every one whose fast time is below it by the engine, until none is left."""
+    from simulator.strategies.spmd.fast import compute_bound_s
+
+    # per token: the global batch may be a searched field, and the ranking is by tokens/s
+    tokens = [sc.parallelism.global_batch_size * (sc.seq_length or 1) for sc in scenarios]
+    bound_step = [compute_bound_s(sc) for sc in scenarios]
+    bounds = [b / t for b, t in zip(bound_step, tokens, strict=True)]
+    order = sorted(range(len(raws)), key=lambda pos: bounds[pos])
+    fast_items = raws
+    fast_done: set[int] = set()
+
+    def fast_time(pos: int) -> float:
+        """The fast path's lower bound (every transfer alone): never above the engine's step."""
+        row = rows[to_simulate[pos]]
+        value = row.get("fast_path_lower_bound_s") if row and row.get("fits") else None
+        return value / tokens[pos] if value else math.inf
+
+    def kth(values: list[float]) -> float:
+        finite = sorted(v for v in values if math.isfinite(v))
+        return finite[top_k - 1] if len(finite) >= top_k else math.inf
+
+    n_workers = workers or os.cpu_count() or 1
+    wave = max(2 * top_k, 8 * n_workers)
+    threshold, cursor = math.inf, 0
+    while cursor < len(order) and bounds[order[cursor]] <= threshold:
+        batch = []
+        while cursor < len(order) and len(batch) < wave and bounds[order[cursor]] <= threshold:
+            batch.append(order[cursor])
+            cursor += 1
+        _evaluate(rows, to_simulate, raws, candidates, n, _fast_task, fast_items, workers, dask, progress,
+                  "fast path", batch)
+        fast_done.update(batch)
+        threshold = kth([fast_time(pos) for pos in fast_done]) * (1 + BOUND_MARGIN)
+    engine_done: set[int] = set()
+    best = sorted(fast_done, key=fast_time)[:top_k]
+    while True:
+        best = [pos for pos in best if pos not in engine_done and math.isfinite(fast_time(pos))]
+        _evaluate(rows, to_simulate, raws, candidates, n, _engine_task, raws, workers, dask, progress,
+                  f"engine (top {top_k})", best)
+        engine_done.update(best)
+        engine_times = [(rows[to_simulate[pos]].get("step_time_s") or math.inf) / tokens[pos] for pos in engine_done]
+        limit = kth(engine_times)
+        more_fast = [pos for pos in order if pos not in fast_done and bounds[pos] <= limit]
+        _evaluate(rows, to_simulate, raws, candidates, n, _fast_task, fast_items, workers, dask, progress,
+                  "fast path", more_fast)
+        fast_done.update(more_fast)
+        best = [pos for pos in fast_done if pos not in engine_done and fast_time(pos) <= limit]
+        if not best:
+            break
+    for pos in order:
+        if pos in fast_done:
+            continue
+        i = to_simulate[pos]
+        rows[i] = {**rows_template(scenarios[pos]), "evaluated_by": "bound", "step_time_lower_bound_s": bound_step[pos],
+                   "infeasible_reason": f"skipped: its compute lower bound ({bound_step[pos]:.3g} s per step) cannot "
+                   f"reach the top {top_k}"}
+    for pos in fast_done:
+        rows[to_simulate[pos]]["step_time_lower_bound_s"] = bound_step[pos]
+
+
+def rows_template(sc) -> dict[str, Any]:
+    """A row for a layout that fits but was not timed."""
+    from simulator.memory.analytic import peak_rank_memory
+
+    stage, peak, per_stage = peak_rank_memory(sc)
+    row = empty_result()
+    row.update(parallelism=sc.parallelism.model_dump(), num_gpus=sc.num_gpus, fits=True,
+               peak_memory_gib=peak.total_gib, peak_memory_stage=stage, memory_gib=peak.gib(),
+               memory_per_stage_gib=[b.total_gib for b in per_stage], hbm_gib=sc.accelerator.hbm_gib)
+    return row
 
 
 def summarize(rows: list[dict[str, Any]]) -> dict[str, Any]:
@@ -339,8 +495,10 @@ def summarize(rows: list[dict[str, Any]]) -> dict[str, Any]:
     failed = [r for r in rows if str(r.get("infeasible_reason") or "").startswith("simulation failed")]
     oom = [r for r in rows if not r.get("fits") and r not in invalid and r not in failed]
     reasons = Counter(str(r["infeasible_reason"]).split(" (")[0].split(":")[-1].strip()[:70] for r in invalid)
+    by = Counter(r.get("evaluated_by") for r in rows if r.get("fits"))
     return {"layouts": len(rows), "simulated": simulated, "out_of_memory": len(oom), "invalid": len(invalid),
-            "failed": len(failed), "invalid_reasons": reasons.most_common(3)}
+            "failed": len(failed), "invalid_reasons": reasons.most_common(3),
+            "by_engine": by.get("engine", 0), "by_fast_path": by.get("fast", 0), "skipped_by_bound": by.get("bound", 0)}
 
 
 def _fmt(value: Any, spec: str) -> str:
@@ -350,11 +508,13 @@ def _fmt(value: Any, spec: str) -> str:
 
 
 def render_table(rows: list[dict[str, Any]], top: int = 10) -> str:
-    """Best-first table of the feasible layouts, then a summary of what was pruned. The last six
+    """Best-first table of the feasible layouts, then a summary of what was pruned. ``step s`` is the
+    engine's step time for the layouts it re-simulated (the rest: the fast path's), ``fast s`` the
+    fast path's. The last six
     columns are the step's time breakdown in seconds (``time_breakdown_s``): compute, tensor-,
     expert- (all-to-all), data- and pipeline-parallel communication, and the pipeline bubble."""
     head = (f"{'#':>3} {'tp':>3} {'pp':>3} {'dp':>5} {'cp':>3} {'ep':>3} {'vp':>3} {'sched':<11} {'zero':>4} {'recomp':<9} "
-            f"{'sp':<3} {'mbs':>3} {'samples/s':>10} {'tokens/s':>12} {'MFU':>6} {'step s':>8} {'mem GiB':>8} "
+            f"{'sp':<3} {'mbs':>3} {'samples/s':>10} {'tokens/s':>12} {'MFU':>6} {'step s':>8} {'fast s':>8} {'mem GiB':>8} "
             f"{'compute':>8} {'tp':>7} {'ep':>7} {'dp':>7} {'pp':>7} {'bubble':>7}")
     with_target = any(r.get("time_to_target_s") for r in rows)
     if with_target:  # the convergence block's steps to target x step time, and the batch it depends on
@@ -373,6 +533,7 @@ def render_table(rows: list[dict[str, Any]], top: int = 10) -> str:
             f"{p['micro_batch_size']:>3} {_fmt(row.get('samples_per_s'), ',.1f'):>10} "
             f"{_fmt(row.get('tokens_per_s'), ',.0f'):>12} "
             f"{_fmt(row.get('mfu') and 100 * row['mfu'], '.1f'):>5}% {_fmt(row.get('step_time_s'), '.3f'):>8} "
+            f"{_fmt(row.get('fast_step_time_s'), '.3f'):>8} "
             f"{_fmt(row.get('peak_memory_gib'), '.1f'):>8} "
             + " ".join(f"{_fmt(b.get(k), '.3f'):>{w}}" for k, w in
                        (("compute", 8), ("tp_comm", 7), ("ep_comm", 7), ("dp_comm", 7), ("pp_comm", 7), ("pipeline_bubble", 7)))
@@ -383,7 +544,11 @@ def render_table(rows: list[dict[str, Any]], top: int = 10) -> str:
         lines.append("  (no layout fits)")
     lines.append("")
     lines.append(f"{s['layouts']} layouts: {s['simulated']} simulated, {s['out_of_memory']} out of memory, "
-                 f"{s['invalid']} invalid" + (f", {s['failed']} failed" if s["failed"] else ""))
+                 f"{s['invalid']} invalid" + (f", {s['failed']} failed" if s["failed"] else "")
+                 + (f", {s['skipped_by_bound']} skipped by the compute lower bound" if s["skipped_by_bound"] else ""))
+    if s["by_fast_path"] or s["skipped_by_bound"]:
+        lines.append(f"  timed by the engine: {s['by_engine']} (ranked by it, first); by the fast path only: "
+                     f"{s['by_fast_path']}")
     for reason, count in s["invalid_reasons"]:
         lines.append(f"  invalid ({count}): {reason}")
     return "\n".join(lines)

@@ -280,10 +280,11 @@ def load_sweep(source: str | Path | dict[str, Any]) -> Sweep:
 
 
 def default_simulate(raw: dict[str, Any]) -> dict[str, Any]:
-    """The core's ``simulate_point`` (imported late: workers import it on first use)."""
-    from simulator.simulate import simulate_point
+    """The core's ``simulate_point`` through the on-disk cache of finished points
+    (simulator/explore/cache.py; imported late: workers import it on first use)."""
+    from simulator.explore.cache import cached_point
 
-    return simulate_point(raw)
+    return cached_point(raw)
 
 
 def with_economics(raw: dict[str, Any], result: dict[str, Any]) -> dict[str, Any]:

@@ -161,7 +161,8 @@ def render_table(result: SimulationResult) -> str:
     """A readable summary for the terminal."""
     par = result.parallelism
     lines = [
-        f"clustersim: {result.scenario_name} on {result.num_gpus} GPUs ({result.mode} mode)",
+        f"clustersim: {result.scenario_name} on {result.num_gpus} GPUs ({result.mode} mode, "
+        f"{'fast path' if result.extra.get('engine') == 'fast' else 'engine'})",
         f"  layout         tp={par['tp']} pp={par['pp']} dp={par['dp']} cp={par['cp']} "
         f"vp={par['virtual_stages']} {par['schedule']} zero={par['zero_stage']} recompute={par['recompute']} "
         f"sp={par['sequence_parallel']} mbs={par['micro_batch_size']} gbs={par['global_batch_size']}",
@@ -191,6 +192,8 @@ def render_table(result: SimulationResult) -> str:
         lines.append(f"  time to target {_fmt(extra.get('time_to_target_s'), ',.0f', ' s')} = "
                      f"{extra['steps_to_target']:,.0f} steps x step time")
         lines.append(f"                 source: {extra['convergence_source']}")
+    if result.extra.get("fast_path_approximation"):
+        lines.append(f"  fast path      approximate: {result.extra['fast_path_approximation']}")
     lines += ["", "  time breakdown of the step (critical rank)"]
     total = sum(result.time_breakdown_s.values()) or 1.0
     for key in BREAKDOWN_KEYS:

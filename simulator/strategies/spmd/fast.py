@@ -1,0 +1,366 @@
+"""The fast evaluation path of the ``spmd`` kind: the step time without the discrete-event engine.
+
+The planner (:mod:`.plan`) prices every pass, collective and send and returns per-(actor, stream)
+task lists; the engine (simulator/engine/) runs them. Where no two transfers share a port at the
+same time and no kernel/communication interference is configured, the engine's schedule is the
+earliest-start schedule of that task DAG: a task starts when its stream's previous task and its
+dependencies have finished (a rendezvous when all its members are ready) and takes its fixed
+duration, or, for a transfer, its latency plus its bytes at its own bottleneck port
+(``max over ports of bytes / capacity``: the rate the flow network gives a flow alone). So the
+step is the longest path through the DAG, computed here in one topological pass over the same
+tasks -- the planner's pricing, unchanged, is what both paths read.
+
+Two things the engine does that this pass does not:
+
+- *contention*: transfers that overlap in time on a port share its bandwidth (max-min fair,
+  simulator/engine/network.py). The pass detects it (two transfers' byte phases overlap on a
+  port) and reports ``contended``. Its time with each transfer alone on its ports is a lower
+  bound on the engine's (start times only grow with durations in a DAG of fixed stream orders):
+  ``lower_bound_s``, what the search prunes with. Its ``step_time_s`` then adds to each transfer
+  the other transfers' bytes that overlapped it on its busiest port and re-times the DAG (a few
+  rounds, :func:`_contention_delays`): an approximation, within 3% of the engine in
+  tests/test_fast_path.py and benchmarks/bench_fast_path.py;
+- *interference* (``overlap_compute_slowdown`` / ``overlap_comm_slowdown`` > 0): ignored and
+  reported (``interference``).
+
+Folding the steady state: a pipeline of p stages running m micro-batches is a max-plus linear
+system; its step time is eventually affine in m (periodic with a period that divides p for
+these schedules). The planner is asked for the step at m_a, m_a + q and m_a + 2q micro-batches
+(q = p for the interleaved schedule, 1 otherwise; m_a ≡ m mod q, m_a > p, past the fill); when
+the two differences agree, the step at m is extrapolated, else the full m is evaluated (always
+for ZB-H1, whose list schedule is not periodic). The critical rank's time breakdown is
+extrapolated the same way (``breakdown_exact`` says whether each part was affine too). Cost then grows with p², not p·m.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import functools
+import gc
+import math
+from collections import defaultdict
+from dataclasses import dataclass
+
+from simulator.engine.engine import Task
+from simulator.scenario import Scenario
+
+# Relative tolerance of the affine check of the folded evaluation (float round-off of sums of
+# thousands of durations is ~1e-13 relative; a real change of period is far larger).
+_AFFINE_RTOL = 1e-9
+# Overlap of two transfers on a port shorter than this fraction of the step is round-off.
+_OVERLAP_RTOL = 1e-12
+
+
+@dataclass(frozen=True)
+class FastEstimate:
+    """The fast path's step time and how far to trust it.
+
+    ``exact``: no transfers contended and no interference is configured, so the engine gives the
+    same step time (to float round-off). ``micro_batches_evaluated``: the micro-batch counts the
+    DAG was evaluated at (one entry: not folded)."""
+
+    step_time_s: float
+    contended: bool
+    interference: bool
+    micro_batches_evaluated: tuple[int, ...]
+    lower_bound_s: float = 0.0  # every transfer alone on its ports: never above the engine's step
+    plan: object | None = None  # the evaluated plan (tasks timed) when not folded
+    breakdown: dict[str, float] | None = None  # the critical rank's time breakdown, extrapolated when folded
+    breakdown_exact: bool = True  # False: folded, and how gaps are charged shifted between the points
+
+    @property
+    def exact(self) -> bool:
+        return not (self.contended or self.interference)
+
+    @property
+    def approximation(self) -> str | None:
+        """Why the engine may differ, or None."""
+        parts = []
+        if self.contended:
+            parts.append("transfers share a link (fast path: a contention correction, not the flow network)")
+        if self.interference:
+            parts.append("kernel/communication interference ignored")
+        return "; ".join(parts) or None
+
+
+@dataclass(frozen=True)
+class DagTimes:
+    """End of the last task with contention corrected (``end_s``) and with every transfer alone on
+    its ports (``alone_end_s``, a lower bound on the engine's), and whether transfers overlapped."""
+
+    end_s: float
+    alone_end_s: float
+    contended: bool
+    interference: bool
+
+
+# Rounds of the contention correction (each re-times the DAG with the delays the last found).
+CONTENTION_ROUNDS = 3
+
+
+def longest_path(streams: dict[tuple[str, str], list[Task]], capacity) -> DagTimes:
+    """Earliest-start schedule of the task lists (the engine's semantics without link sharing),
+    then, where transfers overlapped on a port, re-timed with a contention correction (below);
+    writes ``start_s``/``end_s`` on the tasks, as the engine does. The cyclic garbage collector
+    is paused meanwhile: the pass allocates lists per task and frees none."""
+    enabled = gc.isenabled()
+    gc.disable()
+    try:
+        dag = _Dag(streams, functools.lru_cache(maxsize=None)(capacity))
+        alone, busy, interference = dag.run({})
+        contended = _any_overlap(busy, alone)
+        end = alone
+        if contended:
+            for _ in range(CONTENTION_ROUNDS):
+                end, busy, _ = dag.run(_contention_delays(busy))
+        return DagTimes(end, alone, contended, interference)
+    finally:
+        if enabled:
+            gc.enable()
+
+
+class _Dag:
+    """The task graph, built once and timed as often as the contention correction asks."""
+
+    def __init__(self, streams, capacity):
+        self.capacity = capacity
+        flat: list[Task] = []
+        index: dict[int, int] = {}
+        for tasks in streams.values():
+            for task in tasks:
+                index[id(task)] = len(flat)
+                flat.append(task)
+        n = len(flat)
+        successors: list[list[int]] = [[] for _ in range(n)]
+        missing = [0] * n
+        for tasks in streams.values():
+            prev = -1
+            for task in tasks:
+                i = index[id(task)]
+                count = 0
+                if prev >= 0:
+                    successors[prev].append(i)
+                    count += 1
+                for dep in task.deps:
+                    successors[index[id(dep)]].append(i)
+                    count += 1
+                missing[i] = count
+                prev = i
+        self.flat, self.successors, self.missing = flat, successors, missing
+
+    def _port_seconds(self, demands: dict[str, float]) -> dict[str, float]:
+        capacity = self.capacity
+        return {p: b / capacity(p) for p, b in demands.items() if b > 0}
+
+    def run(self, delays: dict[int, float]):
+        """Time every task; a transfer ``i`` takes ``delays.get(i, 0)`` more. Returns the end of the
+        last task, each port's byte phases ``(start, end of its bytes alone, task, seconds on the
+        port)``, and whether any task asks for interference."""
+        flat, successors = self.flat, self.successors
+        n = len(flat)
+        missing = list(self.missing)
+        ready = [0.0] * n
+        end = [0.0] * n
+        stack = [i for i in range(n) if missing[i] == 0]
+        meetings: dict[str, list[int]] = {}
+        busy: dict[str, list[tuple[float, float, int, float]]] = defaultdict(list)
+        interference = False
+        done = 0
+
+        def finish(i: int, t_end: float) -> None:
+            end[i] = t_end
+            for s in successors[i]:
+                if ready[s] < t_end:
+                    ready[s] = t_end
+                missing[s] -= 1
+                if missing[s] == 0:
+                    stack.append(s)
+
+        while stack:
+            i = stack.pop()
+            task = flat[i]
+            done += 1
+            if task.slowdown_while_contended > 0 or task.comm_slowdown_while_computing > 0:
+                interference = True
+            if task.rendezvous is not None and task.rendezvous_size > 1:
+                members = meetings.setdefault(task.rendezvous, [])
+                members.append(i)
+                if len(members) < task.rendezvous_size:
+                    continue
+                del meetings[task.rendezvous]
+                start = max(ready[j] for j in members)
+                demands: dict[str, float] = defaultdict(float)
+                for j in members:
+                    for port, b in (flat[j].demands or {}).items():
+                        demands[port] += b
+                latency = max(flat[j].latency_s for j in members)
+                on_port = self._port_seconds(demands)
+                byte_s = max(on_port.values(), default=0.0)
+                for port, seconds in on_port.items():
+                    busy[port].append((start + latency, start + latency + byte_s, members[0], seconds))
+                t_end = start + latency + byte_s + delays.get(members[0], 0.0)
+                for j in members:
+                    flat[j].start_s = start
+                    flat[j].end_s = t_end
+                    flat[j].ready_s = ready[j]
+                    finish(j, t_end)
+                continue
+            start = ready[i]
+            task.ready_s = task.start_s = start
+            if task.demands is not None:
+                on_port = self._port_seconds(task.demands)
+                byte_s = max(on_port.values(), default=0.0)
+                for port, seconds in on_port.items():
+                    busy[port].append((start + task.latency_s, start + task.latency_s + byte_s, i, seconds))
+                t_end = start + task.latency_s + byte_s + delays.get(i, 0.0)
+            else:
+                t_end = start + task.duration_s
+            task.end_s = t_end
+            finish(i, t_end)
+        if done < n or meetings:
+            first = next(flat[i] for i in range(n) if missing[i] > 0) if done < n else None
+            name = f"{first.actor}/{first.name}" if first is not None else next(iter(meetings))
+            raise RuntimeError(f"deadlock: {n - done} tasks never ran, first {name}")
+        return max(end, default=0.0), busy, interference
+
+
+def _contention_delays(busy) -> dict[int, float]:
+    """Extra seconds per transfer from sharing its ports: a port is work-conserving and fair, so
+    while another transfer's bytes overlap this one's on a port, that port also carries the
+    other's bytes -- the overlap times the share of its own window the other needs there. A
+    transfer is delayed by the most any one of its ports adds. (Two equal transfers started
+    together: each alone 10 ms, each +10 ms, both end at 20 ms as in the engine; one started 5 ms
+    into the other: +5 ms each, ends at 15 and 20 ms, as in the engine.) Windows are the
+    transfers' byte phases *alone* at their current starts, so a round does not feed on itself."""
+    delays: dict[int, float] = {}
+    for intervals in busy.values():
+        if len(intervals) < 2:
+            continue
+        intervals.sort()
+        active: list[tuple[float, float, int, float]] = []
+        added: dict[int, float] = defaultdict(float)
+        for s, e, i, seconds in intervals:
+            active = [a for a in active if a[1] > s]
+            for a_s, a_e, j, a_seconds in active:
+                overlap = min(a_e, e) - s
+                if overlap <= 0:
+                    continue
+                added[i] += overlap * a_seconds / max(a_e - a_s, 1e-30)
+                added[j] += overlap * seconds / max(e - s, 1e-30)
+            active.append((s, e, i, seconds))
+        for i, extra in added.items():
+            if extra > delays.get(i, 0.0):
+                delays[i] = extra
+    return delays
+
+
+def _any_overlap(busy, step_s: float) -> bool:
+    """Whether two byte phases overlap on one port (by more than round-off)."""
+    slack = _OVERLAP_RTOL * max(step_s, 1e-30)
+    for intervals in busy.values():
+        if len(intervals) < 2:
+            continue
+        intervals.sort()
+        reach = intervals[0][1]
+        for s, e, *_ in intervals[1:]:
+            if s < reach - slack and e > s:
+                return True
+            reach = max(reach, e)
+    return False
+
+
+def _with_micro_batches(scenario: Scenario, micro_batches: int) -> Scenario:
+    par = scenario.parallelism
+    batch = micro_batches * par.dp_degree * par.micro_batch_size
+    return dataclasses.replace(scenario, parallelism=par.model_copy(update={"global_batch_size": batch}))
+
+
+def _dag_times(scenario: Scenario, mode: str | None = None, detail: bool = False):
+    from simulator.strategies.registry import get_kind
+
+    plan = get_kind("spmd").compile(scenario, mode=mode, detail=detail)
+    return longest_path(plan.streams, plan.topology.port_capacity), plan
+
+
+def fold_points(micro_batches: int, pp: int, interleaved: bool) -> tuple[int, int, int] | None:
+    """The three micro-batch counts the folded evaluation uses for ``micro_batches`` on ``pp``
+    stages, or None when folding would not save work: m_a, m_a + q, m_a + 2q with q = p for the
+    interleaved schedule (it needs m divisible by p) and 1 otherwise, m_a ≡ m (mod q), m_a > p
+    (past the pipeline's fill)."""
+    period = max(1, pp) if interleaved else 1
+    first = pp + 1 if period == 1 else period + (micro_batches - period) % period
+    points = (first, first + period, first + 2 * period)
+    if sum(points) >= 0.8 * micro_batches:
+        return None
+    return points
+
+
+def fast_step(scenario: Scenario, fold: bool = True, mode: str | None = None, detail: bool = False) -> FastEstimate:
+    """The step time of ``scenario`` by the longest path over the planner's task DAG (module
+    docstring); ``mode``/``detail`` as for the planner (``detail`` never folds: a trace needs every
+    task; nor do several steps, whose per-step ends are read from the plan). ``step_time_s`` is
+    the makespan of the plan's ``simulation.steps`` steps."""
+    par = scenario.parallelism
+    fold = fold and not detail and scenario.simulation.steps == 1
+    m = par.num_micro_batches
+    interleaved = par.schedule == "interleaved"
+    points = fold_points(m, par.pp, interleaved) if fold and par.schedule != "zb-h1" else None
+    if points is not None:
+        from simulator.simulate import critical_actor, time_breakdown
+
+        evaluated = [_dag_times(_with_micro_batches(scenario, k), mode) for k in points]
+        times = [t for t, _ in evaluated]
+        series = {"step": [t.end_s for t in times], "alone": [t.alone_end_s for t in times]}
+        scale = _AFFINE_RTOL * series["step"][2]
+
+        def affine(a: float, b: float, c: float) -> bool:
+            return math.isclose(b - a, c - b, rel_tol=_AFFINE_RTOL, abs_tol=scale)
+
+        if all(affine(*values) for values in series.values()):
+            periods = (m - points[2]) // (points[1] - points[0])
+            # The breakdown's parts add up to the step at every point, but how a gap is charged
+            # (bubble or the collective it waited for) may shift between them: extrapolated from
+            # the last two points, it still adds up to the step; ``breakdown_exact`` says if affine.
+            parts = [time_breakdown(plan, critical_actor(plan), t.end_s) for t, plan in evaluated]
+            parts_exact = len({critical_actor(plan) for _, plan in evaluated}) == 1
+            breakdown = {}
+            for key in parts[0]:
+                a, b, c = (p[key] for p in parts)
+                parts_exact = parts_exact and affine(a, b, c)
+                breakdown[key] = c + periods * (c - b)
+            step, alone = (c + periods * (c - b) for _, b, c in (series["step"], series["alone"]))
+            return FastEstimate(step, any(t.contended for t in times), any(t.interference for t in times),
+                                points, lower_bound_s=alone, breakdown=breakdown, breakdown_exact=parts_exact)
+    full, plan = _dag_times(scenario, mode, detail)
+    from simulator.simulate import critical_actor, time_breakdown
+
+    breakdown = time_breakdown(plan, critical_actor(plan), full.end_s)
+    return FastEstimate(full.end_s, full.contended, full.interference, (m,), full.alone_end_s, plan, breakdown)
+
+
+def compute_bound_s(scenario: Scenario, planner=None) -> float:
+    """A lower bound on the step time from the kernels alone (no communication, no host floor,
+    no optimizer), priced by the planner: stage s is busy m·Σ_chunks (F + R + B [+ W]) and cannot
+    start before the first micro-batch's forward has passed the stages before it, nor finish before
+    the last micro-batch's recompute and backward have passed them again (1F1B, GPipe and interleaved
+    all end a stage on its first chunk's backward; for ZB-H1 only the fill is counted). Every
+    term is a kernel time the engine also spends in that order, so bound ≤ fast path ≤ engine."""
+    from simulator.strategies.spmd.plan import Planner
+
+    planner = planner or Planner(scenario)
+    par = scenario.parallelism
+    pp, v, m = par.pp, par.virtual_stages, par.num_micro_batches
+    phases = ("F", "R", "B", "W") if par.schedule == "zb-h1" else ("F", "R", "B")
+
+    def kernels_s(phase: str, chunk: int) -> float:
+        ops = planner._chunk_ops(phase, chunk)
+        return planner._compute_time(tuple(op for op in ops if op.kind != "collective")) if ops else 0.0
+
+    per_chunk = {g: {ph: kernels_s(ph, g) for ph in phases} for g in range(pp * v)}
+    best, fill, drain = 0.0, 0.0, 0.0
+    for stage in range(pp):
+        busy = m * sum(sum(per_chunk[c * pp + stage].values()) for c in range(v))
+        best = max(best, fill + busy + (0.0 if par.schedule == "zb-h1" else drain))
+        fill += per_chunk[stage]["F"]
+        drain += per_chunk[stage]["R"] + per_chunk[stage]["B"]
+    return best
