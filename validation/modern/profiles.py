@@ -31,7 +31,7 @@ from validation.modern.case import CaseOutcome, ModernCase, outcome
 PROFILES = Path(__file__).resolve().parents[1] / "profiles"
 MIN_FIT_CASES = 3
 SCALE_BOUNDS = (0.15, 1.6)
-BISECTION_STEPS = 10
+BISECTION_STEPS = 8
 
 
 def profile_path(case_set: str) -> Path:
