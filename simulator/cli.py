@@ -19,6 +19,15 @@ from simulator.errors import ConfigError
 EXIT_BAD_INPUT = 2
 
 
+def _version() -> str:
+    from importlib.metadata import PackageNotFoundError, version
+
+    try:
+        return version("clustersim")
+    except PackageNotFoundError:
+        return "0+unknown"
+
+
 def build_parser() -> argparse.ArgumentParser:
     from simulator.strategies.registry import load_kinds
 
@@ -29,6 +38,7 @@ def build_parser() -> argparse.ArgumentParser:
         epilog=f"strategy kinds (a scenario's strategy: {{kind: ...}}):\n{kinds}",
         formatter_class=argparse.RawDescriptionHelpFormatter,
     )
+    parser.add_argument("--version", action="version", version=f"clustersim {_version()}")
     subparsers = parser.add_subparsers(dest="command", metavar="COMMAND")
     for info in sorted(pkgutil.iter_modules(commands.__path__), key=lambda m: m.name):
         module = importlib.import_module(f"{commands.__name__}.{info.name}")

@@ -8,10 +8,6 @@ from pathlib import Path
 from simulator.cli_options import add_overrides
 from simulator.cost.provenance import assumed_components, efficiency_provenance
 from simulator.errors import ConfigError
-from simulator.report.result import render_table
-from simulator.report.trace import write_chrome_trace
-from simulator.scenario import load_scenario
-from simulator.simulate import simulate
 
 
 def register(subparsers) -> None:
@@ -32,6 +28,11 @@ def register(subparsers) -> None:
 
 
 def run(args) -> int:
+    from simulator.report.result import render_table
+    from simulator.report.trace import write_chrome_trace
+    from simulator.scenario import load_scenario
+    from simulator.simulate import simulate
+
     if args.trace and not Path(args.trace).parent.resolve().is_dir():
         raise ConfigError("--trace", f"folder does not exist: {Path(args.trace).parent}")
     overrides = list(args.overrides)

@@ -5,28 +5,30 @@ from __future__ import annotations
 
 import json
 
-import yaml
-
-from hardware_specs.catalog import ACCELERATORS, FABRICS, NODES
 from simulator.errors import ConfigError
-from workloads.catalog import MODELS
-from workloads.counting import total_params
-from workloads.graph import ShardShape
-from workloads.networks.catalog import NETWORKS
 
-CATALOGS = {"accelerator": ACCELERATORS, "node": NODES, "fabric": FABRICS, "model": MODELS, "network": NETWORKS}
+KINDS = ("accelerator", "fabric", "model", "network", "node")
+
+
+def _catalogs() -> dict:
+    """The catalogs by kind (imported when a sub-command runs: ``--help`` stays fast)."""
+    from hardware_specs.catalog import ACCELERATORS, FABRICS, NODES
+    from workloads.catalog import MODELS
+    from workloads.networks.catalog import NETWORKS
+
+    return {"accelerator": ACCELERATORS, "node": NODES, "fabric": FABRICS, "model": MODELS, "network": NETWORKS}
 
 
 def register(subparsers) -> None:
     p = subparsers.add_parser("specs", help="list or show catalog entries (hardware and models)")
     sub = p.add_subparsers(dest="specs_command", metavar="ACTION")
     lst = sub.add_parser("list", help="list catalog entries")
-    lst.add_argument("--kind", choices=sorted(CATALOGS), help="only this kind")
+    lst.add_argument("--kind", choices=KINDS, help="only this kind")
     lst.add_argument("--json", action="store_true")
     lst.set_defaults(handler=run_list)
     show = sub.add_parser("show", help="show one entry as YAML")
     show.add_argument("name")
-    show.add_argument("--kind", choices=sorted(CATALOGS), help="when a name exists in several catalogs")
+    show.add_argument("--kind", choices=KINDS, help="when a name exists in several catalogs")
     show.add_argument("--json", action="store_true")
     show.set_defaults(handler=run_show)
     p.set_defaults(handler=lambda args: (p.print_help(), 0)[1])
@@ -43,6 +45,9 @@ def _summary(kind: str, spec) -> str:
         shape = (f"units of {spec.rail_group_nodes} nodes" if spec.topology == "rail-optimized"
                  else f"{spec.levels} tiers")
         return f"{spec.topology}, {shape}, oversubscription {spec.oversubscription:g}"
+    from workloads.counting import total_params
+    from workloads.graph import ShardShape
+
     if kind == "network":
         graph = spec.root.layer_graph(ShardShape(micro_batch=1, seq_length=1))
         return f"{spec.root.family}, {graph.total_params() / 1e6:.1f} M params, {graph.forward_flops() / 2e9:.2f} GMAC/sample"
@@ -50,6 +55,7 @@ def _summary(kind: str, spec) -> str:
 
 
 def run_list(args) -> int:
+    CATALOGS = _catalogs()  # noqa: N806
     kinds = [args.kind] if args.kind else list(CATALOGS)
     rows = [{"kind": k, "name": n, "summary": _summary(k, CATALOGS[k].get(n))} for k in kinds for n in CATALOGS[k].names()]
     if args.json:
@@ -64,6 +70,9 @@ def run_list(args) -> int:
 
 
 def run_show(args) -> int:
+    import yaml
+
+    CATALOGS = _catalogs()  # noqa: N806
     kinds = [args.kind] if args.kind else list(CATALOGS)
     found = [(k, CATALOGS[k].get(args.name)) for k in kinds if args.name in CATALOGS[k].names()]
     if not found:

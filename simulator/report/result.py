@@ -147,6 +147,34 @@ class SimulationResult:
         out.update(self.extra)
         return out
 
+    def to_flat_dict(self) -> dict[str, Any]:
+        """``to_dict()`` with nested mappings as ``outer.inner`` keys (``parallelism`` as ``layout.*``):
+        every value a scalar or a list, every name with its unit."""
+        flat: dict[str, Any] = {}
+        for key, value in self.to_dict().items():
+            if isinstance(value, dict):
+                prefix = "layout" if key == "parallelism" else key
+                flat.update({f"{prefix}.{inner}": v for inner, v in value.items()})
+            else:
+                flat[key] = value
+        return flat
+
+    def to_frame(self):
+        """One row of a pandas DataFrame with flat columns (see :meth:`to_flat_dict`)."""
+        import pandas as pd
+
+        return pd.DataFrame([self.to_flat_dict()])
+
+    def _repr_html_(self) -> str:
+        """The summary table as HTML, so that a notebook shows a result readably."""
+        from html import escape
+
+        return f"<pre>{escape(render_table(self))}</pre>"
+
+    def __repr__(self) -> str:
+        return (f"SimulationResult({self.scenario_name!r}, {self.num_gpus} GPUs, step_time_s="
+                f"{_fmt(self.step_time_s, '.4g')}, mfu={_fmt(self.mfu, '.3f')}, fits={self.fits})")
+
     def timeline_dicts(self) -> list[dict[str, Any]]:
         return [asdict(e) for e in self.timeline]
 
