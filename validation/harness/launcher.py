@@ -105,6 +105,7 @@ def _worker(rank: int, fn: Callable, args: tuple, world_size: int, choice: Devic
                       WORLD_SIZE=str(world_size), LOCAL_RANK=str(rank))
     torch.set_num_threads(threads)
     out = Path(result_dir) / f"rank{rank}.pkl"
+    phase = "rendezvous_error"  # until the process group is up: the job's setup, not its work
     try:
         device = choice.device_for(rank)
         if choice.device_type == "cuda":
@@ -112,11 +113,12 @@ def _worker(rank: int, fn: Callable, args: tuple, world_size: int, choice: Devic
         kwargs = {"device_id": device} if choice.backend == "nccl" else {}
         dist.init_process_group(choice.backend, init_method="env://", rank=rank, world_size=world_size,
                                 timeout=datetime.timedelta(seconds=timeout_s), **kwargs)
+        phase = "error"
         ctx = RankContext(rank, world_size, device, choice.backend, choice.device_type, threads)
         value = fn(ctx, *args)
         out.write_bytes(pickle.dumps(("ok", value)))
     except BaseException as exc:  # report the rank's failure to the parent, then re-raise
-        out.write_bytes(pickle.dumps(("error", f"{type(exc).__name__}: {exc}\n{traceback.format_exc()}")))
+        out.write_bytes(pickle.dumps((phase, f"{type(exc).__name__}: {exc}\n{traceback.format_exc()}")))
         raise
     finally:
         if dist.is_initialized():
@@ -149,8 +151,11 @@ def launch(fn: Callable, world_size: int, *args, backend: str | None = None, dev
     A rank killed by a signal is not a Python error. When every rank had already reported its
     result, the kill came in teardown (gloo's C++ threads can abort the process on exit with
     "terminate called without an active exception", seen once in a CI run on 2026-12-03) and the
-    results stand, with a warning. When a rank was killed before reporting and no rank raised, the
-    whole job is started again, at most ``relaunches`` times, and then fails.
+    results stand, with a warning. When a rank was killed before reporting, or failed while the
+    process group was being set up (a rendezvous on a loaded machine where other jobs open and
+    close local ports too: "Gloo connectFullMesh failed ... Connection closed by peer", seen in a
+    test run on 2026-12-05 beside seven other test suites), and no rank raised in ``fn``, the
+    whole job is started again on a new port, at most ``relaunches`` times, and then fails.
     """
     import torch.multiprocessing as mp
 
@@ -166,12 +171,14 @@ def launch(fn: Callable, world_size: int, *args, backend: str | None = None, dev
         except Exception as exc:
             reports = _rank_reports(tmp, world_size)
             errors = [f"rank {rank}: {r[1]}" for rank, r in enumerate(reports) if r is not None and r[0] == "error"]
+            setup = [f"rank {rank}: {r[1]}" for rank, r in enumerate(reports)
+                     if r is not None and r[0] == "rendezvous_error"]
             if not errors and all(r is not None and r[0] == "ok" for r in reports):
                 warnings.warn(f"every rank reported its result, then: {exc} (ignored: a teardown crash)",
                               RuntimeWarning, stacklevel=2)
                 return [r[1] for r in reports]
             if errors or relaunches <= 0:
-                raise LaunchError("\n".join(errors) or str(exc)) from None
+                raise LaunchError("\n".join(errors + setup) or str(exc)) from None
             warnings.warn(f"{exc} before reporting; starting the job again", RuntimeWarning, stacklevel=2)
         else:
             return [r[1] for r in _rank_reports(tmp, world_size)]
