@@ -85,3 +85,75 @@ def test_inconsistent_config_is_config_error(tmp_path):
     path.write_text(json.dumps(config))
     with pytest.raises(ConfigError):
         resolve_model(str(path))
+
+
+# Parameter counts as transformers counts them (a model built from the config on the meta device);
+# Qwen2-7B's is 7,615,616,512 (its q/k/v biases included, untied embeddings).
+PARAMETER_COUNTS = {
+    "llama-3-8b": 8_030_261_248,
+    "mixtral-8x7b": 46_702_792_704,
+    "gpt2": 124_439_808,
+    "gemma-7b": 8_537_680_896,
+    "qwen2-7b": 7_615_616_512,
+    "llama-2-7b": 6_738_415_616,
+}
+
+
+@pytest.mark.parametrize("name", sorted(PARAMETER_COUNTS))
+def test_parameter_counts_of_hf_configs(name):
+    assert total_params(resolve_model(str(HF / f"{name}.json"))) == PARAMETER_COUNTS[name]
+
+
+def _transformers_count(config: dict) -> int:
+    transformers = pytest.importorskip("transformers")
+    torch = pytest.importorskip("torch")
+    cfg = transformers.CONFIG_MAPPING[config["model_type"]](
+        **{k: v for k, v in config.items() if k != "model_type"})
+    with torch.device("meta"):
+        model = transformers.AutoModelForCausalLM.from_config(cfg)
+    return sum(p.numel() for p in model.parameters())
+
+
+@pytest.mark.parametrize("name", sorted(PARAMETER_COUNTS))
+def test_parameter_counts_agree_with_transformers(name):
+    config = json.loads((HF / f"{name}.json").read_text())
+    assert _transformers_count(config) == PARAMETER_COUNTS[name]
+
+
+@pytest.mark.parametrize("name, absent", [("gemma-7b", ("head_dim",)), ("gemma-7b", ("head_dim", "attention_bias")),
+                                          ("qwen2-7b", ("tie_word_embeddings",)), ("llama-3-8b", ("tie_word_embeddings",
+                                                                                                  "attention_bias"))])
+def test_an_absent_key_takes_the_architectures_default(tmp_path, name, absent):
+    config = json.loads((HF / f"{name}.json").read_text())
+    for key in absent:
+        config.pop(key, None)
+    path = tmp_path / "config.json"
+    path.write_text(json.dumps(config))
+    assert total_params(resolve_model(str(path))) == PARAMETER_COUNTS[name]
+    if name == "gemma-7b":
+        spec = resolve_model(str(path))
+        assert spec.head_dim == 256 and spec.attention_width == 4096 and spec.tied_embeddings
+    try:
+        import transformers  # noqa: F401
+    except ImportError:
+        return
+    assert _transformers_count(config) == PARAMETER_COUNTS[name]
+
+
+def test_qwen2_biases_on_qkv_only():
+    spec = resolve_model(str(HF / "qwen2-7b.json"))
+    assert spec.has_qkv_bias and not spec.linear_bias and spec.qkv_bias
+
+
+@pytest.mark.parametrize("name, model_type", [("t5-small", "t5"), ("vit-base", "vit"), ("resnet-50", "resnet"),
+                                              ("bert-base-uncased", "bert")])
+def test_an_unrepresentable_model_type_is_refused_by_name(name, model_type):
+    with pytest.raises(ConfigError) as exc:
+        resolve_model(str(HF / f"{name}.json"))
+    assert exc.value.field == "model.model_type"
+    assert f"model_type {model_type!r} cannot be represented" in str(exc.value)
+
+
+def test_the_sequence_length_says_where_it_came_from():
+    assert resolve_model(str(HF / "qwen2-7b.json")).notes == (
+        "sequence length 131072 from config.json's max_position_embeddings")

@@ -97,9 +97,12 @@ def layer_params(model: TransformerSpec, moe_layer: bool | None = None) -> Layer
     if model.mla is not None:
         attn, attn_replicated = mla_attention_params(model)
     else:
-        attn = h * (h + 2 * kv_dim) + h * h
+        q_dim = model.attention_width
+        attn = h * (q_dim + 2 * kv_dim) + q_dim * h
+        if model.has_qkv_bias:
+            attn += q_dim + 2 * kv_dim
         if model.linear_bias:
-            attn += (h + 2 * kv_dim) + h
+            attn += h
     moe_layer = model.is_moe if moe_layer is None else moe_layer
     if moe_layer and model.moe is not None:
         expert_ffn = model.moe.expert_ffn_hidden_size or model.ffn_size

@@ -6,6 +6,15 @@ Understands the keys of Llama/Mistral/Mixtral (``hidden_size``, ``num_hidden_lay
 (``n_routed_experts``, ``n_shared_experts``, ``first_k_dense_replace``, and the MLA keys
 ``q_lora_rank``, ``kv_lora_rank``, ``qk_nope_head_dim``, ``qk_rope_head_dim``, ``v_head_dim``).
 The multi-token-prediction layers of DeepSeek-V3 (``num_nextn_predict_layers``) are not imported.
+
+A key absent from the file takes the default of that architecture's ``transformers`` config
+class (``_ARCH_DEFAULTS``, read from transformers' ``GemmaConfig``, ``Qwen2Config``, ...), and
+what the modelling code hard-wires is added (Qwen2's biases on q, k and v only:
+``Qwen2Attention``). ``tests/test_hf_config.py`` checks the parameter counts against
+``transformers`` itself (a model built on the meta device) when it is installed. A
+``model_type`` whose layers this schema cannot describe (encoder-decoders, encoders until the
+encoder builder lands, vision models, Gemma 2's extra norms and soft-capping, ...) is refused by
+name, never simulated as some other model.
 """
 
 from __future__ import annotations
@@ -17,7 +26,22 @@ from pydantic import ValidationError
 from simulator.errors import ConfigError, from_pydantic
 from workloads.schema import TransformerSpec
 
-_GATED_TYPES = {"llama", "mistral", "mixtral", "qwen2", "gemma", "qwen2_moe", "deepseek_v2", "deepseek_v3"}
+_GATED_TYPES = {"llama", "mistral", "mixtral", "qwen2", "gemma", "deepseek_v2", "deepseek_v3"}
+SUPPORTED_TYPES = ("deepseek_v2", "deepseek_v3", "gemma", "gpt2", "llama", "mistral", "mixtral", "qwen2")
+"""Decoder-only language models whose every weight the schema counts (checked against transformers)."""
+
+_ARCH_DEFAULTS: dict[str, dict[str, Any]] = {
+    # transformers.GemmaConfig: head_dim=256, tie_word_embeddings=True (Gemma-7B: hidden 3072, 16 heads)
+    "gemma": {"head_dim": 256, "tie_word_embeddings": True, "attention_bias": False},
+    # transformers.Qwen2Config: tie_word_embeddings=False; Qwen2Attention: q/k/v with bias, o without
+    "qwen2": {"tie_word_embeddings": False, "_qkv_bias": True},
+    "llama": {"tie_word_embeddings": False, "attention_bias": False},
+    "mistral": {"tie_word_embeddings": False},
+    "mixtral": {"tie_word_embeddings": False},
+    "gpt2": {"tie_word_embeddings": True},
+    "deepseek_v2": {"tie_word_embeddings": False},
+    "deepseek_v3": {"tie_word_embeddings": False},
+}
 
 
 def _pick(config: dict[str, Any], *keys: str, default: Any = None) -> Any:
@@ -32,6 +56,11 @@ def spec_from_hf_config(config: dict[str, Any], name: str = "hf-model", field: s
     if not isinstance(config, dict):
         raise ConfigError(field, "config.json must hold a JSON object")
     model_type = str(config.get("model_type", "")).lower()
+    if model_type not in SUPPORTED_TYPES:
+        what = f"model_type {model_type!r}" if model_type else "a config.json without model_type"
+        raise ConfigError(f"{field}.model_type", f"{what} cannot be represented (decoder-only language models "
+                                                 f"only: {', '.join(SUPPORTED_TYPES)})")
+    config = {**_ARCH_DEFAULTS.get(model_type, {}), **{k: v for k, v in config.items() if v is not None}}
     hidden = _pick(config, "hidden_size", "n_embd", "d_model")
     layers = _pick(config, "num_hidden_layers", "n_layer", "num_layers")
     heads = _pick(config, "num_attention_heads", "n_head")
@@ -40,7 +69,12 @@ def spec_from_hf_config(config: dict[str, Any], name: str = "hf-model", field: s
                        ("num_attention_heads", heads), ("vocab_size", vocab)):
         if value is None:
             raise ConfigError(f"{field}.{key}", "required key missing from config.json")
-    gated = model_type in _GATED_TYPES or config.get("hidden_act") in ("silu", "swiglu")
+    gated = model_type in _GATED_TYPES
+    seq_key = next((k for k in ("max_position_embeddings", "n_positions", "n_ctx") if config.get(k)), None)
+    if seq_key is None:
+        raise ConfigError(f"{field}.max_position_embeddings", "required key missing from config.json (the "
+                                                              "sequence length; or set training.seq_length)")
+    seq_length = config[seq_key]
     data: dict[str, Any] = {
         "name": config.get("_name_or_path") or name,
         "num_layers": layers,
@@ -50,13 +84,19 @@ def spec_from_hf_config(config: dict[str, Any], name: str = "hf-model", field: s
         "ffn_hidden_size": _pick(config, "intermediate_size", "n_inner"),
         "gated_mlp": bool(gated),
         "vocab_size": vocab,
-        "seq_length": _pick(config, "max_position_embeddings", "n_positions", "n_ctx", default=2048),
-        "tied_embeddings": bool(config.get("tie_word_embeddings", model_type == "gpt2")),
+        "seq_length": seq_length,
+        "tied_embeddings": bool(config.get("tie_word_embeddings", True)),
         "position_embedding": "rope" if gated or "rope_theta" in config else "learned",
         "norm": "rmsnorm" if "rms_norm_eps" in config else "layernorm",
         "linear_bias": bool(config.get("attention_bias", not gated)),
         "source": "Hugging Face config.json",
+        "notes": f"sequence length {seq_length} from config.json's {seq_key}",
     }
+    if config.get("_qkv_bias") and not data["linear_bias"]:
+        data["qkv_bias"] = True
+    head_dim = config.get("head_dim")
+    if head_dim is not None and not config.get("kv_lora_rank") and head_dim * heads != hidden:
+        data["attention_head_dim"] = head_dim
     experts = _pick(config, "num_local_experts", "num_experts", "n_routed_experts")
     if experts:
         data["moe"] = {

@@ -77,6 +77,12 @@ class TransformerSpec(BaseModel):
     position_embedding: Literal["learned", "rope", "alibi", "none"] = "learned"
     norm: Literal["layernorm", "rmsnorm"] = "layernorm"
     linear_bias: bool = True
+    attention_head_dim: int | None = Field(
+        default=None, gt=0, description="width of one attention head when it is not hidden / heads (Gemma-7B: "
+                                        "256 with hidden 3072 and 16 heads: q is 4096 wide); default hidden / heads")
+    qkv_bias: bool | None = Field(
+        default=None, description="biases on the q, k and v projections only, none elsewhere (Qwen2); "
+                                  "default: as linear_bias")
     moe: MoESpec | None = None
     mla: MLASpec | None = Field(default=None, description="multi-head latent attention instead of MHA/GQA")
     source: str = "user"
@@ -84,7 +90,7 @@ class TransformerSpec(BaseModel):
 
     @model_validator(mode="after")
     def _shape_consistent(self) -> TransformerSpec:
-        if self.mla is None and self.hidden_size % self.num_attention_heads:
+        if self.mla is None and self.attention_head_dim is None and self.hidden_size % self.num_attention_heads:
             raise ValueError("hidden_size must be divisible by num_attention_heads")
         if self.num_attention_heads % self.kv_heads:
             raise ValueError("num_attention_heads must be divisible by num_kv_heads")
@@ -114,7 +120,16 @@ class TransformerSpec(BaseModel):
 
     @property
     def head_dim(self) -> int:
-        return self.hidden_size // self.num_attention_heads
+        return self.attention_head_dim or self.hidden_size // self.num_attention_heads
+
+    @property
+    def attention_width(self) -> int:
+        """Width of the concatenated heads: q's output and the attention output projection's input."""
+        return self.num_attention_heads * self.head_dim
+
+    @property
+    def has_qkv_bias(self) -> bool:
+        return self.linear_bias if self.qkv_bias is None else self.qkv_bias
 
     @property
     def ffn_size(self) -> int:

@@ -142,7 +142,8 @@ def _rank_reports(tmp: str, world_size: int) -> list[tuple[str, Any] | None]:
 
 
 def launch(fn: Callable, world_size: int, *args, backend: str | None = None, device: str | None = None,
-           threads_per_rank: int = 1, timeout_s: float = 600.0, relaunches: int = 1) -> list[Any]:
+           threads_per_rank: int = 1, timeout_s: float = 600.0, relaunches: int = 1,
+           setup_retries: int = 3) -> list[Any]:
     """Run ``fn(ctx, *args)`` in ``world_size`` processes; return the ranks' results.
 
     ``fn`` must be importable (a module-level function): the ranks are started with
@@ -155,7 +156,9 @@ def launch(fn: Callable, world_size: int, *args, backend: str | None = None, dev
     process group was being set up (a rendezvous on a loaded machine where other jobs open and
     close local ports too: "Gloo connectFullMesh failed ... Connection closed by peer", seen in a
     test run on 2026-12-05 beside seven other test suites), and no rank raised in ``fn``, the
-    whole job is started again on a new port, at most ``relaunches`` times, and then fails.
+    whole job is started again on a new port, at most ``relaunches`` times for kills and
+    ``setup_retries`` times for failed set-ups (counted apart, so a busy machine's failed rendezvous
+    does not use up the restart a killed rank is owed), and then fails.
     """
     import torch.multiprocessing as mp
 
@@ -177,13 +180,19 @@ def launch(fn: Callable, world_size: int, *args, backend: str | None = None, dev
                 warnings.warn(f"every rank reported its result, then: {exc} (ignored: a teardown crash)",
                               RuntimeWarning, stacklevel=2)
                 return [r[1] for r in reports]
-            if errors or relaunches <= 0:
-                raise LaunchError("\n".join(errors + setup) or str(exc)) from None
-            warnings.warn(f"{exc} before reporting; starting the job again", RuntimeWarning, stacklevel=2)
+            if errors or (setup and setup_retries <= 0) or (not setup and relaunches <= 0):
+                raise LaunchError("\n".join(errors or [str(exc), *setup])) from None
+            if setup:
+                setup_retries -= 1
+                warnings.warn(f"the process group could not be set up ({setup[0].splitlines()[0]}); starting "
+                              "the job again on a new port", RuntimeWarning, stacklevel=2)
+            else:
+                relaunches -= 1
+                warnings.warn(f"{exc} before reporting; starting the job again", RuntimeWarning, stacklevel=2)
         else:
             return [r[1] for r in _rank_reports(tmp, world_size)]
     return launch(fn, world_size, *args, backend=backend, device=device, threads_per_rank=threads_per_rank,
-                  timeout_s=timeout_s, relaunches=relaunches - 1)
+                  timeout_s=timeout_s, relaunches=relaunches, setup_retries=setup_retries)
 
 
 def probe_rank(ctx: RankContext, value: float = 1.0) -> dict:
