@@ -29,6 +29,8 @@ from pydantic import (
     model_validator,
 )
 
+from simulator.errors import no_bool_numbers
+
 Precision = Literal["fp64", "fp32", "tf32", "bf16", "fp16", "fp8", "fp4"]
 # GEMM curves are kept per precision and, for FP8/FP4, per scaling recipe's kernel: fp8 (per-tensor
 # scaled, torch._scaled_mm / cuBLASLt), fp8_block (1x128 / 128x128 block-scaled, DeepGEMM),
@@ -39,7 +41,8 @@ CurveKey = Literal["fp64", "fp32", "tf32", "bf16", "fp16", "fp8", "fp4", "fp8_bl
 class Spec(BaseModel):
     """Base of every spec: immutable, unknown keys rejected."""
 
-    model_config = ConfigDict(extra="forbid", frozen=True)
+    model_config = ConfigDict(extra="forbid", frozen=True, allow_inf_nan=False)
+    _no_bool_numbers = field_validator("*", mode="before")(no_bool_numbers)
 
 
 class EfficiencyPoint(Spec):

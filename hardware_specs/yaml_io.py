@@ -13,16 +13,78 @@ from simulator.errors import ConfigError, from_pydantic
 SpecT = TypeVar("SpecT", bound=BaseModel)
 
 
-def read_yaml(path: Path, field: str) -> Any:
-    """Parse a YAML file; a missing file or invalid YAML is a ConfigError on ``field``."""
+class _StrictLoader(yaml.SafeLoader):
+    """PyYAML's safe loader, refusing a key given twice in one mapping (YAML 1.2 forbids it; PyYAML
+    would keep the last silently, so ``parallelism: {tp: 2}`` ... ``parallelism: {tp: 4}`` ran tp 4)."""
+
+    def construct_mapping(self, node, deep=False):
+        if isinstance(node, yaml.MappingNode):
+            seen: dict = {}
+            for key_node, _ in node.value:
+                if key_node.tag == "tag:yaml.org,2002:merge":
+                    continue
+                key = self.construct_object(key_node, deep=True)
+                try:
+                    hash(key)
+                except TypeError:
+                    continue  # the base class reports unhashable keys
+                if key in seen:
+                    raise yaml.constructor.ConstructorError(
+                        "while constructing a mapping", node.start_mark, f"duplicate key {key!r}", key_node.start_mark)
+                seen[key] = True
+        return super().construct_mapping(node, deep)
+
+
+def read_text(path: Path, field: str) -> str:
+    """A text file's contents; a missing file, a folder or bytes that are not UTF-8 are a ConfigError."""
+    path = Path(path)
     if not path.is_file():
         raise ConfigError(field, f"file not found: {path}")
     try:
-        return yaml.safe_load(path.read_text())
+        return path.read_bytes().decode("utf-8")
+    except UnicodeDecodeError as exc:
+        raise ConfigError(field, f"{path} is not UTF-8 text (byte {exc.start}: {exc.object[exc.start]:#04x}); "
+                                 "is it a binary file?") from None
+    except OSError as exc:
+        raise ConfigError(field, f"cannot read {path}: {exc.strerror or exc}") from None
+
+
+def parse_yaml(text: str, field: str, where: str = "input") -> Any:
+    """YAML text to Python values; invalid YAML, a duplicate key or runaway nesting is a ConfigError."""
+    try:
+        return yaml.load(text, Loader=_StrictLoader)  # noqa: S506 - a SafeLoader subclass
     except yaml.YAMLError as exc:
         mark = getattr(exc, "problem_mark", None)
-        where = f" at line {mark.line + 1}" if mark is not None else ""
-        raise ConfigError(field, f"invalid YAML in {path}{where}") from None
+        at = f" at line {mark.line + 1}" if mark is not None else ""
+        problem = getattr(exc, "problem", None)
+        detail = f": {problem}" if problem and "duplicate key" in problem else ""
+        raise ConfigError(field, f"invalid YAML in {where}{at}{detail}") from None
+    except RecursionError:
+        raise ConfigError(field, f"{where} is nested too deeply") from None
+
+
+def read_yaml(path: Path, field: str) -> Any:
+    """Parse a YAML file; a missing file, non-UTF-8 bytes or invalid YAML is a ConfigError on ``field``."""
+    return parse_yaml(read_text(path, field), field, str(path))
+
+
+def read_json(path: Path, field: str) -> Any:
+    """Parse a JSON file (NaN and Infinity refused); errors are a ConfigError on ``field``."""
+    import json
+
+    text = read_text(path, field)
+
+    def _no_constant(name: str):
+        raise ValueError(f"{name} is not a number JSON allows")
+
+    try:
+        return json.loads(text, parse_constant=_no_constant)
+    except json.JSONDecodeError as exc:
+        raise ConfigError(field, f"invalid JSON in {path}: {exc.msg} at line {exc.lineno}") from None
+    except ValueError as exc:
+        raise ConfigError(field, f"invalid JSON in {path}: {exc}") from None
+    except RecursionError:
+        raise ConfigError(field, f"{path} is nested too deeply") from None
 
 
 def validate_spec(schema: type[SpecT], data: Any, field: str) -> SpecT:

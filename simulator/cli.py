@@ -28,11 +28,19 @@ def _version() -> str:
         return "0+unknown"
 
 
+class _Parser(argparse.ArgumentParser):
+    """argparse, with a usage error as one line (exit 2), like every other bad input."""
+
+    def error(self, message: str):
+        command = self.prog.removeprefix("clustersim").strip()
+        self.exit(EXIT_BAD_INPUT, f"clustersim: error: {command + ': ' if command else ''}{message}\n")
+
+
 def build_parser() -> argparse.ArgumentParser:
     from simulator.strategies.registry import load_kinds
 
     kinds = "\n".join(f"  {name:<18} {kind.summary}" for name, kind in sorted(load_kinds().items()))
-    parser = argparse.ArgumentParser(
+    parser = _Parser(
         prog="clustersim",
         description="Discrete-event simulator of neural-network training on GPU clusters.",
         epilog=f"strategy kinds (a scenario's strategy: {{kind: ...}}):\n{kinds}",

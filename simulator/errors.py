@@ -19,15 +19,42 @@ class ConfigError(ValueError):
 
 
 def from_pydantic(exc, prefix: str = "", drop_tags: bool = False) -> ConfigError:
-    """Turn a pydantic ``ValidationError`` into a ConfigError naming the first bad field
-    (``drop_tags``: the error came from a tagged union, whose tag pydantic puts first in the path)."""
-    err = exc.errors()[0]
-    parts = list(err.get("loc", ()))[1 if drop_tags else 0:]
-    loc = ".".join(str(p) for p in parts if p != "__root__")
-    field = ".".join(p for p in (prefix, loc) if p)
-    msg = err.get("msg", "invalid value")
-    if err.get("type") == "extra_forbidden":
-        msg = "unknown key"
-    elif err.get("type") == "missing":
-        msg = "required field is missing"
-    return ConfigError(field or prefix or "input", msg)
+    """Turn a pydantic ``ValidationError`` into one ConfigError: it names the first bad field, and
+    the reason lists every other bad field of the input too (one line, so a file is fixed in one go).
+    ``drop_tags``: the error came from a tagged union, whose tag pydantic puts first in the path."""
+    problems = []
+    for err in exc.errors():
+        parts = list(err.get("loc", ()))[1 if drop_tags else 0:]
+        loc = ".".join(str(p) for p in parts if p != "__root__")
+        field = ".".join(p for p in (prefix, loc) if p)
+        msg = err.get("msg", "invalid value")
+        if err.get("type") == "extra_forbidden":
+            msg = "unknown key"
+        elif err.get("type") == "missing":
+            msg = "required field is missing"
+        problems.append((field or prefix or "input", msg))
+    field, reason = problems[0]
+    others = [f"{f}: {m}" for f, m in problems[1:]]
+    if others:
+        reason += f" (and {len(others)} more: " + "; ".join(others) + ")"
+    return ConfigError(field, reason)
+
+
+def _accepts_bool(annotation) -> bool:
+    import types
+    import typing
+
+    if annotation is bool or annotation is typing.Any:
+        return True
+    if typing.get_origin(annotation) in (typing.Union, types.UnionType):
+        return any(_accepts_bool(a) for a in typing.get_args(annotation))
+    return False
+
+
+def no_bool_numbers(cls, value, info):
+    """A pydantic ``field_validator("*", mode="before")``: ``true``/``false`` where a number is meant
+    is an error (pydantic's lax mode would read ``tp: true`` as tp 1)."""
+    if isinstance(value, bool) and info.field_name in cls.model_fields:
+        if not _accepts_bool(cls.model_fields[info.field_name].annotation):
+            raise ValueError("expected a number, got true/false")
+    return value

@@ -15,14 +15,14 @@ from pathlib import Path
 from typing import Any, Literal
 
 import yaml
-from pydantic import BaseModel, ConfigDict, Field, ValidationError
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
 
 from hardware_specs.catalog import FABRICS, NODES, node_accelerator
 from hardware_specs.schema import Accelerator, Fabric, Node
 from hardware_specs.yaml_io import read_yaml
 from simulator.economics.convergence import ConvergenceSpec
 from simulator.economics.cost import EconomicsSpec
-from simulator.errors import ConfigError, from_pydantic
+from simulator.errors import ConfigError, from_pydantic, no_bool_numbers
 from simulator.strategies.registry import DEFAULT_KIND, parse_strategy
 from simulator.strategies.spmd.layout import Parallelism, resolve_layout
 from workloads.catalog import resolve_model
@@ -37,7 +37,8 @@ GemmClass = Literal["attention_proj", "mlp", "experts", "router", "lm_head"]
 
 
 class _Strict(BaseModel):
-    model_config = ConfigDict(extra="forbid", frozen=True)
+    model_config = ConfigDict(extra="forbid", frozen=True, allow_inf_nan=False)
+    _no_bool_numbers = field_validator("*", mode="before")(no_bool_numbers)
 
 
 class ClusterSpec(_Strict):
@@ -301,6 +302,10 @@ def build_scenario(raw: dict[str, Any], base: Path | None = None) -> Scenario:
     if doc.training.optimizer_fusion != "none" and (parallelism.zero_stage != 0 or parallelism.schedule == "zb-h1"):
         raise ConfigError("training.optimizer_fusion", "is modelled with zero_stage 0 and schedules other than zb-h1, got "
                           f"zero_stage {parallelism.zero_stage}, schedule {parallelism.schedule}")
+    per_node, n = node.gpus_per_node, doc.cluster.num_gpus
+    if n % per_node and per_node % n:
+        raise ConfigError("cluster.num_gpus", f"{n} is not a whole number of {node.name} nodes ({per_node} GPUs "
+                                              "each) nor a part of one node")
     return Scenario(
         name=doc.name or model.name,
         model=model,

@@ -10,7 +10,6 @@ traced on the meta device (``workloads.networks.torch_import``).
 
 from __future__ import annotations
 
-import json
 from pathlib import Path
 from typing import Any
 
@@ -38,13 +37,10 @@ def resolve_model(ref: str | dict[str, Any] | TransformerSpec | NetworkSpec,
     if (isinstance(ref, str) and ref in network_names()) or (isinstance(ref, dict) and "family" in ref):
         return get_network(ref, field)
     if isinstance(ref, str) and ref.endswith(".json"):
+        from hardware_specs.yaml_io import read_json
+
         path = Path(ref)
-        if not path.is_file():
-            raise ConfigError(field, f"file not found: {path}")
-        try:
-            config = json.loads(path.read_text())
-        except json.JSONDecodeError as exc:
-            raise ConfigError(field, f"invalid JSON in {path}: {exc.msg} at line {exc.lineno}") from None
+        config = read_json(path, field)
         return spec_from_hf_config(config, name=path.parent.name or path.stem, field=field)
     if isinstance(ref, str) and ref not in MODELS.names() and not Path(ref).suffix and not Path(ref).exists():
         known = ", ".join(sorted(MODELS.names() + network_names()))

@@ -16,7 +16,7 @@ from pydantic import BaseModel, ConfigDict, Field, model_validator
 class MoESpec(BaseModel):
     """Mixture-of-experts feed-forward: ``num_experts`` routed experts, ``top_k`` per token."""
 
-    model_config = ConfigDict(extra="forbid", frozen=True)
+    model_config = ConfigDict(extra="forbid", frozen=True, allow_inf_nan=False)
 
     num_experts: int = Field(gt=0)
     top_k: int = Field(gt=0)
@@ -45,7 +45,7 @@ class MLASpec(BaseModel):
     ``qk_rope_head_dim``, k = [W_UK·c_KV, k_R], v = W_UV·c_KV of ``v_head_dim``; output W_O
     (heads·v_head_dim x hidden). RMSNorms on both latents. No biases."""
 
-    model_config = ConfigDict(extra="forbid", frozen=True)
+    model_config = ConfigDict(extra="forbid", frozen=True, allow_inf_nan=False)
 
     q_lora_rank: int | None = Field(default=None, gt=0, description="query latent; none: full-rank W_Q")
     kv_lora_rank: int = Field(gt=0)
@@ -62,7 +62,7 @@ class MLASpec(BaseModel):
 class TransformerSpec(BaseModel):
     """A decoder-only transformer language model."""
 
-    model_config = ConfigDict(extra="forbid", frozen=True)
+    model_config = ConfigDict(extra="forbid", frozen=True, allow_inf_nan=False)
 
     name: str
     num_layers: int = Field(gt=0)

@@ -42,6 +42,10 @@ def run(args) -> int:
 
     if args.world_size < 1:
         raise ConfigError("--world-size", "must be at least 1")
+    if args.out:
+        from simulator.report.output_path import check_output_path
+
+        check_output_path(args.out, "--out")
     if args.source:
         folder = Path(args.source)
         if not folder.is_dir():

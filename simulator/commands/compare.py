@@ -75,8 +75,10 @@ def run(args) -> int:
     from simulator.simulate import simulate
 
     trace = Path(args.trace)
-    if args.plot and not Path(args.plot).parent.resolve().is_dir():
-        raise ConfigError("--plot", f"folder does not exist: {Path(args.plot).parent}")
+    if args.plot:
+        from simulator.report.output_path import check_output_path
+
+        check_output_path(args.plot, "--plot")
     measured = measured_breakdown(trace, step=args.step)
     if args.scenario:
         scenario = load_scenario(args.scenario, args.overrides)

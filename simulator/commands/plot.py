@@ -30,6 +30,9 @@ def run(args) -> int:
     bad = [f for f in formats if f not in FORMATS]
     if not formats or bad:
         raise ConfigError("--format", f"must be png and/or svg, got {args.format!r}")
+    from simulator.report.output_path import check_output_folder
+
+    check_output_folder(args.out, "--out")
     scenario = load_scenario(args.scenario, args.overrides)
     for path in plot_scenario(scenario, args.out, formats):
         print(path)

@@ -38,6 +38,9 @@ def run(args) -> int:
     check_workers(args.workers)
     if args.fixed and (args.space or args.constraint):
         raise ConfigError("--fixed", "a fixed layout takes no --space or --constraint")
+    from simulator.report.output_path import check_output_folder
+
+    check_output_folder(args.out, "--out")
     counts = parse_gpu_counts(args.gpus)
     space = parse_assignments(args.space, SearchSpace, "--space", lists=True)
     constraints = parse_assignments(args.constraint, SearchConstraints, "--constraint", lists=False)

@@ -3,11 +3,8 @@
 from __future__ import annotations
 
 import json
-from pathlib import Path
 
 from simulator.cli_options import add_overrides
-from simulator.cost.provenance import assumed_components, efficiency_provenance
-from simulator.errors import ConfigError
 
 
 def register(subparsers) -> None:
@@ -28,13 +25,16 @@ def register(subparsers) -> None:
 
 
 def run(args) -> int:
+    from simulator.cost.provenance import assumed_components, efficiency_provenance
     from simulator.report.result import render_table
     from simulator.report.trace import write_chrome_trace
     from simulator.scenario import load_scenario
     from simulator.simulate import simulate
 
-    if args.trace and not Path(args.trace).parent.resolve().is_dir():
-        raise ConfigError("--trace", f"folder does not exist: {Path(args.trace).parent}")
+    if args.trace is not None:
+        from simulator.report.output_path import check_output_path
+
+        check_output_path(args.trace, "--trace")
     overrides = list(args.overrides)
     if args.steps is not None:
         overrides.append(f"simulation.steps={args.steps}")

@@ -9,6 +9,7 @@ calibrate``) and runs the training harness there first if it has no runs yet.
 from __future__ import annotations
 
 import json
+import math
 from pathlib import Path
 
 from simulator.commands.calibrate import DEFAULT_DIR
@@ -52,8 +53,8 @@ def parse_tolerance(text: str | None) -> tuple[float, float] | None:
         values = [float(t) for t in parts]
     except ValueError:
         raise ConfigError("--tolerance", f"expected MEDIAN[,MAX] as fractions, got {text!r}") from None
-    if not values or len(values) > 2 or any(v <= 0 for v in values):
-        raise ConfigError("--tolerance", f"expected one or two positive fractions, got {text!r}")
+    if not values or len(values) > 2 or any(not (math.isfinite(v) and v > 0) for v in values):
+        raise ConfigError("--tolerance", f"expected one or two positive finite fractions, got {text!r}")
     return (values[0], values[1] if len(values) == 2 else 2 * values[0])
 
 
@@ -157,8 +158,10 @@ def run(args) -> int:
     from simulator.cost.calibration import error_summary, predict_runs, read_runs
 
     tolerance = parse_tolerance(args.tolerance)
-    if args.plot and not Path(args.plot).parent.resolve().is_dir():
-        raise ConfigError("--plot", f"folder does not exist: {Path(args.plot).parent}")
+    if args.plot:
+        from simulator.report.output_path import check_output_path
+
+        check_output_path(args.plot, "--plot")
     profile = _profile_path(args)
     folder = _runs_folder(args, profile)
     doc = read_runs(folder)

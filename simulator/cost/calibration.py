@@ -553,17 +553,45 @@ def load_profile_specs(path: str | Path):
 TRAIN_DIR = "training"
 
 
+RUN_KEYS = {"strategy": str, "layout": dict, "step_time_s": (int, float), "model": dict}
+"""What every row of a runs.json needs to be predicted (and of what type)."""
+
+
+LAYOUT_KEYS = ("num_gpus", "tp", "pp", "dp", "zero_stage", "schedule", "micro_batch_size", "global_batch_size")
+
+
+def _check_run_rows(runs: list[Any], path: Path) -> None:
+    """Every row a mapping with :data:`RUN_KEYS` of the right types, a layout with
+    :data:`LAYOUT_KEYS` and a positive finite step time (a ConfigError naming the row and key)."""
+    import math
+
+    for i, run in enumerate(runs):
+        if not isinstance(run, dict):
+            raise ConfigError(f"runs[{i}]", f"not a mapping (in {path})")
+        for key, kind in RUN_KEYS.items():
+            if key not in run:
+                raise ConfigError(f"runs[{i}].{key}", f"required key is missing (in {path})")
+            if not isinstance(run[key], kind) or isinstance(run[key], bool):
+                raise ConfigError(f"runs[{i}].{key}", f"unexpected value {run[key]!r} (in {path})")
+        missing = [k for k in LAYOUT_KEYS if k not in run["layout"]]
+        if missing:
+            raise ConfigError(f"runs[{i}].layout.{missing[0]}", f"required key is missing (in {path})")
+        if not (math.isfinite(run["step_time_s"]) and run["step_time_s"] > 0):
+            raise ConfigError(f"runs[{i}].step_time_s", f"must be positive and finite, got {run['step_time_s']} "
+                                                        f"(in {path})")
+
+
 def read_runs(folder: str | Path) -> dict[str, Any]:
     """The harness's training records: ``DIR/training/runs.json`` (or ``DIR/runs.json``)."""
     root = Path(folder)
     for path in (root / TRAIN_DIR / "runs.json", root / "runs.json", root):
         if path.is_file():
-            try:
-                doc = json.loads(path.read_text())
-            except json.JSONDecodeError as exc:
-                raise ConfigError("--runs", f"{path}: invalid JSON ({exc.msg})") from None
+            from hardware_specs.yaml_io import read_json
+
+            doc = read_json(path, "--runs")
             if not isinstance(doc, dict) or not isinstance(doc.get("runs"), list):
                 raise ConfigError("--runs", f"{path} is not a harness runs.json (no 'runs' list)")
+            _check_run_rows(doc["runs"], path)
             doc["path"] = str(path)
             return doc
     raise ConfigError("--runs", f"no training/runs.json under {root} (run `python -m validation.harness --out DIR`)")

@@ -71,7 +71,7 @@ class EconomicsSpec(BaseModel):
     from Llama 3 Table 5).
     """
 
-    model_config = ConfigDict(extra="forbid", frozen=True)
+    model_config = ConfigDict(extra="forbid", frozen=True, allow_inf_nan=False)
 
     gpu_hour_usd: float = Field(
         default=2.0, ge=0, description="price of one GPU-hour (assumption: 2024 cloud A100/H100 rates span ~1-4 USD)"

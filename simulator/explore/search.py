@@ -76,7 +76,7 @@ _RECOMPUTE = ("none", "selective", "full")
 class SearchSpace(BaseModel):
     """Candidate values per layout field (``None``: derived, see the module docstring)."""
 
-    model_config = ConfigDict(extra="forbid", frozen=True)
+    model_config = ConfigDict(extra="forbid", frozen=True, allow_inf_nan=False)
 
     tp: list[int] | None = None
     pp: list[int] | None = None
@@ -98,7 +98,7 @@ RANK_METRICS = {"tokens_per_s": -1.0, "time_to_target_s": 1.0}
 class SearchConstraints(BaseModel):
     """Limits on the layouts tried."""
 
-    model_config = ConfigDict(extra="forbid", frozen=True)
+    model_config = ConfigDict(extra="forbid", frozen=True, allow_inf_nan=False)
 
     tp_within_node: bool = Field(default=True, description="tp at most the GPUs of one node")
     max_tp: int | None = Field(default=None, gt=0)

@@ -150,7 +150,7 @@ def flatten_result(result: dict[str, Any]) -> dict[str, Any]:
 class SweepFile(BaseModel):
     """The YAML document of a sweep (see the module docstring)."""
 
-    model_config = ConfigDict(extra="forbid", frozen=True)
+    model_config = ConfigDict(extra="forbid", frozen=True, allow_inf_nan=False)
 
     name: str | None = None
     description: str | None = None
@@ -659,8 +659,14 @@ def run_sweep(
 
     columns, types = sweep_columns(sweep)
     points = sweep.points()
-    writer = open_results(Path(out), columns, types, resume, force)
+    out = Path(out)
+    existed = out.exists()
+    check_out_path(out)
+    if dask and dask != "local":  # reach the scheduler before the output is opened: no file left if not
+        _dask_client(dask, workers)[0].close()
+    writer = open_results(out, columns, types, resume, force)
     counts = {"ok": 0, "infeasible": 0, "error": 0, "skipped": 0}
+    finished = False
     try:
         todo = []
         for pid, values, raw in points:
@@ -689,9 +695,37 @@ def run_sweep(
                 bar.update(1)
         finally:
             bar.close()
+        finished = True
     finally:
         writer.close()
+        if not finished and not existed and not any(counts[k] for k in ("ok", "infeasible", "error")):
+            _remove_output(out)  # stopped before any row: no header-only file or empty dataset left
     return counts
+
+
+def check_out_path(out: Path) -> None:
+    """``--out`` can be written: a known suffix, and the nearest existing folder above it is a
+    writable folder (the missing ones are created). Checked before any point runs."""
+    if out.suffix.lower() not in (".csv", ".parquet"):
+        raise ConfigError("--out", f"must end in .csv or .parquet, got {out.name!r}")
+    if out.suffix.lower() == ".csv" and out.is_dir():
+        raise ConfigError("--out", f"{out} is a folder, not a CSV file")
+    folder = out.parent
+    while not folder.exists() and folder != folder.parent:
+        folder = folder.parent
+    if not folder.is_dir():
+        raise ConfigError("--out", f"cannot create {out}: {folder} is not a folder")
+    if not os.access(folder, os.W_OK | os.X_OK):
+        raise ConfigError("--out", f"cannot write to {folder}: permission denied")
+
+
+def _remove_output(out: Path) -> None:
+    import shutil
+
+    if out.is_dir():
+        shutil.rmtree(out, ignore_errors=True)
+    else:
+        out.unlink(missing_ok=True)
 
 
 def read_results(path: str | Path):

@@ -42,7 +42,7 @@ from simulator.memory.analytic import (
 class MemoryOverhead(BaseModel):
     """Fitted map from the analytic breakdown to a framework's measured peak (see module doc)."""
 
-    model_config = ConfigDict(extra="forbid", frozen=True)
+    model_config = ConfigDict(extra="forbid", frozen=True, allow_inf_nan=False)
 
     framework: str
     states_factor: float = Field(default=1.0, gt=0)

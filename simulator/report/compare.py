@@ -188,7 +188,7 @@ def load_trace(path: str | Path) -> dict[str, Any]:
         if raw[:2] == b"\x1f\x8b":
             raw = gzip.decompress(raw)
         doc = json.loads(raw.decode("utf-8"))
-    except (OSError, UnicodeDecodeError, json.JSONDecodeError) as exc:
+    except (OSError, EOFError, UnicodeDecodeError, json.JSONDecodeError, RecursionError) as exc:
         raise ConfigError("--trace", f"{path} is not a PyTorch profiler (Kineto) Chrome trace: not JSON ({exc})") from None
     if isinstance(doc, list):
         doc = {"traceEvents": doc}

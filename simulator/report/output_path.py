@@ -27,3 +27,21 @@ def check_output_path(path: str | Path, field: str, suffixes: tuple[str, ...] = 
     if not os.access(folder, os.W_OK | os.X_OK) or (out.exists() and not os.access(out, os.W_OK)):
         raise ConfigError(field, f"cannot write to {out}: permission denied")
     return out
+
+
+def check_output_folder(path: str | Path, field: str) -> Path:
+    """A folder that exists or can be created (its nearest existing parent is a writable folder)."""
+    text = str(path)
+    if not text.strip() or "\x00" in text:
+        raise ConfigError(field, f"not a usable folder name: {text!r}")
+    out = Path(text)
+    if out.exists() and not out.is_dir():
+        raise ConfigError(field, f"{out} is a file, not a folder")
+    folder = out
+    while not folder.exists() and folder != folder.parent:
+        folder = folder.parent
+    if not folder.is_dir():
+        raise ConfigError(field, f"cannot create {out}: {folder} is not a folder")
+    if not os.access(folder, os.W_OK | os.X_OK):
+        raise ConfigError(field, f"cannot write to {folder}: permission denied")
+    return out

@@ -17,7 +17,7 @@ from simulator.strategies.spmd.plan import Planner
 class SpmdConfig(BaseModel):
     """No fields of its own: the layout is ``parallelism:``, the step ``training:``."""
 
-    model_config = ConfigDict(extra="forbid", frozen=True)
+    model_config = ConfigDict(extra="forbid", frozen=True, allow_inf_nan=False)
 
     kind: Literal["spmd"] = "spmd"
 

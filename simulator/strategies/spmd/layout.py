@@ -10,9 +10,9 @@ from __future__ import annotations
 
 from typing import Literal
 
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import BaseModel, ConfigDict, Field, field_validator
 
-from simulator.errors import ConfigError
+from simulator.errors import ConfigError, no_bool_numbers
 from workloads.graph import ShardShape
 from workloads.schema import TransformerSpec
 from workloads.transformer_graph import TENSOR_PARALLEL_KINDS
@@ -24,7 +24,8 @@ Recompute = Literal["none", "selective", "full"]
 class Parallelism(BaseModel):
     """How the job is split. ``dp`` may be ``"auto"`` until :func:`resolve_layout` fixes it."""
 
-    model_config = ConfigDict(extra="forbid", frozen=True)
+    model_config = ConfigDict(extra="forbid", frozen=True, allow_inf_nan=False)
+    _no_bool_numbers = field_validator("*", mode="before")(no_bool_numbers)
 
     tp: int = Field(default=1, gt=0, description="tensor-parallel degree (Megatron column/row split)")
     pp: int = Field(default=1, gt=0, description="pipeline stages")
@@ -110,6 +111,13 @@ class Parallelism(BaseModel):
         return self.tp * self.cp * self.pp
 
 
+MAX_MICRO_BATCHES = 16_384
+"""Most micro-batches per replica one simulated step may have. The simulation's work grows with
+them (a task per micro-batch per stage per layer chunk): 10^12 sequences per step took 24 GB and
+was killed by the kernel. Published runs use at most a few thousand (GPT-3 175B on 1024 A100s:
+1536 / dp 16 = 96)."""
+
+
 def resolve_layout(par: Parallelism, model: TransformerSpec, num_gpus: int) -> Parallelism:
     """Infer ``dp`` and check every divisibility rule; raise ConfigError naming the field."""
     mp = par.tp * par.cp * par.pp
@@ -180,6 +188,12 @@ def resolve_layout(par: Parallelism, model: TransformerSpec, num_gpus: int) -> P
             f"{par.global_batch_size} is not divisible by dp*micro_batch_size = {dp}*{par.micro_batch_size}",
         )
     micro_batches = par.global_batch_size // replica_batch
+    if micro_batches > MAX_MICRO_BATCHES:
+        raise ConfigError(
+            "parallelism.global_batch_size",
+            f"{par.global_batch_size} gives {micro_batches:,} micro-batches per replica per step; at most "
+            f"{MAX_MICRO_BATCHES:,} are simulated (raise micro_batch_size or lower the batch)",
+        )
     if par.schedule == "interleaved" and micro_batches % par.pp:
         raise ConfigError(
             "parallelism.global_batch_size",
