@@ -95,8 +95,11 @@ def run(args) -> int:
         plot_timelines(measured, simulated, args.plot,
                        f"{trace.name} ({measured.step}) vs {scenario.name} ({simulated.step})")
     if args.json:
-        print(json.dumps({"trace": str(trace), "scenario": described, "measured_step": measured.step,
-                          "simulated_rank_class": simulated.step, "rows": rows, "notes": measured.notes}, indent=2))
+        from simulator.report.result import finite_json
+
+        print(json.dumps(finite_json({"trace": str(trace), "scenario": described, "measured_step": measured.step,
+                                      "simulated_rank_class": simulated.step, "rows": rows, "notes": measured.notes}),
+                         indent=2, allow_nan=False))
         return 0
     print(f"trace     {trace} ({measured.step})")
     print(f"scenario  {described} -> {simulated.step}")

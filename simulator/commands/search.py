@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import json
-import math
 import os
 import sys
 
@@ -46,13 +45,9 @@ def register(subparsers) -> None:
 
 def _finite(value):
     """JSON has no NaN/Infinity: non-finite numbers become null."""
-    if isinstance(value, float) and not math.isfinite(value):
-        return None
-    if isinstance(value, dict):
-        return {k: _finite(v) for k, v in value.items()}
-    if isinstance(value, (list, tuple)):
-        return [_finite(v) for v in value]
-    return value
+    from simulator.report.result import finite_json
+
+    return finite_json(value)
 
 
 def run(args) -> int:

@@ -26,7 +26,7 @@ def register(subparsers) -> None:
 
 def run(args) -> int:
     from simulator.cost.provenance import assumed_components, efficiency_provenance
-    from simulator.report.result import render_table
+    from simulator.report.result import finite_json, render_table
     from simulator.report.trace import write_chrome_trace
     from simulator.scenario import load_scenario
     from simulator.simulate import simulate
@@ -46,7 +46,7 @@ def run(args) -> int:
     if args.trace:
         write_chrome_trace(result, args.trace)
     if args.json:
-        print(json.dumps(result.to_dict(), indent=2))
+        print(json.dumps(finite_json(result.to_dict()), indent=2, default=str, allow_nan=False))
     else:
         print(render_table(result))
         if args.trace:

@@ -80,7 +80,10 @@ def run(args) -> int:
     published = _published(args, names)
     modern_blocks = _modern(args, modern)
     if args.json:  # one list: the published sets' blocks, then the modern sets' (without per-row detail)
-        print(json.dumps(published + [{k: v for k, v in b.items() if k != "cases"} for b in modern_blocks],
+        from simulator.report.result import finite_json
+
+        print(json.dumps(finite_json(published + [{k: v for k, v in b.items() if k != "cases"} for b in modern_blocks]),
+                         allow_nan=False, default=str,
                          indent=2))
     else:
         _print_published(published)

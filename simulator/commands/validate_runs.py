@@ -179,7 +179,9 @@ def run(args) -> int:
         plot(rows, args.plot, f"{machine.get('hostname', '')} {machine.get('cpu_model', '')}: "
                               f"median |err| {summary['median_abs_relative_error'] * 100:.1f}%")
     if args.json:
-        print(json.dumps(rows, indent=2))
+        from simulator.report.result import finite_json
+
+        print(json.dumps(finite_json(rows), indent=2, default=str, allow_nan=False))
     else:
         print(f"profile {profile}; runs {doc['path']}")
         print(render(rows, summary, tolerance or DEFAULT_TOLERANCE, adjusted_summary, judged))

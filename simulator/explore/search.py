@@ -282,6 +282,7 @@ def search(
     from simulator.memory.analytic import fits as memory_fits
     from simulator.memory.analytic import peak_rank_memory
     from simulator.scenario import apply_overrides, build_scenario, load_raw
+    from simulator.simulate import run_identity
     from simulator.strategies.spmd.layout import Parallelism
 
     space = space or SearchSpace()
@@ -314,6 +315,7 @@ def search(
     experts = scenario.model.moe.num_experts if getattr(scenario.model, "is_moe", False) else 0
     candidates = enumerate_layouts(keep, n, layers, per_node, space, constraints, experts)
 
+    identity = {k: v for k, v in run_identity(scenario).items() if k != "seq_length_source"}
     rows: list[dict[str, Any] | None] = [None] * len(candidates)
     to_simulate: list[int] = []
     raws: list[dict[str, Any]] = []
@@ -325,6 +327,7 @@ def search(
             sc = build_scenario(point)
         except ConfigError as exc:
             row = empty_result()
+            row.update(identity, num_gpus=scenario.num_gpus)
             row["parallelism"] = dict(cand)
             row["infeasible_reason"] = f"invalid layout: {exc}"
             rows[i] = row
@@ -336,6 +339,7 @@ def search(
                                  f"({constraints.max_memory_gib:g} GiB)")
         if not ok or not simulate:
             row = empty_result()
+            row.update({k: v for k, v in run_identity(sc).items() if k != "seq_length_source"})
             row.update(parallelism=sc.parallelism.model_dump(), num_gpus=sc.num_gpus, fits=ok,
                        infeasible_reason=reason, peak_memory_gib=peak.total_gib, peak_memory_stage=stage,
                        memory_gib=peak.gib(), memory_per_stage_gib=[b.total_gib for b in per_stage],

@@ -64,6 +64,12 @@ LAYOUT_KEYS = ("tp", "pp", "dp", "cp", "ep", "virtual_stages", "schedule", "sequ
 
 RESULT_KEYS = (
     "scenario",
+    "model",
+    "node",
+    "accelerator",
+    "num_nodes",
+    "seq_length",
+    "precision",
     "num_gpus",
     "parallelism",
     "num_parameters",
@@ -106,7 +112,7 @@ RESULT_COLUMNS: tuple[str, ...] = (
 """Flat columns of a sweep row (nested mappings as ``outer.inner``; lists as JSON text)."""
 
 META_COLUMNS = ("point_id", "status", "error", "elapsed_s")
-_STRING_COLUMNS = {"scenario", "infeasible_reason", "layer_split", "step_times_s", "layers_per_stage", "memory_per_stage_gib",
+_STRING_COLUMNS = {"scenario", "model", "node", "accelerator", "precision", "infeasible_reason", "layer_split", "step_times_s", "layers_per_stage", "memory_per_stage_gib",
                    "simulation_mode",
                    "extra_json", "point_id", "status", "error", "layout.schedule", "layout.recompute"}
 _BOOL_COLUMNS = {"fits", "layout.sequence_parallel"}

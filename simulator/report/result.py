@@ -62,6 +62,9 @@ class SimulationResult:
     memory_series_bytes: dict[str, list[tuple[float, float]]] = field(default_factory=dict, repr=False)
     actor_stage: dict[str, int] = field(default_factory=dict, repr=False)  # rank class -> pipeline stage
     extra: dict[str, Any] = field(default_factory=dict)
+    run: dict[str, Any] = field(default_factory=dict)  # model, node, accelerator, sequence, precision
+    busiest_stage: int | None = None  # the stage that waits least, when not the critical rank's
+    busiest_stage_breakdown_s: dict[str, float] = field(default_factory=dict)
     timeline_builder: Callable[[], list[TimelineEvent]] | None = field(default=None, repr=False)
     _timeline_cache: list[TimelineEvent] | None = field(default=None, repr=False)
 
@@ -115,6 +118,7 @@ class SimulationResult:
         """The ``clustersim simulate --json`` object."""
         out = {
             "scenario": self.scenario_name,
+            **{k: v for k, v in self.run.items() if k != "seq_length_source"},
             "num_gpus": self.num_gpus,
             "num_parameters": self.num_parameters,
             "parallelism": self.parallelism,
@@ -138,6 +142,8 @@ class SimulationResult:
             "memory_gib": self.memory_gib,
             "memory_per_stage_gib": self.memory_per_stage_gib,
             "time_breakdown_s": self.time_breakdown_s,
+            "busiest_stage": self.busiest_stage,
+            "busiest_stage_breakdown_s": self.busiest_stage_breakdown_s or None,
             "time_to_train_days": self.time_to_train_days,
             "layer_split": self.layer_split,
             "layers_per_stage": self.layers_per_stage,
@@ -179,10 +185,32 @@ class SimulationResult:
         return [asdict(e) for e in self.timeline]
 
 
+def finite_json(value: Any) -> Any:
+    """A value for JSON, which has no NaN or Infinity: non-finite floats become null (recursively)."""
+    if isinstance(value, float) and not math.isfinite(value):
+        return None
+    if isinstance(value, dict):
+        return {k: finite_json(v) for k, v in value.items()}
+    if isinstance(value, (list, tuple)):
+        return [finite_json(v) for v in value]
+    return value
+
+
 def _fmt(value: float | None, spec: str, unit: str = "") -> str:
     if value is None or (isinstance(value, float) and not math.isfinite(value)):
         return "-"
     return f"{value:{spec}}{unit}"
+
+
+def _run_lines(result: SimulationResult) -> list[str]:
+    run = result.run
+    if not run:
+        return []
+    seq = f"{run['seq_length']:,}"
+    if run.get("seq_length_source") not in (None, "training.seq_length", "the model's seq_length"):
+        seq += f" (from {run['seq_length_source']}; set training.seq_length to change it)"
+    return [f"  model          {run['model']}, sequence {seq}, {run['precision']}",
+            f"  hardware       {run['num_nodes']} x {run['node']} ({run['accelerator']}), {result.num_gpus} GPUs"]
 
 
 def render_table(result: SimulationResult) -> str:
@@ -191,7 +219,8 @@ def render_table(result: SimulationResult) -> str:
     lines = [
         f"clustersim: {result.scenario_name} on {result.num_gpus} GPUs ({result.mode} mode, "
         f"{'fast path' if result.extra.get('engine') == 'fast' else 'engine'})",
-        f"  layout         tp={par['tp']} pp={par['pp']} dp={par['dp']} cp={par['cp']} "
+        *_run_lines(result),
+        f"  layout         tp={par['tp']} pp={par['pp']} dp={par['dp']} cp={par['cp']} ep={par.get('ep', 1)} "
         f"vp={par['virtual_stages']} {par['schedule']} zero={par['zero_stage']} recompute={par['recompute']} "
         f"sp={par['sequence_parallel']} mbs={par['micro_batch_size']} gbs={par['global_batch_size']}",
         f"  parameters     {result.num_parameters / 1e9:.2f} B",
@@ -222,12 +251,24 @@ def render_table(result: SimulationResult) -> str:
         lines.append(f"                 source: {extra['convergence_source']}")
     if result.extra.get("fast_path_approximation"):
         lines.append(f"  fast path      approximate: {result.extra['fast_path_approximation']}")
-    lines += ["", "  time breakdown of the step (critical rank)"]
-    total = sum(result.time_breakdown_s.values()) or 1.0
+    lines += ["", "  where the step's time goes on the critical rank (the one that finishes last): busy time, "
+                  "and exposed waits", "  (communication hidden under compute is not counted)"]
+    total = sum(v for v in result.time_breakdown_s.values() if v) or 1.0
+    if not any(result.time_breakdown_s.values()):
+        lines.append("    - (not simulated)")
     for key in BREAKDOWN_KEYS:
-        value = result.time_breakdown_s.get(key, 0.0)
+        value = result.time_breakdown_s.get(key) or 0.0
         if value > 0:
             lines.append(f"    {key:<16} {value:10.3f} s  {100 * value / total:5.1f}%")
+    if result.busiest_stage is not None and result.busiest_stage_breakdown_s:
+        b = result.busiest_stage_breakdown_s
+        busy_total = sum(v for v in b.values() if v) or 1.0
+        lines += ["", f"  stage {result.busiest_stage}, the one that waits least (what bounds the pipeline: the "
+                      "critical rank's bubble is its work)"]
+        for key in BREAKDOWN_KEYS:
+            value = b.get(key) or 0.0
+            if value > 0:
+                lines.append(f"    {key:<16} {value:10.3f} s  {100 * value / busy_total:5.1f}%")
     lines += ["", f"  memory per GPU (stage {result.peak_memory_stage}, the highest peak)"]
     for key, value in result.memory_gib.items():
         lines.append(f"    {key:<16} {value:10.2f} GiB")
