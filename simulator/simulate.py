@@ -117,6 +117,23 @@ def critical_actor(plan: Plan) -> str:
     return max(ends, key=lambda a: (ends[a], -plan.stage_of[a]))
 
 
+def _event_args(task: Task) -> tuple[tuple[tuple[str, Any], ...], str | None]:
+    """Trace arguments of a task (bytes it puts on its busiest link, group size, rendezvous) and, for
+    a pipeline send, the actor that receives it (from the link demands: ``{dst}:{link}_rx``)."""
+    args: list[tuple[str, Any]] = []
+    if task.demands:
+        args.append(("bytes", max(task.demands.values())))
+    if task.rendezvous_size > 1:
+        args.append(("group_size", task.rendezvous_size))
+    if task.rendezvous:
+        args.append(("collective", task.rendezvous.split("@")[0]))
+    flow_to = None
+    if task.category == "pp_comm" and task.demands:
+        receivers = {k.split(":")[0] for k in task.demands if k.endswith("_rx")} - {task.actor}
+        flow_to = min(receivers) if receivers else None
+    return tuple(args), flow_to
+
+
 def _timeline(plan: Plan) -> list[TimelineEvent]:
     events = []
     for (actor, stream), tasks in plan.streams.items():
@@ -130,7 +147,7 @@ def _timeline(plan: Plan) -> list[TimelineEvent]:
                     events.append(TimelineEvent(actor, seg_stream, t.name, category, cursor, cursor + seconds))
                     cursor += seconds
                 continue
-            events.append(TimelineEvent(actor, stream, t.name, t.category, t.start_s, t.end_s))
+            events.append(TimelineEvent(actor, stream, t.name, t.category, t.start_s, t.end_s, *_event_args(t)))
     events.sort(key=lambda e: (e.rank_class, e.stream, e.start_s))
     return events
 

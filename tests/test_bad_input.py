@@ -187,6 +187,8 @@ CASES: dict[str, list[str]] = {
     "--trace is a folder": S + ["small.yaml", "--trace", "adir"],
     "--trace under a file": S + ["small.yaml", "--trace", "afile/t.json"],
     "--trace empty": S + ["small.yaml", "--trace", ""],
+    "--trace-ranks abc": S + ["small.yaml", "--trace", "t.json", "--trace-ranks", "abc"],
+    "--trace-ranks without --trace": S + ["small.yaml", "--trace-ranks", "0"],
     "sweep --out under a file": ["sweep", "sweep_ok.yaml", "--out", "afile/r.csv"],
     "sweep --out bad suffix": ["sweep", "sweep_ok.yaml", "--out", "r.txt"],
     "sweep --out is a folder": ["sweep", "sweep_ok.yaml", "--out", "adir"],

@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 
 from simulator.cli_options import add_overrides
+from simulator.errors import ConfigError
 
 
 def register(subparsers) -> None:
@@ -15,6 +16,9 @@ def register(subparsers) -> None:
     add_overrides(p)
     p.add_argument("--json", action="store_true", help="print one JSON object instead of the table")
     p.add_argument("--trace", metavar="FILE", help="write a Chrome trace-event JSON of the step (Perfetto)")
+    p.add_argument("--trace-ranks", metavar="I,J,...",
+                   help="with --trace: only these rank classes (0-based, in the trace's order: pipeline stages in "
+                        "symmetric mode), e.g. 0 or 0,15: a deep pipeline's full trace runs to tens of MB")
     p.add_argument("--mode", choices=["symmetric", "full"], help="override simulation.mode")
     p.add_argument("--steps", type=int, metavar="N",
                    help="unroll N training steps back to back (simulation.steps): mean and per-step times")
@@ -24,6 +28,18 @@ def register(subparsers) -> None:
     p.set_defaults(handler=run)
 
 
+def _trace_ranks(text: str | None) -> list[int] | None:
+    if text is None:
+        return None
+    try:
+        ranks = [int(t) for t in text.split(",") if t.strip()]
+    except ValueError:
+        raise ConfigError("--trace-ranks", f"expected comma-separated integers, got {text!r}") from None
+    if not ranks or min(ranks) < 0:
+        raise ConfigError("--trace-ranks", f"expected rank-class indices >= 0, got {text!r}")
+    return ranks
+
+
 def run(args) -> int:
     from simulator.cost.provenance import assumed_components, efficiency_provenance
     from simulator.report.result import finite_json, render_table
@@ -31,6 +47,9 @@ def run(args) -> int:
     from simulator.scenario import load_scenario
     from simulator.simulate import simulate
 
+    ranks = _trace_ranks(args.trace_ranks)
+    if ranks is not None and args.trace is None:
+        raise ConfigError("--trace-ranks", "needs --trace FILE")
     if args.trace is not None:
         from simulator.report.output_path import check_output_path
 
@@ -44,7 +63,7 @@ def run(args) -> int:
     result.extra["efficiency_provenance"] = provenance
     result.extra["assumed_efficiencies"] = assumed_components(provenance)
     if args.trace:
-        write_chrome_trace(result, args.trace)
+        write_chrome_trace(result, args.trace, ranks)
     if args.json:
         print(json.dumps(finite_json(result.to_dict()), indent=2, default=str, allow_nan=False))
     else:

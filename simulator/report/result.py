@@ -26,6 +26,8 @@ class TimelineEvent:
     category: str
     start_s: float
     end_s: float
+    args: tuple[tuple[str, Any], ...] = ()  # for the trace: bytes moved, group size, ...
+    flow_to: str | None = None               # a pipeline send: the rank class that receives it
 
 
 @dataclass
