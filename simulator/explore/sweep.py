@@ -418,21 +418,30 @@ def parallel_map(
     from concurrent.futures import ProcessPoolExecutor, as_completed
     from concurrent.futures.process import BrokenProcessPool
 
-    with ProcessPoolExecutor(max_workers=min(n, len(chunks))) as pool:
-        futures = {pool.submit(_run_chunk, fn, chunk): chunk for chunk in chunks}
-        try:
-            for future in as_completed(futures):
-                try:
-                    yield from future.result()
-                except BrokenProcessPool as exc:
-                    for idx, _ in futures[future]:
-                        yield idx, False, f"worker process died: {exc}"
-                except Exception as exc:  # noqa: BLE001 - e.g. a result that cannot be pickled
-                    for idx, _ in futures[future]:
-                        yield idx, False, f"{type(exc).__name__}: {exc}"
-        finally:
-            for future in futures:
-                future.cancel()
+    pool = ProcessPoolExecutor(max_workers=min(n, len(chunks)))
+    finished = False
+    futures = {pool.submit(_run_chunk, fn, chunk): chunk for chunk in chunks}
+    try:
+        for future in as_completed(futures):
+            try:
+                yield from future.result()
+            except BrokenProcessPool as exc:
+                for idx, _ in futures[future]:
+                    yield idx, False, f"worker process died: {exc}"
+            except Exception as exc:  # noqa: BLE001 - e.g. a result that cannot be pickled
+                for idx, _ in futures[future]:
+                    yield idx, False, f"{type(exc).__name__}: {exc}"
+        finished = True
+    finally:
+        if finished:
+            pool.shutdown(wait=True)
+        else:  # interrupted (Ctrl-C, SIGTERM, an error): stop the workers, leave none behind
+            workers_left = list((getattr(pool, "_processes", None) or {}).values())
+            pool.shutdown(wait=False, cancel_futures=True)
+            for process in workers_left:
+                process.kill()
+            for process in workers_left:
+                process.join(timeout=5)
 
 
 # --------------------------------------------------------------------------- writers
