@@ -183,3 +183,25 @@ def test_compare_cli_errors_are_one_line(tmp_path, capsys):
     assert err.startswith("clustersim: error: --trace:") and len(err.strip().splitlines()) == 1
     assert main(["compare", "--trace", str(CPU)]) == 2  # no scenario, not a harness trace
     assert "scenario" in capsys.readouterr().err
+
+
+def test_a_cut_off_last_step_is_left_out_of_the_average():
+    from simulator.report.compare import drop_truncated_last_step
+
+    steps = [("ProfilerStep#1", 0.0, 100.0), ("ProfilerStep#2", 100.0, 205.0), ("ProfilerStep#3", 205.0, 230.0)]
+    kept, note = drop_truncated_last_step(steps)
+    assert kept == steps[:2] and "ProfilerStep#3 left out" in note
+    whole = steps[:2] + [("ProfilerStep#3", 205.0, 300.0)]
+    assert drop_truncated_last_step(whole) == (whole, None)
+    assert drop_truncated_last_step(steps[:2]) == (steps[:2], None)  # two steps: nothing to compare with
+
+
+def test_compare_warns_when_the_trace_has_another_world_size(tmp_path, capsys):
+    from simulator.cli import main
+
+    scenario = tmp_path / "s.yaml"
+    scenario.write_text("model: gpt-1.7b\ncluster: {node: dgx-a100-80g, num_gpus: 8}\n"
+                        "parallelism: {tp: 2, global_batch_size: 16}\n")
+    trace = Path(__file__).parent / "data" / "traces" / "gloo_cpu_two_steps.json"
+    assert main(["compare", str(scenario), "--trace", str(trace)]) == 0
+    assert "recorded on 2 ranks, the scenario has 8 GPUs" in capsys.readouterr().err

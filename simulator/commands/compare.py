@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import json
 import re
+import sys
 from pathlib import Path
 
 from simulator.cli_options import add_overrides
@@ -70,6 +71,7 @@ def run(args) -> int:
         simulated_breakdown,
         stage_of_rank,
         trace_rank,
+        trace_world_size,
     )
     from simulator.scenario import load_scenario
     from simulator.simulate import simulate
@@ -86,6 +88,10 @@ def run(args) -> int:
     else:
         raw, described = _harness_scenario(trace, args.profile)
         scenario = load_scenario(raw, args.overrides)
+    world = trace_world_size(load_trace(trace))
+    if world is not None and world != scenario.num_gpus:
+        print(f"clustersim: warning: the trace was recorded on {world} ranks, the scenario has "
+              f"{scenario.num_gpus} GPUs: the simulated step is not the traced run", file=sys.stderr)
     result = simulate(scenario)
     par = scenario.parallelism
     rank_class = args.rank_class or stage_of_rank(trace_rank(load_trace(trace)), scenario.num_gpus, par.pp)

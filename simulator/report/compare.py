@@ -221,6 +221,31 @@ def _steps(events: list[dict]) -> list[tuple[str, float, float]]:
     return out
 
 
+def trace_world_size(doc: dict[str, Any]) -> int | None:
+    """The world size a Kineto trace records (``distributedInfo.world_size``), if any."""
+    size = (doc.get("distributedInfo") or {}).get("world_size")
+    return int(size) if isinstance(size, int | float | str) and str(size).isdigit() else None
+
+
+TRUNCATED_STEP_FRACTION = 0.8
+"""A last ProfilerStep shorter than this fraction of the median of the others is taken as cut off
+(the profiler stopped inside it) and left out of the average."""
+
+
+def drop_truncated_last_step(windows: list[tuple[str, float, float]]) -> tuple[list[tuple[str, float, float]],
+                                                                                str | None]:
+    """The step windows without a cut-off last one, and a note saying so (None when none was dropped)."""
+    if len(windows) < 3:
+        return windows, None
+    durations = sorted(hi - lo for _, lo, hi in windows[:-1])
+    median = durations[len(durations) // 2]
+    name, lo, hi = windows[-1]
+    if median > 0 and hi - lo < TRUNCATED_STEP_FRACTION * median:
+        return windows[:-1], (f"{name} left out of the average: {1e-3 * (hi - lo):.1f} ms against a median of "
+                              f"{1e-3 * median:.1f} ms (cut off when the profiler stopped)")
+    return windows, None
+
+
 def trace_rank(doc: dict[str, Any]) -> int | None:
     info = doc.get("distributedInfo") or {}
     rank = info.get("rank")
@@ -365,6 +390,10 @@ def measured_breakdown(path: str | Path, step: int | None = None) -> StepBreakdo
             names = ", ".join(w[0] for w in windows)
             raise ConfigError("--step", f"ProfilerStep#{step} is not in the trace (it has: {names})")
         windows = chosen
+    else:
+        windows, dropped = drop_truncated_last_step(windows)
+        if dropped:
+            notes.append(dropped)
     # the trace's clock is in µs
     sec = [Interval(i.start * 1e-6, i.end * 1e-6, i.category, i.lane, i.name) for i in intervals]
     per_step = [breakdown_of(sec, (lo * 1e-6, hi * 1e-6), str(path), name) for name, lo, hi in windows]
