@@ -51,6 +51,17 @@ def test_killing_a_sweep_leaves_no_worker_running(tmp_path):
     proc = subprocess.Popen([sys.executable, "-m", "simulator", "sweep", "sweep.yaml", "--out", "r.csv", "--workers",
                              "2", "--no-progress"], cwd=tmp_path, env=env, stdout=subprocess.PIPE,
                             stderr=subprocess.PIPE, text=True)
+    try:
+        _kill_and_check(proc, tmp_path)
+    finally:  # a failed check leaves nothing running either
+        if proc.poll() is None:
+            for pid in _descendants(proc.pid):
+                os.kill(pid, signal.SIGKILL)
+            proc.kill()
+            proc.communicate()
+
+
+def _kill_and_check(proc: subprocess.Popen, tmp_path: Path) -> None:
     workers: set[int] = set()
     deadline = time.monotonic() + 240
     while time.monotonic() < deadline and proc.poll() is None:
