@@ -73,6 +73,7 @@ def _row(n: int, gbs: int, result: dict[str, Any] | None, tried: int) -> dict[st
     samples = result.get("samples_per_s") if ok else None
     tokens = result.get("tokens_per_s") if ok else None
     row = {"num_gpus": n, "global_batch_size": gbs, "layouts_tried": tried,
+           **{k: result.get(k) for k in ("model", "node", "accelerator", "seq_length", "precision")},
            **{k: par.get(k) for k in ("tp", "pp", "dp", "cp", "virtual_stages", "schedule", "zero_stage",
                                       "recompute", "sequence_parallel", "micro_batch_size")},
            "fits": bool(result.get("fits")), "step_time_s": result.get("step_time_s") if ok else None,
@@ -189,12 +190,17 @@ def scaling_figure(rows: list[dict[str, Any]], title: str = ""):
     ok = [r for r in rows if _rate(r)]
     key = "tokens_per_s" if ok and all(r["tokens_per_s"] for r in ok) else "samples_per_s"
     xs = [r["num_gpus"] for r in ok]
-    ideal = [r for r in rows if r.get(f"ideal_{key}")]
+    last = max(xs, default=0)  # no ideal line past the last count that has a feasible layout
+    ideal = [r for r in rows if r.get(f"ideal_{key}") and r["num_gpus"] <= last]
     ax1.plot(xs, [r[key] for r in ok], "o-", color="#4c72b0", label="simulated")
     if ideal:
         ax1.plot([r["num_gpus"] for r in ideal], [r[f"ideal_{key}"] for r in ideal], "--", color="gray",
                  label="ideal (linear)")
     ax2.plot(xs, [100 * (r["mfu"] or 0) for r in ok], "o-", color="#c44e52", label="simulated")
+    for r in ok:  # the layout chosen at each count
+        label = f"tp{r.get('tp')} pp{r.get('pp')} dp{r.get('dp')}" + (f" cp{r['cp']}" if (r.get("cp") or 1) > 1 else "")
+        ax2.annotate(label, (r["num_gpus"], 100 * (r["mfu"] or 0)), textcoords="offset points", xytext=(0, 7),
+                     ha="center", fontsize=6.5, color="#555555")
     if ideal:
         ax2.plot([r["num_gpus"] for r in ideal], [100 * (r["ideal_mfu"] or 0) for r in ideal], "--", color="gray",
                  label="ideal (constant)")
@@ -219,7 +225,10 @@ def scaling_figure(rows: list[dict[str, Any]], title: str = ""):
     if infeasible:
         ax2.text(0.01, 0.02, f"no feasible layout at {', '.join(map(str, infeasible))} GPUs (shaded)",
                  transform=ax2.transAxes, fontsize=7, color="#c44e52")
-    fig.suptitle(title or "scaling")
+    known = next((r for r in rows if r.get("model")), None)
+    what = (f"{known['model']} on {known['node']} ({known['accelerator']}), sequence {known['seq_length']}, "
+            f"{known['precision']}" if known else "")
+    fig.suptitle("\n".join(t for t in (title, what) if t) or "scaling", fontsize=10)
     return fig
 
 
