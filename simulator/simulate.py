@@ -346,7 +346,9 @@ def run_identity(scenario: Scenario) -> dict[str, Any]:
     and the table carry them, swept or not). ``seq_length_source`` says where the sequence came from."""
     model = scenario.model
     notes = getattr(model, "notes", None) or ""
-    if scenario.training.seq_length:
+    if not scenario.seq_length:
+        source = None  # a network without a sequence (images)
+    elif scenario.training.seq_length:
         source = "training.seq_length"
     elif notes.startswith("sequence length"):
         source = notes.split(" from ", 1)[-1]

@@ -226,8 +226,9 @@ def scaling_figure(rows: list[dict[str, Any]], title: str = ""):
         ax2.text(0.01, 0.02, f"no feasible layout at {', '.join(map(str, infeasible))} GPUs (shaded)",
                  transform=ax2.transAxes, fontsize=7, color="#c44e52")
     known = next((r for r in rows if r.get("model")), None)
-    what = (f"{known['model']} on {known['node']} ({known['accelerator']}), sequence {known['seq_length']}, "
-            f"{known['precision']}" if known else "")
+    what = (f"{known['model']} on {known['node']} ({known['accelerator']})"
+            + (f", sequence {known['seq_length']}" if known.get("seq_length") else "")
+            + f", {known['precision']}" if known else "")
     fig.suptitle("\n".join(t for t in (title, what) if t) or "scaling", fontsize=10)
     return fig
 

@@ -208,10 +208,12 @@ def _run_lines(result: SimulationResult) -> list[str]:
     run = result.run
     if not run:
         return []
-    seq = f"{run['seq_length']:,}"
-    if run.get("seq_length_source") not in (None, "training.seq_length", "the model's seq_length"):
-        seq += f" (from {run['seq_length_source']}; set training.seq_length to change it)"
-    return [f"  model          {run['model']}, sequence {seq}, {run['precision']}",
+    seq = ""
+    if run.get("seq_length"):
+        seq = f", sequence {run['seq_length']:,}"
+        if run.get("seq_length_source") not in (None, "training.seq_length", "the model's seq_length"):
+            seq += f" (from {run['seq_length_source']}; set training.seq_length to change it)"
+    return [f"  model          {run['model']}{seq}, {run['precision']}",
             f"  hardware       {run['num_nodes']} x {run['node']} ({run['accelerator']}), {result.num_gpus} GPUs"]
 
 
