@@ -50,10 +50,18 @@ def test_seq_length_override_applies_to_the_model():
     assert sc.seq_length == 512 and sc.model.seq_length == 512
 
 
-def test_num_nodes_rounds_up():
-    raw = dict(RAW, cluster=dict(node="dgx-a100-80g", num_gpus=12),
-               parallelism=dict(tp=2, pp=2, micro_batch_size=1, global_batch_size=6))
+def test_num_nodes_and_partial_nodes():
+    """Whole nodes, or a part of one node; 12 GPUs on 8-GPU nodes is refused (issue 25: it was
+    simulated as 2 nodes, one of them half-empty)."""
+    raw = dict(RAW, cluster=dict(node="dgx-a100-80g", num_gpus=16),
+               parallelism=dict(tp=2, pp=2, micro_batch_size=1, global_batch_size=8))
     assert load_scenario(raw).num_nodes == 2
+    raw = dict(raw, cluster=dict(node="dgx-a100-80g", num_gpus=4), parallelism=dict(tp=2, global_batch_size=2))
+    assert load_scenario(raw).num_nodes == 1
+    raw = dict(raw, cluster=dict(node="dgx-a100-80g", num_gpus=12),
+               parallelism=dict(tp=2, pp=2, micro_batch_size=1, global_batch_size=6))
+    with pytest.raises(ConfigError, match="cluster.num_gpus: 12 is not a whole number of dgx-a100-80g nodes"):
+        load_scenario(raw)
 
 
 def test_inline_node_with_inline_accelerator_and_fabric():
