@@ -303,7 +303,7 @@ def build_scenario(raw: dict[str, Any], base: Path | None = None) -> Scenario:
         raise ConfigError("training.optimizer_fusion", "is modelled with zero_stage 0 and schedules other than zb-h1, got "
                           f"zero_stage {parallelism.zero_stage}, schedule {parallelism.schedule}")
     per_node, n = node.gpus_per_node, doc.cluster.num_gpus
-    if n % per_node and per_node % n:
+    if n > per_node and n % per_node:
         raise ConfigError("cluster.num_gpus", f"{n} is not a whole number of {node.name} nodes ({per_node} GPUs "
                                               "each) nor a part of one node")
     return Scenario(

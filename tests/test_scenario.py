@@ -56,7 +56,7 @@ def test_num_nodes_and_partial_nodes():
     raw = dict(RAW, cluster=dict(node="dgx-a100-80g", num_gpus=16),
                parallelism=dict(tp=2, pp=2, micro_batch_size=1, global_batch_size=8))
     assert load_scenario(raw).num_nodes == 2
-    raw = dict(raw, cluster=dict(node="dgx-a100-80g", num_gpus=4), parallelism=dict(tp=2, global_batch_size=2))
+    raw = dict(raw, cluster=dict(node="dgx-a100-80g", num_gpus=6), parallelism=dict(tp=2, global_batch_size=3))
     assert load_scenario(raw).num_nodes == 1
     raw = dict(raw, cluster=dict(node="dgx-a100-80g", num_gpus=12),
                parallelism=dict(tp=2, pp=2, micro_batch_size=1, global_batch_size=6))
