@@ -33,7 +33,7 @@ CASES = {
     "llama-1b / 16 H100": (["model=llama-1b", "cluster.node=dgx-h100", "training.seq_length=2048",
                             "parallelism.global_batch_size=64"], 16, SearchSpace(zero_stage=[0, 1, 2, 3])),
     "gpt-7.5b / 128 A100": (["model=gpt-7.5b", "training.seq_length=2048", "parallelism.global_batch_size=256"], 128,
-                            SearchSpace(zero_stage=[0, 1, 3], schedule=["1f1b", "gpipe", "zb-h1", "interleaved"])),
+                            SearchSpace(zero_stage=[0, 1, 3], schedule=["1f1b", "gpipe", "interleaved"])),
     "mixtral-8x7b / 64 H100": (["model=mixtral-8x7b", "cluster.node=dgx-h100", "training.seq_length=4096",
                                 "training.attention=flash", "parallelism.global_batch_size=256"], 64, SearchSpace()),
     "llama3-8b / 64 H100, oversubscribed fabric": (
