@@ -52,6 +52,14 @@ class EfficiencyPoint(Spec):
     efficiency: float = Field(gt=0, le=1)
 
 
+def _increasing_gflop(points: list[EfficiencyPoint]) -> list[EfficiencyPoint]:
+    """A curve's points must have strictly increasing GEMM size (it is interpolated along it)."""
+    sizes = [p.gflop for p in points]
+    if sizes != sorted(sizes) or len(set(sizes)) != len(sizes):
+        raise ValueError("points must have strictly increasing gflop")
+    return points
+
+
 class PrecisionCurve(Spec):
     """A GEMM efficiency curve for one precision (fp8 kernels saturate differently from bf16 ones),
     with where it came from: ``fitted_on`` names the microbenchmark file and rows; None = assumed."""
@@ -63,10 +71,7 @@ class PrecisionCurve(Spec):
     @field_validator("points")
     @classmethod
     def _sorted(cls, points: list[EfficiencyPoint]) -> list[EfficiencyPoint]:
-        sizes = [p.gflop for p in points]
-        if sizes != sorted(sizes) or len(set(sizes)) != len(sizes):
-            raise ValueError("points must have strictly increasing gflop")
-        return points
+        return _increasing_gflop(points)
 
 
 class AttentionEfficiency(Spec):
@@ -194,10 +199,7 @@ class ComputeEfficiency(Spec):
     @field_validator("gemm_curve")
     @classmethod
     def _sorted(cls, points: list[EfficiencyPoint]) -> list[EfficiencyPoint]:
-        sizes = [p.gflop for p in points]
-        if sizes != sorted(sizes) or len(set(sizes)) != len(sizes):
-            raise ValueError("points must have strictly increasing gflop")
-        return points
+        return _increasing_gflop(points)
 
 
 class Accelerator(Spec):

@@ -596,11 +596,16 @@ def rank_memory(scenario, stage: int) -> MemoryBreakdown:
     return MemoryBreakdown(weights, grads, optim, activations, other, stage=stage)
 
 
-def peak_rank_memory(scenario) -> tuple[int, MemoryBreakdown, list[MemoryBreakdown]]:
-    """(stage with the highest total, its breakdown, every stage's breakdown); ties go to the first."""
-    stages = [rank_memory(scenario, i) for i in range(scenario.parallelism.pp)]
+def peak_stage(stages: list[MemoryBreakdown]) -> tuple[int, MemoryBreakdown, list[MemoryBreakdown]]:
+    """(stage with the highest total, its breakdown, every stage's breakdown); ties go to the first.
+    The form every strategy kind's ``memory`` returns."""
     best = max(range(len(stages)), key=lambda i: (stages[i].total_bytes, -i))
     return best, stages[best], stages
+
+
+def peak_rank_memory(scenario) -> tuple[int, MemoryBreakdown, list[MemoryBreakdown]]:
+    """The spmd kind's memory: :func:`peak_stage` over every pipeline stage's :func:`rank_memory`."""
+    return peak_stage([rank_memory(scenario, i) for i in range(scenario.parallelism.pp)])
 
 
 def usable_hbm_bytes(scenario) -> float:

@@ -32,7 +32,7 @@ from typing import Literal
 
 from pydantic import BaseModel, ConfigDict, Field
 
-from simulator.memory.analytic import MemoryBreakdown, rank_memory
+from simulator.memory.analytic import MemoryBreakdown, peak_stage, rank_memory
 from simulator.strategies.registry import StrategyKind, register
 from simulator.strategies.spmd.schedule import one_f_one_b
 from simulator.strategies.tasklists import StageTasks, require
@@ -126,8 +126,7 @@ def stage_memory(scenario, stage: int) -> MemoryBreakdown:
 def memory_async_pipeline(scenario):
     _check(scenario)
     stages = [stage_memory(scenario, i) for i in range(scenario.parallelism.pp)]
-    best = max(range(len(stages)), key=lambda i: (stages[i].total_bytes, -i))
-    return best, stages[best], stages
+    return peak_stage(stages)
 
 
 ASYNC_PIPELINE = register(StrategyKind(

@@ -39,6 +39,7 @@ from simulator.memory.analytic import (
     microbatches_in_flight,
     model_state_bytes,
     output_layer_activation_bytes,
+    peak_stage,
     rank_memory,
 )
 from simulator.scenario import gradient_bytes
@@ -144,8 +145,7 @@ def memory_local_learning(scenario):
     _check(scenario)
     planner = Planner(scenario, mode="symmetric")
     stages = [stage_memory(scenario, i, planner) for i in range(scenario.parallelism.pp)]
-    best = max(range(len(stages)), key=lambda i: (stages[i].total_bytes, -i))
-    return best, stages[best], stages
+    return peak_stage(stages)
 
 
 LOCAL_LEARNING = register(StrategyKind(

@@ -42,7 +42,7 @@ from pydantic import BaseModel, ConfigDict, Field
 
 from simulator.engine.engine import Task
 from simulator.errors import ConfigError
-from simulator.memory.analytic import MemoryBreakdown, rank_memory, stage_params
+from simulator.memory.analytic import MemoryBreakdown, peak_stage, rank_memory, stage_params
 from simulator.scenario import gradient_bytes
 from simulator.strategies.registry import StrategyKind, register
 from simulator.strategies.spmd.plan import Planner
@@ -93,8 +93,7 @@ def local_sgd_memory(scenario) -> tuple[int, MemoryBreakdown, list[MemoryBreakdo
     _check(scenario)
     per_param = OUTER_STATE_BYTES_PER_PARAM[_config(scenario).outer_optimizer]
     stages = [_stage_memory(scenario, i, per_param) for i in range(scenario.parallelism.pp)]
-    best = max(range(len(stages)), key=lambda i: (stages[i].total_bytes, -i))
-    return best, stages[best], stages
+    return peak_stage(stages)
 
 
 def _stage_memory(scenario, stage: int, per_param: float) -> MemoryBreakdown:
