@@ -360,7 +360,34 @@ class IntraNodeFabric(Spec):
     collectives: dict[CollectiveName, AlphaBeta] | None = Field(
         default=None, description="fitted per-collective laws (from `clustersim calibrate`); override the above"
     )
+    link_counts: list[list[int]] | None = Field(
+        default=None,
+        description="direct GPU-to-GPU links per pair (symmetric, zero diagonal, gpus_per_node square) where not every "
+                    "pair is joined alike: NVLink hybrid cube mesh (DGX-1V, AWS p3.16xlarge), NVLink bridge pairs. "
+                    "A ring over a group inside the node then gets link_bandwidth_gb_per_s times the number of "
+                    "edge-disjoint directed rings the links hold, or unlinked_pair_bandwidth_gb_per_s where they hold "
+                    "none (simulator/cost/intra_node.py). None: every pair at bandwidth_per_gpu_gb_per_s (a switch)")
+    link_bandwidth_gb_per_s: float | None = Field(default=None, gt=0, description="one direction of one link")
+    unlinked_pair_bandwidth_gb_per_s: float | None = Field(
+        default=None, gt=0, description="one direction between GPUs without a direct link (PCIe / host bridge)")
     source: str
+
+    @model_validator(mode="after")
+    def _links_complete(self) -> IntraNodeFabric:
+        if self.link_counts is None:
+            if self.link_bandwidth_gb_per_s is not None or self.unlinked_pair_bandwidth_gb_per_s is not None:
+                raise ValueError("link_bandwidth_gb_per_s and unlinked_pair_bandwidth_gb_per_s need link_counts")
+            return self
+        if self.link_bandwidth_gb_per_s is None or self.unlinked_pair_bandwidth_gb_per_s is None:
+            raise ValueError("link_counts needs link_bandwidth_gb_per_s and unlinked_pair_bandwidth_gb_per_s")
+        n = len(self.link_counts)
+        for i, row in enumerate(self.link_counts):
+            if len(row) != n:
+                raise ValueError("link_counts must be square")
+            for j, count in enumerate(row):
+                if count < 0 or count != self.link_counts[j][i] or (i == j and count):
+                    raise ValueError("link_counts must be symmetric, non-negative, with a zero diagonal")
+        return self
 
 
 class Node(Spec):
@@ -395,6 +422,9 @@ class Node(Spec):
             raise ValueError("nvlink_domain_gpus must be a multiple of gpus_per_node")
         if self.nvls_all_reduce is not None and not self.intra_node.supports_nvls:
             raise ValueError("nvls_all_reduce needs intra_node.supports_nvls")
+        links = self.intra_node.link_counts
+        if links is not None and len(links) != self.gpus_per_node:
+            raise ValueError(f"intra_node.link_counts is {len(links)} square, the node has {self.gpus_per_node} GPUs")
         return self
 
     @property

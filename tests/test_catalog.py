@@ -34,8 +34,9 @@ REQUIRED = {
 
 ALL_ENTRIES = [(kind, name) for kind, cat in CATALOGS.items() for name in cat.names()]
 FP8_HARDWARE = {"h100-sxm-80g", "h800-sxm-80g", "h200-sxm-141g", "gh200", "b200", "b300", "gb200", "gb300", "mi300x",
-                "mi325x", "mi355x"}
-NO_BF16 = {"v100-sxm-32g"}  # Volta tensor cores: fp16 only
+                "mi325x", "mi355x", "l4", "rtx-4090"}
+NO_BF16 = {"v100-sxm-32g", "v100-sxm2-16g", "v100-pcie-16g", "t4", "rtx-2080ti"}  # Volta/Turing tensor cores: fp16 only
+FP32_ONLY = {"gtx-1080ti"}  # Pascal GP102: no tensor cores, fp16 at 1/64 rate
 
 
 # --- every entry -------------------------------------------------------------------------
@@ -61,6 +62,9 @@ def test_required_names_exist(kind, names):
 def test_accelerator_precisions(name):
     acc = ACCELERATORS.get(name)
     peaks = acc.peak_tflops
+    if name in FP32_ONLY:
+        assert set(peaks) == {"fp32"}
+        return
     if name in NO_BF16:
         assert "bf16" not in peaks and "fp16" in peaks
     else:

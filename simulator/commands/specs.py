@@ -36,7 +36,8 @@ def register(subparsers) -> None:
 
 def _summary(kind: str, spec) -> str:
     if kind == "accelerator":
-        return f"{spec.peak_tflops.get('bf16', spec.peak_tflops.get('fp16', 0)):g} TFLOP/s bf16, {spec.hbm_gib:g} GiB"
+        precision = next(p for p in ("bf16", "fp16", "fp32", "fp64") if p in spec.peak_tflops)  # the training peak
+        return f"{spec.peak_tflops[precision]:g} TFLOP/s {precision}, {spec.hbm_gib:g} GiB"
     if kind == "node":
         return (f"{spec.gpus_per_node}x {spec.accelerator if isinstance(spec.accelerator, str) else spec.accelerator.name}, "
                 f"{spec.intra_node.kind}, {spec.nics_per_node}x {spec.nic_bandwidth_gbit_per_s:g} Gb/s"

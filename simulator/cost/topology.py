@@ -28,6 +28,7 @@ from dataclasses import dataclass
 from functools import cached_property
 
 from hardware_specs.schema import FatTree, Node, RailOptimized
+from simulator.cost.intra_node import group_slowdown
 from simulator.errors import ConfigError
 from simulator.strategies.spmd.layout import Parallelism
 
@@ -140,6 +141,16 @@ class Topology:
         pods = {self.pod_of(r) for r in ranks}
         per_node = max(1, len(ranks) // len(nodes))
         return Placement(tuple(ranks), per_node, len(nodes), len(pods))
+
+    def intra_slowdown(self, ranks: tuple[int, ...]) -> float:
+        """Factor on the intra-node bytes of a group whose node joins its GPUs by per-pair links
+        (hybrid cube mesh, NVLink bridges): the ring over the members on the first member's node
+        (simulator/cost/intra_node.py); 1 on a switch or bus."""
+        if self.node.intra_node.link_counts is None or self.domain_gpus != self.gpus_per_node:
+            return 1.0
+        first = self.node_of(ranks[0])
+        local = tuple(sorted({r % self.gpus_per_node for r in ranks if self.node_of(r) == first}))
+        return group_slowdown(self.node.intra_node, local)
 
     @cached_property
     def links(self) -> LinkCapacities:

@@ -28,6 +28,7 @@ and per collective (for ``--trace``); both give the same step time where nothing
 
 from __future__ import annotations
 
+import dataclasses
 from collections import defaultdict
 
 from simulator.cost.collectives import collective_cost
@@ -141,14 +142,18 @@ class Planner:
         if ranks is None:
             ranks = self._group_cache[(rank, group)] = self.layout.group(rank, group)
         placement = self.topo.placement(ranks)
+        slowdown = self.topo.intra_slowdown(ranks)  # a group on a partial mesh (hybrid cube mesh, bridges)
         key = (collective, payload, placement.size, placement.members_per_node, placement.num_nodes,
-               placement.num_pods)
+               placement.num_pods, slowdown)
         cost = self._cost_cache.get(key)
         if cost is None:
             node = self.sc.node
             cost = collective_cost(collective, payload, placement, self.links,
                                    node.intra_laws, node.inter_node_collectives, node.nvls_all_reduce,
                                    mesh_peers=node.gpus_per_node - 1 if node.intra_node.kind == "xgmi" else None)
+            if slowdown != 1.0 and cost.bytes_by_link.get("nvl"):
+                cost = dataclasses.replace(cost, bytes_by_link={**cost.bytes_by_link,
+                                                                "nvl": cost.bytes_by_link["nvl"] * slowdown})
             self._cost_cache[key] = cost
         simulated = [r for r in ranks if r in self.rank_actor]
         return cost, ranks, len(simulated)
@@ -183,6 +188,7 @@ class Planner:
         dst = self.rank_actor[dst_rank]
         if self.topo.node_of(src_rank) == self.topo.node_of(dst_rank):
             links, latency = ["nvl"], self.links.intra_latency_s
+            payload *= self.topo.intra_slowdown((src_rank, dst_rank))  # a pair without a direct link
         else:
             links, latency = ["nic"], self.links.inter_latency_s
             if self.topo.pod_of(src_rank) != self.topo.pod_of(dst_rank):
