@@ -20,6 +20,7 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_valida
 from hardware_specs.catalog import FABRICS, NODES, node_accelerator
 from hardware_specs.schema import Accelerator, Fabric, Node
 from hardware_specs.yaml_io import read_yaml
+from simulator.colocation.spec import CoLocatedJob, CoLocatedJobSpec
 from simulator.economics.convergence import ConvergenceSpec
 from simulator.economics.cost import EconomicsSpec
 from simulator.errors import ConfigError, from_pydantic, no_bool_numbers
@@ -127,6 +128,10 @@ class ScenarioFile(_Strict):
     convergence: ConvergenceSpec | None = Field(
         default=None, description="steps to a target as a function of batch, staleness and local steps (the user's "
                                   "or a paper's numbers): gives steps_to_target and time_to_target_s")
+    co_located_jobs: list[CoLocatedJobSpec] = Field(
+        default_factory=list, max_length=8,
+        description="other training jobs on the same GPUs, each a scenario of its own at a lower priority; this "
+                    "scenario is the foreground (simulator/colocation/spec.py)")
 
 
 @dataclass(frozen=True)
@@ -145,6 +150,7 @@ class Scenario:
     economics: EconomicsSpec = EconomicsSpec()
     strategy: BaseModel | None = None  # the kind's config; None: the default kind (spmd)
     convergence: ConvergenceSpec | None = None
+    co_located: tuple[CoLocatedJob, ...] = ()  # background jobs on the same GPUs (simulator/colocation/)
 
     @property
     def strategy_kind(self) -> str:
@@ -319,7 +325,45 @@ def build_scenario(raw: dict[str, Any], base: Path | None = None) -> Scenario:
         economics=doc.economics,
         strategy=parse_strategy(doc.strategy),
         convergence=doc.convergence,
+        co_located=_co_located_jobs(doc.co_located_jobs, raw.get("cluster"), base),
     )
+
+
+def _absolute_refs(cluster: dict[str, Any], base: Path | None) -> dict[str, Any]:
+    """The foreground's ``cluster:`` mapping with its file references made absolute, for a background
+    scenario that lives in another folder."""
+    return {k: _relative(v, base) if k in ("node", "fabric", "profile") else v for k, v in cluster.items()}
+
+
+def _co_located_jobs(specs: list[CoLocatedJobSpec], cluster: Any, base: Path | None) -> tuple[CoLocatedJob, ...]:
+    """Resolve each background job's scenario on the foreground's cluster (simulator/colocation/spec.py)."""
+    jobs: list[CoLocatedJob] = []
+    seen: dict[int, int] = {}
+    for i, spec in enumerate(specs):
+        field = f"co_located_jobs.{i}"
+        if spec.priority in seen:
+            raise ConfigError(f"{field}.priority", f"{spec.priority} is also job {seen[spec.priority]}'s: priorities "
+                                                   "must differ (the lower number runs first)")
+        seen[spec.priority] = i
+        ref = _relative(spec.scenario, base) if isinstance(spec.scenario, str) else spec.scenario
+        try:
+            job_raw, job_base = load_raw(ref) if isinstance(ref, str) else (copy.deepcopy(ref), base)
+        except ConfigError as exc:
+            raise ConfigError(f"{field}.scenario", exc.reason) from None
+        if "co_located_jobs" in job_raw:
+            raise ConfigError(f"{field}.scenario.co_located_jobs", "a background job cannot hold jobs of its own")
+        shared = _absolute_refs(dict(cluster), base)
+        if "cluster" in job_raw and job_raw["cluster"] != cluster and job_raw["cluster"] != shared:
+            raise ConfigError(f"{field}.scenario.cluster", "a co-located job runs on the foreground's GPUs: leave "
+                                                           "cluster: out (or give the foreground's)")
+        job_raw["cluster"] = shared
+        try:
+            job = build_scenario(job_raw, job_base)
+        except ConfigError as exc:
+            raise ConfigError(f"{field}.scenario.{exc.field}" if exc.field else f"{field}.scenario",
+                              exc.reason) from None
+        jobs.append(CoLocatedJob(job, spec.priority, spec.interference_slowdown, spec.interference_source))
+    return tuple(jobs)
 
 
 def load_scenario(source: str | Path | dict[str, Any] | None = None, overrides: list[str] | None = None) -> Scenario:

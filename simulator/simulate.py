@@ -165,6 +165,12 @@ def _run_plan(scenario: Scenario, kind, mode: str, detail: bool, engine: str):
     path counts no memory: its results have no simulated memory peaks or series."""
     if engine not in ENGINES:
         raise ConfigError("--engine", f"must be one of {', '.join(ENGINES)}, got {engine!r}")
+    if scenario.co_located:  # jobs sharing the GPUs: one engine run of all of them (simulator/colocation/run.py)
+        if engine != "full":
+            raise ConfigError("--engine", "co-located jobs are timed by the full engine (their kernels share GPUs)")
+        from simulator.colocation.run import run_co_located
+
+        return run_co_located(scenario, detail)
     if engine != "full":
         if scenario.strategy_kind != "spmd":
             raise ConfigError("--engine", f"the fast path covers the spmd strategy, not {scenario.strategy_kind!r}")
@@ -197,6 +203,10 @@ def simulate(scenario: Scenario, mode: str | None = None, detail: bool = False,
     kind = get_kind(scenario.strategy_kind)
     stage, peak, per_stage = kind.memory(scenario)
     ok, reason = memory_fits(scenario, peak)
+    if ok and scenario.co_located:
+        from simulator.colocation.run import shared_memory_fits
+
+        ok, reason = shared_memory_fits(scenario)
     flops = _step_flops(scenario)
     accel = scenario.accelerator
     step_time = makespan = None

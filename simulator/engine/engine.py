@@ -15,6 +15,18 @@ overlapped for half its length takes (1 + s/2) times its duration. The other dir
 transfer with ``comm_slowdown_while_computing`` c > 0 moves (its latency and its bytes) at 1/(1+c) of its pace while
 any ``slows_comm`` task of its actor runs (a collective over a rendezvous: while any member's
 does), because the compute kernels take the SMs / cores its kernels or threads need.
+Shared executors (priorities): a fixed-duration task with ``shares`` = key runs on that executor beside
+the tasks of other actors with the same key (several jobs' kernels on one GPU: DeepPool's
+multiplexing, Park et al. 2022, MLSys, Sec. 5; the engine only sees keys and numbers). Among the tasks
+*ready* on an executor (dependencies met and their stream's turn come, until they end), a task with a
+strictly lower ``priority`` number holds back every task of a higher number: those progress at rate 0 (a
+background kernel fills only the time the foreground leaves idle). A running task progresses at
+1/(1+x), x the largest ``interferes`` among the ready tasks of a higher number on its executor (a
+waiting background kernel still slows the foreground: thread blocks in flight, caches, memory
+bandwidth). Tasks of equal priority do not arbitrate. Rates are re-evaluated whenever a task joins or
+leaves the executor, and multiply with the contention rate above. ``run(until_done=...)`` stops
+once the given tasks are done, leaving the rest unfinished (an endless background job).
+
 Heterogeneous or failing actors, async pipelines or infrequent synchronisation are task lists
 and dependencies of another shape.
 
@@ -57,6 +69,11 @@ class Task:
     contends: bool = False
     comm_slowdown_while_computing: float = 0.0  # a transfer: 1/(1+c) of its rate while its actor computes
     slows_comm: bool = False                     # a fixed-duration task that slows its actor's transfers
+    # Shared executors (see the module docstring): a fixed-duration task on executor ``shares`` waits
+    # while a lower-numbered ``priority`` is ready there, and slows higher-priority ones by ``interferes``.
+    shares: str | None = None
+    priority: int = 0
+    interferes: float = 0.0
     # Counters (see the module docstring): added to (actor, counter) at start, taken from it at end.
     alloc_bytes: float = 0.0
     free_bytes: float = 0.0
@@ -87,13 +104,18 @@ class Engine:
         self._computing: dict[str, int] = defaultdict(int)       # actor -> slows_comm tasks running
         self._slowed_flows: dict[str, int] = defaultdict(int)    # actor -> its slowable transfers in flight
         self._compute_changed: dict[str, simpy.Event] = {}       # actor -> fires when it starts/stops computing
+        self._executors: dict[str, list[Task]] = defaultdict(list)  # shared executor -> tasks ready on it
+        self._executor_changed: dict[str, simpy.Event] = {}          # -> fires when a task joins or leaves
         self.counters: dict[tuple[str, str], float] = {}              # (actor, counter) -> value now
         self.counter_peaks: dict[tuple[str, str], float] = {}         # (actor, counter) -> highest value
         self.counter_series: dict[tuple[str, str], list[tuple[float, float]]] = {}  # -> [(time, value)]
 
     def run(self, streams: dict[tuple[str, str], list[Task]],
-            counters_start: dict[tuple[str, str], float] | None = None) -> float:
-        """Run every task; ``counters_start`` gives (actor, counter) values held from time 0."""
+            counters_start: dict[tuple[str, str], float] | None = None,
+            until_done: list[Task] | None = None) -> float:
+        """Run every task; ``counters_start`` gives (actor, counter) values held from time 0. With
+        ``until_done``, stop as soon as those tasks are done (the others may stay unfinished, their
+        ``end_s`` NaN) and return the last of their ends."""
         for key, value in (counters_start or {}).items():
             self._count(key, value)
         for tasks in streams.values():
@@ -101,12 +123,19 @@ class Engine:
                 task.done = self.env.event()
         for tasks in streams.values():
             self.env.process(self._stream(tasks))
-        self.env.run()
-        unfinished = [t for tasks in streams.values() for t in tasks if not t.done.triggered]
+        required = [t for tasks in streams.values() for t in tasks] if until_done is None else until_done
+        if until_done is None:
+            self.env.run()
+        elif required:
+            try:
+                self.env.run(until=simpy.AllOf(self.env, [t.done for t in required]))
+            except RuntimeError:  # no events left before they were done: reported below as a deadlock
+                pass
+        unfinished = [t for t in required if not t.done.triggered]
         if unfinished:
             first = unfinished[0]
             raise RuntimeError(f"deadlock: {len(unfinished)} tasks never ran, first {first.actor}/{first.name}")
-        return max((t.end_s for tasks in streams.values() for t in tasks), default=0.0)
+        return max((t.end_s for t in required), default=0.0)
 
     def _stream(self, tasks: list[Task]):
         env = self.env
@@ -131,7 +160,7 @@ class Engine:
                 if task.duration_s > 0:
                     if task.slows_comm:
                         self._compute_state(task.actor, +1)
-                    if task.slowdown_while_contended > 0:
+                    if task.slowdown_while_contended > 0 or task.shares is not None:
                         yield from self._run_slowable(task)
                     else:
                         yield env.timeout(task.duration_s)
@@ -228,21 +257,57 @@ class Engine:
             self.network.refresh()
 
     def _run_slowable(self, task: Task):
-        """Run ``task.duration_s`` of work at rate 1, or 1/(1+s) while its actor is contended."""
+        """Run ``task.duration_s`` of work at rate 1, times 1/(1+s) while its actor is contended,
+        times its shared executor's rate (0 while a higher-priority task is ready there)."""
         env, actor = self.env, task.actor
+        key = task.shares
+        if key is not None:
+            self._executors[key].append(task)
+            self._executor_change(key)
         remaining = task.duration_s
         slow_rate = 1.0 / (1.0 + task.slowdown_while_contended)
         while remaining > 1e-15 * task.duration_s:
-            rate = slow_rate if self._contending[actor] else 1.0
-            changed = self._contention_changed.get(actor)
-            if changed is None:
-                changed = self._contention_changed[actor] = env.event()
+            rate = slow_rate if task.slowdown_while_contended > 0 and self._contending[actor] else 1.0
+            changes = []
+            if task.slowdown_while_contended > 0:
+                changed = self._contention_changed.get(actor)
+                if changed is None:
+                    changed = self._contention_changed[actor] = env.event()
+                changes.append(changed)
+            if key is not None:
+                rate *= self._share_rate(task)
+                changed = self._executor_changed.get(key)
+                if changed is None:
+                    changed = self._executor_changed[key] = env.event()
+                changes.append(changed)
             began = env.now
+            if rate <= 0.0:  # held back by a higher-priority task: wait for the executor to change
+                yield changes[0] if len(changes) == 1 else simpy.AnyOf(env, changes)
+                continue
             finish = env.timeout(remaining / rate)
-            yield finish | changed
-            if finish.processed:  # ran to the end before the contention changed
-                return
+            yield simpy.AnyOf(env, [finish, *changes])
+            if finish.processed:  # ran to the end before anything changed
+                break
             remaining -= (env.now - began) * rate
+        if key is not None:
+            self._executors[key].remove(task)
+            self._executor_change(key)
+
+    def _share_rate(self, task: Task) -> float:
+        """The task's rate on its shared executor: 0 while a lower priority number is ready there, else
+        1/(1+x) with x the largest ``interferes`` among the ready tasks of a higher number."""
+        worst = 0.0
+        for other in self._executors[task.shares]:
+            if other.priority < task.priority:
+                return 0.0
+            if other.priority > task.priority and other.interferes > worst:
+                worst = other.interferes
+        return 1.0 / (1.0 + worst)
+
+    def _executor_change(self, key: str) -> None:
+        changed = self._executor_changed.pop(key, None)
+        if changed is not None:
+            changed.succeed()
 
     def _join(self, task: Task):
         """Wait for every member of the task's rendezvous, then move all members' bytes as one flow."""

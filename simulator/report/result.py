@@ -217,6 +217,31 @@ def _run_lines(result: SimulationResult) -> list[str]:
             f"  hardware       {run['num_nodes']} x {run['node']} ({run['accelerator']}), {result.num_gpus} GPUs"]
 
 
+def _co_location_lines(result: SimulationResult) -> list[str]:
+    """The jobs sharing the GPUs (simulator/colocation/run.py): each one's throughput alone and shared."""
+    info = result.extra.get("co_location")
+    if not info:
+        return []
+    lines = ["", f"  co-located jobs on the same {result.num_gpus} GPUs (a lower priority runs only when the higher "
+                 "ones leave a GPU idle)",
+             f"    {'job':<30} {'prio':>4} {'step alone':>11} {'step shared':>12} {'samples/s alone':>16} "
+             f"{'shared':>10} {'relative':>9}"]
+    for job in info["jobs"]:
+        lines.append(f"    {job['scenario'][:30]:<30} {job['priority']:>4} {_fmt(job['step_time_alone_s'], '.4f', ' s'):>11} "
+                     f"{_fmt(job['step_time_shared_s'], '.4f', ' s'):>12} {_fmt(job['samples_per_s_alone'], ',.1f'):>16} "
+                     f"{_fmt(job['samples_per_s_shared'], ',.1f'):>10} {_fmt(job['relative_throughput'], '.3f'):>9}")
+    lines.append(f"    cluster total: {_fmt(info['model_tflops_per_gpu_total'], '.1f')} model TFLOP/s per GPU; "
+                 f"normalised throughput {_fmt(info['normalized_throughput'], '.3f')} (sum of relative; 1 = the "
+                 "foreground alone)")
+    lines.append(f"    memory per GPU: every job's peak together {_fmt(info['peak_memory_gib_total'], '.2f')} GiB")
+    for job in info["jobs"][1:]:
+        source = "ASSUMED (not measured)" if job.get("interference_assumed") else f"source: {job['interference_source']}"
+        lines.append(f"    interference: while {job['scenario']} waits on a GPU, higher-priority kernels there run "
+                     f"at 1/(1+{job['interference_slowdown']:g}); {source}")
+    lines += [f"    note: {note}" for note in info.get("notes", [])]
+    return lines
+
+
 def render_table(result: SimulationResult) -> str:
     """A readable summary for the terminal."""
     par = result.parallelism
@@ -273,6 +298,7 @@ def render_table(result: SimulationResult) -> str:
             value = b.get(key) or 0.0
             if value > 0:
                 lines.append(f"    {key:<16} {value:10.3f} s  {100 * value / busy_total:5.1f}%")
+    lines += _co_location_lines(result)
     lines += ["", f"  memory per GPU (stage {result.peak_memory_stage}, the highest peak)"]
     for key, value in result.memory_gib.items():
         lines.append(f"    {key:<16} {value:10.2f} GiB")

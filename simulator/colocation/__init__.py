@@ -1,0 +1,1 @@
+"""Co-located jobs on shared GPUs (DeepPool's multiplexing): the scenario field and the shared run."""
