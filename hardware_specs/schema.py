@@ -479,6 +479,139 @@ class RailOptimized(Spec):
         return self.rail_group_nodes
 
 
+class WanTransport(Spec):
+    """What a communication library's connections get out of a wide-area link (per connection):
+    the rate is ``min(link rate · bandwidth_efficiency, max_flow_gbit_per_s, window_bytes / RTT)``,
+    the window bound of a TCP-like transport (Mathis et al. 1997, "The macroscopic behavior of the
+    TCP congestion avoidance algorithm", throughput <= window / RTT). A connection that starts cold
+    first doubles its window from ``initial_window_bytes`` once per round trip (slow start; Cardwell,
+    Savage & Anderson 2000, "Modeling TCP latency", Sec. 2.1), which costs about
+    ``RTT · (log2(target / initial_window) - 1)`` over the steady rate (target: the smaller of the
+    bandwidth-delay product and the window). Training keeps its connections busy (warm): the
+    simulator's sends pay no slow start; ``cold_start_s`` prices a lone message (a benchmark)."""
+
+    name: str = Field(description="e.g. nccl-sockets, gloo-tcp")
+    bandwidth_efficiency: float = Field(default=1.0, gt=0, le=1, description="achieved / link rate on a long transfer")
+    max_flow_gbit_per_s: float | None = Field(
+        default=None, gt=0, description="one connection's rate limit (e.g. a cloud's per-flow cap); None: none")
+    window_bytes: float | None = Field(default=None, gt=0, description="bytes in flight per connection; None: no bound")
+    initial_window_bytes: float | None = Field(
+        default=None, gt=0, description="a cold connection's first window (slow start); None: no slow start")
+    source: str
+    fitted_on: str | None = None
+
+
+class WanRegion(Spec):
+    """A site of a wide-area cluster: ``nodes`` consecutive nodes (nodes fill regions in order)."""
+
+    name: str
+    nodes: PositiveInt
+
+
+class WanLink(Spec):
+    """The link between two regions: one-way delay and bandwidth, ``src`` to ``dst`` (and back,
+    unless ``both_directions`` is false)."""
+
+    src: str
+    dst: str
+    delay_ms: float = Field(ge=0, description="one-way delay")
+    bandwidth_gbit_per_s: float = Field(gt=0)
+    both_directions: bool = True
+
+
+class WideArea(Spec):
+    """Regions (or single nodes) joined by links with a one-way delay and a bandwidth per ordered pair,
+    given either as matrices (row = sender, column = receiver; the diagonal is ignored) or as a list of
+    region pairs (a region model, e.g. DS3Lab's AWS region pairs). Without ``regions`` every node is its
+    own region and the matrices are per node (DS3Lab's simulate_* cases). Inside a region nodes talk over
+    ``intra_region`` (a catalog fabric name or an inline fat tree / rail-optimised fabric).
+    simulator/cost/wan.py maps it onto ports: one directional port per region pair that every flow
+    crossing it shares, and the delay as each crossing's propagation time."""
+
+    topology: Literal["wan"]
+    name: str
+    regions: list[WanRegion] | None = Field(default=None, min_length=1, description="None: one region per node")
+    intra_region: str | FatTree | RailOptimized = "fat-tree"
+    delay_ms: list[list[float]] | None = Field(default=None, description="one-way delay, row = sender")
+    bandwidth_gbit_per_s: list[list[float]] | None = Field(default=None, description="row = sender")
+    links: list[WanLink] | None = Field(default=None, min_length=1, description="region pairs (instead of matrices)")
+    transport: WanTransport | None = Field(default=None, description="None: flows get the links' full rate")
+    source: str
+    notes: str | None = None
+
+    @field_validator("delay_ms", "bandwidth_gbit_per_s")
+    @classmethod
+    def _square(cls, matrix, info):
+        if matrix is None:
+            return matrix
+        n = len(matrix)
+        if n < 1 or any(len(row) != n for row in matrix):
+            raise ValueError(f"must be a square matrix (got {n} rows of lengths {[len(r) for r in matrix]})")
+        for i, row in enumerate(matrix):
+            for j, value in enumerate(row):
+                if i == j:
+                    continue
+                if info.field_name == "delay_ms" and value < 0:
+                    raise ValueError(f"delay [{i}][{j}] is negative ({value})")
+                if info.field_name == "bandwidth_gbit_per_s" and value <= 0:
+                    raise ValueError(f"bandwidth [{i}][{j}] must be positive ({value})")
+        return matrix
+
+    @field_validator("regions")
+    @classmethod
+    def _unique_names(cls, regions):
+        if regions is not None:
+            names = [r.name for r in regions]
+            if len(set(names)) != len(names):
+                raise ValueError(f"region names must be unique, got {names}")
+        return regions
+
+    @model_validator(mode="after")
+    def _one_form(self) -> WideArea:
+        matrices = (self.delay_ms is not None, self.bandwidth_gbit_per_s is not None)
+        if self.links is not None:
+            if any(matrices):
+                raise ValueError("give either links or the delay_ms/bandwidth_gbit_per_s matrices, not both")
+            if self.regions is None:
+                raise ValueError("links name regions: regions are required with links")
+            names = [r.name for r in self.regions]
+            given = set()
+            for link in self.links:
+                for end in (link.src, link.dst):
+                    if end not in names:
+                        raise ValueError(f"links: unknown region {end!r} (regions: {', '.join(names)})")
+                given.add((link.src, link.dst))
+                if link.both_directions:
+                    given.add((link.dst, link.src))
+            missing = [f"{a}->{b}" for a in names for b in names if a != b and (a, b) not in given]
+            if missing:
+                raise ValueError(f"links: no link for {', '.join(missing[:4])}")
+            return self
+        if not all(matrices):
+            raise ValueError("needs links, or both delay_ms and bandwidth_gbit_per_s matrices")
+        if len(self.delay_ms) != len(self.bandwidth_gbit_per_s):
+            raise ValueError("delay_ms and bandwidth_gbit_per_s must have the same size")
+        if self.regions is not None and len(self.delay_ms) != len(self.regions):
+            raise ValueError(f"delay_ms is {len(self.delay_ms)}x{len(self.delay_ms)} but there are "
+                             f"{len(self.regions)} regions")
+        return self
+
+    def pair_matrices(self) -> tuple[list[list[float]], list[list[float]]]:
+        """(one-way delay ms, bandwidth Gb/s) per ordered pair of regions (or nodes), row = sender."""
+        if self.links is None:
+            return self.delay_ms, self.bandwidth_gbit_per_s
+        index = {r.name: i for i, r in enumerate(self.regions)}
+        n = len(index)
+        delay = [[0.0] * n for _ in range(n)]
+        bandwidth = [[float("inf")] * n for _ in range(n)]
+        for link in self.links:
+            pairs = [(link.src, link.dst)] + ([(link.dst, link.src)] if link.both_directions else [])
+            for a, b in pairs:
+                delay[index[a]][index[b]] = link.delay_ms
+                bandwidth[index[a]][index[b]] = link.bandwidth_gbit_per_s
+        return delay, bandwidth
+
+
 # simulator/cost/topology.py maps each fabric onto link classes (ports, hops).
 def _fabric_kind(value) -> str:
     if isinstance(value, dict):
@@ -486,6 +619,6 @@ def _fabric_kind(value) -> str:
     return getattr(value, "topology", "fat-tree")
 
 
-Fabric = Annotated[Annotated[FatTree, Tag("fat-tree")] | Annotated[RailOptimized, Tag("rail-optimized")],
-                   Discriminator(_fabric_kind)]
-FABRIC_TYPES = (FatTree, RailOptimized)
+Fabric = Annotated[Annotated[FatTree, Tag("fat-tree")] | Annotated[RailOptimized, Tag("rail-optimized")]
+                   | Annotated[WideArea, Tag("wan")], Discriminator(_fabric_kind)]
+FABRIC_TYPES = (FatTree, RailOptimized, WideArea)

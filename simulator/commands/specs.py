@@ -42,6 +42,10 @@ def _summary(kind: str, spec) -> str:
         return (f"{spec.gpus_per_node}x {spec.accelerator if isinstance(spec.accelerator, str) else spec.accelerator.name}, "
                 f"{spec.intra_node.kind}, {spec.nics_per_node}x {spec.nic_bandwidth_gbit_per_s:g} Gb/s"
                 + (f", NVLink domain of {spec.nvlink_domain_gpus}" if spec.nvlink_domain_gpus else ""))
+    if kind == "fabric" and spec.topology == "wan":
+        places = (f"{len(spec.regions)} regions" if spec.regions else f"{len(spec.pair_matrices()[0])} nodes")
+        delays = [d for i, row in enumerate(spec.pair_matrices()[0]) for j, d in enumerate(row) if i != j]
+        return f"wan, {places}, one-way delay {min(delays):g}-{max(delays):g} ms"
     if kind == "fabric":
         shape = (f"units of {spec.rail_group_nodes} nodes" if spec.topology == "rail-optimized"
                  else f"{spec.levels} tiers")

@@ -58,11 +58,11 @@ class CollectiveCost:
 
     algorithm: str
     latency_s: float
-    bytes_by_link: dict[str, float]   # "nvl" | "nic" | "up" -> bytes per rank (each direction)
+    bytes_by_link: dict[str, float]   # "nvl" | "nic" | "up" -> bytes per rank (each direction); "wan:a>b" -> bytes
+    #                                   on a wide-area pair port (simulator/cost/wan.py)
 
     def isolated_time_s(self, links: LinkCapacities) -> float:
-        capacity = {"nvl": links.intra_bytes_per_s, "nic": links.inter_bytes_per_s, "up": links.uplink_bytes_per_s}
-        transfer = max((b / capacity[k] for k, b in self.bytes_by_link.items() if b > 0), default=0.0)
+        transfer = max((b / links.capacity_of(k) for k, b in self.bytes_by_link.items() if b > 0), default=0.0)
         return self.latency_s + transfer
 
 

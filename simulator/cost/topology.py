@@ -117,6 +117,16 @@ class LinkCapacities:
     intra_latency_s: float
     inter_latency_s: float
 
+    def capacity_of(self, link: str) -> float:
+        """Bytes/s of a link class ("nvl", "nic", "up")."""
+        if link == "nvl":
+            return self.intra_bytes_per_s
+        if link == "nic":
+            return self.inter_bytes_per_s
+        if link == "up":
+            return self.uplink_bytes_per_s
+        raise ValueError(f"unknown link class {link}")
+
 
 class Topology:
     """Identical nodes on a fat tree or a rail-optimised fabric (the seam for other topologies)."""
@@ -187,3 +197,13 @@ class Topology:
         if kind == "up":
             return links.uplink_bytes_per_s
         raise ValueError(f"unknown port {port}")
+
+
+def build_topology(node: Node, fabric, num_gpus: int) -> Topology:
+    """The topology of a fabric spec: a wide-area one (regions, simulator/cost/wan.py) or a data-centre
+    fabric (fat tree, rail-optimised)."""
+    if getattr(fabric, "topology", None) == "wan":
+        from simulator.cost.wan import wan_topology
+
+        return wan_topology(node, fabric, num_gpus)
+    return Topology(node, fabric, num_gpus)

@@ -30,6 +30,10 @@ once the given tasks are done, leaving the rest unfinished (an endless backgroun
 Heterogeneous or failing actors, async pipelines or infrequent synchronisation are task lists
 and dependencies of another shape.
 
+Propagation: a transfer task's ``propagation_s`` is the time its last byte takes to arrive after it
+has left (a long link's delay): its dependents wait for it, its stream does not, so the delays of
+back-to-back transfers overlap as on a real pipe; the task ends (``end_s``) when the bytes arrive.
+
 Counters: a task may add ``alloc_bytes`` to a named counter (``counter``) of its actor when it
 starts and take ``free_bytes`` from it when it ends (the planners use one counter, device
 memory). The engine keeps each counter's value over time and its peak (:attr:`Engine.counter_series`,
@@ -58,6 +62,9 @@ class Task:
     duration_s: float = 0.0
     demands: dict[str, float] | None = None
     latency_s: float = 0.0
+    # Propagation (a transfer over a long link): the bytes arrive this long after they have left, so
+    # the task is done for its dependents then, while its stream is free once the bytes are out.
+    propagation_s: float = 0.0
     deps: list[Task] = field(default_factory=list)
     rendezvous: str | None = None
     rendezvous_size: int = 1
@@ -166,10 +173,13 @@ class Engine:
                         yield env.timeout(task.duration_s)
                     if task.slows_comm:
                         self._compute_state(task.actor, -1)
-            task.end_s = env.now
+            task.end_s = env.now + task.propagation_s
             if task.free_bytes:
                 self._count((task.actor, task.counter), -task.free_bytes)
-            task.done.succeed()
+            if task.propagation_s > 0:
+                env.timeout(task.propagation_s).callbacks.append(lambda _ev, done=task.done: done.succeed())
+            else:
+                task.done.succeed()
 
     def _started(self, task: Task) -> None:
         if task.alloc_bytes:

@@ -133,6 +133,7 @@ class _Dag:
         n = len(flat)
         successors: list[list[int]] = [[] for _ in range(n)]
         missing = [0] * n
+        stream_next = [-1] * n
         for tasks in streams.values():
             prev = -1
             for task in tasks:
@@ -140,13 +141,14 @@ class _Dag:
                 count = 0
                 if prev >= 0:
                     successors[prev].append(i)
+                    stream_next[prev] = i
                     count += 1
                 for dep in task.deps:
                     successors[index[id(dep)]].append(i)
                     count += 1
                 missing[i] = count
                 prev = i
-        self.flat, self.successors, self.missing = flat, successors, missing
+        self.flat, self.successors, self.missing, self.stream_next = flat, successors, missing, stream_next
 
     def _port_seconds(self, demands: dict[str, float]) -> dict[str, float]:
         capacity = self.capacity
@@ -167,11 +169,15 @@ class _Dag:
         interference = False
         done = 0
 
+        stream_next = self.stream_next
+
         def finish(i: int, t_end: float) -> None:
-            end[i] = t_end
+            arrive = t_end + flat[i].propagation_s  # dependents wait for the bytes to land, the stream does not
+            end[i] = arrive
             for s in successors[i]:
-                if ready[s] < t_end:
-                    ready[s] = t_end
+                t = t_end if s == stream_next[i] else arrive
+                if ready[s] < t:
+                    ready[s] = t
                 missing[s] -= 1
                 if missing[s] == 0:
                     stack.append(s)
@@ -215,7 +221,7 @@ class _Dag:
                 t_end = start + task.latency_s + byte_s + delays.get(i, 0.0)
             else:
                 t_end = start + task.duration_s
-            task.end_s = t_end
+            task.end_s = t_end + task.propagation_s
             finish(i, t_end)
         if done < n or meetings:
             first = next(flat[i] for i in range(n) if missing[i] > 0) if done < n else None

@@ -36,7 +36,8 @@ from simulator.cost.compute import ComputeModel
 from simulator.cost.host_floor import floor_per_layer_s, stretch
 from simulator.cost.interference import exposed_comm_share
 from simulator.cost.jitter import sync_stretch
-from simulator.cost.topology import RankLayout, Topology
+from simulator.cost.topology import RankLayout, build_topology
+from simulator.cost.wan import WanTopology
 from simulator.engine.engine import Task
 from simulator.memory.analytic import (
     MemoryBreakdown,
@@ -69,7 +70,8 @@ class Planner:
         self.detail = detail
         self.precision = scenario.training.precision
         self.layout = RankLayout(self.par)
-        self.topo = Topology(scenario.node, scenario.fabric, scenario.num_gpus)
+        self.topo = build_topology(scenario.node, scenario.fabric, scenario.num_gpus)
+        self.wan = self.topo if isinstance(self.topo, WanTopology) else None
         self.links = self.topo.links
         self.compute = ComputeModel(scenario.accelerator, self.precision, scenario.training.fp8_gemms,
                                scenario.training.fp8_recipe)
@@ -145,6 +147,9 @@ class Planner:
         slowdown = self.topo.intra_slowdown(ranks)  # a group on a partial mesh (hybrid cube mesh, bridges)
         key = (collective, payload, placement.size, placement.members_per_node, placement.num_nodes,
                placement.num_pods, slowdown)
+        simulated = [r for r in ranks if r in self.rank_actor]
+        if self.wan is not None:
+            key = (*key, ranks, group)
         cost = self._cost_cache.get(key)
         if cost is None:
             node = self.sc.node
@@ -154,9 +159,22 @@ class Planner:
             if slowdown != 1.0 and cost.bytes_by_link.get("nvl"):
                 cost = dataclasses.replace(cost, bytes_by_link={**cost.bytes_by_link,
                                                                 "nvl": cost.bytes_by_link["nvl"] * slowdown})
+            if self.wan is not None:  # crossing regions: pair ports, per-step delays (simulator/cost/wan.py)
+                scale = self._symmetric_copies(group) / max(1, len(simulated))
+                cost = self.wan.over_wan(cost, collective, payload, ranks, scale)
             self._cost_cache[key] = cost
-        simulated = [r for r in ranks if r in self.rank_actor]
         return cost, ranks, len(simulated)
+
+    def _symmetric_copies(self, group: str) -> float:
+        """Groups of ``group`` kind that each simulated one stands for (1 in full mode): all groups of
+        the kind over the groups that hold a simulated actor."""
+        key = ("copies", group)
+        hit = self._group_cache.get(key)
+        if hit is None:
+            size = len(self.layout.group(0, group))
+            simulated = {self.layout.group(r, group) for r in self.actor_ranks.values()}
+            hit = self._group_cache[key] = (self.layout.world / size) / len(simulated)
+        return hit
 
     def comm_task(self, actor: str, stream: str, category: str, name: str, rank: int,
                   parts: list[tuple], key: str) -> Task | None:
@@ -173,6 +191,9 @@ class Planner:
                 cost, ranks, simulated = self._collective(rank, group, collective, payload)
                 latency += cost.latency_s * share
                 for link, b in cost.bytes_by_link.items():
+                    if link.startswith("wan:"):  # a wide-area pair port, shared by every flow crossing it
+                        demands[link] += b * share
+                        continue
                     demands[f"{actor}:{link}_tx"] += b * share
                     demands[f"{actor}:{link}_rx"] += b * share
                 size, group_root = simulated, min(ranks)
@@ -186,6 +207,14 @@ class Planner:
     def send_task(self, actor: str, dst_rank: int, name: str, payload: float) -> Task:
         src_rank = self.actor_ranks[actor]
         dst = self.rank_actor[dst_rank]
+        if self.wan is not None:
+            # Crossing regions: the pair port (with the symmetric copies of this send), the NICs, and
+            # the delay as propagation (simulator/cost/wan.py); None inside one region.
+            copies = 1.0 if self.mode == "full" else self.layout.world / self.par.pp
+            route = self.wan.send(actor, src_rank, dst, dst_rank, payload, copies)
+            if route is not None:
+                demands, propagation = route
+                return Task(name, actor, "pp", "pp_comm", demands=demands, propagation_s=propagation)
         if self.topo.node_of(src_rank) == self.topo.node_of(dst_rank):
             links, latency = ["nvl"], self.links.intra_latency_s
             payload *= self.topo.intra_slowdown((src_rank, dst_rank))  # a pair without a direct link
