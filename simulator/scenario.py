@@ -23,6 +23,7 @@ from hardware_specs.yaml_io import read_yaml
 from simulator.colocation.spec import CoLocatedJob, CoLocatedJobSpec
 from simulator.economics.convergence import ConvergenceSpec
 from simulator.economics.cost import EconomicsSpec
+from simulator.economics.reliability import ReliabilitySpec, resolve_processes
 from simulator.errors import ConfigError, from_pydantic, no_bool_numbers
 from simulator.strategies.registry import DEFAULT_KIND, parse_strategy
 from simulator.strategies.spmd.layout import Parallelism, resolve_layout
@@ -132,6 +133,9 @@ class ScenarioFile(_Strict):
         default_factory=list, max_length=8,
         description="other training jobs on the same GPUs, each a scenario of its own at a lower priority; this "
                     "scenario is the foreground (simulator/colocation/spec.py)")
+    reliability: ReliabilitySpec | None = Field(
+        default=None, description="failures, checkpoints and restarts simulated over many steps: gives the "
+                                  "simulated goodput (simulator/economics/simulated_goodput.py)")
 
 
 @dataclass(frozen=True)
@@ -151,6 +155,7 @@ class Scenario:
     strategy: BaseModel | None = None  # the kind's config; None: the default kind (spmd)
     convergence: ConvergenceSpec | None = None
     co_located: tuple[CoLocatedJob, ...] = ()  # background jobs on the same GPUs (simulator/colocation/)
+    reliability: ReliabilitySpec | None = None
 
     @property
     def strategy_kind(self) -> str:
@@ -308,6 +313,8 @@ def build_scenario(raw: dict[str, Any], base: Path | None = None) -> Scenario:
     if doc.training.optimizer_fusion != "none" and (parallelism.zero_stage != 0 or parallelism.schedule == "zb-h1"):
         raise ConfigError("training.optimizer_fusion", "is modelled with zero_stage 0 and schedules other than zb-h1, got "
                           f"zero_stage {parallelism.zero_stage}, schedule {parallelism.schedule}")
+    if doc.reliability is not None:
+        resolve_processes(doc.reliability)  # names an unknown failure component (ConfigError)
     per_node, n = node.gpus_per_node, doc.cluster.num_gpus
     if n > per_node and n % per_node:
         raise ConfigError("cluster.num_gpus", f"{n} is not a whole number of {node.name} nodes ({per_node} GPUs "
@@ -326,6 +333,7 @@ def build_scenario(raw: dict[str, Any], base: Path | None = None) -> Scenario:
         strategy=parse_strategy(doc.strategy),
         convergence=doc.convergence,
         co_located=_co_located_jobs(doc.co_located_jobs, raw.get("cluster"), base),
+        reliability=doc.reliability,
     )
 
 

@@ -382,6 +382,10 @@ def _with_economics(scenario: Scenario, result: SimulationResult) -> SimulationR
         result.extra.update(convergence_results(
             scenario.convergence, result.step_time_s, scenario.parallelism.global_batch_size, scenario.seq_length,
             staleness_steps=float(inputs.get("staleness_steps", 0.0)), local_steps=int(inputs.get("local_steps", 1))))
+    if scenario.reliability is not None and result.step_time_s:
+        from simulator.economics.simulated_goodput import simulated_goodput
+
+        result.extra["reliability"] = simulated_goodput(scenario, result.step_time_s, result.num_parameters)
     return result
 
 

@@ -242,6 +242,47 @@ def _co_location_lines(result: SimulationResult) -> list[str]:
     return lines
 
 
+def _hours(seconds: float) -> str:
+    return f"{seconds / 3600:,.1f} h"
+
+
+def _reliability_lines(rel: dict[str, Any]) -> list[str]:
+    """The ``reliability`` block's simulated goodput, failures and where the time was lost."""
+    span = f"{rel['simulated_days']:,.2f} days, {rel['steps_done']:,} steps"
+    if rel.get("finished") is False:
+        span += ", NOT FINISHED"
+    analytic = (f"; analytic Young/Daly {100 * rel['goodput_analytic']:.1f}%"
+                if rel.get("goodput_analytic") is not None else "")
+    lines = [f"  goodput        {100 * rel['goodput']:.1f}% simulated ({span}, seed {rel['seed']}){analytic}",
+             f"                 {rel['recovery']}",
+             f"                 failures seen  {rel['failures']:,}" + (
+                 f" ({rel['failures_during_recovery']:,} during restarts)" if rel.get("failures_during_recovery")
+                 else "") + (f", job MTBF {rel['job_mtbf_hours']:.2f} h" if rel.get("job_mtbf_hours") else "")]
+    lost = rel["time_lost_s"]
+    lines.append("                 time lost      " + ", ".join(f"{k.replace('_', ' ')} {_hours(v)}"
+                                                            for k, v in lost.items()) +
+                 f" (of {_hours(rel['wall_s'])} wall)")
+    if rel.get("checkpoint_interval_s"):
+        lines.append(f"                 checkpoints    every {rel['checkpoint_interval_steps']} steps "
+                     f"({rel['checkpoint_interval_s']:.0f} s), {rel['checkpoint_write_s']:.1f} s each "
+                     f"({rel['state_gb']:,.0f} GB); restart {rel['restart_s']:.0f} s")
+    analytic_value = rel.get("goodput_analytic")
+    if analytic_value is not None and abs(rel["goodput"] - analytic_value) > 0.02:
+        reasons = []
+        if lost.get("waiting_for_spares"):
+            reasons.append(f"{_hours(lost['waiting_for_spares'])} waiting for spare nodes (the formula's restart is "
+                           "fixed)")
+        if rel.get("failures_during_recovery") and rel.get("job_mtbf_hours") and \
+                rel["restart_s"] > 0.1 * rel["job_mtbf_hours"] * 3600:
+            reasons.append("restarts long against the MTBF (the formula is first order in restart/MTBF)")
+        lines.append(f"                 vs formula     {100 * (rel['goodput'] - analytic_value):+.1f} pp"
+                     + (": " + "; ".join(reasons) if reasons else " (a short run: few failures)"))
+    if rel.get("download_s") is not None:
+        lines.append(f"                 a returning replica downloads {rel['state_gb']:,.0f} GB in "
+                     f"{rel['download_s']:.1f} s; collective timeout {rel['collective_timeout_s']:g} s")
+    return lines
+
+
 def render_table(result: SimulationResult) -> str:
     """A readable summary for the terminal."""
     par = result.parallelism
@@ -278,6 +319,8 @@ def render_table(result: SimulationResult) -> str:
         lines.append(f"  time to target {_fmt(extra.get('time_to_target_s'), ',.0f', ' s')} = "
                      f"{extra['steps_to_target']:,.0f} steps x step time")
         lines.append(f"                 source: {extra['convergence_source']}")
+    if result.extra.get("reliability"):
+        lines += _reliability_lines(result.extra["reliability"])
     if result.extra.get("fast_path_approximation"):
         lines.append(f"  fast path      approximate: {result.extra['fast_path_approximation']}")
     lines += ["", "  where the step's time goes on the critical rank (the one that finishes last): busy time, "
