@@ -18,6 +18,9 @@ for one micro-batch on one rank after a layout's shard (a transformer builder ta
   boundary after it);
 - ``splittable``: which dimensions of its iteration space may be split over devices (batch,
   channels, heads, reduction, spatial, sequence, experts), for per-layer parallelism;
+- ``window``: for a sliding-window layer (convolution, pooling), ``(kernel_h, kernel_w, stride_h,
+  stride_w, padding_h, padding_w)``, from which a spatial split's halo widths follow
+  (simulator/strategies/per_layer/halo.py); None for every other layer;
 - ``inputs``: the names of the layers it reads (empty for the graph's first layer, and for an
   embedding of a second input such as a translation model's target tokens);
 - ``measured_forward_s`` / ``measured_backward_s``: for a graph read from a measured per-layer
@@ -76,6 +79,7 @@ class Layer:
     output_shape: tuple[int, ...] | None = None
     measured_forward_s: float | None = None      # a profiled time that replaces the priced ops
     measured_backward_s: float | None = None
+    window: tuple[int, int, int, int, int, int] | None = None  # (kh, kw, sh, sw, ph, pw) of a conv / pool
 
     @property
     def forward_flops(self) -> float:

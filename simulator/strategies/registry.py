@@ -33,6 +33,7 @@ KIND_MODULES: tuple[str, ...] = (
     "simulator.strategies.async_pipeline",
     "simulator.strategies.local_learning",
     "simulator.strategies.cyclic_dp",
+    "simulator.strategies.per_layer.kind",
 )
 
 

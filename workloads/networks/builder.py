@@ -93,7 +93,8 @@ class NetBuilder:
 
     def _layer(self, name: str, kind: str, inputs: list[Tensor], out: Tensor, forward: list[Op],
                backward: list[Op] | None = None, params: int = 0, saved: float = 0.0,
-               splittable: frozenset[str] = frozenset({"batch"})) -> Tensor:
+               splittable: frozenset[str] = frozenset({"batch"}),
+               window: tuple[int, int, int, int, int, int] | None = None) -> Tensor:
         if name in self._names:
             raise ConfigError(f"model.layers.{name}", "a second layer has this name")
         self._names.add(name)
@@ -103,7 +104,7 @@ class NetBuilder:
         self.layers.append(Layer(
             name=name, kind=kind, forward=tuple(forward), backward=tuple(backward), params=int(params),
             saved_bytes=saved, output_bytes=self._bytes(out), inputs=producers, splittable=splittable,
-            input_shape=inputs[0].shape if len(inputs) == 1 else None, output_shape=out.shape))
+            input_shape=inputs[0].shape if len(inputs) == 1 else None, output_shape=out.shape, window=window))
         return out
 
     def _memory_op(self, name: str, elements: float, reads: float, writes: float, elem: int | None = None) -> Op:
@@ -144,7 +145,8 @@ class NetBuilder:
                                   c // groups * kh * kw, groups, self._needs_grad(x), weights)
         out = self._new((out_channels, ho, wo), name)
         return self._layer(name, kind, [x], out, [fwd], bwd, weights + (out_channels if bias else 0),
-                           self._save(x), frozenset({"batch", "channels", "spatial"}))
+                           self._save(x), frozenset({"batch", "channels", "reduction", "spatial"}),
+                           (kh, kw, stride, stride, ph, pw))
 
     def conv_transpose2d(self, name: str, x: Tensor, out_channels: int, kernel: int, stride: int,
                          bias: bool = True) -> Tensor:
@@ -157,7 +159,8 @@ class NetBuilder:
         out = self._new((out_channels, (h - 1) * stride + kernel, (w - 1) * stride + kernel), name)
         return self._layer(name, "conv_transpose2d", [x], out, [fwd], bwd,
                            weights + (out_channels if bias else 0), self._save(x),
-                           frozenset({"batch", "channels", "spatial"}))
+                           frozenset({"batch", "channels", "reduction", "spatial"}),
+                           (kernel, kernel, stride, stride, 0, 0))
 
     def batchnorm(self, name: str, x: Tensor) -> Tensor:
         """Batch norm in training: statistics (one read), normalise (read, write); backward reads
@@ -169,7 +172,7 @@ class NetBuilder:
         saved = self._save(x) + 2 * x.shape[0] * FP32_BYTES
         out = self._new(x.shape, name)
         return self._layer(name, "batchnorm", [x], out, fwd, bwd, 2 * x.shape[0], saved,
-                           frozenset({"batch", "spatial"}))
+                           frozenset({"batch", "channels", "spatial"}))
 
     def relu(self, name: str, x: Tensor, inplace: bool = True) -> Tensor:
         """ReLU (saves its output; in place it writes over its input's storage)."""
@@ -198,7 +201,7 @@ class NetBuilder:
         saved = self._save(x) + self._bytes(out, INDEX_BYTES)
         return self._layer(name, "maxpool", [x], out, [self._memory_op(f"{name}.maxpool", n_in + n_out, 1, 0)],
                            [self._memory_op(f"{name}.maxpool.grad", n_out + n_in, 1, 0)], 0, saved,
-                           frozenset({"batch", "channels"}))
+                           frozenset({"batch", "channels", "spatial"}), (kernel, kernel, stride, stride, padding, padding))
 
     def avgpool(self, name: str, x: Tensor, kernel: int, stride: int, padding: int = 0,
                 ceil_mode: bool = False) -> Tensor:
@@ -209,7 +212,7 @@ class NetBuilder:
         n_in, n_out = self.batch * x.numel, self.batch * out.numel
         return self._layer(name, "avgpool", [x], out, [self._memory_op(f"{name}.avgpool", n_in + n_out, 1, 0)],
                            [self._memory_op(f"{name}.avgpool.grad", n_out + n_in, 1, 0)], 0, self._save(x),
-                           frozenset({"batch", "channels"}))
+                           frozenset({"batch", "channels", "spatial"}), (kernel, kernel, stride, stride, padding, padding))
 
     def adaptive_avgpool(self, name: str, x: Tensor, size: int = 1) -> Tensor:
         """Adaptive average pooling to size×size: saves its input, except to 1×1, which PyTorch

@@ -1,0 +1,252 @@
+"""Prices of per-layer parallelism: one layer under one split, and the reshard between two splits.
+
+This is the interface the planners (``clustersim plan``: PaSE's dynamic program, DeepPool's burst
+selection, the adaptive per-component planner) use as their cost oracle. Its contract, kept
+stable:
+
+``layer_cost(scenario, layer, config) -> LayerCost`` and ``layer_cost_s(...) -> float``
+    ``scenario``: a resolved :class:`~simulator.scenario.Scenario` (any strategy kind; only its
+    model, cluster, ``training`` and ``parallelism.global_batch_size`` are read). ``layer``: a
+    layer name, an index, or a :class:`~workloads.layer_graph.Layer` of :func:`per_layer_graph`
+    (the model's graph at the global batch). ``config``: a :class:`Split` or a mapping such as
+    ``{"batch": 2, "rows": 2, "cols": 2}`` (fields: batch, sequence, rows, cols, channels, heads,
+    reduction). Returns the seconds one device of the layer's ``config.devices`` spends on it
+    per step, each part priced in isolation on the topology: forward and backward kernels
+    (the first device's share, :func:`sharding.shard_ops`), forward halo exchange and backward halo
+    accumulate (:mod:`.halo`), and the weight-gradient all-reduce over the replicas (batch,
+    sequence, spatial cuts). ``layer_cost_s`` is their sum (no overlap assumed; the simulation
+    overlaps the gradient all-reduce with the rest of the backward). A config the layer cannot
+    take raises :class:`~simulator.errors.ConfigError` naming ``config.<field>``.
+
+``reshard(scenario, layer, config_a, config_b, consumer=None) -> Reshard`` and ``reshard_cost_s(...)``
+    The collectives that carry ``layer``'s output from the layout it leaves under ``config_a`` to
+    the layout its consumer needs under ``config_b`` (forward), and the adjoint that carries the
+    gradient back (backward), with exact bytes (:mod:`.sharding`), priced in isolation on the
+    topology. ``consumer``: the reading layer (name, index or Layer; default: the first layer that
+    reads ``layer``, else the next one). ``reshard_cost_s`` is forward + backward seconds (0 when
+    the layouts agree).
+
+Collectives are priced by :func:`simulator.cost.collectives.collective_cost` on the group's
+placement (ranks 0..devices-1 of the cluster, numbered as :func:`sharding.subgroup` says),
+with the node's measured laws where it has them; inside a simulation the same bytes become
+flows on the ports of the flow network.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from dataclasses import dataclass
+from functools import lru_cache
+
+from pydantic import ValidationError
+
+from simulator.cost.collectives import CollectiveCost, collective_cost
+from simulator.cost.compute import ComputeModel
+from simulator.cost.topology import Topology
+from simulator.errors import ConfigError, from_pydantic
+from simulator.scenario import gradient_bytes, layer_graph_of
+from simulator.strategies.per_layer.config import MODEL_FIELDS, Split, as_split
+from simulator.strategies.per_layer.halo import HaloPhase, halo_phases
+from simulator.strategies.per_layer.sharding import (
+    CHANNEL_MIXING,
+    Collective,
+    adjoint,
+    check_split,
+    gradient_group,
+    input_layout,
+    output_layout,
+    plan_reshard,
+    shard_ops,
+    subgroup,
+    work_ratio,
+)
+from workloads.layer_graph import Layer, LayerGraph
+
+
+def per_layer_graph(scenario) -> LayerGraph:
+    """The model's layer graph for the whole global batch on one device (unsplit)."""
+    shard = dataclasses.replace(scenario.shard, micro_batch=scenario.parallelism.global_batch_size, tp=1, cp=1, ep=1,
+                                sequence_parallel=False)
+    return layer_graph_of(scenario.model, shard)
+
+
+@dataclass(frozen=True)
+class LayerCost:
+    """Seconds one device spends on a layer per step under a split (see the module docstring)."""
+
+    forward_s: float
+    backward_s: float
+    halo_forward_s: float
+    halo_backward_s: float
+    gradient_reduce_s: float
+    devices: int
+    flops_per_device: float
+    gradient_bytes: float
+
+    @property
+    def total_s(self) -> float:
+        return self.forward_s + self.backward_s + self.halo_forward_s + self.halo_backward_s + self.gradient_reduce_s
+
+
+@dataclass(frozen=True)
+class Reshard:
+    """The forward collectives (in order) and the backward adjoint ones, with their seconds."""
+
+    forward: tuple[Collective, ...]
+    backward: tuple[Collective, ...]
+    forward_s: float
+    backward_s: float
+
+    @property
+    def total_s(self) -> float:
+        return self.forward_s + self.backward_s
+
+
+class Pricer:
+    """Prices kernels and collectives of one scenario (memoized; one per scenario)."""
+
+    def __init__(self, scenario):
+        self.scenario = scenario
+        self.graph = per_layer_graph(scenario)
+        self.batch = self.graph.micro_batch
+        self.elem_bytes = scenario.shard.act_bytes
+        self.topo = Topology(scenario.node, scenario.fabric, scenario.num_gpus)
+        self.links = self.topo.links
+        tr = scenario.training
+        self.compute = ComputeModel(scenario.accelerator, tr.precision, tr.fp8_gemms, tr.fp8_recipe)
+        self.grad_elem_bytes = gradient_bytes(tr)
+        self._collectives: dict = {}
+
+    # -- lookups -----------------------------------------------------------------------------
+
+    def layer(self, ref) -> Layer:
+        if isinstance(ref, Layer):
+            return ref
+        if isinstance(ref, int) and not isinstance(ref, bool):
+            if not 0 <= ref < len(self.graph.layers):
+                raise ConfigError("layer", f"index {ref} outside 0..{len(self.graph.layers) - 1}")
+            return self.graph.layers[ref]
+        if ref not in self.graph._index:
+            raise ConfigError("layer", f"{ref!r} is not a layer of {self.graph.name}")
+        return self.graph.layer(ref)
+
+    def consumer_of(self, layer: Layer) -> Layer | None:
+        for candidate in self.graph.layers:
+            if layer.name in candidate.inputs:
+                return candidate
+        return None
+
+    # -- pricing -----------------------------------------------------------------------------
+
+    def collective(self, kind: str, payload_bytes: float, ranks: tuple[int, ...]) -> CollectiveCost:
+        placement = self.topo.placement(ranks)
+        key = (kind, payload_bytes, placement.size, placement.members_per_node, placement.num_nodes, placement.num_pods)
+        hit = self._collectives.get(key)
+        if hit is None:
+            node = self.scenario.node
+            hit = self._collectives[key] = collective_cost(
+                kind, payload_bytes, placement, self.links, node.intra_laws, node.inter_node_collectives,
+                node.nvls_all_reduce, mesh_peers=node.gpus_per_node - 1 if node.intra_node.kind == "xgmi" else None)
+        return hit
+
+    def collective_s(self, c: Collective) -> float:
+        return self.collective(c.kind, c.payload_bytes, c.ranks).isolated_time_s(self.links)
+
+    def halo_collectives(self, layer: Layer, split: Split) -> tuple[Collective, ...]:
+        """Each halo phase as a neighbour exchange (``send_recv``) on its sub-communicator."""
+        cut = split.reduction if layer.kind in CHANNEL_MIXING else split.channels
+        phases: tuple[HaloPhase, ...] = halo_phases(layer, split, self.batch, cut, self.elem_bytes)
+        return tuple(Collective("send_recv", p.bytes, subgroup(split, (p.axis,))[:2], p.bytes) for p in phases)
+
+    def gradient_collective(self, layer: Layer, split: Split) -> Collective | None:
+        group = gradient_group(split)
+        if len(group) < 2 or layer.params <= 0:
+            return None
+        shards = 1
+        for field in MODEL_FIELDS:
+            shards *= getattr(split, field)
+        payload = -(-layer.params // shards) * self.grad_elem_bytes
+        return Collective("all_reduce", payload, group, 2 * payload * (len(group) - 1) / len(group))
+
+    def layer_cost(self, layer: Layer, split: Split) -> LayerCost:
+        forward, backward = (shard_ops(layer, split, self.batch, p) for p in ("forward", "backward"))
+        halo = sum(self.collective_s(c) for c in self.halo_collectives(layer, split))
+        grad = self.gradient_collective(layer, split)
+        return LayerCost(
+            forward_s=self._kernels_s(layer, forward, split, "forward"),
+            backward_s=self._kernels_s(layer, backward, split, "backward"),
+            halo_forward_s=halo, halo_backward_s=halo,
+            gradient_reduce_s=self.collective_s(grad) if grad else 0.0,
+            devices=split.devices,
+            flops_per_device=sum(op.flops for op in forward + backward),
+            gradient_bytes=grad.payload_bytes if grad else 0.0)
+
+    def _kernels_s(self, layer: Layer, ops, split: Split, phase: str) -> float:
+        measured = layer.measured_forward_s if phase == "forward" else layer.measured_backward_s
+        if measured is not None:  # a profiled layer: its measured time, cut like its work
+            return measured * work_ratio(layer, split, self.batch)
+        return self.compute.ops_time_s(ops)
+
+    def reshard(self, producer: Layer, split_a: Split, consumer: Layer, split_b: Split) -> Reshard:
+        shape = producer.output_shape or ()
+        src = output_layout(producer, split_a, self.batch)
+        dst = input_layout(consumer, split_b, self.batch, shape)
+        forward = plan_reshard(src, dst, self.elem_bytes)
+        grad_src, grad_dst = adjoint(src, dst)
+        backward = plan_reshard(grad_src, grad_dst, self.elem_bytes)
+        return Reshard(forward, backward, sum(self.collective_s(c) for c in forward),
+                       sum(self.collective_s(c) for c in backward))
+
+
+def _pricer_uncached(scenario) -> Pricer:
+    return Pricer(scenario)
+
+
+_pricer_cached = lru_cache(maxsize=32)(_pricer_uncached)
+
+
+def pricer(scenario) -> Pricer:
+    """The scenario's :class:`Pricer` (one per scenario where the scenario is hashable)."""
+    try:
+        return _pricer_cached(scenario)
+    except TypeError:
+        return _pricer_uncached(scenario)
+
+
+def _checked(p: Pricer, layer: Layer, config, where: str = "config") -> Split:
+    try:
+        split = as_split(config)
+    except ValidationError as exc:  # a bad mapping: one error naming the field
+        raise from_pydantic(exc, where) from None
+    return check_split(layer, split, p.batch, p.scenario.num_gpus, "round_up", where)
+
+
+def layer_cost(scenario, layer, config) -> LayerCost:
+    """``layer`` under ``config`` on one of its devices (see the module docstring)."""
+    p = pricer(scenario)
+    target = p.layer(layer)
+    return p.layer_cost(target, _checked(p, target, config))
+
+
+def layer_cost_s(scenario, layer, config) -> float:
+    """Seconds per step of ``layer`` under ``config``: kernels, halos and gradient all-reduce."""
+    return layer_cost(scenario, layer, config).total_s
+
+
+def reshard(scenario, layer, config_a, config_b, consumer=None) -> Reshard:
+    """``layer``'s output from ``config_a``'s layout to what ``consumer`` needs under ``config_b``."""
+    p = pricer(scenario)
+    producer = p.layer(layer)
+    if consumer is None:
+        reader = p.consumer_of(producer)
+        if reader is None:
+            raise ConfigError("layer", f"{producer.name} has no consumer: nothing to reshard")
+    else:
+        reader = p.layer(consumer)
+    return p.reshard(producer, _checked(p, producer, config_a, "config_a"), reader,
+                     _checked(p, reader, config_b, "config_b"))
+
+
+def reshard_cost_s(scenario, layer, config_a, config_b, consumer=None) -> float:
+    """Forward + backward seconds of :func:`reshard` (0 when the layouts agree)."""
+    return reshard(scenario, layer, config_a, config_b, consumer).total_s

@@ -1,0 +1,195 @@
+"""The ``per_layer`` strategy kind: each layer split its own way, with the reshards, halo
+exchanges and burst redistributions between layers (Gholami et al. 2018; DistDL, Hewett & Grady
+2020; DeepPool, Park et al. MLSys 2022; the layouts PaSE searches, Elango 2021).
+
+Each layer gets a :class:`~.config.Split` (``strategy.default`` and ``strategy.layers`` rules,
+:func:`.sharding.resolve_split`) and runs on the first ``split.devices`` GPUs. Device 0 is in
+every layer's device set and holds the largest block of each (``round_up``), so it stands for
+the busiest device (DESIGN.md, "Symmetry is the speed"): one actor, ``device0``, whose
+collectives are priced for their whole group on the topology.
+
+One step, per layer in topological order:
+
+- forward: the reshard of each input from its producer's layout (collectives on the ``reshard``
+  stream, after the producer's forward), the halo exchange of a spatially split window layer,
+  then the layer's kernels on ``compute``;
+- backward, in reverse: the layer's backward kernels after its consumers' backward reshards,
+  then the halo accumulate and the adjoint reshard of each input (on ``reshard``), and the
+  weight-gradient all-reduce over the layer's replicas on ``dp`` (beside the rest of the backward
+  unless ``overlap_gradient_reduction`` is false);
+- the optimizer step over the device's parameter shards after every gradient all-reduce.
+
+``simulation.steps`` steps are unrolled back to back. Time breakdown: reshards and halos count
+as ``tp_comm`` (activation traffic of model and domain parallelism), the gradient all-reduces as
+``dp_comm``.
+
+Memory on device 0 (``memory``): weights, gradients and optimizer state of its parameter shard
+of every layer (``params / (channels·heads·reduction)``, bytes per parameter as
+:func:`simulator.memory.analytic.bytes_per_param`, gradients in ``training.grad_dtype``); the
+activations each layer keeps for its backward times its work ratio (its share of the batch and
+the feature map); other: the largest input a reshard or halo gathers. In the simulation each
+layer's forward allocates its saved activations and its backward frees them.
+"""
+
+from __future__ import annotations
+
+from simulator.engine.engine import Task
+from simulator.memory.analytic import MemoryBreakdown, bytes_per_param
+from simulator.strategies.per_layer.config import MODEL_FIELDS, PerLayerConfig, Split
+from simulator.strategies.per_layer.cost import Pricer, pricer
+from simulator.strategies.per_layer.sharding import Collective, resolve_split, work_ratio
+from simulator.strategies.plan import Plan
+from simulator.strategies.registry import StrategyKind, register
+from simulator.strategies.spmd.plan import OPTIMIZER_BYTES_PER_PARAM
+
+ACTOR = "device0"
+
+
+def layer_splits(scenario) -> list[Split]:
+    """Every layer's split, in graph order (checked: ConfigError naming the rule's field)."""
+    p = pricer(scenario)
+    return [resolve_split(p.graph, scenario.strategy, i, scenario.num_gpus) for i in range(len(p.graph.layers))]
+
+
+def _local_params(layer, split: Split) -> float:
+    shards = 1
+    for field in MODEL_FIELDS:
+        shards *= getattr(split, field)
+    return float(-(-layer.params // shards))
+
+
+def per_layer_memory(scenario) -> tuple[int, MemoryBreakdown, list[MemoryBreakdown]]:
+    """Device 0's peak memory (see the module docstring)."""
+    p = pricer(scenario)
+    splits = layer_splits(scenario)
+    tr = scenario.training
+    bpp = bytes_per_param(tr.precision, tr.optimizer)
+    params = sum(_local_params(layer, s) for layer, s in zip(p.graph.layers, splits, strict=True))
+    activations = sum(layer.saved_bytes * work_ratio(layer, s, p.batch)
+                      for layer, s in zip(p.graph.layers, splits, strict=True))
+    buffers = 0.0
+    for i, layer in enumerate(p.graph.layers):
+        for reshard in _input_reshards(p, splits, i):
+            for c in reshard.forward + reshard.backward:
+                buffers = max(buffers, c.payload_bytes)
+        for c in p.halo_collectives(layer, splits[i]):
+            buffers = max(buffers, c.payload_bytes)
+    breakdown = MemoryBreakdown(params * bpp["weights"], params * p.grad_elem_bytes, params * bpp["optimizer"],
+                                activations, buffers, stage=0)
+    return 0, breakdown, [breakdown]
+
+
+def _input_reshards(p: Pricer, splits: list[Split], i: int):
+    layer = p.graph.layers[i]
+    for name in layer.inputs:
+        j = p.graph._index[name]
+        yield p.reshard(p.graph.layers[j], splits[j], layer, splits[i])
+
+
+class PerLayerPlanner:
+    """Builds the one-actor plan of ``simulation.steps`` steps (see the module docstring)."""
+
+    def __init__(self, scenario):
+        self.sc = scenario
+        self.cfg: PerLayerConfig = scenario.strategy
+        self.p = pricer(scenario)
+        self.splits = layer_splits(scenario)
+        self.streams: dict[tuple[str, str], list[Task]] = {(ACTOR, s): [] for s in ("compute", "reshard", "dp")}
+        self._demands: dict = {}
+
+    def _comm(self, c: Collective, name: str, category: str, stream: str, deps) -> Task:
+        key = (c.kind, c.payload_bytes, c.ranks)
+        hit = self._demands.get(key)
+        if hit is None:
+            cost = self.p.collective(c.kind, c.payload_bytes, c.ranks)
+            demands = {}
+            for link, b in cost.bytes_by_link.items():
+                if b > 0:
+                    demands[f"{ACTOR}:{link}_tx"] = b
+                    demands[f"{ACTOR}:{link}_rx"] = b
+            hit = self._demands[key] = (demands, cost.latency_s)
+        task = Task(name, ACTOR, stream, category, demands=dict(hit[0]), latency_s=hit[1], deps=list(deps))
+        self.streams[(ACTOR, stream)].append(task)
+        return task
+
+    def _kernel(self, name: str, seconds: float, category: str, deps, alloc: float = 0.0, free: float = 0.0) -> Task:
+        task = Task(name, ACTOR, "compute", category, duration_s=seconds, deps=list(deps),
+                    alloc_bytes=alloc, free_bytes=free)
+        self.streams[(ACTOR, "compute")].append(task)
+        return task
+
+    def build(self) -> Plan:
+        p, graph, splits = self.p, self.p.graph, self.splits
+        costs = [p.layer_cost(layer, s) for layer, s in zip(graph.layers, splits, strict=True)]
+        saved = [layer.saved_bytes * work_ratio(layer, s, p.batch) for layer, s in zip(graph.layers, splits, strict=True)]
+        reshards = {i: list(_input_reshards(p, splits, i)) for i in range(len(graph.layers))}
+        halos = [p.halo_collectives(layer, s) for layer, s in zip(graph.layers, splits, strict=True)]
+        grads = [p.gradient_collective(layer, s) for layer, s in zip(graph.layers, splits, strict=True)]
+        consumers: dict[int, list[int]] = {i: [] for i in range(len(graph.layers))}
+        for i, layer in enumerate(graph.layers):
+            for name in layer.inputs:
+                consumers[graph._index[name]].append(i)
+        params = sum(_local_params(layer, s) for layer, s in zip(graph.layers, splits, strict=True))
+        optimizer_s = p.compute.optimizer_step_s(params, OPTIMIZER_BYTES_PER_PARAM[self.sc.training.optimizer])
+        steps = self.sc.simulation.steps
+        step_ends: list[list[Task]] = []
+        previous: Task | None = None
+        for step in range(steps):
+            tag = f"s{step}."
+            forward: dict[int, Task] = {}
+            for i, layer in enumerate(graph.layers):
+                deps = [previous] if previous is not None else []
+                for name, reshard in zip(layer.inputs, reshards[i], strict=True):
+                    after = [forward[graph._index[name]]]
+                    for k, c in enumerate(reshard.forward):
+                        after = [self._comm(c, f"{tag}reshard.{name}->{layer.name}.{c.kind}{k}", "tp_comm",
+                                            "reshard", after)]
+                    deps += after
+                for k, c in enumerate(halos[i]):
+                    deps = [self._comm(c, f"{tag}halo.{layer.name}.{k}", "tp_comm", "reshard", deps)]
+                forward[i] = self._kernel(f"{tag}F.{layer.name}", costs[i].forward_s, "compute", deps, alloc=saved[i])
+            backward_out: dict[int, list[Task]] = {}  # layer -> tasks its producers' backward waits for
+            reduces: list[Task] = []
+            last: Task = forward[len(graph.layers) - 1]
+            for i in reversed(range(len(graph.layers))):
+                layer = graph.layers[i]
+                deps = [last] + [t for j in consumers[i] for t in backward_out.get((j, i), [])]
+                last = done = self._kernel(f"{tag}B.{layer.name}", costs[i].backward_s, "compute", deps, free=saved[i])
+                after = [done]
+                for k, c in enumerate(halos[i]):
+                    after = [self._comm(c, f"{tag}halo_accumulate.{layer.name}.{k}", "tp_comm", "reshard", after)]
+                for name, reshard in zip(layer.inputs, reshards[i], strict=True):
+                    chain = after
+                    for k, c in enumerate(reshard.backward):
+                        chain = [self._comm(c, f"{tag}reshard_grad.{layer.name}->{name}.{c.kind}{k}", "tp_comm",
+                                            "reshard", chain)]
+                    backward_out[(i, graph._index[name])] = chain
+                if grads[i] is not None:
+                    reduce = self._comm(grads[i], f"{tag}grad_all_reduce.{layer.name}", "dp_comm", "dp", [done])
+                    reduces.append(reduce)
+                    if not self.cfg.overlap_gradient_reduction:
+                        last = self._kernel(f"{tag}wait.{layer.name}", 0.0, "dp_comm", [reduce])
+            previous = self._kernel(f"{tag}optimizer", optimizer_s, "optimizer", [last, *reduces])
+            step_ends.append([previous])
+        compute = self.streams[(ACTOR, "compute")]
+        memory = per_layer_memory(self.sc)[1]
+        base = memory.weights_bytes + memory.gradients_bytes + memory.optimizer_bytes + memory.other_bytes
+        return Plan(dict(self.streams), {ACTOR: 0}, {ACTOR: 0}, [len(graph.layers)], p.topo, {ACTOR: compute},
+                    steps=steps, step_ends=step_ends, memory_base_bytes={ACTOR: base}, mode="symmetric",
+                    extra={"per_layer_devices_max": max(s.devices for s in splits),
+                           "per_layer_distinct_splits": len({s for s in splits})})
+
+
+def compile_per_layer(scenario, mode: str | None = None, detail: bool = False) -> Plan:
+    return PerLayerPlanner(scenario).build()
+
+
+PER_LAYER = register(StrategyKind(
+    name="per_layer",
+    config=PerLayerConfig,
+    summary="each layer split its own way (batch, channels, heads, reduction, rows x cols, sequence) on its own "
+            "GPU count, with exact reshards, halo exchanges and burst redistributions between layers "
+            "(Gholami 2018, DistDL, DeepPool, PaSE)",
+    compile=compile_per_layer,
+    memory=per_layer_memory,
+))

@@ -1,0 +1,351 @@
+"""The sharding algebra of per-layer parallelism: sizes, per-device work, tensor layouts, reshards.
+
+**Dimensions of a layer.** ``batch`` is the global batch; for a feature map (C, H, W) output,
+``channels`` is C and ``rows`` × ``cols`` are H × W; for tokens (S, F) ``sequence`` is S and
+``channels`` F; ``reduction`` is the input's C (or F); ``heads`` an attention layer's heads.
+
+**Per-device work** (:func:`shard_ops`). Every kernel of the layer is cut by the split: its FLOPs
+and HBM bytes scale by ``ratio`` = Π ceil(size/cut)/size over the cut dimensions (1/devices when
+the cuts divide; with ``uneven: round_up`` the first device's larger block, which sets the pace).
+GEMM shapes follow the roles of the implicit GEMM (cuDNN, Chetlur et al. 2014): forward
+M = N·H·W (or N·S) cut by batch·rows·cols·sequence, N = C_out cut by channels (and heads, except
+an output projection, whose K they cut), K = C_in·kh·kw cut by reduction; the data gradient swaps
+N and K, the weight gradient has (C_in·kh·kw, C_out, N·H·W). Attention cores: the (sample × head)
+batch cut by batch·heads, the queries by sequence.
+
+**Tensor layouts.** An activation between two layers is the tensor (N, C, H, W), (N, S, F) or
+(N, F). A producer leaves it cut by (batch, channels·[heads of non-attention], rows, cols,
+sequence) with partial sums pending over its ``reduction`` (and an attention layer's heads: the
+row-parallel output projection). A consumer reads it cut by (batch, reduction, rows, cols,
+sequence) if it mixes channels (convolution, linear, attention...), and then replicated over its
+channels·heads; a per-channel layer (normalisation, activation, pooling, add) reads C cut by its
+``channels``.
+
+**Reshard volume** (:func:`exact_volume`): with the devices numbered so that each device's old and
+new blocks overlap as much as they can (nested blocks; a device of both sets keeps the overlap),
+the busiest device receives ``need - overlap`` (``need`` if it is new) and sends
+``(have·r_dst - overlap·min(r_src, both))/r_src`` (``have·r_dst/r_src`` if it leaves: the r_src
+holders of a block share its sends, those in both sets keep their overlap), where
+``have = |T|/Π p`` and ``need = |T|/Π q`` are its blocks, ``overlap = Π_k min(T_k/p_k, T_k/q_k)``
+(0 for a device in one set only) and ``r_src``, ``r_dst`` the copies of each element in each
+layout. Partial sums are resolved first: a reduce-scatter over the partial group when the new
+layout cuts the tensor that much finer on the same devices, else an all-reduce. The rest is an
+all-gather (the new blocks contain the old), an all-to-all (equal blocks cut along other
+dimensions, or a mix), or, between device sets of different sizes (bursts), a point-to-point
+scatter/gather. Each collective's NCCL bus volume (simulator/cost/collectives.py) equals the
+exact volume above (tested).
+
+**Backward** is the adjoint (DistDL, Hewett & Grady 2020, Sec. 3): the gradient goes from the
+consumer's layout, partial over the consumer's channel group (each output-channel shard
+contributes part of the input gradient), back to the producer's, replicated over its partial
+group: all-gather ↔ reduce-scatter, all-reduce ↔ nothing, all-to-all ↔ all-to-all.
+"""
+
+from __future__ import annotations
+
+import fnmatch
+import math
+from dataclasses import dataclass, replace
+
+from simulator.errors import ConfigError
+from simulator.strategies.per_layer.config import (
+    REPLICA_FIELDS,
+    SPLIT_FIELDS,
+    SPLITTABLE_OF,
+    PerLayerConfig,
+    Split,
+)
+from workloads.graph import Op
+from workloads.layer_graph import Layer, LayerGraph
+
+#: Layer kinds whose output channels mix all input channels (their input is replicated over
+#: their output-channel cut); every other kind works per channel.
+CHANNEL_MIXING: frozenset[str] = frozenset({
+    "conv2d", "conv_transpose2d", "linear", "attention", "lstm", "embedding", "transformer_block", "lm_head",
+    "mlp_block", "patch_embedding", "loss", "softmax",
+})
+
+
+# --------------------------------------------------------------------------- sizes
+
+
+def layer_sizes(layer: Layer, batch: int) -> dict[str, int]:
+    """The size of each split dimension of ``layer`` at global batch ``batch`` (those it has)."""
+    sizes = {"batch": batch}
+    out = layer.output_shape or ()
+    if len(out) == 3:
+        sizes.update(channels=out[0], rows=out[1], cols=out[2])
+    elif len(out) == 2:
+        sizes.update(sequence=out[0], channels=out[1])
+    elif len(out) == 1:
+        sizes["channels"] = out[0]
+    inp = layer.input_shape or ()
+    if inp:
+        sizes["reduction"] = inp[0] if len(inp) == 3 else inp[-1]
+    heads = [op.batch // batch for op in layer.forward if op.kind == "attention" and op.batch >= batch]
+    if heads:
+        sizes["heads"] = heads[0]
+    return sizes
+
+
+def resolve_split(graph: LayerGraph, cfg: PerLayerConfig, index: int, num_gpus: int) -> Split:
+    """The split of layer ``index``: the last rule that names it, else the default (dimensions the
+    layer cannot cut folded into batch); checked against the layer and the cluster."""
+    layer = graph.layers[index]
+    chosen, where = cfg.default, "strategy.default"
+    for i, rule in enumerate(cfg.layers):
+        if (rule.match is not None and fnmatch.fnmatchcase(layer.name, rule.match)) or (
+                rule.range is not None and rule.range[0] <= index <= rule.range[1]):
+            chosen, where = rule.resolved, f"strategy.layers.{i}"
+    if where == "strategy.default":
+        chosen = _fold_into_batch(chosen, layer)
+    return check_split(layer, chosen, graph.micro_batch, num_gpus, cfg.uneven, where)
+
+
+def _fold_into_batch(split: Split, layer: Layer) -> Split:
+    """The default's cuts that ``layer`` cannot make, moved into its batch cut (same devices)."""
+    folded, batch = {}, split.batch
+    for field in SPLIT_FIELDS[1:]:
+        n = getattr(split, field)
+        if n > 1 and SPLITTABLE_OF[field] not in layer.splittable:
+            batch *= n
+            folded[field] = 1
+    return split.model_copy(update={**folded, "batch": batch}) if folded else split
+
+
+def check_split(layer: Layer, split: Split, batch: int, num_gpus: int, uneven: str, where: str) -> Split:
+    """Refuse a split that names a dimension the layer cannot cut, cuts one into more parts than it
+    has, does not divide it (``uneven: refuse``) or needs more devices than the cluster has."""
+    sizes = layer_sizes(layer, batch)
+    for field, n in split.cuts().items():
+        if SPLITTABLE_OF[field] not in layer.splittable or field not in sizes:
+            raise ConfigError(f"{where}.split.{field}", f"layer {layer.name} ({layer.kind}) cannot be split by "
+                                                        f"{field} (it splits: {', '.join(sorted(layer.splittable))})")
+        size = sizes[field]
+        if n > size:
+            raise ConfigError(f"{where}.split.{field}", f"layer {layer.name}: {n} parts of a dimension of {size}")
+        if size % n and (uneven == "refuse" or field == "batch"):
+            raise ConfigError(f"{where}.split.{field}", f"layer {layer.name}: {n} does not divide {field} {size}"
+                              + ("" if field == "batch" else " (uneven: round_up lets the first device take the "
+                                                             "larger part)"))
+    if split.devices > num_gpus:
+        raise ConfigError(f"{where}.split", f"layer {layer.name} needs {split.devices} devices; the cluster has "
+                                            f"{num_gpus}")
+    return split
+
+
+# --------------------------------------------------------------------------- per-device work
+
+
+def work_ratio(layer: Layer, split: Split, batch: int) -> float:
+    """The first device's share of the layer's work: Π ceil(size/cut)/size over its cuts."""
+    sizes = layer_sizes(layer, batch)
+    ratio = 1.0
+    for field, n in split.cuts().items():
+        size = sizes[field]
+        ratio *= math.ceil(size / n) / size
+    return ratio
+
+
+def _cut(value: int, parts: int) -> int:
+    return max(1, math.ceil(value / parts)) if value else value
+
+
+def shard_ops(layer: Layer, split: Split, batch: int, phase: str) -> tuple[Op, ...]:
+    """The kernels the first device runs for ``layer``'s ``phase`` ("forward" | "backward")."""
+    ops = layer.forward if phase == "forward" else layer.backward
+    if split.devices == 1:
+        return ops
+    ratio = work_ratio(layer, split, batch)
+    rows = split.batch * split.rows * split.cols * split.sequence
+    out_cut = split.channels
+    in_cut = split.reduction
+    shards = []
+    for op in ops:
+        scaled = replace(op, flops=op.flops * ratio, bytes_moved=op.bytes_moved * ratio)
+        if op.kind == "gemm":
+            heads_out = split.heads if "out_proj" not in op.name else 1
+            heads_in = split.heads if "out_proj" in op.name else 1
+            o, i = out_cut * heads_out, in_cut * heads_in
+            if op.name.endswith(".dgrad"):
+                m, n, k = _cut(op.m, rows), _cut(op.n, i), _cut(op.k, o)
+            elif op.name.endswith(".wgrad"):
+                m, n, k = _cut(op.m, i), _cut(op.n, o), _cut(op.k, rows)
+            else:
+                m, n, k = _cut(op.m, rows), _cut(op.n, o), _cut(op.k, i)
+            scaled = replace(scaled, m=m, n=n, k=k)
+        elif op.kind == "attention":
+            scaled = replace(scaled, batch=_cut(op.batch, split.batch * split.heads), m=_cut(op.m, split.sequence))
+        shards.append(scaled)
+    return tuple(shards)
+
+
+# --------------------------------------------------------------------------- tensor layouts
+
+
+@dataclass(frozen=True)
+class TensorLayout:
+    """An activation over a device set: ``parts`` per tensor dimension, on ``devices`` GPUs,
+    with partial sums pending over ``partial`` of them (a source) or replicated over
+    ``replicas`` (a destination); ``groups`` names, per tensor dimension, the split field that
+    cuts it (for the sub-communicator's ranks)."""
+
+    dims: tuple[int, ...]          # sizes (N, C, H, W), (N, S, F) or (N, F)
+    parts: tuple[int, ...]
+    devices: int
+    split: Split
+    fields: tuple[str, ...]        # the split field cutting each dim
+    partial: int = 1
+    partial_fields: tuple[str, ...] = ()
+
+    @property
+    def numel(self) -> int:
+        return math.prod(self.dims)
+
+    def block(self) -> float:
+        """Elements of the first device's block (the ceiling where a cut does not divide)."""
+        return float(math.prod(math.ceil(d / p) for d, p in zip(self.dims, self.parts, strict=True)))
+
+    def copies(self) -> float:
+        """How many devices hold each element (replication), the partial group counted as holders."""
+        return self.devices * self.block() / self.numel
+
+
+def _tensor_dims(shape: tuple[int, ...], batch: int) -> tuple[tuple[int, ...], tuple[str, ...]]:
+    if len(shape) == 3:
+        return (batch, *shape), ("batch", "C", "rows", "cols")
+    if len(shape) == 2:
+        return (batch, *shape), ("batch", "sequence", "C")
+    return (batch, math.prod(shape) if shape else 1), ("batch", "C")
+
+
+def output_layout(layer: Layer, split: Split, batch: int) -> TensorLayout:
+    """How ``layer`` leaves its output under ``split`` (see the module docstring)."""
+    dims, names = _tensor_dims(layer.output_shape or (), batch)
+    attention = layer.kind == "attention"
+    channel_fields = ("channels",) if attention else ("channels", "heads")
+    fields = tuple(channel_fields[0] if n == "C" else n for n in names)
+    parts = tuple(math.prod(getattr(split, f) for f in channel_fields) if n == "C" else getattr(split, n)
+                  for n in names)
+    partial_fields = ("heads", "reduction") if attention else ("reduction",)
+    partial = math.prod(getattr(split, f) for f in partial_fields)
+    return TensorLayout(dims, parts, split.devices, split, fields, partial, partial_fields)
+
+
+def input_layout(layer: Layer, split: Split, batch: int, shape: tuple[int, ...]) -> TensorLayout:
+    """How ``layer`` needs an input of per-sample ``shape`` under ``split``."""
+    dims, names = _tensor_dims(shape, batch)
+    mixing = layer.kind in CHANNEL_MIXING
+    c_field = "reduction" if mixing else "channels"
+    fields = tuple(c_field if n == "C" else n for n in names)
+    parts = tuple(getattr(split, f) for f in fields)
+    return TensorLayout(dims, parts, split.devices, split, fields)
+
+
+# --------------------------------------------------------------------------- reshards
+
+
+@dataclass(frozen=True)
+class Collective:
+    """One collective of a reshard: ``kind`` (all_reduce, reduce_scatter, all_gather, all_to_all,
+    send_recv) of ``payload_bytes`` (NCCL's S) over the devices ``ranks``; ``volume_bytes``: what
+    the busiest device receives (its bus volume)."""
+
+    kind: str
+    payload_bytes: float
+    ranks: tuple[int, ...]
+    volume_bytes: float
+
+
+def subgroup(split: Split, fields: tuple[str, ...]) -> tuple[int, ...]:
+    """The ranks of device 0's sub-communicator along ``fields`` (devices numbered mixed-radix
+    over :data:`SPLIT_FIELDS`, outermost first)."""
+    strides, stride = {}, 1
+    for field in reversed(SPLIT_FIELDS):
+        strides[field] = stride
+        stride *= getattr(split, field)
+    ranks = [0]
+    for field in fields:
+        n = getattr(split, field)
+        ranks = [r + i * strides[field] for r in ranks for i in range(n)]
+    return tuple(sorted(ranks))
+
+
+def exact_volume(src: TensorLayout, dst: TensorLayout, elem_bytes: float) -> tuple[float, float]:
+    """(bytes the busiest device receives, bytes the busiest device sends) to go from ``src``
+    (complete: no partial sums) to ``dst`` (see the module docstring)."""
+    have, need = src.block(), dst.block()
+    overlap = float(math.prod(min(math.ceil(d / p), math.ceil(d / q))
+                              for d, p, q in zip(src.dims, src.parts, dst.parts, strict=True)))
+    both = min(src.devices, dst.devices)
+    recv = need if dst.devices > both else need - overlap
+    holders = max(src.copies(), 1.0)
+    # the holders of a block share its sends; those also in the new set keep their overlap
+    send = (have * dst.copies() - overlap * min(holders, both)) / holders
+    if src.devices > both:  # a device that leaves keeps nothing
+        send = max(send, have * dst.copies() / holders)
+    return max(recv, 0.0) * elem_bytes, max(send, 0.0) * elem_bytes
+
+
+def plan_reshard(src: TensorLayout, dst: TensorLayout, elem_bytes: float) -> tuple[Collective, ...]:
+    """The collectives that take ``src`` (possibly partial) to ``dst`` (see the module docstring)."""
+    steps: list[Collective] = []
+    if src.partial > 1:
+        group = subgroup(src.split, src.partial_fields)
+        block = src.block() * elem_bytes
+        finer = [k for k, (p, q) in enumerate(zip(src.parts, dst.parts, strict=True)) if q >= p * src.partial]
+        scatter = (src.devices == dst.devices and finer
+                   and all(q >= p for p, q in zip(src.parts, dst.parts, strict=True)))
+        if scatter:  # the new layout cuts one dimension r times finer: reduce-scatter into it
+            k = finer[0]
+            steps.append(Collective("reduce_scatter", block, group, block * (src.partial - 1) / src.partial))
+            parts = tuple(p * src.partial if i == k else p for i, p in enumerate(src.parts))
+            src = replace(src, parts=parts, partial=1)
+        else:
+            steps.append(Collective("all_reduce", block, group, 2 * block * (src.partial - 1) / src.partial))
+            src = replace(src, partial=1)
+    recv, send = exact_volume(src, dst, elem_bytes)
+    volume = max(recv, send)
+    if volume <= 0:
+        return tuple(steps)
+    if src.devices != dst.devices:  # burst: scatter / gather between device sets
+        ranks = tuple(range(max(src.devices, dst.devices)))
+        steps.append(Collective("send_recv", volume, ranks, volume))
+        return tuple(steps)
+    have, need = src.block() * elem_bytes, dst.block() * elem_bytes
+    changed = tuple(dict.fromkeys(
+        f for f, p, q, g in zip(src.fields, src.parts, dst.parts, dst.fields, strict=True) if p != q
+        for f in (f, g) if getattr(src.split, f) > 1))
+    ranks = subgroup(src.split, changed) if changed else tuple(range(src.devices))
+    contains = all(q <= p for p, q in zip(src.parts, dst.parts, strict=True))
+    if contains and need > have:
+        n = round(need / have)
+        steps.append(Collective("all_gather", need, _fit(ranks, n), recv))
+    elif abs(need - have) < 1e-9 * need and recv > 0:
+        n = max(2, round(have / (have - recv)))
+        steps.append(Collective("all_to_all", have, _fit(ranks, n), recv))
+    else:
+        n = max(2, len(ranks))
+        steps.append(Collective("all_to_all", volume * n / (n - 1), _fit(ranks, n), volume))
+    return tuple(steps)
+
+
+def _fit(ranks: tuple[int, ...], n: int) -> tuple[int, ...]:
+    """``n`` ranks of a sub-communicator (its first n; the first n devices when it has fewer)."""
+    return ranks[:n] if len(ranks) >= n else tuple(range(n))
+
+
+def adjoint(src: TensorLayout, dst: TensorLayout) -> tuple[TensorLayout, TensorLayout]:
+    """The backward reshard's (source, destination): the gradient in the consumer's layout,
+    partial over its channel (and heads) cut, back to the producer's layout."""
+    consumer_split = dst.split
+    partial_fields = tuple(f for f in ("channels", "heads") if f not in dst.fields and getattr(consumer_split, f) > 1)
+    partial = math.prod(getattr(consumer_split, f) for f in partial_fields)
+    grad_src = replace(dst, partial=partial, partial_fields=partial_fields)
+    grad_dst = replace(src, partial=1, partial_fields=())
+    return grad_src, grad_dst
+
+
+def gradient_group(split: Split) -> tuple[int, ...]:
+    """The devices that hold copies of the same weight shard (batch, sequence and spatial cuts)."""
+    return subgroup(split, REPLICA_FIELDS)
