@@ -209,20 +209,33 @@ def _parse_value(text: str) -> Any:
 
 
 def set_path(raw: dict[str, Any], path: str, value: Any, field: str | None = None) -> None:
-    """Set ``a.b.c`` in a nested mapping in place, creating mappings on the way."""
+    """Set ``a.b.c`` in a nested mapping in place, creating mappings on the way. A key that is a whole
+    number picks an existing item of a list (``co_located_jobs.0.priority``)."""
     keys = [k for k in str(path).strip().split(".") if k]
     field = field or path
     if not keys:
         raise ConfigError(field, "empty key path")
-    node = raw
-    for key in keys[:-1]:
+    node: Any = raw
+    for depth, key in enumerate(keys):
+        last = depth == len(keys) - 1
+        if isinstance(node, list):
+            if not key.isdigit() or int(key) >= len(node):
+                raise ConfigError(field, f"{'.'.join(keys[:depth]) or key} is a list of {len(node)}: "
+                                         f"{key!r} is not an index into it")
+            if last:
+                node[int(key)] = copy.deepcopy(value)
+                return
+            node = node[int(key)]
+            continue
+        if last:
+            node[key] = copy.deepcopy(value)
+            return
         child = node.get(key)
         if child is None:
             child = node[key] = {}
-        if not isinstance(child, dict):
+        if not isinstance(child, (dict, list)):
             raise ConfigError(field, f"{key} is not a mapping")
         node = child
-    node[keys[-1]] = copy.deepcopy(value)
 
 
 def apply_overrides(raw: dict[str, Any], overrides: list[str]) -> dict[str, Any]:

@@ -167,3 +167,30 @@ def test_cli_end_to_end(tmp_path):
                          cwd=ROOT, timeout=120)
     assert bad.returncode == 2
     assert bad.stderr.strip().count("\n") == 0 and "co_located_jobs.0.priority" in bad.stderr
+
+
+def test_set_reaches_into_the_list_of_jobs():
+    raw = _scenario([_job(slowdown=0.1)], steps=2)
+    scenario = load_scenario(raw, ["co_located_jobs.0.interference_slowdown=0.3", "co_located_jobs.0.priority=4"])
+    assert (scenario.co_located[0].interference_slowdown, scenario.co_located[0].priority) == (0.3, 4)
+    with pytest.raises(ConfigError, match="is a list of 1"):
+        load_scenario(raw, ["co_located_jobs.1.priority=2"])
+
+
+def test_sweep_over_the_interference(tmp_path):
+    # The background file is relative to the base scenario's folder; sweep points run anywhere.
+    (tmp_path / "jobs").mkdir()
+    (tmp_path / "jobs" / "bg.yaml").write_text(json.dumps(_background()))
+    (tmp_path / "fg.yaml").write_text(json.dumps(_scenario(
+        [{"scenario": "jobs/bg.yaml", "priority": 1, "interference_slowdown": 0.0}], steps=4)))
+    (tmp_path / "sweep.yaml").write_text("base: fg.yaml\ngrid: {co_located_jobs.0.interference_slowdown: [0.0, 0.5]}\n")
+    out = tmp_path / "rows.csv"
+    run = subprocess.run([sys.executable, "-m", "simulator.cli", "sweep", str(tmp_path / "sweep.yaml"), "--out",
+                          str(out), "--workers", "1"], capture_output=True, text=True, cwd=ROOT, timeout=120)
+    assert run.returncode == 0, run.stderr
+    import pandas as pd
+
+    rows = pd.read_csv(out).sort_values("co_located_jobs.0.interference_slowdown")
+    assert list(rows["status"]) == ["ok", "ok"]
+    slowed = [json.loads(x)["co_location"]["jobs"][0]["relative_throughput"] for x in rows["extra_json"]]
+    assert slowed[1] < slowed[0] <= 1.0

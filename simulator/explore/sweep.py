@@ -185,6 +185,13 @@ def absolutize(raw: dict[str, Any], base: Path | None) -> dict[str, Any]:
             candidate = base / ref
             if candidate.exists():
                 node[path[-1]] = str(candidate.resolve())
+    jobs = out.get("co_located_jobs")
+    for job in jobs if isinstance(jobs, list) else []:  # background scenarios (simulator/colocation/spec.py)
+        ref = job.get("scenario") if isinstance(job, dict) else None
+        if isinstance(ref, dict):
+            job["scenario"] = absolutize(ref, base)
+        elif isinstance(ref, str) and not Path(ref).is_absolute() and (base / ref).exists():
+            job["scenario"] = str((base / ref).resolve())
     return out
 
 
