@@ -16,7 +16,7 @@ import numpy as np
 import pytest
 
 from simulator.economics.job_timeline import Outages, simulate_elastic_job, simulate_sync_job
-from simulator.economics.simulated_goodput import simulated_goodput
+from simulator.economics.simulated_goodput import simulated_goodput, time_lost
 from simulator.scenario import load_scenario
 from simulator.simulate import simulate
 
@@ -103,7 +103,7 @@ def test_simulated_goodput_matches_young_daly_on_llama3_16k(llama, seed):
     assert abs(rel["goodput"] - rel["goodput_analytic"]) < 0.02, (rel["goodput"], rel["goodput_analytic"])
     assert 0.90 < rel["goodput"] < 0.94
     # The lost time adds up to the wall clock.
-    assert rel["useful_s"] + sum(rel["time_lost_s"].values()) == pytest.approx(rel["wall_s"], rel=1e-12)
+    assert rel["useful_s"] + sum(time_lost(rel).values()) == pytest.approx(rel["wall_s"], rel=1e-12)
 
 
 def test_slow_restarts_leave_the_first_order_formula_behind():
@@ -130,9 +130,9 @@ def test_correlated_rack_failures_with_few_spares_fall_below_the_formula():
     few = simulated_goodput(load_scenario(LLAMA, [*rack, "reliability.spare_nodes=16"]), STEP_S, PARAMS_405B)
     many = simulated_goodput(load_scenario(LLAMA, [*rack, "reliability.spare_nodes=64"]), STEP_S, PARAMS_405B)
     # 64 racks x 2e-4/h: 112 rack failures a year, each ~8 h of waiting (less the restart it replaces).
-    assert few["time_lost_s"]["waiting_for_spares"] > 100 * 7 * 3600
+    assert few["lost_waiting_for_spares_s"] > 100 * 7 * 3600
     assert few["goodput_analytic"] - few["goodput"] > 0.05
-    assert many["time_lost_s"]["waiting_for_spares"] < 0.01 * many["wall_s"]
+    assert many["lost_waiting_for_spares_s"] < 0.01 * many["wall_s"]
     assert abs(many["goodput"] - many["goodput_analytic"]) < 0.02
 
 
@@ -145,7 +145,7 @@ def test_diloco_group_shrinks_instead_of_restarting():
     assert rel["recovery"].startswith("elastic") and rel["failures"] > 50
     assert rel["period_steps"] == 16 and rel["replicas"] == 8
     assert 0.5 < rel["goodput"] < 1.0 and rel["goodput_analytic"] is None
-    assert rel["useful_s"] + sum(rel["time_lost_s"].values()) == pytest.approx(rel["wall_s"], rel=1e-9)
+    assert rel["useful_s"] + sum(time_lost(rel).values()) == pytest.approx(rel["wall_s"], rel=1e-9)
     # Without failures every replica is useful all the time.
     quiet = simulate(load_scenario(DILOCO, ["reliability.days=1", "reliability.rates=none"])).extra["reliability"]
     assert quiet["goodput"] == 1.0 and quiet["failures"] == 0
@@ -176,7 +176,7 @@ def test_cli_shows_goodput_failures_and_time_lost():
     runs = [json.loads(_cli(str(FAILURES_EXAMPLE), "--json").stdout)["reliability"] for _ in range(2)]
     assert runs[0] == runs[1]
     rel = runs[0]
-    assert rel["failures"] > 300 and set(rel["time_lost_s"]) == {"redo", "restart", "waiting_for_spares",
+    assert rel["failures"] > 300 and set(time_lost(rel)) == {"redo", "restart", "waiting_for_spares",
                                                                  "checkpoint"}
 
 

@@ -49,8 +49,15 @@ def _period_steps(scenario: Scenario) -> int:
     return int(getattr(strategy, "local_steps", 1) or 1)
 
 
+def time_lost(report: dict[str, Any]) -> dict[str, float]:
+    """The ``lost_*_s`` entries of a report by cause (redo, restart, ...): with ``useful_s`` they add up to
+    ``wall_s``."""
+    return {k[len("lost_"):-len("_s")]: v for k, v in report.items() if k.startswith("lost_") and k.endswith("_s")}
+
+
 def simulated_goodput(scenario: Scenario, step_s: float, num_parameters: float) -> dict[str, Any]:
-    """Simulate the job's timeline with the scenario's failures (module docstring); a JSON-ready dict."""
+    """Simulate the job's timeline with the scenario's failures (module docstring); a JSON-ready dict
+    of scalars (``lost_<cause>_s``: the wall time lost to each cause)."""
     spec: ReliabilitySpec = scenario.reliability
     econ = scenario.economics
     processes = resolve_processes(spec, scenario.node.gpus_per_node)
@@ -90,13 +97,14 @@ def simulated_goodput(scenario: Scenario, step_s: float, num_parameters: float) 
         "step_time_s": step_s,
     }
     if elastic:
-        return {**report, **_elastic(scenario, spec, outages, step_s, ckpt_bytes, total_steps, horizon_s)}
+        report.update(_elastic(scenario, spec, outages, step_s, ckpt_bytes, total_steps, horizon_s))
+        return _with_time_to_train(scenario, report)
     timeline = simulate_sync_job(outages, step_s=step_s, checkpoint_steps=checkpoint_steps, checkpoint_s=write_s,
                                  restart_s=restart_s, total_steps=total_steps, horizon_s=horizon_s,
                                  spare_nodes=spec.spare_nodes)
     tau = checkpoint_steps * step_s
     analytic = gp.goodput_fraction(mtbf_s, write_s, tau, restart_s)
-    return {**report,
+    report.update({
             "goodput": timeline.goodput,
             "goodput_analytic": analytic,
             "analytic_model": "first-order Young/Daly (simulator/economics/goodput.py): Poisson failures, fixed restart",
@@ -111,9 +119,22 @@ def simulated_goodput(scenario: Scenario, step_s: float, num_parameters: float) 
             "restart_s": restart_s,
             "wall_s": timeline.wall_s,
             "useful_s": timeline.useful_s,
-            "time_lost_s": {"redo": timeline.redo_s, "restart": timeline.restart_s,
-                            "waiting_for_spares": timeline.waiting_for_spares_s,
-                            "checkpoint": timeline.checkpoint_s}}
+            "lost_redo_s": timeline.redo_s,
+            "lost_restart_s": timeline.restart_s,
+            "lost_waiting_for_spares_s": timeline.waiting_for_spares_s,
+            "lost_checkpoint_s": timeline.checkpoint_s})
+    return _with_time_to_train(scenario, report)
+
+
+def _with_time_to_train(scenario: Scenario, report: dict[str, Any]) -> dict[str, Any]:
+    """With ``training.tokens``: the failure-free time to train over the simulated goodput."""
+    par, seq = scenario.parallelism, scenario.seq_length
+    tokens = scenario.training.tokens
+    report["effective_time_to_train_days"] = None
+    if tokens and seq and report["goodput"] > 0:
+        ideal_s = tokens / (par.global_batch_size * seq) * report["step_time_s"]
+        report["effective_time_to_train_days"] = ideal_s / report["goodput"] / 86400.0
+    return report
 
 
 def _elastic(scenario: Scenario, spec: ReliabilitySpec, outages, step_s: float, ckpt_bytes: float,
@@ -145,6 +166,6 @@ def _elastic(scenario: Scenario, spec: ReliabilitySpec, outages, step_s: float, 
             "collective_timeout_s": spec.collective_timeout_s if waits else 0.0,
             "wall_s": timeline.wall_s,
             "useful_s": timeline.useful_replica_s * per_replica,
-            "time_lost_s": {"redo": timeline.lost_replica_s * per_replica,
-                            "replicas_out": timeline.out_replica_s * per_replica,
-                            "collective_timeout": timeline.timeout_s}}
+            "lost_redo_s": timeline.lost_replica_s * per_replica,
+            "lost_replicas_out_s": timeline.out_replica_s * per_replica,
+            "lost_collective_timeout_s": timeline.timeout_s}

@@ -253,12 +253,14 @@ def _reliability_lines(rel: dict[str, Any]) -> list[str]:
         span += ", NOT FINISHED"
     analytic = (f"; analytic Young/Daly {100 * rel['goodput_analytic']:.1f}%"
                 if rel.get("goodput_analytic") is not None else "")
-    lines = [f"  goodput        {100 * rel['goodput']:.1f}% simulated ({span}, seed {rel['seed']}){analytic}",
+    lines = [f"  goodput        {100 * rel['goodput']:.1f}% simulated ({span}, seed {rel['seed']}){analytic}"
+             + (f"; time to train {rel['effective_time_to_train_days']:,.1f} days"
+                if rel.get("effective_time_to_train_days") is not None else ""),
              f"                 {rel['recovery']}",
              f"                 failures seen  {rel['failures']:,}" + (
                  f" ({rel['failures_during_recovery']:,} during restarts)" if rel.get("failures_during_recovery")
                  else "") + (f", job MTBF {rel['job_mtbf_hours']:.2f} h" if rel.get("job_mtbf_hours") else "")]
-    lost = rel["time_lost_s"]
+    lost = {k[len("lost_"):-len("_s")]: v for k, v in rel.items() if k.startswith("lost_") and k.endswith("_s")}
     lines.append("                 time lost      " + ", ".join(f"{k.replace('_', ' ')} {_hours(v)}"
                                                             for k, v in lost.items()) +
                  f" (of {_hours(rel['wall_s'])} wall)")
@@ -311,7 +313,7 @@ def render_table(result: SimulationResult) -> str:
         lines.append(f"  time to train  {result.time_to_train_days:.1f} days for {result.tokens_to_train:.3g} tokens")
         extra = result.extra
         if extra.get("effective_time_to_train_days") is not None:
-            lines.append(f"  with failures  {extra['effective_time_to_train_days']:.1f} days (goodput "
+            lines.append(f"  with failures  {extra['effective_time_to_train_days']:.1f} days (analytic goodput "
                          f"{100 * extra['goodput']:.1f}%), {extra['gpu_hours']:,.0f} GPU-hours, "
                          f"${extra['cost_usd']:,.0f}, {extra['energy_mwh']:,.0f} MWh")
     if result.extra.get("steps_to_target") is not None:
