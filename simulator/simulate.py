@@ -207,7 +207,7 @@ def simulate(scenario: Scenario, mode: str | None = None, detail: bool = False,
         from simulator.colocation.run import shared_memory_fits
 
         ok, reason = shared_memory_fits(scenario)
-    flops = _step_flops(scenario)
+    flops = kind.step_flops(scenario) if kind.step_flops else _step_flops(scenario)
     accel = scenario.accelerator
     step_time = makespan = None
     steps_run = scenario.simulation.steps  # a kind may round it up to whole periods (Plan.steps)

@@ -34,6 +34,8 @@ KIND_MODULES: tuple[str, ...] = (
     "simulator.strategies.local_learning",
     "simulator.strategies.cyclic_dp",
     "simulator.strategies.per_layer.kind",
+    "simulator.strategies.subnetwork_dp",
+    "simulator.strategies.layer_parallel_mgrit",
 )
 
 
@@ -51,7 +53,9 @@ class StrategyKind:
     ``memory(scenario)``: ``(peak stage, its MemoryBreakdown, one per stage)``. ``summary``:
     one line on what it models, for ``--help`` and the README. ``convergence_inputs(scenario)``
     (optional): ``{"staleness_steps": tau, "local_steps": H}`` that the scenario's ``convergence:``
-    block turns into steps to target (simulator/economics/convergence.py); absent: synchronous, 0 and 1."""
+    block turns into steps to target (simulator/economics/convergence.py); absent: synchronous, 0 and 1.
+    ``step_flops(scenario)`` (optional): the step's :class:`workloads.graph.ModelFlops` for a kind whose
+    workers run less than the whole model per sample (masked subnetworks); absent: counted from the graph."""
 
     name: str
     config: type[BaseModel]
@@ -59,6 +63,7 @@ class StrategyKind:
     compile: Callable[..., Any]
     memory: Callable[..., Any]
     convergence_inputs: Callable[..., dict[str, float]] | None = None
+    step_flops: Callable[..., Any] | None = None
 
 
 _KINDS: dict[str, StrategyKind] = {}

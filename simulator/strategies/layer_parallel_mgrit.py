@@ -1,0 +1,423 @@
+"""The ``layer_parallel_mgrit`` strategy kind: layer-parallel training with multigrid in time
+(Günther, Ruthotto, Schroder, Cyr & Gauger 2020, "Layer-Parallel Training of Deep Residual
+Neural Networks", SIAM J. Math. Data Sci. 2(1), arXiv:1812.04352; MGRIT of Falgout, Friedhoff,
+Kolev, MacLachlan & Schroder 2014, "Parallel time integration with multigrid", SIAM J. Sci.
+Comput. 36(6)).
+
+A residual network u_{j+1} = u_j + h·F(u_j, θ_j) is a forward-Euler time stepping over its N
+residual blocks (simulator/strategies/residual_blocks.py: the time steps; the opening layers run
+on the first rank before them, the closing layers on the last rank after them). The P ranks
+(``parallelism.pp``) each own N/P consecutive blocks (weights and states), and instead of the
+serial sweep the forward states are found by MGRIT iterations, the adjoint (backward) states by
+MGRIT on the reversed chain, then every rank computes its blocks' weight gradients at once.
+
+One MGRIT iteration is a V-cycle over ``levels`` grids (Falgout 2014, Alg. 2; FAS for the
+nonlinear propagator as Günther 2020 Sec. 3): level l has N/c^l steps (c = ``coarsening_factor``),
+step j of level l propagates over fine blocks [j·c^l, (j+1)·c^l) at the price of one evaluation of
+block j·c^l (the coarse propagator Φ_Δ is the layer at the interval's start with step c^l·h,
+Günther 2020 Sec. 3.2); every c-th point is a C-point. On every level but the coarsest:
+
+1. relaxation, ``F`` or ``FCF`` (Falgout 2014 Sec. 3): F-relaxation steps from each C-point
+   through the c - 1 F-points after it; C-relaxation steps each C-point from the F-point
+   before it (a neighbour's state where the interval starts on the rank before);
+2. the FAS coarse right-hand side at every C-point: one fine step from the F-point before it
+   (the residual) and one coarse step from the C-point before it (Φ_Δ of the restricted state);
+3. the V-cycle on the next level (C-points by injection);
+4. the correction of the C-points and an F-relaxation (interpolation).
+
+The coarsest level is solved serially: its N/c^(levels-1) steps one after another, handed from
+rank to rank. ``forward_iterations`` and ``backward_iterations`` V-cycles make one forward and
+one backward solve (the paper runs a few: the solve is inexact; its effect on training is not
+modelled). Each block evaluation is a task priced from its ops (the forward ops; the adjoint step
+the backward ops without the weight-gradient GEMMs, ``*.wgrad``), each state crossing a rank
+boundary a point-to-point send of the block's output bytes (one state of the network's width),
+priced on the topology like a pipeline send. The coarse right-hand side is combined with the
+arriving state by a join (the element-wise add is not priced).
+
+Per micro-batch: the opening forward (rank 0), the forward solve, the closing forward and
+backward (last rank), the backward solve, the opening backward; then the weight gradients of
+every rank's blocks; after the micro-batches, each rank's optimizer step over its parameters.
+``mgrit_speedup`` compares the step with the serial forward and backward of the whole network on
+one device (same micro-batches, one optimizer step): it grows with ranks until the serial coarse
+level and the relaxation's constant work per point dominate (bounded by serial / (iterations ×
+coarse sweep)). Memory per rank: its parameters' weights, gradients and optimizer state, the
+activations its blocks keep for one micro-batch (every block's for the weight gradients), and two
+states per coarse point it owns (the state and its FAS right-hand side).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from collections import defaultdict
+from typing import Literal
+
+from pydantic import BaseModel, ConfigDict, Field
+
+from simulator.cost.collectives import collective_cost
+from simulator.cost.compute import ComputeModel
+from simulator.cost.topology import Topology
+from simulator.engine.engine import Task
+from simulator.errors import ConfigError
+from simulator.memory.analytic import MemoryBreakdown, model_state_bytes, peak_stage
+from simulator.scenario import gradient_bytes
+from simulator.strategies.plan import Plan
+from simulator.strategies.registry import StrategyKind, register
+from simulator.strategies.residual_blocks import residual_chain
+from simulator.strategies.spmd.plan import OPTIMIZER_BYTES_PER_PARAM
+from simulator.strategies.tasklists import require
+from workloads.graph import Op
+from workloads.layer_graph import Layer
+
+
+class LayerParallelMgritConfig(BaseModel):
+    """``strategy: {kind: layer_parallel_mgrit, coarsening_factor: c, ...}``; ranks: ``parallelism.pp``."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    kind: Literal["layer_parallel_mgrit"] = "layer_parallel_mgrit"
+    coarsening_factor: int = Field(default=4, ge=2, description="c: every c-th layer is a C-point of the next level")
+    levels: int = Field(default=2, ge=2, le=12, description="grid levels of a V-cycle; the coarsest is solved serially")
+    relaxation: Literal["F", "FCF"] = Field(default="FCF", description="relaxation sweep on every level but the coarsest")
+    forward_iterations: int = Field(default=2, ge=1, le=100, description="MGRIT V-cycles of the forward solve")
+    backward_iterations: int = Field(default=1, ge=1, le=100, description="MGRIT V-cycles of the backward (adjoint) solve")
+    residual_norm: bool = Field(
+        default=True, description="end every V-cycle with an all-reduce of the residual norm (XBraid's convergence "
+                                  "test, a barrier across ranks); false: the fixed iterations run as a dataflow")
+
+
+@dataclasses.dataclass(frozen=True)
+class Chain:
+    """The network as time steps: per block its forward, adjoint and weight-gradient seconds."""
+
+    opening: tuple[Layer, ...]
+    closing: tuple[Layer, ...]
+    forward_s: tuple[float, ...]
+    adjoint_s: tuple[float, ...]
+    wgrad_s: tuple[float, ...]
+    state_bytes: tuple[float, ...]     # state j (the input of block j; j = N: the last block's output)
+    params: tuple[float, ...]
+    kept_bytes: tuple[float, ...]      # activations each block keeps for its weight gradients
+    ranks: int
+
+    @property
+    def blocks(self) -> int:
+        return len(self.forward_s)
+
+    def owner(self, block: int) -> int:
+        return min(block, self.blocks - 1) // (self.blocks // self.ranks)
+
+
+def _config(scenario) -> LayerParallelMgritConfig:
+    return scenario.strategy
+
+
+def _is_wgrad(op: Op) -> bool:
+    return op.name.endswith("wgrad")
+
+
+def chain_of(scenario) -> Chain:
+    """The scenario's blocks priced on its accelerator, after checking the layout (errors name the field)."""
+    cfg, par = _config(scenario), scenario.parallelism
+    require(par.tp == 1 and par.cp == 1 and par.ep == 1 and par.dp_degree == 1, "parallelism",
+            "layer_parallel_mgrit splits layers only: tp, cp, ep and dp must be 1 (ranks = pp)")
+    require(par.virtual_stages == 1, "parallelism.virtual_stages", "layer_parallel_mgrit owns one block range per rank")
+    graph = scenario.layer_graph()
+    opening, blocks, closing = residual_chain(graph)
+    require(bool(blocks), "model", f"{graph.name} has no residual blocks: layer-parallel MGRIT needs a residual chain")
+    n, p, c = len(blocks), par.pp, cfg.coarsening_factor
+    if n % p:
+        raise ConfigError("parallelism.pp", f"{p} ranks do not divide the {n} residual blocks of {graph.name}")
+    coarse = c ** (cfg.levels - 1)
+    if (n // p) % c or n % coarse:
+        raise ConfigError("strategy.coarsening_factor",
+                          f"c = {c} over {cfg.levels} levels needs c to divide the {n // p} blocks per rank and "
+                          f"c^(levels-1) = {coarse} to divide the {n} blocks of {graph.name}")
+    tr = scenario.training
+    compute = ComputeModel(scenario.accelerator, tr.precision, tr.fp8_gemms, tr.fp8_recipe)
+    recompute = par.recompute
+
+    def seconds(layers, phase: str, keep=lambda op: True) -> float:
+        total = 0.0
+        for layer in layers:
+            measured = layer.measured_forward_s if phase == "forward" else layer.measured_backward_s
+            if measured is not None:
+                total += measured
+            else:
+                ops = layer.forward if phase == "forward" else layer.backward
+                total += compute.ops_time_s(tuple(op for op in ops if keep(op)))
+        return total
+
+    first_input = graph.input_bytes(blocks[0].layers[0]) or blocks[0].output_bytes
+    return Chain(
+        opening=opening, closing=closing,
+        forward_s=tuple(seconds(b.layers, "forward") for b in blocks),
+        adjoint_s=tuple(seconds(b.layers, "backward", lambda op: not _is_wgrad(op)) for b in blocks),
+        wgrad_s=tuple(seconds(b.layers, "backward", _is_wgrad) for b in blocks),
+        state_bytes=(first_input, *(b.output_bytes for b in blocks)),
+        params=tuple(b.params for b in blocks),
+        kept_bytes=tuple(sum(layer.kept_bytes(recompute, graph.input_bytes(layer)) for layer in b.layers)
+                         for b in blocks),
+        ranks=p)
+
+
+class _Solve:
+    """Builds the tasks of MGRIT solves on the ranks' streams (see the module docstring).
+
+    A chain direction is a view: ``forward`` steps block j from state j to j + 1; the adjoint
+    (``forward=False``) steps reversed index j (block N-1-j) from adjoint state N-j to N-j-1.
+    Tasks are appended in one global order in which every dependency comes first, so the per-rank
+    stream orders never deadlock."""
+
+    def __init__(self, scenario, chain: Chain, cfg: LayerParallelMgritConfig, streams, compute_tasks):
+        self.sc, self.chain, self.cfg = scenario, chain, cfg
+        self.streams, self.compute_tasks = streams, compute_tasks
+        self.topo = Topology(scenario.node, scenario.fabric, scenario.num_gpus)
+        self.links = self.topo.links
+        self.actors = [f"rank{r}" for r in range(chain.ranks)]
+        self.sends = 0
+        self.evaluations = 0
+
+    # -- tasks -----------------------------------------------------------------------------
+
+    def kernel(self, rank: int, name: str, seconds: float, deps, category: str = "compute") -> Task:
+        actor = self.actors[rank]
+        task = Task(name, actor, "compute", category, duration_s=seconds, deps=[d for d in deps if d is not None])
+        self.streams[(actor, "compute")].append(task)
+        self.compute_tasks[actor].append(task)
+        return task
+
+    def send(self, src: int, dst: int, name: str, nbytes: float, after: Task | None) -> Task:
+        """A state from rank ``src`` to ``dst`` (as a pipeline send: NVLink inside a node, NIC across)."""
+        a, b = self.actors[src], self.actors[dst]
+        if self.topo.node_of(src) == self.topo.node_of(dst):
+            links, latency = ["nvl"], self.links.intra_latency_s
+        else:
+            links, latency = ["nic"], self.links.inter_latency_s
+            if self.topo.pod_of(src) != self.topo.pod_of(dst):
+                links.append("up")
+        demands = {}
+        for link in links:
+            demands[f"{a}:{link}_tx"] = nbytes
+            demands[f"{b}:{link}_rx"] = nbytes
+        task = Task(name, a, "pp", "pp_comm", demands=demands, latency_s=latency, deps=[after] if after else [])
+        self.streams[(a, "pp")].append(task)
+        self.sends += 1
+        return task
+
+    def join(self, rank: int, name: str, deps) -> Task:
+        """The arriving state and the coarse right-hand side combined (not priced: an element-wise add)."""
+        actor = self.actors[rank]
+        task = Task(name, actor, "join", "compute", duration_s=0.0, deps=[d for d in deps if d is not None])
+        self.streams[(actor, "join")].append(task)
+        return task
+
+    # -- the chain seen from one direction --------------------------------------------------
+
+    def block(self, forward: bool, level: int, j: int) -> int:
+        """The block whose layer evaluates step j of ``level`` (the interval's first)."""
+        fine = j * self.cfg.coarsening_factor ** level
+        return fine if forward else self.chain.blocks - 1 - fine
+
+    def state_owner(self, forward: bool, level: int, j: int) -> int:
+        fine = j * self.cfg.coarsening_factor ** level
+        return self.chain.owner(fine if forward else self.chain.blocks - fine)
+
+    def state_bytes(self, forward: bool, level: int, j: int) -> float:
+        fine = j * self.cfg.coarsening_factor ** level
+        return self.chain.state_bytes[fine if forward else self.chain.blocks - fine]
+
+    def evaluate(self, forward: bool, level: int, j: int, source: Task | None, label: str) -> Task:
+        """Φ at step j of ``level`` from the state ``source`` produced; returns the task after
+        which the result is at the owner of state j + 1."""
+        b = self.block(forward, level, j)
+        rank = self.chain.owner(b)
+        here = self.state_owner(forward, level, j)
+        if here != rank:
+            source = self.send(here, rank, f"{label}.in", self.state_bytes(forward, level, j), source)
+        seconds = (self.chain.forward_s if forward else self.chain.adjoint_s)[b]
+        task = self.kernel(rank, f"{label}.L{level}.s{j}", seconds, [source])
+        self.evaluations += 1
+        there = self.state_owner(forward, level, j + 1)
+        if there != rank:
+            return self.send(rank, there, f"{label}.L{level}.s{j}.out", self.state_bytes(forward, level, j + 1), task)
+        return task
+
+    # -- MGRIT --------------------------------------------------------------------------------
+
+    def solve(self, forward: bool, first: Task | None, iterations: int, tag: str) -> list[Task | None]:
+        """``iterations`` V-cycles from the exact first state ``first`` (zero initial guess
+        elsewhere); returns the task that last wrote each fine state."""
+        c, levels = self.cfg.coarsening_factor, self.cfg.levels
+        points = [self.chain.blocks // c ** level for level in range(levels)]
+        state: list[list[Task | None]] = [[None] * (n + 1) for n in points]
+        state[0][0] = first
+        for it in range(iterations):
+            self._vcycle(forward, 0, state, [dict() for _ in range(levels)], points, f"{tag}.it{it}")
+            if self.cfg.residual_norm:
+                self.norm_all_reduce(f"{tag}.it{it}.norm")
+        return state[0]
+
+    def norm_all_reduce(self, name: str) -> None:
+        """The residual norm (one fp32 scalar per rank) all-reduced over the ranks, on each rank's
+        compute stream: the next V-cycle starts when every rank has it."""
+        ranks = tuple(range(self.chain.ranks))
+        if len(ranks) == 1:
+            return
+        node = self.sc.node
+        cost = collective_cost("all_reduce", 4.0, self.topo.placement(ranks), self.links, node.intra_laws,
+                               node.inter_node_collectives, node.nvls_all_reduce,
+                               mesh_peers=node.gpus_per_node - 1 if node.intra_node.kind == "xgmi" else None)
+        for actor in self.actors:
+            demands = {}
+            for link, b in cost.bytes_by_link.items():
+                demands[f"{actor}:{link}_tx"] = b
+                demands[f"{actor}:{link}_rx"] = b
+            task = Task(name, actor, "compute", "pp_comm", demands=demands, latency_s=cost.latency_s,
+                        rendezvous=name, rendezvous_size=len(ranks))
+            self.streams[(actor, "compute")].append(task)
+
+    def _advance(self, forward: bool, level: int, j: int, state, rhs, label: str) -> None:
+        out = self.evaluate(forward, level, j, state[level][j], label)
+        g = rhs[level].get(j + 1)
+        state[level][j + 1] = self.join(self.state_owner(forward, level, j + 1), f"{label}.L{level}.join{j + 1}",
+                                        [out, g]) if g is not None else out
+
+    def _vcycle(self, forward: bool, level: int, state, rhs, points, label: str) -> None:
+        c = self.cfg.coarsening_factor
+        n = points[level]
+        if level == len(points) - 1:  # the coarsest level: serial
+            for j in range(n):
+                self._advance(forward, level, j, state, rhs, f"{label}.coarse")
+            return
+
+        def f_relax(tag: str) -> None:
+            for start in range(0, n, c):
+                for j in range(start, start + c - 1):
+                    self._advance(forward, level, j, state, rhs, f"{label}.{tag}")
+
+        f_relax("F")
+        if self.cfg.relaxation == "FCF":
+            for point in range(c, n + 1, c):
+                self._advance(forward, level, point - 1, state, rhs, f"{label}.C")
+            f_relax("F2")
+        # FAS right-hand side of the next level at every C-point (the first state is exact)
+        nxt = level + 1
+        for point in range(c, n + 1, c):
+            residual = self.evaluate(forward, level, point - 1, state[level][point - 1], f"{label}.R")
+            tau = self.evaluate(forward, nxt, point // c - 1, state[level][point - c], f"{label}.tau")
+            rhs[nxt][point // c] = self.join(self.state_owner(forward, level, point), f"{label}.L{nxt}.rhs{point // c}",
+                                             [residual, tau, state[level][point], rhs[level].get(point)])
+        for i in range(points[nxt] + 1):
+            state[nxt][i] = state[level][i * c]
+        self._vcycle(forward, nxt, state, rhs, points, label)
+        for i in range(1, points[nxt] + 1):  # correction at the C-points (element-wise, not priced)
+            state[level][i * c] = state[nxt][i]
+        f_relax("interp")
+
+
+def _layers_s(compute: ComputeModel, layers, phase: str) -> float:
+    return sum(compute.layer_time_s(layer, phase) for layer in layers)
+
+
+def rank_params(chain: Chain, rank: int) -> float:
+    per = chain.blocks // chain.ranks
+    own = sum(chain.params[rank * per:(rank + 1) * per])
+    if rank == 0:
+        own += sum(layer.params for layer in chain.opening)
+    if rank == chain.ranks - 1:
+        own += sum(layer.params for layer in chain.closing)
+    return own
+
+
+def compile_mgrit(scenario, mode: str | None = None, detail: bool = False) -> Plan:
+    cfg = _config(scenario)
+    chain = chain_of(scenario)
+    tr, par = scenario.training, scenario.parallelism
+    compute = ComputeModel(scenario.accelerator, tr.precision, tr.fp8_gemms, tr.fp8_recipe)
+    streams: dict[tuple[str, str], list[Task]] = defaultdict(list)
+    compute_tasks: dict[str, list[Task]] = defaultdict(list)
+    solve = _Solve(scenario, chain, cfg, streams, compute_tasks)
+    p, last = chain.ranks, chain.ranks - 1
+    per = chain.blocks // p
+    opening_f, opening_b = _layers_s(compute, chain.opening, "forward"), _layers_s(compute, chain.opening, "backward")
+    closing_f, closing_b = _layers_s(compute, chain.closing, "forward"), _layers_s(compute, chain.closing, "backward")
+    opt_per_param = OPTIMIZER_BYTES_PER_PARAM[tr.optimizer] * (32 / 28 if tr.precision == "fp32" else 1)
+    step_ends: list[list[Task]] = []
+    previous: list[Task | None] = [None] * p
+    forward_end_s: list[Task] = []
+    for k in range(scenario.simulation.steps):
+        wgrads: list[list[Task]] = [[] for _ in range(p)]
+        for mb in range(par.num_micro_batches):
+            tag = f"step{k}.mb{mb}"
+            opening = solve.kernel(0, f"opening.F.{tag}", opening_f, [previous[0]])
+            states = solve.solve(True, opening, cfg.forward_iterations, f"F.{tag}")
+            forward_end_s.append(states[-1])
+            closing = solve.kernel(last, f"closing.FB.{tag}", closing_f + closing_b, [states[-1]])
+            adjoints = solve.solve(False, closing, cfg.backward_iterations, f"B.{tag}")
+            solve.kernel(0, f"opening.B.{tag}", opening_b, [adjoints[-1]])
+            for r in range(p):  # weight gradients from the stored states and the adjoints
+                blocks = range(r * per, (r + 1) * per)
+                deps = [adjoints[chain.blocks - b - 1] for b in blocks] + [states[b] for b in blocks]
+                seconds = sum(chain.wgrad_s[b] for b in blocks)
+                wgrads[r].append(solve.kernel(r, f"wgrad.{tag}", seconds, deps))
+        ends = []
+        for r in range(p):
+            update = solve.kernel(r, f"optimizer.step{k}", compute.optimizer_step_s(rank_params(chain, r), opt_per_param),
+                                  wgrads[r], "optimizer")
+            previous[r] = update
+            ends.append(update)
+        step_ends.append(ends)
+    serial_s = (par.num_micro_batches * (opening_f + opening_b + closing_f + closing_b
+                                         + sum(chain.forward_s) + sum(chain.adjoint_s) + sum(chain.wgrad_s))
+                + compute.optimizer_step_s(sum(rank_params(chain, r) for r in range(p)), opt_per_param))
+    coarse_points = chain.blocks // cfg.coarsening_factor ** (cfg.levels - 1)
+    actors = solve.actors
+
+    def measured() -> dict:
+        makespan = max(t.end_s for ends in step_ends for t in ends)
+        step_s = makespan / len(step_ends)
+        return {"mgrit_serial_step_s": serial_s, "mgrit_speedup": serial_s / step_s,
+                "mgrit_forward_solve_s": forward_end_s[0].end_s - opening_f}
+
+    extra = {"mgrit_ranks": p, "mgrit_blocks": chain.blocks, "mgrit_coarse_points": coarse_points,
+             "mgrit_layer_evaluations_per_step": solve.evaluations // scenario.simulation.steps,
+             "mgrit_sends_per_step": solve.sends // scenario.simulation.steps}
+    return Plan(dict(streams), {a: r for r, a in enumerate(actors)}, {a: r for r, a in enumerate(actors)},
+                [per] * p, solve.topo, dict(compute_tasks), steps=scenario.simulation.steps, step_ends=step_ends,
+                extra=extra, after_run=measured, mode="symmetric")
+
+
+def rank_memory_mgrit(scenario, chain: Chain, rank: int) -> MemoryBreakdown:
+    """Model state of the rank's parameters, its blocks' kept activations (plus the opening's or
+    closing's on the first and last rank) and two states per coarse point it owns."""
+    cfg, tr = _config(scenario), scenario.training
+    graph = scenario.layer_graph()
+    recompute = scenario.parallelism.recompute
+    w, g, o = model_state_bytes(rank_params(chain, rank), 0, 1, tr.precision, tr.optimizer, gradient_bytes(tr))
+    per = chain.blocks // chain.ranks
+    activations = sum(chain.kept_bytes[rank * per:(rank + 1) * per])
+    if rank == 0:
+        activations += sum(layer.kept_bytes(recompute, graph.input_bytes(layer)) for layer in chain.opening)
+    if rank == chain.ranks - 1:
+        activations += sum(layer.kept_bytes(recompute, graph.input_bytes(layer)) for layer in chain.closing)
+    c = cfg.coarsening_factor
+    for level in range(1, cfg.levels):
+        stride = c ** level
+        activations += 2 * sum(chain.state_bytes[j] for j in range(0, chain.blocks + 1, stride)
+                               if chain.owner(j) == rank)
+    return MemoryBreakdown(w, g, o, activations, 0.0, stage=rank)
+
+
+def memory_mgrit(scenario):
+    chain = chain_of(scenario)
+    return peak_stage([rank_memory_mgrit(scenario, chain, r) for r in range(chain.ranks)])
+
+
+LAYER_PARALLEL_MGRIT = register(StrategyKind(
+    name="layer_parallel_mgrit",
+    config=LayerParallelMgritConfig,
+    summary="layer-parallel training (Günther et al. 2020): residual blocks across ranks, forward and adjoint "
+            "solved by MGRIT V-cycles (F/FCF relaxation, neighbour state exchange, serial coarse level)",
+    compile=compile_mgrit,
+    memory=memory_mgrit,
+))

@@ -1,0 +1,421 @@
+"""The ``subnetwork_dp`` strategy kind: subnetwork data parallelism (Singh, Khalid, Oyallon &
+Belilovsky 2025, "Subnetwork Data Parallelism"): each data-parallel worker trains a masked
+subnetwork of the model instead of the whole of it, and each part of the model is averaged only
+over the workers that train it.
+
+Masks (``strategy.mask``), as the paper's two constructions:
+
+- ``block``: the units are the graph's residual identity blocks (simulator/strategies/residual_blocks.py:
+  a ResNet's bottlenecks without downsampling, a transformer's blocks); the stem, the
+  downsampling blocks and the head are trained by every worker;
+- ``neuron``: the units are the hidden neurons (output channels, heads, MLP units) of every
+  layer inside a residual block (of every layer but the classifier for a plain chain such as
+  VGG), each layer masked at the same fraction.
+
+Assignment (the paper's fixed masks, made concrete here): the units are cut into ``subnetworks``
+S slices (blocks round-robin: slice i holds blocks i, i + S, ...; neurons: 1/S of each layer),
+subnetwork j keeps the r = ``keep_fraction``·S slices j, j+1, ..., j+r-1 (mod S), and worker w
+(of N = ``parallelism.dp``) trains subnetwork w mod S. Every slice is kept by r subnetworks, i.e.
+by a group of k·N workers (k = keep fraction); the shared layers by all N.
+
+Masking (``strategy.masking``), per masked unit of a worker:
+
+- ``backward``: the forward runs the whole network; the backward skips the weight-gradient GEMMs
+  (``*.wgrad``) of masked units and keeps their input-gradient GEMMs (the gradient still flows
+  through them to the kept units before); activations are those of data parallelism. The worker
+  holds every weight (its forward reads them) but gradients and optimizer state only of what it
+  trains. Masked weights change on the workers that train them, so after the update each worker
+  receives every masked slice's new weights (a broadcast of the slice's weights over the N
+  workers; our completion: the paper does not say how a backward-masked replica refreshes them);
+- ``forward_backward``: masked units are not run at all (a block becomes the identity; a layer
+  computes only its kept neurons): forward, input- and weight-gradient FLOPs and the saved
+  activations of a neuron-masked layer scale by k, a masked block's by 0, and the worker holds
+  only its subnetwork's weights. First order for neurons: a layer whose inputs and outputs are
+  both masked would scale by k² (we count k: an upper bound on the FLOPs and bytes).
+
+Per worker and step: weights·w + trained·(g + o) bytes of model state (w, g, o bytes per parameter
+of weights, gradients, optimizer state; ZeRO's Sec. 3 counts), the activations above; after the
+last backward, an all-reduce of the gradients of the shared layers over the N workers and one
+all-reduce of each kept slice's gradients over its k·N workers (bytes = the slice's parameters ×
+gradient bytes), priced on the topology for the real ranks of each group; then the optimizer
+over the trained parameters. Every subnetwork is one simulated actor (workers of one subnetwork
+do the same work at the same time); block slices may differ in size, so actors may differ.
+
+Memory reduction: the paper reports 30–75% less memory per worker than data parallelism for its
+masking settings; ``sdp_memory_reduction`` is that fraction for this scenario (1 - peak per
+worker / the data-parallel peak of the same layout). The FLOPs every worker runs are reported
+(``sdp_flops_per_step``); the result's model FLOPs (and MFU) stay those of the full model.
+Statistical efficiency (what masking costs in accuracy) is not modelled.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from collections import defaultdict
+from typing import Literal
+
+from pydantic import BaseModel, ConfigDict, Field
+
+from simulator.cost.collectives import collective_cost
+from simulator.cost.compute import ComputeModel
+from simulator.cost.topology import Topology
+from simulator.engine.engine import Task
+from simulator.memory.analytic import MemoryBreakdown, bytes_per_param, peak_stage, rank_memory
+from simulator.scenario import gradient_bytes
+from simulator.strategies.plan import Plan
+from simulator.strategies.registry import StrategyKind, register
+from simulator.strategies.residual_blocks import residual_chain
+from simulator.strategies.spmd.plan import OPTIMIZER_BYTES_PER_PARAM
+from simulator.strategies.tasklists import require
+from workloads.graph import ModelFlops, Op
+from workloads.layer_graph import Layer
+
+
+class SubnetworkDpConfig(BaseModel):
+    """``strategy: {kind: subnetwork_dp, mask: block|neuron, masking: backward|forward_backward, ...}``."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    kind: Literal["subnetwork_dp"] = "subnetwork_dp"
+    mask: Literal["block", "neuron"] = Field(
+        default="block", description="block: residual blocks are the masked units; neuron: hidden neurons of each layer")
+    masking: Literal["backward", "forward_backward"] = Field(
+        default="backward", description="backward: masked units run forward, get no weight gradient; "
+                                        "forward_backward: masked units are not run at all")
+    keep_fraction: float = Field(default=0.5, gt=0, le=1, description="k: share of the units each worker trains")
+    subnetworks: int | None = Field(
+        default=None, ge=1, description="S distinct subnetworks (workers w and w + S share one); default: one per "
+                                        "worker (parallelism.dp)")
+
+
+@dataclasses.dataclass(frozen=True)
+class Scale:
+    """How much of one layer a worker runs and holds (1 shared or kept, 0 skipped)."""
+
+    forward: float = 1.0
+    dgrad: float = 1.0
+    wgrad: float = 1.0
+    activations: float = 1.0
+    trained: float = 1.0
+    held: float = 1.0
+
+
+FULL = Scale()
+
+
+@dataclasses.dataclass(frozen=True)
+class Assignment:
+    """The masks of one scenario: per subnetwork the scale of every layer, and the slices."""
+
+    subnetworks: int
+    kept_slices: int                                   # r
+    workers: int                                       # N
+    layer_slice: dict[str, int]                        # masked layer -> its slice (block masks)
+    neuron_layers: frozenset[str]                      # neuron-masked layers (each sliced in S)
+    slice_params: list[float]                          # parameters of each slice
+    shared_params: float                               # trained by every worker
+
+    def keeps(self, subnetwork: int, slice_index: int) -> bool:
+        return (slice_index - subnetwork) % self.subnetworks < self.kept_slices
+
+    def sharers(self, slice_index: int) -> tuple[int, ...]:
+        """Ranks of the workers that train a slice."""
+        return tuple(w for w in range(self.workers) if self.keeps(w % self.subnetworks, slice_index))
+
+
+def _config(scenario) -> SubnetworkDpConfig:
+    return scenario.strategy
+
+
+def _check(scenario) -> SubnetworkDpConfig:
+    cfg, par = _config(scenario), scenario.parallelism
+    require(par.pp == 1 and par.tp == 1 and par.cp == 1 and par.ep == 1, "parallelism",
+            "subnetwork_dp is data parallelism: tp, pp, cp and ep must be 1")
+    require(par.zero_stage == 0, "parallelism.zero_stage", "subnetwork_dp keeps each worker's state whole: needs 0")
+    n = par.dp_degree
+    s = cfg.subnetworks or n
+    require(n % s == 0, "strategy.subnetworks", f"{s} does not divide the {n} workers (parallelism.dp)")
+    r = cfg.keep_fraction * s
+    require(abs(r - round(r)) < 1e-9 and round(r) >= 1, "strategy.keep_fraction",
+            f"keep_fraction × subnetworks must be a whole number of slices ≥ 1, got {cfg.keep_fraction:g} × {s}")
+    return cfg
+
+
+def assignment(scenario) -> Assignment:
+    """The slices and which subnetwork keeps which (see the module docstring)."""
+    cfg = _check(scenario)
+    graph = scenario.layer_graph()
+    n = scenario.parallelism.dp_degree
+    s = cfg.subnetworks or n
+    r = round(cfg.keep_fraction * s)
+    layer_slice: dict[str, int] = {}
+    neuron: set[str] = set()
+    slice_params = [0.0] * s
+    if cfg.mask == "block":
+        _, blocks, _ = residual_chain(graph)
+        maskable = [b for b in blocks if b.identity]
+        require(bool(maskable), "strategy.mask", f"{graph.name} has no residual blocks to mask: use mask: neuron")
+        require(len(maskable) >= s, "strategy.subnetworks",
+                f"{graph.name} has {len(maskable)} residual identity blocks to mask, fewer than {s} subnetworks")
+        for i, block in enumerate(maskable):
+            for layer in block.layers:
+                layer_slice[layer.name] = i % s
+            slice_params[i % s] += block.params
+    else:
+        _, blocks, _ = residual_chain(graph)
+        if blocks:
+            neuron = {layer.name for b in blocks if b.residual for layer in b.layers}
+        else:  # a plain chain: every layer but the last with parameters (the classifier's outputs are the classes)
+            with_params = [layer.name for layer in graph.layers if layer.params > 0]
+            neuron = set(with_params[:-1])
+        require(bool(neuron), "strategy.mask", f"{graph.name} has no layers whose neurons can be masked")
+        masked = sum(layer.params for layer in graph.layers if layer.name in neuron)
+        slice_params = [masked / s] * s
+    shared = sum(layer.params for layer in graph.layers if layer.name not in layer_slice and layer.name not in neuron)
+    return Assignment(s, r, n, layer_slice, frozenset(neuron), slice_params, shared)
+
+
+def layer_scale(cfg: SubnetworkDpConfig, assign: Assignment, subnetwork: int, layer: Layer) -> Scale:
+    """What the worker of ``subnetwork`` runs and holds of ``layer`` (the module docstring's rules)."""
+    k = assign.kept_slices / assign.subnetworks
+    forward_too = cfg.masking == "forward_backward"
+    if layer.name in assign.neuron_layers:
+        if forward_too:
+            return Scale(k, k, k, k, k, k)
+        return Scale(wgrad=k, trained=k)
+    index = assign.layer_slice.get(layer.name)
+    if index is None or assign.keeps(subnetwork, index):
+        return FULL
+    if forward_too:
+        return Scale(0.0, 0.0, 0.0, 0.0, 0.0, 0.0)
+    return Scale(wgrad=0.0, trained=0.0)
+
+
+def scaled_op(op: Op, factor: float) -> Op | None:
+    """``op`` computing ``factor`` of its outputs (None when nothing is left): FLOPs and bytes
+    scale, and the GEMM's N (an attention's heads) so that its efficiency sees the smaller shape."""
+    if factor >= 1.0:
+        return op
+    if factor <= 0.0:
+        return None
+    if op.kind == "gemm":
+        return dataclasses.replace(op, flops=op.flops * factor, bytes_moved=op.bytes_moved * factor,
+                                   n=max(1, round(op.n * factor)))
+    if op.kind == "attention":
+        return dataclasses.replace(op, flops=op.flops * factor, bytes_moved=op.bytes_moved * factor,
+                                   batch=max(1, round(op.batch * factor)))
+    return dataclasses.replace(op, flops=op.flops * factor, bytes_moved=op.bytes_moved * factor)
+
+
+def _is_wgrad(op: Op) -> bool:
+    return op.name.endswith("wgrad")
+
+
+def masked_ops(layer: Layer, scale: Scale) -> tuple[tuple[Op, ...], tuple[Op, ...]]:
+    """(forward ops, backward ops) the worker runs of ``layer``."""
+    forward = tuple(o for o in (scaled_op(op, scale.forward) for op in layer.forward) if o is not None)
+    backward = tuple(o for o in (scaled_op(op, scale.wgrad if _is_wgrad(op) else scale.dgrad)
+                                 for op in layer.backward) if o is not None)
+    return forward, backward
+
+
+@dataclasses.dataclass(frozen=True)
+class WorkerWork:
+    """One subnetwork's work per micro-batch and its state."""
+
+    forward: tuple[Op, ...]
+    backward: tuple[Op, ...]
+    measured_forward_s: float
+    measured_backward_s: float
+    held_params: float
+    trained_params: float
+    kept_activation_bytes: float
+
+    @property
+    def flops(self) -> float:
+        """GEMM and attention FLOPs of one micro-batch (what model FLOPs count, workloads/graph.py)."""
+        return sum(op.flops for op in self.forward + self.backward if op.kind in ("gemm", "attention"))
+
+
+def worker_work(scenario, subnetwork: int, assign: Assignment | None = None) -> WorkerWork:
+    """The masked ops, parameters and activations of one subnetwork's worker (per micro-batch)."""
+    cfg = _config(scenario)
+    assign = assign or assignment(scenario)
+    graph = scenario.layer_graph()
+    recompute = scenario.parallelism.recompute
+    forward: list[Op] = []
+    backward: list[Op] = []
+    measured_f = measured_b = held = trained = kept = 0.0
+    for layer in graph.layers:
+        scale = layer_scale(cfg, assign, subnetwork, layer)
+        f, b = masked_ops(layer, scale)
+        if layer.measured_forward_s is not None:  # a profiled layer: its times scale with its work
+            measured_f += layer.measured_forward_s * scale.forward
+            measured_b += (layer.measured_backward_s or 0.0) * max(scale.dgrad, scale.wgrad)
+        else:
+            forward.extend(f)
+            backward[:0] = b  # the backward runs the layers in reverse
+        held += layer.params * scale.held
+        trained += layer.params * scale.trained
+        kept += layer.kept_bytes(recompute, graph.input_bytes(layer)) * scale.activations
+    return WorkerWork(tuple(forward), tuple(backward), measured_f, measured_b, held, trained, kept)
+
+
+def unmasked_work(scenario) -> WorkerWork:
+    """Data parallelism's worker: the whole graph (for the reductions reported)."""
+    graph = scenario.layer_graph()
+    recompute = scenario.parallelism.recompute
+    forward = tuple(op for layer in graph.layers for op in layer.forward)
+    backward = tuple(op for layer in reversed(graph.layers) for op in layer.backward)
+    params = graph.total_params()
+    return WorkerWork(forward, backward, 0.0, 0.0, params, params, graph.kept_bytes(recompute))
+
+
+def worker_memory(scenario, work: WorkerWork, subnetwork: int) -> MemoryBreakdown:
+    """Bytes one worker holds: held weights, trained gradients and optimizer state, its kept
+    activations (plus data parallelism's recompute working set and buffers)."""
+    tr = scenario.training
+    base = rank_memory(scenario, 0)
+    per = bytes_per_param(tr.precision, tr.optimizer)
+    full_kept = scenario.layer_graph().kept_bytes(scenario.parallelism.recompute)
+    activations = base.activations_bytes - full_kept + work.kept_activation_bytes
+    return MemoryBreakdown(work.held_params * per["weights"], work.trained_params * gradient_bytes(tr),
+                           work.trained_params * per["optimizer"], activations, base.other_bytes,
+                           stage=subnetwork)
+
+
+def memory_subnetwork_dp(scenario):
+    assign = assignment(scenario)
+    return peak_stage([worker_memory(scenario, worker_work(scenario, j, assign), j)
+                       for j in range(assign.subnetworks)])
+
+
+class _Comms:
+    """Collectives over explicit rank groups, priced on the topology (one task per actor)."""
+
+    def __init__(self, scenario, topo: Topology):
+        self.sc, self.topo = scenario, topo
+        self._cache: dict = {}
+
+    def task(self, actor: str, name: str, collective: str, ranks: tuple[int, ...], payload: float,
+             rendezvous: str, members: int) -> Task | None:
+        key = (collective, ranks, payload)
+        cost = self._cache.get(key)
+        if cost is None:
+            node = self.sc.node
+            cost = self._cache[key] = collective_cost(
+                collective, payload, self.topo.placement(ranks), self.topo.links, node.intra_laws,
+                node.inter_node_collectives, node.nvls_all_reduce,
+                mesh_peers=node.gpus_per_node - 1 if node.intra_node.kind == "xgmi" else None)
+        demands: dict[str, float] = defaultdict(float)
+        for link, b in cost.bytes_by_link.items():
+            demands[f"{actor}:{link}_tx"] += b
+            demands[f"{actor}:{link}_rx"] += b
+        if not any(demands.values()) and cost.latency_s == 0.0:
+            return None
+        return Task(name, actor, "dp", "dp_comm", demands=dict(demands), latency_s=cost.latency_s,
+                    rendezvous=rendezvous if members > 1 else None, rendezvous_size=members)
+
+
+def compile_subnetwork_dp(scenario, mode: str | None = None, detail: bool = False) -> Plan:
+    cfg = _config(scenario)
+    assign = assignment(scenario)
+    par, tr = scenario.parallelism, scenario.training
+    s, n, m = assign.subnetworks, assign.workers, par.num_micro_batches
+    compute = ComputeModel(scenario.accelerator, tr.precision, tr.fp8_gemms, tr.fp8_recipe)
+    topo = Topology(scenario.node, scenario.fabric, scenario.num_gpus)
+    comms = _Comms(scenario, topo)
+    gb = gradient_bytes(tr)
+    wb = bytes_per_param(tr.precision, tr.optimizer)["weights"]
+    opt_per_param = OPTIMIZER_BYTES_PER_PARAM[tr.optimizer] * (32 / 28 if tr.precision == "fp32" else 1)
+    actors = [f"subnet{j}" for j in range(s)]
+    works = [worker_work(scenario, j, assign) for j in range(s)]
+    streams: dict[tuple[str, str], list[Task]] = defaultdict(list)
+    compute_tasks: dict[str, list[Task]] = defaultdict(list)
+    step_ends: list[list[Task]] = []
+    previous: dict[str, Task] = {}
+    everyone = tuple(range(n))
+    for k in range(scenario.simulation.steps):
+        ends = []
+        for j, (actor, work) in enumerate(zip(actors, works, strict=True)):
+            f_s = compute.ops_time_s(work.forward) + work.measured_forward_s
+            b_s = compute.ops_time_s(work.backward) + work.measured_backward_s
+            first = Task(f"F.step{k}.mb0", actor, "compute", "compute", duration_s=f_s,
+                         deps=[previous[actor]] if actor in previous else [])
+            passes = [first, Task(f"B.step{k}.mb0", actor, "compute", "compute", duration_s=b_s)]
+            for mb in range(1, m):
+                passes += [Task(f"F.step{k}.mb{mb}", actor, "compute", "compute", duration_s=f_s),
+                           Task(f"B.step{k}.mb{mb}", actor, "compute", "compute", duration_s=b_s)]
+            streams[(actor, "compute")].extend(passes)
+            compute_tasks[actor].extend(passes)
+            reduces = []
+            shared = comms.task(actor, f"shared_all_reduce.step{k}", "all_reduce", everyone,
+                                assign.shared_params * gb, f"shared.step{k}", s)
+            for index in range(s):
+                if not assign.keeps(j, index):
+                    continue
+                owners = sum(assign.keeps(o, index) for o in range(s))
+                reduces.append(comms.task(actor, f"slice{index}_all_reduce.step{k}", "all_reduce",
+                                          assign.sharers(index), assign.slice_params[index] * gb,
+                                          f"slice{index}.step{k}", owners))
+            reduces = [t for t in [shared, *reduces] if t is not None]
+            for t in reduces:
+                t.deps.append(passes[-1])
+            streams[(actor, "dp")].extend(reduces)
+            update = Task(f"optimizer.step{k}", actor, "compute", "optimizer",
+                          duration_s=compute.optimizer_step_s(work.trained_params, opt_per_param),
+                          deps=list(reduces))
+            streams[(actor, "compute")].append(update)
+            compute_tasks[actor].append(update)
+            last = update
+            if cfg.masking == "backward" and assign.kept_slices < s:
+                # every slice's new weights go from its owners to the others: all take part
+                for index in range(s):
+                    refresh = comms.task(actor, f"slice{index}_weights.step{k}", "broadcast", everyone,
+                                         assign.slice_params[index] * wb, f"weights{index}.step{k}", s)
+                    if refresh is not None:
+                        refresh.deps.append(update)
+                        streams[(actor, "dp")].append(refresh)
+                        last = refresh
+            previous[actor] = last
+            ends.append(last)
+        step_ends.append(ends)
+    full = unmasked_work(scenario)
+    dp_peak = rank_memory(scenario, 0).total_bytes
+    peak = max(worker_memory(scenario, w, j).total_bytes for j, w in enumerate(works))
+    worker_flops = sum(w.flops for w in works) / s
+    extra = {"sdp_subnetworks": s, "sdp_keep_fraction": assign.kept_slices / s,
+             "sdp_slice_group_size": n * assign.kept_slices // s,
+             "sdp_memory_reduction": 1 - peak / dp_peak,
+             "sdp_flops_per_worker_fraction": worker_flops / full.flops if full.flops else 1.0,
+             "sdp_gradient_bytes_per_worker": (assign.shared_params + sum(assign.slice_params) * assign.kept_slices / s)
+             * gb}
+    return Plan(dict(streams), {a: j for j, a in enumerate(actors)}, dict.fromkeys(actors, 0),
+                [len(scenario.layer_graph().pipelined)], topo, dict(compute_tasks),
+                steps=scenario.simulation.steps, step_ends=step_ends, extra=extra, mode="symmetric")
+
+
+def step_flops_subnetwork_dp(scenario) -> ModelFlops:
+    """FLOPs of a step as the workers run them: each worker its masked forward and backward for
+    every micro-batch (the full model's FLOPs would overstate MFU by up to 1/k). Hardware FLOPs
+    add data parallelism's recompute share."""
+    assign = assignment(scenario)
+    par = scenario.parallelism
+    per_worker = sum(worker_work(scenario, j, assign).flops for j in range(assign.subnetworks)) / assign.subnetworks
+    model = per_worker * par.num_micro_batches * par.dp_degree
+    graph = scenario.layer_graph()
+    gemm = ("gemm", "attention")
+    full = sum(op.flops for layer in graph.layers for op in layer.forward + layer.backward if op.kind in gemm)
+    again = sum(op.flops for layer in graph.layers for op in layer.recompute_ops(par.recompute) if op.kind in gemm)
+    return ModelFlops(model, model * (1 + again / full) if full else model)
+
+
+SUBNETWORK_DP = register(StrategyKind(
+    name="subnetwork_dp",
+    config=SubnetworkDpConfig,
+    summary="subnetwork data parallelism (Singh et al. 2025): each worker trains a block or neuron mask "
+            "(backward-only or forward+backward), each slice all-reduced over the workers that keep it",
+    compile=compile_subnetwork_dp,
+    memory=memory_subnetwork_dp,
+    step_flops=step_flops_subnetwork_dp,
+))
