@@ -83,6 +83,13 @@ class TrainingSpec(_Strict):
                     "micro-batch only one module's gradients are alive at a time (PyTorch's optimizer step in "
                     "backward); forward: each chunk's update just before its first forward of the next step. "
                     "Needs zero_stage 0 and a schedule other than zb-h1")
+    tf32: bool = Field(
+        default=False,
+        description="with precision fp32: GEMMs and convolutions run on the tensor cores in TF32 (10-bit mantissa "
+                    "inputs, fp32 accumulate) at the accelerator's tf32 peak; weights, activations and gradients stay "
+                    "fp32. PyTorch: torch.backends.cudnn.allow_tf32 (on by default, so convolutions of 'fp32' CNN "
+                    "training on Ampere and later run in TF32) and torch.backends.cuda.matmul.allow_tf32 (off by "
+                    "default since 1.12); NVIDIA DeepLearningExamples' 'TF32' rows. Memory-bound kernels are unchanged")
     fp8_recipe: Literal["delayed", "current", "blockwise", "mxfp8", "nvfp4"] = Field(
         default="delayed",
         description="with precision fp8, how the FP8 GEMMs are scaled (Transformer Engine recipes): delayed = "
@@ -316,6 +323,10 @@ def build_scenario(raw: dict[str, Any], base: Path | None = None) -> Scenario:
     fabric = FABRICS.get(fabric_ref, "cluster.fabric")
     if doc.training.precision not in accelerator.peak_tflops:
         raise ConfigError("training.precision", f"{accelerator.name} has no {doc.training.precision} peak")
+    if doc.training.tf32 and doc.training.precision != "fp32":
+        raise ConfigError("training.tf32", f"applies to precision fp32 only, got {doc.training.precision}")
+    if doc.training.tf32 and "tf32" not in accelerator.peak_tflops:
+        raise ConfigError("training.tf32", f"{accelerator.name} has no TF32 tensor cores (no tf32 peak)")
     recipe = doc.training.fp8_recipe
     if doc.training.precision == "fp8" and recipe in ("mxfp8", "nvfp4") and (
             recipe not in accelerator.block_scaled_formats or (recipe == "nvfp4" and "fp4" not in accelerator.peak_tflops)):

@@ -268,7 +268,7 @@ def simulate(scenario: Scenario, mode: str | None = None, detail: bool = False,
         sample=getattr(model, "sample", "sequence"),
         model_flops_per_step=flops.model_flops,
         hardware_flops_per_step=flops.hardware_flops,
-        peak_tflops_per_gpu=accel.peak_tflops[scenario.training.precision],
+        peak_tflops_per_gpu=accel.peak_tflops["tf32" if scenario.training.tf32 else scenario.training.precision],
         peak_memory_gib=peak.total_bytes / 2**30,
         peak_memory_stage=stage,
         memory_gib=peak.gib(),
@@ -366,7 +366,7 @@ def run_identity(scenario: Scenario) -> dict[str, Any]:
         source = "the model's seq_length"
     return {"model": model.name, "node": scenario.node.name, "accelerator": scenario.accelerator.name,
             "num_nodes": scenario.num_nodes, "seq_length": scenario.seq_length,
-            "precision": scenario.training.precision, "seq_length_source": source}
+            "precision": scenario.training.precision + (" (TF32 tensor cores)" if scenario.training.tf32 else ""), "seq_length_source": source}
 
 
 def _with_economics(scenario: Scenario, result: SimulationResult) -> SimulationResult:

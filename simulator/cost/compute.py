@@ -90,16 +90,21 @@ def fp8_curve_key(accelerator: Accelerator, recipe: str) -> str:
 
 class ComputeModel:
     """Prices ops for one accelerator and one precision (fp8 GEMMs use the fp8 peak, or the fp4 peak
-    under the nvfp4 recipe, and pay their inputs' quantisation as memory-bound work)."""
+    under the nvfp4 recipe, and pay their inputs' quantisation as memory-bound work). ``tf32``: an fp32
+    run whose GEMMs and convolutions use the TF32 tensor cores (``TrainingSpec.tf32``): the tf32 peak
+    and the tf32 GEMM curve where the spec has one (else the accelerator's default curve, as a fraction
+    of that peak: an assumption the provenance line names)."""
 
     def __init__(self, accelerator: Accelerator, precision: str, fp8_gemms=("attention_proj", "mlp", "experts"),
-                 fp8_recipe: str = "delayed"):
+                 fp8_recipe: str = "delayed", tf32: bool = False):
         self.accelerator = accelerator
         self.precision = precision
         self.fp8_recipe = fp8_recipe
         low = "fp4" if precision == "fp8" and fp8_recipe == "nvfp4" else precision
+        if tf32 and precision == "fp32":
+            low = "tf32"
         self.peak_flops = accelerator.peak_tflops[low] * 1e12
-        self.gemm_key = fp8_curve_key(accelerator, fp8_recipe) if precision == "fp8" else precision
+        self.gemm_key = fp8_curve_key(accelerator, fp8_recipe) if precision == "fp8" else low
         # FP8 (Micikevicius et al. 2022; Transformer Engine): the GEMMs of the classes in
         # ``fp8_gemms`` run at the fp8 peak and cast their two inputs to fp8 (read 2 B, write 1 B
         # per element, plus the amax reduction folded into the same pass) as extra memory-bound
@@ -109,7 +114,7 @@ class ComputeModel:
         self.bf16_peak_flops = (accelerator.peak_tflops.get("bf16", accelerator.peak_tflops[precision]) * 1e12
                                      if self.fp8 else self.peak_flops)
         eff = accelerator.efficiency
-        self.high_precision = "bf16" if self.fp8 else precision
+        self.high_precision = "bf16" if self.fp8 else low
         self.in_training = eff.in_training_gemm_factor
         self.attention = eff.attention
         self.mem_bw = accelerator.hbm_bandwidth_gb_per_s * 1e9 * eff.memory_bound_efficiency

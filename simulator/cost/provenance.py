@@ -18,6 +18,8 @@ def gemm_curve_key(scenario: Scenario) -> str:
     """The curve the run's main GEMMs are priced on (see simulator/cost/compute.py)."""
     if scenario.training.precision == "fp8":
         return fp8_curve_key(scenario.accelerator, scenario.training.fp8_recipe)
+    if scenario.training.tf32:
+        return "tf32"
     return scenario.training.precision
 
 
@@ -30,6 +32,8 @@ def efficiency_provenance(scenario: Scenario) -> dict[str, str]:
     def curve(key: str) -> str:
         if key in eff.gemm_curves:
             return eff.gemm_curves[key].fitted_on or ASSUMED
+        if key in ("tf32", "fp32"):  # the default curve was fitted on 16-bit runs: its fraction of this peak is assumed
+            return ASSUMED
         return eff.fitted_on or ASSUMED
 
     key = gemm_curve_key(scenario)

@@ -5,7 +5,8 @@ or an :class:`Unrepresentable` (the reason it cannot be simulated: a model or a 
 simulator lacks, a layout the source does not give). Nothing is dropped silently: every CSV row
 is one or the other.
 
-**What is compared**: tokens per second per GPU. Where a source gives only model TFLOP/s per GPU
+**What is compared**: tokens per second per GPU (images per second per GPU for the CNN sets,
+``ModernCase.rate``). Where a source gives only model TFLOP/s per GPU
 (NeMo's long-context table) or MFU (some fms-fsdp rows), the measured rate is converted with the
 *simulated* model FLOPs per token (``measured_tflops``): both count the GEMMs and the full
 (uncausal) attention score and context products (Korthikanti 2022 Eq. 2 for GPT; per op otherwise),
@@ -42,9 +43,10 @@ class ModernCase:
     precision: str                # "bf16" | "fp8" (as reported apart)
     accelerator: str              # the group a framework profile is fitted per: catalog accelerator name
     profile_group: str            # framework|accelerator|precision: the fitted constant this case uses
-    measured_tokens_per_s_per_gpu: float | None = None
+    measured_rate_per_gpu: float | None = None  # in the unit of ``rate``, per GPU
     measured_tflops: float | None = None   # model TFLOP/s per GPU when tokens/s are not given
     notes: str = ""
+    rate: str = "tokens_per_s"    # the result field compared: tokens/s (LLM sets), samples_per_s (images/s, CNN sets)
 
     @property
     def heldout(self) -> bool:
@@ -62,14 +64,14 @@ class Unrepresentable:
 @dataclass(frozen=True)
 class CaseOutcome:
     case: ModernCase
-    simulated_tokens_per_s_per_gpu: float | None
-    measured_tokens_per_s_per_gpu: float | None
+    simulated_rate_per_gpu: float | None
+    measured_rate_per_gpu: float | None
     fits: bool
     reason: str | None = None
 
     @property
     def relative_error(self) -> float | None:
-        sim, meas = self.simulated_tokens_per_s_per_gpu, self.measured_tokens_per_s_per_gpu
+        sim, meas = self.simulated_rate_per_gpu, self.measured_rate_per_gpu
         if not sim or not meas:
             return None
         return sim / meas - 1.0
@@ -78,11 +80,11 @@ class CaseOutcome:
 def outcome(case: ModernCase, result: dict[str, Any]) -> CaseOutcome:
     """Compare one simulated result (``simulate_point(..., run_if_oom=True)``) with the row."""
     n = case.scenario["cluster"]["num_gpus"]
-    tokens = result.get("tokens_per_s")
+    tokens = result.get(case.rate)
     if not tokens:
-        return CaseOutcome(case, None, case.measured_tokens_per_s_per_gpu, False,
+        return CaseOutcome(case, None, case.measured_rate_per_gpu, False,
                            result.get("infeasible_reason") or result.get("error") or "no step time")
-    measured = case.measured_tokens_per_s_per_gpu
+    measured = case.measured_rate_per_gpu
     if measured is None and case.measured_tflops is not None:
         flops_per_token = result["model_tflops_per_gpu"] * 1e12 * n / tokens
         measured = case.measured_tflops * 1e12 / flops_per_token

@@ -11,7 +11,7 @@ from dataclasses import dataclass
 from functools import cache
 from typing import Any
 
-from validation.modern import llmfoundry, nemo, other, torchtitan, vtrain
+from validation.modern import cnn, llmfoundry, nemo, other, torchtitan, vtrain
 from validation.modern.case import CaseOutcome, ModernCase, Summary, Unrepresentable, outcome, summarize
 from validation.modern.profiles import fit_group, load_groups, resolved_scenario, write_profile
 
@@ -57,6 +57,12 @@ SETS: dict[str, ModernSet] = {s.name: s for s in (
     ModernSet("vtrain_multi", "vtrain2024_ground_truth_multi.csv",
               "vTrain (MICRO 2024) Megatron-DeepSpeed iteration times, 64-512 A100s",
               vtrain.multi_cases, 0.12, None, VTRAIN_GRID, profile="vtrain", fitted=False),
+    ModernSet("cnn_dle", "cnn_training_throughput_dle.csv",
+              "NVIDIA DeepLearningExamples CNN training throughput (ResNet-50 v1.5; A100, V100)",
+              cnn.dle_cases, FRAMEWORK_MEDIAN, FRAMEWORK_MAX),
+    ModernSet("cnn_lambda", "cnn_training_throughput_lambda.csv",
+              "Lambda deeplearning-benchmark, DLE PyTorch ResNet-50 (A100, H100, H200)",
+              cnn.lambda_cases, FRAMEWORK_MEDIAN, FRAMEWORK_MAX),
 )}
 
 
@@ -70,7 +76,7 @@ def _simulate(raw: dict[str, Any]) -> dict[str, Any]:
     from simulator.simulate import simulate_point
 
     result = simulate_point(raw, run_if_oom=True)
-    keep = ("tokens_per_s", "model_tflops_per_gpu", "fits", "infeasible_reason", "step_time_s")
+    keep = ("tokens_per_s", "samples_per_s", "model_tflops_per_gpu", "fits", "infeasible_reason", "step_time_s")
     return {k: result.get(k) for k in keep}
 
 
@@ -114,8 +120,8 @@ def report(name: str, outcomes: list[CaseOutcome]) -> dict[str, Any]:
         "profile_groups": sorted(groups),
         "catalog_groups": sorted({o.case.profile_group for o in outcomes} - set(groups)),
         "cases": [{"label": o.case.label, "row": o.case.row, "precision": o.case.precision,
-                   "accelerator": o.case.accelerator, "measured": o.measured_tokens_per_s_per_gpu,
-                   "simulated": o.simulated_tokens_per_s_per_gpu, "relative_error": o.relative_error,
+                   "accelerator": o.case.accelerator, "measured": o.measured_rate_per_gpu,
+                   "simulated": o.simulated_rate_per_gpu, "relative_error": o.relative_error,
                    "fits": o.fits, "reason": o.reason} for o in outcomes],
     }
 

@@ -74,7 +74,7 @@ class Planner:
         self.wan = self.topo if isinstance(self.topo, WanTopology) else None
         self.links = self.topo.links
         self.compute = ComputeModel(scenario.accelerator, self.precision, scenario.training.fp8_gemms,
-                               scenario.training.fp8_recipe)
+                               scenario.training.fp8_recipe, tf32=scenario.training.tf32)
         self.sync_stretch = sync_stretch(scenario.accelerator.efficiency.sync_jitter, scenario.num_gpus)
         self.host_floor = scenario.accelerator.efficiency.cross_node_pipeline_floor
         self._stretch_cache: dict[tuple[int, bool], float] = {}

@@ -25,7 +25,7 @@ def chunk_counts(scenario, graph: LayerGraph) -> list[int]:
     if getattr(par, "pp_split", "even") == "even" or par.pp * par.virtual_stages == 1:
         return chunk_layer_counts(par, len(graph.pipelined))
     compute = ComputeModel(scenario.accelerator, scenario.training.precision, scenario.training.fp8_gemms,
-                               scenario.training.fp8_recipe)
+                               scenario.training.fp8_recipe, tf32=scenario.training.tf32)
 
     def cost(layers: tuple[Layer, ...]) -> float:
         return sum(compute.ops_time_s(layer.forward) + compute.ops_time_s(layer.backward)

@@ -1,0 +1,122 @@
+"""Published CNN training throughput (images/s per GPU) as cases: NVIDIA DeepLearningExamples and
+Lambda's benchmark of its PyTorch ResNet-50 fork (issue 19: convolution efficiency and CNN throughput).
+
+``cnn_training_throughput_dle.csv``: DeepLearningExamples' README tables (ResNet-50 v1.5 in PyTorch,
+TensorFlow 1 with XLA, MXNet and PaddlePaddle; ResNeXt-101, SE-ResNeXt-101 and EfficientNets) on
+DGX A100 and DGX-1/DGX-2 V100 at the per-GPU batch its configs use. ``cnn_training_throughput_lambda.csv``:
+Lambda's runs of the DLE PyTorch ResNet-50 on V100, A100, H100 PCIe/SXM, H200 and GH200 hosts, 1-8 GPUs.
+
+Mapping (each assumption says so):
+
+- **Model**: ResNet-50 v1.5 is the catalog ``resnet50`` (torchvision's shapes: stride 2 in the 3x3 of
+  each downsampling bottleneck, which is v1.5). ResNeXt-101 32x4d, SE-ResNeXt-101 and the
+  EfficientNets are not in the network catalog: rows listed as not representable.
+- **Precision**: AMP rows run fp16 with fp32 master weights (``precision: fp16``). DLE's "TF32" rows
+  and Lambda's "fp32" rows on Ampere or later run fp32 storage with TF32 convolutions
+  (``precision: fp32, tf32: true``; PyTorch's ``cudnn.allow_tf32`` is on by default, Lambda's README
+  does not say: an assumption the source's own caveat shares). "FP32" on V100 is IEEE fp32 (no TF32).
+- **Optimizer**: SGD with momentum (DLE ConvNets' default), data parallel with PyTorch DDP / Horovod
+  all-reduce of the gradients, on the catalog node of the row's GPU (DGX A100 80/40 GB, DGX H100,
+  HGX H200, DGX-2 for V100 32 GB SXM3, AWS p3.16xlarge for V100 16 GB SXM2: the DGX-1's eight GPUs in
+  the same NVLink hybrid cube mesh; Lambda's V100 16 GB hosts are taken to be the same). GPUs with no
+  catalog node (A100/H100 PCIe, GH200 hosts, V100 32 GB SXM2 boards) are listed as not representable.
+- **What a framework adds** (data loading, kernel choice, channels-last, fusion) is one factor on
+  the GEMM (convolution) efficiency curve per ``source-framework|accelerator|precision`` group,
+  fitted on that group's fit-half rows (validation/modern/profiles.py); groups with fewer than three
+  fit rows keep the catalog curve and are reported as *catalog*.
+
+The split key is the configuration (model, framework, GPU, GPU count, precision, batch) without the
+host or software release, so one configuration measured on several hosts sits in one half.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from validation.modern.case import ModernCase, Unrepresentable
+from validation.modern.mapping import read, scenario
+
+#: (substring of the source's gpu column) -> (catalog node, catalog accelerator); first match wins.
+NODES: tuple[tuple[str, str, str], ...] = (
+    ("A100 80GB SXM", "dgx-a100-80g", "a100-sxm-80g"),
+    ("A100 40GB SXM", "dgx-a100-40g", "a100-sxm-40g"),
+    ("H100 80GB SXM", "dgx-h100", "h100-sxm-80g"),
+    ("H200", "hgx-h200", "h200-sxm-141g"),
+    ("V100 32GB SXM3", "dgx2-v100", "v100-sxm-32g"),
+    ("V100 16GB", "p3-16xlarge", "v100-sxm2-16g"),
+)
+MODELS = {"ResNet-50 v1.5": "resnet50", "ResNet-50 (NVIDIA DLE PyTorch ConvNets, Lambda fork)": "resnet50"}
+
+
+def _node(gpu: str) -> tuple[str, str] | None:
+    for needle, node, accelerator in NODES:
+        if needle in gpu:
+            return node, accelerator
+    return None
+
+
+def _precision(text: str, accelerator: str) -> dict[str, Any] | None:
+    """The training block of a row's precision label (None: not representable)."""
+    label = text.lower()
+    if "amp" in label or "fp16" in label or "float16" in label:
+        return {"precision": "fp16"}
+    if accelerator.startswith("v100"):  # no TF32 tensor cores: IEEE fp32
+        return {"precision": "fp32"} if "fp32" in label else None
+    if "tf32" in label or "fp32" in label:  # PyTorch's default (TF32 convolutions) on Ampere and later
+        return {"precision": "fp32", "tf32": True}
+    return None
+
+
+def _framework(row: Any, source: str) -> str:
+    if source == "lambda":
+        return "lambda-pytorch"
+    framework = str(row["framework"]).lower().split()[0].replace("tensorflow", "tf1")
+    return f"dle-{framework}" + ("-xla" if "xla" in str(row["precision"]).lower() else "")
+
+
+def _cases(csv: str, source: str) -> tuple[list[ModernCase], list[Unrepresentable]]:
+    df = read(csv)
+    out: list[ModernCase] = []
+    skipped: list[Unrepresentable] = []
+    set_name = f"cnn_{source}"
+    for index, row in df.iterrows():
+        gpu, n = str(row["gpu"]), int(row["num_gpus"])
+        label = f"{row['model']} {gpu} x{n} {row['precision']} bs{row['batch_size_per_gpu']}"
+        if source == "dle":
+            label = f"{row['framework']} {label}"
+        model = MODELS.get(str(row["model"]))
+        where = _node(gpu)
+        if model is None:
+            skipped.append(Unrepresentable(set_name, int(index), label, f"{row['model']} is not in the network catalog"))
+            continue
+        if where is None:
+            skipped.append(Unrepresentable(set_name, int(index), label, f"no catalog node for {gpu}"))
+            continue
+        node, accelerator = where
+        training = _precision(str(row["precision"]), accelerator)
+        if training is None:
+            skipped.append(Unrepresentable(set_name, int(index), label, f"precision {row['precision']!r} not mapped"))
+            continue
+        if "ANOMALY" in str(row.get("notes", "")):
+            skipped.append(Unrepresentable(set_name, int(index), label, "flagged ANOMALY by the source's packager "
+                                                                        "(super-linear scaling)"))
+            continue
+        batch = int(row["batch_size_per_gpu"])
+        training = {**training, "optimizer": "sgd"}
+        parallelism = {"dp": n, "micro_batch_size": batch, "global_batch_size": batch * n}
+        framework = _framework(row, source)
+        precision = "tf32" if training.get("tf32") else training["precision"]
+        key = f"{set_name}|{framework}|{row['model']}|{gpu}|{n}|{row['precision']}|{batch}"
+        out.append(ModernCase(set_name, int(index), label, key,
+                              scenario(f"{set_name}-{index}", model, node, n, parallelism, training),
+                              precision, accelerator, f"{framework}|{accelerator}|{precision}",
+                              float(row["images_per_s_per_gpu"]), rate="samples_per_s"))
+    return out, skipped
+
+
+def dle_cases() -> tuple[list[ModernCase], list[Unrepresentable]]:
+    return _cases("cnn_training_throughput_dle.csv", "dle")
+
+
+def lambda_cases() -> tuple[list[ModernCase], list[Unrepresentable]]:
+    return _cases("cnn_training_throughput_lambda.csv", "lambda")
