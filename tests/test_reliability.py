@@ -14,6 +14,8 @@ from pathlib import Path
 
 import numpy as np
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from simulator.economics.job_timeline import Outages, simulate_elastic_job, simulate_sync_job
 from simulator.economics.simulated_goodput import simulated_goodput, time_lost
@@ -193,3 +195,42 @@ def test_bad_reliability_input_exits_2_naming_the_field(override, field):
     assert proc.returncode == 2, proc.stdout + proc.stderr
     assert f"error: {field}" in proc.stderr and "Traceback" not in proc.stderr
     assert len(proc.stderr.strip().splitlines()) == 1
+
+
+# --- invariants over random timelines (hypothesis) -------------------------------------------------
+
+def _random_outages(draw_downs: list[float], repair_s: float, replicas: int) -> Outages:
+    downs = sorted(draw_downs)
+    n = len(downs)
+    return _outages(downs, [d + repair_s for d in downs], [1] * n, [i % replicas for i in range(n)],
+                    [i % replicas + 1 for i in range(n)])
+
+
+@settings(max_examples=60, deadline=None)
+@given(downs=st.lists(st.floats(0, 500), max_size=12), step_s=st.floats(0.5, 3), k=st.integers(1, 20),
+       ckpt=st.floats(0, 5), restart=st.floats(0, 30), repair=st.floats(0, 100), spares=st.none() | st.integers(0, 2),
+       steps=st.none() | st.integers(1, 300))
+def test_sync_timeline_accounts_for_every_second(downs, step_s, k, ckpt, restart, repair, spares, steps):
+    run = simulate_sync_job(_random_outages(downs, repair, 4), step_s=step_s, checkpoint_steps=k, checkpoint_s=ckpt,
+                            restart_s=restart, total_steps=steps, horizon_s=1000.0, spare_nodes=spares)
+    parts = run.useful_s + run.redo_s + run.restart_s + run.waiting_for_spares_s + run.checkpoint_s
+    assert parts == pytest.approx(run.wall_s, rel=1e-9, abs=1e-9)
+    assert run.useful_s == pytest.approx(run.steps_done * step_s)
+    assert 0.0 <= run.goodput <= 1.0 and run.wall_s <= 1000.0 + 1e-9
+    assert run.failures <= len(downs) and (steps is None or run.steps_done <= steps)
+    if steps is not None and run.finished:
+        assert run.steps_done == steps
+
+
+@settings(max_examples=60, deadline=None)
+@given(downs=st.lists(st.floats(0, 500), max_size=12), h=st.integers(1, 8), replicas=st.integers(1, 6),
+       download=st.floats(0, 20), timeout=st.floats(0, 10), repair=st.floats(0, 100))
+def test_elastic_timeline_accounts_for_every_replica_second(downs, h, replicas, download, timeout, repair):
+    run = simulate_elastic_job(_random_outages(downs, repair, replicas), step_s=1.0, period_steps=h, replicas=replicas,
+                               gpus_per_replica=1, download_s=download, timeout_s=timeout, total_steps=None,
+                               horizon_s=600.0)
+    total = run.useful_replica_s + run.lost_replica_s + run.out_replica_s + replicas * run.timeout_s
+    assert total == pytest.approx(replicas * run.wall_s, rel=1e-9)
+    assert 0.0 <= run.goodput <= 1.0
+    if not downs:
+        assert run.goodput == 1.0

@@ -1,4 +1,4 @@
-"""Goodput under failures: an analytic model (no failure injection in the engine yet).
+"""Goodput under failures: the analytic model (simulated: simulator/economics/job_timeline.py).
 
 A long training job is interrupted now and then (a GPU falls off the bus, a switch reboots,
 a host goes to maintenance). Every interruption costs the work done since the last
