@@ -317,3 +317,61 @@ def test_bad_config_exits_2_naming_the_field(tmp_path, strategy, field):
     assert proc.returncode == 2, proc.stderr
     assert field in proc.stderr and "Traceback" not in proc.stderr
     assert len(proc.stderr.strip().splitlines()) == 1
+
+
+# --------------------------------------------------------------------------- memory, defaults, CLI
+
+
+def test_memory_follows_the_splits():
+    # fc0 (64 x 128) and fc1 (128 x 32) weights; bf16 Adam: 2 + 2 (bf16 grads) + 12 bytes per parameter.
+    from simulator.strategies.per_layer.kind import per_layer_memory
+
+    whole = per_layer_memory(toy(8, 64, {"default": {"batch": 8}}))[1]
+    split = per_layer_memory(toy(8, 64, {"default": {"channels": 8}}))[1]
+    params = 64 * 128 + 128 * 32
+    assert whole.weights_bytes == 2 * params and split.weights_bytes == 2 * params / 8
+    assert whole.optimizer_bytes == 12 * params and split.gradients_bytes == 2 * params / 8
+    graph = per_layer_graph(toy(8, 64, {}))
+    assert whole.activations_bytes == pytest.approx(graph.saved_bytes() / 8)
+
+
+def test_default_folds_cuts_a_layer_cannot_make_into_batch():
+    # VGG-16 under a spatial default: the fully connected layers have no rows or columns, so
+    # they run batch-split on the same 8 GPUs; a rule asking them for rows is an error.
+    from simulator.strategies.per_layer.kind import layer_splits
+
+    sc = load_scenario(ROOT / "examples" / "vgg16-per-layer-8xa100.yaml",
+                       ["strategy.default={rows: 2, cols: 4}", "strategy.layers=[]", "strategy.uneven=round_up"])
+    splits = dict(zip((layer.name for layer in per_layer_graph(sc).layers), layer_splits(sc), strict=True))
+    assert splits["features.0.conv"] == Split(rows=2, cols=4)
+    assert splits["classifier.0"] == Split(batch=8)
+
+
+def test_spatial_batch_norm_all_reduces_its_statistics():
+    sc = load_scenario(ROOT / "examples" / "resnet50-domain-parallel-8xa100.yaml")
+    bn = per_layer_graph(sc).layer("bn1")
+    sync = pricer(sc).halo_collectives(bn, Split(batch=2, rows=2, cols=2))
+    assert [(c.kind, c.payload_bytes, c.ranks) for c in sync] == [("all_reduce", 2 * 64 * 4, (0, 1, 2, 3))]
+    assert pricer(sc).halo_collectives(bn, Split(batch=8)) == ()
+
+
+def test_a_transformer_without_shapes_splits_by_batch_only():
+    raw = {"model": "gpt-1.7b", "cluster": {"node": "dgx-a100-80g", "num_gpus": 8},
+           "parallelism": {"global_batch_size": 16, "micro_batch_size": 1},
+           "strategy": {"kind": "per_layer", "default": {"batch": 8}}}
+    assert simulate(load_scenario(raw)).step_time_s > 0
+    raw["strategy"]["layers"] = [{"range": [1, 2], "split": {"heads": 8}}]
+    with pytest.raises(ConfigError, match=r"strategy\.layers\.0\.split\.heads"):
+        simulate(load_scenario(raw))
+
+
+def test_cli_simulates_many_steps():
+    proc = subprocess.run([sys.executable, "-m", "simulator.cli", "simulate",
+                           str(ROOT / "examples" / "vgg16-per-layer-8xa100.yaml"), "--steps", "3", "--json"],
+                          capture_output=True, text=True, cwd=ROOT, timeout=120)
+    assert proc.returncode == 0, proc.stderr
+    import json
+
+    result = json.loads(proc.stdout)
+    assert len(result["step_times_s"]) == 3
+    assert result["step_times_s"][1] == pytest.approx(result["step_times_s"][2], rel=1e-9)

@@ -13,7 +13,8 @@ stable:
     reduction). Returns the seconds one device of the layer's ``config.devices`` spends on it
     per step, each part priced in isolation on the topology: forward and backward kernels
     (the first device's share, :func:`sharding.shard_ops`), forward halo exchange and backward halo
-    accumulate (:mod:`.halo`), and the weight-gradient all-reduce over the replicas (batch,
+    accumulate (:mod:`.halo`; a spatially split batch norm's statistics all-reduce with them),
+    and the weight-gradient all-reduce over the replicas (batch,
     sequence, spatial cuts). ``layer_cost_s`` is their sum (no overlap assumed; the simulation
     overlaps the gradient all-reduce with the rest of the backward). A config the layer cannot
     take raises :class:`~simulator.errors.ConfigError` naming ``config.<field>``.
@@ -52,6 +53,7 @@ from simulator.strategies.per_layer.sharding import (
     Collective,
     adjoint,
     check_split,
+    edge_shape,
     gradient_group,
     input_layout,
     output_layout,
@@ -61,6 +63,9 @@ from simulator.strategies.per_layer.sharding import (
     work_ratio,
 )
 from workloads.layer_graph import Layer, LayerGraph
+
+#: Bytes of a batch norm statistic (kept in fp32 under mixed precision).
+FP32_BYTES = 4
 
 
 def per_layer_graph(scenario) -> LayerGraph:
@@ -153,10 +158,20 @@ class Pricer:
         return self.collective(c.kind, c.payload_bytes, c.ranks).isolated_time_s(self.links)
 
     def halo_collectives(self, layer: Layer, split: Split) -> tuple[Collective, ...]:
-        """Each halo phase as a neighbour exchange (``send_recv``) on its sub-communicator."""
+        """What a spatial split adds to a layer, forward (and, adjoint, backward): each halo phase
+        as a neighbour exchange (``send_recv``) on its sub-communicator; for a batch norm, the
+        all-reduce of its per-channel statistics over the spatial grid (mean and variance
+        forward, the sums of dy and dy·x̂ backward: 2 fp32 per local channel), without which the
+        blocks of one image would normalise with different statistics (DistDL's distributed
+        batch norm, Hewett & Grady 2020, Sec. 4)."""
         cut = split.reduction if layer.kind in CHANNEL_MIXING else split.channels
         phases: tuple[HaloPhase, ...] = halo_phases(layer, split, self.batch, cut, self.elem_bytes)
-        return tuple(Collective("send_recv", p.bytes, subgroup(split, (p.axis,))[:2], p.bytes) for p in phases)
+        out = [Collective("send_recv", p.bytes, subgroup(split, (p.axis,))[:2], p.bytes) for p in phases]
+        grid = subgroup(split, ("rows", "cols"))
+        if layer.kind == "batchnorm" and len(grid) > 1 and layer.output_shape:
+            stats = 2 * -(-layer.output_shape[0] // split.channels) * FP32_BYTES
+            out.append(Collective("all_reduce", stats, grid, 2 * stats * (len(grid) - 1) / len(grid)))
+        return tuple(out)
 
     def gradient_collective(self, layer: Layer, split: Split) -> Collective | None:
         group = gradient_group(split)
@@ -188,8 +203,8 @@ class Pricer:
         return self.compute.ops_time_s(ops)
 
     def reshard(self, producer: Layer, split_a: Split, consumer: Layer, split_b: Split) -> Reshard:
-        shape = producer.output_shape or ()
-        src = output_layout(producer, split_a, self.batch)
+        shape = edge_shape(producer, self.batch, self.elem_bytes)
+        src = output_layout(producer, split_a, self.batch, shape)
         dst = input_layout(consumer, split_b, self.batch, shape)
         forward = plan_reshard(src, dst, self.elem_bytes)
         grad_src, grad_dst = adjoint(src, dst)

@@ -98,16 +98,18 @@ def resolve_split(graph: LayerGraph, cfg: PerLayerConfig, index: int, num_gpus: 
                 rule.range is not None and rule.range[0] <= index <= rule.range[1]):
             chosen, where = rule.resolved, f"strategy.layers.{i}"
     if where == "strategy.default":
-        chosen = _fold_into_batch(chosen, layer)
+        chosen = _fold_into_batch(chosen, layer, graph.micro_batch)
     return check_split(layer, chosen, graph.micro_batch, num_gpus, cfg.uneven, where)
 
 
-def _fold_into_batch(split: Split, layer: Layer) -> Split:
-    """The default's cuts that ``layer`` cannot make, moved into its batch cut (same devices)."""
+def _fold_into_batch(split: Split, layer: Layer, batch_size: int) -> Split:
+    """The default's cuts that ``layer`` cannot make (not splittable, or a dimension its output
+    lacks: rows of a token sequence), moved into its batch cut (same devices)."""
     folded, batch = {}, split.batch
+    sizes = layer_sizes(layer, batch_size) if layer.output_shape is not None else {"batch": batch_size}
     for field in SPLIT_FIELDS[1:]:
         n = getattr(split, field)
-        if n > 1 and SPLITTABLE_OF[field] not in layer.splittable:
+        if n > 1 and (SPLITTABLE_OF[field] not in layer.splittable or field not in sizes):
             batch *= n
             folded[field] = 1
     return split.model_copy(update={**folded, "batch": batch}) if folded else split
@@ -118,6 +120,9 @@ def check_split(layer: Layer, split: Split, batch: int, num_gpus: int, uneven: s
     has, does not divide it (``uneven: refuse``) or needs more devices than the cluster has."""
     sizes = layer_sizes(layer, batch)
     for field, n in split.cuts().items():
+        if layer.output_shape is None and field != "batch":
+            raise ConfigError(f"{where}.split.{field}", f"layer {layer.name} ({layer.kind}) has no shapes in its graph "
+                                                        "(a transformer builder's block): it splits by batch only")
         if SPLITTABLE_OF[field] not in layer.splittable or field not in sizes:
             raise ConfigError(f"{where}.split.{field}", f"layer {layer.name} ({layer.kind}) cannot be split by "
                                                         f"{field} (it splits: {', '.join(sorted(layer.splittable))})")
@@ -219,9 +224,18 @@ def _tensor_dims(shape: tuple[int, ...], batch: int) -> tuple[tuple[int, ...], t
     return (batch, math.prod(shape) if shape else 1), ("batch", "C")
 
 
-def output_layout(layer: Layer, split: Split, batch: int) -> TensorLayout:
-    """How ``layer`` leaves its output under ``split`` (see the module docstring)."""
-    dims, names = _tensor_dims(layer.output_shape or (), batch)
+def edge_shape(layer: Layer, batch: int, elem_bytes: float) -> tuple[int, ...]:
+    """The per-sample shape of ``layer``'s output; a layer without shapes (a transformer builder's
+    block) hands on a flat vector of ``output_bytes / (batch · element bytes)`` elements."""
+    if layer.output_shape is not None:
+        return layer.output_shape
+    return (max(1, round(layer.output_bytes / (batch * elem_bytes))),)
+
+
+def output_layout(layer: Layer, split: Split, batch: int, shape: tuple[int, ...] | None = None) -> TensorLayout:
+    """How ``layer`` leaves its output (per-sample ``shape``, default its output shape) under
+    ``split`` (see the module docstring)."""
+    dims, names = _tensor_dims(shape if shape is not None else layer.output_shape or (), batch)
     attention = layer.kind == "attention"
     channel_fields = ("channels",) if attention else ("channels", "heads")
     fields = tuple(channel_fields[0] if n == "C" else n for n in names)
