@@ -25,7 +25,7 @@ from simulator.economics.convergence import ConvergenceSpec
 from simulator.economics.cost import EconomicsSpec
 from simulator.economics.reliability import ReliabilitySpec, resolve_processes
 from simulator.errors import ConfigError, from_pydantic, no_bool_numbers
-from simulator.strategies.registry import DEFAULT_KIND, parse_strategy
+from simulator.strategies.registry import DEFAULT_KIND, get_kind, parse_strategy
 from simulator.strategies.spmd.layout import Parallelism, resolve_layout
 from workloads.catalog import resolve_model
 from workloads.graph import ShardShape
@@ -333,7 +333,10 @@ def build_scenario(raw: dict[str, Any], base: Path | None = None) -> Scenario:
         raise ConfigError("training.fp8_recipe", f"{accelerator.name} has no {recipe} tensor cores (has: "
                                                  f"{', '.join(accelerator.block_scaled_formats) or 'none'})")
     training = _resolved_attention(doc.training, accelerator)
-    parallelism = resolve_layout(doc.parallelism, model, doc.cluster.num_gpus)
+    strategy = parse_strategy(doc.strategy)
+    layout_gpus = get_kind(getattr(strategy, "kind", DEFAULT_KIND)).layout_gpus
+    parallelism = resolve_layout(doc.parallelism, model, layout_gpus(strategy, doc.parallelism, doc.cluster.num_gpus)
+                                 if layout_gpus else doc.cluster.num_gpus)
     if doc.training.optimizer_fusion != "none" and (parallelism.zero_stage != 0 or parallelism.schedule == "zb-h1"):
         raise ConfigError("training.optimizer_fusion", "is modelled with zero_stage 0 and schedules other than zb-h1, got "
                           f"zero_stage {parallelism.zero_stage}, schedule {parallelism.schedule}")
@@ -354,7 +357,7 @@ def build_scenario(raw: dict[str, Any], base: Path | None = None) -> Scenario:
         training=training,
         simulation=doc.simulation,
         economics=doc.economics,
-        strategy=parse_strategy(doc.strategy),
+        strategy=strategy,
         convergence=doc.convergence,
         co_located=_co_located_jobs(doc.co_located_jobs, raw.get("cluster"), base),
         reliability=doc.reliability,

@@ -36,6 +36,7 @@ KIND_MODULES: tuple[str, ...] = (
     "simulator.strategies.per_layer.kind",
     "simulator.strategies.subnetwork_dp",
     "simulator.strategies.layer_parallel_mgrit",
+    "simulator.strategies.swarm",
 )
 
 
@@ -55,7 +56,10 @@ class StrategyKind:
     (optional): ``{"staleness_steps": tau, "local_steps": H}`` that the scenario's ``convergence:``
     block turns into steps to target (simulator/economics/convergence.py); absent: synchronous, 0 and 1.
     ``step_flops(scenario)`` (optional): the step's :class:`workloads.graph.ModelFlops` for a kind whose
-    workers run less than the whole model per sample (masked subnetworks); absent: counted from the graph."""
+    workers run less than the whole model per sample (masked subnetworks); absent: counted from the graph.
+    ``layout_gpus(config, parallelism, num_gpus)`` (optional): the GPUs ``parallelism:`` lays out (``dp: auto`` is
+    inferred from them); absent: ``cluster.num_gpus``. A kind whose GPUs are not a product of the
+    layout's degrees says so here (swarm: the layout is one pipeline, its pools of peers are its own)."""
 
     name: str
     config: type[BaseModel]
@@ -64,6 +68,7 @@ class StrategyKind:
     memory: Callable[..., Any]
     convergence_inputs: Callable[..., dict[str, float]] | None = None
     step_flops: Callable[..., Any] | None = None
+    layout_gpus: Callable[[BaseModel, Any, int], int] | None = None
 
 
 _KINDS: dict[str, StrategyKind] = {}

@@ -1,0 +1,402 @@
+"""The ``swarm`` strategy kind: SWARM parallelism (Ryabinin et al. 2023, "SWARM Parallelism: Training
+Large Models Can Be Surprisingly Communication-Efficient", ICML 2023).
+
+The model's layer graph is cut into ``parallelism.pp`` pipeline stages (layer ranges, as the spmd
+kind cuts them; ``parallelism`` describes that one pipeline, so ``dp`` resolves to 1). Each stage is
+served by a pool of peers (``peers_per_stage``, summing to ``cluster.num_gpus``; default: an even
+split), each with its own speed (``peer_speeds``: a factor on every kernel of the
+node's accelerator; 0.5 = half as fast). A step trains on ``global_batch_size`` samples in
+micro-batches of ``micro_batch_size``; every micro-batch is wired at random, stage by stage, to a
+peer of the next stage (weighted by speed, seeded), its backward goes back through the same peers,
+and when a stage has seen the whole global batch its peers average their gradients (all-reduce or
+gossip) and step their optimizer. Peers are preempted and return (a seeded Poisson process, or given
+outages); their work is rerouted; every ``rebalance_every_steps`` steps a peer moves from the stage
+with the most throughput to the one with the least. The rules, and the choices the paper leaves
+open, are in :mod:`simulator.strategies.swarm_parts.dispatch`, which plays them once at compile
+time (seeded) and returns the ordered passes; this module prices them and turns them into engine
+tasks (the engine re-times transfers with links shared fairly).
+
+Prices (all from the spmd planner, :class:`simulator.strategies.spmd.plan.Planner`, so a swarm
+stage and a spmd stage cost the same): a stage's forward, its backward (plus the recomputed forward
+under ``parallelism.recompute``) at speed 1, divided by the peer's speed; the optimizer step over
+the stage's parameters. Transfers: every peer is its own machine and every byte goes over its NIC
+share (``{peer}:nic_tx`` / ``nic_rx`` ports of the node spec; latency: NIC + fat-tree switches),
+whatever node the peer is on.
+
+8-bit compression (``activation_compression`` / ``gradient_compression: int8``; SWARM Sec. 4
+compresses activations and gradients to 8 bits with blockwise quantisation, Dettmers et al. 2022,
+"8-bit Optimizers via Block-wise Quantization"): an element of 2 bytes (fp16/bf16) or 4 (fp32)
+goes as 1 byte plus one fp32 scale per block of :data:`QUANT_BLOCK` elements (bitsandbytes'
+``quantize_blockwise`` default), so the bytes are x1/2 or x1/4 (+0.1%). Quantising and
+dequantising are memory-bound kernels on the sending and receiving peer: read the source
+elements, write the 1-byte ones (or the reverse), at the accelerator's memory-bound bandwidth
+plus a launch; they are counted in the pass that produces or consumes the tensor (activations,
+activation gradients) and in the optimizer step (the averaged parameter gradients).
+
+Averaging (``averaging``): ``all_reduce`` is a ring all-reduce over the stage's k live peers,
+2(k-1)/k of the gradient bytes sent and received by each, 2(k-1) latencies (Patarasuk & Yuan 2009);
+``gossip`` has each peer exchange its gradient with one random other peer (the bytes once, one
+latency), which averages only partially (not modelled in convergence). A stage of one peer sends
+nothing.
+
+Memory: per peer, its stage's weights, gradients and optimizer state (no sharding) plus the
+activations of the micro-batches it holds between their forward and backward; the analytic peak
+counts, per stage, the share of the global batch its fastest peer expects (all micro-batches of a
+step may be in flight, as GPipe: :func:`simulator.memory.analytic.rank_memory` with that many
+micro-batches; one on the last stage, whose backward follows each forward); the engine's memory counter gives each peer's simulated peak from the routing that
+happened. What the upstream peer keeps to resend after a failure (one boundary tensor per
+micro-batch in flight) is not counted.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import math
+from typing import Literal
+
+from pydantic import BaseModel, ConfigDict, Field, field_validator
+
+from simulator.engine.engine import Task
+from simulator.errors import ConfigError, no_bool_numbers
+from simulator.memory.analytic import (
+    ACTIVATION_ELEMENT_BYTES_16BIT,
+    chunk_activation_bytes,
+    peak_stage,
+    rank_memory,
+)
+from simulator.scenario import gradient_bytes
+from simulator.strategies.plan import MEMORY_COUNTER, Plan
+from simulator.strategies.registry import StrategyKind, register
+from simulator.strategies.spmd.plan import WEIGHT_BYTES, Planner
+from simulator.strategies.swarm_parts.dispatch import Dispatcher, Op, Prices
+from simulator.strategies.swarm_parts.preemption import Outage, Preemptions
+
+#: Elements per fp32 scale of blockwise 8-bit quantisation (bitsandbytes ``quantize_blockwise``).
+QUANT_BLOCK = 4096
+#: Bytes of one element sent at 8 bits, with its share of the block's fp32 scale.
+INT8_BYTES_PER_ELEMENT = 1.0 + 4.0 / QUANT_BLOCK
+#: Micro-batches of one step the simulator accepts (as the spmd kind's cap per replica).
+MAX_MICRO_BATCHES = 16_384
+
+
+class OutageSpec(BaseModel):
+    """One given outage: ``peer`` (0-based, stage by stage: stage 0's peers first) is away over
+    ``[down_at_s, up_at_s)`` of simulated time."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True, allow_inf_nan=False)
+    _no_bool_numbers = field_validator("*", mode="before")(no_bool_numbers)
+
+    peer: int = Field(ge=0)
+    down_at_s: float = Field(ge=0)
+    up_at_s: float = Field(ge=0)
+
+
+class SwarmConfig(BaseModel):
+    """``strategy: {kind: swarm, ...}``; the stages are ``parallelism.pp``, the batch ``parallelism``'s."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True, allow_inf_nan=False)
+    _no_bool_numbers = field_validator("seed", "preemptions_per_hour", "mean_downtime_s", "rebalance_every_steps",
+                                       mode="before")(no_bool_numbers)
+
+    kind: Literal["swarm"] = "swarm"
+    seed: int = Field(default=0, ge=0, description="seeds the wiring, the gossip pairs and the preemptions")
+    peers_per_stage: list[int] | None = Field(
+        default=None, description="peers serving each stage (sum = cluster.num_gpus); default: num_gpus / pp each")
+    peer_speeds: list[list[float]] | None = Field(
+        default=None, description="per stage, each peer's speed factor on the node's accelerator (default 1.0)")
+    averaging: Literal["all_reduce", "gossip"] = Field(
+        default="all_reduce", description="how a stage's peers average gradients at the end of a step")
+    activation_compression: Literal["none", "int8"] = Field(
+        default="int8", description="activations and their gradients between stages (SWARM: 8-bit)")
+    gradient_compression: Literal["none", "int8"] = Field(
+        default="none", description="the parameter gradients a stage averages")
+    preemptions_per_hour: float = Field(default=0.0, ge=0, description="per peer: a Poisson preemption process")
+    mean_downtime_s: float = Field(default=0.0, ge=0, description="mean of the exponential time a preempted peer is away")
+    outages: list[OutageSpec] = Field(default_factory=list, description="given outages (beside the drawn ones)")
+    rebalance_every_steps: int | None = Field(
+        default=None, ge=1, description="move one peer to the slowest stage every this many steps (None: never)")
+
+
+def _config(scenario) -> SwarmConfig:
+    return scenario.strategy
+
+
+def _require(condition: bool, field: str, reason: str) -> None:
+    if not condition:
+        raise ConfigError(field, reason)
+
+
+def pools(scenario) -> tuple[list[int], list[list[float]]]:
+    """(peers per stage, each peer's speed per stage), checked against the layout."""
+    cfg, par = _config(scenario), scenario.parallelism
+    stages, n = par.pp, scenario.num_gpus
+    if cfg.peers_per_stage is None:
+        _require(n % stages == 0, "strategy.peers_per_stage",
+                 f"needed: cluster.num_gpus = {n} does not split evenly over pp = {stages} stages")
+    peers = list(cfg.peers_per_stage) if cfg.peers_per_stage is not None else [n // stages] * stages
+    _require(len(peers) == stages, "strategy.peers_per_stage", f"needs one entry per stage (pp = {stages}), got {len(peers)}")
+    _require(all(p >= 1 for p in peers), "strategy.peers_per_stage", "every stage needs at least one peer")
+    _require(sum(peers) == n, "strategy.peers_per_stage", f"sums to {sum(peers)}, not cluster.num_gpus = {n}")
+    if cfg.peer_speeds is None:
+        speeds = [[1.0] * p for p in peers]
+    else:
+        speeds = [list(row) for row in cfg.peer_speeds]
+        _require(len(speeds) == stages, "strategy.peer_speeds", f"needs one list per stage (pp = {stages}), got {len(speeds)}")
+        for s, (row, count) in enumerate(zip(speeds, peers, strict=True)):
+            _require(len(row) == count, "strategy.peer_speeds", f"stage {s} has {count} peers, got {len(row)} speeds")
+            _require(all(v > 0 for v in row), "strategy.peer_speeds", f"stage {s}: every speed must be > 0")
+    return peers, speeds
+
+
+def _check(scenario) -> SwarmConfig:
+    cfg, par = _config(scenario), scenario.parallelism
+    _require(par.tp == 1, "parallelism.tp", "swarm peers hold whole stages (tp 1)")
+    _require(par.cp == 1, "parallelism.cp", "swarm is modelled without context parallelism (cp 1)")
+    _require(par.ep == 1, "parallelism.ep", "swarm is modelled without expert parallelism (ep 1)")
+    _require(par.virtual_stages == 1, "parallelism.virtual_stages", "a swarm peer serves one stage (1)")
+    _require(par.zero_stage == 0, "parallelism.zero_stage", "swarm peers keep their stage's whole state (ZeRO 0)")
+    _require(par.global_batch_size % par.micro_batch_size == 0, "parallelism.global_batch_size",
+             f"{par.global_batch_size} is not a whole number of micro-batches of {par.micro_batch_size}")
+    _require(micro_batches(scenario) <= MAX_MICRO_BATCHES, "parallelism.global_batch_size",
+             f"more than {MAX_MICRO_BATCHES} micro-batches per step")
+    peers, _ = pools(scenario)
+    total = sum(peers)
+    for i, outage in enumerate(cfg.outages):
+        _require(outage.peer < total, f"strategy.outages.{i}.peer", f"{outage.peer} is not a peer (0..{total - 1})")
+        _require(outage.up_at_s > outage.down_at_s, f"strategy.outages.{i}.up_at_s",
+                 f"must be after down_at_s ({outage.down_at_s:g}), got {outage.up_at_s:g}")
+    _require(cfg.preemptions_per_hour == 0 or cfg.mean_downtime_s > 0, "strategy.mean_downtime_s",
+             "must be > 0 when preemptions_per_hour is set")
+    return cfg
+
+
+def micro_batches(scenario) -> int:
+    par = scenario.parallelism
+    return par.global_batch_size // par.micro_batch_size
+
+
+def _pricing_scenario(scenario):
+    """The spmd scenario whose per-stage prices a swarm stage has: one replica (dp 1)."""
+    par = scenario.parallelism.model_copy(update={"dp": 1, "global_batch_size": scenario.parallelism.micro_batch_size,
+                                                  "schedule": "gpipe"})
+    return dataclasses.replace(scenario, parallelism=par)
+
+
+class SwarmPrices:
+    """Every time and byte count the dispatcher and the tasks use (see the module docstring)."""
+
+    def __init__(self, scenario):
+        cfg = _config(scenario)
+        self.scenario = scenario
+        pricing = _pricing_scenario(scenario)
+        self.planner = planner = Planner(pricing, mode="symmetric")
+        compute = planner.compute
+        stages = scenario.parallelism.pp
+        precision = scenario.training.precision
+        element = 4 if precision == "fp32" else ACTIVATION_ELEMENT_BYTES_16BIT
+        self.activation_element_bytes = element
+
+        def wire(nbytes: float, element_bytes: float, compression: str) -> float:
+            return nbytes if compression == "none" else nbytes / element_bytes * INT8_BYTES_PER_ELEMENT
+
+        def quantise_s(nbytes: float, element_bytes: float, compression: str) -> float:
+            """One (de)quantisation kernel over a tensor of ``nbytes``: read it, write 1 B per element."""
+            if compression == "none" or nbytes <= 0:
+                return 0.0
+            return (nbytes + nbytes / element_bytes) / compute.mem_bw + compute.launch_s
+
+        # planner._pp_payload(g): bytes crossing the cut after stage g (the spmd kind's pipeline sends)
+        boundary = [planner._pp_payload(g) for g in range(stages - 1)]
+        self.boundary_raw_bytes = boundary
+        act = cfg.activation_compression
+        self.quantise_s = [quantise_s(b, element, act) for b in boundary]
+        passes = []
+        for s in range(stages):
+            rank = planner.layout.representative(s)
+            forward = planner.chunk_pass_s(rank, "F", s)
+            backward = planner.chunk_pass_s(rank, "B", s) + planner.chunk_pass_s(rank, "R", s)
+            q_in = self.quantise_s[s - 1] if s > 0 else 0.0       # dequantise the input / quantise its gradient
+            q_out = self.quantise_s[s] if s < stages - 1 else 0.0  # quantise the output / dequantise its gradient
+            passes.append({"F": forward + q_in + q_out, "B": backward + q_in + q_out,
+                           "F_kernels": forward, "B_kernels": backward})
+        self.passes = passes
+        grad_b = gradient_bytes(scenario.training)
+        self.stage_params = [planner.stage_params_local(s) for s in range(stages)]
+        self.grad_wire_bytes = [wire(p * grad_b, grad_b, cfg.gradient_compression) for p in self.stage_params]
+        grad_q = [2 * quantise_s(p * grad_b, grad_b, cfg.gradient_compression) for p in self.stage_params]
+        topo = planner.topo
+        self.link_bytes_per_s = topo.port_capacity("peer:nic_tx")
+        self.latency_s = topo.links.inter_latency_s
+        self.prices = Prices(
+            pass_s=[{"F": p["F"], "B": p["B"]} for p in passes],
+            boundary_bytes=[wire(b, element, act) for b in boundary],
+            activation_bytes=[chunk_activation_bytes(pricing, s) for s in range(stages)],
+            param_bytes=[p * WEIGHT_BYTES[precision] for p in self.stage_params],
+            optimizer_s=[planner.optimizer_step_s(s) + grad_q[s] for s in range(stages)],
+            link_bytes_per_s=self.link_bytes_per_s,
+            latency_s=self.latency_s,
+            averaging_bytes=self.averaging_bytes,
+            averaging_latency_s=self.averaging_latency_s,
+        )
+        self.averaging = cfg.averaging
+
+    def averaging_bytes(self, stage: int, members: int) -> float:
+        """Bytes each of ``members`` peers sends (and receives) to average the stage's gradient."""
+        grads = self.grad_wire_bytes[stage]
+        return grads if self.averaging == "gossip" else 2 * (members - 1) / members * grads
+
+    def averaging_latency_s(self, members: int) -> float:
+        return self.latency_s if self.averaging == "gossip" else 2 * (members - 1) * self.latency_s
+
+    def pool_throughput_samples_per_s(self, speeds: list[list[float]]) -> list[float]:
+        """Per stage: samples per second its pool can pass forward and backward (sum of speeds / pass)."""
+        mbs = self.scenario.parallelism.micro_batch_size
+        return [sum(row) * mbs / (p["F"] + p["B"]) for row, p in zip(speeds, self.passes, strict=True)]
+
+
+def actor(peer: int) -> str:
+    return f"peer{peer}"
+
+
+def _tasks(ops: list[Op]) -> tuple[dict[tuple[str, str], list[Task]], dict[int, Task]]:
+    """Engine tasks of the dispatcher's ops, each stream in the order the dispatcher ran it."""
+    tasks: dict[int, Task] = {}
+    streams: dict[tuple[str, str], list[Task]] = {}
+    for op in sorted(ops, key=lambda o: (o.start_s, o.seq)):
+        if op.category == "preempted":
+            key = ("preemption", f"{actor(op.peer)}.{op.stream}")
+        elif op.peer < 0:
+            key = ("swarm", op.stream)
+        else:
+            key = (actor(op.peer), op.stream)
+        if op.stream in ("send", "recv", "avg"):
+            demands: dict[str, float] = {}
+            if op.stream == "avg":
+                demands = {f"{actor(op.peer)}:nic_tx": op.nbytes, f"{actor(op.peer)}:nic_rx": op.nbytes}
+            elif op.stream == "send":
+                demands = {f"{actor(op.peer)}:nic_tx": op.nbytes, f"{actor(op.dst)}:nic_rx": op.nbytes}
+            else:  # a download: from its source peer, or a checkpoint (only its own link)
+                demands = {f"{actor(op.peer)}:nic_rx": op.nbytes}
+                if op.src is not None:
+                    demands[f"{actor(op.src)}:nic_tx"] = op.nbytes
+            task = Task(op.name, key[0], key[1], op.category, demands=demands, latency_s=op.latency_s,
+                        rendezvous=op.rendezvous, rendezvous_size=op.rendezvous_size)
+        else:
+            task = Task(op.name, key[0], key[1], op.category if op.category != "barrier" else "pipeline_bubble",
+                        duration_s=op.duration_s)
+        task.alloc_bytes, task.free_bytes, task.counter = op.alloc_bytes, op.free_bytes, MEMORY_COUNTER
+        tasks[id(op)] = task
+        streams.setdefault(key, []).append(task)
+    for op in ops:
+        tasks[id(op)].deps = [tasks[id(d)] for d in op.deps]
+    return streams, tasks
+
+
+def compile_swarm(scenario, mode: str | None = None, detail: bool = False) -> Plan:
+    cfg = _check(scenario)
+    peers, speeds = pools(scenario)
+    prices = SwarmPrices(scenario)
+    stage_of_peer = [s for s, count in enumerate(peers) for _ in range(count)]
+    flat_speeds = [v for row in speeds for v in row]
+    fixed: dict[int, list[Outage]] = {}
+    for outage in cfg.outages:
+        fixed.setdefault(outage.peer, []).append(Outage(outage.down_at_s, outage.up_at_s))
+    preemptions = Preemptions(len(flat_speeds), cfg.seed, cfg.preemptions_per_hour, cfg.mean_downtime_s, fixed)
+    dispatcher = Dispatcher(prices.prices, stage_of_peer, flat_speeds, micro_batches(scenario),
+                            scenario.simulation.steps, preemptions, cfg.seed, cfg.rebalance_every_steps)
+    schedule = dispatcher.run()
+    streams, tasks = _tasks(schedule.ops)
+    actors = {actor(p): p for p in range(len(flat_speeds))}
+    compute = {a: streams.get((a, "compute"), []) for a in actors}
+    memory_base = {}
+    for p, s in enumerate(stage_of_peer):
+        m = _stage_memory(scenario, s, speeds)
+        memory_base[actor(p)] = m.weights_bytes + m.gradients_bytes + m.optimizer_bytes + m.other_bytes
+    throughput = prices.pool_throughput_samples_per_s(speeds)
+    stats = schedule.stats
+    extra = {
+        "swarm_peers_per_stage": peers,
+        "swarm_final_peers_per_stage": stats["final_peers_per_stage"],
+        "swarm_micro_batches_per_step": micro_batches(scenario),
+        "swarm_pool_throughput_samples_per_s": throughput,
+        "swarm_bottleneck_stage": min(range(len(throughput)), key=lambda s: throughput[s]),
+        "swarm_forward_s_per_stage": [p["F"] for p in prices.passes],
+        "swarm_backward_s_per_stage": [p["B"] for p in prices.passes],
+        "swarm_optimizer_s_per_stage": prices.prices.optimizer_s,
+        "swarm_quantisation_s_per_boundary": prices.quantise_s,
+        "swarm_boundary_bytes": prices.prices.boundary_bytes,
+        "swarm_boundary_bytes_uncompressed": prices.boundary_raw_bytes,
+        "swarm_link_bytes_per_s": prices.link_bytes_per_s,
+        "swarm_link_latency_s": prices.latency_s,
+        "swarm_preemptions": stats["preemptions"],
+        "swarm_reroutes": stats["reroutes"],
+        "swarm_redone_forwards": stats["redone_forwards"],
+        "swarm_aborted_passes": stats["aborted_passes"],
+        "swarm_aborted_pass_s": stats["aborted_s"],
+        "swarm_lost_samples": stats["lost_samples"] * scenario.parallelism.micro_batch_size,
+        "swarm_moves": stats["moves"],
+        "swarm_dispatch_makespan_s": stats["end_s"],
+    }
+    pass_ops = [op for op in schedule.ops if op.category == "compute" and op.stream == "compute"]
+    sends = [op for op in schedule.ops if op.stream == "send"]
+
+    def measured() -> dict:
+        """The share of time spent communicating, from the simulated times: seconds of activation
+        and gradient transfers between stages over those plus the seconds of passes (compute kernels
+        and (de)quantisation; aborted passes included), summed over peers; and the same with the
+        parameter averaging counted as communication."""
+        send_s = sum(tasks[id(op)].end_s - tasks[id(op)].start_s for op in sends)
+        pass_s = sum(tasks[id(op)].end_s - tasks[id(op)].start_s for op in pass_ops)
+        avg_s = sum(t.end_s - t.start_s for (a, st), ts in streams.items() if st == "avg" for t in ts)
+        return {"swarm_comm_share": send_s / (send_s + pass_s) if send_s + pass_s else 0.0,
+                "swarm_comm_share_with_averaging": (send_s + avg_s) / (send_s + avg_s + pass_s)
+                if send_s + avg_s + pass_s else 0.0,
+                "swarm_transfer_s_total": send_s, "swarm_pass_s_total": pass_s, "swarm_averaging_s_total": avg_s}
+
+    step_ends = [[tasks[id(op)] for op in ends] for ends in schedule.step_ends]
+    return Plan(streams, actors, {actor(p): s for p, s in enumerate(stage_of_peer)}, prices.planner.layers_per_chunk,
+                prices.planner.topo, compute, steps=scenario.simulation.steps, step_ends=step_ends,
+                memory_base_bytes=memory_base, mode="full", extra=extra, after_run=measured)
+
+
+def in_flight_micro_batches(scenario, speeds: list[list[float]], stage: int) -> int:
+    """Micro-batches the stage's fastest peer expects to hold at once: its speed's share of the
+    step's micro-batches (all of a step may be in flight, as GPipe), rounded up; on the last stage
+    one, since a backward runs before any forward (dispatch rules) and there the backward of a
+    micro-batch is ready as soon as its forward ends."""
+    if stage == scenario.parallelism.pp - 1:
+        return 1
+    row = speeds[stage]
+    return max(1, math.ceil(micro_batches(scenario) * max(row) / sum(row)))
+
+
+def _stage_memory(scenario, stage: int, speeds: list[list[float]]):
+    par = scenario.parallelism
+    n = in_flight_micro_batches(scenario, speeds, stage)
+    held = dataclasses.replace(scenario, parallelism=par.model_copy(
+        update={"dp": 1, "global_batch_size": n * par.micro_batch_size, "schedule": "gpipe"}))
+    return rank_memory(held, stage)
+
+
+def swarm_memory(scenario):
+    _check(scenario)
+    _, speeds = pools(scenario)
+    return peak_stage([_stage_memory(scenario, s, speeds) for s in range(scenario.parallelism.pp)])
+
+
+def swarm_layout_gpus(config: SwarmConfig, parallelism, num_gpus: int) -> int:
+    """``parallelism:`` describes one pipeline (its stages, batch and recompute); the peers serving
+    it are ``peers_per_stage``, any number per stage: dp resolves to 1."""
+    return parallelism.tp * parallelism.cp * parallelism.pp
+
+
+SWARM = register(StrategyKind(
+    name="swarm",
+    config=SwarmConfig,
+    summary="SWARM parallelism: stages served by pools of peers of any speed, micro-batches wired at random "
+            "(weighted by speed), rerouted on preemption, peers rebalanced to the slowest stage, 8-bit "
+            "activations, all-reduce or gossip averaging per stage",
+    compile=compile_swarm,
+    memory=swarm_memory,
+    layout_gpus=swarm_layout_gpus,
+))

@@ -1,0 +1,270 @@
+"""The swarm kind (SWARM parallelism, Ryabinin et al. 2023): exact timelines on toy swarms, the
+bottleneck pool's throughput, a preempted peer's micro-batch redone on another peer, the same seed
+giving the same run bit for bit, the square-cube trend, memory per peer, bad input naming the field.
+
+Toy swarms: one GPU per node (every peer its own machine), an inline accelerator and a NIC whose
+rate is set per test; pass times, wire bytes and optimizer times are read from the result (the
+spmd planner prices them; tests/test_simulate.py checks those prices) and the tests check how the
+swarm schedules them.
+"""
+
+from __future__ import annotations
+
+import copy
+import subprocess
+import sys
+
+import pytest
+import yaml
+
+from simulator.errors import ConfigError
+from simulator.scenario import load_scenario
+from simulator.simulate import simulate
+
+ACCELERATOR = {
+    "name": "toy-t4", "vendor": "toy", "peak_tflops": {"fp32": 8.1, "fp16": 65}, "hbm_gib": 16,
+    "hbm_bandwidth_gb_per_s": 320, "tdp_watts": 70,
+    "efficiency": {"gemm_curve": [{"gflop": 0.002, "efficiency": 0.1}, {"gflop": 200.0, "efficiency": 0.7}],
+                   "memory_bound_efficiency": 0.8, "kernel_launch_overhead_us": 4, "source": "toy"},
+    "source": "toy",
+}
+
+
+def node(nic_gbit_per_s: float) -> dict:
+    return {"name": "toy-peer", "accelerator": ACCELERATOR, "gpus_per_node": 1,
+            "intra_node": {"kind": "pcie", "bandwidth_per_gpu_gb_per_s": 16, "latency_us": 5,
+                           "collective_efficiency": 0.8, "source": "toy"},
+            "nics_per_node": 1, "nic_bandwidth_gbit_per_s": nic_gbit_per_s, "nic_efficiency": 1.0,
+            "nic_latency_us": 100, "host_memory_gib": 64, "source": "toy"}
+
+
+def swarm_raw(peers=(1, 1), hidden=1024, layers=4, batch=8, nic_gbit_per_s=100.0, steps=1, **strategy) -> dict:
+    return {
+        "model": {"name": f"toy-h{hidden}", "num_layers": layers, "hidden_size": hidden, "num_attention_heads": 16,
+                  "vocab_size": 8192, "seq_length": 512},
+        "cluster": {"node": node(nic_gbit_per_s), "fabric": "fat-tree", "num_gpus": sum(peers)},
+        "strategy": {"kind": "swarm", "peers_per_stage": list(peers), **strategy},
+        "parallelism": {"pp": len(peers), "micro_batch_size": 1, "global_batch_size": batch},
+        "training": {"precision": "fp16"},
+        "simulation": {"steps": steps},
+    }
+
+
+def run(raw):
+    return simulate(load_scenario(raw))
+
+
+def prices(r):
+    x = r.extra
+    send_s = x["swarm_link_latency_s"] + x["swarm_boundary_bytes"][0] / x["swarm_link_bytes_per_s"]
+    return x["swarm_forward_s_per_stage"], x["swarm_backward_s_per_stage"], x["swarm_optimizer_s_per_stage"], send_s
+
+
+def tasks(r, actor=None):
+    return [e for e in r.timeline if actor is None or e.rank_class == actor]
+
+
+# ------------------------------------------------------------------ exact timelines, throughput
+
+
+def test_one_peer_per_stage_exact_timeline():
+    # Stage 1's peer runs at half speed: it is the bottleneck, busy from the first activation's
+    # arrival (stage 0's forward + one send) for m·(F1 + B1)/0.5 (a backward runs as soon as its
+    # forward ends on the last stage); then the last gradient's send, stage 0's last backward and
+    # its optimizer step end the step (stage 1 steps its optimizer meanwhile). One peer per stage
+    # averages nothing.
+    m = 8
+    r = run(swarm_raw(batch=m, peer_speeds=[[1.0], [0.5]]))
+    (f0, f1), (b0, b1), (opt0, opt1), c = prices(r)
+    busy_until = f0 + c + m * (f1 + b1) / 0.5
+    assert r.step_time_s == pytest.approx(max(busy_until + c + b0 + opt0, busy_until + opt1 / 0.5), rel=1e-12)
+    assert r.extra["swarm_dispatch_makespan_s"] == pytest.approx(r.step_time_s, rel=1e-12)  # nothing contends
+    # the bottleneck pool's throughput is the swarm's between fill and drain
+    assert r.extra["swarm_bottleneck_stage"] == 1
+    assert r.extra["swarm_pool_throughput_samples_per_s"][1] == pytest.approx(0.5 / (f1 + b1), rel=1e-12)
+    stage1 = [e for e in tasks(r, "peer1") if e.stream == "compute" and e.category == "compute"]
+    assert stage1[0].start_s == pytest.approx(f0 + c, rel=1e-12)
+    assert stage1[-1].end_s - stage1[0].start_s == pytest.approx(m / r.extra["swarm_pool_throughput_samples_per_s"][1],
+                                                                 rel=1e-12)
+    assert sum(r.time_breakdown_s.values()) == pytest.approx(r.step_time_s, rel=1e-9)
+
+
+def test_two_peers_in_the_bottleneck_stage_each_busy_for_its_share():
+    # Stage 1 has two half-speed peers fed by one fast stage-0 peer: every activation reaches them
+    # long before they are free, so each is busy from its first arrival for (its micro-batches) x
+    # (F1 + B1)/0.5 without a gap; the wiring shares the 32 micro-batches at random (seeded).
+    m = 32
+    r = run(swarm_raw(peers=(1, 2), batch=m, peer_speeds=[[1.0], [0.5, 0.5]], seed=3))
+    (f0, f1), (b0, b1), _, c = prices(r)
+    loads = []
+    for actor in ("peer1", "peer2"):
+        passes = [e for e in tasks(r, actor) if e.stream == "compute" and e.category == "compute"]
+        loads.append(len(passes) // 2)
+        assert passes[-1].end_s - passes[0].start_s == pytest.approx(loads[-1] * (f1 + b1) / 0.5, rel=1e-9)
+    assert sum(loads) == m and min(loads) > 0
+    # pool throughput: the two together pass m samples in max(load)·(F1+B1)/0.5, at least m / pool throughput
+    pool = r.extra["swarm_pool_throughput_samples_per_s"][1]
+    assert pool == pytest.approx(2 * 0.5 / (f1 + b1), rel=1e-12)
+    assert max(loads) * (f1 + b1) / 0.5 >= m / pool * (1 - 1e-12)
+
+
+@pytest.mark.parametrize("victim_index, redone", [(2, ["F", "B"]), (3, ["F.redo", "B"])])
+def test_a_preempted_peer_s_micro_batch_is_redone_on_another_peer(victim_index, redone):
+    # Peer 1 (stage 1 of 2, two peers there) runs F.mb2 then B.mb2 as its third and fourth passes. It
+    # is preempted in the middle of one of them and does not return within the step: that pass is cut
+    # short (.aborted) and micro-batch 2 is redone on peer 2 -- its input resent by stage 0; a lost
+    # backward redoes the forward first (the activations went with peer 1). The step takes longer.
+    m = 16
+    base = swarm_raw(peers=(1, 2), batch=m, peer_speeds=[[1.0], [0.5, 0.5]], seed=3)
+    clean = run(base)
+    passes = [e for e in tasks(clean, "peer1") if e.stream == "compute" and e.category == "compute"]
+    assert [e.name for e in passes[2:4]] == ["s0.F.mb2.st1", "s0.B.mb2.st1"]
+    victim = passes[victim_index]
+    down_at = (victim.start_s + victim.end_s) / 2
+    raw = copy.deepcopy(base)
+    raw["strategy"]["outages"] = [{"peer": 1, "down_at_s": down_at, "up_at_s": 1e6}]
+    failed = run(raw)
+    aborted = [e for e in tasks(failed, "peer1") if e.name.endswith(".aborted")]
+    assert [e.name for e in aborted] == [victim.name + ".aborted"]
+    assert aborted[0].start_s == pytest.approx(victim.start_s, rel=1e-12)
+    assert aborted[0].end_s == pytest.approx(down_at, rel=1e-12)
+    assert not [e for e in tasks(failed, "peer1") if e.start_s > down_at and e.category == "compute"]
+    again = [e for e in tasks(failed, "peer2") if ".mb2." in e.name and e.category == "compute"]
+    assert [e.name.split(".mb2")[0].removeprefix("s0.") for e in again] == redone
+    assert again[0].start_s >= down_at
+    resends = [e for e in tasks(failed, "peer0") if e.name.startswith("s0.mb2.send_act")]
+    assert len(resends) == 2 and resends[1].start_s >= down_at  # to peer 1, then again to peer 2
+    assert failed.extra["swarm_aborted_passes"] == 1 and failed.extra["swarm_preemptions"] == 1
+    assert failed.step_time_s > clean.step_time_s
+
+
+def test_a_returning_peer_downloads_its_stage_before_working_again():
+    # every micro-batch of step 0 is wired while peer 2 is away; in step 1 it works again, after its download
+    raw = swarm_raw(peers=(1, 2), batch=16, peer_speeds=[[1.0], [0.5, 0.5]], seed=3, steps=2,
+                    outages=[{"peer": 2, "down_at_s": 0.01, "up_at_s": 0.05}])
+    r = run(raw)
+    down = [e for e in tasks(r, "peer2") if "rejoin_download" in e.name]
+    assert len(down) == 1 and down[0].start_s >= 0.05
+    later = [e for e in tasks(r, "peer2") if e.category == "compute" and e.start_s > 0.01]
+    assert later and all(e.start_s >= down[0].end_s for e in later)
+
+
+# ------------------------------------------------------------------ reproducibility
+
+
+def test_same_seed_same_run_bit_for_bit():
+    raw = swarm_raw(peers=(2, 3), batch=24, steps=3, peer_speeds=[[1.0, 0.6], [1.0, 0.8, 0.5]], seed=11,
+                    preemptions_per_hour=3600.0, mean_downtime_s=0.02, rebalance_every_steps=1, averaging="gossip")
+    a, b = run(raw), run(copy.deepcopy(raw))
+    assert a.step_times_s == b.step_times_s
+    assert [(e.rank_class, e.name, e.start_s, e.end_s) for e in a.timeline] == \
+        [(e.rank_class, e.name, e.start_s, e.end_s) for e in b.timeline]
+    assert a.extra["swarm_preemptions"] > 0  # the process drew some
+    other = run({**raw, "strategy": {**raw["strategy"], "seed": 12}})
+    assert [(e.rank_class, e.name) for e in other.timeline] != [(e.rank_class, e.name) for e in a.timeline]
+
+
+def test_many_steps_and_rebalancing_move_a_peer_to_the_slow_stage():
+    # stage 1's two peers are slow: after step 0, one of stage 0's three peers moves there and
+    # downloads stage 1's parameters first.
+    r = run(swarm_raw(peers=(3, 2), batch=12, steps=3, peer_speeds=[[1.0, 1.0, 1.0], [0.3, 0.3]],
+                      rebalance_every_steps=1))
+    assert r.steps == 3 and len(r.step_times_s) == 3
+    assert r.extra["swarm_moves"][0] == {"step": 1, "peer": 0, "from_stage": 0, "to_stage": 1} or \
+        r.extra["swarm_moves"][0]["to_stage"] == 1
+    assert r.extra["swarm_final_peers_per_stage"] == [2, 3]
+    moved = r.extra["swarm_moves"][0]["peer"]
+    download = [e for e in tasks(r, f"peer{moved}") if "move_download" in e.name]
+    assert len(download) == 1
+    assert sum(r.step_times_s) == pytest.approx(r.makespan_s, rel=1e-12)
+
+
+# ------------------------------------------------------------------ square-cube
+
+
+HIDDEN_SIZES = (1024, 2048, 4096)
+
+
+def square_cube_shares():
+    shares = {}
+    for h in HIDDEN_SIZES:
+        r = run(swarm_raw(peers=(2, 2), hidden=h, layers=8, batch=8, nic_gbit_per_s=0.2))
+        shares[h] = r.extra["swarm_comm_share"]
+    return shares
+
+
+def test_square_cube_communication_share_falls_as_hidden_size_grows():
+    # SWARM Sec. 3.1: a stage's compute grows as h^2 per token, its boundary activations as h, so at a
+    # fixed 200 Mb/s the share of time spent sending activations and their gradients falls with h.
+    shares = square_cube_shares()
+    values = [shares[h] for h in HIDDEN_SIZES]
+    assert all(a > b for a, b in zip(values, values[1:], strict=False)), shares
+    assert all(0 < v < 1 for v in values)
+
+
+def test_int8_compression_halves_the_wire_bytes_and_costs_kernels():
+    plain = run(swarm_raw(activation_compression="none"))
+    packed = run(swarm_raw(activation_compression="int8"))
+    raw_bytes = plain.extra["swarm_boundary_bytes"][0]
+    assert raw_bytes == plain.extra["swarm_boundary_bytes_uncompressed"][0] == 512 * 1024 * 2
+    assert packed.extra["swarm_boundary_bytes"][0] == pytest.approx(raw_bytes / 2 * (1 + 4 / 4096), rel=1e-12)
+    q = packed.extra["swarm_quantisation_s_per_boundary"][0]
+    assert q > 0 and plain.extra["swarm_quantisation_s_per_boundary"][0] == 0
+    # stage 0 quantises its output and dequantises the incoming gradient: + q in each pass
+    assert packed.extra["swarm_forward_s_per_stage"][0] == pytest.approx(plain.extra["swarm_forward_s_per_stage"][0] + q)
+
+
+# ------------------------------------------------------------------ memory
+
+
+def test_memory_per_peer_analytic_and_simulated():
+    m = 16
+    r = run(swarm_raw(peers=(2, 2), batch=m, seed=1))
+    assert set(r.simulated_peak_memory_gib) == {"peer0", "peer1", "peer2", "peer3"}
+    assert len(r.memory_per_stage_gib) == 2
+    # the analytic stage-0 peak counts m/2 micro-batches in flight per peer; a peer that the wiring
+    # gave more than half holds more, one that got fewer less
+    assert r.fits
+    for peer in ("peer0", "peer1"):
+        assert r.simulated_peak_memory_gib[peer] > 0
+
+
+# ------------------------------------------------------------------ bad input
+
+
+@pytest.mark.parametrize("strategy, field", [
+    ({"peers_per_stage": [1, 2]}, "strategy.peers_per_stage"),
+    ({"peers_per_stage": [2]}, "strategy.peers_per_stage"),
+    ({"peers_per_stage": [2, 0]}, "strategy.peers_per_stage"),
+    ({"peer_speeds": [[1.0], [1.0, 1.0]]}, "strategy.peer_speeds"),
+    ({"peer_speeds": [[1.0], [0.0]]}, "strategy.peer_speeds"),
+    ({"outages": [{"peer": 9, "down_at_s": 1, "up_at_s": 2}]}, "strategy.outages.0.peer"),
+    ({"outages": [{"peer": 0, "down_at_s": 2, "up_at_s": 1}]}, "strategy.outages.0.up_at_s"),
+    ({"preemptions_per_hour": 1.0}, "strategy.mean_downtime_s"),
+    ({"averaging": "allreduce"}, "strategy.averaging"),
+    ({"rebalance_every_steps": 0}, "strategy.rebalance_every_steps"),
+    ({"seed": True}, "strategy.seed"),
+])
+def test_bad_strategy_names_the_field(strategy, field):
+    raw = swarm_raw()
+    raw["strategy"].update(strategy)
+    with pytest.raises(ConfigError, match=field.replace(".", r"\.")):
+        run(raw)
+
+
+def test_layouts_a_swarm_cannot_run_name_the_field():
+    raw = swarm_raw(peers=(2, 2))
+    raw["parallelism"]["zero_stage"] = 1
+    with pytest.raises(ConfigError, match=r"parallelism\.zero_stage"):
+        run(raw)
+
+
+def test_bad_input_through_the_cli_exits_2_naming_the_field(tmp_path):
+    raw = swarm_raw()
+    raw["strategy"]["peers_per_stage"] = [3, 1]
+    path = tmp_path / "bad.yaml"
+    path.write_text(yaml.safe_dump(raw))
+    proc = subprocess.run([sys.executable, "-m", "simulator.cli", "simulate", str(path)], capture_output=True,
+                          text=True, timeout=120)
+    assert proc.returncode == 2
+    assert "strategy.peers_per_stage" in proc.stderr and "Traceback" not in proc.stderr
