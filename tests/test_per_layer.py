@@ -375,3 +375,14 @@ def test_cli_simulates_many_steps():
     result = json.loads(proc.stdout)
     assert len(result["step_times_s"]) == 3
     assert result["step_times_s"][1] == pytest.approx(result["step_times_s"][2], rel=1e-9)
+
+
+def test_sequence_split_attention_gathers_keys_and_values():
+    # BERT-large attention (512 tokens, 1024 wide, 32 sequences) split by sequence over 4 and
+    # batch over 2: every query needs all 512 keys and values of its 16 sequences: an all-gather
+    # of 2·16·512·1024 bf16 over the 4 sequence ranks, (4-1)/4 of it received.
+    sc = load_scenario(ROOT / "examples" / "bert-large-per-layer-8xa100.yaml")
+    attention = per_layer_graph(sc).layer("encoder.layer.0.attention")
+    (kv,) = pricer(sc).halo_collectives(attention, Split(batch=2, sequence=4))
+    assert (kv.kind, kv.payload_bytes, kv.ranks) == ("all_gather", 2 * 16 * 512 * 1024 * 2, (0, 1, 2, 3))
+    assert kv.volume_bytes == bus_bytes("all_gather", kv.payload_bytes, 4)

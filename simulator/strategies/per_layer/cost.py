@@ -13,7 +13,8 @@ stable:
     reduction). Returns the seconds one device of the layer's ``config.devices`` spends on it
     per step, each part priced in isolation on the topology: forward and backward kernels
     (the first device's share, :func:`sharding.shard_ops`), forward halo exchange and backward halo
-    accumulate (:mod:`.halo`; a spatially split batch norm's statistics all-reduce with them),
+    accumulate (:mod:`.halo`; a spatially split batch norm's statistics all-reduce and a
+    sequence-split attention's K/V all-gather with them),
     and the weight-gradient all-reduce over the replicas (batch,
     sequence, spatial cuts). ``layer_cost_s`` is their sum (no overlap assumed; the simulation
     overlaps the gradient all-reduce with the rest of the backward). A config the layer cannot
@@ -36,8 +37,8 @@ flows on the ports of the flow network.
 from __future__ import annotations
 
 import dataclasses
+from collections import OrderedDict
 from dataclasses import dataclass
-from functools import lru_cache
 
 from pydantic import ValidationError
 
@@ -77,7 +78,11 @@ def per_layer_graph(scenario) -> LayerGraph:
 
 @dataclass(frozen=True)
 class LayerCost:
-    """Seconds one device spends on a layer per step under a split (see the module docstring)."""
+    """Seconds one device spends on a layer per step under a split (see the module docstring).
+    ``halo_forward_s`` / ``halo_backward_s``: what a spatial or sequence split adds around the
+    kernels (halo exchange and accumulate, a batch norm's statistics all-reduce, an attention
+    layer's K/V all-gather and its adjoint reduce-scatter); ``gradient_bytes``: the all-reduced
+    weight-gradient payload (0 when the weights are not replicated)."""
 
     forward_s: float
     backward_s: float
@@ -158,7 +163,7 @@ class Pricer:
         return self.collective(c.kind, c.payload_bytes, c.ranks).isolated_time_s(self.links)
 
     def halo_collectives(self, layer: Layer, split: Split) -> tuple[Collective, ...]:
-        """What a spatial split adds to a layer, forward (and, adjoint, backward): each halo phase
+        """What a spatial or sequence split adds to a layer, forward (and, adjoint, backward): each halo phase
         as a neighbour exchange (``send_recv``) on its sub-communicator; for a batch norm, the
         all-reduce of its per-channel statistics over the spatial grid (mean and variance
         forward, the sums of dy and dy·x̂ backward: 2 fp32 per local channel), without which the
@@ -171,6 +176,14 @@ class Pricer:
         if layer.kind == "batchnorm" and len(grid) > 1 and layer.output_shape:
             stats = 2 * -(-layer.output_shape[0] // split.channels) * FP32_BYTES
             out.append(Collective("all_reduce", stats, grid, 2 * stats * (len(grid) - 1) / len(grid)))
+        ring = subgroup(split, ("sequence",))
+        if layer.kind == "attention" and len(ring) > 1 and layer.output_shape:
+            # a sequence split's queries attend to every key: the local heads' K and V of the whole
+            # sequence are all-gathered forward (and their gradients reduce-scattered backward), as
+            # context parallelism without the ring (Megatron-LM's all-gather CP variant)
+            seq, width = layer.output_shape
+            kv = 2 * -(-self.batch // split.batch) * seq * -(-width // split.heads) * self.elem_bytes
+            out.append(Collective("all_gather", kv, ring, kv * (len(ring) - 1) / len(ring)))
         return tuple(out)
 
     def gradient_collective(self, layer: Layer, split: Split) -> Collective | None:
@@ -213,19 +226,22 @@ class Pricer:
                        sum(self.collective_s(c) for c in backward))
 
 
-def _pricer_uncached(scenario) -> Pricer:
-    return Pricer(scenario)
-
-
-_pricer_cached = lru_cache(maxsize=32)(_pricer_uncached)
+_PRICERS: OrderedDict[int, tuple[object, Pricer]] = OrderedDict()
+_PRICERS_KEPT = 16
 
 
 def pricer(scenario) -> Pricer:
-    """The scenario's :class:`Pricer` (one per scenario where the scenario is hashable)."""
-    try:
-        return _pricer_cached(scenario)
-    except TypeError:
-        return _pricer_uncached(scenario)
+    """The scenario's :class:`Pricer`, one per scenario object (the last 16 kept), so that a
+    planner's many calls on one scenario price each op shape and collective once."""
+    hit = _PRICERS.get(id(scenario))
+    if hit is not None and hit[0] is scenario:
+        _PRICERS.move_to_end(id(scenario))
+        return hit[1]
+    made = Pricer(scenario)
+    _PRICERS[id(scenario)] = (scenario, made)
+    while len(_PRICERS) > _PRICERS_KEPT:
+        _PRICERS.popitem(last=False)
+    return made
 
 
 def _checked(p: Pricer, layer: Layer, config, where: str = "config") -> Split:
