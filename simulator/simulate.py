@@ -118,9 +118,9 @@ def critical_actor(plan: Plan) -> str:
 
 
 def _event_args(task: Task) -> tuple[tuple[tuple[str, Any], ...], str | None]:
-    """Trace arguments of a task (bytes it puts on its busiest link, group size, rendezvous) and, for
+    """Trace arguments of a task (its layer and FLOPs, bytes it puts on its busiest link, group size, rendezvous) and, for
     a pipeline send, the actor that receives it (from the link demands: ``{dst}:{link}_rx``)."""
-    args: list[tuple[str, Any]] = []
+    args: list[tuple[str, Any]] = list(task.info)
     if task.demands:
         args.append(("bytes", max(task.demands.values())))
     if task.rendezvous_size > 1:
@@ -142,9 +142,11 @@ def _timeline(plan: Plan) -> list[TimelineEvent]:
                 continue
             if t.segments:  # unfold kernel + TP segments onto their streams
                 cursor = t.start_s
+                layer = tuple(item for item in t.info if item[0] == "layer")
                 for category, seconds in t.segments:
                     seg_stream = category.removesuffix("_comm") if category.endswith("_comm") else stream
-                    events.append(TimelineEvent(actor, seg_stream, t.name, category, cursor, cursor + seconds))
+                    args = t.info if seg_stream == stream else layer  # the kernel's FLOPs on its own part
+                    events.append(TimelineEvent(actor, seg_stream, t.name, category, cursor, cursor + seconds, args))
                     cursor += seconds
                 continue
             events.append(TimelineEvent(actor, stream, t.name, t.category, t.start_s, t.end_s, *_event_args(t)))

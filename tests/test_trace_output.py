@@ -44,3 +44,61 @@ def test_events_carry_args_and_pipeline_sends_carry_flows(traces):
 def test_trace_ranks_keeps_only_those_rank_classes(traces):
     names = {e["args"]["name"] for e in traces["stage1"] if e.get("name") == "process_name"}
     assert len(names) == 1 and len(traces["stage1"]) < len(traces["all"])
+
+
+@pytest.mark.parametrize("recompute", ["none", "full"])
+def test_kernel_events_carry_layer_and_flops_that_add_up_to_the_step(recompute):
+    # Every kernel event names its layer and the FLOPs it runs; over every rank the kernels' FLOPs add up
+    # to the step's hardware FLOPs exactly (standard attention: no causal tiles skipped).
+    from simulator.report.trace import chrome_trace
+    from simulator.scenario import load_scenario
+    from simulator.simulate import simulate
+
+    scenario = load_scenario({"model": "gpt-1.7b", "cluster": {"node": "dgx-a100-80g", "num_gpus": 8},
+                              "parallelism": {"tp": 2, "pp": 2, "global_batch_size": 16, "micro_batch_size": 1,
+                                              "recompute": recompute},
+                              "training": {"attention": "standard"}})
+    result = simulate(scenario, detail=True)
+    kernels = [e for e in chrome_trace(result)["traceEvents"]
+               if e["ph"] == "X" and e["cat"] in ("compute", "recompute") and e["name"] != "optimizer_step"]
+    assert kernels and all("layer" in e["args"] and "flops" in e["args"] for e in kernels)
+    layers = {e["args"]["layer"] for e in kernels}
+    assert {"embedding", "block0", "block23"} <= layers
+    per_rank_class = sum(e["args"]["flops"] for e in kernels)  # one representative per stage
+    par = scenario.parallelism
+    assert per_rank_class * par.tp * par.dp_degree == pytest.approx(result.hardware_flops_per_step, rel=1e-12)
+
+
+def test_summary_merges_each_layer_pass_and_keeps_flops_and_times(tmp_path):
+    # --trace-summary: one event per layer pass and stream; FLOPs, the first start and the last end
+    # per rank class and stream are those of the full trace.
+    common = ["simulate", MIXTRAL, "--set", "parallelism.pp=2", "--set", "parallelism.ep=4", "--set",
+              "parallelism.global_batch_size=32", "--trace"]
+    assert main([*common, str(tmp_path / "full.json")]) == 0
+    assert main([*common, str(tmp_path / "summary.json"), "--trace-summary"]) == 0
+    full, summary = (json.loads((tmp_path / f"{n}.json").read_text()) for n in ("full", "summary"))
+    assert summary["metadata"]["summary"] is True
+    xf = [e for e in full["traceEvents"] if e["ph"] == "X"]
+    xs = [e for e in summary["traceEvents"] if e["ph"] == "X"]
+    assert len(xs) * 5 < len(xf)
+
+    def totals(events):
+        out = {}
+        for e in events:
+            key = (e["pid"], e["tid"])
+            flops, first, last = out.get(key, (0.0, float("inf"), 0.0))
+            out[key] = (flops + e.get("args", {}).get("flops", 0.0), min(first, e["ts"]), max(last, e["ts"] + e["dur"]))
+        return out
+
+    tf, ts = totals(xf), totals(xs)
+    assert tf.keys() == ts.keys()
+    for key in tf:
+        assert ts[key] == pytest.approx(tf[key], rel=1e-12)
+    merged = [e for e in xs if e.get("args", {}).get("events", 1) > 1]
+    assert merged and all(e["args"]["busy_us"] <= e["dur"] * (1 + 1e-12) for e in merged)
+    assert {"F.mb0.c0.block0", "B.mb0.c0.block0"} <= {e["name"] for e in xs if e["pid"] == 0}
+
+
+def test_summary_needs_a_trace(capsys):
+    assert main(["simulate", MIXTRAL, "--trace-summary"]) == 2
+    assert "--trace-summary: needs --trace FILE" in capsys.readouterr().err

@@ -71,6 +71,7 @@ class Task:
     # For reporting only: a fixed-duration task may stand for consecutive parts of different
     # kinds (a kernel run and an uncontended collective that it waits for), as (category, seconds).
     segments: tuple[tuple[str, float], ...] | None = None
+    info: tuple[tuple[str, object], ...] = ()  # for reporting only: e.g. (("layer", "block3"), ("flops", 1e12))
     # Interference (see the module docstring): this task slows while a contending one runs.
     slowdown_while_contended: float = 0.0
     contends: bool = False

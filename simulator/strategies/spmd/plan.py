@@ -363,6 +363,24 @@ class Planner:
                 self.layer_kinds, self.chunk_starts[global_chunk], self.layers_per_chunk[global_chunk])
         return runs
 
+    def layer_name(self, global_chunk: int, layer: int) -> str:
+        """The layer graph's name of the chunk's ``layer``-th pipelined layer (for the trace)."""
+        return self.pipelined[self.chunk_starts[global_chunk] + layer].name
+
+    def chunk_layers(self, global_chunk: int) -> str:
+        """The chunk's pipelined layers as ``first..last`` (for the trace)."""
+        first = self.chunk_starts[global_chunk]
+        last = first + self.layers_per_chunk[global_chunk] - 1
+        return self.pipelined[first].name if last <= first else f"{self.pipelined[first].name}..{self.pipelined[last].name}"
+
+    @property
+    def prologue_name(self) -> str:
+        return "+".join(layer.name for layer in self.graph.layers[:self.graph.prologue]) or "prologue"
+
+    @property
+    def epilogue_name(self) -> str:
+        return "+".join(layer.name for layer in self.graph.layers[len(self.graph.layers) - self.graph.epilogue:]) or "epilogue"
+
     def chunk_layer_kind(self, global_chunk: int, layer: int) -> bool:
         """Kind (MoE or not) of the chunk's ``layer``-th layer."""
         return self.layer_kinds[self.chunk_starts[global_chunk] + layer]
@@ -622,7 +640,8 @@ class Planner:
             prev[0] = task
             return task
 
-        def run_ops(ops: tuple[Op, ...], label: str, category: str, first_deps: tuple[Task, ...] = ()) -> Task | None:
+        def run_ops(ops: tuple[Op, ...], label: str, category: str, first_deps: tuple[Task, ...] = (),
+                    layer: str | None = None) -> Task | None:
             first = True
             last = None
             if not self.detail and self.tp_exclusive:
@@ -638,6 +657,8 @@ class Planner:
                 first = False
                 if kind == "compute":
                     task = Task(f"{label}.{name}", actor, "compute", category, duration_s=self._compute_time(payload))
+                    if self.detail:  # for the trace: the layer and the FLOPs the kernels run
+                        task.info = kernel_info(payload, layer)
                     last = add(task, deps) or last
                     if pending is not None:
                         carry.append(pending)  # the kernel after the overlapped one waits for it
@@ -646,6 +667,8 @@ class Planner:
                 group = payload[0][0]
                 task = self.comm_task(actor, group, f"{group}_comm", f"{label}.{name}", rank, payload,
                                       key=f"{label}.{name}")
+                if task is not None and self.detail and layer:
+                    task.info = (("layer", layer),)
                 if task is not None and overlapped:
                     task.deps.extend([t for t in (prev[0],) if t is not None] + list(deps))
                     streams[(actor, task.stream)].append(task)
@@ -807,17 +830,18 @@ class Planner:
                     pass_start = len(compute_list)
                 if self.detail or per_layer_gathers:
                     if g == 0:
-                        run_ops(self.embedding.forward, f"F.{tag}.embedding", "compute")
+                        run_ops(self.embedding.forward, f"F.{tag}.embedding", "compute", layer=self.prologue_name)
                     for layer in range(n_layers):
                         label = f"F.{tag}.L{layer}"
                         kind = self.chunk_layer_kind(g, layer)
                         done = run_ops(self.layer_works[kind].forward, label, "compute",
-                                       gather_params(label, self.layer_params_local(kind)))
+                                       gather_params(label, self.layer_params_local(kind)),
+                                       layer=self.layer_name(g, layer))
                         layer_ends.append(host_floor(label, "F", ((kind, 1),)) or done)
                     if g == last_chunk:
-                        run_ops(self.head.forward, f"F.{tag}.head", "compute")
+                        run_ops(self.head.forward, f"F.{tag}.head", "compute", layer=self.epilogue_name)
                 else:  # one compute and one TP task for the whole chunk pass
-                    run_ops(self._chunk_ops("F", g), f"F.{tag}", "compute")
+                    run_ops(self._chunk_ops("F", g), f"F.{tag}", "compute", layer=self.chunk_layers(g))
                     host_floor(f"F.{tag}", "F", self.chunk_runs(g))
                 entry = compute_list[pass_start]
                 entry.alloc_bytes += self.activation_bytes(g)  # saved for this chunk's backward
@@ -827,7 +851,7 @@ class Planner:
                 lookup[("F_exit", actor, mb, g)] = prev[0]
                 continue
             if phase == "W":  # zero-bubble weight-gradient pass; the chunk's gradients are final after it
-                run_ops(self._chunk_ops("W", g), f"W.{tag}", "compute")
+                run_ops(self._chunk_ops("W", g), f"W.{tag}", "compute", layer=self.chunk_layers(g))
                 host_floor(f"W.{tag}", "W", self.chunk_runs(g))
                 if reduce_now and dp_size > 1:
                     bucket["bytes"] += self.chunk_params_local(g) * grad_bytes
@@ -837,9 +861,9 @@ class Planner:
             if zero_bubble or not (self.detail or per_layer_gathers or overlapped_reduce):
                 recompute_ops = self._chunk_ops("R", g)
                 if recompute_ops:
-                    run_ops(recompute_ops, f"B.{tag}.recompute", "recompute")
+                    run_ops(recompute_ops, f"B.{tag}.recompute", "recompute", layer=self.chunk_layers(g))
                     host_floor(f"B.{tag}.recompute", "R", self.chunk_runs(g))
-                run_ops(self._chunk_ops("B", g), f"B.{tag}", "compute")
+                run_ops(self._chunk_ops("B", g), f"B.{tag}", "compute", layer=self.chunk_layers(g))
                 host_floor(f"B.{tag}", "B", self.chunk_runs(g))
                 accumulate_grads(g, mb, tag)
                 backward_memory(g, compute_list[pass_start], prev[0])
@@ -848,7 +872,7 @@ class Planner:
                 fused_backward_update(g, mb)
                 continue
             if g == last_chunk:
-                run_ops(self.head.backward, f"B.{tag}.head", "compute")
+                run_ops(self.head.backward, f"B.{tag}.head", "compute", layer=self.epilogue_name)
                 if reduce_now:
                     bucket["bytes"] += self.epilogue_params * grad_bytes
             for layer in reversed(range(n_layers)):
@@ -858,10 +882,10 @@ class Planner:
                 gathered = gather_params(label, lp)
                 rc_ops = work.recompute_ops(recompute)
                 if rc_ops:
-                    run_ops(rc_ops, f"{label}.recompute", "recompute", gathered)
+                    run_ops(rc_ops, f"{label}.recompute", "recompute", gathered, layer=self.layer_name(g, layer))
                     host_floor(f"{label}.recompute", "R", ((kind, 1),))
                     gathered = ()
-                done = run_ops(work.backward, label, "compute", gathered)
+                done = run_ops(work.backward, label, "compute", gathered, layer=self.layer_name(g, layer))
                 done = host_floor(label, "B", ((kind, 1),)) or done
                 layer_ends.append(done)
                 if overlapped_reduce:
@@ -870,7 +894,7 @@ class Planner:
                     if bucket["bytes"] >= bucket_limit:
                         flush_bucket(done, label)
             if g == 0:
-                run_ops(self.embedding.backward, f"B.{tag}.embedding", "compute")
+                run_ops(self.embedding.backward, f"B.{tag}.embedding", "compute", layer=self.prologue_name)
             if overlapped_reduce:
                 if g == 0:
                     bucket["bytes"] += self.prologue_params * grad_bytes
@@ -1052,3 +1076,11 @@ def _joined(layers) -> LayerWork:
         return LayerWork(layers[0].forward, layers[0].backward)
     return LayerWork(sum((layer.forward for layer in layers), ()),
                      sum((layer.backward for layer in reversed(layers)), ()))
+
+
+def kernel_info(ops: tuple[Op, ...], layer: str | None) -> tuple[tuple[str, object], ...]:
+    """Trace arguments of a kernel task: its layer and the FLOPs its kernels run (each op's FLOPs
+    times the share it executes, e.g. causal attention's skipped tiles; workloads/graph.py ``Op``)."""
+    flops = sum(op.flops * op.executed_fraction for op in ops if op.kind != "collective")
+    out: tuple[tuple[str, object], ...] = (("layer", layer),) if layer else ()
+    return (*out, ("flops", flops))
