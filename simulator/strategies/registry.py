@@ -37,6 +37,7 @@ KIND_MODULES: tuple[str, ...] = (
     "simulator.strategies.subnetwork_dp",
     "simulator.strategies.layer_parallel_mgrit",
     "simulator.strategies.swarm",
+    "simulator.strategies.replicated_pipeline",
 )
 
 

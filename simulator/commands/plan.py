@@ -1,0 +1,71 @@
+"""``clustersim plan SCENARIO --planner NAME``: a planner from the literature searches a parallel
+plan with the simulator as its cost oracle and writes it as a scenario YAML."""
+
+from __future__ import annotations
+
+import json
+import sys
+from pathlib import Path
+
+from simulator.cli_options import add_overrides
+from simulator.errors import ConfigError
+
+
+def register(subparsers) -> None:
+    from simulator.explore.planners import load_planners
+
+    planners = "; ".join(f"{name}: {p.summary}" for name, p in sorted(load_planners().items()))
+    p = subparsers.add_parser(
+        "plan",
+        help="search a parallel plan with a planner from the literature; print or write it as a scenario YAML",
+        description="Run a planner on the scenario's model, cluster and global batch. The planner prices candidate "
+        "plans (its own estimate) and simulates the best with the engine; the plan it returns is a scenario YAML "
+        f"that `clustersim simulate` runs, headed by what it cost to find. Planners: {planners}.",
+    )
+    p.add_argument("scenario", help="scenario YAML (its model, cluster and parallelism.global_batch_size are read)")
+    p.add_argument("--planner", required=True, help=f"one of: {', '.join(sorted(load_planners()))}")
+    p.add_argument("--out", help="write the plan's scenario YAML here (default: print it)")
+    p.add_argument("--gpus", type=int, help="number of GPUs (default: the scenario's cluster.num_gpus)")
+    p.add_argument("--option", action="append", default=[], metavar="KEY=VALUE",
+                   help="a planner option, e.g. max_stages=3 (repeatable; see each planner's docstring)")
+    p.add_argument("--json", action="store_true", help="print the result (plan, step time, cost to find) as JSON")
+    add_overrides(p)
+    p.set_defaults(handler=run)
+
+
+def run(args) -> int:
+    import yaml
+
+    from simulator.explore.planners import get_planner
+    from simulator.explore.sweep import absolutize
+    from simulator.scenario import apply_overrides, load_raw
+
+    planner = get_planner(args.planner)
+    options = {}
+    for item in args.option:
+        if "=" not in item:
+            raise ConfigError("--option", f"expected key=value, got {item!r}")
+        key, text = (part.strip() for part in item.split("=", 1))
+        options[key] = yaml.safe_load(text)
+    raw, base = load_raw(args.scenario)
+    raw = absolutize(apply_overrides(raw, args.overrides), base)
+    if args.gpus is not None:
+        if args.gpus < 1:
+            raise ConfigError("--gpus", f"must be a positive integer, got {args.gpus}")
+        raw.setdefault("cluster", {})["num_gpus"] = args.gpus
+    result = planner.run(raw, options)
+    text = result.header() + yaml.safe_dump(result.scenario, sort_keys=False)
+    if args.out:
+        Path(args.out).write_text(text)
+    if args.json:
+        json.dump({"planner": result.planner, "step_time_s": result.step_time_s, "samples_per_s": result.samples_per_s,
+                   "wall_s": result.wall_s, "plans_estimated": result.plans_estimated,
+                   "plans_simulated": result.plans_simulated, "summary": result.summary,
+                   "scenario": result.scenario, "details": result.details}, sys.stdout, indent=2, default=str)
+        sys.stdout.write("\n")
+    elif args.out:
+        sys.stdout.write(result.header())
+        print(f"# written to {args.out}")
+    else:
+        sys.stdout.write(text)
+    return 0

@@ -1,0 +1,97 @@
+"""Planners: algorithms from the literature that search a parallel plan with the simulator as
+their cost oracle (``clustersim plan SCENARIO --planner NAME``).
+
+A planner is one module under this package that calls :func:`register` once at import with a
+:class:`PlannerKind`; :data:`PLANNER_MODULES` lists them (a new planner is one module and one
+line there). ``run(raw, options)`` takes the scenario as a raw mapping (file references made
+absolute) and the planner's options, and returns a :class:`PlanResult`: the plan as a scenario
+mapping the user can simulate, its simulated step time, and what it cost to find (wall seconds,
+plans priced by the planner's own estimate, plans simulated by the engine).
+"""
+
+from __future__ import annotations
+
+import importlib
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import Any
+
+from simulator.errors import ConfigError
+
+#: Every planner module, imported by :func:`load_planners`.
+PLANNER_MODULES: tuple[str, ...] = (
+    "simulator.explore.planners.dapple",
+)
+
+
+@dataclass
+class PlanResult:
+    """A planner's answer: ``scenario`` (a raw scenario mapping holding the plan), its simulated
+    ``step_time_s`` and ``samples_per_s``, and the cost of finding it."""
+
+    planner: str
+    scenario: dict[str, Any]
+    step_time_s: float
+    samples_per_s: float
+    wall_s: float
+    plans_estimated: int
+    plans_simulated: int
+    summary: str
+    details: dict[str, Any] = field(default_factory=dict)
+
+    def header(self) -> str:
+        """Comment lines for the top of the plan's YAML: what was found and what it cost."""
+        lines = [f"plan found by `clustersim plan --planner {self.planner}`",
+                 self.summary,
+                 f"simulated step time {self.step_time_s:.6g} s, {self.samples_per_s:,.1f} samples/s",
+                 f"cost to find: {self.wall_s:.2f} s wall, {self.plans_estimated} plans estimated, "
+                 f"{self.plans_simulated} simulated"]
+        return "".join(f"# {line}\n" for line in lines)
+
+
+@dataclass(frozen=True)
+class PlannerKind:
+    """A planner: its ``name``, a one-line ``summary``, its ``options`` (name -> help) and ``run``."""
+
+    name: str
+    summary: str
+    options: dict[str, str]
+    run: Callable[[dict[str, Any], dict[str, Any]], PlanResult]
+
+
+_PLANNERS: dict[str, PlannerKind] = {}
+
+
+def register(planner: PlannerKind) -> PlannerKind:
+    if planner.name in _PLANNERS:
+        raise ValueError(f"planner {planner.name!r} is registered twice")
+    _PLANNERS[planner.name] = planner
+    return planner
+
+
+def load_planners() -> dict[str, PlannerKind]:
+    for module in PLANNER_MODULES:
+        importlib.import_module(module)
+    return dict(_PLANNERS)
+
+
+def get_planner(name: str) -> PlannerKind:
+    planners = load_planners()
+    if name not in planners:
+        raise ConfigError("--planner", f"unknown planner {name!r}; known: {', '.join(sorted(planners))}")
+    return planners[name]
+
+
+def check_options(planner: PlannerKind, options: dict[str, Any]) -> None:
+    for key in options:
+        if key not in planner.options:
+            known = ", ".join(planner.options) or "none"
+            raise ConfigError(f"--option {key}", f"unknown option of planner {planner.name} (known: {known})")
+
+
+def int_option(options: dict[str, Any], key: str, default: int, minimum: int = 1) -> int:
+    """An integer option (a ConfigError naming it when it is not an integer >= ``minimum``)."""
+    value = options.get(key, default)
+    if isinstance(value, bool) or not isinstance(value, int) or value < minimum:
+        raise ConfigError(f"--option {key}", f"must be an integer >= {minimum}, got {value!r}")
+    return value

@@ -1,0 +1,340 @@
+"""DAPPLE's planner (Fan et al. 2021, "DAPPLE: A Pipelined Data Parallel Approach for Training
+Large Models", PPoPP '21, Sec. 4): stages with their own replica counts, placed topology-aware.
+
+The plan space (Sec. 4.1-4.2): the layer graph (topological order) cut into S contiguous stages,
+stage i replicated on r_i GPUs (data parallel inside the stage; Σ r_i = N), the global batch G in
+M micro-batches, the early-backward (1F1B) schedule. Placement (Sec. 4.2, "fresh first" /
+"append first"): stages take consecutive devices, and a stage either fits inside one node
+(never straddles two) or spans whole nodes, so that a stage's all-reduce stays on NVLink
+wherever it can; what crosses nodes is the pipeline's activations, which are far smaller than
+gradients for the models DAPPLE targets.
+
+The search, in two steps:
+
+1. *Estimate* every (S ≤ ``max_stages``, ordered replica vector, M ≤ ``max_micro_batches``): the
+   layers are cut to minimise the slowest stage (a binary search on the bound with a greedy
+   fill, exact for contiguous cuts), and the plan is priced by DAPPLE's latency model (Sec. 4.1:
+   the warm-up of one micro-batch through every stage, M - 1 more on the pivot stage, then the
+   slowest stage's all-reduce and update):
+   ``L = Σ_i (F_i + B_i) + 2 Σ_i send_i + (M - 1) · max_i max(F_i + B_i, 2 send_i) + max_i (AR_i + opt_i)``
+   with F_i, B_i at the stage's per-replica batch G/(M·r_i), sends of the boundary tensors and
+   all-reduces priced on the topology (the same functions the simulation uses,
+   :class:`simulator.strategies.replicated_pipeline.StagePrices`). The uniform plans (every
+   r_i = N/S, layers cut evenly) are candidates too, and each plan with and without ZeRO-1 (the
+   optimizer state sharded over a stage's replicas; not in DAPPLE, but in the uniform layouts
+   ``clustersim search`` compares against).
+2. *Simulate* the ``top_k`` best estimates with the engine (the ``replicated_pipeline`` kind; plans
+   that do not fit in memory are skipped and the next one taken);
+3. *Refine* the fastest by moving its stage boundaries a few layers at a time, each move judged by
+   the simulator (:func:`refine`; ``refine`` simulations at most), and return the fastest.
+"""
+
+from __future__ import annotations
+
+import copy
+import dataclasses
+import heapq
+import math
+import time
+from typing import Any
+
+import numpy as np
+
+from simulator.cost.collectives import collective_cost
+from simulator.cost.compute import ComputeModel
+from simulator.cost.jitter import sync_stretch
+from simulator.cost.topology import Topology
+from simulator.errors import ConfigError
+from simulator.explore.planners import PlannerKind, PlanResult, check_options, int_option, register
+from simulator.explore.planners.oracle import Oracle
+from simulator.scenario import build_scenario, gradient_bytes, layer_graph_of
+from simulator.strategies.spmd.plan import OPTIMIZER_BYTES_PER_PARAM
+
+OPTIONS = {
+    "max_stages": "most pipeline stages tried (default 4)",
+    "max_micro_batches": "most micro-batches per step tried (default 64)",
+    "top_k": "best estimates simulated by the engine (default 6)",
+    "refine": "most plans simulated while moving the best plan's stage boundaries (default 24; 0: none)",
+}
+_KEPT = ("overlap_grad_reduce", "gradient_bucket_mb")  # parallelism knobs the plan keeps from the scenario
+
+
+def replica_vectors(num_gpus: int, gpus_per_node: int, stages: int) -> list[tuple[int, ...]]:
+    """Ordered replica counts of ``stages`` stages on consecutive devices, each stage inside one
+    node or over whole nodes from a node boundary (DAPPLE Sec. 4.2's placement)."""
+    out: list[tuple[int, ...]] = []
+
+    def extend(prefix: tuple[int, ...], offset: int) -> None:
+        left = num_gpus - offset
+        if len(prefix) == stages:
+            if left == 0:
+                out.append(prefix)
+            return
+        in_node = gpus_per_node - offset % gpus_per_node
+        sizes = list(range(1, min(in_node, left) + 1))
+        if offset % gpus_per_node == 0:
+            sizes += [k * gpus_per_node for k in range(2, left // gpus_per_node + 1)]
+        for r in sizes:
+            if left - r >= stages - len(prefix) - 1:
+                extend(prefix + (r,), offset + r)
+
+    extend((), 0)
+    return out
+
+
+class LayerTables:
+    """Per-layer times (per replica batch), parameters and boundary bytes of the model."""
+
+    def __init__(self, scenario):
+        self.sc = scenario
+        self.compute = ComputeModel(scenario.accelerator, scenario.training.precision, scenario.training.fp8_gemms,
+                                    scenario.training.fp8_recipe)
+        self.stretch = sync_stretch(scenario.accelerator.efficiency.sync_jitter, scenario.num_gpus)
+        one = self.graph(1)
+        self.layers = len(one.layers)
+        self.params = np.array([layer.params for layer in one.layers], dtype=float)
+        self.param_prefix = np.concatenate([[0.0], np.cumsum(self.params)])
+        index = {layer.name: i for i, layer in enumerate(one.layers)}
+        last_use = list(range(self.layers))
+        for i, layer in enumerate(one.layers):
+            for name in layer.inputs:
+                last_use[index[name]] = max(last_use[index[name]], i)
+        crossing = np.zeros(self.layers + 1)  # crossing[k]: bytes per sample crossing the cut before layer k
+        for i, layer in enumerate(one.layers):
+            if last_use[i] > i:
+                crossing[i + 1:last_use[i] + 1] += layer.output_bytes
+        self.crossing_per_sample = crossing
+        self._times: dict[int, np.ndarray] = {}
+
+    def graph(self, batch: int):
+        return layer_graph_of(self.sc.model, dataclasses.replace(self.sc.shard, micro_batch=batch))
+
+    def prefix(self, batch: int) -> np.ndarray:
+        """Prefix sums of forward + backward seconds per layer at ``batch`` samples per replica."""
+        if batch not in self._times:
+            g = self.graph(batch)
+            t = [(self.compute.layer_time_s(layer, "forward") + self.compute.layer_time_s(layer, "backward"))
+                 * self.stretch for layer in g.layers]
+            self._times[batch] = np.concatenate([[0.0], np.cumsum(t)])
+        return self._times[batch]
+
+
+def bottleneck_cut(prefixes: list[np.ndarray], layers: int) -> list[int] | None:
+    """Layer counts of contiguous stages minimising the slowest stage's time (stage i's layer
+    times are ``prefixes[i]``'s differences): a binary search on the bound, each bound checked by
+    filling every stage greedily with as many layers as fit (optimal for a fixed stage order)."""
+    stages = len(prefixes)
+    if stages > layers:
+        return None
+
+    def fill(bound: float) -> list[int] | None:
+        start, counts = 0, []
+        for i, prefix in enumerate(prefixes):
+            if i == stages - 1:
+                end = layers
+            else:  # as many layers as fit under the bound, leaving one for each later stage
+                end = int(np.searchsorted(prefix, prefix[start] + bound, side="right")) - 1
+                end = min(end, layers - (stages - i - 1))
+                if end <= start:
+                    return None
+            if prefix[end] - prefix[start] > bound:
+                return None
+            counts.append(end - start)
+            start = end
+        return counts
+
+    lo, hi = 0.0, max(p[-1] for p in prefixes) * (1 + 1e-9) + 1e-12
+    best = fill(hi)
+    for _ in range(60):
+        mid = (lo + hi) / 2
+        counts = fill(mid)
+        if counts is None:
+            lo = mid
+        else:
+            hi, best = mid, counts
+        if hi - lo <= 1e-9 * hi:
+            break
+    return best
+
+
+class Estimator:
+    """DAPPLE's latency model of one plan (see the module docstring)."""
+
+    def __init__(self, scenario, tables: LayerTables):
+        self.sc, self.t = scenario, tables
+        self.topo = Topology(scenario.node, scenario.fabric, scenario.num_gpus)
+        self.links = self.topo.links
+        self.grad_bytes = gradient_bytes(scenario.training)
+        precision = scenario.training.precision
+        self.opt_bytes = OPTIMIZER_BYTES_PER_PARAM[scenario.training.optimizer] * (32 / 28 if precision == "fp32" else 1)
+        self._ar: dict[tuple, float] = {}
+
+    def all_reduce_s(self, offset: int, replicas: int, params: float) -> float:
+        key = (offset, replicas, params)
+        if key not in self._ar:
+            node = self.sc.node
+            ranks = tuple(range(offset, offset + replicas))
+            cost = collective_cost("all_reduce", params * self.grad_bytes, self.topo.placement(ranks), self.links,
+                                   node.intra_laws, node.inter_node_collectives, node.nvls_all_reduce,
+                                   mesh_peers=node.gpus_per_node - 1 if node.intra_node.kind == "xgmi" else None)
+            self._ar[key] = cost.isolated_time_s(self.links)
+        return self._ar[key]
+
+    def send_s(self, cut: int, offsets: tuple[int, int, int], batches: tuple[int, int]) -> float:
+        """One boundary transfer between consecutive stages (ranks ``offsets[0]:offsets[1]`` and
+        ``offsets[1]:offsets[2]``), alone on its links."""
+        nbytes = self.t.crossing_per_sample[cut] * max(batches)
+        if nbytes <= 0:
+            return 0.0
+        first_node, last_node = self.topo.node_of(offsets[0]), self.topo.node_of(offsets[2] - 1)
+        if first_node == last_node:
+            return self.links.intra_latency_s + nbytes / self.links.intra_bytes_per_s
+        return self.links.inter_latency_s + nbytes / self.links.inter_bytes_per_s
+
+    def latency_s(self, counts: list[int], replicas: tuple[int, ...], micro_batches: int, zero: int = 0) -> float:
+        micro = self.sc.parallelism.global_batch_size // micro_batches
+        starts = np.concatenate([[0], np.cumsum(counts)]).astype(int)
+        offsets = np.concatenate([[0], np.cumsum(replicas)]).astype(int)
+        work, sends, tails = [], [], []
+        for i, r in enumerate(replicas):
+            prefix = self.t.prefix(micro // r)
+            work.append(prefix[starts[i + 1]] - prefix[starts[i]])
+            params = float(self.t.param_prefix[starts[i + 1]] - self.t.param_prefix[starts[i]])
+            opt = self.t.compute.optimizer_step_s(params / (r if zero else 1), self.opt_bytes)
+            tails.append(self.all_reduce_s(int(offsets[i]), r, params) + opt)
+            if i + 1 < len(replicas):
+                sends.append(self.send_s(int(starts[i + 1]), (int(offsets[i]), int(offsets[i + 1]), int(offsets[i + 2])),
+                                         (micro // r, micro // replicas[i + 1])))
+        pivot = max(max(work), 2 * max(sends, default=0.0))
+        return sum(work) + 2 * sum(sends) + (micro_batches - 1) * pivot + max(tails)
+
+
+def plan_raw(raw: dict[str, Any], counts: list[int], replicas: tuple[int, ...], micro_batches: int,
+             zero: int = 0) -> dict[str, Any]:
+    """The scenario mapping of one plan (the input's, with the strategy and layout replaced)."""
+    out = copy.deepcopy(raw)
+    par = raw.get("parallelism") or {}
+    out["parallelism"] = {"global_batch_size": par.get("global_batch_size", 512), "micro_batch_size": 1,
+                          **{k: par[k] for k in _KEPT if k in par}, **({"zero_stage": 1} if zero else {})}
+    out["strategy"] = {"kind": "replicated_pipeline", "micro_batches": micro_batches,
+                       "stages": [{"layers": int(c), "replicas": int(r)} for c, r in zip(counts, replicas, strict=True)]}
+    return out
+
+
+def base_scenario(raw: dict[str, Any]):
+    """The input scenario with a trivial layout (the planner sets its own): model, cluster, batch."""
+    probe = copy.deepcopy(raw)
+    probe.pop("strategy", None)
+    par = probe.get("parallelism") or {}
+    probe["parallelism"] = {"global_batch_size": par.get("global_batch_size", 512), "micro_batch_size": 1}
+    return build_scenario(probe)
+
+
+SHIFTS = (1, -1, 2, -2, 4, -4, 8, -8)
+
+
+def refine(raw: dict[str, Any], best, oracle: Oracle, seen: set, budget: int):
+    """Hill-climb the best simulated plan's stage boundaries with the simulator as the judge:
+    move one boundary by ``SHIFTS`` layers, keep any move that simulates faster, until none does
+    or ``budget`` simulations are spent. (Not in DAPPLE, whose planner trusts its estimate; the
+    estimate misses contention and the exposure of the gradient collectives, a few per cent.)
+    Returns the best evaluation and the layer counts it started from (None if unchanged)."""
+    strategy = best.raw["strategy"]
+    replicas = tuple(s["replicas"] for s in strategy["stages"])
+    counts = [s["layers"] for s in strategy["stages"]]
+    start = list(counts)
+    zero = best.raw["parallelism"].get("zero_stage", 0)
+    improved = True
+    while improved and oracle.simulated < budget:
+        improved = False
+        for boundary in range(len(counts) - 1):
+            for shift in SHIFTS:
+                trial = list(counts)
+                trial[boundary] += shift
+                trial[boundary + 1] -= shift
+                key = (tuple(trial), replicas, strategy["micro_batches"], zero)
+                if min(trial) < 1 or key in seen or oracle.simulated >= budget:
+                    continue
+                seen.add(key)
+                evaluation = oracle.evaluate(plan_raw(raw, trial, replicas, strategy["micro_batches"], zero))
+                if evaluation.fits and evaluation.step_time_s < best.step_time_s:
+                    best, counts, improved = evaluation, trial, True
+                    break
+    return best, (start if counts != start else None)
+
+
+def run_dapple(raw: dict[str, Any], options: dict[str, Any]) -> PlanResult:
+    check_options(DAPPLE, options)
+    max_stages = int_option(options, "max_stages", 4)
+    max_micro = int_option(options, "max_micro_batches", 64)
+    top_k = int_option(options, "top_k", 6)
+    refine_budget = int_option(options, "refine", 24, minimum=0)
+    started = time.perf_counter()
+    scenario = base_scenario(raw)
+    tables = LayerTables(scenario)
+    estimator = Estimator(scenario, tables)
+    n, per_node = scenario.num_gpus, scenario.node.gpus_per_node
+    g = scenario.parallelism.global_batch_size
+    micro_options = [m for m in range(1, min(max_micro, g) + 1) if g % m == 0]
+    estimates: list[tuple[float, int, list[int], tuple[int, ...], int, int]] = []
+    serial = 0
+    for stages in range(1, min(max_stages, tables.layers, n) + 1):
+        for replicas in replica_vectors(n, per_node, stages):
+            lcm = math.lcm(*replicas)
+            for m in micro_options:
+                if (g // m) % lcm:
+                    continue
+                prefixes = [tables.prefix(g // m // r) for r in replicas]
+                cuts = [bottleneck_cut(prefixes, tables.layers)]
+                if len(set(replicas)) == 1:  # the uniform plan with layers cut evenly
+                    cuts.append([len(a) for a in np.array_split(np.arange(tables.layers), stages)])
+                for counts in cuts:
+                    if counts is None or min(counts) < 1:
+                        continue
+                    for zero in (0, 1) if max(replicas) > 1 else (0,):
+                        serial += 1
+                        estimates.append((estimator.latency_s(counts, replicas, m, zero), serial, counts, replicas,
+                                          m, zero))
+    if not estimates:
+        raise ConfigError("parallelism.global_batch_size", f"{g} cannot be split over any plan of {n} GPUs "
+                                                           f"(every micro-batch must divide over each stage's replicas)")
+    oracle = Oracle()
+    ranked = heapq.nsmallest(len(estimates), estimates)
+    seen, simulated = set(), []
+    for estimate_s, _, counts, replicas, m, zero in ranked:
+        key = (tuple(counts), replicas, m, zero)
+        if key in seen:
+            continue
+        seen.add(key)
+        evaluation = oracle.evaluate(plan_raw(raw, counts, replicas, m, zero))
+        if evaluation.fits:
+            simulated.append((evaluation.step_time_s, estimate_s, evaluation))
+        if len(simulated) >= top_k or oracle.simulated >= 4 * top_k:
+            break
+    if not simulated:
+        raise ConfigError("model", f"no DAPPLE plan of {scenario.model.name} fits on {n} GPUs "
+                                   f"(tried {oracle.simulated}; the last: {evaluation.reason})")
+    step_s, estimate_s, best = min(simulated, key=lambda item: item[0])
+    best, refined = refine(raw, best, oracle, seen, oracle.simulated + refine_budget)
+    step_s = best.step_time_s
+    strategy = best.raw["strategy"]
+    layers = [s["layers"] for s in strategy["stages"]]
+    replicas = [s["replicas"] for s in strategy["stages"]]
+    summary = (f"DAPPLE: {len(layers)} stage(s), layers {layers}, replicas {replicas}, "
+               f"{strategy['micro_batches']} micro-batches, ZeRO {best.raw['parallelism'].get('zero_stage', 0)} "
+               f"(estimated {estimate_s:.6g} s)")
+    if refined:
+        summary += f"; boundaries moved by simulation from the estimate's {refined}"
+    return PlanResult("dapple", best.raw, step_s, best.samples_per_s, time.perf_counter() - started,
+                      len(estimates), oracle.simulated, summary,
+                      {"simulated": [{"stages": e.raw["strategy"]["stages"], "micro_batches": e.raw["strategy"]["micro_batches"],
+                                      "estimated_step_s": est, "simulated_step_s": s} for s, est, e in simulated]})
+
+
+DAPPLE = register(PlannerKind(
+    name="dapple",
+    summary="DAPPLE (Fan et al. 2021): stages with their own data-parallel degrees, placed inside nodes where "
+            "possible, 1F1B; estimated by its latency model, the best simulated",
+    options=OPTIONS,
+    run=run_dapple,
+))

@@ -1,0 +1,45 @@
+"""The simulator as a planner's cost oracle: a raw scenario mapping in, its simulated step out.
+
+Each call builds the scenario (bad plans are ConfigErrors the caller may skip), checks memory
+with the strategy kind's own model, and runs the discrete-event engine; the count of calls is
+the "plans simulated" a planner reports.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+from simulator.errors import ConfigError
+
+
+@dataclass(frozen=True)
+class Evaluation:
+    """One simulated plan: ``step_time_s`` (None when it cannot run, with ``reason``)."""
+
+    raw: dict[str, Any]
+    step_time_s: float | None
+    samples_per_s: float | None
+    fits: bool
+    reason: str | None
+
+
+class Oracle:
+    """Simulates plans and counts them."""
+
+    def __init__(self) -> None:
+        self.simulated = 0
+
+    def evaluate(self, raw: dict[str, Any]) -> Evaluation:
+        from simulator.scenario import build_scenario
+        from simulator.simulate import simulate
+
+        self.simulated += 1
+        try:
+            scenario = build_scenario(raw)
+            result = simulate(scenario, run_if_oom=False)
+        except ConfigError as exc:
+            return Evaluation(raw, None, None, False, str(exc))
+        if not result.fits:
+            return Evaluation(raw, None, None, False, result.infeasible_reason)
+        return Evaluation(raw, result.step_time_s, result.samples_per_step / result.step_time_s, True, None)

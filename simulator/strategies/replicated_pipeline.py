@@ -1,0 +1,341 @@
+"""The ``replicated_pipeline`` strategy kind: a synchronous pipeline whose stages have their own
+data-parallel degrees (DAPPLE, Fan et al. 2021, "DAPPLE: A Pipelined Data Parallel Approach for
+Training Large Models", PPoPP '21, Sec. 3-4).
+
+Stage i holds a contiguous run of the layer graph's layers (``stages[i].layers`` of them, in the
+graph's topological order) on ``stages[i].replicas`` GPUs, data parallel inside the stage. The
+global batch is cut into ``micro_batches`` micro-batches of G/M samples; each micro-batch enters
+every stage split evenly over that stage's replicas (G/(M·r_i) samples each), so a stage with
+more replicas runs a smaller per-GPU batch. Stages are placed on consecutive ranks in order
+(stage 0 on ranks 0..r_0-1, ...), the way DAPPLE's planner lays devices out node by node
+(Sec. 4.2, "fresh first"): a stage of up to one node's GPUs placed inside a node keeps its
+all-reduce on NVLink.
+
+What is simulated, one actor per stage (every replica of a stage does the same work at the same
+time, DESIGN.md "Symmetry is the speed"):
+
+- the early-backward schedule (DAPPLE Sec. 3.2: 1F1B, stage i warms up with S-i-1 forwards, then
+  alternates one forward and one backward, so at most S-i micro-batches are in flight);
+- forward and backward passes of the stage's layers at its per-replica batch, priced by the
+  compute model (measured times for a per-layer profile);
+- activation sends to the next stage and gradient sends back, split or gathered between unequal
+  replica counts (Sec. 3.3): a replica of stage i sends the boundary tensors of its G/(M·r_i)
+  samples, a replica of stage i+1 receives those of its G/(M·r_{i+1}) samples, so one transfer
+  moves max of the two over the slower port (NVLink if every overlapping pair of replicas shares a
+  node, else the NICs);
+- the per-stage gradient all-reduce over the stage's replicas (the collective cost on the topology
+  of those ranks), bucketed and overlapped with the last micro-batch's backward when
+  ``parallelism.overlap_grad_reduce`` (as DDP does), then the optimizer step.
+
+``parallelism.zero_stage: 1`` shards the optimizer state over a stage's replicas (gradients
+reduce-scattered, the optimizer step on 1/r of the parameters, the weights all-gathered before the
+next step's first forward, as the spmd kind does); DAPPLE itself keeps ZeRO 0.
+
+Not modelled: recompute, ZeRO 2/3, tensor parallelism inside a stage (DAPPLE has none either).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from collections import defaultdict
+from functools import cached_property
+from typing import Literal
+
+from pydantic import BaseModel, ConfigDict, Field
+
+from simulator.cost.collectives import collective_cost
+from simulator.cost.compute import ComputeModel
+from simulator.cost.jitter import sync_stretch
+from simulator.cost.topology import Topology
+from simulator.engine.engine import Task
+from simulator.memory.analytic import MemoryBreakdown, bytes_per_param, peak_stage
+from simulator.scenario import gradient_bytes, layer_graph_of
+from simulator.strategies.plan import Plan
+from simulator.strategies.registry import StrategyKind, register
+from simulator.strategies.spmd.plan import OPTIMIZER_BYTES_PER_PARAM, WEIGHT_BYTES
+from simulator.strategies.spmd.schedule import one_f_one_b
+from simulator.strategies.tasklists import require
+
+
+class StageSpec(BaseModel):
+    """One pipeline stage: how many consecutive layers, on how many GPUs (data parallel inside)."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    layers: int = Field(gt=0, description="consecutive layers of the layer graph (topological order)")
+    replicas: int = Field(gt=0, description="GPUs running this stage, data parallel among themselves")
+
+
+class ReplicatedPipelineConfig(BaseModel):
+    """A pipeline of ``stages`` (each its own data-parallel degree) over ``micro_batches`` micro-batches."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    kind: Literal["replicated_pipeline"] = "replicated_pipeline"
+    stages: tuple[StageSpec, ...] = Field(min_length=1)
+    micro_batches: int = Field(gt=0, description="micro-batches per step; each has global_batch_size / this samples")
+    schedule: Literal["1f1b"] = Field(default="1f1b", description="DAPPLE's early backward (1F1B)")
+
+
+def check(scenario) -> ReplicatedPipelineConfig:
+    """The config against the model, the cluster and the batch: one ConfigError naming the field."""
+    cfg, par = scenario.strategy, scenario.parallelism
+    require(par.tp == 1 and par.pp == 1 and par.cp == 1, "parallelism",
+            "replicated_pipeline sets its own stages: leave tp, pp and cp at 1")
+    require(par.zero_stage in (0, 1), "parallelism.zero_stage",
+            "replicated_pipeline shards at most the optimizer state over a stage's replicas (ZeRO 0 or 1)")
+    require(par.recompute == "none", "parallelism.recompute", "replicated_pipeline does not recompute")
+    layers = len(scenario.layer_graph().layers)
+    total = sum(s.layers for s in cfg.stages)
+    require(total == layers, "strategy.stages",
+            f"the stages hold {total} layers; the model {scenario.model.name} has {layers}")
+    gpus = sum(s.replicas for s in cfg.stages)
+    require(gpus == scenario.num_gpus, "strategy.stages",
+            f"the stages use {gpus} GPUs; the cluster has {scenario.num_gpus}")
+    g, m = par.global_batch_size, cfg.micro_batches
+    require(g % m == 0, "strategy.micro_batches", f"{m} does not divide global_batch_size {g}")
+    for i, stage in enumerate(cfg.stages):
+        require((g // m) % stage.replicas == 0, f"strategy.stages.{i}.replicas",
+                f"{stage.replicas} replicas do not divide the micro-batch of {g // m} samples")
+    return cfg
+
+
+class StagePrices:
+    """What each stage costs, from the compute model and the topology (shared by the kind and by
+    the planners that estimate before they simulate)."""
+
+    def __init__(self, scenario, cfg: ReplicatedPipelineConfig):
+        self.sc, self.cfg = scenario, cfg
+        self.topo = Topology(scenario.node, scenario.fabric, scenario.num_gpus)
+        self.links = self.topo.links
+        self.compute = ComputeModel(scenario.accelerator, scenario.training.precision, scenario.training.fp8_gemms,
+                                    scenario.training.fp8_recipe)
+        self.stretch = sync_stretch(scenario.accelerator.efficiency.sync_jitter, scenario.num_gpus)
+        self.micro_batch = scenario.parallelism.global_batch_size // cfg.micro_batches
+        self.starts = [sum(s.layers for s in cfg.stages[:i]) for i in range(len(cfg.stages) + 1)]
+        self.offsets = [sum(s.replicas for s in cfg.stages[:i]) for i in range(len(cfg.stages) + 1)]
+
+    def replica_batch(self, stage: int) -> int:
+        return self.micro_batch // self.cfg.stages[stage].replicas
+
+    def graph(self, stage: int):
+        return layer_graph_of(self.sc.model, dataclasses.replace(self.sc.shard, micro_batch=self.replica_batch(stage)))
+
+    def layers(self, stage: int):
+        return self.graph(stage).layers[self.starts[stage]:self.starts[stage + 1]]
+
+    def ranks(self, stage: int) -> tuple[int, ...]:
+        return tuple(range(self.offsets[stage], self.offsets[stage + 1]))
+
+    def layer_s(self, stage: int, phase: str) -> list[float]:
+        """Seconds of each of the stage's layers, "forward" or "backward", at its per-replica batch."""
+        return [self.compute.layer_time_s(layer, phase) * self.stretch for layer in self.layers(stage)]
+
+    def params(self, stage: int) -> float:
+        return float(sum(layer.params for layer in self.layers(stage)))
+
+    def boundary_bytes(self, stage: int, at_stage: int) -> float:
+        """Bytes crossing from stages <= ``stage`` to later ones, for one replica of ``at_stage``'s batch."""
+        layers = self.graph(at_stage).layers
+        cut = self.starts[stage + 1]
+        later_inputs = {name for layer in layers[cut:] for name in layer.inputs}
+        return float(sum(layer.output_bytes for layer in layers[:cut] if layer.name in later_inputs))
+
+    def boundary_link(self, stage: int) -> str:
+        """"nvl" when every pair of replicas of ``stage`` and ``stage+1`` that share samples shares a
+        node, else "nic" (and "up" is added by :meth:`send_demands` across pods)."""
+        b_src, b_dst = self.replica_batch(stage), self.replica_batch(stage + 1)
+        for a, src in enumerate(self.ranks(stage)):
+            for c, dst in enumerate(self.ranks(stage + 1)):
+                if a * b_src < (c + 1) * b_dst and c * b_dst < (a + 1) * b_src:  # sample ranges overlap
+                    if self.topo.node_of(src) != self.topo.node_of(dst):
+                        return "nic"
+        return "nvl"
+
+    def send_s(self, stage: int) -> float:
+        """Seconds of one boundary transfer alone on its links (for estimates)."""
+        link = self.boundary_link(stage)
+        nbytes = max(self.boundary_bytes(stage, stage), self.boundary_bytes(stage, stage + 1))
+        if nbytes <= 0:
+            return 0.0
+        if link == "nvl":
+            return self.links.intra_latency_s + nbytes / self.links.intra_bytes_per_s
+        return self.links.inter_latency_s + nbytes / self.links.inter_bytes_per_s
+
+    def all_reduce(self, stage: int, nbytes: float, collective: str = "all_reduce"):
+        node = self.sc.node
+        return collective_cost(collective, nbytes, self.topo.placement(self.ranks(stage)), self.links,
+                               node.intra_laws, node.inter_node_collectives, node.nvls_all_reduce,
+                               mesh_peers=node.gpus_per_node - 1 if node.intra_node.kind == "xgmi" else None)
+
+    def gradient_bytes(self, stage: int) -> float:
+        return self.params(stage) * gradient_bytes(self.sc.training)
+
+    def all_reduce_s(self, stage: int) -> float:
+        return self.all_reduce(stage, self.gradient_bytes(stage)).isolated_time_s(self.links)
+
+    def optimizer_s(self, stage: int) -> float:
+        """The stage's optimizer step; under ZeRO-1 over its shard (1/r of the parameters)."""
+        precision = self.sc.training.precision
+        per_param = OPTIMIZER_BYTES_PER_PARAM[self.sc.training.optimizer] * (32 / 28 if precision == "fp32" else 1)
+        shards = self.cfg.stages[stage].replicas if self.sc.parallelism.zero_stage == 1 else 1
+        return self.compute.optimizer_step_s(self.params(stage) / shards, per_param)
+
+    @cached_property
+    def pass_s(self) -> list[tuple[float, float]]:
+        """(forward, backward) seconds of each stage for one micro-batch."""
+        return [(sum(self.layer_s(i, "forward")), sum(self.layer_s(i, "backward"))) for i in range(len(self.cfg.stages))]
+
+
+def _transfer(actor: str, peer: str, name: str, link: str, out_bytes: float, in_bytes: float, prices: StagePrices,
+              stream: str = "pp") -> Task:
+    links = prices.links
+    latency = links.intra_latency_s if link == "nvl" else links.inter_latency_s
+    demands = {f"{actor}:{link}_tx": out_bytes, f"{peer}:{link}_rx": in_bytes}
+    return Task(name, actor, stream, "pp_comm", demands=demands, latency_s=latency)
+
+
+def compile_replicated_pipeline(scenario, mode: str | None = None, detail: bool = False) -> Plan:
+    cfg = check(scenario)
+    prices = StagePrices(scenario, cfg)
+    s_count, m, steps = len(cfg.stages), cfg.micro_batches, scenario.simulation.steps
+    actors = [f"stage{i}" for i in range(s_count)]
+    streams: dict[tuple[str, str], list[Task]] = defaultdict(list)
+    compute: dict[str, list[Task]] = defaultdict(list)
+    bucket_bytes = scenario.parallelism.gradient_bucket_mb * 1e6
+    overlap = scenario.parallelism.overlap_grad_reduce
+    grad_per_param = gradient_bytes(scenario.training)
+
+    def kernel(i: int, name: str, seconds: float, category: str = "compute", deps=()) -> Task:
+        task = Task(name, actors[i], "compute", category, duration_s=seconds, deps=list(deps))
+        streams[(actors[i], "compute")].append(task)
+        compute[actors[i]].append(task)
+        return task
+
+    zero = scenario.parallelism.zero_stage
+    reduce_kind = "all_reduce" if zero == 0 else "reduce_scatter"
+    weight_bytes = WEIGHT_BYTES[scenario.training.precision]
+
+    def all_reduce(i: int, name: str, nbytes: float, after: Task | None, collective: str = reduce_kind) -> Task | None:
+        if cfg.stages[i].replicas == 1 or nbytes <= 0:
+            return None
+        cost = prices.all_reduce(i, nbytes, collective)
+        demands = {}
+        for link, b in cost.bytes_by_link.items():
+            demands[f"{actors[i]}:{link}_tx"] = b
+            demands[f"{actors[i]}:{link}_rx"] = b
+        task = Task(name, actors[i], "dp", "dp_comm", demands=demands, latency_s=cost.latency_s,
+                    deps=[after] if after is not None else [])
+        streams[(actors[i], "dp")].append(task)
+        return task
+
+    step_ends: list[list[Task]] = []
+    for step in range(steps):
+        forward, backward = {}, {}
+        ends = []
+        for i in range(s_count):
+            f_s, b_s = prices.pass_s[i]
+            layer_b = prices.layer_s(i, "backward")
+            layer_params = [layer.params for layer in prices.layers(i)]
+            reductions: list[Task] = []
+            # ZeRO-1: the updated weights all-gathered at the step's start, before the first forward
+            # (as the spmd kind does with overlap_param_gather; after the previous step's update).
+            gather = None
+            if zero == 1:
+                gather = all_reduce(i, f"param_all_gather.s{step}", prices.params(i) * weight_bytes,
+                                    compute[actors[i]][-1] if compute[actors[i]] else None, "all_gather")
+            for phase, j, _ in one_f_one_b(m, s_count, i):
+                tag = f"s{step}.mb{j}"
+                if phase == "F":  # the compute stream runs in order: after the previous step's update
+                    forward[i, j] = kernel(i, f"F.{tag}", f_s, deps=(gather,) if gather and j == 0 else ())
+                    continue
+                if j < m - 1 or not overlap or cfg.stages[i].replicas == 1:
+                    backward[i, j] = kernel(i, f"B.{tag}", b_s)
+                    if j == m - 1:
+                        reduced = all_reduce(i, f"grad_all_reduce.s{step}", prices.gradient_bytes(i), backward[i, j])
+                        reductions = [reduced] if reduced else []
+                    continue
+                # the last backward layer by layer (last layer first), gradients reduced in buckets
+                pending, first_task, task = 0.0, None, None
+                for k in reversed(range(len(layer_b))):
+                    task = kernel(i, f"B.{tag}.layer{k}", layer_b[k])
+                    first_task = first_task or task
+                    pending += layer_params[k] * grad_per_param
+                    if pending >= bucket_bytes or k == 0:
+                        reduced = all_reduce(i, f"grad_all_reduce.s{step}.bucket{len(reductions)}", pending, task)
+                        if reduced:
+                            reductions.append(reduced)
+                        pending = 0.0
+                backward[i, j] = task
+                backward[i, j, "entry"] = first_task
+            update = kernel(i, f"optimizer.s{step}", prices.optimizer_s(i), "optimizer", deps=tuple(reductions))
+            ends.append(update)
+        for i in range(s_count):  # sends in the order each stage ran its passes
+            for phase, j, _ in one_f_one_b(m, s_count, i):
+                tag = f"s{step}.mb{j}"
+                if phase == "F" and i + 1 < s_count:
+                    send = _transfer(actors[i], actors[i + 1], f"send_act.{tag}", prices.boundary_link(i),
+                                     prices.boundary_bytes(i, i), prices.boundary_bytes(i, i + 1), prices)
+                    send.deps.append(forward[i, j])
+                    streams[(actors[i], "pp")].append(send)
+                    forward[i + 1, j].deps.append(send)
+                elif phase == "B" and i > 0:
+                    send = _transfer(actors[i], actors[i - 1], f"send_grad.{tag}", prices.boundary_link(i - 1),
+                                     prices.boundary_bytes(i - 1, i), prices.boundary_bytes(i - 1, i - 1), prices)
+                    send.deps.append(backward[i, j])
+                    streams[(actors[i], "pp")].append(send)
+                    backward.get((i - 1, j, "entry"), backward[i - 1, j]).deps.append(send)
+        step_ends.append(ends)
+    _mark_interference(scenario, streams)
+    ranks = {a: prices.offsets[i] for i, a in enumerate(actors)}
+    extra = {"stage_layers": [s.layers for s in cfg.stages], "stage_replicas": [s.replicas for s in cfg.stages],
+             "micro_batches": m, "stage_forward_s": [f for f, _ in prices.pass_s],
+             "stage_backward_s": [b for _, b in prices.pass_s]}
+    return Plan(dict(streams), ranks, {a: i for i, a in enumerate(actors)}, [s.layers for s in cfg.stages],
+                prices.topo, dict(compute), steps=steps, step_ends=step_ends, extra=extra, mode="symmetric")
+
+
+def _mark_interference(scenario, streams) -> None:
+    """The SPMD planner's interference marks (kernels slow while their rank's transfers run)."""
+    eff = scenario.accelerator.efficiency
+    slowdown, comm_slowdown = eff.overlap_compute_slowdown, eff.overlap_comm_slowdown
+    if slowdown <= 0 and comm_slowdown <= 0:
+        return
+    for (_actor, stream), tasks in streams.items():
+        for task in tasks:
+            if stream == "compute":
+                task.slowdown_while_contended = slowdown
+                task.slows_comm = comm_slowdown > 0
+            elif task.demands is not None:
+                task.contends = slowdown > 0
+                task.comm_slowdown_while_computing = comm_slowdown
+
+
+def stage_memory(prices: StagePrices, stage: int) -> MemoryBreakdown:
+    """Weights, gradients and optimizer state of the stage's layers (whole, ZeRO 0:
+    :func:`bytes_per_param`), plus the activations of the min(S - i, M) micro-batches 1F1B keeps
+    in flight on stage i (DAPPLE Sec. 3.2), at the stage's per-replica batch."""
+    sc = prices.sc
+    per = bytes_per_param(sc.training.precision, sc.training.optimizer)
+    params = prices.params(stage)
+    in_flight = min(len(prices.cfg.stages) - stage, prices.cfg.micro_batches)
+    saved = sum(layer.saved_bytes for layer in prices.layers(stage))
+    shards = prices.cfg.stages[stage].replicas if sc.parallelism.zero_stage == 1 else 1
+    return MemoryBreakdown(params * per["weights"], params * per["gradients"], params * per["optimizer"] / shards,
+                           in_flight * saved, 0.0, stage)
+
+
+def memory_replicated_pipeline(scenario):
+    cfg = check(scenario)
+    prices = StagePrices(scenario, cfg)
+    return peak_stage([stage_memory(prices, i) for i in range(len(cfg.stages))])
+
+
+REPLICATED_PIPELINE = register(StrategyKind(
+    name="replicated_pipeline",
+    config=ReplicatedPipelineConfig,
+    summary="DAPPLE pipeline: stages of their own layer counts and data-parallel degrees, 1F1B, "
+            "split/gathered sends between unequal stages, per-stage gradient all-reduce",
+    compile=compile_replicated_pipeline,
+    memory=memory_replicated_pipeline,
+))
