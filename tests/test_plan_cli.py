@@ -51,8 +51,8 @@ def runs(tmp_path_factory):
     py = [sys.executable, "-m", "simulator", "plan", str(scenario)]
     cases = {
         "out": py + ["--planner", "dapple", "--out", str(tmp / "plan.yaml")],
-        "print": py + ["--planner", "dapple", "--option", "max_stages=2"],
-        "json": py + ["--planner", "dapple", "--json", "--gpus", "4"],
+        "print": py + ["--planner", "dapple", "--option", "max_stages=2", "--option", "refine=0"],
+        "json": py + ["--planner", "dapple", "--json", "--gpus", "4", "--option", "refine=0"],
         "unknown_planner": py + ["--planner", "nope"],
         "unknown_option": py + ["--planner", "dapple", "--option", "stages=2"],
         "bad_option": py + ["--planner", "dapple", "--option", "max_stages=zero"],

@@ -24,9 +24,12 @@ The search, in two steps:
    optimizer state sharded over a stage's replicas; not in DAPPLE, but in the uniform layouts
    ``clustersim search`` compares against).
 2. *Simulate* the ``top_k`` best estimates with the engine (the ``replicated_pipeline`` kind; plans
-   that do not fit in memory are skipped and the next one taken);
-3. *Refine* the fastest by moving its stage boundaries a few layers at a time, each move judged by
-   the simulator (:func:`refine`; ``refine`` simulations at most), and return the fastest.
+   that do not fit in memory are skipped and the next one taken), and the two best estimates of
+   every stage count (the estimate's error grows with the pipeline's sends and bubbles, so no depth
+   is ruled out by the estimate alone);
+3. *Refine* the fastest plan of each of the three best replica vectors one move at a time (a stage
+   boundary moved a few layers, the micro-batches doubled or halved, ZeRO-1 toggled), each move
+   judged by the simulator (:func:`refine`; at most ``refine`` simulations each); return the fastest.
 """
 
 from __future__ import annotations
@@ -54,7 +57,7 @@ OPTIONS = {
     "max_stages": "most pipeline stages tried (default 4)",
     "max_micro_batches": "most micro-batches per step tried (default 64)",
     "top_k": "best estimates simulated by the engine (default 6)",
-    "refine": "most plans simulated while moving the best plan's stage boundaries (default 24; 0: none)",
+    "refine": "most plans simulated while refining each of the three finalists (default 16; 0: none)",
 }
 _KEPT = ("overlap_grad_reduce", "gradient_bucket_mb")  # parallelism knobs the plan keeps from the scenario
 
@@ -231,36 +234,58 @@ def base_scenario(raw: dict[str, Any]):
 
 
 SHIFTS = (1, -1, 2, -2, 4, -4, 8, -8)
+PER_DEPTH = 2  # plans simulated (that fit) for every number of stages, best estimates first
+REFINED = 3    # distinct replica vectors whose best simulated plan is refined
+
+
+def _neighbours(counts: list[int], m: int, zero: int, replicas: tuple[int, ...], batch: int):
+    """Plans one move away: a stage boundary moved by ``SHIFTS`` layers, the micro-batches doubled
+    or halved (where each stage's replicas still divide the micro-batch), ZeRO-1 toggled."""
+    for boundary in range(len(counts) - 1):
+        for shift in SHIFTS:
+            trial = list(counts)
+            trial[boundary] += shift
+            trial[boundary + 1] -= shift
+            if min(trial) >= 1:
+                yield trial, m, zero
+    lcm = math.lcm(*replicas)
+    for other in (m * 2, m // 2):
+        if other >= 1 and batch % other == 0 and (batch // other) % lcm == 0:
+            yield counts, other, zero
+    if max(replicas) > 1:
+        yield counts, m, 1 - zero
 
 
 def refine(raw: dict[str, Any], best, oracle: Oracle, seen: set, budget: int):
-    """Hill-climb the best simulated plan's stage boundaries with the simulator as the judge:
-    move one boundary by ``SHIFTS`` layers, keep any move that simulates faster, until none does
-    or ``budget`` simulations are spent. (Not in DAPPLE, whose planner trusts its estimate; the
-    estimate misses contention and the exposure of the gradient collectives, a few per cent.)
-    Returns the best evaluation and the layer counts it started from (None if unchanged)."""
-    strategy = best.raw["strategy"]
-    replicas = tuple(s["replicas"] for s in strategy["stages"])
-    counts = [s["layers"] for s in strategy["stages"]]
-    start = list(counts)
-    zero = best.raw["parallelism"].get("zero_stage", 0)
-    improved = True
+    """Hill-climb a simulated plan with the simulator as the judge: take the first of its
+    :func:`_neighbours` that simulates faster, until none does or ``budget`` simulations are spent.
+    (Not in DAPPLE, whose planner trusts its estimate; the estimate misses contention, the exposure
+    of the gradient collectives and the sends on 1F1B's critical path: up to ~20% here.)
+    Returns the best evaluation and whether it moved."""
+    batch = best.raw["parallelism"]["global_batch_size"]
+    replicas = tuple(s["replicas"] for s in best.raw["strategy"]["stages"])
+    improved, moved = True, False
     while improved and oracle.simulated < budget:
         improved = False
-        for boundary in range(len(counts) - 1):
-            for shift in SHIFTS:
-                trial = list(counts)
-                trial[boundary] += shift
-                trial[boundary + 1] -= shift
-                key = (tuple(trial), replicas, strategy["micro_batches"], zero)
-                if min(trial) < 1 or key in seen or oracle.simulated >= budget:
-                    continue
-                seen.add(key)
-                evaluation = oracle.evaluate(plan_raw(raw, trial, replicas, strategy["micro_batches"], zero))
-                if evaluation.fits and evaluation.step_time_s < best.step_time_s:
-                    best, counts, improved = evaluation, trial, True
-                    break
-    return best, (start if counts != start else None)
+        strategy = best.raw["strategy"]
+        counts = [s["layers"] for s in strategy["stages"]]
+        zero = best.raw["parallelism"].get("zero_stage", 0)
+        for trial, m, z in _neighbours(counts, strategy["micro_batches"], zero, replicas, batch):
+            key = (tuple(trial), replicas, m, z)
+            if key in seen or oracle.simulated >= budget:
+                continue
+            seen.add(key)
+            evaluation = oracle.evaluate(plan_raw(raw, trial, replicas, m, z))
+            if evaluation.fits and evaluation.step_time_s < best.step_time_s:
+                best, improved, moved = evaluation, True, True
+                break
+    return best, moved
+
+
+def _describe(evaluation) -> str:
+    strategy = evaluation.raw["strategy"]
+    return (f"layers {[s['layers'] for s in strategy['stages']]}, replicas {[s['replicas'] for s in strategy['stages']]}, "
+            f"{strategy['micro_batches']} micro-batches, ZeRO {evaluation.raw['parallelism'].get('zero_stage', 0)}")
 
 
 def run_dapple(raw: dict[str, Any], options: dict[str, Any]) -> PlanResult:
@@ -268,7 +293,7 @@ def run_dapple(raw: dict[str, Any], options: dict[str, Any]) -> PlanResult:
     max_stages = int_option(options, "max_stages", 4)
     max_micro = int_option(options, "max_micro_batches", 64)
     top_k = int_option(options, "top_k", 6)
-    refine_budget = int_option(options, "refine", 24, minimum=0)
+    refine_budget = int_option(options, "refine", 16, minimum=0)
     started = time.perf_counter()
     scenario = base_scenario(raw)
     tables = LayerTables(scenario)
@@ -300,31 +325,48 @@ def run_dapple(raw: dict[str, Any], options: dict[str, Any]) -> PlanResult:
                                                            f"(every micro-batch must divide over each stage's replicas)")
     oracle = Oracle()
     ranked = heapq.nsmallest(len(estimates), estimates)
-    seen, simulated = set(), []
-    for estimate_s, _, counts, replicas, m, zero in ranked:
-        key = (tuple(counts), replicas, m, zero)
-        if key in seen:
-            continue
-        seen.add(key)
-        evaluation = oracle.evaluate(plan_raw(raw, counts, replicas, m, zero))
-        if evaluation.fits:
-            simulated.append((evaluation.step_time_s, estimate_s, evaluation))
-        if len(simulated) >= top_k or oracle.simulated >= 4 * top_k:
-            break
+    seen: set = set()
+    simulated: list = []
+    last: list = [None]
+
+    def simulate_in_order(candidates, wanted: int, tries: int) -> None:
+        fitted = tried = 0
+        for estimate_s, _, counts, replicas, m, zero in candidates:
+            if fitted >= wanted or tried >= tries:
+                return
+            key = (tuple(counts), replicas, m, zero)
+            if key in seen:
+                continue
+            seen.add(key)
+            tried += 1
+            evaluation = last[0] = oracle.evaluate(plan_raw(raw, counts, replicas, m, zero))
+            if evaluation.fits:
+                fitted += 1
+                simulated.append((evaluation.step_time_s, estimate_s, evaluation))
+
+    simulate_in_order(ranked, top_k, 4 * top_k)
+    # The estimate's error differs with the pipeline's depth (its sends and bubbles): the best
+    # estimates of every stage count are simulated too, so no depth is ruled out by the estimate alone.
+    for stages in sorted({len(item[3]) for item in ranked}):
+        simulate_in_order([item for item in ranked if len(item[3]) == stages], PER_DEPTH, 4 * PER_DEPTH)
     if not simulated:
         raise ConfigError("model", f"no DAPPLE plan of {scenario.model.name} fits on {n} GPUs "
-                                   f"(tried {oracle.simulated}; the last: {evaluation.reason})")
-    step_s, estimate_s, best = min(simulated, key=lambda item: item[0])
-    best, refined = refine(raw, best, oracle, seen, oracle.simulated + refine_budget)
-    step_s = best.step_time_s
-    strategy = best.raw["strategy"]
-    layers = [s["layers"] for s in strategy["stages"]]
-    replicas = [s["replicas"] for s in strategy["stages"]]
-    summary = (f"DAPPLE: {len(layers)} stage(s), layers {layers}, replicas {replicas}, "
-               f"{strategy['micro_batches']} micro-batches, ZeRO {best.raw['parallelism'].get('zero_stage', 0)} "
-               f"(estimated {estimate_s:.6g} s)")
-    if refined:
-        summary += f"; boundaries moved by simulation from the estimate's {refined}"
+                                   f"(tried {oracle.simulated}; the last: {last[0].reason})")
+    finalists: dict[tuple[int, ...], tuple] = {}  # the best simulated plan of the REFINED best replica vectors
+    for item in sorted(simulated, key=lambda item: item[0]):
+        vector = tuple(s["replicas"] for s in item[2].raw["strategy"]["stages"])
+        if vector not in finalists and len(finalists) < REFINED:
+            finalists[vector] = item
+    results = []
+    for _, estimate_s, start in finalists.values():
+        refined, moved = refine(raw, start, oracle, seen, oracle.simulated + refine_budget)
+        results.append((refined.step_time_s, estimate_s, refined, start if moved else None))
+    step_s, estimate_s, best, start = min(results, key=lambda item: item[0])
+    summary = f"DAPPLE: {len(best.raw['strategy']['stages'])} stage(s), {_describe(best)}"
+    if start is not None:
+        summary += f"; refined by simulation from {_describe(start)} ({start.step_time_s:.6g} s)"
+    else:
+        summary += f" (estimated {estimate_s:.6g} s)"
     return PlanResult("dapple", best.raw, step_s, best.samples_per_s, time.perf_counter() - started,
                       len(estimates), oracle.simulated, summary,
                       {"simulated": [{"stages": e.raw["strategy"]["stages"], "micro_batches": e.raw["strategy"]["micro_batches"],
