@@ -57,6 +57,7 @@ from typing import Literal
 from pydantic import BaseModel, ConfigDict, Field, field_validator
 
 from simulator.engine.engine import Task
+from simulator.engine.failures import Outage
 from simulator.errors import ConfigError, no_bool_numbers
 from simulator.memory.analytic import (
     ACTIVATION_ELEMENT_BYTES_16BIT,
@@ -69,7 +70,7 @@ from simulator.strategies.plan import MEMORY_COUNTER, Plan
 from simulator.strategies.registry import StrategyKind, register
 from simulator.strategies.spmd.plan import WEIGHT_BYTES, Planner
 from simulator.strategies.swarm_parts.dispatch import Dispatcher, Op, Prices
-from simulator.strategies.swarm_parts.preemption import Outage, Preemptions
+from simulator.strategies.swarm_parts.preemption import Preemptions
 
 #: Elements per fp32 scale of blockwise 8-bit quantisation (bitsandbytes ``quantize_blockwise``).
 QUANT_BLOCK = 4096
@@ -300,11 +301,24 @@ def compile_swarm(scenario, mode: str | None = None, detail: bool = False) -> Pl
     flat_speeds = [v for row in speeds for v in row]
     fixed: dict[int, list[Outage]] = {}
     for outage in cfg.outages:
-        fixed.setdefault(outage.peer, []).append(Outage(outage.down_at_s, outage.up_at_s))
-    preemptions = Preemptions(len(flat_speeds), cfg.seed, cfg.preemptions_per_hour, cfg.mean_downtime_s, fixed)
-    dispatcher = Dispatcher(prices.prices, stage_of_peer, flat_speeds, micro_batches(scenario),
-                            scenario.simulation.steps, preemptions, cfg.seed, cfg.rebalance_every_steps)
-    schedule = dispatcher.run()
+        fixed.setdefault(outage.peer, []).append(Outage(str(outage.peer), outage.down_at_s, outage.up_at_s, "given"))
+
+    def dispatch(horizon_s: float):
+        preemptions = Preemptions(len(flat_speeds), cfg.seed, cfg.preemptions_per_hour, cfg.mean_downtime_s, fixed,
+                                  horizon_s)
+        return Dispatcher(prices.prices, stage_of_peer, flat_speeds, micro_batches(scenario),
+                          scenario.simulation.steps, preemptions, cfg.seed, cfg.rebalance_every_steps).run()
+
+    schedule = dispatch(0.0)  # the given outages only
+    if cfg.preemptions_per_hour > 0:
+        # Draw preemptions up to a horizon past the end; if the run outlasts it, draw again over twice
+        # as long (the draws depend on the horizon, and it is a function of the seed's run: reproducible).
+        horizon = 2.0 * schedule.stats["end_s"] + 10.0 * cfg.mean_downtime_s
+        while True:
+            schedule = dispatch(horizon)
+            if schedule.stats["end_s"] <= horizon:
+                break
+            horizon *= 2.0
     streams, tasks = _tasks(schedule.ops)
     actors = {actor(p): p for p in range(len(flat_speeds))}
     compute = {a: streams.get((a, "compute"), []) for a in actors}

@@ -45,7 +45,8 @@ from typing import Any
 
 import numpy as np
 
-from simulator.strategies.swarm_parts.preemption import Outage, Preemptions
+from simulator.engine.failures import Outage
+from simulator.strategies.swarm_parts.preemption import Preemptions
 
 
 @dataclass(eq=False)
