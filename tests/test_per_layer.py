@@ -386,3 +386,17 @@ def test_sequence_split_attention_gathers_keys_and_values():
     (kv,) = pricer(sc).halo_collectives(attention, Split(batch=2, sequence=4))
     assert (kv.kind, kv.payload_bytes, kv.ranks) == ("all_gather", 2 * 16 * 512 * 1024 * 2, (0, 1, 2, 3))
     assert kv.volume_bytes == bus_bytes("all_gather", kv.payload_bytes, 4)
+
+
+def test_strategy_block_round_trips_per_layer_splits():
+    # What a planner writes out: the block that resolves back to the very splits it chose.
+    from simulator.strategies.per_layer.config import strategy_block
+    from simulator.strategies.per_layer.kind import layer_splits
+
+    sc = load_scenario(ROOT / "examples" / "bert-large-per-layer-8xa100.yaml")
+    chosen = layer_splits(sc)
+    block = strategy_block(chosen)
+    # per encoder layer three runs: the attention, the first dense with its GELU, the second dense
+    assert block["default"] == {"batch": 8} and len(block["layers"]) == 3 * 24
+    again = load_scenario(ROOT / "examples" / "bert-large-per-layer-8xa100.yaml", [f"strategy={block}"])
+    assert layer_splits(again) == chosen

@@ -122,3 +122,25 @@ class PerLayerConfig(BaseModel):
     overlap_gradient_reduction: bool = Field(
         default=True, description="weight-gradient all-reduces run beside the rest of the backward (DDP); "
                                   "false: the optimizer waits for each right after its layer")
+
+
+def strategy_block(splits: list[Split], uneven: str = "refuse") -> dict:
+    """The ``strategy:`` block (a plain mapping, ready for YAML) that gives layer i ``splits[i]``:
+    the most common split as the default and one ``range`` rule per run of consecutive layers
+    that differ from it. What a planner writes out so that the user can simulate its plan.
+    (The default's cuts that a layer cannot make fold into batch: give such layers their own
+    rule, which this does whenever their split differs from the default.)"""
+    if not splits:
+        raise ValueError("no layers")
+    counts: dict[Split, int] = {}
+    for split in splits:
+        counts[split] = counts.get(split, 0) + 1
+    default = max(counts, key=lambda s: (counts[s], -splits.index(s)))
+    rules, start = [], None
+    for i, split in enumerate([*splits, None]):
+        if start is not None and (split is None or split != splits[start]):
+            rules.append({"range": [start, i - 1], "split": splits[start].cuts() or {"batch": 1}})
+            start = None
+        if split is not None and split != default and start is None:
+            start = i
+    return {"kind": "per_layer", "uneven": uneven, "default": default.cuts() or {"batch": 1}, "layers": rules}
