@@ -145,8 +145,7 @@ def test_qwen2_biases_on_qkv_only():
     assert spec.has_qkv_bias and not spec.linear_bias and spec.qkv_bias
 
 
-@pytest.mark.parametrize("name, model_type", [("t5-small", "t5"), ("vit-base", "vit"), ("resnet-50", "resnet"),
-                                              ("bert-base-uncased", "bert")])
+@pytest.mark.parametrize("name, model_type", [("t5-small", "t5"), ("vit-base", "vit"), ("resnet-50", "resnet")])
 def test_an_unrepresentable_model_type_is_refused_by_name(name, model_type):
     with pytest.raises(ConfigError) as exc:
         resolve_model(str(HF / f"{name}.json"))
@@ -157,3 +156,71 @@ def test_an_unrepresentable_model_type_is_refused_by_name(name, model_type):
 def test_the_sequence_length_says_where_it_came_from():
     assert resolve_model(str(HF / "qwen2-7b.json")).notes == (
         "sequence length 131072 from config.json's max_position_embeddings")
+
+
+# BERT: the encoder network (workloads/hf_bert.py). Counts as transformers gives them (meta device).
+BERT_COUNTS = {"BertForPreTraining": 110_106_428, "BertForMaskedLM": 109_514_298, "BertModel": 109_482_240}
+
+
+def _bert_params(spec) -> int:
+    from workloads.graph import ShardShape
+
+    return int(spec.layer_graph(ShardShape(micro_batch=1, seq_length=spec.seq_length)).total_params())
+
+
+@pytest.mark.parametrize("architecture", sorted(BERT_COUNTS))
+def test_bert_config_is_the_encoder_network_with_its_heads(tmp_path, architecture):
+    config = json.loads((HF / "bert-base-uncased.json").read_text())  # architectures: BertForMaskedLM
+    config["architectures"] = [architecture]
+    path = tmp_path / "config.json"
+    path.write_text(json.dumps(config))
+    spec = resolve_model(str(path))
+    assert (spec.family, spec.num_layers, spec.hidden_size, spec.num_attention_heads) == ("bert", 12, 768, 12)
+    assert spec.seq_length == 512 and spec.notes == "sequence length 512 from config.json's max_position_embeddings"
+    assert _bert_params(spec) == BERT_COUNTS[architecture]
+    try:
+        import torch
+        import transformers
+    except ImportError:
+        return
+    with torch.device("meta"):
+        model = getattr(transformers, architecture)(transformers.BertConfig(**config))
+    assert sum(p.numel() for p in model.parameters()) == BERT_COUNTS[architecture]
+
+
+def test_bert_large_config_is_the_catalogs_bert_large(tmp_path):
+    config = {**json.loads((HF / "bert-base-uncased.json").read_text()), "hidden_size": 1024, "num_hidden_layers": 24,
+              "num_attention_heads": 16, "intermediate_size": 4096}
+    config.pop("architectures")  # absent: BertForPreTraining, as the catalog's bert-large
+    path = tmp_path / "config.json"
+    path.write_text(json.dumps(config))
+    assert _bert_params(resolve_model(str(path))) == _bert_params(resolve_model("bert-large"))
+
+
+@pytest.mark.parametrize("change, field", [
+    ({"architectures": ["BertForSequenceClassification"]}, "model.architectures"),
+    ({"is_decoder": True}, "model.is_decoder"),
+    ({"position_embedding_type": "relative_key"}, "model.position_embedding_type"),
+    ({"hidden_act": "relu"}, "model.hidden_act"),
+    ({"attention_probs_dropout_prob": 0.0}, "model.attention_probs_dropout_prob"),
+    ({"num_attention_heads": 7}, "model"),
+])
+def test_what_the_bert_network_does_not_describe_is_refused(tmp_path, change, field):
+    config = {**json.loads((HF / "bert-base-uncased.json").read_text()), **change}
+    path = tmp_path / "config.json"
+    path.write_text(json.dumps(config))
+    with pytest.raises(ConfigError) as exc:
+        resolve_model(str(path))
+    assert exc.value.field.startswith(field), str(exc.value)
+
+
+def test_a_bert_config_simulates_and_says_where_its_sequence_came_from():
+    from simulator.scenario import load_scenario
+    from simulator.simulate import simulate
+
+    result = simulate(load_scenario({"model": str(HF / "bert-base-uncased.json"),
+                                     "cluster": {"node": "dgx-a100-80g", "num_gpus": 8},
+                                     "parallelism": {"dp": 8, "micro_batch_size": 8, "global_batch_size": 64}}))
+    assert result.fits and result.tokens_per_s > 0
+    assert result.run["seq_length"] == 512
+    assert result.run["seq_length_source"] == "config.json's max_position_embeddings"

@@ -12,9 +12,9 @@ class (``_ARCH_DEFAULTS``, read from transformers' ``GemmaConfig``, ``Qwen2Confi
 what the modelling code hard-wires is added (Qwen2's biases on q, k and v only:
 ``Qwen2Attention``). ``tests/test_hf_config.py`` checks the parameter counts against
 ``transformers`` itself (a model built on the meta device) when it is installed. A
-``model_type`` whose layers this schema cannot describe (encoder-decoders, encoders until the
-encoder builder lands, vision models, Gemma 2's extra norms and soft-capping, ...) is refused by
-name, never simulated as some other model.
+``model_type`` whose layers this schema cannot describe (encoder-decoders, vision models, Gemma 2's
+extra norms and soft-capping, ...) is refused by name, never simulated as some other model. A
+``bert`` config becomes the BERT encoder network (workloads/hf_bert.py).
 """
 
 from __future__ import annotations
@@ -51,15 +51,19 @@ def _pick(config: dict[str, Any], *keys: str, default: Any = None) -> Any:
     return default
 
 
-def spec_from_hf_config(config: dict[str, Any], name: str = "hf-model", field: str = "model") -> TransformerSpec:
+def spec_from_hf_config(config: dict[str, Any], name: str = "hf-model", field: str = "model") -> Any:
     """Map an HF config onto the schema; a missing required key is a ConfigError naming it."""
     if not isinstance(config, dict):
         raise ConfigError(field, "config.json must hold a JSON object")
     model_type = str(config.get("model_type", "")).lower()
+    if model_type == "bert":  # the encoder network (workloads/networks/bert.py)
+        from workloads.hf_bert import bert_from_hf_config
+
+        return bert_from_hf_config(config, name, field)
     if model_type not in SUPPORTED_TYPES:
         what = f"model_type {model_type!r}" if model_type else "a config.json without model_type"
         raise ConfigError(f"{field}.model_type", f"{what} cannot be represented (decoder-only language models "
-                                                 f"only: {', '.join(SUPPORTED_TYPES)})")
+                                                 f"{', '.join(SUPPORTED_TYPES)}, and the bert encoder)")
     config = {**_ARCH_DEFAULTS.get(model_type, {}), **{k: v for k, v in config.items() if v is not None}}
     hidden = _pick(config, "hidden_size", "n_embd", "d_model")
     layers = _pick(config, "num_hidden_layers", "n_layer", "num_layers")

@@ -6,7 +6,10 @@ attention-probability dropout, dropout, residual add and layer norm; a GELU MLP 
 size, dropout, residual add and layer norm); with ``pretraining_heads`` the masked-LM head (dense,
 GELU, layer norm, a decoder to the vocabulary tied to the word embeddings, over every position)
 with its cross-entropy, and the next-sentence classifier on the pooler's output (a tanh dense
-layer on the first token, part of ``BertModel``)."""
+layer on the first token, part of ``BertModel``). ``pooler: false`` is ``BertForMaskedLM``'s layout
+(``BertModel(add_pooling_layer=False)``: no pooler, no next-sentence head, the masked LM only).
+Parameter counts equal transformers' (bert-base: BertForPreTraining 110,106,428, BertForMaskedLM
+109,514,298, BertModel 109,482,240; tests/test_hf_config.py)."""
 
 from __future__ import annotations
 
@@ -33,6 +36,8 @@ class BertSpec(NetworkSpec):
     sequence_length: int = Field(default=512, gt=0)
     dropout: float = Field(default=0.1, ge=0, lt=1)
     pretraining_heads: bool = True
+    pooler: bool = True
+    notes: str = ""  # e.g. where an imported config's sequence length came from
 
     @model_validator(mode="after")
     def _shapes(self) -> BertSpec:
@@ -64,12 +69,14 @@ class BertSpec(NetworkSpec):
                                                                        self.intermediate_size))
             y = net.dropout(f"{name}.output.dropout", net.linear(f"{name}.output.dense", y, h), p)
             x = net.layernorm(f"{name}.output.LayerNorm", net.add(f"{name}.output.residual", y, x))
-        pooled = net.select_token("pooler.first_token", x)
-        pooled = net.activation("pooler.tanh", net.linear("pooler.dense", pooled, h), "tanh")
+        if self.pooler:
+            pooled = net.select_token("pooler.first_token", x)
+            pooled = net.activation("pooler.tanh", net.linear("pooler.dense", pooled, h), "tanh")
         if not self.pretraining_heads:
             return
         y = net.activation("cls.predictions.transform.gelu", net.linear("cls.predictions.transform.dense", x, h))
         y = net.layernorm("cls.predictions.transform.LayerNorm", y)
         logits = net.linear("cls.predictions.decoder", y, self.vocab_size, tied_weights=True)
         net.cross_entropy("cls.predictions.loss", logits)
-        net.linear("cls.seq_relationship", pooled, 2)
+        if self.pooler:
+            net.linear("cls.seq_relationship", pooled, 2)
