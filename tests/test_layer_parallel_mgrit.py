@@ -18,9 +18,13 @@ from pathlib import Path
 import pytest
 import yaml
 from graph_models import ChainSpec
+from hypothesis import assume, given, settings
+from hypothesis import strategies as st
 from test_graph_simulate import C, chain_scenario
 
 from simulator.engine.engine import Engine
+from simulator.errors import ConfigError
+from simulator.scenario import load_scenario
 from simulator.simulate import simulate
 from simulator.strategies.layer_parallel_mgrit import LayerParallelMgritConfig, compile_mgrit, memory_mgrit
 
@@ -121,6 +125,30 @@ def test_many_steps_repeat_the_step():
     assert r.steps == 3 and r.step_times_s == pytest.approx([36 * C + 6 * X] * 3, rel=1e-9)
 
 
+@settings(max_examples=30, deadline=None)
+@given(blocks=st.sampled_from([8, 12, 16, 24, 32]), ranks=st.sampled_from([1, 2, 4, 8]), c=st.sampled_from([2, 3, 4]),
+       levels=st.sampled_from([2, 3]), relaxation=st.sampled_from(["F", "FCF"]), fi=st.integers(1, 3),
+       bi=st.integers(1, 2))
+def test_evaluations_follow_the_v_cycle_count_and_no_speedup_beats_the_ranks(blocks, ranks, c, levels, relaxation,
+                                                                           fi, bi):
+    # A V-cycle evaluates 3 N_l blocks on every level l but the coarsest with FCF (F: (c-1)/c N_l,
+    # C: N_l/c, F again, residual N_l/c, coarse FAS step N_l/c, interpolation (c-1)/c N_l), 2 N_l
+    # with F relaxation, and N_(L-1) on the coarsest. MGRIT never evaluates fewer blocks than the
+    # serial sweep, so its step is at least the serial one over the ranks; and never shorter than
+    # its serial coarse sweeps.
+    try:
+        sc = _toy(blocks, ranks, latency_us=1.0, coarsening_factor=c, levels=levels, relaxation=relaxation,
+                  forward_iterations=fi, backward_iterations=bi)
+        r = simulate(sc)
+    except ConfigError:
+        assume(False)
+    points = [blocks // c**level for level in range(levels)]
+    per_cycle = (3 if relaxation == "FCF" else 2) * sum(points[:-1]) + points[-1]
+    assert r.extra["mgrit_layer_evaluations_per_step"] == (fi + bi) * per_cycle
+    assert r.extra["mgrit_speedup"] <= ranks * (1 + 1e-9)
+    assert r.step_time_s >= (fi + bi) * points[-1] * C * (1 - 1e-9)
+
+
 RESNET = {"model": "resnet152", "cluster": {"node": "dgx-a100-80g", "num_gpus": 5},
           "parallelism": {"pp": 5, "micro_batch_size": 8, "global_batch_size": 8}, "training": {"precision": "bf16"}}
 
@@ -142,10 +170,16 @@ def _cli(tmp_path: Path, raw: dict, *extra: str):
     ({"strategy": {"kind": "layer_parallel_mgrit"}, "model": "vgg16",
       "parallelism": {"pp": 5, "micro_batch_size": 8, "global_batch_size": 8}}, "model"),
 ])
-def test_bad_input_exits_2_naming_the_field(tmp_path, change, field):
-    proc = _cli(tmp_path, {**RESNET, **change})
+def test_bad_input_is_an_error_naming_the_field(change, field):
+    with pytest.raises(ConfigError) as caught:
+        simulate(load_scenario({**RESNET, **change}))
+    assert caught.value.field == field
+
+
+def test_bad_input_exits_2_with_one_line(tmp_path):
+    proc = _cli(tmp_path, {**RESNET, "strategy": {"kind": "layer_parallel_mgrit", "coarsening_factor": 1}})
     assert proc.returncode == 2, proc.stderr
-    assert field in proc.stderr and "Traceback" not in proc.stderr
+    assert "strategy.coarsening_factor" in proc.stderr and "Traceback" not in proc.stderr
     assert len(proc.stderr.strip().splitlines()) == 1
 
 

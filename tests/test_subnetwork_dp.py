@@ -20,6 +20,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 from test_graph_simulate import C, chain_scenario
 
+from simulator.errors import ConfigError
 from simulator.memory.analytic import rank_memory
 from simulator.scenario import load_scenario
 from simulator.simulate import simulate
@@ -54,6 +55,15 @@ def test_forward_backward_block_masks_halve_the_passes_and_reduce_over_the_share
     assert r.extra["sdp_flops_per_worker_fraction"] == pytest.approx(0.5)
     # model FLOPs count what the workers run: 4 workers x 3 GEMMs x 2 blocks
     assert r.model_flops_per_step == pytest.approx(4 * 3 * 2 * 2 * 256**3)
+
+
+def test_forward_backward_neuron_masks_halve_every_gemm():
+    # Neuron masks at 1/2: every GEMM computes half its outputs (256 x 128 x 256: C/2 on the toy),
+    # so the passes take 4·C/2 + 4·(C/2 + C/2) = 6C; each worker keeps 1 of 2 slices of the
+    # 4·65,536 masked parameters and all-reduces it over the 2 workers that share it.
+    r = simulate(_toy("forward_backward", mask="neuron"))
+    assert r.step_time_s == pytest.approx(6 * C + 2e-6 + SLICE_BYTES / 100e9, rel=1e-9)
+    assert r.extra["sdp_slice_group_size"] == 2
 
 
 def test_backward_masks_run_the_whole_forward_and_refresh_the_masked_weights():
@@ -164,10 +174,16 @@ def _cli(tmp_path: Path, strategy: dict, model: str = "resnet50", steps: int | N
     ({"mask": "block"}, "vgg16", "strategy.mask"),
     ({"masking": "forward"}, "resnet50", "strategy.masking"),
 ])
-def test_bad_input_exits_2_naming_the_field(tmp_path, strategy, model, field):
-    proc = _cli(tmp_path, strategy, model)
+def test_bad_input_is_an_error_naming_the_field(strategy, model, field):
+    with pytest.raises(ConfigError) as caught:
+        simulate(load_scenario({**RESNET, "model": model, "strategy": {"kind": "subnetwork_dp", **strategy}}))
+    assert caught.value.field == field
+
+
+def test_bad_input_exits_2_with_one_line(tmp_path):
+    proc = _cli(tmp_path, {"keep_fraction": 0})
     assert proc.returncode == 2, proc.stderr
-    assert field in proc.stderr and "Traceback" not in proc.stderr
+    assert "strategy.keep_fraction" in proc.stderr and "Traceback" not in proc.stderr
     assert len(proc.stderr.strip().splitlines()) == 1
 
 

@@ -38,7 +38,9 @@ of weights, gradients, optimizer state; ZeRO's Sec. 3 counts), the activations a
 last backward, an all-reduce of the gradients of the shared layers over the N workers and one
 all-reduce of each kept slice's gradients over its k·N workers (bytes = the slice's parameters ×
 gradient bytes), priced on the topology for the real ranks of each group; then the optimizer
-over the trained parameters. Every subnetwork is one simulated actor (workers of one subnetwork
+over the trained parameters. The reductions start after the last backward (not overlapped with
+it as DDP's buckets are: a block slice is spread over the whole depth, a neuron slice over every
+layer, so a slice is complete only at the end of the backward anyway). Every subnetwork is one simulated actor (workers of one subnetwork
 do the same work at the same time); block slices may differ in size, so actors may differ.
 
 Memory reduction: the paper reports 30–75% less memory per worker than data parallelism for its
