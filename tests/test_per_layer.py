@@ -400,3 +400,19 @@ def test_strategy_block_round_trips_per_layer_splits():
     assert block["default"] == {"batch": 8} and len(block["layers"]) == 3 * 24
     again = load_scenario(ROOT / "examples" / "bert-large-per-layer-8xa100.yaml", [f"strategy={block}"])
     assert layer_splits(again) == chosen
+
+
+def test_a_profiled_layer_takes_its_time_at_the_device_batch():
+    # DeepPool's A100 VGG profile (validation/data/profiles): a layer split over 8 of a 32 batch
+    # runs in the time measured at batch 4 (0.153 ms for the first conv), not 1/8 of batch 32's
+    # (1.087 / 8 = 0.136 ms): small batches do not scale linearly, which is why DeepPool bursts.
+    raw = {"model": {"family": "profile", "name": "deeppool-vgg", "format": "deeppool",
+                     "path": str(ROOT / "validation" / "data" / "profiles" / "deeppool_A100_vgg.prof")},
+           "cluster": {"node": "dgx-a100-80g", "num_gpus": 8},
+           "parallelism": {"global_batch_size": 32, "micro_batch_size": 4},
+           "strategy": {"kind": "per_layer", "default": {"batch": 8}}}
+    sc = load_scenario(raw)
+    at_4 = pricer(sc).graph_at(4).layers[0]
+    assert layer_cost(sc, 0, {"batch": 8}).forward_s == pytest.approx(at_4.measured_forward_s, rel=1e-12)
+    assert layer_cost(sc, 0, {"batch": 8}).forward_s > per_layer_graph(sc).layers[0].measured_forward_s / 8
+    assert simulate(sc).step_time_s > 0

@@ -209,11 +209,25 @@ class Pricer:
             flops_per_device=sum(op.flops for op in forward + backward),
             gradient_bytes=grad.payload_bytes if grad else 0.0)
 
+    def graph_at(self, micro_batch: int) -> LayerGraph:
+        """The model's graph at ``micro_batch`` samples (a profiled model's times are measured,
+        or interpolated, per batch size)."""
+        shard = dataclasses.replace(self.scenario.shard, micro_batch=micro_batch, tp=1, cp=1, ep=1,
+                                    sequence_parallel=False)
+        return layer_graph_of(self.scenario.model, shard)
+
     def _kernels_s(self, layer: Layer, ops, split: Split, phase: str) -> float:
-        measured = layer.measured_forward_s if phase == "forward" else layer.measured_backward_s
-        if measured is not None:  # a profiled layer: its measured time, cut like its work
-            return measured * work_ratio(layer, split, self.batch)
-        return self.compute.ops_time_s(ops)
+        """Kernel seconds on the first device. A profiled layer (``measured_*_s``) takes its time
+        measured at the device's own batch, ceil(B / batch cut) (DeepPool's profiles hold one per
+        batch size: small batches do not scale linearly), cut further by its other cuts."""
+        if layer.measured_forward_s is None and layer.measured_backward_s is None:
+            return self.compute.ops_time_s(ops)
+        local = -(-self.batch // split.batch)
+        same = self.graph_at(local).layers[self.graph._index[layer.name]]
+        measured = same.measured_forward_s if phase == "forward" else same.measured_backward_s
+        if measured is None:
+            return self.compute.ops_time_s(ops)
+        return measured * work_ratio(layer, split, self.batch) * self.batch / local
 
     def reshard(self, producer: Layer, split_a: Split, consumer: Layer, split_b: Split) -> Reshard:
         shape = edge_shape(producer, self.batch, self.elem_bytes)
