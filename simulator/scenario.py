@@ -43,14 +43,48 @@ class _Strict(BaseModel):
     _no_bool_numbers = field_validator("*", mode="before")(no_bool_numbers)
 
 
+class NodeGroupSpec(_Strict):
+    """One group of a mixed cluster: ``nodes`` whole nodes of one node spec."""
+
+    node: str | dict[str, Any]
+    nodes: int = Field(gt=0, le=1_000_000)
+
+
 class ClusterSpec(_Strict):
     """Which hardware and how much. ``profile`` is a calibrated hardware profile YAML
-    (with ``node`` and ``fabric`` inside); when given, ``node``/``fabric`` come from it."""
+    (with ``node`` and ``fabric`` inside); when given, ``node``/``fabric`` come from it.
+    A mixed cluster is ``groups`` of whole nodes instead of ``node`` (ranks fill the groups in
+    order); ``num_gpus`` is then their sum (may be given, must agree)."""
 
     node: str | dict[str, Any] | None = None
     fabric: str | dict[str, Any] = "fat-tree"
     profile: str | None = None
-    num_gpus: int = Field(gt=0)
+    num_gpus: int | None = Field(default=None, gt=0)
+    groups: list[NodeGroupSpec] | None = Field(
+        default=None, min_length=1, description="node groups of a mixed cluster, in rank order (instead of node)")
+
+
+@dataclass(frozen=True)
+class NodeGroup:
+    """A resolved node group: ``num_gpus`` ranks from ``first_rank`` on, on ``node`` (whole nodes,
+    or a part of one node in the one-group form)."""
+
+    node: Node
+    accelerator: Accelerator
+    num_gpus: int
+    first_rank: int
+
+    @property
+    def num_nodes(self) -> int:
+        return -(-self.num_gpus // self.node.gpus_per_node)
+
+    @property
+    def ranks(self) -> range:
+        return range(self.first_rank, self.first_rank + self.num_gpus)
+
+    @property
+    def label(self) -> str:
+        return f"{self.num_nodes}x {self.node.name}"
 
 
 class TrainingSpec(_Strict):
@@ -163,6 +197,35 @@ class Scenario:
     convergence: ConvergenceSpec | None = None
     co_located: tuple[CoLocatedJob, ...] = ()  # background jobs on the same GPUs (simulator/colocation/)
     reliability: ReliabilitySpec | None = None
+    node_groups: tuple[NodeGroup, ...] = ()  # a mixed cluster's groups in rank order; () = one group (node)
+
+    @property
+    def groups(self) -> tuple[NodeGroup, ...]:
+        """The cluster's node groups in rank order (one for a homogeneous cluster)."""
+        return self.node_groups or (NodeGroup(self.node, self.accelerator, self.num_gpus, 0),)
+
+    @property
+    def mixed(self) -> bool:
+        """Whether the cluster has more than one node group."""
+        return len(self.node_groups) > 1
+
+    def rank_group(self, rank: int) -> NodeGroup:
+        """The node group ``rank`` sits in (ranks fill the groups in order)."""
+        for group in self.groups:
+            if rank < group.first_rank + group.num_gpus:
+                return group
+        raise IndexError(f"rank {rank} is outside the cluster's {self.num_gpus} GPUs")
+
+    def rank_accelerator(self, rank: int) -> Accelerator:
+        return self.rank_group(rank).accelerator
+
+    def rank_node(self, rank: int) -> Node:
+        return self.rank_group(rank).node
+
+    @property
+    def cluster_label(self) -> str:
+        """The groups, as a report names them: "32x dgx-a100-80g + 64x g4dn-12xlarge"."""
+        return " + ".join(g.label for g in self.groups) if self.mixed else self.node.name
 
     @property
     def strategy_kind(self) -> str:
@@ -174,7 +237,7 @@ class Scenario:
 
     @property
     def num_nodes(self) -> int:
-        return -(-self.num_gpus // self.node.gpus_per_node)
+        return sum(g.num_nodes for g in self.groups)
 
     @property
     def shard(self) -> ShardShape:
@@ -310,6 +373,10 @@ def build_scenario(raw: dict[str, Any], base: Path | None = None) -> Scenario:
         model = model.model_copy(update={"seq_length": doc.training.seq_length})
     node_ref: Any = doc.cluster.node
     fabric_ref: Any = _relative(doc.cluster.fabric, base)
+    if doc.cluster.groups is not None:
+        return _build_mixed(doc, model, base, fabric_ref, raw)
+    if doc.cluster.num_gpus is None:
+        raise ConfigError("cluster.num_gpus", "required (or cluster.groups for a mixed cluster)")
     if doc.cluster.profile:
         profile = read_yaml(Path(_relative(doc.cluster.profile, base)), "cluster.profile")
         if not isinstance(profile, dict) or "node" not in profile:
@@ -321,25 +388,10 @@ def build_scenario(raw: dict[str, Any], base: Path | None = None) -> Scenario:
     node = NODES.get(_relative(node_ref, base), "cluster.node")
     accelerator = node_accelerator(node)
     fabric = FABRICS.get(fabric_ref, "cluster.fabric")
-    if doc.training.precision not in accelerator.peak_tflops:
-        raise ConfigError("training.precision", f"{accelerator.name} has no {doc.training.precision} peak")
-    if doc.training.tf32 and doc.training.precision != "fp32":
-        raise ConfigError("training.tf32", f"applies to precision fp32 only, got {doc.training.precision}")
-    if doc.training.tf32 and "tf32" not in accelerator.peak_tflops:
-        raise ConfigError("training.tf32", f"{accelerator.name} has no TF32 tensor cores (no tf32 peak)")
-    recipe = doc.training.fp8_recipe
-    if doc.training.precision == "fp8" and recipe in ("mxfp8", "nvfp4") and (
-            recipe not in accelerator.block_scaled_formats or (recipe == "nvfp4" and "fp4" not in accelerator.peak_tflops)):
-        raise ConfigError("training.fp8_recipe", f"{accelerator.name} has no {recipe} tensor cores (has: "
-                                                 f"{', '.join(accelerator.block_scaled_formats) or 'none'})")
+    _check_precision(doc.training, accelerator)
     training = _resolved_attention(doc.training, accelerator)
     strategy = parse_strategy(doc.strategy)
-    layout_gpus = get_kind(getattr(strategy, "kind", DEFAULT_KIND)).layout_gpus
-    parallelism = resolve_layout(doc.parallelism, model, layout_gpus(strategy, doc.parallelism, doc.cluster.num_gpus)
-                                 if layout_gpus else doc.cluster.num_gpus)
-    if doc.training.optimizer_fusion != "none" and (parallelism.zero_stage != 0 or parallelism.schedule == "zb-h1"):
-        raise ConfigError("training.optimizer_fusion", "is modelled with zero_stage 0 and schedules other than zb-h1, got "
-                          f"zero_stage {parallelism.zero_stage}, schedule {parallelism.schedule}")
+    parallelism = _layout(doc, model, doc.cluster.num_gpus, strategy)
     if doc.reliability is not None:
         resolve_processes(doc.reliability)  # names an unknown failure component (ConfigError)
     per_node, n = node.gpus_per_node, doc.cluster.num_gpus
@@ -399,6 +451,93 @@ def _co_located_jobs(specs: list[CoLocatedJobSpec], cluster: Any, base: Path | N
                               exc.reason) from None
         jobs.append(CoLocatedJob(job, spec.priority, spec.interference_slowdown, spec.interference_source))
     return tuple(jobs)
+
+
+def _check_precision(training: TrainingSpec, accelerator: Accelerator, field_prefix: str = "") -> None:
+    """The accelerator has the training precision (TF32 tensor cores, the FP8 recipe's tensor cores)."""
+    where = f" ({field_prefix})" if field_prefix else ""
+    if training.precision not in accelerator.peak_tflops:
+        raise ConfigError("training.precision", f"{accelerator.name}{where} has no {training.precision} peak")
+    if training.tf32 and training.precision != "fp32":
+        raise ConfigError("training.tf32", f"applies to precision fp32 only, got {training.precision}")
+    if training.tf32 and "tf32" not in accelerator.peak_tflops:
+        raise ConfigError("training.tf32", f"{accelerator.name}{where} has no TF32 tensor cores (no tf32 peak)")
+    recipe = training.fp8_recipe
+    if training.precision == "fp8" and recipe in ("mxfp8", "nvfp4") and (
+            recipe not in accelerator.block_scaled_formats or (recipe == "nvfp4" and "fp4" not in accelerator.peak_tflops)):
+        raise ConfigError("training.fp8_recipe", f"{accelerator.name}{where} has no {recipe} tensor cores (has: "
+                                                 f"{', '.join(accelerator.block_scaled_formats) or 'none'})")
+
+
+def _layout(doc: ScenarioFile, model, num_gpus: int, strategy) -> Parallelism:
+    layout_gpus = get_kind(getattr(strategy, "kind", DEFAULT_KIND)).layout_gpus
+    parallelism = resolve_layout(doc.parallelism, model, layout_gpus(strategy, doc.parallelism, num_gpus)
+                                 if layout_gpus else num_gpus)
+    if doc.training.optimizer_fusion != "none" and (parallelism.zero_stage != 0 or parallelism.schedule == "zb-h1"):
+        raise ConfigError("training.optimizer_fusion", "is modelled with zero_stage 0 and schedules other than zb-h1, got "
+                          f"zero_stage {parallelism.zero_stage}, schedule {parallelism.schedule}")
+    return parallelism
+
+
+def _build_mixed(doc: ScenarioFile, model, base: Path | None, fabric_ref: Any, raw: dict[str, Any]) -> Scenario:
+    """A cluster given as node groups (whole nodes each; ranks fill the groups in order)."""
+    cluster = doc.cluster
+    if cluster.node is not None:
+        raise ConfigError("cluster.groups", "give either cluster.node (one kind of node) or cluster.groups, not both")
+    if cluster.profile is not None:
+        raise ConfigError("cluster.groups", "a calibrated profile describes one node: not with cluster.groups")
+    groups: list[NodeGroup] = []
+    first = 0
+    for i, spec in enumerate(cluster.groups):
+        node = NODES.get(_relative(spec.node, base), f"cluster.groups.{i}.node")
+        accelerator = node_accelerator(node, f"cluster.groups.{i}.node.accelerator")
+        _check_precision(doc.training, accelerator, f"cluster.groups.{i}")
+        gpus = spec.nodes * node.gpus_per_node
+        groups.append(NodeGroup(node, accelerator, gpus, first))
+        first += gpus
+    if cluster.num_gpus is not None and cluster.num_gpus != first:
+        raise ConfigError("cluster.num_gpus", f"{cluster.num_gpus} is not the groups' {first} GPUs "
+                                              f"({' + '.join(g.label for g in groups)}); leave it out")
+    training = doc.training
+    for group in groups:  # flash only where every group has a fused attention kernel
+        training = _resolved_attention(training, group.accelerator)
+    fabric = FABRICS.get(fabric_ref, "cluster.fabric")
+    if getattr(fabric, "topology", None) == "wan":
+        raise ConfigError("cluster.groups", "node groups on a wide-area fabric are not modelled yet: give cluster.node "
+                                            "with the wan fabric, or groups with a data-centre fabric")
+    strategy = parse_strategy(doc.strategy)
+    parallelism = _layout(doc, model, first, strategy)
+    if doc.reliability is not None:
+        resolve_processes(doc.reliability)  # names an unknown failure component (ConfigError)
+    return Scenario(
+        name=doc.name or model.name,
+        model=model,
+        node=groups[0].node,
+        accelerator=groups[0].accelerator,
+        fabric=fabric,
+        num_gpus=first,
+        parallelism=parallelism,
+        training=training,
+        simulation=doc.simulation,
+        economics=doc.economics,
+        strategy=strategy,
+        convergence=doc.convergence,
+        co_located=_co_located_jobs(doc.co_located_jobs, raw.get("cluster"), base),
+        reliability=doc.reliability,
+        node_groups=tuple(groups) if len(groups) > 1 else (),
+    )
+
+
+def cluster_gpus(raw: dict[str, Any]) -> int | None:
+    """The GPU count of a raw scenario's ``cluster.groups`` (None when it has none or they are not
+    well-formed: building the scenario then says why)."""
+    groups = (raw.get("cluster") or {}).get("groups") if isinstance(raw.get("cluster"), dict) else None
+    if not isinstance(groups, list):
+        return None
+    try:
+        return sum(NODES.get(g["node"]).gpus_per_node * int(g["nodes"]) for g in groups)
+    except (ConfigError, KeyError, TypeError, ValueError):
+        return None
 
 
 def load_scenario(source: str | Path | dict[str, Any] | None = None, overrides: list[str] | None = None) -> Scenario:

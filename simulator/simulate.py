@@ -204,13 +204,12 @@ def simulate(scenario: Scenario, mode: str | None = None, detail: bool = False,
     mode = mode or scenario.simulation.mode
     kind = get_kind(scenario.strategy_kind)
     stage, peak, per_stage = kind.memory(scenario)
-    ok, reason = memory_fits(scenario, peak)
+    ok, reason = memory_fits(scenario, peak, per_stage)
     if ok and scenario.co_located:
         from simulator.colocation.run import shared_memory_fits
 
         ok, reason = shared_memory_fits(scenario)
     flops = kind.step_flops(scenario) if kind.step_flops else _step_flops(scenario)
-    accel = scenario.accelerator
     step_time = makespan = None
     steps_run = scenario.simulation.steps  # a kind may round it up to whole periods (Plan.steps)
     step_times: list[float] = []
@@ -270,12 +269,12 @@ def simulate(scenario: Scenario, mode: str | None = None, detail: bool = False,
         sample=getattr(model, "sample", "sequence"),
         model_flops_per_step=flops.model_flops,
         hardware_flops_per_step=flops.hardware_flops,
-        peak_tflops_per_gpu=accel.peak_tflops["tf32" if scenario.training.tf32 else scenario.training.precision],
+        peak_tflops_per_gpu=mean_peak_tflops(scenario),
         peak_memory_gib=peak.total_bytes / 2**30,
         peak_memory_stage=stage,
         memory_gib=peak.gib(),
         memory_per_stage_gib=[b.total_bytes / 2**30 for b in per_stage],
-        hbm_gib=accel.hbm_gib,
+        hbm_gib=_stage_hbm_gib(scenario, stage),
         fits=ok,
         infeasible_reason=reason,
         time_breakdown_s=breakdown,
@@ -290,7 +289,32 @@ def simulate(scenario: Scenario, mode: str | None = None, detail: bool = False,
         timeline_builder=timeline_builder,
     )
     result.extra.update(extra)
+    if scenario.mixed:
+        result.extra["node_groups"] = node_groups(scenario)
     return _with_economics(scenario, result)
+
+
+def _stage_hbm_gib(scenario: Scenario, stage: int | None) -> float:
+    """HBM of the GPUs holding the peak stage (on a mixed cluster the smallest of its groups')."""
+    if not scenario.mixed:
+        return scenario.accelerator.hbm_gib
+    from simulator.memory.analytic import stage_group_indices
+
+    return min(scenario.groups[i].accelerator.hbm_gib for i in stage_group_indices(scenario, stage or 0))
+
+
+def mean_peak_tflops(scenario: Scenario) -> float:
+    """The datasheet peak per GPU at the training precision; on a mixed cluster the mean over its
+    ranks (so MFU = model FLOPs / (step time x the sum of every GPU's peak))."""
+    precision = "tf32" if scenario.training.tf32 else scenario.training.precision
+    return sum(g.accelerator.peak_tflops[precision] * g.num_gpus for g in scenario.groups) / scenario.num_gpus
+
+
+def node_groups(scenario: Scenario) -> list[dict[str, Any]]:
+    """A mixed cluster's groups as the report names them (ranks fill them in order)."""
+    return [{"node": g.node.name, "accelerator": g.accelerator.name, "nodes": g.num_nodes, "gpus": g.num_gpus,
+             "ranks": [g.first_rank, g.first_rank + g.num_gpus - 1], "hbm_gib": g.accelerator.hbm_gib,
+             "peak_tflops": g.accelerator.peak_tflops[scenario.training.precision]} for g in scenario.groups]
 
 
 def _unsharded_graph(scenario: Scenario):
@@ -366,7 +390,8 @@ def run_identity(scenario: Scenario) -> dict[str, Any]:
         source = notes.split(" from ", 1)[-1]
     else:
         source = "the model's seq_length"
-    return {"model": model.name, "node": scenario.node.name, "accelerator": scenario.accelerator.name,
+    accelerators = " + ".join(dict.fromkeys(g.accelerator.name for g in scenario.groups))
+    return {"model": model.name, "node": scenario.cluster_label, "accelerator": accelerators,
             "num_nodes": scenario.num_nodes, "seq_length": scenario.seq_length,
             "precision": scenario.training.precision + (" (TF32 tensor cores)" if scenario.training.tf32 else ""), "seq_length_source": source}
 

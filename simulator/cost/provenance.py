@@ -8,6 +8,8 @@ and ``--json`` carries the whole map (``efficiency_provenance``).
 
 from __future__ import annotations
 
+import dataclasses
+
 from simulator.cost.compute import fp8_curve_key
 from simulator.scenario import Scenario
 
@@ -24,7 +26,14 @@ def gemm_curve_key(scenario: Scenario) -> str:
 
 
 def efficiency_provenance(scenario: Scenario) -> dict[str, str]:
-    """Component -> fitted_on (data and rows) or "assumed", for the constants this run uses."""
+    """Component -> fitted_on (data and rows) or "assumed", for the constants this run uses (on a
+    mixed cluster, each node group's, keyed ``<node>:<component>``)."""
+    if scenario.mixed:
+        out: dict[str, str] = {}
+        for group in scenario.groups:
+            one = dataclasses.replace(scenario, node=group.node, accelerator=group.accelerator, node_groups=())
+            out.update({f"{group.node.name}:{k}": v for k, v in efficiency_provenance(one).items()})
+        return out
     accel = scenario.accelerator
     eff = accel.efficiency
     out: dict[str, str] = {}

@@ -24,8 +24,10 @@ port capacities.
 
 from __future__ import annotations
 
+from bisect import bisect_right
+from collections.abc import Sequence
 from dataclasses import dataclass
-from functools import cached_property
+from functools import cache, cached_property
 
 from hardware_specs.schema import FatTree, Node, RailOptimized
 from simulator.cost.intra_node import group_slowdown
@@ -129,22 +131,65 @@ class LinkCapacities:
 
 
 class Topology:
-    """Identical nodes on a fat tree or a rail-optimised fabric (the seam for other topologies)."""
+    """Nodes on a fat tree or a rail-optimised fabric (the seam for other topologies).
 
-    def __init__(self, node: Node, fabric: FatTree | RailOptimized, num_gpus: int):
+    A mixed cluster is several node groups (``groups``: (node spec, GPUs) in rank order, whole
+    nodes each): ranks fill them in order, each rank's ports take its own group's NIC share and
+    intra-node rate, and a collective over members of several groups is priced on the slowest of
+    their link classes (:meth:`links_for`). ``node`` / ``num_gpus`` alone: one group."""
+
+    def __init__(self, node: Node, fabric: FatTree | RailOptimized, num_gpus: int,
+                 groups: Sequence[tuple[Node, int]] | None = None):
         self.node = node
         self.fabric = fabric
         self.num_gpus = num_gpus
         self.gpus_per_node = node.gpus_per_node
         self.domain_gpus = node.domain_gpus
+        self.groups = list(groups) if groups else [(node, num_gpus)]
+        self.mixed = len(self.groups) > 1
+        self._group_first_rank, self._group_first_node, self._group_first_domain = [], [], []
+        rank = nodes = domains = 0
+        for group_node, gpus in self.groups:
+            self._group_first_rank.append(rank)
+            self._group_first_node.append(nodes)
+            self._group_first_domain.append(domains)
+            rank += gpus
+            nodes += -(-gpus // group_node.gpus_per_node)
+            domains += -(-gpus // group_node.domain_gpus)
+        self.num_nodes = nodes
+        self.actor_ranks: dict[str, int] = {}  # actor -> rank, for per-group port capacities (bind_actors)
+
+    def bind_actors(self, actor_ranks: dict[str, int]) -> None:
+        """Name the rank behind each actor, so its ports get its own group's capacity."""
+        self.actor_ranks = dict(actor_ranks)
+
+    def group_index(self, rank: int) -> int:
+        """The node group ``rank`` is in (0 for a homogeneous cluster)."""
+        return bisect_right(self._group_first_rank, rank) - 1 if self.mixed else 0
+
+    def node_spec(self, rank: int) -> Node:
+        return self.groups[self.group_index(rank)][0]
+
+    def _local(self, rank: int) -> tuple[int, Node, int]:
+        g = self.group_index(rank)
+        return g, self.groups[g][0], rank - self._group_first_rank[g]
 
     def node_of(self, rank: int) -> int:
         """The NVLink domain of ``rank``: its node, or its rack where NVLink spans nodes (NVL72)."""
-        return rank // self.domain_gpus
+        if not self.mixed:
+            return rank // self.domain_gpus
+        g, node, local = self._local(rank)
+        return self._group_first_domain[g] + local // node.domain_gpus
+
+    def physical_node_of(self, rank: int) -> int:
+        if not self.mixed:
+            return rank // self.gpus_per_node
+        g, node, local = self._local(rank)
+        return self._group_first_node[g] + local // node.gpus_per_node
 
     def pod_of(self, rank: int) -> int:
         pod = self.fabric.pod_size_nodes
-        return (rank // self.gpus_per_node) // pod if pod else 0
+        return self.physical_node_of(rank) // pod if pod else 0
 
     def placement(self, ranks: tuple[int, ...]) -> Placement:
         nodes = {self.node_of(r) for r in ranks}
@@ -156,26 +201,33 @@ class Topology:
         """Factor on the intra-node bytes of a group whose node joins its GPUs by per-pair links
         (hybrid cube mesh, NVLink bridges): the ring over the members on the first member's node
         (simulator/cost/intra_node.py); 1 on a switch or bus."""
-        if self.node.intra_node.link_counts is None or self.domain_gpus != self.gpus_per_node:
+        _, node, _ = self._local(ranks[0])
+        if node.intra_node.link_counts is None or node.domain_gpus != node.gpus_per_node:
             return 1.0
         first = self.node_of(ranks[0])
-        local = tuple(sorted({r % self.gpus_per_node for r in ranks if self.node_of(r) == first}))
-        return group_slowdown(self.node.intra_node, local)
+        local = tuple(sorted({self._local(r)[2] % node.gpus_per_node for r in ranks if self.node_of(r) == first}))
+        return group_slowdown(node.intra_node, local)
 
     @cached_property
     def links(self) -> LinkCapacities:
-        node, fabric = self.node, self.fabric
+        """The first (or only) group's link capacities."""
+        return self.group_links(0)
+
+    @cache  # noqa: B019 -- a few groups per topology, which lives as long as its plan
+    def group_links(self, g: int) -> LinkCapacities:
+        """Per-rank port capacities and hop latencies of node group ``g``."""
+        node, fabric = self.groups[g][0], self.fabric
         intra = node.intra_node.bandwidth_per_gpu_gb_per_s * 1e9 * node.intra_node.collective_efficiency
         if node.nics_per_node:
             inter = (node.nics_per_node * node.nic_bandwidth_gbit_per_s / 8 * 1e9 * node.nic_efficiency
                      / node.gpus_per_node)
         else:
             inter = 0.0
-        if inter == 0.0 and self.num_gpus > self.domain_gpus:
-            raise ConfigError("cluster.node.nics_per_node", "a multi-node cluster needs NICs")
+        if inter == 0.0 and (self.num_gpus > self.domain_gpus or self.mixed):
+            field = f"cluster.groups.{g}.node.nics_per_node" if self.mixed else "cluster.node.nics_per_node"
+            raise ConfigError(field, "a multi-node cluster needs NICs")
         if isinstance(fabric, RailOptimized):
-            nodes = -(-self.num_gpus // self.gpus_per_node)
-            hops = 1 if nodes <= fabric.rail_group_nodes else 3  # leaf of the rail; leaf-spine-leaf between units
+            hops = 1 if self.num_nodes <= fabric.rail_group_nodes else 3  # leaf of the rail; leaf-spine-leaf between units
         else:
             hops = 2 * fabric.levels - 1  # worst-case switches on a path in a folded Clos
         return LinkCapacities(
@@ -186,10 +238,35 @@ class Topology:
             inter_latency_s=(node.nic_latency_us + hops * fabric.switch_latency_us) * 1e-6,
         )
 
+    def links_of(self, rank: int) -> LinkCapacities:
+        return self.group_links(self.group_index(rank)) if self.mixed else self.links
+
+    def groups_of(self, ranks: tuple[int, ...]) -> tuple[int, ...]:
+        """The node groups that ``ranks`` touch (sorted)."""
+        if not self.mixed:
+            return (0,)
+        return tuple(sorted({self.group_index(r) for r in ranks}))
+
+    def links_for(self, ranks: tuple[int, ...]) -> LinkCapacities:
+        """The link classes a collective over ``ranks`` runs at: its members' group's, or over several
+        groups the slowest port of each class and the longest hop (a ring or tree moves at the pace
+        of its slowest member)."""
+        return self._joined_links(self.groups_of(ranks)) if self.mixed else self.links
+
+    @cache  # noqa: B019
+    def _joined_links(self, groups: tuple[int, ...]) -> LinkCapacities:
+        if len(groups) == 1:
+            return self.group_links(groups[0])
+        each = [self.group_links(g) for g in groups]
+        return LinkCapacities(*(min(getattr(lk, f) for lk in each) for f in
+                                ("intra_bytes_per_s", "inter_bytes_per_s", "uplink_bytes_per_s")),
+                              *(max(getattr(lk, f) for lk in each) for f in ("intra_latency_s", "inter_latency_s")))
+
     def port_capacity(self, port: str) -> float:
-        """Bytes/s of a port named ``{actor}:{class}_{dir}``."""
-        kind = port.rsplit(":", 1)[1].split("_", 1)[0]
-        links = self.links
+        """Bytes/s of a port named ``{actor}:{class}_{dir}`` (the actor's group's, see :meth:`bind_actors`)."""
+        actor, name = port.rsplit(":", 1)
+        kind = name.split("_", 1)[0]
+        links = self.links_of(self.actor_ranks[actor]) if self.mixed and actor in self.actor_ranks else self.links
         if kind == "nvl":
             return links.intra_bytes_per_s
         if kind == "nic":
@@ -199,11 +276,11 @@ class Topology:
         raise ValueError(f"unknown port {port}")
 
 
-def build_topology(node: Node, fabric, num_gpus: int) -> Topology:
+def build_topology(node: Node, fabric, num_gpus: int, groups: Sequence[tuple[Node, int]] | None = None) -> Topology:
     """The topology of a fabric spec: a wide-area one (regions, simulator/cost/wan.py) or a data-centre
-    fabric (fat tree, rail-optimised)."""
+    fabric (fat tree, rail-optimised); ``groups``: a mixed cluster's node groups (data-centre fabrics)."""
     if getattr(fabric, "topology", None) == "wan":
         from simulator.cost.wan import wan_topology
 
         return wan_topology(node, fabric, num_gpus)
-    return Topology(node, fabric, num_gpus)
+    return Topology(node, fabric, num_gpus, groups=groups)

@@ -281,7 +281,7 @@ def search(
     from simulator.explore.sweep import absolutize
     from simulator.memory.analytic import fits as memory_fits
     from simulator.memory.analytic import peak_rank_memory
-    from simulator.scenario import apply_overrides, build_scenario, load_raw
+    from simulator.scenario import apply_overrides, build_scenario, cluster_gpus, load_raw
     from simulator.simulate import run_identity
     from simulator.strategies.spmd.layout import Parallelism
 
@@ -303,11 +303,12 @@ def search(
     except ValidationError as exc:
         raise from_pydantic(exc, "parallelism") from None
     probe = copy.deepcopy(raw)
-    n_probe = (probe.get("cluster") or {}).get("num_gpus")
+    n_probe = (probe.get("cluster") or {}).get("num_gpus") or cluster_gpus(probe)
     probe["parallelism"] = {"global_batch_size": n_probe if isinstance(n_probe, int) and n_probe > 0 else 1}
     scenario = build_scenario(probe)
     layers = len(scenario.layer_graph().pipelined)  # what a pipeline splits (a transformer's blocks)
-    per_node, n = scenario.node.domain_gpus, scenario.num_gpus  # the NVLink reach (the node, or an NVL72 rack)
+    # the NVLink reach (the node, or an NVL72 rack; on a mixed cluster the smallest group's)
+    per_node, n = min(g.node.domain_gpus for g in scenario.groups), scenario.num_gpus
     # Everything of the scenario's layout that the search does not vary is kept (batch, buckets, overlap knobs).
     searched = {"tp", "pp", "dp", "cp", "ep", "virtual_stages", "micro_batch_size", "zero_stage", "recompute",
                 "sequence_parallel"}
@@ -333,7 +334,7 @@ def search(
             rows[i] = row
             continue
         stage, peak, per_stage = peak_rank_memory(sc)
-        ok, reason = memory_fits(sc, peak)
+        ok, reason = memory_fits(sc, peak, per_stage)
         if ok and constraints.max_memory_gib is not None and peak.total_gib > constraints.max_memory_gib:
             ok, reason = False, (f"needs {peak.total_gib:.1f} GiB, above the max_memory_gib constraint "
                                  f"({constraints.max_memory_gib:g} GiB)")

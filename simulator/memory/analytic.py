@@ -608,16 +608,40 @@ def peak_rank_memory(scenario) -> tuple[int, MemoryBreakdown, list[MemoryBreakdo
     return peak_stage([rank_memory(scenario, i) for i in range(scenario.parallelism.pp)])
 
 
-def usable_hbm_bytes(scenario) -> float:
-    """HBM one rank may fill: ``accelerator.hbm_gib - simulation.hbm_reserve_gib`` in bytes."""
-    hbm, reserve = scenario.accelerator.hbm_gib, scenario.simulation.hbm_reserve_gib
+def usable_hbm_bytes(scenario, accelerator=None) -> float:
+    """HBM one rank may fill: ``accelerator.hbm_gib - simulation.hbm_reserve_gib`` in bytes (the
+    scenario's accelerator, or the one given: a mixed cluster's group)."""
+    hbm, reserve = (accelerator or scenario.accelerator).hbm_gib, scenario.simulation.hbm_reserve_gib
     if reserve >= hbm:
         raise ConfigError("simulation.hbm_reserve_gib", f"{reserve:g} GiB leaves nothing of {hbm:g} GiB HBM")
     return (hbm - reserve) * GIB
 
 
-def fits(scenario, breakdown: MemoryBreakdown) -> tuple[bool, str | None]:
-    """Whether ``breakdown`` fits the accelerator's HBM minus the reserve; if not, why."""
+def stage_group_indices(scenario, stage: int) -> list[int]:
+    """The node groups of a mixed cluster that hold ranks of pipeline stage ``stage`` (ranks are
+    numbered tp-cp-dp-pp, so stage s is the s-th block of world / pp consecutive ranks)."""
+    per_stage = scenario.num_gpus // scenario.parallelism.pp
+    lo, hi = stage * per_stage, (stage + 1) * per_stage
+    return [i for i, g in enumerate(scenario.groups) if g.first_rank < hi and g.first_rank + g.num_gpus > lo]
+
+
+def fits(scenario, breakdown: MemoryBreakdown,
+         per_stage: list[MemoryBreakdown] | None = None) -> tuple[bool, str | None]:
+    """Whether ``breakdown`` fits the accelerator's HBM minus the reserve; if not, why. On a mixed
+    cluster every stage of ``per_stage`` (or ``breakdown``'s) is checked against each node group
+    holding its ranks, and the reason names the group (the A100s may hold what the T4s cannot)."""
+    if getattr(scenario, "mixed", False):
+        for part in per_stage or [breakdown]:
+            stage = part.stage or 0
+            for i in stage_group_indices(scenario, stage):
+                group = scenario.groups[i]
+                usable = usable_hbm_bytes(scenario, group.accelerator)
+                if part.total_bytes > usable:
+                    return False, (f"needs {part.total_bytes / GIB:.1f} GiB of {usable / GIB:.1f} GiB usable on "
+                                   f"{group.accelerator.name} (cluster.groups.{i}: {group.label}; HBM "
+                                   f"{group.accelerator.hbm_gib:g} GiB - {scenario.simulation.hbm_reserve_gib:g} GiB "
+                                   f"reserve) on stage {stage}")
+        return True, None
     usable = usable_hbm_bytes(scenario)
     total = breakdown.total_bytes
     if total <= usable:

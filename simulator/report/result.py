@@ -214,7 +214,15 @@ def _run_lines(result: SimulationResult) -> list[str]:
         if run.get("seq_length_source") not in (None, "training.seq_length", "the model's seq_length"):
             seq += f" (from {run['seq_length_source']}; set training.seq_length to change it)"
     return [f"  model          {run['model']}{seq}, {run['precision']}",
-            f"  hardware       {run['num_nodes']} x {run['node']} ({run['accelerator']}), {result.num_gpus} GPUs"]
+            _hardware_line(run, result)]
+
+
+def _hardware_line(run: dict[str, Any], result) -> str:
+    groups = result.extra.get("node_groups")
+    if not groups:
+        return f"  hardware       {run['num_nodes']} x {run['node']} ({run['accelerator']}), {result.num_gpus} GPUs"
+    parts = [f"{g['nodes']} x {g['node']} ({g['accelerator']}, ranks {g['ranks'][0]}-{g['ranks'][1]})" for g in groups]
+    return f"  hardware       {' + '.join(parts)}, {result.num_gpus} GPUs (mixed; mean peak over ranks)"
 
 
 def _co_location_lines(result: SimulationResult) -> list[str]:

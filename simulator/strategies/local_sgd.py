@@ -142,13 +142,13 @@ class LocalSgdPlanner(Planner):
             stage = self.layout.coords(rank).pp
             params = self.stage_params_local(stage)
             delta = Task(f"outer_delta.p{step // self.cfg.local_steps}", actor, "compute", "optimizer",
-                         duration_s=self.compute.optimizer_step_s(params, DELTA_BYTES_PER_PARAM),
+                         duration_s=self.compute_of(rank).optimizer_step_s(params, DELTA_BYTES_PER_PARAM),
                          deps=list(boundary[actor]))
             streams[(actor, "compute")].append(delta)
             reduce = self.comm_task(actor, "dp", "dp_comm", f"outer_all_reduce.p{step // self.cfg.local_steps}", rank,
                                     [(self.grad_group, "all_reduce", params * wire)], key=f"outer{step}")
             outer = Task(f"outer_step.p{step // self.cfg.local_steps}", actor, "compute", "optimizer",
-                         duration_s=self.compute.optimizer_step_s(
+                         duration_s=self.compute_of(rank).optimizer_step_s(
                              params, OUTER_STEP_BYTES_PER_PARAM[self.cfg.outer_optimizer]))
             if reduce is not None:
                 reduce.deps.append(delta)

@@ -67,6 +67,9 @@ class ParameterServerConfig(BaseModel):
 
 def _check(scenario) -> None:
     par = scenario.parallelism
+    if getattr(scenario, "mixed", False):
+        raise ConfigError("cluster.groups", "parameter_server is modelled on one kind of node (its servers' "
+                                            "optimizer runs at one accelerator's bandwidth): give cluster.node")
     if par.zero_stage != 0:
         raise ConfigError("parallelism.zero_stage", "parameter_server shards state by its servers: needs 0")
     if par.cp != 1:

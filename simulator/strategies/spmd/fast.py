@@ -360,7 +360,8 @@ def compute_bound_s(scenario: Scenario, planner=None) -> float:
 
     def kernels_s(phase: str, chunk: int) -> float:
         ops = planner._chunk_ops(phase, chunk)
-        return planner._compute_time(tuple(op for op in ops if op.kind != "collective")) if ops else 0.0
+        rank = planner.stage_representative(chunk % pp)  # a mixed cluster: the stage's slowest group
+        return planner._compute_time(tuple(op for op in ops if op.kind != "collective"), rank) if ops else 0.0
 
     per_chunk = {g: {ph: kernels_s(ph, g) for ph in phases} for g in range(pp * v)}
     best, fill, drain = 0.0, 0.0, 0.0

@@ -36,7 +36,7 @@ from simulator.cost.compute import ComputeModel
 from simulator.cost.host_floor import floor_per_layer_s, stretch
 from simulator.cost.interference import exposed_comm_share
 from simulator.cost.jitter import sync_stretch
-from simulator.cost.topology import RankLayout, build_topology
+from simulator.cost.topology import Coordinates, RankLayout, build_topology
 from simulator.cost.wan import WanTopology
 from simulator.engine.engine import Task
 from simulator.memory.analytic import (
@@ -70,12 +70,18 @@ class Planner:
         self.detail = detail
         self.precision = scenario.training.precision
         self.layout = RankLayout(self.par)
-        self.topo = build_topology(scenario.node, scenario.fabric, scenario.num_gpus)
+        groups = [(g.node, g.num_gpus) for g in scenario.groups] if scenario.mixed else None
+        self.topo = build_topology(scenario.node, scenario.fabric, scenario.num_gpus, groups=groups)
         self.wan = self.topo if isinstance(self.topo, WanTopology) else None
         self.links = self.topo.links
-        self.compute = ComputeModel(scenario.accelerator, self.precision, scenario.training.fp8_gemms,
-                               scenario.training.fp8_recipe, tf32=scenario.training.tf32)
-        self.sync_stretch = sync_stretch(scenario.accelerator.efficiency.sync_jitter, scenario.num_gpus)
+        # Each node group's accelerator prices its own ranks' kernels (a mixed cluster: per-actor speed).
+        self.computes = [ComputeModel(g.accelerator, self.precision, scenario.training.fp8_gemms,
+                                      scenario.training.fp8_recipe, tf32=scenario.training.tf32)
+                         for g in scenario.groups]
+        self.compute = self.computes[0]
+        self.sync_stretches = [sync_stretch(g.accelerator.efficiency.sync_jitter, scenario.num_gpus)
+                               for g in scenario.groups]
+        self.sync_stretch = self.sync_stretches[0]
         self.host_floor = scenario.accelerator.efficiency.cross_node_pipeline_floor
         self._stretch_cache: dict[tuple[int, bool], float] = {}
         self.shard = scenario.shard
@@ -122,21 +128,55 @@ class Planner:
         self.shard_size = self.par.zero_shard_size or self.par.dp_degree * self.par.cp
         self.hybrid_replicas = self.par.dp_degree // self.shard_size if hybrid else 1
         self.tp_exclusive = self.mode != "full" and self._tp_links_exclusive()
+        self.rank_actor: dict[int, str] = {}
+        self._stage_reps: dict[int, int] = {}
         if self.mode == "full":
             self.actor_ranks = {f"rank{r}": r for r in range(self.layout.world)}
         else:
-            self.actor_ranks = {f"stage{i}": self.layout.representative(i) for i in range(self.par.pp)}
+            self.actor_ranks = {f"stage{i}": self.stage_representative(i) for i in range(self.par.pp)}
         self.rank_actor = {r: a for a, r in self.actor_ranks.items()}
+        self.topo.bind_actors(self.actor_ranks)
+
+    def stage_representative(self, stage: int) -> int:
+        """The rank that stands for pipeline stage ``stage`` in symmetric mode: tp = cp = dp index 0;
+        on a mixed cluster, a rank (tp = cp = 0) of the stage's slowest node group -- its
+        collectives wait for their slowest member anyway, and every rank of a stage does the same
+        work, so the stage runs at that group's pace (exact when each replica's slowest stages are
+        alike, e.g. every stage on one kind of GPU; an upper bound otherwise: full mode is exact)."""
+        rep = self.layout.representative(stage)
+        if not self.topo.mixed:
+            return rep
+        hit = self._stage_reps.get(stage)
+        if hit is None:
+            hit = self._stage_reps[stage] = self._slowest_in_stage(stage, rep)
+        return hit
+
+    def _slowest_in_stage(self, stage: int, rep: int) -> int:
+        candidates: dict[int, int] = {}
+        for d in range(self.par.dp_degree):
+            rank = self.layout.rank(Coordinates(0, 0, d, stage))
+            candidates.setdefault(self.topo.group_index(rank), rank)
+        if len(candidates) == 1:
+            return rep
+
+        def pass_s(rank: int) -> float:
+            return sum(sum(self.pass_cost_s(rank, self._chunk_ops(phase, stage))) for phase in ("F", "B"))
+        return max(sorted(candidates.values()), key=pass_s)
+
+    def compute_of(self, rank: int) -> ComputeModel:
+        """The kernel pricing of ``rank``'s accelerator (its node group's)."""
+        return self.computes[self.topo.group_index(rank)]
 
     # -- pricing ---------------------------------------------------------------------------
 
-    def _compute_time(self, ops) -> float:
-        """Kernel seconds of ``ops``, stretched by the expected wait for the slowest rank
-        (simulator/cost/jitter.py; 1 where ``sync_jitter`` is 0 or the job has one rank)."""
-        key = id(ops)
+    def _compute_time(self, ops, rank: int = 0) -> float:
+        """Kernel seconds of ``ops`` on ``rank``'s accelerator, stretched by the expected wait for the
+        slowest rank (simulator/cost/jitter.py; 1 where ``sync_jitter`` is 0 or the job has one rank)."""
+        g = self.topo.group_index(rank)
+        key = (id(ops), g)
         hit = self._time_cache.get(key)
         if hit is None or hit[0] is not ops:
-            hit = self._time_cache[key] = (ops, self.compute.ops_time_s(ops) * self.sync_stretch)
+            hit = self._time_cache[key] = (ops, self.computes[g].ops_time_s(ops) * self.sync_stretches[g])
         return hit[1]
 
     def _collective(self, rank: int, group: str, collective: str, payload: float):
@@ -145,16 +185,20 @@ class Planner:
             ranks = self._group_cache[(rank, group)] = self.layout.group(rank, group)
         placement = self.topo.placement(ranks)
         slowdown = self.topo.intra_slowdown(ranks)  # a group on a partial mesh (hybrid cube mesh, bridges)
+        spanned = self.topo.groups_of(ranks)  # node groups of a mixed cluster the collective touches
         key = (collective, payload, placement.size, placement.members_per_node, placement.num_nodes,
-               placement.num_pods, slowdown)
+               placement.num_pods, slowdown, spanned)
         simulated = [r for r in ranks if r in self.rank_actor]
         if self.wan is not None:
             key = (*key, ranks, group)
         cost = self._cost_cache.get(key)
         if cost is None:
-            node = self.sc.node
-            cost = collective_cost(collective, payload, placement, self.links,
-                                   node.intra_laws, node.inter_node_collectives, node.nvls_all_reduce,
+            node = self.topo.groups[spanned[0]][0]
+            # measured laws hold for their own kind of node: a collective across groups uses the α-β model
+            # on the slowest member's ports (links_for)
+            inter_laws = node.inter_node_collectives if len(spanned) == 1 else None
+            cost = collective_cost(collective, payload, placement, self.topo.links_for(ranks),
+                                   node.intra_laws, inter_laws, node.nvls_all_reduce,
                                    mesh_peers=node.gpus_per_node - 1 if node.intra_node.kind == "xgmi" else None)
             if slowdown != 1.0 and cost.bytes_by_link.get("nvl"):
                 cost = dataclasses.replace(cost, bytes_by_link={**cost.bytes_by_link,
@@ -215,11 +259,12 @@ class Planner:
             if route is not None:
                 demands, propagation = route
                 return Task(name, actor, "pp", "pp_comm", demands=demands, propagation_s=propagation)
+        pair = self.topo.links_for((src_rank, dst_rank))
         if self.topo.node_of(src_rank) == self.topo.node_of(dst_rank):
-            links, latency = ["nvl"], self.links.intra_latency_s
+            links, latency = ["nvl"], pair.intra_latency_s
             payload *= self.topo.intra_slowdown((src_rank, dst_rank))  # a pair without a direct link
         else:
-            links, latency = ["nic"], self.links.inter_latency_s
+            links, latency = ["nic"], pair.inter_latency_s
             if self.topo.pod_of(src_rank) != self.topo.pod_of(dst_rank):
                 links.append("up")
         demands = {}
@@ -235,10 +280,10 @@ class Planner:
 
     def pass_cost_by_category(self, rank: int, ops: tuple[Op, ...]) -> tuple[float, dict[str, float]]:
         """Kernel seconds and exposed collective seconds per category ("tp_comm", "cp_comm")."""
-        key = ("fused", id(ops))
+        key = ("fused", id(ops), self._comm_class(rank))
         hit = self._time_cache.get(key)
         if hit is None or hit[0] is not ops:
-            compute_s = self._compute_time(tuple(op for op in ops if op.kind != "collective"))
+            compute_s = self._compute_time(tuple(op for op in ops if op.kind != "collective"), rank)
             comm: dict[str, float] = {}
             for i, op in enumerate(ops):
                 if op.kind == "collective":
@@ -260,7 +305,7 @@ class Planner:
         if self.par.zero_stage >= 1:
             params /= self.shard_size
         per_param = OPTIMIZER_BYTES_PER_PARAM[self.sc.training.optimizer] * (32 / 28 if self.precision == "fp32" else 1)
-        return self.compute.optimizer_step_s(params, per_param)
+        return self.compute_of(self.stage_representative(stage)).optimizer_step_s(params, per_param)
 
     def pp_payload_bytes(self) -> float:
         """Bytes one rank sends to the next stage per micro-batch (activation or its gradient)."""
@@ -313,14 +358,19 @@ class Planner:
                 stall += count * (factor - 1.0) * sum(self.pass_cost_s(rank, self.layer_pass_ops(kind, phase)))
         return stall
 
+    def _comm_class(self, rank: int) -> int | None:
+        """What a rank's pricing caches are keyed by beyond the ops: None on a homogeneous cluster;
+        on a mixed one the rank itself (its accelerator and the groups its collectives span differ)."""
+        return rank if self.topo.mixed else None
+
     def _isolated_comm_s(self, rank: int, parts: list[tuple[str, str, float]]) -> float:
-        key = ("isolated", tuple(parts))
+        key = ("isolated", tuple(parts), self._comm_class(rank))
         hit = self._comm_cache.get(key)
         if hit is None:
             hit = 0.0
             for group, collective, payload in parts:
-                cost, _, _ = self._collective(rank, group, collective, payload)
-                hit += cost.isolated_time_s(self.links)
+                cost, ranks, _ = self._collective(rank, group, collective, payload)
+                hit += cost.isolated_time_s(self.topo.links_for(ranks))
             self._comm_cache[key] = hit
         return hit
 
@@ -508,11 +558,12 @@ class Planner:
         communication slows by ``overlap_comm_slowdown`` while a kernel of its rank runs; the
         engine applies both (see simulator/engine/engine.py). Only communication on its own stream can
         run beside a kernel; a blocking one leaves the compute stream idle."""
-        eff = self.sc.accelerator.efficiency
-        slowdown, comm_slowdown = eff.overlap_compute_slowdown, eff.overlap_comm_slowdown
-        if slowdown <= 0 and comm_slowdown <= 0:
+        effs = [g.accelerator.efficiency for g in self.sc.groups]
+        if all(e.overlap_compute_slowdown <= 0 and e.overlap_comm_slowdown <= 0 for e in effs):
             return
-        for (_actor, stream), tasks in streams.items():
+        for (actor, stream), tasks in streams.items():
+            eff = self.sc.rank_accelerator(self.actor_ranks[actor]).efficiency if actor in self.actor_ranks else effs[0]
+            slowdown, comm_slowdown = eff.overlap_compute_slowdown, eff.overlap_comm_slowdown
             for task in tasks:
                 if stream == "compute":
                     if task.demands is None:
@@ -537,10 +588,10 @@ class Planner:
             return 1.0
         t_comm = self._isolated_comm_s(rank, [(op.group, op.collective, op.comm_bytes)])
         nxt = ops[i + 1]
-        t_next = self.compute.time_s(nxt) if nxt.kind != "collective" else 0.0
+        t_next = self.compute_of(rank).time_s(nxt) if nxt.kind != "collective" else 0.0
         if t_comm <= 0:
             return 1.0
-        eff = self.sc.accelerator.efficiency
+        eff = self.sc.rank_accelerator(rank).efficiency
         return exposed_comm_share(t_next, t_comm, eff.overlap_compute_slowdown, eff.overlap_comm_slowdown)
 
     def _paired_moe_exposure(self, rank: int, ops: tuple[Op, ...]) -> float:
@@ -551,13 +602,13 @@ class Planner:
         exposed share (simulator/cost/interference.py; with no communication slowdown
         max(A - T, A·s/(1+s)) / A, s: the kernels' slowdown beside communication) is the same
         for each of them. Warm-up passes with no partner are treated alike."""
-        key = ("moe_pair", id(ops))
+        key = ("moe_pair", id(ops), self._comm_class(rank))
         hit = self._time_cache.get(key)
         if hit is None or hit[0] is not ops:
             a2a = self._isolated_comm_s(rank, [(op.group, op.collective, op.comm_bytes) for op in ops
                                                if op.collective == "all_to_all"])
-            kernels = self._compute_time(tuple(op for op in ops if op.kind != "collective"))
-            eff = self.sc.accelerator.efficiency
+            kernels = self._compute_time(tuple(op for op in ops if op.kind != "collective"), rank)
+            eff = self.sc.rank_accelerator(rank).efficiency
             share = exposed_comm_share(kernels, a2a, eff.overlap_compute_slowdown, eff.overlap_comm_slowdown)
             hit = self._time_cache[key] = (ops, share)
         return hit[1]
@@ -571,7 +622,7 @@ class Planner:
         """Split ops into runs ``(kind, payload, name, overlapped)``: ("compute", ops) and
         ("comm", [(group, collective, payload)]). Coarse mode merges all kernels into one run and
         all collectives into one, with overlapped collectives reduced to their exposed share."""
-        key = ("segments", id(ops), self.detail)
+        key = ("segments", id(ops), self.detail, self._comm_class(rank))
         hit = self._time_cache.get(key)
         if hit is not None and hit[0] is ops:
             return hit[1]
@@ -609,6 +660,7 @@ class Planner:
         its previous step). Returns its compute tasks and the tasks that end its step."""
         par, sc = self.par, self.sc
         stage = self.layout.coords(rank).pp
+        compute = self.compute_of(rank)  # this rank's accelerator (its node group's on a mixed cluster)
         m_total = par.num_micro_batches
         order = self._stage_order(rank, stage)
         compute_list: list[Task] = []
@@ -656,7 +708,8 @@ class Planner:
                 deps = first_deps if first else ()
                 first = False
                 if kind == "compute":
-                    task = Task(f"{label}.{name}", actor, "compute", category, duration_s=self._compute_time(payload))
+                    task = Task(f"{label}.{name}", actor, "compute", category,
+                                duration_s=self._compute_time(payload, rank))
                     if self.detail:  # for the trace: the layer and the FLOPs the kernels run
                         task.info = kernel_info(payload, layer)
                     last = add(task, deps) or last
@@ -706,7 +759,7 @@ class Planner:
             # Copy-out of the gathered flat buffer into the layer's parameters (PyTorch FSDP
             # ``foreach_all_gather_copy_out``; DeepSpeed's partition copy): read + write, memory-bound.
             add(Task(f"{label}.zero3_copy_out", actor, "compute", "compute",
-                     duration_s=self.compute.copy_s(params * weight_bytes * (shard - 1) / shard)), (task,))
+                     duration_s=compute.copy_s(params * weight_bytes * (shard - 1) / shard)), (task,))
             return ()
 
         def accumulate_grads(g: int, mb: int, tag: str) -> None:
@@ -717,7 +770,7 @@ class Planner:
                 return
             nbytes = self.chunk_params_local(g) * grad_bytes / (shard if zero >= 2 else 1)
             add(Task(f"B.{tag}.grad_accumulate", actor, "compute", "compute",
-                     duration_s=self.compute.add_into_s(nbytes)))
+                     duration_s=compute.add_into_s(nbytes)))
 
         grads_held: dict[int, float] = {}  # chunk -> its gradient bytes, allocated at its first backward
         fusion = sc.training.optimizer_fusion
@@ -728,7 +781,7 @@ class Planner:
         def chunk_update(g: int, name: str) -> Task:
             """The optimizer step of one model chunk's parameters, freeing its gradients."""
             task = Task(name, actor, "compute", "optimizer",
-                        duration_s=self.compute.optimizer_step_s(self.chunk_params_local(g), optimizer_bytes))
+                        duration_s=compute.optimizer_step_s(self.chunk_params_local(g), optimizer_bytes))
             task.free_bytes += grads_held.get(g, 0.0)
             return task
 
@@ -941,7 +994,7 @@ class Planner:
             return compute_list, tuple(fused)
         sharded = local_params / shard if zero >= 1 else local_params
         opt = Task("optimizer_step", actor, "compute", "optimizer",
-                   duration_s=self.compute.optimizer_step_s(sharded, optimizer_bytes) if self.local_update else 0.0)
+                   duration_s=compute.optimizer_step_s(sharded, optimizer_bytes) if self.local_update else 0.0)
         add(opt, tuple(dp_tasks))
         opt.free_bytes += sum(grads_held.values())  # zero_grad(set_to_none=True)
         ends: tuple[Task, ...] = (opt,)
@@ -1052,7 +1105,8 @@ class Planner:
         (FSDP ``foreach_reduce`` copy-in; DeepSpeed's ipg bucket): a memory-bound kernel."""
         if zero < 2:
             return after
-        return add(Task(f"{label}.grad_copy_in", actor, "compute", "compute", duration_s=self.compute.copy_s(grad_bytes)))
+        compute = self.compute_of(self.actor_ranks[actor])
+        return add(Task(f"{label}.grad_copy_in", actor, "compute", "compute", duration_s=compute.copy_s(grad_bytes)))
 
     def _pp_stream(self, actor: str) -> list[Task]:
         return self._streams_ref[(actor, "pp")]
