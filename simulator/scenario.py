@@ -21,6 +21,7 @@ from hardware_specs.catalog import FABRICS, NODES, node_accelerator
 from hardware_specs.schema import Accelerator, Fabric, Node
 from hardware_specs.yaml_io import read_yaml
 from simulator.colocation.spec import CoLocatedJob, CoLocatedJobSpec
+from simulator.cost.stragglers import StragglerSpec
 from simulator.economics.convergence import ConvergenceSpec
 from simulator.economics.cost import EconomicsSpec
 from simulator.economics.reliability import ReliabilitySpec, resolve_processes
@@ -151,6 +152,9 @@ class SimulationSpec(_Strict):
     hbm_reserve_gib: float = Field(default=2.0, ge=0, description="kept free: CUDA context, allocator slack")
     steps: int = Field(default=1, ge=1, le=10_000,
                        description="training steps unrolled back to back; results give the mean and each step's time")
+    stragglers: StragglerSpec | None = Field(
+        default=None, description="per-device speed drawn from a seeded distribution, once or every step, in full "
+                                  "mode (simulator/cost/stragglers.py); None: every device at its priced speed")
 
 
 class ScenarioFile(_Strict):

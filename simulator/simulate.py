@@ -173,6 +173,8 @@ def _run_plan(scenario: Scenario, kind, mode: str, detail: bool, engine: str):
         from simulator.colocation.run import run_co_located
 
         return run_co_located(scenario, detail)
+    if engine != "full" and scenario.simulation.stragglers is not None:
+        engine = "full"  # per-device draws are simulated by the engine (the fast path prices no draws)
     if engine != "full":
         if scenario.strategy_kind != "spmd":
             raise ConfigError("--engine", f"the fast path covers the spmd strategy, not {scenario.strategy_kind!r}")
@@ -187,9 +189,15 @@ def _run_plan(scenario: Scenario, kind, mode: str, detail: bool, engine: str):
                 info["time_breakdown_extrapolated"] = True
             return estimate.step_time_s, estimate.plan, estimate.breakdown, info, None
     plan = kind.compile(scenario, mode=mode, detail=detail)
+    stragglers = scenario.simulation.stragglers
+    straggled = {}
+    if stragglers is not None:  # per-device draws scale each actor's kernels (simulator/cost/stragglers.py)
+        from simulator.cost.stragglers import apply_stragglers, straggler_summary
+
+        straggled = straggler_summary(apply_stragglers(plan, stragglers, scenario.num_gpus))
     engine_run = Engine(plan.topology.port_capacity)
     makespan = engine_run.run(plan.streams, {(a, MEMORY_COUNTER): b for a, b in plan.memory_base_bytes.items()})
-    return makespan, plan, time_breakdown(plan, critical_actor(plan), makespan), {"engine": "full"}, engine_run
+    return makespan, plan, time_breakdown(plan, critical_actor(plan), makespan), {"engine": "full", **straggled}, engine_run
 
 
 def simulate(scenario: Scenario, mode: str | None = None, detail: bool = False,

@@ -200,9 +200,19 @@ def training_economics(scenario: Scenario, result: dict[str, Any]) -> dict[str, 
 
     # Power does not depend on tokens.
     u = utilisation_of(spec, result)
-    p_gpu = gpu_power_watts(spec, scenario.accelerator.tdp_watts, scenario.accelerator.idle_watts, u)
-    p_node = spec.node_overhead_watts if spec.node_overhead_watts is not None else scenario.node.node_overhead_watts
-    facility_watts = spec.pue * (n_gpus * p_gpu + n_nodes * p_node)
+    # each node group's GPUs at their own TDP and nodes at their own overhead (one group: the node's)
+    groups = getattr(scenario, "groups", None) or ()
+    if len(groups) > 1:
+        gpu_watts = sum(g.num_gpus * gpu_power_watts(spec, g.accelerator.tdp_watts, g.accelerator.idle_watts, u)
+                        for g in groups)
+        node_watts = sum(g.num_nodes * (spec.node_overhead_watts if spec.node_overhead_watts is not None
+                                        else g.node.node_overhead_watts) for g in groups)
+        p_gpu = gpu_watts / n_gpus
+    else:
+        p_gpu = gpu_power_watts(spec, scenario.accelerator.tdp_watts, scenario.accelerator.idle_watts, u)
+        p_node = spec.node_overhead_watts if spec.node_overhead_watts is not None else scenario.node.node_overhead_watts
+        gpu_watts, node_watts = n_gpus * p_gpu, n_nodes * p_node
+    facility_watts = spec.pue * (gpu_watts + node_watts)
     out["gpu_power_watts"] = p_gpu
     out["avg_power_kw"] = facility_watts / 1e3
 

@@ -116,6 +116,9 @@ class Pricer:
     """Prices kernels and collectives of one scenario (memoized; one per scenario)."""
 
     def __init__(self, scenario):
+        if getattr(scenario, "mixed", False):
+            raise ConfigError("cluster.groups", "per_layer prices every device on one accelerator: give cluster.node "
+                                                "(mixed clusters run with spmd, local_sgd and the pipeline kinds)")
         self.scenario = scenario
         self.graph = per_layer_graph(scenario)
         self.batch = self.graph.micro_batch
