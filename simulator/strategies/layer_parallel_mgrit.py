@@ -384,7 +384,7 @@ def compile_mgrit(scenario, mode: str | None = None, detail: bool = False) -> Pl
              "mgrit_sends_per_step": solve.sends // scenario.simulation.steps}
     return Plan(dict(streams), {a: r for r, a in enumerate(actors)}, {a: r for r, a in enumerate(actors)},
                 [per] * p, solve.topo, dict(compute_tasks), steps=scenario.simulation.steps, step_ends=step_ends,
-                extra=extra, after_run=measured, mode="symmetric")
+                extra=extra, after_run=measured, mode="full")  # every rank is an actor
 
 
 def rank_memory_mgrit(scenario, chain: Chain, rank: int) -> MemoryBreakdown:
