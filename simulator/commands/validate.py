@@ -3,7 +3,8 @@
 Per case: published vs simulated and the relative error; per set: mean and max absolute
 error against the set's stated tolerances. Then the sets of current hardware and frameworks
 (validation/modern: NeMo, torchtitan, llm-foundry, other frameworks, vTrain) on their held-out
-half, with their median / every-row targets, BF16 and FP8 apart and per accelerator. Exit code 1
+half, with their median / every-row targets, BF16 and FP8 apart and per accelerator; and DS3Lab's
+transfers and GPT-3 XL pipelines under tc-shaped links (validation/ds3lab.py). Exit code 1
 when any case or set is past its tolerance or target, so the command (and CI) fails instead of
 only printing.
 """
@@ -18,6 +19,8 @@ from simulator.cli_options import check_workers
 from simulator.errors import ConfigError
 
 MODERN_SETS = ("nemo", "torchtitan", "llmfoundry", "other", "vtrain_single", "vtrain_multi")
+# DS3Lab Decentralized_FM_alpha under tc-shaped links (validation/ds3lab.py): fitted half, held-out median target.
+DS3LAB_SETS = ("ds3lab_p2p", "ds3lab_gpt3xl_pipeline")
 
 
 def register(subparsers) -> None:
@@ -28,7 +31,7 @@ def register(subparsers) -> None:
                                           "frameworks, vTrain) on their held-out half.")
     p.add_argument("--set", dest="case_sets", action="append", metavar="CASE_SET",
                    help="only this case set (repeatable): the published sets (narayanan2021_table1, "
-                        "korthikanti2022_table3_5) or " + ", ".join(MODERN_SETS))
+                        "korthikanti2022_table3_5) or " + ", ".join(MODERN_SETS + DS3LAB_SETS))
     p.add_argument("--json", action="store_true", help="print a JSON object instead of tables")
     p.add_argument("--workers", type=int, default=os.cpu_count() or 1, help="parallel processes (default: all cores)")
     p.set_defaults(handler=run)
@@ -70,15 +73,15 @@ def summarize(name: str, results) -> dict:
 
 def run(args) -> int:
     check_workers(args.workers)
-    unknown = sorted(set(args.case_sets or ()) - set(_case_sets()) - set(MODERN_SETS))
+    unknown = sorted(set(args.case_sets or ()) - set(_case_sets()) - set(MODERN_SETS) - set(DS3LAB_SETS))
     if unknown:
         raise ConfigError("--set", f"no case set {unknown[0]!r} (one of: "
-                                   f"{', '.join(sorted(_case_sets()) + sorted(MODERN_SETS))})")
-    selected = args.case_sets or list(_case_sets()) + list(MODERN_SETS)
+                                   f"{', '.join(sorted(_case_sets()) + sorted(MODERN_SETS) + sorted(DS3LAB_SETS))})")
+    selected = args.case_sets or list(_case_sets()) + list(MODERN_SETS) + list(DS3LAB_SETS)
     names = [n for n in selected if n in _case_sets()]
     modern = [n for n in selected if n in MODERN_SETS]
     published = _published(args, names)
-    modern_blocks = _modern(args, modern)
+    modern_blocks = _modern(args, modern) + _ds3lab([n for n in selected if n in DS3LAB_SETS])
     if args.json:  # one list: the published sets' blocks, then the modern sets' (without per-row detail)
         from simulator.report.result import finite_json
 
@@ -101,7 +104,21 @@ def _modern(args, names: list[str]) -> list[dict]:
     return [report(name, evaluate(name, "heldout", args.workers)) for name in names]
 
 
+def _ds3lab(names: list[str]) -> list[dict]:
+    """DS3Lab's transfers and pipelines under shaped links: per row, and the held-out median against its target."""
+    if not names:
+        return []
+    from validation.ds3lab import REPORTS
+
+    return [{**REPORTS[name](), "kind": "ds3lab"} for name in names]
+
+
 def _print_modern(blocks: list[dict]) -> None:
+    from validation.ds3lab import print_report as print_ds3lab
+
+    for block in [b for b in blocks if b.get("kind") == "ds3lab"]:
+        print_ds3lab(block)
+    blocks = [b for b in blocks if b.get("kind") != "ds3lab"]
     if not blocks:
         return
     from validation.modern.__main__ import print_report

@@ -22,9 +22,10 @@ through :class:`~simulator.cost.topology.Topology`. Between regions a and b:
   2.4").
 
 Symmetric mode simulates one rank per pipeline stage: the other, symmetric copies of its transfer
-cross the same pair link at the same time, so the representative's flow carries ``copies`` times its
-bytes on the pair port ("multiply, don't enumerate", DESIGN.md) -- exact where the copies cross the
-same region pair (regions holding whole pipeline stages or whole data-parallel groups).
+move at the same time, so the representative's flow carries, on each pair port, the bytes of every
+copy that crosses that port ("multiply, don't enumerate", DESIGN.md): the planner counts, per port,
+the copies of a send (or the ring edges of the copies of a collective) that cross it, so copies over
+other ports (a per-node matrix: each replica's own node pair) add nothing to the representative's.
 """
 
 from __future__ import annotations
@@ -187,11 +188,13 @@ class WanTopology(Topology):
         return edges
 
     def over_wan(self, cost: CollectiveCost, collective: str, payload: float, ranks: tuple[int, ...],
-                 scale: float = 1.0) -> CollectiveCost:
-        """``cost`` (priced on the intra-region fabric) plus what crossing regions adds: the bus
-        volume on every crossing ring edge's pair port (times ``scale``: symmetric copies per
-        simulated member) and the ring's (or tree's) steps at the slowest crossing delay."""
-        edges = self.ring_crossings(ranks)
+                 edges: Counter | None = None, scale: float = 1.0) -> CollectiveCost:
+        """``cost`` (priced on the intra-region fabric) plus what crossing regions adds: the bus volume on
+        every crossing ring edge's pair port and the ring's (or tree's) steps at the slowest crossing
+        delay. ``edges``: the crossing edges of every group this one stands for (symmetric copies;
+        default: its own), each carrying ``scale`` times the bus volume (1 / simulated members: a
+        rendezvous adds its members' demands)."""
+        edges = self.ring_crossings(ranks) if edges is None else edges
         if not edges or cost.algorithm == "none":
             return cost
         n = len(ranks)

@@ -29,7 +29,7 @@ and per collective (for ``--trace``); both give the same step time where nothing
 from __future__ import annotations
 
 import dataclasses
-from collections import defaultdict
+from collections import Counter, defaultdict
 
 from simulator.cost.collectives import collective_cost
 from simulator.cost.compute import ComputeModel
@@ -204,21 +204,47 @@ class Planner:
                 cost = dataclasses.replace(cost, bytes_by_link={**cost.bytes_by_link,
                                                                 "nvl": cost.bytes_by_link["nvl"] * slowdown})
             if self.wan is not None:  # crossing regions: pair ports, per-step delays (simulator/cost/wan.py)
-                scale = self._symmetric_copies(group) / max(1, len(simulated))
-                cost = self.wan.over_wan(cost, collective, payload, ranks, scale)
+                cost = self.wan.over_wan(cost, collective, payload, ranks, self._wan_edges(ranks, group),
+                                         1.0 / max(1, len(simulated)))
             self._cost_cache[key] = cost
         return cost, ranks, len(simulated)
 
-    def _symmetric_copies(self, group: str) -> float:
-        """Groups of ``group`` kind that each simulated one stands for (1 in full mode): all groups of
-        the kind over the groups that hold a simulated actor."""
-        key = ("copies", group)
+    def _wan_edges(self, ranks: tuple[int, ...], group: str):
+        """Region-crossing ring edges of the groups that ``ranks``' group stands for: itself in full
+        mode; in symmetric mode every group of the kind over the same pipeline stages (its copies at the
+        other tp / cp / dp coordinates), summed per region pair."""
+        if self.mode == "full":
+            return self.wan.ring_crossings(ranks)
+        stages = frozenset(self.layout.coords(r).pp for r in ranks)
+        key = ("wan_edges", group, stages)
         hit = self._group_cache.get(key)
         if hit is None:
-            size = len(self.layout.group(0, group))
-            simulated = {self.layout.group(r, group) for r in self.actor_ranks.values()}
-            hit = self._group_cache[key] = (self.layout.world / size) / len(simulated)
+            groups = {self.layout.group(r, group) for r in range(self.layout.world)
+                      if self.layout.coords(r).pp in stages}
+            hit = Counter()
+            for members in groups:
+                if frozenset(self.layout.coords(r).pp for r in members) == stages:
+                    hit.update(self.wan.ring_crossings(members))
+            self._group_cache[key] = hit
         return hit
+
+    def _wan_send_copies(self, src_rank: int, dst_rank: int) -> float:
+        """Sends of the source's stage to the destination's stage that cross the same region pair as this
+        one (the symmetric copies that share its pair port; 1 in full mode)."""
+        if self.mode == "full":
+            return 1.0
+        src_stage, dst_stage = self.layout.coords(src_rank).pp, self.layout.coords(dst_rank).pp
+        key = ("wan_send", src_stage, dst_stage)
+        hit = self._group_cache.get(key)
+        if hit is None:
+            hit = Counter()
+            for r in range(self.layout.world):
+                c = self.layout.coords(r)
+                if c.pp == src_stage:
+                    peer = self.layout.rank(type(c)(c.tp, c.cp, c.dp, dst_stage))
+                    hit[(self.wan.region_of(r), self.wan.region_of(peer))] += 1
+            self._group_cache[key] = hit
+        return float(hit[(self.wan.region_of(src_rank), self.wan.region_of(dst_rank))])
 
     def comm_task(self, actor: str, stream: str, category: str, name: str, rank: int,
                   parts: list[tuple], key: str) -> Task | None:
@@ -254,8 +280,7 @@ class Planner:
         if self.wan is not None:
             # Crossing regions: the pair port (with the symmetric copies of this send), the NICs, and
             # the delay as propagation (simulator/cost/wan.py); None inside one region.
-            copies = 1.0 if self.mode == "full" else self.layout.world / self.par.pp
-            route = self.wan.send(actor, src_rank, dst, dst_rank, payload, copies)
+            route = self.wan.send(actor, src_rank, dst, dst_rank, payload, self._wan_send_copies(src_rank, dst_rank))
             if route is not None:
                 demands, propagation = route
                 return Task(name, actor, "pp", "pp_comm", demands=demands, propagation_s=propagation)
