@@ -28,6 +28,14 @@ def _version() -> str:
         return "0+unknown"
 
 
+class _VersionAction(argparse.Action):
+    """``--version``, with the version read only when asked (importlib.metadata costs ~50 ms at start)."""
+
+    def __call__(self, parser, namespace, values, option_string=None):
+        print(f"clustersim {_version()}")
+        parser.exit(0)
+
+
 class _Parser(argparse.ArgumentParser):
     """argparse, with a usage error as one line (exit 2), like every other bad input."""
 
@@ -37,16 +45,16 @@ class _Parser(argparse.ArgumentParser):
 
 
 def build_parser() -> argparse.ArgumentParser:
-    from simulator.strategies.registry import load_kinds
+    from simulator.strategies.registry import kind_summaries  # read, not imported: --help stays light
 
-    kinds = "\n".join(f"  {name:<18} {kind.summary}" for name, kind in sorted(load_kinds().items()))
+    kinds = "\n".join(f"  {name:<18} {summary}" for name, summary in sorted(kind_summaries().items()))
     parser = _Parser(
         prog="clustersim",
         description="Discrete-event simulator of neural-network training on GPU clusters.",
         epilog=f"strategy kinds (a scenario's strategy: {{kind: ...}}):\n{kinds}",
         formatter_class=argparse.RawDescriptionHelpFormatter,
     )
-    parser.add_argument("--version", action="version", version=f"clustersim {_version()}")
+    parser.add_argument("--version", action=_VersionAction, nargs=0, help="show the version and exit")
     subparsers = parser.add_subparsers(dest="command", metavar="COMMAND")
     for info in sorted(pkgutil.iter_modules(commands.__path__), key=lambda m: m.name):
         module = importlib.import_module(f"{commands.__name__}.{info.name}")

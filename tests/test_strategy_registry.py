@@ -13,6 +13,7 @@ from simulator.simulate import simulate
 from simulator.strategies.registry import (
     StrategyKind,
     get_kind,
+    kind_summaries,
     load_kinds,
     parse_strategy,
     register,
@@ -67,3 +68,23 @@ def test_every_kind_is_in_the_union_and_in_help():
     for name in ("spmd", "async_pipeline", "local_learning", "cyclic_dp"):
         assert TypeAdapter(strategy_union()).validate_python({"kind": name}).kind == name
         assert f"  {name} " in help_text
+
+
+def test_the_summaries_read_from_source_are_the_registered_ones():
+    # clustersim --help lists kind_summaries() (read from the modules' source, nothing imported)
+    assert kind_summaries() == {name: kind.summary for name, kind in load_kinds().items()}
+    from simulator.explore.planners import load_planners, planner_summaries
+
+    assert planner_summaries() == {name: p.summary for name, p in load_planners().items()}
+
+
+def test_a_call_that_is_not_literal_is_not_read(tmp_path, monkeypatch):
+    from simulator.registry_source import literal_call_fields
+
+    (tmp_path / "kind_a.py").write_text('SUMMARY = "x"\nA = register(StrategyKind(name="a", summary=SUMMARY))\n')
+    (tmp_path / "kind_b.py").write_text('# StrategyKind(name="no") in a comment\nB = StrategyKind(\n    name="b",  # c)\n'
+                                        '    summary="one (line) " "two",\n    compile=f)\nC = StrategyKind(name="c")\n')
+    monkeypatch.syspath_prepend(str(tmp_path))
+    assert literal_call_fields("kind_a", "StrategyKind", ("name", "summary")) is None
+    assert literal_call_fields("kind_b", "StrategyKind", ("name", "summary")) == {"name": "b", "summary": "one (line) two"}
+    assert literal_call_fields("kind_missing", "StrategyKind", ("name", "summary")) is None

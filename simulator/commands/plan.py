@@ -12,9 +12,10 @@ from simulator.errors import ConfigError
 
 
 def register(subparsers) -> None:
-    from simulator.explore.planners import load_planners
+    from simulator.explore.planners import planner_summaries  # read, not imported: --help stays light
 
-    planners = "; ".join(f"{name}: {p.summary}" for name, p in sorted(load_planners().items()))
+    summaries = planner_summaries()
+    planners = "; ".join(f"{name}: {summary}" for name, summary in sorted(summaries.items()))
     p = subparsers.add_parser(
         "plan",
         help="search a parallel plan with a planner from the literature; print or write it as a scenario YAML",
@@ -23,7 +24,7 @@ def register(subparsers) -> None:
         f"that `clustersim simulate` runs, headed by what it cost to find. Planners: {planners}.",
     )
     p.add_argument("scenario", help="scenario YAML (its model, cluster and parallelism.global_batch_size are read)")
-    p.add_argument("--planner", required=True, help=f"one of: {', '.join(sorted(load_planners()))}")
+    p.add_argument("--planner", required=True, help=f"one of: {', '.join(sorted(summaries))}")
     p.add_argument("--out", help="write the plan's scenario YAML here (default: print it)")
     p.add_argument("--gpus", type=int, help="number of GPUs (default: the scenario's cluster.num_gpus)")
     p.add_argument("--option", action="append", default=[], metavar="KEY=VALUE",

@@ -13,7 +13,6 @@ from __future__ import annotations
 
 import json
 import os
-from concurrent.futures import ProcessPoolExecutor
 
 from simulator.cli_options import check_workers
 from simulator.errors import ConfigError
@@ -134,6 +133,8 @@ def _published(args, names: list[str]) -> list[dict]:
     if args.workers == 1 or not work:
         results = [_run(w) for w in work]
     else:
+        from concurrent.futures import ProcessPoolExecutor  # here: --help does not load multiprocessing
+
         with ProcessPoolExecutor(max_workers=args.workers) as pool:
             results = list(pool.map(_run, work))
     return [summarize(name, [r for (n, _), r in zip(jobs, results, strict=True) if n == name]) for name in names]

@@ -17,11 +17,12 @@ from __future__ import annotations
 import importlib
 from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Annotated, Any, Union
-
-from pydantic import BaseModel, Field, ValidationError
+from typing import TYPE_CHECKING, Annotated, Any, Union
 
 from simulator.errors import ConfigError, from_pydantic
+
+if TYPE_CHECKING:  # pydantic is imported where it is used: --help reads this module without it
+    from pydantic import BaseModel
 
 DEFAULT_KIND = "spmd"
 
@@ -86,6 +87,25 @@ def register(kind: StrategyKind) -> StrategyKind:
     return kind
 
 
+def kind_summaries() -> dict[str, str]:
+    """Every kind's name and one-line summary, read from the kind modules' source without importing
+    them (simulator/registry_source.py), so that ``clustersim --help`` lists the kinds without loading
+    simpy, numpy or pydantic; a module whose ``StrategyKind(...)`` call is not literal is imported.
+    tests/test_strategy_registry.py checks the result against :func:`load_kinds`."""
+    from simulator.registry_source import literal_call_fields
+
+    out: dict[str, str] = {}
+    for module in KIND_MODULES:
+        found = literal_call_fields(module, "StrategyKind", ("name", "summary"))
+        if found is not None:
+            out[str(found["name"])] = str(found["summary"])
+        else:  # not literal: import the module (slower)
+            before = set(_KINDS)
+            importlib.import_module(module)
+            out.update({name: _KINDS[name].summary for name in set(_KINDS) - before})
+    return out
+
+
 def load_kinds() -> dict[str, StrategyKind]:
     """Every registered kind, importing the kind modules on first use."""
     for module in KIND_MODULES:
@@ -102,12 +122,16 @@ def get_kind(name: str) -> StrategyKind:
 
 def strategy_union() -> Any:
     """The discriminated union of every kind's config (``kind`` is the tag), for schemas."""
+    from pydantic import Field
+
     configs = tuple(k.config for k in load_kinds().values())
     return configs[0] if len(configs) == 1 else Annotated[Union[configs], Field(discriminator="kind")]  # noqa: UP007
 
 
 def parse_strategy(raw: Any) -> BaseModel:
     """The scenario's ``strategy:`` block as its kind's config (the default kind when absent)."""
+    from pydantic import ValidationError
+
     if raw is None:
         raw = {}
     if not isinstance(raw, dict):

@@ -69,6 +69,23 @@ def register(planner: PlannerKind) -> PlannerKind:
     return planner
 
 
+def planner_summaries() -> dict[str, str]:
+    """Every planner's name and summary, read from the modules' source without importing them
+    (simulator/registry_source.py: ``clustersim --help`` stays light); not literal: imported."""
+    from simulator.registry_source import literal_call_fields
+
+    out: dict[str, str] = {}
+    for module in PLANNER_MODULES:
+        found = literal_call_fields(module, "PlannerKind", ("name", "summary"))
+        if found is None:
+            before = set(_PLANNERS)
+            importlib.import_module(module)
+            out.update({name: _PLANNERS[name].summary for name in set(_PLANNERS) - before})
+        else:
+            out[str(found["name"])] = str(found["summary"])
+    return out
+
+
 def load_planners() -> dict[str, PlannerKind]:
     for module in PLANNER_MODULES:
         importlib.import_module(module)
