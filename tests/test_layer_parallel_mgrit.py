@@ -176,6 +176,15 @@ def test_bad_input_is_an_error_naming_the_field(change, field):
     assert caught.value.field == field
 
 
+def test_mixed_clusters_are_refused():
+    mixed = {**RESNET, "cluster": {"groups": [{"node": "dgx-a100-80g", "nodes": 1}, {"node": "g4dn-12xlarge", "nodes": 2}]},
+             "parallelism": {"pp": 2, "dp": 8, "micro_batch_size": 8, "global_batch_size": 64},
+             "training": {"precision": "fp16"}, "strategy": {"kind": "layer_parallel_mgrit", "coarsening_factor": 5}}
+    with pytest.raises(ConfigError) as caught:
+        simulate(load_scenario(mixed))
+    assert caught.value.field == "cluster.groups"
+
+
 def test_bad_input_exits_2_with_one_line(tmp_path):
     proc = _cli(tmp_path, {**RESNET, "strategy": {"kind": "layer_parallel_mgrit", "coarsening_factor": 1}})
     assert proc.returncode == 2, proc.stderr

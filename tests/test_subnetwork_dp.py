@@ -180,6 +180,15 @@ def test_bad_input_is_an_error_naming_the_field(strategy, model, field):
     assert caught.value.field == field
 
 
+def test_mixed_clusters_are_refused():
+    mixed = {**RESNET, "cluster": {"groups": [{"node": "dgx-a100-80g", "nodes": 1}, {"node": "g4dn-12xlarge", "nodes": 2}]},
+             "parallelism": {"dp": 16, "micro_batch_size": 8, "global_batch_size": 128},
+             "training": {"precision": "fp16"}, "strategy": {"kind": "subnetwork_dp"}}
+    with pytest.raises(ConfigError) as caught:
+        simulate(load_scenario(mixed))
+    assert caught.value.field == "cluster.groups"
+
+
 def test_bad_input_exits_2_with_one_line(tmp_path):
     proc = _cli(tmp_path, {"keep_fraction": 0})
     assert proc.returncode == 2, proc.stderr

@@ -118,6 +118,8 @@ def _is_wgrad(op: Op) -> bool:
 def chain_of(scenario) -> Chain:
     """The scenario's blocks priced on its accelerator, after checking the layout (errors name the field)."""
     cfg, par = _config(scenario), scenario.parallelism
+    require(not getattr(scenario, "mixed", False), "cluster.groups",
+            "layer_parallel_mgrit prices every rank on one accelerator: give cluster.node")
     require(par.tp == 1 and par.cp == 1 and par.ep == 1 and par.dp_degree == 1, "parallelism",
             "layer_parallel_mgrit splits layers only: tp, cp, ep and dp must be 1 (ranks = pp)")
     require(par.virtual_stages == 1, "parallelism.virtual_stages", "layer_parallel_mgrit owns one block range per rank")

@@ -131,6 +131,8 @@ def _config(scenario) -> SubnetworkDpConfig:
 
 def _check(scenario) -> SubnetworkDpConfig:
     cfg, par = _config(scenario), scenario.parallelism
+    require(not getattr(scenario, "mixed", False), "cluster.groups",
+            "subnetwork_dp prices every worker on one accelerator: give cluster.node")
     require(par.pp == 1 and par.tp == 1 and par.cp == 1 and par.ep == 1, "parallelism",
             "subnetwork_dp is data parallelism: tp, pp, cp and ep must be 1")
     require(par.zero_stage == 0, "parallelism.zero_stage", "subnetwork_dp keeps each worker's state whole: needs 0")
