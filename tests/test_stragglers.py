@@ -145,3 +145,21 @@ def test_bad_stragglers_name_the_field(stragglers, sets, field):
     with pytest.raises(ConfigError) as exc:
         simulate(load_scenario(raw))
     assert exc.value.field == field
+
+
+def test_the_table_names_the_draws():
+    from simulator.report.result import render_table
+
+    line = next(x for x in render_table(_run(BASE, TRANSIENT)).splitlines() if x.strip().startswith("stragglers"))
+    assert "lognormal (sigma 0.3), per step, seed 7: time factors drawn" in line
+
+
+def test_search_times_every_layout_by_the_engine_with_stragglers():
+    """The fast path's bounds know nothing of the draws: a search with stragglers runs the engine."""
+    from simulator.explore.search import SearchSpace, search
+
+    raw = _with(BASE, simulation={**BASE["simulation"], "steps": 2, "stragglers": TRANSIENT})
+    rows = search(raw, space=SearchSpace(tp=[1], pp=[1, 2], micro_batch_size=[4], zero_stage=[0],
+                                         recompute=["none"], virtual_stages=[1]), workers=1)
+    timed = [r for r in rows if r.get("step_time_s")]
+    assert timed and all(r["evaluated_by"] == "engine" for r in timed)

@@ -351,9 +351,10 @@ def search(
         raws.append(point)
         scenarios.append(sc)
 
-    if simulate_fn is not None or rank_by != "tokens_per_s":
-        # a replacement simulator (tests), or a ranking the fast path's bounds do not order: every
-        # feasible layout through it (or the engine)
+    stragglers = scenario.simulation.stragglers is not None  # draws the fast path's bounds know nothing of
+    if simulate_fn is not None or rank_by != "tokens_per_s" or stragglers:
+        # a replacement simulator (tests), or a ranking the fast path's bounds do not order (time to target,
+        # straggler draws): every feasible layout through it (or the engine)
         task, items = (_search_task, [(r, simulate_fn) for r in raws]) if simulate_fn else (_engine_task, raws)
         _evaluate(rows, to_simulate, raws, candidates, n, task, items, workers, dask, progress, "search")
     else:

@@ -317,6 +317,10 @@ def render_table(result: SimulationResult) -> str:
         f"  MFU / HFU      {_fmt(result.mfu and result.mfu * 100, '.1f', '%')} / "
         f"{_fmt(result.hfu and result.hfu * 100, '.1f', '%')}",
     ]
+    if result.extra.get("stragglers"):
+        extra = result.extra
+        lines.append(f"  stragglers     {extra['stragglers']}: time factors drawn {extra['straggler_factor_min']:.2f}"
+                     f"-{extra['straggler_factor_max']:.2f} (mean {extra['straggler_factor_mean']:.3f})")
     if result.time_to_train_days is not None:
         lines.append(f"  time to train  {result.time_to_train_days:.1f} days for {result.tokens_to_train:.3g} tokens")
         extra = result.extra
