@@ -58,6 +58,9 @@ def runs(tmp_path_factory):
         "bad_option": py + ["--planner", "dapple", "--option", "max_stages=zero"],
         "no_planner": py,
         "bad_batch": py + ["--planner", "dapple", "--set", "parallelism.global_batch_size=12"],
+        "pase": [sys.executable, "-m", "simulator", "plan", str(ROOT / "examples" / "vgg16-pase-32x1080ti.yaml"),
+                 "--planner", "pase", "--out", str(tmp / "pase.yaml")],
+        "pase_bad_dims": py + ["--planner", "pase", "--option", "dims=batch,depth"],
     }
     env = dict(os.environ, PYTHONDONTWRITEBYTECODE="1")
     procs = {name: subprocess.Popen(argv, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env, cwd=tmp)
@@ -97,7 +100,7 @@ def test_plan_prints_the_yaml_and_json(runs):
 
 @pytest.mark.parametrize(("case", "field"), [
     ("unknown_planner", "--planner"), ("unknown_option", "--option stages"), ("bad_option", "--option max_stages"),
-    ("no_planner", "--planner"), ("bad_batch", "parallelism.global_batch_size"),
+    ("no_planner", "--planner"), ("bad_batch", "parallelism.global_batch_size"), ("pase_bad_dims", "--option dims"),
 ])
 def test_bad_input_is_one_line_naming_the_field_and_exit_2(runs, case, field):
     _, out = runs
@@ -105,6 +108,16 @@ def test_bad_input_is_one_line_naming_the_field_and_exit_2(runs, case, field):
     assert done.returncode == 2, (done.stdout, done.stderr)
     assert field in done.stderr
     assert "Traceback" not in done.stderr and len(done.stderr.strip().splitlines()) == 1
+
+
+def test_pase_writes_the_example_plan(runs):
+    """PaSE on examples/vgg16-pase-32x1080ti.yaml finds the plan the example holds."""
+    tmp, out = runs
+    assert out["pase"].returncode == 0, out["pase"].stderr
+    found = yaml.safe_load((tmp / "pase.yaml").read_text())
+    example = yaml.safe_load((ROOT / "examples" / "vgg16-pase-32x1080ti.yaml").read_text())
+    assert found["strategy"] == example["strategy"]
+    assert "layer and reshard costs priced" in out["pase"].stdout
 
 
 def test_replica_vectors_keep_stages_inside_a_node_or_on_whole_nodes():

@@ -55,11 +55,16 @@ def run(args) -> int:
             raise ConfigError("--gpus", f"must be a positive integer, got {args.gpus}")
         raw.setdefault("cluster", {})["num_gpus"] = args.gpus
     result = planner.run(raw, options)
-    text = result.header() + yaml.safe_dump(result.scenario, sort_keys=False)
+    class _NoAliases(yaml.SafeDumper):
+        def ignore_aliases(self, data):  # write repeated splits out, not as YAML anchors
+            return True
+
+    text = result.header() + yaml.dump(result.scenario, Dumper=_NoAliases, sort_keys=False)
     if args.out:
         Path(args.out).write_text(text)
     if args.json:
         json.dump({"planner": result.planner, "step_time_s": result.step_time_s, "samples_per_s": result.samples_per_s,
+                   "fits": result.step_time_s is not None, "reason": result.reason,
                    "wall_s": result.wall_s, "plans_estimated": result.plans_estimated,
                    "plans_simulated": result.plans_simulated, "summary": result.summary,
                    "scenario": result.scenario, "details": result.details}, sys.stdout, indent=2, default=str)

@@ -21,30 +21,35 @@ from simulator.errors import ConfigError
 #: Every planner module, imported by :func:`load_planners`.
 PLANNER_MODULES: tuple[str, ...] = (
     "simulator.explore.planners.dapple",
+    "simulator.explore.planners.pase",
 )
 
 
 @dataclass
 class PlanResult:
     """A planner's answer: ``scenario`` (a raw scenario mapping holding the plan), its simulated
-    ``step_time_s`` and ``samples_per_s``, and the cost of finding it."""
+    ``step_time_s`` and ``samples_per_s`` (None, with the ``reason``, for a plan that cannot run:
+    out of memory), and the cost of finding it."""
 
     planner: str
     scenario: dict[str, Any]
-    step_time_s: float
-    samples_per_s: float
+    step_time_s: float | None  # None: the plan cannot run (``reason``)
+    samples_per_s: float | None
     wall_s: float
     plans_estimated: int
     plans_simulated: int
     summary: str
     details: dict[str, Any] = field(default_factory=dict)
+    estimated_what: str = "plans estimated"  # what ``plans_estimated`` counts (a DP: costs priced)
+    reason: str | None = None
 
     def header(self) -> str:
         """Comment lines for the top of the plan's YAML: what was found and what it cost."""
         lines = [f"plan found by `clustersim plan --planner {self.planner}`",
                  self.summary,
-                 f"simulated step time {self.step_time_s:.6g} s, {self.samples_per_s:,.1f} samples/s",
-                 f"cost to find: {self.wall_s:.2f} s wall, {self.plans_estimated} plans estimated, "
+                 (f"simulated step time {self.step_time_s:.6g} s, {self.samples_per_s:,.1f} samples/s"
+                  if self.step_time_s is not None else f"the plan cannot run: {self.reason}"),
+                 f"cost to find: {self.wall_s:.2f} s wall, {self.plans_estimated} {self.estimated_what}, "
                  f"{self.plans_simulated} simulated"]
         return "".join(f"# {line}\n" for line in lines)
 

@@ -1,0 +1,78 @@
+"""PaSE's planner (``clustersim plan --planner pase``) on its 32-GPU benchmark setting: nodes of 8
+GTX 1080 Ti / RTX 2080 Ti on PCIe with InfiniBand between (hardware_specs/nodes/*-server-8.yaml).
+The plan has the structure PaSE reports (Elango 2021 Sec. VI: batch-split convolutions,
+model-split fully connected layers) and its simulated speed-up over pure data parallelism lies in
+the paper's range (up to 1.85x on the 1080 Ti cluster, up to 4x on the 2080 Ti one)."""
+
+from __future__ import annotations
+
+import math
+
+import pytest
+
+from simulator.errors import ConfigError
+from simulator.explore.planners import get_planner
+from simulator.explore.planners.pase import factorizations, strategy_block
+from simulator.strategies.per_layer.config import Split
+
+PAPER_MAX_SPEEDUP = {"gtx1080ti-server-8": 1.85, "rtx2080ti-server-8": 4.0}
+
+
+def scenario(model: str, node: str, batch: int = 256) -> dict:
+    return {"name": f"{model}-pase", "model": model, "cluster": {"node": node, "num_gpus": 32},
+            "parallelism": {"global_batch_size": batch, "micro_batch_size": batch // 32},
+            "training": {"precision": "fp32"}}
+
+
+@pytest.fixture(scope="module")
+def vgg_plans():
+    return {node: get_planner("pase").run(scenario("vgg16", node), {}) for node in PAPER_MAX_SPEEDUP}
+
+
+@pytest.mark.parametrize("node", sorted(PAPER_MAX_SPEEDUP))
+def test_vgg16_convolutions_split_the_batch_and_fully_connected_layers_the_model(vgg_plans, node):
+    splits = vgg_plans[node].details["splits"]
+    convs = {name: s for name, s in splits.items() if name.startswith("features.")}
+    fcs = {name: s for name, s in splits.items() if name.startswith("classifier.") and name[-1] in "036"}
+    assert len(convs) == 31 and len(fcs) == 3
+    assert all(s == {"batch": 32} for s in convs.values()), convs
+    assert all(s.get("batch", 1) == 1 and (s.get("channels", 1) > 1 or s.get("reduction", 1) > 1)
+               for s in fcs.values()), fcs
+
+
+@pytest.mark.parametrize("node", sorted(PAPER_MAX_SPEEDUP))
+def test_vgg16_speedup_over_data_parallel_is_in_the_paper_range(vgg_plans, node):
+    found = vgg_plans[node]
+    speedup = found.details["speedup_over_data_parallel"]
+    assert 1.0 < speedup <= PAPER_MAX_SPEEDUP[node], (found.summary, speedup)
+    assert found.step_time_s == pytest.approx(found.details["data_parallel_step_s"] / speedup)
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("node", sorted(PAPER_MAX_SPEEDUP))
+def test_gnmt_speedup_is_in_the_paper_range(node):
+    """The RNN benchmark (GNMT-16 stands in for PaSE's RNNLM/NMT): LSTMs and the softmax split the
+    model, the rest the batch."""
+    found = get_planner("pase").run(scenario("gnmt-16", node), {})
+    speedup = found.details["speedup_over_data_parallel"]
+    assert 1.0 < speedup <= PAPER_MAX_SPEEDUP[node], (found.summary, speedup)
+
+
+def test_a_plan_that_does_not_fit_is_a_result_with_the_reason():
+    found = get_planner("pase").run(scenario("biglstm", "gtx1080ti-server-8", 64), {})
+    assert found.step_time_s is None and "GiB" in found.reason
+    assert math.isnan(found.details["speedup_over_data_parallel"])
+
+
+def test_bad_dims_option_names_it():
+    with pytest.raises(ConfigError) as err:
+        get_planner("pase").run(scenario("vgg16", "gtx1080ti-server-8"), {"dims": "batch,depth"})
+    assert err.value.field == "--option dims"
+
+
+def test_factorizations_and_strategy_block():
+    assert sorted(factorizations(4, 2)) == [(1, 4), (2, 2), (4, 1)]
+    assert len(factorizations(32, 3)) == 21
+    splits = [Split(batch=4)] * 3 + [Split(channels=4)] * 2 + [Split(batch=4), Split(reduction=4)]
+    assert strategy_block(splits) == {"kind": "per_layer", "default": {"batch": 4}, "layers": [
+        {"range": [3, 4], "split": {"channels": 4}}, {"range": [6, 6], "split": {"reduction": 4}}]}
