@@ -80,6 +80,8 @@ class ReplicatedPipelineConfig(BaseModel):
 def check(scenario) -> ReplicatedPipelineConfig:
     """The config against the model, the cluster and the batch: one ConfigError naming the field."""
     cfg, par = scenario.strategy, scenario.parallelism
+    require(not getattr(scenario, "mixed", False), "cluster.groups",
+            "replicated_pipeline prices every stage on one accelerator and one node type: give cluster.node")
     require(par.tp == 1 and par.pp == 1 and par.cp == 1, "parallelism",
             "replicated_pipeline sets its own stages: leave tp, pp and cp at 1")
     require(par.zero_stage in (0, 1), "parallelism.zero_stage",
