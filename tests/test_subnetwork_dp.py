@@ -93,6 +93,16 @@ def test_memory_per_worker_holds_only_the_trained_state():
         assert peak.other_bytes == dp.other_bytes
 
 
+def test_the_number_of_subnetworks_alone_cuts_the_model_into_disjoint_parts():
+    # subnetworks: 4 without keep_fraction: each worker keeps 1 of 4 slices, shared by dp/4 = 2 workers
+    sc = load_scenario({**RESNET, "strategy": {"kind": "subnetwork_dp", "subnetworks": 4}})
+    assign = assignment(sc)
+    assert (assign.subnetworks, assign.kept_slices) == (4, 1)
+    assert all(len(assign.sharers(i)) == 2 for i in range(4))
+    default = assignment(load_scenario({**RESNET, "strategy": {"kind": "subnetwork_dp"}}))
+    assert (default.subnetworks, default.kept_slices) == (8, 4)
+
+
 def test_many_steps_repeat_the_step():
     sc = _toy("backward")
     one = simulate(sc)

@@ -14,7 +14,8 @@ Masks (``strategy.mask``), as the paper's two constructions:
 
 Assignment (the paper's fixed masks, made concrete here): the units are cut into ``subnetworks``
 S slices (blocks round-robin: slice i holds blocks i, i + S, ...; neurons: 1/S of each layer),
-subnetwork j keeps the r = ``keep_fraction``·S slices j, j+1, ..., j+r-1 (mod S), and worker w
+subnetwork j keeps the r = ``keep_fraction``·S slices j, j+1, ..., j+r-1 (mod S) (``keep_fraction``
+defaults to 1/S when only S is given: disjoint subnetworks; to 1/2 when neither is), and worker w
 (of N = ``parallelism.dp``) trains subnetwork w mod S. Every slice is kept by r subnetworks, i.e.
 by a group of k·N workers (k = keep fraction); the shared layers by all N.
 
@@ -84,7 +85,9 @@ class SubnetworkDpConfig(BaseModel):
     masking: Literal["backward", "forward_backward"] = Field(
         default="backward", description="backward: masked units run forward, get no weight gradient; "
                                         "forward_backward: masked units are not run at all")
-    keep_fraction: float = Field(default=0.5, gt=0, le=1, description="k: share of the units each worker trains")
+    keep_fraction: float | None = Field(
+        default=None, gt=0, le=1, description="k: share of the units each worker trains; default: 1/subnetworks when "
+                                              "subnetworks is given (the model cut into S disjoint subnetworks), else 1/2")
     subnetworks: int | None = Field(
         default=None, ge=1, description="S distinct subnetworks (workers w and w + S share one); default: one per "
                                         "worker (parallelism.dp)")
@@ -139,10 +142,17 @@ def _check(scenario) -> SubnetworkDpConfig:
     n = par.dp_degree
     s = cfg.subnetworks or n
     require(n % s == 0, "strategy.subnetworks", f"{s} does not divide the {n} workers (parallelism.dp)")
-    r = cfg.keep_fraction * s
+    r = keep_fraction(cfg) * s
     require(abs(r - round(r)) < 1e-9 and round(r) >= 1, "strategy.keep_fraction",
-            f"keep_fraction × subnetworks must be a whole number of slices ≥ 1, got {cfg.keep_fraction:g} × {s}")
+            f"keep_fraction × subnetworks must be a whole number of slices ≥ 1, got {keep_fraction(cfg):g} × {s}")
     return cfg
+
+
+def keep_fraction(cfg: SubnetworkDpConfig) -> float:
+    """k as given, else 1/S with S given (disjoint subnetworks), else 1/2."""
+    if cfg.keep_fraction is not None:
+        return cfg.keep_fraction
+    return 1 / cfg.subnetworks if cfg.subnetworks else 0.5
 
 
 def assignment(scenario) -> Assignment:
@@ -151,7 +161,7 @@ def assignment(scenario) -> Assignment:
     graph = scenario.layer_graph()
     n = scenario.parallelism.dp_degree
     s = cfg.subnetworks or n
-    r = round(cfg.keep_fraction * s)
+    r = round(keep_fraction(cfg) * s)
     layer_slice: dict[str, int] = {}
     neuron: set[str] = set()
     slice_params = [0.0] * s
