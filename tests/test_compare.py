@@ -205,3 +205,46 @@ def test_compare_warns_when_the_trace_has_another_world_size(tmp_path, capsys):
     trace = Path(__file__).parent / "data" / "traces" / "gloo_cpu_two_steps.json"
     assert main(["compare", str(scenario), "--trace", str(trace)]) == 0
     assert "recorded on 2 ranks, the scenario has 8 GPUs" in capsys.readouterr().err
+
+
+def _trace_with_shapes(tmp_path, weight: list[int]) -> Path:
+    """The gloo test trace with shapes recorded (record_shapes=True): its linear has ``weight``."""
+    doc = json.loads((Path(__file__).parent / "data" / "traces" / "gloo_cpu_two_steps.json").read_text())
+    for e in doc["traceEvents"]:
+        if e.get("name") == "aten::linear":
+            e["args"] = {"Input Dims": [[1, 2048, weight[1]], weight, [weight[0]]]}
+        elif e.get("name") == "aten::addmm":
+            e["args"] = {"Input Dims": [[weight[0]], [2048, weight[1]], [weight[1], weight[0]]]}
+    path = tmp_path / "trace.json"
+    path.write_text(json.dumps(doc))
+    return path
+
+
+@pytest.mark.parametrize("weight, warned", [([3456, 2304], False),   # gpt-1.7b's qkv at tp 2
+                                            ([2304, 4608], False),   # its fc2
+                                            ([768, 256], True),      # another model
+                                            ([6912, 2304], True)])   # gpt-1.7b's qkv at tp 1: not this layout
+def test_compare_warns_when_the_traced_model_is_not_the_scenarios(tmp_path, capsys, weight, warned):
+    from simulator.cli import main
+
+    scenario = tmp_path / "s.yaml"
+    scenario.write_text("model: gpt-1.7b\ncluster: {node: dgx-a100-80g, num_gpus: 2}\n"
+                        "parallelism: {tp: 2, global_batch_size: 4}\n")
+    assert main(["compare", str(scenario), "--trace", str(_trace_with_shapes(tmp_path, weight))]) == 0
+    err = capsys.readouterr().err
+    assert ("the traced model is not the scenario's" in err) == warned, err
+    if warned:
+        assert f"{weight[0]}x{weight[1]}" in err and "3456x2304" in err
+
+
+def test_a_trace_without_shapes_is_not_checked(tmp_path, capsys):
+    from simulator.cli import main
+    from simulator.report.compare import load_trace, trace_linear_weights
+
+    trace = Path(__file__).parent / "data" / "traces" / "gloo_cpu_two_steps.json"
+    assert trace_linear_weights(load_trace(trace)) == set()
+    scenario = tmp_path / "s.yaml"
+    scenario.write_text("model: gpt-1.7b\ncluster: {node: dgx-a100-80g, num_gpus: 2}\n"
+                        "parallelism: {tp: 2, global_batch_size: 4}\n")
+    assert main(["compare", str(scenario), "--trace", str(trace)]) == 0
+    assert "traced model" not in capsys.readouterr().err

@@ -67,6 +67,7 @@ def run(args) -> int:
         compare_rows,
         load_trace,
         measured_breakdown,
+        model_mismatch,
         plot_timelines,
         simulated_breakdown,
         stage_of_rank,
@@ -88,13 +89,17 @@ def run(args) -> int:
     else:
         raw, described = _harness_scenario(trace, args.profile)
         scenario = load_scenario(raw, args.overrides)
-    world = trace_world_size(load_trace(trace))
+    doc = load_trace(trace)
+    world = trace_world_size(doc)
     if world is not None and world != scenario.num_gpus:
         print(f"clustersim: warning: the trace was recorded on {world} ranks, the scenario has "
               f"{scenario.num_gpus} GPUs: the simulated step is not the traced run", file=sys.stderr)
+    mismatch = model_mismatch(doc, scenario)
+    if mismatch:
+        print(f"clustersim: warning: {mismatch}", file=sys.stderr)
     result = simulate(scenario)
     par = scenario.parallelism
-    rank_class = args.rank_class or stage_of_rank(trace_rank(load_trace(trace)), scenario.num_gpus, par.pp)
+    rank_class = args.rank_class or stage_of_rank(trace_rank(doc), scenario.num_gpus, par.pp)
     simulated = simulated_breakdown(result, rank_class, par.zero_stage)
     rows = compare_rows(measured, simulated)
     if args.plot:

@@ -227,6 +227,49 @@ def trace_world_size(doc: dict[str, Any]) -> int | None:
     return int(size) if isinstance(size, int | float | str) and str(size).isdigit() else None
 
 
+def trace_linear_weights(doc: dict[str, Any]) -> set[tuple[int, int]]:
+    """The (out, in) weight shapes of the linear layers a trace ran, from the ``Input Dims`` the
+    profiler records with ``record_shapes=True`` (empty without them): ``aten::linear`` (input,
+    weight [out, in], bias) and ``aten::addmm`` (bias, mat1, mat2 [in, out])."""
+    shapes: set[tuple[int, int]] = set()
+    for e in doc.get("_complete", ()):
+        name, dims = e.get("name"), (e.get("args") or {}).get("Input Dims")
+        if not isinstance(dims, list) or len(dims) < 3:
+            continue
+        try:
+            if name == "aten::linear" and len(dims[1]) == 2:
+                shapes.add((int(dims[1][0]), int(dims[1][1])))
+            elif name == "aten::addmm" and len(dims[2]) == 2:
+                shapes.add((int(dims[2][1]), int(dims[2][0])))
+        except (TypeError, ValueError):
+            continue
+    return shapes
+
+
+def model_linear_weights(scenario) -> set[tuple[int, int]]:
+    """The (out, in) weight shapes of the scenario model's matrix multiplies on one rank (its layout's
+    shard): each forward GEMM C[m,n] = A[m,k]·B[k,n] of a single matrix has an n x k weight."""
+    return {(op.n, op.k) for layer in scenario.layer_graph().layers for op in layer.forward
+            if op.kind == "gemm" and op.batch == 1 and op.n and op.k}
+
+
+def model_mismatch(doc: dict[str, Any], scenario) -> str | None:
+    """Why the traced model is not the scenario's, or None: a trace with shapes whose linear layers'
+    weights include none of the scenario model's (per rank, under its layout)."""
+    traced = trace_linear_weights(doc)
+    if not traced:
+        return None  # recorded without shapes: nothing to check
+    expected = model_linear_weights(scenario)
+    if not expected or traced & expected:
+        return None
+
+    def shown(shapes):
+        return ", ".join(f"{o}x{i}" for o, i in sorted(shapes, reverse=True)[:4]) + (", ..." if len(shapes) > 4 else "")
+
+    return (f"the trace's linear layers have weights {shown(traced)} (out x in), {scenario.model.name} on this "
+            f"layout has {shown(expected)}: the traced model is not the scenario's")
+
+
 TRUNCATED_STEP_FRACTION = 0.8
 """A last ProfilerStep shorter than this fraction of the median of the others is taken as cut off
 (the profiler stopped inside it) and left out of the average."""
