@@ -43,7 +43,8 @@ Memory: per peer, its stage's weights, gradients and optimizer state (no shardin
 activations of the micro-batches it holds between their forward and backward; the analytic peak
 counts, per stage, the share of the global batch its fastest peer expects (all micro-batches of a
 step may be in flight, as GPipe: :func:`simulator.memory.analytic.rank_memory` with that many
-micro-batches; one on the last stage, whose backward follows each forward); the engine's memory counter gives each peer's simulated peak from the routing that
+micro-batches; one on the last stage, whose backward follows each forward): exact where a peer's
+forwards all run before its first gradient returns (a slow link), an upper bound otherwise; the engine's memory counter gives each peer's simulated peak from the routing that
 happened. What the upstream peer keeps to resend after a failure (one boundary tensor per
 micro-batch in flight) is not counted.
 """
@@ -337,6 +338,7 @@ def compile_swarm(scenario, mode: str | None = None, detail: bool = False) -> Pl
         "swarm_forward_s_per_stage": [p["F"] for p in prices.passes],
         "swarm_backward_s_per_stage": [p["B"] for p in prices.passes],
         "swarm_optimizer_s_per_stage": prices.prices.optimizer_s,
+        "swarm_stage_params": prices.stage_params,
         "swarm_quantisation_s_per_boundary": prices.quantise_s,
         "swarm_boundary_bytes": prices.prices.boundary_bytes,
         "swarm_boundary_bytes_uncompressed": prices.boundary_raw_bytes,
