@@ -272,6 +272,15 @@ def test_layouts_a_swarm_cannot_run_name_the_field():
         run(raw)
 
 
+def test_a_mixed_cluster_is_refused_naming_cluster_groups():
+    raw = swarm_raw(peers=(2, 2))
+    node = raw["cluster"].pop("node")
+    raw["cluster"].pop("num_gpus")
+    raw["cluster"]["groups"] = [{"node": node, "nodes": 2}, {"node": {**node, "name": "other"}, "nodes": 2}]
+    with pytest.raises(ConfigError, match=r"cluster\.groups: swarm prices"):
+        run(raw)
+
+
 def test_bad_input_through_the_cli_exits_2_naming_the_field(tmp_path):
     raw = swarm_raw()
     raw["strategy"]["peers_per_stage"] = [3, 1]

@@ -152,6 +152,8 @@ def pools(scenario) -> tuple[list[int], list[list[float]]]:
 
 def _check(scenario) -> SwarmConfig:
     cfg, par = _config(scenario), scenario.parallelism
+    _require(not getattr(scenario, "mixed", False), "cluster.groups",
+             "swarm prices its peers on one node type (give cluster.node; peers' own speeds: strategy.peer_speeds)")
     _require(par.tp == 1, "parallelism.tp", "swarm peers hold whole stages (tp 1)")
     _require(par.cp == 1, "parallelism.cp", "swarm is modelled without context parallelism (cp 1)")
     _require(par.ep == 1, "parallelism.ep", "swarm is modelled without expert parallelism (ep 1)")
