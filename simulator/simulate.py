@@ -136,6 +136,13 @@ def _event_args(task: Task) -> tuple[tuple[tuple[str, Any], ...], str | None]:
 
 def _timeline(plan: Plan) -> list[TimelineEvent]:
     events = []
+    for (actor, stream), tasks in plan.other_streams.items():  # co-located jobs: when each kernel ran
+        for t in tasks:
+            if t.run_spans:
+                events.extend(TimelineEvent(actor, stream, t.name, t.category, a, b, _event_args(t)[0])
+                              for a, b in t.run_spans)
+            elif t.end_s > t.start_s:  # NaN (cut off when the foreground ended): not shown
+                events.append(TimelineEvent(actor, stream, t.name, t.category, t.start_s, t.end_s, _event_args(t)[0]))
     for (actor, stream), tasks in plan.streams.items():
         for t in tasks:
             if not t.end_s > t.start_s:

@@ -42,7 +42,7 @@ def _fg_busy_s(result) -> float:
 
 def _fg_kernels(result):
     """The foreground's timed kernels (its compute streams in the shared run)."""
-    return [e for e in result.timeline if e.stream == "compute"]
+    return [e for e in result.timeline if e.stream == "compute" and "/" not in e.rank_class]  # not job1/...
 
 
 def _kernel_stretch(scenario) -> list[float]:
@@ -194,3 +194,15 @@ def test_sweep_over_the_interference(tmp_path):
     assert list(rows["status"]) == ["ok", "ok"]
     slowed = [json.loads(x)["co_location"]["jobs"][0]["relative_throughput"] for x in rows["extra_json"]]
     assert slowed[1] < slowed[0] <= 1.0
+
+
+def test_the_timeline_shows_background_kernels_only_where_the_foreground_left_the_gpu_idle():
+    result = simulate(load_scenario(_scenario([_job(slowdown=0.0)], steps=4)))
+    events = [e for e in result.timeline if e.stream == "compute"]
+    for gpu in ("rank0", "rank1"):
+        fg = [(e.start_s, e.end_s) for e in events if e.rank_class == gpu]
+        bg = [(e.start_s, e.end_s) for e in events if e.rank_class == f"job1/{gpu}"]
+        assert fg and bg
+        overlap = sum(max(0.0, min(b1, b2) - max(a1, a2)) for a1, b1 in fg for a2, b2 in bg)
+        assert overlap <= 1e-12 * result.makespan_s
+        assert max(b for _, b in bg) <= result.makespan_s + 1e-12  # cut where the foreground ended

@@ -199,6 +199,7 @@ def run_co_located(scenario, detail: bool = False):
         for i in ran_out:  # a background job ran out of work before the foreground ended: give it more
             steps[i] = min(MAX_BACKGROUND_STEPS, 2 * steps[i])
     fg_plan.mode = "full"
+    fg_plan.other_streams = {key: tasks for key, tasks in streams.items() if key[0] not in fg_plan.actors}
     fg_steps_per_s = fg_plan.steps / makespan if makespan else None
     rows = [_job_row(scenario.name, 0, fg_alone, fg_steps_per_s, fg_plan.steps, None)]
     rows[0]["role"] = "foreground"

@@ -82,6 +82,7 @@ class Task:
     shares: str | None = None
     priority: int = 0
     interferes: float = 0.0
+    run_spans: list[tuple[float, float]] = field(default_factory=list)  # on a shared executor: when it progressed
     # Counters (see the module docstring): added to (actor, counter) at start, taken from it at end.
     alloc_bytes: float = 0.0
     free_bytes: float = 0.0
@@ -297,6 +298,11 @@ class Engine:
                 continue
             finish = env.timeout(remaining / rate)
             yield simpy.AnyOf(env, [finish, *changes])
+            if key is not None and env.now > began:  # when it ran on the shared executor (for the timeline)
+                if task.run_spans and task.run_spans[-1][1] == began:
+                    task.run_spans[-1] = (task.run_spans[-1][0], env.now)
+                else:
+                    task.run_spans.append((began, env.now))
             if finish.processed:  # ran to the end before anything changed
                 break
             remaining -= (env.now - began) * rate

@@ -53,6 +53,9 @@ class Plan:
     # measure their steps in steady state: ``(tasks that open the window, per step the tasks that
     # close it)``; the fill before and the drain after are left out. None: steps from time 0.
     window: tuple[list[Task], list[list[Task]]] | None = None
+    # Streams of other jobs run in the same engine (co-located jobs, simulator/colocation/run.py): shown in
+    # the timeline and the trace, not analysed (breakdown, step times and memory are the plan's own).
+    other_streams: dict[tuple[str, str], list[Task]] = field(default_factory=dict)
     extra: dict[str, Any] = field(default_factory=dict)  # a kind's own figures, merged into the result
     after_run: Callable[[], dict[str, Any]] | None = None  # more figures, read from the simulated times
 
