@@ -22,6 +22,7 @@ from simulator.errors import ConfigError
 PLANNER_MODULES: tuple[str, ...] = (
     "simulator.explore.planners.dapple",
     "simulator.explore.planners.pase",
+    "simulator.explore.planners.deeppool",
 )
 
 

@@ -82,9 +82,9 @@ def strategy_block(splits: list[Split]) -> dict[str, Any]:
         if s.label() != common:
             by_label.setdefault(s.label(), []).append(i)
     for indices in by_label.values():
-        rules += [{"range": [a, b], "split": splits[indices[0]].cuts()} for a, b in _ranges(indices)]
+        rules += [{"range": [a, b], "split": splits[indices[0]].cuts() or {"batch": 1}} for a, b in _ranges(indices)]
     rules.sort(key=lambda r: r["range"][0])
-    return {"kind": "per_layer", "default": default.cuts(), "layers": rules}
+    return {"kind": "per_layer", "default": default.cuts() or {"batch": 1}, "layers": rules}
 
 
 def _with_strategy(raw: dict[str, Any], strategy: dict[str, Any]) -> dict[str, Any]:
