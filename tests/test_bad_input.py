@@ -126,6 +126,16 @@ def _files(d: Path) -> None:
     shutil.copy(PROFILE, d / "profile.yaml")
     (d / "profile_nan.yaml").write_text(PROFILE.read_text().replace("peak_tflops:\n      fp32: 0.092519",
                                                                       "peak_tflops:\n      fp32: .nan"))
+    # co-located jobs (simulator/colocation/)
+    bg = "{name: bg, model: gpt-1.7b, parallelism: {tp: 2, global_batch_size: 16, micro_batch_size: 1}}"
+    (d / "co_dup_priority.yaml").write_text(SMALL + f"co_located_jobs:\n  - {{scenario: {bg}, priority: 1, "
+                                            "interference_slowdown: 0.1}\n  - {scenario: " + bg + ", priority: 1, "
+                                            "interference_slowdown: 0.1}\n")
+    (d / "co_nan_interference.yaml").write_text(SMALL + f"co_located_jobs:\n  - {{scenario: {bg}, priority: 1, "
+                                                "interference_slowdown: .nan}\n")
+    (d / "co_missing_file.yaml").write_text(SMALL + "co_located_jobs:\n  - {scenario: nowhere-bg.yaml, priority: 1, "
+                                            "interference_slowdown: 0.1}\n")
+    (d / "co_not_a_list.yaml").write_text(SMALL + "co_located_jobs: bg.yaml\n")
     (d / "afile").write_text("x")
     (d / "adir").mkdir()
 
@@ -169,6 +179,10 @@ CASES: dict[str, list[str]] = {
     "inf seq_length": S + ["seq_inf.yaml"],
     "model as a list": S + ["model_list.yaml"],
     "unknown precision": S + ["bad_precision.yaml"],
+    "co-located jobs with one priority": S + ["co_dup_priority.yaml"],
+    "co-located NaN interference": S + ["co_nan_interference.yaml"],
+    "co-located job file missing": S + ["co_missing_file.yaml"],
+    "co-located jobs not a list": S + ["co_not_a_list.yaml"],
     "hf t5": S + ["hf_t5.yaml"],
     "hf NaN": S + ["hf_nan.yaml"],
     "hf binary": S + ["hf_binary.yaml"],
