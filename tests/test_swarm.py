@@ -281,6 +281,16 @@ def test_a_mixed_cluster_is_refused_naming_cluster_groups():
         run(raw)
 
 
+def test_a_wan_fabric_is_refused_naming_cluster_fabric():
+    raw = swarm_raw(peers=(2, 2))
+    raw["cluster"]["fabric"] = {"topology": "wan", "name": "two", "regions": [{"name": "a", "nodes": 2},
+                                {"name": "b", "nodes": 2}], "intra_region": "fat-tree",
+                                "delay_ms": [[0, 50], [50, 0]], "bandwidth_gbit_per_s": [[0, 0.1], [0.1, 0]],
+                                "source": "toy"}
+    with pytest.raises(ConfigError, match=r"cluster\.fabric: swarm sends"):
+        run(raw)
+
+
 def test_bad_input_through_the_cli_exits_2_naming_the_field(tmp_path):
     raw = swarm_raw()
     raw["strategy"]["peers_per_stage"] = [3, 1]

@@ -154,6 +154,9 @@ def _check(scenario) -> SwarmConfig:
     cfg, par = _config(scenario), scenario.parallelism
     _require(not getattr(scenario, "mixed", False), "cluster.groups",
              "swarm prices its peers on one node type (give cluster.node; peers' own speeds: strategy.peer_speeds)")
+    _require(getattr(scenario.fabric, "topology", "fat-tree") != "wan", "cluster.fabric",
+             "swarm sends over each peer's NIC on a switched fabric; the wan fabric kind is not wired into swarm "
+             "yet (give the peers' link rate as the node's nic_bandwidth_gbit_per_s and delay as nic_latency_us)")
     _require(par.tp == 1, "parallelism.tp", "swarm peers hold whole stages (tp 1)")
     _require(par.cp == 1, "parallelism.cp", "swarm is modelled without context parallelism (cp 1)")
     _require(par.ep == 1, "parallelism.ep", "swarm is modelled without expert parallelism (ep 1)")
