@@ -272,13 +272,29 @@ def test_layouts_a_swarm_cannot_run_name_the_field():
         run(raw)
 
 
-def test_a_mixed_cluster_is_refused_naming_cluster_groups():
-    raw = swarm_raw(peers=(2, 2))
+def test_a_mixed_cluster_prices_each_peer_on_its_own_accelerator():
+    # Stage 1's two peers sit on nodes whose GPU has twice the peaks and memory bandwidth: their passes
+    # take what that GPU's kernels take (shorter), stage 0's what the toy T4's take, and the pool
+    # throughputs say so. Peers fill the node groups in order (stage 0 first).
+    raw = swarm_raw(peers=(2, 2), batch=8)
     node = raw["cluster"].pop("node")
     raw["cluster"].pop("num_gpus")
-    raw["cluster"]["groups"] = [{"node": node, "nodes": 2}, {"node": {**node, "name": "other"}, "nodes": 2}]
-    with pytest.raises(ConfigError, match=r"cluster\.groups: swarm prices"):
-        run(raw)
+    fast = {**ACCELERATOR, "name": "toy-fast", "peak_tflops": {"fp32": 16.2, "fp16": 130},
+            "hbm_bandwidth_gb_per_s": 640}
+    raw["cluster"]["groups"] = [{"node": node, "nodes": 2}, {"node": {**node, "name": "fast", "accelerator": fast},
+                                                             "nodes": 2}]
+    mixed = run(raw)
+    plain = run(swarm_raw(peers=(2, 2), batch=8))
+
+    def pass_s(r, peer, phase):
+        return sorted({round(e.end_s - e.start_s, 15) for e in tasks(r, peer) if e.name.split(".")[1] == phase
+                       and e.category == "compute"})
+
+    assert pass_s(mixed, "peer0", "F") == pytest.approx(pass_s(plain, "peer0", "F"), rel=1e-9)
+    (slow_f,), (fast_f,) = pass_s(plain, "peer2", "F"), pass_s(mixed, "peer2", "F")
+    assert fast_f < 0.8 * slow_f
+    t_mixed, t_plain = (r.extra["swarm_pool_throughput_samples_per_s"] for r in (mixed, plain))
+    assert t_mixed[0] == pytest.approx(t_plain[0], rel=1e-12) and t_mixed[1] > t_plain[1]
 
 
 def test_a_wan_fabric_is_refused_naming_cluster_fabric():

@@ -5,7 +5,10 @@ The model's layer graph is cut into ``parallelism.pp`` pipeline stages (layer ra
 kind cuts them; ``parallelism`` describes that one pipeline, so ``dp`` resolves to 1). Each stage is
 served by a pool of peers (``peers_per_stage``, summing to ``cluster.num_gpus``; default: an even
 split), each with its own speed (``peer_speeds``: a factor on every kernel of the
-node's accelerator; 0.5 = half as fast). A step trains on ``global_batch_size`` samples in
+node's accelerator; 0.5 = half as fast) and, on a mixed cluster (``cluster.groups``), its own
+node: peer p is rank p (stage 0's peers first) and its node group's accelerator prices its kernels
+and its node's NIC its transfers (the analytic memory fit is the simulator's, against
+the first node group's accelerator). A step trains on ``global_batch_size`` samples in
 micro-batches of ``micro_batch_size``; every micro-batch is wired at random, stage by stage, to a
 peer of the next stage (weighted by speed, seeded), its backward goes back through the same peers,
 and when a stage has seen the whole global batch its peers average their gradients (all-reduce or
@@ -69,7 +72,7 @@ from simulator.memory.analytic import (
 from simulator.scenario import gradient_bytes
 from simulator.strategies.plan import MEMORY_COUNTER, Plan
 from simulator.strategies.registry import StrategyKind, register
-from simulator.strategies.spmd.plan import WEIGHT_BYTES, Planner
+from simulator.strategies.spmd.plan import OPTIMIZER_BYTES_PER_PARAM, WEIGHT_BYTES, Planner
 from simulator.strategies.swarm_parts.dispatch import Dispatcher, Op, Prices
 from simulator.strategies.swarm_parts.preemption import Preemptions
 
@@ -152,8 +155,6 @@ def pools(scenario) -> tuple[list[int], list[list[float]]]:
 
 def _check(scenario) -> SwarmConfig:
     cfg, par = _config(scenario), scenario.parallelism
-    _require(not getattr(scenario, "mixed", False), "cluster.groups",
-             "swarm prices its peers on one node type (give cluster.node; peers' own speeds: strategy.peer_speeds)")
     _require(getattr(scenario.fabric, "topology", "fat-tree") != "wan", "cluster.fabric",
              "swarm sends over each peer's NIC on a switched fabric; the wan fabric kind is not wired into swarm "
              "yet (give the peers' link rate as the node's nic_bandwidth_gbit_per_s and delay as nic_latency_us)")
@@ -190,23 +191,27 @@ def _pricing_scenario(scenario):
 
 
 class SwarmPrices:
-    """Every time and byte count the dispatcher and the tasks use (see the module docstring)."""
+    """Every time and byte count the dispatcher and the tasks use (see the module docstring). Peer
+    ``p`` is rank ``p`` (stage 0's peers first): on a mixed cluster (``cluster.groups``) its node
+    group's accelerator prices its passes and optimizer steps and its node's NIC its transfers."""
 
-    def __init__(self, scenario):
+    def __init__(self, scenario, peers: int):
         cfg = _config(scenario)
         self.scenario = scenario
         pricing = _pricing_scenario(scenario)
         self.planner = planner = Planner(pricing, mode="symmetric")
-        compute = planner.compute
+        topo = planner.topo
+        topo.bind_actors({actor(p): p for p in range(peers)})  # each peer's ports at its own node's NIC
         stages = scenario.parallelism.pp
         precision = scenario.training.precision
         element = 4 if precision == "fp32" else ACTIVATION_ELEMENT_BYTES_16BIT
-        self.activation_element_bytes = element
+        grad_b = gradient_bytes(scenario.training)
+        act, grad_c = cfg.activation_compression, cfg.gradient_compression
 
         def wire(nbytes: float, element_bytes: float, compression: str) -> float:
             return nbytes if compression == "none" else nbytes / element_bytes * INT8_BYTES_PER_ELEMENT
 
-        def quantise_s(nbytes: float, element_bytes: float, compression: str) -> float:
+        def quantise_s(compute, nbytes: float, element_bytes: float, compression: str) -> float:
             """One (de)quantisation kernel over a tensor of ``nbytes``: read it, write 1 B per element."""
             if compression == "none" or nbytes <= 0:
                 return 0.0
@@ -215,35 +220,44 @@ class SwarmPrices:
         # planner._pp_payload(g): bytes crossing the cut after stage g (the spmd kind's pipeline sends)
         boundary = [planner._pp_payload(g) for g in range(stages - 1)]
         self.boundary_raw_bytes = boundary
-        act = cfg.activation_compression
-        self.quantise_s = [quantise_s(b, element, act) for b in boundary]
-        passes = []
-        for s in range(stages):
-            rank = planner.layout.representative(s)
-            forward = planner.chunk_pass_s(rank, "F", s)
-            backward = planner.chunk_pass_s(rank, "B", s) + planner.chunk_pass_s(rank, "R", s)
-            q_in = self.quantise_s[s - 1] if s > 0 else 0.0       # dequantise the input / quantise its gradient
-            q_out = self.quantise_s[s] if s < stages - 1 else 0.0  # quantise the output / dequantise its gradient
-            passes.append({"F": forward + q_in + q_out, "B": backward + q_in + q_out,
-                           "F_kernels": forward, "B_kernels": backward})
-        self.passes = passes
-        grad_b = gradient_bytes(scenario.training)
         self.stage_params = [planner.stage_params_local(s) for s in range(stages)]
-        self.grad_wire_bytes = [wire(p * grad_b, grad_b, cfg.gradient_compression) for p in self.stage_params]
-        grad_q = [2 * quantise_s(p * grad_b, grad_b, cfg.gradient_compression) for p in self.stage_params]
-        topo = planner.topo
-        self.link_bytes_per_s = topo.port_capacity("peer:nic_tx")
-        self.latency_s = topo.links.inter_latency_s
+        self.grad_wire_bytes = [wire(n * grad_b, grad_b, grad_c) for n in self.stage_params]
+        per_param = OPTIMIZER_BYTES_PER_PARAM[scenario.training.optimizer] * (32 / 28 if precision == "fp32" else 1)
+
+        def group_prices(rank: int):
+            """(passes per stage, optimizer per stage, quantisation per boundary) on ``rank``'s accelerator."""
+            compute = planner.compute_of(rank)
+            quant = [quantise_s(compute, b, element, act) for b in boundary]
+            passes = []
+            for s in range(stages):
+                forward = planner.chunk_pass_s(rank, "F", s)
+                backward = planner.chunk_pass_s(rank, "B", s) + planner.chunk_pass_s(rank, "R", s)
+                q_in = quant[s - 1] if s > 0 else 0.0       # dequantise the input / quantise its gradient
+                q_out = quant[s] if s < stages - 1 else 0.0  # quantise the output / dequantise its gradient
+                passes.append({"F": forward + q_in + q_out, "B": backward + q_in + q_out})
+            optimizer = [compute.optimizer_step_s(n, per_param) + 2 * quantise_s(compute, n * grad_b, grad_b, grad_c)
+                         for n in self.stage_params]
+            return passes, optimizer, quant
+
+        by_group: dict[int, tuple] = {}
+        for p in range(peers):
+            by_group.setdefault(topo.group_index(p), group_prices(p))
+        groups = [topo.group_index(p) for p in range(peers)]
+        self.passes, self.optimizer_s, self.quantise_s = by_group[groups[0]]  # stage 0's first peer (reports)
+        links = [topo.links_of(p) if topo.mixed else topo.links for p in range(peers)]
+        self.link_bytes_per_s = [topo.port_capacity(f"{actor(p)}:nic_tx") for p in range(peers)]
+        self.latency_s = [lk.inter_latency_s for lk in links]
+        self.peer_passes = [by_group[g][0] for g in groups]
         self.prices = Prices(
-            pass_s=[{"F": p["F"], "B": p["B"]} for p in passes],
+            pass_s=self.peer_passes,
+            optimizer_s=[by_group[g][1] for g in groups],
             boundary_bytes=[wire(b, element, act) for b in boundary],
             activation_bytes=[chunk_activation_bytes(pricing, s) for s in range(stages)],
-            param_bytes=[p * WEIGHT_BYTES[precision] for p in self.stage_params],
-            optimizer_s=[planner.optimizer_step_s(s) + grad_q[s] for s in range(stages)],
+            param_bytes=[n * WEIGHT_BYTES[precision] for n in self.stage_params],
             link_bytes_per_s=self.link_bytes_per_s,
             latency_s=self.latency_s,
             averaging_bytes=self.averaging_bytes,
-            averaging_latency_s=self.averaging_latency_s,
+            averaging_steps=self.averaging_steps,
         )
         self.averaging = cfg.averaging
 
@@ -252,13 +266,18 @@ class SwarmPrices:
         grads = self.grad_wire_bytes[stage]
         return grads if self.averaging == "gossip" else 2 * (members - 1) / members * grads
 
-    def averaging_latency_s(self, members: int) -> float:
-        return self.latency_s if self.averaging == "gossip" else 2 * (members - 1) * self.latency_s
+    def averaging_steps(self, members: int) -> int:
+        """Latencies one averaging pays: a ring all-reduce 2(k-1), a gossip exchange 1."""
+        return 1 if self.averaging == "gossip" else 2 * (members - 1)
 
-    def pool_throughput_samples_per_s(self, speeds: list[list[float]]) -> list[float]:
-        """Per stage: samples per second its pool can pass forward and backward (sum of speeds / pass)."""
+    def pool_throughput_samples_per_s(self, stage_of_peer: list[int], speeds: list[float]) -> list[float]:
+        """Per stage: samples per second its pool can pass forward and backward (sum over its peers of
+        speed / (forward + backward) on the peer's accelerator)."""
         mbs = self.scenario.parallelism.micro_batch_size
-        return [sum(row) * mbs / (p["F"] + p["B"]) for row, p in zip(speeds, self.passes, strict=True)]
+        out = [0.0] * len(self.passes)
+        for p, (s, v) in enumerate(zip(stage_of_peer, speeds, strict=True)):
+            out[s] += v * mbs / (self.peer_passes[p][s]["F"] + self.peer_passes[p][s]["B"])
+        return out
 
 
 def actor(peer: int) -> str:
@@ -302,7 +321,7 @@ def _tasks(ops: list[Op]) -> tuple[dict[tuple[str, str], list[Task]], dict[int, 
 def compile_swarm(scenario, mode: str | None = None, detail: bool = False) -> Plan:
     cfg = _check(scenario)
     peers, speeds = pools(scenario)
-    prices = SwarmPrices(scenario)
+    prices = SwarmPrices(scenario, sum(peers))
     stage_of_peer = [s for s, count in enumerate(peers) for _ in range(count)]
     flat_speeds = [v for row in speeds for v in row]
     fixed: dict[int, list[Outage]] = {}
@@ -332,7 +351,7 @@ def compile_swarm(scenario, mode: str | None = None, detail: bool = False) -> Pl
     for p, s in enumerate(stage_of_peer):
         m = _stage_memory(scenario, s, speeds)
         memory_base[actor(p)] = m.weights_bytes + m.gradients_bytes + m.optimizer_bytes + m.other_bytes
-    throughput = prices.pool_throughput_samples_per_s(speeds)
+    throughput = prices.pool_throughput_samples_per_s(stage_of_peer, flat_speeds)
     stats = schedule.stats
     extra = {
         "swarm_peers_per_stage": peers,
@@ -342,13 +361,13 @@ def compile_swarm(scenario, mode: str | None = None, detail: bool = False) -> Pl
         "swarm_bottleneck_stage": min(range(len(throughput)), key=lambda s: throughput[s]),
         "swarm_forward_s_per_stage": [p["F"] for p in prices.passes],
         "swarm_backward_s_per_stage": [p["B"] for p in prices.passes],
-        "swarm_optimizer_s_per_stage": prices.prices.optimizer_s,
+        "swarm_optimizer_s_per_stage": prices.optimizer_s,
         "swarm_stage_params": prices.stage_params,
         "swarm_quantisation_s_per_boundary": prices.quantise_s,
         "swarm_boundary_bytes": prices.prices.boundary_bytes,
         "swarm_boundary_bytes_uncompressed": prices.boundary_raw_bytes,
-        "swarm_link_bytes_per_s": prices.link_bytes_per_s,
-        "swarm_link_latency_s": prices.latency_s,
+        "swarm_link_bytes_per_s": prices.link_bytes_per_s[0],
+        "swarm_link_latency_s": prices.latency_s[0],
         "swarm_preemptions": stats["preemptions"],
         "swarm_reroutes": stats["reroutes"],
         "swarm_redone_forwards": stats["redone_forwards"],

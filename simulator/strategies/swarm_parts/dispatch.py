@@ -123,20 +123,31 @@ class Peer:
 
 @dataclass
 class Prices:
-    """What the dispatcher needs to know of time and bytes (the kind fills it in)."""
+    """What the dispatcher needs to know of time and bytes (the kind fills it in). Per stage:
+    ``boundary_bytes`` (wire bytes crossing the cut after stage s, an activation or its gradient),
+    ``activation_bytes`` (saved by one micro-batch's forward until its backward), ``param_bytes``
+    (what a joining peer downloads). Per peer (its accelerator and NIC, at speed 1): ``pass_s[peer][stage]``
+    {"F", "B"} seconds, ``optimizer_s[peer][stage]``, ``link_bytes_per_s[peer]`` (its NIC rate, each
+    direction) and ``latency_s[peer]``; ``averaging_bytes(stage, members)``: bytes each member sends
+    (and receives); ``averaging_steps(members)``: latencies one averaging pays."""
 
-    pass_s: list[dict[str, float]]   # per stage: "F", "B" seconds at speed 1
-    boundary_bytes: list[float]      # wire bytes crossing the cut after stage s (activation or its gradient)
-    activation_bytes: list[float]    # per stage: saved by one micro-batch's forward until its backward
-    param_bytes: list[float]         # per stage: the parameters a joining peer downloads
-    optimizer_s: list[float]         # per stage at speed 1 (with any gradient (de)quantisation)
-    link_bytes_per_s: float          # a peer's NIC rate (each direction)
-    latency_s: float                 # one transfer's latency
-    averaging_bytes: Any             # (stage, members) -> bytes each member sends (and receives)
-    averaging_latency_s: Any         # (members) -> seconds of latency
+    pass_s: list[list[dict[str, float]]]
+    optimizer_s: list[list[float]]
+    boundary_bytes: list[float]
+    activation_bytes: list[float]
+    param_bytes: list[float]
+    link_bytes_per_s: list[float]
+    latency_s: list[float]
+    averaging_bytes: Any
+    averaging_steps: Any
 
-    def transfer_s(self, nbytes: float) -> float:
-        return self.latency_s + nbytes / self.link_bytes_per_s
+    def latency(self, a: int, b: int) -> float:
+        return max(self.latency_s[a], self.latency_s[b])
+
+    def transfer_s(self, nbytes: float, src: int | None, dst: int) -> float:
+        """Alone on its links: the slower end's latency plus the bytes at the slower NIC."""
+        ends = [dst] if src is None else [src, dst]
+        return max(self.latency_s[p] for p in ends) + nbytes / min(self.link_bytes_per_s[p] for p in ends)
 
 
 @dataclass
@@ -152,7 +163,7 @@ class Dispatcher:
     def __init__(self, prices: Prices, stages: list[int], speeds: list[float], micro_batches: int, steps: int,
                  preemptions: Preemptions, seed: int, rebalance_every_steps: int | None = None):
         self.prices = prices
-        self.num_stages = len(prices.pass_s)
+        self.num_stages = len(prices.boundary_bytes) + 1
         self.peers = [Peer(i, s, v) for i, (s, v) in enumerate(zip(stages, speeds, strict=True))]
         self.m, self.steps = micro_batches, steps
         self.preemptions = preemptions
@@ -206,10 +217,10 @@ class Dispatcher:
         if not sender.alive and sender.down_mark is not None:
             start = max(start, sender.down_mark.end_s)
             deps.append(sender.down_mark)
-        end = start + self.prices.transfer_s(nbytes)
+        end = start + self.prices.transfer_s(nbytes, src, dst)
         sender.send_free = end
         return self._op(peer=src, stream="send", name=name, category="pp_comm", start_s=start, end_s=end,
-                        step=step, nbytes=nbytes, dst=dst, latency_s=self.prices.latency_s, deps=deps)
+                        step=step, nbytes=nbytes, dst=dst, latency_s=self.prices.latency(src, dst), deps=deps)
 
     def _route(self, item: Item, now: float) -> None:
         """Send ``item`` to a peer of its stage (its holder for a backward, else a random draw)."""
@@ -266,7 +277,7 @@ class Dispatcher:
         peer.queue.remove(item)
         phase = "F" if item.phase in ("F", "FB") else "B"
         s = item.stage
-        seconds = self.prices.pass_s[s][phase] / peer.speed
+        seconds = self.prices.pass_s[peer.index][s][phase] / peer.speed
         redo = ".redo" if item.phase == "FB" else ""
         op = self._op(peer=peer.index, stream="compute", name=f"s{item.step}.{phase}{redo}.mb{item.mb}.st{s}",
                       category="compute", start_s=now, end_s=now + seconds, step=item.step, duration_s=seconds,
@@ -324,8 +335,9 @@ class Dispatcher:
             k = len(members)
             start = max([now] + [max(p.avg_free, p.compute_free) for p in members])
             nbytes = self.prices.averaging_bytes(s, k) if k > 1 else 0.0
-            latency = self.prices.averaging_latency_s(k) if k > 1 else 0.0
-            avg_end = start + latency + nbytes / self.prices.link_bytes_per_s if k > 1 else start
+            latency = self.prices.averaging_steps(k) * max(self.prices.latency_s[p.index] for p in members)
+            rate = min(self.prices.link_bytes_per_s[p.index] for p in members)  # a ring at its slowest link
+            avg_end = start + latency + nbytes / rate if k > 1 else start
             for p in members:
                 deps = self._gated(p, [barrier])
                 if k > 1:
@@ -334,7 +346,7 @@ class Dispatcher:
                                    rendezvous=f"s{step}.average.st{s}", rendezvous_size=k, deps=deps)
                     p.avg_free = avg_end
                     deps = [avg]
-                seconds = self.prices.optimizer_s[s] / p.speed
+                seconds = self.prices.optimizer_s[p.index][s] / p.speed
                 opt = self._op(peer=p.index, stream="compute", name=f"s{step}.optimizer.st{s}", category="optimizer",
                                start_s=avg_end, end_s=avg_end + seconds, step=step, duration_s=seconds, deps=deps)
                 p.compute_free = p.protected_until = opt.end_s
@@ -353,11 +365,12 @@ class Dispatcher:
         self._try_start(peer, now)
 
     def _pool_throughput(self, s: int, without: Peer | None = None, with_peer: Peer | None = None) -> float:
-        speeds = sum(p.speed for p in self.peers if p.stage == s and p.alive and p is not without)
+        """Micro-batches per second stage ``s``'s live peers pass forward and backward together."""
+        pool = [p for p in self.peers if p.stage == s and p.alive and p is not without]
         if with_peer is not None:
-            speeds += with_peer.speed
-        pass_s = self.prices.pass_s[s]
-        return speeds / (pass_s["F"] + pass_s["B"])
+            pool.append(with_peer)
+        return sum(p.speed / (self.prices.pass_s[p.index][s]["F"] + self.prices.pass_s[p.index][s]["B"])
+                   for p in pool)
 
     def _rebalance(self, step: int, now: float) -> None:
         """Move one peer from the stage with the highest pool throughput to the lowest, if that
@@ -391,10 +404,11 @@ class Dispatcher:
             if source.last_opt is not None:
                 deps.append(source.last_opt)
         nbytes = self.prices.param_bytes[peer.stage]
-        end = start + self.prices.transfer_s(nbytes)
+        end = start + self.prices.transfer_s(nbytes, source.index if source else None, peer.index)
         op = self._op(peer=peer.index, stream="recv", name=name, category="dp_comm", start_s=start, end_s=end,
                       nbytes=nbytes, dst=peer.index, src=source.index if source else None,
-                      latency_s=self.prices.latency_s, deps=deps, free_bytes=free_bytes)
+                      latency_s=self.prices.latency(source.index if source else peer.index, peer.index), deps=deps,
+                      free_bytes=free_bytes)
         peer.recv_free = end
         peer.gate = op
         peer.available = False
