@@ -202,6 +202,30 @@ class ComputeEfficiency(Spec):
         return _increasing_gflop(points)
 
 
+class SustainedClock(Spec):
+    """The engine clock a long GEMM holds under the board power limit, against the clock the
+    datasheet peak assumes: where the TDP caps the sustained clock, a kernel cannot reach the
+    datasheet peak however well it is written (AMD, "Measuring Max-Achievable FLOPs" part 2: MI300X
+    at 750 W runs its best GEMMs at a median 1.1-1.2 GHz against a 2.1 GHz peak clock).
+
+    Informational: a GEMM curve fitted on these runs (``fitted_on``) already holds the capped clock,
+    so the compute model does not apply it again; a curve assumed from another accelerator does not
+    hold it, which is why it is recorded beside the spec."""
+
+    peak_clock_mhz: float = Field(gt=0, description="the clock the datasheet peak TFLOP/s assumes")
+    under_load_mhz: dict[Precision, float] = Field(
+        description="median engine clock measured while the precision's best GEMM ran")
+    power_limit_watts: float = Field(gt=0, description="board power limit of the measurement")
+    source: str
+    fitted_on: str | None = Field(default=None, description="data and rows the clocks were read from")
+    notes: str | None = None
+
+    def clock_fraction(self, precision: str) -> float | None:
+        """Sustained over peak clock for ``precision`` (None where it was not measured)."""
+        mhz = self.under_load_mhz.get(precision)
+        return None if mhz is None else mhz / self.peak_clock_mhz
+
+
 class Accelerator(Spec):
     """One GPU (or one GCD of a multi-die package)."""
 
@@ -215,6 +239,8 @@ class Accelerator(Spec):
     efficiency: ComputeEfficiency
     block_scaled_formats: list[Literal["mxfp8", "mxfp4", "nvfp4"]] = Field(
         default_factory=list, description="block-scaled formats the tensor cores take natively (datasheet)")
+    sustained_clock: SustainedClock | None = Field(
+        default=None, description="measured engine clock under the power limit (None: not measured)")
     source: str
     notes: str | None = None
 

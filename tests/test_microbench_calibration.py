@@ -6,11 +6,15 @@ import json
 import math
 import subprocess
 import sys
+from pathlib import Path
 
+import pandas as pd
 import pytest
 
 from hardware_specs.catalog import ACCELERATORS
 from simulator.cost.compute import ComputeModel
+from simulator.cost.provenance import efficiency_provenance
+from simulator.scenario import load_scenario
 from validation import calibrate_microbench as cm
 from workloads.graph import Op
 
@@ -138,3 +142,23 @@ def test_new_accelerators_have_datasheet_sources():
         accel = ACCELERATORS.get(name)
         assert "datasheet" in accel.source
         assert math.isfinite(accel.peak_tflops["bf16"]) and accel.peak_tflops["fp8"] == pytest.approx(2 * accel.peak_tflops["bf16"], rel=0.001)
+
+
+def test_power_capped_clock_is_recorded_where_measured():
+    # AMD MAF (gemm_microbench.csv rows 22-27): MI300X at 750 W holds a median 1207 MHz in its best
+    # bf16 GEMM against the 2100 MHz the 1307.4 TFLOP/s peak assumes (304 CUs x 2048 FLOP/clock)
+    mi300x = ACCELERATORS.get("mi300x")
+    clock = mi300x.sustained_clock
+    assert clock.power_limit_watts == mi300x.tdp_watts == 750
+    assert 304 * 2048 * clock.peak_clock_mhz * 1e6 / 1e12 == pytest.approx(mi300x.peak_tflops["bf16"], rel=1e-3)
+    assert clock.clock_fraction("bf16") == pytest.approx(1207 / 2100)
+    assert clock.clock_fraction("fp32") is None
+    rows = pd.read_csv(Path("validation/data/microbench/gemm_microbench.csv"))
+    for line in (22, 23, 24):  # file lines (header = line 1)
+        row = rows.iloc[line - 2]
+        mhz = clock.under_load_mhz[{"fp8_fnuz": "fp8"}.get(row["dtype"], row["dtype"])]
+        assert f"median engine clock {mhz:g} MHz" in row["measurement"]
+    assert ACCELERATORS.get("mi325x").sustained_clock.clock_fraction("bf16") == pytest.approx(1447 / 2100)
+    assert ACCELERATORS.get("h100-sxm-80g").sustained_clock is None  # no measured clock: nothing claimed
+    sc = load_scenario({"model": "gpt-1.7b", "cluster": {"node": "mi300x-8", "num_gpus": 8}})
+    assert efficiency_provenance(sc)["sustained_clock"].startswith("57% of the 2100 MHz peak clock under 750 W")

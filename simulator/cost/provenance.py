@@ -59,6 +59,14 @@ def efficiency_provenance(scenario: Scenario) -> dict[str, str]:
     else:
         out["attention_efficiency_factor"] = ASSUMED  # no run of this project has measured it
     out["memory_bound"] = eff.memory_bound_efficiency_fitted_on or ASSUMED
+    clock = accel.sustained_clock
+    if clock is not None:  # listed only where measured (the GEMM curve fitted on it holds it)
+        precision = "bf16" if scenario.training.precision == "fp8" and "fp8" not in clock.under_load_mhz \
+            else scenario.training.precision
+        fraction = clock.clock_fraction(precision)
+        held = f"{fraction:.0%} of the {clock.peak_clock_mhz:g} MHz peak clock" if fraction else "measured"
+        out["sustained_clock"] = (f"{held} under {clock.power_limit_watts:g} W; "
+                                  f"{clock.fitted_on or clock.source}")
     node = scenario.node
     laws = node.intra_laws or {}
     if "all_reduce" in laws and laws["all_reduce"].fitted_on:
