@@ -26,7 +26,7 @@ the stage's parameters. Transfers: every peer is its own machine and every byte 
 share (``{peer}:nic_tx`` / ``nic_rx`` ports of the node spec; latency: NIC + fat-tree switches),
 whatever node the peer is on.
 
-8-bit compression (``activation_compression`` / ``gradient_compression: int8``; SWARM Sec. 4
+8-bit compression (``activation_compression`` / ``gradient_compression: int8``; SWARM's experiments
 compresses activations and gradients to 8 bits with blockwise quantisation, Dettmers et al. 2022,
 "8-bit Optimizers via Block-wise Quantization"): an element of 2 bytes (fp16/bf16) or 4 (fp32)
 goes as 1 byte plus one fp32 scale per block of :data:`QUANT_BLOCK` elements (bitsandbytes'
