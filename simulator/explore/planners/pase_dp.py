@@ -79,16 +79,20 @@ def min_cost_assignment(
         new_frontier = tuple(new_members)
         new_table: dict[tuple, tuple[float, tuple | None, Hashable | None]] = {}
         own = {c: vertex_cost(v, c) for c in options[v]}
+        edge_memo: dict[tuple, float] = {}
         for state, (cost, _, _) in table.items():
             for c in options[v]:
                 transitions += 1
                 total = cost + own[c]
                 for k, u, into_v, out_of_v in earlier:
-                    a = state[k]
-                    if into_v:
-                        total += into_v * edge_cost(u, v, a, c)
-                    if out_of_v:
-                        total += out_of_v * edge_cost(v, u, c, a)
+                    pair = (k, state[k], c)
+                    price = edge_memo.get(pair)
+                    if price is None:  # each edge's cost once per pair of configurations, not per state
+                        a = state[k]
+                        price = ((into_v * edge_cost(u, v, a, c) if into_v else 0.0)
+                                 + (out_of_v * edge_cost(v, u, c, a) if out_of_v else 0.0))
+                        edge_memo[pair] = price
+                    total += price
                 key = tuple(state[k] for k in keep) + ((c,) if v in new_frontier else ())
                 best = new_table.get(key)
                 if best is None or total < best[0]:
