@@ -174,3 +174,13 @@ def test_the_two_region_example_runs_in_simulate_sweep_and_search(tmp_path):
                     "--space", "recompute=none", "--space", "zero_stage=0", "--no-cache", "--workers", "1", cwd=tmp_path)
     assert searched.returncode == 0, searched.stderr
     assert "2 simulated" in searched.stdout or "simulated" in searched.stdout
+
+
+def test_a_kind_that_builds_its_own_topology_refuses_the_wan_fabric_naming_it(tmp_path):
+    """Kinds outside the spmd planner price traffic on a data-centre fabric: exit 2, not a traceback."""
+    matrix = "[[0, 5], [5, 0]]"
+    done = _cli("simulate", str(ROOT / "examples" / "gnmt16-dapple-v100.yaml"), "--set",
+                f"cluster.fabric={{topology: wan, name: x, delay_ms: {matrix}, bandwidth_gbit_per_s: {matrix}, source: t}}",
+                cwd=tmp_path)
+    assert done.returncode == 2, done.stderr
+    assert done.stderr.startswith("clustersim: error: cluster.fabric: ") and "Traceback" not in done.stderr

@@ -140,6 +140,10 @@ class Topology:
 
     def __init__(self, node: Node, fabric: FatTree | RailOptimized, num_gpus: int,
                  groups: Sequence[tuple[Node, int]] | None = None):
+        if getattr(fabric, "topology", None) == "wan":  # a kind that builds Topology itself, not build_topology
+            raise ConfigError("cluster.fabric", "this strategy kind prices its traffic on a data-centre fabric "
+                                                "(fat-tree, rail-optimized); the wan kind is wired into the kinds "
+                                                "built on the spmd planner")
         self.node = node
         self.fabric = fabric
         self.num_gpus = num_gpus
@@ -278,9 +282,9 @@ class Topology:
 
 def build_topology(node: Node, fabric, num_gpus: int, groups: Sequence[tuple[Node, int]] | None = None) -> Topology:
     """The topology of a fabric spec: a wide-area one (regions, simulator/cost/wan.py) or a data-centre
-    fabric (fat tree, rail-optimised); ``groups``: a mixed cluster's node groups (data-centre fabrics)."""
+    fabric (fat tree, rail-optimised); ``groups``: a mixed cluster's node groups."""
     if getattr(fabric, "topology", None) == "wan":
         from simulator.cost.wan import wan_topology
 
-        return wan_topology(node, fabric, num_gpus)
+        return wan_topology(node, fabric, num_gpus, groups)
     return Topology(node, fabric, num_gpus, groups=groups)

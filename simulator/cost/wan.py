@@ -70,11 +70,11 @@ def cold_start_s(transport: WanTransport | None, rtt_s: float, rate_bytes_per_s:
 class WanTopology(Topology):
     """Regions over a wide-area matrix (see the module docstring)."""
 
-    def __init__(self, node: Node, fabric: WideArea, num_gpus: int, intra_fabric):
-        super().__init__(node, intra_fabric, num_gpus)
+    def __init__(self, node: Node, fabric: WideArea, num_gpus: int, intra_fabric, groups=None):
+        super().__init__(node, intra_fabric, num_gpus, groups=groups)
         self.wan = fabric
         self.delay_ms, self.bandwidth_gbit_per_s = fabric.pair_matrices()
-        nodes = -(-num_gpus // node.gpus_per_node)
+        nodes = self.num_nodes
         if fabric.regions is None:
             if len(self.delay_ms) != nodes:
                 raise ConfigError("cluster.fabric.delay_ms", f"a per-node matrix needs one row per node: "
@@ -85,8 +85,7 @@ class WanTopology(Topology):
             counts = [r.nodes for r in fabric.regions]
             if sum(counts) != nodes:
                 raise ConfigError("cluster.fabric.regions", f"the regions hold {sum(counts)} nodes "
-                                  f"({' + '.join(map(str, counts))}) but the cluster has {nodes} "
-                                  f"({num_gpus} GPUs / {node.gpus_per_node} per node)")
+                                  f"({' + '.join(map(str, counts))}) but the cluster has {nodes}")
             self.region_of_node = [i for i, c in enumerate(counts) for _ in range(c)]
             self.region_names = [r.name for r in fabric.regions]
         self._first_node = {}
@@ -96,13 +95,13 @@ class WanTopology(Topology):
     # -- where ranks are -------------------------------------------------------------------------
 
     def region_of(self, rank: int) -> int:
-        return self.region_of_node[rank // self.gpus_per_node]
+        return self.region_of_node[self.physical_node_of(rank)]
 
     def pod_of(self, rank: int):
         """Pods of the intra-region fabric, counted inside each region (regions never share one)."""
         region = self.region_of(rank)
         pod = self.fabric.pod_size_nodes
-        local = rank // self.gpus_per_node - self._first_node[region]
+        local = self.physical_node_of(rank) - self._first_node[region]
         return (region, local // pod if pod else 0)
 
     def delay_s(self, a: int, b: int) -> float:
@@ -135,16 +134,24 @@ class WanTopology(Topology):
         return min(bounds) if bounds else None
 
     @cached_property
-    def links(self) -> WanLinkCapacities:
-        base = super().links
+    def pair_capacities(self) -> dict[str, float]:
         n = len(self.region_names)
-        pairs = {self.pair_port(a, b): self.pair_bytes_per_s(a, b) for a in range(n) for b in range(n) if a != b}
+        return {self.pair_port(a, b): self.pair_bytes_per_s(a, b) for a in range(n) for b in range(n) if a != b}
+
+    def _with_pairs(self, base: LinkCapacities) -> WanLinkCapacities:
         return WanLinkCapacities(base.intra_bytes_per_s, base.inter_bytes_per_s, base.uplink_bytes_per_s,
-                                 base.intra_latency_s, base.inter_latency_s, pairs)
+                                 base.intra_latency_s, base.inter_latency_s, self.pair_capacities)
+
+    def group_links(self, g: int) -> WanLinkCapacities:
+        """A node group's link classes (simulator/cost/topology.py) plus the pair ports."""
+        return self._with_pairs(super().group_links(g))
+
+    def links_for(self, ranks: tuple[int, ...]) -> WanLinkCapacities:
+        return self._with_pairs(super().links_for(ranks))
 
     def port_capacity(self, port: str) -> float:
         if port.startswith("wan:"):
-            return self.links.pair_bytes_per_s[port]
+            return self.pair_capacities[port]
         kind = port.rsplit(":", 1)[1]
         if kind.startswith("conn_"):
             a, b = (int(x) for x in kind[len("conn_"):].split(">"))
@@ -172,7 +179,7 @@ class WanTopology(Topology):
         {(region a, region b): edges}."""
         nodes = []
         for r in ranks:
-            n = r // self.gpus_per_node
+            n = self.physical_node_of(r)
             if not nodes or nodes[-1] != n:
                 nodes.append(n)
         if len(nodes) > 1 and nodes[0] == nodes[-1]:
@@ -205,17 +212,18 @@ class WanTopology(Topology):
             by_link[port] = by_link.get(port, 0.0) + bus * count * scale
         slowest = max(self.delay_s(a, b) for a, b in edges)
         steps = ring_steps(collective, n)
-        nodes = len({r // self.gpus_per_node for r in ranks})
+        nodes = len({self.physical_node_of(r) for r in ranks})
         if collective == "all_reduce":
             steps = min(steps, 2 * math.ceil(math.log2(nodes)))
         return CollectiveCost(f"{cost.algorithm}+wan", cost.latency_s + steps * slowest, by_link)
 
 
-def wan_topology(node: Node, fabric: WideArea, num_gpus: int) -> WanTopology:
-    """Resolve the intra-region fabric (catalog name or inline) and build the topology."""
+def wan_topology(node: Node, fabric: WideArea, num_gpus: int, groups=None) -> WanTopology:
+    """Resolve the intra-region fabric (catalog name or inline) and build the topology (``groups``: a mixed
+    cluster's node groups, which fill the regions in rank order like any nodes)."""
     from hardware_specs.catalog import FABRICS
 
     intra = FABRICS.get(fabric.intra_region, "cluster.fabric.intra_region")
     if isinstance(intra, WideArea):
         raise ConfigError("cluster.fabric.intra_region", "must be a fat tree or rail-optimised fabric, not a WAN")
-    return WanTopology(node, fabric, num_gpus, intra)
+    return WanTopology(node, fabric, num_gpus, intra, groups)
