@@ -266,3 +266,14 @@ def test_attention_factor_is_fitted_only_where_the_fit_rows_span_sequence_length
     assert identifiable_grid(ATTENTION_GRID, cases) == ATTENTION_GRID
     assert identifiable_grid(ATTENTION_GRID, one_length) == ({},)
     assert identifiable_grid(VTRAIN_GRID, one_length) == VTRAIN_GRID
+
+
+def test_long_sequence_rows_imply_the_attention_rate_of_their_framework():
+    # with catalog constants, llm-foundry's MPT-760m at 32K tokens (attention most of the step) implies
+    # about half the FlashAttention-2-paper kernel; NeMo's Llama 2 7B at 256K (CP 32) nearly all of it
+    from validation.modern.attention_share import attention_shares
+
+    mpt = attention_shares([_case("llmfoundry", 61)], {}, workers=1)[0]
+    assert mpt.share > 0.6 and 0.4 < mpt.implied < 0.65
+    nemo = attention_shares([_case("nemo", 29)], load_groups("nemo"), workers=1)[0]
+    assert nemo.share > 0.8 and nemo.implied > 0.85
