@@ -183,6 +183,8 @@ CASES: dict[str, list[str]] = {
     "co-located NaN interference": S + ["co_nan_interference.yaml"],
     "co-located job file missing": S + ["co_missing_file.yaml"],
     "co-located jobs not a list": S + ["co_not_a_list.yaml"],
+    "search with co-located jobs": ["search", "co_nan_interference.yaml"],
+    "scale with co-located jobs": ["scale", "co_missing_file.yaml", "--gpus", "8,16"],
     "hf t5": S + ["hf_t5.yaml"],
     "hf NaN": S + ["hf_nan.yaml"],
     "hf binary": S + ["hf_binary.yaml"],

@@ -141,10 +141,13 @@ def test_a_kind_that_simulates_one_actor_per_stage_is_refused():
     assert err.value.field == "co_located_jobs.0.scenario.strategy.kind"
 
 
-def test_the_fast_engine_is_refused():
+def test_the_fast_engine_is_refused_and_auto_is_the_engine():
+    scenario = load_scenario(_scenario([_job()], steps=2))
     with pytest.raises(ConfigError) as err:
-        simulate(load_scenario(_scenario([_job()], steps=2)), engine="fast")
+        simulate(scenario, engine="fast")
     assert err.value.field == "--engine"
+    auto, full = simulate(scenario, engine="auto"), simulate(scenario)
+    assert auto.step_times_s == full.step_times_s and auto.extra["engine"] == "full"
 
 
 def test_cli_end_to_end(tmp_path):
@@ -206,3 +209,12 @@ def test_the_timeline_shows_background_kernels_only_where_the_foreground_left_th
         overlap = sum(max(0.0, min(b1, b2) - max(a1, a2)) for a1, b1 in fg for a2, b2 in bg)
         assert overlap <= 1e-12 * result.makespan_s
         assert max(b for _, b in bg) <= result.makespan_s + 1e-12  # cut where the foreground ended
+
+
+@pytest.mark.parametrize("command", [["search"], ["scale", "--gpus", "2,4"]])
+def test_search_and_scale_refuse_co_located_jobs(tmp_path, command):
+    (tmp_path / "fg.yaml").write_text(json.dumps(_scenario([_job()], steps=2)))
+    run = subprocess.run([sys.executable, "-m", "simulator.cli", command[0], str(tmp_path / "fg.yaml"), *command[1:]],
+                         capture_output=True, text=True, cwd=ROOT, timeout=120)
+    assert run.returncode == 2
+    assert run.stderr.startswith("clustersim: error: co_located_jobs: ") and run.stderr.count("\n") == 1

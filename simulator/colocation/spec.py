@@ -63,3 +63,13 @@ class CoLocatedJob:
     @property
     def interference_assumed(self) -> bool:
         return self.interference_source.strip().lower() == ASSUMED
+
+
+def refuse_co_located(command: str) -> None:
+    """``search`` and ``scale`` explore one job's layouts with the fast path; a scenario with co-located
+    jobs would need every candidate timed with its background jobs by the engine. Refused by name:
+    ``simulate`` or a ``sweep`` over the foreground's ``parallelism.*`` does it."""
+    from simulator.errors import ConfigError
+
+    raise ConfigError("co_located_jobs", f"{command} explores one job's layouts; for co-located jobs run simulate, "
+                                         "or sweep the foreground's parallelism.* (every point timed with its jobs)")

@@ -110,6 +110,10 @@ def scaling_curve(
     counts = parse_gpu_counts(list(gpu_counts))
     raw, base_dir = load_raw(source)
     raw = absolutize(apply_overrides(raw, overrides or []), base_dir)
+    if raw.get("co_located_jobs"):
+        from simulator.colocation.spec import refuse_co_located
+
+        refuse_co_located("scale")
     par = raw.setdefault("parallelism", {})
     n0 = (raw.get("cluster") or {}).get("num_gpus")
     if not isinstance(n0, int) or n0 < 1:

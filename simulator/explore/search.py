@@ -293,6 +293,10 @@ def search(
     if rank_by == "time_to_target_s" and not raw.get("convergence"):
         raise ConfigError("--rank-by", "time_to_target_s needs the scenario's convergence: block")
     raw = absolutize(apply_overrides(raw, overrides or []), base_dir)
+    if raw.get("co_located_jobs"):
+        from simulator.colocation.spec import refuse_co_located
+
+        refuse_co_located("search")
     if num_gpus is not None:
         if num_gpus < 1:
             raise ConfigError("--gpus", f"must be a positive integer, got {num_gpus}")
