@@ -408,7 +408,7 @@ def run_identity(scenario: Scenario) -> dict[str, Any]:
     accelerators = " + ".join(dict.fromkeys(g.accelerator.name for g in scenario.groups))
     return {"model": model.name, "node": scenario.cluster_label, "accelerator": accelerators,
             "num_nodes": scenario.num_nodes, "seq_length": scenario.seq_length,
-            "precision": scenario.training.precision + (" (TF32 tensor cores)" if scenario.training.tf32 else ""), "seq_length_source": source}
+            "precision": scenario.training.precision + (" (TF32 tensor cores)" if scenario.training.tf32 else ""), "strategy": scenario.strategy_kind, "seq_length_source": source}
 
 
 def _with_economics(scenario: Scenario, result: SimulationResult) -> SimulationResult:

@@ -303,6 +303,8 @@ def render_table(result: SimulationResult) -> str:
         f"  layout         tp={par['tp']} pp={par['pp']} dp={par['dp']} cp={par['cp']} ep={par.get('ep', 1)} "
         f"vp={par['virtual_stages']} {par['schedule']} zero={par['zero_stage']} recompute={par['recompute']} "
         f"sp={par['sequence_parallel']} mbs={par['micro_batch_size']} gbs={par['global_batch_size']}",
+        *([f"  strategy       {result.run['strategy']} (its `strategy:` block sets the rest; the layout line is "
+           "what `parallelism:` resolves to)"] if result.run.get("strategy", "spmd") != "spmd" else []),
         f"  parameters     {result.num_parameters / 1e9:.2f} B",
         f"  layers/stage   {result.layers_per_stage}" + (
             f" (chunks: {result.layer_split})" if len(result.layer_split) != len(result.layers_per_stage) else ""),

@@ -184,6 +184,13 @@ def compile_per_layer(scenario, mode: str | None = None, detail: bool = False) -
     return PerLayerPlanner(scenario).build()
 
 
+def per_layer_layout_gpus(config: PerLayerConfig, parallelism, num_gpus: int) -> int:
+    """``parallelism:`` gives only the global batch (``global_batch_size``, fixed across layers); the GPUs
+    of each layer are its split's product, so the spmd layout check sees one replica (dp resolves to 1)
+    and a batch smaller than the GPU count (U-Net's 2 images on 8 GPUs) needs no stand-in layout."""
+    return parallelism.tp * parallelism.cp * parallelism.pp
+
+
 PER_LAYER = register(StrategyKind(
     name="per_layer",
     config=PerLayerConfig,
@@ -192,4 +199,5 @@ PER_LAYER = register(StrategyKind(
             "(Gholami 2018, DistDL, DeepPool, PaSE)",
     compile=compile_per_layer,
     memory=per_layer_memory,
+    layout_gpus=per_layer_layout_gpus,
 ))
