@@ -161,3 +161,16 @@ def test_planner_prices_a_tensor_parallel_pair_on_its_one_link():
     dp_switch, _, _ = switch._collective(0, "dp", "all_reduce", 1e8)
     assert ranks == (0, 2, 4, 6)
     assert dp_mesh.bytes_by_link["nvl"] == pytest.approx(3 * dp_switch.bytes_by_link["nvl"])
+
+
+def test_pipeline_sends_on_the_mesh_use_the_pair_links():
+    """pp=2 over p3.16xlarge (stages 0-3 and 4-7): rank r sends to r+4, over 2 NVLinks for 0-4 and
+    1-5, one for 2-6 and 3-7 (the port is 6 links): 3x and 6x the bytes through the port."""
+    from simulator.scenario import load_scenario
+    from simulator.strategies.spmd.plan import Planner
+    raw = {**TINY_V100, "parallelism": {"tp": 1, "pp": 2, "micro_batch_size": 1, "global_batch_size": 8},
+           "simulation": {"mode": "full"}}
+    planner = Planner(load_scenario(raw))
+    for src, links in ((0, 2), (1, 2), (2, 1), (3, 1)):
+        task = planner.send_task(f"rank{src}", src + 4, "probe", 1e6)
+        assert task.demands[f"rank{src}:nvl_tx"] == pytest.approx(1e6 * 6 / links)

@@ -102,3 +102,18 @@ def test_summary_merges_each_layer_pass_and_keeps_flops_and_times(tmp_path):
 def test_summary_needs_a_trace(capsys):
     assert main(["simulate", MIXTRAL, "--trace-summary"]) == 2
     assert "--trace-summary: needs --trace FILE" in capsys.readouterr().err
+
+
+def test_a_chunk_without_layers_has_no_layer_name():
+    """last_stage_layers: 0 leaves the last stage only the head: the planner builds it (the layer
+    name for the trace is empty instead of an index error)."""
+    from simulator.scenario import load_scenario
+    from simulator.simulate import simulate
+
+    raw = {"model": {"name": "tiny", "num_layers": 4, "hidden_size": 256, "num_attention_heads": 8,
+                     "num_kv_heads": 4, "vocab_size": 1024, "seq_length": 256},
+           "cluster": {"node": "dgx-a100-80g", "num_gpus": 2},
+           "parallelism": {"tp": 1, "pp": 2, "micro_batch_size": 1, "global_batch_size": 4,
+                           "first_stage_layers": 4, "last_stage_layers": 0}}
+    assert simulate(load_scenario(raw), detail=True).step_time_s > 0
+    assert simulate(load_scenario(raw)).step_time_s > 0

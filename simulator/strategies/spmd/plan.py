@@ -443,7 +443,10 @@ class Planner:
         return self.pipelined[self.chunk_starts[global_chunk] + layer].name
 
     def chunk_layers(self, global_chunk: int) -> str:
-        """The chunk's pipelined layers as ``first..last`` (for the trace)."""
+        """The chunk's pipelined layers as ``first..last`` (for the trace); "" for a chunk without any
+        (a last stage holding only the head: ``last_stage_layers: 0``)."""
+        if not self.layers_per_chunk[global_chunk]:
+            return ""
         first = self.chunk_starts[global_chunk]
         last = first + self.layers_per_chunk[global_chunk] - 1
         return self.pipelined[first].name if last <= first else f"{self.pipelined[first].name}..{self.pipelined[last].name}"
