@@ -297,14 +297,43 @@ def test_a_mixed_cluster_prices_each_peer_on_its_own_accelerator():
     assert t_mixed[0] == pytest.approx(t_plain[0], rel=1e-12) and t_mixed[1] > t_plain[1]
 
 
-def test_a_wan_fabric_is_refused_naming_cluster_fabric():
-    raw = swarm_raw(peers=(2, 2))
-    raw["cluster"]["fabric"] = {"topology": "wan", "name": "two", "regions": [{"name": "a", "nodes": 2},
-                                {"name": "b", "nodes": 2}], "intra_region": "fat-tree",
-                                "delay_ms": [[0, 50], [50, 0]], "bandwidth_gbit_per_s": [[0, 0.1], [0.1, 0]],
-                                "source": "toy"}
-    with pytest.raises(ConfigError, match=r"cluster\.fabric: swarm sends"):
-        run(raw)
+def wan(regions, gbit_per_s=10.0, delay_ms=50.0) -> dict:
+    n = len(regions)
+    return {"topology": "wan", "name": "toy-wan", "regions": [{"name": f"r{i}", "nodes": c} for i, c in enumerate(regions)],
+            "intra_region": "fat-tree", "source": "toy",
+            "delay_ms": [[0 if i == j else delay_ms for j in range(n)] for i in range(n)],
+            "bandwidth_gbit_per_s": [[0 if i == j else gbit_per_s for j in range(n)] for i in range(n)]}
+
+
+def test_stages_in_two_regions_exact_timeline():
+    # As the one-peer-per-stage timeline, with the stages in two regions 50 ms apart over a 10 Gb/s
+    # pair link (NICs 100 Gb/s): a send is the bytes at the pair link's rate, then the delay as
+    # propagation (the sender's stream free meanwhile); the engine agrees with the dispatcher.
+    m = 8
+    raw = swarm_raw(batch=m, peer_speeds=[[1.0], [0.5]])
+    raw["cluster"]["fabric"] = wan([1, 1])
+    r = run(raw)
+    (f0, f1), (b0, b1), (opt0, opt1), _ = prices(r)
+    c = r.extra["swarm_boundary_bytes"][0] / (10e9 / 8) + 0.050
+    busy_until = f0 + c + m * (f1 + b1) / 0.5
+    assert r.step_time_s == pytest.approx(max(busy_until + c + b0 + opt0, busy_until + opt1 / 0.5), rel=1e-12)
+    assert r.extra["swarm_dispatch_makespan_s"] == pytest.approx(r.step_time_s, rel=1e-12)
+    sends = [e for e in tasks(r, "peer0") if e.stream == "send"]
+    assert sends[0].end_s - sends[0].start_s == pytest.approx(c, rel=1e-9)
+    assert sends[1].start_s == pytest.approx(2 * f0, rel=1e-9)
+    assert sends[1].start_s < sends[0].end_s  # pipelined behind the delay
+
+
+def test_averaging_across_regions_pays_the_pair_link_and_the_delay():
+    # stage 1's two peers sit in two regions: their ring all-reduce crosses the pair link both ways
+    # (each way the gradient once, k = 2) and waits 2(k-1) = 2 delays
+    raw = swarm_raw(peers=(1, 2), batch=8, gradient_compression="none")
+    raw["cluster"]["fabric"] = wan([2, 1])
+    r = run(raw)
+    grads = r.extra["swarm_stage_params"][1] * 2
+    average = [e for e in r.timeline if e.stream == "avg"]
+    assert len(average) == 2
+    assert all(e.end_s - e.start_s >= 2 * 0.050 + grads / (10e9 / 8) for e in average)
 
 
 def test_bad_input_through_the_cli_exits_2_naming_the_field(tmp_path):

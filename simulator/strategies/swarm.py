@@ -24,7 +24,11 @@ stage and a spmd stage cost the same): a stage's forward, its backward (plus the
 under ``parallelism.recompute``) at speed 1, divided by the peer's speed; the optimizer step over
 the stage's parameters. Transfers: every peer is its own machine and every byte goes over its NIC
 share (``{peer}:nic_tx`` / ``nic_rx`` ports of the node spec; latency: NIC + fat-tree switches),
-whatever node the peer is on.
+whatever node the peer is on. On a ``wan`` fabric (regions with a delay and bandwidth per pair,
+simulator/cost/wan.py) a transfer between regions also crosses the pair link's port and pays the
+one-way delay as propagation (the sender's stream is free meanwhile), and a stage's averaging ring
+(its peers in rank order) puts each member's bytes on every region pair it crosses and waits the
+slowest crossing's delay at each of its steps.
 
 8-bit compression (``activation_compression`` / ``gradient_compression: int8``; SWARM's experiments
 compresses activations and gradients to 8 bits with blockwise quantisation, Dettmers et al. 2022,
@@ -60,6 +64,7 @@ from typing import Literal
 
 from pydantic import BaseModel, ConfigDict, Field, field_validator
 
+from simulator.cost.wan import WanTopology
 from simulator.engine.engine import Task
 from simulator.engine.failures import Outage
 from simulator.errors import ConfigError, no_bool_numbers
@@ -155,9 +160,6 @@ def pools(scenario) -> tuple[list[int], list[list[float]]]:
 
 def _check(scenario) -> SwarmConfig:
     cfg, par = _config(scenario), scenario.parallelism
-    _require(getattr(scenario.fabric, "topology", "fat-tree") != "wan", "cluster.fabric",
-             "swarm sends over each peer's NIC on a switched fabric; the wan fabric kind is not wired into swarm "
-             "yet (give the peers' link rate as the node's nic_bandwidth_gbit_per_s and delay as nic_latency_us)")
     _require(par.tp == 1, "parallelism.tp", "swarm peers hold whole stages (tp 1)")
     _require(par.cp == 1, "parallelism.cp", "swarm is modelled without context parallelism (cp 1)")
     _require(par.ep == 1, "parallelism.ep", "swarm is modelled without expert parallelism (ep 1)")
@@ -260,6 +262,33 @@ class SwarmPrices:
             averaging_steps=self.averaging_steps,
         )
         self.averaging = cfg.averaging
+        self.wan = topo if isinstance(topo, WanTopology) else None
+        if self.wan is not None:
+            self.prices.wide_area = self.wide_area
+            self.prices.averaging_wide_area = self.averaging_wide_area
+
+    def wide_area(self, src: int, dst: int) -> tuple[float, float] | None:
+        """(pair bytes/s (one connection's bound if lower), one-way delay) from ``src``'s region to
+        ``dst``'s, or None inside one region (simulator/cost/wan.py)."""
+        wan = self.wan
+        a, b = wan.region_of(src), wan.region_of(dst)
+        if a == b:
+            return None
+        rate, connection = wan.pair_bytes_per_s(a, b), wan.connection_bytes_per_s(a, b)
+        return (min(rate, connection) if connection else rate), wan.delay_s(a, b)
+
+    def averaging_wide_area(self, members: list[int], nbytes: float) -> tuple[float, dict[str, float], float]:
+        """What averaging over ``members`` adds between regions: the ring over them (in rank order, as
+        the wan fabric's collectives) crosses region pairs; each crossing edge carries every member's
+        ``nbytes`` on the pair port, and each of the ring's steps waits for the slowest crossing's delay.
+        Returns (delay seconds, {pair port: bytes}, seconds the busiest pair port takes alone)."""
+        wan = self.wan
+        edges = wan.ring_crossings(tuple(sorted(members)))
+        if not edges:
+            return 0.0, {}, 0.0
+        pairs = {wan.pair_port(a, b): nbytes * count for (a, b), count in edges.items()}
+        delay = self.averaging_steps(len(members)) * max(wan.delay_s(a, b) for a, b in edges)
+        return delay, pairs, max(b / wan.port_capacity(port) for port, b in pairs.items())
 
     def averaging_bytes(self, stage: int, members: int) -> float:
         """Bytes each of ``members`` peers sends (and receives) to average the stage's gradient."""
@@ -284,8 +313,9 @@ def actor(peer: int) -> str:
     return f"peer{peer}"
 
 
-def _tasks(ops: list[Op]) -> tuple[dict[tuple[str, str], list[Task]], dict[int, Task]]:
-    """Engine tasks of the dispatcher's ops, each stream in the order the dispatcher ran it."""
+def _tasks(ops: list[Op], wan=None) -> tuple[dict[tuple[str, str], list[Task]], dict[int, Task]]:
+    """Engine tasks of the dispatcher's ops, each stream in the order the dispatcher ran it (``wan``:
+    a wide-area topology whose sends between regions cross its pair ports)."""
     tasks: dict[int, Task] = {}
     streams: dict[tuple[str, str], list[Task]] = {}
     for op in sorted(ops, key=lambda o: (o.start_s, o.seq)):
@@ -297,16 +327,24 @@ def _tasks(ops: list[Op]) -> tuple[dict[tuple[str, str], list[Task]], dict[int, 
             key = (actor(op.peer), op.stream)
         if op.stream in ("send", "recv", "avg"):
             demands: dict[str, float] = {}
-            if op.stream == "avg":
-                demands = {f"{actor(op.peer)}:nic_tx": op.nbytes, f"{actor(op.peer)}:nic_rx": op.nbytes}
+            latency, propagation = op.latency_s, 0.0
+            src, dst = (op.peer, op.dst) if op.stream == "send" else (op.src, op.peer)
+            route = wan.send(actor(src), src, actor(dst), dst, op.nbytes) if (
+                wan is not None and op.stream != "avg" and src is not None) else None
+            if route is not None:  # between regions: NICs, the pair link, the delay as propagation
+                demands, propagation = route
+                latency = 0.0
+            elif op.stream == "avg":
+                demands = {f"{actor(op.peer)}:nic_tx": op.nbytes, f"{actor(op.peer)}:nic_rx": op.nbytes,
+                           **op.extra_demands}
             elif op.stream == "send":
                 demands = {f"{actor(op.peer)}:nic_tx": op.nbytes, f"{actor(op.dst)}:nic_rx": op.nbytes}
             else:  # a download: from its source peer, or a checkpoint (only its own link)
                 demands = {f"{actor(op.peer)}:nic_rx": op.nbytes}
                 if op.src is not None:
                     demands[f"{actor(op.src)}:nic_tx"] = op.nbytes
-            task = Task(op.name, key[0], key[1], op.category, demands=demands, latency_s=op.latency_s,
-                        rendezvous=op.rendezvous, rendezvous_size=op.rendezvous_size)
+            task = Task(op.name, key[0], key[1], op.category, demands=demands, latency_s=latency,
+                        propagation_s=propagation, rendezvous=op.rendezvous, rendezvous_size=op.rendezvous_size)
         else:
             task = Task(op.name, key[0], key[1], op.category if op.category != "barrier" else "pipeline_bubble",
                         duration_s=op.duration_s)
@@ -344,7 +382,7 @@ def compile_swarm(scenario, mode: str | None = None, detail: bool = False) -> Pl
             if schedule.stats["end_s"] <= horizon:
                 break
             horizon *= 2.0
-    streams, tasks = _tasks(schedule.ops)
+    streams, tasks = _tasks(schedule.ops, prices.wan)
     actors = {actor(p): p for p in range(len(flat_speeds))}
     compute = {a: streams.get((a, "compute"), []) for a in actors}
     memory_base = {}

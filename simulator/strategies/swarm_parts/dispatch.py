@@ -6,7 +6,8 @@ peer of the next stage (Sec. 3.2, stochastic wiring), a peer that leaves has its
 (Sec. 3.2, fault tolerance) and peers move from under-used to over-used stages (Sec. 3.2, adaptive
 swarm rebalancing). The engine runs ordered task lists and knows nothing of this, so the kind
 decides it here, seeded, by playing the runtime with the tasks' prices: every pass takes its
-fixed time, every transfer ``latency + bytes / NIC rate`` (alone on its link). The result is a
+fixed time, every transfer ``latency + bytes / NIC rate`` alone on its links (between regions of a
+wan fabric: the bytes at the slower of NIC and pair link, then the delay). The result is a
 list of :class:`Op` per peer and stream in the order they ran, which the kind turns into engine
 tasks; the engine then re-times them with links shared fairly. Where no two transfers share a
 link the engine reproduces these times exactly (a test); where they do, the order and the
@@ -73,6 +74,7 @@ class Op:
     free_bytes: float = 0.0
     aborted: bool = False
     phase: str = ""            # F | B for passes
+    extra_demands: dict[str, float] = field(default_factory=dict)  # an averaging's wide-area pair ports
 
 
 @dataclass(eq=False)
@@ -140,14 +142,26 @@ class Prices:
     latency_s: list[float]
     averaging_bytes: Any
     averaging_steps: Any
+    wide_area: Any = None   # (src, dst) -> (pair bytes/s, one-way delay s) between regions, or None
+    averaging_wide_area: Any = None  # (members, bytes each) -> (delay s, {pair port: bytes}, seconds on pairs)
 
     def latency(self, a: int, b: int) -> float:
         return max(self.latency_s[a], self.latency_s[b])
 
-    def transfer_s(self, nbytes: float, src: int | None, dst: int) -> float:
-        """Alone on its links: the slower end's latency plus the bytes at the slower NIC."""
+    def transfer(self, nbytes: float, src: int | None, dst: int) -> tuple[float, float]:
+        """Alone on its links: (seconds the sender's stream is busy, seconds until the last byte
+        arrives). Inside a region: the slower end's latency plus the bytes at the slower NIC, both
+        alike. Between regions (a wan fabric): the bytes at the slowest of the NICs and the pair
+        link, then the one-way delay as propagation (the sender's stream is free meanwhile)."""
         ends = [dst] if src is None else [src, dst]
-        return max(self.latency_s[p] for p in ends) + nbytes / min(self.link_bytes_per_s[p] for p in ends)
+        rate = min(self.link_bytes_per_s[p] for p in ends)
+        route = self.wide_area(src, dst) if self.wide_area is not None and src is not None else None
+        if route is not None:
+            pair_rate, delay = route
+            busy = nbytes / min(rate, pair_rate)
+            return busy, busy + delay
+        seconds = max(self.latency_s[p] for p in ends) + nbytes / rate
+        return seconds, seconds
 
 
 @dataclass
@@ -217,8 +231,9 @@ class Dispatcher:
         if not sender.alive and sender.down_mark is not None:
             start = max(start, sender.down_mark.end_s)
             deps.append(sender.down_mark)
-        end = start + self.prices.transfer_s(nbytes, src, dst)
-        sender.send_free = end
+        busy, arrive = self.prices.transfer(nbytes, src, dst)
+        end = start + arrive
+        sender.send_free = start + busy
         return self._op(peer=src, stream="send", name=name, category="pp_comm", start_s=start, end_s=end,
                         step=step, nbytes=nbytes, dst=dst, latency_s=self.prices.latency(src, dst), deps=deps)
 
@@ -337,13 +352,18 @@ class Dispatcher:
             nbytes = self.prices.averaging_bytes(s, k) if k > 1 else 0.0
             latency = self.prices.averaging_steps(k) * max(self.prices.latency_s[p.index] for p in members)
             rate = min(self.prices.link_bytes_per_s[p.index] for p in members)  # a ring at its slowest link
-            avg_end = start + latency + nbytes / rate if k > 1 else start
+            seconds, pairs = nbytes / rate, {}
+            if k > 1 and self.prices.averaging_wide_area is not None:
+                delay, pairs, pair_s = self.prices.averaging_wide_area([p.index for p in members], nbytes)
+                latency, seconds = latency + delay, max(seconds, pair_s)
+            avg_end = start + latency + seconds if k > 1 else start
             for p in members:
                 deps = self._gated(p, [barrier])
                 if k > 1:
                     avg = self._op(peer=p.index, stream="avg", name=f"s{step}.average.st{s}", category="dp_comm",
                                    start_s=start, end_s=avg_end, step=step, nbytes=nbytes, latency_s=latency,
-                                   rendezvous=f"s{step}.average.st{s}", rendezvous_size=k, deps=deps)
+                                   rendezvous=f"s{step}.average.st{s}", rendezvous_size=k, deps=deps,
+                                   extra_demands=pairs if p is members[0] else {})
                     p.avg_free = avg_end
                     deps = [avg]
                 seconds = self.prices.optimizer_s[p.index][s] / p.speed
@@ -404,12 +424,13 @@ class Dispatcher:
             if source.last_opt is not None:
                 deps.append(source.last_opt)
         nbytes = self.prices.param_bytes[peer.stage]
-        end = start + self.prices.transfer_s(nbytes, source.index if source else None, peer.index)
+        busy, arrive = self.prices.transfer(nbytes, source.index if source else None, peer.index)
+        end = start + arrive
         op = self._op(peer=peer.index, stream="recv", name=name, category="dp_comm", start_s=start, end_s=end,
                       nbytes=nbytes, dst=peer.index, src=source.index if source else None,
                       latency_s=self.prices.latency(source.index if source else peer.index, peer.index), deps=deps,
                       free_bytes=free_bytes)
-        peer.recv_free = end
+        peer.recv_free = start + busy
         peer.gate = op
         peer.available = False
         self._at(end, "available", peer.index)
