@@ -112,3 +112,12 @@ def test_virtual_stages_apply_the_split_per_chunk():
     assert stage_layer_indices(8, 2, 2, 0, r.layer_split) == [0, 4]
     assert stage_layer_indices(8, 2, 2, 1, r.layer_split) == [1, 2, 3, 5, 6, 7]
     assert stage_params(sc.model, sc.parallelism, 1) == 6 * LAYER_PARAMS + 2 * 256 + 8 * 256
+
+
+@pytest.mark.parametrize("mode", MODES)
+def test_a_stage_without_layers_simulates(mode):
+    """A last stage holding only the head (``last_stage_layers: 0``, as nanotron runs of the
+    Ultra-Scale Playbook) simulates in both modes; its kernels are named without a layer range."""
+    result = simulate(load_scenario(toy_raw(2, pp=2, global_batch_size=4, last_stage_layers=0)), mode=mode)
+    assert result.layers_per_stage[-1] == 0 and result.layers_per_stage[0] > 0
+    assert result.step_time_s > 0

@@ -447,8 +447,11 @@ class Planner:
         (a last stage holding only the head: ``last_stage_layers: 0``)."""
         if not self.layers_per_chunk[global_chunk]:
             return ""
+        count = self.layers_per_chunk[global_chunk]
+        if count == 0:  # a stage with no pipelined layers (last_stage_layers: 0: the head alone)
+            return ""
         first = self.chunk_starts[global_chunk]
-        last = first + self.layers_per_chunk[global_chunk] - 1
+        last = first + count - 1
         return self.pipelined[first].name if last <= first else f"{self.pipelined[first].name}..{self.pipelined[last].name}"
 
     @property
