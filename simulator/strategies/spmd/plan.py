@@ -445,10 +445,8 @@ class Planner:
     def chunk_layers(self, global_chunk: int) -> str:
         """The chunk's pipelined layers as ``first..last`` (for the trace); "" for a chunk without any
         (a last stage holding only the head: ``last_stage_layers: 0``)."""
-        if not self.layers_per_chunk[global_chunk]:
-            return ""
         count = self.layers_per_chunk[global_chunk]
-        if count == 0:  # a stage with no pipelined layers (last_stage_layers: 0: the head alone)
+        if count == 0:
             return ""
         first = self.chunk_starts[global_chunk]
         last = first + count - 1
