@@ -1059,7 +1059,7 @@ class Planner:
             stage = c.pp
             if kind == "F_exit" and g < last:
                 dst_stage = (g + 1) % par.pp
-                dst = self.layout.rank(type(c)(c.tp, c.cp, c.dp, dst_stage))
+                dst = self._pipeline_peer(self.layout.rank(type(c)(c.tp, c.cp, c.dp, dst_stage)), dst_stage)
                 dst_actor = self.rank_actor[dst]
                 if dst_stage == stage:
                     lookup[("F_entry", dst_actor, mb, g + 1)].deps.append(task)
@@ -1070,7 +1070,7 @@ class Planner:
                 lookup[("F_entry", dst_actor, mb, g + 1)].deps.append(send)
             elif kind == "B_exit" and g > 0:
                 dst_stage = (g - 1) % par.pp
-                dst = self.layout.rank(type(c)(c.tp, c.cp, c.dp, dst_stage))
+                dst = self._pipeline_peer(self.layout.rank(type(c)(c.tp, c.cp, c.dp, dst_stage)), dst_stage)
                 dst_actor = self.rank_actor[dst]
                 if dst_stage == stage:
                     lookup[("B_entry", dst_actor, mb, g - 1)].deps.append(task)
@@ -1081,6 +1081,12 @@ class Planner:
                 lookup[("B_entry", dst_actor, mb, g - 1)].deps.append(send)
             elif kind == "F_exit" and g == last:
                 lookup[("B_entry", actor, mb, g)].deps.append(task)
+
+    def _pipeline_peer(self, rank: int, stage: int) -> int:
+        """The simulated rank that receives a send meant for ``rank`` of ``stage``: itself, or in
+        symmetric mode on a mixed cluster (each stage represented by a rank of its slowest group, not
+        all of one replica) the stage's representative."""
+        return rank if rank in self.rank_actor else self.stage_representative(stage)
 
     def _stage_order(self, rank: int, stage: int):
         par = self.par
@@ -1093,8 +1099,8 @@ class Planner:
             t_b += sum(self.pass_cost_s(rank, self._chunk_ops("R", g)))
             t_comm = 0.0
             if par.pp > 1:
-                probe = self.send_task(self.rank_actor[self.layout.representative(0)],
-                                       self.layout.representative(1), "probe", self._pp_payload())
+                probe = self.send_task(self.rank_actor[self.stage_representative(0)],
+                                       self.stage_representative(1), "probe", self._pp_payload())
                 t_comm = probe.latency_s + max(b / self.topo.port_capacity(p) for p, b in probe.demands.items())
             self._zero_bubble_orders = zero_bubble(par.num_micro_batches, par.pp, t_f, t_b, t_w, t_comm)
         return self._zero_bubble_orders[stage]
