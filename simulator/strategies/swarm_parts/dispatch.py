@@ -9,7 +9,10 @@ decides it here, seeded, by playing the runtime with the tasks' prices: every pa
 fixed time, every transfer ``latency + bytes / NIC rate`` alone on its links (between regions of a
 wan fabric: the bytes at the slower of NIC and pair link, then the delay). The result is a
 list of :class:`Op` per peer and stream in the order they ran, which the kind turns into engine
-tasks; the engine then re-times them with links shared fairly. Where no two transfers share a
+tasks; the engine then re-times them with links shared fairly. Every decision taken at a time is
+a dependency on what ended then (a reroute on the preemption, a step's start on stage 0's optimizer
+steps, a redone forward on the gradient that found its holder gone), so the engine is never earlier
+than these times (a test over random swarms). Where no two transfers share a
 link the engine reproduces these times exactly (a test); where they do, the order and the
 routing stay the ones chosen here and only the times move.
 
@@ -30,7 +33,8 @@ Rules played (what the paper describes, and the choices it leaves open, marked *
   peer, which keeps what it sent until the backward has passed, *ours*). Its accumulated gradient
   is lost: those samples are missing from its stage's average (``lost_samples``). Preemptions
   that fall in a transfer, an averaging or an optimizer step take effect at its end (*ours*).
-  A returning peer first downloads its stage's parameters from a live peer of its stage.
+  A returning peer first downloads its stage's parameters from a live peer of its stage (again, if
+  the stage stepped its optimizer meanwhile).
 - Every ``rebalance_every_steps`` steps, when stage 0 ends the step, one peer moves from the stage
   with the highest pool throughput (sum of speeds / pass time) to the lowest, if that raises the
   lowest; it downloads its new stage's parameters first (Sec. 3.2 moves peers to the bottleneck).
@@ -196,6 +200,7 @@ class Dispatcher:
         self.stats = {"reroutes": 0, "aborted_passes": 0, "aborted_s": 0.0, "lost_samples": 0,
                       "preemptions": 0, "moves": [], "redone_forwards": 0}
         self.outage_ops: dict[int, int] = {}
+        self.stage0_ends: dict[int, list[Op]] = {}
 
     # -- bookkeeping ---------------------------------------------------------------------------
 
@@ -247,6 +252,8 @@ class Dispatcher:
                 item.phase = "FB"  # the activations are gone: redo the forward on another peer
                 item.src = self.holder.get((item.step, item.mb, s - 1)) if s > 0 else None
                 item.input_op = self.forward_op.get((item.step, item.mb, s - 1)) if s > 0 else None
+                if item.grad_op is not None:  # decided when the gradient was ready: the input resend waits for it
+                    item.wait_for = [*item.wait_for, item.grad_op]
                 self.stats["redone_forwards"] += 1
             else:
                 self._deliver(item, peer, now)
@@ -375,9 +382,10 @@ class Dispatcher:
                 ends.append(opt)
                 self._at(opt.end_s, "stepped", p.index, step)
         self.step_ends[step].extend(ends)
-        if s == 0 and step + 1 < self.steps:
-            start_next = max(op.end_s for op in ends)
-            self._at(start_next, "step", step + 1)
+        if s == 0:
+            self.stage0_ends[step] = ends  # the next step starts when all of them are done
+            if step + 1 < self.steps:
+                self._at(max(op.end_s for op in ends), "step", step + 1)
 
     def _on_stepped(self, peer: Peer, step: int, now: float) -> None:
         if peer.step == step:
@@ -410,7 +418,8 @@ class Dispatcher:
         source = next((p for p in self.peers if p.stage == low and p.alive and p.available), None)
         best.stage = low
         best.step = self.stage_step[low]
-        self._download(best, source, now, f"s{step}.move_download.st{high}>{low}", deps=[])
+        self._download(best, source, now, f"s{step}.move_download.st{high}>{low}",
+                       deps=list(self.stage0_ends.get(step - 1, [])))
         self.stats["moves"].append({"step": step, "peer": best.index, "from_stage": high, "to_stage": low})
 
     def _download(self, peer: Peer, source: Peer | None, now: float, name: str, deps: list[Op],
@@ -501,6 +510,11 @@ class Dispatcher:
     def _on_available(self, peer: Peer, now: float) -> None:
         if not peer.alive:
             return
+        if peer.step < self.stage_step[peer.stage]:  # its stage stepped while it downloaded: fetch again
+            peer.step = self.stage_step[peer.stage]
+            source = next((p for p in self.peers if p.stage == peer.stage and p.alive and p.available), None)
+            self._download(peer, source, now, f"peer{peer.index}.refresh_download.st{peer.stage}", deps=[peer.gate])
+            return
         peer.available = True
         waiting, self.pending[peer.stage] = self.pending[peer.stage], []
         for item in waiting:
@@ -510,8 +524,9 @@ class Dispatcher:
     def _start_step(self, step: int, now: float) -> None:
         if self.rebalance_every and step > 0 and step % self.rebalance_every == 0:
             self._rebalance(step, now)
+        after = list(self.stage0_ends.get(step - 1, []))  # the previous step ended for all of stage 0
         for mb in range(self.m):
-            self._route(Item(step, mb, 0, "F", now, next(self._seq)), now)
+            self._route(Item(step, mb, 0, "F", now, next(self._seq), wait_for=after), now)
 
     # -- the loop ------------------------------------------------------------------------------
 
@@ -527,8 +542,9 @@ class Dispatcher:
                 if not (peer.alive and peer.available and peer.stage == item.stage) or (
                         item.phase == "B" and (item.step, item.mb) not in peer.held):
                     self.stats["reroutes"] += 1
+                    item.wait_for = list(item.deps)  # the delivery that found no one (it ended now)
                     if peer.left_mark is not None and not peer.alive:
-                        item.wait_for = [peer.left_mark]
+                        item.wait_for.append(peer.left_mark)
                     self._route(item, now)
                     continue
                 item.ready_s = now
