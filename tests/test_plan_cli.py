@@ -120,6 +120,15 @@ def test_pase_writes_the_example_plan(runs):
     assert "layer and reshard costs priced" in out["pase"].stdout
 
 
+def test_dapple_finds_the_example_plan():
+    """DAPPLE on examples/gnmt16-dapple-v100.yaml (the catalog GNMT-16, 16 V100s in 2 servers,
+    25 GbE) finds the plan the example holds, and it simulates to the planner's step."""
+    raw = yaml.safe_load((ROOT / "examples" / "gnmt16-dapple-v100.yaml").read_text())
+    found = get_planner("dapple").run(raw, {})
+    assert found.scenario["strategy"] == raw["strategy"]
+    assert simulate(load_scenario(raw)).step_time_s == pytest.approx(found.step_time_s, rel=1e-12)
+
+
 def test_replica_vectors_keep_stages_inside_a_node_or_on_whole_nodes():
     vectors = replica_vectors(8, 4, 2)
     assert (4, 4) in vectors and (1, 3) not in vectors  # 1 + 3 leaves 4 GPUs: fine; (1, 3) uses only 4
