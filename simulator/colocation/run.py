@@ -23,6 +23,12 @@ ways: the model TFLOP/s per GPU of all jobs together, and the normalised through
 Σ_j (throughput shared / throughput alone) (the "system throughput" of multiprogram workloads,
 Eyerman & Eeckhout, IEEE Micro 2008), > 1 when sharing gains.
 
+Published data: DeepPool's repository reports one run, in its README, as an example of its output
+(../shared/published/seeds/deeppool_readme_example_run.csv: vgg16_8_32_2.0_DP, 8 GPUs, global batch
+32, 13.57 ms/iter, 0.00 background img/s). It is no check of this module: no background job ran,
+the GPU and precision are not stated and the README quotes it as an output format, not a result
+(the simulator gives 7.8 ms for that layout on 8 A100s in bf16, 36 ms in fp32 without TF32).
+
 Not modelled: kernels of two jobs running side by side on one GPU's SMs (spatial sharing); a
 background kernel runs only when the foreground has none ready, so the background's share is a
 bound from below of what finer sharing gives. Memory: each job's analytic peak per GPU is added
