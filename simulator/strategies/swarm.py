@@ -50,8 +50,11 @@ Memory: per peer, its stage's weights, gradients and optimizer state (no shardin
 activations of the micro-batches it holds between their forward and backward; the analytic peak
 counts, per stage, the share of the global batch its fastest peer expects (all micro-batches of a
 step may be in flight, as GPipe: :func:`simulator.memory.analytic.rank_memory` with that many
-micro-batches; one on the last stage, whose backward follows each forward): exact where a peer's
-forwards all run before its first gradient returns (a slow link), an upper bound otherwise; the engine's memory counter gives each peer's simulated peak from the routing that
+micro-batches; one on the last stage, whose backward follows each forward). It is what a peer
+holds when all its forwards run before its first gradient returns (a slow link); a peer holds fewer
+when gradients come back sooner (backwards run first), and more when the random wiring sends it
+more than its share: the engine's counter gives each peer's own peak (a peer that moves stage
+takes on the new stage's state with its download); the engine's memory counter gives each peer's simulated peak from the routing that
 happened. What the upstream peer keeps to resend after a failure (one boundary tensor per
 micro-batch in flight) is not counted.
 """
@@ -366,6 +369,13 @@ def compile_swarm(scenario, mode: str | None = None, detail: bool = False) -> Pl
     for outage in cfg.outages:
         fixed.setdefault(outage.peer, []).append(Outage(str(outage.peer), outage.down_at_s, outage.up_at_s, "given"))
 
+    state = []
+    for s in range(scenario.parallelism.pp):
+        m = _stage_memory(scenario, s, speeds)
+        state.append(m.weights_bytes + m.gradients_bytes + m.optimizer_bytes + m.other_bytes)
+    prices.prices.state_bytes = state
+    memory_base = {actor(p): state[s] for p, s in enumerate(stage_of_peer)}
+
     def dispatch(horizon_s: float):
         preemptions = Preemptions(len(flat_speeds), cfg.seed, cfg.preemptions_per_hour, cfg.mean_downtime_s, fixed,
                                   horizon_s)
@@ -385,10 +395,6 @@ def compile_swarm(scenario, mode: str | None = None, detail: bool = False) -> Pl
     streams, tasks = _tasks(schedule.ops, prices.wan)
     actors = {actor(p): p for p in range(len(flat_speeds))}
     compute = {a: streams.get((a, "compute"), []) for a in actors}
-    memory_base = {}
-    for p, s in enumerate(stage_of_peer):
-        m = _stage_memory(scenario, s, speeds)
-        memory_base[actor(p)] = m.weights_bytes + m.gradients_bytes + m.optimizer_bytes + m.other_bytes
     throughput = prices.pool_throughput_samples_per_s(stage_of_peer, flat_speeds)
     stats = schedule.stats
     extra = {

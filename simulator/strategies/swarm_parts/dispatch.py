@@ -148,6 +148,7 @@ class Prices:
     averaging_steps: Any
     wide_area: Any = None   # (src, dst) -> (pair bytes/s, one-way delay s) between regions, or None
     averaging_wide_area: Any = None  # (members, bytes each) -> (delay s, {pair port: bytes}, seconds on pairs)
+    state_bytes: list[float] | None = None  # per stage: what a peer of it holds besides activations
 
     def latency(self, a: int, b: int) -> float:
         return max(self.latency_s[a], self.latency_s[b])
@@ -420,6 +421,9 @@ class Dispatcher:
         best.step = self.stage_step[low]
         self._download(best, source, now, f"s{step}.move_download.st{high}>{low}",
                        deps=list(self.stage0_ends.get(step - 1, [])))
+        if self.prices.state_bytes is not None:  # its memory now holds the new stage's state
+            change = self.prices.state_bytes[low] - self.prices.state_bytes[high]
+            best.gate.alloc_bytes, best.gate.free_bytes = max(change, 0.0), best.gate.free_bytes + max(-change, 0.0)
         self.stats["moves"].append({"step": step, "peer": best.index, "from_stage": high, "to_stage": low})
 
     def _download(self, peer: Peer, source: Peer | None, now: float, name: str, deps: list[Op],
