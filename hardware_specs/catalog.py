@@ -29,6 +29,11 @@ class YamlCatalog(Generic[SpecT]):
     def names(self) -> list[str]:
         return sorted(p.stem for p in self.folder.glob("*.yaml"))
 
+    def has(self, name: str) -> bool:
+        """Whether ``name`` is one of :meth:`names` (one file check, not a directory listing: a
+        search resolves the same names thousands of times)."""
+        return bool(name) and "/" not in name and "\\" not in name and (self.folder / f"{name}.yaml").is_file()
+
     def get(self, ref: str | dict[str, Any] | SpecT, field: str | None = None) -> SpecT:
         """Resolve a catalog name, a YAML path, an inline mapping, or an existing spec."""
         field = field or self.kind
@@ -38,7 +43,7 @@ class YamlCatalog(Generic[SpecT]):
             return validate_spec(self.schema, ref, field)
         if not isinstance(ref, str) or not ref:
             raise ConfigError(field, f"expected a catalog name, a file path or a mapping, got {ref!r}")
-        if ref in self.names():
+        if self.has(ref):
             return _load_cached(self, ref)
         path = Path(ref)
         if path.suffix in (".yaml", ".yml") or path.exists():

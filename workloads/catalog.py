@@ -17,7 +17,7 @@ from hardware_specs.catalog import YamlCatalog
 from hardware_specs.yaml_io import validate_spec
 from simulator.errors import ConfigError
 from workloads.hf_config import spec_from_hf_config
-from workloads.networks.catalog import get_network, network_names
+from workloads.networks.catalog import NETWORKS, get_network, network_names
 from workloads.networks.spec import NetworkSpec
 from workloads.networks.torch_import import TorchModelSpec, torchvision_spec
 from workloads.schema import TransformerSpec
@@ -34,7 +34,7 @@ def resolve_model(ref: str | dict[str, Any] | TransformerSpec | NetworkSpec,
         return torchvision_spec(ref)
     if isinstance(ref, dict) and "torch" in ref:
         return validate_spec(TorchModelSpec, ref, field)
-    if (isinstance(ref, str) and ref in network_names()) or (isinstance(ref, dict) and "family" in ref):
+    if (isinstance(ref, str) and NETWORKS.has(ref)) or (isinstance(ref, dict) and "family" in ref):
         return get_network(ref, field)
     if isinstance(ref, str) and ref.endswith(".json"):
         from hardware_specs.yaml_io import read_json
@@ -42,7 +42,7 @@ def resolve_model(ref: str | dict[str, Any] | TransformerSpec | NetworkSpec,
         path = Path(ref)
         config = read_json(path, field)
         return spec_from_hf_config(config, name=path.parent.name or path.stem, field=field)
-    if isinstance(ref, str) and ref not in MODELS.names() and not Path(ref).suffix and not Path(ref).exists():
+    if isinstance(ref, str) and not MODELS.has(ref) and not Path(ref).suffix and not Path(ref).exists():
         known = ", ".join(sorted(MODELS.names() + network_names()))
         raise ConfigError(field, f"unknown model {ref!r} (known: {known})")
     return MODELS.get(ref, field)

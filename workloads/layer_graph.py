@@ -124,9 +124,11 @@ class LayerGraph:
     prologue: int = 0
     epilogue: int = 0
     _index: dict[str, int] = field(default_factory=dict, compare=False, repr=False)
+    _input_bytes: dict[tuple[str, ...], float] = field(default_factory=dict, compare=False, repr=False)
 
     def __post_init__(self) -> None:
         self._index.update({layer.name: i for i, layer in enumerate(self.layers)})
+        self._input_bytes.clear()  # a copy (dataclasses.replace) would share it: start it empty
 
     def layer(self, name: str) -> Layer:
         return self.layers[self._index[name]]
@@ -152,8 +154,12 @@ class LayerGraph:
         return self.layers[self.prologue:len(self.layers) - self.epilogue]
 
     def input_bytes(self, layer: Layer) -> float:
-        """Bytes a layer reads from the layers before it (0 for the first)."""
-        return sum(self.layers[self._index[n]].output_bytes for n in layer.inputs)
+        """Bytes a layer reads from the layers before it (0 for the first); cached per input
+        tuple (memory and the planner ask for every layer of every stage of every layout)."""
+        hit = self._input_bytes.get(layer.inputs)
+        if hit is None:
+            hit = self._input_bytes[layer.inputs] = sum(self.layers[self._index[n]].output_bytes for n in layer.inputs)
+        return hit
 
     def kept_bytes(self, recompute: str) -> float:
         """Activation bytes of one micro-batch through the whole graph under ``recompute``."""

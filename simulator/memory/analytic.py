@@ -446,11 +446,11 @@ def stage_layer_indices(num_layers: int, pp: int, virtual_stages: int, stage: in
         raise ConfigError("stage", f"must be in 0..{pp - 1}, got {stage!r}")
     if counts is None:
         counts = split_layers(num_layers, pp * virtual_stages)
-    starts = [sum(counts[:k]) for k in range(len(counts))]
     layers: list[int] = []
     for c in range(virtual_stages):
         k = c * pp + stage
-        layers.extend(range(starts[k], starts[k] + counts[k]))
+        start = sum(counts[:k])
+        layers.extend(range(start, start + counts[k]))
     return layers
 
 

@@ -107,12 +107,13 @@ def longest_path(streams: dict[tuple[str, str], list[Task]], capacity) -> DagTim
     gc.disable()
     try:
         dag = _Dag(streams, functools.lru_cache(maxsize=None)(capacity))
-        alone, busy, interference = dag.run({})
+        alone, busy, interference, times = dag.run({})
         contended = _any_overlap(busy, alone)
         end = alone
         if contended:
             for _ in range(CONTENTION_ROUNDS):
-                end, busy, _ = dag.run(_contention_delays(busy))
+                end, busy, _, times = dag.run(_contention_delays(busy))
+        dag.write(times)
         return DagTimes(end, alone, contended, interference)
     finally:
         if enabled:
@@ -120,114 +121,151 @@ def longest_path(streams: dict[tuple[str, str], list[Task]], capacity) -> DagTim
 
 
 class _Dag:
-    """The task graph, built once and timed as often as the contention correction asks."""
+    """The task graph, built once and timed as often as the contention correction asks. Every
+    task's constants (its duration, or its latency and its seconds on each port alone) are read
+    once here; :meth:`run` walks plain lists (the same float operations in the same order as the
+    per-task version, so the times are bit-identical)."""
 
     def __init__(self, streams, capacity):
-        self.capacity = capacity
-        flat: list[Task] = []
-        index: dict[int, int] = {}
-        for tasks in streams.values():
-            for task in tasks:
-                index[id(task)] = len(flat)
-                flat.append(task)
+        flat: list[Task] = [task for tasks in streams.values() for task in tasks]
+        index = {id(task): i for i, task in enumerate(flat)}
         n = len(flat)
         successors: list[list[int]] = [[] for _ in range(n)]
         missing = [0] * n
         stream_next = [-1] * n
+        i = 0
         for tasks in streams.values():
             prev = -1
             for task in tasks:
-                i = index[id(task)]
                 count = 0
                 if prev >= 0:
                     successors[prev].append(i)
                     stream_next[prev] = i
-                    count += 1
+                    count = 1
                 for dep in task.deps:
                     successors[index[id(dep)]].append(i)
                     count += 1
                 missing[i] = count
                 prev = i
+                i += 1
+        # per task: 0 a fixed duration, 1 a transfer alone, 2 a member of a rendezvous
+        kind = [0] * n
+        duration = [0.0] * n
+        latency = [0.0] * n
+        propagation = [0.0] * n
+        ports: list[tuple[tuple[str, float], ...]] = [()] * n
+        byte_s = [0.0] * n
+        interference = False
+        for i, task in enumerate(flat):
+            if task.slowdown_while_contended > 0 or task.comm_slowdown_while_computing > 0:
+                interference = True
+            propagation[i] = task.propagation_s
+            latency[i] = task.latency_s
+            if task.rendezvous is not None and task.rendezvous_size > 1:
+                kind[i] = 2
+            elif task.demands is not None:
+                kind[i] = 1
+                on_port = tuple((p, b / capacity(p)) for p, b in task.demands.items() if b > 0)
+                ports[i] = on_port
+                byte_s[i] = max((s for _, s in on_port), default=0.0)
+            else:
+                duration[i] = task.duration_s
+        self.capacity = capacity
         self.flat, self.successors, self.missing, self.stream_next = flat, successors, missing, stream_next
+        self.kind, self.duration, self.latency, self.propagation = kind, duration, latency, propagation
+        self.ports, self.byte_s, self.interference = ports, byte_s, interference
+        self.roots = [i for i in range(n) if missing[i] == 0]
+        self._meetings: dict[tuple, tuple[float, tuple[tuple[str, float], ...], float]] = {}
 
-    def _port_seconds(self, demands: dict[str, float]) -> dict[str, float]:
-        capacity = self.capacity
-        return {p: b / capacity(p) for p, b in demands.items() if b > 0}
+    def _meeting(self, key: str, members: list[int]) -> tuple[float, tuple[tuple[str, float], ...], float]:
+        """A rendezvous' latency (its slowest member's), seconds on each port (all members' bytes)
+        and byte phase. Members arrive in the same order in every run (the walk's order depends
+        on the graph alone), so the sums are computed once."""
+        memo = (key, *members)  # a key may come back later for other members: keyed by both
+        found = self._meetings.get(memo)
+        if found is None:
+            flat, capacity = self.flat, self.capacity
+            demands: dict[str, float] = defaultdict(float)
+            for j in members:
+                for port, b in (flat[j].demands or {}).items():
+                    demands[port] += b
+            on_port = tuple((p, b / capacity(p)) for p, b in demands.items() if b > 0)
+            found = (max(self.latency[j] for j in members), on_port, max((s for _, s in on_port), default=0.0))
+            self._meetings[memo] = found
+        return found
 
     def run(self, delays: dict[int, float]):
         """Time every task; a transfer ``i`` takes ``delays.get(i, 0)`` more. Returns the end of the
         last task, each port's byte phases ``(start, end of its bytes alone, task, seconds on the
-        port)``, and whether any task asks for interference."""
-        flat, successors = self.flat, self.successors
+        port)``, whether any task asks for interference, and per task its ready, start and end
+        times (what the engine writes on the tasks)."""
+        flat, successors, stream_next = self.flat, self.successors, self.stream_next
+        kind, duration, latency, propagation = self.kind, self.duration, self.latency, self.propagation
+        ports, byte_s = self.ports, self.byte_s
         n = len(flat)
         missing = list(self.missing)
         ready = [0.0] * n
-        end = [0.0] * n
-        stack = [i for i in range(n) if missing[i] == 0]
+        arrive = [0.0] * n
+        start_at = [0.0] * n
+        end_at = [0.0] * n
+        stack = list(self.roots)
         meetings: dict[str, list[int]] = {}
         busy: dict[str, list[tuple[float, float, int, float]]] = defaultdict(list)
-        interference = False
+        delay = delays.get
         done = 0
-
-        stream_next = self.stream_next
-
-        def finish(i: int, t_end: float) -> None:
-            arrive = t_end + flat[i].propagation_s  # dependents wait for the bytes to land, the stream does not
-            end[i] = arrive
-            for s in successors[i]:
-                t = t_end if s == stream_next[i] else arrive
-                if ready[s] < t:
-                    ready[s] = t
-                missing[s] -= 1
-                if missing[s] == 0:
-                    stack.append(s)
-
         while stack:
             i = stack.pop()
-            task = flat[i]
             done += 1
-            if task.slowdown_while_contended > 0 or task.comm_slowdown_while_computing > 0:
-                interference = True
-            if task.rendezvous is not None and task.rendezvous_size > 1:
-                members = meetings.setdefault(task.rendezvous, [])
+            k = kind[i]
+            if k == 2:
+                key = flat[i].rendezvous
+                members = meetings.setdefault(key, [])
                 members.append(i)
-                if len(members) < task.rendezvous_size:
+                if len(members) < flat[i].rendezvous_size:
                     continue
-                del meetings[task.rendezvous]
+                del meetings[key]
                 start = max(ready[j] for j in members)
-                demands: dict[str, float] = defaultdict(float)
-                for j in members:
-                    for port, b in (flat[j].demands or {}).items():
-                        demands[port] += b
-                latency = max(flat[j].latency_s for j in members)
-                on_port = self._port_seconds(demands)
-                byte_s = max(on_port.values(), default=0.0)
-                for port, seconds in on_port.items():
-                    busy[port].append((start + latency, start + latency + byte_s, members[0], seconds))
-                t_end = start + latency + byte_s + delays.get(members[0], 0.0)
-                for j in members:
-                    flat[j].start_s = start
-                    flat[j].end_s = t_end
-                    flat[j].ready_s = ready[j]
-                    finish(j, t_end)
-                continue
-            start = ready[i]
-            task.ready_s = task.start_s = start
-            if task.demands is not None:
-                on_port = self._port_seconds(task.demands)
-                byte_s = max(on_port.values(), default=0.0)
-                for port, seconds in on_port.items():
-                    busy[port].append((start + task.latency_s, start + task.latency_s + byte_s, i, seconds))
-                t_end = start + task.latency_s + byte_s + delays.get(i, 0.0)
+                lat, on_port, phase_s = self._meeting(key, members)
+                for port, seconds in on_port:
+                    busy[port].append((start + lat, start + lat + phase_s, members[0], seconds))
+                t_end = start + lat + phase_s + delay(members[0], 0.0)
+                finished = members
             else:
-                t_end = start + task.duration_s
-            task.end_s = t_end + task.propagation_s
-            finish(i, t_end)
+                start = ready[i]
+                if k == 1:
+                    lat, phase_s = latency[i], byte_s[i]
+                    for port, seconds in ports[i]:
+                        busy[port].append((start + lat, start + lat + phase_s, i, seconds))
+                    t_end = start + lat + phase_s + delay(i, 0.0)
+                else:
+                    t_end = start + duration[i]
+                finished = (i,)
+            for j in finished:
+                start_at[j] = start
+                arrived = t_end + propagation[j]  # dependents wait for the bytes to land, the stream does not
+                arrive[j] = arrived
+                # a rendezvous member's recorded end is when its bytes are out (as in the engine's join)
+                end_at[j] = t_end if k == 2 else arrived
+                after = stream_next[j]
+                for s in successors[j]:
+                    t = t_end if s == after else arrived
+                    if ready[s] < t:
+                        ready[s] = t
+                    missing[s] -= 1
+                    if missing[s] == 0:
+                        stack.append(s)
         if done < n or meetings:
             first = next(flat[i] for i in range(n) if missing[i] > 0) if done < n else None
             name = f"{first.actor}/{first.name}" if first is not None else next(iter(meetings))
             raise RuntimeError(f"deadlock: {n - done} tasks never ran, first {name}")
-        return max(end, default=0.0), busy, interference
+        return max(arrive, default=0.0), busy, self.interference, (ready, start_at, end_at)
+
+    def write(self, times) -> None:
+        """Write a run's ready/start/end times on the tasks."""
+        for task, ready_s, start_s, end_s in zip(self.flat, *times, strict=True):
+            task.ready_s = ready_s
+            task.start_s = start_s
+            task.end_s = end_s
 
 
 def _contention_delays(busy) -> dict[int, float]:
