@@ -197,8 +197,7 @@ class _Dag:
     def run(self, delays: dict[int, float]):
         """Time every task; a transfer ``i`` takes ``delays.get(i, 0)`` more. Returns the end of the
         last task, each port's byte phases ``(start, end of its bytes alone, task, seconds on the
-        port)``, whether any task asks for interference, and per task its ready, start and end
-        times (what the engine writes on the tasks)."""
+        port)``, whether any task asks for interference, and what :meth:`write` puts on the tasks."""
         flat, successors, stream_next = self.flat, self.successors, self.stream_next
         kind, duration, latency, propagation = self.kind, self.duration, self.latency, self.propagation
         ports, byte_s = self.ports, self.byte_s
@@ -206,18 +205,24 @@ class _Dag:
         missing = list(self.missing)
         ready = [0.0] * n
         arrive = [0.0] * n
-        start_at = [0.0] * n
-        end_at = [0.0] * n
         stack = list(self.roots)
+        push, pop = stack.append, stack.pop
         meetings: dict[str, list[int]] = {}
+        met: dict[int, tuple[float, float]] = {}  # rendezvous member -> (start, end when its bytes are out)
         busy: dict[str, list[tuple[float, float, int, float]]] = defaultdict(list)
         delay = delays.get
-        done = 0
         while stack:
-            i = stack.pop()
-            done += 1
+            i = pop()
             k = kind[i]
-            if k == 2:
+            if k == 0:
+                t_end = ready[i] + duration[i]
+            elif k == 1:
+                start = ready[i]
+                lat, phase_s = latency[i], byte_s[i]
+                for port, seconds in ports[i]:
+                    busy[port].append((start + lat, start + lat + phase_s, i, seconds))
+                t_end = start + lat + phase_s + delay(i, 0.0)
+            else:
                 key = flat[i].rendezvous
                 members = meetings.setdefault(key, [])
                 members.append(i)
@@ -229,43 +234,58 @@ class _Dag:
                 for port, seconds in on_port:
                     busy[port].append((start + lat, start + lat + phase_s, members[0], seconds))
                 t_end = start + lat + phase_s + delay(members[0], 0.0)
-                finished = members
-            else:
-                start = ready[i]
-                if k == 1:
-                    lat, phase_s = latency[i], byte_s[i]
-                    for port, seconds in ports[i]:
-                        busy[port].append((start + lat, start + lat + phase_s, i, seconds))
-                    t_end = start + lat + phase_s + delay(i, 0.0)
-                else:
-                    t_end = start + duration[i]
-                finished = (i,)
-            for j in finished:
-                start_at[j] = start
-                arrived = t_end + propagation[j]  # dependents wait for the bytes to land, the stream does not
-                arrive[j] = arrived
-                # a rendezvous member's recorded end is when its bytes are out (as in the engine's join)
-                end_at[j] = t_end if k == 2 else arrived
-                after = stream_next[j]
-                for s in successors[j]:
+                for j in members:
+                    met[j] = (start, t_end)  # a member's recorded end: its bytes out (the engine's join)
+                    arrived = arrive[j] = t_end + propagation[j]
+                    after = stream_next[j]
+                    for s in successors[j]:
+                        t = t_end if s == after else arrived
+                        if ready[s] < t:
+                            ready[s] = t
+                        left = missing[s] - 1
+                        missing[s] = left
+                        if not left:
+                            push(s)
+                continue
+            hop = propagation[i]
+            if hop:  # dependents wait for the bytes to land, the stream does not
+                arrived = arrive[i] = t_end + hop
+                after = stream_next[i]
+                for s in successors[i]:
                     t = t_end if s == after else arrived
                     if ready[s] < t:
                         ready[s] = t
-                    missing[s] -= 1
-                    if missing[s] == 0:
-                        stack.append(s)
-        if done < n or meetings:
-            first = next(flat[i] for i in range(n) if missing[i] > 0) if done < n else None
+                    left = missing[s] - 1
+                    missing[s] = left
+                    if not left:
+                        push(s)
+            else:
+                arrive[i] = t_end
+                for s in successors[i]:
+                    if ready[s] < t_end:
+                        ready[s] = t_end
+                    left = missing[s] - 1
+                    missing[s] = left
+                    if not left:
+                        push(s)
+        if meetings or any(missing):
+            never = sum(1 for left in missing if left)
+            first = next((flat[i] for i in range(n) if missing[i] > 0), None)
             name = f"{first.actor}/{first.name}" if first is not None else next(iter(meetings))
-            raise RuntimeError(f"deadlock: {n - done} tasks never ran, first {name}")
-        return max(arrive, default=0.0), busy, self.interference, (ready, start_at, end_at)
+            raise RuntimeError(f"deadlock: {never} tasks never ran, first {name}")
+        return max(arrive, default=0.0), busy, self.interference, (ready, arrive, met)
 
     def write(self, times) -> None:
-        """Write a run's ready/start/end times on the tasks."""
-        for task, ready_s, start_s, end_s in zip(self.flat, *times, strict=True):
-            task.ready_s = ready_s
-            task.start_s = start_s
-            task.end_s = end_s
+        """Write a run's ready/start/end times on the tasks (a task starts when ready, but a
+        rendezvous member when the last member is)."""
+        ready, arrive, met = times
+        for i, task in enumerate(self.flat):
+            task.ready_s = ready[i]
+            if i in met:
+                task.start_s, task.end_s = met[i]
+            else:
+                task.start_s = ready[i]
+                task.end_s = arrive[i]
 
 
 def _contention_delays(busy) -> dict[int, float]:
