@@ -26,12 +26,10 @@ from typing import Any
 
 from simulator.errors import ConfigError
 from simulator.explore.planners import PlannerKind, PlanResult, check_options, register
-from simulator.explore.planners.oracle import Oracle
+from simulator.explore.planners.oracle import Oracle, per_layer_pricer
 from simulator.explore.planners.pase import strategy_block
 from simulator.explore.planners.pase_dp import min_cost_assignment
-from simulator.scenario import build_scenario
 from simulator.strategies.per_layer.config import Split
-from simulator.strategies.per_layer.cost import pricer
 from simulator.strategies.per_layer.sharding import check_split
 
 OPTIONS = {"amplification_limit": "most GPU-time a layer may spend over its most GPU-efficient count (default 2.0)"}
@@ -48,11 +46,8 @@ def run_deeppool(raw: dict[str, Any], options: dict[str, Any]) -> PlanResult:
     if isinstance(limit, bool) or not isinstance(limit, int | float) or not limit >= 1.0:
         raise ConfigError("--option amplification_limit", f"must be a number >= 1, got {limit!r}")
     started = time.perf_counter()
-    probe = copy.deepcopy(raw)
-    probe["strategy"] = {"kind": "per_layer"}
-    scenario = build_scenario(probe)
+    scenario, prices = per_layer_pricer(raw)
     p = scenario.num_gpus
-    prices = pricer(scenario)
     graph, batch = prices.graph, prices.batch
     layers = {layer.name: layer for layer in graph.layers}
     counts = gpu_counts(p, batch)

@@ -13,6 +13,21 @@ from typing import Any
 from simulator.errors import ConfigError
 
 
+def per_layer_pricer(raw: dict[str, Any]):
+    """``(scenario, pricer)`` for the per-layer planners (PaSE, DeepPool): the user's scenario with its
+    strategy replaced by ``per_layer``, and the kind's layer and reshard pricer over it
+    (simulator/strategies/per_layer/cost.py)."""
+    import copy
+
+    from simulator.scenario import build_scenario
+    from simulator.strategies.per_layer.cost import pricer
+
+    probe = copy.deepcopy(raw)
+    probe["strategy"] = {"kind": "per_layer"}
+    scenario = build_scenario(probe)
+    return scenario, pricer(scenario)
+
+
 @dataclass(frozen=True)
 class Evaluation:
     """One simulated plan: ``step_time_s`` (None when it cannot run, with ``reason``)."""

@@ -27,11 +27,9 @@ from typing import Any
 
 from simulator.errors import ConfigError
 from simulator.explore.planners import PlannerKind, PlanResult, check_options, register
-from simulator.explore.planners.oracle import Oracle
+from simulator.explore.planners.oracle import Oracle, per_layer_pricer
 from simulator.explore.planners.pase_dp import min_cost_assignment
-from simulator.scenario import build_scenario
 from simulator.strategies.per_layer.config import SPLIT_FIELDS, SPLITTABLE_OF, Split
-from simulator.strategies.per_layer.cost import pricer
 from simulator.strategies.per_layer.sharding import check_split, layer_sizes
 
 OPTIONS = {"dims": "dimensions a layer may be cut along, comma separated (default batch,channels,reduction; "
@@ -100,11 +98,8 @@ def run_pase(raw: dict[str, Any], options: dict[str, Any]) -> PlanResult:
         if d not in SPLIT_FIELDS:
             raise ConfigError("--option dims", f"unknown dimension {d!r} (known: {', '.join(SPLIT_FIELDS)})")
     started = time.perf_counter()
-    probe = copy.deepcopy(raw)
-    probe["strategy"] = {"kind": "per_layer"}
-    scenario = build_scenario(probe)
+    scenario, prices = per_layer_pricer(raw)
     p = scenario.num_gpus
-    prices = pricer(scenario)
     graph, batch = prices.graph, prices.batch
     layers = {layer.name: layer for layer in graph.layers}
     configs = {name: layer_configs(layer, batch, p, dims) for name, layer in layers.items()}
