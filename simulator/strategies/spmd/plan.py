@@ -112,6 +112,7 @@ class Planner:
         self._payload_cache: dict[int, float] = {}
         self._time_cache: dict = {}
         self._comm_cache: dict = {}
+        self._send_cache: dict = {}  # (actor, destination rank, bytes) -> (demands, latency) of a send
         self._group_cache: dict = {}
         self._pass_ops: dict = {}
         self._chunk_runs: dict[int, tuple[tuple[bool, int], ...]] = {}
@@ -284,6 +285,10 @@ class Planner:
             if route is not None:
                 demands, propagation = route
                 return Task(name, actor, "pp", "pp_comm", demands=demands, propagation_s=propagation)
+        key = (actor, dst_rank, payload)
+        hit = self._send_cache.get(key)  # every micro-batch sends the same bytes to the same peer
+        if hit is not None:
+            return Task(name, actor, "pp", "pp_comm", demands=hit[0], latency_s=hit[1])
         pair = self.topo.links_for((src_rank, dst_rank))
         if self.topo.node_of(src_rank) == self.topo.node_of(dst_rank):
             links, latency = ["nvl"], pair.intra_latency_s
@@ -296,6 +301,7 @@ class Planner:
         for link in links:
             demands[f"{actor}:{link}_tx"] = payload
             demands[f"{dst}:{link}_rx"] = payload
+        self._send_cache[key] = (demands, latency)  # shared by the tasks: nothing writes a task's demands
         return Task(name, actor, "pp", "pp_comm", demands=demands, latency_s=latency)
 
     def pass_cost_s(self, rank: int, ops: tuple[Op, ...]) -> tuple[float, float]:
@@ -1054,12 +1060,22 @@ class Planner:
         par = self.par
         last = self.chunks - 1
         coords = {actor: self.layout.coords(rank) for actor, rank in self.actor_ranks.items()}
+        peers: dict[tuple[str, int], int] = {}
+
+        def peer(actor: str, dst_stage: int) -> int:
+            """Where ``actor`` sends for ``dst_stage`` (asked once per micro-batch; the same every time)."""
+            dst = peers.get((actor, dst_stage))
+            if dst is None:
+                c = coords[actor]
+                dst = peers[(actor, dst_stage)] = self._pipeline_peer(
+                    self.layout.rank(type(c)(c.tp, c.cp, c.dp, dst_stage)), dst_stage)
+            return dst
+
         for (kind, actor, mb, g), task in list(lookup.items()):
-            c = coords[actor]
-            stage = c.pp
+            stage = coords[actor].pp
             if kind == "F_exit" and g < last:
                 dst_stage = (g + 1) % par.pp
-                dst = self._pipeline_peer(self.layout.rank(type(c)(c.tp, c.cp, c.dp, dst_stage)), dst_stage)
+                dst = peer(actor, dst_stage)
                 dst_actor = self.rank_actor[dst]
                 if dst_stage == stage:
                     lookup[("F_entry", dst_actor, mb, g + 1)].deps.append(task)
@@ -1070,7 +1086,7 @@ class Planner:
                 lookup[("F_entry", dst_actor, mb, g + 1)].deps.append(send)
             elif kind == "B_exit" and g > 0:
                 dst_stage = (g - 1) % par.pp
-                dst = self._pipeline_peer(self.layout.rank(type(c)(c.tp, c.cp, c.dp, dst_stage)), dst_stage)
+                dst = peer(actor, dst_stage)
                 dst_actor = self.rank_actor[dst]
                 if dst_stage == stage:
                     lookup[("B_entry", dst_actor, mb, g - 1)].deps.append(task)
