@@ -20,6 +20,11 @@ the activation and gradient sends between stages, the per-update gradient all-re
 optimizer step, in 1F1B order over ``p + N·m + p`` micro-batches (N = ``simulation.steps``). The
 steps are measured over whole periods in steady state: step k from the end of micro-batch
 p - 1 + k·m on stage 0 to the end of micro-batch p - 1 + (k+1)·m (fill and drain never count).
+Memory over time (simulator/strategies/tasklists.py): weights, optimizer state, buffers and the
+stashed versions beyond the live one held from time 0 (the steady state's count, also during the
+fill); a micro-batch's activations from its forward to the end of its backward; the gradients
+from the first backward after an update to that update (every micro-batch for PipeDream and
+fine-grained, every m for 2BW). The simulated peak is the analytic one of :func:`stage_memory`.
 Approximations: the 2BW all-reduce blocks the stage's next pass (no bucketed overlap);
 staleness is reported (updates between a micro-batch's forward and its backward on each stage),
 not turned into convergence.
@@ -84,16 +89,27 @@ def compile_async_pipeline(scenario, mode: str | None = None, detail: bool = Fal
     forward, backward, finished = {}, {}, {}
     for s in range(p):
         update_s = tasks.planner.optimizer_step_s(s)
+        # memory: the stashed versions beyond the live weights are held throughout (steady state)
+        extra_versions = weight_versions(cfg.variant, p, s) - 1
+        tasks.hold(s, tasks.held_bytes(s) + extra_versions * tasks.planner.stage_memory(s).weights_bytes)
+        grads, grads_alive = tasks.gradient_bytes(s), False
         for phase, j, _ in one_f_one_b(n, p, s):
             if phase == "F":
                 forward[s, j] = tasks.kernel(s, f"F.mb{j}", tasks.pass_s(s, "F"))
+                tasks.forward_memory(s, forward[s, j])
                 continue
             done = backward[s, j] = tasks.kernel(s, f"B.mb{j}", tasks.pass_s(s, "B"))
+            tasks.backward_memory(s, done, 0.0 if grads_alive else grads)  # gradients from the first backward
+            grads_alive = True
             if cfg.variant != "2bw" or (j + 1) % m == 0:
                 label = f"mb{j}" if cfg.variant != "2bw" else f"step{j // m}"
                 reduced = tasks.gradient_all_reduce(s, f"grad_all_reduce.{label}", done)
                 done = tasks.kernel(s, f"optimizer.{label}", update_s, "optimizer",
                                     deps=(reduced,) if reduced else ())
+                done.free_bytes += grads  # to the update (zero_grad)
+                grads_alive = False
+            elif j == n - 1:  # 2BW: the run ends inside a step; its partial gradient is dropped
+                done.free_bytes += grads
             finished[s, j] = done
     for s in range(p):  # sends queue on the stage's pp stream in the order their passes ran
         for phase, j, _ in one_f_one_b(n, p, s):

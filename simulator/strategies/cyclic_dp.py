@@ -18,7 +18,11 @@ cannot overlap the backward. The collective keeps its data-parallel price (the p
 point-to-point exchanges are not priced separately).
 
 Memory: per GPU as data parallelism plus one more gradient buffer (the reduced gradient of step t
-waits while step t + 1 accumulates its own). The summed activations of the N workers over the
+waits while step t + 1 accumulates its own). Over time (simulator/strategies/tasklists.py): weights,
+optimizer state and buffers held from time 0; a micro-batch's activations from its forward to the
+end of its backward; step t's gradient buffer from its first backward to the update that applies
+it, the one ending step t + 1, so two buffers are alive from step t + 1's first backward on (the
+simulated peak, equal to the analytic one) and one at every step's end. The summed activations of the N workers over the
 step are reported (``cyclic_activation_*``): one worker's activations taken from its simulated
 passes, growing linearly through each forward and falling linearly through each backward (a
 continuous stand-in for layer-by-layer storage), summed over the N uniformly delayed copies,
@@ -95,15 +99,21 @@ def compile_cyclic_dp(scenario, mode: str | None = None, detail: bool = False):
     f_s, b_s = tasks.pass_s(0, "F"), tasks.pass_s(0, "B")
     update_s = tasks.planner.optimizer_step_s(0)
     ends, reduced, passes = [], None, []
+    tasks.hold(0, tasks.held_bytes(0))
+    grads = tasks.gradient_bytes(0)
     for k in range(steps + 1):
         for j in range(m):
             forward = tasks.kernel(0, f"F.step{k}.mb{j}", f_s)
+            tasks.forward_memory(0, forward)
             done = tasks.kernel(0, f"B.step{k}.mb{j}", b_s)
+            tasks.backward_memory(0, done, grads if j == 0 else 0.0)  # step k's gradient buffer
             passes.append((k, forward, done))
         this_step = tasks.gradient_all_reduce(0, f"grad_all_reduce.step{k}", done)
         # one-step delay: the update ending step k applies the gradient reduced during it (step k - 1's)
         ends.append(tasks.kernel(0, f"optimizer.step{k}", update_s, "optimizer",
                                  deps=(reduced,) if reduced else ()))
+        if k > 0:  # step k - 1's buffer lived until this update applied it
+            ends[-1].free_bytes += grads
         reduced = this_step
     workers = scenario.parallelism.dp_degree
     activations = rank_memory(scenario, 0).activations_bytes  # one micro-batch's (pp 1: F, B in turn)

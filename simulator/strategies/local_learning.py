@@ -18,10 +18,16 @@ last N are measured, each to its end on the stage that finishes last. Nothing ho
 but its input, so stage 0 runs ahead into the next step, unless ``sync_steps`` makes every group
 wait for all at the end of each step (a barrier, as a job timed step by step does): then a step
 includes the fill of the groups' forward chain.
-Memory: a micro-batch's activations are freed by its local backward, so each stage keeps one
+Memory (analytic, :func:`stage_memory`): a micro-batch's activations are freed by its local backward, so each stage keeps one
 micro-batch's (1F1B keeps p - i), plus the head's weights, gradients, optimizer state and its
-output activations. The heads' FLOPs are reported (``aux_head_flops_per_step``), not counted in
-model FLOPs or MFU. Statistical efficiency (local losses train worse than end-to-end
+activations (or, if larger, the recompute working set of the group's backward, which runs after
+the head's pass). The heads' FLOPs are reported (``aux_head_flops_per_step``), not counted in
+model FLOPs or MFU.
+Memory over time (simulator/strategies/tasklists.py): the group's and its head's weights and
+optimizer state held from time 0; a micro-batch's activations from its forward to the end of its
+backward; the head's activations while its pass (forward and backward, one task) runs; the
+group's and head's gradients from the step's first head pass to the update. The simulated peak
+is the analytic one. Statistical efficiency (local losses train worse than end-to-end
 backpropagation) is not modelled.
 """
 
@@ -41,6 +47,7 @@ from simulator.memory.analytic import (
     output_layer_activation_bytes,
     peak_stage,
     rank_memory,
+    recompute_working_bytes,
 )
 from simulator.scenario import gradient_bytes
 from simulator.strategies.registry import StrategyKind, register
@@ -95,16 +102,30 @@ def compile_local_learning(scenario, mode: str | None = None, detail: bool = Fal
     for s in range(p):
         has_head = s < p - 1
         update_s = planner.optimizer_step_s(s, aux_params if has_head else 0.0)
+        # memory: the group's and its head's states held throughout; the gradients of both from the
+        # step's first head pass (the last group: first backward) to the update; the head's
+        # activations only while its forward and backward run (one task)
+        head_states = head_state_bytes(scenario, planner) if has_head else (0.0, 0.0, 0.0)
+        tasks.hold(s, tasks.held_bytes(s) + head_states[0] + head_states[2])
+        grads = tasks.gradient_bytes(s) + head_states[1]
+        head_activations = head_activation_bytes(scenario) if has_head else 0.0
         for k in range(steps + 1):
             for j in range(m):
                 forward[s, k, j] = tasks.kernel(s, f"F.step{k}.mb{j}", tasks.pass_s(s, "F"))
+                tasks.forward_memory(s, forward[s, k, j])
+                new_grads = grads if j == 0 else 0.0
                 if has_head:
-                    tasks.kernel(s, f"aux_head.step{k}.mb{j}", tasks.ops_s(s, head_ops))
+                    head = tasks.kernel(s, f"aux_head.step{k}.mb{j}", tasks.ops_s(s, head_ops))
+                    head.alloc_bytes += head_activations + new_grads
+                    head.free_bytes += head_activations
+                    new_grads = 0.0
                 done = tasks.kernel(s, f"B.step{k}.mb{j}", tasks.pass_s(s, "B"))
+                tasks.backward_memory(s, done, new_grads)
             reduced = tasks.gradient_all_reduce(s, f"grad_all_reduce.step{k}", done,
                                                 aux_params if has_head else 0.0)
             step_ends[s, k] = tasks.kernel(s, f"optimizer.step{k}", update_s, "optimizer",
                                            deps=(reduced,) if reduced else ())
+            step_ends[s, k].free_bytes += grads
     for (s, k, j), task in forward.items():  # one-way: activations only
         if s + 1 < p:
             forward[s + 1, k, j].deps.append(tasks.send(s, s + 1, f"send_act.step{k}.mb{j}", task))
@@ -120,24 +141,44 @@ def compile_local_learning(scenario, mode: str | None = None, detail: bool = Fal
     return tasks.plan(window, extra)
 
 
-def stage_memory(scenario, stage: int, planner) -> MemoryBreakdown:
+def head_state_bytes(scenario, planner) -> tuple[float, float, float]:
+    """(weights, gradients, optimizer state) bytes of one auxiliary head on one rank (no ZeRO)."""
+    tr = scenario.training
+    return model_state_bytes(head_params_local(scenario, planner), 0, 1, tr.precision, tr.optimizer,
+                             gradient_bytes(tr))
+
+
+def head_activation_bytes(scenario) -> float:
+    """One micro-batch's activations through an auxiliary head: its output layer's and its
+    ``aux_layers`` critic layers' (Korthikanti 2022 Sec. 4 counts, as the model's own)."""
     par, model, tr = scenario.parallelism, scenario.model, scenario.training
+    e = 4 if tr.precision == "fp32" else ACTIVATION_ELEMENT_BYTES_16BIT
+    s, b = scenario.seq_length, par.micro_batch_size
+    head = output_layer_activation_bytes(s, b, model.hidden_size, model.vocab_size, par.tp,
+                                         par.sequence_parallel, par.cp, element_bytes=e)
+    return head + scenario.strategy.aux_layers * activation_bytes_per_layer(
+        s, b, model.hidden_size, model.num_attention_heads, tp=par.tp, sequence_parallel=par.sequence_parallel,
+        recompute=par.recompute, ffn=model.ffn_size, kv_heads=model.kv_heads, gated=model.gated_mlp,
+        cp=par.cp, element_bytes=e)
+
+
+def stage_memory(scenario, stage: int, planner) -> MemoryBreakdown:
+    par = scenario.parallelism
     base = rank_memory(dataclasses.replace(scenario, parallelism=par.model_copy(update={"schedule": "1f1b"})), stage)
-    activations = base.activations_bytes / microbatches_in_flight("1f1b", par.pp, stage, par.num_micro_batches)
+    # 1F1B's stored activations over its p - i micro-batches: one micro-batch's; the recompute
+    # working set is one layer's whatever the micro-batches in flight
+    working = recompute_working_bytes(scenario, stage)
+    in_flight = microbatches_in_flight("1f1b", par.pp, stage, par.num_micro_batches)
+    activations = (base.activations_bytes - working) / in_flight
     weights, grads, optim = base.weights_bytes, base.gradients_bytes, base.optimizer_bytes
     if stage < par.pp - 1:
-        cfg = scenario.strategy
-        w, g, o = model_state_bytes(head_params_local(scenario, planner), 0, 1, tr.precision, tr.optimizer,
-                                    gradient_bytes(tr))
+        w, g, o = head_state_bytes(scenario, planner)
         weights, grads, optim = weights + w, grads + g, optim + o
-        e = 4 if tr.precision == "fp32" else ACTIVATION_ELEMENT_BYTES_16BIT
-        s, b = scenario.seq_length, par.micro_batch_size
-        activations += output_layer_activation_bytes(s, b, model.hidden_size, model.vocab_size, par.tp,
-                                                     par.sequence_parallel, par.cp, element_bytes=e)
-        activations += cfg.aux_layers * activation_bytes_per_layer(
-            s, b, model.hidden_size, model.num_attention_heads, tp=par.tp, sequence_parallel=par.sequence_parallel,
-            recompute=par.recompute, ffn=model.ffn_size, kv_heads=model.kv_heads, gated=model.gated_mlp,
-            cp=par.cp, element_bytes=e)
+        # the head's pass (its forward and backward) ends before the group's backward starts: its
+        # activations and the group's recompute working set are never alive together
+        activations += max(head_activation_bytes(scenario), working)
+    else:
+        activations += working
     return MemoryBreakdown(weights, grads, optim, activations, base.other_bytes, stage=stage)
 
 

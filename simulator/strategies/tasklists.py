@@ -5,6 +5,13 @@ They reuse :class:`simulator.strategies.spmd.plan.Planner` for every cost (chunk
 pipeline sends, gradient collectives, optimizer steps) and only order the work differently, so a
 kind and ``spmd`` price the same pass the same way. One actor per pipeline stage (symmetric
 mode): every data-parallel replica of a stage does the same work at the same time.
+
+Memory over time (as the SPMD planner counts it, simulator/strategies/spmd/plan.py): each actor
+holds its weights, optimizer state and communication buffers from time 0
+(:meth:`StageTasks.hold`, ``Plan.memory_base_bytes``); a kind's tasks add the rest with
+``Task.alloc_bytes`` / ``Task.free_bytes``, using the analytic sizes of
+:mod:`simulator.memory.analytic` (a micro-batch's saved activations, the recompute working set,
+the stage's gradients), so the simulated peak and the kind's analytic peak count the same bytes.
 """
 
 from __future__ import annotations
@@ -30,6 +37,7 @@ class StageTasks:
         self.actors = [f"stage{i}" for i in range(self.par.pp)]
         self.ranks = [self.planner.actor_ranks[a] for a in self.actors]
         self._pass_s: dict[tuple[int, str], float] = {}
+        self.memory_base: dict[str, float] = {}
 
     # -- prices ------------------------------------------------------------------------------
 
@@ -43,6 +51,38 @@ class StageTasks:
                 seconds += self.planner.chunk_pass_s(rank, "R", stage)
             self._pass_s[key] = seconds
         return self._pass_s[key]
+
+    # -- memory over time -------------------------------------------------------------------
+
+    def hold(self, stage: int, nbytes: float) -> None:
+        """Bytes the stage's actor holds from time 0 (``Plan.memory_base_bytes``)."""
+        actor = self.actors[stage]
+        self.memory_base[actor] = self.memory_base.get(actor, 0.0) + nbytes
+
+    def held_bytes(self, stage: int) -> float:
+        """Weights, optimizer state and communication buffers of the stage (analytic sizes)."""
+        return self.planner.base_memory_bytes(stage)
+
+    def activation_bytes(self, stage: int) -> float:
+        """One micro-batch's activations kept by the stage's forward until its backward (with the
+        embedding on stage 0 and the head and loss on the last)."""
+        return self.planner.activation_bytes(stage)
+
+    def gradient_bytes(self, stage: int) -> float:
+        """The stage's gradient bytes (analytic count)."""
+        return self.planner.stage_memory(stage).gradients_bytes
+
+    def forward_memory(self, stage: int, forward: Task) -> None:
+        """A forward saves its micro-batch's activations (allocated at its start)."""
+        forward.alloc_bytes += self.activation_bytes(stage)
+
+    def backward_memory(self, stage: int, backward: Task, gradients_bytes: float = 0.0) -> None:
+        """A backward holds the recompute working set while it runs (and allocates
+        ``gradients_bytes`` at its start, on the first backward after an update); at its end the
+        working set and the micro-batch's saved activations are freed."""
+        working = self.planner.working_bytes(stage)
+        backward.alloc_bytes += working + gradients_bytes
+        backward.free_bytes += working + self.activation_bytes(stage)
 
     # -- building ----------------------------------------------------------------------------
 
@@ -90,7 +130,8 @@ class StageTasks:
         stage_of = {a: i for i, a in enumerate(self.actors)}
         return Plan(dict(self.streams), dict(zip(self.actors, self.ranks, strict=True)), stage_of,
                     self.planner.layers_per_chunk, self.planner.topo, dict(self.compute), steps=len(window[1]),
-                    step_ends=window[1], window=window, extra=extra or {}, after_run=after_run)
+                    step_ends=window[1], window=window, extra=extra or {}, after_run=after_run,
+                    memory_base_bytes=dict(self.memory_base))
 
 
 def require(condition: bool, field: str, reason: str) -> None:
