@@ -133,6 +133,15 @@ class _Dag:
         successors: list[list[int]] = [[] for _ in range(n)]
         missing = [0] * n
         stream_next = [-1] * n
+        # per task: 0 a fixed duration, 1 a transfer alone, 2 a member of a rendezvous
+        kind = [0] * n
+        duration = [0.0] * n
+        latency = [0.0] * n
+        propagation = [0.0] * n
+        ports: list[tuple[tuple[str, float], ...]] = [()] * n
+        byte_s = [0.0] * n
+        seconds_on: dict[tuple[str, float], float] = {}  # (port, bytes) -> seconds alone (repeats often)
+        interference = False
         i = 0
         for tasks in streams.values():
             prev = -1
@@ -147,29 +156,29 @@ class _Dag:
                     count += 1
                 missing[i] = count
                 prev = i
+                if task.slowdown_while_contended > 0 or task.comm_slowdown_while_computing > 0:
+                    interference = True
+                propagation[i] = task.propagation_s
+                latency[i] = task.latency_s
+                if task.rendezvous is not None and task.rendezvous_size > 1:
+                    kind[i] = 2
+                elif task.demands is not None:
+                    kind[i] = 1
+                    on_port = []
+                    phase_s = 0.0
+                    for p, b in task.demands.items():
+                        if b > 0:
+                            s = seconds_on.get((p, b))
+                            if s is None:
+                                s = seconds_on[(p, b)] = b / capacity(p)
+                            on_port.append((p, s))
+                            if s > phase_s:
+                                phase_s = s
+                    ports[i] = tuple(on_port)
+                    byte_s[i] = phase_s
+                else:
+                    duration[i] = task.duration_s
                 i += 1
-        # per task: 0 a fixed duration, 1 a transfer alone, 2 a member of a rendezvous
-        kind = [0] * n
-        duration = [0.0] * n
-        latency = [0.0] * n
-        propagation = [0.0] * n
-        ports: list[tuple[tuple[str, float], ...]] = [()] * n
-        byte_s = [0.0] * n
-        interference = False
-        for i, task in enumerate(flat):
-            if task.slowdown_while_contended > 0 or task.comm_slowdown_while_computing > 0:
-                interference = True
-            propagation[i] = task.propagation_s
-            latency[i] = task.latency_s
-            if task.rendezvous is not None and task.rendezvous_size > 1:
-                kind[i] = 2
-            elif task.demands is not None:
-                kind[i] = 1
-                on_port = tuple((p, b / capacity(p)) for p, b in task.demands.items() if b > 0)
-                ports[i] = on_port
-                byte_s[i] = max((s for _, s in on_port), default=0.0)
-            else:
-                duration[i] = task.duration_s
         self.capacity = capacity
         self.flat, self.successors, self.missing, self.stream_next = flat, successors, missing, stream_next
         self.kind, self.duration, self.latency, self.propagation = kind, duration, latency, propagation
@@ -342,7 +351,13 @@ def _with_micro_batches(scenario: Scenario, micro_batches: int) -> Scenario:
 def _dag_times(scenario: Scenario, mode: str | None = None, detail: bool = False):
     from simulator.strategies.registry import get_kind
 
-    plan = get_kind("spmd").compile(scenario, mode=mode, detail=detail)
+    enabled = gc.isenabled()
+    gc.disable()  # the planner allocates tens of thousands of tasks and frees none: no cycles to look for
+    try:
+        plan = get_kind("spmd").compile(scenario, mode=mode, detail=detail)
+    finally:
+        if enabled:
+            gc.enable()
     return longest_path(plan.streams, plan.topology.port_capacity), plan
 
 
