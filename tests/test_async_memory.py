@@ -184,3 +184,21 @@ def test_cyclic_dp_carries_one_gradient_buffer_across_every_step_end():
     for update in updates:
         assert _after_frees(plan, engine, "stage0", update.end_s) == pytest.approx(
             plan.memory_base_bytes["stage0"] + grads, rel=1e-12)
+
+
+def test_plot_draws_the_kinds_own_analytic_peaks(monkeypatch, tmp_path):
+    # clustersim plot's dotted lines are the kind's memory() per stage (PipeDream's stashed versions
+    # and p - i micro-batches in flight), which the simulated peaks reach, not the spmd count.
+    from simulator.report import plots
+
+    drawn = {}
+
+    def spy(series, hbm_gib, analytic_peak_gib=None, title=""):
+        drawn.update(analytic_peak_gib)
+        return plots.Figure()
+
+    monkeypatch.setattr(plots, "memory_over_time_figure", spy)
+    scenario = _scenario(4, {"kind": "async_pipeline", "variant": "pipedream"}, pp=4, global_batch_size=8)
+    result = simulate(scenario)
+    plots.plot_scenario(scenario, tmp_path, formats=("svg",), result=result)
+    assert drawn == pytest.approx(result.simulated_peak_memory_gib, rel=1e-12)

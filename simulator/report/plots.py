@@ -165,12 +165,13 @@ def _natural(text: str) -> tuple:
 
 def plot_scenario(scenario, out_dir: str | Path, formats: Sequence[str] = FORMATS, result=None) -> list[Path]:
     """Simulate ``scenario`` (unless ``result`` is given) and write the three figures; return the paths."""
-    from simulator.memory.analytic import peak_rank_memory, usable_hbm_bytes
+    from simulator.memory.analytic import usable_hbm_bytes
     from simulator.simulate import simulate
+    from simulator.strategies.registry import get_kind
 
     out = Path(out_dir)
     result = result if result is not None else simulate(scenario)
-    _, _, per_stage = peak_rank_memory(scenario)
+    _, _, per_stage = get_kind(scenario.strategy_kind).memory(scenario)  # the kind's own analytic count
     name = scenario.name
     paths = []
     paths += save_figures(memory_figure([b.gib() for b in per_stage], scenario.accelerator.hbm_gib,
