@@ -23,7 +23,7 @@ from typing import Any
 
 from simulator.economics.convergence import convergence_results
 from simulator.economics.cost import training_economics
-from simulator.engine.engine import Engine, Task
+from simulator.engine.engine import Engine, Task, cyclic_gc_paused
 from simulator.errors import ConfigError
 from simulator.memory.analytic import fits as memory_fits
 from simulator.report.result import BREAKDOWN_KEYS, SimulationResult, TimelineEvent
@@ -239,7 +239,8 @@ def simulate(scenario: Scenario, mode: str | None = None, detail: bool = False,
     layers_per_chunk = chunk_counts(scenario, scenario.layer_graph())
     extra: dict[str, Any] = {}
     if ok or run_if_oom:
-        makespan, plan, total_breakdown, info, engine_run = _run_plan(scenario, kind, mode, detail, engine)
+        with cyclic_gc_paused():  # the plan's tasks and the engine's events: no cycles among them to find
+            makespan, plan, total_breakdown, info, engine_run = _run_plan(scenario, kind, mode, detail, engine)
         if engine_run is not None:  # the engine counts memory as tasks allocate and free it
             memory_peaks = {a: engine_run.counter_peaks[(a, MEMORY_COUNTER)] / 2**30 for a in plan.memory_base_bytes}
             memory_series = {a: engine_run.counter_series[(a, MEMORY_COUNTER)] for a in plan.memory_base_bytes}

@@ -43,7 +43,9 @@ allocations of the tasks they release (a stream's next task starts after its pre
 
 from __future__ import annotations
 
+import gc
 from collections import defaultdict
+from contextlib import contextmanager
 from dataclasses import dataclass, field
 
 import simpy
@@ -93,6 +95,22 @@ class Task:
     done: simpy.Event | None = None
 
 
+@contextmanager
+def cyclic_gc_paused():
+    """Pause Python's cyclic garbage collector meanwhile. Building and running a plan allocates
+    hundreds of thousands of long-lived objects (tasks, events) and frees them by reference
+    counting; the collector's full passes over that heap cost about a third of a large
+    simulation's time (Megatron-1T on 3,072 GPUs: 4.3 -> 2.9 CPU s) and find nothing. Nested
+    uses are fine; the collector's state on entry is restored."""
+    enabled = gc.isenabled()
+    gc.disable()
+    try:
+        yield
+    finally:
+        if enabled:
+            gc.enable()
+
+
 class _Rendezvous:
     def __init__(self, env: simpy.Environment, size: int):
         self.size = size
@@ -133,13 +151,14 @@ class Engine:
         for tasks in streams.values():
             self.env.process(self._stream(tasks))
         required = [t for tasks in streams.values() for t in tasks] if until_done is None else until_done
-        if until_done is None:
-            self.env.run()
-        elif required:
-            try:
-                self.env.run(until=simpy.AllOf(self.env, [t.done for t in required]))
-            except RuntimeError:  # no events left before they were done: reported below as a deadlock
-                pass
+        with cyclic_gc_paused():
+            if until_done is None:
+                self.env.run()
+            elif required:
+                try:
+                    self.env.run(until=simpy.AllOf(self.env, [t.done for t in required]))
+                except RuntimeError:  # no events left before they were done: reported below as a deadlock
+                    pass
         unfinished = [t for t in required if not t.done.triggered]
         if unfinished:
             first = unfinished[0]
