@@ -506,9 +506,6 @@ def _build_mixed(doc: ScenarioFile, model, base: Path | None, fabric_ref: Any, r
     for group in groups:  # flash only where every group has a fused attention kernel
         training = _resolved_attention(training, group.accelerator)
     fabric = FABRICS.get(fabric_ref, "cluster.fabric")
-    if getattr(fabric, "topology", None) == "wan":
-        raise ConfigError("cluster.groups", "node groups on a wide-area fabric are not modelled yet: give cluster.node "
-                                            "with the wan fabric, or groups with a data-centre fabric")
     strategy = parse_strategy(doc.strategy)
     parallelism = _layout(doc, model, first, strategy)
     if doc.reliability is not None:

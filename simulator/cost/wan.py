@@ -1,7 +1,8 @@
 """A wide-area cluster: regions (or single nodes) joined by links with a delay and a bandwidth.
 
 Nodes fill the regions in order (region 0 holds nodes ``0 .. n0-1``, and so on; ranks fill nodes
-as everywhere, ``node = rank // gpus_per_node``); without regions every node is its own region.
+as everywhere, ``node = rank // gpus_per_node``, or group by group on a mixed cluster of node groups,
+so that groups of different GPUs can sit in different regions); without regions every node is its own region.
 Inside a region the intra-region fabric (a fat tree or rail-optimised fabric) applies unchanged,
 through :class:`~simulator.cost.topology.Topology`. Between regions a and b:
 
