@@ -64,7 +64,7 @@ import yaml
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
 from simulator.errors import ConfigError, from_pydantic
-from simulator.explore.sweep import empty_result, parallel_map, run_point
+from simulator.explore.sweep import empty_result, parallel_map, process_pool, run_point
 
 _SCHEDULES = ("gpipe", "1f1b", "interleaved")
 # The fast path is a lower bound on the engine, within 3% of it (tests/test_fast_path.py): layouts
@@ -325,6 +325,7 @@ def search(
     to_simulate: list[int] = []
     raws: list[dict[str, Any]] = []
     scenarios: list = []
+    memories: list = []  # peak_rank_memory of each scenario: reused for the rows of layouts not timed
     for i, cand in enumerate(candidates):
         point = copy.deepcopy(raw)
         point["parallelism"] = cand
@@ -354,15 +355,20 @@ def search(
         to_simulate.append(i)
         raws.append(point)
         scenarios.append(sc)
+        memories.append((stage, peak, per_stage))
 
     stragglers = scenario.simulation.stragglers is not None  # draws the fast path's bounds know nothing of
     if simulate_fn is not None or rank_by != "tokens_per_s" or stragglers:
         # a replacement simulator (tests), or a ranking the fast path's bounds do not order (time to target,
         # straggler draws): every feasible layout through it (or the engine)
         task, items = (_search_task, [(r, simulate_fn) for r in raws]) if simulate_fn else (_engine_task, raws)
-        _evaluate(rows, to_simulate, raws, candidates, n, task, items, workers, dask, progress, "search")
+        with process_pool(workers, dask) as pool:
+            _evaluate(rows, to_simulate, raws, candidates, n, task, items, workers, dask, progress, "search",
+                      pool=pool, work=[_work_estimate(sc) for sc in scenarios])
     else:
-        _fast_then_engine(rows, to_simulate, raws, scenarios, candidates, n, top_k, workers, dask, progress)
+        with process_pool(workers, dask) as pool:
+            _fast_then_engine(rows, to_simulate, raws, scenarios, candidates, n, top_k, workers, dask, progress,
+                              pool, memories)
     ranked = sorted(enumerate(r for r in rows if r is not None), key=lambda item: _rank_key(item, rank_by))
     return [{"parallelism": row["parallelism"], **{k: v for k, v in row.items() if k != "parallelism"}}
             for _, row in ranked]
@@ -380,21 +386,36 @@ def _engine_task(raw: dict[str, Any]) -> dict[str, Any]:
     return run_point(raw, cached_point)
 
 
+def _work_estimate(sc) -> int:
+    """How long a layout takes to simulate, roughly: the events of its pipeline schedule, one per
+    micro-batch per (virtual) stage. Used only to start the slow ones first, never for a result."""
+    p = sc.parallelism
+    micro_batches = max(1, p.global_batch_size // max(1, p.dp * p.micro_batch_size))
+    return p.pp * p.virtual_stages * micro_batches
+
+
 def _evaluate(rows, to_simulate, raws, candidates, n, task, items, workers, dask, progress, desc,
-              which: list[int] | None = None) -> None:
-    """Run ``task`` over ``items`` (positions ``which`` of ``to_simulate``) in parallel; store the rows."""
+              which: list[int] | None = None, pool=None, work: list[int] | None = None) -> None:
+    """Run ``task`` over ``items`` (positions ``which`` of ``to_simulate``) in parallel; store the rows.
+
+    ``pool``: the search's process pool (:func:`simulator.explore.sweep.process_pool`). ``work``: an
+    estimate of each position's cost; the costliest go first (longest processing time first, Graham
+    1969), in small chunks, so that no worker is left with a run of slow layouts at the end of a
+    wave while the other waits. Neither changes a result, only when it arrives."""
     from tqdm import tqdm
 
     which = list(range(len(items))) if which is None else which
     if not which:
         return
+    if work is not None:
+        which = sorted(which, key=lambda pos: -work[pos])  # stable: ties keep their order
     n_workers = workers or os.cpu_count() or 1
-    chunk = max(1, math.ceil(len(which) / (n_workers * 4)))
+    chunk = max(1, len(which) // (n_workers * 16))
     bar = tqdm(total=len(which), unit="layout", desc=desc, file=sys.stderr, disable=not progress,
                dynamic_ncols=True, leave=False)
     try:
         for j, ok, result in parallel_map(task, [items[w] for w in which], workers=workers, dask=dask,
-                                          chunk_size=chunk):
+                                          chunk_size=chunk, pool=pool):
             pos = which[j]
             i = to_simulate[pos]
             if not ok:
@@ -420,7 +441,8 @@ def _evaluate(rows, to_simulate, raws, candidates, n, task, items, workers, dask
         bar.close()
 
 
-def _fast_then_engine(rows, to_simulate, raws, scenarios, candidates, n, top_k, workers, dask, progress) -> None:
+def _fast_then_engine(rows, to_simulate, raws, scenarios, candidates, n, top_k, workers, dask, progress,
+                      pool=None, memories: list | None = None) -> None:
     """The fast path for the candidates, best lower bound first, then the engine for the best
     ``top_k`` (module docstring, step 3). Exact for the engine's top k (given compute bound ≤ the
     fast path's bound with every transfer alone ≤ engine; its decisions use that bound, not the
@@ -436,6 +458,7 @@ def _fast_then_engine(rows, to_simulate, raws, scenarios, candidates, n, top_k, 
     order = sorted(range(len(raws)), key=lambda pos: bounds[pos])
     fast_items = raws
     fast_done: set[int] = set()
+    work = [_work_estimate(sc) for sc in scenarios]
 
     def fast_time(pos: int) -> float:
         """The fast path's lower bound (every transfer alone): never above the engine's step."""
@@ -456,7 +479,7 @@ def _fast_then_engine(rows, to_simulate, raws, scenarios, candidates, n, top_k, 
             batch.append(order[cursor])
             cursor += 1
         _evaluate(rows, to_simulate, raws, candidates, n, _fast_task, fast_items, workers, dask, progress,
-                  "fast path", batch)
+                  "fast path", batch, pool, work)
         fast_done.update(batch)
         threshold = kth([fast_time(pos) for pos in fast_done]) * (1 + BOUND_MARGIN)
     engine_done: set[int] = set()
@@ -464,13 +487,13 @@ def _fast_then_engine(rows, to_simulate, raws, scenarios, candidates, n, top_k, 
     while True:
         best = [pos for pos in best if pos not in engine_done and math.isfinite(fast_time(pos))]
         _evaluate(rows, to_simulate, raws, candidates, n, _engine_task, raws, workers, dask, progress,
-                  f"engine (top {top_k})", best)
+                  f"engine (top {top_k})", best, pool, work)
         engine_done.update(best)
         engine_times = [(rows[to_simulate[pos]].get("step_time_s") or math.inf) / tokens[pos] for pos in engine_done]
         limit = kth(engine_times)
         more_fast = [pos for pos in order if pos not in fast_done and bounds[pos] <= limit]
         _evaluate(rows, to_simulate, raws, candidates, n, _fast_task, fast_items, workers, dask, progress,
-                  "fast path", more_fast)
+                  "fast path", more_fast, pool, work)
         fast_done.update(more_fast)
         best = [pos for pos in fast_done if pos not in engine_done and fast_time(pos) <= limit]
         if not best:
@@ -479,18 +502,19 @@ def _fast_then_engine(rows, to_simulate, raws, scenarios, candidates, n, top_k, 
         if pos in fast_done:
             continue
         i = to_simulate[pos]
-        rows[i] = {**rows_template(scenarios[pos]), "evaluated_by": "bound", "step_time_lower_bound_s": bound_step[pos],
+        rows[i] = {**rows_template(scenarios[pos], memories[pos] if memories else None), "evaluated_by": "bound", "step_time_lower_bound_s": bound_step[pos],
                    "infeasible_reason": f"skipped: its compute lower bound ({bound_step[pos]:.3g} s per step) cannot "
                    f"reach the top {top_k}"}
     for pos in fast_done:
         rows[to_simulate[pos]]["step_time_lower_bound_s"] = bound_step[pos]
 
 
-def rows_template(sc) -> dict[str, Any]:
-    """A row for a layout that fits but was not timed."""
+def rows_template(sc, memory: tuple | None = None) -> dict[str, Any]:
+    """A row for a layout that fits but was not timed. ``memory``: its ``peak_rank_memory``, if
+    already computed (the search's memory check did)."""
     from simulator.memory.analytic import peak_rank_memory
 
-    stage, peak, per_stage = peak_rank_memory(sc)
+    stage, peak, per_stage = memory or peak_rank_memory(sc)
     row = empty_result()
     row.update(parallelism=sc.parallelism.model_dump(), num_gpus=sc.num_gpus, fits=True,
                peak_memory_gib=peak.total_gib, peak_memory_stage=stage, memory_gib=peak.gib(),

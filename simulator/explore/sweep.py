@@ -33,6 +33,7 @@ connects to a running scheduler. :func:`parallel_map` is shared with :mod:`simul
 
 from __future__ import annotations
 
+import contextlib
 import copy
 import csv
 import hashlib
@@ -389,10 +390,14 @@ def parallel_map(
     workers: int | None = None,
     dask: str | None = None,
     chunk_size: int = 1,
+    pool: Any = None,
 ) -> Iterator[tuple[int, bool, Any]]:
     """Apply a picklable top-level ``fn`` to ``items``; yield ``(index, ok, result or error text)``
     as they finish. ``workers`` 1 runs in this process; None uses every core. A task that raises
-    (or whose worker dies) is yielded with ``ok`` False; the others go on."""
+    (or whose worker dies) is yielded with ``ok`` False; the others go on.
+
+    ``pool``: a process pool from :func:`process_pool` to run on instead of starting one (a search
+    calls this once per wave: one pool keeps its workers, and their warm caches, across waves)."""
     if workers is not None and workers < 1:
         raise ConfigError("--workers", f"must be at least 1, got {workers}")
     if chunk_size < 1:
@@ -425,7 +430,11 @@ def parallel_map(
     from concurrent.futures import ProcessPoolExecutor, as_completed
     from concurrent.futures.process import BrokenProcessPool
 
-    pool = ProcessPoolExecutor(max_workers=min(n, len(chunks)))
+    if pool is not None and getattr(pool, "_broken", False):
+        pool = None  # a worker died in an earlier call: start afresh for this one
+    own_pool = pool is None
+    if own_pool:
+        pool = ProcessPoolExecutor(max_workers=min(n, len(chunks)))
     finished = False
     futures = {pool.submit(_run_chunk, fn, chunk): chunk for chunk in chunks}
     try:
@@ -440,15 +449,47 @@ def parallel_map(
                     yield idx, False, f"{type(exc).__name__}: {exc}"
         finished = True
     finally:
-        if finished:
-            pool.shutdown(wait=True)
-        else:  # interrupted (Ctrl-C, SIGTERM, an error): stop the workers, leave none behind
-            workers_left = list((getattr(pool, "_processes", None) or {}).values())
-            pool.shutdown(wait=False, cancel_futures=True)
-            for process in workers_left:
-                process.kill()
-            for process in workers_left:
-                process.join(timeout=5)
+        if not finished:
+            for future in futures:
+                future.cancel()
+        if own_pool:
+            _close_pool(pool, finished)
+
+
+def _close_pool(pool: Any, finished: bool) -> None:
+    """Shut a process pool down; if the work was interrupted (Ctrl-C, SIGTERM, an error), kill its
+    workers so that none is left behind."""
+    if finished:
+        pool.shutdown(wait=True)
+        return
+    workers_left = list((getattr(pool, "_processes", None) or {}).values())
+    pool.shutdown(wait=False, cancel_futures=True)
+    for process in workers_left:
+        process.kill()
+    for process in workers_left:
+        process.join(timeout=5)
+
+
+@contextlib.contextmanager
+def process_pool(workers: int | None, dask: str | None = None) -> Iterator[Any]:
+    """One local process pool for several :func:`parallel_map` calls (None where they run in this
+    process or on Dask: ``workers`` 1, or a ``dask`` address). Its workers start once and keep
+    what they cached (priced kernels, built layer graphs) from one call to the next."""
+    if workers is not None and workers < 1:
+        raise ConfigError("--workers", f"must be at least 1, got {workers}")
+    n = workers or os.cpu_count() or 1
+    if dask or n == 1:
+        yield None
+        return
+    from concurrent.futures import ProcessPoolExecutor
+
+    pool = ProcessPoolExecutor(max_workers=n)
+    finished = False
+    try:
+        yield pool
+        finished = True
+    finally:
+        _close_pool(pool, finished)
 
 
 # --------------------------------------------------------------------------- writers
