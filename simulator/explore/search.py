@@ -279,8 +279,6 @@ def search(
     if top_k < 1:
         raise ConfigError("--top-k", f"must be at least 1, got {top_k}")
     from simulator.explore.sweep import absolutize
-    from simulator.memory.analytic import fits as memory_fits
-    from simulator.memory.analytic import peak_rank_memory
     from simulator.scenario import apply_overrides, build_scenario, cluster_gpus, load_raw
     from simulator.simulate import run_identity
     from simulator.strategies.spmd.layout import Parallelism
@@ -324,54 +322,88 @@ def search(
     rows: list[dict[str, Any] | None] = [None] * len(candidates)
     to_simulate: list[int] = []
     raws: list[dict[str, Any]] = []
-    scenarios: list = []
-    memories: list = []  # peak_rank_memory of each scenario: reused for the rows of layouts not timed
-    for i, cand in enumerate(candidates):
+    checked: list[dict[str, Any]] = []  # per layout to time: what _check_task found (bound, tokens, ...)
+    stragglers = scenario.simulation.stragglers is not None  # draws the fast path's bounds know nothing of
+    # a replacement simulator (tests), or a ranking the fast path's bounds do not order (time to target,
+    # straggler draws): every feasible layout through it (or the engine)
+    everything = simulate_fn is not None or rank_by != "tokens_per_s" or stragglers
+    points = []
+    for cand in candidates:
         point = copy.deepcopy(raw)
         point["parallelism"] = cand
-        try:
-            sc = build_scenario(point)
-        except ConfigError as exc:
-            row = empty_result()
-            row.update(identity, num_gpus=scenario.num_gpus)
-            row["parallelism"] = dict(cand)
-            row["infeasible_reason"] = f"invalid layout: {exc}"
-            rows[i] = row
-            continue
-        stage, peak, per_stage = peak_rank_memory(sc)
-        ok, reason = memory_fits(sc, peak, per_stage)
-        if ok and constraints.max_memory_gib is not None and peak.total_gib > constraints.max_memory_gib:
-            ok, reason = False, (f"needs {peak.total_gib:.1f} GiB, above the max_memory_gib constraint "
-                                 f"({constraints.max_memory_gib:g} GiB)")
-        if not ok or not simulate:
-            row = empty_result()
-            row.update({k: v for k, v in run_identity(sc).items() if k != "seq_length_source"})
-            row.update(parallelism=sc.parallelism.model_dump(), num_gpus=sc.num_gpus, fits=ok,
-                       infeasible_reason=reason, peak_memory_gib=peak.total_gib, peak_memory_stage=stage,
-                       memory_gib=peak.gib(), memory_per_stage_gib=[b.total_gib for b in per_stage],
-                       hbm_gib=sc.accelerator.hbm_gib)
-            rows[i] = row
-            continue
-        to_simulate.append(i)
-        raws.append(point)
-        scenarios.append(sc)
-        memories.append((stage, peak, per_stage))
-
-    stragglers = scenario.simulation.stragglers is not None  # draws the fast path's bounds know nothing of
-    if simulate_fn is not None or rank_by != "tokens_per_s" or stragglers:
-        # a replacement simulator (tests), or a ranking the fast path's bounds do not order (time to target,
-        # straggler draws): every feasible layout through it (or the engine)
-        task, items = (_search_task, [(r, simulate_fn) for r in raws]) if simulate_fn else (_engine_task, raws)
-        with process_pool(workers, dask) as pool:
+        points.append(point)
+    with process_pool(workers, dask) as pool:
+        # building each layout's scenario and pricing its memory and compute bound is most of the
+        # serial time of a search: the pool does it too (in this process on Dask, which would ship
+        # every layout out and back)
+        n_workers = workers or os.cpu_count() or 1
+        checks = parallel_map(_check_task, [(p, constraints.max_memory_gib, simulate, not everything)
+                                            for p in points],
+                              workers=1 if dask else workers, pool=pool,
+                              chunk_size=max(1, len(points) // (n_workers * 8)))
+        for i, ok, result in sorted(checks, key=lambda item: item[0]):
+            if not ok:
+                raise RuntimeError(f"checking layout {candidates[i]}: {result}")
+            if "invalid" in result:
+                row = empty_result()
+                row.update(identity, num_gpus=scenario.num_gpus)
+                row["parallelism"] = dict(candidates[i])
+                row["infeasible_reason"] = f"invalid layout: {result['invalid']}"
+                rows[i] = row
+            elif "row" in result:
+                rows[i] = result["row"]
+            else:
+                to_simulate.append(i)
+                raws.append(points[i])
+                checked.append(result)
+        work = [c["work"] for c in checked]
+        if everything:
+            task, items = (_search_task, [(r, simulate_fn) for r in raws]) if simulate_fn else (_engine_task, raws)
             _evaluate(rows, to_simulate, raws, candidates, n, task, items, workers, dask, progress, "search",
-                      pool=pool, work=[_work_estimate(sc) for sc in scenarios])
-    else:
-        with process_pool(workers, dask) as pool:
-            _fast_then_engine(rows, to_simulate, raws, scenarios, candidates, n, top_k, workers, dask, progress,
-                              pool, memories)
+                      pool=pool, work=work)
+        else:
+            _fast_then_engine(rows, to_simulate, raws, checked, candidates, n, top_k, workers, dask, progress,
+                              pool)
     ranked = sorted(enumerate(r for r in rows if r is not None), key=lambda item: _rank_key(item, rank_by))
     return [{"parallelism": row["parallelism"], **{k: v for k, v in row.items() if k != "parallelism"}}
             for _, row in ranked]
+
+
+def _check_task(args: tuple[dict[str, Any], float | None, bool, bool]) -> dict[str, Any]:
+    """Build one layout's scenario and check its memory (search step 1-2). Returns ``{"invalid":
+    reason}``, ``{"row": row}`` (out of memory, or not to be timed), or, for a layout to time, its
+    ``work`` estimate, ``tokens`` per step, compute bound ``bound_s`` (if ``want_bound``) and the
+    ``template`` row it gets if it is not timed. Runs in the search's worker processes."""
+    from simulator.memory.analytic import fits as memory_fits
+    from simulator.memory.analytic import peak_rank_memory
+    from simulator.scenario import build_scenario
+    from simulator.simulate import run_identity
+
+    point, max_memory_gib, simulate, want_bound = args
+    try:
+        sc = build_scenario(point)
+    except ConfigError as exc:
+        return {"invalid": str(exc)}
+    stage, peak, per_stage = peak_rank_memory(sc)
+    ok, reason = memory_fits(sc, peak, per_stage)
+    if ok and max_memory_gib is not None and peak.total_gib > max_memory_gib:
+        ok, reason = False, (f"needs {peak.total_gib:.1f} GiB, above the max_memory_gib constraint "
+                             f"({max_memory_gib:g} GiB)")
+    if not ok or not simulate:
+        row = empty_result()
+        row.update({k: v for k, v in run_identity(sc).items() if k != "seq_length_source"})
+        row.update(parallelism=sc.parallelism.model_dump(), num_gpus=sc.num_gpus, fits=ok,
+                   infeasible_reason=reason, peak_memory_gib=peak.total_gib, peak_memory_stage=stage,
+                   memory_gib=peak.gib(), memory_per_stage_gib=[b.total_gib for b in per_stage],
+                   hbm_gib=sc.accelerator.hbm_gib)
+        return {"row": row}
+    bound_s = None
+    if want_bound:
+        from simulator.strategies.spmd.fast import compute_bound_s
+
+        bound_s = compute_bound_s(sc)
+    return {"work": _work_estimate(sc), "tokens": sc.parallelism.global_batch_size * (sc.seq_length or 1),
+            "bound_s": bound_s, "template": rows_template(sc, (stage, peak, per_stage))}
 
 
 def _fast_task(raw: dict[str, Any]) -> dict[str, Any]:
@@ -441,24 +473,23 @@ def _evaluate(rows, to_simulate, raws, candidates, n, task, items, workers, dask
         bar.close()
 
 
-def _fast_then_engine(rows, to_simulate, raws, scenarios, candidates, n, top_k, workers, dask, progress,
-                      pool=None, memories: list | None = None) -> None:
+def _fast_then_engine(rows, to_simulate, raws, checked, candidates, n, top_k, workers, dask, progress,
+                      pool=None) -> None:
     """The fast path for the candidates, best lower bound first, then the engine for the best
     ``top_k`` (module docstring, step 3). Exact for the engine's top k (given compute bound ≤ the
     fast path's bound with every transfer alone ≤ engine; its decisions use that bound, not the
     fast path's contention-corrected estimate):
     after the engine runs, every layout whose bound is below the k-th engine time is evaluated
     by the fast path, and every one whose fast time is below it by the engine, until none is left."""
-    from simulator.strategies.spmd.fast import compute_bound_s
 
     # per token: the global batch may be a searched field, and the ranking is by tokens/s
-    tokens = [sc.parallelism.global_batch_size * (sc.seq_length or 1) for sc in scenarios]
-    bound_step = [compute_bound_s(sc) for sc in scenarios]
+    tokens = [c["tokens"] for c in checked]
+    bound_step = [c["bound_s"] for c in checked]
     bounds = [b / t for b, t in zip(bound_step, tokens, strict=True)]
     order = sorted(range(len(raws)), key=lambda pos: bounds[pos])
     fast_items = raws
     fast_done: set[int] = set()
-    work = [_work_estimate(sc) for sc in scenarios]
+    work = [c["work"] for c in checked]
 
     def fast_time(pos: int) -> float:
         """The fast path's lower bound (every transfer alone): never above the engine's step."""
@@ -502,7 +533,7 @@ def _fast_then_engine(rows, to_simulate, raws, scenarios, candidates, n, top_k, 
         if pos in fast_done:
             continue
         i = to_simulate[pos]
-        rows[i] = {**rows_template(scenarios[pos], memories[pos] if memories else None), "evaluated_by": "bound", "step_time_lower_bound_s": bound_step[pos],
+        rows[i] = {**checked[pos]["template"], "evaluated_by": "bound", "step_time_lower_bound_s": bound_step[pos],
                    "infeasible_reason": f"skipped: its compute lower bound ({bound_step[pos]:.3g} s per step) cannot "
                    f"reach the top {top_k}"}
     for pos in fast_done:
