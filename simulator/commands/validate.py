@@ -2,7 +2,8 @@
 
 Per case: published vs simulated and the relative error; per set: mean and max absolute
 error against the set's stated tolerances. Then the sets of current hardware and frameworks
-(validation/modern: NeMo, torchtitan, llm-foundry, other frameworks, vTrain) on their held-out
+(validation/modern: NeMo, torchtitan, llm-foundry, other frameworks, vTrain, and the CNN sets of
+DeepLearningExamples and Lambda) on their held-out
 half, with their median / every-row targets, BF16 and FP8 apart and per accelerator; and DS3Lab's
 transfers and GPT-3 XL pipelines under tc-shaped links (validation/ds3lab.py). Exit code 1
 when any case or set is past its tolerance or target, so the command (and CI) fails instead of
@@ -17,7 +18,7 @@ import os
 from simulator.cli_options import check_workers
 from simulator.errors import ConfigError
 
-MODERN_SETS = ("nemo", "torchtitan", "llmfoundry", "other", "vtrain_single", "vtrain_multi")
+MODERN_SETS = ("nemo", "torchtitan", "llmfoundry", "other", "vtrain_single", "vtrain_multi", "cnn_dle", "cnn_lambda")
 # DS3Lab Decentralized_FM_alpha under tc-shaped links (validation/ds3lab.py): fitted half, held-out median target.
 DS3LAB_SETS = ("ds3lab_p2p", "ds3lab_gpt3xl_pipeline", "ds3lab_gpt3xl_parameter_server")
 
