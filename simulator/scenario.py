@@ -394,21 +394,35 @@ def build_scenario(raw: dict[str, Any], base: Path | None = None) -> Scenario:
     fabric = FABRICS.get(fabric_ref, "cluster.fabric")
     _check_precision(doc.training, accelerator)
     training = _resolved_attention(doc.training, accelerator)
+    n = doc.cluster.num_gpus
+    return _resolved(doc, raw, base, model, fabric, training, [NodeGroup(node, accelerator, n, 0)])
+
+
+def _check_whole_nodes(node: Node, n: int) -> None:
+    """More than one node must be whole nodes (a part of one node may have any GPU count)."""
+    if n > node.gpus_per_node and n % node.gpus_per_node:
+        raise ConfigError("cluster.num_gpus", f"{n} is not a whole number of {node.name} nodes ({node.gpus_per_node} "
+                                              "GPUs each) nor a part of one node")
+
+
+def _resolved(doc: ScenarioFile, raw: dict[str, Any], base: Path | None, model, fabric: Fabric,
+              training: TrainingSpec, groups: list[NodeGroup]) -> Scenario:
+    """What one kind of node and a mixed cluster resolve alike: the strategy, the layout over the
+    groups' GPUs (its errors before a partial node's), the reliability block's names, the co-located jobs."""
+    num_gpus = sum(g.num_gpus for g in groups)
     strategy = parse_strategy(doc.strategy)
-    parallelism = _layout(doc, model, doc.cluster.num_gpus, strategy)
+    parallelism = _layout(doc, model, num_gpus, strategy)
     if doc.reliability is not None:
         resolve_processes(doc.reliability)  # names an unknown failure component (ConfigError)
-    per_node, n = node.gpus_per_node, doc.cluster.num_gpus
-    if n > per_node and n % per_node:
-        raise ConfigError("cluster.num_gpus", f"{n} is not a whole number of {node.name} nodes ({per_node} GPUs "
-                                              "each) nor a part of one node")
+    if len(groups) == 1:
+        _check_whole_nodes(groups[0].node, num_gpus)
     return Scenario(
         name=doc.name or model.name,
         model=model,
-        node=node,
-        accelerator=accelerator,
+        node=groups[0].node,
+        accelerator=groups[0].accelerator,
         fabric=fabric,
-        num_gpus=doc.cluster.num_gpus,
+        num_gpus=num_gpus,
         parallelism=parallelism,
         training=training,
         simulation=doc.simulation,
@@ -417,6 +431,7 @@ def build_scenario(raw: dict[str, Any], base: Path | None = None) -> Scenario:
         convergence=doc.convergence,
         co_located=_co_located_jobs(doc.co_located_jobs, raw.get("cluster"), base),
         reliability=doc.reliability,
+        node_groups=tuple(groups) if len(groups) > 1 else (),
     )
 
 
@@ -506,27 +521,7 @@ def _build_mixed(doc: ScenarioFile, model, base: Path | None, fabric_ref: Any, r
     for group in groups:  # flash only where every group has a fused attention kernel
         training = _resolved_attention(training, group.accelerator)
     fabric = FABRICS.get(fabric_ref, "cluster.fabric")
-    strategy = parse_strategy(doc.strategy)
-    parallelism = _layout(doc, model, first, strategy)
-    if doc.reliability is not None:
-        resolve_processes(doc.reliability)  # names an unknown failure component (ConfigError)
-    return Scenario(
-        name=doc.name or model.name,
-        model=model,
-        node=groups[0].node,
-        accelerator=groups[0].accelerator,
-        fabric=fabric,
-        num_gpus=first,
-        parallelism=parallelism,
-        training=training,
-        simulation=doc.simulation,
-        economics=doc.economics,
-        strategy=strategy,
-        convergence=doc.convergence,
-        co_located=_co_located_jobs(doc.co_located_jobs, raw.get("cluster"), base),
-        reliability=doc.reliability,
-        node_groups=tuple(groups) if len(groups) > 1 else (),
-    )
+    return _resolved(doc, raw, base, model, fabric, training, groups)
 
 
 def cluster_gpus(raw: dict[str, Any]) -> int | None:
