@@ -147,10 +147,7 @@ class ParameterServerPlanner(Planner):
             reduce = self.comm_task(actor, "dp", "dp_comm", "ps_reduce", rank,
                                     [("dp", "reduce" if central else "reduce_scatter", params * grad_b)],
                                     key=f"ps_reduce{step}")
-            if reduce is not None:
-                reduce.deps.extend(after)
-                streams[(actor, "dp")].append(reduce)
-                after = [reduce]
+            after = _chained(reduce, after, streams, (actor, "dp"))
             if rank in self._servers(group):
                 shard = params / len(self._servers(group))
                 update = Task(f"server_update.r{rank}", actor, "compute", "optimizer",
@@ -160,10 +157,7 @@ class ParameterServerPlanner(Planner):
             spread = self.comm_task(actor, "dp", "dp_comm", "ps_broadcast", rank,
                                     [("dp", "broadcast" if central else "all_gather", params * weight_b)],
                                     key=f"ps_broadcast{step}")
-            if spread is not None:
-                spread.deps.extend(after)
-                streams[(actor, "dp")].append(spread)
-                after = [spread]
+            after = _chained(spread, after, streams, (actor, "dp"))
             boundary[actor] = tuple(after)
             ends.extend(after)
         return ends
@@ -278,3 +272,13 @@ PARAMETER_SERVER = register(StrategyKind(
     memory=parameter_server_memory,
     convergence_inputs=parameter_server_convergence_inputs,
 ))
+
+
+def _chained(task: Task | None, after: list[Task], streams, key) -> list[Task]:
+    """Append ``task`` (a collective, None when its group has one member) to ``streams[key]`` after
+    ``after``; what the next task waits for."""
+    if task is None:
+        return after
+    task.deps.extend(after)
+    streams[key].append(task)
+    return [task]
