@@ -59,3 +59,15 @@ def test_memory_over_time_is_a_step_line_per_rank_class_with_its_analytic_peak()
     assert labels == ["stage0 (peak 4 GiB)", "stage1 (peak 3 GiB)", "HBM 8 GiB"]
     steps = [line for line in ax.get_lines() if line.get_label().startswith("stage")]
     assert [list(line.get_ydata()) for line in steps] == [[2.0, 4.0], [1.0, 3.0, 1.0]]
+
+
+def test_a_timeline_above_its_event_cap_keeps_every_row_and_says_so():
+    """Above ``max_events`` the figure shows the start of the run on every row (not the first rows
+    whole and the last rows missing), and its title says how much it shows."""
+    events = [{"rank_class": f"rank{r}", "stream": "compute", "category": "compute",
+               "start_s": float(t), "end_s": t + 0.5} for r in range(4) for t in range(50)]
+    fig = timeline_figure(events, "toy", max_events=100)
+    ax = fig.axes[0]
+    assert [t.get_text() for t in ax.get_yticklabels()] == [f"rank{r} · compute" for r in range(4)]
+    assert "the first 24 s of 200 events" in ax.get_title()
+    assert "of" not in timeline_figure(events, "toy").axes[0].get_title()

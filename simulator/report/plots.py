@@ -97,15 +97,21 @@ def time_breakdown_figure(breakdown: dict[str, float], step_time_s: float | None
 def timeline_figure(events: Iterable[Any], title: str = "", max_events: int = 20000) -> Figure:
     """Gantt chart: one row per (rank class, stream), bars coloured by category.
 
-    ``events`` are TimelineEvents or mappings with rank_class, stream, category, start_s, end_s."""
-    rows: dict[tuple[str, str], dict[str, list[tuple[float, float]]]] = {}
-    for n, e in enumerate(events):
-        if n >= max_events:
-            break
+    ``events`` are TimelineEvents or mappings with rank_class, stream, category, start_s, end_s.
+    Above ``max_events`` events, only the start of the run is drawn (every row up to the time the
+    ``max_events``-th event starts, so no rank is cut off early), and the title says so."""
+    flat = []
+    for e in events:
         get = e.get if isinstance(e, dict) else (lambda k, _e=e: getattr(_e, k))
-        key = (str(get("rank_class")), str(get("stream")))
-        start, end = float(get("start_s")), float(get("end_s"))
-        rows.setdefault(key, {}).setdefault(str(get("category")), []).append((start, end - start))
+        flat.append(((str(get("rank_class")), str(get("stream"))), str(get("category")),
+                     float(get("start_s")), float(get("end_s"))))
+    shown_until = None
+    if len(flat) > max_events:
+        shown_until = sorted(start for _, _, start, _ in flat)[max_events - 1]
+    rows: dict[tuple[str, str], dict[str, list[tuple[float, float]]]] = {}
+    for key, category, start, end in flat:
+        if shown_until is None or start <= shown_until:
+            rows.setdefault(key, {}).setdefault(category, []).append((start, end - start))
     # An event narrower than a pixel would vanish: draw every event at least 1/1500 of the span wide
     # (about a pixel of the 11-inch figure at 120 dpi), so short collectives and sends stay visible.
     spans_all = [s for cats in rows.values() for spans in cats.values() for s in spans]
@@ -125,7 +131,8 @@ def timeline_figure(events: Iterable[Any], title: str = "", max_events: int = 20
     ax.set_yticks(range(len(order)), [f"{rc} · {st}" for rc, st in order], fontsize=8)
     ax.invert_yaxis()
     ax.set_xlabel(f"time in the step (s); events shorter than {min_width * 1e3:.3g} ms drawn that wide")
-    ax.set_title(title or "simulated step timeline")
+    ax.set_title((title or "simulated step timeline") + (
+        f" (the first {shown_until:.3g} s of {len(flat):,} events)" if shown_until is not None else ""))
     ax.legend(handles=[Patch(color=CATEGORY_COLOURS.get(c, "#777777"), label=c) for c in sorted(used)],
               fontsize=8, loc="upper left", bbox_to_anchor=(1.01, 1.0))
     return fig
