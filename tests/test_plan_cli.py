@@ -61,6 +61,9 @@ def runs(tmp_path_factory):
         "pase": [sys.executable, "-m", "simulator", "plan", str(ROOT / "examples" / "vgg16-pase-32x1080ti.yaml"),
                  "--planner", "pase", "--out", str(tmp / "pase.yaml")],
         "pase_bad_dims": py + ["--planner", "pase", "--option", "dims=batch,depth"],
+        "adaptive": [sys.executable, "-m", "simulator", "plan", str(ROOT / "examples" / "vgg16-adaptive-8xa100.yaml"),
+                     "--planner", "adaptive", "--option", "gpus=4", "--out", str(tmp / "adaptive.yaml")],
+        "adaptive_bad_choices": py + ["--planner", "adaptive", "--option", "choices=data,pipeline"],
     }
     env = dict(os.environ, PYTHONDONTWRITEBYTECODE="1")
     procs = {name: subprocess.Popen(argv, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env, cwd=tmp)
@@ -101,6 +104,7 @@ def test_plan_prints_the_yaml_and_json(runs):
 @pytest.mark.parametrize(("case", "field"), [
     ("unknown_planner", "--planner"), ("unknown_option", "--option stages"), ("bad_option", "--option max_stages"),
     ("no_planner", "--planner"), ("bad_batch", "parallelism.global_batch_size"), ("pase_bad_dims", "--option dims"),
+    ("adaptive_bad_choices", "--option choices"),
 ])
 def test_bad_input_is_one_line_naming_the_field_and_exit_2(runs, case, field):
     _, out = runs
@@ -118,6 +122,22 @@ def test_pase_writes_the_example_plan(runs):
     example = yaml.safe_load((ROOT / "examples" / "vgg16-pase-32x1080ti.yaml").read_text())
     assert found["strategy"] == example["strategy"]
     assert "layer and reshard costs priced" in out["pase"].stdout
+
+
+def test_adaptive_writes_the_example_plan_that_simulates_to_its_step(runs):
+    """The adaptive per-component planner on examples/vgg16-adaptive-8xa100.yaml finds the plan the
+    example holds, says what changes at 4 GPUs, and the written YAML simulates to the reported step."""
+    tmp, out = runs
+    done = out["adaptive"]
+    assert done.returncode == 0, done.stderr
+    assert "at gpus 4:" in done.stdout and "best uniform choice simulated" in done.stdout
+    text = (tmp / "adaptive.yaml").read_text()
+    assert text.startswith("# plan found by `clustersim plan --planner adaptive`")
+    raw = yaml.safe_load(text)
+    example = yaml.safe_load((ROOT / "examples" / "vgg16-adaptive-8xa100.yaml").read_text())
+    assert raw["strategy"] == example["strategy"]
+    reported = float(text.split("simulated step time ")[1].split(" s,")[0])
+    assert simulate(load_scenario(raw)).step_time_s == pytest.approx(reported, rel=1e-5)
 
 
 def test_dapple_finds_the_example_plan():
@@ -156,7 +176,7 @@ def test_bottleneck_cut_is_the_best_contiguous_cut():
 
 
 def test_unknown_planner_in_process():
-    with pytest.raises(ConfigError, match="known: dapple"):
+    with pytest.raises(ConfigError, match="known: adaptive, dapple"):
         get_planner("pipedream")
 
 

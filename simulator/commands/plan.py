@@ -66,7 +66,7 @@ def run(args) -> int:
         json.dump({"planner": result.planner, "step_time_s": result.step_time_s, "samples_per_s": result.samples_per_s,
                    "fits": result.step_time_s is not None, "reason": result.reason,
                    "wall_s": result.wall_s, "plans_estimated": result.plans_estimated,
-                   "plans_simulated": result.plans_simulated, "summary": result.summary,
+                   "plans_simulated": result.plans_simulated, "summary": result.summary, "notes": result.notes,
                    "scenario": result.scenario, "details": result.details}, sys.stdout, indent=2, default=str)
         sys.stdout.write("\n")
     elif args.out:

@@ -23,6 +23,7 @@ PLANNER_MODULES: tuple[str, ...] = (
     "simulator.explore.planners.dapple",
     "simulator.explore.planners.pase",
     "simulator.explore.planners.deeppool",
+    "simulator.explore.planners.adaptive",
 )
 
 
@@ -43,6 +44,7 @@ class PlanResult:
     details: dict[str, Any] = field(default_factory=dict)
     estimated_what: str = "plans estimated"  # what ``plans_estimated`` counts (a DP: costs priced)
     reason: str | None = None
+    notes: list[str] = field(default_factory=list)  # more comment lines for the plan's YAML
 
     def header(self) -> str:
         """Comment lines for the top of the plan's YAML: what was found and what it cost."""
@@ -51,7 +53,7 @@ class PlanResult:
                  (f"simulated step time {self.step_time_s:.6g} s, {self.samples_per_s:,.1f} samples/s"
                   if self.step_time_s is not None else f"the plan cannot run: {self.reason}"),
                  f"cost to find: {self.wall_s:.2f} s wall, {self.plans_estimated} {self.estimated_what}, "
-                 f"{self.plans_simulated} simulated"]
+                 f"{self.plans_simulated} simulated", *self.notes]
         return "".join(f"# {line}\n" for line in lines)
 
 

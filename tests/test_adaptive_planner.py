@@ -1,0 +1,194 @@
+"""The adaptive per-component planner (``clustersim plan --planner adaptive``; built from issue 22's
+description of Baligodugula & Amsaad 2025, not the paper's text): components found on the
+catalog graphs, the exact choice on a toy derivable by hand, the dynamic program against brute
+force and against every uniform choice, the examples' plans, and bad options."""
+
+from __future__ import annotations
+
+import dataclasses
+import itertools
+from dataclasses import dataclass
+from pathlib import Path
+
+import pytest
+import yaml
+
+from simulator.errors import ConfigError
+from simulator.explore.planners import get_planner
+from simulator.explore.planners.adaptive import choose_on
+from simulator.explore.planners.components import Choice, component_splits, find_components
+from simulator.scenario import load_scenario
+from simulator.strategies.per_layer.cost import per_layer_graph, pricer
+from workloads.graph import ShardShape
+from workloads.networks.builder import NetBuilder
+
+ROOT = Path(__file__).resolve().parents[1]
+EXAMPLES = ROOT / "examples"
+PEAK = 1e12          # toy GPU: 1 TFLOP/s at every GEMM size
+BW = 1e9             # toy NVSwitch: 1 GB/s per GPU
+ALPHA = 1e-6         # toy hop latency: 1 us
+
+
+@dataclass(frozen=True)
+class ConvThenLinear:
+    """A 1x1 convolution (4 -> 4 channels on an 8x8 map, 16 weights), a flatten, and a linear
+    layer 256 -> 4096 without bias (1,048,576 weights): a conv stage with small weights and a head
+    with large ones."""
+
+    name: str = "toy-conv-fc"
+    seq_length: None = None
+    sample: str = "image"
+
+    def layer_graph(self, shard: ShardShape):
+        net = NetBuilder(self.name, shard.micro_batch, shard.act_bytes)
+        x = net.conv2d("conv0", net.input(4, 8, 8), 4, 1)
+        x = net.flatten("flatten", x)
+        net.linear("fc", x, 4096, bias=False)
+        return net.output()
+
+
+def toy(num_gpus: int = 2, batch: int = 64):
+    accelerator = dict(
+        name="toy-gpu", vendor="toy", peak_tflops={"bf16": PEAK / 1e12}, hbm_gib=1e6, hbm_bandwidth_gb_per_s=1e12,
+        tdp_watts=1,
+        efficiency=dict(gemm_curve=[{"gflop": 1e-9, "efficiency": 1.0}, {"gflop": 1e9, "efficiency": 1.0}],
+                        memory_bound_efficiency=1.0, attention_efficiency_factor=1.0, kernel_launch_overhead_us=0,
+                        source="toy"),
+        source="toy")
+    node = dict(name="toy-node", accelerator=accelerator, gpus_per_node=8,
+                intra_node=dict(kind="nvswitch", bandwidth_per_gpu_gb_per_s=BW / 1e9, latency_us=ALPHA * 1e6,
+                                collective_efficiency=1.0, source="toy"),
+                nics_per_node=8, nic_bandwidth_gbit_per_s=100, nic_efficiency=1.0, nic_latency_us=0,
+                host_memory_gib=1, source="toy")
+    raw = dict(model="vgg16", cluster=dict(node=node, fabric=dict(name="toy-fabric", levels=1, switch_latency_us=0,
+                                                                   source="toy"), num_gpus=num_gpus),
+               parallelism=dict(global_batch_size=batch, micro_batch_size=batch // num_gpus),
+               training=dict(grad_dtype="bf16"), strategy={"kind": "per_layer"})
+    return dataclasses.replace(load_scenario(raw), model=ConvThenLinear())
+
+
+def test_components_of_the_catalog_graphs():
+    bert = find_components(per_layer_graph(load_scenario(EXAMPLES / "bert-large-per-layer-8xa100.yaml")))
+    assert [c.family for c in bert] == ["embedding"] + ["attention", "mlp"] * 24 + ["head"]
+    assert bert[-2].name == "mlp.23" and bert[-1].first == bert[-2].last + 1
+    vgg = find_components(per_layer_graph(load_scenario(EXAMPLES / "vgg16-deeppool-8xa100.yaml")))
+    assert [c.name for c in vgg] == ["conv@224x224.0", "conv@112x112.0", "conv@56x56.0", "conv@28x28.0",
+                                     "conv@14x14.0", "head.0"]
+    # the components tile the graph
+    for comps, n in ((bert, 256), (vgg, 40)):
+        assert comps[0].first == 0 and comps[-1].last == n - 1
+        assert all(b.first == a.last + 1 for a, b in itertools.pairwise(comps))
+
+
+def test_megatron_choice_is_column_then_row_on_an_mlp_block():
+    sc = load_scenario(EXAMPLES / "bert-large-per-layer-8xa100.yaml")
+    graph = per_layer_graph(sc)
+    mlp = next(c for c in find_components(graph) if c.name == "mlp.0")
+    splits = component_splits(graph, mlp, Choice("megatron", data=1, model=8), 32, 8)
+    names = [graph.layers[i].name for i in mlp.indices]
+    cuts = dict(zip(names, (s.cuts() for s in splits), strict=True))
+    assert cuts["encoder.layer.0.intermediate.dense"] == {"channels": 8}
+    assert cuts["encoder.layer.0.intermediate.gelu"] == {"channels": 8}
+    assert cuts["encoder.layer.0.output.dense"] == {"reduction": 8}
+    assert cuts["encoder.layer.0.output.LayerNorm"] == {"batch": 8}
+    # a spatial grid means nothing to an MLP block: not offered
+    assert component_splits(graph, mlp, Choice("spatial", data=2, rows=2, cols=2), 32, 8) is None
+
+
+def test_toy_choice_is_the_one_derived_by_hand():
+    # 64 images on 2 toy GPUs (1 TFLOP/s, 1 GB/s, 1 us per hop). The linear layer's 3 x 2 x 64 x 256 x
+    # 4096 FLOPs (forward, data and weight gradients) take 403 us on one GPU, 201 us on two.
+    # Data parallel it all-reduces 2 MiB of bf16 gradients (2 alpha + 2,097,152/BW: 2.1 ms); split
+    # by output features (tensor 1x2) its input (64 x 256 bf16 = 32 KiB) is all-gathered, alpha +
+    # 16,384/BW, and the gradient reduce-scattered back at the same price: 201 + 34.8 us, the best
+    # (on one GPU alone, with or without the conv stage, 403 us). The conv stage (16 weights)
+    # data parallel all-reduces 32 B (2 alpha + 32/BW = 2.03 us); split by channels it would need an
+    # all-to-all into the flatten's batch split and back (2 x (alpha + 8,192/BW)); on one GPU its
+    # output (32 KiB) would go to the other GPU (alpha + 32,768/BW). So: conv data 2, linear
+    # tensor 1x2, and the dynamic program's objective is exactly the sum of these terms.
+    sc = toy()
+    plan = choose_on(sc, pricer(sc), ("data", "tensor"))
+    assert plan.labels == ["data 2", "tensor 1x2"]
+    conv = 2 * (2 * 64 * 64 * 4 * 4) / 2 / PEAK         # forward + weight gradient (first layer: no dgrad)
+    fc = 3 * (2 * 64 * 256 * 4096) / 2 / PEAK           # forward, data and weight gradients
+    conv_reduce = 2 * ALPHA + 32 / BW
+    gather = ALPHA + 16384 / BW
+    assert plan.objective_s == pytest.approx(conv + conv_reduce + fc + 2 * gather, rel=1e-9)
+    assert [s.cuts() for s in plan.splits] == [{"batch": 2}, {"batch": 2}, {"channels": 2}]
+    # the uniform choices, priced the same way: data 2 pays the linear layer's all-reduce
+    assert plan.uniform["data 2"][0] == pytest.approx(conv + conv_reduce + fc + 2 * ALPHA + 2097152 / BW, rel=1e-9)
+
+
+def test_the_dynamic_program_is_brute_force_and_beats_every_uniform_choice():
+    sc = toy(num_gpus=4, batch=8)
+    p = pricer(sc)
+    graph = p.graph
+    comps = find_components(graph)
+    names = ("data", "tensor", "megatron", "spatial")
+    plan = choose_on(sc, p, names)
+    from simulator.explore.planners.components import choices_for
+
+    options = []
+    for comp in comps:
+        found = {component_splits(graph, comp, c, 8, 4) for c in choices_for(4, names)} - {None}
+        options.append(sorted(found, key=str))
+    layers = graph.layers
+    index = {layer.name: i for i, layer in enumerate(layers)}
+
+    def total(splits):
+        cost = sum(p.layer_cost(layer, s).total_s for layer, s in zip(layers, splits, strict=True))
+        for v, layer in enumerate(layers):
+            for u in layer.inputs:
+                cost += p.reshard(layers[index[u]], splits[index[u]], layer, splits[v]).total_s
+        return cost
+
+    brute = min(total([s for part in combo for s in part]) for combo in itertools.product(*options))
+    assert plan.objective_s == pytest.approx(brute, rel=1e-12)
+    assert plan.uniform and all(plan.objective_s <= cost * (1 + 1e-12) for cost, _ in plan.uniform.values())
+
+
+def _example(name: str) -> dict:
+    return yaml.safe_load((EXAMPLES / name).read_text())
+
+
+@pytest.fixture(scope="module")
+def vgg_plan():
+    return get_planner("adaptive").run(_example("vgg16-adaptive-8xa100.yaml"), {"batches": "256"})
+
+
+def test_vgg16_example_holds_the_plan_and_beats_every_uniform_choice(vgg_plan):
+    found = vgg_plan
+    assert found.scenario["strategy"] == _example("vgg16-adaptive-8xa100.yaml")["strategy"]
+    assert found.details["returned"] == "adaptive"
+    uniform = [u["simulated_step_s"] for u in found.details["uniform"].values() if u["simulated_step_s"]]
+    assert found.step_time_s < min(uniform)
+    labels = {c["name"]: c["choice"] for c in found.details["components"]}
+    assert labels["conv@224x224.0"] == "data 8" and labels["head.0"] != "data 8"
+
+
+def test_vgg16_choices_move_with_the_batch(vgg_plan):
+    # at 256 images the big early convolutions still split the batch; what changes is reported
+    (row,) = vgg_plan.details["re_chosen"]
+    assert row["setting"] == {"batch": 256}
+    assert row["choices"]["conv@224x224.0"] == "data 8"
+    assert row["changed"] and all(a != b for a, b in row["changed"].values())
+
+
+@pytest.mark.slow
+def test_bert_example_holds_the_plan_and_beats_every_uniform_choice():
+    raw = _example("bert-large-adaptive-8xt4.yaml")
+    found = get_planner("adaptive").run(raw, {})
+    assert found.scenario["strategy"] == raw["strategy"]
+    uniform = [u["simulated_step_s"] for u in found.details["uniform"].values() if u["simulated_step_s"]]
+    assert found.step_time_s < min(uniform)
+
+
+@pytest.mark.parametrize(("options", "field"), [
+    ({"choices": "data,pipeline"}, "--option choices"),
+    ({"batches": "32,zero"}, "--option batches"),
+    ({"gpus": "0"}, "--option gpus"),
+    ({"depth": 2}, "--option depth"),
+])
+def test_bad_options_name_themselves(options, field):
+    with pytest.raises(ConfigError, match=field):
+        get_planner("adaptive").run(_example("vgg16-adaptive-8xa100.yaml"), options)
