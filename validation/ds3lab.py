@@ -321,7 +321,7 @@ def parameter_server_check(transport: str = "collective") -> list[CheckedRow]:
 # -- reports ----------------------------------------------------------------------------------------
 
 def report(name: str, rows: list[CheckedRow], target: float, notes: list[str]) -> dict[str, Any]:
-    held = [abs(r.error) for r in rows if r.half == "held-out"]
+    held = [abs(r.error) for r in rows if r.half == "held-out"]  # "set-aside" rows are listed, not counted
     fit = [abs(r.error) for r in rows if r.half == "fit"]
     value = median(held) if held else float("nan")
     return {"case_set": name, "source": SOURCE, "target_median_abs_error": target,
@@ -355,15 +355,24 @@ def parameter_server_report() -> dict[str, Any]:
     return report("ds3lab_gpt3xl_parameter_server", parameter_server_check("collective"), PIPELINE_TARGET, notes)
 
 
+def megatron_dp_report() -> dict[str, Any]:
+    """The Megatron-LM data-parallel (all-reduce) runs: validation/ds3lab_dp.py."""
+    from validation.ds3lab_dp import megatron_report
+
+    return megatron_report()
+
+
 REPORTS = {"ds3lab_p2p": p2p_report, "ds3lab_gpt3xl_pipeline": pipeline_report,
-           "ds3lab_gpt3xl_parameter_server": parameter_server_report}
+           "ds3lab_gpt3xl_parameter_server": parameter_server_report,
+           "ds3lab_gpt3xl_megatron_dp": megatron_dp_report}
 
 
 def print_report(block: dict[str, Any]) -> None:
     print(f"{block['case_set']}: {block['source']}")
-    print(f"  {'case':<78} {'half':<9} {'measured s':>10} {'simulated s':>11} {'error':>8}")
+    width = max([78] + [len(c["name"]) for c in block["cases"]])
+    print(f"  {'case':<{width}} {'half':<9} {'measured s':>10} {'simulated s':>11} {'error':>8}")
     for c in block["cases"]:
-        print(f"  {c['name'][:78]:<78} {c['half']:<9} {c['measured_s']:>10.3f} {c['simulated_s']:>11.3f} "
+        print(f"  {c['name']:<{width}} {c['half']:<9} {c['measured_s']:>10.3f} {c['simulated_s']:>11.3f} "
               f"{100 * c['relative_error']:>+7.1f}%")
     for note in block["notes"]:
         print(f"  {note}")

@@ -1,0 +1,135 @@
+"""DS3Lab Decentralized_FM_alpha: the Megatron-LM data-parallel baselines (all-reduce) of GPT-3 XL.
+
+Data: ``validation/data/dfm_gpt3_xl_megatron.csv``, every Megatron-LM cell of results/gpt3_xl.md and
+gpt3_xl_fp16.md (copied from ../shared/published/seeds/dfm_iteration_times.csv, columns unchanged; the
+repository has no licence, only its numbers are used). The set is the rows with data parallelism
+(``DP=6`` / ``DP=8``), which reduce gradients with Megatron's all-reduce (``--DDP-impl local``: after the
+backward pass, not overlapped):
+
+- gpt3_xl.md, 6 x p3.16xlarge (25 Gb/s between instances), 24 layers, global batch 252, TP x PP = 8 over
+  micro-batch 1/2/3, fp32 and fp16, with and without activation recompute;
+- gpt3_xl.md, 48 x p3.2xlarge (one V100 each), TP 4 PP 2 DP 6, at the default network and under ``tc``;
+- gpt3_xl_fp16.md, 8 x p3.16xlarge, global batch 1024, TP x PP = 8, 24/32/40 layers, micro-batch 1/2/4;
+- gpt3_xl_fp16.md, 64 x p3.2xlarge at the default network, and PP 8 DP 8 under ``tc`` (10 and 50 ms, 1 Gb/s).
+
+Nothing is fitted on these rows: every row is a check (as the parameter-server set). The V100 GEMM factor
+per precision is the one fitted on the DT-FM pipeline rows at the default network and the NCCL transport
+the one fitted on the 64 MB point-to-point rows (validation/ds3lab.py); the p3.16xlarge is the catalog's
+(its NVLink and NIC efficiencies are assumed there). The launch scripts (dfm_launch_flags.csv) fix the
+rest: ``--fp16`` or fp32, ``--checkpoint-activations`` (full recompute), ``--optimizer sgd``,
+``--DDP-impl local``, the 1F1B schedule of Megatron-LM, seq 2048, hidden 2048, 16 heads.
+
+Rows set aside, each with its reason in the report (never silently): cells the authors marked ``??``,
+and cells of gpt3_xl_fp16.md's "8 p3.16xlarge" rows (lines 183/192/202) that repeat, number for number,
+the micro-batch-1 cells of its earlier tables (lines 106/120/132) -- one measurement printed twice counts
+once. The one repeat whose numbers differ (PP 8, 24 layers: 16.91 s at line 106, 24.34 s at line 183)
+stays twice: two different measurements of one setting.
+"""
+
+from __future__ import annotations
+
+from functools import cache
+from pathlib import Path
+from typing import Any
+
+import pandas as pd
+
+from validation import ds3lab
+
+DATA = Path(__file__).resolve().parent / "data"
+MEGATRON_CSV = DATA / "dfm_gpt3_xl_megatron.csv"
+TARGET = 0.15
+P3_16XLARGE_GBIT_PER_S = 25.0
+
+
+def megatron_rows() -> pd.DataFrame:
+    """The Megatron-LM cells with data parallelism and a number, with ``half`` = held-out or set-aside and
+    ``aside`` the reason."""
+    rows = pd.read_csv(MEGATRON_CSV)
+    for axis in ("tp", "pp", "dp"):
+        rows[axis] = rows["parallel"].str.extract(rf"{axis.upper()}=(\d+)")[0].astype(int)
+    rows = rows[(rows["dp"] > 1) & rows["value"].notna()].copy()
+    rows["instances"] = rows["hardware"].str.extract(r"(\d+) x")[0].astype(int)
+    rows["gpus_per_instance"] = (rows["tp"] * rows["pp"] * rows["dp"]) // rows["instances"]
+    rows["aside"] = ""
+    flagged = rows["value_status"].fillna("").str.contains(r"\?\?")
+    rows.loc[flagged, "aside"] = "marked '??' by the authors"
+    key = ["md_file", "n_layers", "global_batch", "micro_batch", "precision", "activation_recompute", "tp", "pp",
+           "dp", "gpus_per_instance", "value"]
+    repeat = rows.duplicated(subset=key, keep="first") & ~flagged
+    first_line = rows.drop_duplicates(subset=key, keep="first").set_index(key)["line"]
+    for i in rows.index[repeat]:
+        rows.loc[i, "aside"] = f"repeats line {first_line.loc[tuple(rows.loc[i, key])]} number for number"
+    rows["half"] = ["set-aside" if a else "held-out" for a in rows["aside"]]
+    return rows.reset_index(drop=True)
+
+
+def _node(row, factor: float) -> dict[str, Any]:
+    from hardware_specs.catalog import NODES
+
+    precision = str(row["precision"])
+    if int(row["gpus_per_instance"]) == 8:
+        node = NODES.get("p3-16xlarge").model_dump()
+    else:
+        node = dict(ds3lab.p3_node(ds3lab._setting(row)[1]))
+    node["accelerator"] = ds3lab._v100(precision, factor)
+    return node
+
+
+def megatron_scenario(row) -> dict[str, Any]:
+    """One Megatron-LM run: p3.2xlarge rows on DS3Lab's per-node tc fabric with the fitted NCCL transport (as the
+    pipeline set), p3.16xlarge rows on the catalog instance over the default fat tree at its 25 Gb/s NIC."""
+    precision = str(row["precision"])
+    tp, pp, dp = int(row["tp"]), int(row["pp"]), int(row["dp"])
+    gpus = tp * pp * dp
+    if int(row["gpus_per_instance"]) == 8:
+        fabric: Any = "fat-tree"
+    else:
+        delay, rate = ds3lab._setting(row)
+        fabric = ds3lab.shaped_fabric(gpus, delay, rate, ds3lab.fitted_transports()["NCCL"])
+    return {
+        "name": f"ds3lab-megatron-gpt3-xl-tp{tp}-pp{pp}-dp{dp}",
+        "model": {"name": "gpt3-xl-style", "num_layers": int(row["n_layers"]), "hidden_size": 2048,
+                  "num_attention_heads": 16, "vocab_size": 50257, "seq_length": 2048},
+        "cluster": {"node": _node(row, ds3lab.fit_compute_factor(precision)), "num_gpus": gpus, "fabric": fabric},
+        "parallelism": {"tp": tp, "pp": pp, "dp": dp, "schedule": "1f1b",
+                        "micro_batch_size": int(row["micro_batch"]), "global_batch_size": int(row["global_batch"]),
+                        "recompute": "full" if row["activation_recompute"] == "yes" else "none",
+                        "overlap_grad_reduce": False, "overlap_p2p_comm": False},
+        "training": {"precision": precision, "optimizer": "sgd"},
+    }
+
+
+def _label(row) -> str:
+    where = f"{row['instances']} x p3.{'16' if row['gpus_per_instance'] == 8 else '2'}xlarge"
+    net = "" if pd.isna(row["tc_delay_ms"]) else f", tc {row['tc_delay_ms']:g} ms {row['tc_bandwidth_gbps']:g} Gb/s"
+    recompute = "" if row["activation_recompute"] == "yes" else " no-recompute"
+    return (f"{row['md_file']}:{row['line']} TP{row['tp']} PP{row['pp']} DP{row['dp']} L{row['n_layers']} "
+            f"mb{int(row['micro_batch'])} {row['precision']}{recompute}, {where}{net}")
+
+
+@cache
+def megatron_check() -> tuple[ds3lab.CheckedRow, ...]:
+    from simulator.scenario import load_scenario
+    from simulator.simulate import simulate
+
+    out = []
+    for _, row in megatron_rows().iterrows():
+        result = simulate(load_scenario(megatron_scenario(row)))
+        label = _label(row)
+        if not result.fits:
+            label += " [simulator: does not fit in memory]"
+        if row["aside"]:
+            label += f" [set aside: {row['aside']}]"
+        out.append(ds3lab.CheckedRow(label, float(row["value"]), result.step_time_s, row["half"]))
+    return tuple(out)
+
+
+def megatron_report() -> dict[str, Any]:
+    rows = list(megatron_check())
+    aside = [r for r in rows if r.half == "set-aside"]
+    notes = ["nothing fitted on these rows: V100 GEMM factors of ds3lab_gpt3xl_pipeline (fp16 "
+             f"{ds3lab.fit_compute_factor('fp16'):.3f}, fp32 {ds3lab.fit_compute_factor('fp32'):.3f}), NCCL transport "
+             "of ds3lab_p2p; p3.16xlarge as in the catalog (NVLink and NIC efficiencies assumed)",
+             f"{len(aside)} rows set aside (listed above with their reason and error), not counted in the median"]
+    return ds3lab.report("ds3lab_gpt3xl_megatron_dp", rows, TARGET, notes)
