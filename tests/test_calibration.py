@@ -11,6 +11,7 @@ import numpy as np
 import pytest
 import yaml
 
+from hardware_specs.schema import Node
 from simulator.cli import main
 from simulator.cost.calibration import (
     build_profile,
@@ -226,6 +227,17 @@ def test_sync_jitter_is_the_relative_wait_over_the_expected_maximum(tmp_path):
     eff = build_profile(read_microbench(folder), source_label="m")["node"]["accelerator"]["efficiency"]
     assert eff["sync_jitter"] == pytest.approx(0.06 * math.sqrt(math.pi), abs=1e-4)  # median wait / e_2
     assert "skew.csv" in eff["sync_jitter_source"] and "3 segment lengths" in eff["sync_jitter_source"]
+    # an overloaded host (the slowest of two ranks ~0.9 of a segment behind) gives a valid, capped profile
+    for r in rows:
+        r["relative_wait"] = 0.9
+    with (folder / "microbench" / "skew.csv").open("w", newline="") as fh:
+        writer = csv.DictWriter(fh, fieldnames=list(rows[0]))
+        writer.writeheader()
+        writer.writerows(rows)
+    profile = build_profile(read_microbench(folder), source_label="m")
+    eff = profile["node"]["accelerator"]["efficiency"]
+    assert eff["sync_jitter"] == 1.0 and "capped at 1 from 1.5952" in eff["sync_jitter_source"]
+    Node.model_validate(profile["node"])  # the bound the spec enforces (it failed calibrate with exit 2)
 
 
 def test_overlap_slowdown_is_the_median_over_ranks(tmp_path):

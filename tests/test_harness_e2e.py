@@ -5,8 +5,9 @@ idle cores); the profile is fitted on the microbenchmarks only; every training r
 predicted with the simulator.
 
 What is judged is the *ratio* between strategies measured in the same loop — DDP vs single,
-FSDP vs DDP, 1F1B vs GPipe, TP vs single, GPipe vs single: the predicted ratio against the
-measured one. A machine that is slower or faster as a whole (a slower VM, other jobs) scales both
+FSDP vs DDP, 1F1B vs GPipe, TP vs single, GPipe vs single, and the kinds torch runs directly
+(issue 20): local learning vs 1F1B, local SGD (H = 4) vs DDP, optimizer step in backward vs a
+separate step: the predicted ratio against the measured one. A machine that is slower or faster as a whole (a slower VM, other jobs) scales both
 strategies of a pair alike and cancels out; what is left is whether the simulator orders and
 spaces the strategies as the real runs do. A ratio carries the noise of two runs: with the per-run
 targets of the absolute check this test had before (median 15%, worst 30%) and independent errors,
@@ -48,14 +49,17 @@ MEDIAN_TOLERANCE = 0.15 * math.sqrt(2)  # 21%: the 15% / 30% per-run targets, fo
 MAX_TOLERANCE = 0.30 * math.sqrt(2)     # 42% (see the module docstring)
 OVERLOAD_PER_CORE = 3.0  # one-minute load average per core above which a miss is the machine's (docstring)
 ADJUSTED = "probe_adjusted_relative_error"  # printed beside the raw errors
-RATIO_PAIRS = (("ddp", "single"), ("fsdp", "ddp"), ("pp_1f1b", "pp_gpipe"), ("tp", "single"), ("pp_gpipe", "single"))
+RATIO_PAIRS = (("ddp", "single"), ("fsdp", "ddp"), ("pp_1f1b", "pp_gpipe"), ("tp", "single"), ("pp_gpipe", "single"),
+               # the kinds torch runs directly (issue 20): each against the run it replaces
+               ("local_learning", "pp_1f1b"), ("local_sgd", "ddp"), ("step_in_backward", "step_separate"))
 
 
 def _measure(out):
+    from validation.harness.layouts import EXTRA_STRATEGIES, STRATEGIES
     from validation.harness.run import run_microbench_files, run_training_files
 
     run_microbench_files(out, world_size=2, quick=True)
-    run_training_files(out, world_size=2, quick=True)
+    run_training_files(out, world_size=2, quick=True, strategies=[*STRATEGIES, *EXTRA_STRATEGIES])
     return out
 
 
@@ -88,7 +92,7 @@ def _predict(measured):
     by = {r["strategy"]: r for r in rows}
     ratios = ratio_errors(rows)
     summary = {"raw": error_summary(rows), "at_probe": error_summary(rows, ADJUSTED), "ratios": ratio_summary(ratios)}
-    table = "\n".join(f"{r['strategy']:<9s} measured {r['measured_step_time_s'] * 1e3:8.1f} ms  predicted "
+    table = "\n".join(f"{r['strategy']:<16s} measured {r['measured_step_time_s'] * 1e3:8.1f} ms  predicted "
                       f"{r['predicted_step_time_s'] * 1e3:8.1f} ms  error {r['relative_error'] * 100:+6.1f}%  "
                       f"probe x{r['probe_slowdown'] or float('nan'):.2f}  at probe "
                       f"{(r[ADJUSTED] if r[ADJUSTED] is not None else float('nan')) * 100:+6.1f}%" for r in rows)
@@ -98,7 +102,7 @@ def _predict(measured):
                   f"max {100 * s['max_abs_relative_error']:.1f}% (report only)")
     for pair, err in ratios.items():
         a, b = pair.split("/")
-        table += (f"\n{pair:<18s} measured {by[a]['measured_step_time_s'] / by[b]['measured_step_time_s']:6.3f}  "
+        table += (f"\n{pair:<31s} measured {by[a]['measured_step_time_s'] / by[b]['measured_step_time_s']:6.3f}  "
                   f"predicted {by[a]['predicted_step_time_s'] / by[b]['predicted_step_time_s']:6.3f}  "
                   f"error {100 * err:+6.1f}%")
     table += (f"\nratios   median |error| {100 * summary['ratios']['median_abs_ratio_error']:.1f}%, "
@@ -126,7 +130,8 @@ def predicted(measured):
 def test_every_run_is_recorded_and_predicted(predicted):
     rows, summary, table = predicted
     print(table)
-    assert {r["strategy"] for r in rows} == {"single", "ddp", "fsdp", "pp_gpipe", "pp_1f1b", "tp", "local_learning"}
+    assert {r["strategy"] for r in rows} == {"single", "ddp", "fsdp", "pp_gpipe", "pp_1f1b", "tp", "local_learning",
+                                             "local_sgd", "step_in_backward", "step_separate"}
     assert all(r["probe_slowdown"] and r["probe_slowdown"] > 0 for r in rows), "every run carries the speed probe"
     assert all(r[ADJUSTED] is not None for r in rows), "every CPU run is also predicted at the probe's speed"
     assert all(r["predicted_step_time_s"] > 0 and r["measured_step_time_s"] > 0 for r in rows)

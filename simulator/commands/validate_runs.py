@@ -95,7 +95,8 @@ def _runs_folder(args, profile: Path) -> Path:
 def render(rows: list[dict], summary: dict, tolerance: tuple[float, float], adjusted_summary: dict | None = None,
            judged: str = "relative_error") -> str:
     """The per-run table; the verdict line judges ``judged`` (raw, or at the probe's speed)."""
-    lines = [f"{'strategy':<10s} {'layout':<28s} {'measured':>10s} {'(p10-p90)':>17s} {'predicted':>10s} {'error':>8s}"
+    width = max([len("strategy"), *(len(r["strategy"]) for r in rows)])
+    lines = [f"{'strategy':<{width}s} {'layout':<28s} {'measured':>10s} {'(p10-p90)':>17s} {'predicted':>10s} {'error':>8s}"
              f" {'probe':>6s} {'at probe':>9s}"]
     for r in rows:
         lay = r["layout"]
@@ -103,7 +104,7 @@ def render(rows: list[dict], summary: dict, tolerance: tuple[float, float], adju
                   + (f" {lay['schedule']}" if lay["pp"] > 1 else "") + f" mb{lay['micro_batch_size']}/{lay['global_batch_size']}")
         spread = (f"({r['measured_p10_s'] * 1e3:.0f}-{r['measured_p90_s'] * 1e3:.0f} ms)"
                   if r.get("measured_p10_s") is not None else "")
-        lines.append(f"{r['strategy']:<10s} {layout:<28s} {r['measured_step_time_s'] * 1e3:8.1f}ms {spread:>17s} "
+        lines.append(f"{r['strategy']:<{width}s} {layout:<28s} {r['measured_step_time_s'] * 1e3:8.1f}ms {spread:>17s} "
                      f"{r['predicted_step_time_s'] * 1e3:8.1f}ms {r['relative_error'] * 100:+7.1f}%"
                      + (f" {'x' + format(r['probe_slowdown'], '.2f'):>6s}" if r.get("probe_slowdown") else f" {'-':>6s}")
                      + (f" {r['probe_adjusted_relative_error'] * 100:+8.1f}%"

@@ -152,8 +152,11 @@ def run_microbench_files(out: Path, world_size: int, quick: bool, device: str | 
 
 
 def run_training_files(out: Path, world_size: int, quick: bool, device: str | None = None,
-                       threads_per_rank: int = 1, config=None) -> dict:
-    """Run the training strategies in a ``world_size`` job and write ``out/training/*``."""
+                       threads_per_rank: int = 1, config=None, strategies: list[str] | None = None) -> dict:
+    """Run the training strategies in a ``world_size`` job and write ``out/training/*``.
+
+    ``strategies`` (default: the default loop, ``layouts.STRATEGIES``) may name the extra ones too
+    (``layouts.EXTRA_STRATEGIES``); a given ``config`` carries its own list instead."""
     from validation.harness.launcher import choose_device, launch
     from validation.harness.model import default_spec
     from validation.harness.training import TrainingConfig, merge_ranks, run_training
@@ -161,7 +164,7 @@ def run_training_files(out: Path, world_size: int, quick: bool, device: str | No
     folder = out / TRAIN_DIR
     if config is None:
         spec = default_spec(quick=False).model_dump(exclude_none=True)
-        config = TrainingConfig(spec=spec)
+        config = TrainingConfig(spec=spec, **({"strategies": list(strategies)} if strategies else {}))
         if quick:
             config = replace(config, warmup_steps=2, steps=8, profile_steps=2)
     config = replace(config, trace_dir=str(folder / "traces"))
