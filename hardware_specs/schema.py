@@ -103,6 +103,44 @@ class AttentionEfficiency(Spec):
         return min(1.0, level * factor * seq_len / (seq_len + half))
 
 
+class ConvEfficiency(Spec):
+    """A convolution pass's efficiency (achieved / the precision's dense peak) by its shape, for one
+    precision (simulator/cost/conv.py; validation/calibrate_conv.py fits it on DeepPool's per-layer
+    A100 profiles). cuDNN runs a convolution as an implicit GEMM (Chetlur et al. 2014, Sec. 3) in
+    tiles of output pixels × output channels, looping over the reduction (input channels × window):
+
+        eff = level · C / (C + half_channels) · K / (K + half_reduction) · class factors
+
+    ``C`` is the pass's output channels (forward: C_out; data gradient: C_in; weight gradient:
+    C_in·kh·kw, the weight's columns) and ``K`` its reduction per output element (forward: C_in·kh·kw;
+    data gradient: C_out·kh·kw; weight gradient: N·H_out·W_out). A tile's width is fixed, so a pass
+    with few output channels leaves part of every tile idle (tile quantisation: time ∝ C + a
+    constant), and a short reduction pays each tile's prologue and epilogue over few steps (time ∝
+    K + a constant): both saturating terms. Class factors: strided windows (the data gradient
+    scatters to every stride-th input; cuDNN's strided kernels are slower), 1×1 windows (a plain GEMM,
+    no im2col gather) and one-dimensional 1×k / k×1 windows (Inception-v3)."""
+
+    level: float = Field(gt=0, le=1, description="efficiency of a wide, deep 3x3 convolution pass")
+    half_channels: float = Field(ge=0, description="output channels of a pass at half the level")
+    half_reduction: float = Field(ge=0, description="reduction length of a pass at half the level")
+    strided_factor: float = Field(gt=0, le=2, description="a window with stride > 1")
+    pointwise_factor: float = Field(gt=0, le=2, description="a 1x1 window")
+    asymmetric_factor: float = Field(gt=0, le=2, description="a 1xk or kx1 window")
+    source: str
+    fitted_on: str | None = None
+
+    def efficiency(self, channels: float, reduction: float, kh: int, kw: int, stride: int) -> float:
+        eff = (self.level * channels / (channels + self.half_channels)
+               * reduction / (reduction + self.half_reduction))
+        if stride > 1:
+            eff *= self.strided_factor
+        if kh == kw == 1:
+            eff *= self.pointwise_factor
+        elif kh != kw:
+            eff *= self.asymmetric_factor
+        return min(1.0, eff)
+
+
 class CrossNodePipelineFloor(Spec):
     """A framework's host-side floor on the decoder layers of a pipeline stage whose pipeline
     neighbour sits on another node (simulator/cost/host_floor.py).
@@ -155,6 +193,9 @@ class ComputeEfficiency(Spec):
                     "this fraction of the curve (tensor cores need 16-byte aligned tiles: NVIDIA, Matrix "
                     "Multiplication Background User's Guide, 'Tensor Core Requirements')")
     misaligned_gemm_factor_source: str | None = None
+    conv_efficiency: dict[CurveKey, ConvEfficiency] = Field(
+        default_factory=dict, description="convolution passes by shape, per precision (simulator/cost/conv.py);"
+                                          " a precision without one prices convolutions on its GEMM curve")
     attention: AttentionEfficiency | None = Field(
         default=None, description="the fused attention kernel (training.attention: flash); None: the GEMM "
                                   "curve times attention_efficiency_factor")

@@ -81,6 +81,7 @@ class Op:
     executed_fraction: float = 1.0             # share of ``flops`` the kernel runs (causal skipping)
     overlap_knob: str = ""                     # which switch turns ``overlaps_next`` on ("tp_comm"; else by group)
     measured_s: float | None = None            # a profiled time that replaces the roofline (per-layer profiles)
+    conv: tuple[str, int, int, int] | None = None  # a convolution pass: (fwd|dgrad|wgrad, kh, kw, stride)
 
     @property
     def gflop_per_gemm(self) -> float:

@@ -11,7 +11,9 @@ multiple of 16 bytes. A fused attention kernel (FlashAttention) uses the spec's
 one; otherwise (and for the materialised QK^T / AV GEMMs) the GEMM curve at the size of one
 GEMM times ``attention_efficiency_factor``. Where the constants come from is recorded in the
 spec (``source`` / ``fitted_on`` per curve; see simulator/cost/provenance.py). Each distinct op
-shape is priced once (memoized).
+shape is priced once (memoized). A convolution pass (``op.conv``) is priced by the spec's
+``conv_efficiency`` for the precision where it has one (simulator/cost/conv.py: efficiency by
+output channels, reduction length and window class), else as a GEMM on the curve.
 An op's ``executed_fraction`` scales the FLOPs its kernel runs (a causal fused attention kernel
 skips the masked tiles) while the counted FLOPs stay as they are.
 """
@@ -22,6 +24,7 @@ import math
 from functools import lru_cache
 
 from hardware_specs.schema import Accelerator
+from simulator.cost.conv import conv_efficiency
 from workloads.graph import Op, gemm_class
 
 ALIGNMENT_BYTES = 16  # tensor-core tiles need 16-byte aligned leading dimensions (cuBLAS / hipBLASLt)
@@ -122,6 +125,9 @@ class ComputeModel:
             eff.optimizer_efficiency if eff.optimizer_efficiency is not None else eff.memory_bound_efficiency)
         self.launch_s = eff.kernel_launch_overhead_us * 1e-6
         self._time = lru_cache(maxsize=None)(self._time_uncached)
+        # convolutions by shape where the spec has a model for this precision (simulator/cost/conv.py)
+        self.conv_model = None if self.fp8 else eff.conv_efficiency.get(self.gemm_key)
+        self._conv_time = lru_cache(maxsize=None)(self._conv_time_uncached)
 
     def time_s(self, op: Op) -> float:
         """Seconds for one op (collectives are priced by the network, not here); an op of a measured
@@ -130,6 +136,8 @@ class ComputeModel:
             raise ValueError(f"{op.name} is a collective: the network model prices it")
         if op.measured_s is not None:
             return op.measured_s
+        if op.conv is not None and op.kind == "gemm" and self.conv_model is not None:
+            return self._conv_time(op)
         kind = op.kind
         if kind == "gemm" and self.fp8 and gemm_class(op.name) not in self.fp8_gemms:
             kind = "gemm_bf16"  # a GEMM kept in higher precision in an fp8 run
@@ -158,6 +166,12 @@ class ComputeModel:
             gemm_s += (batch * (m * k + k * n) * QUANTISE_BYTES_PER_ELEMENT[recipe] / self.mem_bw
                        + QUANTISE_KERNELS[recipe] * self.launch_s)
         return gemm_s
+
+    def _conv_time_uncached(self, op: Op) -> float:
+        """A convolution pass at the spec's shape efficiency (``conv_efficiency[precision]``, fitted as
+        convolution layers in training: no in-training or alignment factor on top)."""
+        eff = conv_efficiency(self.conv_model, op)
+        return max(op.flops / (self.peak_flops * eff), op.bytes_moved / self.mem_bw) + self.launch_s
 
     def ops_time_s(self, ops) -> float:
         return sum(self.time_s(op) for op in ops if op.kind != "collective")

@@ -47,6 +47,8 @@ def efficiency_provenance(scenario: Scenario) -> dict[str, str]:
 
     key = gemm_curve_key(scenario)
     out[f"gemm_{key}"] = curve(key)
+    if key in eff.conv_efficiency:  # convolutions by shape (simulator/cost/conv.py); else on the GEMM curve
+        out[f"conv_{key}"] = eff.conv_efficiency[key].fitted_on or ASSUMED
     if scenario.training.precision == "fp8" and key != {"nvfp4": "nvfp4", "mxfp8": "mxfp8",
                                                         "blockwise": "fp8_block"}.get(scenario.training.fp8_recipe, "fp8"):
         out[f"gemm_{scenario.training.fp8_recipe}"] = ASSUMED  # the recipe's kernel not measured: fp8 curve used

@@ -78,6 +78,8 @@ def scaled_efficiency(accelerator: str, gemm_scale: float, launch_us: float | No
     eff["gemm_curve"] = _scaled_points(eff["gemm_curve"], gemm_scale)
     for curve in (eff.get("gemm_curves") or {}).values():  # per-precision curves, where the spec has them
         curve["points"] = _scaled_points(curve["points"], gemm_scale)
+    for conv in (eff.get("conv_efficiency") or {}).values():  # convolutions by shape: their level
+        conv["level"] = round(min(1.0, conv["level"] * gemm_scale), 5)
     if launch_us is not None:
         eff["kernel_launch_overhead_us"] = launch_us
     eff["source"] = f"{eff.get('source', '')}; GEMM curve x {gemm_scale:.4f} (framework profile)"

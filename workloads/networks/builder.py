@@ -25,7 +25,7 @@ precision the bf16/fp16 cast copies of the weights that autocast keeps are left 
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from itertools import count
 
 from simulator.errors import ConfigError
@@ -144,6 +144,8 @@ class NetBuilder:
         fwd, bwd = self._gemm_ops(f"{name}.conv", self.batch * ho * wo, out_channels // groups,
                                   c // groups * kh * kw, groups, self._needs_grad(x), weights)
         out = self._new((out_channels, ho, wo), name)
+        # implicit GEMM: each pass reads and writes the tensors themselves, not the im2col matrix
+        fwd, bwd = _conv_passes(fwd, bwd, kh, kw, stride, self._bytes(x) + self._bytes(out) + self.elem * weights)
         return self._layer(name, kind, [x], out, [fwd], bwd, weights + (out_channels if bias else 0),
                            self._save(x), frozenset({"batch", "channels", "reduction", "spatial"}),
                            (kh, kw, stride, stride, ph, pw))
@@ -496,3 +498,16 @@ def _pool_out(size: int, kernel: int, stride: int, padding: int, ceil_mode: bool
     if (out - 1) * stride >= size + padding:
         out -= 1
     return out
+
+
+def _conv_passes(fwd: Op, bwd: list[Op], kh: int, kw: int, stride: int,
+                 moved_bytes: float) -> tuple[Op, list[Op]]:
+    """Tag a convolution's implicit GEMMs with their pass and window, which the compute model's
+    convolution efficiency reads (simulator/cost/conv.py), and give each pass the traffic of an
+    implicit GEMM (Chetlur et al. 2014, Sec. 3: the lowered matrix is built tile by tile in shared
+    memory, never in HBM): forward reads x and w and writes y, the data gradient reads dy and w
+    and writes dx, the weight gradient reads x and dy and writes dw."""
+    def tag(op: Op) -> Op:
+        pass_ = "dgrad" if op.name.endswith(".dgrad") else "wgrad" if op.name.endswith(".wgrad") else "fwd"
+        return replace(op, conv=(pass_, kh, kw, stride), bytes_moved=moved_bytes)
+    return tag(fwd), [tag(op) for op in bwd]
