@@ -82,8 +82,8 @@ def test_the_vectorised_fit_prices_rows_as_the_compute_model_does():
 def test_conv_passes_follow_the_shape_model():
     """Fewer output channels, a shorter reduction, a stride or a 1xk window: each makes a pass slower
     per FLOP; a precision without a conv model prices convolutions on its GEMM curve."""
-    from workloads.networks.builder import NetBuilder
     from simulator.cost.compute import ComputeModel
+    from workloads.networks.builder import NetBuilder
 
     accel = ACCELERATORS.get("a100-sxm-80g")
     tf32 = ComputeModel(accel, "fp32", tf32=True)

@@ -45,13 +45,13 @@ UNMET: dict[str, str] = {
     "vtrain_single": "held-out median |error| 11.7% (target 8%): one GEMM factor, launch overhead and intra-node "
                      "latency fitted on the fit half leave errors that grow with tp (small models, h 1024-2048) "
                      "and micro-batch: Megatron-DeepSpeed's small-GEMM efficiency is not a scaled A100 curve",
-    "cnn_dle": "held-out median |error| 11.9% (target 10%), max 43.9% (target 25%): TF32 ResNet-50 on A100 "
-               "+28..44% too fast in every framework (the A100 TF32 convolution curve fitted on DeepPool's layers "
-               "took it from +48%; fp32 batch norm and ReLU are left at the transformer-fitted memory-bound "
-               "efficiency), V100 FP32 -16..-27%; most groups have under three fit rows (catalog constants)",
-    "cnn_lambda": "held-out median |error| 1.1% (target 10%: met) but max 116.8% (target 25%): Lambda's A100 fp16 "
+    "cnn_dle": "held-out median |error| 6.6% (target 10%: met) but max 26.7% (target 25%): V100 FP32 rows "
+               "-15..-27% (TF1-XLA 16 GB -26.7%; no V100 convolution model: convolutions on the cuBLAS-fitted "
+               "GEMM curve at the fp32 peak); A100 TF32 -4..-10% with the DeepPool-fitted convolution model "
+               "(was +28..44% with one size curve)",
+    "cnn_lambda": "held-out median |error| 1.2% (target 10%: met) but max 125.8% (target 25%): Lambda's A100 fp16 "
                   "rows (1,430-1,582 img/s at batch 1,280, against DLE's 2,470 at 256 on the same GPU) have no "
-                  "fit-half rows and run +96..117% with the catalog curve; V100 16 GB fp16 +55/58% likewise",
+                  "fit-half rows and run +104..126% with the catalog constants; V100 16 GB fp16 +61..64% likewise",
 }
 
 

@@ -53,7 +53,13 @@ import pandas as pd
 from scipy.optimize import least_squares, minimize_scalar
 
 from hardware_specs.catalog import ACCELERATORS
-from hardware_specs.schema import Accelerator, ComputeEfficiency, ConvEfficiency, EfficiencyPoint, PrecisionCurve
+from hardware_specs.schema import (
+    Accelerator,
+    ComputeEfficiency,
+    ConvEfficiency,
+    EfficiencyPoint,
+    PrecisionCurve,
+)
 from simulator.cost.compute import ComputeModel
 from simulator.cost.conv import conv_channels_reduction
 from validation.calibrate_a100 import BASE_SHAPE
