@@ -208,13 +208,16 @@ def _run_plan(scenario: Scenario, kind, mode: str, detail: bool, engine: str):
 
 
 def simulate(scenario: Scenario, mode: str | None = None, detail: bool = False,
-             run_if_oom: bool = True, engine: str = "full") -> SimulationResult:
+             run_if_oom: bool = True, engine: str = "full", fold: bool = True) -> SimulationResult:
     """Simulate ``simulation.steps`` steps (one by default). ``mode`` overrides ``scenario.simulation.mode``; ``detail`` makes one
     task per kernel (for traces). An out-of-memory layout is still timed unless ``run_if_oom``
     is false, and is reported with ``fits: false`` and the reason. ``engine``: ``full`` (the
     discrete-event engine, the reference), ``fast`` or ``auto`` (see :func:`_run_plan`); the
     result's ``engine`` says which timed it. The fast path's folded evaluation keeps no plan:
-    its breakdown is extrapolated and it has no timeline."""
+    its breakdown is extrapolated and it has no timeline. ``fold``: the engine may run a long 1F1B or
+    interleaved pipeline folded (simulator/strategies/spmd/fold.py: three runs at fewer micro-batches,
+    extrapolated where every figure is affine; equal to the unrolled run to 1e-9); a folded result has
+    no memory-over-time series and no timeline, and says ``engine_fold``."""
     model, par = scenario.model, scenario.parallelism
     mode = mode or scenario.simulation.mode
     kind = get_kind(scenario.strategy_kind)
@@ -238,7 +241,25 @@ def simulate(scenario: Scenario, mode: str | None = None, detail: bool = False,
     busiest_stage, busiest = None, {}
     layers_per_chunk = chunk_counts(scenario, scenario.layer_graph())
     extra: dict[str, Any] = {}
-    if ok or run_if_oom:
+    folded = None
+    if (ok or run_if_oom) and fold and engine == "full" and not detail:
+        from simulator.strategies.spmd.fold import folded_engine_run
+
+        with cyclic_gc_paused():
+            folded = folded_engine_run(scenario, mode)
+    if folded is not None:
+        makespan = step_time = folded.makespan_s
+        step_times = [step_time]
+        breakdown = dict(folded.breakdown)
+        memory_peaks = {a: b / 2**30 for a, b in folded.memory_peak_bytes.items()}
+        actor_stage = dict(folded.stage_of)
+        mode = folded.mode or mode
+        busiest_stage, busiest = least_waiting_stage(folded.stage_breakdowns, breakdown)
+        extra.update({"engine": "full", "engine_fold": {
+            "micro_batches_evaluated": list(folded.micro_batches_evaluated),
+            "note": "steady state folded: figures extrapolated from the engine at these micro-batch counts "
+                    "(no memory-over-time series, no timeline)"}})
+    elif ok or run_if_oom:
         with cyclic_gc_paused():  # the plan's tasks and the engine's events: no cycles among them to find
             makespan, plan, total_breakdown, info, engine_run = _run_plan(scenario, kind, mode, detail, engine)
         if engine_run is not None:  # the engine counts memory as tasks allocate and free it
@@ -367,30 +388,40 @@ def _step_flops(scenario: Scenario) -> ModelFlops:
                       forward / max(1, len(graph.pipelined)))
 
 
-def _busiest_stage(plan: Plan, critical: str, critical_breakdown: dict[str, float],
-                   makespan: float) -> tuple[int | None, dict[str, float]]:
-    """The pipeline stage that waits least (the most time busy or in its own communication): what
-    bounds a pipeline, when the critical rank (the one finishing last) mostly waits for it. DeepSeek-V3
-    on 2048 H800s: stage 0 (3 dense layers) finishes last and spends 58% of the step in the bubble,
-    while the MoE stages spend it in their expert all-to-alls. Returns (stage, its breakdown per step),
-    or (None, {}) when that is the critical rank's own stage."""
+def stage_breakdowns(plan: Plan, critical: str, makespan: float) -> dict[int, dict[str, float]]:
+    """Each pipeline stage's breakdown per step (its first actor's), but the critical actor's own
+    stage; empty when the plan has fewer than two stages."""
     first_actor: dict[int, str] = {}
     for actor in plan.compute_tasks:
         first_actor.setdefault(plan.stage_of[actor], actor)
     if len(first_actor) < 2:
-        return None, {}
+        return {}
+    return {stage: {k: v / plan.steps for k, v in time_breakdown(plan, actor, makespan).items()}
+            for stage, actor in sorted(first_actor.items()) if actor != critical}
 
+
+def least_waiting_stage(stages: dict[int, dict[str, float]],
+                        critical_breakdown: dict[str, float]) -> tuple[int | None, dict[str, float]]:
+    """The pipeline stage that waits least (the most time busy or in its own communication): what
+    bounds a pipeline, when the critical rank (the one finishing last) mostly waits for it. DeepSeek-V3
+    on 2048 H800s: stage 0 (3 dense layers) finishes last and spends 58% of the step in the bubble,
+    while the MoE stages spend it in their expert all-to-alls. ``stages``: per stage but the critical
+    rank's, its breakdown per step (:func:`stage_breakdowns`). Returns (stage, its breakdown per step),
+    or (None, {}) when that is the critical rank's own stage."""
     def waiting(b: dict[str, float]) -> float:
         return b.get("pipeline_bubble", 0.0)
 
     best_stage, best = None, critical_breakdown
-    for stage, actor in sorted(first_actor.items()):
-        if actor == critical:
-            continue
-        b = {k: v / plan.steps for k, v in time_breakdown(plan, actor, makespan).items()}
+    for stage, b in sorted(stages.items()):
         if waiting(b) < waiting(best) - 1e-12:
             best_stage, best = stage, b
     return (best_stage, best) if best_stage is not None else (None, {})
+
+
+def _busiest_stage(plan: Plan, critical: str, critical_breakdown: dict[str, float],
+                   makespan: float) -> tuple[int | None, dict[str, float]]:
+    """:func:`least_waiting_stage` of the plan's stages."""
+    return least_waiting_stage(stage_breakdowns(plan, critical, makespan), critical_breakdown)
 
 
 def run_identity(scenario: Scenario) -> dict[str, Any]:

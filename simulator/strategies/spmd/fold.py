@@ -1,0 +1,202 @@
+"""The discrete-event engine on a folded pipeline: the steady state's identical micro-batches
+evaluated at three counts and extrapolated, instead of unrolled.
+
+A pipeline of p stages running m micro-batches under 1F1B or interleaved 1F1B repeats the same
+work for every micro-batch once the pipeline is full, and the engine is time-invariant: once the
+schedule is periodic, each further period adds the same time to every later event. This module
+runs the engine (unchanged, the reference) on the plan at m_a, m_a + q and m_a + 2q micro-batches
+(m_a ≡ m mod q, past the fill: every stage's micro-batches in flight, so its memory peak, at their
+steady count) and folds only where both of these hold:
+
+- one more period is an insertion: on every stream of every actor, the run with q more
+  micro-batches starts and ends each task up to some position exactly when the shorter run did,
+  and every later task exactly one period (the makespan's increment) later (to 1e-9 of the step;
+  round-off of thousands of sums is ~1e-13);
+- every reported figure is affine over the three points: the makespan, each rank's last kernel end
+  (the critical rank is picked from the extrapolated ones), the critical rank's breakdown, every
+  stage's breakdown (the busiest stage is picked from the extrapolated ones); and the simulated
+  memory peaks are equal at the three.
+
+Then each figure is extrapolated to m; otherwise the caller runs the unrolled plan. The period q is
+tried as one micro-batch, then p, for 1F1B (a pipeline's increments may repeat only every p
+micro-batches: a toy pipeline grows by 5.652, 5.637, 5.652, 5.652 ms per micro-batch, over and over),
+p for the interleaved schedule (its order repeats per group of p). Folded and unrolled agree to 1e-9
+relative (tests/test_engine_fold.py: toy and real layouts, 1F1B and interleaved, shared links, sync
+jitter, full and symmetric mode). Kernel/communication interference is refused by the checks (its
+increments wander without a period) and runs unrolled.
+
+Not folded: several steps, traces (``detail``), stragglers (per-device draws), GPipe (its memory
+grows with m: no steady peak), ZB-H1 (a list schedule, not periodic), and plans where the points
+tried would not at least halve the engine's work (so no example in ``examples/`` folds: their output
+stays that of the unrolled plan, bit for bit). A folded result has no memory-over-time series and no
+timeline (the result says ``engine_fold``).
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+
+from simulator.engine.engine import Engine
+from simulator.scenario import Scenario
+from simulator.strategies.plan import MEMORY_COUNTER
+from simulator.strategies.spmd.fast import _with_micro_batches
+
+# Relative tolerance of the affine check (as the fast path's: round-off is ~1e-13 relative).
+AFFINE_RTOL = 1e-9
+# Fold only where the three points cost at most this share of the unrolled plan's micro-batches.
+MAX_WORK_SHARE = 0.5
+FOLDED_SCHEDULES = ("1f1b", "interleaved")
+
+
+@dataclass(frozen=True)
+class FoldedRun:
+    """What :func:`simulator.simulate.simulate` reports from an engine run, extrapolated to the
+    scenario's micro-batches. Breakdowns are per step (one step)."""
+
+    makespan_s: float
+    critical_actor: str
+    breakdown: dict[str, float]
+    stage_breakdowns: dict[int, dict[str, float]]  # stage -> its first actor's breakdown (not the critical's)
+    memory_peak_bytes: dict[str, float]
+    stage_of: dict[str, int]
+    mode: str | None
+    micro_batches_evaluated: tuple[int, int, int]
+
+
+def engine_fold_points(scenario: Scenario) -> tuple[tuple[int, int, int], ...]:
+    """The micro-batch counts the engine may be run at, one triple per period tried in order, or ()
+    where the plan is not folded (module docstring). The period q: one micro-batch, then p, for 1F1B
+    (a pipeline's increments may repeat only every p micro-batches); p for the interleaved schedule
+    (its order repeats per group of p). The first point is past the fill: 1F1B from m = p + 1 (stage i
+    keeps min(p - i, m) micro-batches in flight: all saturated from m = p), interleaved from 2p (stage
+    i's warm-up, 2(p - i - 1) + (v - 1)p chunk passes, fits in m·v from m = 2p); all ≡ m (mod q).
+    Triples are kept while all tried so far cost at most half the unrolled plan's micro-batches."""
+    par, sim = scenario.parallelism, scenario.simulation
+    if (sim.steps != 1 or sim.stragglers is not None or scenario.co_located or par.pp < 2
+            or par.schedule not in FOLDED_SCHEDULES or scenario.strategy_kind != "spmd"):
+        return ()
+    m, p = par.num_micro_batches, par.pp
+    lowest = 2 * p if par.schedule == "interleaved" else p + 1
+    periods = (p,) if par.schedule == "interleaved" else (1, p)
+    out, work = [], 0
+    for q in dict.fromkeys(periods):
+        first = lowest + (m - lowest) % q
+        points = (first, first + q, first + 2 * q)
+        work += sum(points)
+        if work > MAX_WORK_SHARE * m:
+            break
+        out.append(points)
+    return tuple(out)
+
+
+def _affine(a: float, b: float, c: float, scale: float) -> bool:
+    return math.isclose(b - a, c - b, rel_tol=AFFINE_RTOL, abs_tol=AFFINE_RTOL * scale)
+
+
+def _point(scenario: Scenario, micro_batches: int, mode: str | None):
+    """One engine run on the plan at ``micro_batches``: its figures, as the unrolled run reports them."""
+    from simulator.simulate import stage_breakdowns, time_breakdown
+    from simulator.strategies.registry import get_kind
+
+    plan = get_kind("spmd").compile(_with_micro_batches(scenario, micro_batches), mode=mode)
+    engine = Engine(plan.topology.port_capacity)
+    makespan = engine.run(plan.streams, {(a, MEMORY_COUNTER): b for a, b in plan.memory_base_bytes.items()})
+    ends = {a: max((t.end_s for t in ts), default=0.0) for a, ts in plan.compute_tasks.items()}
+    critical = max(ends, key=lambda a: (ends[a], -plan.stage_of[a]))
+    return {
+        "makespan": makespan,
+        "ends": ends,
+        "critical": critical,
+        "breakdown": time_breakdown(plan, critical, makespan),
+        "stages": stage_breakdowns(plan, critical, makespan),
+        "peaks": {a: engine.counter_peaks[(a, MEMORY_COUNTER)] for a in plan.memory_base_bytes},
+        "stage_of": dict(plan.stage_of),
+        "mode": plan.mode,
+        "times": {key: [(t.start_s, t.end_s) for t in tasks] for key, tasks in plan.streams.items()},
+    }
+
+
+def _one_period_later(before: dict, after: dict, shift_s: float, scale: float) -> bool:
+    """Whether the run with one more period (``after``) is the run ``before`` with that period
+    inserted: on every stream, its tasks up to some position start and end exactly when they did
+    (what came before the new period), and every later one exactly ``shift_s`` later (what came
+    after it, now one period on). A schedule that is not yet periodic, or periodic over several
+    periods (a pipeline whose increments repeat every few micro-batches), moves its later tasks by
+    other amounts, and is not folded."""
+    if before.keys() != after.keys():
+        return False
+    tol = AFFINE_RTOL * scale
+    for key, old in before.items():
+        new = after[key]
+        inserted = len(new) - len(old)
+        if inserted < 0:
+            return False
+        head = True
+        for j, (start, end) in enumerate(old):
+            if head:
+                s, e = new[j]
+                if abs(s - start) <= tol and abs(e - end) <= tol:
+                    continue
+                head = False
+            s, e = new[j + inserted]
+            if abs(s - start - shift_s) > tol or abs(e - end - shift_s) > tol:
+                return False
+    return True
+
+
+def folded_engine_run(scenario: Scenario, mode: str | None = None) -> FoldedRun | None:
+    """The engine's figures for ``scenario`` from three runs of its folded plan, or None where it is
+    not folded or a figure is not affine over the three points (run the unrolled plan then)."""
+    for points in engine_fold_points(scenario):
+        folded = _folded(scenario, points, mode)
+        if folded is not None:
+            return folded
+    return None
+
+
+def _folded(scenario: Scenario, points: tuple[int, int, int], mode: str | None) -> FoldedRun | None:
+    runs = [_point(scenario, k, mode) for k in points]
+    first, mid, last = runs
+    scale = last["makespan"]
+    periods = (scenario.parallelism.num_micro_batches - points[2]) // (points[1] - points[0])
+
+    def extrapolated(values: list[float]) -> float | None:
+        a, b, c = values
+        return c + periods * (c - b) if _affine(a, b, c, scale) else None
+
+    def extrapolated_dict(dicts: list[dict]) -> dict | None:
+        if any(d.keys() != dicts[0].keys() for d in dicts):
+            return None
+        out = {}
+        for key in dicts[0]:
+            value = extrapolated([d[key] for d in dicts])
+            if value is None:
+                return None
+            out[key] = value
+        return out
+
+    makespan = extrapolated([r["makespan"] for r in runs])
+    if makespan is None or len({r["critical"] for r in runs}) != 1 or len({r["mode"] for r in runs}) != 1:
+        return None
+    critical = last["critical"]
+    if not (_one_period_later(first["times"], mid["times"], mid["makespan"] - first["makespan"], scale)
+            and _one_period_later(mid["times"], last["times"], last["makespan"] - mid["makespan"], scale)):
+        return None
+    ends = extrapolated_dict([r["ends"] for r in runs])
+    if ends is None or max(ends, key=lambda a: (ends[a], -last["stage_of"][a])) != critical:
+        return None  # another rank's last kernel would end last at m
+    breakdown = extrapolated_dict([r["breakdown"] for r in runs])
+    if breakdown is None or any(r["stages"].keys() != last["stages"].keys() for r in runs):
+        return None
+    stages = {}
+    for stage in last["stages"]:
+        stages[stage] = extrapolated_dict([r["stages"][stage] for r in runs])
+        if stages[stage] is None:
+            return None
+    peaks = last["peaks"]
+    for run in (first, mid):
+        if run["peaks"].keys() != peaks.keys() or any(
+                not math.isclose(run["peaks"][a], peaks[a], rel_tol=AFFINE_RTOL) for a in peaks):
+            return None  # memory still growing with the micro-batches: no steady peak
+    return FoldedRun(makespan, critical, breakdown, stages, dict(peaks), last["stage_of"], last["mode"], points)
