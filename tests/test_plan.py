@@ -157,6 +157,56 @@ def test_zero3_gathers_prefetch_one_layer_ahead_or_block():
     assert slow.time_breakdown_s["dp_comm"] > fast.time_breakdown_s["dp_comm"]
 
 
+def test_zero3_backward_gather_queues_before_the_reduce_scatter_of_the_layer_just_done():
+    # FSDP's backward prefetch (BACKWARD_PRE; FSDP2 and Megatron-FSDP alike): layer l-1's all-gather is
+    # issued when layer l's backward starts, ahead of layer l's gradient reduce-scatter, on the one
+    # communicator. Queued behind it, every gather waited for the previous layer's reduce-scatter and
+    # the backward ran serially with its collectives.
+    plan = Planner(a100(8, tp=1, pp=1, dp=8, zero_stage=3, gradient_bucket_mb=0.1)).build()
+    names = [t.name for t in _tasks(plan, "stage0", "dp")]
+    for mb in range(2):
+        for layer in (3, 2, 1):
+            gather = names.index(f"B.mb{mb}.c0.L{layer - 1}.zero3_gather")
+            reduce = next(i for i, n in enumerate(names) if n.startswith(f"B.mb{mb}.c0.L{layer}.")
+                          and "reduce_scatter" in n)
+            assert gather < reduce
+
+
+def test_zero3_backward_prefetch_post_waits_for_the_layer_just_done():
+    # BACKWARD_POST (Composer's default): layer l-1's gather starts when layer l's backward ends (still
+    # ahead of layer l's reduce-scatter); BACKWARD_PRE: when layer l+1's ends. Forward gathers alike.
+    def deps(**par):
+        plan = Planner(a100(8, tp=1, pp=1, dp=8, zero_stage=3, **par)).build()
+        by_name = {t.name: t for t in _tasks(plan, "stage0", "dp")}
+        return {name: [d.name for d in by_name[name].deps]
+                for name in ("B.mb0.c0.L1.zero3_gather", "F.mb0.c0.L2.zero3_gather")}
+
+    assert deps() == {"B.mb0.c0.L1.zero3_gather": ["B.mb0.c0.L3"], "F.mb0.c0.L2.zero3_gather": ["F.mb0.c0.L0"]}
+    assert deps(zero3_backward_prefetch="post") == {"B.mb0.c0.L1.zero3_gather": ["B.mb0.c0.L2"],
+                                                    "F.mb0.c0.L2.zero3_gather": ["F.mb0.c0.L0"]}
+
+
+def test_zero3_collectives_shorter_than_the_layers_hide_behind_them():
+    # Buffers as views (Megatron-FSDP, FSDP1's FlatParameter: no copy kernels): with every layer's
+    # gather and reduce-scatter shorter than its kernels (s = 2048 makes the layers compute-bound),
+    # the backward's layer kernels run back to back after the first, and the copy kernels are gone.
+    from simulator.simulate import simulate
+
+    model = {**SMALL, "seq_length": 2048}
+    r = simulate(a100(8, model, tp=1, pp=1, dp=8, zero_stage=3, zero_buffer_copies=False,
+                      gradient_bucket_mb=0.1))
+    kernels = [e for e in r.timeline if e.stream == "compute"]
+    assert not any("copy" in e.name for e in kernels)
+    backward = [e for e in kernels if e.name.startswith("B.mb1.c0.L")]
+    assert [e.name for e in backward] == [f"B.mb1.c0.L{i}" for i in (3, 2, 1, 0)]
+    for before, after in zip(backward, backward[1:], strict=False):
+        assert after.start_s == pytest.approx(before.end_s, abs=1e-12)
+    copies = simulate(a100(8, model, tp=1, pp=1, dp=8, zero_stage=3, gradient_bucket_mb=0.1))
+    assert any("zero3_copy_out" in e.name for e in copies.timeline)
+    assert any("grad_copy_in" in e.name for e in copies.timeline)
+    assert copies.step_time_s > r.step_time_s
+
+
 def test_pipeline_sends_between_nodes():
     # tp 2, pp 2, dp 4 on 2 nodes: stage 0 (rank 0, node 0) sends each micro-batch's activation to
     # stage 1 (rank 8, node 1) over the NICs; Megatron's scatter/gather sends b·s·h·2 / tp = 65,536 B.

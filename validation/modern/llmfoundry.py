@@ -40,7 +40,8 @@ def cases() -> tuple[list[ModernCase], list[Unrepresentable]]:
         recompute = "full" if bool(row["activation_checkpointing"]) else "none"
         parallelism = {"tp": 1, "pp": 1, "dp": n, "zero_stage": zero, "recompute": recompute,
                        "micro_batch_size": mbs, "global_batch_size": gbs,
-                       "overlap_grad_reduce": True, "overlap_param_gather": True}
+                       "overlap_grad_reduce": True, "overlap_param_gather": True,
+                       "zero3_backward_prefetch": "post"}  # Composer's FSDP default: BACKWARD_POST
         training = {"seq_length": seq, "precision": precision, "attention": "flash",
                     "grad_dtype": "bf16" if row["mp_mode"] == "PURE" else "fp32"}
         key = (f"llmfoundry|{model}|{row['gpu']}|{n}|{seq}|{mbs}|{gbs}|{row['precision']}|{row['mp_mode']}|"

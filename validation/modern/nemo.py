@@ -4,7 +4,8 @@ Each row gives the model, GPUs, precision, GBS/MBS, sequence, and TP/PP/CP/VP/EP
 the table does not print are NeMo's performance recipes for Megatron-Core with Transformer Engine
 (:func:`validation.modern.mapping.megatron_layout`): FlashAttention (cuDNN fused attention),
 sequence parallel and userbuffers TP overlap with tp > 1, the distributed optimizer (ZeRO-1), or
-Megatron FSDP (ZeRO-3) where the FSDP column is above 0, no activation recompute, interleaved 1F1B
+Megatron FSDP (ZeRO-3) where the FSDP column is above 0 (its parameters and gradients are views of
+its communication buffers: no copy kernels; the next layer's gather prefetched), no activation recompute, interleaved 1F1B
 with VP > 1, MoE routing force-balanced (the table's footnote). FP8 in every flavour the table
 names (delayed / current scaling, blockwise) is the simulator's FP8 (linear layers in FP8).
 SFT rows are packed sequences of the given length: the same step as pre-training.
@@ -86,6 +87,8 @@ def cases() -> tuple[list[ModernCase], list[Unrepresentable]]:
         gbs, seq = int(row["gbs"]), int(row["seq_len"])
         precision = _precision(row["precision"])
         parallelism = megatron_layout(tp, pp, cp, vp, ep, mbs, gbs, zero_stage=3 if fsdp > 0 else 1)
+        if fsdp > 0:  # Megatron-FSDP: parameters and gradients live in its communication buffers
+            parallelism["zero_buffer_copies"] = False
         if ep > 1:
             parallelism["moe_load_imbalance"] = 1.0
         training = {"seq_length": seq, "precision": precision, "attention": "flash"}

@@ -5,7 +5,8 @@
   over the data-parallel ranks, FlashAttention, no recompute (none is stated), MoE routing balanced.
   Its hybrid Mamba (Nemotron V3), Kimi K2, Qwen3 MoE and GPT-OSS models and its LoRA rows are not.
 - **IBM fms-fsdp** (PyTorch FSDP1, FlashAttention-2 through SDPA): Llama 2 7B/13B/70B and the
-  34B (Code Llama shape) at 2 sequences of 4096 per GPU; FSDP = ZeRO-3 with prefetch; AC "No" =
+  34B (Code Llama shape) at 2 sequences of 4096 per GPU; FSDP = ZeRO-3 with prefetch, the gathered
+  and reduced buffers FSDP1's FlatParameter views (no copy kernels, unlike FSDP2); AC "No" =
   none, "Selective"/"selective" = selective, "Yes" = full. A100 cluster: DGX A100 80GB with 400 Gb/s
   per node (2 NICs); the 96-H100 cluster 800 Gb/s per node (2 NICs); the 464-H100 cluster 3.2 Tb/s
   (8 NICs, the catalog DGX H100). MFU-only rows are converted with the model FLOPs per token and
@@ -15,9 +16,13 @@
   step to the CPU, which is not simulated.
 - **FlashAttention-2 paper** (Table 1): GPT3-1.3B/2.7B-style models on 8 x A100 80GB, materialised
   attention ("baseline") or FlashAttention-2; the FlashAttention-1 rows are not simulated (one fused
-  kernel model). The batch is not stated: 16,384 tokens per GPU per micro-batch, data parallel with
-  ZeRO-1, one micro-batch per step (assumed). The paper's TFLOP/s use its own count, 6·s·params +
-  12·L·h·s² per sequence, which converts them to tokens/s here.
+  kernel model). The batch is not stated: the largest micro-batch of at most 16,384 tokens per GPU
+  that fits the GPU without activation checkpointing (none is stated; FlashAttention: 16,384 tokens;
+  the 2K baseline: 4 sequences), data parallel with ZeRO-1, one micro-batch per step (assumed). The
+  8K baseline rows are not representable: one sequence's materialised scores of every layer need
+  145 / 242 GiB (1.3B / 2.7B) of the 80 GB, so the paper's run used a batch and checkpointing it
+  does not state. The paper's TFLOP/s use its own count, 6·s·params + 12·L·h·s² per sequence,
+  which converts them to tokens/s here.
 """
 
 from __future__ import annotations
@@ -55,7 +60,8 @@ def _fms(index: int, row, label: str) -> ModernCase | Unrepresentable:
     recompute = {"no": "none", "selective": "selective", "yes": "full"}[ac]
     compiled = "torch.compile" in str(row["framework"])
     parallelism = {"tp": 1, "pp": 1, "dp": n, "zero_stage": 3, "recompute": recompute, "micro_batch_size": local,
-                   "global_batch_size": local * n, "overlap_grad_reduce": True, "overlap_param_gather": True}
+                   "global_batch_size": local * n, "overlap_grad_reduce": True, "overlap_param_gather": True,
+                   "zero_buffer_copies": False}  # FSDP1: FlatParameter views of the gathered flat buffer
     training = {"seq_length": 4096, "precision": "bf16", "attention": "flash"}
     tokens = cell_float(row["tokens_per_s_per_gpu"])
     mfu = cell_float(row["mfu_pct"])
@@ -77,13 +83,40 @@ def _fa2(index: int, row, label: str) -> ModernCase | Unrepresentable:
     spec = resolve_model(model).model_copy(update={"seq_length": seq})
     flops_per_token = 6 * total_params(spec) + 12 * spec.num_layers * spec.hidden_size * seq
     tokens = float(row["model_tflops_per_gpu"]) * 1e12 / flops_per_token
-    mbs = FA2_TOKENS_PER_GPU // seq
-    parallelism = {"tp": 1, "pp": 1, "dp": 8, "zero_stage": 1, "micro_batch_size": mbs, "global_batch_size": 8 * mbs}
     training = {"seq_length": seq, "precision": "bf16", "attention": "flash" if flash else "standard"}
+
+    def build(mbs: int) -> dict:
+        parallelism = {"tp": 1, "pp": 1, "dp": 8, "zero_stage": 1, "micro_batch_size": mbs,
+                       "global_batch_size": 8 * mbs}
+        return scenario(f"other-{index}", model, "dgx-a100-80g", 8, parallelism, training)
+
+    mbs, needs_gib = _largest_fitting_micro_batch(build, FA2_TOKENS_PER_GPU // seq)
+    if mbs is None:
+        return _skip(index, label, f"materialised softmax at {seq} tokens: one sequence per GPU needs "
+                                   f"{needs_gib:.0f} GiB (the s x s scores, softmax and dropout mask of every "
+                                   f"layer) of the A100's 80 GB; the paper ran it with a batch and an activation "
+                                   f"checkpointing it does not state")
     key = f"other|fa2-paper|{model}|{seq}|{flash}"
-    return ModernCase("other", index, f"{label} {'flash' if flash else 'standard'}", key,
-                      scenario(f"other-{index}", model, "dgx-a100-80g", 8, parallelism, training), "bf16",
-                      "a100-sxm-80g", "fa2-paper|a100-sxm-80g|bf16", tokens)
+    return ModernCase("other", index, f"{label} {'flash' if flash else 'standard'} mbs{mbs}", key, build(mbs),
+                      "bf16", "a100-sxm-80g", "fa2-paper|a100-sxm-80g|bf16", tokens)
+
+
+def _largest_fitting_micro_batch(build, most: int) -> tuple[int | None, float]:
+    """The batch is not published: the largest micro-batch (a power of two, at most ``most``
+    sequences, the 16,384 tokens per GPU a FlashAttention run holds) whose analytic peak fits the
+    GPU, as a run without activation checkpointing would have to choose; (None, GiB that one
+    sequence needs) when not even one fits."""
+    from simulator.memory.analytic import GIB, fits, peak_rank_memory
+    from simulator.scenario import load_scenario
+
+    mbs, needs = most, 0.0
+    while mbs >= 1:
+        sc = load_scenario(build(mbs))
+        _, peak, per_stage = peak_rank_memory(sc)
+        if fits(sc, peak, per_stage)[0]:
+            return mbs, peak.total_bytes / GIB
+        needs, mbs = peak.total_bytes / GIB, mbs // 2
+    return None, needs
 
 
 def _automodel(index: int, row, label: str) -> ModernCase | Unrepresentable:

@@ -81,6 +81,20 @@ class Parallelism(BaseModel):
                     "weights during the current one (FSDP/DeepSpeed prefetch); off: ZeRO-1/2 gather after the "
                     "optimizer step, ZeRO-3 gathers each layer only once the one before has finished and the "
                     "compute waits (PyTorch FSDP2 over gloo, whose collectives block the host)")
+    zero3_backward_prefetch: Literal["pre", "post"] = Field(
+        default="pre",
+        description="ZeRO-3 backward prefetch (with overlap_param_gather): pre = the next layer's all-gather is "
+                    "issued when the current layer's backward starts (PyTorch FSDP BACKWARD_PRE, FSDP2's implicit "
+                    "prefetch, Megatron-FSDP), so it runs beside that layer's kernels; post = issued when the "
+                    "current layer's backward ends, ahead of its gradient reduce-scatter (FSDP BACKWARD_POST, "
+                    "MosaicML Composer's default): the next layer waits for its gather")
+    zero_buffer_copies: bool = Field(
+        default=True,
+        description="ZeRO-2/3 copy kernels: each gathered flat buffer is copied out into the layer's parameters "
+                    "and each gradient bucket copied into the reduce-scatter input (PyTorch FSDP2 "
+                    "foreach_all_gather_copy_out / foreach_reduce, DeepSpeed's partition and ipg buckets); off: "
+                    "parameters and gradients are views of persistent communication buffers and nothing is "
+                    "copied (Megatron-FSDP's parameter/gradient buffers, PyTorch FSDP1's FlatParameter)")
     overlap_p2p_comm: bool = Field(
         default=True,
         description="pipeline sends run beside the sender's next kernels (Megatron-LM --overlap-p2p-communication); "

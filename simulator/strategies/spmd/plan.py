@@ -785,12 +785,15 @@ class Planner:
             if task is None:
                 return ()
             task.deps.extend(after)  # the weights the previous step's optimizer updated
-            if par.overlap_param_gather and len(layer_ends) >= 2:
+            post = par.zero3_backward_prefetch == "post" and label.startswith("B.")
+            if par.overlap_param_gather and not post and len(layer_ends) >= 2:
                 task.deps.append(layer_ends[-2])  # prefetch: starts once the layer before the previous ends
-            elif not par.overlap_param_gather and layer_ends:
+            elif (post or not par.overlap_param_gather) and layer_ends:
                 task.deps.append(layer_ends[-1])  # blocking: starts when the layer before ends, compute waits
             streams[(actor, "dp")].append(task)
             dp_tasks.append(task)
+            if not par.zero_buffer_copies:  # the layer's parameters are views of the gathered buffer
+                return (task,)
             # Copy-out of the gathered flat buffer into the layer's parameters (PyTorch FSDP
             # ``foreach_all_gather_copy_out``; DeepSpeed's partition copy): read + write, memory-bound.
             add(Task(f"{label}.zero3_copy_out", actor, "compute", "compute",
@@ -963,11 +966,20 @@ class Planner:
                 run_ops(self.head.backward, f"B.{tag}.head", "compute", layer=self.epilogue_name)
                 if reduce_now:
                     bucket["bytes"] += self.epilogue_params * grad_bytes
+            # ZeRO-3 backward prefetch: the next layer's all-gather is queued before the reduce-scatter of
+            # the layer just done (FSDP BACKWARD_PRE, FSDP2 and Megatron-FSDP issue it when the current
+            # layer's backward starts), so the gather runs beside the current layer's kernels and the
+            # reduce-scatter beside the next one's; queued after it, every gather waited for the
+            # previous layer's reduce-scatter and the backward ran serially with its collectives.
+            # Host-blocking collectives (overlap_param_gather off: FSDP2 over gloo) keep that order.
+            waiting_reduce: list[tuple[Task, str]] = []
             for layer in reversed(range(n_layers)):
                 label = f"B.{tag}.L{layer}"
                 kind = self.chunk_layer_kind(g, layer)
                 work, lp = self.layer_works[kind], self.layer_params_local(kind)
                 gathered = gather_params(label, lp)
+                if waiting_reduce:
+                    flush_bucket(*waiting_reduce.pop())
                 rc_ops = work.recompute_ops(recompute)
                 if rc_ops:
                     run_ops(rc_ops, f"{label}.recompute", "recompute", gathered, layer=self.layer_name(g, layer))
@@ -980,7 +992,12 @@ class Planner:
                     bucket["bytes"] += lp * grad_bytes
                     bucket["expert"] += self.layer_params_split(kind)[1] * grad_bytes
                     if bucket["bytes"] >= bucket_limit:
-                        flush_bucket(done, label)
+                        if per_layer_gathers and par.overlap_param_gather:
+                            waiting_reduce.append((done, label))
+                        else:
+                            flush_bucket(done, label)
+            if waiting_reduce:
+                flush_bucket(*waiting_reduce.pop())
             if g == 0:
                 run_ops(self.embedding.backward, f"B.{tag}.embedding", "compute", layer=self.prologue_name)
             if overlapped_reduce:
@@ -1154,7 +1171,7 @@ class Planner:
     def _copy_in(self, actor: str, after: Task, label: str, grad_bytes: float, zero: int, add) -> Task:
         """ZeRO-2/3 copy the bucket's gradients into the flat reduce-scatter input first
         (FSDP ``foreach_reduce`` copy-in; DeepSpeed's ipg bucket): a memory-bound kernel."""
-        if zero < 2:
+        if zero < 2 or not self.par.zero_buffer_copies:
             return after
         compute = self.compute_of(self.actor_ranks[actor])
         return add(Task(f"{label}.grad_copy_in", actor, "compute", "compute", duration_s=compute.copy_s(grad_bytes)))
