@@ -70,3 +70,15 @@ def megatron_layout(tp: int, pp: int, cp: int, vp: int, ep: int, mbs: int, gbs: 
             "recompute": recompute, "micro_batch_size": mbs, "global_batch_size": gbs,
             "overlap_grad_reduce": True, "overlap_param_gather": True, "overlap_p2p_comm": True,
             "overlap_tp_grad_comm": True}
+
+
+def analytic_peak_fits(raw: dict[str, Any]) -> tuple[bool, float]:
+    """Whether a scenario mapping's analytic peak memory fits its GPU (HBM less the reserve), and the
+    peak in GiB: how a mapper picks what a source leaves out (a batch, a recompute policy) among the
+    settings its run could have used at all."""
+    from simulator.memory.analytic import GIB, fits, peak_rank_memory
+    from simulator.scenario import load_scenario
+
+    sc = load_scenario(raw)
+    _, peak, per_stage = peak_rank_memory(sc)
+    return fits(sc, peak, per_stage)[0], peak.total_bytes / GIB

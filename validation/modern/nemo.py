@@ -6,7 +6,8 @@ the table does not print are NeMo's performance recipes for Megatron-Core with T
 sequence parallel and userbuffers TP overlap with tp > 1, the distributed optimizer (ZeRO-1), or
 Megatron FSDP (ZeRO-3) where the FSDP column is above 0 (its parameters and gradients are views of
 its communication buffers: no copy kernels; the next layer's gather prefetched), no activation recompute, interleaved 1F1B
-with VP > 1, MoE routing force-balanced (the table's footnote). FP8 in every flavour the table
+with VP > 1, MoE routing force-balanced (the table's footnote), DeepSeek-V3's tokens dispatched with
+DeepEP (NeMo's H100 performance recipe for it: the flex dispatcher; once per node over InfiniBand). FP8 in every flavour the table
 names (delayed / current scaling, blockwise) is the simulator's FP8 (linear layers in FP8).
 SFT rows are packed sequences of the given length: the same step as pre-training.
 """
@@ -91,6 +92,8 @@ def cases() -> tuple[list[ModernCase], list[Unrepresentable]]:
             parallelism["zero_buffer_copies"] = False
         if ep > 1:
             parallelism["moe_load_imbalance"] = 1.0
+        if model == "deepseek-v3":  # NeMo's DeepSeek-V3 H100 recipe: Megatron's flex dispatcher with DeepEP
+            parallelism["moe_dispatch"] = "deepep"
         training = {"seq_length": seq, "precision": precision, "attention": "flash"}
         variant = "" if str(row["variant"]) in ("nan", "primary value") else f"|{row['variant']}"
         key = (f"nemo|{model}|{task}|{n}|{precision}|tp{tp}|pp{pp}|cp{cp}|vp{vp}|ep{ep}|fsdp{fsdp}|gbs{gbs}|"

@@ -2,7 +2,10 @@
 
 - **NeMo AutoModel** (PyTorch FSDP2 with Transformer Engine kernels) on DGX H100: the dense Llama 3
   70B pre-training row and DeepSeek-V3 (FSDP + EP 64 + PP 4, VP 8) are simulated: FSDP = ZeRO-3
-  over the data-parallel ranks, FlashAttention, no recompute (none is stated), MoE routing balanced.
+  over the data-parallel ranks, FlashAttention, MoE routing balanced, DeepEP dispatch where the row
+  names it. No activation checkpointing is stated: the least recompute (none, selective, full) under
+  which the layout fits in 80 GB, as the run did fit (Llama 3 70B: full, 114 GiB without; DeepSeek-V3
+  on 1,024 GPUs: selective; on 256: full).
   Its hybrid Mamba (Nemotron V3), Kimi K2, Qwen3 MoE and GPT-OSS models and its LoRA rows are not.
 - **IBM fms-fsdp** (PyTorch FSDP1, FlashAttention-2 through SDPA): Llama 2 7B/13B/70B and the
   34B (Code Llama shape) at 2 sequences of 4096 per GPU; FSDP = ZeRO-3 with prefetch, the gathered
@@ -28,7 +31,7 @@
 from __future__ import annotations
 
 from validation.modern.case import ModernCase, Unrepresentable
-from validation.modern.mapping import cell_float, cell_int, node_variant, read, scenario
+from validation.modern.mapping import analytic_peak_fits, cell_float, cell_int, node_variant, read, scenario
 from workloads.catalog import resolve_model
 from workloads.counting import total_params
 
@@ -106,17 +109,23 @@ def _largest_fitting_micro_batch(build, most: int) -> tuple[int | None, float]:
     sequences, the 16,384 tokens per GPU a FlashAttention run holds) whose analytic peak fits the
     GPU, as a run without activation checkpointing would have to choose; (None, GiB that one
     sequence needs) when not even one fits."""
-    from simulator.memory.analytic import GIB, fits, peak_rank_memory
-    from simulator.scenario import load_scenario
-
     mbs, needs = most, 0.0
     while mbs >= 1:
-        sc = load_scenario(build(mbs))
-        _, peak, per_stage = peak_rank_memory(sc)
-        if fits(sc, peak, per_stage)[0]:
-            return mbs, peak.total_bytes / GIB
-        needs, mbs = peak.total_bytes / GIB, mbs // 2
+        ok, needs = analytic_peak_fits(build(mbs))
+        if ok:
+            return mbs, needs
+        mbs //= 2
     return None, needs
+
+
+def _least_recompute_that_fits(build) -> str:
+    """No activation checkpointing is stated: the least recompute (none, selective, full) under which
+    the layout fits the GPU, since the run did fit; full when none does (the row is then reported as a
+    predicted OOM)."""
+    for policy in ("none", "selective"):
+        if analytic_peak_fits(build(policy))[0]:
+            return policy
+    return "full"
 
 
 def _automodel(index: int, row, label: str) -> ModernCase | Unrepresentable:
@@ -139,17 +148,23 @@ def _automodel(index: int, row, label: str) -> ModernCase | Unrepresentable:
     ep = cell_int(row["ep"]) or 1
     vp = cell_int(row["vp"]) or 1
     mbs, gbs, seq = int(row["mbs"]), int(row["gbs"]), int(row["seq_len"])
-    parallelism = {"tp": tp, "pp": pp, "cp": cp, "dp": "auto", "ep": ep, "zero_stage": 3,
-                   "virtual_stages": vp, "schedule": "interleaved" if vp > 1 else "1f1b",
-                   "micro_batch_size": mbs, "global_batch_size": gbs, "moe_load_imbalance": 1.0,
-                   "overlap_grad_reduce": True, "overlap_param_gather": True}
-    if ep == 1:
-        parallelism.pop("moe_load_imbalance")
     training = {"seq_length": seq, "precision": "bf16", "attention": "flash"}
+
+    def build(recompute: str) -> dict:
+        parallelism = {"tp": tp, "pp": pp, "cp": cp, "dp": "auto", "ep": ep, "zero_stage": 3,
+                       "virtual_stages": vp, "schedule": "interleaved" if vp > 1 else "1f1b",
+                       "micro_batch_size": mbs, "global_batch_size": gbs, "recompute": recompute,
+                       "overlap_grad_reduce": True, "overlap_param_gather": True}
+        if ep > 1:
+            parallelism["moe_load_imbalance"] = 1.0
+        if "DeepEP" in str(row["software"]):  # "kernels: TE + DeepEP": tokens cross each node once
+            parallelism["moe_dispatch"] = "deepep"
+        return scenario(f"other-{index}", name, "dgx-h100", n, parallelism, training)
+
+    recompute = _least_recompute_that_fits(build)
     key = f"other|automodel|{name}|{n}|tp{tp}|pp{pp}|cp{cp}|ep{ep}|vp{vp}|{mbs}|{gbs}|{seq}"
-    return ModernCase("other", index, f"{label} pp{pp} cp{cp} ep{ep} vp{vp}", key,
-                      scenario(f"other-{index}", name, "dgx-h100", n, parallelism, training), "bf16",
-                      "h100-sxm-80g", "automodel|h100-sxm-80g|bf16", float(row["tokens_per_s_per_gpu"]))
+    return ModernCase("other", index, f"{label} pp{pp} cp{cp} ep{ep} vp{vp} {recompute}", key, build(recompute),
+                      "bf16", "h100-sxm-80g", "automodel|h100-sxm-80g|bf16", float(row["tokens_per_s_per_gpu"]))
 
 
 def _deepspeed(index: int, row, label: str) -> ModernCase | Unrepresentable:

@@ -103,6 +103,12 @@ class Parallelism(BaseModel):
         default=False,
         description="expert all-to-alls hidden behind another micro-batch's computation (DeepSeek-V3 DualPipe, "
                     "Megatron-core EP overlap); exposed only where longer than the pass's kernels")
+    moe_dispatch: Literal["all_to_all", "deepep"] = Field(
+        default="all_to_all",
+        description="expert-parallel token dispatch and combine across nodes: all_to_all (one copy per routed "
+                    "expert: NCCL all-to-all, Megatron's alltoall dispatcher) or deepep (each token crosses a node's "
+                    "InfiniBand once, then NVLink to its experts there: DeepSeek-V3 Sec. 3.2.2, the DeepEP library, "
+                    "Megatron's flex dispatcher)")
     tp_comm_overlap: bool = Field(
         default=False,
         description="userbuffers-style TP overlap (Transformer Engine --tp-comm-overlap; needs sequence_parallel): "

@@ -36,6 +36,7 @@ from simulator.cost.compute import ComputeModel
 from simulator.cost.host_floor import floor_per_layer_s, stretch
 from simulator.cost.interference import exposed_comm_share
 from simulator.cost.jitter import sync_stretch
+from simulator.cost.moe_dispatch import node_dedup_all_to_all
 from simulator.cost.topology import Coordinates, RankLayout, build_topology
 from simulator.cost.wan import WanTopology
 from simulator.engine.engine import Task
@@ -198,9 +199,13 @@ class Planner:
             # measured laws hold for their own kind of node: a collective across groups uses the α-β model
             # on the slowest member's ports (links_for)
             inter_laws = node.inter_node_collectives if len(spanned) == 1 else None
-            cost = collective_cost(collective, payload, placement, self.topo.links_for(ranks),
-                                   node.intra_laws, inter_laws, node.nvls_all_reduce,
-                                   mesh_peers=node.gpus_per_node - 1 if node.intra_node.kind == "xgmi" else None)
+            if (collective == "all_to_all" and group == "ep" and self.par.moe_dispatch == "deepep"
+                    and placement.num_nodes > 1):  # token dispatch once per node (simulator/cost/moe_dispatch.py)
+                cost = node_dedup_all_to_all(payload, self.sc.model.moe.top_k, placement, self.topo.links_for(ranks))
+            else:
+                cost = collective_cost(collective, payload, placement, self.topo.links_for(ranks),
+                                       node.intra_laws, inter_laws, node.nvls_all_reduce,
+                                       mesh_peers=node.gpus_per_node - 1 if node.intra_node.kind == "xgmi" else None)
             if slowdown != 1.0 and cost.bytes_by_link.get("nvl"):
                 cost = dataclasses.replace(cost, bytes_by_link={**cost.bytes_by_link,
                                                                 "nvl": cost.bytes_by_link["nvl"] * slowdown})
