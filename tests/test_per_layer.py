@@ -12,6 +12,7 @@ import sys
 from dataclasses import dataclass
 from pathlib import Path
 
+import numpy as np
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
@@ -232,34 +233,96 @@ def test_flops_over_devices_equal_the_unsplit_layer(batch, rows, cols, channels,
             assert 2 * op.m * op.n * op.k * split.devices == 2 * full.m * full.n * full.k
 
 
-LAYOUT_PARTS = st.tuples(DIVISORS, DIVISORS, DIVISORS, DIVISORS)
+def brute_force_volume(src, dst) -> tuple[float, float]:
+    """Elements each device receives and sends, counted element by element: every device's block
+    is the set of elements whose index along each dimension falls in its part (devices numbered
+    mixed-radix over the split fields, reduction innermost; part i of a dimension of size d in p
+    parts is [i·ceil(d/p), (i+1)·ceil(d/p)) clipped to d); a device receives what it needs and
+    does not hold; each element it lacks is sent by its holders in equal shares."""
+    from simulator.strategies.per_layer.config import SPLIT_FIELDS
+
+    def owned(layout):
+        grids = np.meshgrid(*[np.arange(d) for d in layout.dims], indexing="ij")
+        out = np.zeros((layout.devices, *layout.dims), dtype=bool)
+        for rank in range(layout.devices):
+            coords, rest = {}, rank
+            for field in reversed(SPLIT_FIELDS):
+                n = getattr(layout.split, field)
+                coords[field], rest = rest % n, rest // n
+            inside = np.ones(layout.dims, dtype=bool)
+            for k, fields in enumerate(layout.indexing()):
+                part = 0
+                for field in fields:
+                    part = part * getattr(layout.split, field) + coords[field]
+                chunk = -(-layout.dims[k] // layout.parts[k])
+                inside &= (grids[k] >= part * chunk) & (grids[k] < (part + 1) * chunk)
+            out[rank] = inside
+        return out
+
+    holds, needs = owned(src), owned(dst)
+    holders = holds.sum(axis=0)
+    mine = np.zeros_like(needs)
+    both = min(src.devices, dst.devices)
+    mine[:both] = holds[:both]
+    lacks = needs & ~mine
+    recv = lacks.reshape(dst.devices, -1).sum(axis=1)
+    share = np.where(holders > 0, 1.0 / np.maximum(holders, 1), 0.0)
+    send = [(holds[r] * share * lacks).sum() for r in range(src.devices)]
+    return float(recv.max()), float(max(send))
 
 
-@settings(max_examples=60, deadline=None)
-@given(LAYOUT_PARTS, LAYOUT_PARTS)
-def test_reshard_bytes_equal_the_closed_form(a, b):
-    # A per-channel consumer (ReLU) of a conv's output, both on 16 devices or fewer: the busiest
-    # device receives |T|·(1/Πq - 1/Π max(p, q)) elements when both use the same devices (nested
-    # blocks), its whole new block when it is new; each collective's bus volume is that.
-    builder = NetBuilder("t", 16, 2)
-    x = builder.conv2d("conv", builder.input(16, 16, 16), 16, 3, padding=1)
-    builder.relu("relu", x, inplace=False)
+PARTS = st.sampled_from([1, 2, 3, 4])
+
+
+@settings(max_examples=80, deadline=None)
+@given(st.tuples(PARTS, PARTS, PARTS, PARTS), st.tuples(PARTS, PARTS, PARTS, PARTS),
+       st.sampled_from(["relu", "conv"]), st.booleans())
+def test_reshard_bytes_equal_brute_force_ownership(a, b, consumer, uneven):
+    # A conv's output (4 images, 6 or 4 channels, 6x6 or 4x4) resharded into a per-channel consumer
+    # (ReLU: channels cut) or a mixing one (conv: channels replicated), between any two splits of
+    # batch, channels, rows and cols on at most 256 devices, cuts that need not divide (the first
+    # parts take the ceiling), device sets of different sizes (bursts): the busiest receiver and
+    # sender match the element-by-element count, and the collectives carry exactly that.
+    c = h = 6 if uneven else 4
+    builder = NetBuilder("t", 4, 2)
+    x = builder.conv2d("conv", builder.input(c, h, h), c, 3, padding=1)
+    if consumer == "relu":
+        builder.relu("next", x, inplace=False)
+    else:
+        builder.conv2d("next", x, c, 3, padding=1)
     graph = builder.output()
-    conv, relu = graph.layer("conv"), graph.layer("relu")
+    conv, nxt = graph.layer("conv"), graph.layer("next")
     sa = Split(batch=a[0], channels=a[1], rows=a[2], cols=a[3])
     sb = Split(batch=b[0], channels=b[1], rows=b[2], cols=b[3])
-    src, dst = output_layout(conv, sa, 16), input_layout(relu, sb, 16, conv.output_shape)
-    numel = 16 * 16 * 16 * 16
+    src, dst = output_layout(conv, sa, 4), input_layout(nxt, sb, 4, conv.output_shape)
     recv, send = exact_volume(src, dst, 2)
-    p, q = src.parts, dst.parts
-    if sa.devices == sb.devices:
-        assert recv == 2 * numel * (1 / math.prod(q) - 1 / math.prod(max(i, j) for i, j in zip(p, q, strict=True)))
-    elif sb.devices > sa.devices:
-        assert recv == 2 * numel / math.prod(q)
-    for c in plan_reshard(src, dst, 2):
-        assert c.volume_bytes == max(recv, send)
-        if c.kind != "send_recv":
-            assert bus_bytes(c.kind, c.payload_bytes, len(c.ranks)) == pytest.approx(c.volume_bytes, rel=1e-12)
+    brute_recv, brute_send = brute_force_volume(src, dst)
+    assert recv == pytest.approx(2 * brute_recv, rel=1e-12, abs=1e-9)
+    assert send == pytest.approx(2 * brute_send, rel=1e-12, abs=1e-9)
+    # the nested-blocks closed form (the volume before the exact count) is a lower bound
+    if sa.devices == sb.devices and not uneven and consumer == "relu":
+        p, q = src.parts, dst.parts
+        numel = 4 * c * h * h
+        assert recv >= 2 * numel * (1 / math.prod(q) - 1 / math.prod(max(i, j) for i, j in zip(p, q, strict=True))) - 1e-9
+    for coll in plan_reshard(src, dst, 2):
+        assert coll.volume_bytes == pytest.approx(max(recv, send), rel=1e-12)
+        if coll.kind != "send_recv":
+            assert bus_bytes(coll.kind, coll.payload_bytes, len(coll.ranks)) == pytest.approx(coll.volume_bytes,
+                                                                                               rel=1e-12)
+
+
+def test_non_nested_cut_moves_more_than_the_nested_bound():
+    # 2 x 2 (batch x channels) -> 4 channel parts on 4 GPUs: device 1 held images 0-1 of channels
+    # 2-3 and needs all images of channel 1: it holds none of it and receives its whole new block
+    # (the nested bound assumed it kept a quarter of it).
+    builder = NetBuilder("t", 4, 2)
+    builder.relu("next", builder.conv2d("conv", builder.input(4, 4, 4), 4, 3, padding=1), inplace=False)
+    graph = builder.output()
+    src = output_layout(graph.layer("conv"), Split(batch=2, channels=2), 4)
+    dst = input_layout(graph.layer("next"), Split(channels=4), 4, (4, 4, 4))
+    recv, send = exact_volume(src, dst, 2)
+    assert recv == 4 * 1 * 16 * 2  # its whole block: 4 images x 1 channel x 16 pixels, bf16
+    assert brute_force_volume(src, dst)[0] * 2 == recv
 
 
 def test_subgroups_are_mixed_radix_reduction_innermost():

@@ -21,19 +21,24 @@ sequence) if it mixes channels (convolution, linear, attention...), and then rep
 channels·heads; a per-channel layer (normalisation, activation, pooling, add) reads C cut by its
 ``channels``.
 
-**Reshard volume** (:func:`exact_volume`): with the devices numbered so that each device's old and
-new blocks overlap as much as they can (nested blocks; a device of both sets keeps the overlap),
-the busiest device receives ``need - overlap`` (``need`` if it is new) and sends
-``(have·r_dst - overlap·min(r_src, both))/r_src`` (``have·r_dst/r_src`` if it leaves: the r_src
-holders of a block share its sends, those in both sets keep their overlap), where
-``have = |T|/Π p`` and ``need = |T|/Π q`` are its blocks, ``overlap = Π_k min(T_k/p_k, T_k/q_k)``
-(0 for a device in one set only) and ``r_src``, ``r_dst`` the copies of each element in each
-layout. Partial sums are resolved first: a reduce-scatter over the partial group when the new
-layout cuts the tensor that much finer on the same devices, else an all-reduce. The rest is an
-all-gather (the new blocks contain the old), an all-to-all (equal blocks cut along other
-dimensions, or a mix), or, between device sets of different sizes (bursts), a point-to-point
+**Reshard volume** (:func:`exact_volume`): every block is an index box (per dimension, part i
+of a size d cut in p is [i·ceil(d/p), (i+1)·ceil(d/p)) clipped to d; a device's part along a
+dimension is the mixed-radix number of its coordinates on the fields that cut it, as
+:func:`subgroup` numbers the devices). Device r receives the elements of its new block that its
+old block lacks, ``|D_r| - |D_r ∩ S_r|`` (all of ``D_r`` if it is new to the layer), and each
+element a device lacks is sent by its h = devices / Π parts holders in equal shares; the busiest
+receiver and sender set the volume, counted exactly by intersecting boxes (tested against
+element-by-element ownership on small shapes, cuts that do not divide and bursts included).
+Where the cuts nest (each new block holds the old or lies inside it) this is the closed form
+``|T|·(1/Π q - 1/Π max(p, q))``; where they do not (2×2 batch×channels to 4 channel parts) a
+device may hold none of its new block. Partial sums are resolved first: a reduce-scatter over
+the partial group when the new layout cuts the tensor that much finer on the same devices (group
+member j keeps the j-th slice), else an all-reduce. The rest is an all-gather (nested blocks,
+each device keeping its own), an all-to-all over n (equal blocks, each device keeping 1/n of its
+own), a general all-to-all over the changed fields' sub-communicator whose bus volume is the
+exact volume, or, between device sets of different sizes (bursts), a point-to-point
 scatter/gather. Each collective's NCCL bus volume (simulator/cost/collectives.py) equals the
-exact volume above (tested).
+exact volume (tested).
 
 **Backward** is the adjoint (DistDL, Hewett & Grady 2020, Sec. 3): the gradient goes from the
 consumer's layout, partial over the consumer's channel group (each output-channel shard
@@ -44,8 +49,11 @@ group: all-gather ↔ reduce-scatter, all-reduce ↔ nothing, all-to-all ↔ all
 from __future__ import annotations
 
 import fnmatch
+import functools
 import math
 from dataclasses import dataclass, replace
+
+import numpy as np
 
 from simulator.errors import ConfigError
 from simulator.strategies.per_layer.config import (
@@ -202,6 +210,9 @@ class TensorLayout:
     fields: tuple[str, ...]        # the split field cutting each dim
     partial: int = 1
     partial_fields: tuple[str, ...] = ()
+    #: per tensor dimension, the split fields (outermost first) whose coordinates number a
+    #: device's part along it; () means ``(fields[k],)`` for every k
+    index_fields: tuple[tuple[str, ...], ...] = ()
 
     @property
     def numel(self) -> int:
@@ -214,6 +225,55 @@ class TensorLayout:
     def copies(self) -> float:
         """How many devices hold each element (replication), the partial group counted as holders."""
         return self.devices * self.block() / self.numel
+
+    def indexing(self) -> tuple[tuple[str, ...], ...]:
+        return self.index_fields or tuple((f,) for f in self.fields)
+
+    def part_indices(self) -> np.ndarray:
+        """(devices × dims) array: the part of each tensor dimension that each device holds
+        (devices numbered mixed-radix over :data:`SPLIT_FIELDS`, as :func:`subgroup`)."""
+        return _part_indices(self.split, self.devices, self.indexing())
+
+    def intervals(self, k: int) -> tuple[np.ndarray, np.ndarray]:
+        """(starts, ends) of the parts of dimension ``k``: part i is [i·c, min((i+1)·c, size)),
+        c = ceil(size / parts) (the first parts take the ceiling; a last part may be short or empty)."""
+        return _intervals(self.dims[k], self.parts[k])
+
+
+@functools.lru_cache(maxsize=4096)
+def _part_indices(split: Split, devices: int, indexing: tuple[tuple[str, ...], ...]) -> np.ndarray:
+    ranks = np.arange(devices)
+    coords, stride = {}, 1
+    for field in reversed(SPLIT_FIELDS):
+        n = getattr(split, field)
+        coords[field] = (ranks // stride) % n
+        stride *= n
+    out = np.zeros((devices, len(indexing)), dtype=np.int64)
+    for k, fields in enumerate(indexing):
+        index = np.zeros(devices, dtype=np.int64)
+        for field in fields:
+            index = index * getattr(split, field) + coords[field]
+        out[:, k] = index
+    out.flags.writeable = False
+    return out
+
+
+@functools.lru_cache(maxsize=4096)
+def _same_block(split: Split, devices: int, indexing: tuple[tuple[str, ...], ...]) -> np.ndarray:
+    """(devices × devices): whether two devices hold the same block."""
+    a = _part_indices(split, devices, indexing)
+    out = (a[:, None, :] == a[None, :, :]).all(axis=2)
+    out.flags.writeable = False
+    return out
+
+
+@functools.lru_cache(maxsize=4096)
+def _intervals(size: int, parts: int) -> tuple[np.ndarray, np.ndarray]:
+    chunk = -(-size // parts)
+    starts = np.minimum(np.arange(parts) * chunk, size)
+    ends = np.minimum(starts + chunk, size)
+    starts.flags.writeable = ends.flags.writeable = False
+    return starts, ends
 
 
 def _tensor_dims(shape: tuple[int, ...], batch: int) -> tuple[tuple[int, ...], tuple[str, ...]]:
@@ -243,7 +303,8 @@ def output_layout(layer: Layer, split: Split, batch: int, shape: tuple[int, ...]
                   for n in names)
     partial_fields = ("heads", "reduction") if attention else ("reduction",)
     partial = math.prod(getattr(split, f) for f in partial_fields)
-    return TensorLayout(dims, parts, split.devices, split, fields, partial, partial_fields)
+    index_fields = tuple(channel_fields if n == "C" else (n,) for n in names)
+    return TensorLayout(dims, parts, split.devices, split, fields, partial, partial_fields, index_fields)
 
 
 def input_layout(layer: Layer, split: Split, batch: int, shape: tuple[int, ...]) -> TensorLayout:
@@ -287,18 +348,43 @@ def subgroup(split: Split, fields: tuple[str, ...]) -> tuple[int, ...]:
 
 def exact_volume(src: TensorLayout, dst: TensorLayout, elem_bytes: float) -> tuple[float, float]:
     """(bytes the busiest device receives, bytes the busiest device sends) to go from ``src``
-    (complete: no partial sums) to ``dst`` (see the module docstring)."""
-    have, need = src.block(), dst.block()
-    overlap = float(math.prod(min(math.ceil(d / p), math.ceil(d / q))
-                              for d, p, q in zip(src.dims, src.parts, dst.parts, strict=True)))
+    (complete: no partial sums) to ``dst`` (see the module docstring): device r receives the part
+    of its new block D_r that its old block S_r does not hold, |D_r| - |D_r ∩ S_r| (all of D_r if
+    it is new); each element a device lacks is sent by its h = devices / Π parts holders in equal
+    shares, so r sends Σ_{r'} |S_r ∩ D_r'| / h over the r' that do not hold S_r themselves (a
+    device holds one block, and two different blocks of a layout are disjoint). Blocks are index
+    boxes (:meth:`TensorLayout.intervals` per dimension, :meth:`TensorLayout.part_indices` per
+    device), so each count is a product of interval overlaps."""
+    recv, send = _exact_elements(src, dst)
+    return recv * elem_bytes, send * elem_bytes
+
+
+@functools.lru_cache(maxsize=65536)
+def _exact_elements(src: TensorLayout, dst: TensorLayout) -> tuple[float, float]:
+    """Element counts of :func:`exact_volume` (memoized: layouts recur across a planner's calls)."""
+    if (src.devices == dst.devices and src.parts == dst.parts and src.split == dst.split
+            and src.indexing() == dst.indexing()):
+        return 0.0, 0.0  # the same blocks on the same devices
+    a, b = src.part_indices(), dst.part_indices()
+    overlap = need = None  # |S_r ∩ D_r'| (src devices × dst devices), |D_r'|
+    for k in range(len(src.dims)):
+        s0, s1 = src.intervals(k)
+        d0, d1 = dst.intervals(k)
+        per_part = np.minimum.outer(s1, d1) - np.maximum.outer(s0, d0)
+        np.maximum(per_part, 0, out=per_part)
+        term = per_part[a[:, k, None], b[None, :, k]]
+        length = (d1 - d0)[b[:, k]]
+        overlap = term if overlap is None else overlap * term
+        need = length if need is None else need * length
     both = min(src.devices, dst.devices)
-    recv = need if dst.devices > both else need - overlap
-    holders = max(src.copies(), 1.0)
-    # the holders of a block share its sends; those also in the new set keep their overlap
-    send = (have * dst.copies() - overlap * min(holders, both)) / holders
-    if src.devices > both:  # a device that leaves keeps nothing
-        send = max(send, have * dst.copies() / holders)
-    return max(recv, 0.0) * elem_bytes, max(send, 0.0) * elem_bytes
+    own = np.zeros(dst.devices)
+    own[:both] = overlap[np.arange(both), np.arange(both)]
+    recv = need - own
+    holds_same = np.zeros((src.devices, dst.devices), dtype=bool)
+    holds_same[:, :both] = _same_block(src.split, src.devices, src.indexing())[:, :both]
+    holders = src.devices / math.prod(src.parts)
+    send = (overlap * ~holds_same).sum(axis=1) / holders
+    return max(float(recv.max()), 0.0), max(float(send.max()), 0.0)
 
 
 def plan_reshard(src: TensorLayout, dst: TensorLayout, elem_bytes: float) -> tuple[Collective, ...]:
@@ -314,7 +400,9 @@ def plan_reshard(src: TensorLayout, dst: TensorLayout, elem_bytes: float) -> tup
             k = finer[0]
             steps.append(Collective("reduce_scatter", block, group, block * (src.partial - 1) / src.partial))
             parts = tuple(p * src.partial if i == k else p for i, p in enumerate(src.parts))
-            src = replace(src, parts=parts, partial=1)
+            # member j of the partial group keeps the j-th slice of its block along dimension k
+            index = tuple(f + src.partial_fields if i == k else f for i, f in enumerate(src.indexing()))
+            src = replace(src, parts=parts, partial=1, index_fields=index)
         else:
             steps.append(Collective("all_reduce", block, group, 2 * block * (src.partial - 1) / src.partial))
             src = replace(src, partial=1)
@@ -332,12 +420,16 @@ def plan_reshard(src: TensorLayout, dst: TensorLayout, elem_bytes: float) -> tup
         for f in (f, g) if getattr(src.split, f) > 1))
     ranks = subgroup(src.split, changed) if changed else tuple(range(src.devices))
     contains = all(q <= p for p, q in zip(src.parts, dst.parts, strict=True))
-    if contains and need > have:
-        n = round(need / have)
-        steps.append(Collective("all_gather", need, _fit(ranks, n), recv))
-    elif abs(need - have) < 1e-9 * need and recv > 0:
-        n = max(2, round(have / (have - recv)))
-        steps.append(Collective("all_to_all", have, _fit(ranks, n), recv))
+    exact = 1e-9 * max(need, have)
+    gather_n = need / have
+    if contains and need > have and abs(recv - (need - have)) <= exact and abs(send - recv) <= exact \
+            and abs(gather_n - round(gather_n)) < 1e-9:
+        # nested blocks: every device keeps its own and gathers the rest of the new one
+        steps.append(Collective("all_gather", need, _fit(ranks, round(gather_n)), recv))
+    elif (abs(need - have) <= exact and 0 < recv < have and abs(send - recv) <= exact
+          and abs(have / (have - recv) - round(have / (have - recv))) < 1e-9):
+        # equal blocks, each device keeping 1/n of its own: an all-to-all over n
+        steps.append(Collective("all_to_all", have, _fit(ranks, round(have / (have - recv))), recv))
     else:
         n = max(2, len(ranks))
         steps.append(Collective("all_to_all", volume * n / (n - 1), _fit(ranks, n), volume))
