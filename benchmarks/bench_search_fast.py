@@ -23,7 +23,7 @@ import resource
 import time
 from pathlib import Path
 
-from simulator.explore.search import search, summarize
+from simulator.explore.search import counts_line, search, summarize
 from simulator.scenario import load_scenario
 from simulator.simulate import simulate
 
@@ -57,11 +57,9 @@ def run_search(name: str, path: Path, workers: int, check: bool) -> None:
     rows = search(str(path), workers=workers)
     wall, cpu = time.perf_counter() - wall0, cpu_seconds() - cpu0
     s = summarize(rows)
-    print(f"\n{name}: {s['layouts']} layouts: {s['invalid']} invalid, {s['out_of_memory']} out of memory, "
-          f"{s['skipped_by_bound']} skipped by the compute bound, {s['by_fast_path'] + s['by_engine']} timed by the "
-          f"fast path, {s['by_engine']} re-simulated by the engine")
-    print(f"  wall {wall:.1f} s ({s['layouts'] / wall:,.0f} layouts/s), CPU {cpu:.1f} s "
-          f"({s['layouts'] / cpu:,.0f} layouts per CPU-second)")
+    print(f"\n{name}: {counts_line(s)}")
+    print(f"  wall {wall:.1f} s ({s['layouts'] / wall:,.0f} layouts evaluated/s, {s['priced_by_fast_path'] / wall:,.1f} "
+          f"priced/s), CPU {cpu:.1f} s ({s['layouts'] / cpu:,.0f} layouts evaluated per CPU-second)")
     if check:
         wall0, cpu0 = time.perf_counter(), cpu_seconds()
         reference = search(str(path), workers=workers, simulate_fn=engine_everywhere)

@@ -16,7 +16,7 @@ def register(subparsers) -> None:
         help="enumerate, prune and simulate parallel layouts; print the best first",
         description="Enumerate every layout of the scenario's model on N GPUs (tp, pp, dp, cp, ep for MoE, virtual stages, "
         "micro-batch, ZeRO stage, recompute, sequence parallel), prune invalid and out-of-memory ones "
-        "(kept as rows with the reason), time the rest with the fast path (best compute lower bound first; layouts "
+        "(kept as rows with the reason), time the rest with the fast path (best step-time lower bound first; layouts "
         "whose bound cannot reach the top k are skipped and counted), re-simulate the top k with the engine and "
         "rank by the engine's samples/s (tokens/s for a fixed sequence). Finished points are cached on disk.",
     )

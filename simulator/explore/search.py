@@ -25,22 +25,26 @@ parallel without tp, virtual stages or a schedule without pp). Everything else i
    which ranks as tokens/s where the model has a sequence: the length is fixed within a search), or by
    ``time_to_target_s`` (``rank_by``; the scenario's ``convergence:`` block gives steps to target,
    which depend on ``global_batch_size``, a searchable field).
-   Ranked by tokens/s, the rest get a lower bound on their step time from their kernels alone
-   (:func:`simulator.strategies.spmd.fast.compute_bound_s`: priced, not simulated) and are timed
-   by the fast path (simulator/strategies/spmd/fast.py) in parallel (local processes, or Dask),
-   smallest bound first; once k layouts are timed, those whose bound is above the k-th best fast
-   time (+3%) are skipped: rows that fit, with ``evaluated_by: bound`` and the bound;
+   Ranked by tokens/s, the rest get a lower bound on their step time
+   (:func:`simulator.explore.bounds.step_lower_bound_s`: the pipeline chain of kernels and exposed
+   collectives plus the step's tail, priced, not simulated) and are timed by the fast path
+   (simulator/strategies/spmd/fast.py) in parallel (local processes, or Dask), smallest bound per
+   token first (branch and bound): the k smallest, then a few per worker at a time while the next
+   bound is below the k-th best fast time; the rest are skipped: rows that fit, with
+   ``evaluated_by: bound`` and the bound;
 4. (ranked by tokens/s) the k best (``top_k``, default 20) are re-simulated by the engine, and
    the ranking is the engine's: engine rows first by its tokens/s, then fast-path rows, then skipped ones. Since the
-   compute bound ≤ the fast path's bound (every transfer alone on its links) ≤ the engine's step,
-   any layout that could still beat the k-th engine time is timed by the fast path and, if its
-   bound is below it, by the engine, until none is left: the top k are the same, in the same order,
-   as with the engine everywhere (tests/test_search_fast.py).
+   step-time bound ≤ the engine's step (tests/test_search_bounds.py) and the fast path's bound
+   (every transfer alone on its links) ≤ the engine's step, any layout that could still beat the
+   k-th engine time is timed by the fast path and, if its fast bound is below it, by the engine,
+   until none is left: the top k are the same, in the same order, as with the engine everywhere
+   (tests/test_search_fast.py, tests/test_search_bounds.py). :func:`summarize` counts every candidate:
+   invalid, pruned by memory, pruned by the bound, priced by the fast path, re-simulated by the engine.
 
    Ranked by time to target, every feasible layout is simulated by the engine.
 
 Rows carry ``step_time_s`` (the engine's where it ran, else the fast path's), ``fast_step_time_s``,
-``fast_path_lower_bound_s``, ``step_time_lower_bound_s`` (compute) and ``evaluated_by``. Bounds
+``fast_path_lower_bound_s``, ``step_time_lower_bound_s`` (the bound above) and ``evaluated_by``. Bounds
 and times are compared per token (the global batch may be a searched field). Finished points are
 cached on disk (simulator/explore/cache.py).
 
@@ -66,10 +70,7 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError
 from simulator.errors import ConfigError, from_pydantic
 from simulator.explore.sweep import empty_result, parallel_map, process_pool, run_point
 
-_SCHEDULES = ("gpipe", "1f1b", "interleaved")
-# The fast path is a lower bound on the engine, within 3% of it (tests/test_fast_path.py): layouts
-# whose compute bound is above the k-th best fast time by more than this are not priced.
-BOUND_MARGIN = 0.03
+_SCHEDULES = ("gpipe", "1f1b", "interleaved", "zb-h1")
 _RECOMPUTE = ("none", "selective", "full")
 
 
@@ -333,7 +334,7 @@ def search(
         point["parallelism"] = cand
         points.append(point)
     with process_pool(workers, dask) as pool:
-        # building each layout's scenario and pricing its memory and compute bound is most of the
+        # building each layout's scenario and pricing its memory and step-time bound is most of the
         # serial time of a search: the pool does it too (in this process on Dask, which would ship
         # every layout out and back)
         n_workers = workers or os.cpu_count() or 1
@@ -372,7 +373,7 @@ def search(
 def _check_task(args: tuple[dict[str, Any], float | None, bool, bool]) -> dict[str, Any]:
     """Build one layout's scenario and check its memory (search step 1-2). Returns ``{"invalid":
     reason}``, ``{"row": row}`` (out of memory, or not to be timed), or, for a layout to time, its
-    ``work`` estimate, ``tokens`` per step, compute bound ``bound_s`` (if ``want_bound``) and the
+    ``work`` estimate, ``tokens`` per step, step-time lower bound ``bound_s`` (if ``want_bound``) and the
     ``template`` row it gets if it is not timed. Runs in the search's worker processes."""
     from simulator.memory.analytic import fits as memory_fits
     from simulator.memory.analytic import peak_rank_memory
@@ -399,9 +400,9 @@ def _check_task(args: tuple[dict[str, Any], float | None, bool, bool]) -> dict[s
         return {"row": row}
     bound_s = None
     if want_bound:
-        from simulator.strategies.spmd.fast import compute_bound_s
+        from simulator.explore.bounds import step_lower_bound_s
 
-        bound_s = compute_bound_s(sc)
+        bound_s = step_lower_bound_s(sc)
     return {"work": _work_estimate(sc), "tokens": sc.parallelism.global_batch_size * (sc.seq_length or 1),
             "bound_s": bound_s, "template": rows_template(sc, (stage, peak, per_stage))}
 
@@ -476,9 +477,9 @@ def _evaluate(rows, to_simulate, raws, candidates, n, task, items, workers, dask
 def _fast_then_engine(rows, to_simulate, raws, checked, candidates, n, top_k, workers, dask, progress,
                       pool=None) -> None:
     """The fast path for the candidates, best lower bound first, then the engine for the best
-    ``top_k`` (module docstring, step 3). Exact for the engine's top k (given compute bound ≤ the
-    fast path's bound with every transfer alone ≤ engine; its decisions use that bound, not the
-    fast path's contention-corrected estimate):
+    ``top_k`` (module docstring, step 3). Exact for the engine's top k (given step-time bound ≤
+    engine and the fast path's bound with every transfer alone ≤ engine; its exact decisions use
+    those bounds, not the fast path's contention-corrected estimate, which only orders the work):
     after the engine runs, every layout whose bound is below the k-th engine time is evaluated
     by the fast path, and every one whose fast time is below it by the engine, until none is left."""
 
@@ -497,13 +498,22 @@ def _fast_then_engine(rows, to_simulate, raws, checked, candidates, n, top_k, wo
         value = row.get("fast_path_lower_bound_s") if row and row.get("fits") else None
         return value / tokens[pos] if value else math.inf
 
+    def fast_step(pos: int) -> float:
+        """The fast path's step time per token (within 3% of the engine's, either side)."""
+        row = rows[to_simulate[pos]]
+        value = row.get("fast_step_time_s") if row and row.get("fits") else None
+        return value / tokens[pos] if value else math.inf
+
     def kth(values: list[float]) -> float:
         finite = sorted(v for v in values if math.isfinite(v))
         return finite[top_k - 1] if len(finite) >= top_k else math.inf
 
+    # Best bound first: the k smallest bounds, then small waves (a few per worker, so that little is
+    # priced past the point where the next bound exceeds the k-th fast time) while the next bound is
+    # below the k-th best fast step time so far. This only chooses what to price early; the exact
+    # stopping rule is the engine's k-th time below.
     n_workers = workers or os.cpu_count() or 1
-    wave = max(2 * top_k, 8 * n_workers)
-    threshold, cursor = math.inf, 0
+    threshold, cursor, wave = math.inf, 0, top_k
     while cursor < len(order) and bounds[order[cursor]] <= threshold:
         batch = []
         while cursor < len(order) and len(batch) < wave and bounds[order[cursor]] <= threshold:
@@ -512,7 +522,8 @@ def _fast_then_engine(rows, to_simulate, raws, checked, candidates, n, top_k, wo
         _evaluate(rows, to_simulate, raws, candidates, n, _fast_task, fast_items, workers, dask, progress,
                   "fast path", batch, pool, work)
         fast_done.update(batch)
-        threshold = kth([fast_time(pos) for pos in fast_done]) * (1 + BOUND_MARGIN)
+        threshold = kth([fast_step(pos) for pos in fast_done])
+        wave = 2 * n_workers
     engine_done: set[int] = set()
     best = sorted(fast_done, key=fast_time)[:top_k]
     while True:
@@ -534,7 +545,7 @@ def _fast_then_engine(rows, to_simulate, raws, checked, candidates, n, top_k, wo
             continue
         i = to_simulate[pos]
         rows[i] = {**checked[pos]["template"], "evaluated_by": "bound", "step_time_lower_bound_s": bound_step[pos],
-                   "infeasible_reason": f"skipped: its compute lower bound ({bound_step[pos]:.3g} s per step) cannot "
+                   "infeasible_reason": f"skipped: its step-time lower bound ({bound_step[pos]:.3g} s per step) cannot "
                    f"reach the top {top_k}"}
     for pos in fast_done:
         rows[to_simulate[pos]]["step_time_lower_bound_s"] = bound_step[pos]
@@ -554,16 +565,33 @@ def rows_template(sc, memory: tuple | None = None) -> dict[str, Any]:
 
 
 def summarize(rows: list[dict[str, Any]]) -> dict[str, Any]:
-    """Counts of simulated / out-of-memory / invalid rows and the commonest reasons."""
+    """Counts of what happened to every candidate, and the commonest invalid reasons.
+
+    Every candidate is ``evaluated`` (considered): it is ``invalid`` (divisibility), ``pruned_by_memory``
+    (out of memory), ``pruned_by_bound`` (its step-time lower bound per token was above the k-th best
+    step time: never priced), ``failed``, or priced: ``priced_by_fast_path`` counts the layouts the fast
+    path timed, ``engine_resimulated`` those the engine timed (the top k and any that could still enter
+    it; with a replacement simulator or a time-to-target ranking, every feasible layout)."""
     simulated = sum(1 for r in rows if r.get("fits") and _rate(r))
     invalid = [r for r in rows if str(r.get("infeasible_reason") or "").startswith("invalid layout")]
     failed = [r for r in rows if str(r.get("infeasible_reason") or "").startswith("simulation failed")]
     oom = [r for r in rows if not r.get("fits") and r not in invalid and r not in failed]
     reasons = Counter(str(r["infeasible_reason"]).split(" (")[0].split(":")[-1].strip()[:70] for r in invalid)
     by = Counter(r.get("evaluated_by") for r in rows if r.get("fits"))
+    priced = sum(1 for r in rows if r.get("fits") and r.get("fast_step_time_s") is not None)
     return {"layouts": len(rows), "simulated": simulated, "out_of_memory": len(oom), "invalid": len(invalid),
             "failed": len(failed), "invalid_reasons": reasons.most_common(3),
-            "by_engine": by.get("engine", 0), "by_fast_path": by.get("fast", 0), "skipped_by_bound": by.get("bound", 0)}
+            "by_engine": by.get("engine", 0), "by_fast_path": by.get("fast", 0), "skipped_by_bound": by.get("bound", 0),
+            "evaluated": len(rows), "pruned_by_memory": len(oom), "pruned_by_bound": by.get("bound", 0),
+            "priced_by_fast_path": priced, "engine_resimulated": by.get("engine", 0)}
+
+
+def counts_line(s: dict[str, Any]) -> str:
+    """One line with every count of :func:`summarize`, as the table and the benchmarks print it."""
+    return (f"{s['evaluated']:,} layouts evaluated: {s['invalid']:,} invalid, {s['pruned_by_memory']:,} pruned by "
+            f"memory, {s['pruned_by_bound']:,} pruned by the step-time lower bound, {s['priced_by_fast_path']:,} "
+            f"priced by the fast path, {s['engine_resimulated']:,} re-simulated by the engine"
+            + (f", {s['failed']:,} failed" if s["failed"] else ""))
 
 
 def _fmt(value: Any, spec: str) -> str:
@@ -610,10 +638,8 @@ def render_table(rows: list[dict[str, Any]], top: int = 10) -> str:
     lines.append("")
     lines.append(f"{s['layouts']} layouts: {s['simulated']} simulated, {s['out_of_memory']} out of memory, "
                  f"{s['invalid']} invalid" + (f", {s['failed']} failed" if s["failed"] else "")
-                 + (f", {s['skipped_by_bound']} skipped by the compute lower bound" if s["skipped_by_bound"] else ""))
-    if s["by_fast_path"] or s["skipped_by_bound"]:
-        lines.append(f"  timed by the engine: {s['by_engine']} (ranked by it, first); by the fast path only: "
-                     f"{s['by_fast_path']}")
+                 + (f", {s['skipped_by_bound']} skipped by the step-time lower bound" if s["skipped_by_bound"] else ""))
+    lines.append("  " + counts_line(s))
     for reason, count in s["invalid_reasons"]:
         lines.append(f"  invalid ({count}): {reason}")
     return "\n".join(lines)

@@ -1,0 +1,173 @@
+"""The search's step-time lower bound (simulator/explore/bounds.py) and its branch and bound.
+
+The bound must never be above the engine's step time, or the search could skip a layout of the
+engine's top k: checked over random valid layouts (hypothesis) of dense, MoE, CNN, mixed-cluster and
+wide-area scenarios, every schedule, ZeRO stage and overlap switch. Then the pruned search against
+the exhaustive one (the engine on every feasible layout): the same top k, in the same order, with
+the same step times; and the counts the search prints add up."""
+
+from __future__ import annotations
+
+import functools
+import json
+from pathlib import Path
+
+import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+from simulator.explore.bounds import step_lower_bound_s
+from simulator.explore.search import SearchSpace, counts_line, search, summarize
+from simulator.scenario import load_scenario
+from simulator.simulate import simulate
+
+EXAMPLES = Path(__file__).resolve().parents[1] / "examples"
+
+# (scenario file or None, overrides, GPUs, space): small enough that one engine run takes milliseconds.
+CASES = {
+    "llama-1b/16xH100": (None, ["model=llama-1b", "cluster.node=dgx-h100", "training.seq_length=1024",
+                                "parallelism.global_batch_size=64"], 16,
+                         SearchSpace(micro_batch_size=[1, 2], zero_stage=[0, 1, 2, 3])),
+    "gpt-1.7b/32xA100": (None, ["model=gpt-1.7b", "training.seq_length=1024", "parallelism.global_batch_size=64"],
+                         32, SearchSpace(micro_batch_size=[1, 4], zero_stage=[0, 1],
+                                         schedule=["gpipe", "1f1b", "interleaved", "zb-h1"])),
+    "mixtral-8x7b/64xH100": (None, ["model=mixtral-8x7b", "cluster.node=dgx-h100", "training.seq_length=1024",
+                                    "training.attention=flash", "parallelism.global_batch_size=64"], 64,
+                             SearchSpace(micro_batch_size=[1], recompute=["full"], virtual_stages=[1],
+                                         schedule=["1f1b", "zb-h1"])),
+    "mixed-a100-t4": (EXAMPLES / "mixed-a100-t4.yaml", [], None,
+                      SearchSpace(micro_batch_size=[1, 2], virtual_stages=[1], recompute=["none", "full"])),
+    "two-regions-wan": (EXAMPLES / "gpt-1.7b-two-regions-wan.yaml", [], None,
+                        SearchSpace(micro_batch_size=[1, 4], virtual_stages=[1], recompute=["full"])),
+    "resnet50/8xA100": (EXAMPLES / "resnet50-8xa100.yaml", [], None,
+                        SearchSpace(tp=[1], micro_batch_size=[64, 256], recompute=["none"], virtual_stages=[1],
+                                    sequence_parallel=[False])),
+}
+SWITCHES = ("overlap_grad_reduce", "overlap_param_gather", "overlap_tp_grad_comm", "overlap_p2p_comm",
+            "tp_comm_overlap")
+
+
+@functools.cache
+def feasible(case: str) -> list[dict]:
+    source, overrides, gpus, space = CASES[case]
+    rows = search(str(source) if source else None, overrides=overrides, num_gpus=gpus, space=space,
+                  simulate=False, workers=1)
+    return [r["parallelism"] for r in rows if r.get("fits")]
+
+
+def scenario_of(case: str, layout: dict, switches: dict[str, bool]):
+    source, overrides, gpus, _ = CASES[case]
+    layout = {**layout, **switches}
+    if switches.get("tp_comm_overlap") and not layout.get("sequence_parallel"):
+        layout["tp_comm_overlap"] = False  # needs sequence parallelism
+    layout["dp"] = "auto"  # the examples may fix it
+    sets = [f"parallelism.{k}={json.dumps(v) if isinstance(v, bool) else v}" for k, v in layout.items()
+            if v is not None]
+    return load_scenario(source, overrides + ([f"cluster.num_gpus={gpus}"] if gpus else []) + sets)
+
+
+@settings(max_examples=60, deadline=None, derandomize=True, suppress_health_check=[HealthCheck.too_slow])
+@given(st.sampled_from(sorted(CASES)), st.integers(min_value=0, max_value=10**6),
+       st.fixed_dictionaries({k: st.booleans() for k in SWITCHES}))
+@pytest.mark.slow
+def test_bound_is_never_above_the_engine(case, pick, switches):
+    layouts = feasible(case)
+    assert layouts, case
+    scenario = scenario_of(case, layouts[pick % len(layouts)], switches)
+    engine = simulate(scenario)
+    assert engine.fits
+    bound = step_lower_bound_s(scenario)
+    assert 0 < bound <= engine.step_time_s, (case, bound, engine.step_time_s)
+
+
+def test_bound_counts_the_exposed_tail():
+    """Switching off the overlap of the gradient reduction puts the whole reduction after the
+    backward: the engine's step grows, and so does the bound, which stays below it."""
+    layout = {"tp": 2, "pp": 2, "cp": 1, "ep": 1, "virtual_stages": 1, "schedule": "1f1b", "micro_batch_size": 1,
+              "zero_stage": 0, "recompute": "none", "sequence_parallel": False}
+    overlapped = scenario_of("gpt-1.7b/32xA100", layout, {"overlap_grad_reduce": True})
+    exposed = scenario_of("gpt-1.7b/32xA100", layout, {"overlap_grad_reduce": False})
+    b_on, b_off = step_lower_bound_s(overlapped), step_lower_bound_s(exposed)
+    e_on, e_off = simulate(overlapped).step_time_s, simulate(exposed).step_time_s
+    assert b_on <= e_on and b_off <= e_off
+    assert b_off - b_on > 0.5 * (e_off - e_on) > 0
+
+
+SMALL = (["model=gpt-1.7b", "training.seq_length=1024", "parallelism.global_batch_size=64"], 16,
+         SearchSpace(micro_batch_size=[1, 2], zero_stage=[0, 1], recompute=["none", "full"]))
+
+
+def engine_everywhere(raw):
+    """Every feasible layout through the engine (the exhaustive reference)."""
+    from simulator.simulate import simulate_point
+
+    return simulate_point(raw, engine="full")
+
+
+def _key(row):
+    return tuple(sorted(row["parallelism"].items()))
+
+
+def _same_top(pruned: list[dict], exhaustive: list[dict], k: int) -> None:
+    assert [_key(r) for r in pruned[:k]] == [_key(r) for r in exhaustive[:k]]
+    for a, b in zip(pruned[:k], exhaustive[:k], strict=True):
+        assert a["evaluated_by"] == "engine"
+        assert a["step_time_s"] == pytest.approx(b["step_time_s"], rel=1e-12)
+
+
+@pytest.mark.slow
+def test_pruned_top_20_is_the_exhaustive_top_20_and_the_counts_add_up():
+    overrides, gpus, space = SMALL
+    exhaustive = search(None, overrides=overrides, num_gpus=gpus, space=space, simulate_fn=engine_everywhere,
+                        workers=1)
+    pruned = search(None, overrides=overrides, num_gpus=gpus, space=space, top_k=20, workers=1)
+    _same_top(pruned, exhaustive, 20)
+    s = summarize(pruned)
+    assert s["evaluated"] == len(exhaustive)
+    assert s["invalid"] + s["pruned_by_memory"] + s["pruned_by_bound"] + s["by_fast_path"] + s["by_engine"] \
+        == s["evaluated"]
+    assert s["priced_by_fast_path"] >= s["engine_resimulated"] >= 20
+    assert s["pruned_by_bound"] > 0  # the bound does prune here
+    kth = sorted(r["step_time_s"] for r in pruned if r.get("evaluated_by") == "engine")[19]
+    for row in pruned:
+        if row.get("evaluated_by") == "bound":
+            assert row["step_time_lower_bound_s"] > kth
+    line = counts_line(s)
+    assert f"{s['pruned_by_bound']:,} pruned by the step-time lower bound" in line
+
+
+SEARCH_EXAMPLES = {
+    # every example a search runs on (spmd kind, ranked by tokens/s), narrowed so that the engine on
+    # every feasible layout stays a matter of seconds; benchmarks/bench_search_fast.py --all
+    # --check-ranking compares the full default spaces
+    "gpt3-175b-1024-a100.yaml": SearchSpace(tp=[8], pp=[4, 8], micro_batch_size=[1], zero_stage=[1],
+                                            recompute=["selective", "full"]),
+    "gpt3-175b-fp8-512-h100.yaml": SearchSpace(tp=[8], pp=[4, 8], micro_batch_size=[1], zero_stage=[1],
+                                               recompute=["selective"]),
+    "mixtral-8x7b-ep8-h100.yaml": SearchSpace(tp=[1, 2], pp=[1, 2], micro_batch_size=[1], zero_stage=[1],
+                                              recompute=["full"], virtual_stages=[1]),
+    "mixed-a100-t4.yaml": SearchSpace(micro_batch_size=[1, 2], zero_stage=[1], recompute=["none", "full"]),
+    "gpt-1.7b-two-regions-wan.yaml": SearchSpace(micro_batch_size=[1, 4], zero_stage=[1], recompute=["full"],
+                                                 virtual_stages=[1]),
+    "resnet50-8xa100.yaml": SearchSpace(tp=[1], micro_batch_size=[64, 256], recompute=["none"],
+                                        virtual_stages=[1], sequence_parallel=[False]),
+    "deepseek-v3-h800.yaml": SearchSpace(tp=[1], pp=[8, 16], ep=[32, 64], micro_batch_size=[1], zero_stage=[1],
+                                         recompute=["selective"], virtual_stages=[1]),
+    "llama3-405b-16k-h100.yaml": SearchSpace(tp=[8], pp=[8, 16], virtual_stages=[2, 4], micro_batch_size=[1],
+                                             zero_stage=[1], recompute=["full"], sequence_parallel=[True]),
+    "llama3-405b-128k-cp16.yaml": SearchSpace(tp=[8], cp=[16], pp=[8, 16], virtual_stages=[1, 4],
+                                              micro_batch_size=[1], zero_stage=[1], recompute=["full"],
+                                              sequence_parallel=[True]),
+}
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("example", sorted(SEARCH_EXAMPLES))
+def test_pruned_search_matches_exhaustive_on_the_examples(example):
+    space = SEARCH_EXAMPLES[example]
+    path = str(EXAMPLES / example)
+    exhaustive = search(path, space=space, simulate_fn=engine_everywhere, workers=1)
+    pruned = search(path, space=space, top_k=20, workers=1)
+    k = min(20, summarize(exhaustive)["simulated"])
+    assert k >= 1
+    _same_top(pruned, exhaustive, k)
