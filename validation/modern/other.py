@@ -21,11 +21,11 @@
   attention ("baseline") or FlashAttention-2; the FlashAttention-1 rows are not simulated (one fused
   kernel model). The batch is not stated: the largest micro-batch of at most 16,384 tokens per GPU
   that fits the GPU without activation checkpointing (none is stated; FlashAttention: 16,384 tokens;
-  the 2K baseline: 4 sequences), data parallel with ZeRO-1, one micro-batch per step (assumed). The
-  8K baseline rows are not representable: one sequence's materialised scores of every layer need
-  145 / 242 GiB (1.3B / 2.7B) of the 80 GB, so the paper's run used a batch and checkpointing it
-  does not state. The paper's TFLOP/s use its own count, 6·s·params + 12·L·h·s² per sequence,
-  which converts them to tokens/s here.
+  the 2K baselines: 4 and 2 sequences of the 1.3B and 2.7B models), data parallel with ZeRO-1, one
+  micro-batch per step (assumed). The 8K baseline rows are not representable: one sequence's
+  materialised scores of every layer need 144 / 242 GiB (1.3B / 2.7B) of the 80 GB, so the paper's
+  run used a batch and checkpointing it does not state. The paper's TFLOP/s use its own count,
+  6·s·params + 12·L·h·s² per sequence, which converts them to tokens/s here.
 """
 
 from __future__ import annotations
