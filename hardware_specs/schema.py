@@ -141,6 +141,26 @@ class ConvEfficiency(Spec):
         return min(1.0, eff)
 
 
+class MemoryKernelEfficiency(Spec):
+    """Achieved / peak HBM bandwidth of the memory-bound CNN kernels that do not stream (forward +
+    backward of one layer, on the bytes the layer graph counts; simulator/cost/memory_kernels.py):
+    PyTorch's NCHW pooling backward kernels gather over every window that covers an input
+    element, and a concatenation copies strided slices, so they reach a fraction of what an
+    elementwise kernel does. Kernel classes not listed run at ``memory_bound_efficiency``."""
+
+    by_kernel: dict[Literal["maxpool", "avgpool", "adaptive_avgpool", "concat"], float] = Field(
+        description="efficiency per kernel class (0, 1]")
+    source: str
+    fitted_on: str | None = None
+
+    @field_validator("by_kernel")
+    @classmethod
+    def _fractions(cls, by_kernel: dict[str, float]) -> dict[str, float]:
+        if any(not 0 < v <= 1 for v in by_kernel.values()):
+            raise ValueError("each efficiency must be in (0, 1]")
+        return by_kernel
+
+
 class CrossNodePipelineFloor(Spec):
     """A framework's host-side floor on the decoder layers of a pipeline stage whose pipeline
     neighbour sits on another node (simulator/cost/host_floor.py).
@@ -201,6 +221,9 @@ class ComputeEfficiency(Spec):
                                   "curve times attention_efficiency_factor")
     memory_bound_efficiency: float = Field(gt=0, le=1)
     memory_bound_efficiency_source: str | None = None
+    memory_kernels: MemoryKernelEfficiency | None = Field(
+        default=None, description="CNN pooling and concatenation kernels by class; None: all memory-bound "
+                                  "kernels at memory_bound_efficiency")
     memory_bound_efficiency_fitted_on: str | None = Field(
         default=None, description="data and rows it was fitted on; None = assumed")
     attention_efficiency_factor: float = Field(

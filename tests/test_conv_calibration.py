@@ -71,10 +71,10 @@ def test_heldout_convolution_layers_are_no_worse_than_the_fit_half():
 
 def test_the_vectorised_fit_prices_rows_as_the_compute_model_does():
     """The fit's formula (numpy) and the simulator's compute model give the same row times."""
-    conv, floor_s = calibrate_conv.fitted_conv()
+    conv, floors_s = calibrate_conv.fitted_conv()
     params = [getattr(conv, f) for f in calibrate_conv.CONV_FIELDS]
     rows = list(calibrate_conv.conv_rows())
-    vectorised = calibrate_conv._predicted_s(params, floor_s, rows, calibrate_conv.catalog_model().peak_flops)
+    vectorised = calibrate_conv._predicted_s(params, floors_s, rows, calibrate_conv.catalog_model().peak_flops)
     simulated = calibrate_conv.conv_errors("all").simulated_ms.to_numpy() / 1e3
     assert vectorised == pytest.approx(simulated, rel=1e-3)
 

@@ -40,13 +40,13 @@ UNMET: dict[str, str] = {
     "vtrain_single": "held-out median |error| 11.7% (target 8%): one GEMM factor, launch overhead and intra-node "
                      "latency fitted on the fit half leave errors that grow with tp (small models, h 1024-2048) "
                      "and micro-batch: Megatron-DeepSpeed's small-GEMM efficiency is not a scaled A100 curve",
-    "cnn_dle": "held-out median |error| 6.6% (target 10%: met) but max 26.7% (target 25%): V100 FP32 rows "
-               "-15..-27% (TF1-XLA 16 GB -26.7%; no V100 convolution model: convolutions on the cuBLAS-fitted "
-               "GEMM curve at the fp32 peak); A100 TF32 -4..-10% with the DeepPool-fitted convolution model "
+    "cnn_dle": "held-out median |error| 8.3% (target 10%: met) but max 26.7% (target 25%): V100 FP32 rows "
+               "-16..-27% (TF1-XLA 16 GB -26.7%; no V100 convolution model: convolutions on the fp16-derived "
+               "GEMM curve at the fp32 peak); A100 TF32 +3..-11% with the DeepPool-fitted convolution model "
                "(was +28..44% with one size curve)",
-    "cnn_lambda": "held-out median |error| 1.2% (target 10%: met) but max 125.8% (target 25%): Lambda's A100 fp16 "
+    "cnn_lambda": "held-out median |error| 0.9% (target 10%: met) but max 118.5% (target 25%): Lambda's A100 fp16 "
                   "rows (1,430-1,582 img/s at batch 1,280, against DLE's 2,470 at 256 on the same GPU) have no "
-                  "fit-half rows and run +104..126% with the catalog constants; V100 16 GB fp16 +61..64% likewise",
+                  "fit-half rows and run +98..119% with the catalog constants; V100 16 GB fp16 +60..63% likewise",
 }
 
 

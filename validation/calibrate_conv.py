@@ -1,6 +1,6 @@
 """Calibrate TF32 convolutions on the A100 from DeepPool's per-layer profiles.
 
-Data: ``data/deeppool_a100_v1_conv_linear.csv.gz``, the ``conv2d`` and ``linear`` rows of the four
+Data: ``data/deeppool_a100_v1_layers.csv.gz``, the rows of the four
 DeepPool ``*LayerGpuProfileA100.txt`` files in the V1_PERCENTILE format (VGG-16, ResNet-34,
 Inception-v3, ViT; batches 1-128; the convolutions at batches >= :data:`MIN_BATCH` are used, the
 48 linear layers are not: too few to fit and cuBLAS, not cuDNN; filtered from ``shared/published/seeds/deeppool_layer_profiles.csv``,
@@ -14,27 +14,33 @@ far below its 312 fp16 peak. So the rows are TF32 kernels (an inference from the
 **Which A100.** The file names say A100 without the variant; the 40 GB SXM4 (AWS p4d) is taken. The
 convolutions are compute-bound at batches >= 8, so the HBM bandwidth hardly enters.
 
-**Model.** Each layer is built by the network builder (workloads/networks/builder.py: a
+**Two models.** Each layer is built by the network builder (workloads/networks/builder.py: a
 convolution is one implicit GEMM forward, M = N·H_out·W_out, N = C_out, K = C_in·k_h·k_w, and two in
 backward, data and weight gradients; the first layer of a network has no data gradient) and priced
-by the compute model (simulator/cost/compute.py) with ``training.tf32``. Its efficiency curve is the
-A100 cuBLAS shape of validation/calibrate_a100.py (``BASE_SHAPE``), moved to the TF32 peak as
-validation/calibrate_microbench.py moves every precision (a GEMM of equal *duration* keeps its
-efficiency) and stretched along the size axis by a factor ``shift`` (cuDNN's implicit-GEMM
-convolutions approach their plateau at far larger sizes than cuBLAS GEMMs: a 4 GFLOP Inception
-convolution runs at a quarter of the TF32 peak, a 400 GFLOP VGG one at two thirds), at a level.
-For each ``shift`` of :data:`SHIFTS` the level is fitted by least squares on log time over the fit
-half; the pair with the smallest fit loss is taken. The layers a
-DeepPool convolution row stands for may include a fused bias and ReLU (VGG) or batch norm (the
-ResNet files list no separate BN rows): the fitted level is the convolution *layer's* rate in
-training, which is what a simulated CNN step needs.
+by the compute model (simulator/cost/compute.py) with ``training.tf32``.
+
+1. *By shape* (``conv_efficiency.tf32``, what the simulator prices convolutions with): the
+   saturating tile model of :class:`hardware_specs.schema.ConvEfficiency` (output channels and
+   reduction length of each pass, factors for strided, 1x1 and 1xk windows), fitted with a per-layer
+   floor per network (:data:`FLOORED_NETWORKS`: DeepPool's host time per layer, which the ResNet and
+   Inception rows at batch 32 reach) by least squares on log time over the fit half. A DeepPool
+   ``conv2d`` row is the convolution and the in-place ReLU after it (:func:`deeppool_layer_ops` says
+   why). Same FLOPs, different rates: VGG's 3x3 convolutions run at 35 TFLOP/s with 64 channels and
+   100 with 512; ResNet's 88 GFLOP 3x3 layers at batch 128 at 40 (64 channels) to 90 (512).
+2. *By size* (``gemm_curves.tf32``, kept for TF32 GEMMs such as linear layers): the A100 cuBLAS
+   shape of validation/calibrate_a100.py (``BASE_SHAPE``), moved to the TF32 peak as
+   validation/calibrate_microbench.py moves every precision (a GEMM of equal *duration* keeps its
+   efficiency) and stretched along the size axis by a factor ``shift``, at a level; for each
+   ``shift`` of :data:`SHIFTS` the level is fitted by least squares on log time over the fit half
+   (convolutions priced on the curve alone); the pair with the smallest fit loss is taken. One size
+   curve cannot tell a 64-channel layer from a 512-channel one of the same FLOPs: held-out 21%.
 
 **Split.** A row is held out when the md5 of its layer id (type, parameters, batch, input shape)
 is odd: a layer measured in several blocks or files stays in one half. tests/test_conv_calibration.py
 checks the held-out half (median |error| <= 15%, the issue-19 target for per-layer times).
 
-``python -m validation.calibrate_conv`` prints the level, the held-out errors by network and
-batch, and the ``gemm_curves.tf32`` block for the A100 specs.
+``python -m validation.calibrate_conv`` prints both fits, their errors by half, network, window and
+batch, and the ``gemm_curves.tf32`` and ``conv_efficiency.tf32`` blocks for the A100 specs.
 """
 
 from __future__ import annotations
@@ -65,7 +71,7 @@ from simulator.cost.conv import conv_channels_reduction
 from validation.calibrate_a100 import BASE_SHAPE
 from workloads.networks.builder import NetBuilder
 
-DATA = Path(__file__).resolve().parent / "data" / "deeppool_a100_v1_conv_linear.csv.gz"
+DATA = Path(__file__).resolve().parent / "data" / "deeppool_a100_v1_layers.csv.gz"
 ACCELERATOR = "a100-sxm-40g"
 A100_BF16_PEAK = 312.0
 HELDOUT_MEDIAN_TARGET = 0.15
@@ -173,7 +179,7 @@ def fit_curve(rows: list[LayerRow]) -> tuple[float, float]:
 
 
 def fit_rows_label(rows: list[LayerRow]) -> str:
-    return (f"validation/data/deeppool_a100_v1_conv_linear.csv.gz, fit half (md5 of the layer id even): "
+    return (f"validation/data/deeppool_a100_v1_layers.csv.gz, fit half (md5 of the layer id even): "
             f"{len(rows)} rows of {', '.join(sorted({r.network for r in rows}))}")
 
 
@@ -210,6 +216,9 @@ CONV_FIELDS = ("level", "half_channels", "half_reduction", "strided_factor", "po
                "asymmetric_factor")
 CONV_BOUNDS = ((0.05, 0.0, 0.0, 0.2, 0.3, 0.3), (1.0, 2000.0, 2e4, 2.0, 2.0, 2.0))
 FLOOR_BOUNDS_S = (0.0, 2e-3)
+#: Networks whose rows at batch >= MIN_BATCH reach DeepPool's per-layer host time (VGG's layers are
+#: all far longer: its flatten row takes 10 us at every batch >= 8, the GPU sets the pace).
+FLOORED_NETWORKS = ("inception", "resnet")
 
 
 @dataclass(frozen=True)
@@ -270,7 +279,7 @@ def conv_rows() -> tuple[ConvRow, ...]:
     return tuple(out)
 
 
-def _predicted_s(params, floor_s: float, rows: list[ConvRow], peak_flops: float) -> np.ndarray:
+def _predicted_s(params, floors_s: dict[str, float], rows: list[ConvRow], peak_flops: float) -> np.ndarray:
     """The shape model's time of each row (the formula of ConvEfficiency.efficiency, vectorised for
     the fit; :func:`conv_errors` prices the rows through the compute model itself)."""
     level, half_c, half_k, strided, pointwise, asym = params
@@ -281,45 +290,51 @@ def _predicted_s(params, floor_s: float, rows: list[ConvRow], peak_flops: float)
             eff = level * c / (c + half_c) * k / (k + half_k)
             eff *= (strided if stride > 1 else 1.0) * (pointwise if kh == kw == 1 else asym if kh != kw else 1.0)
             t += max(flops / (peak_flops * min(1.0, eff)), memory_s)
-        out.append(max(t, floor_s))
+        out.append(max(t, floors_s.get(r.row.network, 0.0)))
     return np.array(out)
 
 
-def fit_conv(rows: list[ConvRow]) -> tuple[tuple[float, ...], float]:
-    """(ConvEfficiency parameters, DeepPool's per-layer floor) with the smallest sum of squared log
-    errors over ``rows`` (scipy least_squares, trust-region reflective within :data:`CONV_BOUNDS`)."""
+def fit_conv(rows: list[ConvRow]) -> tuple[tuple[float, ...], dict[str, float]]:
+    """(ConvEfficiency parameters, DeepPool's per-layer floor per network of :data:`FLOORED_NETWORKS`)
+    with the smallest sum of squared log errors over ``rows`` (scipy least_squares, trust-region
+    reflective within :data:`CONV_BOUNDS`). The floor is the runtime's host time per layer, which
+    differs between the networks' layer modules (ResNet-34's rows at batch 32: 0.56-0.76 ms,
+    Inception-v3's: 0.24-0.80 ms)."""
     peak = catalog_model().peak_flops
     measured = np.array([r.row.measured_s for r in rows])
+    n = len(CONV_FIELDS)
 
     def residuals(x):
-        return np.log(_predicted_s(x[:-1], x[-1], rows, peak) / measured)
+        return np.log(_predicted_s(x[:n], dict(zip(FLOORED_NETWORKS, x[n:], strict=True)), rows, peak) / measured)
 
-    x0 = np.array([0.7, 30.0, 1000.0, 0.6, 1.0, 0.8, 4e-4])
-    lo, hi = (*CONV_BOUNDS[0], FLOOR_BOUNDS_S[0]), (*CONV_BOUNDS[1], FLOOR_BOUNDS_S[1])
+    x0 = np.array([0.7, 30.0, 1000.0, 0.6, 1.0, 0.8, *(4e-4 for _ in FLOORED_NETWORKS)])
+    lo = (*CONV_BOUNDS[0], *(FLOOR_BOUNDS_S[0] for _ in FLOORED_NETWORKS))
+    hi = (*CONV_BOUNDS[1], *(FLOOR_BOUNDS_S[1] for _ in FLOORED_NETWORKS))
     x = least_squares(residuals, x0, bounds=(lo, hi), x_scale=x0).x
-    return tuple(float(f"{v:.4g}") for v in x[:-1]), float(f"{x[-1]:.4g}")
+    return (tuple(float(f"{v:.4g}") for v in x[:n]),
+            {net: float(f"{v:.4g}") for net, v in zip(FLOORED_NETWORKS, x[n:], strict=True)})
 
 
 @cache
-def fitted_conv() -> tuple[ConvEfficiency, float]:
-    """(the TF32 convolution model, DeepPool's per-layer floor in s), fitted on the fit half."""
+def fitted_conv() -> tuple[ConvEfficiency, dict[str, float]]:
+    """(the TF32 convolution model, DeepPool's per-layer floor in s by network), fitted on the fit half."""
     rows = [r for r in conv_rows() if not r.row.heldout]
-    params, floor_s = fit_conv(rows)
-    return conv_model(params, fit_rows_label([r.row for r in rows])), floor_s
+    params, floors_s = fit_conv(rows)
+    return conv_model(params, fit_rows_label([r.row for r in rows])), floors_s
 
 
 def conv_errors(half: str = "heldout", floor: bool = True) -> pd.DataFrame:
     """Per row: simulated / measured - 1 with the fitted shape model, priced by the compute model;
-    ``floor``: a row takes at least DeepPool's per-layer floor (the runtime's host time per layer,
-    which the ResNet and Inception rows at batch 32 measure: see :data:`MIN_BATCH`)."""
-    conv, floor_s = fitted_conv()
+    ``floor``: a row takes at least DeepPool's per-layer floor of its network (the runtime's host
+    time per layer, which the ResNet and Inception rows at batch 32 measure: see :data:`MIN_BATCH`)."""
+    conv, floors_s = fitted_conv()
     model = catalog_model(conv)
     rows = [r for r in layer_rows() if half == "all" or (half == "heldout") == r.heldout]
     out = []
     for r in rows:
         simulated = sum(model.time_s(op) for op in deeppool_layer_ops(r))
         if floor:
-            simulated = max(simulated, floor_s)
+            simulated = max(simulated, floors_s.get(r.network, 0.0))
         p = json.loads(r.params_json)
         k = p["kernel_size"]
         window = f"{k}x{k}" if isinstance(k, int) else "x".join(map(str, k))
@@ -330,11 +345,12 @@ def conv_errors(half: str = "heldout", floor: bool = True) -> pd.DataFrame:
 
 
 def conv_spec_block() -> dict:
-    conv, floor_s = fitted_conv()
+    conv, floors_s = fitted_conv()
     block = conv.model_dump()
+    floors = ", ".join(f"{net} {1e6 * v:.0f} us" for net, v in floors_s.items())
     block["source"] = (f"validation/calibrate_conv.py: TF32 convolution passes by shape, DeepPool conv2d rows "
                        f"modelled as convolution + in-place ReLU, rows floored at DeepPool's per-layer host "
-                       f"time {1e6 * floor_s:.0f} us (fitted with it)")
+                       f"time ({floors}; fitted with it)")
     return block
 
 
@@ -352,9 +368,9 @@ def main(argv: list[str] | None = None) -> int:
         by_batch = df.groupby("batch").error.apply(lambda e: statistics.median(abs(x) for x in e))
         print("  median |error| by batch: " + ", ".join(f"{b}: {100 * v:.0f}%" for b, v in by_batch.items()))
     print("gemm_curves.tf32 for the A100 specs:", json.dumps(spec_block(), indent=1))
-    conv, floor_s = fitted_conv()
+    conv, floors_s = fitted_conv()
     print(f"\nTF32 convolutions by shape: {conv.model_dump(exclude={'source', 'fitted_on'})}, "
-          f"DeepPool per-layer floor {1e6 * floor_s:.0f} us")
+          f"DeepPool per-layer floor (us): { {net: round(1e6 * v) for net, v in floors_s.items()} }")
     for half in ("fit", "heldout"):
         for floor in (True, False):
             df = conv_errors(half, floor)

@@ -13,7 +13,9 @@ GEMM times ``attention_efficiency_factor``. Where the constants come from is rec
 spec (``source`` / ``fitted_on`` per curve; see simulator/cost/provenance.py). Each distinct op
 shape is priced once (memoized). A convolution pass (``op.conv``) is priced by the spec's
 ``conv_efficiency`` for the precision where it has one (simulator/cost/conv.py: efficiency by
-output channels, reduction length and window class), else as a GEMM on the curve.
+output channels, reduction length and window class), else as a GEMM on the curve. A pooling or
+concatenation kernel runs at the spec's ``memory_kernels`` efficiency for its class where it has one
+(simulator/cost/memory_kernels.py).
 An op's ``executed_fraction`` scales the FLOPs its kernel runs (a causal fused attention kernel
 skips the masked tiles) while the counted FLOPs stay as they are.
 """
@@ -25,6 +27,7 @@ from functools import lru_cache
 
 from hardware_specs.schema import Accelerator
 from simulator.cost.conv import conv_efficiency
+from simulator.cost.memory_kernels import memory_kernel_class
 from workloads.graph import Op, gemm_class
 
 ALIGNMENT_BYTES = 16  # tensor-core tiles need 16-byte aligned leading dimensions (cuBLAS / hipBLASLt)
@@ -121,6 +124,8 @@ class ComputeModel:
         self.in_training = eff.in_training_gemm_factor
         self.attention = eff.attention
         self.mem_bw = accelerator.hbm_bandwidth_gb_per_s * 1e9 * eff.memory_bound_efficiency
+        self.hbm_bw = accelerator.hbm_bandwidth_gb_per_s * 1e9
+        self.memory_kernels = eff.memory_kernels.by_kernel if eff.memory_kernels is not None else {}
         self.optimizer_bw = accelerator.hbm_bandwidth_gb_per_s * 1e9 * (
             eff.optimizer_efficiency if eff.optimizer_efficiency is not None else eff.memory_bound_efficiency)
         self.launch_s = eff.kernel_launch_overhead_us * 1e-6
@@ -138,6 +143,10 @@ class ComputeModel:
             return op.measured_s
         if op.conv is not None and op.kind == "gemm" and self.conv_model is not None:
             return self._conv_time(op)
+        if op.kind == "memory" and self.memory_kernels:
+            eff = self.memory_kernels.get(memory_kernel_class(op.name))
+            if eff is not None:  # a pooling / concatenation kernel at its own measured efficiency
+                return op.bytes_moved / (self.hbm_bw * eff) + self.launch_s
         kind = op.kind
         if kind == "gemm" and self.fp8 and gemm_class(op.name) not in self.fp8_gemms:
             kind = "gemm_bf16"  # a GEMM kept in higher precision in an fp8 run

@@ -61,6 +61,8 @@ def efficiency_provenance(scenario: Scenario) -> dict[str, str]:
     else:
         out["attention_efficiency_factor"] = ASSUMED  # no run of this project has measured it
     out["memory_bound"] = eff.memory_bound_efficiency_fitted_on or ASSUMED
+    if eff.memory_kernels is not None:  # pooling / concatenation kernels by class (simulator/cost/memory_kernels.py)
+        out["memory_kernels"] = eff.memory_kernels.fitted_on or ASSUMED
     clock = accel.sustained_clock
     if clock is not None:  # listed only where measured (the GEMM curve fitted on it holds it)
         precision = "bf16" if scenario.training.precision == "fp8" and "fp8" not in clock.under_load_mhz \

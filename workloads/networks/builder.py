@@ -195,14 +195,17 @@ class NetBuilder:
 
     def maxpool(self, name: str, x: Tensor, kernel: int, stride: int, padding: int = 0,
                 ceil_mode: bool = False) -> Tensor:
-        """Max pooling: saves its input and int64 indices of its output."""
+        """Max pooling: saves its input and int64 indices of its output. Forward reads x and writes
+        y and the indices; backward reads dy and the indices and writes dx (PyTorch's
+        ``max_pool2d_with_indices`` and its backward)."""
         c, h, w = x.shape
         ho, wo = _pool_out(h, kernel, stride, padding, ceil_mode), _pool_out(w, kernel, stride, padding, ceil_mode)
         out = self._new((c, ho, wo), name)
         n_in, n_out = self.batch * x.numel, self.batch * out.numel
         saved = self._save(x) + self._bytes(out, INDEX_BYTES)
-        return self._layer(name, "maxpool", [x], out, [self._memory_op(f"{name}.maxpool", n_in + n_out, 1, 0)],
-                           [self._memory_op(f"{name}.maxpool.grad", n_out + n_in, 1, 0)], 0, saved,
+        moved = float(self.elem * (n_in + n_out) + INDEX_BYTES * n_out)
+        return self._layer(name, "maxpool", [x], out, [Op(f"{name}.maxpool", "memory", 0.0, moved)],
+                           [Op(f"{name}.maxpool.grad", "memory", 0.0, moved)], 0, saved,
                            frozenset({"batch", "channels", "spatial"}), (kernel, kernel, stride, stride, padding, padding))
 
     def avgpool(self, name: str, x: Tensor, kernel: int, stride: int, padding: int = 0,
@@ -225,8 +228,8 @@ class NetBuilder:
         n_in, n_out = self.batch * x.numel, self.batch * out.numel
         saved = 0.0 if size == 1 else self._save(x)
         return self._layer(name, "adaptive_avgpool", [x], out,
-                           [self._memory_op(f"{name}.avgpool", n_in + n_out, 1, 0)],
-                           [self._memory_op(f"{name}.avgpool.grad", n_out + n_in, 1, 0)], 0, saved,
+                           [self._memory_op(f"{name}.adaptive_avgpool", n_in + n_out, 1, 0)],
+                           [self._memory_op(f"{name}.adaptive_avgpool.grad", n_out + n_in, 1, 0)], 0, saved,
                            frozenset({"batch", "channels"}))
 
     def flatten(self, name: str, x: Tensor) -> Tensor:

@@ -1,0 +1,205 @@
+"""DeepPool's A100 profiles as whole networks: the CNN memory-bound kernels and the whole-model check.
+
+Data: ``data/deeppool_a100_v1_layers.csv.gz`` (every row of DeepPool's V1_PERCENTILE A100 profiles;
+validation/calibrate_conv.py says what a row is). A *block* is one network at one batch: its rows
+are the network's layers in order and their sum is the footer DeepPool printed (``SUM(avg)``,
+seeds/deeppool_profile_blocks.csv), the network's forward + backward time per iteration. The
+VGG-16, ResNet-34 and Inception-v3 blocks at batches >= :data:`calibrate_conv.MIN_BATCH` are used.
+
+**Memory-bound kernels.** Besides the convolutions (with their ReLU) the blocks hold pooling,
+concatenation, flatten and linear rows. The pooling and concatenation rows run far below the
+streaming bandwidth: 180 GB/s for Inception's 3x3 average pools, 270-350 GB/s for max pools and
+concatenations against the A100's 1,555 GB/s, on the bytes the layer graph counts (forward and
+backward each read and write the tensors once; max pooling adds its int64 indices). PyTorch's NCHW
+pooling backward kernels loop, for every input element, over each window that covers it, and a
+concatenation's backward copies strided slices: the bytes a kernel moves are not what it costs.
+One efficiency per kernel class (``memory_kernels`` in the A100 specs) is the geometric mean of
+bytes / (peak bandwidth x time) over the class's fit-half rows (md5 of the layer id even, as
+calibrate_conv) at batch >= :data:`MEMORY_MIN_BATCH`: at batch 32 the ResNet and Inception blocks are
+host-bound (their flatten rows, no kernel at all, take 77-110 us there and 10-22 us at 64 and 128).
+
+**Whole model.** Each block's simulated time is the sum over its rows: convolution rows as
+calibrate_conv prices them (shape model, in-place ReLU, DeepPool's per-layer floor), other rows by
+their kernels in the compute model (flatten has none; linear layers on the TF32 GEMM curve). The
+issue's target (<= 5% per whole model) is judged on the held-out rows of each block (the sum of
+their simulated times against the sum of their measured times: no row that fitted a constant is in
+it); the whole block against DeepPool's footer is printed beside it.
+
+``python -m validation.deeppool_model`` prints the kernel efficiencies and the per-block errors.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import math
+from dataclasses import dataclass
+from functools import cache
+
+import pandas as pd
+
+from hardware_specs.catalog import ACCELERATORS
+from hardware_specs.schema import ComputeEfficiency, MemoryKernelEfficiency
+from simulator.cost.compute import ComputeModel
+from validation import calibrate_conv
+from workloads.networks.builder import NetBuilder
+
+NETWORKS = ("vgg", "resnet", "inception")
+#: Rows below this batch are left out of the kernel fit (host-bound blocks; module docstring).
+MEMORY_MIN_BATCH = 64
+WHOLE_MODEL_TARGET = 0.05
+KERNEL_OF_ROW = {"maxPool2d": "maxpool", "avgPool2d": "avgpool", "adAvgPool2d": "adaptive_avgpool",
+                 "concat": "concat"}
+
+
+@dataclass(frozen=True)
+class BlockRow:
+    network: str
+    batch: int
+    position: int       # the row's place in its block
+    layer_type: str
+    key: str
+    params_json: str
+    input_dim: tuple[int, ...]
+    measured_s: float
+
+    @property
+    def heldout(self) -> bool:
+        return calibrate_conv.is_heldout(self.key)
+
+
+@cache
+def block_rows() -> tuple[BlockRow, ...]:
+    df = pd.read_csv(calibrate_conv.DATA)
+    out = []
+    for _, r in df.iterrows():
+        network = str(r["profile_file"]).split("Layer")[0]
+        if network not in NETWORKS or int(r["batch_size_per_gpu"]) < calibrate_conv.MIN_BATCH:
+            continue
+        dims = json.loads(r["input_dim"]) if str(r["input_dim"]).startswith("[") else [int(r["input_dim"])]
+        out.append(BlockRow(network, int(r["batch_size_per_gpu"]), int(r["row_in_block"]), str(r["layer_type"]),
+                            str(r["layer_id_verbatim"]), str(r["layer_params_json"]), tuple(int(d) for d in dims),
+                            float(r["fwbw_time_avg_ms"]) / 1e3))
+    return tuple(out)
+
+
+@cache
+def row_ops(row: BlockRow) -> tuple:
+    """The kernels of one non-convolution row (fp32 tensors), from the network builder."""
+    b = NetBuilder("deeppool-layer", row.batch, 4)
+    p = json.loads(row.params_json)
+    x = b._new(row.input_dim, "previous")
+    kind = row.layer_type
+    if kind == "maxPool2d":
+        b.maxpool("layer", x, p["kernel_size"], p["stride"], p["padding"])
+    elif kind == "avgPool2d":
+        b.avgpool("layer", x, p["kernel_size"], p["stride"], p["padding"])
+    elif kind == "adAvgPool2d":
+        b.adaptive_avgpool("layer", x, p["output_height"])
+    elif kind == "concat":   # DeepPool lists the concatenated output's shape
+        b.concat("layer", [x])
+    elif kind == "flatten":
+        b.flatten("layer", x)
+    elif kind == "linear":
+        b.linear("layer", x, p["out_features"], bias=bool(p.get("bias", True)))
+    else:
+        raise ValueError(f"no builder layer for DeepPool's {kind}")
+    layer = b.layers[-1]
+    return tuple(layer.forward) + tuple(layer.backward)
+
+
+def fit_memory_kernels(rows: list[BlockRow]) -> dict[str, float]:
+    """Per kernel class: the geometric mean over ``rows`` of bytes / (peak bandwidth x (time - launches))."""
+    accel = ACCELERATORS.get(calibrate_conv.ACCELERATOR)
+    bandwidth = accel.hbm_bandwidth_gb_per_s * 1e9
+    launch_s = accel.efficiency.kernel_launch_overhead_us * 1e-6
+    logs: dict[str, list[float]] = {}
+    for r in rows:
+        kernel = KERNEL_OF_ROW.get(r.layer_type)
+        if kernel is None:
+            continue
+        ops = row_ops(r)
+        moved = sum(op.bytes_moved for op in ops)
+        logs.setdefault(kernel, []).append(math.log(moved / (bandwidth * (r.measured_s - len(ops) * launch_s))))
+    return {k: float(f"{math.exp(sum(v) / len(v)):.4g}") for k, v in sorted(logs.items())}
+
+
+def fit_rows_label(rows: list[BlockRow]) -> str:
+    used = [r for r in rows if r.layer_type in KERNEL_OF_ROW]
+    return (f"validation/data/deeppool_a100_v1_layers.csv.gz, fit half (md5 of the layer id even) at batch >= "
+            f"{MEMORY_MIN_BATCH}: {len(used)} pooling / concat rows of {', '.join(sorted({r.network for r in used}))}")
+
+
+@cache
+def fitted_memory_kernels() -> MemoryKernelEfficiency:
+    rows = [r for r in block_rows() if not r.heldout and r.batch >= MEMORY_MIN_BATCH]
+    return MemoryKernelEfficiency(by_kernel=fit_memory_kernels(rows), fitted_on=fit_rows_label(rows),
+                                  source="validation/deeppool_model.py: DeepPool A100 pooling and concat layers, "
+                                         "forward + backward on the layer graph's bytes")
+
+
+def simulated_s(row: BlockRow) -> float:
+    """One row's simulated time: a convolution as calibrate_conv prices it (with the floor), any
+    other layer by its kernels in the A100's fp32/TF32 compute model with the fitted kernel classes."""
+    _, floors_s = calibrate_conv.fitted_conv()
+    model = _model()
+    if row.layer_type == "conv2d":
+        layer = calibrate_conv.LayerRow(row.key, row.position, row.network, row.layer_type, row.params_json,
+                                        row.batch, row.input_dim, row.measured_s)
+        return max(sum(model.time_s(op) for op in calibrate_conv.deeppool_layer_ops(layer)),
+                   floors_s.get(row.network, 0.0))
+    return sum(model.time_s(op) for op in row_ops(row))
+
+
+@cache
+def _model() -> ComputeModel:
+    """The A100 (fp32, TF32) with the fitted convolution model and kernel classes."""
+    accel = ACCELERATORS.get(calibrate_conv.ACCELERATOR)
+    conv, _ = calibrate_conv.fitted_conv()
+    eff = accel.efficiency.model_copy(update={"conv_efficiency": {**accel.efficiency.conv_efficiency, "tf32": conv},
+                                              "memory_kernels": fitted_memory_kernels()})
+    accel = accel.model_copy(update={"efficiency": ComputeEfficiency.model_validate(eff.model_dump())})
+    return ComputeModel(accel, "fp32", tf32=True)
+
+
+def row_errors() -> pd.DataFrame:
+    return pd.DataFrame([{"network": r.network, "batch": r.batch, "layer_type": r.layer_type, "heldout": r.heldout,
+                          "kernel": KERNEL_OF_ROW.get(r.layer_type, r.layer_type),
+                          "measured_ms": 1e3 * r.measured_s, "simulated_ms": 1e3 * simulated_s(r)}
+                         for r in block_rows()])
+
+
+def whole_model_errors() -> pd.DataFrame:
+    """Per block: the held-out rows' summed simulated / measured time - 1 (the judged figure) and the
+    whole block's (all rows) against DeepPool's footer sum."""
+    df = row_errors()
+    out = []
+    for (network, batch), g in df.groupby(["network", "batch"], sort=False):
+        held = g[g.heldout]
+        out.append({"network": network, "batch": batch, "rows": len(g), "heldout_rows": len(held),
+                    "heldout_measured_ms": held.measured_ms.sum(), "heldout_simulated_ms": held.simulated_ms.sum(),
+                    "heldout_error": held.simulated_ms.sum() / held.measured_ms.sum() - 1,
+                    "block_measured_ms": g.measured_ms.sum(), "block_simulated_ms": g.simulated_ms.sum(),
+                    "block_error": g.simulated_ms.sum() / g.measured_ms.sum() - 1})
+    return pd.DataFrame(out)
+
+
+def main(argv: list[str] | None = None) -> int:
+    argparse.ArgumentParser(prog="python -m validation.deeppool_model", description=__doc__.split("\n\n")[0]).parse_args(argv)
+    kernels = fitted_memory_kernels()
+    print(f"memory_kernels.by_kernel: {kernels.by_kernel} (fitted on {kernels.fitted_on})")
+    df = row_errors()
+    df["error"] = df.simulated_ms / df.measured_ms - 1
+    for held in (False, True):
+        part = df[(df.heldout == held) & df.kernel.isin(KERNEL_OF_ROW.values())]
+        print(f"{'held-out' if held else 'fit'} pooling/concat rows: " + ", ".join(
+            f"{k} n={len(g)} median |error| {100 * g.error.abs().median():.1f}%" for k, g in part.groupby("kernel")))
+    blocks = whole_model_errors()
+    print(blocks.to_string(index=False, float_format=lambda v: f"{v:.3f}"))
+    print(f"held-out rows per block: median |error| {100 * blocks.heldout_error.abs().median():.1f}%, "
+          f"max {100 * blocks.heldout_error.abs().max():.1f}% (target {100 * WHOLE_MODEL_TARGET:.0f}% per model)")
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
