@@ -339,10 +339,28 @@ def p2p_report() -> dict[str, Any]:
     return report("ds3lab_p2p", p2p_check(), P2P_TARGET, notes)
 
 
+def missing_seconds_by_run(checked: list[CheckedRow]) -> dict[str, dict[str, float]]:
+    """Measured minus simulated seconds of each pipeline run (table, PP, layers, batch, precision) under each
+    shaped setting ("1/5" = tc 1 ms, 5 Gb/s): the shape of what the model misses. ``checked`` is
+    :func:`pipeline_check`'s output, row for row with :func:`pipeline_rows`."""
+    out: dict[str, dict[str, float]] = {}
+    for (_, row), result in zip(pipeline_rows().iterrows(), checked, strict=True):
+        delay, rate = _setting(row)
+        if delay is None and rate is None:
+            continue
+        run = f"{row['md_file']} PP{row['pp']} L{row['layers']} B{row['global_batch']} {row['precision']}"
+        out.setdefault(run, {})[f"{delay:g}/{rate:g}"] = result.measured_s - result.simulated_s
+    return out
+
+
 def pipeline_report() -> dict[str, Any]:
+    checked = pipeline_check()
     notes = [f"V100 GEMM curve factor {p}: {fit_compute_factor(p):.3f} (fitted on the default-network rows)"
              for p in ("fp32", "fp16")]
-    return report("ds3lab_gpt3xl_pipeline", pipeline_check(), PIPELINE_TARGET, notes)
+    notes.append("measured - simulated, s, at tc ms/Gb/s: " + "; ".join(
+        f"{run}: " + " ".join(f"{k} {v:+.2f}" for k, v in by.items())
+        for run, by in missing_seconds_by_run(checked).items()))
+    return report("ds3lab_gpt3xl_pipeline", checked, PIPELINE_TARGET, notes)
 
 
 def parameter_server_report() -> dict[str, Any]:

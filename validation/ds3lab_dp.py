@@ -22,7 +22,8 @@ The launch scripts (dfm_launch_flags.csv) fix the
 rest: ``--fp16`` or fp32, ``--checkpoint-activations`` (full recompute), ``--optimizer sgd``,
 ``--DDP-impl local``, the 1F1B schedule of Megatron-LM, seq 2048, hidden 2048, 16 heads, and the BERT
 WordPiece tokenizer of bert-large-cased (``--tokenizer-type BertWordPieceLowerCase``: 28,996 tokens, padded
-by Megatron to a multiple of 128 x tp), not GPT-2's 50,257.
+by Megatron to a multiple of 128 x tp), not GPT-2's 50,257; Megatron-LM's GPT ties the output layer to the
+word embeddings (with PP > 1 the first and last stages all-reduce their two copies' gradients).
 
 Rows set aside, each with its reason in the report (never silently): cells the authors marked ``??``,
 and cells of gpt3_xl_fp16.md's "8 p3.16xlarge" rows (lines 183/192/202) that repeat, number for number,
@@ -131,7 +132,8 @@ def megatron_scenario(row, nvlink_efficiency: float | None = None) -> dict[str, 
     return {
         "name": f"ds3lab-megatron-gpt3-xl-tp{tp}-pp{pp}-dp{dp}",
         "model": {"name": "gpt3-xl-style", "num_layers": int(row["n_layers"]), "hidden_size": 2048,
-                  "num_attention_heads": 16, "vocab_size": megatron_padded_vocab(tp), "seq_length": 2048},
+                  "num_attention_heads": 16, "vocab_size": megatron_padded_vocab(tp), "seq_length": 2048,
+                  "tied_embeddings": True},
         "cluster": {"node": _node(row, ds3lab.fit_compute_factor(precision), nvlink_efficiency), "num_gpus": gpus, "fabric": fabric},
         "parallelism": {"tp": tp, "pp": pp, "dp": dp, "schedule": "1f1b",
                         "micro_batch_size": int(row["micro_batch"]), "global_batch_size": int(row["global_batch"]),
