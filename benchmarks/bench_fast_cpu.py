@@ -7,7 +7,11 @@ On the GPT-3 175B default search space (examples/gpt3-175b-1024-a100.yaml), in-p
 - *prune*: building every candidate's scenario and its memory check (what ``search`` does in its
   own process before timing anything), per layout;
 - *fast path*: ``fast_step`` on a fixed sample of the feasible layouts (seed 0), per layout;
-- *engine*: the discrete-event engine on Megatron-1T (3,072 A100s, pp 64), one simulation.
+- *engine*: the discrete-event engine on Megatron-1T (3,072 A100s, pp 64, 512 micro-batches), one
+  simulation, folded (simulator/strategies/spmd/fold.py) and unrolled (``fold=False``; a tree without
+  the fold runs it unrolled both times); Llama-3-405B on 16,384 H100s (the example: interleaved, 16
+  micro-batches, not folded); cost flat in dp: Llama-3-405B tp 8 pp 16 1F1B, 16 micro-batches, at dp 8
+  (1,024 GPUs) and dp 128 (16,384 GPUs), and their ratio.
 
 Each figure is the median of ``--repeats`` runs. Compare trees with
 ``PYTHONPATH=<tree> python benchmarks/bench_fast_cpu.py``.
@@ -25,6 +29,7 @@ import time
 from pathlib import Path
 
 EXAMPLE = Path(__file__).resolve().parents[1] / "examples" / "gpt3-175b-1024-a100.yaml"
+LLAMA = Path(__file__).resolve().parents[1] / "examples" / "llama3-405b-16k-h100.yaml"
 MEGATRON_1T = ["model=gpt-1t", "cluster.num_gpus=3072", "parallelism.tp=8", "parallelism.pp=64",
                "parallelism.virtual_stages=1", "parallelism.schedule=1f1b", "parallelism.global_batch_size=3072",
                "parallelism.micro_batch_size=1", "parallelism.recompute=full", "training.seq_length=2048"]
@@ -84,9 +89,29 @@ def main() -> None:
     print(f"fast path: {len(scenarios)} feasible layouts, {fast_s:.2f} CPU s ({1000 * fast_s / len(scenarios):.0f} ms "
           f"per layout, {len(scenarios) / fast_s:.1f} layouts per CPU-second); step times sum {sum(checksum)!r}")
     if not args.skip_engine:
+        def unrolled(scenario):
+            try:
+                return simulate(scenario, fold=False)
+            except TypeError:  # a tree without the engine fold
+                return simulate(scenario)
+
         megatron = load_scenario(None, MEGATRON_1T)
         engine_s = cpu_median(lambda: simulate(megatron), args.repeats)
-        print(f"engine: Megatron-1T (3,072 A100, pp 64), {1000 * engine_s:.0f} CPU ms per simulation")
+        unrolled_s = cpu_median(lambda: unrolled(megatron), args.repeats)
+        folded = simulate(megatron).extra.get("engine_fold")
+        print(f"engine: Megatron-1T (3,072 A100, pp 64, 512 micro-batches), {1000 * engine_s:.0f} CPU ms per "
+              f"simulation ({'folded at ' + str(folded['micro_batches_evaluated']) if folded else 'not folded'}), "
+              f"unrolled {1000 * unrolled_s:.0f} CPU ms")
+        llama = load_scenario(LLAMA, [])
+        print(f"engine: Llama-3-405B (16,384 H100, the example), {1000 * cpu_median(lambda: simulate(llama), args.repeats):.0f}"
+              " CPU ms per simulation")
+        per_dp = {}
+        for dp in (8, 128):
+            scenario = load_scenario(LLAMA, [f"cluster.num_gpus={8 * 16 * dp}", "parallelism.virtual_stages=1",
+                                             "parallelism.schedule=1f1b", f"parallelism.global_batch_size={16 * dp}"])
+            per_dp[dp] = cpu_median(lambda scenario=scenario: simulate(scenario), args.repeats)
+        print(f"engine, cost flat in dp: Llama-3-405B tp 8 pp 16 1F1B: dp 8 (1,024 GPUs) {1000 * per_dp[8]:.0f} CPU ms, "
+              f"dp 128 (16,384 GPUs) {1000 * per_dp[128]:.0f} CPU ms, ratio {per_dp[128] / per_dp[8]:.2f}")
 
 
 if __name__ == "__main__":

@@ -57,6 +57,7 @@ class FlowNetwork:
         self._last_update = 0.0
         self._version = 0
         self.flows_started = 0
+        self._prepared: dict[int, tuple] = {}  # id(demands) -> (demands, its flow constants), see _prepare
 
     def transfer(self, demands: dict[str, float], latency_s: float = 0.0,
                  factor: Callable[[], float] | None = None) -> simpy.Event:
@@ -64,12 +65,25 @@ class FlowNetwork:
         port at the fair rate (times ``factor()`` where given). Returns an event that fires
         when the last byte arrives."""
         done = self.env.event()
-        demands = {p: b for p, b in demands.items() if b > 0}
+        prepared = self._prepared.get(id(demands))
+        if prepared is None or prepared[0] is not demands:
+            prepared = self._prepared[id(demands)] = (demands, self._prepare(demands))
         if latency_s > 0:
-            self.env.timeout(latency_s).callbacks.append(lambda _ev: self._start(demands, done, factor))
+            self.env.timeout(latency_s).callbacks.append(lambda _ev: self._start(prepared[1], done, factor))
         else:
-            self._start(demands, done, factor)
+            self._start(prepared[1], done, factor)
         return done
+
+    def _prepare(self, demands: dict[str, float]):
+        """A flow's constants from its demands: (ports with bytes, heaviest bytes, each port's share
+        of the heaviest, its rate alone). Kept per demands mapping (the caller's, which it keeps
+        alive and never changes: planners share one mapping among every send of a pipeline edge)."""
+        kept = {p: b for p, b in demands.items() if b > 0}
+        if not kept:
+            return kept, 0.0, {}, 0.0
+        heaviest = max(kept.values())
+        return (kept, heaviest, {p: b / heaviest for p, b in kept.items()},
+                min(self.capacity(p) / b for p, b in kept.items()))
 
     def refresh(self) -> None:
         """Re-evaluate the flows' rates now (a ``factor`` changed)."""
@@ -79,14 +93,13 @@ class FlowNetwork:
 
     # -- internals -------------------------------------------------------------------------
 
-    def _start(self, demands: dict[str, float], done: simpy.Event, factor: Callable[[], float] | None = None) -> None:
+    def _start(self, prepared, done: simpy.Event, factor: Callable[[], float] | None = None) -> None:
+        demands, heaviest, weights, solo_rate = prepared
         if not demands:
             done.succeed()
             return
         self._advance()
-        heaviest = max(demands.values())
-        flow = _Flow(demands, done, heaviest, weights={p: b / heaviest for p, b in demands.items()}, factor=factor,
-                     solo_rate=min(self.capacity(p) / b for p, b in demands.items()))
+        flow = _Flow(demands, done, heaviest, weights=weights, factor=factor, solo_rate=solo_rate)
         self._flows.append(flow)
         for port in demands:
             n = self._flows_on_port[port] = self._flows_on_port.get(port, 0) + 1
