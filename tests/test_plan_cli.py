@@ -63,7 +63,7 @@ def runs(tmp_path_factory):
         "pase_bad_dims": py + ["--planner", "pase", "--option", "dims=batch,depth"],
         "adaptive": [sys.executable, "-m", "simulator", "plan", str(ROOT / "examples" / "vgg16-adaptive-8xa100.yaml"),
                      "--planner", "adaptive", "--option", "gpus=4", "--out", str(tmp / "adaptive.yaml")],
-        "adaptive_bad_choices": py + ["--planner", "adaptive", "--option", "choices=data,pipeline"],
+        "adaptive_bad_choices": py + ["--planner", "adaptive", "--option", "choices=data,zigzag"],
     }
     env = dict(os.environ, PYTHONDONTWRITEBYTECODE="1")
     procs = {name: subprocess.Popen(argv, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env, cwd=tmp)

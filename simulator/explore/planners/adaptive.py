@@ -22,18 +22,27 @@ it does, exactly:
    collective and its backward adjoint). The choice of every component is found together, by
    an exact dynamic program over the component graph (:mod:`.pase_dp`, PaSE's algorithm one level
    up: the vertices are components), so a component's choice accounts for its neighbours'.
-4. The plan and every *uniform* plan (one choice for all components, where a component cannot
-   take it: data parallel) are simulated by the engine; the fastest that fits is returned (the
-   returned plan is never slower in simulation than the best uniform choice; the summary says
-   when a uniform plan won over the cost model's choice).
-5. Adaptivity: with ``batches`` and/or ``gpus`` options the choice of every component is
+   The dynamic program runs twice, with the weight-gradient all-reduces priced serially and as
+   hidden behind the backward (the simulation overlaps them: the truth lies between); both
+   plans are simulated and the faster kept.
+4. ``pipeline``, a choice for the network as a whole (:mod:`.component_pipeline`): a pipeline
+   overlaps components on disjoint GPUs across micro-batches, which the per_layer kind (one
+   timeline for every layer) cannot express beside per-component splits, so the components are
+   assigned to S contiguous stages of p/S data-parallel GPUs each (cut at component boundaries,
+   DAPPLE's latency model to rank, the ``replicated_pipeline`` kind to simulate; S = 1 is data
+   parallelism with ZeRO-1 on offer).
+5. The per-component plan, every *uniform* plan (one choice for all components; where a
+   component cannot take it: data parallel) and the best pipelines are simulated by the engine;
+   the fastest that fits is returned, so the plan is never slower in simulation than the best
+   uniform choice (the summary says when a uniform plan or a pipeline won).
+6. Adaptivity: with ``batches`` and/or ``gpus`` options the choice of every component is
    re-solved at each of those global batches and GPU counts (priced, not simulated), and the
    planner reports which components change their choice, and to what.
 
-Not done: a pipeline as a component's choice (the per_layer kind runs every layer on one
-timeline, so components on disjoint GPUs cannot overlap micro-batches; use ``--planner dapple``
-for pipelines), memory as a constraint of the search (a plan that does not fit is reported with
-the reason, as PaSE's planner does).
+Not done: a pipeline whose stages split their components other than by data parallelism (no
+strategy kind holds both), pipelines re-chosen at other batches and GPU counts (the ``batches``
+and ``gpus`` report covers the per-component choices), memory as a constraint of the search (a
+plan that does not fit is reported with the reason, as PaSE's planner does).
 """
 
 from __future__ import annotations
@@ -46,7 +55,12 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from simulator.errors import ConfigError
-from simulator.explore.planners import PlannerKind, PlanResult, check_options, register
+from simulator.explore.planners import PlannerKind, PlanResult, check_options, int_option, register
+from simulator.explore.planners.component_pipeline import (
+    pick_to_simulate,
+    pipeline_candidates,
+    stage_of_components,
+)
 from simulator.explore.planners.components import (
     CHOICE_NAMES,
     Choice,
@@ -62,7 +76,9 @@ from simulator.strategies.per_layer.config import Split, strategy_block
 from simulator.strategies.per_layer.sharding import CHANNEL_MIXING, edge_shape
 
 OPTIONS = {
-    "choices": "choices a component may take, comma separated (default data,tensor,megatron,spatial,per_layer)",
+    "choices": "choices a component may take, comma separated (default data,tensor,megatron,spatial,per_layer,"
+               "pipeline)",
+    "max_stages": "most pipeline stages of the pipeline choice (default 4)",
     "batches": "global batches at which to re-choose and report what changes, comma separated (default none)",
     "gpus": "GPU counts at which to re-choose and report what changes, comma separated (default none)",
 }
@@ -262,15 +278,23 @@ def changes(base: ComponentPlan, other: ComponentPlan) -> dict[str, tuple[str, s
 
 #: The two cost models the dynamic program runs with: gradient all-reduces serial, or hidden.
 BOUNDS = {"serial": False, "hidden": True}
+#: Every choice the planner knows: the per-component ones and the whole-network pipeline.
+ALL_CHOICES = (*CHOICE_NAMES, "pipeline")
+#: Pipeline plans simulated per stage count (best DAPPLE estimates first).
+PIPELINES_PER_STAGE_COUNT = 2
 
 
 def run_adaptive(raw: dict[str, Any], options: dict[str, Any]) -> PlanResult:
     check_options(ADAPTIVE, options)
-    names = tuple(str(options.get("choices", ",".join(CHOICE_NAMES))).replace(" ", "").split(","))
-    for name in names:
-        if name not in CHOICE_NAMES:
-            raise ConfigError("--option choices", f"unknown choice {name!r} (known: {', '.join(CHOICE_NAMES)})")
+    wanted = tuple(str(options.get("choices", ",".join(ALL_CHOICES))).replace(" ", "").split(","))
+    for name in wanted:
+        if name not in ALL_CHOICES:
+            raise ConfigError("--option choices", f"unknown choice {name!r} (known: {', '.join(ALL_CHOICES)})")
+    names = tuple(n for n in wanted if n != "pipeline")
+    if not names:
+        raise ConfigError("--option choices", f"give at least one per-component choice ({', '.join(CHOICE_NAMES)})")
     batches, gpus = _int_list(options, "batches"), _int_list(options, "gpus")
+    max_stages = int_option(options, "max_stages", 4)
     started = time.perf_counter()
     plans = {bound: choose(raw, names, hidden) for bound, hidden in BOUNDS.items()}
     oracle = Oracle()
@@ -285,6 +309,12 @@ def run_adaptive(raw: dict[str, Any], options: dict[str, Any]) -> PlanResult:
     serial = plans["serial"]
     uniform = {label: simulated(splits) for label, (_, splits) in sorted(serial.uniform.items(),
                                                                           key=lambda item: item[1][0])}
+    pipelines, pipelines_estimated = {}, 0
+    if "pipeline" in wanted:
+        candidates, pipelines_estimated = pipeline_candidates(raw, serial.components, max_stages)
+        for candidate in pick_to_simulate(candidates, PIPELINES_PER_STAGE_COUNT):
+            pipelines[candidate.label()] = (candidate, oracle.evaluate(candidate.raw(raw)))
+            uniform[candidate.label()] = pipelines[candidate.label()][1]
     fits = lambda e: e.step_time_s if e.fits else math.inf  # noqa: E731
     bound = min(chosen, key=lambda b: fits(chosen[b]))
     plan = plans[bound]
@@ -294,6 +324,11 @@ def run_adaptive(raw: dict[str, Any], options: dict[str, Any]) -> PlanResult:
     else:
         returned, best = "adaptive", chosen[bound]
     summary = f"adaptive per-component: {len(plan.components)} components; {family_summary(plan)}"
+    if returned in pipelines:
+        stages = stage_of_components(pipelines[returned][0], plan.components)
+        summary = (f"adaptive per-component: {len(plan.components)} components, the pipeline choice: {returned}, "
+                   f"stages of {[s['layers'] for s in best.raw['strategy']['stages']]} layers "
+                   f"(components {_stage_ranges(stages)})")
     notes = [f"cost model: gradient all-reduces {'hidden behind the backward' if plan is plans['hidden'] else 'serial'}"
              f" (the bound that simulated faster); priced objective {plan.objective_s:.6g} s, simulated "
              + (f"{chosen[bound].step_time_s:.6g} s" if chosen[bound].fits else f"cannot run ({chosen[bound].reason})")]
@@ -302,7 +337,8 @@ def run_adaptive(raw: dict[str, Any], options: dict[str, Any]) -> PlanResult:
                      + (f"{uniform[best_uniform].step_time_s:.6g} s" if uniform[best_uniform].fits
                         else f"cannot run ({uniform[best_uniform].reason})"))
     if returned != "adaptive":
-        notes.append(f"the per-component choice simulated slower: the uniform {returned} is returned")
+        notes.append(f"the per-component choice ({family_summary(plan)}) simulated slower: the uniform {returned} "
+                     "is returned")
     re_chosen = []
     for what, values in (("batch", batches), ("gpus", gpus)):
         for value in values:
@@ -326,13 +362,26 @@ def run_adaptive(raw: dict[str, Any], options: dict[str, Any]) -> PlanResult:
         "cost_model": bound,
         "objective_s": {b: p.objective_s for b, p in plans.items()},
         "adaptive_step_s": {b: e.step_time_s for b, e in chosen.items()},
-        "uniform": {k: {"priced_s": serial.uniform[k][0], "simulated_step_s": e.step_time_s, "reason": e.reason}
-                    for k, e in uniform.items()},
+        "uniform": {k: {"priced_s": serial.uniform[k][0] if k in serial.uniform else None,
+                        "simulated_step_s": e.step_time_s, "reason": e.reason} for k, e in uniform.items()},
+        "pipeline": {k: {"estimated_s": c.estimate_s, "simulated_step_s": e.step_time_s, "reason": e.reason,
+                         "stage_of_component": stage_of_components(c, serial.components)}
+                     for k, (c, e) in pipelines.items()},
+        "pipelines_estimated": pipelines_estimated,
         "returned": returned, "best_uniform": best_uniform, "re_chosen": re_chosen,
     }
     return PlanResult("adaptive", best.raw, best.step_time_s, best.samples_per_s, time.perf_counter() - started,
-                      sum(p.priced for p in plans.values()), oracle.simulated, summary, details,
-                      estimated_what="layer and reshard costs priced", reason=best.reason, notes=notes)
+                      sum(p.priced for p in plans.values()) + pipelines_estimated, oracle.simulated, summary,
+                      details, estimated_what="layer and reshard costs and pipelines priced", reason=best.reason,
+                      notes=notes)
+
+
+def _stage_ranges(stages: dict[str, int]) -> str:
+    """``0: embedding.0-mlp.11, 1: attention.12-head.0``: the first and last component of each stage."""
+    by_stage: dict[int, list[str]] = {}
+    for name, stage in stages.items():
+        by_stage.setdefault(stage, []).append(name)
+    return ", ".join(f"{k}: {v[0]}" + (f"-{v[-1]}" if len(v) > 1 else "") for k, v in sorted(by_stage.items()))
 
 
 def _describe_changes(moved: dict[str, tuple[str, str]]) -> str:
