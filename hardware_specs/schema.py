@@ -257,6 +257,13 @@ class ComputeEfficiency(Spec):
         default=None,
         description="host-side floor per decoder layer and micro-batch of a stage whose pipeline neighbour "
                     "is on another node (a framework's behaviour; None = no floor)")
+    host_dispatch_us_per_kernel: float | None = Field(
+        default=None, ge=0, le=10_000,
+        description="eager-mode host time per kernel of the layer graph (a framework issuing PyTorch eager ops "
+                    "from Python): a decoder layer's passes for one micro-batch take at least their kernel and "
+                    "collective count times this, the GPU running under it (simulator/cost/host_floor.py); "
+                    "None = the host keeps ahead of the GPU")
+    host_dispatch_source: str | None = None
     source: str
     fitted_on: str | None = None
 

@@ -17,7 +17,12 @@ from pathlib import Path
 import pytest
 
 from hardware_specs.schema import CrossNodePipelineFloor
-from simulator.cost.host_floor import floor_per_layer_s, has_cross_node_neighbour, stretch
+from simulator.cost.host_floor import (
+    floor_per_layer_s,
+    has_cross_node_neighbour,
+    issue_bound_s,
+    stretch,
+)
 from simulator.cost.topology import RankLayout, Topology
 from simulator.scenario import load_scenario
 from simulator.simulate import simulate
@@ -121,3 +126,50 @@ def test_which_stages_have_a_neighbour_on_another_node():
     assert [floor_per_layer_s(spec, layout, topology, layout.representative(s)) for s in range(4)] == \
         [0.0, pytest.approx(FLOOR_S), pytest.approx(FLOOR_S), 0.0]
     assert floor_per_layer_s(None, layout, topology, 1) == 0.0
+
+
+# --------------------------------------------------------------------------- eager dispatch floor
+
+def test_issue_bound_pass_ends_between_the_longer_and_the_sum():
+    # host 2 s per kernel: kernel i starts at max(its issue 2i, the previous end)
+    assert issue_bound_s([1.0, 1.0, 1.0], 2.0) == 7.0           # host-bound: 3·2 + the last kernel's 1
+    assert issue_bound_s([5.0, 1.0, 1.0], 1.0) == 8.0           # GPU-bound after the first issue: 1 + 7
+    assert issue_bound_s([1.0, 5.0, 1.0], 2.0) == 10.0          # 3, then max(3, 4) + 5 = 9, then 9 + 1
+    assert issue_bound_s([], 2.0) == 0.0
+
+
+def _eager(m: int, host_us: float | None, tp: int = 1, **par):
+    raw = toy_raw(tp, tp=tp, global_batch_size=m, **par)
+    raw["cluster"]["node"]["accelerator"]["efficiency"]["host_dispatch_us_per_kernel"] = host_us
+    return load_scenario(raw)
+
+
+@pytest.mark.parametrize(("mode", "detail"), MODES)
+@pytest.mark.parametrize(("tp", "kernels"), [(1, 12 + 16), (2, 14 + 18)])
+def test_a_host_bound_layer_takes_its_kernel_count_times_the_host_time(mode, detail, tp, kernels):
+    # Toy GPT, L = 4, one GPU (tp 1) or two (tp 2, NVLink free), m = 3, host 10 ms per kernel, far above
+    # any kernel: each pass ends one host time per op after it starts, plus its last kernel (a
+    # layernorm gradient or a residual add, ~1e-15 s). A layer's forward has 12 ops and its backward
+    # 16 (tests/test_simulate.py), and tp 2 adds an all-reduce after attention and after the MLP in
+    # each; the embedding and head passes are not floored (~0 s). Step = m·L·kernels·10 ms.
+    r = simulate(_eager(3, 10_000.0, tp=tp), mode=mode, detail=detail)
+    assert r.step_time_s == pytest.approx(3 * 4 * kernels * 10e-3, rel=1e-9)
+    assert r.time_breakdown_s["host_stall"] == pytest.approx(r.step_time_s - 3 * 3 * 4 * T_LAYER / tp, rel=1e-6)
+
+
+@pytest.mark.parametrize(("mode", "detail"), MODES)
+def test_the_eager_floor_covers_the_recomputed_forward_and_adds_nothing_when_unset(mode, detail):
+    # Full recompute: the backward pass re-runs the 12 forward ops before its 16 -> 40 per layer.
+    r = simulate(_eager(2, 10_000.0, recompute="full"), mode=mode, detail=detail)
+    assert r.step_time_s == pytest.approx(2 * 4 * 40 * 10e-3, rel=1e-9)
+    plain = simulate(_eager(2, None), mode=mode, detail=detail)
+    assert plain.step_time_s == pytest.approx(2 * 3 * 4 * T_LAYER, rel=1e-9)
+    assert plain.time_breakdown_s["host_stall"] == 0.0
+
+
+def test_a_small_host_time_delays_each_pass_by_its_first_issue_only():
+    # 1 ns per kernel, far below every GEMM: each pass (forward, backward) waits for its first two
+    # issues only -- a layernorm or residual op of ~0 s, then its first GEMM at 2 ns -- and the queue
+    # stays ahead after that: 2 passes x 2 ns per layer and micro-batch.
+    r = simulate(_eager(3, 1e-3))
+    assert r.step_time_s == pytest.approx(3 * 3 * 4 * T_LAYER + 3 * 4 * 2 * 2e-9, rel=1e-9)

@@ -58,15 +58,29 @@ def load_groups(case_set: str) -> dict[str, dict[str, Any]]:
     return (yaml.safe_load(path.read_text()) or {}).get("groups", {}) or {}
 
 
-def _scaled_points(points: list[dict[str, Any]], scale: float) -> list[dict[str, Any]]:
-    return [{"gflop": p["gflop"], "efficiency": round(min(1.0, p["efficiency"] * scale), 5)} for p in points]
+#: GEMM size (GFLOP) at which a tilted curve keeps its scaled level (``gemm_tilt``).
+TILT_PIVOT_GFLOP = 10.0
+
+
+def _scaled_points(points: list[dict[str, Any]], scale: float, tilt: float = 0.0,
+                   ceiling: float = 1.0) -> list[dict[str, Any]]:
+    """Each point times ``scale`` and, with ``tilt``, times ``(gflop / 10)^tilt`` (a framework whose large
+    GEMMs gain more over its small ones than the catalog curve says), capped at ``ceiling``."""
+    return [{"gflop": p["gflop"], "efficiency": round(min(ceiling, p["efficiency"] * scale
+                                                          * (p["gflop"] / TILT_PIVOT_GFLOP) ** tilt), 5)}
+            for p in points]
 
 
 def scaled_efficiency(accelerator: str, gemm_scale: float, launch_us: float | None,
-                      attention_scale: float | None = None) -> dict[str, Any]:
+                      attention_scale: float | None = None, host_dispatch_us: float | None = None,
+                      gemm_tilt: float | None = None, gemm_ceiling: float | None = None) -> dict[str, Any]:
     """The catalog accelerator's efficiency block with the GEMM curve scaled (capped at 1) and, with
-    ``attention_scale``, the fused attention kernel's efficiency scaled too (capped at 1)."""
+    ``attention_scale``, the fused attention kernel's efficiency scaled too (capped at 1); with
+    ``host_dispatch_us``, the framework's eager host time per kernel (simulator/cost/host_floor.py)."""
     eff = copy.deepcopy(_catalog_yaml("accelerators", accelerator)["efficiency"])
+    if host_dispatch_us is not None:
+        eff["host_dispatch_us_per_kernel"] = host_dispatch_us
+        eff["host_dispatch_source"] = "framework profile (fitted on its set's fit half)"
     if attention_scale is not None:
         if eff.get("attention"):
             for level in ("fwd_efficiency", "bwd_efficiency"):
@@ -75,9 +89,10 @@ def scaled_efficiency(accelerator: str, gemm_scale: float, launch_us: float | No
         else:
             eff["attention_efficiency_factor"] = round(
                 min(1.0, eff.get("attention_efficiency_factor", 1.0) * attention_scale), 5)
-    eff["gemm_curve"] = _scaled_points(eff["gemm_curve"], gemm_scale)
+    tilt, ceiling = gemm_tilt or 0.0, gemm_ceiling or 1.0
+    eff["gemm_curve"] = _scaled_points(eff["gemm_curve"], gemm_scale, tilt, ceiling)
     for curve in (eff.get("gemm_curves") or {}).values():  # per-precision curves, where the spec has them
-        curve["points"] = _scaled_points(curve["points"], gemm_scale)
+        curve["points"] = _scaled_points(curve["points"], gemm_scale, tilt, ceiling)
     for conv in (eff.get("conv_efficiency") or {}).values():  # convolutions by shape: their level
         conv["level"] = round(min(1.0, conv["level"] * gemm_scale), 5)
     if launch_us is not None:
@@ -88,7 +103,8 @@ def scaled_efficiency(accelerator: str, gemm_scale: float, launch_us: float | No
 
 def with_constants(case: ModernCase, constants: dict[str, Any] | None) -> dict[str, Any]:
     """The case's scenario on its node with a profile entry's constants (``gemm_scale``,
-    ``kernel_launch_overhead_us``, ``intra_node_latency_us``, ``attention_scale``); a node given as {base, overrides}
+    ``kernel_launch_overhead_us``, ``intra_node_latency_us``, ``attention_scale``,
+    ``host_dispatch_us_per_kernel``); a node given as {base, overrides}
     becomes a plain mapping either way."""
     node = case.scenario["cluster"]["node"]
     if not constants and not isinstance(node, dict):
@@ -97,10 +113,13 @@ def with_constants(case: ModernCase, constants: dict[str, Any] | None) -> dict[s
     raw = copy.deepcopy(case.scenario)
     base, overrides = (node["base"], dict(node["overrides"])) if isinstance(node, dict) else (node, {})
     eff = None
-    if any(constants.get(k) is not None for k in ("gemm_scale", "kernel_launch_overhead_us", "attention_scale")):
+    if any(constants.get(k) is not None for k in ("gemm_scale", "kernel_launch_overhead_us", "attention_scale",
+                                                   "host_dispatch_us_per_kernel", "gemm_tilt", "gemm_ceiling")):
         accelerator = _catalog_yaml("nodes", base)["accelerator"]
         eff = scaled_efficiency(accelerator, constants.get("gemm_scale") or 1.0,
-                                constants.get("kernel_launch_overhead_us"), constants.get("attention_scale"))
+                                constants.get("kernel_launch_overhead_us"), constants.get("attention_scale"),
+                                constants.get("host_dispatch_us_per_kernel"), constants.get("gemm_tilt"),
+                                constants.get("gemm_ceiling"))
     if constants.get("intra_node_latency_us") is not None:
         overrides["intra_node"] = {"latency_us": constants["intra_node_latency_us"]}
     raw["cluster"]["node"] = profiled_node(base, eff, overrides or None)

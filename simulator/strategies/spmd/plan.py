@@ -33,7 +33,7 @@ from collections import Counter, defaultdict
 
 from simulator.cost.collectives import collective_cost
 from simulator.cost.compute import ComputeModel
-from simulator.cost.host_floor import floor_per_layer_s, stretch
+from simulator.cost.host_floor import floor_per_layer_s, issue_bound_s, stretch
 from simulator.cost.interference import exposed_comm_share
 from simulator.cost.jitter import sync_stretch
 from simulator.cost.moe_dispatch import node_dedup_all_to_all
@@ -84,6 +84,7 @@ class Planner:
                                for g in scenario.groups]
         self.sync_stretch = self.sync_stretches[0]
         self.host_floor = scenario.accelerator.efficiency.cross_node_pipeline_floor
+        self.host_dispatch_us = scenario.accelerator.efficiency.host_dispatch_us_per_kernel
         self._stretch_cache: dict[tuple[int, bool], float] = {}
         self.shard = scenario.shard
         self.graph = scenario.layer_graph()
@@ -368,24 +369,41 @@ class Planner:
 
     def layer_stretch(self, rank: int, kind: bool) -> float:
         """The host floor's factor on the passes of a layer of ``kind`` on ``rank``
-        (simulator/cost/host_floor.py): 1 unless the rank's pipeline neighbour is on another node and
-        the layer's isolated forward + backward (+ recompute) is shorter than the floor."""
+        (simulator/cost/host_floor.py): 1 unless the layer's isolated forward + backward (+ recompute)
+        is shorter than the floor: the cross-node pipeline floor (the rank's pipeline neighbour on
+        another node) or the eager-dispatch floor (its passes issued kernel by kernel by the host)."""
         key = (rank, kind)
         hit = self._stretch_cache.get(key)
         if hit is None:
-            floor_s = floor_per_layer_s(self.host_floor, self.layout, self.topo, rank)
+            work = self.layer_works[kind]
+            passes = [ops for ops in (work.forward, work.backward, self.layer_pass_ops(kind, "R")) if ops]
+            floor_s = max(floor_per_layer_s(self.host_floor, self.layout, self.topo, rank),
+                          self.eager_floor_s(rank, passes))
             hit = 1.0
             if floor_s > 0:
-                work = self.layer_works[kind]
-                device_s = sum(sum(self.pass_cost_s(rank, ops)) for ops in
-                               (work.forward, work.backward, self.layer_pass_ops(kind, "R")) if ops)
+                device_s = sum(sum(self.pass_cost_s(rank, ops)) for ops in passes)
                 hit = stretch(device_s, floor_s)
             self._stretch_cache[key] = hit
         return hit
 
+    def eager_floor_s(self, rank: int, passes: list[tuple[Op, ...]]) -> float:
+        """The eager-dispatch floor of a layer's passes (forward, backward, recompute) on ``rank``:
+        each pass issued kernel by kernel from an empty launch queue (simulator/cost/host_floor.py
+        ``issue_bound_s``; a collective counts as one issue and takes its exposed time)."""
+        if not self.host_dispatch_us:
+            return 0.0
+        host_s = self.host_dispatch_us * 1e-6
+        compute, jitter = self.compute_of(rank), self.sync_stretches[self.topo.group_index(rank)]
+        total = 0.0
+        for ops in passes:
+            total += issue_bound_s([
+                self._isolated_comm_s(rank, [(op.group, op.collective, op.comm_bytes)]) * self._exposure(rank, ops, i)
+                if op.kind == "collective" else compute.time_s(op) * jitter for i, op in enumerate(ops)], host_s)
+        return total
+
     def host_floor_stall_s(self, rank: int, phase: str, runs) -> float:
         """Seconds a pass over ``runs`` ((layer kind, count), ...) waits for the host floor."""
-        if self.host_floor is None or self.par.pp == 1:
+        if (self.host_floor is None or self.par.pp == 1) and not self.host_dispatch_us:
             return 0.0
         stall = 0.0
         for kind, count in runs:
