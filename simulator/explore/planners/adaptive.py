@@ -82,8 +82,9 @@ OPTIONS = {
     "batches": "global batches at which to re-choose and report what changes, comma separated (default none)",
     "gpus": "GPU counts at which to re-choose and report what changes, comma separated (default none)",
 }
-#: Dimensions the ``per_layer`` choice's dynamic program may cut a layer along.
-PER_LAYER_DIMS = ("batch", "rows", "cols", "channels", "heads", "reduction")
+#: Dimensions the ``per_layer`` choice's dynamic program may cut a layer along (PaSE's default
+#: and the heads; spatial grids are the ``spatial`` choice's).
+PER_LAYER_DIMS = ("batch", "channels", "heads", "reduction")
 
 
 @dataclass
@@ -106,24 +107,31 @@ class ComponentPlan:
 
 
 class _Prices:
-    """Memoized layer and reshard prices of one scenario, with a count of what was priced."""
+    """Memoized layer and reshard prices of one scenario, with a count of what was priced; views
+    for the two cost models (:meth:`bound`) share the memo."""
 
-    def __init__(self, prices, hidden_gradients: bool):
+    def __init__(self, prices, hidden_gradients: bool = False, shared: _Prices | None = None):
         self.p = prices
-        self.hidden_gradients = hidden_gradients
         self.layers = prices.graph.layers
-        self.priced = 0
-        self._layer: dict = {}
-        self._edge: dict = {}
+        self.hidden_gradients = hidden_gradients
+        self._layer: dict = shared._layer if shared else {}
+        self._edge: dict = shared._edge if shared else {}
+        self._count: list[int] = shared._count if shared else [0]
+
+    def bound(self, hidden_gradients: bool) -> _Prices:
+        return _Prices(self.p, hidden_gradients, self)
+
+    @property
+    def priced(self) -> int:
+        return self._count[0]
 
     def layer_s(self, index: int, split: Split) -> float:
         key = (index, split)
-        hit = self._layer.get(key)
-        if hit is None:
-            self.priced += 1
-            cost = self.p.layer_cost(self.layers[index], split)
-            hit = self._layer[key] = cost.total_s - (cost.gradient_reduce_s if self.hidden_gradients else 0.0)
-        return hit
+        cost = self._layer.get(key)
+        if cost is None:
+            self._count[0] += 1
+            cost = self._layer[key] = self.p.layer_cost(self.layers[index], split)
+        return cost.total_s - (cost.gradient_reduce_s if self.hidden_gradients else 0.0)
 
     def reshard_s(self, u: int, v: int, a: Split, b: Split) -> float:
         producer, consumer = self.layers[u], self.layers[v]
@@ -133,7 +141,7 @@ class _Prices:
                consumer.kind in CHANNEL_MIXING, a, b)
         hit = self._edge.get(key)
         if hit is None:
-            self.priced += 1
+            self._count[0] += 1
             hit = self._edge[key] = self.p.reshard(producer, a, consumer, b).total_s
         return hit
 
@@ -162,9 +170,10 @@ def choose(raw: dict[str, Any], names: tuple[str, ...], hidden_gradients: bool =
     return choose_on(scenario, pricer, names, hidden_gradients)
 
 
-def choose_on(scenario, pricer, names: tuple[str, ...], hidden_gradients: bool = False) -> ComponentPlan:
-    """:func:`choose` on a built scenario and its per_layer pricer."""
-    prices = _Prices(pricer, hidden_gradients)
+def choose_on(scenario, pricer, names: tuple[str, ...], hidden_gradients: bool = False,
+              prices: _Prices | None = None) -> ComponentPlan:
+    """:func:`choose` on a built scenario and its per_layer pricer (``prices``: a memo to share)."""
+    prices = (prices or _Prices(pricer)).bound(hidden_gradients)
     graph, batch, p = pricer.graph, pricer.batch, scenario.num_gpus
     comps = find_components(graph)
     edges = _edges(graph)
@@ -296,7 +305,9 @@ def run_adaptive(raw: dict[str, Any], options: dict[str, Any]) -> PlanResult:
     batches, gpus = _int_list(options, "batches"), _int_list(options, "gpus")
     max_stages = int_option(options, "max_stages", 4)
     started = time.perf_counter()
-    plans = {bound: choose(raw, names, hidden) for bound, hidden in BOUNDS.items()}
+    scenario, pricer = per_layer_pricer(raw)
+    shared = _Prices(pricer)
+    plans = {bound: choose_on(scenario, pricer, names, hidden, shared) for bound, hidden in BOUNDS.items()}
     oracle = Oracle()
     by_splits: dict[tuple[Split, ...], Any] = {}  # identical plans are simulated once
 
@@ -371,7 +382,7 @@ def run_adaptive(raw: dict[str, Any], options: dict[str, Any]) -> PlanResult:
         "returned": returned, "best_uniform": best_uniform, "re_chosen": re_chosen,
     }
     return PlanResult("adaptive", best.raw, best.step_time_s, best.samples_per_s, time.perf_counter() - started,
-                      sum(p.priced for p in plans.values()) + pipelines_estimated, oracle.simulated, summary,
+                      shared.priced + pipelines_estimated, oracle.simulated, summary,
                       details, estimated_what="layer and reshard costs and pipelines priced", reason=best.reason,
                       notes=notes)
 
