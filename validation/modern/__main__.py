@@ -32,6 +32,12 @@ def print_report(block: dict) -> None:
             print(f"  {title:<11} {s['label']:<16} n={s['cases']:<4} median |error| {_pct(s['median_abs_error']):>7} "
                   f"max {_pct(s['max_abs_error']):>7} median error {_pct(s['median_error']):>7}"
                   f"{'  predicted OOM: ' + str(s['predicted_oom']) if s['predicted_oom'] else ''}")
+    aside = block.get("set_aside", [])
+    if aside:
+        print(f"  {len(aside)} rows set aside (not counted above, not fitted on), each with its error and reason:")
+        for a in aside:
+            print(f"    row {a['row']:>4} {a['label'][:80]:<80} measured {a['measured']:>10.1f} simulated "
+                  f"{a['simulated'] or 0:>10.1f} {_pct(a['relative_error']):>7}  [set aside: {a['why']}]")
     print(f"  target ({target}): {'met' if block['met'] else 'NOT MET'}\n")
 
 

@@ -3,7 +3,9 @@
 A row becomes either a :class:`ModernCase` (a scenario that reproduces it and the measured rate)
 or an :class:`Unrepresentable` (the reason it cannot be simulated: a model or a feature the
 simulator lacks, a layout the source does not give). Nothing is dropped silently: every CSV row
-is one or the other.
+is one or the other. A case may be *set aside* (``ModernCase.set_aside``: the reason it is judged
+inconsistent with another source for the same GPU, model and precision): it is simulated and listed
+with its error, but neither fitted on nor counted in the set's figures.
 
 **What is compared**: tokens per second per GPU (images per second per GPU for the CNN sets,
 ``ModernCase.rate``). Where a source gives only model TFLOP/s per GPU
@@ -47,6 +49,8 @@ class ModernCase:
     measured_tflops: float | None = None   # model TFLOP/s per GPU when tokens/s are not given
     notes: str = ""
     rate: str = "tokens_per_s"    # the result field compared: tokens/s (LLM sets), samples_per_s (images/s, CNN sets)
+    set_aside: str = ""           # why the row is judged inconsistent with another source: simulated and listed
+                                  # with its error, not counted in the set's figures nor fitted on (HELPER rules)
 
     @property
     def heldout(self) -> bool:

@@ -114,6 +114,8 @@ def evaluate(name: str, half: str = "heldout", workers: int | None = 2) -> list[
 def report(name: str, outcomes: list[CaseOutcome]) -> dict[str, Any]:
     """Overall, per precision and per accelerator summaries, and whether the targets are met."""
     spec = SETS[name]
+    aside = [o for o in outcomes if o.case.set_aside]
+    outcomes = [o for o in outcomes if not o.case.set_aside]   # set-aside rows: listed below, not counted
     overall = summarize(name, outcomes)
     by: dict[str, list[Summary]] = {"precision": [], "accelerator": []}
     for attr in by:
@@ -134,6 +136,9 @@ def report(name: str, outcomes: list[CaseOutcome]) -> dict[str, Any]:
                    "accelerator": o.case.accelerator, "measured": o.measured_rate_per_gpu,
                    "simulated": o.simulated_rate_per_gpu, "relative_error": o.relative_error,
                    "fits": o.fits, "reason": o.reason} for o in outcomes],
+        "set_aside": [{"label": o.case.label, "row": o.case.row, "why": o.case.set_aside,
+                       "measured": o.measured_rate_per_gpu, "simulated": o.simulated_rate_per_gpu,
+                       "relative_error": o.relative_error} for o in aside],
     }
 
 
@@ -141,7 +146,7 @@ def fit(name: str, workers: int | None = 2) -> dict[str, dict[str, Any]]:
     """Fit every group with enough fit-half cases of the sets sharing ``name``'s profile."""
     spec = SETS[name]
     members = [s for s in SETS.values() if s.profile_name == spec.profile_name and s.fitted]
-    fit_cases = [c for s in members for c in built(s.name)[0] if not c.heldout]
+    fit_cases = [c for s in members for c in built(s.name)[0] if not c.heldout and not c.set_aside]
     groups: dict[str, dict[str, Any]] = {}
     for group in sorted({c.profile_group for c in fit_cases}):
         cases = [c for c in fit_cases if c.profile_group == group]
