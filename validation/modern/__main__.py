@@ -35,9 +35,12 @@ def print_report(block: dict) -> None:
     aside = block.get("set_aside", [])
     if aside:
         print(f"  {len(aside)} rows set aside (not counted above, not fitted on), each with its error and reason:")
+        said: set[str] = set()
         for a in aside:
+            why = "the same reason as above" if a["why"] in said else a["why"]
+            said.add(a["why"])
             print(f"    row {a['row']:>4} {a['label'][:80]:<80} measured {a['measured']:>10.1f} simulated "
-                  f"{a['simulated'] or 0:>10.1f} {_pct(a['relative_error']):>7}  [set aside: {a['why']}]")
+                  f"{a['simulated'] or 0:>10.1f} {_pct(a['relative_error']):>7}  [set aside: {why}]")
     print(f"  target ({target}): {'met' if block['met'] else 'NOT MET'}\n")
 
 
