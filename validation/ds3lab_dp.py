@@ -49,7 +49,7 @@ TARGET = 0.15
 BERT_LARGE_CASED_VOCAB = 28996  # lines of bert-large-cased-vocab.txt (the scripts' --vocab-file; HF config vocab_size)
 MEGATRON_VOCAB_DIVISOR = 128     # Megatron-LM --make-vocab-size-divisible-by default, times tp
 SINGLE_INSTANCE_BATCH = 64       # gpt3_xl.md's single-instance tables: "batch size of 64"
-NVLINK_EFFICIENCY_GRID = tuple(round(0.10 + 0.05 * i, 2) for i in range(15))  # 0.10 .. 0.80
+NVLINK_EFFICIENCY_GRID = tuple(round(0.1 * i, 1) for i in range(1, 9))  # 0.1 .. 0.8
 
 
 def megatron_padded_vocab(tp: int) -> int:
@@ -162,7 +162,7 @@ def _simulate(row, nvlink_efficiency: float | None = None):
 def fit_nvlink_efficiency() -> float:
     """The p3.16xlarge's NVLink collective efficiency (assumed 0.80 in the catalog: no V100 collective
     measurement in this project) that minimises the mean squared log error over the single-instance rows
-    (grid of 0.05 steps): the only parameter of this set without another source."""
+    (grid of 0.1 steps): the only parameter of this set without another source."""
     rows = single_instance_rows()
     rows = rows[rows["half"] == "fit"]
     losses = {}
