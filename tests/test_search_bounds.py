@@ -171,3 +171,56 @@ def test_pruned_search_matches_exhaustive_on_the_examples(example):
     k = min(20, summarize(exhaustive)["simulated"])
     assert k >= 1
     _same_top(pruned, exhaustive, k)
+
+
+@pytest.mark.slow
+def test_wide_search_top_k_is_the_exhaustive_one_over_layouts_and_switches():
+    """The wide search (simulator/explore/wide.py: counted, not listed) over layouts × overlap
+    switches finds the engine's top k over every candidate: the exhaustive reference runs the
+    engine on every feasible layout once per switch setting."""
+    import itertools
+
+    from simulator.explore.wide import wide_search
+
+    overrides, gpus, _ = SMALL
+    space = SearchSpace(micro_batch_size=[2], zero_stage=[0, 1], recompute=["full"], virtual_stages=[1])
+    switches = {"overlap_grad_reduce": [False, True], "overlap_param_gather": [False, True],
+                "overlap_tp_grad_comm": [False, True]}
+    k = 8
+    wide = wide_search(None, overrides=overrides, num_gpus=gpus, space=space.model_copy(update=switches), top_k=k,
+                       workers=1)
+    reference = []
+    for ogr, opg, otgc in itertools.product([False, True], repeat=3):
+        sets = [f"parallelism.overlap_grad_reduce={json.dumps(ogr)}",
+                f"parallelism.overlap_param_gather={json.dumps(opg)}",
+                f"parallelism.overlap_tp_grad_comm={json.dumps(otgc)}"]
+        reference += search(None, overrides=overrides + sets, num_gpus=gpus, space=space,
+                            simulate_fn=engine_everywhere, workers=1)
+    c = wide.counts
+    assert c["evaluated"] == len(reference)
+    assert c["invalid"] + c["pruned_by_memory"] == sum(1 for r in reference if not r["fits"])
+    assert c["pruned_by_bound"] + c["priced_by_fast_path"] == sum(1 for r in reference if r["fits"])
+    assert c["pruned_by_bound"] > 0 and c["engine_resimulated"] >= k
+    best = sorted((r for r in reference if r["fits"]), key=lambda r: r["step_time_s"])
+    assert [r["step_time_s"] for r in wide.top] == pytest.approx([r["step_time_s"] for r in best[:k]], rel=1e-12)
+    kth = best[k - 1]["step_time_s"]
+    strictly_better = {_key(r) for r in best if r["step_time_s"] < kth * (1 - 1e-12)}
+    assert strictly_better <= {_key(r) for r in wide.top}
+
+
+def test_overlap_switches_are_searchable_fields():
+    """Each switch given as a list multiplies the candidates; None keeps the scenario's value."""
+    from simulator.errors import ConfigError
+    from simulator.explore.search import SearchConstraints, enumerate_layouts, parse_assignments
+
+    base = {"global_batch_size": 64, "overlap_grad_reduce": True}
+    plain = enumerate_layouts(base, 16, 24, 8, SearchSpace(), SearchConstraints())
+    space = parse_assignments(["overlap_grad_reduce=false,true", "tp_comm_overlap=false,true"], SearchSpace,
+                              "--space", lists=True)
+    both = enumerate_layouts(base, 16, 24, 8, space, SearchConstraints())
+    assert len(both) == 4 * len(plain)
+    assert {(c["overlap_grad_reduce"], c["tp_comm_overlap"]) for c in both} == {(a, b) for a in (False, True)
+                                                                                for b in (False, True)}
+    assert all(c["overlap_grad_reduce"] is True and "tp_comm_overlap" not in c for c in plain)
+    with pytest.raises(ConfigError, match="--space overlap_p2p_comm"):
+        enumerate_layouts(base, 16, 24, 8, SearchSpace(overlap_p2p_comm=[]), SearchConstraints())

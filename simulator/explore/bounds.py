@@ -28,12 +28,57 @@ clusters (hypothesis).
 
 from __future__ import annotations
 
+import dataclasses
+
 ROUND_OFF = 1e-9
+
+
+@dataclasses.dataclass(frozen=True)
+class BoundParts:
+    """The terms of the bound for one layout, so that the two gradient/weight overlap switches,
+    which change only the tail, are combined without pricing again (:meth:`bound_s`).
+
+    ``chains``: per stage, the pipeline chain ending on the stage itself and the one ending on
+    stage 0 after the drain (None under ZB-H1); ``optimizer_s``, ``grad_reduce_s`` (the stage's
+    whole gradient reduction alone, counted where it is not overlapped), ``param_gather_s`` (its
+    updated-weight all-gather alone, counted for ZeRO-1/2 without ``overlap_param_gather``);
+    ``tail``: False where the plan is not the plain one-step, one-update-per-step case (no tail);
+    ``reduce_exposable``/``gather_exposable``: whether the switches can expose them at all."""
+
+    chains: tuple[tuple[float, float | None], ...]
+    optimizer_s: tuple[float, ...]
+    grad_reduce_s: tuple[float, ...]
+    param_gather_s: tuple[float, ...]
+    tail: bool
+    reduce_exposable: bool
+    gather_exposable: bool
+
+    def bound_s(self, overlap_grad_reduce: bool, overlap_param_gather: bool) -> float:
+        """The step-time lower bound with these two switches (seconds, module docstring)."""
+        tails = [0.0] * len(self.chains)
+        if self.tail:
+            for stage in range(len(self.chains)):
+                tails[stage] = (self.optimizer_s[stage]
+                                + (self.grad_reduce_s[stage] if self.reduce_exposable and not overlap_grad_reduce
+                                   else 0.0)
+                                + (self.param_gather_s[stage] if self.gather_exposable and not overlap_param_gather
+                                   else 0.0))
+        best = 0.0
+        for stage, (own, drained) in enumerate(self.chains):
+            best = max(best, own + tails[stage], (drained + tails[0]) if drained is not None else 0.0)
+        return best * (1 - ROUND_OFF)
 
 
 def step_lower_bound_s(scenario, planner=None) -> float:
     """Seconds: never above the engine's step time of ``scenario`` (an SPMD layout); module docstring."""
-    from simulator.strategies.spmd.plan import Planner
+    par = scenario.parallelism
+    return bound_parts(scenario, planner).bound_s(par.overlap_grad_reduce, par.overlap_param_gather)
+
+
+def bound_parts(scenario, planner=None) -> BoundParts:
+    """The bound's terms for ``scenario`` (priced by ``planner``, built if not given)."""
+    from simulator.scenario import gradient_bytes
+    from simulator.strategies.spmd.plan import WEIGHT_BYTES, Planner
 
     planner = planner or Planner(scenario)
     par = scenario.parallelism
@@ -47,48 +92,41 @@ def step_lower_bound_s(scenario, planner=None) -> float:
         return sum(planner.pass_cost_s(reps[chunk % pp], ops)) if ops else 0.0
 
     per_chunk = {g: {ph: pass_s(ph, g) for ph in phases} for g in range(pp * v)}
-    tails = [_tail_s(scenario, planner, stage, reps[stage]) for stage in range(pp)]
-    best, fill, drain = 0.0, 0.0, 0.0
+    chains = []
+    fill, drain = 0.0, 0.0
     for stage in range(pp):
         busy = m * sum(sum(per_chunk[c * pp + stage].values()) for c in range(v))
-        best = max(best, fill + busy + tails[stage])
-        if not zero_bubble:
-            best = max(best, fill + busy + drain + tails[0])
+        chains.append((fill + busy, None if zero_bubble else fill + busy + drain))
         fill += per_chunk[stage]["F"]
         drain += per_chunk[stage]["R"] + per_chunk[stage]["B"]
-    return best * (1 - ROUND_OFF)
 
-
-def _tail_s(scenario, planner, stage: int, rank: int) -> float:
-    """What follows stage ``stage``'s last backward on its chain (module docstring): 0 where the
-    plan is not the plain one-step, one-update-per-step case."""
-    from simulator.scenario import gradient_bytes
-    from simulator.strategies.spmd.plan import WEIGHT_BYTES
-
-    par = scenario.parallelism
-    if scenario.simulation.steps != 1 or scenario.training.optimizer_fusion != "none" or not planner.local_update:
-        return 0.0
     zero = par.zero_stage
     dp_size = par.dp_degree * par.cp if planner.sync_gradients else 1
-    local_params = planner.stage_params_local(stage)
-    tail = planner.optimizer_step_s(stage)
-    if dp_size <= 1:
-        return tail
-    if not (par.overlap_grad_reduce or zero >= 2 or par.schedule == "zb-h1"):
-        grad = gradient_bytes(scenario.training)
-        kinds: dict = {}
-        for c in range(par.virtual_stages):
-            for kind, count in planner.chunk_runs(c * par.pp + stage):
-                kinds[kind] = kinds.get(kind, 0) + count
-        expert = planner._layers_params(kinds.items(), expert_only=True) * grad
-        dense = local_params * grad - expert
-        group = planner.shard_group if zero >= 1 else planner.grad_group
-        collective = "all_reduce" if zero == 0 else "reduce_scatter"
-        # the dense and the expert reductions queue on the one dp stream; the larger alone is a bound
-        tail += max(planner._isolated_comm_s(rank, [(group, collective, dense)]) if dense > 0 else 0.0,
-                    planner._isolated_comm_s(rank, [("edp", collective, expert)]) if expert > 0 else 0.0)
-    if zero in (1, 2) and not par.overlap_param_gather:
-        precision = planner.precision
-        tail += planner._isolated_comm_s(rank, [(planner.shard_group, "all_gather",
-                                                 local_params * WEIGHT_BYTES[precision])])
-    return tail
+    tail = scenario.simulation.steps == 1 and scenario.training.optimizer_fusion == "none" and planner.local_update
+    reduce_exposable = tail and dp_size > 1 and not (zero >= 2 or zero_bubble)
+    gather_exposable = tail and dp_size > 1 and zero in (1, 2)
+    optimizer, reduce, gather = [], [], []
+    grad = gradient_bytes(scenario.training)
+    for stage in range(pp):
+        rank = reps[stage]
+        optimizer.append(planner.optimizer_step_s(stage) if tail else 0.0)
+        local_params = planner.stage_params_local(stage)
+        reduce_s = 0.0
+        if reduce_exposable:
+            kinds: dict = {}
+            for c in range(v):
+                for kind, count in planner.chunk_runs(c * pp + stage):
+                    kinds[kind] = kinds.get(kind, 0) + count
+            expert = planner._layers_params(kinds.items(), expert_only=True) * grad
+            dense = local_params * grad - expert
+            group = planner.shard_group if zero >= 1 else planner.grad_group
+            collective = "all_reduce" if zero == 0 else "reduce_scatter"
+            # the dense and the expert reductions queue on the one dp stream; the larger alone is a bound
+            reduce_s = max(planner._isolated_comm_s(rank, [(group, collective, dense)]) if dense > 0 else 0.0,
+                           planner._isolated_comm_s(rank, [("edp", collective, expert)]) if expert > 0 else 0.0)
+        reduce.append(reduce_s)
+        gather.append(planner._isolated_comm_s(rank, [(planner.shard_group, "all_gather",
+                                                       local_params * WEIGHT_BYTES[planner.precision])])
+                      if gather_exposable else 0.0)
+    return BoundParts(tuple(chains), tuple(optimizer), tuple(reduce), tuple(gather), tail, reduce_exposable,
+                      gather_exposable)

@@ -11,7 +11,11 @@ The space (each a list; ``None`` means "derive it from the model and the cluster
 - ``cp`` [1], ``virtual_stages`` [1, 2],
   ``micro_batch_size`` [1, 2, 4], ``zero_stage`` [0, 1], ``recompute`` [none, selective, full],
   ``sequence_parallel`` [false, true], ``schedule`` (derived: interleaved when virtual stages > 1,
-  else the scenario's own unless that is interleaved, then 1f1b).
+  else the scenario's own unless that is interleaved, then 1f1b; zb-h1 may be asked for);
+- the overlap switches (:data:`SWITCHES`: ``overlap_grad_reduce``, ``overlap_param_gather``,
+  ``overlap_tp_grad_comm``, ``overlap_p2p_comm``, ``tp_comm_overlap``): the scenario's unless a list
+  is given (then every value with every layout). For spaces too wide to list (a million candidates),
+  :func:`simulator.explore.wide.wide_search` counts every candidate and returns only the top k.
 
 Combinations that are the same layout under another name are not enumerated (sequence
 parallel without tp, virtual stages or a schedule without pp). Everything else is a row:
@@ -90,7 +94,17 @@ class SearchSpace(BaseModel):
     sequence_parallel: list[bool] = [False, True]
     schedule: list[str] | None = None
     global_batch_size: list[int] | None = None  # None: the scenario's (vary it to rank by time to target)
+    # the overlap switches of the layout (simulator/strategies/spmd/layout.py); None: the scenario's
+    overlap_grad_reduce: list[bool] | None = None
+    overlap_param_gather: list[bool] | None = None
+    overlap_tp_grad_comm: list[bool] | None = None
+    overlap_p2p_comm: list[bool] | None = None
+    tp_comm_overlap: list[bool] | None = None
 
+
+SWITCHES = ("overlap_grad_reduce", "overlap_param_gather", "overlap_tp_grad_comm", "overlap_p2p_comm",
+            "tp_comm_overlap")
+"""The overlap options of a layout a search may vary (``SearchSpace`` fields; None keeps the scenario's)."""
 
 RANK_METRICS = {"tokens_per_s": -1.0, "time_to_target_s": 1.0}
 """What ``search`` can rank by, with the sign that puts the best first (most tokens/s, least time)."""
@@ -130,6 +144,10 @@ def _check_space(space: SearchSpace) -> None:
             raise ConfigError("--space schedule", f"must be one of {', '.join(_SCHEDULES)}, got {v!r}")
     for name in ("zero_stage", "recompute", "sequence_parallel", "cp"):
         if not getattr(space, name):
+            raise ConfigError(f"--space {name}", "needs at least one value")
+    for name in SWITCHES:
+        values = getattr(space, name)
+        if values is not None and not values:
             raise ConfigError(f"--space {name}", "needs at least one value")
 
 
@@ -220,6 +238,10 @@ def enumerate_layouts(
                                                         "recompute": rc, "sequence_parallel": sp})
     if space.global_batch_size:
         out = [{**cand, "global_batch_size": gbs} for gbs in space.global_batch_size for cand in out]
+    for switch in SWITCHES:
+        values = getattr(space, switch)
+        if values:
+            out = [{**cand, switch: value} for cand in out for value in dict.fromkeys(values)]
     return out
 
 
@@ -255,39 +277,15 @@ def _rank_key(item: tuple[int, dict[str, Any]], metric: str = "tokens_per_s") ->
     return (3 if not reason.startswith("invalid layout") else 4, 0.0, idx)
 
 
-def search(
-    source: str | dict[str, Any] | None = None,
-    *,
-    overrides: list[str] | None = None,
-    num_gpus: int | None = None,
-    space: SearchSpace | None = None,
-    constraints: SearchConstraints | None = None,
-    workers: int | None = None,
-    dask: str | None = None,
-    simulate_fn: Callable[[dict[str, Any]], dict[str, Any]] | None = None,
-    simulate: bool = True,
-    rank_by: str = "tokens_per_s",
-    top_k: int = 20,
-    progress: bool = False,
-) -> list[dict[str, Any]]:
-    """Rows for every candidate layout, best first (see the module docstring): most ``tokens_per_s``,
-    or least ``time_to_target_s`` (needs the scenario's ``convergence:`` block).
-
-    ``simulate=False`` stops after pruning (feasible rows then have no time). ``simulate_fn`` is a
-    picklable replacement for the core's ``simulate_point`` (tests): every feasible layout goes
-    through it, no fast path. ``top_k``: layouts re-simulated by the engine. ``progress``: tqdm
-    bars on stderr."""
-    if top_k < 1:
-        raise ConfigError("--top-k", f"must be at least 1, got {top_k}")
+def prepare(source, overrides, num_gpus, space: SearchSpace, constraints: SearchConstraints,
+            rank_by: str = "tokens_per_s") -> tuple[dict[str, Any], Any, list[dict[str, Any]]]:
+    """The scenario mapping (overrides applied, paths absolute, ``num_gpus`` set), its scenario
+    with a trivial layout (checks that it is well-formed apart from the layout), and the candidate
+    ``parallelism`` mappings (:func:`enumerate_layouts`)."""
     from simulator.explore.sweep import absolutize
     from simulator.scenario import apply_overrides, build_scenario, cluster_gpus, load_raw
-    from simulator.simulate import run_identity
     from simulator.strategies.spmd.layout import Parallelism
 
-    space = space or SearchSpace()
-    constraints = constraints or SearchConstraints()
-    if rank_by not in RANK_METRICS:
-        raise ConfigError("--rank-by", f"must be one of {', '.join(RANK_METRICS)}, got {rank_by!r}")
     raw, base_dir = load_raw(source)
     if rank_by == "time_to_target_s" and not raw.get("convergence"):
         raise ConfigError("--rank-by", "time_to_target_s needs the scenario's convergence: block")
@@ -317,7 +315,41 @@ def search(
                 "sequence_parallel"}
     keep = {k: v for k, v in base_par.model_dump().items() if k not in searched}
     experts = scenario.model.moe.num_experts if getattr(scenario.model, "is_moe", False) else 0
-    candidates = enumerate_layouts(keep, n, layers, per_node, space, constraints, experts)
+    return raw, scenario, enumerate_layouts(keep, n, layers, per_node, space, constraints, experts)
+
+
+def search(
+    source: str | dict[str, Any] | None = None,
+    *,
+    overrides: list[str] | None = None,
+    num_gpus: int | None = None,
+    space: SearchSpace | None = None,
+    constraints: SearchConstraints | None = None,
+    workers: int | None = None,
+    dask: str | None = None,
+    simulate_fn: Callable[[dict[str, Any]], dict[str, Any]] | None = None,
+    simulate: bool = True,
+    rank_by: str = "tokens_per_s",
+    top_k: int = 20,
+    progress: bool = False,
+) -> list[dict[str, Any]]:
+    """Rows for every candidate layout, best first (see the module docstring): most ``tokens_per_s``,
+    or least ``time_to_target_s`` (needs the scenario's ``convergence:`` block).
+
+    ``simulate=False`` stops after pruning (feasible rows then have no time). ``simulate_fn`` is a
+    picklable replacement for the core's ``simulate_point`` (tests): every feasible layout goes
+    through it, no fast path. ``top_k``: layouts re-simulated by the engine. ``progress``: tqdm
+    bars on stderr."""
+    if top_k < 1:
+        raise ConfigError("--top-k", f"must be at least 1, got {top_k}")
+    from simulator.simulate import run_identity
+
+    space = space or SearchSpace()
+    constraints = constraints or SearchConstraints()
+    if rank_by not in RANK_METRICS:
+        raise ConfigError("--rank-by", f"must be one of {', '.join(RANK_METRICS)}, got {rank_by!r}")
+    raw, scenario, candidates = prepare(source, overrides, num_gpus, space, constraints, rank_by)
+    n = scenario.num_gpus
 
     identity = {k: v for k, v in run_identity(scenario).items() if k != "seq_length_source"}
     rows: list[dict[str, Any] | None] = [None] * len(candidates)

@@ -1,0 +1,249 @@
+"""A layout search too wide to list: every candidate counted, only the best k returned.
+
+``search`` (simulator/explore/search.py) returns a row per candidate; Calculon's search space for
+GPT-3 175B on 1,024 GPUs (every tp, pp, dp, micro-batch, interleave, recompute, ZeRO stage and
+overlap option, Isaev et al. SC'23 Sec. 5) has on the order of a million, too many rows to build.
+:func:`wide_search` searches such a space by branch and bound and returns counts and the top k:
+
+1. the layouts of :func:`~simulator.explore.search.enumerate_layouts` (the *bases*) times every
+   combination of the overlap switches asked for; every one is a candidate
+   (``SearchSpace``'s switch fields);
+2. divisibility and memory are decided once per base and ``tp_comm_overlap`` (the only switch a
+   layout's validity or memory depends on: it needs sequence parallelism and changes the layer
+   graph; the memory model reads no other switch), in the worker pool;
+3. for each layout that fits, the step-time lower bound (simulator/explore/bounds.py) is priced
+   once per TP-overlap setting (``overlap_tp_grad_comm``, ``tp_comm_overlap``: they change the
+   exposed collectives of a pass); the gradient-reduction and weight-gather switches only change
+   the step's tail and are combined without pricing (:meth:`BoundParts.bound_s`);
+   ``overlap_p2p_comm`` does not enter the bound;
+4. branch and bound as in ``search``: the fast path in order of bound per token, the k smallest
+   first, then a few per worker while the next bound is below the k-th fast time; the engine on the
+   k best by the fast path's own lower bound, then every layout that could still enter the engine's
+   top k, until none is left. Exact (the top k of the engine over every candidate) because both
+   bounds are never above the engine's step (tests/test_search_bounds.py).
+
+Counts: ``evaluated`` (every candidate), ``invalid``, ``pruned_by_memory``, ``pruned_by_bound``
+(never priced), ``priced_by_fast_path``, ``engine_resimulated``; plus ``bases``, the distinct
+layouts whose scenario was built, and ``bounds_priced``, the bounds priced by a planner.
+"""
+
+from __future__ import annotations
+
+import copy
+import dataclasses
+import heapq
+import itertools
+import math
+import os
+import time
+from typing import Any
+
+from simulator.errors import ConfigError
+from simulator.explore.search import SWITCHES
+
+
+@dataclasses.dataclass
+class WideResult:
+    """What :func:`wide_search` found: ``counts`` (module docstring), ``top`` (the engine's k best rows,
+    best first, each with its ``parallelism``), ``seconds`` per phase (wall, this process)."""
+
+    counts: dict[str, int]
+    top: list[dict[str, Any]]
+    seconds: dict[str, float]
+
+
+def _check_base(args: tuple[dict[str, Any], list[bool], list[bool], float | None]) -> dict[str, Any]:
+    """One base layout: per ``tp_comm_overlap`` value, invalid (reason), out of memory, or the
+    bound's parts per ``overlap_tp_grad_comm`` value. Runs in the worker pool."""
+    from simulator.explore.bounds import bound_parts
+    from simulator.memory.analytic import fits as memory_fits
+    from simulator.memory.analytic import peak_rank_memory
+    from simulator.scenario import build_scenario
+
+    point, tco_values, otgc_values, max_memory_gib = args
+    par = point["parallelism"]
+    out: dict[str, Any] = {"slices": {}}
+    for tco in tco_values:
+        if tco and not par.get("sequence_parallel"):
+            out["slices"][tco] = ("invalid", "tp_comm_overlap needs sequence_parallel")
+            continue
+        sliced = copy.deepcopy(point)
+        sliced["parallelism"]["tp_comm_overlap"] = tco
+        try:
+            sc = build_scenario(sliced)
+        except ConfigError as exc:
+            out["slices"][tco] = ("invalid", str(exc))
+            continue
+        stage, peak, per_stage = peak_rank_memory(sc)
+        ok, reason = memory_fits(sc, peak, per_stage)
+        if ok and max_memory_gib is not None and peak.total_gib > max_memory_gib:
+            ok = False
+        if not ok:
+            out["slices"][tco] = ("memory", peak.total_gib)
+            continue
+        parts = {}
+        for otgc in otgc_values:
+            if parts and sc.parallelism.tp == 1 and sc.parallelism.cp == 1:
+                parts[otgc] = next(iter(parts.values()))  # no TP/CP collective: the switch changes nothing
+                continue
+            variant = dataclasses.replace(sc, parallelism=sc.parallelism.model_copy(
+                update={"overlap_tp_grad_comm": otgc}))
+            parts[otgc] = bound_parts(variant)
+        out["slices"][tco] = ("fits", parts)
+        out["tokens"] = sc.parallelism.global_batch_size * (sc.seq_length or 1)
+    return out
+
+
+def _fast_task(raw: dict[str, Any]) -> dict[str, Any]:
+    from simulator.explore.cache import cached_point
+    from simulator.explore.sweep import run_point
+
+    return run_point(raw, lambda r: cached_point(r, engine="fast"))
+
+
+def _engine_task(raw: dict[str, Any]) -> dict[str, Any]:
+    from simulator.explore.cache import cached_point
+    from simulator.explore.sweep import run_point
+
+    return run_point(raw, cached_point)
+
+
+def wide_search(source: str | dict[str, Any] | None = None, *, overrides: list[str] | None = None,
+                num_gpus: int | None = None, space=None, constraints=None, top_k: int = 20,
+                workers: int | None = None) -> WideResult:
+    """Branch and bound over ``space`` (module docstring): its layouts times its overlap switches
+    (:data:`~simulator.explore.search.SWITCHES`; one left None keeps the scenario's value)."""
+    from simulator.explore.search import SearchConstraints, SearchSpace, prepare
+    from simulator.explore.sweep import parallel_map, process_pool
+
+    if top_k < 1:
+        raise ConfigError("--top-k", f"must be at least 1, got {top_k}")
+    space = space or SearchSpace()
+    constraints = constraints or SearchConstraints()
+    switches = {name: getattr(space, name) for name in SWITCHES if getattr(space, name)}
+    clock = time.perf_counter()
+    seconds: dict[str, float] = {}
+    raw, scenario, bases = prepare(source, overrides, num_gpus,
+                                   space.model_copy(update=dict.fromkeys(SWITCHES)), constraints)
+    if scenario.simulation.stragglers is not None:
+        raise ConfigError("simulation.stragglers", "a wide search ranks by bounds that know nothing of straggler draws")
+    values = {name: list(dict.fromkeys(switches.get(name, [getattr(scenario.parallelism, name)])))
+              for name in SWITCHES}
+    tail_combos = list(itertools.product(values["overlap_grad_reduce"], values["overlap_param_gather"],
+                                         values["overlap_p2p_comm"]))
+    per_slice = len(tail_combos) * len(values["overlap_tp_grad_comm"])
+    seconds["enumerate"] = time.perf_counter() - clock
+
+    counts = {"evaluated": len(bases) * per_slice * len(values["tp_comm_overlap"]), "bases": len(bases),
+              "invalid": 0, "pruned_by_memory": 0, "pruned_by_bound": 0, "priced_by_fast_path": 0,
+              "engine_resimulated": 0, "bounds_priced": 0}
+    # feasible candidates: (bound per token, base index, tco, otgc, ogr, opg, p2p), tokens per base
+    bounds: list[float] = []
+    keys: list[tuple[int, bool, bool, bool, bool, bool]] = []
+    tokens: dict[int, int] = {}
+    n_workers = workers or os.cpu_count() or 1
+    clock = time.perf_counter()
+    with process_pool(workers) as pool:
+        points = []
+        for cand in bases:
+            point = copy.deepcopy(raw)
+            point["parallelism"] = cand
+            points.append(point)
+        items = [(p, values["tp_comm_overlap"], values["overlap_tp_grad_comm"], constraints.max_memory_gib)
+                 for p in points]
+        for b, ok, result in parallel_map(_check_base, items, workers=workers, pool=pool,
+                                          chunk_size=max(1, len(items) // (n_workers * 16))):
+            if not ok:
+                raise RuntimeError(f"checking layout {bases[b]}: {result}")
+            for tco, (status, detail) in result["slices"].items():
+                if status == "invalid":
+                    counts["invalid"] += per_slice
+                elif status == "memory":
+                    counts["pruned_by_memory"] += per_slice
+                else:
+                    tokens[b] = result["tokens"]
+                    priced = set()
+                    for otgc, parts in detail.items():
+                        priced.add(id(parts))
+                        for ogr, opg, p2p in tail_combos:
+                            bounds.append(parts.bound_s(ogr, opg) / result["tokens"])
+                            keys.append((b, tco, otgc, ogr, opg, p2p))
+                    counts["bounds_priced"] += len(priced)
+        seconds["prune_and_bound"] = time.perf_counter() - clock
+
+        def point_of(pos: int) -> dict[str, Any]:
+            b, tco, otgc, ogr, opg, p2p = keys[pos]
+            point = copy.deepcopy(points[b])
+            point["parallelism"].update(tp_comm_overlap=tco, overlap_tp_grad_comm=otgc, overlap_grad_reduce=ogr,
+                                        overlap_param_gather=opg, overlap_p2p_comm=p2p)
+            return point
+
+        clock = time.perf_counter()
+        top, priced, engined = _branch_and_bound(bounds, keys, tokens, point_of, top_k, workers, pool, n_workers)
+        seconds["price"] = time.perf_counter() - clock
+    counts["priced_by_fast_path"] = priced
+    counts["engine_resimulated"] = engined
+    counts["pruned_by_bound"] = len(bounds) - priced
+    return WideResult(counts, top, seconds)
+
+
+def _branch_and_bound(bounds, keys, tokens, point_of, top_k, workers, pool, n_workers):
+    """The fast path best bound first, then the engine until the top k cannot change (module
+    docstring, step 4). Returns (the top k engine rows, layouts priced by the fast path, by the engine)."""
+    from simulator.explore.sweep import parallel_map
+
+    order = sorted(range(len(bounds)), key=bounds.__getitem__)
+    fast: dict[int, dict[str, Any]] = {}
+    engine: dict[int, dict[str, Any]] = {}
+
+    def run(task, positions: list[int], into: dict[int, dict[str, Any]]) -> None:
+        if not positions:
+            return
+        for j, ok, result in parallel_map(task, [point_of(pos) for pos in positions], workers=workers, pool=pool):
+            row = dict(result) if ok else {"fits": False, "infeasible_reason": f"simulation failed: {result}"}
+            into[positions[j]] = row
+
+    def per_tok(pos: int, row: dict[str, Any] | None, key: str) -> float:
+        value = row.get(key) if row and row.get("fits") else None
+        return value / tokens[keys[pos][0]] if value else math.inf
+
+    def kth(values) -> float:
+        smallest = heapq.nsmallest(top_k, (v for v in values if math.isfinite(v)))
+        return smallest[-1] if len(smallest) >= top_k else math.inf
+
+    threshold, cursor, wave = math.inf, 0, top_k
+    while cursor < len(order) and bounds[order[cursor]] <= threshold:
+        batch = []
+        while cursor < len(order) and len(batch) < wave and bounds[order[cursor]] <= threshold:
+            batch.append(order[cursor])
+            cursor += 1
+        run(_fast_task, batch, fast)
+        threshold = kth(per_tok(pos, row, "step_time_s") for pos, row in fast.items())
+        wave = 2 * n_workers
+
+    def fast_bound(pos: int) -> float:
+        return per_tok(pos, fast.get(pos), "fast_path_lower_bound_s")
+
+    best = sorted(fast, key=fast_bound)[:top_k]
+    while True:
+        best = [pos for pos in best if pos not in engine and math.isfinite(fast_bound(pos))]
+        run(_engine_task, best, engine)
+        limit = kth(per_tok(pos, row, "step_time_s") for pos, row in engine.items())
+        more = []
+        while cursor < len(order) and bounds[order[cursor]] <= limit:
+            more.append(order[cursor])
+            cursor += 1
+        run(_fast_task, more, fast)
+        best = [pos for pos in fast if pos not in engine and fast_bound(pos) <= limit]
+        if not best:
+            break
+    ranked = sorted((pos for pos, row in engine.items() if math.isfinite(per_tok(pos, row, "step_time_s"))),
+                    key=lambda pos: (per_tok(pos, engine[pos], "step_time_s"), pos))[:top_k]
+    top = []
+    for pos in ranked:
+        row = dict(engine[pos])
+        row["parallelism"] = row.get("parallelism") or point_of(pos)["parallelism"]
+        row["fast_step_time_s"] = fast[pos].get("step_time_s")
+        row["step_time_lower_bound_s"] = bounds[pos] * tokens[keys[pos][0]]
+        top.append(row)
+    return top, len(fast), len(engine)
