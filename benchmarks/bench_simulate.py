@@ -5,6 +5,8 @@ Reports the median wall time over repeats for:
 - Llama-3-405B on 16,384 H100s (tp 8, pp 16, dp 128);
 - DeepSeek-V3 at pp 32 (480 micro-batches), the deep pipeline that the flow network's
   unshared-port shortcut is for;
+- Megatron-1T on 3,072 A100s (tp 8, pp 64, 512 micro-batches), which the engine runs folded
+  (simulator/strategies/spmd/fold.py: three runs at 65-67 micro-batches), and unrolled;
 - the same 405B layout at dp 8, 32, 128 and 512, as ratios to dp 8, to show that symmetric mode
   does not grow with the data-parallel degree.
 
@@ -27,12 +29,17 @@ DEEPSEEK = Path(__file__).resolve().parents[1] / "examples" / "deepseek-v3-h800.
 DEEPSEEK_PP32 = ["parallelism.pp=32", "parallelism.ep=16", "parallelism.tp=2", "parallelism.schedule=1f1b"]
 
 
-def median_seconds(source, overrides, repeats: int) -> float:
+MEGATRON_1T = ["model=gpt-1t", "cluster.num_gpus=3072", "parallelism.tp=8", "parallelism.pp=64",
+               "parallelism.virtual_stages=1", "parallelism.schedule=1f1b", "parallelism.global_batch_size=3072",
+               "parallelism.micro_batch_size=1", "parallelism.recompute=full", "training.seq_length=2048"]
+
+
+def median_seconds(source, overrides, repeats: int, **kw) -> float:
     scenario = load_scenario(source, overrides)
     times = []
     for _ in range(repeats):
         start = time.perf_counter()
-        simulate(scenario)
+        simulate(scenario, **kw)
         times.append(time.perf_counter() - start)
     return statistics.median(times)
 
@@ -48,6 +55,10 @@ def main() -> None:
     print(f"{'llama3-405b 16384 H100 interleaved v=4':<52} {median_seconds(LLAMA, [], args.repeats):>9.3f}")
     print(f"{'deepseek-v3 2048 H800 tp2 pp32 ep16 1f1b':<52} "
           f"{median_seconds(DEEPSEEK, DEEPSEEK_PP32, args.repeats):>9.3f}")
+    print(f"{'megatron-1t 3072 A100 tp8 pp64 1f1b, engine folded':<52} "
+          f"{median_seconds(None, MEGATRON_1T, args.repeats):>9.3f}")
+    print(f"{'megatron-1t 3072 A100 tp8 pp64 1f1b, unrolled':<52} "
+          f"{median_seconds(None, MEGATRON_1T, args.repeats, fold=False):>9.3f}")
     print("\nsymmetric mode vs dp degree (llama3-405b, tp 8 pp 16, gbs = 16 x dp, 1f1b):")
     base = None
     for dp in (8, 32, 128, 512):
