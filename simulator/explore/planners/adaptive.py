@@ -14,7 +14,8 @@ it does, exactly:
 2. Each component may take any :class:`.components.Choice`: data parallel over all GPUs or a
    burst on fewer, tensor parallel (column splits) or Megatron column/row pairs at every
    data × model factorisation of the GPU count, a spatial grid for convolution stages, or
-   ``per_layer``: PaSE's exact dynamic program over the component's own layers.
+   ``per_layer``: PaSE's exact dynamic program over the component's own layers. (As a uniform
+   choice, ``per_layer`` for every component is solved jointly: PaSE over the whole graph.)
 3. Costs are the per_layer kind's prices on the topology (:mod:`simulator.strategies.per_layer.cost`,
    the functions the simulation itself uses): a component under a choice costs its layers'
    kernels, halos and weight-gradient all-reduces plus the reshards between its own layers; two
@@ -229,6 +230,12 @@ def choose_on(scenario, pricer, names: tuple[str, ...], hidden_gradients: bool =
             total = (sum(vertex_cost(k, assigned[k]) for k in order)
                      + sum(edge_cost(ka, kb, assigned[ka], assigned[kb]) for ka, kb in crossing))
             uniform[choice.label()] = (total, [s for k in order for s in options[k][assigned[k]][1]])
+    if "per_layer" in names:  # every component split per layer, solved jointly: PaSE over the whole graph
+        configs = {i: layer_configs(layer, batch, p, PER_LAYER_DIMS) for i, layer in enumerate(graph.layers)}
+        if all(configs.values()):
+            whole = min_cost_assignment(list(range(len(graph.layers))), edges, configs.get, prices.layer_s,
+                                        prices.reshard_s)
+            uniform["per_layer"] = (whole.cost, [whole.assignment[i] for i in range(len(graph.layers))])
     return ComponentPlan(comps, [options[k][picks[k]][0].label() for k in order], splits, result.cost,
                          [vertex_cost(k, picks[k]) for k in order], uniform, prices.priced, p, batch,
                          [len(o) for o in options])
