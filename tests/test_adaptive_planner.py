@@ -174,6 +174,7 @@ def test_vgg16_choices_move_with_the_batch(vgg_plan):
     assert row["changed"] and all(a != b for a, b in row["changed"].values())
 
 
+@pytest.mark.slow
 def test_never_slower_than_pase_whose_plan_is_the_uniform_per_layer_choice():
     """On PaSE's 32-GPU VGG-16 setting the per-component plan (110.2 ms) is slower than PaSE's
     per-layer plan (107.2 ms): every component split per layer, solved jointly, is a uniform
