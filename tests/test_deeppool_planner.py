@@ -55,3 +55,14 @@ def test_a_bad_limit_names_the_option(limit):
     with pytest.raises(ConfigError) as err:
         get_planner("deeppool").run(yaml.safe_load(EXAMPLE.read_text()), {"amplification_limit": limit})
     assert err.value.field == "--option amplification_limit"
+
+
+def test_a_batch_smaller_than_the_cluster_says_there_is_no_all_gpu_baseline():
+    """4 images on 8 GPUs: no layer can split its batch over all 8, so there is no 'every layer on
+    all GPUs' plan to compare with (the summary printed 'vs 0 on all 8 GPUs')."""
+    raw = yaml.safe_load(EXAMPLE.read_text())
+    raw["parallelism"]["global_batch_size"] = 4
+    found = get_planner("deeppool").run(raw, {"amplification_limit": 2.0})
+    assert found.details["all_gpus_layer_gpu_seconds"] is None
+    assert "every layer on all 8 GPUs is not a plan" in found.summary and "vs 0" not in found.summary
+    assert max(found.details["gpus_per_layer"].values()) <= 4

@@ -76,13 +76,17 @@ def run_deeppool(raw: dict[str, Any], options: dict[str, Any]) -> PlanResult:
                                  lambda name, split: layer_s[name, split.batch], edge_cost)
     splits = [result.assignment[layer.name] for layer in graph.layers]
     gpu_seconds = sum(s.batch * layer_s[layer.name, s.batch] for layer, s in zip(graph.layers, splits, strict=True))
-    all_gpus = sum(p * layer_s[name, p] for name in layers if (name, p) in layer_s)
+    not_on_all = [name for name in layers if (name, p) not in layer_s]
+    all_gpus = None if not_on_all else sum(p * layer_s[name, p] for name in layers)
     oracle = Oracle()
     plan = oracle.evaluate(_with_strategy(raw, strategy_block(splits)))
     everywhere = oracle.evaluate(_with_strategy(raw, {"kind": "per_layer", "default": {"batch": p}}))
     ratio = plan.step_time_s / everywhere.step_time_s if plan.fits and everywhere.fits else math.nan
     summary = (f"DeepPool bursts (amplification limit {limit}): GPUs per layer {dict(Counter(s.batch for s in splits))}; "
-               f"layer GPU-seconds {gpu_seconds:.4g} vs {all_gpus:.4g} on all {p} GPUs")
+               f"layer GPU-seconds {gpu_seconds:.4g}")
+    summary += (f" vs {all_gpus:.4g} on all {p} GPUs" if all_gpus is not None else
+                f"; every layer on all {p} GPUs is not a plan ({len(not_on_all)} layers cannot split over {p}, "
+                f"first {not_on_all[0]!r})")
     if not math.isnan(ratio):
         summary += f"; step {ratio:.3f}x of every layer on all GPUs ({everywhere.step_time_s:.6g} s)"
     return PlanResult("deeppool", plan.raw, plan.step_time_s, plan.samples_per_s, time.perf_counter() - started,
