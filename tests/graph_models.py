@@ -1,5 +1,6 @@
 """A tiny hand-built graph model for the tests: a chain of linear layers (one GEMM each), the
-smallest thing that is a layer graph and not a transformer. Not a catalog model."""
+smallest thing that is a layer graph and not a transformer. Not a catalog model. Under tp > 1 it
+is split the Megatron way (workloads/tensor_parallel.py): pairs of column- then row-parallel layers."""
 
 from __future__ import annotations
 
@@ -7,6 +8,7 @@ from dataclasses import dataclass
 
 from workloads.graph import ShardShape, _backward_of, _gemm
 from workloads.layer_graph import Layer, LayerGraph
+from workloads.tensor_parallel import tensor_parallel_graph
 
 
 @dataclass(frozen=True)
@@ -32,4 +34,5 @@ class ChainSpec:
             layers.append(Layer(f"fc{i}", self.kind, forward, backward, params=k * self.out,
                                 saved_bytes=float(m * k * elem), output_bytes=float(m * self.out * elem),
                                 inputs=(f"fc{i - 1}",) if i else ()))
-        return LayerGraph(self.name, tuple(layers), shard.micro_batch, sample=self.sample)
+        graph = LayerGraph(self.name, tuple(layers), shard.micro_batch, sample=self.sample)
+        return tensor_parallel_graph(graph, shard.tp)

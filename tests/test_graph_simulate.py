@@ -124,8 +124,20 @@ def test_activation_memory_is_read_off_the_graph():
 
 
 def test_tensor_parallel_is_refused_for_layers_without_a_tp_split():
-    with pytest.raises(ConfigError, match=r"parallelism.tp.*linear layers.*'fc0'"):
-        chain_scenario(2, tp=2)
+    # A chain of linears splits column/row (tests/test_graph_tensor_parallel.py); a convolution
+    # past the stem has no TP split: the error names it.
+    with pytest.raises(ConfigError, match=r"parallelism.tp.*conv2d layers.*'fc1'"):
+        chain_scenario(2, ChainSpec(kind="conv2d"), tp=2)
+
+
+def test_tensor_parallel_is_refused_for_a_builder_that_does_not_split():
+    @dataclass(frozen=True)
+    class Unsplit(ChainSpec):
+        def layer_graph(self, shard):
+            return super().layer_graph(replace(shard, tp=1))
+
+    with pytest.raises(ConfigError, match=r"parallelism.tp.*does not split layers"):
+        chain_scenario(2, Unsplit(), tp=2)
 
 
 def test_context_parallel_needs_a_sequence():

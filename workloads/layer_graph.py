@@ -27,6 +27,9 @@ for one micro-batch on one rank after a layout's shard (a transformer builder ta
   profile (``workloads.networks.profiles``), the layer's measured times at this micro-batch, which
   the compute model uses instead of pricing the ops (``ComputeModel.layer_time_s``).
 
+A general graph split by tensor parallelism (``workloads.tensor_parallel``) records the degree in
+``tensor_parallel``; a transformer's blocks carry their own split and leave it at 1.
+
 A graph may pin its first ``prologue`` layers to the first pipeline chunk and its last
 ``epilogue`` layers to the last (a transformer's embedding and LM head): a pipeline splits only
 the layers between; a CNN's graph pins none.
@@ -123,6 +126,7 @@ class LayerGraph:
     seq_length: int | None = None
     prologue: int = 0
     epilogue: int = 0
+    tensor_parallel: int = 1   # the tp degree a general graph was split for (workloads/tensor_parallel.py)
     _index: dict[str, int] = field(default_factory=dict, compare=False, repr=False)
     _input_bytes: dict[tuple[str, ...], float] = field(default_factory=dict, compare=False, repr=False)
 

@@ -3,7 +3,8 @@
 The contract with the simulator (issue 19): a model spec offers ``layer_graph(shard)`` for one
 micro-batch (``shard.micro_batch``) at ``shard.precision``, plus ``name``, ``seq_length`` (None
 for images) and ``sample`` ("image", "sequence", "sentence"). The layers of these networks are
-not split by tensor, context or sequence parallelism here: a shard asking for it is refused.
+not split by context or sequence parallelism here: a shard asking for it is refused; tensor
+parallelism splits them where the layer kind allows (workloads/tensor_parallel.py).
 """
 
 from __future__ import annotations
@@ -16,11 +17,13 @@ from simulator.errors import ConfigError
 from workloads.graph import ShardShape
 from workloads.layer_graph import LayerGraph
 from workloads.networks.builder import NetBuilder
+from workloads.tensor_parallel import tensor_parallel_graph
 
 
-def refuse_split(name: str, shard: ShardShape) -> None:
-    """A ConfigError when ``shard`` splits a layer (tp, cp or sequence parallel) of ``name``."""
-    for label, value in (("tp", shard.tp), ("cp", shard.cp)):
+def refuse_split(name: str, shard: ShardShape, tensor_parallel: bool = False) -> None:
+    """A ConfigError when ``shard`` splits a layer (tp unless ``tensor_parallel``, cp or sequence
+    parallel) of ``name``."""
+    for label, value in (("tp", 1 if tensor_parallel else shard.tp), ("cp", shard.cp)):
         if value > 1:
             raise ConfigError(f"parallelism.{label}", f"{name}: its layers cannot be split by {label} "
                                                       f"(got {label} {value}); use data or pipeline parallelism")
@@ -44,10 +47,10 @@ class NetworkSpec(BaseModel):
 
     def layer_graph(self, shard: ShardShape) -> LayerGraph:
         """The network's layers for ``shard.micro_batch`` samples at ``shard.precision``."""
-        refuse_split(self.name, shard)
+        refuse_split(self.name, shard, tensor_parallel=True)
         builder = NetBuilder(self.name, shard.micro_batch, shard.act_bytes, self.sample, self.seq_length)
         self._build(builder)
-        return builder.output()
+        return tensor_parallel_graph(builder.output(), shard.tp)
 
     def _build(self, net: NetBuilder) -> None:  # pragma: no cover - every subclass overrides
         raise NotImplementedError

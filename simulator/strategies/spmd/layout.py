@@ -15,6 +15,7 @@ from pydantic import BaseModel, ConfigDict, Field, field_validator
 from simulator.errors import ConfigError, no_bool_numbers
 from workloads.graph import ShardShape
 from workloads.schema import TransformerSpec
+from workloads.tensor_parallel import tensor_parallel_graph
 from workloads.transformer_graph import TENSOR_PARALLEL_KINDS
 
 Schedule = Literal["gpipe", "1f1b", "interleaved", "zb-h1"]
@@ -224,15 +225,18 @@ def resolve_layout(par: Parallelism, model: TransformerSpec, num_gpus: int) -> P
 
 def _check_graph_layout(par: Parallelism, model) -> int:
     """Layout rules for a model given as a layer graph (not a transformer spec): tensor
-    parallelism only where every layer's kind carries its own TP split (transformer blocks; a
-    ConfigError names the first layer that does not), context parallelism only for models with
+    parallelism only where every layer's kind carries its own TP split (transformer blocks) or
+    the Megatron split of workloads/tensor_parallel.py applies (a ConfigError names the first
+    layer where it does not), context parallelism only for models with
     a sequence. Returns the number of layers a pipeline splits."""
     graph = model.layer_graph(ShardShape(micro_batch=1, seq_length=getattr(model, "seq_length", None) or 1)).check()
-    if par.tp > 1:
-        other = next((layer for layer in graph.layers if layer.kind not in TENSOR_PARALLEL_KINDS), None)
-        if other is not None:
-            raise ConfigError("parallelism.tp", f"tensor parallelism is not modelled for {other.kind} layers "
-                                                f"({model.name} layer {other.name!r}); use tp: 1")
+    if par.tp > 1 and any(layer.kind not in TENSOR_PARALLEL_KINDS for layer in graph.layers):
+        tensor_parallel_graph(graph, par.tp)  # the Megatron split layer by layer, or a ConfigError naming the layer
+        split = model.layer_graph(ShardShape(micro_batch=1, seq_length=getattr(model, "seq_length", None) or 1,
+                                             tp=par.tp))
+        if split.tensor_parallel != par.tp:
+            raise ConfigError("parallelism.tp", f"{model.name}: its graph builder does not split layers by "
+                                                "tensor parallelism; use tp: 1")
     if par.cp > 1 and graph.seq_length is None:
         raise ConfigError("parallelism.cp", f"context parallelism needs a sequence; {model.name} has none")
     return len(graph.pipelined)
