@@ -198,7 +198,9 @@ def main(argv: list[str] | None = None) -> int:
     print(blocks.to_string(index=False, float_format=lambda v: f"{v:.3f}"))
     print(f"held-out rows per block: median |error| {100 * blocks.heldout_error.abs().median():.1f}%, "
           f"max {100 * blocks.heldout_error.abs().max():.1f}% (target {100 * WHOLE_MODEL_TARGET:.0f}% per model)")
-    return 0
+    met = bool((blocks.heldout_error.abs() <= WHOLE_MODEL_TARGET).all())
+    print("whole-model target " + ("met" if met else "NOT met (exit 1)"))
+    return 0 if met else 1
 
 
 if __name__ == "__main__":
