@@ -6,6 +6,11 @@ heads that tp does not divide)."""
 
 from __future__ import annotations
 
+import os
+import subprocess
+import sys
+from pathlib import Path
+
 import pytest
 from graph_models import ChainSpec
 from test_graph_simulate import C, chain_scenario
@@ -161,3 +166,25 @@ def test_bert_tp4_simulates_with_tp_traffic():
     r = simulate(load_scenario("examples/bert-large-tp4-dgx-a100.yaml"))
     assert r.time_breakdown_s["tp_comm"] > 0
     assert r.num_parameters == get_network("bert-large").layer_graph(ShardShape(micro_batch=1, seq_length=512)).total_params()
+
+
+@pytest.mark.parametrize("tp", [1, 2, 4, 8])
+def test_bert_layer_activations_follow_korthikanti(tp):
+    # Korthikanti et al. 2022 Sec. 4.1, tensor parallel without sequence parallelism: a layer
+    # keeps s·b·h·(10 + 24/t + 5·a·s/(h·t)) bytes at 16 bits (BERT's eager attention stores the
+    # s x s core); the builder adds the layer norms' fp32 mean and 1/std (2·2·4 B per token).
+    s, b, h, a = 512, 2, 1024, 16
+    g = get_network("bert-large").layer_graph(ShardShape(micro_batch=b, seq_length=s, tp=tp))
+    kept = sum(layer.saved_bytes for layer in g.layers if layer.name.startswith("encoder.layer.5."))
+    assert kept == pytest.approx(s * b * h * (10 + 24 / tp + 5 * a * s / (h * tp)) + 2 * 2 * 4 * s * b, rel=1e-12)
+
+
+def test_cli_refuses_vit_b_16_at_tp_8_in_one_line():
+    repo = Path(__file__).resolve().parents[1]
+    r = subprocess.run([sys.executable, "-m", "simulator.cli", "simulate", str(repo / "examples" / "bert-large-tp4-dgx-a100.yaml"),
+                        "--set", "model=vit-b-16", "--set", "parallelism.tp=8", "--set", "parallelism.dp=1",
+                        "--set", "parallelism.micro_batch_size=32"],
+                       capture_output=True, text=True, timeout=120, env=dict(os.environ, PYTHONPATH=str(repo)))
+    assert r.returncode == 2 and "Traceback" not in r.stderr
+    lines = r.stderr.strip().splitlines()
+    assert len(lines) == 1 and lines[0].startswith("clustersim: error: parallelism.tp: 8 does not divide the 12 heads")
