@@ -71,3 +71,18 @@ def test_a_timeline_above_its_event_cap_keeps_every_row_and_says_so():
     assert [t.get_text() for t in ax.get_yticklabels()] == [f"rank{r} · compute" for r in range(4)]
     assert "the first 24 s of 200 events" in ax.get_title()
     assert "of" not in timeline_figure(events, "toy").axes[0].get_title()
+
+
+def test_a_long_pipeline_that_the_engine_would_fold_still_gets_its_timeline_and_memory_series(tmp_path):
+    """simulate() folds a long 1F1B pipeline (three short runs, extrapolated: no series, no timeline);
+    the figures need the unrolled run (they silently lost memory_over_time and timeline before)."""
+    from test_simulate import toy_raw
+
+    from simulator.report.plots import plot_scenario
+    from simulator.scenario import load_scenario
+    from simulator.simulate import simulate
+
+    scenario = load_scenario(toy_raw(4, pp=4, global_batch_size=120))
+    assert simulate(scenario).extra.get("engine_fold")  # this one folds in simulate
+    names = {p.name for p in plot_scenario(scenario, tmp_path, formats=("png",))}
+    assert {"memory_over_time.png", "timeline.png"} <= names

@@ -171,13 +171,14 @@ def _natural(text: str) -> tuple:
 
 
 def plot_scenario(scenario, out_dir: str | Path, formats: Sequence[str] = FORMATS, result=None) -> list[Path]:
-    """Simulate ``scenario`` (unless ``result`` is given) and write the three figures; return the paths."""
+    """Simulate ``scenario`` unrolled (unless ``result`` is given: a folded long pipeline has no memory series
+    or timeline to draw) and write the figures; return the paths."""
     from simulator.memory.analytic import usable_hbm_bytes
     from simulator.simulate import simulate
     from simulator.strategies.registry import get_kind
 
     out = Path(out_dir)
-    result = result if result is not None else simulate(scenario)
+    result = result if result is not None else simulate(scenario, fold=False)  # a folded run has no series or timeline
     _, _, per_stage = get_kind(scenario.strategy_kind).memory(scenario)  # the kind's own analytic count
     name = scenario.name
     paths = []
