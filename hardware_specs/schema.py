@@ -94,6 +94,9 @@ class AttentionEfficiency(Spec):
         default_factory=lambda: {128: 1.0}, description="efficiency relative to head size 128")
     source: str
     fitted_on: str | None = None
+    assumed: list[str] = Field(
+        default_factory=list, description="the fields above that no row measured (taken from another kernel or "
+                                          "GPU, as ``source`` says): the run's provenance lists them as assumed")
 
     def efficiency(self, pass_: str, seq_len: float, head_dim: float, causal: bool) -> float:
         level = self.fwd_efficiency if pass_ == "fwd" else self.bwd_efficiency
@@ -217,8 +220,12 @@ class ComputeEfficiency(Spec):
         default_factory=dict, description="convolution passes by shape, per precision (simulator/cost/conv.py);"
                                           " a precision without one prices convolutions on its GEMM curve")
     attention: AttentionEfficiency | None = Field(
-        default=None, description="the fused attention kernel (training.attention: flash); None: the GEMM "
-                                  "curve times attention_efficiency_factor")
+        default=None, description="the fused attention kernel frameworks run by default (training.attention: flash, "
+                                  "attention_kernel: auto); None: the GEMM curve times attention_efficiency_factor")
+    attention_kernels: dict[Literal["fa2", "fa3"], AttentionEfficiency] = Field(
+        default_factory=dict,
+        description="other fused attention kernels the accelerator runs, by training.attention_kernel name (fa3: "
+                    "FlashAttention-3, Hopper only); a name neither here nor the default kernel's is an error")
     memory_bound_efficiency: float = Field(gt=0, le=1)
     memory_bound_efficiency_source: str | None = None
     memory_kernels: MemoryKernelEfficiency | None = Field(

@@ -9,7 +9,7 @@ Three independent inputs (model, system, execution) are joined only here (Calcul
 from __future__ import annotations
 
 import copy
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from functools import lru_cache
 from pathlib import Path
 from typing import Any, Literal
@@ -21,6 +21,7 @@ from hardware_specs.catalog import FABRICS, NODES, node_accelerator
 from hardware_specs.schema import Accelerator, Fabric, Node
 from hardware_specs.yaml_io import read_yaml
 from simulator.colocation.spec import CoLocatedJob, CoLocatedJobSpec
+from simulator.cost.attention_kernel import with_attention_kernel
 from simulator.cost.stragglers import StragglerSpec
 from simulator.economics.convergence import ConvergenceSpec
 from simulator.economics.cost import EconomicsSpec
@@ -104,6 +105,12 @@ class TrainingSpec(_Strict):
                     "(softmax materialised, Megatron-LM 2021-22). On an accelerator without a fused attention "
                     "kernel (no bf16 tensor cores: V100) the default falls back to standard and an explicit "
                     "flash is an error")
+    attention_kernel: Literal["auto", "fa2", "fa3"] = Field(
+        default="auto",
+        description="with attention flash, the fused kernel: auto = the accelerator's default (FlashAttention-2 on "
+                    "Hopper, as torchtitan and llm-foundry run it; elsewhere the GEMM-curve estimate), fa2 = "
+                    "FlashAttention-2 (measured on A100 and Hopper), fa3 = FlashAttention-3 (Hopper only; elsewhere an "
+                    "error). simulator/cost/attention_kernel.py")
     unfused_eager_kernels: bool = Field(
         default=False,
         description="the separate kernels of a framework that runs PyTorch eager ops (the harness): each biased "
@@ -394,6 +401,7 @@ def build_scenario(raw: dict[str, Any], base: Path | None = None) -> Scenario:
     fabric = FABRICS.get(fabric_ref, "cluster.fabric")
     _check_precision(doc.training, accelerator)
     training = _resolved_attention(doc.training, accelerator)
+    accelerator = with_attention_kernel(accelerator, training.attention_kernel, training.attention)
     n = doc.cluster.num_gpus
     return _resolved(doc, raw, base, model, fabric, training, [NodeGroup(node, accelerator, n, 0)])
 
@@ -520,6 +528,9 @@ def _build_mixed(doc: ScenarioFile, model, base: Path | None, fabric_ref: Any, r
     training = doc.training
     for group in groups:  # flash only where every group has a fused attention kernel
         training = _resolved_attention(training, group.accelerator)
+    groups = [replace(g, accelerator=with_attention_kernel(
+        g.accelerator, training.attention_kernel, training.attention, f"cluster.groups.{i}: training.attention_kernel"))
+        for i, g in enumerate(groups)]
     fabric = FABRICS.get(fabric_ref, "cluster.fabric")
     return _resolved(doc, raw, base, model, fabric, training, groups)
 

@@ -58,6 +58,8 @@ def efficiency_provenance(scenario: Scenario) -> dict[str, str]:
         out["in_training_gemm_factor"] = eff.in_training_gemm_factor_fitted_on or ASSUMED
     if scenario.training.attention == "flash" and eff.attention is not None:
         out["attention_kernel"] = eff.attention.fitted_on or ASSUMED
+        for name in eff.attention.assumed:  # parts of the kernel no row measured (e.g. FlashAttention-3's backward)
+            out[f"attention_kernel.{name}"] = ASSUMED
     else:
         out["attention_efficiency_factor"] = ASSUMED  # no run of this project has measured it
     out["memory_bound"] = eff.memory_bound_efficiency_fitted_on or ASSUMED

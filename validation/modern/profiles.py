@@ -86,6 +86,9 @@ def scaled_efficiency(accelerator: str, gemm_scale: float, launch_us: float | No
             for level in ("fwd_efficiency", "bwd_efficiency"):
                 eff["attention"][level] = round(min(1.0, eff["attention"][level] * attention_scale), 5)
             eff["attention"]["source"] += f"; x {attention_scale:.4f} (framework profile)"
+            for kernel in (eff.get("attention_kernels") or {}).values():  # the other kernels (fa3) alike
+                for level in ("fwd_efficiency", "bwd_efficiency"):
+                    kernel[level] = round(min(1.0, kernel[level] * attention_scale), 5)
         else:
             eff["attention_efficiency_factor"] = round(
                 min(1.0, eff.get("attention_efficiency_factor", 1.0) * attention_scale), 5)
@@ -174,6 +177,32 @@ def fit_group(cases: list[ModernCase], simulate_many: Callable[[list[dict]], lis
     if best is None:
         raise ValueError("fit_group needs a non-empty grid")
     return best
+
+
+#: An attention-only group (``ModernSet.attention_groups``) needs this many fit rows: it fits one constant.
+MIN_ATTENTION_FIT_CASES = 2
+ATTENTION_SCALE_BOUNDS = (0.1, 1.0)
+
+
+def fit_attention_only(cases: list[ModernCase], simulate_many: Callable[[list[dict]], list[dict]]) -> dict[str, Any]:
+    """One factor on the fused attention kernel (``attention_scale``), the GEMM curve left as the
+    catalog's microbenchmark fit: the factor that makes the fit cases' median log error 0 (bisection;
+    the rate rises monotonically with it). For an accelerator whose attention kernel no row measured
+    (the catalog prices it from the GEMM curve, *assumed*) and whose framework ran one configuration
+    in BF16 and FP8: the precisions change the GEMMs only, so the rows together pin the attention."""
+    lo, hi = (math.log(b) for b in ATTENTION_SCALE_BOUNDS)
+    for _ in range(BISECTION_STEPS + 2):
+        mid = (lo + hi) / 2
+        results = simulate_many([with_constants(c, {"attention_scale": math.exp(mid)}) for c in cases])
+        if _median_log_error([outcome(c, r) for c, r in zip(cases, results, strict=True)]) > 0:
+            hi = mid
+        else:
+            lo = mid
+    entry: dict[str, Any] = {"attention_scale": round(math.exp((lo + hi) / 2), 4)}
+    results = simulate_many([with_constants(c, entry) for c in cases])
+    fitted = [outcome(c, r) for c, r in zip(cases, results, strict=True)]
+    entry.update({"fit_median_abs_error": round(_median_abs_error(fitted), 4), "fit_cases": len(cases)})
+    return entry
 
 
 def write_profile(case_set: str, csv_name: str, source: str, groups: dict[str, dict[str, Any]]) -> Path:

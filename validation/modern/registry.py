@@ -13,7 +13,14 @@ from typing import Any
 
 from validation.modern import cnn, llmfoundry, nemo, other, torchtitan, vtrain
 from validation.modern.case import CaseOutcome, ModernCase, Summary, Unrepresentable, outcome, summarize
-from validation.modern.profiles import fit_group, load_groups, resolved_scenario, write_profile
+from validation.modern.profiles import (
+    MIN_ATTENTION_FIT_CASES,
+    fit_attention_only,
+    fit_group,
+    load_groups,
+    resolved_scenario,
+    write_profile,
+)
 
 Builder = Callable[[], tuple[list[ModernCase], list[Unrepresentable]]]
 
@@ -30,6 +37,7 @@ class ModernSet:
     profile: str | None = None   # profile file name (modern-<profile>.yaml); default: the set's name
     fitted: bool = True          # False: its fit half is not used to fit (the profile comes from another set)
     criterion: str = "median"    # how a grid point is chosen: fit-half "median" |error| or "mean_log" |log error|
+    attention_groups: tuple[str, ...] = ()  # groups fitted on the attention factor alone (profiles.fit_attention_only)
 
     @property
     def profile_name(self) -> str:
@@ -56,7 +64,8 @@ SETS: dict[str, ModernSet] = {s.name: s for s in (
     ModernSet("nemo", "nemo_perf_summary.csv", "NeMo / Megatron-Bridge performance summary, DGX H100",
               nemo.cases, FRAMEWORK_MEDIAN, FRAMEWORK_MAX),
     ModernSet("torchtitan", "torchtitan_perf.csv", "torchtitan benchmarks (H100, H200, MI300X, A100)",
-              torchtitan.cases, FRAMEWORK_MEDIAN, FRAMEWORK_MAX, ATTENTION_GRID, criterion="mean_log"),
+              torchtitan.cases, FRAMEWORK_MEDIAN, FRAMEWORK_MAX, ATTENTION_GRID, criterion="mean_log",
+              attention_groups=torchtitan.ATTENTION_GROUPS),
     ModernSet("llmfoundry", "llmfoundry_throughput.csv", "MosaicML llm-foundry MPT throughput (H100, A100)",
               llmfoundry.cases, FRAMEWORK_MEDIAN, FRAMEWORK_MAX, ATTENTION_GRID, criterion="mean_log"),
     ModernSet("other", "other_llm_training_throughput.csv",
@@ -150,6 +159,12 @@ def fit(name: str, workers: int | None = 2) -> dict[str, dict[str, Any]]:
     groups: dict[str, dict[str, Any]] = {}
     for group in sorted({c.profile_group for c in fit_cases}):
         cases = [c for c in fit_cases if c.profile_group == group]
+        if group in spec.attention_groups and len(cases) >= MIN_ATTENTION_FIT_CASES:
+            entry = fit_attention_only(cases, lambda raws: simulate_many(raws, workers))
+            entry["fitted_on"] = (f"{', '.join(s.csv for s in members)} (validation/data/), fit half (md5 of the row "
+                                  f"key even): {fitted_rows(cases)}; attention factor only (GEMMs: the catalog's)")
+            groups[group] = entry
+            continue
         if len(cases) < 3:
             continue
         entry = fit_group(cases, lambda raws: simulate_many(raws, workers), identifiable_grid(spec.grid, cases),

@@ -1,0 +1,51 @@
+"""Which fused attention kernel a run uses (``training.attention_kernel``), resolved once per scenario.
+
+An accelerator spec holds the kernel today's frameworks run by default (``efficiency.attention``:
+FlashAttention-2 on Hopper, fitted on the FlashAttention-2 paper's figures) and, in
+``efficiency.attention_kernels``, the others it runs (``fa3``: FlashAttention-3, fitted on the
+FlashAttention-3 paper's H100 forward rows; Shah et al. 2024, arXiv:2407.08608, which runs on
+Hopper only: its kernels use the sm90 wgmma/TMA instructions; ``fa2`` on A100, fitted on the
+FlashAttention-2 paper's A100 rows, whose default stays the GEMM-curve estimate: see
+validation/calibrate_microbench.py ``ATTENTION_ONLY`` for why). The scenario's accelerator is
+given the chosen kernel as its ``attention``, so the compute model (simulator/cost/compute.py) and
+the provenance listing read one field whatever the choice.
+
+- ``auto``: the spec's default kernel (or the GEMM-curve fallback where it has none);
+- ``fa2`` / ``fa3``: that kernel; where the default is that kernel, the default. ``fa2`` on an
+  accelerator whose spec measured no FlashAttention-2 keeps the fallback pricing (FlashAttention-2
+  runs on every GPU with bf16 tensor cores: Ampere and later, and MI200/MI300 through ROCm's port),
+  which the run's provenance lists as assumed. ``fa3`` where the spec has no FlashAttention-3
+  kernel is a ConfigError (exit 2): it does not run there.
+"""
+
+from __future__ import annotations
+
+from hardware_specs.schema import Accelerator
+from simulator.errors import ConfigError
+
+KERNEL_NAMES = {"fa2": "FlashAttention-2", "fa3": "FlashAttention-3"}
+FIELD = "training.attention_kernel"
+
+
+def with_attention_kernel(accelerator: Accelerator, kernel: str, attention: str,
+                          field: str = FIELD) -> Accelerator:
+    """The accelerator with ``kernel``'s efficiency as its ``attention`` (itself for ``auto``)."""
+    if kernel == "auto":
+        return accelerator
+    if attention != "flash":
+        raise ConfigError(field, f"{kernel} is a fused attention kernel: it needs training.attention: flash "
+                                 f"(the run is set to {attention})")
+    eff = accelerator.efficiency
+    wanted = KERNEL_NAMES[kernel]
+    if eff.attention is not None and eff.attention.kernel == wanted:
+        return accelerator
+    if kernel in eff.attention_kernels:
+        chosen = eff.attention_kernels[kernel]
+    elif kernel == "fa2":
+        # runs wherever a fused kernel does; not measured here: the fallback pricing (assumed)
+        chosen = None
+    else:
+        runs_on = "Hopper GPUs (H100, H200, H800, GH200)" if kernel == "fa3" else "other accelerators"
+        raise ConfigError(field, f"{wanted} runs on {runs_on}; {accelerator.name} has no {wanted} kernel "
+                                 "(use auto or fa2)")
+    return accelerator.model_copy(update={"efficiency": eff.model_copy(update={"attention": chosen})})

@@ -1,0 +1,140 @@
+"""Fused attention kernels: the A100 FlashAttention-2 and Hopper FlashAttention-3 specs, their
+per-shape held-out errors, and ``training.attention_kernel`` (FA3 only where it runs, exit 2 elsewhere)."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+import validation.calibrate_microbench as cm
+from hardware_specs.catalog import ACCELERATORS
+from simulator.cost.attention_kernel import with_attention_kernel
+from simulator.cost.compute import ComputeModel
+from simulator.cost.provenance import efficiency_provenance
+from simulator.errors import ConfigError
+from simulator.scenario import load_scenario
+from workloads.graph import Op
+
+ROOT = Path(__file__).resolve().parents[1]
+ATTENTION_MEDIAN, ATTENTION_MAX = 0.06, 0.35  # as tests/test_microbench_calibration.py
+
+
+def _scenario(node: str, **training) -> dict:
+    return {"model": "llama3-8b", "cluster": {"node": node, "num_gpus": 8},
+            "parallelism": {"tp": 1, "pp": 1, "global_batch_size": 8, "micro_batch_size": 1, "zero_stage": 3},
+            "training": {"seq_length": 8192, **training}}
+
+
+def test_specs_hold_the_fits():
+    # the written blocks are the fits (python -m validation.calibrate_microbench --write), not hand edits
+    fa3 = cm.fit_fa3()
+    for name in cm.FA3_ACCELERATORS:
+        assert ACCELERATORS.get(name).efficiency.attention_kernels["fa3"] == fa3
+    for name, source in cm.ATTENTION_ONLY.items():  # A100: FlashAttention-2 as an option, not the default
+        eff = ACCELERATORS.get(name).efficiency
+        assert eff.attention is None
+        assert eff.attention_kernels["fa2"].model_dump(exclude={"assumed"}) == cm.attention_block(source)
+
+
+def test_fa3_fit_uses_fit_rows_only_and_says_what_is_assumed():
+    fa3 = cm.fit_fa3()
+    used = {int(r) for r in fa3.fitted_on.rsplit(" ", 1)[1].split(",")}
+    assert used == {r.row + 2 for r in cm.fa3_rows(heldout=False)}
+    assert not used & {r.row + 2 for r in cm.fa3_rows(heldout=True)}
+    assert set(fa3.assumed) == {"bwd_efficiency", "half_seq_len"}
+    assert fa3.fwd_efficiency > ACCELERATORS.get("h100-sxm-80g").efficiency.attention.fwd_efficiency
+
+
+def test_heldout_table_has_every_kernel_per_shape_within_tolerance():
+    table = cm.attention_heldout_table()
+    assert set(zip(table.accelerator, table.kernel, strict=True)) == {
+        ("a100-sxm-80g", "FlashAttention-2"), ("h100-sxm-80g", "FlashAttention-2"),
+        ("h100-sxm-80g", "FlashAttention-3")}
+    fa3 = table[table.kernel == "FlashAttention-3"]
+    assert len(fa3) == 3 and set(fa3.head_dim) == {128}
+    assert fa3.error.abs().max() <= ATTENTION_MAX, fa3.to_string()
+    for _, group in table.groupby("accelerator"):
+        assert group.error.abs().median() <= ATTENTION_MEDIAN, group.to_string()
+
+
+def test_fa3_kernel_prediction_is_above_its_in_step_measurement():
+    # the H200 row is FA3's share of a measured Llama-3.1-8B step: a kernel benchmark (the spec) can
+    # only be faster than the same kernel inside a step, and not by much
+    row = cm.in_step_table().set_index("accelerator").loc["h200-sxm-141g"]
+    assert row.priced_with == "FlashAttention-3"
+    assert 0.0 <= row.error <= 0.25
+
+
+def test_fa3_prices_flash_ops_with_its_own_spec():
+    h100 = ACCELERATORS.get("h100-sxm-80g")
+    fa3 = with_attention_kernel(h100, "fa3", "flash")
+    spec = fa3.efficiency.attention
+    assert spec.kernel == "FlashAttention-3"
+    s, d, heads = 16384, 128, 16
+    flops = 4.0 * s * s * d * heads
+    op = Op("flash_attention", "attention", flops, 0, s, s, d, heads)
+    launch_s = h100.efficiency.kernel_launch_overhead_us * 1e-6
+    seconds = ComputeModel(fa3, "bf16").time_s(op) - launch_s
+    assert seconds == pytest.approx(flops / (989e12 * spec.efficiency("fwd", s, d, False)))
+    assert seconds < ComputeModel(h100, "bf16").time_s(op) - launch_s  # faster than FA2
+    # auto and fa2 keep the default kernel (FlashAttention-2) on Hopper
+    assert with_attention_kernel(h100, "auto", "flash") is h100
+    assert with_attention_kernel(h100, "fa2", "flash") is h100
+
+
+def test_fa3_scenario_runs_faster_on_hopper_and_lists_its_assumptions():
+    from simulator.simulate import simulate_point
+
+    fa2 = load_scenario(_scenario("dgx-h100"))
+    fa3 = load_scenario(_scenario("dgx-h100", attention_kernel="fa3"))
+    assert fa3.accelerator.efficiency.attention.kernel == "FlashAttention-3"
+    assert fa2.accelerator.efficiency.attention.kernel == "FlashAttention-2"
+    prov = efficiency_provenance(fa3)
+    assert prov["attention_kernel.bwd_efficiency"] == "assumed"
+    assert "rows 409" in prov["attention_kernel"]
+    t2 = simulate_point(_scenario("dgx-h100"))["step_time_s"]
+    t3 = simulate_point(_scenario("dgx-h100", attention_kernel="fa3"))["step_time_s"]
+    assert t3 < t2
+
+
+def test_fa2_on_a100_is_the_measured_kernel_and_auto_the_fallback():
+    fa2 = load_scenario(_scenario("dgx-a100-80g", attention_kernel="fa2"))
+    assert fa2.accelerator.efficiency.attention.kernel == "FlashAttention-2"
+    assert "attention_kernels.csv rows 16," in efficiency_provenance(fa2)["attention_kernel"]
+    auto = load_scenario(_scenario("dgx-a100-80g"))
+    assert auto.accelerator.efficiency.attention is None
+    assert efficiency_provenance(auto)["attention_efficiency_factor"] == "assumed"
+
+
+def test_fa2_without_a_measured_kernel_keeps_the_assumed_fallback():
+    sc = load_scenario(_scenario("mi300x-8", attention_kernel="fa2"))
+    assert sc.accelerator.efficiency.attention is None
+    assert efficiency_provenance(sc)["attention_efficiency_factor"] == "assumed"
+
+
+@pytest.mark.parametrize("node, training, words", [
+    ("dgx-a100-80g", {"attention_kernel": "fa3"}, "FlashAttention-3 runs on Hopper"),
+    ("dgx-b200", {"attention_kernel": "fa3"}, "FlashAttention-3 runs on Hopper"),
+    ("dgx-h100", {"attention_kernel": "fa3", "attention": "standard"}, "needs training.attention: flash"),
+])
+def test_fa3_where_it_does_not_run_is_an_error(node, training, words):
+    with pytest.raises(ConfigError) as err:
+        load_scenario(_scenario(node, **training))
+    assert err.value.field == "training.attention_kernel" and words in err.value.reason
+
+
+def test_cli_exits_2_naming_the_field(tmp_path):
+    path = tmp_path / "fa3-a100.yaml"
+    path.write_text("model: llama3-8b\ncluster: {node: dgx-a100-80g, num_gpus: 8}\n"
+                    "parallelism: {tp: 1, global_batch_size: 8, micro_batch_size: 1}\n"
+                    "training: {attention_kernel: fa3}\n")
+    env = {**os.environ, "PYTHONPATH": str(ROOT)}
+    proc = subprocess.run([sys.executable, "-m", "simulator", "simulate", str(path)], capture_output=True,
+                          text=True, env=env, timeout=120, stdin=subprocess.DEVNULL)
+    assert proc.returncode == 2
+    assert "training.attention_kernel" in proc.stderr and "Traceback" not in proc.stderr
+    assert len(proc.stderr.strip().splitlines()) == 1
