@@ -23,7 +23,7 @@ from simulator.scenario import TrainingSpec, load_scenario
 from validation.layout_ranking import _catalog_yaml
 from validation.modern import case as modern_case
 from validation.modern.mapping import MODERN
-from validation.modern.profiles import load_groups, scaled_efficiency, with_constants
+from validation.modern.profiles import MIN_ATTENTION_FIT_CASES, load_groups, scaled_efficiency, with_constants
 from validation.modern.registry import SETS, built, evaluate, report
 
 ROWS = {"nemo": 73, "torchtitan": 57, "llmfoundry": 216, "other": 65, "vtrain_single": 1440, "vtrain_multi": 109,
@@ -31,14 +31,16 @@ ROWS = {"nemo": 73, "torchtitan": 57, "llmfoundry": 216, "other": 65, "vtrain_si
 
 #: Held-out targets not met today: the measured figure and why (see README "How far off it is").
 UNMET: dict[str, str] = {
-    "torchtitan": "held-out median |error| 5.2% (target 10%: met; was 10.1%), max 30.1% (target 25%): Llama 3 8B "
-                  "tp 8 bf16 +23/+30% (the fp8 fit rows of that configuration +19/+25%: the TP-8 step runs 29% below "
-                  "the FSDP-only step in the data, 12% in the simulator) and the compiled 405B FSDP 16 x TP 8 rows "
-                  "-21/-29% (6.1 s of a 23.9 s step is ZeRO-3 traffic across 16 nodes left exposed); MI300X float8 "
-                  "+43/+44% -> +0.3/+1.3% with its attention factor fitted on the bf16 and float8 fit rows",
-    "llmfoundry": "held-out median |error| 3.0% (target 10%: met), max 31.5% (target 25%): A100 80 GB MPT-30b s8192 "
-                  "+31.5% (its s4096 twin is -22%) and MPT-760m at s512/s1024 +25/+31%; H100 max 21.8% (sequences "
-                  "of 8K-64K were up to +66% before the fused attention factor 0.5 fitted on the fit half)",
+    "torchtitan": "held-out median |error| 9.0% (target 10%: met; was 10.1%), max 27.4% (target 25%; was 44.4%): "
+                  "Llama 3 8B tp 8 bf16 +20.3% and, with AsyncTP, +27.4% (the data's TP-8 step runs 29% below its "
+                  "FSDP-only step, the simulator's 12%: torchtitan's per-op SAC re-runs every second matmul and the "
+                  "TP all-gathers, simulated as attention-core recompute; the simulated AsyncTP gain is 1.16 vs 1.10 "
+                  "measured). MI300X float8 +43/+44% -> +0.3/+1.4% (attention factor fitted on its bf16 and float8 fit "
+                  "rows); the 405B FSDP 16 x TP 8 rows -21/-29% -> -5.5/-8.7% after the ZeRO-3 prefetch fix",
+    "llmfoundry": "held-out median |error| 3.7% (target 10%: met), max 37.1% (target 25%): A100 80 GB MPT-30b s8192 "
+                  "+37.1% (its s4096 fit twin +2.4%: measured 574 vs 814 tok/s, simulated 787 vs 833) and MPT-760m at "
+                  "s512/s1024 +32/+26%; H100 max 16.1%. "
+                  "Refitted after Composer's BACKWARD_POST prefetch (with the old constants: 4.8% / 37.1%)",
 }
 
 
@@ -87,7 +89,9 @@ def test_profiles_are_fitted_on_fit_half_rows_only(profile):
     for group, entry in groups.items():
         in_fit_half = [c for (_, _), c in by_row.items() if c.profile_group == group and not c.heldout
                        and not c.set_aside and SETS[c.case_set].fitted and SETS[c.case_set].profile_name == profile]
-        assert entry["fit_cases"] == len(in_fit_half) >= 3
+        # a group fitted on its attention factor alone (one constant, no GEMM factor) needs 2 rows, the others 3
+        least = MIN_ATTENTION_FIT_CASES if "gemm_scale" not in entry and "attention_scale" in entry else 3
+        assert entry["fit_cases"] == len(in_fit_half) >= least
         listed = entry["fitted_on"].split("rows (", 1)[1]
         if listed.startswith("all fit-half rows"):
             continue
