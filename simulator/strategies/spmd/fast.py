@@ -16,9 +16,10 @@ Two things the engine does that this pass does not:
   simulator/engine/network.py). The pass detects it (two transfers' byte phases overlap on a
   port) and reports ``contended``. Its time with each transfer alone on its ports is a lower
   bound on the engine's (start times only grow with durations in a DAG of fixed stream orders):
-  ``lower_bound_s``, what the search prunes with. Its ``step_time_s`` then adds to each transfer
-  the other transfers' bytes that overlapped it on its busiest port and re-times the DAG (a few
-  rounds, :func:`_contention_delays`): an approximation, within 3% of the engine in
+  ``lower_bound_s``, what the search prunes with. Its ``step_time_s`` then slows each pair of
+  transfers that overlapped on a port by what that port's max-min fair share gives them (none
+  where their loads fit on it together) and re-times the DAG (a few rounds,
+  :func:`_contention_delays`): an approximation, within 3% of the engine in
   tests/test_fast_path.py and benchmarks/bench_fast_path.py;
 - *interference* (``overlap_compute_slowdown`` / ``overlap_comm_slowdown`` > 0): ignored and
   reported (``interference``).
@@ -305,13 +306,18 @@ class _Dag:
 
 
 def _contention_delays(busy) -> dict[int, float]:
-    """Extra seconds per transfer from sharing its ports: a port is work-conserving and fair, so
-    while another transfer's bytes overlap this one's on a port, that port also carries the
-    other's bytes -- the overlap times the share of its own window the other needs there. A
-    transfer is delayed by the most any one of its ports adds. (Two equal transfers started
-    together: each alone 10 ms, each +10 ms, both end at 20 ms as in the engine; one started 5 ms
-    into the other: +5 ms each, ends at 15 and 20 ms, as in the engine.) Windows are the
-    transfers' byte phases *alone* at their current starts, so a round does not feed on itself."""
+    """Extra seconds per transfer from sharing its ports, pair by pair as the engine's max-min fair
+    port would share it (simulator/engine/network.py; Bertsekas & Gallager, *Data Networks*,
+    Sec. 6.5.2). Alone, a transfer uses the fraction ``u = seconds on the port / its byte window``
+    of a port (1 on its bottleneck port). While two overlap on a port for ``T`` seconds and
+    ``u_i + u_j > 1``, the port gives each its fair share ``g = min(u, level)`` with
+    ``g_i + g_j = 1``, so each runs ``u/g`` times slower there: ``T * (u/g - 1)`` more; when the
+    two fit (``u_i + u_j <= 1``, e.g. a collective bottlenecked on its NIC crossing a TP
+    all-reduce on NVLink) neither is slowed. A transfer is delayed by the most any one of its ports
+    adds. (Two equal transfers started together: each alone 10 ms, each +10 ms, both end at 20 ms
+    as in the engine; one started 5 ms into the other: +5 ms each, ends at 15 and 20 ms, as in the
+    engine.) Windows are the transfers' byte phases *alone* at their current starts, so a round
+    does not feed on itself."""
     delays: dict[int, float] = {}
     for intervals in busy.values():
         if len(intervals) < 2:
@@ -321,12 +327,20 @@ def _contention_delays(busy) -> dict[int, float]:
         added: dict[int, float] = defaultdict(float)
         for s, e, i, seconds in intervals:
             active = [a for a in active if a[1] > s]
+            u = seconds / max(e - s, 1e-30)
             for a_s, a_e, j, a_seconds in active:
                 overlap = min(a_e, e) - s
                 if overlap <= 0:
                     continue
-                added[i] += overlap * a_seconds / max(a_e - a_s, 1e-30)
-                added[j] += overlap * seconds / max(e - s, 1e-30)
+                a_u = a_seconds / max(a_e - a_s, 1e-30)
+                if u + a_u <= 1.0:
+                    continue  # both fit on the port: max-min gives each what it asks
+                small = min(u, a_u)
+                level = small if small <= 0.5 else 0.5
+                share_i = u if u <= level else 1.0 - level
+                share_j = a_u if a_u <= level else 1.0 - level
+                added[i] += overlap * (u / share_i - 1.0)
+                added[j] += overlap * (a_u / share_j - 1.0)
             active.append((s, e, i, seconds))
         for i, extra in added.items():
             if extra > delays.get(i, 0.0):
