@@ -31,7 +31,10 @@ def dense_models(draw):
         num_kv_heads=kv, ffn_hidden_size=draw(st.sampled_from([None, 96, 128])), gated_mlp=draw(st.booleans()),
         vocab_size=draw(st.sampled_from([100, 256])), seq_length=draw(st.sampled_from([16, 32, 64])),
         tied_embeddings=draw(st.booleans()), position_embedding=draw(st.sampled_from(["learned", "rope"])),
-        norm=draw(st.sampled_from(["layernorm", "rmsnorm"])), linear_bias=draw(st.booleans()))
+        norm=draw(st.sampled_from(["layernorm", "rmsnorm"])), linear_bias=draw(st.booleans()),
+        qkv_bias=draw(st.sampled_from([None, True, False])),
+        # a head width decoupled from hidden / heads (Gemma, Qwen3, Mistral NeMo) some of the time
+        attention_head_dim=draw(st.sampled_from([None, None, 12, 24])))
 
 
 def _moe(model: TransformerSpec) -> TransformerSpec:
@@ -67,7 +70,7 @@ def test_block_saved_bytes_equal_korthikanti(model, b, tp, sp, cp, precision, fl
         expected = activation_bytes_per_layer(
             model.seq_length, b, model.hidden_size, model.num_attention_heads, tp=tp, sequence_parallel=sp,
             recompute=oracle_mode, ffn=model.ffn_size, kv_heads=model.kv_heads, gated=model.gated_mlp, cp=cp,
-            element_bytes=e)
+            element_bytes=e, head_dim=model.head_dim)
         assert block.kept_bytes(mode, graph.input_bytes(block)) == pytest.approx(expected, rel=1e-12)
     embedding, head = graph.layers[0], graph.layers[-1]
     for mode in RECOMPUTE:

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from typing import Literal
 
-from pydantic import BaseModel, ConfigDict, Field, model_validator
+from pydantic import AliasChoices, BaseModel, ConfigDict, Field, model_validator
 
 
 class MoESpec(BaseModel):
@@ -78,8 +78,12 @@ class TransformerSpec(BaseModel):
     norm: Literal["layernorm", "rmsnorm"] = "layernorm"
     linear_bias: bool = True
     attention_head_dim: int | None = Field(
-        default=None, gt=0, description="width of one attention head when it is not hidden / heads (Gemma-7B: "
-                                        "256 with hidden 3072 and 16 heads: q is 4096 wide); default hidden / heads")
+        default=None, gt=0, validation_alias=AliasChoices("attention_head_dim", "head_dim"),
+        description="width of one attention head when it is not hidden / heads (Gemma-7B: 256 with hidden 3072 "
+                    "and 16 heads: q is 4096 wide; Mistral NeMo 12B: 128 with hidden 5120 and 32 heads; HF "
+                    "``head_dim``, Megatron/NeMo ``kv_channels``; YAML key ``head_dim`` or "
+                    "``attention_head_dim``); q is heads x head_dim, k and v kv_heads x head_dim, the output "
+                    "projection heads x head_dim -> hidden; default hidden / heads")
     qkv_bias: bool | None = Field(
         default=None, description="biases on the q, k and v projections only, none elsewhere (Qwen2); "
                                   "default: as linear_bias")
@@ -99,6 +103,8 @@ class TransformerSpec(BaseModel):
                 raise ValueError("mla: every head has its own keys and values; leave num_kv_heads unset")
             if self.linear_bias:
                 raise ValueError("mla: projections without biases only (set linear_bias: false)")
+            if self.attention_head_dim is not None:
+                raise ValueError("mla: head sizes come from mla (qk_nope/qk_rope/v_head_dim); leave head_dim unset")
         if self.moe is not None:
             if self.moe.first_dense_layers >= self.num_layers:
                 raise ValueError("moe.first_dense_layers must be less than num_layers")

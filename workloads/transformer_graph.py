@@ -80,10 +80,12 @@ def block_params_per_rank(model: TransformerSpec, tp: int, ep: int, moe_layer: b
         split, replicated = mla_attention_params(model)
         attn = split / tp + replicated
     else:
-        g_rank = kv_heads_per_rank(model, tp)
-        attn = 2 * h * h / tp + 2 * h * d * g_rank
+        g_rank, width = kv_heads_per_rank(model, tp), model.attention_width  # width = heads x head_dim
+        attn = 2 * h * width / tp + 2 * h * d * g_rank  # W_Q and W_O ÷tp by heads; W_K, W_V per KV head
+        if model.has_qkv_bias:
+            attn += width / tp + 2 * d * g_rank
         if model.linear_bias:
-            attn += h / tp + 2 * d * g_rank + h
+            attn += h
     norms = 2 * _norm_params(model)
     if moe_layer and model.moe is not None:
         expert_ffn = model.moe.expert_ffn_hidden_size or model.ffn_size
@@ -155,8 +157,9 @@ def block_saved_tensors(model: TransformerSpec, shard: ShardShape, moe_layer: bo
         tensors = [SavedTensor(name, e * sb * h / sp_div) for name in ("ln1_input", "qkv_input", "ln2_input",
                                                                        "fc1_input")]
         tensors += masks
-        tensors += [SavedTensor("q", e * sb * h / t), SavedTensor("k_v", 2 * e * sb * d * g),
-                    SavedTensor("attn_out_input", e * sb * h / t)]
+        width = model.attention_width  # heads x head_dim (= h unless the head width is decoupled)
+        tensors += [SavedTensor("q", e * sb * width / t), SavedTensor("k_v", 2 * e * sb * d * g),
+                    SavedTensor("attn_out_input", e * sb * width / t)]
         tensors += mlp
         if not shard.flash_attention:
             tensors.append(SavedTensor("attention_core", core_bytes, selective_drops=True))

@@ -192,6 +192,7 @@ def activation_bytes_per_layer(
     cp: int = 1,
     dropout: bool = True,
     element_bytes: int = ACTIVATION_ELEMENT_BYTES_16BIT,
+    head_dim: int | None = None,
 ) -> float:
     """Activation bytes one transformer layer keeps for its backward, per micro-batch, on one rank.
 
@@ -208,13 +209,15 @@ def activation_bytes_per_layer(
     ================================  ===========================
 
     Generalisation, counted per stored tensor (e = ``element_bytes``, 2 for 16-bit; m = 1-byte
-    dropout mask, 0 without dropout; d = h/a head size; g KV heads; f FFN width):
+    dropout mask, 0 without dropout; d = ``head_dim``, h/a by default; w = a·d the width of the
+    concatenated heads, = h unless the head width is decoupled; g KV heads; f FFN width):
 
     - kept whole on every TP rank unless sequence parallel (then ÷t):
       LN1 input e·sbh, QKV-GEMM input e·sbh, attention-output dropout mask m·sbh,
       LN2 input e·sbh, FC1 input e·sbh, MLP dropout mask m·sbh  → (4e + 2m)·sbh = 10·sbh for GPT;
-    - split by TP: Q e·sbh/t, K and V 2·e·sb·d·g_rank (g_rank = g/t, or 1 when t > g as Megatron
-      replicates KV heads), attention-projection input e·sbh/t; MLP plain (GeLU): activation
+    - split by TP: Q e·sbw/t, K and V 2·e·sb·d·g_rank (g_rank = g/t, or 1 when t > g as Megatron
+      replicates KV heads), attention-projection input e·sbw/t (Korthikanti's h in these two
+      terms is the attention width a·d); MLP plain (GeLU): activation
       input e·sbf/t + FC2 input e·sbf/t = 2e·sbf/t; gated (SwiGLU, Megatron's fused
       ``bias_swiglu`` keeps its 2f-wide input and recomputes the SiLU) 2e·sbf/t + FC2 input
       e·sbf/t = 3e·sbf/t. For GPT (g = a, f = 4h, e = 2): 8·sbh/t + 16·sbh/t = 24·sbh/t;
@@ -232,7 +235,9 @@ def activation_bytes_per_layer(
             raise ConfigError(name, f"must be a positive integer, got {value!r}")
     if recompute not in _RECOMPUTE:
         raise ConfigError("parallelism.recompute", f"unknown recompute {recompute!r} (known: {', '.join(_RECOMPUTE)})")
-    if hidden % heads:
+    if head_dim is not None and (not isinstance(head_dim, int) or head_dim < 1):
+        raise ConfigError("model.head_dim", f"must be a positive integer, got {head_dim!r}")
+    if head_dim is None and hidden % heads:
         raise ConfigError("model.hidden_size", f"{hidden} is not divisible by heads ({heads})")
     if heads % tp:
         raise ConfigError("parallelism.tp", f"{tp} does not divide attention heads ({heads})")
@@ -251,7 +256,8 @@ def activation_bytes_per_layer(
     sb = s * micro_batch
     e, m = float(element_bytes), float(DROPOUT_MASK_BYTES if dropout else 0)
     t = tp
-    head_dim = hidden / heads
+    head_dim = hidden / heads if head_dim is None else head_dim
+    width = heads * head_dim  # the concatenated heads: q and the output projection's input
 
     if recompute == "full":
         return e * sb * hidden / (t if sequence_parallel else 1)
@@ -259,7 +265,7 @@ def activation_bytes_per_layer(
     replicated = (4 * e + 2 * m) * sb * hidden
     if sequence_parallel:
         replicated /= t
-    attn_split = e * sb * hidden / t + 2 * e * sb * head_dim * g_rank + e * sb * hidden / t
+    attn_split = e * sb * width / t + 2 * e * sb * head_dim * g_rank + e * sb * width / t
     mlp_split = (3 * e if gated else 2 * e) * sb * f / t
     total = replicated + attn_split + mlp_split
     if recompute == "none":

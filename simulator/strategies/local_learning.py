@@ -159,7 +159,7 @@ def head_activation_bytes(scenario) -> float:
     return head + scenario.strategy.aux_layers * activation_bytes_per_layer(
         s, b, model.hidden_size, model.num_attention_heads, tp=par.tp, sequence_parallel=par.sequence_parallel,
         recompute=par.recompute, ffn=model.ffn_size, kv_heads=model.kv_heads, gated=model.gated_mlp,
-        cp=par.cp, element_bytes=e)
+        cp=par.cp, element_bytes=e, head_dim=model.head_dim)
 
 
 def stage_memory(scenario, stage: int, planner) -> MemoryBreakdown:
