@@ -20,12 +20,15 @@ from workloads.graph import ShardShape
 TORCHVISION_PARAMS = {
     "resnet50": 25_557_032, "resnet152": 60_192_808, "wide-resnet101-2": 126_886_696, "vgg16": 138_357_544,
     "inception-v3": 27_161_264, "vit-b-16": 86_567_656, "vit-l-16": 304_326_632,
+    "efficientnet-b0": 5_288_548, "efficientnet-b4": 19_341_616,
 }
 TORCHVISION_GMAC = {"resnet50": 4.09, "resnet152": 11.51, "wide-resnet101-2": 22.75, "vgg16": 15.47,
-                    "vit-b-16": 17.56, "vit-l-16": 61.55}
+                    "vit-b-16": 17.56, "vit-l-16": 61.55, "efficientnet-b0": 0.39, "efficientnet-b4": 4.39}
 TORCHVISION_NAMES = {"resnet50": "resnet50", "resnet152": "resnet152", "wide-resnet101-2": "wide_resnet101_2",
-                     "vgg16": "vgg16", "inception-v3": "inception_v3", "vit-b-16": "vit_b_16", "vit-l-16": "vit_l_16"}
-CATALOG = sorted([*TORCHVISION_PARAMS, "unet", "gnmt-16", "biglstm", "bert-large"])
+                     "vgg16": "vgg16", "inception-v3": "inception_v3", "vit-b-16": "vit_b_16", "vit-l-16": "vit_l_16",
+                     "efficientnet-b0": "efficientnet_b0", "efficientnet-b4": "efficientnet_b4"}
+CATALOG = sorted([*TORCHVISION_PARAMS, "unet", "gnmt-16", "biglstm", "bert-large", "resnext101-32x4d",
+                  "se-resnext101-32x4d"])
 
 
 def shard(batch: int = 1, precision: str = "fp32", **kw) -> ShardShape:
@@ -149,6 +152,8 @@ def test_every_catalog_network_builds_a_checked_graph(name):
 @pytest.mark.parametrize("name, published, tolerance", [
     ("biglstm", 1.8e9, 0.02),      # Jozefowicz et al. 2016 Table 1, 2-layer LSTM-8192-1024
     ("bert-large", 340e6, 0.02),   # Devlin et al. 2019 Sec. 3
+    ("resnext101-32x4d", 44.18e6, 1e-4),      # NVIDIA DLE ConvNets README (torchvision has no 101-32x4d)
+    ("se-resnext101-32x4d", 48.96e6, 1e-4),   # Hu et al. 2018; Cadene pretrainedmodels se_resnext101_32x4d
 ])
 def test_parameters_match_the_papers(name, published, tolerance):
     assert resolve_model(name).layer_graph(shard()).total_params() == pytest.approx(published, rel=tolerance)
@@ -217,3 +222,23 @@ def test_specs_list_shows_the_networks(capsys):
     assert "resnet50" in out and "25.6 M params, 4.09 GMAC/sample" in out and "gnmt-16" in out
     assert main(["specs", "show", "vit-b-16"]) == 0
     assert "family: vit" in capsys.readouterr().out
+
+
+def test_resnext101_32x4d_is_about_8_gmac_with_32_groups_of_4_channels_in_its_first_stage():
+    """Xie et al. 2017 Table 1: ResNeXt-101 (32x4d) 7.8·10^9 FLOPs (multiply-adds, stride on the 1×1 as
+    in ResNet v1); DLE's (and this) v1.5 layout strides on the grouped 3×3, +0.2 GMAC as ResNet-50 v1.5's
+    4.1 against v1's 3.8. The SE blocks add 0.005 GMAC."""
+    graph = resolve_model("resnext101-32x4d").layer_graph(shard())
+    assert graph.forward_flops() / 2e9 == pytest.approx(7.97, abs=0.01)
+    conv2 = graph.layer("layer1.0.conv2").forward[0]
+    assert (conv2.batch, conv2.n, conv2.k) == (32, 4, 4 * 9)   # 32 GEMMs of C_out 4, K = 4 channels x 3x3
+    se = resolve_model("se-resnext101-32x4d").layer_graph(shard())
+    assert 0 < se.forward_flops() / 2e9 - 7.97 < 0.01
+
+
+def test_efficientnet_depthwise_convolutions_have_one_channel_per_group():
+    graph = resolve_model("efficientnet-b0").layer_graph(shard(2))
+    dw = graph.layer("features.2.0.depthwise.conv").forward[0]
+    assert (dw.batch, dw.n, dw.k) == (96, 1, 9) and dw.m == 2 * 56 * 56   # 16 -> 96 channels, 3x3, stride 2
+    assert graph.layer("features.2.0.se.scale").kind == "other"
+    assert graph.layer("features.2.1.add").kind == "add"                  # stride 1, 24 -> 24 channels

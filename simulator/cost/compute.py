@@ -26,7 +26,7 @@ import math
 from functools import lru_cache
 
 from hardware_specs.schema import Accelerator
-from simulator.cost.conv import conv_efficiency
+from simulator.cost.conv import conv_efficiency, grouped_conv_time_s, is_grouped
 from simulator.cost.memory_kernels import memory_kernel_class
 from workloads.graph import Op, gemm_class
 
@@ -133,6 +133,8 @@ class ComputeModel:
         # convolutions by shape where the spec has a model for this precision (simulator/cost/conv.py)
         self.conv_model = None if self.fp8 else eff.conv_efficiency.get(self.gemm_key)
         self._conv_time = lru_cache(maxsize=None)(self._conv_time_uncached)
+        # a direct (grouped / depthwise) convolution on the CUDA cores: the fp32 non-tensor peak (assumed)
+        self.cuda_core_flops = accelerator.peak_tflops.get("fp32", accelerator.peak_tflops[precision]) * 1e12
 
     def time_s(self, op: Op) -> float:
         """Seconds for one op (collectives are priced by the network, not here); an op of a measured
@@ -141,6 +143,10 @@ class ComputeModel:
             raise ValueError(f"{op.name} is a collective: the network model prices it")
         if op.measured_s is not None:
             return op.measured_s
+        if is_grouped(op):  # grouped / depthwise: not one dense implicit GEMM (simulator/cost/conv.py)
+            dense_s = self._conv_time(op) if self.conv_model is not None else self._time(
+                "gemm", op.flops, op.bytes_moved, op.m, op.n, op.k, op.batch)
+            return grouped_conv_time_s(op, dense_s, self.cuda_core_flops, self.mem_bw, self.launch_s)
         if op.conv is not None and op.kind == "gemm" and self.conv_model is not None:
             return self._conv_time(op)
         if op.kind == "memory" and self.memory_kernels:

@@ -6,6 +6,17 @@ forward M = N·H_out·W_out, N = C_out, K = C_in·kh·kw; data gradient M, N = C
 weight gradient M = C_in·kh·kw, N = C_out, K = N·H_out·W_out (per group). The spec's
 :class:`~hardware_specs.schema.ConvEfficiency` reads a pass by the channels its output tile spans and
 its reduction length; this module maps the op's dimensions onto them.
+
+Grouped and depthwise convolutions (ResNeXt's cardinality, EfficientNet's MBConv) are not one dense
+implicit GEMM: the op carries ``groups`` (``Op.batch``) GEMMs of the per-group shape (N = C_out/groups,
+K = C_in/groups·kh·kw). cuDNN runs them either as a grouped implicit GEMM on the tensor cores (each
+group's tile spans only its own C_out/groups channels: the shape efficiency above at the per-group
+shape) or, for few channels per group (depthwise: one), as a direct convolution on the CUDA cores,
+which is memory-bound (Sandler et al. 2018, Sec. 5.1 / Table 3 count depthwise MACs as negligible,
+their cost is the feature-map traffic). :func:`grouped_conv_time_s` takes the faster of the two, as
+cuDNN's algorithm search (``cudnn.benchmark``, on in DLE's ConvNets) would. *Assumed*: the direct
+kernel reaches the fp32 CUDA-core peak and the elementwise kernels' HBM efficiency (no depthwise
+microbenchmark is in this project).
 """
 
 from __future__ import annotations
@@ -32,3 +43,22 @@ def conv_efficiency(model: ConvEfficiency, op: Op) -> float:
     channels, reduction = conv_channels_reduction(op)
     _, kh, kw, stride = op.conv
     return model.efficiency(channels, reduction, kh, kw, stride)
+
+
+def is_grouped(op: Op) -> bool:
+    """A convolution pass of more than one group (grouped or depthwise)."""
+    return op.conv is not None and op.kind == "gemm" and op.batch > 1
+
+
+def direct_conv_time_s(op: Op, cuda_core_flops_per_s: float, memory_bytes_per_s: float, launch_s: float) -> float:
+    """A grouped convolution pass as a direct (non-GEMM) kernel on the CUDA cores: the slower of its
+    FLOPs at the CUDA-core peak and its tensor traffic (``op.bytes_moved``: x, w and y once, as an
+    implicit GEMM reads them) at the memory-bound bandwidth."""
+    return max(op.flops / cuda_core_flops_per_s, op.bytes_moved / memory_bytes_per_s) + launch_s
+
+
+def grouped_conv_time_s(op: Op, tensor_core_s: float, cuda_core_flops_per_s: float, memory_bytes_per_s: float,
+                        launch_s: float) -> float:
+    """The faster of the grouped implicit GEMM on the tensor cores (``tensor_core_s``, priced at the
+    per-group shape) and the direct CUDA-core kernel (see the module docstring)."""
+    return min(tensor_core_s, direct_conv_time_s(op, cuda_core_flops_per_s, memory_bytes_per_s, launch_s))

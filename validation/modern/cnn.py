@@ -9,8 +9,16 @@ Lambda's runs of the DLE PyTorch ResNet-50 on V100, A100, H100 PCIe/SXM, H200 an
 Mapping (each assumption says so):
 
 - **Model**: ResNet-50 v1.5 is the catalog ``resnet50`` (torchvision's shapes: stride 2 in the 3x3 of
-  each downsampling bottleneck, which is v1.5). ResNeXt-101 32x4d, SE-ResNeXt-101 and the
-  EfficientNets are not in the network catalog: rows listed as not representable.
+  each downsampling bottleneck, which is v1.5); ResNeXt101-32x4d and SE-ResNeXt101-32x4d are
+  ``resnext101-32x4d`` / ``se-resnext101-32x4d`` (v1.5 layout, groups 32 of width 4; SE reduction 16);
+  EfficientNet-b0/b4 are ``efficientnet-b0`` (224x224) / ``efficientnet-b4`` (380x380, its native size:
+  DLE may train B4 smaller, which its README table does not say); the "widese" variants are the same
+  networks with DLE's squeeze width taken from the expanded channels (``se_on_expanded``).
+- **Batch**: the row's per-GPU batch; the EfficientNet rows give none, so :data:`ASSUMED_BATCH` is
+  used (*assumed*, said in each case's label).
+- **Profile groups**: ResNeXt/SE-ResNeXt and EfficientNet rows sit in their own groups
+  (``dle-pytorch-resnext|...``, ``dle-pytorch-efficientnet|...``) so the ResNet-50 groups, and their
+  fitted constants, are as they were.
 - **Precision**: AMP rows run fp16 with fp32 master weights (``precision: fp16``). DLE's "TF32" rows
   and Lambda's "fp32" rows on Ampere or later run fp32 storage with TF32 convolutions
   (``precision: fp32, tf32: true``; PyTorch's ``cudnn.allow_tf32`` is on by default, Lambda's README
@@ -49,7 +57,37 @@ NODES: tuple[tuple[str, str, str], ...] = (
     ("V100 32GB SXM3", "dgx2-v100", "v100-sxm-32g"),
     ("V100 16GB", "p3-16xlarge", "v100-sxm2-16g"),
 )
-MODELS = {"ResNet-50 v1.5": "resnet50", "ResNet-50 (NVIDIA DLE PyTorch ConvNets, Lambda fork)": "resnet50"}
+MODELS: dict[str, str | dict[str, Any]] = {
+    "ResNet-50 v1.5": "resnet50", "ResNet-50 (NVIDIA DLE PyTorch ConvNets, Lambda fork)": "resnet50",
+    "ResNeXt101-32x4d": "resnext101-32x4d", "SE-ResNeXt101-32x4d": "se-resnext101-32x4d",
+    "EfficientNet-b0": "efficientnet-b0",
+    "EfficientNet-widese-b0": {"name": "efficientnet-widese-b0", "family": "efficientnet", "se_on_expanded": True,
+                               "source": "NVIDIA DLE ConvNets efficientnet.py (widese: squeeze width from the "
+                                         "expanded channels)"},
+    "EfficientNet-b4": "efficientnet-b4",
+    "EfficientNet-widese-b4": {"name": "efficientnet-widese-b4", "family": "efficientnet", "width_mult": 1.4,
+                               "depth_mult": 1.8, "image_size": 380, "dropout": 0.4, "se_on_expanded": True,
+                               "source": "efficientnet-b4 with NVIDIA DLE's widese squeeze width"},
+}
+
+#: Per-GPU batch of the EfficientNet rows, which the DLE README table does not state (the CSV leaves it
+#: empty): *assumed* (DLE configs.yml sizes as recalled, not read from the source). (model prefix, GPU) -> batch.
+ASSUMED_BATCH: tuple[tuple[str, str, int], ...] = (
+    ("EfficientNet-b0", "A100", 256), ("EfficientNet-b0", "V100", 128),
+    ("EfficientNet-widese-b0", "A100", 256), ("EfficientNet-widese-b0", "V100", 128),
+    ("EfficientNet-b4", "A100", 64), ("EfficientNet-b4", "V100", 32),
+    ("EfficientNet-widese-b4", "A100", 64), ("EfficientNet-widese-b4", "V100", 32),
+)
+
+
+def _batch(row: Any) -> int:
+    """The row's per-GPU batch, or the *assumed* one where the source gives none."""
+    if row["batch_size_per_gpu"] == row["batch_size_per_gpu"]:  # not NaN
+        return int(row["batch_size_per_gpu"])
+    for model, gpu, batch in ASSUMED_BATCH:
+        if str(row["model"]) == model and gpu in str(row["gpu"]):
+            return batch
+    raise ValueError(f"no per-GPU batch for {row['model']} on {row['gpu']}")
 
 
 #: Lambda's AMP rows judged inconsistent with DLE's own table for the same GPU, model and code (set aside:
@@ -94,6 +132,16 @@ def _framework(row: Any, source: str) -> str:
     return f"dle-{framework}" + ("-xla" if "xla" in str(row["precision"]).lower() else "")
 
 
+def _family_tag(model: str | dict[str, Any]) -> str:
+    """The profile group's network tag: none for ResNet-50 (its groups and fitted constants are as before
+    the other networks joined), ``-resnext`` (ResNeXt and SE-ResNeXt) or ``-efficientnet``, so a framework
+    constant fitted on one family never moves another's rows."""
+    name = model if isinstance(model, str) else str(model["name"])
+    if name == "resnet50":
+        return ""
+    return "-efficientnet" if "efficientnet" in name else "-resnext"
+
+
 def _cases(csv: str, source: str) -> tuple[list[ModernCase], list[Unrepresentable]]:
     df = read(csv)
     out: list[ModernCase] = []
@@ -101,7 +149,8 @@ def _cases(csv: str, source: str) -> tuple[list[ModernCase], list[Unrepresentabl
     set_name = f"cnn_{source}"
     for index, row in df.iterrows():
         gpu, n = str(row["gpu"]), int(row["num_gpus"])
-        label = f"{row['model']} {gpu} x{n} {row['precision']} bs{row['batch_size_per_gpu']}"
+        assumed = "" if row["batch_size_per_gpu"] == row["batch_size_per_gpu"] else " (assumed)"
+        label = f"{row['model']} {gpu} x{n} {row['precision']} bs{_batch(row)}{assumed}"
         if source == "dle":
             label = f"{row['framework']} {label}"
         model = MODELS.get(str(row["model"]))
@@ -121,7 +170,7 @@ def _cases(csv: str, source: str) -> tuple[list[ModernCase], list[Unrepresentabl
             skipped.append(Unrepresentable(set_name, int(index), label, "flagged ANOMALY by the source's packager "
                                                                         "(super-linear scaling)"))
             continue
-        batch = int(row["batch_size_per_gpu"])
+        batch = _batch(row)
         training = {**training, "optimizer": "sgd"}
         parallelism = {"dp": n, "micro_batch_size": batch, "global_batch_size": batch * n}
         framework = _framework(row, source)
@@ -129,7 +178,7 @@ def _cases(csv: str, source: str) -> tuple[list[ModernCase], list[Unrepresentabl
         key = f"{set_name}|{framework}|{row['model']}|{gpu}|{n}|{row['precision']}|{batch}"
         out.append(ModernCase(set_name, int(index), label, key,
                               scenario(f"{set_name}-{index}", model, node, n, parallelism, training),
-                              precision, accelerator, f"{framework}|{accelerator}|{precision}",
+                              precision, accelerator, f"{framework}{_family_tag(model)}|{accelerator}|{precision}",
                               float(row["images_per_s_per_gpu"]), rate="samples_per_s",
                               set_aside=_set_aside(source, gpu, training)))
     return out, skipped

@@ -269,6 +269,19 @@ class NetBuilder:
                            [self._memory_op(f"{name}.add.grad", n, 1, 2)], 0, 0.0,
                            frozenset({"batch", "channels", "spatial", "sequence"}))
 
+    def scale(self, name: str, x: Tensor, gate: Tensor) -> Tensor:
+        """``x * gate`` with a per-channel gate of shape (C, 1, 1) broadcast over H×W (the excitation
+        of a squeeze-and-excitation block, Hu et al. 2018, Eq. 4): reads both, writes one; backward
+        reads dy, x and the gate, writes dx and reduces dy·x over H×W into the gate's gradient.
+        Saves both operands (autograd's ``mul`` saves self and other)."""
+        if gate.shape != (x.shape[0], 1, 1):
+            raise ConfigError(f"model.layers.{name}", f"scales {list(x.shape)} by {list(gate.shape)}")
+        n, g = self.batch * x.numel, self.batch * gate.numel
+        out = self._new(x.shape, name)
+        return self._layer(name, "other", [x, gate], out, [self._memory_op(f"{name}.mul", 2 * n + g, 1, 0)],
+                           [self._memory_op(f"{name}.mul.grad", 3 * n + 2 * g, 1, 0)], 0,
+                           self._save(x) + self._save(gate), frozenset({"batch", "channels", "spatial"}))
+
     def concat(self, name: str, parts: list[Tensor], dim: int = 0) -> Tensor:
         """Concatenation along ``dim`` of the per-sample shape: copies, saves nothing."""
         first = parts[0].shape

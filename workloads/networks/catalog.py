@@ -11,6 +11,7 @@ from pydantic import Field, RootModel
 from hardware_specs.catalog import YamlCatalog
 from hardware_specs.yaml_io import validate_spec
 from workloads.networks.bert import BertSpec
+from workloads.networks.efficientnet import EfficientNetSpec
 from workloads.networks.inception import InceptionV3Spec
 from workloads.networks.profiles import ProfiledModelSpec
 from workloads.networks.resnet import ResNetSpec
@@ -20,7 +21,7 @@ from workloads.networks.unet import UNetSpec
 from workloads.networks.vgg import VGGSpec
 from workloads.networks.vit import ViTSpec
 
-FamilySpec = Annotated[ResNetSpec | VGGSpec | InceptionV3Spec | ViTSpec | UNetSpec | GNMTSpec | BigLSTMSpec | BertSpec
+FamilySpec = Annotated[ResNetSpec | EfficientNetSpec | VGGSpec | InceptionV3Spec | ViTSpec | UNetSpec | GNMTSpec | BigLSTMSpec | BertSpec
                        | ProfiledModelSpec, Field(discriminator="family")]
 
 

@@ -1,6 +1,9 @@
 """ResNets (He et al. 2016, arXiv:1512.03385, Table 1) as torchvision builds them (v1.5: the stride
 sits on the 3×3 convolution of a bottleneck), and wide ResNets (Zagoruyko & Komodakis 2016,
-arXiv:1605.07146; torchvision's ``wide_resnet*_2``: bottleneck width ×2 via ``width_per_group``).
+arXiv:1605.07146; torchvision's ``wide_resnet*_2``: bottleneck width ×2 via ``width_per_group``),
+ResNeXts (Xie et al. 2017, arXiv:1611.05431, Table 1: ``groups`` = cardinality, ``width_per_group`` =
+bottleneck width d) and SE-ResNeXts (Hu et al. 2018, arXiv:1709.01507, Table 1: a squeeze-and-excitation
+block with reduction ``se_reduction`` on each bottleneck's residual branch before the add).
 
 Stem: 7×7/2 convolution (64), batch norm, ReLU, 3×3/2 max pool; four stages of blocks (the first
 block of stages 2–4 strides by 2, a 1×1/stride projection with batch norm on its shortcut); global
@@ -13,6 +16,7 @@ from typing import Literal
 
 from pydantic import Field
 
+from workloads.networks.blocks import squeeze_excitation
 from workloads.networks.builder import NetBuilder, Tensor
 from workloads.networks.spec import NetworkSpec
 
@@ -25,6 +29,7 @@ class ResNetSpec(NetworkSpec):
     blocks: tuple[int, int, int, int] = (3, 4, 6, 3)
     width_per_group: int = Field(default=64, gt=0)
     groups: int = Field(default=1, gt=0)
+    se_reduction: int | None = Field(default=None, gt=0)   # squeeze-and-excitation C -> C/r after conv3 (SE-ResNeXt)
     num_classes: int = Field(default=1000, gt=0)
     image_size: int = Field(default=224, gt=0)
 
@@ -61,6 +66,8 @@ class ResNetSpec(NetworkSpec):
         out = net.conv2d(f"{name}.conv2", out, width, 3, stride=stride, padding=1, groups=self.groups)
         out = net.relu(f"{name}.relu2", net.batchnorm(f"{name}.bn2", out))
         out = net.batchnorm(f"{name}.bn3", net.conv2d(f"{name}.conv3", out, planes * expansion, 1))
+        if self.se_reduction is not None:
+            out = squeeze_excitation(net, f"{name}.se", out, planes * expansion // self.se_reduction)
         identity = self._shortcut(net, name, x, planes * expansion, stride)
         out = net.add(f"{name}.add", out, identity, inplace=True)
         return net.relu(f"{name}.relu3", out)
