@@ -56,7 +56,8 @@ def main() -> None:
     space = SMALL if args.small else SPACE
     constraints = SearchConstraints(tp_within_node=args.small)
     wall0, cpu0 = time.perf_counter(), cpu_seconds()
-    result = wide_search(None, num_gpus=1024, space=space, constraints=constraints, workers=args.workers)
+    result = wide_search(None, num_gpus=1024, space=space, constraints=constraints, workers=args.workers,
+                         log=lambda line: print(f"  [{time.perf_counter() - wall0:6.1f} s] {line}", flush=True))
     wall, cpu = time.perf_counter() - wall0, cpu_seconds() - cpu0
     c = result.counts
     feasible = c["evaluated"] - c["invalid"] - c["pruned_by_memory"]

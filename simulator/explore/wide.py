@@ -36,6 +36,7 @@ import itertools
 import math
 import os
 import time
+from collections.abc import Callable
 from typing import Any
 
 from simulator.errors import ConfigError
@@ -110,9 +111,11 @@ def _engine_task(raw: dict[str, Any]) -> dict[str, Any]:
 
 def wide_search(source: str | dict[str, Any] | None = None, *, overrides: list[str] | None = None,
                 num_gpus: int | None = None, space=None, constraints=None, top_k: int = 20,
-                workers: int | None = None) -> WideResult:
+                workers: int | None = None, log: Callable[[str], None] | None = None) -> WideResult:
     """Branch and bound over ``space`` (module docstring): its layouts times its overlap switches
-    (:data:`~simulator.explore.search.SWITCHES`; one left None keeps the scenario's value)."""
+    (:data:`~simulator.explore.search.SWITCHES`; one left None keeps the scenario's value).
+    ``log``: called with a line after each phase and wave (progress of a long search)."""
+    log = log or (lambda line: None)
     from simulator.explore.search import SearchConstraints, SearchSpace, prepare
     from simulator.explore.sweep import parallel_map, process_pool
 
@@ -170,6 +173,8 @@ def wide_search(source: str | dict[str, Any] | None = None, *, overrides: list[s
                             keys.append((b, tco, otgc, ogr, opg, p2p))
                     counts["bounds_priced"] += len(priced)
         seconds["prune_and_bound"] = time.perf_counter() - clock
+        log(f"pruned in {seconds['prune_and_bound']:.1f} s: {counts['invalid']:,} invalid, "
+            f"{counts['pruned_by_memory']:,} out of memory, {len(bounds):,} fit ({counts['bounds_priced']:,} bounds priced)")
 
         def point_of(pos: int) -> dict[str, Any]:
             b, tco, otgc, ogr, opg, p2p = keys[pos]
@@ -179,7 +184,7 @@ def wide_search(source: str | dict[str, Any] | None = None, *, overrides: list[s
             return point
 
         clock = time.perf_counter()
-        top, priced, engined = _branch_and_bound(bounds, keys, tokens, point_of, top_k, workers, pool, n_workers)
+        top, priced, engined = _branch_and_bound(bounds, keys, tokens, point_of, top_k, workers, pool, n_workers, log)
         seconds["price"] = time.perf_counter() - clock
     counts["priced_by_fast_path"] = priced
     counts["engine_resimulated"] = engined
@@ -187,7 +192,7 @@ def wide_search(source: str | dict[str, Any] | None = None, *, overrides: list[s
     return WideResult(counts, top, seconds)
 
 
-def _branch_and_bound(bounds, keys, tokens, point_of, top_k, workers, pool, n_workers):
+def _branch_and_bound(bounds, keys, tokens, point_of, top_k, workers, pool, n_workers, log):
     """The fast path best bound first, then the engine until the top k cannot change (module
     docstring, step 4). Returns (the top k engine rows, layouts priced by the fast path, by the engine)."""
     from simulator.explore.sweep import parallel_map
@@ -202,6 +207,8 @@ def _branch_and_bound(bounds, keys, tokens, point_of, top_k, workers, pool, n_wo
         for j, ok, result in parallel_map(task, [point_of(pos) for pos in positions], workers=workers, pool=pool):
             row = dict(result) if ok else {"fits": False, "infeasible_reason": f"simulation failed: {result}"}
             into[positions[j]] = row
+        log(f"{'fast path' if task is _fast_task else 'engine'}: {len(positions)} priced "
+            f"({len(fast)} by the fast path, {len(engine)} by the engine so far)")
 
     def per_tok(pos: int, row: dict[str, Any] | None, key: str) -> float:
         value = row.get(key) if row and row.get("fits") else None
