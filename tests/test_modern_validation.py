@@ -232,12 +232,13 @@ def test_vtrain_row_maps_megatron_deepspeed():
     assert c.measured_rate_per_gpu == pytest.approx(16 * 1024 / 0.372160408 / 2)
 
 
-def test_vtrain_profile_has_the_eager_floor_and_a_tilted_gemm_curve_capped_at_the_microbenchmark():
+def test_vtrain_profile_has_the_eager_floor_and_a_tilted_gemm_curve_capped_below_the_microbenchmark():
     from validation.modern.vtrain import a100_matmul_ceiling
 
     assert a100_matmul_ceiling() == pytest.approx(271.2 / 312, abs=1e-3)  # ml-engineering MAMF, A100 SXM
     entry = load_groups("vtrain")["megatron-deepspeed|a100-sxm-80g|fp16"]
-    assert 10 <= entry["host_dispatch_us_per_kernel"] <= 500 and entry["gemm_ceiling"] == a100_matmul_ceiling()
+    assert 10 <= entry["host_dispatch_us_per_kernel"] <= 500
+    assert 0.5 * a100_matmul_ceiling() <= entry["gemm_ceiling"] <= a100_matmul_ceiling()  # never above the kernel's best
     eff = scaled_efficiency("a100-sxm-80g", 0.9, None, gemm_tilt=0.1, gemm_ceiling=0.869)
     catalog = {p["gflop"]: p["efficiency"] for p in _catalog_yaml("accelerators", "a100-sxm-80g")["efficiency"]["gemm_curve"]}
     tilted = {p["gflop"]: p["efficiency"] for p in eff["gemm_curve"]}

@@ -36,7 +36,8 @@ class ModernSet:
     grid: tuple[dict[str, float], ...] = ({},)
     profile: str | None = None   # profile file name (modern-<profile>.yaml); default: the set's name
     fitted: bool = True          # False: its fit half is not used to fit (the profile comes from another set)
-    criterion: str = "median"    # how a grid point is chosen: fit-half "median" |error| or "mean_log" |log error|
+    criterion: str = "median"    # how a grid point is chosen: fit-half "median" |error|, "mean_log" |log error|
+    #                              or "set_median" (the mean of the member sets' medians; profiles.CRITERIA)
     attention_groups: tuple[str, ...] = ()  # groups fitted on the attention factor alone (profiles.fit_attention_only)
 
     @property
@@ -48,12 +49,13 @@ FRAMEWORK_MEDIAN, FRAMEWORK_MAX = 0.10, 0.25
 #: Megatron-DeepSpeed runs eager PyTorch: the host issues each kernel and collective (a floor on a
 #: layer's passes, simulator/cost/host_floor.py) that the single-node rows (small models, micro-batch
 #: 1-8, up to tp 8) pin down, and its large GEMMs gain more over its small ones than the catalog A100
-#: curve says (a tilt, capped at the A100 microbenchmark's best matmul); grid of (host time per
-#: kernel, tilt) at the catalog launch overhead and a 15 us intra-node latency (on the fit half the
-#: catalog 3 us and 30 us gave 7.6% and 6.9% against 6.2%; validation/modern/vtrain.py).
-VTRAIN_GRID = tuple({"host_dispatch_us_per_kernel": host, "gemm_tilt": tilt, "gemm_ceiling": vtrain.a100_matmul_ceiling(),
-                     "intra_node_latency_us": 15.0}
-                    for host in (70.0, 75.0, 80.0) for tilt in (0.0, 0.1))
+#: curve says (a tilt), up to a ceiling at a fraction of the A100 microbenchmark's best matmul that
+#: the multi-node rows' large GEMMs pin down; grid of (host time per kernel, ceiling) at tilt 0.1, the
+#: catalog launch overhead and a 15 us intra-node latency (validation/modern/vtrain.py says what else
+#: was tried on the fit halves).
+VTRAIN_GRID = tuple({"host_dispatch_us_per_kernel": host, "gemm_tilt": 0.1,
+                     "gemm_ceiling": round(share * vtrain.a100_matmul_ceiling(), 4), "intra_node_latency_us": 15.0}
+                    for host in (75.0, 80.0) for share in (0.9, 1.0))
 
 #: The fused attention kernel a framework runs against the FlashAttention-2 paper's kernel (the
 #: ``attention`` spec): a factor on its efficiency per framework|accelerator|precision, chosen on the
@@ -73,10 +75,10 @@ SETS: dict[str, ModernSet] = {s.name: s for s in (
               FRAMEWORK_MEDIAN, FRAMEWORK_MAX),
     ModernSet("vtrain_single", "vtrain2024_ground_truth_single.csv",
               "vTrain (MICRO 2024) Megatron-DeepSpeed iteration times, one 8-GPU A100 node",
-              vtrain.single_cases, 0.08, None, VTRAIN_GRID, profile="vtrain"),
+              vtrain.single_cases, 0.08, None, VTRAIN_GRID, profile="vtrain", criterion="set_median"),
     ModernSet("vtrain_multi", "vtrain2024_ground_truth_multi.csv",
               "vTrain (MICRO 2024) Megatron-DeepSpeed iteration times, 64-512 A100s",
-              vtrain.multi_cases, 0.12, None, VTRAIN_GRID, profile="vtrain", fitted=False),
+              vtrain.multi_cases, 0.12, None, VTRAIN_GRID, profile="vtrain", criterion="set_median"),
     ModernSet("cnn_dle", "cnn_training_throughput_dle.csv",
               "NVIDIA DeepLearningExamples CNN training throughput (ResNet-50 v1.5; A100, V100)",
               cnn.dle_cases, FRAMEWORK_MEDIAN, FRAMEWORK_MAX),
