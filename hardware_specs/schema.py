@@ -16,7 +16,6 @@ from __future__ import annotations
 
 from typing import Annotated, Literal
 
-import numpy as np
 from pydantic import (
     BaseModel,
     ConfigDict,
@@ -41,7 +40,7 @@ CurveKey = Literal["fp64", "fp32", "tf32", "bf16", "fp16", "fp8", "fp4", "fp8_bl
 class Spec(BaseModel):
     """Base of every spec: immutable, unknown keys rejected."""
 
-    model_config = ConfigDict(extra="forbid", frozen=True, allow_inf_nan=False)
+    model_config = ConfigDict(extra="forbid", frozen=True, allow_inf_nan=False, defer_build=True)
     _no_bool_numbers = field_validator("*", mode="before")(no_bool_numbers)
 
 
@@ -101,6 +100,8 @@ class AttentionEfficiency(Spec):
     def efficiency(self, pass_: str, seq_len: float, head_dim: float, causal: bool) -> float:
         level = self.fwd_efficiency if pass_ == "fwd" else self.bwd_efficiency
         dims = sorted(self.head_dim_factor)
+        import numpy as np  # lazily: most runs never interpolate, and numpy costs ~60 ms to import
+
         factor = float(np.interp(np.log2(head_dim), np.log2(dims), [self.head_dim_factor[d] for d in dims]))
         half = self.causal_half_seq_len if causal else self.half_seq_len
         return min(1.0, level * factor * seq_len / (seq_len + half))
@@ -399,6 +400,8 @@ class AlphaBeta(Spec):
             return values[0]
         if num_nodes >= nodes[-1]:
             return values[-1]
+        import numpy as np
+
         return float(np.exp(np.interp(np.log(num_nodes), np.log(nodes), np.log(values))))
 
     @field_validator("measured_points")
@@ -431,6 +434,8 @@ class AlphaBeta(Spec):
             return ts[0] * 1e-6
         if bus_bytes >= xs[-1]:
             return ts[-1] * 1e-6 + (bus_bytes - xs[-1]) / (self.bus_bandwidth_gb_per_s * 1e9)
+        import numpy as np
+
         return float(np.interp(bus_bytes, xs, ts)) * 1e-6
 
 

@@ -18,14 +18,14 @@ from __future__ import annotations
 import math
 from functools import cache
 
-import numpy as np
-
 
 @cache
 def expected_max_of_normals(n: int) -> float:
     """E[max(Z_1..Z_n)] for iid standard normals: ∫ x·n·φ(x)·Φ(x)^(n-1) dx, on a fine grid."""
     if n <= 1:
         return 0.0
+    import numpy as np  # here, not at the top: start-up of a run without jitter stays free of numpy
+
     x = np.linspace(-12.0, 12.0, 48001)
     phi = np.exp(-0.5 * x * x) / math.sqrt(2 * math.pi)
     cdf = 0.5 * (1.0 + np.array([math.erf(v / math.sqrt(2)) for v in x]))

@@ -31,12 +31,14 @@ asynchronous pipeline) starts a new draw after each of its optimizer updates.
 from __future__ import annotations
 
 import math
-from typing import Literal
+from typing import TYPE_CHECKING, Literal
 
-import numpy as np
 from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 
 from simulator.errors import ConfigError, no_bool_numbers
+
+if TYPE_CHECKING:  # numpy is imported only where stragglers are drawn: the scenario schema imports this module
+    import numpy as np
 
 #: The smallest time factor a normal draw may give (a device cannot run in zero time).
 NORMAL_FLOOR = 0.05
@@ -80,6 +82,8 @@ class StragglerDraws:
     """Time factors per (device rank, step of that device), drawn lazily in step order."""
 
     def __init__(self, spec: StragglerSpec, num_devices: int):
+        import numpy as np
+
         self.spec = spec
         self.num_devices = num_devices
         self._rngs: dict[int, np.random.Generator] = {}
@@ -96,6 +100,8 @@ class StragglerDraws:
             return spec.factor if rank in self._slow else 1.0
         rng = self._rngs.get(rank)
         if rng is None:
+            import numpy as np
+
             rng = self._rngs[rank] = np.random.default_rng([spec.seed, rank])
         if spec.distribution == "lognormal":
             return math.exp(spec.sigma * rng.standard_normal() - spec.sigma ** 2 / 2)
@@ -147,6 +153,8 @@ def apply_stragglers(plan, spec: StragglerSpec, num_devices: int, field: str = "
 
 def straggler_summary(draws: StragglerDraws) -> dict[str, float | str]:
     """What the result reports: the spec and the drawn factors' mean and extremes."""
+    import numpy as np
+
     values = [f for fs in draws.drawn().values() for f in fs]
     return {"stragglers": draws.spec.describe(), "straggler_factor_mean": float(np.mean(values)) if values else 1.0,
             "straggler_factor_max": max(values, default=1.0), "straggler_factor_min": min(values, default=1.0)}

@@ -1,0 +1,83 @@
+"""Start-up of ``clustersim simulate``: what a run of the default scenario imports (issue 24: under
+0.3 s of CLI overhead). Checked structurally, by the modules loaded in a fresh interpreter, not by
+timing (benchmarks/bench_startup.py measures the CPU seconds).
+
+The default scenario is the SPMD kind: it loads neither the other strategy kinds (per_layer and swarm
+import numpy) nor numpy, pandas or matplotlib (the cost model, the engine and the report need none of
+them for it), and it prints the same table as a run that loaded every kind first.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+ENV = {**os.environ, "PYTHONPATH": str(ROOT)}
+HEAVY = ("numpy", "pandas", "matplotlib", "scipy", "torch")
+OTHER_KINDS = ("simulator.strategies.per_layer.kind", "simulator.strategies.swarm", "simulator.strategies.local_sgd",
+               "simulator.strategies.parameter_server", "simulator.strategies.layer_parallel_mgrit",
+               "workloads.networks.catalog")
+
+_RUN_DEFAULT = """
+import contextlib, io, json, sys
+from simulator.cli import main
+with contextlib.redirect_stdout(io.StringIO()) as page:
+    code = main(["simulate", "--json"])
+print(json.dumps({"code": code, "loaded": sorted(m for m in sys.argv[1:] if m in sys.modules),
+                  "result": json.loads(page.getvalue())}))
+"""
+
+
+def _run(code: str, *args: str) -> dict:
+    out = subprocess.run([sys.executable, "-c", code, *args], capture_output=True, text=True, env=ENV, cwd=ROOT,
+                         check=True)
+    return json.loads(out.stdout.splitlines()[-1])
+
+
+def test_default_simulate_loads_no_numpy_pandas_matplotlib_nor_other_kinds():
+    run = _run(_RUN_DEFAULT, *HEAVY, *OTHER_KINDS, "simulator.strategies.spmd.kind")
+    assert run["code"] == 0
+    assert run["loaded"] == ["simulator.strategies.spmd.kind"]
+    assert run["result"]["step_time_s"] > 0
+
+
+def test_importing_the_cli_and_the_scenario_loads_no_numpy():
+    code = ("import json, sys\nimport simulator.cli, simulator.scenario, hardware_specs.catalog\n"
+            "print(json.dumps({'loaded': sorted(m for m in sys.argv[1:] if m in sys.modules)}))")
+    assert _run(code, *HEAVY, *OTHER_KINDS)["loaded"] == []
+
+
+def test_a_kind_loaded_alone_gives_the_same_result_as_every_kind_loaded():
+    """get_kind imports only the named kind's module; loading every kind first changes nothing."""
+    alone = _run(_RUN_DEFAULT)["result"]
+    everything = _run("from simulator.strategies.registry import load_kinds\nload_kinds()\n" + _RUN_DEFAULT)["result"]
+    assert alone == everything
+
+
+def test_kinds_keep_their_registry_order_whichever_was_imported_first():
+    """The union's tags (named in its errors) follow KIND_MODULES, even where get_kind imported one
+    kind's module before the others."""
+    code = ("import json\nfrom simulator.strategies.registry import KIND_MODULES, get_kind, load_kinds\n"
+            "get_kind('swarm'); get_kind('spmd')\n"
+            "print(json.dumps({'order': list(load_kinds())}))")
+    order = _run(code)["order"]
+    assert order[0] == "spmd" and order.index("per_layer") < order.index("swarm")
+    baseline = _run("import json\nfrom simulator.strategies.registry import load_kinds\n"
+                    "print(json.dumps({'order': list(load_kinds())}))")["order"]
+    assert order == baseline
+
+
+def test_network_names_are_told_from_the_network_catalogs_own_folder():
+    """workloads/catalog.py tells a network's name by a file in the network catalog's folder without
+    importing that catalog: the two must name the same folder."""
+    from workloads.catalog import _NETWORK_FILES, resolve_model
+    from workloads.networks.catalog import NETWORKS
+
+    assert _NETWORK_FILES.folder.resolve() == NETWORKS.folder.resolve()
+    assert _NETWORK_FILES.names() == NETWORKS.names() and NETWORKS.names()
+    name = NETWORKS.names()[0]
+    assert resolve_model(name) == NETWORKS.get(name).root
