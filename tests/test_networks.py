@@ -242,3 +242,36 @@ def test_efficientnet_depthwise_convolutions_have_one_channel_per_group():
     assert (dw.batch, dw.n, dw.k) == (96, 1, 9) and dw.m == 2 * 56 * 56   # 16 -> 96 channels, 3x3, stride 2
     assert graph.layer("features.2.0.se.scale").kind == "other"
     assert graph.layer("features.2.1.add").kind == "add"                  # stride 1, 24 -> 24 channels
+
+
+@pytest.mark.slow
+@pytest.mark.torch
+@pytest.mark.parametrize("torch_net, kwargs, spec", [
+    ("efficientnet", {"w": 1.0, "d": 1.0, "dropout": 0.0},
+     {"family": "efficientnet", "image_size": 64, "dropout": 0.0}),
+    ("efficientnet", {"w": 1.0, "d": 1.0, "dropout": 0.0, "wide": True},
+     {"family": "efficientnet", "image_size": 64, "dropout": 0.0, "se_on_expanded": True}),
+    ("resnext", {}, {"family": "resnet", "blocks": [3, 4, 23, 3], "groups": 32, "width_per_group": 4,
+                     "image_size": 64}),
+    ("resnext", {"se": 16}, {"family": "resnet", "blocks": [3, 4, 23, 3], "groups": 32, "width_per_group": 4,
+                             "image_size": 64, "se_reduction": 16}),
+])
+def test_grouped_depthwise_and_se_networks_hold_and_save_what_pytorch_does(torch_net, kwargs, spec):
+    """EfficientNet-B0 (and DLE's widese squeeze), ResNeXt-101 32x4d and SE-ResNeXt-101 32x4d against
+    hand-written PyTorch modules (tests/torch_nets.py, after torchvision 0.28 and Hu et al. 2018; in-place
+    SiLU and ReLU as torchvision's): parameters and the bytes autograd saves at 64x64, batch 2."""
+    pytest.importorskip("torch")
+    import torch_nets
+    module = getattr(torch_nets, torch_net)(**kwargs)
+    graph = resolve_model({"name": "x", **spec}).layer_graph(shard(2))
+    assert graph.total_params() == sum(p.numel() for p in module.parameters())
+    assert graph.saved_bytes() == _torch_saved(module, 2, 64)
+
+
+def test_the_torch_stand_ins_hold_the_published_parameter_counts():
+    pytest.importorskip("torch")
+    from torch_nets import efficientnet, resnext
+    assert sum(p.numel() for p in efficientnet(1.0, 1.0).parameters()) == TORCHVISION_PARAMS["efficientnet-b0"]
+    assert sum(p.numel() for p in efficientnet(1.4, 1.8).parameters()) == TORCHVISION_PARAMS["efficientnet-b4"]
+    assert sum(p.numel() for p in resnext().parameters()) == 44_177_704
+    assert sum(p.numel() for p in resnext(se=16).parameters()) == 48_955_416

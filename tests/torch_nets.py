@@ -4,6 +4,8 @@ measure of the activation bytes autograd saves."""
 
 from __future__ import annotations
 
+import math
+
 import torch
 from torch import nn
 
@@ -184,3 +186,103 @@ class WithRecurrence(nn.Module):
     def forward(self, x):
         y = self.conv(x).flatten(2).transpose(1, 2)
         return self.rnn(y)[0]
+
+
+
+# EfficientNet (torchvision 0.28 models/efficientnet.py: Conv2dNormActivation with in-place SiLU,
+# SqueezeExcitation, MBConv with the in-place residual add; stochastic depth left out).
+
+def make_divisible(v, d=8):
+    n = max(d, int(v + d / 2) // d * d)
+    return n + d if n < 0.9 * v else n
+
+
+def cna(cin, cout, k, s=1, g=1, act=True):
+    layers = [nn.Conv2d(cin, cout, k, s, (k - 1) // 2, groups=g, bias=False), nn.BatchNorm2d(cout)]
+    if act:
+        layers.append(nn.SiLU(inplace=True))
+    return nn.Sequential(*layers)
+
+
+class SE(nn.Module):
+    def __init__(self, c, s):
+        super().__init__()
+        self.avgpool, self.fc1, self.fc2 = nn.AdaptiveAvgPool2d(1), nn.Conv2d(c, s, 1), nn.Conv2d(s, c, 1)
+        self.act, self.sig = nn.SiLU(inplace=True), nn.Sigmoid()
+    def forward(self, x):
+        return self.sig(self.fc2(self.act(self.fc1(self.avgpool(x))))) * x
+
+
+class MBConv(nn.Module):
+    def __init__(self, cin, e, k, s, cout, wide=False):
+        super().__init__()
+        h = cin * e
+        layers = [cna(cin, h, 1)] if e != 1 else []
+        layers += [cna(h, h, k, s, h), SE(h, max(1, int((h if wide else cin) * 0.25))), cna(h, cout, 1, act=False)]
+        self.block, self.res = nn.Sequential(*layers), s == 1 and cin == cout
+    def forward(self, x):
+        r = self.block(x)
+        if self.res:
+            r += x
+        return r
+
+
+B0 = [(1,3,1,32,16,1),(6,3,2,16,24,2),(6,5,2,24,40,2),(6,3,2,40,80,3),(6,5,1,80,112,3),(6,5,2,112,192,4),(6,3,1,192,320,1)]
+
+
+def efficientnet(w=1.0, d=1.0, dropout=0.2, wide=False):
+    layers = [cna(3, make_divisible(32 * w), 3, 2)]
+    c = make_divisible(32 * w)
+    for e, k, s, _, o, n in B0:
+        o = make_divisible(o * w)
+        for i in range(math.ceil(n * d)):
+            layers.append(MBConv(c, e, k, s if i == 0 else 1, o, wide))
+            c = o
+    layers.append(cna(c, 4 * c, 1))
+    return nn.Sequential(*layers, nn.AdaptiveAvgPool2d(1), nn.Flatten(), nn.Dropout(dropout), nn.Linear(4 * c, 1000))
+
+
+
+# ResNeXt / SE-ResNeXt (torchvision's Bottleneck with groups; Hu et al. 2018's SE block before the add).
+
+class SEBottleneck(nn.Module):
+    """torchvision's Bottleneck with ``groups`` (ResNeXt) and, with ``se``, Hu et al.'s SE block before the add."""
+    def __init__(self, inplanes, planes, stride, width, groups, se):
+        super().__init__()
+        self.conv1, self.bn1 = nn.Conv2d(inplanes, width, 1, bias=False), nn.BatchNorm2d(width)
+        self.conv2, self.bn2 = nn.Conv2d(width, width, 3, stride, 1, groups=groups, bias=False), nn.BatchNorm2d(width)
+        self.conv3, self.bn3 = nn.Conv2d(width, planes * 4, 1, bias=False), nn.BatchNorm2d(planes * 4)
+        self.relu = nn.ReLU(inplace=True)
+        self.se = None
+        if se:
+            c = planes * 4
+            self.se = nn.Sequential(nn.AdaptiveAvgPool2d(1), nn.Conv2d(c, c // se, 1), nn.ReLU(inplace=True),
+                                    nn.Conv2d(c // se, c, 1), nn.Sigmoid())
+        self.downsample = None
+        if stride != 1 or inplanes != planes * 4:
+            self.downsample = nn.Sequential(nn.Conv2d(inplanes, planes * 4, 1, stride, bias=False),
+                                            nn.BatchNorm2d(planes * 4))
+
+    def forward(self, x):
+        identity = x
+        out = self.relu(self.bn1(self.conv1(x)))
+        out = self.relu(self.bn2(self.conv2(out)))
+        out = self.bn3(self.conv3(out))
+        if self.se is not None:
+            out = out * self.se(out)
+        if self.downsample is not None:
+            identity = self.downsample(x)
+        out += identity
+        return self.relu(out)
+
+
+def resnext(blocks=(3, 4, 23, 3), groups=32, width_per_group=4, se=None):
+    layers = [nn.Conv2d(3, 64, 7, 2, 3, bias=False), nn.BatchNorm2d(64), nn.ReLU(inplace=True), nn.MaxPool2d(3, 2, 1)]
+    inplanes = 64
+    for stage, n in enumerate(blocks):
+        planes = 64 * 2 ** stage
+        for i in range(n):
+            layers.append(SEBottleneck(inplanes, planes, 2 if stage and not i else 1,
+                                       planes * width_per_group // 64 * groups, groups, se))
+            inplanes = planes * 4
+    return nn.Sequential(*layers, nn.AdaptiveAvgPool2d(1), nn.Flatten(), nn.Linear(2048, 1000))
