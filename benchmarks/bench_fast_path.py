@@ -55,6 +55,7 @@ def main() -> int:
     parser.add_argument("--seed", type=int, default=0)
     args = parser.parse_args()
     rng = random.Random(args.seed)
+    started = time.perf_counter()
     per_case = -(-args.layouts // len(CASES))
     spmd = get_kind("spmd")
     everything = []
@@ -76,7 +77,9 @@ def main() -> int:
         everything += results
         _report(name, results)
     print()
-    return _report("all cases", everything)
+    status = _report("all cases", everything)
+    print(f"{len(everything)} layouts (seed {args.seed}) in {time.perf_counter() - started:.0f} s wall")
+    return status
 
 
 def _report(name: str, results) -> int:
@@ -98,7 +101,7 @@ def _report(name: str, results) -> int:
     bound_ok = all(r[2] for r in results)
     ok &= bound_ok
     print(f"{name}: {len(results)} layouts; " + "; ".join(parts)
-          + f"; lower bound never above the engine: {bound_ok}; engine/fast time, median {ratio:.1f}x")
+          + f"; lower bound never above the engine: {bound_ok}; engine/fast time, median {ratio:.1f}x", flush=True)
     return 0 if ok else 1
 
 

@@ -135,6 +135,33 @@ def test_contention_detected_and_priced_as_each_alone():
     assert not times.contended and times.end_s == pytest.approx(0.02)
 
 
+def test_contention_leaves_a_transfer_bound_elsewhere_at_its_pace():
+    """A ZeRO-3-like gather bound on its NIC (1 GB at 10 GB/s, 0.1 s) that also crosses NVLink
+    (1 GB at 100 GB/s: a tenth of the port) and a TP-like 10 GB transfer on that NVLink port
+    alone at 0.1 s. The engine's max-min fair port gives the gather its tenth: it ends at 0.1 s,
+    and the other gets 90 GB/s meanwhile, 100 GB/s after: it ends at 0.11 s. The fast path's
+    correction leaves the gather at 0.1 s and ends the other at 0.1 / 0.9 s (within 1.1%);
+    charging each the other's whole load, as it once did, ended the gather at 0.2 s."""
+    from simulator.engine.engine import Task
+
+    capacity = {"nic": 10e9, "nvl": 100e9}.__getitem__
+
+    def tasks():
+        gather = Task("gather", "x", "dp", "c", demands={"nic": 1e9, "nvl": 1e9})
+        tp = Task("tp", "x", "tp", "c", demands={"nvl": 10e9})
+        return gather, tp, {("x", "dp"): [gather], ("x", "tp"): [tp]}
+
+    gather, tp, streams = tasks()
+    times = longest_path(streams, capacity)
+    engine_gather, engine_tp, engine_streams = tasks()
+    engine_end = Engine(capacity).run(engine_streams)
+    assert engine_gather.end_s == pytest.approx(0.1) and engine_tp.end_s == pytest.approx(0.11)
+    assert times.contended and times.alone_end_s == pytest.approx(0.1)
+    assert gather.end_s == pytest.approx(engine_gather.end_s, rel=1e-12)
+    assert tp.end_s == pytest.approx(0.1 / 0.9, rel=1e-12)
+    assert times.end_s == pytest.approx(engine_end, rel=0.011)
+
+
 def test_simulate_cli_says_which_path(tmp_path):
     sets = ["--set", "model=gpt-1.7b", "--set", "cluster.num_gpus=4", "--set", "training.seq_length=1024",
             "--set", "parallelism.tp=1", "--set", "parallelism.pp=4", "--set", "parallelism.dp=1",
