@@ -52,6 +52,7 @@ class BoundParts:
     tail: bool
     reduce_exposable: bool
     gather_exposable: bool
+    start_gather_s: float = 0.0
 
     def bound_s(self, overlap_grad_reduce: bool, overlap_param_gather: bool) -> float:
         """The step-time lower bound with these two switches (seconds, module docstring)."""
@@ -63,10 +64,12 @@ class BoundParts:
                                    else 0.0)
                                 + (self.param_gather_s[stage] if self.gather_exposable and not overlap_param_gather
                                    else 0.0))
+        # ZeRO-1/2 with overlap_param_gather: stage 0's first forward waits for its chunk's weights
+        start = self.start_gather_s if self.gather_exposable and overlap_param_gather else 0.0
         best = 0.0
         for stage, (own, drained) in enumerate(self.chains):
             best = max(best, own + tails[stage], (drained + tails[0]) if drained is not None else 0.0)
-        return best * (1 - ROUND_OFF)
+        return (start + best) * (1 - ROUND_OFF)
 
 
 def step_lower_bound_s(scenario, planner=None) -> float:
@@ -128,5 +131,8 @@ def bound_parts(scenario, planner=None) -> BoundParts:
         gather.append(planner._isolated_comm_s(rank, [(planner.shard_group, "all_gather",
                                                        local_params * WEIGHT_BYTES[planner.precision])])
                       if gather_exposable else 0.0)
+    start = (planner._isolated_comm_s(reps[0], [(planner.shard_group, "all_gather",
+                                                 planner.chunk_params_local(0) * WEIGHT_BYTES[planner.precision])])
+             if gather_exposable else 0.0)
     return BoundParts(tuple(chains), tuple(optimizer), tuple(reduce), tuple(gather), tail, reduce_exposable,
-                      gather_exposable)
+                      gather_exposable, start)
