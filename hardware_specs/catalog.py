@@ -57,7 +57,7 @@ class YamlCatalog(Generic[SpecT]):
 @cache
 def _load_cached(catalog: YamlCatalog, name: str):
     path = catalog.folder / f"{name}.yaml"
-    return validate_spec(catalog.schema, read_yaml(path, f"{catalog.kind}:{name}"), f"{catalog.kind}:{name}")
+    return validate_spec(catalog.schema, read_yaml(path, f"{catalog.kind}:{name}", catalog=True), f"{catalog.kind}:{name}")
 
 
 ACCELERATORS = YamlCatalog("accelerator", _HERE / "accelerators", Accelerator)

@@ -44,21 +44,37 @@ class _Parser(argparse.ArgumentParser):
         self.exit(EXIT_BAD_INPUT, f"clustersim: error: {command + ': ' if command else ''}{message}\n")
 
 
-def build_parser() -> argparse.ArgumentParser:
-    from simulator.strategies.registry import kind_summaries  # read, not imported: --help stays light
+class _TopParser(_Parser):
+    """The ``clustersim`` parser, whose epilog (every strategy kind and its summary, read from the kind
+    modules' source: ~12 ms) is written only when the help is printed."""
 
-    kinds = "\n".join(f"  {name:<18} {summary}" for name, summary in sorted(kind_summaries().items()))
-    parser = _Parser(
+    def format_help(self) -> str:
+        if self.epilog is None:
+            from simulator.strategies.registry import kind_summaries  # read, not imported: --help stays light
+
+            kinds = "\n".join(f"  {name:<18} {summary}" for name, summary in sorted(kind_summaries().items()))
+            self.epilog = f"strategy kinds (a scenario's strategy: {{kind: ...}}):\n{kinds}"
+        return super().format_help()
+
+
+def build_parser(command: str | None = None) -> argparse.ArgumentParser:
+    """The parser of every command; with ``command``, of that one only (its module alone is imported and
+    registered: ``clustersim simulate`` does not build the other commands' parsers), or None where no
+    module registers it."""
+    parser = _TopParser(
         prog="clustersim",
         description="Discrete-event simulator of neural-network training on GPU clusters.",
-        epilog=f"strategy kinds (a scenario's strategy: {{kind: ...}}):\n{kinds}",
         formatter_class=argparse.RawDescriptionHelpFormatter,
     )
     parser.add_argument("--version", action=_VersionAction, nargs=0, help="show the version and exit")
     subparsers = parser.add_subparsers(dest="command", metavar="COMMAND")
     for info in sorted(pkgutil.iter_modules(commands.__path__), key=lambda m: m.name):
+        if command is not None and info.name != command.replace("-", "_"):
+            continue
         module = importlib.import_module(f"{commands.__name__}.{info.name}")
         module.register(subparsers)
+    if command is not None and command not in subparsers.choices:
+        return None
     return parser
 
 
@@ -81,7 +97,9 @@ def main(argv: list[str] | None = None) -> int:
 
 
 def _main(argv: list[str] | None) -> int:
-    parser = build_parser()
+    argv = sys.argv[1:] if argv is None else list(argv)
+    command = argv[0] if argv and not argv[0].startswith("-") else None
+    parser = (command and build_parser(command)) or build_parser()  # an unknown command: every one, for its error
     args = parser.parse_args(argv)
     if not getattr(args, "handler", None):
         parser.print_help()

@@ -81,3 +81,37 @@ def test_network_names_are_told_from_the_network_catalogs_own_folder():
     assert _NETWORK_FILES.names() == NETWORKS.names() and NETWORKS.names()
     name = NETWORKS.names()[0]
     assert resolve_model(name) == NETWORKS.get(name).root
+
+
+def test_catalog_files_read_the_same_with_libyaml():
+    """The package's catalog files are read with libyaml's parser (hardware_specs/yaml_io.py,
+    _StrictCLoader): every one gives the same values as the pure-Python loader, and a duplicate key is
+    still refused."""
+    import pytest
+
+    from hardware_specs.yaml_io import parse_yaml
+    from simulator.errors import ConfigError
+
+    files = sorted((ROOT / "hardware_specs").glob("*/*.yaml")) + sorted((ROOT / "workloads" / "models").rglob("*.yaml"))
+    assert len(files) > 20
+    for path in files:
+        text = path.read_text(encoding="utf-8")
+        assert parse_yaml(text, "f", catalog=True) == parse_yaml(text, "f"), path
+    with pytest.raises(ConfigError, match="duplicate key 'a'"):
+        parse_yaml("a: 1\nb: 2\na: 3\n", "f", catalog=True)
+
+
+def test_one_commands_parser_is_that_command_of_the_full_parser():
+    """``clustersim simulate`` builds only the simulate parser (simulator/cli.py): its help and its
+    parse are those of the full parser's; an unknown command falls back to every one."""
+    from simulator.cli import build_parser
+
+    full = build_parser()
+    sub = full._subparsers._group_actions[0].choices
+    for name, parser in sub.items():
+        alone = build_parser(name)
+        assert list(alone._subparsers._group_actions[0].choices) == [name]
+        assert alone._subparsers._group_actions[0].choices[name].format_help() == parser.format_help()
+    assert build_parser("no-such-command") is None
+    assert vars(build_parser("simulate").parse_args(["simulate", "--json"])).keys() == \
+        vars(full.parse_args(["simulate", "--json"])).keys()
