@@ -4,6 +4,7 @@ activations by hand, and bad values refused naming the field (exit 2)."""
 
 from __future__ import annotations
 
+import json
 import subprocess
 import sys
 from pathlib import Path
@@ -107,3 +108,53 @@ def test_bad_head_dim_exits_2_naming_the_field(tmp_path):
     assert run.returncode == 2, run.stderr
     assert "head_dim" in run.stderr and "Traceback" not in run.stderr
     assert len(run.stderr.strip().splitlines()) == 1
+
+
+# Qwen3 (per-head q/k RMSNorm, head width 128 unlike hidden / heads); totals as transformers counts
+# them on the meta device (30.5B and 235B as Qwen publishes), and the catalog entries equal them.
+QWEN3 = {"qwen3-30b-a3b": 30_532_122_624, "qwen3-235b-a22b": 235_093_634_560}
+HF = ROOT / "tests" / "data" / "hf"
+
+
+def _transformers_count(config: dict) -> int:
+    transformers = pytest.importorskip("transformers")
+    torch = pytest.importorskip("torch")
+    cfg = transformers.CONFIG_MAPPING[config["model_type"]](**{k: v for k, v in config.items() if k != "model_type"})
+    with torch.device("meta"):
+        model = transformers.AutoModelForCausalLM.from_config(cfg)
+    return sum(p.numel() for p in model.parameters())
+
+
+@pytest.mark.parametrize("name", sorted(QWEN3))
+def test_qwen3_moe_configs_and_catalog_entries_count_as_transformers(name):
+    spec = resolve_model(str(HF / f"{name}.json"))
+    assert spec.head_dim == 128 and spec.qk_norm and spec.attention_width != spec.hidden_size
+    assert total_params(spec) == total_params(resolve_model(name)) == QWEN3[name]
+    graph = resolve_model(name).layer_graph(ShardShape(micro_batch=1, seq_length=128))
+    assert graph.total_params() == pytest.approx(QWEN3[name], rel=1e-12)
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("name", sorted(QWEN3))
+def test_qwen3_moe_counts_are_transformers_own(name):
+    assert _transformers_count(json.loads((HF / f"{name}.json").read_text())) == QWEN3[name]
+
+
+def test_tiny_qwen3_dense_counts_as_transformers():
+    config = {"model_type": "qwen3", "hidden_size": 64, "num_attention_heads": 4, "num_key_value_heads": 2,
+              "head_dim": 24, "intermediate_size": 96, "num_hidden_layers": 2, "vocab_size": 100,
+              "max_position_embeddings": 16, "rms_norm_eps": 1e-6}
+    spec = spec_from_hf_config(config)
+    # per layer: q 64x96, k and v 64x48 each, o 96x64, q/k norms 2x24, SwiGLU 3x64x96, two RMSNorms 2x64
+    layer = 64 * 96 + 2 * 64 * 48 + 96 * 64 + 2 * 24 + 3 * 64 * 96 + 2 * 64
+    assert total_params(spec) == 2 * layer + 2 * 100 * 64 + 64 == _transformers_count(config)
+    graph = spec.layer_graph(ShardShape(micro_batch=1, seq_length=16))
+    assert graph.total_params() == total_params(spec)
+    assert any(op.name == "qk_norm" for op in graph.layers[1].forward)
+
+
+@pytest.mark.parametrize("key, value", [("decoder_sparse_step", 2), ("mlp_only_layers", [0])])
+def test_qwen3_moe_layouts_the_schema_cannot_hold_are_refused_by_key(key, value):
+    config = {**json.loads((HF / "qwen3-30b-a3b.json").read_text()), key: value}
+    with pytest.raises(ConfigError, match=key):
+        spec_from_hf_config(config)

@@ -22,7 +22,7 @@ class LayerParams:
     mlp_dense: int          # dense FFN matrices (+ biases); split by tp
     mlp_experts: int        # routed experts of a MoE layer (all experts); split by ep (and tp)
     router: int             # MoE gate; replicated
-    norms: int              # layer norms; replicated across tp
+    norms: int              # layer norms (and per-head q/k norms); replicated across tp
     attention_replicated: int = 0  # MLA down-projections W_DQ, W_DKV and their latent norms; replicated
 
     @property
@@ -112,7 +112,8 @@ def layer_params(model: TransformerSpec, moe_layer: bool | None = None) -> Layer
     else:
         experts, router = 0, 0
         dense = _ffn_matrix_params(model, model.ffn_size)
-    return LayerParams(attn, dense, experts, router, 2 * _norm_params(model), attn_replicated)
+    norms = 2 * _norm_params(model) + model.qk_norm_params
+    return LayerParams(attn, dense, experts, router, norms, attn_replicated)
 
 
 def embedding_params(model: TransformerSpec) -> int:

@@ -264,6 +264,8 @@ def layer_work(model: TransformerSpec, shard: ShardShape, layer_index: int = 0) 
     else:
         fwd += tp_gather("attn_in")
         fwd.append(column_parallel(_gemm("qkv", tokens, (heads + 2 * kv) * hd, h, elem)))
+        if model.qk_norm:  # per-head norm of q and k (Qwen3): read and write q and k once
+            fwd.append(_memory("qk_norm", tokens * (heads + kv) * hd, 1, 1, elem))
     if shard.cp > 1:
         kv_bytes = float(2 * b * s * kv * hd * elem)
         if shard.cp_comm == "all_gather":

@@ -26,8 +26,9 @@ from pydantic import ValidationError
 from simulator.errors import ConfigError, from_pydantic
 from workloads.schema import TransformerSpec
 
-_GATED_TYPES = {"llama", "mistral", "mixtral", "qwen2", "gemma", "deepseek_v2", "deepseek_v3"}
-SUPPORTED_TYPES = ("deepseek_v2", "deepseek_v3", "gemma", "gpt2", "llama", "mistral", "mixtral", "qwen2")
+_GATED_TYPES = {"llama", "mistral", "mixtral", "qwen2", "qwen3", "qwen3_moe", "gemma", "deepseek_v2", "deepseek_v3"}
+SUPPORTED_TYPES = ("deepseek_v2", "deepseek_v3", "gemma", "gpt2", "llama", "mistral", "mixtral", "qwen2", "qwen3",
+                   "qwen3_moe")
 """Decoder-only language models whose every weight the schema counts (checked against transformers)."""
 
 _ARCH_DEFAULTS: dict[str, dict[str, Any]] = {
@@ -35,6 +36,10 @@ _ARCH_DEFAULTS: dict[str, dict[str, Any]] = {
     "gemma": {"head_dim": 256, "tie_word_embeddings": True, "attention_bias": False},
     # transformers.Qwen2Config: tie_word_embeddings=False; Qwen2Attention: q/k/v with bias, o without
     "qwen2": {"tie_word_embeddings": False, "_qkv_bias": True},
+    # transformers.Qwen3Config: head_dim=128, untied, no biases; Qwen3Attention: RMSNorm over each head's
+    # q and k (q_norm, k_norm of head_dim); Qwen3MoeConfig the same attention (its head_dim given per model)
+    "qwen3": {"head_dim": 128, "tie_word_embeddings": False, "attention_bias": False, "_qk_norm": True},
+    "qwen3_moe": {"tie_word_embeddings": False, "attention_bias": False, "_qk_norm": True},
     "llama": {"tie_word_embeddings": False, "attention_bias": False},
     "mistral": {"tie_word_embeddings": False},
     "mixtral": {"tie_word_embeddings": False},
@@ -96,6 +101,8 @@ def spec_from_hf_config(config: dict[str, Any], name: str = "hf-model", field: s
         "source": "Hugging Face config.json",
         "notes": f"sequence length {seq_length} from config.json's {seq_key}",
     }
+    if config.get("_qk_norm"):
+        data["qk_norm"] = True
     if config.get("_qkv_bias") and not data["linear_bias"]:
         data["qkv_bias"] = True
     head_dim = config.get("head_dim")
@@ -110,6 +117,11 @@ def spec_from_hf_config(config: dict[str, Any], name: str = "hf-model", field: s
             "num_shared_experts": _pick(config, "n_shared_experts", default=0),
             "first_dense_layers": _pick(config, "first_k_dense_replace", default=0),
         }
+        if _pick(config, "decoder_sparse_step", default=1) != 1:
+            raise ConfigError(f"{field}.decoder_sparse_step", "only 1 is imported (every layer MoE)")
+        if config.get("mlp_only_layers"):
+            raise ConfigError(f"{field}.mlp_only_layers", "dense layers among MoE layers are only imported as "
+                                                          "the first ones (first_k_dense_replace)")
         if _pick(config, "moe_layer_freq", default=1) != 1:
             # HF DeepSeek: MoE where i % freq == 0; this schema: (i + 1) % freq == 0.
             raise ConfigError(f"{field}.moe_layer_freq", "only 1 is imported (the layer numbering differs)")

@@ -84,6 +84,10 @@ class TransformerSpec(BaseModel):
                     "``head_dim``, Megatron/NeMo ``kv_channels``; YAML key ``head_dim`` or "
                     "``attention_head_dim``); q is heads x head_dim, k and v kv_heads x head_dim, the output "
                     "projection heads x head_dim -> hidden; default hidden / heads")
+    qk_norm: bool = Field(
+        default=False, description="a norm (the model's ``norm``) over each head's q and k before attention "
+                                   "(Qwen3, Megatron ``qk_layernorm``): two weight vectors of head_dim per "
+                                   "layer, shared by the heads")
     qkv_bias: bool | None = Field(
         default=None, description="biases on the q, k and v projections only, none elsewhere (Qwen2); "
                                   "default: as linear_bias")
@@ -103,6 +107,8 @@ class TransformerSpec(BaseModel):
                 raise ValueError("mla: every head has its own keys and values; leave num_kv_heads unset")
             if self.linear_bias:
                 raise ValueError("mla: projections without biases only (set linear_bias: false)")
+            if self.qk_norm:
+                raise ValueError("mla: qk_norm is not modelled with latent attention; leave it false")
             if self.attention_head_dim is not None:
                 raise ValueError("mla: head sizes come from mla (qk_nope/qk_rope/v_head_dim); leave head_dim unset")
         if self.moe is not None:
@@ -132,6 +138,13 @@ class TransformerSpec(BaseModel):
     def attention_width(self) -> int:
         """Width of the concatenated heads: q's output and the attention output projection's input."""
         return self.num_attention_heads * self.head_dim
+
+    @property
+    def qk_norm_params(self) -> int:
+        """The q and k norms' weights of one layer (``qk_norm``): head_dim each, twice for LayerNorm."""
+        if not self.qk_norm:
+            return 0
+        return 2 * self.head_dim * (2 if self.norm == "layernorm" else 1)
 
     @property
     def has_qkv_bias(self) -> bool:

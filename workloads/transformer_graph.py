@@ -86,7 +86,7 @@ def block_params_per_rank(model: TransformerSpec, tp: int, ep: int, moe_layer: b
             attn += width / tp + 2 * d * g_rank
         if model.linear_bias:
             attn += h
-    norms = 2 * _norm_params(model)
+    norms = 2 * _norm_params(model) + model.qk_norm_params  # replicated on every TP rank
     if moe_layer and model.moe is not None:
         expert_ffn = model.moe.expert_ffn_hidden_size or model.ffn_size
         experts = model.moe.num_experts / ep * _ffn_params_per_rank(model, expert_ffn, 1)
@@ -160,6 +160,8 @@ def block_saved_tensors(model: TransformerSpec, shard: ShardShape, moe_layer: bo
         width = model.attention_width  # heads x head_dim (= h unless the head width is decoupled)
         tensors += [SavedTensor("q", e * sb * width / t), SavedTensor("k_v", 2 * e * sb * d * g),
                     SavedTensor("attn_out_input", e * sb * width / t)]
+        if model.qk_norm:  # the q and k norms keep their inputs too (Qwen3; Megatron qk_layernorm)
+            tensors.append(SavedTensor("qk_norm_input", e * sb * (width / t + d * g)))
         tensors += mlp
         if not shard.flash_attention:
             tensors.append(SavedTensor("attention_core", core_bytes, selective_drops=True))

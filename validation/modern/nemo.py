@@ -10,6 +10,9 @@ with VP > 1, MoE routing force-balanced (the table's footnote), DeepSeek-V3's to
 DeepEP (NeMo's H100 performance recipe for it: the flex dispatcher; once per node over InfiniBand). FP8 in every flavour the table
 names (delayed / current scaling, blockwise) is the simulator's FP8 (linear layers in FP8).
 SFT rows are packed sequences of the given length: the same step as pre-training.
+Qwen3 MoE rows use the catalog's Qwen3 (head width 128 unlike hidden/heads, per-head q/k norms);
+their "(tokendrop)" rows (capacity factor 1) are the same step as dropless once routing is
+force-balanced, as every MoE row here is: no token is dropped or padded.
 """
 
 from __future__ import annotations
@@ -26,6 +29,8 @@ MODELS = {
     "LLAMA2-7B": "llama2-7b", "LLAMA2-13B": "llama2-13b", "LLAMA2-70B": "llama2-70b",
     "LLAMA3-8B": "llama3-8b", "LLAMA3_8B": "llama3-8b", "LLAMA3-70B": "llama3-70b", "LLAMA3_70B": "llama3-70b",
     "LLAMA3.1_405B": "llama3-405b", "Nemotron-340B": "nemotron4-340b", "DeepSeekV3 (dropless)": "deepseek-v3",
+    "Qwen3_30B_a3B": "qwen3-30b-a3b", "Qwen3_30B_a3B (tokendrop)": "qwen3-30b-a3b",
+    "Qwen3_235B_a22B": "qwen3-235b-a22b", "Qwen3_235B_a22B (tokendrop)": "qwen3-235b-a22b",
 }
 UNREPRESENTABLE_MODELS = {
     "Nemotron-8B": "architecture not in any source this project carries (NeMo's nemotron 8B config not in "
@@ -33,12 +38,8 @@ UNREPRESENTABLE_MODELS = {
     "Nemotron-22B": "architecture not in any source this project carries (NeMo's nemotron 22B config not in "
                     "shared/); not added to the catalog without one",
     "Nemotron_3_Nano": "hybrid Mamba-2 / attention / MoE model: state-space layers are not simulated",
-    "GPT OSS 120B": "attention width 64 heads x 64 = 4096 differs from the hidden size 2880 (the model schema "
-                    "ties head size to hidden/heads), alternating sliding-window attention and attention sinks",
-    "Qwen3_30B_a3B": "attention width 32 heads x 128 = 4096 differs from the hidden size 2048 (the model "
-                     "schema ties head size to hidden/heads)",
-    "Qwen3_235B_a22B": "attention width 64 heads x 128 = 8192 differs from the hidden size 4096 (the model "
-                       "schema ties head size to hidden/heads)",
+    "GPT OSS 120B": "alternating sliding-window attention and attention sinks are not simulated (its head "
+                    "width, 64 heads x 64 on hidden 2880, is representable)",
 }
 
 
@@ -86,6 +87,13 @@ def cases() -> tuple[list[ModernCase], list[Unrepresentable]]:
         mbs = cell_int(row["mbs"]) or 1
         fsdp = cell_int(row["fsdp"]) or 0
         gbs, seq = int(row["gbs"]), int(row["seq_len"])
+        dp = n // (tp * pp * cp)
+        if ep > 1 and dp % ep:
+            skipped.append(Unrepresentable("nemo", int(index), label,
+                                           f"expert parallel {ep} spans the TP x DP ranks (Megatron-Core's expert "
+                                           f"tensor parallel 1 beside TP {tp}); the simulator's expert groups lie "
+                                           f"within data parallelism (ep must divide dp = {dp})"))
+            continue
         precision = _precision(row["precision"])
         parallelism = megatron_layout(tp, pp, cp, vp, ep, mbs, gbs, zero_stage=3 if fsdp > 0 else 1)
         if fsdp > 0:  # Megatron-FSDP: parameters and gradients live in its communication buffers
@@ -96,6 +104,7 @@ def cases() -> tuple[list[ModernCase], list[Unrepresentable]]:
             parallelism["moe_dispatch"] = "deepep"
         training = {"seq_length": seq, "precision": precision, "attention": "flash"}
         variant = "" if str(row["variant"]) in ("nan", "primary value") else f"|{row['variant']}"
+        variant += "|tokendrop" if "tokendrop" in name else ""
         key = (f"nemo|{model}|{task}|{n}|{precision}|tp{tp}|pp{pp}|cp{cp}|vp{vp}|ep{ep}|fsdp{fsdp}|gbs{gbs}|"
                f"mbs{mbs}|s{seq}{variant}")
         tokens = cell_float(row["tokens_per_s_per_gpu"])
