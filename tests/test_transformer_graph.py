@@ -42,9 +42,10 @@ def _moe(model: TransformerSpec) -> TransformerSpec:
 
 
 @settings(max_examples=60, deadline=None)
-@given(dense_models(), st.booleans())
-def test_params_and_flops_equal_the_counting_functions(model, moe):
+@given(dense_models(), st.booleans(), st.booleans())
+def test_params_and_flops_equal_the_counting_functions(model, moe, qk_norm):
     model = _moe(model) if moe else model
+    model = model.model_copy(update={"qk_norm": qk_norm})  # Qwen3's per-head q/k norms
     graph = model.layer_graph(ShardShape(micro_batch=1, seq_length=model.seq_length)).check()
     assert len(graph.layers) == model.num_layers + 2 and graph.prologue == graph.epilogue == 1
     assert graph.total_params() == pytest.approx(total_params(model), rel=1e-12)
