@@ -67,7 +67,7 @@ def build_parser(command: str | None = None) -> argparse.ArgumentParser:
         formatter_class=argparse.RawDescriptionHelpFormatter,
     )
     parser.add_argument("--version", action=_VersionAction, nargs=0, help="show the version and exit")
-    subparsers = parser.add_subparsers(dest="command", metavar="COMMAND")
+    subparsers = parser.add_subparsers(dest="command", metavar="COMMAND", parser_class=_Parser)  # no kinds epilog
     for info in sorted(pkgutil.iter_modules(commands.__path__), key=lambda m: m.name):
         if command is not None and info.name != command.replace("-", "_"):
             continue

@@ -113,5 +113,7 @@ def test_one_commands_parser_is_that_command_of_the_full_parser():
         assert list(alone._subparsers._group_actions[0].choices) == [name]
         assert alone._subparsers._group_actions[0].choices[name].format_help() == parser.format_help()
     assert build_parser("no-such-command") is None
+    assert "strategy kinds" in full.format_help() and "  spmd " in full.format_help()
+    assert all("strategy kinds" not in parser.format_help() for parser in sub.values())  # the epilog is the top's
     assert vars(build_parser("simulate").parse_args(["simulate", "--json"])).keys() == \
         vars(full.parse_args(["simulate", "--json"])).keys()
