@@ -29,6 +29,8 @@ clusters (hypothesis).
 from __future__ import annotations
 
 import dataclasses
+import math
+from collections.abc import Callable, Sequence
 
 ROUND_OFF = 1e-9
 
@@ -136,3 +138,22 @@ def bound_parts(scenario, planner=None) -> BoundParts:
              if gather_exposable else 0.0)
     return BoundParts(tuple(chains), tuple(optimizer), tuple(reduce), tuple(gather), tail, reduce_exposable,
                       gather_exposable, start)
+
+
+def price_best_bound_first(order: Sequence[int], bounds: Sequence[float], price: Callable[[list[int]], None],
+                           kth_best: Callable[[], float], first_wave: int, next_wave: int) -> int:
+    """Price candidates in order of their lower bound, in waves (``first_wave`` of them, then
+    ``next_wave`` at a time), while the next bound is at most the k-th best time priced so far
+    (``kth_best()``, re-read after each wave): a candidate whose bound exceeds it cannot enter the top k.
+    ``order`` lists positions by increasing ``bounds``. Returns how many of ``order`` were priced; search
+    and wide search continue from there with the engine's exact stopping rule."""
+    threshold, cursor, wave = math.inf, 0, first_wave
+    while cursor < len(order) and bounds[order[cursor]] <= threshold:
+        batch = []
+        while cursor < len(order) and len(batch) < wave and bounds[order[cursor]] <= threshold:
+            batch.append(order[cursor])
+            cursor += 1
+        price(batch)
+        threshold = kth_best()
+        wave = next_wave
+    return cursor

@@ -544,18 +544,17 @@ def _fast_then_engine(rows, to_simulate, raws, checked, candidates, n, top_k, wo
     # priced past the point where the next bound exceeds the k-th fast time) while the next bound is
     # below the k-th best fast step time so far. This only chooses what to price early; the exact
     # stopping rule is the engine's k-th time below.
+    from simulator.explore.bounds import price_best_bound_first
+
     n_workers = workers or os.cpu_count() or 1
-    threshold, cursor, wave = math.inf, 0, top_k
-    while cursor < len(order) and bounds[order[cursor]] <= threshold:
-        batch = []
-        while cursor < len(order) and len(batch) < wave and bounds[order[cursor]] <= threshold:
-            batch.append(order[cursor])
-            cursor += 1
+
+    def price_fast(batch: list[int]) -> None:
         _evaluate(rows, to_simulate, raws, candidates, n, _fast_task, fast_items, workers, dask, progress,
                   "fast path", batch, pool, work)
         fast_done.update(batch)
-        threshold = kth([fast_step(pos) for pos in fast_done])
-        wave = 2 * n_workers
+
+    price_best_bound_first(order, bounds, price_fast, lambda: kth([fast_step(pos) for pos in fast_done]),
+                           top_k, 2 * n_workers)
     engine_done: set[int] = set()
     best = sorted(fast_done, key=fast_time)[:top_k]
     while True:

@@ -195,6 +195,7 @@ def wide_search(source: str | dict[str, Any] | None = None, *, overrides: list[s
 def _branch_and_bound(bounds, keys, tokens, point_of, top_k, workers, pool, n_workers, log):
     """The fast path best bound first, then the engine until the top k cannot change (module
     docstring, step 4). Returns (the top k engine rows, layouts priced by the fast path, by the engine)."""
+    from simulator.explore.bounds import price_best_bound_first
     from simulator.explore.sweep import parallel_map
 
     order = sorted(range(len(bounds)), key=bounds.__getitem__)
@@ -218,15 +219,9 @@ def _branch_and_bound(bounds, keys, tokens, point_of, top_k, workers, pool, n_wo
         smallest = heapq.nsmallest(top_k, (v for v in values if math.isfinite(v)))
         return smallest[-1] if len(smallest) >= top_k else math.inf
 
-    threshold, cursor, wave = math.inf, 0, top_k
-    while cursor < len(order) and bounds[order[cursor]] <= threshold:
-        batch = []
-        while cursor < len(order) and len(batch) < wave and bounds[order[cursor]] <= threshold:
-            batch.append(order[cursor])
-            cursor += 1
-        run(_fast_task, batch, fast)
-        threshold = kth(per_tok(pos, row, "step_time_s") for pos, row in fast.items())
-        wave = 2 * n_workers
+    cursor = price_best_bound_first(order, bounds, lambda batch: run(_fast_task, batch, fast),
+                                    lambda: kth(per_tok(pos, row, "step_time_s") for pos, row in fast.items()),
+                                    top_k, 2 * n_workers)
 
     def fast_bound(pos: int) -> float:
         return per_tok(pos, fast.get(pos), "fast_path_lower_bound_s")
