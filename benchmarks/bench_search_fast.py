@@ -96,7 +96,9 @@ def main() -> None:
     megatron = load_scenario(None, MEGATRON_1T)
     engine_s = median_s(lambda: simulate(megatron))
     fast_s = median_s(lambda: simulate(megatron, engine="fast"))
-    print(f"Megatron-1T, 3072 A100, pp 64, 48 micro-batches: engine {1000 * engine_s:.0f} ms, "
+    par = megatron.parallelism
+    micro_batches = par.global_batch_size // (par.dp * par.micro_batch_size)
+    print(f"Megatron-1T, 3072 A100, pp {par.pp}, {micro_batches} micro-batches: engine {1000 * engine_s:.0f} ms, "
           f"fast path {1000 * fast_s:.0f} ms in-process")
     small = load_scenario(LLAMA, ["cluster.num_gpus=1024", "parallelism.virtual_stages=1", "parallelism.schedule=1f1b",
                                   "parallelism.global_batch_size=128"])
