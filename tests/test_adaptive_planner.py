@@ -12,6 +12,7 @@ from pathlib import Path
 
 import pytest
 import yaml
+from test_per_layer import ALPHA, BW, PEAK, toy_raw  # the toy GPU (1 TFLOP/s), NVSwitch (1 GB/s), hop (1 us)
 
 from simulator.errors import ConfigError
 from simulator.explore.planners import get_planner
@@ -24,9 +25,6 @@ from workloads.networks.builder import NetBuilder
 
 ROOT = Path(__file__).resolve().parents[1]
 EXAMPLES = ROOT / "examples"
-PEAK = 1e12          # toy GPU: 1 TFLOP/s at every GEMM size
-BW = 1e9             # toy NVSwitch: 1 GB/s per GPU
-ALPHA = 1e-6         # toy hop latency: 1 us
 
 
 @dataclass(frozen=True)
@@ -48,23 +46,8 @@ class ConvThenLinear:
 
 
 def toy(num_gpus: int = 2, batch: int = 64):
-    accelerator = dict(
-        name="toy-gpu", vendor="toy", peak_tflops={"bf16": PEAK / 1e12}, hbm_gib=1e6, hbm_bandwidth_gb_per_s=1e12,
-        tdp_watts=1,
-        efficiency=dict(gemm_curve=[{"gflop": 1e-9, "efficiency": 1.0}, {"gflop": 1e9, "efficiency": 1.0}],
-                        memory_bound_efficiency=1.0, attention_efficiency_factor=1.0, kernel_launch_overhead_us=0,
-                        source="toy"),
-        source="toy")
-    node = dict(name="toy-node", accelerator=accelerator, gpus_per_node=8,
-                intra_node=dict(kind="nvswitch", bandwidth_per_gpu_gb_per_s=BW / 1e9, latency_us=ALPHA * 1e6,
-                                collective_efficiency=1.0, source="toy"),
-                nics_per_node=8, nic_bandwidth_gbit_per_s=100, nic_efficiency=1.0, nic_latency_us=0,
-                host_memory_gib=1, source="toy")
-    raw = dict(model="vgg16", cluster=dict(node=node, fabric=dict(name="toy-fabric", levels=1, switch_latency_us=0,
-                                                                   source="toy"), num_gpus=num_gpus),
-               parallelism=dict(global_batch_size=batch, micro_batch_size=batch // num_gpus),
-               training=dict(grad_dtype="bf16"), strategy={"kind": "per_layer"})
-    return dataclasses.replace(load_scenario(raw), model=ConvThenLinear())
+    """test_per_layer's toy cluster (same PEAK, BW, ALPHA) with the conv-then-linear network."""
+    return dataclasses.replace(load_scenario(toy_raw(num_gpus, batch, {"kind": "per_layer"})), model=ConvThenLinear())
 
 
 def test_components_of_the_catalog_graphs():

@@ -114,6 +114,17 @@ def check_options(planner: PlannerKind, options: dict[str, Any]) -> None:
             raise ConfigError(f"--option {key}", f"unknown option of planner {planner.name} (known: {known})")
 
 
+def list_option(options: dict[str, Any], key: str, known: tuple[str, ...], default: tuple[str, ...],
+                what: str) -> tuple[str, ...]:
+    """A comma-separated option whose every item is one of ``known`` (a ConfigError naming the option and
+    the unknown ``what`` otherwise)."""
+    items = tuple(str(options.get(key, ",".join(default))).replace(" ", "").split(","))
+    for item in items:
+        if item not in known:
+            raise ConfigError(f"--option {key}", f"unknown {what} {item!r} (known: {', '.join(known)})")
+    return items
+
+
 def int_option(options: dict[str, Any], key: str, default: int, minimum: int = 1) -> int:
     """An integer option (a ConfigError naming it when it is not an integer >= ``minimum``)."""
     value = options.get(key, default)

@@ -56,7 +56,14 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from simulator.errors import ConfigError
-from simulator.explore.planners import PlannerKind, PlanResult, check_options, int_option, register
+from simulator.explore.planners import (
+    PlannerKind,
+    PlanResult,
+    check_options,
+    int_option,
+    list_option,
+    register,
+)
 from simulator.explore.planners.component_pipeline import (
     pick_to_simulate,
     pipeline_candidates,
@@ -302,10 +309,7 @@ PIPELINES_PER_STAGE_COUNT = 2
 
 def run_adaptive(raw: dict[str, Any], options: dict[str, Any]) -> PlanResult:
     check_options(ADAPTIVE, options)
-    wanted = tuple(str(options.get("choices", ",".join(ALL_CHOICES))).replace(" ", "").split(","))
-    for name in wanted:
-        if name not in ALL_CHOICES:
-            raise ConfigError("--option choices", f"unknown choice {name!r} (known: {', '.join(ALL_CHOICES)})")
+    wanted = list_option(options, "choices", ALL_CHOICES, ALL_CHOICES, "choice")
     names = tuple(n for n in wanted if n != "pipeline")
     if not names:
         raise ConfigError("--option choices", f"give at least one per-component choice ({', '.join(CHOICE_NAMES)})")

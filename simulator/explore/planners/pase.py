@@ -26,7 +26,7 @@ from collections import Counter
 from typing import Any
 
 from simulator.errors import ConfigError
-from simulator.explore.planners import PlannerKind, PlanResult, check_options, register
+from simulator.explore.planners import PlannerKind, PlanResult, check_options, list_option, register
 from simulator.explore.planners.oracle import Oracle, per_layer_pricer
 from simulator.explore.planners.pase_dp import min_cost_assignment
 from simulator.strategies.per_layer.config import SPLIT_FIELDS, SPLITTABLE_OF, Split
@@ -93,10 +93,7 @@ def _with_strategy(raw: dict[str, Any], strategy: dict[str, Any]) -> dict[str, A
 
 def run_pase(raw: dict[str, Any], options: dict[str, Any]) -> PlanResult:
     check_options(PASE, options)
-    dims = tuple(str(options.get("dims", ",".join(DEFAULT_DIMS))).replace(" ", "").split(","))
-    for d in dims:
-        if d not in SPLIT_FIELDS:
-            raise ConfigError("--option dims", f"unknown dimension {d!r} (known: {', '.join(SPLIT_FIELDS)})")
+    dims = list_option(options, "dims", tuple(SPLIT_FIELDS), tuple(DEFAULT_DIMS), "dimension")
     started = time.perf_counter()
     scenario, prices = per_layer_pricer(raw)
     p = scenario.num_gpus
