@@ -3,6 +3,7 @@
 
 import os
 
+import pytest
 from hypothesis import settings
 
 settings.register_profile("ci", derandomize=True, print_blob=True)
@@ -15,3 +16,15 @@ if "CLUSTERSIM_CACHE_DIR" not in os.environ:
     import tempfile
 
     os.environ["CLUSTERSIM_CACHE_DIR"] = tempfile.mkdtemp(prefix="clustersim-test-cache-")
+
+
+@pytest.fixture
+def torchvision():
+    """torchvision, imported as the model importer imports it (also where its C++ extension cannot
+    load: workloads/networks/torch_import.py); the test skips where torch or torchvision is missing."""
+    pytest.importorskip("torch")
+    from workloads.networks.torch_import import import_torchvision
+    try:
+        return import_torchvision()
+    except ImportError:
+        pytest.skip("torchvision is not installed")

@@ -14,6 +14,7 @@ from hypothesis import strategies as st
 from simulator.errors import ConfigError
 from workloads.catalog import resolve_model
 from workloads.graph import ShardShape
+from workloads.networks.torch_import import TORCHVISION_KWARGS
 
 # torchvision 0.28 documents, per model, the parameter count (``weights.meta["num_params"]``) and
 # forward GFLOPS (its ``_ops``, in GMAC at the weights' input size).
@@ -54,9 +55,8 @@ def test_resnet50_is_4_1_gmac_at_224():
 
 
 @pytest.mark.parametrize("name", sorted(TORCHVISION_NAMES))
-def test_parameters_equal_torchvision_modules(name):
-    torchvision = pytest.importorskip("torchvision")
-    module = getattr(torchvision.models, TORCHVISION_NAMES[name])()
+def test_parameters_equal_torchvision_modules(name, torchvision):
+    module = getattr(torchvision.models, TORCHVISION_NAMES[name])(**TORCHVISION_KWARGS.get(TORCHVISION_NAMES[name], {}))
     assert resolve_model(name).layer_graph(shard()).total_params() == sum(p.numel() for p in module.parameters())
 
 

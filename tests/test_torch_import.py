@@ -16,6 +16,7 @@ from hypothesis import strategies as st
 from simulator.errors import ConfigError
 from workloads.catalog import resolve_model
 from workloads.graph import ShardShape
+from workloads.networks.torch_import import import_torchvision
 
 torch = pytest.importorskip("torch")
 TESTS = Path(__file__).parent
@@ -63,8 +64,7 @@ def test_traced_saved_bytes_equal_what_pytorch_saves():
     assert spec.name == "VisionTransformer" and spec.seq_length is None
 
 
-def test_torchvision_models_import_with_their_input_size():
-    torchvision = pytest.importorskip("torchvision")
+def test_torchvision_models_import_with_their_input_size(torchvision):
     spec = resolve_model("torchvision:resnet50")
     assert spec.input_shape == (3, 224, 224)
     module = torchvision.models.resnet50()
@@ -89,7 +89,7 @@ def test_models_that_cannot_be_imported_are_one_config_error(ref, field, reason)
 
 def test_without_torchvision_the_error_says_what_to_install():
     try:
-        import torchvision  # noqa: F401
+        import_torchvision()
     except ImportError:
         with pytest.raises(ConfigError, match="clustersim\\[torch\\]"):
             resolve_model("torchvision:resnet50").layer_graph(shard())

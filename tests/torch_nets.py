@@ -1,6 +1,6 @@
-"""PyTorch reference modules for the layer-graph tests (torch only: no CPU torchvision wheel for
-torch 2.13 exists here), written after torchvision 0.28's ``resnet.py`` and ``vgg.py``, and a
-measure of the activation bytes autograd saves."""
+"""PyTorch reference modules for the layer-graph tests (they need torch alone; tests/test_networks.py
+also checks the catalog against torchvision's own modules), written after torchvision 0.28's
+``resnet.py`` and ``vgg.py``, and a measure of the activation bytes autograd saves."""
 
 from __future__ import annotations
 

@@ -33,6 +33,9 @@ from workloads.networks.builder import NetBuilder, Tensor
 from workloads.networks.spec import NetworkSpec, refuse_split
 
 TORCHVISION_INPUTS = {"inception_v3": [3, 299, 299]}
+# No weights are made on the meta device; these models warn that their default initialisation
+# will change unless it is named, so it is named.
+TORCHVISION_KWARGS = {"inception_v3": {"init_weights": False}, "googlenet": {"init_weights": False}}
 DEFAULT_IMAGE = [3, 224, 224]
 
 
@@ -82,7 +85,8 @@ class TorchModelSpec(NetworkSpec):
 def torchvision_spec(ref: str) -> TorchModelSpec:
     """``torchvision:NAME`` with torchvision's input size for that model."""
     name = ref.split(":", 1)[1]
-    return TorchModelSpec(name=name, torch=ref, input_shape=tuple(TORCHVISION_INPUTS.get(name, DEFAULT_IMAGE)))
+    return TorchModelSpec(name=name, torch=ref, input_shape=tuple(TORCHVISION_INPUTS.get(name, DEFAULT_IMAGE)),
+                          kwargs=TORCHVISION_KWARGS.get(name, {}))
 
 
 def _torch():
@@ -95,6 +99,38 @@ def _torch():
     return torch
 
 
+# torchvision 0.28 registers fake (meta) kernels for two of its C++ operators unconditionally
+# (``_meta_registrations.py``: ``register_fake("torchvision::nms")`` and ``"torchvision::qnms"``), while
+# every other registration waits for ``extension._has_ops()``. Where its C++ extension cannot load --
+# the torchvision 0.28 wheel on PyPI is the CUDA build (its ``_C.so`` links ``libc10_cuda.so``) and a
+# CPU torch has no CUDA libraries -- ``import torchvision`` then fails, though building a model needs
+# none of those operators. Declaring the two schemas lets torchvision import as it does when its
+# extension is missing (``_has_ops()`` False: its detection ops raise, the models work).
+_TORCHVISION_FAKE_OPS = ("nms(Tensor dets, Tensor scores, float iou_threshold) -> Tensor",
+                         "qnms(Tensor dets, Tensor scores, float iou_threshold) -> Tensor")
+_torchvision_schemas = None  # the torch.library.Library that declares them, kept alive
+
+
+def import_torchvision():
+    """``import torchvision``, also where its C++ extension does not load (see above)."""
+    global _torchvision_schemas
+    try:
+        return importlib.import_module("torchvision")
+    except RuntimeError as exc:
+        if "torchvision::" not in str(exc) or _torchvision_schemas is not None:
+            raise
+    import sys
+    torch = _torch()
+    for name in [m for m in sys.modules if m == "torchvision" or m.startswith("torchvision.")]:
+        del sys.modules[name]  # the half-imported package, imported again below
+    _torchvision_schemas = torch.library.Library("torchvision", "FRAGMENT")
+    for schema in _TORCHVISION_FAKE_OPS:
+        op_name = schema.split("(", 1)[0]
+        if not hasattr(torch.ops.torchvision, op_name):
+            _torchvision_schemas.define(schema)
+    return importlib.import_module("torchvision")
+
+
 def load_callable(ref: str):
     """The callable named by "pkg.module:callable" or "torchvision:NAME"."""
     if ref.startswith("torchvision:"):
@@ -104,6 +140,8 @@ def load_callable(ref: str):
     else:
         raise ConfigError("model.torch", f"{ref!r}: expected 'pkg.module:callable' or 'torchvision:NAME'")
     try:
+        if module_name.split(".")[0] == "torchvision":
+            import_torchvision()
         module = importlib.import_module(module_name)
     except Exception as exc:  # ImportError, or a broken install raising anything at import
         hint = " (pip install 'clustersim[torch]')" if module_name.startswith("torchvision") else ""
