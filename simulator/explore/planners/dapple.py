@@ -9,7 +9,7 @@ M micro-batches, the early-backward (1F1B) schedule. Placement (Sec. 4.2, "fresh
 wherever it can; what crosses nodes is the pipeline's activations, which are far smaller than
 gradients for the models DAPPLE targets.
 
-The search, in two steps:
+The search:
 
 1. *Estimate* every (S ≤ ``max_stages``, ordered replica vector, M ≤ ``max_micro_batches``): the
    layers are cut to minimise the slowest stage (a binary search on the bound with a greedy
@@ -31,11 +31,18 @@ The search, in two steps:
    boundary moved a few layers, the micro-batches doubled or halved, ZeRO-1 toggled), each move
    judged by the simulator (:func:`refine`; at most ``refine`` simulations each); return the fastest.
 
-What the plan space leaves out: interleaved 1F1B (several model chunks per device, Narayanan et
-al. 2021 Sec. 2.2.2), which ``clustersim search`` tries and DAPPLE's paper does not have. On
-GNMT-16 on 8 V100s (2 nodes of 4, 25 GbE, batch 128) only interleaved layouts beat this planner
-(pp 2 x dp 4, 2 virtual stages: 0.07739 s against 0.08091 s, +4.5%); the fastest layout with one
-chunk per device is the planner's own plan (tests/test_plan_cli.py).
+What DAPPLE's plan space leaves out: interleaved 1F1B (several model chunks per device, Narayanan
+et al. 2021 Sec. 2.2.2), which ``clustersim search`` tries. On GNMT-16 on 8 V100s (2 nodes of 4,
+25 GbE, batch 128) only interleaved layouts beat DAPPLE's own plan (search: pp 2 x dp 4, 2 virtual
+stages, 0.07739 s against 0.08091 s), and the fastest layout with one chunk per device is DAPPLE's
+plan (tests/test_plan_cli.py). So, as a documented extension beyond the paper,
+
+4. *Choose the schedule* by simulation (:mod:`.dapple_schedules`, option ``max_virtual_stages``,
+   default 4; 1 turns it off): DAPPLE's best plans with equal replicas are also run interleaved, v
+   chunks per stage, and the faster of DAPPLE's plan and the extension's is returned. The plan's
+   header says which part is DAPPLE's and which the extension's (GNMT-16 above: 0.07547 s,
+   chunks cut by compute balance; ``details``: ``dapple_step_s``, ``dapple_scenario``,
+   ``extension_step_s``).
 """
 
 from __future__ import annotations
@@ -55,6 +62,7 @@ from simulator.cost.jitter import sync_stretch
 from simulator.cost.topology import Topology
 from simulator.errors import ConfigError
 from simulator.explore.planners import PlannerKind, PlanResult, check_options, int_option, register
+from simulator.explore.planners.dapple_schedules import choose_schedule, describe
 from simulator.explore.planners.oracle import Oracle
 from simulator.scenario import build_scenario, gradient_bytes, layer_graph_of
 from simulator.strategies.spmd.plan import OPTIMIZER_BYTES_PER_PARAM
@@ -64,6 +72,9 @@ OPTIONS = {
     "max_micro_batches": "most micro-batches per step tried (default 64)",
     "top_k": "best estimates simulated by the engine (default 6)",
     "refine": "most plans simulated while refining each of the three finalists (default 16; 0: none)",
+    "max_virtual_stages": "the extension beyond DAPPLE: most model chunks per stage tried with interleaved 1F1B "
+                          "(default 4; 1: DAPPLE's own plan space only)",
+    "schedule_budget": "most plans the extension simulates (default 24)",
 }
 _KEPT = ("overlap_grad_reduce", "gradient_bucket_mb")  # parallelism knobs the plan keeps from the scenario
 
@@ -300,6 +311,8 @@ def run_dapple(raw: dict[str, Any], options: dict[str, Any]) -> PlanResult:
     max_micro = int_option(options, "max_micro_batches", 64)
     top_k = int_option(options, "top_k", 6)
     refine_budget = int_option(options, "refine", 16, minimum=0)
+    max_virtual = int_option(options, "max_virtual_stages", 4)
+    schedule_budget = int_option(options, "schedule_budget", 24, minimum=0)
     started = time.perf_counter()
     scenario = base_scenario(raw)
     tables = LayerTables(scenario)
@@ -373,16 +386,46 @@ def run_dapple(raw: dict[str, Any], options: dict[str, Any]) -> PlanResult:
         summary += f"; refined by simulation from {_describe(start)} ({start.step_time_s:.6g} s)"
     else:
         summary += f" (estimated {estimate_s:.6g} s)"
-    return PlanResult("dapple", best.raw, step_s, best.samples_per_s, time.perf_counter() - started,
-                      len(estimates), oracle.simulated, summary,
-                      {"simulated": [{"stages": e.raw["strategy"]["stages"], "micro_batches": e.raw["strategy"]["micro_batches"],
-                                      "estimated_step_s": est, "simulated_step_s": s} for s, est, e in simulated]})
+    details: dict[str, Any] = {
+        "simulated": [{"stages": e.raw["strategy"]["stages"], "micro_batches": e.raw["strategy"]["micro_batches"],
+                       "estimated_step_s": est, "simulated_step_s": s} for s, est, e in simulated],
+        "dapple_step_s": step_s, "dapple_scenario": best.raw}
+    notes: list[str] = []
+    if max_virtual > 1:
+        # The extension (dapple_schedules.py): the best plans of DAPPLE's partitioner with equal
+        # replicas, run with the other schedule the simulator offers (interleaved 1F1B).
+        uniform: dict[tuple[int, ...], Any] = {}
+        ranked_plans = sorted([(s, e) for s, _, e in simulated] + [(s, e) for s, _, e, _ in results],
+                              key=lambda item: item[0])
+        for _, evaluation in ranked_plans:
+            vector = tuple(s["replicas"] for s in evaluation.raw["strategy"]["stages"])
+            if len(vector) >= 2 and len(set(vector)) == 1 and vector not in uniform and len(uniform) < REFINED:
+                uniform[vector] = evaluation
+        spent = oracle.simulated
+        chosen, plan = choose_schedule(raw, list(uniform.values()), tables.layers, oracle, seen, max_virtual,
+                                       spent + schedule_budget)
+        details["extension_simulated"] = oracle.simulated - spent
+        details["extension_step_s"] = chosen.step_time_s if chosen is not None else None
+        if chosen is not None and chosen.step_time_s < step_s:
+            notes = [f"DAPPLE's part (Fan et al. 2021): {_describe(best)}, 1F1B = {step_s:.6g} s",
+                     f"then the simulator's schedule choice (an extension, not in DAPPLE): {describe(plan)} = "
+                     f"{chosen.step_time_s:.6g} s ({step_s / chosen.step_time_s:.3f}x)"]
+            summary = f"{summary} = {step_s:.6g} s; extension: {describe(plan)} = {chosen.step_time_s:.6g} s"
+            best = chosen
+        else:
+            found = (f"the best, {describe(plan)}, {chosen.step_time_s:.6g} s" if chosen is not None
+                     else "none applies or fits")
+            notes = [f"the simulator's schedule choice (an extension, not in DAPPLE) kept DAPPLE's plan: "
+                     f"interleaved 1F1B tried on its equal-replica plans, {found}"]
+    return PlanResult("dapple", best.raw, best.step_time_s, best.samples_per_s, time.perf_counter() - started,
+                      len(estimates), oracle.simulated, summary, details, notes=notes)
 
 
 DAPPLE = register(PlannerKind(
     name="dapple",
     summary="DAPPLE (Fan et al. 2021): stages with their own data-parallel degrees, placed inside nodes where "
-            "possible, 1F1B; estimated by its latency model, the best simulated",
+            "possible, 1F1B; estimated by its latency model, the best simulated; then (an extension) the same "
+            "stages interleaved where the simulator finds it faster",
     options=OPTIONS,
     run=run_dapple,
 ))
