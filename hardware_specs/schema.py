@@ -165,6 +165,21 @@ class MemoryKernelEfficiency(Spec):
         return by_kernel
 
 
+class DirectConvEfficiency(Spec):
+    """Achieved / peak HBM bandwidth of a grouped or depthwise convolution pass that runs as a direct
+    kernel on the CUDA cores rather than as an implicit GEMM (simulator/cost/conv.py), on the bytes the
+    layer graph counts for the pass (x, w and y once). A depthwise kernel reads a k×k window per output
+    and, in its weight gradient, reduces over every output pixel of the batch for each of its few
+    weights: it does not stream like an elementwise kernel. No per-kernel measurement of it is in this
+    project's data; validation/calibrate_direct_conv.py fits the fraction on the fit half of NVIDIA
+    DeepLearningExamples' EfficientNet training rows (named in ``fitted_on``). None: such a pass runs
+    at ``memory_bound_efficiency`` (the roofline: an assumption that made EfficientNet 2-3x too fast)."""
+
+    bandwidth_efficiency: float = Field(gt=0, le=1, description="achieved / peak HBM bandwidth of one pass")
+    source: str
+    fitted_on: str | None = None
+
+
 class CrossNodePipelineFloor(Spec):
     """A framework's host-side floor on the decoder layers of a pipeline stage whose pipeline
     neighbour sits on another node (simulator/cost/host_floor.py).
@@ -232,6 +247,9 @@ class ComputeEfficiency(Spec):
     memory_kernels: MemoryKernelEfficiency | None = Field(
         default=None, description="CNN pooling and concatenation kernels by class; None: all memory-bound "
                                   "kernels at memory_bound_efficiency")
+    direct_conv: DirectConvEfficiency | None = Field(
+        default=None, description="grouped / depthwise convolution passes run as direct kernels; None: at "
+                                  "memory_bound_efficiency")
     memory_bound_efficiency_fitted_on: str | None = Field(
         default=None, description="data and rows it was fitted on; None = assumed")
     attention_efficiency_factor: float = Field(

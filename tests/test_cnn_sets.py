@@ -8,7 +8,7 @@ import pytest
 
 from hardware_specs.catalog import ACCELERATORS
 from simulator.cost.compute import ComputeModel
-from simulator.cost.conv import direct_conv_time_s, is_grouped
+from simulator.cost.conv import direct_conv_time_s, input_channels_per_group, is_depthwise, is_grouped
 from validation.modern import registry
 from validation.modern.case import CaseOutcome, summarize
 from validation.modern.cnn import LAMBDA_AMP_ASIDE, dle_cases, lambda_cases
@@ -43,21 +43,33 @@ def _op(graph, layer: str, index: int = 0, phase: str = "forward"):
     return getattr(graph.layer(layer), phase)[index]
 
 
-def test_a_depthwise_convolution_is_priced_as_a_memory_bound_direct_kernel():
-    """EfficientNet-B0's first strided depthwise 3x3 (96 channels, one per group) on an A100 in fp16: the
-    direct CUDA-core kernel (its bytes at the memory-bound bandwidth) is faster than 96 one-channel GEMMs,
-    and that is its price; a dense convolution's price does not change."""
+def test_a_depthwise_convolution_is_priced_as_a_direct_kernel_at_its_fitted_bandwidth():
+    """EfficientNet-B0's first strided depthwise 3x3 (96 channels, one per group) on an A100 in fp16 runs the
+    direct CUDA-core kernel, its bytes at the spec's fitted direct-kernel bandwidth (not the streaming
+    kernels'), and never as 96 one-channel GEMMs; a dense convolution's price does not change."""
     accelerator = ACCELERATORS.get("a100-sxm-80g")
     model = ComputeModel(accelerator, "fp16")
     graph = resolve_model("efficientnet-b0").layer_graph(ShardShape(micro_batch=64, seq_length=1, precision="fp16"))
-    dw = _op(graph, "features.2.0.depthwise.conv")
-    assert is_grouped(dw) and dw.flops / dw.bytes_moved < 10      # ~4.5 FLOP per byte: memory-bound
-    direct = direct_conv_time_s(dw, accelerator.peak_tflops["fp32"] * 1e12, model.mem_bw, model.launch_s)
-    assert model.time_s(dw) == pytest.approx(direct)
-    assert direct == pytest.approx(dw.bytes_moved / model.mem_bw + model.launch_s)
+    for phase, index in (("forward", 0), ("backward", 0), ("backward", 1)):
+        dw = _op(graph, "features.2.0.depthwise.conv", index, phase)
+        assert is_depthwise(dw) and input_channels_per_group(dw) == 1
+        assert dw.flops / dw.bytes_moved < 10      # ~4.5 FLOP per byte: memory-bound
+        fraction = accelerator.efficiency.direct_conv.bandwidth_efficiency
+        expected = dw.bytes_moved / (accelerator.hbm_bandwidth_gb_per_s * 1e9 * fraction) + model.launch_s
+        assert model.time_s(dw) == pytest.approx(expected)
     dense = _op(graph, "features.2.0.expand.conv")
-    assert not is_grouped(dense)
+    assert not is_grouped(dense) and not is_depthwise(dense)
     assert model.time_s(dense) == model._time("gemm", dense.flops, dense.bytes_moved, dense.m, dense.n, dense.k, 1)
+
+
+def test_without_a_direct_conv_spec_a_depthwise_pass_runs_at_the_streaming_bandwidth():
+    accelerator = ACCELERATORS.get("a100-sxm-80g")
+    bare = accelerator.model_copy(update={"efficiency": accelerator.efficiency.model_copy(update={"direct_conv": None})})
+    model = ComputeModel(bare, "fp16")
+    graph = resolve_model("efficientnet-b0").layer_graph(ShardShape(micro_batch=64, seq_length=1, precision="fp16"))
+    dw = _op(graph, "features.2.0.depthwise.conv")
+    assert model.time_s(dw) == pytest.approx(dw.bytes_moved / model.mem_bw + model.launch_s)
+    assert ComputeModel(accelerator, "fp16").time_s(dw) > 5 * model.time_s(dw)
 
 
 @pytest.mark.parametrize("precision, tf32", [("fp16", False), ("fp32", True), ("fp32", False)])
@@ -68,10 +80,28 @@ def test_a_grouped_convolution_costs_the_faster_of_its_grouped_gemm_and_the_dire
                                                                       precision=precision))
     for phase, index in (("forward", 0), ("backward", 0), ("backward", 1)):
         op = _op(graph, "layer3.0.conv2", index, phase)
-        assert is_grouped(op) and op.batch == 32
-        direct = direct_conv_time_s(op, model.cuda_core_flops, model.mem_bw, model.launch_s)
+        assert is_grouped(op) and op.batch == 32 and not is_depthwise(op)
+        assert input_channels_per_group(op) == 16     # 512 channels in 32 groups
+        direct = direct_conv_time_s(op, model.cuda_core_flops, model.direct_conv_bw, model.launch_s)
         assert model.time_s(op) <= direct + 1e-15
         assert model.time_s(op) >= op.bytes_moved / model.mem_bw     # never under its own traffic
+
+
+def test_direct_conv_bandwidth_is_fitted_on_fit_half_efficientnet_rows_only():
+    """The accelerators' ``direct_conv`` blocks name DLE rows that are fit-half EfficientNet rows of their chip."""
+    import re
+
+    by_row = {c.row: c for c in dle_cases()[0]}
+    for name, chip in (("a100-sxm-80g", "a100-sxm-80g"), ("a100-sxm-40g", "a100-sxm-80g"),
+                       ("v100-sxm2-16g", "v100-sxm2-16g"), ("v100-sxm-32g", "v100-sxm2-16g")):
+        spec = ACCELERATORS.get(name).efficiency.direct_conv
+        assert spec is not None and 0 < spec.bandwidth_efficiency < 0.5
+        rows = [int(r) for r in re.findall(r"cnn_dle:(\d+)", spec.fitted_on)]
+        assert len(rows) >= 8 and f"{len(rows)} rows" in spec.fitted_on
+        for row in rows:
+            case = by_row[row]
+            assert not case.heldout and not case.set_aside and "efficientnet" in case.profile_group
+            assert case.accelerator == chip
 
 
 def test_resnet50_rows_of_the_dle_set_still_meet_the_target():

@@ -135,6 +135,9 @@ class ComputeModel:
         self._conv_time = lru_cache(maxsize=None)(self._conv_time_uncached)
         # a direct (grouped / depthwise) convolution on the CUDA cores: the fp32 non-tensor peak (assumed)
         self.cuda_core_flops = accelerator.peak_tflops.get("fp32", accelerator.peak_tflops[precision]) * 1e12
+        # ... at the direct kernels' own bandwidth where the spec has one (hardware_specs.schema.DirectConvEfficiency)
+        self.direct_conv_bw = (self.hbm_bw * eff.direct_conv.bandwidth_efficiency if eff.direct_conv is not None
+                               else self.mem_bw)
 
     def time_s(self, op: Op) -> float:
         """Seconds for one op (collectives are priced by the network, not here); an op of a measured
@@ -146,7 +149,7 @@ class ComputeModel:
         if is_grouped(op):  # grouped / depthwise: not one dense implicit GEMM (simulator/cost/conv.py)
             dense_s = self._conv_time(op) if self.conv_model is not None else self._time(
                 "gemm", op.flops, op.bytes_moved, op.m, op.n, op.k, op.batch)
-            return grouped_conv_time_s(op, dense_s, self.cuda_core_flops, self.mem_bw, self.launch_s)
+            return grouped_conv_time_s(op, dense_s, self.cuda_core_flops, self.direct_conv_bw, self.launch_s)
         if op.conv is not None and op.kind == "gemm" and self.conv_model is not None:
             return self._conv_time(op)
         if op.kind == "memory" and self.memory_kernels:

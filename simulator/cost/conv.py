@@ -14,9 +14,11 @@ group's tile spans only its own C_out/groups channels: the shape efficiency abov
 shape) or, for few channels per group (depthwise: one), as a direct convolution on the CUDA cores,
 which is memory-bound (Sandler et al. 2018, Sec. 5.1 / Table 3 count depthwise MACs as negligible,
 their cost is the feature-map traffic). :func:`grouped_conv_time_s` takes the faster of the two, as
-cuDNN's algorithm search (``cudnn.benchmark``, on in DLE's ConvNets) would. *Assumed*: the direct
-kernel reaches the fp32 CUDA-core peak and the elementwise kernels' HBM efficiency (no depthwise
-microbenchmark is in this project).
+cuDNN's algorithm search (``cudnn.benchmark``, on in DLE's ConvNets) would; a depthwise pass (one
+input channel per group) always runs the direct kernel. The direct kernel reaches the fp32 CUDA-core
+peak (*assumed*) and the spec's ``direct_conv`` bandwidth (fitted on DLE's EfficientNet fit rows by
+validation/calibrate_direct_conv.py; no depthwise microbenchmark is in this project), or the
+elementwise kernels' ``memory_bound_efficiency`` where the spec has none.
 """
 
 from __future__ import annotations
@@ -50,6 +52,21 @@ def is_grouped(op: Op) -> bool:
     return op.conv is not None and op.kind == "gemm" and op.batch > 1
 
 
+def input_channels_per_group(op: Op) -> float:
+    """C_in / groups of a convolution pass, read from its GEMM dimensions (module docstring: forward
+    K = C_in/groups·kh·kw; data gradient N = C_in/groups·kh·kw; weight gradient M = C_in/groups·kh·kw)."""
+    pass_, kh, kw, _ = op.conv
+    per_group = op.n if pass_ == "dgrad" else op.m if pass_ == "wgrad" else op.k
+    return per_group / (kh * kw)
+
+
+def is_depthwise(op: Op) -> bool:
+    """A grouped pass with one input channel per group (MobileNet's and EfficientNet's depthwise
+    convolutions). cuDNN has no tensor-core implicit GEMM worth the name for it (an output tile of
+    one channel per group): it runs the direct kernel, whatever the tile model would say."""
+    return is_grouped(op) and input_channels_per_group(op) == 1
+
+
 def direct_conv_time_s(op: Op, cuda_core_flops_per_s: float, memory_bytes_per_s: float, launch_s: float) -> float:
     """A grouped convolution pass as a direct (non-GEMM) kernel on the CUDA cores: the slower of its
     FLOPs at the CUDA-core peak and its tensor traffic (``op.bytes_moved``: x, w and y once, as an
@@ -60,5 +77,8 @@ def direct_conv_time_s(op: Op, cuda_core_flops_per_s: float, memory_bytes_per_s:
 def grouped_conv_time_s(op: Op, tensor_core_s: float, cuda_core_flops_per_s: float, memory_bytes_per_s: float,
                         launch_s: float) -> float:
     """The faster of the grouped implicit GEMM on the tensor cores (``tensor_core_s``, priced at the
-    per-group shape) and the direct CUDA-core kernel (see the module docstring)."""
+    per-group shape) and the direct CUDA-core kernel (see the module docstring); a depthwise pass
+    always runs the direct kernel (:func:`is_depthwise`)."""
+    if is_depthwise(op):
+        return direct_conv_time_s(op, cuda_core_flops_per_s, memory_bytes_per_s, launch_s)
     return min(tensor_core_s, direct_conv_time_s(op, cuda_core_flops_per_s, memory_bytes_per_s, launch_s))
