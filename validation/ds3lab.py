@@ -374,15 +374,24 @@ def parameter_server_report() -> dict[str, Any]:
 
 
 def megatron_dp_report() -> dict[str, Any]:
-    """The Megatron-LM data-parallel (all-reduce) runs: validation/ds3lab_dp.py."""
-    from validation.ds3lab_dp import megatron_report
+    """The Megatron-LM data-parallel (all-reduce) runs on p3.2xlarge at the md's link settings (issue 20's
+    check): validation/ds3lab_dp.py."""
+    from validation.ds3lab_dp import ISSUE_SET, megatron_report
 
-    return megatron_report()
+    return megatron_report(ISSUE_SET)
+
+
+def megatron_dp_p3_16xlarge_report() -> dict[str, Any]:
+    """The Megatron-LM data-parallel runs on p3.16xlarge (8 V100 per instance, no tc), reported apart."""
+    from validation.ds3lab_dp import P3_16XLARGE_SET, megatron_report
+
+    return megatron_report(P3_16XLARGE_SET)
 
 
 REPORTS = {"ds3lab_p2p": p2p_report, "ds3lab_gpt3xl_pipeline": pipeline_report,
            "ds3lab_gpt3xl_parameter_server": parameter_server_report,
-           "ds3lab_gpt3xl_megatron_dp": megatron_dp_report}
+           "ds3lab_gpt3xl_megatron_dp": megatron_dp_report,
+           "ds3lab_gpt3xl_megatron_dp_p3_16xlarge": megatron_dp_p3_16xlarge_report}
 
 
 def print_report(block: dict[str, Any]) -> None:

@@ -2,22 +2,29 @@
 
 Data: ``validation/data/dfm_gpt3_xl_megatron.csv``, every Megatron-LM cell of results/gpt3_xl.md and
 gpt3_xl_fp16.md (copied from ../shared/published/seeds/dfm_iteration_times.csv, columns unchanged; the
-repository has no licence, only its numbers are used). The set is the rows with data parallelism
-(``DP=6`` / ``DP=8``), which reduce gradients with Megatron's all-reduce (``--DDP-impl local``: after the
-backward pass, not overlapped):
+repository has no licence, only its numbers are used). The rows with data parallelism (``DP=6`` / ``DP=8``)
+reduce gradients with Megatron's all-reduce (``--DDP-impl local``: after the backward pass, not overlapped).
+They form two sets:
 
-- gpt3_xl.md, 6 x p3.16xlarge (25 Gb/s between instances), 24 layers, global batch 252, TP x PP = 8 over
-  micro-batch 1/2/3, fp32 and fp16, with and without activation recompute;
-- gpt3_xl.md, 48 x p3.2xlarge (one V100 each), TP 4 PP 2 DP 6, at the default network and under ``tc``;
-- gpt3_xl_fp16.md, 8 x p3.16xlarge, global batch 1024, TP x PP = 8, 24/32/40 layers, micro-batch 1/2/4;
-- gpt3_xl_fp16.md, 64 x p3.2xlarge at the default network, and PP 8 DP 8 under ``tc`` (10 and 50 ms, 1 Gb/s).
+- ``ds3lab_gpt3xl_megatron_dp`` -- the check issue 20 names ("GPT-3 XL ... with data-parallel all-reduce, on 8
+  V100 instances under the link settings they list", beside the parameter-server runs whose pipelines are 8
+  p3.2xlarge): the runs on p3.2xlarge instances (one V100 each; every model replica, TP x PP = 8, on 8 of
+  them) at the md's network settings -- the AWS default and the ``tc`` rows: gpt3_xl.md lines 154-157 (48
+  instances, TP 4 PP 2 DP 6; fp32/fp16, with and without recompute) and gpt3_xl_fp16.md lines 184-186,
+  193-195, 203-205 (64 instances, DP 8, 24/32/40 layers; every TP x PP at the default network, PP 8 under
+  10 and 50 ms at 1 Gb/s).
+- ``ds3lab_gpt3xl_megatron_dp_p3_16xlarge`` -- reported apart, with its own figures and the same 15% target:
+  the runs on 6 or 8 p3.16xlarge (8 V100 on NVLink per instance, 25 Gb/s between instances, never
+  ``tc``-shaped, so under none of the listed link settings): gpt3_xl.md lines 125-143 (global batch 252,
+  micro-batch 1/2/3) and gpt3_xl_fp16.md lines 106-134 and the "8 p3.16xlarge" rows 183/192/202 (batch 1024).
 
 Fit half: Megatron-LM alone on one p3.16xlarge (gpt3_xl.md lines 92-113, DP 1, the md's global batch of
 64). On it one parameter is fitted, the only one without another source: the p3.16xlarge's NVLink collective
-efficiency (assumed 0.80 in the catalog; the rows put it at 0.30, fp32 and fp16 rows alone agree). Held-out:
-every data-parallel row, nothing fitted on them. The V100 GEMM factor per precision is the one fitted on the
-DT-FM pipeline rows at the default network and the NCCL transport the one fitted on the 64 MB
-point-to-point rows (validation/ds3lab.py); the p3.16xlarge's NIC is the catalog's (25 Gb/s, assumed 0.9).
+efficiency (assumed 0.80 in the catalog; the rows put it at 0.30, fp32 and fp16 rows alone agree). Only the
+p3.16xlarge set uses it (no p3.2xlarge row has NVLink). Held-out: every data-parallel row, nothing fitted on
+them. The V100 GEMM factor per precision is the one fitted on the DT-FM pipeline rows at the default network
+(the same p3.2xlarge instances) and the NCCL transport the one fitted on the 64 MB point-to-point rows
+(validation/ds3lab.py); the p3.16xlarge's NIC is the catalog's (25 Gb/s, assumed 0.9).
 The launch scripts (dfm_launch_flags.csv) fix the
 rest: ``--fp16`` or fp32, ``--checkpoint-activations`` (full recompute), ``--optimizer sgd``,
 ``--DDP-impl local``, the 1F1B schedule of Megatron-LM, seq 2048, hidden 2048, 16 heads, and the BERT
@@ -25,11 +32,11 @@ WordPiece tokenizer of bert-large-cased (``--tokenizer-type BertWordPieceLowerCa
 by Megatron to a multiple of 128 x tp), not GPT-2's 50,257; Megatron-LM's GPT ties the output layer to the
 word embeddings (with PP > 1 the first and last stages all-reduce their two copies' gradients).
 
-Rows set aside, each with its reason in the report (never silently): cells the authors marked ``??``,
-and cells of gpt3_xl_fp16.md's "8 p3.16xlarge" rows (lines 183/192/202) that repeat, number for number,
-the micro-batch-1 cells of its earlier tables (lines 106/120/132) -- one measurement printed twice counts
-once. The one repeat whose numbers differ (PP 8, 24 layers: 16.91 s at line 106, 24.34 s at line 183)
-stays twice: two different measurements of one setting.
+Rows set aside, each with its reason in the report (never silently; all in the p3.16xlarge set): cells the
+authors marked ``??``, and cells of gpt3_xl_fp16.md's "8 p3.16xlarge" rows (lines 183/192/202) that repeat,
+number for number, the micro-batch-1 cells of its earlier tables (lines 106/120/132) -- one measurement
+printed twice counts once. The one repeat whose numbers differ (PP 8, 24 layers: 16.91 s at line 106, 24.34 s
+at line 183) stays twice: two different measurements of one setting.
 """
 
 from __future__ import annotations
@@ -46,6 +53,8 @@ from validation import ds3lab
 DATA = Path(__file__).resolve().parent / "data"
 MEGATRON_CSV = DATA / "dfm_gpt3_xl_megatron.csv"
 TARGET = 0.15
+ISSUE_SET = "ds3lab_gpt3xl_megatron_dp"                 # p3.2xlarge, the md's link settings (issue 20)
+P3_16XLARGE_SET = "ds3lab_gpt3xl_megatron_dp_p3_16xlarge"  # 8-GPU instances, no tc: reported apart
 BERT_LARGE_CASED_VOCAB = 28996  # lines of bert-large-cased-vocab.txt (the scripts' --vocab-file; HF config vocab_size)
 MEGATRON_VOCAB_DIVISOR = 128     # Megatron-LM --make-vocab-size-divisible-by default, times tp
 SINGLE_INSTANCE_BATCH = 64       # gpt3_xl.md's single-instance tables: "batch size of 64"
@@ -82,8 +91,9 @@ def single_instance_rows() -> pd.DataFrame:
 
 
 def megatron_rows() -> pd.DataFrame:
-    """The check: the Megatron-LM cells with data parallelism and a number, with ``half`` = held-out or
-    set-aside and ``aside`` the reason."""
+    """The Megatron-LM cells with data parallelism and a number, with ``half`` = held-out or set-aside,
+    ``aside`` the reason and ``case_set`` the set they belong to (:data:`ISSUE_SET` on p3.2xlarge,
+    :data:`P3_16XLARGE_SET` on p3.16xlarge)."""
     rows = _parsed()
     rows = rows[rows["dp"] > 1].copy()
     flagged = rows["aside"] != ""
@@ -94,6 +104,7 @@ def megatron_rows() -> pd.DataFrame:
     for i in rows.index[repeat]:
         rows.loc[i, "aside"] = f"repeats line {first_line.loc[tuple(rows.loc[i, key])]} number for number"
     rows["half"] = ["set-aside" if a else "held-out" for a in rows["aside"]]
+    rows["case_set"] = [ISSUE_SET if g == 1 else P3_16XLARGE_SET for g in rows["gpus_per_instance"]]
     return rows.reset_index(drop=True)
 
 
@@ -186,18 +197,33 @@ def _checked(rows: pd.DataFrame) -> list[ds3lab.CheckedRow]:
 
 
 @cache
-def megatron_check() -> tuple[ds3lab.CheckedRow, ...]:
-    """The fit half (single instance) and the check (data parallel), row by row."""
-    return tuple(_checked(single_instance_rows()) + _checked(megatron_rows()))
+def megatron_check() -> dict[str, tuple[ds3lab.CheckedRow, ...]]:
+    """Each set's rows: the data-parallel rows of its instances; the fit half (single instance) goes with the
+    p3.16xlarge set, the only one that uses what is fitted on it."""
+    rows = megatron_rows()
+    checked = _checked(rows)
+    fit = tuple(_checked(single_instance_rows()))
+    return {name: (fit if name == P3_16XLARGE_SET else ()) + tuple(
+                r for r, s in zip(checked, rows["case_set"], strict=True) if s == name)
+            for name in (ISSUE_SET, P3_16XLARGE_SET)}
 
 
-def megatron_report() -> dict[str, Any]:
-    rows = list(megatron_check())
+def megatron_report(case_set: str = ISSUE_SET) -> dict[str, Any]:
+    rows = list(megatron_check()[case_set])
     aside = [r for r in rows if r.half == "set-aside"]
-    notes = [f"p3.16xlarge NVLink collective efficiency {fit_nvlink_efficiency():.2f} (catalog: 0.80 assumed), fitted "
-             "on the single-instance rows (fit); nothing fitted on the data-parallel rows (held-out)",
-             "V100 GEMM factors of ds3lab_gpt3xl_pipeline (fp16 "
-             f"{ds3lab.fit_compute_factor('fp16'):.3f}, fp32 {ds3lab.fit_compute_factor('fp32'):.3f}), NCCL transport "
-             "of ds3lab_p2p; the p3.16xlarge's NIC as in the catalog (25 Gb/s, efficiency 0.9 assumed)",
-             f"{len(aside)} rows set aside (listed above with their reason and error), not counted"]
-    return ds3lab.report("ds3lab_gpt3xl_megatron_dp", rows, TARGET, notes)
+    common = (f"V100 GEMM factors of ds3lab_gpt3xl_pipeline (fp16 {ds3lab.fit_compute_factor('fp16'):.3f}, fp32 "
+              f"{ds3lab.fit_compute_factor('fp32'):.3f}, fitted on DT-FM's default-network pipelines on p3.2xlarge)")
+    if case_set == ISSUE_SET:
+        notes = ["issue 20's rows: Megatron-LM data parallelism on p3.2xlarge (one V100 each, a model replica on 8 "
+                 "instances) at the md's link settings (AWS default, tc); the p3.16xlarge runs are the set "
+                 f"{P3_16XLARGE_SET}",
+                 common + ", NCCL transport of ds3lab_p2p on DS3Lab's per-node tc fabric; nothing fitted on these rows "
+                 "(the single-instance fit half fits only the NVLink efficiency, which no p3.2xlarge row uses)"]
+    else:
+        notes = [f"p3.16xlarge NVLink collective efficiency {fit_nvlink_efficiency():.2f} (catalog: 0.80 assumed), "
+                 "fitted on the single-instance rows (fit); nothing fitted on the data-parallel rows (held-out)",
+                 common + "; the p3.16xlarge's NIC as in the catalog (25 Gb/s, efficiency 0.9 assumed)",
+                 "not under any of the md's link settings (no tc on these instances): reported apart from issue "
+                 f"20's set {ISSUE_SET}",
+                 f"{len(aside)} rows set aside (listed above with their reason and error), not counted"]
+    return ds3lab.report(case_set, rows, TARGET, notes)

@@ -20,7 +20,8 @@ from simulator.errors import ConfigError
 
 MODERN_SETS = ("nemo", "torchtitan", "llmfoundry", "other", "vtrain_single", "vtrain_multi", "cnn_dle", "cnn_lambda")
 # DS3Lab Decentralized_FM_alpha under tc-shaped links (validation/ds3lab.py): fitted half, held-out median target.
-DS3LAB_SETS = ("ds3lab_p2p", "ds3lab_gpt3xl_pipeline", "ds3lab_gpt3xl_parameter_server", "ds3lab_gpt3xl_megatron_dp")
+DS3LAB_SETS = ("ds3lab_p2p", "ds3lab_gpt3xl_pipeline", "ds3lab_gpt3xl_parameter_server", "ds3lab_gpt3xl_megatron_dp",
+               "ds3lab_gpt3xl_megatron_dp_p3_16xlarge")
 
 
 def register(subparsers) -> None:
