@@ -1,4 +1,4 @@
-"""A flow-level network on SimPy: transfers share ports by max-min fairness.
+"""A flow-level network: transfers share ports by max-min fairness.
 
 This module knows ports and bytes, nothing of GPUs. A *port* is a directional resource
 with a capacity in bytes/s (a GPU's NVLink transmit side, a NIC's receive side, ...).
@@ -18,7 +18,10 @@ handed to other flows, a simplification that is exact when the slowed flow has i
 to itself.
 
 The seam to the rest (ASTRA-sim style) is :meth:`FlowNetwork.transfer`; another network
-model with the same method can replace this one.
+model with the same method can replace this one. Time passes on a *clock*: the engine's own event
+loop (simulator/engine/engine.py), or a SimPy environment (wrapped in :class:`SimPyClock`; the
+reference engine, simulator/engine/simpy_engine.py). The clock gives ``now``, ``event()``,
+``succeed(event)`` and ``call_later(delay_s, fn, arg)``.
 """
 
 from __future__ import annotations
@@ -31,10 +34,32 @@ import simpy
 _EPS = 1e-12
 
 
+class SimPyClock:
+    """The clock interface over a SimPy environment: every call is the SimPy call it stands for, in
+    the same order (a timeout whose one callback is ``fn``), so both engines see the same events."""
+
+    def __init__(self, env: simpy.Environment):
+        self.env = env
+
+    @property
+    def now(self) -> float:
+        return self.env.now
+
+    def event(self) -> simpy.Event:
+        return self.env.event()
+
+    @staticmethod
+    def succeed(event: simpy.Event) -> None:
+        event.succeed()
+
+    def call_later(self, delay_s: float, fn: Callable, arg) -> None:
+        self.env.timeout(delay_s).callbacks.append(lambda _ev: fn(arg))
+
+
 @dataclass(eq=False)
 class _Flow:
     demands: dict[str, float]
-    done: simpy.Event
+    done: object  # the clock's event
     heaviest: float
     remaining: float = 1.0          # fraction of the bytes still to move
     rate: float = 0.0               # fraction per second
@@ -47,8 +72,8 @@ class FlowNetwork:
     """Shared ports with fair sharing. ``capacity(port)`` gives bytes/s of a port: a fixed
     value per port (it is asked once per port and remembered)."""
 
-    def __init__(self, env: simpy.Environment, capacity: Callable[[str], float]):
-        self.env = env
+    def __init__(self, clock, capacity: Callable[[str], float]):
+        self.clock = SimPyClock(clock) if isinstance(clock, simpy.Environment) else clock
         self._port_capacity = capacity
         self._capacities: dict[str, float] = {}
         self._flows_on_port: dict[str, int] = {}
@@ -60,16 +85,16 @@ class FlowNetwork:
         self._prepared: dict[int, tuple] = {}  # id(demands) -> (demands, its flow constants), see _prepare
 
     def transfer(self, demands: dict[str, float], latency_s: float = 0.0,
-                 factor: Callable[[], float] | None = None) -> simpy.Event:
+                 factor: Callable[[], float] | None = None):
         """Start a transfer: wait ``latency_s``, then move ``demands[port]`` bytes over each
         port at the fair rate (times ``factor()`` where given). Returns an event that fires
         when the last byte arrives."""
-        done = self.env.event()
+        done = self.clock.event()
         prepared = self._prepared.get(id(demands))
         if prepared is None or prepared[0] is not demands:
             prepared = self._prepared[id(demands)] = (demands, self._prepare(demands))
         if latency_s > 0:
-            self.env.timeout(latency_s).callbacks.append(lambda _ev: self._start(prepared[1], done, factor))
+            self.clock.call_later(latency_s, self._start_later, (prepared[1], done, factor))
         else:
             self._start(prepared[1], done, factor)
         return done
@@ -93,10 +118,13 @@ class FlowNetwork:
 
     # -- internals -------------------------------------------------------------------------
 
-    def _start(self, prepared, done: simpy.Event, factor: Callable[[], float] | None = None) -> None:
+    def _start_later(self, args) -> None:
+        self._start(*args)
+
+    def _start(self, prepared, done, factor: Callable[[], float] | None = None) -> None:
         demands, heaviest, weights, solo_rate = prepared
         if not demands:
-            done.succeed()
+            self.clock.succeed(done)
             return
         self._advance()
         flow = _Flow(demands, done, heaviest, weights=weights, factor=factor, solo_rate=solo_rate)
@@ -110,11 +138,12 @@ class FlowNetwork:
 
     def _advance(self) -> None:
         """Move every flow forward to now at its current rate."""
-        elapsed = self.env.now - self._last_update
+        now = self.clock.now
+        elapsed = now - self._last_update
         if elapsed > 0:
             for flow in self._flows:
                 flow.remaining -= flow.rate * elapsed
-        self._last_update = self.env.now
+        self._last_update = now
 
     def capacity(self, port: str) -> float:
         value = self._capacities.get(port)
@@ -181,8 +210,7 @@ class FlowNetwork:
         if not self._flows:
             return
         next_s = min(max(f.remaining, 0.0) / f.rate for f in self._flows)
-        version = self._version
-        self.env.timeout(next_s).callbacks.append(lambda _ev: self._on_timer(version))
+        self.clock.call_later(next_s, self._on_timer, self._version)
 
     def _on_timer(self, version: int) -> None:
         if version != self._version:
@@ -199,5 +227,5 @@ class FlowNetwork:
                     self._shared_ports.discard(port)
                 elif n == 0:
                     del self._flows_on_port[port]
-            flow.done.succeed()
+            self.clock.succeed(flow.done)
         self._reallocate()
