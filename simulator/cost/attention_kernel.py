@@ -11,11 +11,14 @@ given the chosen kernel as its ``attention``, so the compute model (simulator/co
 the provenance listing read one field whatever the choice.
 
 - ``auto``: the spec's default kernel (or the GEMM-curve fallback where it has none);
-- ``fa2`` / ``fa3``: that kernel; where the default is that kernel, the default. ``fa2`` on an
-  accelerator whose spec measured no FlashAttention-2 keeps the fallback pricing (FlashAttention-2
-  runs on every GPU with bf16 tensor cores: Ampere and later, and MI200/MI300 through ROCm's port),
-  which the run's provenance lists as assumed. ``fa3`` where the spec has no FlashAttention-3
-  kernel is a ConfigError (exit 2): it does not run there.
+- ``fa2`` / ``fa3`` / ``triton``: that kernel; where the default is that kernel, the default. ``fa2``
+  on an accelerator whose spec measured no FlashAttention-2 keeps the fallback pricing
+  (FlashAttention-2 runs on every GPU with bf16 tensor cores: Ampere and later, and MI200/MI300
+  through ROCm's port), which the run's provenance lists as assumed; ``triton`` (Triton
+  FlashAttention: the FlashAttention-2 paper's Triton kernel, fitted on its A100 rows, Dao 2023
+  Figs 4-6; llm-foundry's MPT ``attn_impl: triton`` runs a port of it) likewise: Triton compiles
+  for the same GPUs. ``fa3`` where the spec has no FlashAttention-3 kernel is a ConfigError
+  (exit 2): it does not run there.
 """
 
 from __future__ import annotations
@@ -23,7 +26,9 @@ from __future__ import annotations
 from hardware_specs.schema import Accelerator
 from simulator.errors import ConfigError
 
-KERNEL_NAMES = {"fa2": "FlashAttention-2", "fa3": "FlashAttention-3"}
+KERNEL_NAMES = {"fa2": "FlashAttention-2", "fa3": "FlashAttention-3", "triton": "FlashAttention Triton"}
+#: Kernels that run wherever a fused kernel does: where the spec measured none, the fallback pricing (assumed).
+PORTABLE = ("fa2", "triton")
 FIELD = "training.attention_kernel"
 
 
@@ -41,7 +46,7 @@ def with_attention_kernel(accelerator: Accelerator, kernel: str, attention: str,
         return accelerator
     if kernel in eff.attention_kernels:
         chosen = eff.attention_kernels[kernel]
-    elif kernel == "fa2":
+    elif kernel in PORTABLE:
         # runs wherever a fused kernel does; not measured here: the fallback pricing (assumed)
         chosen = None
     else:

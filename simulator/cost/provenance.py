@@ -66,7 +66,11 @@ def efficiency_provenance(scenario: Scenario) -> dict[str, str]:
     if eff.memory_kernels is not None:  # pooling / concatenation kernels by class (simulator/cost/memory_kernels.py)
         out["memory_kernels"] = eff.memory_kernels.fitted_on or ASSUMED
     clock = accel.sustained_clock
-    if clock is not None:  # listed only where measured (the GEMM curve fitted on it holds it)
+    if clock is None and eff.fitted_on is not None and "(sibling " in eff.fitted_on:
+        # the GEMM level came from a sibling die's runs at the sibling's power limit: that this part
+        # holds the same fraction of its own datasheet peak under its own limit is assumed
+        out["sustained_clock"] = ASSUMED
+    if clock is not None:  # listed where measured (the GEMM curve fitted on it holds it)
         precision = "bf16" if scenario.training.precision == "fp8" and "fp8" not in clock.under_load_mhz \
             else scenario.training.precision
         fraction = clock.clock_fraction(precision)
