@@ -129,6 +129,41 @@ def write(fits: dict[str, tuple[float, list[ModernCase]]]) -> list[Path]:
     return written
 
 
+PIPEDREAM_CONVS = Path(__file__).resolve().parent / "data" / "pipedream_resnext_convs.csv"
+CONV2D = re.compile(r"Conv2d\((\d+), (\d+), kernel_size=\((\d+), (\d+)\), stride=\((\d+), \d+\)"
+                    r"(?:, padding=\((\d+), \d+\))?(?:, groups=(\d+))?")
+
+
+def pipedream_conv_ratios(accelerator: str = "v100-sxm2-16g") -> dict[tuple[str, bool], float]:
+    """Median measured / simulated forward + backward time of PipeDream's fp32 convolution layers,
+    per (model, grouped), priced on ``accelerator`` in fp32 (CUDA cores). The GPU of the profiles is
+    not named, so only the grouped layers' ratio against the dense layers' ratio of the same profile
+    says something: equal when grouped convolutions are priced as well as dense ones. Each layer is
+    rebuilt from its ``Conv2d(...)`` text and output size (input side = output side x stride)."""
+    import pandas as pd
+
+    from hardware_specs.catalog import ACCELERATORS
+    from simulator.cost.compute import ComputeModel
+    from workloads.networks.builder import NetBuilder
+
+    model = ComputeModel(ACCELERATORS.get(accelerator), "fp32")
+    by: dict[tuple[str, bool], list[float]] = {}
+    for row in pd.read_csv(PIPEDREAM_CONVS).itertuples():
+        m = CONV2D.match(row.node_desc)
+        if m is None:
+            raise ValueError(f"unparsed layer {row.node_desc!r}")
+        c_in, c_out, kh, kw, stride = (int(m[i]) for i in range(1, 6))
+        padding, groups = int(m[6] or 0), int(m[7] or 1)
+        side = round((row.activation_size_bytes_total / 4 / row.batch / c_out) ** 0.5) * stride
+        net = NetBuilder(row.model, int(row.batch), 4)
+        x = net._new((c_in, side, side), "previous")
+        net.conv2d("conv", x, c_out, (kh, kw), stride, padding, groups)
+        layer = net.layers[-1]
+        simulated_ms = 1e3 * model.ops_time_s((*layer.forward, *layer.backward))
+        by.setdefault((row.model, groups > 1), []).append((row.forward_time_ms + row.backward_time_ms) / simulated_ms)
+    return {key: statistics.median(values) for key, values in by.items()}
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m validation.calibrate_direct_conv", description=__doc__.split("\n\n")[0])
     parser.add_argument("--write", action="store_true", help="write the direct_conv block into the accelerator specs")
@@ -143,6 +178,9 @@ def main(argv: list[str] | None = None) -> int:
         for case, ratio in zip(cases, fitted, strict=True):
             print(f"  row {case.row:>4} {case.label[:84]:<84} error {100 * (ratio - 1):+6.1f}%")
         print(block(fraction, cases))
+    print("PipeDream fp32 convolutions, median measured/simulated on v100-sxm2-16g (grouped vs dense layers):")
+    for (name, grouped), ratio in sorted(pipedream_conv_ratios().items()):
+        print(f"  {name:<11} {'grouped' if grouped else 'dense':<8} {ratio:.2f}")
     if args.write:
         for path in write(fits):
             print(f"wrote {path}")

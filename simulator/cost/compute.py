@@ -149,7 +149,8 @@ class ComputeModel:
         if is_grouped(op):  # grouped / depthwise: not one dense implicit GEMM (simulator/cost/conv.py)
             dense_s = self._conv_time(op) if self.conv_model is not None else self._time(
                 "gemm", op.flops, op.bytes_moved, op.m, op.n, op.k, op.batch)
-            return grouped_conv_time_s(op, dense_s, self.cuda_core_flops, self.direct_conv_bw, self.launch_s)
+            return grouped_conv_time_s(op, dense_s, self.cuda_core_flops, self.direct_conv_bw, self.launch_s,
+                                       on_cuda_cores=self.gemm_key == "fp32")
         if op.conv is not None and op.kind == "gemm" and self.conv_model is not None:
             return self._conv_time(op)
         if op.kind == "memory" and self.memory_kernels:

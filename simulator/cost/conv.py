@@ -75,10 +75,18 @@ def direct_conv_time_s(op: Op, cuda_core_flops_per_s: float, memory_bytes_per_s:
 
 
 def grouped_conv_time_s(op: Op, tensor_core_s: float, cuda_core_flops_per_s: float, memory_bytes_per_s: float,
-                        launch_s: float) -> float:
-    """The faster of the grouped implicit GEMM on the tensor cores (``tensor_core_s``, priced at the
-    per-group shape) and the direct CUDA-core kernel (see the module docstring); a depthwise pass
-    always runs the direct kernel (:func:`is_depthwise`)."""
+                        launch_s: float, on_cuda_cores: bool = False) -> float:
+    """The faster of the grouped implicit GEMM (``tensor_core_s``, priced at the per-group shape) and
+    the direct CUDA-core kernel (see the module docstring); a depthwise pass always runs the direct
+    kernel (:func:`is_depthwise`). ``on_cuda_cores`` (fp32 without TF32: no tensor cores): the grouped
+    GEMM is a loop of small per-group GEMMs that moves the tensors no faster than the direct kernel,
+    so the pass takes at least its traffic at the direct kernel's bandwidth. PipeDream's fp32
+    per-layer profiles of ResNeXt-50/101 32x4d show it (validation/data/pipedream_resnext_convs.csv,
+    tests/test_cnn_sets.py): their grouped 3x3 layers take 2.3-4.7x the per-group GEMM price where
+    the same profiles' dense convolutions take 1.2-1.6x; with the traffic floor, 1.1-1.5x."""
+    direct_s = direct_conv_time_s(op, cuda_core_flops_per_s, memory_bytes_per_s, launch_s)
     if is_depthwise(op):
-        return direct_conv_time_s(op, cuda_core_flops_per_s, memory_bytes_per_s, launch_s)
-    return min(tensor_core_s, direct_conv_time_s(op, cuda_core_flops_per_s, memory_bytes_per_s, launch_s))
+        return direct_s
+    if on_cuda_cores:
+        return max(min(tensor_core_s, direct_s), op.bytes_moved / memory_bytes_per_s + launch_s)
+    return min(tensor_core_s, direct_s)

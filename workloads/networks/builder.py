@@ -271,15 +271,19 @@ class NetBuilder:
 
     def scale(self, name: str, x: Tensor, gate: Tensor) -> Tensor:
         """``x * gate`` with a per-channel gate of shape (C, 1, 1) broadcast over H×W (the excitation
-        of a squeeze-and-excitation block, Hu et al. 2018, Eq. 4): reads both, writes one; backward
-        reads dy, x and the gate, writes dx and reduces dy·x over H×W into the gate's gradient.
+        of a squeeze-and-excitation block, Hu et al. 2018, Eq. 4): reads both, writes one. Backward as
+        autograd runs it (``derivatives.yaml`` ``mul.Tensor``, then ``sum_to_size`` for the broadcast
+        operand): dx = dy·gate (reads dy and the gate, writes dx), dy·x at full size (reads two,
+        writes one), its sum over H×W into the gate's gradient (reads one, writes the gate), and the
+        sum of x's two gradients (this one and the squeeze pool's broadcast one: x feeds both), one
+        in-place add (reads two, writes one): 9 full-size passes and 2 of the gate.
         Saves both operands (autograd's ``mul`` saves self and other)."""
         if gate.shape != (x.shape[0], 1, 1):
             raise ConfigError(f"model.layers.{name}", f"scales {list(x.shape)} by {list(gate.shape)}")
         n, g = self.batch * x.numel, self.batch * gate.numel
         out = self._new(x.shape, name)
         return self._layer(name, "other", [x, gate], out, [self._memory_op(f"{name}.mul", 2 * n + g, 1, 0)],
-                           [self._memory_op(f"{name}.mul.grad", 3 * n + 2 * g, 1, 0)], 0,
+                           [self._memory_op(f"{name}.mul.grad", 9 * n + 2 * g, 1, 0)], 0,
                            self._save(x) + self._save(gate), frozenset({"batch", "channels", "spatial"}))
 
     def concat(self, name: str, parts: list[Tensor], dim: int = 0) -> Tensor:
