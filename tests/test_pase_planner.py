@@ -7,12 +7,15 @@ the paper's range (up to 1.85x on the 1080 Ti cluster, up to 4x on the 2080 Ti o
 from __future__ import annotations
 
 import math
+from pathlib import Path
 
 import pytest
+import yaml
 
 from simulator.errors import ConfigError
 from simulator.explore.planners import get_planner
-from simulator.explore.planners.pase import factorizations, strategy_block
+from simulator.explore.planners.pase import factorizations, gradient_weights, strategy_block
+from simulator.explore.sweep import absolutize
 from simulator.strategies.per_layer.config import Split
 
 PAPER_MAX_SPEEDUP = {"gtx1080ti-server-8": 1.85, "rtx2080ti-server-8": 4.0}
@@ -76,3 +79,42 @@ def test_factorizations_and_strategy_block():
     splits = [Split(batch=4)] * 3 + [Split(channels=4)] * 2 + [Split(batch=4), Split(reduction=4)]
     assert strategy_block(splits) == {"kind": "per_layer", "default": {"batch": 4}, "layers": [
         {"range": [3, 4], "split": {"channels": 4}}, {"range": [6, 6], "split": {"reduction": 4}}]}
+
+
+RESNET_8XA100 = Path(__file__).resolve().parents[1] / "examples" / "resnet50-domain-parallel-8xa100.yaml"
+
+
+@pytest.fixture(scope="module")
+def resnet_plan():
+    raw = absolutize(yaml.safe_load(RESNET_8XA100.read_text()), RESNET_8XA100.parent)
+    return get_planner("pase").run(raw, {})
+
+
+def test_the_returned_plan_is_never_slower_than_pure_data_parallelism(resnet_plan):
+    """ResNet-50 on 8 A100s (examples/resnet50-domain-parallel-8xa100.yaml): PaSE's own objective
+    (gradient weight 1) proposes a plan that simulates slower than pure data parallelism (0.939x:
+    it trades mostly hidden gradient all-reduce for reshards on the critical path); the planner
+    simulates every proposal and pure data parallelism and returns the fastest, and says so."""
+    d = resnet_plan.details
+    own = next(p for p in d["proposals"] if p["gradient_weight"] == 1.0)
+    assert own["step_time_s"] > d["data_parallel_step_s"]  # the objective's plan loses in simulation ...
+    assert d["pase_objective_speedup"] == pytest.approx(d["data_parallel_step_s"] / own["step_time_s"])
+    assert resnet_plan.step_time_s <= d["data_parallel_step_s"]  # ... and is not returned
+    assert resnet_plan.step_time_s == min(p["step_time_s"] for p in d["proposals"] if p["fits"])
+    assert d["chosen_gradient_weight"] != 1.0
+    assert any(line.startswith("PaSE's own plan (weight 1, its paper's objective) simulates to") for line in resnet_plan.notes)
+    assert [p["gradient_weight"] for p in d["proposals"]] == [1.0, 0.5, 0.25, 0.0]
+    assert all(p["objective_s"] <= own["objective_s"] + 1e-15 for p in d["proposals"])  # smaller weight, smaller objective
+
+
+@pytest.mark.parametrize(("value", "expected"), [("1", (1.0,)), ("0,1,0.5,1", (1.0, 0.5, 0.0)), ([0.25], (0.25,))])
+def test_gradient_weights_option(value, expected):
+    assert gradient_weights({"gradient_weights": value}) == expected
+    assert gradient_weights({}) == (1.0, 0.5, 0.25, 0.0)
+
+
+@pytest.mark.parametrize("value", ["2", "-0.5", "a", "1,,0", True])
+def test_bad_gradient_weights_name_the_option(value):
+    with pytest.raises(ConfigError) as err:
+        gradient_weights({"gradient_weights": value})
+    assert err.value.field == "--option gradient_weights"
