@@ -261,7 +261,7 @@ class Scenario:
             sequence_parallel=par.sequence_parallel, precision=tr.precision,
             flash_attention=tr.attention == "flash", ep=par.ep, moe_load_imbalance=par.moe_load_imbalance,
             cp_comm=par.cp_comm, cp_load_balance=par.cp_load_balance, tp_comm_overlap=par.tp_comm_overlap,
-            unfused_eager_kernels=tr.unfused_eager_kernels)
+            tp_overlap=par.tp_overlap, unfused_eager_kernels=tr.unfused_eager_kernels)
 
     def layer_graph(self) -> LayerGraph:
         """The model's layer graph for one micro-batch on one rank (the one description memory,

@@ -40,12 +40,6 @@ UNMET: dict[str, str] = {
     "other": "held-out median |error| 10.3% (target 10%), max 24.3% (met): NeMo AutoModel's Qwen3 MoE 30B row "
              "(FSDP 8 x EP 8, row 6, representable since head_dim) is -18.8% and predicted out of memory (83.3 of "
              "78 GiB usable under full recompute); without it 9.1%. The H100 rows: median 16.8%",
-    "torchtitan": "held-out median |error| 9.0% (target 10%: met; was 10.1%), max 27.4% (target 25%; was 44.4%): "
-                  "Llama 3 8B tp 8 bf16 +20.3% and, with AsyncTP, +27.4% (the data's TP-8 step runs 29% below its "
-                  "FSDP-only step, the simulator's 12%: torchtitan's per-op SAC re-runs every second matmul and the "
-                  "TP all-gathers, simulated as attention-core recompute; the simulated AsyncTP gain is 1.16 vs 1.10 "
-                  "measured). MI300X float8 +43/+44% -> +0.3/+1.4% (attention factor fitted on its bf16 and float8 fit "
-                  "rows); the 405B FSDP 16 x TP 8 rows -21/-29% -> -5.5/-8.7% after the ZeRO-3 prefetch fix",
     "llmfoundry": "held-out median |error| 3.7% (target 10%: met), max 37.1% (target 25%): A100 80 GB MPT-30b s8192 "
                   "+37.1% (its s4096 fit twin +2.4%: measured 574 vs 814 tok/s, simulated 787 vs 833; H100's 8K twin, "
                   "fit half, +21.6%) and MPT-760m at s512/s1024 +32/+26%; H100 max 16.1%. Not the attention kernel: "

@@ -59,7 +59,10 @@ class Op:
     is the payload per rank and ``group`` names the communicator ("tp", "cp", "ep").
     ``recompute_class`` marks what selective recompute re-runs: "attention_core" (Korthikanti
     2022), and for MLA models also "selective" (the norms and MLA up-projections that
-    DeepSeek-V3 recomputes, arXiv:2412.19437 Sec. 3.2.3).
+    DeepSeek-V3 recomputes, arXiv:2412.19437 Sec. 3.2.3). ``op_sac_share``: the share of the op
+    that per-operation selective checkpointing re-runs (``recompute: selective_op``, torchtitan's
+    policy; :func:`op_sac_recompute`): 1 for the whole op, a fraction for a fused GEMM of which
+    only some projections are recomputed, 0 (default) for an op whose output is saved or unused.
     """
 
     name: str
@@ -82,6 +85,7 @@ class Op:
     overlap_knob: str = ""                     # which switch turns ``overlaps_next`` on ("tp_comm"; else by group)
     measured_s: float | None = None            # a profiled time that replaces the roofline (per-layer profiles)
     conv: tuple[str, int, int, int] | None = None  # a convolution pass: (fwd|dgrad|wgrad, kh, kw, stride)
+    op_sac_share: float = 0.0                  # share re-run under recompute: selective_op (see above)
 
     @property
     def gflop_per_gemm(self) -> float:
@@ -104,6 +108,7 @@ class ShardShape:
     cp_comm: str = "ring"          # "ring" | "all_gather"
     cp_load_balance: bool = True
     tp_comm_overlap: bool = False  # userbuffers-style TP all-gather / reduce-scatter pipelined with GEMMs
+    tp_overlap: str = "userbuffers"  # how: "userbuffers" (beside the whole GEMM) | "async_tp" (tp chunks)
     unfused_eager_kernels: bool = False  # bias gradients as separate reductions (TrainingSpec)
 
     @property
@@ -158,12 +163,52 @@ class LayerWork:
 
     def recompute_ops(self, recompute: str) -> tuple[Op, ...]:
         """Ops re-run before the backward: all of forward (full), the attention core (selective;
-        with MLA also the norms and up-projections)."""
-        if recompute == "full":
-            return self.forward
-        if recompute == "selective":
-            return tuple(op for op in self.forward if op.recompute_class in ("attention_core", "selective"))
-        return ()
+        with MLA also the norms and up-projections), torchtitan's per-op policy (selective_op)."""
+        return recompute_ops_of(self.forward, recompute)
+
+
+def recompute_ops_of(forward: tuple[Op, ...], recompute: str) -> tuple[Op, ...]:
+    """The ops of ``forward`` re-run before the backward under ``recompute`` (see
+    :meth:`LayerWork.recompute_ops`)."""
+    if recompute == "full":
+        return forward
+    if recompute == "selective":
+        return tuple(op for op in forward if op.recompute_class in ("attention_core", "selective"))
+    if recompute == "selective_op":
+        return op_sac_recompute(forward)
+    return ()
+
+
+def op_sac_recompute(forward: tuple[Op, ...]) -> tuple[Op, ...]:
+    """What torchtitan's per-operation selective activation checkpointing re-runs before a block's
+    backward (``recompute: selective_op``; torchtitan ``activation_checkpoint.mode = "selective"``,
+    ``selective_ac_option = "op"``, torchtitan/distributed/activation_checkpoint.py).
+
+    The policy saves the outputs of the ops in its save list — ``aten.mm``, SDPA's flash and
+    memory-efficient attention, the TP ``reduce_scatter`` and ``aten.max`` (the float8 amax) —
+    except every second ``mm`` of the block (counted in forward order), and marks everything else
+    for recompute. torch.compile's partitioner then re-runs only what the backward needs (the rows
+    this mode was made for are compiled). For a Llama block (separate wq, wk, wv, wo, w1, w3, w2:
+    mm 1..7) that is: the norms and the residual add before the second norm; both TP all-gathers
+    (not in the save list: re-run under TP); wk (mm 2, K feeds the attention backward) and w3
+    (mm 6, its output feeds the SwiGLU backward) and the SwiGLU product; not wo (mm 4) nor w2 (its
+    outputs only feed a residual sum and a reduce-scatter, which the backward does not need).
+    The attention (saved), q, v, w1 and the reduce-scatters' outputs are kept
+    (workloads/transformer_graph.py counts their bytes). The simulator fuses wq/wk/wv into one
+    ``qkv`` GEMM and w1/w3 into ``fc1``: their recomputed part is the same GEMM with ``n`` cut to
+    the share (``Op.op_sac_share``)."""
+    out: list[Op] = []
+    for op in forward:
+        share = op.op_sac_share
+        if share <= 0:
+            continue
+        if share < 1 and op.kind == "gemm":
+            n = max(1, round(op.n * share))
+            per_element = op.bytes_moved / (op.m * op.k + op.k * op.n + op.m * op.n)  # bytes x batch
+            op = replace(op, name=f"{op.name}.op_sac", n=n, flops=op.flops * n / op.n,
+                         bytes_moved=float(per_element * (op.m * op.k + op.k * n + op.m * n)))
+        out.append(op)
+    return tuple(out)
 
 
 def _gemm(name: str, m: int, n: int, k: int, elem: int, batch: int = 1, kind: OpKind = "gemm",
@@ -311,6 +356,8 @@ def layer_work(model: TransformerSpec, shard: ShardShape, layer_index: int = 0) 
 
     if shard.flash_attention:
         fwd = [replace(op, executed_fraction=shard.causal_fraction) if op.kind == "attention" else op for op in fwd]
+    if model.mla is None and not moe_layer:
+        fwd = _mark_op_sac(fwd, heads, kv, model.gated_mlp)
     bwd: list[Op] = []
     for op in reversed(fwd):
         bwd += _backward_of(op)
@@ -319,11 +366,38 @@ def layer_work(model: TransformerSpec, shard: ShardShape, layer_index: int = 0) 
     if shard.cp > 1:
         bwd = _cp_comm_before_attention(bwd)
     if shard.tp_comm_overlap and t > 1 and shard.sequence_parallel:
-        fwd, bwd = _userbuffers_overlap(fwd), _userbuffers_overlap(bwd)
+        pipelined = shard.tp_overlap == "async_tp"
+        fwd, bwd = _tp_overlap(fwd, t, pipelined), _tp_overlap(bwd, t, pipelined)
     return LayerWork(tuple(fwd), tuple(bwd), params=layer_params(model, moe_layer).total)
 
 
 BIASED_LINEARS = ("qkv", "attn_out", "fc1", "fc2")  # a layer's linears that carry a bias with linear_bias
+
+#: Ops of a dense block that torchtitan's per-op selective checkpointing re-runs whole (its policy and
+#: what the backward needs: :func:`op_sac_recompute`): the norms, the residual add that feeds the second
+#: norm, the activation, the per-head q/k norms, the materialised attention core (SDPA's math path is
+#: not in the save list), the TP all-gathers.
+_OP_SAC_WHOLE = frozenset({"ln1", "ln2", "dropout_residual1", "swiglu", "gelu", "qk_norm",
+                           "attn_scores", "softmax_dropout", "attn_values",
+                           "attn_in.all_gather", "mlp_in.all_gather"})
+
+
+def _mark_op_sac(fwd: list[Op], heads: int, kv: int, gated: bool) -> list[Op]:
+    """Mark what ``recompute: selective_op`` re-runs in a dense (GQA/MHA) block: the ops of
+    :data:`_OP_SAC_WHOLE`, the K projection of the fused ``qkv`` GEMM (wk, the policy's second mm:
+    kv of heads + 2·kv output heads) and, with a gated MLP, w3's half of ``fc1`` (the sixth mm; a
+    plain MLP's fc1 is the fifth and is saved)."""
+    out: list[Op] = []
+    for op in fwd:
+        share = 0.0
+        if op.name in _OP_SAC_WHOLE:
+            share = 1.0
+        elif op.name == "qkv":
+            share = kv / (heads + 2 * kv)
+        elif op.name == "fc1" and gated:
+            share = 0.5
+        out.append(replace(op, op_sac_share=share) if share else op)
+    return out
 
 
 def _with_bias_grads(bwd: list[Op], elem: int, biased: tuple[str, ...]) -> list[Op]:
@@ -430,27 +504,78 @@ def _moe_block(model: TransformerSpec, shard: ShardShape, routed_tokens: int) ->
     return ops
 
 
-def _userbuffers_overlap(ops: list[Op]) -> list[Op]:
-    """Transformer Engine's userbuffers TP overlap (``--tp-comm-overlap``, with sequence
-    parallelism): a TP all-gather feeding a GEMM and a TP reduce-scatter of a GEMM's output are
-    split into chunks pipelined with that GEMM (ring exchange or split pipelined). Modelled as
-    the collective running beside its GEMM (``overlaps_next``; a reduce-scatter is moved ahead
-    of the GEMM whose output it reduces), so the pair takes max(t_comm, t_gemm) plus the
-    overlapped kernel's slowdown. Approximation: the first (all-gather) or last
-    (reduce-scatter) chunk that cannot overlap, ~1/tp of the shorter one, is not counted."""
-    out = list(ops)
+def _tp_overlap(ops: list[Op], tp: int, pipelined: bool) -> list[Op]:
+    """TP overlap (``tp_comm_overlap``, with sequence parallelism): a TP all-gather feeding a GEMM
+    and a TP reduce-scatter of a GEMM's output run beside that GEMM (``overlaps_next``; a
+    reduce-scatter is moved ahead of the GEMM whose output it reduces).
+
+    ``tp_overlap: userbuffers`` (Transformer Engine's ``--tp-comm-overlap``: split pipelined / ring
+    exchange with its own chunk counts and SM-based reduction): the collective beside the whole
+    GEMM, the pair taking max(t_comm, t_gemm) plus the overlapped kernel's slowdown.
+    Approximation: the chunk that cannot overlap is not counted.
+
+    ``tp_overlap: async_tp`` (PyTorch AsyncTP, torchtitan ``enable_async_tensor_parallel``:
+    ``fused_all_gather_matmul`` / ``fused_matmul_reduce_scatter`` of
+    torch.distributed._symmetric_memory, ``_pipelined_all_gather_and_consume`` and
+    ``_pipelined_produce_and_all2all``, copy-engine transfers): the GEMM is decomposed into ``tp``
+    chunks, one per rank's shard of the tokens, each chunk's GEMM running as its shard arrives
+    (all-gather) or before its partial result leaves (reduce-scatter):
+
+    - the GEMM becomes ``tp`` GEMMs of m/tp rows (``batch`` x tp: smaller GEMMs sit lower on the
+      efficiency curve);
+    - all-gather: the local shard's chunk runs first, then the other tp - 1 chunks, each as its
+      shard lands: ``[all-gather ‖ tp-1 chunks] -> last chunk``, i.e. max(t_comm + g, tp·g) for
+      chunk time g (the last shard's GEMM cannot overlap);
+    - reduce-scatter: the chunks for the other ranks first, each pushed as it is done, the local
+      chunk last: ``first chunk -> [reduce-scatter ‖ tp-1 chunks]``, i.e. max(g + t_comm, tp·g)
+      (the first chunk has nothing to hide behind), then the sum of the tp partial chunks that
+      landed (a memory-bound kernel reading the GEMM's whole output and writing its 1/tp share:
+      the reduce-scatter's arithmetic, done by a kernel after the all-to-all).
+    A GEMM whose rows do not split into tp chunks keeps the plain pairing."""
+    out: list[Op] = []
     i = 0
-    while i < len(out):
-        op = out[i]
-        if op.kind == "collective" and op.group == "tp" and not op.overlaps_next:
-            nxt = out[i + 1] if i + 1 < len(out) else None
-            prev = out[i - 1] if i > 0 else None
-            if op.collective == "all_gather" and nxt is not None and nxt.kind == "gemm":
-                out[i] = replace(op, overlaps_next=True, overlap_knob="tp_comm")
-            elif op.collective == "reduce_scatter" and prev is not None and prev.kind == "gemm":
-                out[i - 1], out[i] = replace(op, overlaps_next=True, overlap_knob="tp_comm"), prev
+    while i < len(ops):
+        op = ops[i]
+        nxt = ops[i + 1] if i + 1 < len(ops) else None
+        tp_comm = op.kind == "collective" and op.group == "tp" and not op.overlaps_next
+        paired = replace(op, overlaps_next=True, overlap_knob="tp_comm")
+        if tp_comm and op.collective == "all_gather" and nxt is not None and nxt.kind == "gemm":
+            chunks = _tp_chunks(nxt, tp) if pipelined else None
+            out += [paired, chunks[1], chunks[0]] if chunks else [paired, nxt]
+            i += 2
+            continue
+        if tp_comm and op.collective == "reduce_scatter" and out and out[-1].kind == "gemm":
+            producer = out.pop()
+            chunks = _tp_chunks(producer, tp) if pipelined else None
+            if chunks:
+                out += [chunks[0], paired, chunks[1], _partial_sum(producer, tp)]
+            else:
+                out += [paired, producer]
+            i += 1
+            continue
+        out.append(op)
         i += 1
     return out
+
+
+def _tp_chunks(gemm: Op, tp: int) -> tuple[Op, Op] | None:
+    """(one chunk, the other tp - 1 chunks) of a GEMM split by rows into tp chunks; None when its
+    rows do not split evenly. The byte count is split in the same shares (each chunk reads the
+    whole weight: counted once, an approximation)."""
+    if tp < 2 or gemm.m % tp:
+        return None
+    m = gemm.m // tp
+    one = replace(gemm, name=f"{gemm.name}.tp_chunk", m=m, flops=gemm.flops / tp, bytes_moved=gemm.bytes_moved / tp)
+    rest = replace(gemm, name=f"{gemm.name}.tp_chunks", m=m, batch=gemm.batch * (tp - 1),
+                   flops=gemm.flops * (tp - 1) / tp, bytes_moved=gemm.bytes_moved * (tp - 1) / tp)
+    return one, rest
+
+
+def _partial_sum(gemm: Op, tp: int) -> Op:
+    """The sum of the tp partial output chunks a pipelined reduce-scatter leaves on each rank:
+    reads the GEMM's m x n output (tp chunks of m/tp rows), writes one chunk."""
+    out_bytes = gemm.bytes_moved / (gemm.m * gemm.k + gemm.k * gemm.n + gemm.m * gemm.n) * gemm.m * gemm.n
+    return Op(f"{gemm.name}.tp_partial_sum", "memory", 0.0, out_bytes * (1 + 1 / tp))
 
 
 def _cp_comm_before_attention(bwd: list[Op]) -> list[Op]:

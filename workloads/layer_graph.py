@@ -11,7 +11,9 @@ for one micro-batch on one rank after a layout's shard (a transformer builder ta
   experts, sharded over the expert-parallel group and reduced over the expert-data-parallel one);
 - ``saved_bytes``: the activation bytes it keeps for its backward (per micro-batch) without
   recompute; ``saved_bytes_selective`` what it keeps under selective recompute (the attention
-  core and, for MLA, the norms and up-projections dropped; None: nothing selective to drop) and
+  core and, for MLA, the norms and up-projections dropped; None: nothing selective to drop),
+  ``saved_bytes_selective_op`` what it keeps under torchtitan's per-op selective checkpointing
+  (None: everything, the policy is stated for transformer blocks only) and
   ``checkpoint_bytes`` what it keeps under full recompute (its input; None: the output bytes of
   its inputs). :meth:`Layer.kept_bytes` picks one by recompute mode;
 - ``output_bytes``: the bytes it hands to each consumer (what a pipeline sends across a stage
@@ -46,7 +48,7 @@ from dataclasses import dataclass, field
 from typing import Literal
 
 from simulator.errors import ConfigError
-from workloads.graph import Op
+from workloads.graph import Op, recompute_ops_of
 
 SplitDim = Literal["batch", "channels", "heads", "reduction", "spatial", "sequence", "experts"]
 SPLIT_DIMS: frozenset[str] = frozenset(SplitDim.__args__)
@@ -75,6 +77,7 @@ class Layer:
     output_bytes: float = 0.0
     expert_params: float = 0.0
     saved_bytes_selective: float | None = None
+    saved_bytes_selective_op: float | None = None  # kept under recompute: selective_op (None: all of saved)
     checkpoint_bytes: float | None = None
     inputs: tuple[str, ...] = ()
     splittable: frozenset[str] = frozenset({"batch"})
@@ -94,22 +97,21 @@ class Layer:
 
     def kept_bytes(self, recompute: str, input_bytes: float = 0.0) -> float:
         """Activation bytes the layer keeps for its backward under ``recompute`` ("none",
-        "selective", "full"); ``input_bytes``: what its inputs hand it (the full-recompute
-        checkpoint when the layer states none)."""
+        "selective", "selective_op", "full"); ``input_bytes``: what its inputs hand it (the
+        full-recompute checkpoint when the layer states none)."""
         if recompute == "full":
             return self.checkpoint_bytes if self.checkpoint_bytes is not None else min(self.saved_bytes, input_bytes)
         if recompute == "selective" and self.saved_bytes_selective is not None:
             return self.saved_bytes_selective
+        if recompute == "selective_op" and self.saved_bytes_selective_op is not None:
+            return self.saved_bytes_selective_op
         return self.saved_bytes
 
     def recompute_ops(self, recompute: str) -> tuple[Op, ...]:
         """Ops re-run before the backward: the whole forward (full), the ops marked for selective
-        recompute (the attention core; with MLA also the norms and up-projections)."""
-        if recompute == "full":
-            return self.forward
-        if recompute == "selective":
-            return tuple(op for op in self.forward if op.recompute_class in ("attention_core", "selective"))
-        return ()
+        recompute (the attention core; with MLA also the norms and up-projections), torchtitan's
+        per-op policy (selective_op: workloads.graph.op_sac_recompute)."""
+        return recompute_ops_of(self.forward, recompute)
 
 
 @dataclass(frozen=True)

@@ -13,7 +13,8 @@ once, what each layer holds and keeps:
   which recompute drops them: selective recompute drops the attention core (Korthikanti et al.
   2022, arXiv:2205.05198 Sec. 4) and for MLA also the norms' outputs and the up-projections
   (DeepSeek-V3, arXiv:2412.19437 Sec. 3.2.3); full recompute keeps the layer input only;
-  FlashAttention never stores the s x s core. Korthikanti's closed forms
+  FlashAttention never stores the s x s core; torchtitan's per-op selective checkpointing
+  (``recompute: selective_op``) keeps the shares :func:`block_saved_tensors` states. Korthikanti's closed forms
   (``simulator.memory.analytic.activation_bytes_per_layer``) are the test oracle;
 - the first stage's embedding-dropout mask and the last stage's norm/head inputs and logits.
 
@@ -46,12 +47,14 @@ TENSOR_PARALLEL_KINDS = frozenset({"embedding", "transformer_block", "lm_head"})
 
 @dataclass(frozen=True)
 class SavedTensor:
-    """One activation a layer keeps for its backward: its bytes per micro-batch on one rank and
-    whether selective recompute drops it (re-creating it in the backward)."""
+    """One activation a layer keeps for its backward: its bytes per micro-batch on one rank,
+    whether selective recompute drops it (re-creating it in the backward) and the share of it
+    that per-op selective checkpointing keeps (``recompute: selective_op``)."""
 
     name: str
     nbytes: float
     selective_drops: bool = False
+    op_sac_kept: float = 1.0   # share kept under torchtitan's per-op selective checkpointing (selective_op)
 
 
 def kv_heads_per_rank(model: TransformerSpec, tp: int) -> int:
@@ -153,18 +156,25 @@ def block_saved_tensors(model: TransformerSpec, shard: ShardShape, moe_layer: bo
     core_bytes = (e + m + (e if dropout else 0.0)) * heads_rank * s * s * shard.micro_batch
     masks = [SavedTensor("attn_dropout_mask", m * sb * h / sp_div), SavedTensor("mlp_dropout_mask", m * sb * h / sp_div)]
     if model.mla is None:
+        # per-op selective checkpointing (workloads.graph.op_sac_recompute) keeps the block input, the
+        # residual sum after attention (as the saved reduce-scatter output it is recomputed from), q and
+        # v (mm 1 and 3: half of k_v under GQA's equal K and V), the attention output, w1's half of a
+        # gated FC1 output (a plain FC1's whole output, mm 5), the masks; the norm outputs (QKV and FC1
+        # inputs), K, w3's half, the FC2 input and a materialised core are recomputed
         d, g = model.head_dim, kv_heads_per_rank(model, t)
-        tensors = [SavedTensor(name, e * sb * h / sp_div) for name in ("ln1_input", "qkv_input", "ln2_input",
-                                                                       "fc1_input")]
+        tensors = [SavedTensor(name, e * sb * h / sp_div, op_sac_kept=kept)
+                   for name, kept in (("ln1_input", 1.0), ("qkv_input", 0.0), ("ln2_input", 1.0), ("fc1_input", 0.0))]
         tensors += masks
         width = model.attention_width  # heads x head_dim (= h unless the head width is decoupled)
-        tensors += [SavedTensor("q", e * sb * width / t), SavedTensor("k_v", 2 * e * sb * d * g),
+        tensors += [SavedTensor("q", e * sb * width / t), SavedTensor("k_v", 2 * e * sb * d * g, op_sac_kept=0.5),
                     SavedTensor("attn_out_input", e * sb * width / t)]
         if model.qk_norm:  # the q and k norms keep their inputs too (Qwen3; Megatron qk_layernorm)
-            tensors.append(SavedTensor("qk_norm_input", e * sb * (width / t + d * g)))
-        tensors += mlp
+            tensors.append(SavedTensor("qk_norm_input", e * sb * (width / t + d * g),
+                                       op_sac_kept=(width / t) / (width / t + d * g)))
+        tensors += [SavedTensor("fc1_output", mlp[0].nbytes, op_sac_kept=0.5 if model.gated_mlp else 1.0),
+                    SavedTensor("fc2_input", mlp[1].nbytes, op_sac_kept=0.0)]
         if not shard.flash_attention:
-            tensors.append(SavedTensor("attention_core", core_bytes, selective_drops=True))
+            tensors.append(SavedTensor("attention_core", core_bytes, selective_drops=True, op_sac_kept=0.0))
         return tuple(tensors)
     mla = model.mla
     latents = (mla.q_lora_rank or 0) + mla.kv_lora_rank
@@ -187,8 +197,10 @@ def _layer(name: str, kind: str, work: LayerWork, params: float, expert: float, 
            checkpoint: float | None, output_bytes: float, inputs: tuple[str, ...], splittable: frozenset[str],
            ) -> Layer:
     total = sum(x.nbytes for x in saved)
+    op_sac = sum(x.nbytes * x.op_sac_kept for x in saved) if kind == "transformer_block" else None
     return Layer(name, kind, work.forward, work.backward, params=params, expert_params=expert, saved_bytes=total,
                  saved_bytes_selective=total - sum(x.nbytes for x in saved if x.selective_drops),
+                 saved_bytes_selective_op=op_sac,
                  checkpoint_bytes=checkpoint, output_bytes=output_bytes, inputs=inputs, splittable=splittable)
 
 

@@ -515,8 +515,11 @@ def _stage_layers(scenario, stage: int):
 
 def recompute_working_bytes(scenario, stage: int) -> float:
     """Rematerialisation working set of ``stage``: the backward re-creates one layer's activations
-    (full) or one attention core (selective) on top of the stored checkpoints; the largest over the
-    stage's layers (0 without recompute)."""
+    (full), one attention core (selective) or what per-op selective checkpointing dropped
+    (selective_op: the norm outputs, K, w3's output, the FC2 input) on top of the stored
+    checkpoints; the largest over the stage's layers (0 without recompute). Approximation: under
+    sequence parallelism the re-gathered norm outputs count ÷t (Megatron's accounting) though
+    torchtitan re-gathers them whole."""
     recompute = scenario.parallelism.recompute
     graph, layers = _stage_layers(scenario, stage)
     if recompute == "none" or not layers:

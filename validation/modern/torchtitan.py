@@ -6,12 +6,16 @@ tensorwise or rowwise recipe), torch.compile, activation checkpointing, AsyncTP 
 
 Settings (torchtitan's defaults where a row says nothing): FSDP2 = ZeRO-3 over the data-parallel
 ranks with the next layer's all-gather prefetched; TP always with sequence parallel (torchtitan
-shards the norms); AsyncTP = the simulator's pipelined TP overlap (``tp_comm_overlap``);
+shards the norms) and the input-gradient reduce-scatter exposed (``overlap_tp_grad_comm: false``:
+DTensor's TP issues it once both projections' backward is done and the norm's backward waits for
+it; no Megatron-style overlap with the weight gradient, and AsyncTP does not fuse it either, its
+input being a sum of GEMMs); AsyncTP = the simulator's pipelined TP overlap (``tp_comm_overlap``
+with ``tp_overlap: async_tp``: torch's ``fused_all_gather_matmul`` / ``fused_matmul_reduce_scatter``
+in tp chunks, workloads/graph.py ``_tp_overlap``);
 FlashAttention (SDPA's flash / cuDNN backend); CP exchanges K/V by all-gather (torchtitan's default
-``allgather`` rotate method); PP micro-batch 1, interleaved 1F1B with 2 stages per rank; selective
-activation checkpointing ("op" or "selective") = the simulator's selective recompute, "full" = full,
-torchtitan's "selective layer" (every second block fully recomputed) = selective (an approximation
-on the fast side). A sequence length the file does not give is torchtitan's train_configs default,
+``allgather`` rotate method); PP micro-batch 1, interleaved 1F1B with 2 stages per rank; activation
+checkpointing as :func:`_recompute` maps it (per-op selective = ``recompute: selective_op``).
+A sequence length the file does not give is torchtitan's train_configs default,
 8192 (the CSV's README). float8 rowwise is a separate fitted group: it runs slower than tensorwise
 (more scaling work) and the simulator has one FP8 GEMM model.
 
@@ -56,8 +60,17 @@ def _hardware(gpu: str) -> tuple[str | dict, str]:
 
 
 def _recompute(text: str) -> str:
+    """The simulator's recompute mode of the CSV's activation-checkpointing cell: "full" = full;
+    per-op SAC ("per-op selective", "selective op", "selective (op)") and the unqualified
+    "selective" of the Llama 3 8B rows (llama3_8b.toml sets ``selective_ac_option = "op"``) =
+    ``selective_op``; "selective layer" (every second block fully recomputed) = selective (an
+    approximation on the fast side: the simulator has no per-layer recompute mix)."""
     text = str(text).lower()
-    return "full" if text.startswith("full") else "selective"
+    if text.startswith("full"):
+        return "full"
+    if "layer" in text:
+        return "selective"
+    return "selective_op"
 
 
 def cases() -> tuple[list[ModernCase], list[Unrepresentable]]:
@@ -101,8 +114,9 @@ def cases() -> tuple[list[ModernCase], list[Unrepresentable]]:
             "tp": tp, "pp": pp, "cp": cp, "dp": dp, "zero_stage": 3,
             "virtual_stages": INTERLEAVED_STAGES_PER_RANK if interleaved else 1,
             "schedule": "interleaved" if interleaved else "1f1b",
-            "sequence_parallel": tp > 1, "tp_comm_overlap": async_tp and tp > 1,
+            "sequence_parallel": tp > 1, "tp_comm_overlap": async_tp and tp > 1, "tp_overlap": "async_tp",
             "cp_comm": "all_gather", "recompute": _recompute(row["activation_checkpointing"]),
+            "overlap_tp_grad_comm": False,
             "micro_batch_size": 1 if pp > 1 else local, "global_batch_size": local * dp,
             "overlap_grad_reduce": True, "overlap_param_gather": True}
         training = {"seq_length": seq, "precision": precision, "attention": "flash"}

@@ -19,7 +19,7 @@ from workloads.tensor_parallel import tensor_parallel_graph
 from workloads.transformer_graph import TENSOR_PARALLEL_KINDS
 
 Schedule = Literal["gpipe", "1f1b", "interleaved", "zb-h1"]
-Recompute = Literal["none", "selective", "full"]
+Recompute = Literal["none", "selective", "selective_op", "full"]
 
 
 class Parallelism(BaseModel):
@@ -55,7 +55,10 @@ class Parallelism(BaseModel):
     recompute: Recompute = Field(
         default="none",
         description="selective: the attention core (Korthikanti 2022); for MLA models also the RMSNorms "
-                    "and MLA up-projections (DeepSeek-V3 Sec. 3.2.3); full: the whole layer")
+                    "and MLA up-projections (DeepSeek-V3 Sec. 3.2.3); selective_op: torchtitan's per-op "
+                    "selective checkpointing (saves the mm outputs but every second, the attention and the "
+                    "TP reduce-scatters; re-runs the norms, wk, w3 and the TP all-gathers; dense blocks); "
+                    "full: the whole layer")
     micro_batch_size: int = Field(default=1, gt=0, description="sequences per micro-batch per replica")
     global_batch_size: int = Field(default=512, gt=0, description="sequences per optimizer step")
     moe_load_imbalance: float = Field(default=1.0, ge=1.0, description="tokens of the busiest expert / mean")
@@ -115,6 +118,12 @@ class Parallelism(BaseModel):
         description="userbuffers-style TP overlap (Transformer Engine --tp-comm-overlap; needs sequence_parallel): "
                     "the all-gather before a column-parallel GEMM and the reduce-scatter after a row-parallel one "
                     "are split into chunks pipelined with that GEMM, forward and backward")
+    tp_overlap: Literal["userbuffers", "async_tp"] = Field(
+        default="userbuffers",
+        description="how tp_comm_overlap pipelines (workloads/graph.py _tp_overlap): userbuffers (Transformer "
+                    "Engine: the collective beside the whole GEMM) or async_tp (PyTorch AsyncTP, torchtitan: the "
+                    "GEMM in tp chunks of m/tp rows, one chunk exposed, the reduce-scatter's partial chunks summed "
+                    "by a kernel)")
 
     @property
     def dp_degree(self) -> int:
@@ -196,6 +205,10 @@ def resolve_layout(par: Parallelism, model: TransformerSpec, num_gpus: int) -> P
     if par.tp_comm_overlap and not par.sequence_parallel:
         raise ConfigError("parallelism.tp_comm_overlap",
                           "needs sequence_parallel: true (it pipelines the all-gather / reduce-scatter pair)")
+    if par.recompute == "selective_op" and (not isinstance(model, TransformerSpec) or model.mla is not None
+                                            or model.moe is not None):
+        raise ConfigError("parallelism.recompute", "selective_op (torchtitan's per-op policy) is modelled for "
+                                                   "dense transformer blocks (MHA/GQA, no MoE, no MLA) only")
     if getattr(model, "mla", None) is not None and par.cp > 1:
         raise ConfigError("parallelism.cp", "multi-head latent attention with context parallelism is not simulated yet")
     if par.pp_split == "balanced" and (par.first_stage_layers is not None or par.last_stage_layers is not None):
