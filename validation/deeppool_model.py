@@ -20,7 +20,14 @@ host-bound (their flatten rows, no kernel at all, take 77-110 us there and 10-22
 
 **Whole model.** Each block's simulated time is the sum over its rows: convolution rows as
 calibrate_conv prices them (shape model, in-place ReLU, DeepPool's per-layer floor), other rows by
-their kernels in the compute model (flatten has none; linear layers on the TF32 GEMM curve). The
+their kernels in the compute model (flatten has none; linear layers on the TF32 GEMM curve), each
+row's forward and backward issue-bound by DeepPool's host time per kernel (:func:`fitted_host_s`:
+20 us, fitted on the fit-half rows of the nine blocks; the eager floor of simulator/cost/host_floor.py
+that vTrain's Megatron-DeepSpeed fits at its own value). With it the batch-32 blocks move from
+-7.0/-5.5/-10.0% (VGG-16, ResNet-34, Inception-v3) to -5.2/-4.1/-8.4% and batch 64/128 stay within
+3.4%; what is left at batch 32 sits in GPU-bound rows (a host term per row, c + h x kernels, fitted
+the same way, leaves VGG and Inception at -6.2/-9.3%; an output-pixel term in the convolution
+efficiency, at -9.3/-9.8%). The
 issue's target (<= 5% per whole model) is judged on the held-out rows of each block (the sum of
 their simulated times against the sum of their measured times: no row that fitted a constant is in
 it); the whole block against DeepPool's footer is printed beside it.
@@ -41,6 +48,7 @@ import pandas as pd
 from hardware_specs.catalog import ACCELERATORS
 from hardware_specs.schema import ComputeEfficiency, MemoryKernelEfficiency
 from simulator.cost.compute import ComputeModel
+from simulator.cost.host_floor import issue_bound_s
 from validation import calibrate_conv
 from workloads.networks.builder import NetBuilder
 
@@ -138,17 +146,59 @@ def fitted_memory_kernels() -> MemoryKernelEfficiency:
                                          "forward + backward on the layer graph's bytes")
 
 
-def simulated_s(row: BlockRow) -> float:
-    """One row's simulated time: a convolution as calibrate_conv prices it (with the floor), any
-    other layer by its kernels in the A100's fp32/TF32 compute model with the fitted kernel classes."""
-    _, floors_s = calibrate_conv.fitted_conv()
+@cache
+def pass_kernels_s(row: BlockRow) -> tuple[tuple[float, ...], tuple[float, ...]]:
+    """The priced kernels of one row's forward and of its backward, in order: a convolution row as
+    calibrate_conv builds it (convolution + in-place ReLU), any other layer by its builder kernels, in
+    the A100's fp32/TF32 compute model with the fitted kernel classes."""
     model = _model()
     if row.layer_type == "conv2d":
         layer = calibrate_conv.LayerRow(row.key, row.position, row.network, row.layer_type, row.params_json,
                                         row.batch, row.input_dim, row.measured_s)
-        return max(sum(model.time_s(op) for op in calibrate_conv.deeppool_layer_ops(layer)),
-                   floors_s.get(row.network, 0.0))
-    return sum(model.time_s(op) for op in row_ops(row))
+        ops = calibrate_conv.deeppool_layer_ops(layer)
+    else:
+        ops = row_ops(row)
+    backward = tuple(op for op in ops if op.name.endswith((".grad", ".dgrad", ".wgrad")))
+    forward = tuple(op for op in ops if op not in backward)
+    return tuple(model.time_s(op) for op in forward), tuple(model.time_s(op) for op in backward)
+
+
+def simulated_s(row: BlockRow, host_s: float | None = None) -> float:
+    """One row's simulated time: its forward and its backward each issue-bound by DeepPool's host
+    time per kernel (``host_s``, default :func:`fitted_host_s`; simulator/cost/host_floor.py
+    ``issue_bound_s``: each pass starts with an empty launch queue), a convolution row floored at its
+    network's per-layer host time as calibrate_conv fits it."""
+    host = fitted_host_s() if host_s is None else host_s
+    forward, backward = pass_kernels_s(row)
+    seconds = issue_bound_s(list(forward), host) + issue_bound_s(list(backward), host)
+    if row.layer_type == "conv2d":
+        _, floors_s = calibrate_conv.fitted_conv()
+        return max(seconds, floors_s.get(row.network, 0.0))
+    return seconds
+
+
+#: DeepPool's host time per kernel is searched on this grid (us).
+HOST_GRID_US = tuple(range(0, 151))
+
+
+def _block_log_errors(rows: list[BlockRow], host_s: float) -> float:
+    """Sum over blocks of |log(simulated / measured)| of ``rows``' per-block sums."""
+    blocks: dict[tuple[str, int], list[BlockRow]] = {}
+    for r in rows:
+        blocks.setdefault((r.network, r.batch), []).append(r)
+    return sum(abs(math.log(sum(simulated_s(r, host_s) for r in g) / sum(r.measured_s for r in g)))
+               for g in blocks.values())
+
+
+@cache
+def fitted_host_s() -> float:
+    """DeepPool's runtime host time per kernel (s): the grid value whose fit-half rows add up, block by
+    block, closest to their measured sums (the smallest sum of |log error| over the nine blocks). A
+    property of DeepPool's C++ runtime (its host loop issuing each layer's kernels and CUDA events), so
+    it is fitted here and not written into the A100 specs; the issue's eager floor
+    (``host_dispatch_us_per_kernel``, fitted for vTrain's Megatron-DeepSpeed) is the same mechanism."""
+    rows = [r for r in block_rows() if not r.heldout]
+    return min((_block_log_errors(rows, us * 1e-6), us * 1e-6) for us in HOST_GRID_US)[1]
 
 
 @cache
@@ -188,6 +238,8 @@ def main(argv: list[str] | None = None) -> int:
     argparse.ArgumentParser(prog="python -m validation.deeppool_model", description=__doc__.split("\n\n")[0]).parse_args(argv)
     kernels = fitted_memory_kernels()
     print(f"memory_kernels.by_kernel: {kernels.by_kernel} (fitted on {kernels.fitted_on})")
+    print(f"DeepPool host time per kernel: {1e6 * fitted_host_s():.0f} us (fitted on the fit-half rows of the nine "
+          f"blocks, per-block sums)")
     df = row_errors()
     df["error"] = df.simulated_ms / df.measured_ms - 1
     for held in (False, True):
