@@ -98,6 +98,13 @@ class TrainingSpec(_Strict):
         default="auto",
         description="gradient accumulation/reduction dtype; auto: fp32 for bf16/fp8 training (Megatron-LM "
                     "sets accumulate_allreduce_grads_in_fp32 for bf16; nanotron likewise), fp16 for fp16, fp32 for fp32")
+    param_dtype: Literal["auto", "fp32"] = Field(
+        default="auto",
+        description="dtype the (sharded) parameters are held in, spmd kind: auto = 16-bit weights beside the fp32 "
+                    "master copy in the optimizer state with mixed precision (Megatron-LM, DeepSpeed: 2 + 12 B per "
+                    "parameter with Adam; ZeRO Sec. 3); fp32 = the parameters are the fp32 master weights and are "
+                    "cast to 16 bits only for the forward and backward (PyTorch FSDP/FSDP2 MixedPrecisionPolicy("
+                    "param_dtype=bf16), torch.autocast: 4 + 8 B with Adam, the 16-bit copies gathered per module)")
     attention: Literal["standard", "flash"] = Field(
         default="flash",
         description="flash (the default, as every current framework: FlashAttention-2/3, cuDNN or CK fused "

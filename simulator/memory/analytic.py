@@ -101,7 +101,7 @@ class MemoryBreakdown:
 # --------------------------------------------------------------------------- model states
 
 
-def bytes_per_param(precision: str = "bf16", optimizer: str = "adam") -> dict[str, int]:
+def bytes_per_param(precision: str = "bf16", optimizer: str = "adam", fp32_params: bool = False) -> dict[str, int]:
     """Bytes per parameter of weights, gradients and optimizer state.
 
     - Mixed precision (bf16/fp16) with Adam/AdamW: 2 / 2 / 12 (fp32 master 4 + momentum 4 +
@@ -111,6 +111,11 @@ def bytes_per_param(precision: str = "bf16", optimizer: str = "adam") -> dict[st
     - fp32 with Adam: 4 / 4 / 8 (no master copy; momentum + variance).
     - SGD with momentum: mixed 2 / 2 / 8 (fp32 master 4 + momentum 4); fp32 4 / 4 / 4.
 
+    - ``fp32_params`` (``TrainingSpec.param_dtype: fp32``) with mixed precision: the parameters are
+      the fp32 master weights (PyTorch FSDP/FSDP2 ``MixedPrecisionPolicy(param_dtype=bf16)`` keeps
+      the sharded parameters in fp32 and casts the gathered copy; torch.autocast): 4 / 2 / 8 with
+      Adam, 4 / 2 / 4 with SGD -- no separate 16-bit weight copy.
+
     Gradients are counted at 2 B as in ZeRO; ``model_state_bytes(grad_bytes=4)`` models the fp32
     ``main_grad`` buffer that Megatron-LM (and nanotron) keep for bf16 training
     (``TrainingSpec.grad_dtype``).
@@ -118,6 +123,8 @@ def bytes_per_param(precision: str = "bf16", optimizer: str = "adam") -> dict[st
     if optimizer not in _OPTIMIZERS:
         raise ConfigError("training.optimizer", f"unknown optimizer {optimizer!r} (known: {', '.join(_OPTIMIZERS)})")
     if precision in _MIXED:
+        if fp32_params:
+            return {"weights": 4, "gradients": 2, "optimizer": 8 if optimizer in ("adam", "adamw") else 4}
         opt = 12 if optimizer in ("adam", "adamw") else 8
         return {"weights": 2, "gradients": 2, "optimizer": opt}
     if precision == "fp32":
@@ -128,7 +135,7 @@ def bytes_per_param(precision: str = "bf16", optimizer: str = "adam") -> dict[st
 
 def model_state_bytes(
     num_params: float, zero_stage: int, dp: int, precision: str = "bf16", optimizer: str = "adam",
-    grad_bytes: float | None = None,
+    grad_bytes: float | None = None, fp32_params: bool = False,
 ) -> tuple[float, float, float]:
     """(weights, gradients, optimizer) bytes per device for ``num_params`` parameters replicated
     over ``dp`` data-parallel ranks, sharded by ZeRO stage (Rajbhandari 2020 Table 1):
@@ -139,7 +146,7 @@ def model_state_bytes(
         raise ConfigError("parallelism.zero_stage", f"must be 0, 1, 2 or 3, got {zero_stage}")
     if not isinstance(dp, int) or dp < 1:
         raise ConfigError("parallelism.dp", f"must be a positive integer, got {dp!r}")
-    bpp = bytes_per_param(precision, optimizer)
+    bpp = bytes_per_param(precision, optimizer, fp32_params)
     w = bpp["weights"] * num_params
     g = (bpp["gradients"] if grad_bytes is None else grad_bytes) * num_params
     o = bpp["optimizer"] * num_params
@@ -561,8 +568,9 @@ def rank_memory(scenario, stage: int) -> MemoryBreakdown:
     dense, expert, modules = _stage_param_split(scenario.model, par, stage, graph, counts)
     zdp = par.zero_shard_size or dp * cp  # hybrid sharding shards over its group only
     gb = gradient_bytes(tr)
-    w1, g1, o1 = model_state_bytes(dense, par.zero_stage, zdp, tr.precision, tr.optimizer, gb)
-    w2, g2, o2 = model_state_bytes(expert, par.zero_stage, zdp // par.ep, tr.precision, tr.optimizer, gb)
+    fp32_params = tr.param_dtype == "fp32"
+    w1, g1, o1 = model_state_bytes(dense, par.zero_stage, zdp, tr.precision, tr.optimizer, gb, fp32_params)
+    w2, g2, o2 = model_state_bytes(expert, par.zero_stage, zdp // par.ep, tr.precision, tr.optimizer, gb, fp32_params)
     weights, grads, optim = w1 + w2, g1 + g2, o1 + o2
     if getattr(tr, "optimizer_fusion", "none") == "backward" and m == 1 and modules:
         # optimizer step in backward with no gradient accumulation: each module's gradients are
@@ -598,8 +606,9 @@ def rank_memory(scenario, stage: int) -> MemoryBreakdown:
     other += 2 * par.gradient_bucket_mb * MIB  # PyTorch DDP bucket_cap_mb is in MiB
     if par.zero_stage == 3 and modules:
         # gathered current module + prefetched next, at full size, less the shards already counted
+        # (fp32 parameters: the gathered copies are 16-bit casts, none of them counted in ``weights``)
         top2 = sum(sorted(modules)[-2:])
-        other += top2 * wbytes * (1 - 1 / zdp)
+        other += top2 * wbytes * (1.0 if fp32_params else 1 - 1 / zdp)
     if pp > 1 and layers:  # p2p recv + send of the stage's boundary activation
         other += 2 * max(layer.output_bytes for layer in layers) / (tp if par.sequence_parallel else 1)
     return MemoryBreakdown(weights, grads, optim, activations, other, stage=stage)

@@ -67,7 +67,7 @@ def _fms(index: int, row, label: str) -> ModernCase | Unrepresentable:
     parallelism = {"tp": 1, "pp": 1, "dp": n, "zero_stage": 3, "recompute": recompute, "micro_batch_size": local,
                    "global_batch_size": local * n, "overlap_grad_reduce": True, "overlap_param_gather": True,
                    "zero_buffer_copies": False}  # FSDP1: FlatParameter views of the gathered flat buffer
-    training = {"seq_length": 4096, "precision": "bf16", "attention": "flash"}
+    training = {"seq_length": 4096, "precision": "bf16", "attention": "flash", "param_dtype": "fp32"}
     tokens = cell_float(row["tokens_per_s_per_gpu"])
     mfu = cell_float(row["mfu_pct"])
     flavour = "fms-fsdp-compile" if compiled else "fms-fsdp"
@@ -151,7 +151,7 @@ def _automodel(index: int, row, label: str) -> ModernCase | Unrepresentable:
     ep = cell_int(row["ep"]) or 1
     vp = cell_int(row["vp"]) or 1
     mbs, gbs, seq = int(row["mbs"]), int(row["gbs"]), int(row["seq_len"])
-    training = {"seq_length": seq, "precision": "bf16", "attention": "flash"}
+    training = {"seq_length": seq, "precision": "bf16", "attention": "flash", "param_dtype": "fp32"}
 
     def build(recompute: str) -> dict:
         parallelism = {"tp": tp, "pp": pp, "cp": cp, "dp": "auto", "ep": ep, "zero_stage": 3,
