@@ -161,23 +161,16 @@ class _Stream:
         self.meeting: _Rendezvous | None = None
 
     def deps_met(self, _event) -> None:
-        engine = self.engine
-        task = self.tasks[self.i]
-        if engine._begin(self, task):
-            engine._end(task)
-            self.i += 1
-            engine._go(self)
+        self.engine._go(self, True)
 
     def after_compute(self, _event) -> None:
         task = self.tasks[self.i]
         if task.slows_comm:
             self.engine._compute_state(task.actor, -1)
-        self.after_wait(None)
+        self.engine._finish(self, task)
 
     def after_wait(self, _event) -> None:
-        self.engine._end(self.tasks[self.i])
-        self.i += 1
-        self.engine._go(self)
+        self.engine._finish(self, self.tasks[self.i])
 
     def arrived(self, _event) -> None:
         """Every member of its rendezvous has arrived: wait for the collective's transfer."""
@@ -326,15 +319,20 @@ class Engine:
         except _Stop:
             pass
 
-    def _go(self, run: _Stream) -> None:
-        """Run the stream's tasks from its position until one has to wait."""
+    def _go(self, run: _Stream, ready: bool = False) -> None:
+        """Run the stream's tasks from its position until one has to wait (``ready``: the first one's
+        dependencies are done). A fixed task is started here (the common case, inlined); the others
+        by :meth:`_begin`."""
         tasks = run.tasks
         n = len(tasks)
         i = run.i
+        queue, sequence = self._queue, self._sequence
         while i < n:
             task = tasks[i]
             run.i = i
-            if task.deps:
+            if ready:
+                ready = False
+            elif task.deps:
                 pending = [d.done for d in task.deps if d.done.callbacks is not None]
                 if pending:
                     if len(pending) == 1:
@@ -342,51 +340,62 @@ class Engine:
                     else:
                         _AllOf(self, pending, run.deps_met)
                     return
-            if not self._begin(run, task):
+            if task.demands is not None or (task.rendezvous is not None and task.rendezvous_size > 1):
+                self._begin(run, task)
+                return
+            now = self.now
+            task.ready_s = now
+            task.start_s = now
+            if task.alloc_bytes:
+                self._count((task.actor, task.counter), task.alloc_bytes)
+            duration = task.duration_s
+            if duration > 0:
+                if task.slows_comm:
+                    self._compute_state(task.actor, +1)
+                if task.slowdown_while_contended > 0 or task.shares is not None:
+                    self._drive(self._run_slowable(task), lambda: run.after_compute(None))
+                else:
+                    heappush(queue, (now + duration, _NORMAL, next(sequence), run.after_compute, None))
                 return
             self._end(task)
             i += 1
         run.i = n
 
-    def _begin(self, run: _Stream, task: Task) -> bool:
-        """Start ``task`` (its dependencies are done and its stream is free): True if it ended at once
-        (a fixed task of no duration), else its continuation is registered."""
+    def _begin(self, run: _Stream, task: Task) -> None:
+        """Start a transfer or a rendezvous (its dependencies are done and its stream is free)."""
         now = self.now
         task.ready_s = now
         if task.rendezvous is not None and task.rendezvous_size > 1:
             self._join(run, task)
-            return False
+            return
         task.start_s = now
         if task.alloc_bytes:
             self._count((task.actor, task.counter), task.alloc_bytes)
-        if task.demands is not None:
-            transfer = self._transfer([task], task.demands, task.latency_s)
-            if task.contends:
-                self._contend(task.actor, +1)
-                transfer.callbacks.append(lambda _ev, actor=task.actor: self._contend(actor, -1))
-            transfer.callbacks.append(run.after_wait)
-            return False
-        duration = task.duration_s
-        if duration > 0:
-            if task.slows_comm:
-                self._compute_state(task.actor, +1)
-            if task.slowdown_while_contended > 0 or task.shares is not None:
-                self._drive(self._run_slowable(task), lambda: run.after_compute(None))
-            else:
-                heappush(self._queue, (now + duration, _NORMAL, next(self._sequence), run.after_compute, None))
-            return False
-        return True
+        transfer = self._transfer([task], task.demands, task.latency_s)
+        if task.contends:
+            self._contend(task.actor, +1)
+            transfer.callbacks.append(lambda _ev, actor=task.actor: self._contend(actor, -1))
+        transfer.callbacks.append(run.after_wait)
+
+    def _finish(self, run: _Stream, task: Task) -> None:
+        """The task's wait is over: end it and go on with its stream."""
+        self._end(task)
+        run.i += 1
+        self._go(run)
 
     def _end(self, task: Task) -> None:
         """The task's work is done now: its end (after propagation), its frees, and its done event."""
         propagation = task.propagation_s
-        task.end_s = self.now + propagation
+        now = self.now
+        task.end_s = now + propagation
         if task.free_bytes:
             self._count((task.actor, task.counter), -task.free_bytes)
+        done = task.done
         if propagation > 0:
-            self.call_later(propagation, self.succeed, task.done)
+            heappush(self._queue, (now + propagation, _NORMAL, next(self._sequence), self.succeed, done))
         else:
-            self.succeed(task.done)
+            done.triggered = True
+            heappush(self._queue, (now, _NORMAL, next(self._sequence), _fire, done))
 
     def _count(self, key: tuple[str, str], delta: float) -> None:
         """Move a counter by ``delta`` now; record the value (one point per instant) and the peak."""

@@ -26,6 +26,7 @@ reference engine, simulator/engine/simpy_engine.py). The clock gives ``now``, ``
 
 from __future__ import annotations
 
+import math
 from collections.abc import Callable
 from dataclasses import dataclass, field
 
@@ -56,7 +57,7 @@ class SimPyClock:
         self.env.timeout(delay_s).callbacks.append(lambda _ev: fn(arg))
 
 
-@dataclass(eq=False)
+@dataclass(eq=False, slots=True)
 class _Flow:
     demands: dict[str, float]
     done: object  # the clock's event
@@ -79,6 +80,7 @@ class FlowNetwork:
         self._flows_on_port: dict[str, int] = {}
         self._shared_ports: set[str] = set()   # ports that more than one flow uses now
         self._flows: list[_Flow] = []
+        self._factored = 0                      # flows in flight with a ``factor``
         self._last_update = 0.0
         self._version = 0
         self.flows_started = 0
@@ -129,8 +131,11 @@ class FlowNetwork:
         self._advance()
         flow = _Flow(demands, done, heaviest, weights=weights, factor=factor, solo_rate=solo_rate)
         self._flows.append(flow)
+        if factor is not None:
+            self._factored += 1
+        flows_on_port = self._flows_on_port
         for port in demands:
-            n = self._flows_on_port[port] = self._flows_on_port.get(port, 0) + 1
+            n = flows_on_port[port] = flows_on_port.get(port, 0) + 1
             if n == 2:
                 self._shared_ports.add(port)
         self.flows_started += 1
@@ -153,10 +158,26 @@ class FlowNetwork:
 
     def _reallocate(self) -> None:
         flows = self._flows
+        if not self._shared_ports and not self._factored:
+            # Every flow alone on its ports, none slowed: each moves at its own bottleneck; the
+            # allocation and the next completion in one pass (the same values as the general path).
+            self._version += 1
+            if not flows:
+                return
+            next_s = math.inf
+            for flow in flows:
+                rate = flow.rate = flow.solo_rate
+                left = flow.remaining
+                until_s = (left if left > 0.0 else 0.0) / rate
+                if until_s < next_s:
+                    next_s = until_s
+            self.clock.call_later(next_s, self._on_timer, self._version)
+            return
         self._allocate(flows)
-        for flow in flows:
-            if flow.factor is not None:
-                flow.rate *= flow.factor()
+        if self._factored:
+            for flow in flows:
+                if flow.factor is not None:
+                    flow.rate *= flow.factor()
         self._arm_next_completion()
 
     def _allocate(self, flows: list[_Flow]) -> None:
@@ -216,16 +237,20 @@ class FlowNetwork:
         if version != self._version:
             return  # a newer allocation superseded this timer
         self._advance()
-        finished = [f for f in self._flows if f.remaining <= 1e-9]
+        flows = self._flows
+        finished = [f for f in flows if f.remaining <= 1e-9]
         if not finished:  # float round-off: finish the closest one
-            finished = [min(self._flows, key=lambda f: f.remaining / f.rate)]
+            finished = [min(flows, key=lambda f: f.remaining / f.rate)]
+        flows_on_port = self._flows_on_port
         for flow in finished:
-            self._flows.remove(flow)
+            flows.remove(flow)
+            if flow.factor is not None:
+                self._factored -= 1
             for port in flow.demands:
-                n = self._flows_on_port[port] = self._flows_on_port[port] - 1
+                n = flows_on_port[port] = flows_on_port[port] - 1
                 if n == 1:
                     self._shared_ports.discard(port)
                 elif n == 0:
-                    del self._flows_on_port[port]
+                    del flows_on_port[port]
             self.clock.succeed(flow.done)
         self._reallocate()
