@@ -215,7 +215,7 @@ def simulate(scenario: Scenario, mode: str | None = None, detail: bool = False,
     discrete-event engine, the reference), ``fast`` or ``auto`` (see :func:`_run_plan`); the
     result's ``engine`` says which timed it. The fast path's folded evaluation keeps no plan:
     its breakdown is extrapolated and it has no timeline. ``fold``: the engine may run a long 1F1B or
-    interleaved pipeline folded (simulator/strategies/spmd/fold.py: three runs at fewer micro-batches,
+    interleaved pipeline folded (simulator/strategies/spmd/fold.py: two runs at fewer micro-batches,
     extrapolated where every figure is affine; equal to the unrolled run to 1e-9); a folded result has
     no memory-over-time series and no timeline, and says ``engine_fold``."""
     model, par = scenario.model, scenario.parallelism

@@ -72,12 +72,12 @@ def _toy(num_gpus: int, slowdown: float = 0.0, comm_slowdown: float = 0.0, jitte
 
 def test_toy_1f1b_folds_exactly():
     # pp 4, 120 micro-batches: the toy's step grows by one of two amounts, repeating every 4
-    # micro-batches (below), so the period of one micro-batch (5, 6, 7) is refused and the period
-    # of p = 4 (8, 12, 16) folds; every figure is the unrolled run's.
+    # micro-batches (below), so the period of one micro-batch (6, 7) is refused and the period
+    # of p = 4 (12, 16) folds; every figure is the unrolled run's.
     scenario = _toy(4, pp=4, global_batch_size=120)
-    assert engine_fold_points(scenario) == ((5, 6, 7), (8, 12, 16))
+    assert engine_fold_points(scenario) == ((6, 7), (12, 16))
     folded, _ = _check(scenario)
-    assert folded.extra["engine_fold"]["micro_batches_evaluated"] == [8, 12, 16]
+    assert folded.extra["engine_fold"]["micro_batches_evaluated"] == [12, 16]
 
 
 def test_a_pipeline_periodic_over_several_micro_batches_is_not_folded():
@@ -85,7 +85,7 @@ def test_a_pipeline_periodic_over_several_micro_batches_is_not_folded():
     over (a period of 4 micro-batches): one more micro-batch moves the later tasks by differing
     amounts, so the engine runs the unrolled plan."""
     scenario = _toy(4, nvl_gb_per_s=50.0, latency_us=5.0, pp=4, global_batch_size=40)
-    assert engine_fold_points(scenario) == ((5, 6, 7),)  # period p would cost more than half the plan
+    assert engine_fold_points(scenario) == ((6, 7),)  # period p would cost more than half the plan
     assert simulate(scenario).extra.get("engine_fold") is None
 
 
@@ -100,14 +100,14 @@ def test_a_stream_that_drifts_is_not_folded():
                                     "parallelism.schedule=1f1b", "parallelism.zero_stage=3",
                                     "parallelism.overlap_grad_reduce=false", "parallelism.sequence_parallel=true",
                                     "parallelism.recompute=none", "parallelism.global_batch_size=320"])
-    assert engine_fold_points(scenario) == ((3, 4, 5),)
+    assert engine_fold_points(scenario) == ((4, 5),)
     assert simulate(scenario).extra.get("engine_fold") is None
 
 
 def test_toy_interleaved_folds_exactly():
-    # pp 4, v 2, 96 micro-batches: the period is p = 4 micro-batches; points 12, 16, 20.
+    # pp 4, v 2, 96 micro-batches: the period is p = 4 micro-batches; points 16, 20.
     scenario = _toy(4, pp=4, virtual_stages=2, schedule="interleaved", global_batch_size=96)
-    assert engine_fold_points(scenario) == ((12, 16, 20),)
+    assert engine_fold_points(scenario) == ((16, 20),)
     _check(scenario)
 
 
@@ -202,6 +202,30 @@ def test_random_layouts_fold_exactly_or_not_at_all(tp, pp, v, zero, overlap, m):
                                     f"parallelism.virtual_stages={v}", f"parallelism.schedule={schedule}",
                                     f"parallelism.zero_stage={zero}", f"parallelism.overlap_grad_reduce={str(overlap).lower()}",
                                     f"parallelism.global_batch_size={m * dp}"])
+    folded = simulate(scenario)
+    unrolled = simulate(scenario, fold=False)
+    if folded.extra.get("engine_fold") is None:
+        assert folded.to_dict() == unrolled.to_dict()
+    else:
+        _same(folded, unrolled)
+
+
+@pytest.mark.slow
+@settings(max_examples=12, deadline=None, derandomize=True, suppress_health_check=[HealthCheck.too_slow])
+@given(st.sampled_from([2, 4, 8]), st.sampled_from([1, 2]), st.sampled_from([1, 2]), st.sampled_from([0, 1, 2, 3]),
+       st.sampled_from([0.0, 0.1]), st.sampled_from([(500.0, 0.0), (50.0, 5.0), (5.0, 20.0)]),
+       st.sampled_from(["symmetric", "full"]), st.integers(min_value=40, max_value=100))
+def test_random_toy_pipelines_fold_exactly_or_not_at_all(pp, dp, v, zero, jitter, link, mode, m):
+    """The toy on up to 16 GPUs, random pp / dp / schedule / ZeRO / jitter / link speed (fast, slow, very
+    slow: contended sends) / mode and micro-batches: where the engine folds (two points), every figure is
+    the unrolled run's to 1e-9; where its checks refuse, the result is the unrolled run's."""
+    if pp * v > 8:  # the toy has 8 layers
+        return
+    schedule = "interleaved" if v > 1 else "1f1b"
+    if v > 1:
+        m -= m % pp
+    scenario = _toy(pp * dp, jitter=jitter, mode=mode, nvl_gb_per_s=link[0], latency_us=link[1], pp=pp, dp=dp,
+                    virtual_stages=v, schedule=schedule, zero_stage=zero, global_batch_size=m * dp)
     folded = simulate(scenario)
     unrolled = simulate(scenario, fold=False)
     if folded.extra.get("engine_fold") is None:

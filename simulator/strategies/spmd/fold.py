@@ -1,12 +1,12 @@
 """The discrete-event engine on a folded pipeline: the steady state's identical micro-batches
-evaluated at three counts and extrapolated, instead of unrolled.
+evaluated at two counts and extrapolated, instead of unrolled.
 
 A pipeline of p stages running m micro-batches under 1F1B or interleaved 1F1B repeats the same
 work for every micro-batch once the pipeline is full, and the engine is time-invariant: once the
 schedule is periodic, each further period adds the same time to every later event. This module
-runs the engine (unchanged, the reference) on the plan at m_a, m_a + q and m_a + 2q micro-batches
+runs the engine (unchanged, the reference) on the plan at m_b = m_a + q and m_c = m_a + 2q micro-batches
 (m_a ≡ m mod q, past the fill: every stage's micro-batches in flight, so its memory peak, at their
-steady count) and folds only where both of these hold:
+steady count; m_b one period further) and folds only where both of these hold:
 
 - one more period is an insertion into a periodic schedule: on every stream of every actor, the
   run with q more micro-batches starts and ends each task up to some position exactly when the
@@ -16,12 +16,17 @@ steady count) and folds only where both of these hold:
   further behind every micro-batch (ZeRO-3 gathers on gpt-1.7b, pp 2) grows the step by the same
   amount at 3, 4 and 5 micro-batches and by more from 10 on (the drift reaches the critical path);
   extrapolated from 3-5 it was 0.7% short at 40;
-- every reported figure is affine over the three points: the makespan, each rank's last kernel end
-  (the critical rank is picked from the extrapolated ones), the critical rank's breakdown, every
-  stage's breakdown (the busiest stage is picked from the extrapolated ones); and the simulated
-  memory peaks are equal at the three.
+- the critical rank is the same at both points and at m (picked from the extrapolated last kernel
+  ends), and so is the set of stages; the simulated memory peaks are equal at both.
 
-Then each figure is extrapolated to m; otherwise the caller runs the unrolled plan. The period q is
+Then each figure f is extrapolated to m as f(m_c) + (m - m_c)/q · (f(m_c) - f(m_b)); otherwise the
+caller runs the unrolled plan. Two points suffice where the insertion check holds: every task after
+the insertion moves by exactly one period and the new period repeats the one before it, so every
+figure computed from the task times grows by that period's share per period. Until 2026-12-05 the
+engine also ran m_a and required every figure to be affine over the three points; the extrapolation
+was the same formula from the same two points, so wherever that folded, this gives the same figures
+bit for bit, at two thirds of the engine work (tests/test_engine_fold.py compares every figure with
+the unrolled run, 1e-9). The period q is
 tried as one micro-batch, then p, for 1F1B (a pipeline's increments may repeat only every p
 micro-batches: a toy pipeline grows by 5.652, 5.637, 5.652, 5.652 ms per micro-batch, over and over),
 p for the interleaved schedule (its order repeats per group of p). Folded and unrolled agree to 1e-9
@@ -46,9 +51,9 @@ from simulator.scenario import Scenario
 from simulator.strategies.plan import MEMORY_COUNTER
 from simulator.strategies.spmd.fast import _with_micro_batches
 
-# Relative tolerance of the affine check (as the fast path's: round-off is ~1e-13 relative).
+# Relative tolerance of the insertion check (as the fast path's: round-off is ~1e-13 relative).
 AFFINE_RTOL = 1e-9
-# Fold only where the three points cost at most this share of the unrolled plan's micro-batches.
+# Fold only where the points tried cost at most this share of the unrolled plan's micro-batches.
 MAX_WORK_SHARE = 0.5
 FOLDED_SCHEDULES = ("1f1b", "interleaved")
 
@@ -65,18 +70,19 @@ class FoldedRun:
     memory_peak_bytes: dict[str, float]
     stage_of: dict[str, int]
     mode: str | None
-    micro_batches_evaluated: tuple[int, int, int]
+    micro_batches_evaluated: tuple[int, int]
 
 
-def engine_fold_points(scenario: Scenario) -> tuple[tuple[int, int, int], ...]:
-    """The micro-batch counts the engine may be run at, one triple per period tried in order, or ()
+def engine_fold_points(scenario: Scenario) -> tuple[tuple[int, int], ...]:
+    """The micro-batch counts the engine may be run at, one pair per period tried in order, or ()
     where the plan is not folded (module docstring). The period q: one micro-batch, then p, for 1F1B
     (a pipeline's increments may repeat only every p micro-batches); p for the interleaved schedule
     (its order repeats per group of p). The first point is past the fill: 1F1B from m = p + 1 (stage i
     keeps min(p - i, m) micro-batches in flight: all saturated from m = p), interleaved from 3p (stage
     i's warm-up, 2(p - i - 1) + (v - 1)p chunk passes, fits in m·v from m = 2p; at 2p stage 0's period
-    before the new one is still warm-up, which the insertion check refuses); all ≡ m (mod q).
-    Triples are kept while all tried so far cost at most half the unrolled plan's micro-batches."""
+    before the new one is still warm-up, which the insertion check refuses); all ≡ m (mod q). The
+    engine runs one period past that first point and one more (module docstring). Pairs are kept
+    while all tried so far cost at most half the unrolled plan's micro-batches."""
     par, sim = scenario.parallelism, scenario.simulation
     if (sim.steps != 1 or sim.stragglers is not None or scenario.co_located or par.pp < 2
             or par.schedule not in FOLDED_SCHEDULES or scenario.strategy_kind != "spmd"):
@@ -87,16 +93,12 @@ def engine_fold_points(scenario: Scenario) -> tuple[tuple[int, int, int], ...]:
     out, work = [], 0
     for q in dict.fromkeys(periods):
         first = lowest + (m - lowest) % q
-        points = (first, first + q, first + 2 * q)
+        points = (first + q, first + 2 * q)
         work += sum(points)
         if work > MAX_WORK_SHARE * m:
             break
         out.append(points)
     return tuple(out)
-
-
-def _affine(a: float, b: float, c: float, scale: float) -> bool:
-    return math.isclose(b - a, c - b, rel_tol=AFFINE_RTOL, abs_tol=AFFINE_RTOL * scale)
 
 
 def _point(scenario: Scenario, micro_batches: int, mode: str | None):
@@ -158,8 +160,8 @@ def _one_period_later(before: dict, after: dict, shift_s: float, scale: float) -
 
 
 def folded_engine_run(scenario: Scenario, mode: str | None = None) -> FoldedRun | None:
-    """The engine's figures for ``scenario`` from three runs of its folded plan, or None where it is
-    not folded or a figure is not affine over the three points (run the unrolled plan then)."""
+    """The engine's figures for ``scenario`` from two runs of its folded plan, or None where it is
+    not folded or the checks refuse (run the unrolled plan then)."""
     for points in engine_fold_points(scenario):
         folded = _folded(scenario, points, mode)
         if folded is not None:
@@ -167,48 +169,39 @@ def folded_engine_run(scenario: Scenario, mode: str | None = None) -> FoldedRun 
     return None
 
 
-def _folded(scenario: Scenario, points: tuple[int, int, int], mode: str | None) -> FoldedRun | None:
+def _folded(scenario: Scenario, points: tuple[int, int], mode: str | None) -> FoldedRun | None:
     runs = [_point(scenario, k, mode) for k in points]
-    first, mid, last = runs
-    scale = last["makespan"]
-    periods = (scenario.parallelism.num_micro_batches - points[2]) // (points[1] - points[0])
+    mid, last = runs
+    periods = (scenario.parallelism.num_micro_batches - points[1]) // (points[1] - points[0])
 
-    def extrapolated(values: list[float]) -> float | None:
-        a, b, c = values
-        return c + periods * (c - b) if _affine(a, b, c, scale) else None
+    def extrapolated(b: float, c: float) -> float:
+        return c + periods * (c - b)
 
-    def extrapolated_dict(dicts: list[dict]) -> dict | None:
-        if any(d.keys() != dicts[0].keys() for d in dicts):
+    def extrapolated_dict(b: dict, c: dict) -> dict | None:
+        if b.keys() != c.keys():
             return None
-        out = {}
-        for key in dicts[0]:
-            value = extrapolated([d[key] for d in dicts])
-            if value is None:
-                return None
-            out[key] = value
-        return out
+        return {key: extrapolated(b[key], c[key]) for key in c}
 
-    makespan = extrapolated([r["makespan"] for r in runs])
-    if makespan is None or len({r["critical"] for r in runs}) != 1 or len({r["mode"] for r in runs}) != 1:
+    if mid["critical"] != last["critical"] or mid["mode"] != last["mode"]:
         return None
     critical = last["critical"]
-    if not (_one_period_later(first["times"], mid["times"], mid["makespan"] - first["makespan"], scale)
-            and _one_period_later(mid["times"], last["times"], last["makespan"] - mid["makespan"], scale)):
+    scale = last["makespan"]
+    if not _one_period_later(mid["times"], last["times"], last["makespan"] - mid["makespan"], scale):
         return None
-    ends = extrapolated_dict([r["ends"] for r in runs])
+    makespan = extrapolated(mid["makespan"], last["makespan"])
+    ends = extrapolated_dict(mid["ends"], last["ends"])
     if ends is None or max(ends, key=lambda a: (ends[a], -last["stage_of"][a])) != critical:
         return None  # another rank's last kernel would end last at m
-    breakdown = extrapolated_dict([r["breakdown"] for r in runs])
-    if breakdown is None or any(r["stages"].keys() != last["stages"].keys() for r in runs):
+    breakdown = extrapolated_dict(mid["breakdown"], last["breakdown"])
+    if breakdown is None or mid["stages"].keys() != last["stages"].keys():
         return None
     stages = {}
     for stage in last["stages"]:
-        stages[stage] = extrapolated_dict([r["stages"][stage] for r in runs])
+        stages[stage] = extrapolated_dict(mid["stages"][stage], last["stages"][stage])
         if stages[stage] is None:
             return None
     peaks = last["peaks"]
-    for run in (first, mid):
-        if run["peaks"].keys() != peaks.keys() or any(
-                not math.isclose(run["peaks"][a], peaks[a], rel_tol=AFFINE_RTOL) for a in peaks):
-            return None  # memory still growing with the micro-batches: no steady peak
+    if mid["peaks"].keys() != peaks.keys() or any(
+            not math.isclose(mid["peaks"][a], peaks[a], rel_tol=AFFINE_RTOL) for a in peaks):
+        return None  # memory still growing with the micro-batches: no steady peak
     return FoldedRun(makespan, critical, breakdown, stages, dict(peaks), last["stage_of"], last["mode"], points)
