@@ -134,3 +134,13 @@ def test_v100_fp32_curve_is_the_ds3lab_fitted_factor_on_the_catalog_curve():
         assert [(p.gflop, p.efficiency) for p in curve.points] == [
             (p.gflop, round(min(1.0, p.efficiency * factor), 4)) for p in base]
         assert "ds3lab" in curve.source and "dfm_gpt3_xl_shaped_links.csv" in curve.fitted_on
+
+
+def test_v100_parts_share_one_fp16_curve():
+    # one GV100 chip at the same clocks and peaks in the 16 GB and 32 GB SXM2 parts: one (assumed) fp16
+    # curve, the one the fitted fp32 curve of both is derived from (it was 0.84 at the plateau on the 32 GB
+    # part against 0.70 on the 16 GB one)
+    small, large = (ACCELERATORS.get(n) for n in ("v100-sxm2-16g", "v100-sxm-32g"))
+    assert small.peak_tflops == large.peak_tflops
+    assert small.efficiency.gemm_curve == large.efficiency.gemm_curve
+    assert small.efficiency.gemm_curve[-1].efficiency == 0.7
