@@ -95,6 +95,23 @@ def test_megatrons_own_compute_factor_reproduces_its_single_instance_pipelines()
     assert 1.4 < ratio < 1.8, ratio
 
 
+def test_missing_seconds_are_measured_minus_simulated_by_layout_layer_count_and_network(monkeypatch):
+    rows = ds3lab_dp.megatron_rows()
+    issue = rows[rows["case_set"] == ds3lab_dp.ISSUE_SET]
+    fake = tuple(ds3lab.CheckedRow(f"row {i}", float(r["value"]), float(r["value"]) - i, r["half"])
+                 for i, (_, r) in enumerate(issue.iterrows()))
+    monkeypatch.setattr(ds3lab_dp, "megatron_check", lambda: {ds3lab_dp.ISSUE_SET: fake})
+    missing = ds3lab_dp.missing_seconds_by_layout()
+    assert sum(len(by) for by in missing.values()) == len(issue) == 24
+    pp8 = missing["TP1 PP8 DP8 x64"]
+    assert list(pp8) == ["L24 mb1 fp16 default", "L24 mb1 fp16 10/1", "L24 mb1 fp16 50/1", "L32 mb1 fp16 default",
+                         "L32 mb1 fp16 10/1", "L32 mb1 fp16 50/1", "L40 mb1 fp16 default", "L40 mb1 fp16 10/1",
+                         "L40 mb1 fp16 50/1"]
+    first = issue.index.get_loc(issue[(issue["pp"] == 8) & issue["tc_delay_ms"].isna()].index[0])
+    assert pp8["L24 mb1 fp16 default"] == first  # measured - simulated of that row
+    assert missing["TP4 PP2 DP6 x48"]["L24 mb1 fp16 no-re 10/1"] == 5
+
+
 @pytest.mark.slow
 def test_the_fitted_nvlink_efficiency_is_inside_the_grid_and_below_the_assumed_080():
     """Given Megatron-LM's own compute factors, the single-instance rows put its TP all-reduce on the hybrid cube

@@ -262,6 +262,25 @@ def issue_set_with_dtfm_compute() -> tuple[float, float]:
     return median(errors), max(errors)
 
 
+def missing_seconds_by_layout(case_set: str = ISSUE_SET) -> dict[str, dict[str, float]]:
+    """Measured minus simulated seconds of each held-out row of ``case_set``, by layout (TP, PP, DP and instance
+    count) and then by layer count and network ("L24 default", "L24 10/1" = tc 10 ms, 1 Gb/s): the shape of
+    what the model misses, read from :func:`megatron_check`'s rows (no extra simulation)."""
+    rows = megatron_rows()
+    rows = rows[rows["case_set"] == case_set]
+    checked = [r for r in megatron_check()[case_set] if r.half != "fit"]
+    out: dict[str, dict[str, float]] = {}
+    for (_, row), result in zip(rows.iterrows(), checked, strict=True):
+        if result.half != "held-out":
+            continue
+        layout = f"TP{row['tp']} PP{row['pp']} DP{row['dp']} x{row['instances']}"
+        net = "default" if pd.isna(row["tc_delay_ms"]) else f"{row['tc_delay_ms']:g}/{row['tc_bandwidth_gbps']:g}"
+        recompute = "" if row["activation_recompute"] == "yes" else " no-re"
+        key = f"L{row['n_layers']} mb{int(row['micro_batch'])} {row['precision']}{recompute} {net}"
+        out.setdefault(layout, {})[key] = result.measured_s - result.simulated_s
+    return out
+
+
 def megatron_report(case_set: str = ISSUE_SET) -> dict[str, Any]:
     rows = list(megatron_check()[case_set])
     aside = [r for r in rows if r.half == "set-aside"]
@@ -277,7 +296,10 @@ def megatron_report(case_set: str = ISSUE_SET) -> dict[str, Any]:
                  "rows",
                  "with DT-FM's V100 factors instead (ds3lab_gpt3xl_pipeline, its own code on these instances; +41..+50% "
                  f"on Megatron-LM's fp16 PP 8 fit rows): held-out median {100 * dtfm_median:.1f}%, max "
-                 f"{100 * dtfm_max:.1f}% -- not used"]
+                 f"{100 * dtfm_max:.1f}% -- not used",
+                 "measured - simulated, s (tc ms/Gb/s): " + "; ".join(
+                     f"{layout}: " + ", ".join(f"{k} {v:+.1f}" for k, v in by.items())
+                     for layout, by in missing_seconds_by_layout(case_set).items())]
     else:
         notes = [f"p3.16xlarge NVLink collective efficiency {fit_nvlink_efficiency():.2f} (catalog: 0.80 assumed), "
                  "fitted on the single-instance rows (fit); nothing fitted on the data-parallel rows (held-out)",
