@@ -39,11 +39,17 @@ _BUSY = {"compute": "compute", "recompute": "recompute", "host_stall": "host_sta
 
 
 def _binding_dep(task: Task) -> Task | None:
-    """The dependency that finished last (for a kernel: not its own stream's predecessor)."""
-    deps = task.deps
-    if task.stream == "compute":
-        deps = [d for d in deps if d.stream != "compute" or d.actor != task.actor]
-    return max(deps, key=lambda d: d.end_s, default=None)
+    """The dependency that finished last (for a kernel: not its own stream's predecessor); the first
+    of those that finished last (as ``max``)."""
+    own = task.stream == "compute"
+    actor = task.actor
+    best = None
+    for d in task.deps:
+        if own and d.stream == "compute" and d.actor == actor:
+            continue
+        if best is None or d.end_s > best.end_s:
+            best = d
+    return best
 
 
 def _charge_gap(breakdown: dict[str, float], gap_start: float, gap_end: float, waited_for: Task | None) -> None:
@@ -71,7 +77,8 @@ def time_breakdown(plan: Plan, actor: str, step_time: float) -> dict[str, float]
     breakdown = dict.fromkeys(BREAKDOWN_KEYS, 0.0)
     cursor = 0.0
     for task in plan.compute_tasks[actor]:
-        _charge_gap(breakdown, cursor, task.start_s, _binding_dep(task))
+        if task.start_s - cursor > 0:  # an idle gap before it (what it waited for is looked up only then)
+            _charge_gap(breakdown, cursor, task.start_s, _binding_dep(task))
         if task.segments:
             for category, seconds in task.segments:
                 breakdown[_BUSY.get(category, category)] += seconds
