@@ -117,6 +117,7 @@ class Planner:
         self._send_cache: dict = {}  # (actor, destination rank, bytes) -> (demands, latency) of a send
         self._group_cache: dict = {}
         self._pass_ops: dict = {}
+        self._chunk_pass_ops: dict[tuple[str, int], tuple] = {}  # (phase, global chunk) -> _chunk_ops
         self._chunk_runs: dict[int, tuple[tuple[bool, int], ...]] = {}
         self._zero_bubble_orders = None
         self._memory_cache: dict = {}
@@ -756,10 +757,14 @@ class Planner:
             last = None
             if not self.detail and self.tp_exclusive:
                 # TP traffic has its links to itself: fold it into the kernel task (exact, fewer events).
-                compute_s, comm = self.pass_cost_by_category(rank, ops)
-                comm = {k: v for k, v in comm.items() if v > 0}
-                task = Task(label, actor, "compute", category, duration_s=compute_s + sum(comm.values()),
-                            segments=((category, compute_s), *comm.items()) if comm else None)
+                key = ("fused_task", id(ops), self._comm_class(rank), category)
+                hit = self._time_cache.get(key)
+                if hit is None or hit[0] is not ops:
+                    compute_s, comm = self.pass_cost_by_category(rank, ops)
+                    comm = {k: v for k, v in comm.items() if v > 0}
+                    hit = self._time_cache[key] = (ops, compute_s + sum(comm.values()),
+                                                   ((category, compute_s), *comm.items()) if comm else None)
+                task = Task(label, actor, "compute", category, duration_s=hit[1], segments=hit[2])
                 return add(task, first_deps)
             pending: Task | None = None  # an overlapped collective running beside the next kernel
             for kind, payload, name, overlapped in self._segments(rank, ops):
@@ -1164,6 +1169,9 @@ class Planner:
     def _chunk_ops(self, phase: str, global_chunk: int) -> tuple[Op, ...]:
         """All ops of one chunk pass, concatenated (cached): "F" forward, "B" backward,
         "R" the recomputed forward work of the chunk's layers."""
+        ops = self._chunk_pass_ops.get((phase, global_chunk))  # asked for every pass of every micro-batch
+        if ops is not None:
+            return ops
         first, last = global_chunk == 0, global_chunk == self.chunks - 1
         runs = self.chunk_runs(global_chunk)  # keyed by the kinds' counts, in layer order
         key = (phase, first, last, runs)
@@ -1189,6 +1197,7 @@ class Planner:
             else:
                 ops = layers(lambda w: w.recompute_ops(self.par.recompute), backward)
             self._pass_ops[key] = ops
+        self._chunk_pass_ops[(phase, global_chunk)] = ops
         return ops
 
     def _copy_in(self, actor: str, after: Task, label: str, grad_bytes: float, zero: int, add) -> Task:
