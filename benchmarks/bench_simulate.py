@@ -9,9 +9,11 @@ time measures the load, not the simulator) over repeats for:
 - Megatron-1T on 3,072 A100s (tp 8, pp 64, 512 micro-batches), which the engine runs folded
   (simulator/strategies/spmd/fold.py: three runs at 65-67 micro-batches), and unrolled;
 - the same 405B layout at dp 8, 32, 128 and 512, as ratios to dp 8, to show that symmetric mode
-  does not grow with the data-parallel degree.
+  does not grow with the data-parallel degree;
+- with ``--resim``, the engine's re-simulation of the default GPT-3 search's top 20 (the layouts
+  ``search`` runs through the engine after the fast path; the search itself is not timed).
 
-    python benchmarks/bench_simulate.py [--repeats 5]
+    python benchmarks/bench_simulate.py [--repeats 5] [--resim]
 """
 
 from __future__ import annotations
@@ -45,9 +47,30 @@ def median_seconds(source, overrides, repeats: int, **kw) -> float:
     return statistics.median(times)
 
 
+def resim_seconds(repeats: int) -> tuple[int, float]:
+    """CPU seconds to simulate the default search's engine-evaluated layouts (its top 20) again."""
+    import os
+
+    from simulator.explore.search import search
+
+    os.environ["CLUSTERSIM_CACHE"] = "0"
+    path = Path(__file__).resolve().parents[1] / "examples" / "gpt3-175b-1024-a100.yaml"
+    rows = [r for r in search(str(path), workers=1) if r.get("evaluated_by") == "engine"]
+    scenarios = [load_scenario(path, [f"parallelism.{k}={v}" for k, v in r["parallelism"].items() if v is not None])
+                 for r in rows]
+    times = []
+    for _ in range(repeats):
+        start = time.process_time()
+        for scenario in scenarios:
+            simulate(scenario)
+        times.append(time.process_time() - start)
+    return len(scenarios), statistics.median(times)
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--repeats", type=int, default=5)
+    parser.add_argument("--resim", action="store_true", help="also time the re-simulation of the default search's top 20")
     args = parser.parse_args()
     print(f"{'scenario':<52} {'CPU s':>9}")
     print(f"{'default (GPT-3 175B, 1024 A100, interleaved)':<52} {median_seconds(None, [], args.repeats):>9.3f}")
@@ -67,6 +90,9 @@ def main() -> None:
         seconds = median_seconds(LLAMA, overrides, args.repeats)
         base = base or seconds
         print(f"  dp {dp:>4} ({8 * 16 * dp:>6} GPUs): {seconds:.3f} s  ratio to dp 8: {seconds / base:.2f}")
+    if args.resim:
+        count, seconds = resim_seconds(args.repeats)
+        print(f"\nre-simulation of the default GPT-3 search's {count} engine layouts: {seconds:.3f} CPU s")
 
 
 if __name__ == "__main__":
