@@ -10,7 +10,7 @@ import random
 
 import pytest
 
-from simulator.explore.planners.pase_dp import min_cost_assignment
+from simulator.explore.planners.pase_dp import min_cost_assignment, transitions_needed
 
 
 def brute_force(vertices, edges, configs, vertex_cost, edge_cost):
@@ -58,6 +58,7 @@ def test_the_dp_is_exact(name, seed):
     recomputed = (sum(vertex_cost(v, phi[v]) for v in vertices)
                   + sum(edge_cost(u, v, phi[u], phi[v]) for u, v in edges))
     assert recomputed == pytest.approx(result.cost, rel=1e-12)
+    assert transitions_needed(vertices, edges, lambda v: len(configs(v))) == result.transitions
 
 
 def test_random_dags_are_exact():
@@ -69,6 +70,7 @@ def test_random_dags_are_exact():
         configs, vertex_cost, edge_cost = random_costs(100 + trial, vertices, 3)
         result = min_cost_assignment(vertices, edges, configs, vertex_cost, edge_cost)
         assert result.cost == pytest.approx(brute_force(vertices, edges, configs, vertex_cost, edge_cost), rel=1e-12)
+        assert transitions_needed(vertices, edges, lambda v, c=configs: len(c(v))) == result.transitions
 
 
 def test_toy_layer_costs_give_the_pase_structure():

@@ -139,3 +139,30 @@ def test_cnn_benchmarks_split_convolutions_by_batch_and_fully_connected_layers_b
     assert fcs and all("batch" not in s for s in fcs), fcs
     speedup = found.details["speedup_over_data_parallel"]
     assert 1.0 < speedup <= PAPER_MAX_SPEEDUP[node], (found.summary, speedup)
+
+
+UNET_8XA100 = Path(__file__).resolve().parents[1] / "examples" / "unet-domain-parallel-8xa100.yaml"
+
+
+def _unet() -> dict:
+    return absolutize(yaml.safe_load(UNET_8XA100.read_text()), UNET_8XA100.parent)
+
+
+def test_a_dp_too_wide_to_finish_is_refused_before_it_starts():
+    """U-Net's skip connections keep several layers in PaSE's dependent sets: with every cut of 8 GPUs
+    along five dimensions the exact DP needs 126,046,702 transitions; refused, naming the option."""
+    with pytest.raises(ConfigError) as err:
+        get_planner("pase").run(_unet(), {"dims": "batch,channels,reduction,rows,cols"})
+    assert err.value.field == "--option max_transitions" and "126,046,702 transitions" in str(err.value)
+    with pytest.raises(ConfigError, match="spatial cuts: --option dims=batch,rows,cols"):
+        get_planner("pase").run(_unet(), {})  # 2 images on 8 GPUs: the default dims cannot split every layer
+
+
+@pytest.mark.slow
+def test_unet_domain_parallel_plan():
+    """U-Net, 2 images on 8 A100s, batch and spatial cuts: PaSE's DP splits every layer 2 x 2 x 2
+    (one image per half, a 2 x 2 spatial grid: examples/unet-domain-parallel-8xa100.yaml's default);
+    pure data parallelism cannot run."""
+    found = get_planner("pase").run(_unet(), {"dims": "batch,rows,cols"})
+    assert set(map(str, found.details["splits"].values())) == {str({"batch": 2, "rows": 2, "cols": 2})}
+    assert found.step_time_s is not None and math.isnan(found.details["speedup_over_data_parallel"])

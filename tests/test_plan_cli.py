@@ -264,3 +264,15 @@ def test_dapple_replicates_stages_unequally_where_it_pays():
     replicas = [s["replicas"] for s in found.scenario["strategy"]["stages"]]
     assert len(set(replicas)) > 1 and replicas[0] == max(replicas) and replicas[-1] == 1, found.summary
     assert found.step_time_s < _best_search_step(raw)
+
+
+def test_the_planners_probe_builds_with_a_batch_smaller_than_the_gpus():
+    """U-Net's 2 images on 8 A100s: the probe DAPPLE's and the adaptive planner's pipeline choice read
+    the model, the cluster and the batch from builds (it needs no data-parallel degree); each plan
+    then checks its own divisibility."""
+    from simulator.explore.planners.dapple import base_scenario
+    from simulator.explore.sweep import absolutize
+
+    path = ROOT / "examples" / "unet-domain-parallel-8xa100.yaml"
+    scenario = base_scenario(absolutize(yaml.safe_load(path.read_text()), path.parent))
+    assert (scenario.parallelism.global_batch_size, scenario.num_gpus) == (2, 8)

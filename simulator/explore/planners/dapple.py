@@ -242,11 +242,14 @@ def plan_raw(raw: dict[str, Any], counts: list[int], replicas: tuple[int, ...], 
 
 
 def base_scenario(raw: dict[str, Any]):
-    """The input scenario with a trivial layout (the planner sets its own): model, cluster, batch."""
+    """The input scenario with a trivial layout (the planner sets its own): model, cluster, batch.
+    The probe's strategy is ``per_layer`` with no split, whose layout needs no data-parallel degree
+    (a global batch smaller than the GPU count, U-Net's 2 images on 8 GPUs, still builds; each plan
+    checks its own divisibility)."""
     probe = copy.deepcopy(raw)
-    probe.pop("strategy", None)
     par = probe.get("parallelism") or {}
     probe["parallelism"] = {"global_batch_size": par.get("global_batch_size", 512), "micro_batch_size": 1}
+    probe["strategy"] = {"kind": "per_layer"}
     return build_scenario(probe)
 
 

@@ -43,9 +43,16 @@ from collections import Counter
 from typing import Any
 
 from simulator.errors import ConfigError
-from simulator.explore.planners import PlannerKind, PlanResult, check_options, list_option, register
+from simulator.explore.planners import (
+    PlannerKind,
+    PlanResult,
+    check_options,
+    int_option,
+    list_option,
+    register,
+)
 from simulator.explore.planners.oracle import Oracle, per_layer_pricer
-from simulator.explore.planners.pase_dp import min_cost_assignment
+from simulator.explore.planners.pase_dp import min_cost_assignment, transitions_needed
 from simulator.strategies.per_layer.config import SPLIT_FIELDS, SPLITTABLE_OF, Split
 from simulator.strategies.per_layer.sharding import check_split, layer_sizes
 
@@ -53,7 +60,9 @@ OPTIONS = {"dims": "dimensions a layer may be cut along, comma separated (defaul
                    "also rows, cols, heads, sequence)",
            "gradient_weights": "weights of the gradient all-reduce in the DP's objective, one plan each, comma "
                                "separated in [0, 1] (default 1,0.5,0.25,0; 1 alone: PaSE's objective's plan, or pure data "
-                               "parallelism where that simulates faster)"}
+                               "parallelism where that simulates faster)",
+           "max_transitions": "most transitions one dynamic program may make; a graph that needs more is refused "
+                              "before the DP starts (default 20000000, about 20 CPU-s)"}
 DEFAULT_DIMS = ("batch", "channels", "reduction")
 DEFAULT_GRADIENT_WEIGHTS = (1.0, 0.5, 0.25, 0.0)
 
@@ -132,6 +141,7 @@ def run_pase(raw: dict[str, Any], options: dict[str, Any]) -> PlanResult:
     check_options(PASE, options)
     dims = list_option(options, "dims", tuple(SPLIT_FIELDS), tuple(DEFAULT_DIMS), "dimension")
     weights = gradient_weights(options)
+    max_transitions = int_option(options, "max_transitions", 20_000_000)
     started = time.perf_counter()
     scenario, prices = per_layer_pricer(raw)
     p = scenario.num_gpus
@@ -142,8 +152,15 @@ def run_pase(raw: dict[str, Any], options: dict[str, Any]) -> PlanResult:
         if not options_of:
             raise ConfigError("parallelism.global_batch_size",
                               f"layer {name} has no split over {p} GPUs along {', '.join(dims)} that divides it "
-                              f"(global batch {batch})")
+                              f"(global batch {batch}; spatial cuts: --option dims=batch,rows,cols)")
     edges = [(u, layer.name) for layer in graph.layers for u in dict.fromkeys(layer.inputs) if u in layers]
+    needed = transitions_needed([layer.name for layer in graph.layers], edges, lambda name: len(configs[name]))
+    if needed > max_transitions:
+        raise ConfigError("--option max_transitions",
+                          f"PaSE's exact DP over {graph.name} with {p} GPUs along {', '.join(dims)} needs {needed:,} "
+                          f"transitions (its dependent sets hold several layers of up to "
+                          f"{max(len(c) for c in configs.values())} configurations each), more than "
+                          f"{max_transitions:,}: raise it or give fewer --option dims")
     layer_costs: dict = {}
     edge_costs: dict = {}
 

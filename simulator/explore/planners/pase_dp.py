@@ -111,3 +111,26 @@ def min_cost_assignment(
         assignment[vertices[i]] = choice
         key = previous_state
     return DpResult(cost, assignment, states, transitions, max_d)
+
+
+def transitions_needed(vertices: Sequence[Hashable], edges: Sequence[tuple[Hashable, Hashable]],
+                       counts: Callable[[Hashable], int]) -> int:
+    """The transitions :func:`min_cost_assignment` will make (``counts(v)``: how many configurations
+    v has), without making them: step i visits every assignment of the dependent set D_{i-1} (the
+    table holds all of them) times v_i's configurations, Σ_i Π_{u ∈ D_{i-1}} |C(u)| · |C(v_i)|.
+    A planner checks it before a dynamic program it could not finish (U-Net's skip connections
+    keep five layers in D at its bottleneck)."""
+    index = {v: i for i, v in enumerate(vertices)}
+    last_neighbour = dict.fromkeys(vertices, -1)
+    for u, v in edges:
+        last_neighbour[u] = max(last_neighbour[u], index[v])
+        last_neighbour[v] = max(last_neighbour[v], index[u])
+    frontier: list[Hashable] = []
+    total = 0
+    for i, v in enumerate(vertices):
+        size = counts(v)
+        for u in frontier:
+            size *= counts(u)
+        total += size
+        frontier = [u for u in frontier if last_neighbour[u] > i] + ([v] if last_neighbour[v] > i else [])
+    return total
