@@ -371,7 +371,10 @@ class Engine:
         task.start_s = now
         if task.alloc_bytes:
             self._count((task.actor, task.counter), task.alloc_bytes)
-        transfer = self._transfer([task], task.demands, task.latency_s)
+        if task.comm_slowdown_while_computing > 0:
+            transfer = self._transfer([task], task.demands, task.latency_s)
+        else:  # nothing slows it: straight onto the network (what _transfer does then)
+            transfer = self.network.transfer(task.demands, task.latency_s)
         if task.contends:
             self._contend(task.actor, +1)
             transfer.callbacks.append(lambda _ev, actor=task.actor: self._contend(actor, -1))

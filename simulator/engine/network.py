@@ -129,7 +129,7 @@ class FlowNetwork:
             self.clock.succeed(done)
             return
         self._advance()
-        flow = _Flow(demands, done, heaviest, weights=weights, factor=factor, solo_rate=solo_rate)
+        flow = _Flow(demands, done, heaviest, 1.0, 0.0, weights, solo_rate, factor)
         self._flows.append(flow)
         if factor is not None:
             self._factored += 1
