@@ -126,6 +126,13 @@ class TrainingSpec(_Strict):
                     "as an add into the gradients after every micro-batch but the first. Off (Megatron-LM, "
                     "Transformer Engine): the wgrad GEMM's epilogue gives the bias gradient and accumulates into "
                     "main_grad (gradient_accumulation_fusion)")
+    elementwise_kernels: Literal["fused", "eager"] = Field(
+        default="fused",
+        description="a block's norms, activation and rotary embedding: fused (one kernel each, reading and writing "
+                    "each tensor once: torch.compile, Transformer Engine, apex) or eager (PyTorch eager composite ops, "
+                    "torchtitan's Llama without torch.compile: RMSNorm as upcast, square, mean, rsqrt, multiply, "
+                    "downcast and weight multiply, SwiGLU as SiLU then multiply, RoPE as upcast, complex multiply and "
+                    "downcast, each a kernel over the whole tensor; workloads/graph.py EAGER_BYTES_PER_ELEMENT)")
     optimizer_fusion: Literal["none", "backward", "forward"] = Field(
         default="none",
         description="optimizer fusion (Jiang et al. 2021, arXiv:2104.00237): backward: each model chunk's update "
@@ -268,7 +275,8 @@ class Scenario:
             sequence_parallel=par.sequence_parallel, precision=tr.precision,
             flash_attention=tr.attention == "flash", ep=par.ep, moe_load_imbalance=par.moe_load_imbalance,
             cp_comm=par.cp_comm, cp_load_balance=par.cp_load_balance, tp_comm_overlap=par.tp_comm_overlap,
-            tp_overlap=par.tp_overlap, unfused_eager_kernels=tr.unfused_eager_kernels)
+            tp_overlap=par.tp_overlap, unfused_eager_kernels=tr.unfused_eager_kernels,
+            eager_elementwise=tr.elementwise_kernels == "eager")
 
     def layer_graph(self) -> LayerGraph:
         """The model's layer graph for one micro-batch on one rank (the one description memory,

@@ -164,6 +164,8 @@ def test_torchtitan_rows_map_per_op_checkpointing_and_the_exposed_input_gradient
     assert cases[1].scenario["parallelism"]["recompute"] == "selective_op"   # "selective": llama3_8b.toml's op
     assert cases[42].scenario["parallelism"]["recompute"] == "selective"     # "selective layer"
     assert cases[18].scenario["parallelism"]["recompute"] == "full"
+    kernels = {row: cases[row].scenario["training"]["elementwise_kernels"] for row in (0, 1, 42)}
+    assert kernels == {0: "eager", 1: "fused", 42: "eager"}  # no compile, compile, not stated (the default then)
 
 
 
@@ -177,3 +179,51 @@ def test_async_tp_costs_the_same_in_every_planner_mode_and_more_than_userbuffers
     plain = simulate(load_scenario(_pipelined_raw(False)))
     assert async_tp.step_time_s == pytest.approx(reference.step_time_s, rel=1e-9)
     assert userbuffers.step_time_s < async_tp.step_time_s < plain.step_time_s
+
+
+# --------------------------------------------------------------------------- eager elementwise kernels
+
+
+def test_eager_bytes_per_element_count_each_composite_kernel():
+    from workloads.graph import eager_bytes_per_element
+
+    # bf16: RMSNorm upcast 2+4, square 4+4, mean 4, multiply 4+4, downcast 4+2, weight 2+2; SwiGLU SiLU 2+2,
+    # multiply 4+2; RoPE upcast 2+4, complex multiply 4+4, downcast 4+2
+    assert [eager_bytes_per_element(k, 2) for k in ("rmsnorm", "swiglu", "rope")] == [36, 10, 20]
+
+
+def test_eager_elementwise_moves_the_composite_bytes_and_adds_rope():
+    fused = layer_work(LLAMA_LIKE, ShardShape(micro_batch=2, seq_length=64, flash_attention=True))
+    eager = layer_work(LLAMA_LIKE, ShardShape(micro_batch=2, seq_length=64, flash_attention=True,
+                                              eager_elementwise=True))
+    tokens, h, ffn, qk = 128, 256, 640, (8 + 2) * 32
+    by_name = {op.name: op for op in eager.forward}
+    assert {op.name: op.bytes_moved for op in fused.forward if op.name in ("ln1", "ln2", "swiglu")} == {
+        "ln1": tokens * h * 4, "ln2": tokens * h * 4, "swiglu": tokens * ffn * 6}
+    assert (by_name["ln1"].bytes_moved, by_name["swiglu"].bytes_moved, by_name["rope"].bytes_moved) == (
+        tokens * h * 36, tokens * ffn * 10, tokens * qk * 20)
+    names = [op.name for op in eager.forward]
+    assert names[names.index("qkv") + 1] == "rope" and "rope" not in [op.name for op in fused.forward]
+    assert "rope" in [op.name for op in eager.recompute_ops("selective_op")]
+    # a LayerNorm / GeLU / learned-position model is the same either way
+    gpt = LLAMA_LIKE.model_copy(update={"norm": "layernorm", "gated_mlp": False, "position_embedding": "learned"})
+    assert layer_work(gpt, ShardShape(micro_batch=2, seq_length=64, eager_elementwise=True)) == layer_work(
+        gpt, ShardShape(micro_batch=2, seq_length=64))
+
+
+def test_eager_step_is_longer_by_exactly_the_extra_bytes():
+    raw = toy_raw(1)
+    raw["model"] = LLAMA_LIKE.model_dump(exclude_none=True)
+    raw["training"]["attention"] = "flash"
+    fused_sc = load_scenario(raw)
+    raw["training"]["elementwise_kernels"] = "eager"
+    eager_sc = load_scenario(raw)
+    compute = ComputeModel(fused_sc.accelerator, "bf16")
+
+    def block_s(sc) -> float:
+        block = sc.layer_graph().layers[1]
+        return sum(compute.time_s(op) for op in block.forward + block.backward if op.kind != "collective")
+
+    delta = simulate(eager_sc).step_time_s - simulate(fused_sc).step_time_s
+    assert delta == pytest.approx(LLAMA_LIKE.num_layers * (block_s(eager_sc) - block_s(fused_sc)), rel=1e-9)
+    assert delta > 0

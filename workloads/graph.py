@@ -110,6 +110,7 @@ class ShardShape:
     tp_comm_overlap: bool = False  # userbuffers-style TP all-gather / reduce-scatter pipelined with GEMMs
     tp_overlap: str = "userbuffers"  # how: "userbuffers" (beside the whole GEMM) | "async_tp" (tp chunks)
     unfused_eager_kernels: bool = False  # bias gradients as separate reductions (TrainingSpec)
+    eager_elementwise: bool = False  # norms, SwiGLU, RoPE as PyTorch eager composite ops (TrainingSpec)
 
     @property
     def act_bytes(self) -> int:
@@ -356,6 +357,8 @@ def layer_work(model: TransformerSpec, shard: ShardShape, layer_index: int = 0) 
 
     if shard.flash_attention:
         fwd = [replace(op, executed_fraction=shard.causal_fraction) if op.kind == "attention" else op for op in fwd]
+    if shard.eager_elementwise and model.mla is None:
+        fwd = _eager_elementwise(fwd, model, tokens * (heads + kv) * hd, elem)
     if model.mla is None and not moe_layer:
         fwd = _mark_op_sac(fwd, heads, kv, model.gated_mlp)
     bwd: list[Op] = []
@@ -373,11 +376,44 @@ def layer_work(model: TransformerSpec, shard: ShardShape, layer_index: int = 0) 
 
 BIASED_LINEARS = ("qkv", "attn_out", "fc1", "fc2")  # a layer's linears that carry a bias with linear_bias
 
+def eager_bytes_per_element(kernel: str, elem: int) -> float:
+    """HBM bytes per element of PyTorch eager's composite ops (``training.elementwise_kernels: eager``),
+    each aten kernel reading and writing the whole tensor (e = ``elem`` bytes, fp32 = 4), as torchtitan's
+    Llama writes them (torchtitan/models/llama3/model.py; torch.compile fuses each into one kernel of
+    2e, or 3e for SwiGLU's two inputs):
+
+    - ``rmsnorm``: ``(x.float() * rsqrt(x.float().pow(2).mean(-1) + eps)).type_as(x) * weight``:
+      upcast e + 4, square 4 + 4, mean 4, multiply 4 + 4, downcast 4 + e, weight e + e: 4e + 28;
+    - ``swiglu``: ``silu(x1) * x3``: SiLU e + e, multiply 2e + e: 5e;
+    - ``rope`` (per element of q and k): upcast e + 4, complex multiply 4 + 4 (the frequencies are
+      small), downcast 4 + e: 2e + 16.
+
+    Backward passes move twice the forward's bytes (the simulator's rule for memory-bound ops)."""
+    return {"rmsnorm": 4 * elem + 28, "swiglu": 5 * elem, "rope": 2 * elem + 16}[kernel]
+
+
+def _eager_elementwise(fwd: list[Op], model: TransformerSpec, rope_elements: int, elem: int) -> list[Op]:
+    """A block's memory-bound ops as PyTorch eager runs them (:func:`eager_bytes_per_element`): the
+    RMSNorms (a LayerNorm is one native kernel either way) and SwiGLU at their eager bytes, and RoPE as
+    its own op after the Q/K projection (fused into a kernel under torch.compile it moves 2e per
+    element, which the fused graph leaves out)."""
+    out: list[Op] = []
+    for op in fwd:
+        if op.name in ("ln1", "ln2", "qk_norm") and model.norm == "rmsnorm":
+            op = replace(op, bytes_moved=op.bytes_moved / (2 * elem) * eager_bytes_per_element("rmsnorm", elem))
+        elif op.name == "swiglu":
+            op = replace(op, bytes_moved=op.bytes_moved / (3 * elem) * eager_bytes_per_element("swiglu", elem))
+        out.append(op)
+        if model.position_embedding == "rope" and op.name == ("qk_norm" if model.qk_norm else "qkv"):
+            out.append(Op("rope", "memory", 0.0, rope_elements * eager_bytes_per_element("rope", elem)))
+    return out
+
+
 #: Ops of a dense block that torchtitan's per-op selective checkpointing re-runs whole (its policy and
 #: what the backward needs: :func:`op_sac_recompute`): the norms, the residual add that feeds the second
-#: norm, the activation, the per-head q/k norms, the materialised attention core (SDPA's math path is
+#: norm, the activation, the per-head q/k norms, eager RoPE, the materialised attention core (SDPA's math path is
 #: not in the save list), the TP all-gathers.
-_OP_SAC_WHOLE = frozenset({"ln1", "ln2", "dropout_residual1", "swiglu", "gelu", "qk_norm",
+_OP_SAC_WHOLE = frozenset({"ln1", "ln2", "dropout_residual1", "swiglu", "gelu", "qk_norm", "rope",
                            "attn_scores", "softmax_dropout", "attn_values",
                            "attn_in.all_gather", "mlp_in.all_gather"})
 

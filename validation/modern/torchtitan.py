@@ -15,6 +15,9 @@ in tp chunks, workloads/graph.py ``_tp_overlap``);
 FlashAttention (SDPA's flash / cuDNN backend); CP exchanges K/V by all-gather (torchtitan's default
 ``allgather`` rotate method); PP micro-batch 1, interleaved 1F1B with 2 stages per rank; activation
 checkpointing as :func:`_recompute` maps it (per-op selective = ``recompute: selective_op``).
+Without torch.compile (and where the row does not state it: torchtitan's default then) the norms,
+SwiGLU and RoPE run as PyTorch eager composite ops (``training.elementwise_kernels: eager``: more
+bytes moved, workloads/graph.py ``eager_bytes_per_element``); compiled, each is one fused kernel.
 A sequence length the file does not give is torchtitan's train_configs default,
 8192 (the CSV's README). float8 rowwise is a separate fitted group: it runs slower than tensorwise
 (more scaling work) and the simulator has one FP8 GEMM model.
@@ -109,7 +112,9 @@ def cases() -> tuple[list[ModernCase], list[Unrepresentable]]:
         # was drawn with (rows 39-41 read as not compiled there), so the fit / held-out halves do not move
         compiled = str(row["torch_compile"]).lower().startswith("yes")
         key_compiled = str(row["torch_compile"]).lower() == "yes"
-        eager = not compiled and str(row["torch_compile"]).lower().startswith("no")  # "not stated": neither
+        # "not stated" (the A100 rows of docs/performance.md, Apr-Dec 2024): torchtitan's default then,
+        # training.compile = false: eager
+        eager = not compiled
         parallelism = {
             "tp": tp, "pp": pp, "cp": cp, "dp": dp, "zero_stage": 3,
             "virtual_stages": INTERLEAVED_STAGES_PER_RANK if interleaved else 1,
@@ -119,7 +124,8 @@ def cases() -> tuple[list[ModernCase], list[Unrepresentable]]:
             "overlap_tp_grad_comm": False,
             "micro_batch_size": 1 if pp > 1 else local, "global_batch_size": local * dp,
             "overlap_grad_reduce": True, "overlap_param_gather": True}
-        training = {"seq_length": seq, "precision": precision, "attention": "flash"}
+        training = {"seq_length": seq, "precision": precision, "attention": "flash",
+                    "elementwise_kernels": "eager" if eager else "fused"}
         group_precision = "fp8-rowwise" if rowwise else precision
         group = MI300X_GROUP if accelerator == "mi300x" else f"torchtitan|{accelerator}|{group_precision}"
         key = (f"torchtitan|{name}|{row['gpu']}|{n}|tp{tp}|pp{pp}|cp{cp}|{row['pp_schedule']}|s{seq}|b{local}|"
