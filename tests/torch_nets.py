@@ -162,6 +162,18 @@ class UNet(nn.Module):
         return self.out(x)
 
 
+class SquaredFeatures(nn.Module):
+    """A feature map times itself (not a per-channel gate): the importer refuses the product."""
+
+    def __init__(self):
+        super().__init__()
+        self.conv = nn.Conv2d(3, 4, 3)
+
+    def forward(self, x):
+        y = self.conv(x)
+        return y * y
+
+
 class DataDependent(nn.Module):
     """Control flow on a tensor's values: torch.fx cannot trace it."""
 

@@ -5,15 +5,17 @@ builders use, so kernels, parameters and saved bytes follow the same rules.
 
 Scenario syntax::
 
-    model: torchvision:resnet50                    # input 3x224x224 (inception_v3: 3x299x299)
+    model: torchvision:resnet50                    # input: its weights' crop (3x224x224; inception_v3 3x299x299)
     model: {torch: "pkg.module:callable", input_shape: [3, 224, 224], kwargs: {num_classes: 10}}
 
-Leaf modules mapped: Conv2d, ConvTranspose2d (stride = kernel), BatchNorm2d, LayerNorm, ReLU,
-GELU/SiLU/Tanh/Sigmoid, MaxPool2d, AvgPool2d, AdaptiveAvgPool2d, Linear, Dropout, Flatten,
+Leaf modules mapped: Conv2d, ConvTranspose2d (stride = kernel), BatchNorm2d, LayerNorm, ReLU, ReLU6,
+GELU/SiLU/Tanh/Sigmoid/Hardswish/Hardsigmoid, MaxPool2d, AvgPool2d, AdaptiveAvgPool2d, Linear, Dropout, Flatten,
 Identity, MultiheadAttention (self-attention). Functions: residual adds (tensor + tensor, or a
 learned tensor such as position embeddings), ``torch.cat`` (a learned token before a sequence too),
 views (flatten, view, reshape, permute, transpose, contiguous, indexing; ``x[:, 0]`` keeps the
-whole storage alive), ReLU/GELU/tanh/sigmoid, pooling and dropout in functional form. Nodes that
+whole storage alive), ReLU/GELU/tanh/sigmoid, pooling and dropout in functional form, a feature map
+times a per-channel gate (squeeze-and-excitation), torchvision's ``stochastic_depth`` (left out, as
+the catalog's MBConv leaves it). Nodes that
 make no tensor (``x.shape``, output tuples) are skipped. Anything else — a model that does not
 trace, an unknown module kind or operation — is refused with one ConfigError naming the layer.
 """
@@ -83,10 +85,26 @@ class TorchModelSpec(NetworkSpec):
 
 
 def torchvision_spec(ref: str) -> TorchModelSpec:
-    """``torchvision:NAME`` with torchvision's input size for that model."""
+    """``torchvision:NAME`` with torchvision's input size for that model: the crop size of its default
+    weights' transforms where torchvision documents one (EfficientNet-B4: 380), else
+    :data:`TORCHVISION_INPUTS` or 224 (also where torchvision is missing: the import error comes
+    when the graph is built)."""
     name = ref.split(":", 1)[1]
-    return TorchModelSpec(name=name, torch=ref, input_shape=tuple(TORCHVISION_INPUTS.get(name, DEFAULT_IMAGE)),
-                          kwargs=TORCHVISION_KWARGS.get(name, {}))
+    shape = TORCHVISION_INPUTS.get(name, DEFAULT_IMAGE)
+    crop = _torchvision_crop_size(name)
+    if crop is not None:
+        shape = [3, crop, crop]
+    return TorchModelSpec(name=name, torch=ref, input_shape=tuple(shape), kwargs=TORCHVISION_KWARGS.get(name, {}))
+
+
+def _torchvision_crop_size(name: str) -> int | None:
+    """The square crop of torchvision's default weights for model ``name`` (None: not documented)."""
+    try:
+        transforms = import_torchvision().models.get_model_weights(name).DEFAULT.transforms
+        crop = transforms.keywords["crop_size"]
+    except Exception:  # noqa: BLE001 - no torchvision, an unknown name, weights without a crop: the default
+        return None
+    return int(crop) if isinstance(crop, int) else None
 
 
 def _torch():
@@ -254,7 +272,9 @@ class _Mapper:
             return net.layernorm(name, x)
         if isinstance(m, nn.ReLU):
             return net.relu(name, x, inplace=m.inplace)
-        for kind, function in ((nn.GELU, "gelu"), (nn.SiLU, "silu"), (nn.Tanh, "tanh"), (nn.Sigmoid, "sigmoid")):
+        for kind, function in ((nn.GELU, "gelu"), (nn.SiLU, "silu"), (nn.Tanh, "tanh"), (nn.Sigmoid, "sigmoid"),
+                               (nn.Hardswish, "hardswish"), (nn.Hardsigmoid, "hardsigmoid"),
+                               (nn.ReLU6, "relu6")):  # hardtanh(0, 6) saves its input even in place (autograd)
             if isinstance(m, kind):
                 return net.activation(name, x, function)
         if isinstance(m, nn.MaxPool2d):
@@ -324,6 +344,10 @@ class _Mapper:
             return args[0][node.args[1]]
         if label in ("add", "iadd", "add_", "__add__", "__iadd__"):
             return self._add(node, args, inplace=label in ("iadd", "add_", "__iadd__"))
+        if label in ("mul", "__mul__") and len(args) == 2 and all(isinstance(a, Tensor) for a in args):
+            return self._scale(node, args)
+        if label == "stochastic_depth":  # torchvision.ops: a per-sample scale of a residual branch, left out
+            return args[0]               # as the catalog's MBConv leaves it out (workloads/networks/blocks.py)
         if target is torch.cat or label == "cat":
             return self._cat(node, args, node.kwargs.get("dim", node.args[1] if len(node.args) > 1 else 0))
         if isinstance(args[0], _Param):
@@ -369,6 +393,15 @@ class _Mapper:
             x, p = (a, b) if isinstance(a, Tensor) else (b, a)
             return self.net.add_parameter(name, x, params=_numel(p.shape))
         raise self._unknown(node, "adds something other than activations and learned tensors")
+
+    def _scale(self, node, args):
+        """``x * gate`` with a per-channel gate (C, 1, 1), either operand first (squeeze-and-excitation)."""
+        a, b = args
+        x, gate = (a, b) if b.shape == (a.shape[0], 1, 1) else (b, a)
+        if gate.shape != (x.shape[0], 1, 1) or len(x.shape) != 3:
+            raise self._unknown(node, f"multiplies {list(a.shape)} by {list(b.shape)}: only a per-channel gate "
+                                      "(C, 1, 1) times a feature map is supported")
+        return self.net.scale(self._layer_name(node), x, gate)
 
     def _cat(self, node, args, dim: int):
         parts = args[0]
