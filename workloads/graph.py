@@ -56,7 +56,7 @@ class Op:
 
     ``m, n, k``: GEMM dims (C[m,n] = A[m,k]·B[k,n]), ``batch`` independent GEMMs of that
     shape (attention heads). ``bytes_moved``: HBM traffic. For collectives, ``comm_bytes``
-    is the payload per rank and ``group`` names the communicator ("tp", "cp", "ep").
+    is the payload per rank and ``group`` names the communicator ("tp", "cp", "ep", "etp").
     ``recompute_class`` marks what selective recompute re-runs: "attention_core" (Korthikanti
     2022), and for MLA models also "selective" (the norms and MLA up-projections that
     DeepSeek-V3 recomputes, arXiv:2412.19437 Sec. 3.2.3). ``op_sac_share``: the share of the op
@@ -104,6 +104,7 @@ class ShardShape:
     precision: str = "bf16"
     flash_attention: bool = False
     ep: int = 1
+    etp: int = 1                   # expert tensor parallel: each routed expert's FFN split over etp ranks
     moe_load_imbalance: float = 1.0
     cp_comm: str = "ring"          # "ring" | "all_gather"
     cp_load_balance: bool = True
@@ -259,6 +260,9 @@ def _backward_of(op: Op) -> list[Op]:
                 replace(op, name=f"{op.name}.grad_reduce_scatter", collective="reduce_scatter")]
     if op.kind == "memory":
         return [Op(f"{op.name}.grad", "memory", 0.0, 2 * op.bytes_moved)]
+    if op.collective == "all_gather" and op.group == "etp":
+        # expert tensor parallel: the gathered tokens' gradients are reduce-scattered back (Megatron's f/g)
+        return [replace(op, name=f"{op.name}.grad_reduce_scatter", collective="reduce_scatter")]
     if op.collective == "all_to_all":  # the gradients go back the way the tokens came
         return [replace(op, name=f"{op.name}.grad")]
     if op.collective == "ring_pass":  # K/V are passed again and dK/dV travel back: 2x the bytes
@@ -510,26 +514,37 @@ def _mla_core(model: TransformerSpec, shard: ShardShape) -> list[Op]:
 def _moe_block(model: TransformerSpec, shard: ShardShape, routed_tokens: int) -> list[Op]:
     """A mixture-of-experts FFN (GShard/Switch; Megatron-LM MoE with expert parallelism):
     router GEMM, all-to-all dispatch over the ep group, the local experts' GEMMs, all-to-all
-    combine, plus shared experts. Experts are not tensor-split (expert tensor parallel 1); with
-    tp > 1 each tp rank routes its sequence-parallel share of tokens (without SP, all tokens).
-    Tokens per local expert: routed·top_k·ep/E, times ``moe_load_imbalance`` (busiest expert /
-    mean), times the capacity factor when one is set (Fedus et al. 2021)."""
+    combine, plus shared experts. With tp > 1 each tp rank routes its sequence-parallel share of
+    tokens (without SP, all tokens). Expert tensor parallelism (``shard.etp``, Megatron-Core
+    ``expert_tensor_parallel_size``): after the dispatch the etp ranks of an expert shard all-gather
+    the tokens they received and each runs every one of them through its 1/etp of the expert's FFN
+    (fc1 by columns, fc2 by rows); the partial outputs are reduce-scattered before the combine
+    (Megatron-Core ``MoEAlltoAllTokenDispatcher`` with tp > 1 for experts). Tokens per local expert:
+    routed·top_k·ep·etp/E, times ``moe_load_imbalance`` (busiest expert / mean), times the capacity
+    factor when one is set (Fedus et al. 2021)."""
     moe = model.moe
-    h, elem, ep = model.hidden_size, shard.act_bytes, shard.ep
+    h, elem, ep, etp = model.hidden_size, shard.act_bytes, shard.ep, shard.etp
     experts_local = moe.num_experts // ep
     ffn_e = moe.expert_ffn_hidden_size or model.ffn_size
-    width = 2 * ffn_e if model.gated_mlp else ffn_e
+    ffn_rank = ffn_e // etp
+    width = 2 * ffn_rank if model.gated_mlp else ffn_rank
     capacity = moe.capacity_factor or 1.0
     copies = routed_tokens * moe.top_k * capacity
-    per_expert = max(1, round(copies * ep / moe.num_experts * shard.moe_load_imbalance))
+    per_expert = max(1, round(copies * ep * etp / moe.num_experts * shard.moe_load_imbalance))
     payload = float(copies * h * elem)
     ops: list[Op] = [_gemm("router", routed_tokens, moe.num_experts, h, elem),
                      _memory("router_topk_permute", routed_tokens * h, 1, 1, elem)]
     if ep > 1:
         ops.append(Op("moe_dispatch.all_to_all", "collective", collective="all_to_all", group="ep", comm_bytes=payload))
+    if etp > 1:  # the etp ranks' received tokens, gathered (payload: the gathered size, as every all-gather here)
+        ops.append(Op("moe_etp.all_gather", "collective", collective="all_gather", group="etp",
+                      comm_bytes=payload * etp))
     ops.append(_gemm("expert_fc1", per_expert, width, h, elem, batch=experts_local))
-    ops.append(_memory("expert_act", per_expert * experts_local * ffn_e, 2 if model.gated_mlp else 1, 1, elem))
-    ops.append(_gemm("expert_fc2", per_expert, h, ffn_e, elem, batch=experts_local))
+    ops.append(_memory("expert_act", per_expert * experts_local * ffn_rank, 2 if model.gated_mlp else 1, 1, elem))
+    ops.append(_gemm("expert_fc2", per_expert, h, ffn_rank, elem, batch=experts_local))
+    if etp > 1:
+        ops.append(Op("moe_etp.reduce_scatter", "collective", collective="reduce_scatter", group="etp",
+                      comm_bytes=payload * etp))
     if ep > 1:
         ops.append(Op("moe_combine.all_to_all", "collective", collective="all_to_all", group="ep", comm_bytes=payload))
     ops.append(_memory("unpermute_weighted_sum", routed_tokens * moe.top_k * h, 1, 1, elem))

@@ -6,8 +6,8 @@ once, what each layer holds and keeps:
 
 - parameters per rank, split the Megatron way (Shoeybi 2019): Q/O and FFN matrices ÷tp, K/V ÷tp
   (one KV head per rank, replicated, when tp > kv heads), column-parallel biases ÷tp, row-parallel
-  biases and norms replicated, MLA down-projections replicated, routed experts ÷ep (expert tensor
-  parallel 1), router replicated; the word embedding vocab-parallel (÷tp), learned positions
+  biases and norms replicated, MLA down-projections replicated, routed experts ÷ep and each one's FFN
+  ÷etp (expert tensor parallel), router replicated; the word embedding vocab-parallel (÷tp), learned positions
   replicated; the LM head ÷tp (none of its own with tied embeddings);
 - the activation tensors each layer saves for its backward (:func:`block_saved_tensors`), and
   which recompute drops them: selective recompute drops the attention core (Korthikanti et al.
@@ -76,7 +76,7 @@ def _ffn_params_per_rank(model: TransformerSpec, ffn: int, tp: int) -> float:
     return split / tp + replicated
 
 
-def block_params_per_rank(model: TransformerSpec, tp: int, ep: int, moe_layer: bool) -> tuple[float, float]:
+def block_params_per_rank(model: TransformerSpec, tp: int, ep: int, moe_layer: bool, etp: int = 1) -> tuple[float, float]:
     """(dense, routed-expert) parameters of one block on one rank (module docstring)."""
     h, d = model.hidden_size, model.head_dim
     if model.mla is not None:  # up-projections and W_O per head ÷tp; down-projections replicated
@@ -92,7 +92,7 @@ def block_params_per_rank(model: TransformerSpec, tp: int, ep: int, moe_layer: b
     norms = 2 * _norm_params(model) + model.qk_norm_params  # replicated on every TP rank
     if moe_layer and model.moe is not None:
         expert_ffn = model.moe.expert_ffn_hidden_size or model.ffn_size
-        experts = model.moe.num_experts / ep * _ffn_params_per_rank(model, expert_ffn, 1)
+        experts = model.moe.num_experts / ep * _ffn_params_per_rank(model, expert_ffn, etp)
         dense = model.moe.num_shared_experts * _ffn_params_per_rank(model, expert_ffn, tp)
         router = h * model.moe.num_experts
         return attn + dense + router + norms, experts
@@ -223,7 +223,7 @@ def transformer_layer_graph(model: TransformerSpec, shard: ShardShape) -> LayerG
     per_kind: dict[bool, tuple] = {}
     for i, moe_layer in enumerate(kinds):
         if moe_layer not in per_kind:
-            dense, expert = block_params_per_rank(model, shard.tp, shard.ep, moe_layer)
+            dense, expert = block_params_per_rank(model, shard.tp, shard.ep, moe_layer, shard.etp)
             per_kind[moe_layer] = (layer_work(model, shard, kinds.index(moe_layer)), dense + expert, expert,
                                    block_saved_tensors(model, shard, moe_layer))
         work, params, expert, saved = per_kind[moe_layer]

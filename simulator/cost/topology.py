@@ -34,7 +34,7 @@ from simulator.cost.intra_node import group_slowdown
 from simulator.errors import ConfigError
 from simulator.strategies.spmd.layout import Parallelism
 
-GroupKind = str  # "tp" | "cp" | "dp" | "pp" | "ep" | "embedding"
+GroupKind = str  # "tp" | "cp" | "dp" | "pp" | "ep" | "edp" | "etp" | "embedding"
 
 
 @dataclass(frozen=True)
@@ -87,6 +87,10 @@ class RankLayout:
             return tuple(self.rank(Coordinates(c.tp, c.cp, i, c.pp)) for i in range(self.dp))
         if kind == "dp_cp":  # gradients and ZeRO shards span data- and context-parallel ranks
             return tuple(self.rank(Coordinates(c.tp, j, i, c.pp)) for i in range(self.dp) for j in range(self.cp))
+        if kind in ("ep", "edp", "etp") and self.par.experts_folded:
+            return self._folded_expert_group(c, kind)
+        if kind == "etp":  # etp 1: each rank holds its experts whole
+            return (rank,)
         if kind in ("ep", "edp", "zshard", "zrep"):
             # Sub-groups of dp. Expert parallelism is carved out of dp (Megatron/DeepSeek): ep
             # consecutive dp ranks exchange tokens; the expert-data-parallel group holds the same
@@ -103,6 +107,23 @@ class RankLayout:
             return tuple(sorted({self.rank(Coordinates(c.tp, c.cp, c.dp, 0)),
                                  self.rank(Coordinates(c.tp, c.cp, c.dp, self.pp - 1))}))
         raise ValueError(f"unknown group kind {kind}")
+
+    def _folded_expert_group(self, c: Coordinates, kind: GroupKind) -> tuple[int, ...]:
+        """Expert groups folded over a stage's tp*cp*dp ranks (Megatron-Core MoE parallel folding,
+        ``RankGenerator`` order "tp-ep-dp-pp" for experts with etp in the tp slot): a rank's index within its
+        stage, x = tp + TP*(cp + CP*dp), splits as etp innermost, then ep, then the expert-data-parallel
+        replicas (edp)."""
+        etp, ep = self.par.etp, self.par.ep
+        stage = self.tp * self.cp * self.dp
+        x = c.tp + self.tp * (c.cp + self.cp * c.dp)
+        i_tp, i_ep, i_dp = x % etp, (x // etp) % ep, x // (etp * ep)
+        if kind == "etp":
+            xs = [j + etp * (i_ep + ep * i_dp) for j in range(etp)]
+        elif kind == "ep":
+            xs = [i_tp + etp * (j + ep * i_dp) for j in range(ep)]
+        else:
+            xs = [i_tp + etp * (i_ep + ep * j) for j in range(stage // (etp * ep))]
+        return tuple(x_ + stage * c.pp for x_ in xs)
 
     def representative(self, stage: int) -> int:
         """The rank that stands for pipeline stage ``stage`` in symmetric mode."""

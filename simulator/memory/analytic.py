@@ -24,7 +24,8 @@ What each bucket of :class:`MemoryBreakdown` holds
   ZeRO over the data-parallel group. The group is ``dp·cp`` for dense parameters (context-
   parallel ranks hold the same weights; Megatron's distributed optimizer shards over the
   dp×cp group) and ``dp·cp/ep`` for routed-expert parameters (Megatron's expert-data-parallel
-  group). ZeRO-1 with Megatron's distributed optimizer is the same sharding as DeepSpeed's.
+  group; ``tp·cp·dp/(etp·ep)`` when the expert groups fold over the tp ranks, ``Parallelism.etp``).
+  ZeRO-1 with Megatron's distributed optimizer is the same sharding as DeepSpeed's.
 - activations: per-layer activations × the stage's layers × micro-batches in flight, plus the
   embedding-dropout mask on the first stage, the final norm / LM-head inputs and the logits on
   the last stage, plus the working set of rematerialisation (with recompute, the backward
@@ -469,7 +470,8 @@ def stage_layer_indices(num_layers: int, pp: int, virtual_stages: int, stage: in
 
 def _params_graph(model, par: Parallelism) -> LayerGraph:
     """A layer graph for parameter counts only (they depend on tp and ep, not on the micro-batch)."""
-    return model.layer_graph(ShardShape(micro_batch=1, seq_length=model.seq_length or 1, tp=par.tp, ep=par.ep))
+    return model.layer_graph(ShardShape(micro_batch=1, seq_length=model.seq_length or 1, tp=par.tp, ep=par.ep,
+                                        etp=par.etp))
 
 
 def _stage_param_split(model, par: Parallelism, stage: int, graph: LayerGraph | None = None,
@@ -559,7 +561,7 @@ def rank_memory(scenario, stage: int) -> MemoryBreakdown:
     dp = par.dp_degree
     m = par.num_micro_batches
     _check_schedule(par.schedule, pp, stage, m, v)
-    if par.ep > 1 and (dp * cp) % par.ep:
+    if par.ep > 1 and not par.experts_folded and (dp * cp) % par.ep:
         raise ConfigError("parallelism.ep", f"{par.ep} does not divide dp*cp = {dp * cp}")
 
     # Model states.
@@ -570,7 +572,9 @@ def rank_memory(scenario, stage: int) -> MemoryBreakdown:
     gb = gradient_bytes(tr)
     fp32_params = tr.param_dtype == "fp32"
     w1, g1, o1 = model_state_bytes(dense, par.zero_stage, zdp, tr.precision, tr.optimizer, gb, fp32_params)
-    w2, g2, o2 = model_state_bytes(expert, par.zero_stage, zdp // par.ep, tr.precision, tr.optimizer, gb, fp32_params)
+    # routed experts: sharded over the ranks holding the same expert shard (dp*cp/ep; folded: tp*cp*dp/(etp*ep))
+    edp = zdp // par.ep if not par.experts_folded else par.expert_data_parallel_size
+    w2, g2, o2 = model_state_bytes(expert, par.zero_stage, edp, tr.precision, tr.optimizer, gb, fp32_params)
     weights, grads, optim = w1 + w2, g1 + g2, o1 + o2
     if getattr(tr, "optimizer_fusion", "none") == "backward" and m == 1 and modules:
         # optimizer step in backward with no gradient accumulation: each module's gradients are

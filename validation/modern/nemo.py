@@ -10,7 +10,9 @@ with VP > 1, MoE routing force-balanced (the table's footnote), DeepSeek-V3's to
 DeepEP (NeMo's H100 performance recipe for it: the flex dispatcher; once per node over InfiniBand). FP8 in every flavour the table
 names (delayed / current scaling, blockwise) is the simulator's FP8 (linear layers in FP8).
 SFT rows are packed sequences of the given length: the same step as pre-training.
-Qwen3 MoE rows use the catalog's Qwen3 (head width 128 unlike hidden/heads, per-head q/k norms);
+Qwen3 MoE rows use the catalog's Qwen3 (head width 128 unlike hidden/heads, per-head q/k norms) and
+Megatron-Bridge's expert tensor parallel 1: Qwen3-235B's EP 32 over TP 2 x DP 16 folds its expert groups
+over a stage's 32 ranks (``parallelism.etp``, Megatron-Core MoE parallel folding);
 their "(tokendrop)" rows (capacity factor 1) are the same step as dropless once routing is
 force-balanced, as every MoE row here is: no token is dropped or padded.
 Two Qwen3-30B-A3B pp2 ep8 rows (26.02, 25.11) are set aside (:data:`SET_ASIDE`): the same configuration
@@ -117,19 +119,13 @@ def cases() -> tuple[list[ModernCase], list[Unrepresentable]]:
         mbs = cell_int(row["mbs"]) or 1
         fsdp = cell_int(row["fsdp"]) or 0
         gbs, seq = int(row["gbs"]), int(row["seq_len"])
-        dp = n // (tp * pp * cp)
-        if ep > 1 and dp % ep:
-            skipped.append(Unrepresentable("nemo", int(index), label,
-                                           f"expert parallel {ep} spans the TP x DP ranks (Megatron-Core's expert "
-                                           f"tensor parallel 1 beside TP {tp}); the simulator's expert groups lie "
-                                           f"within data parallelism (ep must divide dp = {dp})"))
-            continue
         precision = _precision(row["precision"])
         parallelism = megatron_layout(tp, pp, cp, vp, ep, mbs, gbs, zero_stage=3 if fsdp > 0 else 1)
         if fsdp > 0:  # Megatron-FSDP: parameters and gradients live in its communication buffers
             parallelism["zero_buffer_copies"] = False
-        if ep > 1:
+        if ep > 1:  # Megatron-Bridge's MoE recipes: expert tensor parallel 1, expert groups folded over TP x DP
             parallelism["moe_load_imbalance"] = 1.0
+            parallelism["etp"] = 1
         if model == "deepseek-v3":  # NeMo's DeepSeek-V3 H100 recipe: Megatron's flex dispatcher with DeepEP
             parallelism["moe_dispatch"] = "deepep"
         training = {"seq_length": seq, "precision": precision, "attention": "flash"}

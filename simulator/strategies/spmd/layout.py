@@ -32,7 +32,16 @@ class Parallelism(BaseModel):
     pp: int = Field(default=1, gt=0, description="pipeline stages")
     dp: int | Literal["auto"] = Field(default="auto", description="data-parallel replicas")
     cp: int = Field(default=1, gt=0, description="context-parallel degree")
-    ep: int = Field(default=1, gt=0, description="expert-parallel degree (carved out of dp)")
+    ep: int = Field(default=1, gt=0, description="expert-parallel degree (carved out of dp; with etp > 1 or an ep "
+                                                 "that does not divide dp, out of the stage's tp*cp*dp ranks)")
+    etp: int = Field(
+        default=1, gt=0,
+        description="expert tensor-parallel degree (Megatron-Core expert_tensor_parallel_size): each routed expert's "
+                    "FFN split over etp ranks (fc1 by columns, fc2 by rows), its tokens all-gathered over them after "
+                    "the dispatch and reduce-scattered before the combine. The expert groups then fold over a "
+                    "pipeline stage's tp*cp*dp ranks in Megatron-Core's order (etp innermost, then ep, then the "
+                    "expert-data-parallel replicas), as they also do with etp 1 when ep does not divide dp; with etp 1 "
+                    "and ep dividing dp they lie inside data parallelism (ep dp-ranks at equal tp/cp coordinates)")
     virtual_stages: int = Field(default=1, gt=0, description="model chunks per pipeline rank")
     first_stage_layers: int | None = Field(
         default=None, ge=0,
@@ -140,6 +149,20 @@ class Parallelism(BaseModel):
     def model_parallel_size(self) -> int:
         return self.tp * self.cp * self.pp
 
+    @property
+    def experts_folded(self) -> bool:
+        """Whether expert groups fold over the stage's tp*cp*dp ranks (Megatron-Core MoE parallel
+        folding) rather than lie inside data parallelism: with etp > 1, or an ep that dp cannot hold."""
+        return self.etp > 1 or (self.ep > 1 and self.dp_degree % self.ep != 0)
+
+    @property
+    def expert_data_parallel_size(self) -> int:
+        """Ranks holding the same routed-expert shard (its gradients are reduced and its ZeRO state is
+        sharded over them): dp*cp/ep inside data parallelism, tp*cp*dp/(etp*ep) when folded."""
+        if self.experts_folded:
+            return self.tp * self.cp * self.dp_degree // (self.etp * self.ep)
+        return self.dp_degree * self.cp // self.ep
+
 
 MAX_MICRO_BATCHES = 16_384
 """Most micro-batches per replica one simulated step may have. The simulation's work grows with
@@ -195,8 +218,9 @@ def resolve_layout(par: Parallelism, model: TransformerSpec, num_gpus: int) -> P
         raise ConfigError("parallelism.schedule", "interleaved needs pp > 1")
     if par.ep > 1 and not getattr(model, "is_moe", False):
         raise ConfigError("parallelism.ep", "expert parallelism needs a mixture-of-experts model")
-    if par.ep > 1 and dp % par.ep:
-        raise ConfigError("parallelism.ep", f"{par.ep} does not divide dp = {dp}")
+    if par.etp > 1 and not getattr(model, "is_moe", False):
+        raise ConfigError("parallelism.etp", "expert tensor parallelism needs a mixture-of-experts model")
+    _check_expert_layout(par, model, dp)
     if getattr(model, "moe", None) is not None:
         if model.moe.num_experts % par.ep:
             raise ConfigError("parallelism.ep", f"{par.ep} does not divide the {model.moe.num_experts} experts")
@@ -234,6 +258,32 @@ def resolve_layout(par: Parallelism, model: TransformerSpec, num_gpus: int) -> P
             f"interleaved schedule needs micro-batches per replica ({micro_batches}) divisible by pp ({par.pp})",
         )
     return par.model_copy(update={"dp": dp})
+
+
+def _check_expert_layout(par: Parallelism, model, dp: int) -> None:
+    """Expert groups inside data parallelism (ep divides dp, etp 1: the layout before etp) or folded over a
+    stage's tp*cp*dp ranks (Megatron-Core MoE parallel folding, arXiv:2504.14960 Sec. 3): etp*ep must then
+    divide them; each expert's FFN width must split over etp; the tokens a rank routes are its own
+    sequence-parallel share, so tp > 1 needs sequence parallelism (Megatron-Core asserts it for MoE)."""
+    if par.ep == 1 and par.etp == 1:
+        return
+    if par.etp == 1 and dp % par.ep == 0:
+        return
+    stage = par.tp * par.cp * dp
+    if stage % (par.etp * par.ep):
+        raise ConfigError("parallelism.ep", f"etp*ep = {par.etp}*{par.ep} does not divide the {stage} ranks of a "
+                                            f"pipeline stage (tp*cp*dp = {par.tp}*{par.cp}*{dp}) that hold the experts")
+    moe = getattr(model, "moe", None)
+    if moe is not None and par.etp > 1:
+        width = moe.expert_ffn_hidden_size or model.ffn_size
+        if width % par.etp:
+            raise ConfigError("parallelism.etp", f"{par.etp} does not divide the expert FFN width ({width})")
+    if par.tp > 1 and not par.sequence_parallel:
+        raise ConfigError("parallelism.sequence_parallel", "expert groups folded over tp ranks (etp > 1, or ep not "
+                                                           "dividing dp) need sequence_parallel: true with tp > 1")
+    if par.zero_shard_size is not None:
+        raise ConfigError("parallelism.zero_shard_size", "hybrid sharding with expert groups folded over tp ranks "
+                                                         "(etp > 1, or ep not dividing dp) is not simulated")
 
 
 def _check_graph_layout(par: Parallelism, model) -> int:

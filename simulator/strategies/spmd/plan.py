@@ -61,6 +61,12 @@ WEIGHT_BYTES = {"fp32": 4, "bf16": 2, "fp16": 2, "fp8": 2}
 OPTIMIZER_BYTES_PER_PARAM = {"adam": 28.0, "adamw": 28.0, "sgd": 12.0}
 
 
+def comm_category(group: str) -> str:
+    """The breakdown category (and stream) of a layer's collective over ``group``: its own, except the
+    expert tensor-parallel gather / scatter, which count with the expert all-to-alls they sit between."""
+    return "ep_comm" if group == "etp" else f"{group}_comm"
+
+
 class Planner:
     """Builds the :class:`Plan` of ``simulation.steps`` training steps."""
 
@@ -326,7 +332,7 @@ class Planner:
             for i, op in enumerate(ops):
                 if op.kind == "collective":
                     seconds = self._isolated_comm_s(rank, [(op.group, op.collective, op.comm_bytes)])
-                    category = f"{op.group}_comm"
+                    category = comm_category(op.group)
                     comm[category] = comm.get(category, 0.0) + seconds * self._exposure(rank, ops, i)
             hit = self._time_cache[key] = (ops, (compute_s, comm))
         return hit[1]
@@ -440,7 +446,7 @@ class Planner:
         rep = self.layout.representative(0)
         if topo.placement(self.layout.group(rep, "tp")).num_nodes > 1:
             return False
-        for kind, size in (("dp", par.dp_degree), ("cp", par.cp), ("ep", par.ep)):
+        for kind, size in (("dp", par.dp_degree), ("cp", par.cp), ("ep", par.ep), ("etp", par.etp)):
             if size > 1 and topo.placement(self.layout.group(rep, kind)).members_per_node > 1:
                 return False
         if par.pp > 1:
@@ -697,7 +703,7 @@ class Planner:
             if compute:
                 out.append(("compute", compute, "compute", False))
             for group, parts in comms.items():
-                out.append(("comm", parts, f"{group}_comm", False))
+                out.append(("comm", parts, comm_category(group), False))
         else:
             for op in ops:
                 if op.kind == "collective" and op.collective == "all_to_all" and self.par.overlap_moe_comm:
@@ -780,8 +786,8 @@ class Planner:
                         carry.append(pending)  # the kernel after the overlapped one waits for it
                         pending = None
                     continue
-                group = payload[0][0]
-                task = self.comm_task(actor, group, f"{group}_comm", f"{label}.{name}", rank, payload,
+                category = comm_category(payload[0][0])
+                task = self.comm_task(actor, category.removesuffix("_comm"), category, f"{label}.{name}", rank, payload,
                                       key=f"{label}.{name}")
                 if task is not None and self.detail and layer:
                     task.info = (("layer", layer),)
