@@ -4,6 +4,8 @@ on toy shapes."""
 
 from __future__ import annotations
 
+from pathlib import Path
+
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
@@ -227,3 +229,26 @@ def test_eager_step_is_longer_by_exactly_the_extra_bytes():
     delta = simulate(eager_sc).step_time_s - simulate(fused_sc).step_time_s
     assert delta == pytest.approx(LLAMA_LIKE.num_layers * (block_s(eager_sc) - block_s(fused_sc)), rel=1e-9)
     assert delta > 0
+
+
+# --------------------------------------------------------------------------- the search's bound and fast path
+
+
+@settings(max_examples=12, deadline=None, derandomize=True)
+@given(st.sampled_from([2, 8]), st.sampled_from([1, 2]), st.sampled_from(["selective_op", "full", "none"]),
+       st.booleans(), st.sampled_from(["eager", "fused"]), st.sampled_from([1, 2]))
+def test_new_modes_keep_the_bound_below_and_the_fast_path_on_the_engine(tp, mbs, recompute, async_tp, kernels, pp):
+    from simulator.engine.engine import Engine
+    from simulator.explore.bounds import step_lower_bound_s
+    from simulator.strategies.spmd.fast import fast_step
+
+    example = str(Path(__file__).resolve().parents[1] / "examples" / "llama3-8b-torchtitan-sac-h100.yaml")
+    sc = load_scenario(example, [f"parallelism.tp={tp}", f"parallelism.pp={pp}", f"parallelism.micro_batch_size={mbs}",
+                                 f"parallelism.global_batch_size={mbs * 128 // (tp * pp)}",
+                                 f"parallelism.recompute={recompute}", f"training.elementwise_kernels={kernels}",
+                                 f"parallelism.tp_comm_overlap={'true' if async_tp else 'false'}",
+                                 f"parallelism.zero_stage={1 if pp > 1 else 3}"])
+    plan = Planner(sc).build()
+    engine = Engine(plan.topology.port_capacity).run(plan.streams)
+    assert 0 < step_lower_bound_s(sc) <= engine * (1 + 1e-9)
+    assert fast_step(sc).step_time_s == pytest.approx(engine, rel=0.03)
