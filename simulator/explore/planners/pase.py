@@ -215,7 +215,7 @@ def run_pase(raw: dict[str, Any], options: dict[str, Any]) -> PlanResult:
     else:
         origin = f"PaSE's DP with the gradient all-reduce weighted {chosen['gradient_weight']:g} (an extension)"
     summary = (f"PaSE: {len(splits)} layers, splits {dict(split_counts)}, from {origin}; DP objective "
-               f"{own['objective_s']:.6g} s; "
+               f"(weight {own['gradient_weight']:g}) {own['objective_s']:.6g} s; "
                + (f"pure data parallel {data_parallel.step_time_s:.6g} s" if data_parallel.fits
                   else f"pure data parallel cannot run ({data_parallel.reason})")
                + (f": speed-up {speedup:.3f}x" if not math.isnan(speedup) else ""))
