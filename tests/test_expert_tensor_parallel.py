@@ -8,6 +8,8 @@ import subprocess
 import sys
 
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from simulator.cost.topology import RankLayout
 from simulator.errors import ConfigError
@@ -132,3 +134,30 @@ def test_nemo_qwen3_235b_rows_are_cases_with_folded_expert_groups():
     assert (par["tp"], par["pp"], par["virtual_stages"], par["ep"], par["etp"]) == (2, 8, 4, 32, 1)
     sc = load_scenario(cases[43].scenario)
     assert sc.parallelism.experts_folded and sc.parallelism.expert_data_parallel_size == 1
+
+
+# --------------------------------------------------------------------------- invariants of the folded groups
+
+
+@settings(max_examples=60, deadline=None, derandomize=True)
+@given(tp=st.sampled_from([1, 2, 4]), cp=st.sampled_from([1, 2]), dp=st.sampled_from([1, 2, 3, 4, 8]),
+       pp=st.sampled_from([1, 2]), etp=st.sampled_from([1, 2, 4]), ep=st.sampled_from([1, 2, 4, 8, 16]))
+def test_folded_expert_groups_partition_every_stage(tp, cp, dp, pp, etp, ep):
+    stage = tp * cp * dp
+    if stage % (etp * ep):
+        return
+    layout = _layout(tp=tp, cp=cp, dp=dp, pp=pp, ep=ep, etp=etp)
+    edp = layout.par.expert_data_parallel_size
+    # inside data parallelism (etp 1, ep | dp) the groups are the layout's before etp: dp sub-groups
+    sizes = {"etp": etp, "ep": ep, "edp": edp} if layout.par.experts_folded else {"ep": ep, "edp": dp // ep}
+    if layout.par.experts_folded:
+        assert etp * ep * edp == stage
+    for kind, size in sizes.items():
+        for s in range(pp):
+            ranks = range(s * stage, (s + 1) * stage)
+            groups = {layout.group(r, kind) for r in ranks}
+            assert all(len(g) == size and r in ranks and layout.group(r, kind) == g for g in groups for r in g)
+            assert sorted(r for g in groups for r in g) == list(ranks)  # disjoint, covering the stage
+    if layout.par.experts_folded:  # a rank's etp, ep and edp groups meet in the rank alone
+        for r in range(layout.world):
+            assert set(layout.group(r, "etp")) & set(layout.group(r, "ep")) & set(layout.group(r, "edp")) == {r}
