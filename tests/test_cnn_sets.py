@@ -133,3 +133,18 @@ def test_se_excitation_backward_counts_autograds_passes():
     g = 2 * 256 * 2
     assert layer.forward[0].bytes_moved == 2 * n + g
     assert layer.backward[0].bytes_moved == 9 * n + 2 * g
+
+
+@pytest.mark.parametrize("model, node, expected", [
+    ("efficientnet-b0", "dgx-a100-80g", "fit half"), ("resnext101-32x4d", "dgx-a100-80g", "fit half"),
+    ("efficientnet-b0", "dgx-h100", "assumed"), ("resnet50", "dgx-a100-80g", None)])
+def test_the_direct_kernel_bandwidth_is_listed_where_a_network_has_grouped_convolutions(model, node, expected):
+    """Fitted (its rows named) on the A100, *assumed* on the H100 (no spec: the roofline), absent for ResNet-50."""
+    from simulator.cost.provenance import efficiency_provenance
+    from simulator.scenario import load_scenario
+
+    scenario = load_scenario({"model": model, "cluster": {"node": node, "num_gpus": 8},
+                              "parallelism": {"dp": 8, "micro_batch_size": 32, "global_batch_size": 256},
+                              "training": {"precision": "bf16"}})
+    listed = efficiency_provenance(scenario).get("direct_conv")
+    assert listed == expected if expected in (None, "assumed") else expected in listed

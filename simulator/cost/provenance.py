@@ -65,6 +65,8 @@ def efficiency_provenance(scenario: Scenario) -> dict[str, str]:
     out["memory_bound"] = eff.memory_bound_efficiency_fitted_on or ASSUMED
     if eff.memory_kernels is not None:  # pooling / concatenation kernels by class (simulator/cost/memory_kernels.py)
         out["memory_kernels"] = eff.memory_kernels.fitted_on or ASSUMED
+    if _has_grouped_convolutions(scenario.model):  # depthwise / grouped passes as direct kernels (simulator/cost/conv.py)
+        out["direct_conv"] = eff.direct_conv.fitted_on or ASSUMED if eff.direct_conv is not None else ASSUMED
     clock = accel.sustained_clock
     if clock is None and eff.fitted_on is not None and "(sibling " in eff.fitted_on:
         # the GEMM level came from a sibling die's runs at the sibling's power limit: that this part
@@ -90,6 +92,12 @@ def efficiency_provenance(scenario: Scenario) -> dict[str, str]:
         else:
             out["inter_node_collectives"] = _stated(node.source)
     return out
+
+
+def _has_grouped_convolutions(model) -> bool:
+    """A catalog network with grouped or depthwise convolutions (ResNeXt's ``groups``, EfficientNet's
+    MBConv), whose direct-kernel bandwidth is then part of the result; read off the spec, no graph built."""
+    return getattr(model, "family", None) == "efficientnet" or getattr(model, "groups", 1) > 1
 
 
 def _stated(source: str) -> str:
