@@ -513,7 +513,11 @@ def _check_precision(training: TrainingSpec, accelerator: Accelerator, field_pre
 
 
 def _layout(doc: ScenarioFile, model, num_gpus: int, strategy) -> Parallelism:
-    layout_gpus = get_kind(getattr(strategy, "kind", DEFAULT_KIND)).layout_gpus
+    kind = get_kind(getattr(strategy, "kind", DEFAULT_KIND))
+    if doc.training.optimizer_fusion not in ("none", *kind.optimizer_fusion):
+        raise ConfigError("training.optimizer_fusion", f"{doc.training.optimizer_fusion!r} is not modelled by strategy "
+                          f"kind {kind.name} (it models: {', '.join(kind.optimizer_fusion) or 'none'})")
+    layout_gpus = kind.layout_gpus
     parallelism = resolve_layout(doc.parallelism, model, layout_gpus(strategy, doc.parallelism, num_gpus)
                                  if layout_gpus else num_gpus)
     if doc.training.optimizer_fusion != "none" and (parallelism.zero_stage != 0 or parallelism.schedule == "zb-h1"):

@@ -25,6 +25,11 @@ stashed versions beyond the live one held from time 0 (the steady state's count,
 fill); a micro-batch's activations from its forward to the end of its backward; the gradients
 from the first backward after an update to that update (every micro-batch for PipeDream and
 fine-grained, every m for 2BW). The simulated peak is the analytic one of :func:`stage_memory`.
+Optimizer fusion (``training.optimizer_fusion``, simulator/strategies/optimizer_fusion.py):
+``backward`` issues each update right after its backward (and all-reduce); PipeDream and fine-grained
+update after every micro-batch, so with it only the stage's largest module's gradients are alive
+while a backward runs (2BW accumulates: only with one micro-batch per step); ``forward`` issues each
+update before the stage's next forward (the drain's updates at the end of the run).
 Approximations: the 2BW all-reduce blocks the stage's next pass (no bucketed overlap);
 staleness is reported (updates between a micro-batch's forward and its backward on each stage),
 not turned into convergence.
@@ -38,6 +43,11 @@ from typing import Literal
 from pydantic import BaseModel, ConfigDict, Field
 
 from simulator.memory.analytic import MemoryBreakdown, peak_stage, rank_memory
+from simulator.strategies.optimizer_fusion import (
+    FusedUpdates,
+    largest_module_gradient_bytes,
+    unfused_gradient_bytes,
+)
 from simulator.strategies.registry import StrategyKind, register
 from simulator.strategies.spmd.schedule import one_f_one_b
 from simulator.strategies.tasklists import StageTasks, require
@@ -87,30 +97,37 @@ def compile_async_pipeline(scenario, mode: str | None = None, detail: bool = Fal
     steps = scenario.simulation.steps
     n = p + steps * m + p
     forward, backward, finished = {}, {}, {}
+    fused = FusedUpdates(tasks, scenario)
+    per_micro_batch = cfg.variant != "2bw" or m == 1  # an update after every micro-batch's backward
     for s in range(p):
         update_s = tasks.planner.optimizer_step_s(s)
         # memory: the stashed versions beyond the live weights are held throughout (steady state)
         extra_versions = weight_versions(cfg.variant, p, s) - 1
         tasks.hold(s, tasks.held_bytes(s) + extra_versions * tasks.planner.stage_memory(s).weights_bytes)
-        grads, grads_alive = tasks.gradient_bytes(s), False
+        grads, grads_alive = unfused_gradient_bytes(scenario, s), False
         for phase, j, _ in one_f_one_b(n, p, s):
             if phase == "F":
+                fused.before_forward(s)  # forward fusion: the last update just before this forward
                 forward[s, j] = tasks.kernel(s, f"F.mb{j}", tasks.pass_s(s, "F"))
                 tasks.forward_memory(s, forward[s, j])
                 continue
             done = backward[s, j] = tasks.kernel(s, f"B.mb{j}", tasks.pass_s(s, "B"))
-            tasks.backward_memory(s, done, 0.0 if grads_alive else grads)  # gradients from the first backward
-            grads_alive = True
+            if fused.in_backward(s, done, per_micro_batch):  # step in backward: one module's gradients at a time
+                tasks.backward_memory(s, done)
+                held = 0.0
+            else:
+                tasks.backward_memory(s, done, 0.0 if grads_alive else grads)  # gradients from the first backward
+                grads_alive, held = True, grads
             if cfg.variant != "2bw" or (j + 1) % m == 0:
                 label = f"mb{j}" if cfg.variant != "2bw" else f"step{j // m}"
                 reduced = tasks.gradient_all_reduce(s, f"grad_all_reduce.{label}", done)
-                done = tasks.kernel(s, f"optimizer.{label}", update_s, "optimizer",
-                                    deps=(reduced,) if reduced else ())
-                done.free_bytes += grads  # to the update (zero_grad)
+                done = fused.update(s, f"optimizer.{label}", update_s, deps=(reduced,) if reduced else (),
+                                    free_bytes=held)  # to the update (zero_grad)
                 grads_alive = False
             elif j == n - 1:  # 2BW: the run ends inside a step; its partial gradient is dropped
-                done.free_bytes += grads
+                done.free_bytes += held
             finished[s, j] = done
+        fused.finish(s)
     for s in range(p):  # sends queue on the stage's pp stream in the order their passes ran
         for phase, j, _ in one_f_one_b(n, p, s):
             if phase == "F" and s + 1 < p:
@@ -135,8 +152,12 @@ def stage_memory(scenario, stage: int) -> MemoryBreakdown:
     steady = dataclasses.replace(scenario, parallelism=par.model_copy(
         update={"global_batch_size": in_flight_batch, "schedule": "1f1b"}))
     base = rank_memory(steady, stage)
-    extra_versions = weight_versions(scenario.strategy.variant, par.pp, stage) - 1
-    return dataclasses.replace(base, weights_bytes=base.weights_bytes * (1 + extra_versions))
+    variant = scenario.strategy.variant
+    extra_versions = weight_versions(variant, par.pp, stage) - 1
+    grads = base.gradients_bytes
+    if scenario.training.optimizer_fusion == "backward" and (variant != "2bw" or par.num_micro_batches == 1):
+        grads = largest_module_gradient_bytes(scenario, stage)  # step in backward: an update per micro-batch
+    return dataclasses.replace(base, weights_bytes=base.weights_bytes * (1 + extra_versions), gradients_bytes=grads)
 
 
 def memory_async_pipeline(scenario):
@@ -152,4 +173,5 @@ ASYNC_PIPELINE = register(StrategyKind(
             "pipelined backpropagation (one layer per stage); steady-state step over whole periods",
     compile=compile_async_pipeline,
     memory=memory_async_pipeline,
+    optimizer_fusion=("backward", "forward"),
 ))

@@ -27,6 +27,13 @@ step are reported (``cyclic_activation_*``): one worker's activations taken from
 passes, growing linearly through each forward and falling linearly through each backward (a
 continuous stand-in for layer-by-layer storage), summed over the N uniformly delayed copies,
 against the simultaneous start of data parallelism (N times one worker's peak).
+
+Optimizer fusion (``training.optimizer_fusion``, simulator/strategies/optimizer_fusion.py):
+``backward`` with one micro-batch per step applies step t's (delayed) gradient layer by layer in
+step t + 1's backward, right after each layer's backward (its weights are no longer read in the
+step), freeing that layer's old gradient as its new one is made: one buffer plus one module's
+gradients instead of two buffers (with accumulation the new buffer is whole before the last
+backward: no change). ``forward``: the delayed update just before the next step's first forward.
 """
 
 from __future__ import annotations
@@ -37,6 +44,11 @@ from typing import Literal
 from pydantic import BaseModel, ConfigDict
 
 from simulator.memory.analytic import rank_memory
+from simulator.strategies.optimizer_fusion import (
+    FusedUpdates,
+    largest_module_gradient_bytes,
+    unfused_gradient_bytes,
+)
 from simulator.strategies.registry import StrategyKind, register
 from simulator.strategies.tasklists import StageTasks, require
 
@@ -100,21 +112,28 @@ def compile_cyclic_dp(scenario, mode: str | None = None, detail: bool = False):
     update_s = tasks.planner.optimizer_step_s(0)
     ends, reduced, passes = [], None, []
     tasks.hold(0, tasks.held_bytes(0))
-    grads = tasks.gradient_bytes(0)
+    grads = unfused_gradient_bytes(scenario, 0)  # the stage's whole gradient buffer
+    fused = FusedUpdates(tasks, scenario)
     for k in range(steps + 1):
         for j in range(m):
+            fused.before_forward(0)  # forward fusion: the delayed update just before the next forward
             forward = tasks.kernel(0, f"F.step{k}.mb{j}", f_s)
             tasks.forward_memory(0, forward)
             done = tasks.kernel(0, f"B.step{k}.mb{j}", b_s)
-            tasks.backward_memory(0, done, grads if j == 0 else 0.0)  # step k's gradient buffer
+            # step in backward (one micro-batch): each layer's update with step k - 1's gradient right
+            # after its backward of step k, freeing that layer's old gradient as the new one is made
+            if k == 0 or not fused.in_backward(0, done, m == 1):
+                tasks.backward_memory(0, done, grads if j == 0 else 0.0)  # step k's gradient buffer
+            else:
+                tasks.backward_memory(0, done)
             passes.append((k, forward, done))
         this_step = tasks.gradient_all_reduce(0, f"grad_all_reduce.step{k}", done)
-        # one-step delay: the update ending step k applies the gradient reduced during it (step k - 1's)
-        ends.append(tasks.kernel(0, f"optimizer.step{k}", update_s, "optimizer",
-                                 deps=(reduced,) if reduced else ()))
-        if k > 0:  # step k - 1's buffer lived until this update applied it
-            ends[-1].free_bytes += grads
+        # one-step delay: the update ending step k applies the gradient reduced during it (step k - 1's);
+        # step k - 1's buffer lived until this update applied it (freed layer by layer in step in backward)
+        ends.append(fused.update(0, f"optimizer.step{k}", update_s, deps=(reduced,) if reduced else (),
+                                 free_bytes=grads if k > 0 and not fused.steps_in_backward(m == 1) else 0.0))
         reduced = this_step
+    fused.finish(0)
     workers = scenario.parallelism.dp_degree
     activations = rank_memory(scenario, 0).activations_bytes  # one micro-batch's (pp 1: F, B in turn)
 
@@ -141,7 +160,12 @@ def compile_cyclic_dp(scenario, mode: str | None = None, detail: bool = False):
 def memory_cyclic_dp(scenario):
     _check(scenario)
     base = rank_memory(scenario, 0)
-    delayed = dataclasses.replace(base, gradients_bytes=2 * base.gradients_bytes)
+    grads = 2 * base.gradients_bytes
+    if scenario.training.optimizer_fusion == "backward" and scenario.parallelism.num_micro_batches == 1:
+        # step in backward: the old buffer shrinks layer by layer as the new one grows (base's count
+        # is already one module's under it, simulator/memory/analytic.py)
+        grads = largest_module_gradient_bytes(scenario, 0) + unfused_gradient_bytes(scenario, 0)
+    delayed = dataclasses.replace(base, gradients_bytes=grads)
     return 0, delayed, [delayed]
 
 
@@ -152,4 +176,5 @@ CYCLIC_DP = register(StrategyKind(
             "communication spread over the step, one-step gradient delay, summed activations flat",
     compile=compile_cyclic_dp,
     memory=memory_cyclic_dp,
+    optimizer_fusion=("backward", "forward"),
 ))

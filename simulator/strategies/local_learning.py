@@ -29,6 +29,10 @@ backward; the head's activations while its pass (forward and backward, one task)
 group's and head's gradients from the step's first head pass to the update. The simulated peak
 is the analytic one. Statistical efficiency (local losses train worse than end-to-end
 backpropagation) is not modelled.
+Optimizer fusion (``training.optimizer_fusion``, simulator/strategies/optimizer_fusion.py): each
+group's update (its own and its head's parameters) right after the step's last local backward
+(``backward``; with one micro-batch per step the head's pass and the group's backward each hold
+only their largest module's gradients) or before the group's next forward (``forward``).
 """
 
 from __future__ import annotations
@@ -50,6 +54,7 @@ from simulator.memory.analytic import (
     recompute_working_bytes,
 )
 from simulator.scenario import gradient_bytes
+from simulator.strategies.optimizer_fusion import FusedUpdates, unfused_gradient_bytes
 from simulator.strategies.registry import StrategyKind, register
 from simulator.strategies.spmd.plan import Planner
 from simulator.strategies.tasklists import StageTasks, require
@@ -99,6 +104,7 @@ def compile_local_learning(scenario, mode: str | None = None, detail: bool = Fal
     steps = scenario.simulation.steps
     step_ends: dict[tuple[int, int], object] = {}
     forward = {}
+    fused = FusedUpdates(tasks, scenario)
     for s in range(p):
         has_head = s < p - 1
         update_s = planner.optimizer_step_s(s, aux_params if has_head else 0.0)
@@ -107,10 +113,14 @@ def compile_local_learning(scenario, mode: str | None = None, detail: bool = Fal
         # activations only while its forward and backward run (one task)
         head_states = head_state_bytes(scenario, planner) if has_head else (0.0, 0.0, 0.0)
         tasks.hold(s, tasks.held_bytes(s) + head_states[0] + head_states[2])
-        grads = tasks.gradient_bytes(s) + head_states[1]
+        # step in backward (one micro-batch per step): the head's and the group's modules are updated
+        # as their gradients are made, so each pass holds only its largest module's gradients
+        in_backward = fused.steps_in_backward(m == 1)
+        grads = 0.0 if in_backward else unfused_gradient_bytes(scenario, s) + head_states[1]
         head_activations = head_activation_bytes(scenario) if has_head else 0.0
         for k in range(steps + 1):
             for j in range(m):
+                fused.before_forward(s)  # forward fusion: the last step's update just before this forward
                 forward[s, k, j] = tasks.kernel(s, f"F.step{k}.mb{j}", tasks.pass_s(s, "F"))
                 tasks.forward_memory(s, forward[s, k, j])
                 new_grads = grads if j == 0 else 0.0
@@ -118,14 +128,16 @@ def compile_local_learning(scenario, mode: str | None = None, detail: bool = Fal
                     head = tasks.kernel(s, f"aux_head.step{k}.mb{j}", tasks.ops_s(s, head_ops))
                     head.alloc_bytes += head_activations + new_grads
                     head.free_bytes += head_activations
+                    fused.in_backward(s, head, m == 1, head_largest_module_gradient_bytes(scenario, planner))
                     new_grads = 0.0
                 done = tasks.kernel(s, f"B.step{k}.mb{j}", tasks.pass_s(s, "B"))
                 tasks.backward_memory(s, done, new_grads)
+                fused.in_backward(s, done, m == 1)
             reduced = tasks.gradient_all_reduce(s, f"grad_all_reduce.step{k}", done,
                                                 aux_params if has_head else 0.0)
-            step_ends[s, k] = tasks.kernel(s, f"optimizer.step{k}", update_s, "optimizer",
-                                           deps=(reduced,) if reduced else ())
-            step_ends[s, k].free_bytes += grads
+            step_ends[s, k] = fused.update(s, f"optimizer.step{k}", update_s, deps=(reduced,) if reduced else (),
+                                           free_bytes=grads)
+        fused.finish(s)
     for (s, k, j), task in forward.items():  # one-way: activations only
         if s + 1 < p:
             forward[s + 1, k, j].deps.append(tasks.send(s, s + 1, f"send_act.step{k}.mb{j}", task))
@@ -146,6 +158,15 @@ def head_state_bytes(scenario, planner) -> tuple[float, float, float]:
     tr = scenario.training
     return model_state_bytes(head_params_local(scenario, planner), 0, 1, tr.precision, tr.optimizer,
                              gradient_bytes(tr))
+
+
+def head_largest_module_gradient_bytes(scenario, planner) -> float:
+    """Gradient bytes of the head's largest module on one rank (its output layer or one critic
+    layer): what step in backward keeps alive during the head's pass."""
+    cfg, model, tp = scenario.strategy, scenario.model, scenario.parallelism.tp
+    output = (output_head_params(model) + (model.vocab_size * model.hidden_size if model.tied_embeddings else 0)) / tp
+    largest = max(output, planner.layer_params_local() if cfg.aux_layers else 0.0)
+    return largest * gradient_bytes(scenario.training)
 
 
 def head_activation_bytes(scenario) -> float:
@@ -171,12 +192,21 @@ def stage_memory(scenario, stage: int, planner) -> MemoryBreakdown:
     in_flight = microbatches_in_flight("1f1b", par.pp, stage, par.num_micro_batches)
     activations = (base.activations_bytes - working) / in_flight
     weights, grads, optim = base.weights_bytes, base.gradients_bytes, base.optimizer_bytes
+    in_backward = scenario.training.optimizer_fusion == "backward" and par.num_micro_batches == 1
     if stage < par.pp - 1:
         w, g, o = head_state_bytes(scenario, planner)
-        weights, grads, optim = weights + w, grads + g, optim + o
+        weights, optim = weights + w, optim + o
         # the head's pass (its forward and backward) ends before the group's backward starts: its
         # activations and the group's recompute working set are never alive together
-        activations += max(head_activation_bytes(scenario), working)
+        head_pass = head_activation_bytes(scenario)
+        if in_backward:  # step in backward: each pass holds only its largest module's gradients (base's)
+            head_grads = head_largest_module_gradient_bytes(scenario, planner)
+            if head_pass + head_grads > working + grads:  # the peak is in the head's pass
+                grads, working = head_grads, head_pass
+            activations += working
+        else:
+            grads += g
+            activations += max(head_pass, working)
     else:
         activations += working
     return MemoryBreakdown(weights, grads, optim, activations, base.other_bytes, stage=stage)
@@ -196,4 +226,5 @@ LOCAL_LEARNING = register(StrategyKind(
             "no backward between groups, one-way activations",
     compile=compile_local_learning,
     memory=memory_local_learning,
+    optimizer_fusion=("backward", "forward"),
 ))

@@ -26,6 +26,10 @@ t + τ + 1 (the merged update is τ steps stale: the ``convergence:`` block's st
 the next inner step waits for it. The last period's all-reduce has no inner steps after it to hide
 behind (a finite run).
 
+Optimizer fusion (``training.optimizer_fusion``) applies to the inner steps as in the spmd kind
+(simulator/strategies/spmd/plan.py); with ``forward`` an inner step that ends a period applies its
+update before the delta against the anchor is taken. The delta, outer all-reduce and outer step stay.
+
 Many steps: the plan holds ``simulation.steps`` inner steps rounded up to whole periods of H.
 Memory: the spmd count without ZeRO (each replica keeps its whole optimizer state) plus DiLoCo's
 outer state on the device: the fp32 anchor and, with Nesterov, the fp32 outer momentum (4 + 4 B per
@@ -114,6 +118,15 @@ class LocalSgdPlanner(Planner):
         self.sync_gradients = False
         self._pending: dict[int, dict[str, Task]] = {}  # inner step -> actor -> outer step to apply before it
         self._outer_state = OUTER_STATE_BYTES_PER_PARAM[self.cfg.outer_optimizer]
+        self._inner_step = 0  # the inner step being built (after_step advances it)
+
+    def _build_actor(self, *args, **kwargs):
+        """Optimizer fusion "forward" defers each inner update to the next inner step's first forward;
+        on a step that ends a period the update must land before the delta is taken (as on the run's
+        last step), so such a step is built as a last one."""
+        if (self._inner_step + 1) % self.cfg.local_steps == 0:
+            self.final_step = True
+        return super()._build_actor(*args, **kwargs)
 
     def stage_memory(self, stage: int) -> MemoryBreakdown:
         hit = self._memory_cache.get(("stage", stage))
@@ -128,6 +141,7 @@ class LocalSgdPlanner(Planner):
         """Apply outer steps due before the next inner step; after every H-th inner step start the
         delta, the all-reduce and the outer step (blocking, or applied τ inner steps later)."""
         ends: list[Task] = []
+        self._inner_step = step + 1
         due = self._pending.pop(step + 1, None)
         if due:  # an overlapped sync merges now: the next inner step waits for its outer step
             for actor, outer in due.items():
@@ -182,5 +196,6 @@ LOCAL_SGD = register(StrategyKind(
             "Nesterov step (DiLoCo), optionally overlapped with the next inner steps (streaming DiLoCo)",
     compile=compile_local_sgd,
     memory=local_sgd_memory,
+    optimizer_fusion=("backward", "forward"),
     convergence_inputs=local_sgd_convergence_inputs,
 ))

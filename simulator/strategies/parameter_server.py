@@ -31,6 +31,10 @@ run no optimizer; servers do:
 Every rank is simulated (full mode): servers make the ranks of a group unlike each other. Memory:
 a central server keeps the whole optimizer state (the spmd count without ZeRO); sharded servers
 1/dp of it (as ZeRO-1); workers that serve nothing keep none (their base memory is less).
+
+``training.optimizer_fusion`` is refused (simulator/scenario.py): workers run no optimizer, and the
+servers already apply each stage's gradient as its pushes arrive; pushing and applying each layer's
+gradient as soon as the backward makes it is not modelled.
 """
 
 from __future__ import annotations

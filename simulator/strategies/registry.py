@@ -62,7 +62,9 @@ class StrategyKind:
     workers run less than the whole model per sample (masked subnetworks); absent: counted from the graph.
     ``layout_gpus(config, parallelism, num_gpus)`` (optional): the GPUs ``parallelism:`` lays out (``dp: auto`` is
     inferred from them); absent: ``cluster.num_gpus``. A kind whose GPUs are not a product of the
-    layout's degrees says so here (swarm: the layout is one pipeline, its pools of peers are its own)."""
+    layout's degrees says so here (swarm: the layout is one pipeline, its pools of peers are its own).
+    ``optimizer_fusion``: the ``training.optimizer_fusion`` modes ("backward", "forward") the kind models; a
+    scenario asking another is refused naming the field and the kind (simulator/scenario.py), never ignored."""
 
     name: str
     config: type[BaseModel]
@@ -72,6 +74,7 @@ class StrategyKind:
     convergence_inputs: Callable[..., dict[str, float]] | None = None
     step_flops: Callable[..., Any] | None = None
     layout_gpus: Callable[[BaseModel, Any, int], int] | None = None
+    optimizer_fusion: tuple[str, ...] = ()  # the training.optimizer_fusion modes the kind models; others refused
 
 
 _KINDS: dict[str, StrategyKind] = {}

@@ -32,4 +32,5 @@ SPMD = register(StrategyKind(
     summary="one synchronous step: dp/tp/sp/pp/cp/ep, ZeRO 1-3, recompute, overlaps (the default)",
     compile=compile_spmd,
     memory=peak_rank_memory,
+    optimizer_fusion=("backward", "forward"),
 ))
