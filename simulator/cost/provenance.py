@@ -2,18 +2,31 @@
 
 A user who asks about hardware the project holds no measurement of must be told so: every
 efficiency the compute model uses for a scenario is listed with the data it was fitted on
-(``fitted_on`` in the spec) or as *assumed*. ``clustersim simulate`` prints the assumed ones
-and ``--json`` carries the whole map (``efficiency_provenance``).
+(``fitted_on`` in the spec) or as *assumed*. Each entry is in one of three states
+(:func:`provenance_state`): *calibrated* (fitted on named rows measured on this part), *derived*
+(carried from another part or scaled by a ratio: the spec's ``fitted_on`` says from what, e.g.
+"(sibling b200)", "(bf16; x0.958, ...)", "(transferred from dgx-b200 ...)") or *assumed*.
+``clustersim simulate`` prints the three lists and ``--json`` carries the whole map
+(``efficiency_provenance``) and the states (``efficiency_states``).
 """
 
 from __future__ import annotations
 
 import dataclasses
+import re
 
 from simulator.cost.compute import fp8_curve_key
 from simulator.scenario import Scenario
 
 ASSUMED = "assumed"
+CALIBRATED = "calibrated"
+DERIVED = "derived"
+STATES = (CALIBRATED, DERIVED, ASSUMED)
+
+# the markers hardware_specs/*.yaml write into a ``fitted_on`` that was not measured on the part itself
+_SIBLING = re.compile(r"\(sibling ([\w.-]+)\)")  # a sibling die's level (same silicon, other board/power)
+_RATIO = re.compile(r"\((\w+); x([0-9.]+),")  # another precision's level times a median ratio
+_TRANSFER = re.compile(r"\(transferred from ([\w.-]+)")  # another node's fitted collective laws
 
 
 def gemm_curve_key(scenario: Scenario) -> str:
@@ -107,3 +120,26 @@ def _stated(source: str) -> str:
 
 def assumed_components(provenance: dict[str, str]) -> list[str]:
     return [name for name, where in provenance.items() if where == ASSUMED]
+
+
+def provenance_state(where: str) -> tuple[str, str]:
+    """(state, from what) for one provenance entry: ``("derived", "b200 x 1.00 (sibling level)")``,
+    ``("derived", "bf16 x 0.958")``, ``("calibrated", "")`` or ``("assumed", "")``."""
+    if where == ASSUMED:
+        return ASSUMED, ""
+    if match := _SIBLING.search(where):
+        return DERIVED, f"{match.group(1)} x 1.00 (its fraction of peak; no row on this part)"
+    if match := _RATIO.search(where):
+        return DERIVED, f"{match.group(1)} x {match.group(2)}"
+    if match := _TRANSFER.search(where):
+        return DERIVED, f"{match.group(1)} x 1.00 (transferred; not measured on this node)"
+    return CALIBRATED, ""
+
+
+def efficiency_states(provenance: dict[str, str]) -> dict[str, str]:
+    """Component -> "calibrated", "derived: <from what>" or "assumed" (what the output prints)."""
+    out = {}
+    for name, where in provenance.items():
+        state, source = provenance_state(where)
+        out[name] = f"{state}: {source}" if source else state
+    return out

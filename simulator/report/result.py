@@ -369,8 +369,13 @@ def render_table(result: SimulationResult) -> str:
         lines.append(f"    {'simulated peak':<16} {max(peaks.values()):10.2f} GiB (memory over time; per rank: {shown})")
     provenance = result.extra.get("efficiency_provenance")
     if provenance:
-        assumed = [k for k, v in provenance.items() if v == "assumed"]
-        measured = [k for k, v in provenance.items() if v != "assumed"]
-        lines += ["", "  efficiencies   calibrated: " + (", ".join(measured) or "none"),
+        from simulator.cost.provenance import ASSUMED, CALIBRATED, DERIVED, provenance_state
+
+        states = {k: provenance_state(v) for k, v in provenance.items()}
+        calibrated = [k for k, (state, _) in states.items() if state == CALIBRATED]
+        derived = [f"{k} ({source})" for k, (state, source) in states.items() if state == DERIVED]
+        assumed = [k for k, (state, _) in states.items() if state == ASSUMED]
+        lines += ["", "  efficiencies   calibrated (fitted on rows measured on this part): " + (", ".join(calibrated) or "none"),
+                  "                 derived (from another part or a ratio): " + (", ".join(derived) or "none"),
                   "                 ASSUMED (not measured): " + (", ".join(assumed) or "none")]
     return "\n".join(lines)
