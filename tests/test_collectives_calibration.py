@@ -14,7 +14,7 @@ from validation import calibrate_collectives as cc
 
 # Held-out half (odd md5 of the row key): A100, H200, B200 and MI300X rows, 32 KiB - 16 GiB, 2-8 GPUs.
 # The worst rows sit at NCCL's protocol switch (2-16 MiB) that two alpha-beta lines only approximate.
-MEDIAN, WORST, LARGE = 0.08, 0.30, 0.15   # LARGE: every held-out row of 64 MiB or more
+MEDIAN, WORST, LARGE = cc.MEDIAN, cc.WORST, cc.LARGE   # 8% / 30% / 15%; LARGE: every held-out row of 64 MiB or more
 
 
 def test_heldout_rows_within_tolerance():

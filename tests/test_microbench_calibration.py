@@ -21,12 +21,12 @@ from workloads.graph import Op
 # Tolerances on the held-out half (odd md5 of the row key). GEMM: MAMF best shapes, AMD MAF and the
 # 28 DeepGEMM shapes (M = 64 to 8192), torchao MXFP8 grouped kernels; the worst is the grouped MXFP8
 # weight-gradient kernel (+26%: slower than the forward one at the same size; one fit row).
-GEMM_MEDIAN, GEMM_MAX = 0.08, 0.30
+GEMM_MEDIAN, GEMM_MAX = cm.GEMM_MEDIAN, cm.GEMM_MAX  # 8% / 30%, as `python -m validation.calibrate_microbench`
 # Attention (FlashAttention-2 on A100 and H100, fwd / bwd / fwd+bwd, causal or not, head size
 # 64/128, 512-16k tokens): one saturating form per GPU. Its worst rows are A100 causal forward at
 # head size 128, whose transcribed plateau (148 TF) sits 34% below the non-causal one while every
 # other causal group sits within 10% of its non-causal twin (see the report in the README).
-ATTENTION_MEDIAN, ATTENTION_MAX = 0.06, 0.35
+ATTENTION_MEDIAN, ATTENTION_MAX = cm.ATTENTION_MEDIAN, cm.ATTENTION_MAX  # 6% / 35%
 
 
 def test_catalog_holds_the_fit():

@@ -691,6 +691,49 @@ def write_spec(name: str) -> Path:
     return path
 
 
+# Tolerances on the held-out half (tests/test_microbench_calibration.py, test_attention_kernels.py and
+# test_fp8_recipes.py enforce the same; the MXFP8 speedup is a strict xfail there: an unmet target).
+GEMM_MEDIAN, GEMM_MAX = 0.08, 0.30
+ATTENTION_MEDIAN, ATTENTION_MAX = 0.06, 0.35  # median per accelerator; max over every row
+MXFP8_SPEEDUP_MEDIAN = 0.15
+IN_STEP_FA3_MAX = 0.25  # the FA3 kernel's prediction above its share of a measured H200 step, by at most this
+
+
+def fwd_bwd_row_against_its_passes(kernel: str) -> pd.Series:
+    """How far each fwd+bwd row of ``kernel`` on A100 lies from its own shape's fwd and bwd rows
+    combined (time adds: 3.5 / (1/fwd + 2.5/bwd)): the transcription's own consistency, the
+    tolerance of the Triton kernel's held-out rows (FA2 paper Figs 4-6 as transcribed)."""
+    df = pd.read_csv(DATA / "attention_kernels.csv")
+    rows = df[(df.kernel == kernel) & (df.gpu == A100_KERNEL_GPU)]
+    p = rows.pivot_table(index=["causal", "head_dim", "seq_len"], columns="pass", values="achieved_tflops")
+    return (p["fwd+bwd"] / (3.5 / (1 / p["fwd"] + 2.5 / p["bwd"])) - 1).abs()
+
+
+def misses(gemm: pd.DataFrame, speedup: pd.DataFrame, attention: pd.DataFrame, triton: pd.DataFrame,
+           in_step: pd.DataFrame) -> list[str]:
+    """Every held-out figure past its tolerance (empty when all are met)."""
+    out = []
+    e = gemm.error.abs()
+    if e.median() > GEMM_MEDIAN or e.max() > GEMM_MAX:
+        out.append(f"GEMM median / max |error| {e.median():.1%} / {e.max():.1%} > {GEMM_MEDIAN:.0%} / {GEMM_MAX:.0%}")
+    if speedup.error.abs().median() > MXFP8_SPEEDUP_MEDIAN:
+        out.append(f"B200 MXFP8 grouped speedup median |error| {speedup.error.abs().median():.1%} > "
+                   f"{MXFP8_SPEEDUP_MEDIAN:.0%} (strict xfail in tests/test_fp8_recipes.py)")
+    for name, group in attention.groupby("accelerator"):
+        if group.error.abs().median() > ATTENTION_MEDIAN:
+            out.append(f"attention {name} median |error| {group.error.abs().median():.1%} > {ATTENTION_MEDIAN:.0%}")
+    if attention.error.abs().max() > ATTENTION_MAX:
+        out.append(f"attention max |error| {attention.error.abs().max():.1%} > {ATTENTION_MAX:.0%}")
+    own = fwd_bwd_row_against_its_passes(TRITON_KERNEL).median()
+    if triton.error.abs().median() > own:
+        out.append(f"Triton A100 median |error| {triton.error.abs().median():.1%} > its transcription's own "
+                   f"fwd+bwd disagreement {own:.1%}")
+    fa3 = in_step[in_step.accelerator == "h200-sxm-141g"]
+    if len(fa3) and not (0.0 <= float(fa3.error.iloc[0]) <= IN_STEP_FA3_MAX):
+        out.append(f"FA3 in an H200 step: error {float(fa3.error.iloc[0]):+.1%} outside [0, {IN_STEP_FA3_MAX:.0%}]")
+    return out
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--write", action="store_true", help="rewrite the accelerator YAMLs' efficiency blocks")
@@ -716,16 +759,24 @@ def main(argv: list[str] | None = None) -> int:
     print(f"  all: median |error| {a.error.abs().median():.1%}, max {a.error.abs().max():.1%}")
     t = triton_heldout_table()
     print(f"\nTriton FlashAttention on A100, held-out rows: {len(t)}, median |error| {t.error.abs().median():.1%}, "
-          f"max {t.error.abs().max():.1%}")
+          f"max {t.error.abs().max():.1%} "
+          f"(tolerance: the median fwd+bwd disagreement of its own rows, {fwd_bwd_row_against_its_passes(TRITON_KERNEL).median():.1%})")
     if args.write:
         for name in CALIBRATED:
             print("wrote", write_spec(name))
         for name in ATTENTION_ONLY:
             print("wrote", write_attention_only(name))
         _load_cached.cache_clear()  # read the specs just written
+    in_step = in_step_table()
     print("\nattention inside a measured training step (checks, nothing fitted on them; the catalog specs):\n"
-          + in_step_table().to_string(index=False))
-    return 0
+          + in_step.to_string(index=False))
+    failed = misses(g, s, a, t, in_step)
+    print(f"\ntolerances: GEMM {GEMM_MEDIAN:.0%} / {GEMM_MAX:.0%}, attention {ATTENTION_MEDIAN:.0%} per accelerator / "
+          f"{ATTENTION_MAX:.0%}, MXFP8 speedup {MXFP8_SPEEDUP_MEDIAN:.0%}")
+    for miss in failed:
+        print("MISS:", miss)
+    print("FAIL" if failed else "PASS")
+    return 1 if failed else 0
 
 
 if __name__ == "__main__":

@@ -1,0 +1,55 @@
+"""`python -m validation.calibrate_microbench` and `python -m validation.calibrate_collectives` print their
+held-out tables and exit 1 when a figure is past its tolerance (the tolerances the tests enforce), 0 when
+every one is met (issue 23: they printed misses and exited 0)."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+
+import pandas as pd
+
+from validation import calibrate_collectives as cc
+from validation import calibrate_microbench as cm
+
+
+def _run(module: str) -> subprocess.CompletedProcess:
+    return subprocess.run([sys.executable, "-m", module], capture_output=True, text=True)
+
+
+def test_microbench_exits_1_while_the_mxfp8_speedup_misses():
+    # the MXFP8-over-bf16 grouped GEMM speedup is an unmet target (strict xfail in tests/test_fp8_recipes.py)
+    speedup = cm.mxfp8_speedup_table()
+    assert speedup.error.abs().median() > cm.MXFP8_SPEEDUP_MEDIAN
+    out = _run("validation.calibrate_microbench")
+    assert out.returncode == 1, out.stderr[-2000:]
+    assert "MISS: B200 MXFP8 grouped speedup median |error|" in out.stdout
+    assert out.stdout.rstrip().endswith("FAIL")
+    # nothing else misses today: GEMM, attention, Triton and the in-step FA3 check are within tolerance
+    assert [line for line in out.stdout.splitlines() if line.startswith("MISS:")] == [
+        line for line in out.stdout.splitlines() if line.startswith("MISS: B200 MXFP8")]
+
+
+def test_microbench_misses_name_each_figure_past_tolerance():
+    gemm = pd.DataFrame({"error": [0.01, -0.02, 0.31]})  # one row past 30%
+    speedup = pd.DataFrame({"error": [0.01, 0.02]})
+    attention = pd.DataFrame({"accelerator": ["a", "a", "b"], "error": [0.07, -0.08, 0.01]})
+    triton = pd.DataFrame({"error": [0.9]})
+    in_step = pd.DataFrame({"accelerator": ["h200-sxm-141g"], "error": [-0.05]})
+    text = "\n".join(cm.misses(gemm, speedup, attention, triton, in_step))
+    assert "GEMM median / max |error| 2.0% / 31.0%" in text
+    assert "attention a median |error| 7.5%" in text and "attention b" not in text
+    assert "Triton A100 median |error| 90.0%" in text
+    assert "FA3 in an H200 step: error -5.0%" in text
+    assert "MXFP8" not in text
+
+
+def test_collectives_exit_0_within_tolerance_and_1_past_it(monkeypatch, capsys):
+    out = _run("validation.calibrate_collectives")
+    assert out.returncode == 0 and out.stdout.rstrip().endswith("PASS"), out.stdout[-2000:]
+    table = cc.heldout_table()
+    worse = table.assign(error=table.error * 1.6)  # the worst row (23.7%) past 30%
+    assert any(m.startswith("max |error|") for m in cc.misses(worse))
+    monkeypatch.setattr(cc, "heldout_table", lambda: worse)
+    assert cc.main([]) == 1
+    assert "MISS: max |error|" in capsys.readouterr().out
