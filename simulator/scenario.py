@@ -273,7 +273,7 @@ class Scenario:
         return ShardShape(
             micro_batch=par.micro_batch_size, seq_length=self.seq_length or 1, tp=par.tp, cp=par.cp,
             sequence_parallel=par.sequence_parallel, precision=tr.precision,
-            flash_attention=tr.attention == "flash", ep=par.ep, etp=par.etp, moe_load_imbalance=par.moe_load_imbalance,
+            flash_attention=tr.attention == "flash", ep=par.ep, etp=par.etp_degree, moe_load_imbalance=par.moe_load_imbalance,
             cp_comm=par.cp_comm, cp_load_balance=par.cp_load_balance, tp_comm_overlap=par.tp_comm_overlap,
             tp_overlap=par.tp_overlap, unfused_eager_kernels=tr.unfused_eager_kernels,
             eager_elementwise=tr.elementwise_kernels == "eager")

@@ -39,13 +39,26 @@ def test_folded_groups_follow_megatron_order_etp_then_ep_then_edp():
     assert qwen.group(33, "etp") == (33,)
 
 
-def test_etp_1_with_ep_inside_dp_keeps_the_layout_before_etp():
-    layout = _layout(tp=2, dp=8, ep=4)
+def test_without_etp_an_ep_inside_dp_keeps_the_layout_before_etp():
+    layout = _layout(tp=2, dp=8, ep=4)  # etp unset
     assert not layout.par.experts_folded
     assert layout.group(0, "ep") == (0, 2, 4, 6)      # ep dp-ranks at equal tp coordinate
     assert layout.group(0, "edp") == (0, 8)
     assert layout.group(0, "etp") == (0,)
     assert layout.par.expert_data_parallel_size == 2
+
+
+def test_an_explicit_etp_1_folds_the_groups_as_megatron_core_does():
+    # tp 2 x dp 8, ep 4, etp 1: expert groups of 4 consecutive ranks (one node half), edp 4 -- where the
+    # layout without etp puts ep at stride tp (ranks 0, 2, 4, 6)
+    layout = _layout(tp=2, dp=8, ep=4, etp=1)
+    assert layout.par.experts_folded
+    assert layout.group(0, "ep") == (0, 1, 2, 3) and layout.group(0, "edp") == (0, 4, 8, 12)
+    assert layout.par.expert_data_parallel_size == 4
+    # NeMo's DeepSeek-V3 (tp 2, ep 64 over dp 64 x tp 2): 64 consecutive ranks, 8 nodes instead of 16
+    ds = _layout(tp=2, dp=64, pp=8, ep=64, etp=1)
+    assert ds.group(0, "ep") == tuple(range(64))
+    assert _layout(tp=2, dp=64, pp=8, ep=64).group(0, "ep") == tuple(range(0, 128, 2))
 
 
 def test_a_moe_layer_splits_each_expert_over_etp_and_gathers_its_tokens():
@@ -80,7 +93,7 @@ def _scenario(**par) -> dict:
 def test_expert_parameters_and_optimizer_state_per_rank():
     model = resolve_model("mixtral-8x7b")
     experts = model.num_layers * 8 * 3 * 4096 * 14336
-    _, one, _ = peak_rank_memory(load_scenario(_scenario(etp=1, ep=8)))  # inside dp 8: 1 expert each, edp 1
+    _, one, _ = peak_rank_memory(load_scenario(_scenario(etp=None, ep=8)))  # inside dp 8: 1 expert each, edp 1
     _, two, _ = peak_rank_memory(load_scenario(_scenario(etp=2, ep=4)))  # folded: 2 experts x 1/2 each, edp 2
     assert two.weights_bytes == pytest.approx(one.weights_bytes)  # E/ep/etp experts' weights: the same
     # the distributed optimizer shards the expert state over edp: 1 rank vs 16 / (2 x 4) = 2 ranks
@@ -141,12 +154,13 @@ def test_nemo_qwen3_235b_rows_are_cases_with_folded_expert_groups():
 
 @settings(max_examples=60, deadline=None, derandomize=True)
 @given(tp=st.sampled_from([1, 2, 4]), cp=st.sampled_from([1, 2]), dp=st.sampled_from([1, 2, 3, 4, 8]),
-       pp=st.sampled_from([1, 2]), etp=st.sampled_from([1, 2, 4]), ep=st.sampled_from([1, 2, 4, 8, 16]))
+       pp=st.sampled_from([1, 2]), etp=st.sampled_from([None, 1, 2, 4]), ep=st.sampled_from([1, 2, 4, 8, 16]))
 def test_folded_expert_groups_partition_every_stage(tp, cp, dp, pp, etp, ep):
     stage = tp * cp * dp
-    if stage % (etp * ep):
+    if stage % ((etp or 1) * ep):
         return
     layout = _layout(tp=tp, cp=cp, dp=dp, pp=pp, ep=ep, etp=etp)
+    etp = layout.par.etp_degree
     edp = layout.par.expert_data_parallel_size
     # inside data parallelism (etp 1, ep | dp) the groups are the layout's before etp: dp sub-groups
     sizes = {"etp": etp, "ep": ep, "edp": edp} if layout.par.experts_folded else {"ep": ep, "edp": dp // ep}

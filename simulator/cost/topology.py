@@ -113,7 +113,7 @@ class RankLayout:
         ``RankGenerator`` order "tp-ep-dp-pp" for experts with etp in the tp slot): a rank's index within its
         stage, x = tp + TP*(cp + CP*dp), splits as etp innermost, then ep, then the expert-data-parallel
         replicas (edp)."""
-        etp, ep = self.par.etp, self.par.ep
+        etp, ep = self.par.etp_degree, self.par.ep
         stage = self.tp * self.cp * self.dp
         x = c.tp + self.tp * (c.cp + self.cp * c.dp)
         i_tp, i_ep, i_dp = x % etp, (x // etp) % ep, x // (etp * ep)

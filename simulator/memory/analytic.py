@@ -471,7 +471,7 @@ def stage_layer_indices(num_layers: int, pp: int, virtual_stages: int, stage: in
 def _params_graph(model, par: Parallelism) -> LayerGraph:
     """A layer graph for parameter counts only (they depend on tp and ep, not on the micro-batch)."""
     return model.layer_graph(ShardShape(micro_batch=1, seq_length=model.seq_length or 1, tp=par.tp, ep=par.ep,
-                                        etp=par.etp))
+                                        etp=par.etp_degree))
 
 
 def _stage_param_split(model, par: Parallelism, stage: int, graph: LayerGraph | None = None,

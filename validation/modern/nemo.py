@@ -10,10 +10,11 @@ with VP > 1, MoE routing force-balanced (the table's footnote), DeepSeek-V3's to
 DeepEP (NeMo's H100 performance recipe for it: the flex dispatcher; once per node over InfiniBand). FP8 in every flavour the table
 names (delayed / current scaling, blockwise) is the simulator's FP8 (linear layers in FP8).
 SFT rows are packed sequences of the given length: the same step as pre-training.
-Qwen3 MoE rows use the catalog's Qwen3 (head width 128 unlike hidden/heads, per-head q/k norms) and
-Megatron-Bridge's expert tensor parallel 1: Qwen3-235B's EP 32 over TP 2 x DP 16 folds its expert groups
-over a stage's 32 ranks (``parallelism.etp``, Megatron-Core MoE parallel folding);
-their "(tokendrop)" rows (capacity factor 1) are the same step as dropless once routing is
+Every MoE row gives ``parallelism.etp: 1`` (Megatron-Bridge's expert tensor parallel 1), so its expert
+groups fold over a stage's TP x DP ranks in Megatron-Core's order: Qwen3-235B's EP 32 over TP 2 x DP 16
+is one group of a stage's 32 ranks; DeepSeek-V3's EP 64 over TP 2 x DP 64 spans 64 consecutive ranks (8
+nodes), not every second rank of 16 nodes. Qwen3 MoE rows use the catalog's Qwen3 (head width 128 unlike
+hidden/heads, per-head q/k norms); their "(tokendrop)" rows (capacity factor 1) are the same step as dropless once routing is
 force-balanced, as every MoE row here is: no token is dropped or padded.
 Two Qwen3-30B-A3B pp2 ep8 rows (26.02, 25.11) are set aside (:data:`SET_ASIDE`): the same configuration
 ran 1.8-2x faster in the neighbouring release, and the faster figures agree with the pp1 ep16 rows.

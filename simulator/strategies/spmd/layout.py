@@ -34,14 +34,15 @@ class Parallelism(BaseModel):
     cp: int = Field(default=1, gt=0, description="context-parallel degree")
     ep: int = Field(default=1, gt=0, description="expert-parallel degree (carved out of dp; with etp > 1 or an ep "
                                                  "that does not divide dp, out of the stage's tp*cp*dp ranks)")
-    etp: int = Field(
-        default=1, gt=0,
+    etp: int | None = Field(
+        default=None, gt=0,
         description="expert tensor-parallel degree (Megatron-Core expert_tensor_parallel_size): each routed expert's "
                     "FFN split over etp ranks (fc1 by columns, fc2 by rows), its tokens all-gathered over them after "
-                    "the dispatch and reduce-scattered before the combine. The expert groups then fold over a "
-                    "pipeline stage's tp*cp*dp ranks in Megatron-Core's order (etp innermost, then ep, then the "
-                    "expert-data-parallel replicas), as they also do with etp 1 when ep does not divide dp; with etp 1 "
-                    "and ep dividing dp they lie inside data parallelism (ep dp-ranks at equal tp/cp coordinates)")
+                    "the dispatch and reduce-scattered before the combine. Given (1 or more), the expert groups fold "
+                    "over a pipeline stage's tp*cp*dp ranks in Megatron-Core's order (etp innermost, then ep, then the "
+                    "expert-data-parallel replicas: MoE parallel folding). Unset: experts whole, and the groups lie "
+                    "inside data parallelism (ep dp-ranks at equal tp/cp coordinates) where ep divides dp, folded "
+                    "with etp 1 where it does not")
     virtual_stages: int = Field(default=1, gt=0, description="model chunks per pipeline rank")
     first_stage_layers: int | None = Field(
         default=None, ge=0,
@@ -150,17 +151,25 @@ class Parallelism(BaseModel):
         return self.tp * self.cp * self.pp
 
     @property
+    def etp_degree(self) -> int:
+        """Expert tensor-parallel degree (1 when ``etp`` is unset)."""
+        return self.etp or 1
+
+    @property
     def experts_folded(self) -> bool:
         """Whether expert groups fold over the stage's tp*cp*dp ranks (Megatron-Core MoE parallel
-        folding) rather than lie inside data parallelism: with etp > 1, or an ep that dp cannot hold."""
-        return self.etp > 1 or (self.ep > 1 and self.dp_degree % self.ep != 0)
+        folding) rather than lie inside data parallelism: with ``etp`` given (and experts split at
+        all), or an ep that dp cannot hold."""
+        if self.etp is not None and (self.ep > 1 or self.etp > 1):
+            return True
+        return self.ep > 1 and self.dp_degree % self.ep != 0
 
     @property
     def expert_data_parallel_size(self) -> int:
         """Ranks holding the same routed-expert shard (its gradients are reduced and its ZeRO state is
         sharded over them): dp*cp/ep inside data parallelism, tp*cp*dp/(etp*ep) when folded."""
         if self.experts_folded:
-            return self.tp * self.cp * self.dp_degree // (self.etp * self.ep)
+            return self.tp * self.cp * self.dp_degree // (self.etp_degree * self.ep)
         return self.dp_degree * self.cp // self.ep
 
 
@@ -218,9 +227,9 @@ def resolve_layout(par: Parallelism, model: TransformerSpec, num_gpus: int) -> P
         raise ConfigError("parallelism.schedule", "interleaved needs pp > 1")
     if par.ep > 1 and not getattr(model, "is_moe", False):
         raise ConfigError("parallelism.ep", "expert parallelism needs a mixture-of-experts model")
-    if par.etp > 1 and not getattr(model, "is_moe", False):
+    if par.etp_degree > 1 and not getattr(model, "is_moe", False):
         raise ConfigError("parallelism.etp", "expert tensor parallelism needs a mixture-of-experts model")
-    _check_expert_layout(par, model, dp)
+    _check_expert_layout(par.model_copy(update={"dp": dp}), model, dp)
     if getattr(model, "moe", None) is not None:
         if model.moe.num_experts % par.ep:
             raise ConfigError("parallelism.ep", f"{par.ep} does not divide the {model.moe.num_experts} experts")
@@ -261,23 +270,22 @@ def resolve_layout(par: Parallelism, model: TransformerSpec, num_gpus: int) -> P
 
 
 def _check_expert_layout(par: Parallelism, model, dp: int) -> None:
-    """Expert groups inside data parallelism (ep divides dp, etp 1: the layout before etp) or folded over a
+    """Expert groups inside data parallelism (ep divides dp, etp unset: the layout before etp) or folded over a
     stage's tp*cp*dp ranks (Megatron-Core MoE parallel folding, arXiv:2504.14960 Sec. 3): etp*ep must then
     divide them; each expert's FFN width must split over etp; the tokens a rank routes are its own
     sequence-parallel share, so tp > 1 needs sequence parallelism (Megatron-Core asserts it for MoE)."""
-    if par.ep == 1 and par.etp == 1:
+    if not par.experts_folded:
         return
-    if par.etp == 1 and dp % par.ep == 0:
-        return
+    etp = par.etp_degree
     stage = par.tp * par.cp * dp
-    if stage % (par.etp * par.ep):
-        raise ConfigError("parallelism.ep", f"etp*ep = {par.etp}*{par.ep} does not divide the {stage} ranks of a "
+    if stage % (etp * par.ep):
+        raise ConfigError("parallelism.ep", f"etp*ep = {etp}*{par.ep} does not divide the {stage} ranks of a "
                                             f"pipeline stage (tp*cp*dp = {par.tp}*{par.cp}*{dp}) that hold the experts")
     moe = getattr(model, "moe", None)
-    if moe is not None and par.etp > 1:
+    if moe is not None and etp > 1:
         width = moe.expert_ffn_hidden_size or model.ffn_size
-        if width % par.etp:
-            raise ConfigError("parallelism.etp", f"{par.etp} does not divide the expert FFN width ({width})")
+        if width % etp:
+            raise ConfigError("parallelism.etp", f"{etp} does not divide the expert FFN width ({width})")
     if par.tp > 1 and not par.sequence_parallel:
         raise ConfigError("parallelism.sequence_parallel", "expert groups folded over tp ranks (etp > 1, or ep not "
                                                            "dividing dp) need sequence_parallel: true with tp > 1")

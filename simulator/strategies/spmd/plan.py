@@ -446,7 +446,7 @@ class Planner:
         rep = self.layout.representative(0)
         if topo.placement(self.layout.group(rep, "tp")).num_nodes > 1:
             return False
-        for kind, size in (("dp", par.dp_degree), ("cp", par.cp), ("ep", par.ep), ("etp", par.etp)):
+        for kind, size in (("dp", par.dp_degree), ("cp", par.cp), ("ep", par.ep), ("etp", par.etp_degree)):
             if size > 1 and topo.placement(self.layout.group(rep, kind)).members_per_node > 1:
                 return False
         if par.pp > 1:
