@@ -3,8 +3,9 @@
 timing (benchmarks/bench_startup.py measures the CPU seconds).
 
 The default scenario is the SPMD kind: it loads neither the other strategy kinds (per_layer and swarm
-import numpy) nor numpy, pandas or matplotlib (the cost model, the engine and the report need none of
-them for it), and it prints the same table as a run that loaded every kind first.
+import numpy) nor numpy, pandas, matplotlib or simpy (the cost model, the engine and the report need none
+of them for it: the engine's event loop is its own, simulator/engine/engine.py), and it prints the same
+table as a run that loaded every kind first.
 """
 
 from __future__ import annotations
@@ -17,7 +18,7 @@ from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
 ENV = {**os.environ, "PYTHONPATH": str(ROOT)}
-HEAVY = ("numpy", "pandas", "matplotlib", "scipy", "torch")
+HEAVY = ("numpy", "pandas", "matplotlib", "scipy", "torch", "simpy")
 OTHER_KINDS = ("simulator.strategies.per_layer.kind", "simulator.strategies.swarm", "simulator.strategies.local_sgd",
                "simulator.strategies.parameter_server", "simulator.strategies.layer_parallel_mgrit",
                "workloads.networks.catalog")
