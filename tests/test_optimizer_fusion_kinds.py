@@ -32,8 +32,19 @@ P_LAYER, P_EMBED, P_HEAD = 789_760, 67_584, 2_560
 GIB = 2**30
 
 
-def _raw(kind: dict | None, num_gpus: int, fusion: str, steps: int = 1, **par) -> dict:
+#: With ``slow_optimizer``: the optimizer streams at 1e12 GB/s x 2.8e-11 = 2.8e10 B/s, Adam (bf16 weights)
+#: touching 28 B per parameter: U = params x 28 / 2.8e10 = params x 1e-9 s.
+OPTIMIZER_EFFICIENCY = 2.8e-11
+
+
+def _update_s(params: int) -> float:
+    return params * 1e-9
+
+
+def _raw(kind: dict | None, num_gpus: int, fusion: str, steps: int = 1, slow_optimizer: bool = False, **par) -> dict:
     raw = toy_raw(num_gpus, **par)
+    if slow_optimizer:
+        raw["cluster"]["node"]["accelerator"]["efficiency"]["optimizer_efficiency"] = OPTIMIZER_EFFICIENCY
     if kind is not None:
         raw["strategy"] = dict(kind)
     raw["training"]["optimizer_fusion"] = fusion
@@ -41,8 +52,8 @@ def _raw(kind: dict | None, num_gpus: int, fusion: str, steps: int = 1, **par) -
     return raw
 
 
-def _run(kind, num_gpus, fusion, steps=1, **par):
-    return simulate(load_scenario(_raw(kind, num_gpus, fusion, steps, **par)))
+def _run(kind, num_gpus, fusion, steps=1, slow_optimizer=False, **par):
+    return simulate(load_scenario(_raw(kind, num_gpus, fusion, steps, slow_optimizer, **par)))
 
 
 def _peak_bytes(result, actor: str) -> float:
@@ -50,6 +61,7 @@ def _peak_bytes(result, actor: str) -> float:
 
 
 PIPEDREAM = {"kind": "async_pipeline", "variant": "pipedream"}
+CYCLIC = {"kind": "cyclic_dp"}
 
 
 @pytest.mark.parametrize("fusion", ["none", "backward", "forward"])
@@ -60,6 +72,25 @@ def test_pipedream_step_time_is_unchanged_by_fusion(fusion):
     # 1F1B runs right after that backward in steady state ("forward").
     r = _run(PIPEDREAM, 2, fusion, pp=2, global_batch_size=4)
     assert r.step_time_s == pytest.approx(24 * T_LAYER, rel=1e-9)
+
+
+@pytest.mark.parametrize("fusion", ["none", "backward", "forward"])
+def test_pipedream_update_kernels_counted_once_wherever_they_go(fusion):
+    # The same pipeline with a visible optimizer: stage 0 (2 layers + embedding, 1,647,104 parameters)
+    # runs F 2T, B 4T and its update U0 = 1.647104 ms per micro-batch; stage 1 (1,582,080) is faster.
+    # No flush: a step is m = 4 times the slowest stage's 6T + U0, whichever place fusion gives the
+    # update (right after the backward, or before the next forward, which 1F1B runs next).
+    r = _run(PIPEDREAM, 2, fusion, slow_optimizer=True, pp=2, global_batch_size=4)
+    assert r.step_time_s == pytest.approx(4 * (6 * T_LAYER + _update_s(2 * P_LAYER + P_EMBED)), rel=1e-9)
+
+
+@pytest.mark.parametrize("fusion", ["none", "backward", "forward"])
+def test_cyclic_dp_delayed_update_counted_once_wherever_it_goes(fusion):
+    # dp 2, one micro-batch: a step is F + B = 12T plus the update of all 3,229,184 parameters
+    # (3.229184 ms), applied after the backward (none), fused into the next backward layer by layer
+    # (backward: one task after it here, the same kernels), or before the next forward (forward).
+    r = _run(CYCLIC, 2, fusion, steps=2, slow_optimizer=True, dp=2, global_batch_size=2)
+    assert r.step_time_s == pytest.approx(12 * T_LAYER + _update_s(TOY_PARAMS), rel=1e-9)
 
 
 def test_pipedream_step_in_backward_frees_all_but_one_modules_gradients():
@@ -103,8 +134,6 @@ def test_pipedream_forward_fusion_issues_each_update_before_the_next_forward():
     names = [t.name for t in plan.compute_tasks["stage0"]]
     assert all(names[i - 1].startswith("B.") for i, n in enumerate(names) if n.startswith("optimizer."))
 
-
-CYCLIC = {"kind": "cyclic_dp"}
 
 
 def test_cyclic_dp_step_in_backward_keeps_one_buffer_and_one_module():
