@@ -139,7 +139,9 @@ class TrainingSpec(_Strict):
                     "right after its last backward (and its gradient reduction), its gradients freed there; with one "
                     "micro-batch only one module's gradients are alive at a time (PyTorch's optimizer step in "
                     "backward); forward: each chunk's update just before its first forward of the next step. "
-                    "Needs zero_stage 0 and a schedule other than zb-h1")
+                    "Needs zero_stage 0 and a schedule other than zb-h1; modelled by the kinds spmd, local_sgd, "
+                    "async_pipeline, local_learning and cyclic_dp (simulator/strategies/optimizer_fusion.py), "
+                    "refused by the others")
     tf32: bool = Field(
         default=False,
         description="with precision fp32: GEMMs and convolutions run on the tensor cores in TF32 (10-bit mantissa "

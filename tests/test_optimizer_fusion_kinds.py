@@ -263,3 +263,11 @@ def test_cli_refuses_fusion_on_the_parameter_server(tmp_path):
     assert done.returncode == 2
     assert "training.optimizer_fusion" in done.stderr and "parameter_server" in done.stderr
     assert "Traceback" not in done.stderr and len(done.stderr.strip().splitlines()) == 1
+
+
+def test_the_field_description_names_the_kinds_that_model_it():
+    from simulator.scenario import TrainingSpec
+
+    description = TrainingSpec.model_fields["optimizer_fusion"].description
+    modelled = [name for name, kind in load_kinds().items() if kind.optimizer_fusion]
+    assert all(name in description for name in modelled), modelled
