@@ -18,10 +18,13 @@ class ConfigError(ValueError):
         super().__init__(f"{field}: {reason}" if field else reason)
 
 
-def from_pydantic(exc, prefix: str = "", drop_tags: bool = False) -> ConfigError:
+def from_pydantic(exc, prefix: str = "", drop_tags: bool = False, schema=None,
+                  hints: dict[str, str] | None = None) -> ConfigError:
     """Turn a pydantic ``ValidationError`` into one ConfigError: it names the first bad field, and
     the reason lists every other bad field of the input too (one line, so a file is fixed in one go).
-    ``drop_tags``: the error came from a tagged union, whose tag pydantic puts first in the path."""
+    ``drop_tags``: the error came from a tagged union, whose tag pydantic puts first in the path.
+    ``schema``: the model validated; an unknown key's reason then lists the keys known at that level.
+    ``hints``: unknown key (dotted path) -> where that setting lives instead."""
     problems = []
     for err in exc.errors():
         parts = list(err.get("loc", ()))[1 if drop_tags else 0:]
@@ -30,6 +33,11 @@ def from_pydantic(exc, prefix: str = "", drop_tags: bool = False) -> ConfigError
         msg = err.get("msg", "invalid value")
         if err.get("type") == "extra_forbidden":
             msg = "unknown key"
+            if hints and loc in hints:
+                msg += f": {hints[loc]}"
+            known = _known_keys(schema, parts[:-1]) if schema is not None else None
+            if known:
+                msg += f" (known here: {', '.join(known)})"
         elif err.get("type") == "missing":
             msg = "required field is missing"
         problems.append((field or prefix or "input", msg))
@@ -38,6 +46,35 @@ def from_pydantic(exc, prefix: str = "", drop_tags: bool = False) -> ConfigError
     if others:
         reason += f" (and {len(others)} more: " + "; ".join(others) + ")"
     return ConfigError(field, reason)
+
+
+def _known_keys(schema, parents: list) -> list[str] | None:
+    """The field names of the pydantic model at ``parents`` inside ``schema`` (None where the path
+    leaves the models: a dict, a union of several models)."""
+    import typing
+
+    from pydantic import BaseModel
+
+    model = schema
+    for part in parents:
+        if isinstance(part, int):
+            continue  # a list item: its model is the list's element type, unwrapped below
+        field = model.model_fields.get(part) if isinstance(model, type) and issubclass(model, BaseModel) else None
+        if field is None:
+            return None
+        candidates, todo = [], [field.annotation]
+        while todo:
+            a = todo.pop()
+            if isinstance(a, type) and issubclass(a, BaseModel):
+                candidates.append(a)
+            else:
+                todo.extend(typing.get_args(a))
+        if len(candidates) != 1:
+            return None
+        model = candidates[0]
+    if isinstance(model, type) and issubclass(model, BaseModel):
+        return list(model.model_fields)
+    return None
 
 
 def _accepts_bool(annotation) -> bool:

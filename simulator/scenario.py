@@ -388,12 +388,19 @@ def _resolved_attention(training: TrainingSpec, accelerator: Accelerator) -> Tra
     return training.model_copy(update={"attention": "standard"})
 
 
+# keys users put in a scenario that live elsewhere (the unknown-key error says where)
+UNKNOWN_KEY_HINTS = {
+    "efficiency": "efficiency constants belong to the accelerator spec (hardware_specs/accelerators/*.yaml, "
+                  "or an inline cluster.node mapping) or to a calibrated profile (cluster.profile), not the scenario",
+}
+
+
 def build_scenario(raw: dict[str, Any], base: Path | None = None) -> Scenario:
     """Validate a raw mapping and resolve every reference."""
     try:
         doc = ScenarioFile.model_validate(raw)
     except ValidationError as exc:
-        raise from_pydantic(exc) from None
+        raise from_pydantic(exc, schema=ScenarioFile, hints=UNKNOWN_KEY_HINTS) from None
     model = resolve_model(_relative(doc.model, base), "model")
     if doc.training.seq_length:
         if not isinstance(model, TransformerSpec):
@@ -498,6 +505,16 @@ def _co_located_jobs(specs: list[CoLocatedJobSpec], cluster: Any, base: Path | N
     return tuple(jobs)
 
 
+# Accelerators whose blockwise FP8 GEMMs (1x128 / 128x128 scales, DeepSeek-V3's recipe) have a kernel but no
+# measurement in gemm_microbench.csv: the run goes on, priced on the per-tensor fp8 curve, and says so
+# (simulator/cost/provenance.py: gemm_blockwise "assumed", and a warning naming the kernel). Hopper parts hold a
+# measured fp8_block curve (DeepGEMM); parts in neither list are refused.
+BLOCKWISE_FP8_KERNELS = {
+    **dict.fromkeys(("b200", "b300", "gb200", "gb300"), "DeepGEMM's SM100 kernels"),
+    **dict.fromkeys(("mi300x", "mi325x", "mi355x"), "AMD AITER's gemm_a8w8_blockscale"),
+}
+
+
 def _check_precision(training: TrainingSpec, accelerator: Accelerator, field_prefix: str = "") -> None:
     """The accelerator has the training precision (TF32 tensor cores, the FP8 recipe's tensor cores)."""
     where = f" ({field_prefix})" if field_prefix else ""
@@ -507,7 +524,17 @@ def _check_precision(training: TrainingSpec, accelerator: Accelerator, field_pre
         raise ConfigError("training.tf32", f"applies to precision fp32 only, got {training.precision}")
     if training.tf32 and "tf32" not in accelerator.peak_tflops:
         raise ConfigError("training.tf32", f"{accelerator.name}{where} has no TF32 tensor cores (no tf32 peak)")
+    if training.precision != "fp8" and "fp8_recipe" in training.model_fields_set:
+        # a recipe chosen for a run without FP8 GEMMs would be ignored (fp8_gemms, a list of GEMM classes whose
+        # default an FP8 file often spells out, stays allowed so that --set training.precision=bf16 compares)
+        raise ConfigError("training.fp8_recipe", f"applies to precision fp8 only, got {training.precision} "
+                                                 "(nothing would run in FP8; drop it or set training.precision=fp8)")
     recipe = training.fp8_recipe
+    if training.precision == "fp8" and recipe == "blockwise" and "fp8_block" not in accelerator.efficiency.gemm_curves \
+            and accelerator.name not in BLOCKWISE_FP8_KERNELS:
+        raise ConfigError("training.fp8_recipe", f"blockwise: no block-scaled FP8 GEMM kernel is known on "
+                                                 f"{accelerator.name}{where} (DeepGEMM and Transformer Engine's "
+                                                 f"Float8BlockScaling need Hopper or later; AMD's on CDNA3 and later)")
     if training.precision == "fp8" and recipe in ("mxfp8", "nvfp4") and (
             recipe not in accelerator.block_scaled_formats or (recipe == "nvfp4" and "fp4" not in accelerator.peak_tflops)):
         raise ConfigError("training.fp8_recipe", f"{accelerator.name}{where} has no {recipe} tensor cores (has: "

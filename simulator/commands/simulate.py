@@ -44,7 +44,12 @@ def _trace_ranks(text: str | None) -> list[int] | None:
 
 
 def run(args) -> int:
-    from simulator.cost.provenance import assumed_components, efficiency_provenance, efficiency_states
+    from simulator.cost.provenance import (
+        assumed_components,
+        efficiency_provenance,
+        efficiency_states,
+        kernel_warnings,
+    )
     from simulator.report.result import finite_json, render_table
     from simulator.report.trace import write_chrome_trace
     from simulator.scenario import load_scenario
@@ -68,6 +73,7 @@ def run(args) -> int:
     result.extra["efficiency_provenance"] = provenance
     result.extra["assumed_efficiencies"] = assumed_components(provenance)
     result.extra["efficiency_states"] = efficiency_states(provenance)
+    result.extra["warnings"] = kernel_warnings(scenario)
     if args.trace:
         write_chrome_trace(result, args.trace, ranks, summary=args.trace_summary)
     if args.json:

@@ -16,7 +16,7 @@ import dataclasses
 import re
 
 from simulator.cost.compute import fp8_curve_key
-from simulator.scenario import Scenario
+from simulator.scenario import BLOCKWISE_FP8_KERNELS, Scenario
 
 ASSUMED = "assumed"
 CALIBRATED = "calibrated"
@@ -143,3 +143,21 @@ def efficiency_states(provenance: dict[str, str]) -> dict[str, str]:
         state, source = provenance_state(where)
         out[name] = f"{state}: {source}" if source else state
     return out
+
+
+def kernel_warnings(scenario: Scenario) -> list[str]:
+    """What the run prices on a kernel nobody measured on this part, said in words (``clustersim simulate``
+    prints them; ``--json`` carries ``warnings``): an FP8 recipe whose own GEMM curve the spec lacks runs
+    on the per-tensor fp8 curve."""
+    if scenario.mixed:
+        return [w for group in scenario.groups for w in kernel_warnings(
+            dataclasses.replace(scenario, node=group.node, accelerator=group.accelerator, node_groups=()))]
+    training, accel = scenario.training, scenario.accelerator
+    recipe = training.fp8_recipe
+    if training.precision != "fp8" or recipe in ("delayed", "current") or \
+            fp8_curve_key(accel, recipe) != "fp8":
+        return []
+    kernel = f" (the kernel exists: {BLOCKWISE_FP8_KERNELS[accel.name]})" if recipe == "blockwise" and \
+        accel.name in BLOCKWISE_FP8_KERNELS else ""
+    return [f"training.fp8_recipe={recipe}: no {recipe} GEMM was measured on {accel.name}{kernel}; its GEMMs "
+            f"are priced on the per-tensor fp8 curve plus the recipe's scaling traffic (gemm_{recipe}: assumed)"]

@@ -378,4 +378,5 @@ def render_table(result: SimulationResult) -> str:
         lines += ["", "  efficiencies   calibrated (fitted on rows measured on this part): " + (", ".join(calibrated) or "none"),
                   "                 derived (from another part or a ratio): " + (", ".join(derived) or "none"),
                   "                 ASSUMED (not measured): " + (", ".join(assumed) or "none")]
+    lines += [f"  WARNING: {text}" for text in result.extra.get("warnings", ())]
     return "\n".join(lines)
