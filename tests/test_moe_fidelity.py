@@ -73,3 +73,37 @@ def test_the_slow_qwen3_pp2_releases_are_set_aside_with_their_twin():
     # their twins are counted
     assert not _case("nemo", 52).set_aside and not _case("nemo", 71).set_aside
     assert _case("nemo", 52).key == _case("nemo", 58).key  # one configuration measured twice
+
+
+# --------------------------------------------------------------------------- what-if overrides
+
+
+def test_an_override_changes_every_case_and_only_the_what_if(monkeypatch):
+    from validation.modern import registry
+
+    seen: list[dict] = []
+
+    def fake(raws, workers=2):
+        seen.extend(raws)
+        return [{"tokens_per_s": 1.0, "model_tflops_per_gpu": 1.0, "fits": True} for _ in raws]
+
+    monkeypatch.setattr(registry, "simulate_many", fake)
+    registry.evaluate("other", "all", overrides=("parallelism.moe_dispatch=deepep",))
+    assert len(seen) == len(built("other")[0])
+    assert all(raw["parallelism"]["moe_dispatch"] == "deepep" for raw in seen)
+    seen.clear()
+    registry.evaluate("other", "all")  # the cases as mapped: DeepEP only where the row names it
+    assert {raw["parallelism"].get("moe_dispatch") for raw in seen} == {None, "deepep"}
+    assert all(c.scenario["parallelism"].get("moe_dispatch") != "deepep" for c in built("other")[0]
+               if c.scenario["model"] == "llama3-70b")
+
+
+@pytest.mark.parametrize("args", [["--override", "nokey"], ["--fit", "--override", "parallelism.ep=2"]])
+def test_a_bad_override_or_a_fit_with_one_exits_2(args):
+    import subprocess
+    import sys
+
+    out = subprocess.run([sys.executable, "-m", "validation.modern", "--set", "other", *args],
+                         capture_output=True, text=True)
+    assert out.returncode == 2
+    assert "--override" in out.stderr and out.stderr.strip().splitlines()[-1].count("error") == 1

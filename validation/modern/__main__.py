@@ -1,7 +1,8 @@
-"""``python -m validation.modern [--set NAME] [--half heldout|fit|all] [--fit [--write]] [--json]``.
+"""``python -m validation.modern [--set NAME] [--half heldout|fit|all] [--fit [--write]] [--json] [--override K=V]``.
 
 Without ``--fit``: simulate the chosen half of each set with its fitted profile and print the
-errors (overall, BF16/FP8 apart, per accelerator) against the targets. ``--fit``: fit the framework
+errors (overall, BF16/FP8 apart, per accelerator) against the targets (``--override key.path=value``, repeatable:
+every case with that change, a what-if that is not the validation result). ``--fit``: fit the framework
 constants of each set on its fit half (``--write`` saves them to validation/profiles/). Exit code 1
 when a reported set misses its target.
 """
@@ -12,6 +13,7 @@ import argparse
 import json
 import sys
 
+from simulator.errors import ConfigError
 from validation.modern.registry import SETS, built, evaluate, fit, report, write_fit
 
 
@@ -54,8 +56,12 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--unrepresentable", action="store_true", help="list the rows that are not simulated")
     parser.add_argument("--json", action="store_true")
     parser.add_argument("--workers", type=int, default=2)
+    parser.add_argument("--override", action="append", default=[], metavar="KEY=VALUE",
+                        help="change every case's scenario (as clustersim simulate --set): a what-if, not validation")
     args = parser.parse_args(argv)
     names = args.sets or list(SETS)
+    if args.fit and args.override:
+        parser.error("--override is a what-if; the fit uses the cases as mapped")
     if args.fit:
         done: set[str] = set()
         for name in names:
@@ -73,7 +79,14 @@ def main(argv: list[str] | None = None) -> int:
             for item in built(name)[1]:
                 print(f"{name}\trow {item.row}\t{item.label}\t{item.reason}")
         return 0
-    blocks = [report(name, evaluate(name, args.half, args.workers)) for name in names]
+    overrides = tuple(args.override)
+    if overrides:
+        print(f"what-if: every case with {', '.join(overrides)} (not the validation result)\n")
+    try:
+        blocks = [report(name, evaluate(name, args.half, args.workers, overrides)) for name in names]
+    except ConfigError as exc:
+        print(f"python -m validation.modern: error: --override: {exc.reason}", file=sys.stderr)
+        return 2
     if args.json:
         print(json.dumps(blocks, indent=2))
     else:

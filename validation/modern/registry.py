@@ -113,12 +113,20 @@ def simulate_many(raws: list[dict[str, Any]], workers: int | None = 2) -> list[d
     return out
 
 
-def evaluate(name: str, half: str = "heldout", workers: int | None = 2) -> list[CaseOutcome]:
-    """Simulate the set's cases of one half ("heldout", "fit" or "all") with its fitted profile."""
+def evaluate(name: str, half: str = "heldout", workers: int | None = 2,
+             overrides: tuple[str, ...] = ()) -> list[CaseOutcome]:
+    """Simulate the set's cases of one half ("heldout", "fit" or "all") with its fitted profile;
+    ``overrides`` (``key.path=value``, as ``clustersim simulate --set``) change every case's scenario:
+    what-if figures (e.g. ``parallelism.moe_dispatch=deepep``), never a validation result."""
+    from simulator.scenario import apply_overrides
+
     cases = [c for c in built(name)[0]
              if half == "all" or (half == "heldout") == c.heldout]
     groups = load_groups(SETS[name].profile_name)
-    results = simulate_many([resolved_scenario(c, groups) for c in cases], workers)
+    raws = [resolved_scenario(c, groups) for c in cases]
+    if overrides:
+        raws = [apply_overrides(raw, list(overrides)) for raw in raws]
+    results = simulate_many(raws, workers)
     return [outcome(c, r) for c, r in zip(cases, results, strict=True)]
 
 
