@@ -175,3 +175,14 @@ def test_folded_expert_groups_partition_every_stage(tp, cp, dp, pp, etp, ep):
     if layout.par.experts_folded:  # a rank's etp, ep and edp groups meet in the rank alone
         for r in range(layout.world):
             assert set(layout.group(r, "etp")) & set(layout.group(r, "ep")) & set(layout.group(r, "edp")) == {r}
+
+
+@pytest.mark.parametrize(("etp", "ep", "pp"), [(2, 4, 1), (2, 2, 2), (1, 4, 2)])
+def test_symmetric_mode_equals_every_rank_simulated_with_folded_expert_groups(etp, ep, pp):
+    from simulator.simulate import simulate_point
+
+    raw = _scenario(etp=etp, ep=ep, pp=pp, global_batch_size=16)
+    raw["training"]["seq_length"] = 1024
+    steps = {mode: simulate_point({**raw, "simulation": {"mode": mode}}, run_if_oom=True)["step_time_s"]
+             for mode in ("symmetric", "full")}
+    assert steps["full"] == pytest.approx(steps["symmetric"], rel=1e-9)
