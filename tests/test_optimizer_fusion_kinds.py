@@ -153,6 +153,27 @@ def test_cyclic_dp_step_in_backward_keeps_one_buffer_and_one_module():
     assert forward.simulated_peak_memory_gib == pytest.approx(none.simulated_peak_memory_gib, rel=1e-12)
 
 
+def _memory_at(series: list[tuple[float, float]], t: float) -> float:
+    return [b for time, b in series if time <= t + 1e-9][-1]  # the value just after t (to float rounding)
+
+
+def test_cyclic_dp_memory_over_time_shows_the_old_buffer_freed_in_the_backward():
+    # The memory-over-time series (the engine's counter) with a visible optimizer, times identical in
+    # both modes. After step 1's backward the separate update still holds step 0's buffer beside
+    # step 1's (two buffers) until the update ends; with step in backward it was freed during the
+    # backward: one buffer, 2 x 3,229,184 B less, and never more than it at any moment.
+    runs = {f: _run(CYCLIC, 2, f, steps=2, slow_optimizer=True, dp=2, global_batch_size=2)
+            for f in ("none", "backward")}
+    none, fused = (runs[f].memory_series_bytes["stage0"] for f in ("none", "backward"))
+    end_of_backward = 2 * 12 * T_LAYER + _update_s(TOY_PARAMS)  # step 0 (12T + U), step 1's F + B (12T)
+    assert _memory_at(none, end_of_backward) - _memory_at(fused, end_of_backward) == pytest.approx(2 * TOY_PARAMS)
+    for t, _ in none:
+        assert _memory_at(fused, t) <= _memory_at(none, t) + 1e-6
+    # the separate update frees that buffer when it ends (and the next forward saves one micro-batch's)
+    after_update = end_of_backward + _update_s(TOY_PARAMS)
+    assert _memory_at(none, after_update) == pytest.approx(_memory_at(fused, after_update))
+
+
 def test_local_sgd_forward_fusion_lands_the_inner_update_before_the_delta():
     # dp 2, H = 2, 4 inner steps: step 0's update is applied before step 1's forward; step 1 ends a
     # period, so its own update runs before the delta against the anchor is taken (not in step 2).
