@@ -162,6 +162,27 @@ class TrainingSpec(_Strict):
         description="with precision fp8, the GEMM classes that run in FP8; the others run in bf16. Default as "
                     "Transformer Engine / DeepSeek-V3 (arXiv:2412.19437 Sec. 3.3.1): the linear layers of attention, "
                     "MLP and experts in FP8; the LM head and the MoE router in higher precision")
+    fp8_saved_inputs: bool = Field(
+        default=True,
+        description="with precision fp8, the FP8 linear layers keep their inputs for the backward in FP8 (1 B per "
+                    "element plus the recipe's block scales) instead of 16 bits: Transformer Engine's Linear, "
+                    "LayerNormLinear and LayerNormMLP save the quantized input (Megatron-Core, NeMo, llm-foundry "
+                    "amp_fp8). False: the 16-bit input is kept (torchao Float8Linear, torchtitan, saves the "
+                    "high-precision input and re-quantizes it in the backward). Memory only")
+    fused_cross_entropy: bool = Field(
+        default=False,
+        description="the loss is one fused kernel that keeps the 16-bit logits and a log-sum-exp per token (2 B "
+                    "per logit: flash-attn's Triton cross entropy, llm-foundry's default loss_fn fused_crossentropy) "
+                    "instead of an fp32 copy beside them (6 B: Megatron's vocab-parallel cross entropy, "
+                    "torch.nn.functional.cross_entropy under autocast). Memory only")
+
+
+#: Bytes per element of a linear layer's input kept for the backward in the FP8 recipe's format: one
+#: byte per FP8 element plus its scales -- per tensor (delayed, current): none; blockwise: one fp32
+#: scale per 1x128 block (DeepSeek-V3 arXiv:2412.19437 Sec. 3.3.1): 4/128; MXFP8: one E8M0 byte per 32
+#: elements (OCP MX v1.0): 1/32; NVFP4: half a byte plus one E4M3 byte per 16 elements.
+FP8_SAVED_ELEMENT_BYTES = {"delayed": 1.0, "current": 1.0, "blockwise": 1.0 + 4 / 128, "mxfp8": 1.0 + 1 / 32,
+                           "nvfp4": 0.5 + 1 / 16}
 
 
 def gradient_bytes(training: TrainingSpec) -> int:
@@ -278,7 +299,10 @@ class Scenario:
             flash_attention=tr.attention == "flash", ep=par.ep, etp=par.etp_degree, moe_load_imbalance=par.moe_load_imbalance,
             cp_comm=par.cp_comm, cp_load_balance=par.cp_load_balance, tp_comm_overlap=par.tp_comm_overlap,
             tp_overlap=par.tp_overlap, unfused_eager_kernels=tr.unfused_eager_kernels,
-            eager_elementwise=tr.elementwise_kernels == "eager")
+            eager_elementwise=tr.elementwise_kernels == "eager",
+            fp8_saved_inputs=frozenset(tr.fp8_gemms) if tr.precision == "fp8" and tr.fp8_saved_inputs else frozenset(),
+            fp8_saved_element_bytes=FP8_SAVED_ELEMENT_BYTES[tr.fp8_recipe],
+            fused_cross_entropy=tr.fused_cross_entropy)
 
     def layer_graph(self) -> LayerGraph:
         """The model's layer graph for one micro-batch on one rank (the one description memory,

@@ -112,6 +112,9 @@ class ShardShape:
     tp_overlap: str = "userbuffers"  # how: "userbuffers" (beside the whole GEMM) | "async_tp" (tp chunks)
     unfused_eager_kernels: bool = False  # bias gradients as separate reductions (TrainingSpec)
     eager_elementwise: bool = False  # norms, SwiGLU, RoPE as PyTorch eager composite ops (TrainingSpec)
+    fp8_saved_inputs: frozenset[str] = frozenset()  # GEMM classes whose inputs the backward keeps quantized
+    fp8_saved_element_bytes: float = 1.0  # bytes per element of such a kept input (FP8 + its block scales)
+    fused_cross_entropy: bool = False  # the loss keeps the 16-bit logits only (TrainingSpec.fused_cross_entropy)
 
     @property
     def act_bytes(self) -> int:

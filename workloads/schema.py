@@ -91,6 +91,11 @@ class TransformerSpec(BaseModel):
     qkv_bias: bool | None = Field(
         default=None, description="biases on the q, k and v projections only, none elsewhere (Qwen2); "
                                   "default: as linear_bias")
+    dropout: bool = Field(
+        default=True, description="dropout after the embedding, the attention projection and the MLP (and on "
+                                  "the attention probabilities without FlashAttention), keeping a 1-byte mask "
+                                  "per element for the backward (Korthikanti 2022 Sec. 4.1; GPT-2/3, Megatron "
+                                  "GPT); false: probabilities 0, no masks (MPT: attn/resid/emb_pdrop 0)")
     moe: MoESpec | None = None
     mla: MLASpec | None = Field(default=None, description="multi-head latent attention instead of MHA/GQA")
     source: str = "user"

@@ -40,6 +40,11 @@ DROPOUT_MASK_BYTES = 1
 #: (``vocab_parallel_logits.float()``, exp kept for the backward); both are alive while the
 #: loss is computed. Korthikanti 2022 Sec. 4.3 counts 4 B per logit instead.
 LOGITS_BYTES_PER_ELEMENT = 6
+#: ... with a fused cross-entropy kernel (``TrainingSpec.fused_cross_entropy``: flash-attn's Triton
+#: ``flash_attn.losses.cross_entropy.CrossEntropyLoss``, llm-foundry's default ``loss_fn:
+#: fused_crossentropy``): the kernel reads the 16-bit logits and keeps them with one fp32 log-sum-exp
+#: per token for its backward, no fp32 copy: 2 B per logit.
+FUSED_LOGITS_BYTES_PER_ELEMENT = 2
 
 #: Layer kinds whose ops carry their own tensor-parallel split (a graph of other kinds runs at tp 1).
 TENSOR_PARALLEL_KINDS = frozenset({"embedding", "transformer_block", "lm_head"})
@@ -151,8 +156,12 @@ def block_saved_tensors(model: TransformerSpec, shard: ShardShape, moe_layer: bo
     sp_div = t if shard.sequence_parallel else 1
     f = moe_ffn_width(model) if moe_layer else model.ffn_size
     heads_rank = model.num_attention_heads / t
+    # FP8 linear layers keep their inputs quantized (``ShardShape.fp8_saved_inputs``): q8 bytes per element
+    q8 = shard.fp8_saved_element_bytes
+    mlp_fp8 = ("experts" if moe_layer else "mlp") in shard.fp8_saved_inputs
+    proj_fp8 = "attention_proj" in shard.fp8_saved_inputs
     mlp = [SavedTensor("fc1_output", (2 * e if model.gated_mlp else e) * sb * f / t),
-           SavedTensor("fc2_input", e * sb * f / t)]
+           SavedTensor("fc2_input", (q8 if mlp_fp8 else e) * sb * f / t)]
     core_bytes = (e + m + (e if dropout else 0.0)) * heads_rank * s * s * shard.micro_batch
     masks = [SavedTensor("attn_dropout_mask", m * sb * h / sp_div), SavedTensor("mlp_dropout_mask", m * sb * h / sp_div)]
     if model.mla is None:
@@ -162,12 +171,21 @@ def block_saved_tensors(model: TransformerSpec, shard: ShardShape, moe_layer: bo
         # gated FC1 output (a plain FC1's whole output, mm 5), the masks; the norm outputs (QKV and FC1
         # inputs), K, w3's half, the FC2 input and a materialised core are recomputed
         d, g = model.head_dim, kv_heads_per_rank(model, t)
-        tensors = [SavedTensor(name, e * sb * h / sp_div, op_sac_kept=kept)
-                   for name, kept in (("ln1_input", 1.0), ("qkv_input", 0.0), ("ln2_input", 1.0), ("fc1_input", 0.0))]
+        # Under FP8 (Transformer Engine): LayerNormLinear's fused norm + cast keeps the QKV / FC1 input
+        # (the norm output) in FP8 and no 16-bit copy (a MoE block's FC1 input is also the bf16 router's
+        # input: kept in 16 bits); the attention projection (Linear) keeps an FP8 copy of its input
+        # beside the 16-bit attention output that a fused attention kernel keeps for its own backward
+        # (transformer_engine/pytorch/module/{layernorm_linear,linear,layernorm_mlp}.py, ctx.save_for_backward)
+        qkv_bytes = q8 if proj_fp8 else e
+        fc1_bytes = q8 if mlp_fp8 and not moe_layer else e
+        out_bytes = (e + q8 if shard.flash_attention else q8) if proj_fp8 else e
+        tensors = [SavedTensor(name, nbytes * sb * h / sp_div, op_sac_kept=kept)
+                   for name, nbytes, kept in (("ln1_input", e, 1.0), ("qkv_input", qkv_bytes, 0.0),
+                                              ("ln2_input", e, 1.0), ("fc1_input", fc1_bytes, 0.0))]
         tensors += masks
         width = model.attention_width  # heads x head_dim (= h unless the head width is decoupled)
         tensors += [SavedTensor("q", e * sb * width / t), SavedTensor("k_v", 2 * e * sb * d * g, op_sac_kept=0.5),
-                    SavedTensor("attn_out_input", e * sb * width / t)]
+                    SavedTensor("attn_out_input", out_bytes * sb * width / t)]
         if model.qk_norm:  # the q and k norms keep their inputs too (Qwen3; Megatron qk_layernorm)
             tensors.append(SavedTensor("qk_norm_input", e * sb * (width / t + d * g),
                                        op_sac_kept=(width / t) / (width / t + d * g)))
@@ -213,7 +231,7 @@ def transformer_layer_graph(model: TransformerSpec, shard: ShardShape) -> LayerG
     sp_div = shard.tp if shard.sequence_parallel else 1
     hidden_out = e * sb * h  # what a block (and the embedding) hands on, before any TP split
     splits = frozenset({"batch", "heads", "sequence"})
-    embed_mask = (SavedTensor("embedding_dropout_mask", DROPOUT_MASK_BYTES * sb * h / sp_div),)
+    embed_mask = (SavedTensor("embedding_dropout_mask", DROPOUT_MASK_BYTES * sb * h / sp_div * model.dropout),)
     # The embedding's output is the first block's input, counted there; it keeps its mask whatever
     # the recompute (Korthikanti 2022 Sec. 4.3).
     layers = [_layer("embedding", "embedding", embedding_work(model, shard),
@@ -225,14 +243,15 @@ def transformer_layer_graph(model: TransformerSpec, shard: ShardShape) -> LayerG
         if moe_layer not in per_kind:
             dense, expert = block_params_per_rank(model, shard.tp, shard.ep, moe_layer, shard.etp)
             per_kind[moe_layer] = (layer_work(model, shard, kinds.index(moe_layer)), dense + expert, expert,
-                                   block_saved_tensors(model, shard, moe_layer))
+                                   block_saved_tensors(model, shard, moe_layer, model.dropout))
         work, params, expert, saved = per_kind[moe_layer]
         layers.append(_layer(f"block{i}", "transformer_block", work, params, expert, saved,
                              e * sb * h / sp_div, hidden_out, (layers[-1].name,), splits))
     # Final-norm and LM-head inputs (÷t with SP) and the logits (÷t, vocab-parallel), whatever the
     # recompute (Korthikanti 2022 Sec. 4.3: 4·sbh/t·(1 + V/h) with SP and 4 B per logit).
     head_saved = (SavedTensor("norm_and_head_inputs", 2 * e * sb * h / sp_div),
-                  SavedTensor("logits", LOGITS_BYTES_PER_ELEMENT * sb * model.vocab_size / shard.tp))
+                  SavedTensor("logits", (FUSED_LOGITS_BYTES_PER_ELEMENT if shard.fused_cross_entropy
+                                          else LOGITS_BYTES_PER_ELEMENT) * sb * model.vocab_size / shard.tp))
     layers.append(_layer("head", "lm_head", head_work(model, shard), head_params_per_rank(model, shard.tp), 0.0,
                          head_saved, sum(x.nbytes for x in head_saved), 0.0, (layers[-1].name,), splits))
     return LayerGraph(model.name, tuple(layers), shard.micro_batch, sample="sequence",

@@ -108,7 +108,9 @@ class Summary:
     failed: list[str] = field(default_factory=list)
 
     def met(self, median_target: float, max_target: float | None) -> bool:
-        if self.median_abs_error is None:
+        """Within the targets and no row predicted out of memory: every published row ran, so a
+        predicted OOM is a miss whatever its time error (the plan ``search`` would have pruned)."""
+        if self.median_abs_error is None or self.predicted_oom:
             return False
         return self.median_abs_error <= median_target and (max_target is None or self.max_abs_error <= max_target)
 

@@ -55,7 +55,8 @@ def cases() -> tuple[list[ModernCase], list[Unrepresentable]]:
                        "overlap_grad_reduce": True, "overlap_param_gather": True,
                        "zero3_backward_prefetch": "post"}  # Composer's FSDP default: BACKWARD_POST
         training = {"seq_length": seq, "precision": precision, "attention": "flash",
-                    "grad_dtype": "bf16" if row["mp_mode"] == "PURE" else "fp32"}
+                    "grad_dtype": "bf16" if row["mp_mode"] == "PURE" else "fp32",
+                    "fused_cross_entropy": True}  # MPT's loss_fn default: fused_crossentropy (flash-attn Triton)
         key = (f"llmfoundry|{model}|{row['gpu']}|{n}|{seq}|{mbs}|{gbs}|{row['precision']}|{row['mp_mode']}|"
                f"{row['sharding_strategy']}|{recompute}")
         out.append(ModernCase("llmfoundry", int(index), label, key,

@@ -16,6 +16,10 @@
   per node (2 NICs); the 96-H100 cluster 800 Gb/s per node (2 NICs); the 464-H100 cluster 3.2 Tb/s
   (8 NICs, the catalog DGX H100). MFU-only rows are converted with the model FLOPs per token and
   the dense peak (the post's nanoGPT/PaLM MFU). torch.compile rows are their own fitted group.
+  fms-fsdp's "selective" AC checkpoints a share p of the blocks whole (``selective_checkpointing``,
+  policies/ac_handler.py), not Megatron's attention core: simulated as no recompute where that fits
+  (7B, 13B) and as every block recomputed where it does not (34B, 70B: 93.7 / 179.3 GiB of
+  activations without), since the runs fit; the split key keeps the published word.
 - **DeepSpeed + HF transformers** on one 8 x H200 node: the ZeRO-2 row (1 sequence of 8192 per GPU, no
   recompute, one micro-batch per step: the batch is not stated). The ZeRO-3 rows offload the AdamW
   step to the CPU, which is not simulated.
@@ -62,18 +66,30 @@ def _fms(index: int, row, label: str) -> ModernCase | Unrepresentable:
     node, accelerator = _fms_node(str(row["system"]))
     n, local = int(row["num_gpus"]), int(row["local_batch_size"])
     ac = str(row["activation_checkpointing"]).lower()
-    recompute = {"no": "none", "selective": "selective", "yes": "full"}[ac]
+    published = {"no": "none", "selective": "selective", "yes": "full"}[ac]  # the split key keeps the row's own word
     compiled = "torch.compile" in str(row["framework"])
-    parallelism = {"tp": 1, "pp": 1, "dp": n, "zero_stage": 3, "recompute": recompute, "micro_batch_size": local,
-                   "global_batch_size": local * n, "overlap_grad_reduce": True, "overlap_param_gather": True,
-                   "zero_buffer_copies": False}  # FSDP1: FlatParameter views of the gathered flat buffer
     training = {"seq_length": 4096, "precision": "bf16", "attention": "flash", "param_dtype": "fp32"}
+
+    def build(recompute: str, node=node) -> dict:
+        parallelism = {"tp": 1, "pp": 1, "dp": n, "zero_stage": 3, "recompute": recompute, "micro_batch_size": local,
+                       "global_batch_size": local * n, "overlap_grad_reduce": True, "overlap_param_gather": True,
+                       "zero_buffer_copies": False}  # FSDP1: FlatParameter views of the gathered flat buffer
+        return scenario(f"other-{index}", model, node, n, parallelism, training)
+
+    # fms-fsdp's "selective" AC checkpoints a share p of the blocks whole (fms-fsdp policies/ac_handler.py
+    # apply_fsdp_checkpointing: p = 1/2 wraps every other block); the simulator recomputes all blocks or none:
+    # none where that fits the GPU (p = 0), else every block (p = 1), since the run did fit
+    recompute = published
+    if published == "selective":
+        catalog_node = "dgx-a100-80g" if "a100" in accelerator else "dgx-h100"  # memory: the GPU alone matters
+        recompute = "none" if analytic_peak_fits(build("none", catalog_node))[0] else "full"
     tokens = cell_float(row["tokens_per_s_per_gpu"])
     mfu = cell_float(row["mfu_pct"])
     flavour = "fms-fsdp-compile" if compiled else "fms-fsdp"
-    key = f"other|{flavour}|{model}|{row['system']}|{n}|{local}|{recompute}"
-    return ModernCase("other", index, f"{label} {recompute}{' compile' if compiled else ''}", key,
-                      scenario(f"other-{index}", model, node, n, parallelism, training), "bf16", accelerator,
+    key = f"other|{flavour}|{model}|{row['system']}|{n}|{local}|{published}"
+    shown = recompute if recompute == published else f"{published} (simulated {recompute})"
+    return ModernCase("other", index, f"{label} {shown}{' compile' if compiled else ''}", key,
+                      build(recompute), "bf16", accelerator,
                       f"{flavour}|{accelerator}|bf16", tokens,
                       None if tokens is not None else mfu / 100 * PEAK_BF16[accelerator])
 
