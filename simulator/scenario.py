@@ -27,7 +27,7 @@ from simulator.economics.convergence import ConvergenceSpec
 from simulator.economics.cost import EconomicsSpec
 from simulator.economics.reliability import ReliabilitySpec, resolve_processes
 from simulator.errors import ConfigError, from_pydantic, no_bool_numbers
-from simulator.strategies.registry import DEFAULT_KIND, get_kind, parse_strategy
+from simulator.strategies.registry import DEFAULT_KIND, get_kind, load_kinds, parse_strategy
 from simulator.strategies.spmd.layout import Parallelism, resolve_layout
 from workloads.catalog import resolve_model
 from workloads.graph import ShardShape
@@ -568,8 +568,10 @@ def _check_precision(training: TrainingSpec, accelerator: Accelerator, field_pre
 def _layout(doc: ScenarioFile, model, num_gpus: int, strategy) -> Parallelism:
     kind = get_kind(getattr(strategy, "kind", DEFAULT_KIND))
     if doc.training.optimizer_fusion not in ("none", *kind.optimizer_fusion):
-        raise ConfigError("training.optimizer_fusion", f"{doc.training.optimizer_fusion!r} is not modelled by strategy "
-                          f"kind {kind.name} (it models: {', '.join(kind.optimizer_fusion) or 'none'})")
+        fusion = doc.training.optimizer_fusion
+        modelled = ", ".join(name for name, other in load_kinds().items() if fusion in other.optimizer_fusion)
+        raise ConfigError("training.optimizer_fusion", f"{fusion!r} is not modelled by strategy kind {kind.name} "
+                          f"(kinds that model it: {modelled}); use none")
     layout_gpus = kind.layout_gpus
     parallelism = resolve_layout(doc.parallelism, model, layout_gpus(strategy, doc.parallelism, num_gpus)
                                  if layout_gpus else num_gpus)

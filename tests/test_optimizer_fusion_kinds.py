@@ -284,6 +284,7 @@ def test_cli_refuses_fusion_on_the_parameter_server(tmp_path):
     assert done.returncode == 2
     assert "training.optimizer_fusion" in done.stderr and "parameter_server" in done.stderr
     assert "Traceback" not in done.stderr and len(done.stderr.strip().splitlines()) == 1
+    assert "kinds that model it: spmd, local_sgd" in done.stderr  # where to go instead
 
 
 def test_the_field_description_names_the_kinds_that_model_it():
