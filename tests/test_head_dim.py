@@ -10,6 +10,7 @@ import sys
 from pathlib import Path
 
 import pytest
+from hf_models import transformers_or_skip
 
 from simulator.errors import ConfigError
 from simulator.memory.analytic import activation_bytes_per_layer
@@ -49,7 +50,7 @@ def test_parameters_equal_transformers_own_count():
     expected = 3 * layer + 2 * 100 * 64 + 64
     assert total_params(spec) == expected == 142_272
     assert spec.layer_graph(ShardShape(micro_batch=1, seq_length=16)).total_params() == expected
-    transformers = pytest.importorskip("transformers")
+    transformers = transformers_or_skip()
     torch = pytest.importorskip("torch")
     cfg = transformers.MistralConfig(**{k: v for k, v in TINY_MISTRAL.items() if k != "model_type"})
     with torch.device("meta"):
@@ -117,7 +118,7 @@ HF = ROOT / "tests" / "data" / "hf"
 
 
 def _transformers_count(config: dict) -> int:
-    transformers = pytest.importorskip("transformers")
+    transformers = transformers_or_skip()
     torch = pytest.importorskip("torch")
     cfg = transformers.CONFIG_MAPPING[config["model_type"]](**{k: v for k, v in config.items() if k != "model_type"})
     with torch.device("meta"):

@@ -6,6 +6,7 @@ import json
 from pathlib import Path
 
 import pytest
+from hf_models import transformers_or_none, transformers_or_skip
 
 from simulator.errors import ConfigError
 from workloads.catalog import MODELS, resolve_model
@@ -105,7 +106,7 @@ def test_parameter_counts_of_hf_configs(name):
 
 
 def _transformers_count(config: dict) -> int:
-    transformers = pytest.importorskip("transformers")
+    transformers = transformers_or_skip()
     torch = pytest.importorskip("torch")
     cfg = transformers.CONFIG_MAPPING[config["model_type"]](
         **{k: v for k, v in config.items() if k != "model_type"})
@@ -133,9 +134,7 @@ def test_an_absent_key_takes_the_architectures_default(tmp_path, name, absent):
     if name == "gemma-7b":
         spec = resolve_model(str(path))
         assert spec.head_dim == 256 and spec.attention_width == 4096 and spec.tied_embeddings
-    try:
-        import transformers  # noqa: F401
-    except ImportError:
+    if transformers_or_none() is None:
         return
     assert _transformers_count(config) == PARAMETER_COUNTS[name]
 
@@ -178,11 +177,10 @@ def test_bert_config_is_the_encoder_network_with_its_heads(tmp_path, architectur
     assert (spec.family, spec.num_layers, spec.hidden_size, spec.num_attention_heads) == ("bert", 12, 768, 12)
     assert spec.seq_length == 512 and spec.notes == "sequence length 512 from config.json's max_position_embeddings"
     assert _bert_params(spec) == BERT_COUNTS[architecture]
-    try:
-        import torch
-        import transformers
-    except ImportError:
+    transformers = transformers_or_none()
+    if transformers is None:
         return
+    import torch
     with torch.device("meta"):
         model = getattr(transformers, architecture)(transformers.BertConfig(**config))
     assert sum(p.numel() for p in model.parameters()) == BERT_COUNTS[architecture]
