@@ -97,12 +97,17 @@ def run(args) -> int:
 
 
 def _modern(args, names: list[str]) -> list[dict]:
-    """The held-out half of each modern set, simulated with its fitted profile."""
+    """The held-out half of each modern set, simulated with its fitted profile and with the catalog
+    constants alone (validation.modern.registry.catalog_only: reported, not a target)."""
     if not names:
         return []
-    from validation.modern.registry import evaluate, report
+    from validation.modern.registry import catalog_only, evaluate, report
 
-    return [report(name, evaluate(name, "heldout", args.workers)) for name in names]
+    blocks = []
+    for name in names:
+        outcomes = evaluate(name, "heldout", args.workers)
+        blocks.append(report(name, outcomes, catalog_only(name, outcomes, args.workers)))
+    return blocks
 
 
 def _ds3lab(names: list[str]) -> list[dict]:

@@ -1,8 +1,10 @@
 """``python -m validation.modern [--set NAME] [--half heldout|fit|all] [--fit [--write]] [--json] [--override K=V]``.
 
 Without ``--fit``: simulate the chosen half of each set with its fitted profile and print the
-errors (overall, BF16/FP8 apart, per accelerator) against the targets (``--override key.path=value``, repeatable:
-every case with that change, a what-if that is not the validation result). ``--fit``: fit the framework
+errors (overall, BF16/FP8 apart, per accelerator) against the targets, then the same cases with the
+catalog constants alone (no profile: what an unseen run gets; ``--no-catalog-only`` skips it).
+``--override key.path=value``, repeatable: every case with that change, a what-if that is not the
+validation result. ``--fit``: fit the framework
 constants of each set on its fit half (``--write`` saves them to validation/profiles/). Exit code 1
 when a reported set misses its target.
 """
@@ -14,7 +16,7 @@ import json
 import sys
 
 from simulator.errors import ConfigError
-from validation.modern.registry import SETS, built, evaluate, fit, report, write_fit
+from validation.modern.registry import SETS, built, catalog_only, evaluate, fit, report, write_fit
 
 
 def _pct(value: float | None) -> str:
@@ -43,7 +45,19 @@ def print_report(block: dict) -> None:
             said.add(a["why"])
             print(f"    row {a['row']:>4} {a['label'][:80]:<80} measured {a['measured']:>10.1f} simulated "
                   f"{a['simulated'] or 0:>10.1f} {_pct(a['relative_error']):>7}  [set aside: {why}]")
-    print(f"  target ({target}): {'met' if block['met'] else 'NOT MET'}\n")
+    print(f"  target ({target}): {'met' if block['met'] else 'NOT MET'}")
+    catalog = block.get("catalog_only")
+    if catalog is not None:
+        print(f"  catalog constants only (no fitted profile: what a run of a framework x accelerator x precision no "
+              f"profile covers gets; {catalog['resimulated']} of {catalog['overall']['cases']} cases re-simulated; "
+              f"not a target):")
+        for title, rows in (("all", [catalog["overall"]]), ("precision", catalog["by_precision"]),
+                            ("accelerator", catalog["by_accelerator"])):
+            for s in rows:
+                print(f"    {title:<11} {s['label']:<16} n={s['cases']:<4} median |error| "
+                      f"{_pct(s['median_abs_error']):>7} max {_pct(s['max_abs_error']):>7} "
+                      f"median error {_pct(s['median_error']):>7}")
+    print()
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -58,6 +72,8 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--workers", type=int, default=2)
     parser.add_argument("--override", action="append", default=[], metavar="KEY=VALUE",
                         help="change every case's scenario (as clustersim simulate --set): a what-if, not validation")
+    parser.add_argument("--no-catalog-only", dest="catalog_only", action="store_false",
+                        help="skip the second pass with the catalog constants alone")
     args = parser.parse_args(argv)
     names = args.sets or list(SETS)
     if args.fit and args.override:
@@ -83,7 +99,11 @@ def main(argv: list[str] | None = None) -> int:
     if overrides:
         print(f"what-if: every case with {', '.join(overrides)} (not the validation result)\n")
     try:
-        blocks = [report(name, evaluate(name, args.half, args.workers, overrides)) for name in names]
+        blocks = []
+        for name in names:
+            outcomes = evaluate(name, args.half, args.workers, overrides)
+            catalog = catalog_only(name, outcomes, args.workers, overrides) if args.catalog_only else None
+            blocks.append(report(name, outcomes, catalog))
     except ConfigError as exc:
         print(f"python -m validation.modern: error: --override: {exc.reason}", file=sys.stderr)
         return 2

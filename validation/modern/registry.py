@@ -130,17 +130,57 @@ def evaluate(name: str, half: str = "heldout", workers: int | None = 2,
     return [outcome(c, r) for c, r in zip(cases, results, strict=True)]
 
 
-def report(name: str, outcomes: list[CaseOutcome]) -> dict[str, Any]:
-    """Overall, per precision and per accelerator summaries, and whether the targets are met."""
-    spec = SETS[name]
-    aside = [o for o in outcomes if o.case.set_aside]
-    outcomes = [o for o in outcomes if not o.case.set_aside]   # set-aside rows: listed below, not counted
+def catalog_only(name: str, outcomes: list[CaseOutcome], workers: int | None = 2,
+                 overrides: tuple[str, ...] = ()) -> list[CaseOutcome]:
+    """The same cases with the catalog constants alone: no fitted profile, the framework's settings
+    (attention kernel, overlaps, recompute, compile) kept. That is what a user gets for a framework x
+    accelerator x precision no profile covers (an unseen run, a Blackwell cluster). Reported beside the
+    fitted figures and never a target: nothing is fitted on it, and no catalog constant is tuned to it.
+    Cases whose group has no fitted constants are already catalog-only and are not simulated again.
+    ``overrides``: the same what-if :func:`evaluate` applied to ``outcomes``."""
+    from simulator.scenario import apply_overrides
+
+    groups = load_groups(SETS[name].profile_name)
+    redo = [i for i, o in enumerate(outcomes) if o.case.profile_group in groups]
+    raws = [resolved_scenario(outcomes[i].case, {}) for i in redo]
+    if overrides:
+        raws = [apply_overrides(raw, list(overrides)) for raw in raws]
+    results = simulate_many(raws, workers)
+    out = list(outcomes)
+    for i, result in zip(redo, results, strict=True):
+        out[i] = outcome(outcomes[i].case, result)
+    return out
+
+
+def _summaries(name: str, outcomes: list[CaseOutcome]) -> tuple[Summary, dict[str, list[Summary]]]:
     overall = summarize(name, outcomes)
     by: dict[str, list[Summary]] = {"precision": [], "accelerator": []}
     for attr in by:
         for value in sorted({getattr(o.case, attr) for o in outcomes}):
             by[attr].append(summarize(value, [o for o in outcomes if getattr(o.case, attr) == value]))
+    return overall, by
+
+
+def report(name: str, outcomes: list[CaseOutcome], catalog: list[CaseOutcome] | None = None) -> dict[str, Any]:
+    """Overall, per precision and per accelerator summaries, and whether the targets are met; with
+    ``catalog`` (:func:`catalog_only`'s outcomes of the same cases) the same summaries with the catalog
+    constants alone under ``catalog_only`` (not a target)."""
+    spec = SETS[name]
+    aside = [o for o in outcomes if o.case.set_aside]
+    outcomes = [o for o in outcomes if not o.case.set_aside]   # set-aside rows: listed below, not counted
+    overall, by = _summaries(name, outcomes)
     groups = load_groups(spec.profile_name)
+    extra: dict[str, Any] = {}
+    if catalog is not None:
+        kept = [o for o in catalog if not o.case.set_aside]
+        c_overall, c_by = _summaries(name, kept)
+        extra["catalog_only"] = {
+            "overall": c_overall.as_dict(),
+            "by_precision": [s.as_dict() for s in c_by["precision"]],
+            "by_accelerator": [s.as_dict() for s in c_by["accelerator"]],
+            "resimulated": sum(1 for o in kept if o.case.profile_group in groups),
+            "cases": [{"row": o.case.row, "relative_error": o.relative_error} for o in kept],
+        }
     return {
         "case_set": name, "source": spec.source, "csv": spec.csv,
         "median_target": spec.median_target, "max_target": spec.max_target,
@@ -158,6 +198,7 @@ def report(name: str, outcomes: list[CaseOutcome]) -> dict[str, Any]:
         "set_aside": [{"label": o.case.label, "row": o.case.row, "why": o.case.set_aside,
                        "measured": o.measured_rate_per_gpu, "simulated": o.simulated_rate_per_gpu,
                        "relative_error": o.relative_error} for o in aside],
+        **extra,
     }
 
 
