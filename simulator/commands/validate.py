@@ -86,7 +86,13 @@ def run(args) -> int:
     if args.json:  # one list: the published sets' blocks, then the modern sets' (without per-row detail)
         from simulator.report.result import finite_json
 
-        print(json.dumps(finite_json(published + [{k: v for k, v in b.items() if k != "cases"} for b in modern_blocks]),
+        def brief(block: dict) -> dict:
+            out = {k: v for k, v in block.items() if k != "cases"}
+            if "catalog_only" in out:
+                out["catalog_only"] = {k: v for k, v in out["catalog_only"].items() if k != "cases"}
+            return out
+
+        print(json.dumps(finite_json(published + [brief(b) for b in modern_blocks]),
                          allow_nan=False, default=str,
                          indent=2))
     else:
