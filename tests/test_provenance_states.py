@@ -10,7 +10,7 @@ import sys
 
 import pytest
 
-from hardware_specs.catalog import NODES
+from hardware_specs.catalog import ACCELERATORS, NODES
 from simulator.cost.provenance import ASSUMED, CALIBRATED, DERIVED, efficiency_provenance, provenance_state
 from simulator.errors import ConfigError
 from simulator.scenario import load_scenario
@@ -18,23 +18,35 @@ from simulator.scenario import load_scenario
 DERIVATION_MARKERS = ("(sibling ", "(transferred from ", "; x")
 
 
+def _nodes() -> dict[str, str | dict]:
+    """Every catalog node, plus an 8-GPU node (DGX H100's links) for an accelerator no catalog node holds."""
+    nodes: dict[str, str | dict] = {name: name for name in NODES.names()}
+    held = {node.accelerator for node in NODES.all().values()}
+    for accel in sorted(set(ACCELERATORS.names()) - held):
+        nodes[f"dgx-h100 links with {accel}"] = {**NODES.get("dgx-h100").model_dump(exclude_none=True),
+                                                 "accelerator": accel}
+    return nodes
+
+
 def _runs():
-    """(node, precision, provenance) for every catalog node and every precision its accelerator runs."""
-    for name in NODES.names():
+    """(node, precision, provenance) for every node of :func:`_nodes` and every precision its accelerator runs."""
+    for label, node in _nodes().items():
         for precision in ("bf16", "fp16", "fp8", "fp32"):
             try:
-                scenario = load_scenario({"model": "gpt-1.7b", "cluster": {"node": name, "num_gpus": 8},
+                scenario = load_scenario({"model": "gpt-1.7b", "cluster": {"node": node, "num_gpus": 8},
                                           "training": {"precision": precision}})
             except ConfigError:
                 continue  # e.g. fp8 on a part without fp8 (tests/test_bad_input.py)
-            yield name, precision, efficiency_provenance(scenario)
+            yield label, precision, efficiency_provenance(scenario)
 
 
 RUNS = list(_runs())
 
 
-def test_the_catalog_runs_cover_every_node():
-    assert {name for name, _, _ in RUNS} == set(NODES.names())
+def test_the_runs_cover_every_catalog_node_and_accelerator():
+    assert set(NODES.names()) <= {label for label, _, _ in RUNS}
+    assert {label.split(" with ")[-1] for label, _, _ in RUNS if " with " in label} == \
+        set(ACCELERATORS.names()) - {node.accelerator for node in NODES.all().values()}
     assert len(RUNS) > 40
 
 
