@@ -37,6 +37,17 @@ Mapping (each assumption says so):
 0.64-0.74x NVIDIA's own DLE AMP rate for the same GPU and code, while Lambda's fp32 rows agree with
 DLE's within 1-14%: they are simulated and listed with their errors, not counted or fitted on.
 
+**Not modelled: a per-node input-pipeline cap** (tested against this CSV, session 4; contradicted). DLE PyTorch's
+8-GPU AMP rows keep 0.82-0.87 of their 1-GPU rate per GPU (FP32/TF32 0.88-0.97) whatever the node's image rate:
+A100 ResNet-50 0.841 at 16,621 img/s per node, ResNeXt-101 0.818 at 7,925, SE-ResNeXt-101 0.845 at 5,779;
+V100 ResNet-50 0.867 at 8,322, SE-ResNeXt-101 0.838 at 2,971, EfficientNet-B4 0.837 at 1,366. A cap on images/s
+per node (``step = max(GPU step, batch / node rate)``) leaves every row below it at 1.0, so it cannot give the
+ResNeXt/SE-ResNeXt/B4 losses; and MXNet (DALI) feeds 26,674 img/s per DGX A100 at 0.978 (Paddle 23,874 at
+1.03, a row flagged ANOMALY), so the node's CPUs are not the limit. The CSV names no data loader nor CPU
+count per row. Fitted on the fit half as a what-if (PyTorch rows, per node: A100 14,100, V100 8,000 img/s),
+it moves the held-out set 6.50% / 69.0% -> 6.47% / 69.0% (row 39 +17.9 -> -15.3%, row 79 +34.8 -> +1.6%;
+rows 15/25/27, the max, unchanged): not adopted.
+
 The split key is the configuration (model, framework, GPU, GPU count, precision, batch) without the
 host or software release, so one configuration measured on several hosts sits in one half.
 """
