@@ -30,6 +30,11 @@ What each bucket of :class:`MemoryBreakdown` holds
   embedding-dropout mask on the first stage, the final norm / LM-head inputs and the logits on
   the last stage, plus the working set of rematerialisation (with recompute, the backward
   re-creates one layer's activations; they are alive on top of the stored checkpoints).
+  What a layer keeps is read off the layer graph (workloads/transformer_graph.py
+  ``block_saved_tensors``), which also follows three framework settings: FP8 linear layers keep
+  their inputs quantized (``training.fp8_saved_inputs``, Transformer Engine; 1 B plus block
+  scales), models without dropout keep no masks (``model.dropout``), and a fused cross entropy
+  keeps the 16-bit logits only (``training.fused_cross_entropy``, 2 B instead of 6 B per logit).
 - other: communication buffers only: gradient buckets, 2 × ``gradient_bucket_mb`` MiB (one
   being filled while one is reduced; counted whatever the dp degree, as the DDP / ZeRO wrapper
   allocates them anyway); under ZeRO-3 the gathered weights of the current module and the
