@@ -64,6 +64,21 @@ def test_traced_saved_bytes_equal_what_pytorch_saves():
     assert spec.name == "VisionTransformer" and spec.seq_length is None
 
 
+def test_chunk_shuffle_layer_norm_layer_scale_and_mean_are_what_pytorch_saves():
+    """ShuffleNet's split and shuffle, ConvNeXt's channels-last layer norm and layer scale, MnasNet's mean, and a
+    constructor that computes with tensors (RegNet's): the module's parameters and saved bytes, at two batches."""
+    from torch_nets import MixedOps, saved_activation_bytes
+    for batch, size in ((2, 16), (3, 24)):
+        torch.manual_seed(0)
+        module = MixedOps().train()
+        spec = resolve_model({"torch": "torch_nets:MixedOps", "input_shape": [3, size, size]})
+        graph = spec.layer_graph(shard(batch))
+        assert graph.total_params() == sum(p.numel() for p in module.parameters())
+        assert graph.saved_bytes() == saved_activation_bytes(module, torch.randn(batch, 3, size, size))
+    kinds = [layer.kind for layer in graph.layers]
+    assert kinds.count("layernorm") == 1 and kinds.count("other") == 2  # the shuffle's copy and the layer scale
+
+
 def test_torchvision_models_import_with_their_input_size(torchvision):
     spec = resolve_model("torchvision:resnet50")
     assert spec.input_shape == (3, 224, 224)
@@ -137,7 +152,10 @@ TRACEABLE = {"resnet50": {}, "resnet152": {}, "wide_resnet101_2": {}, "resnext50
              "densenet121": {}, "vit_b_16": {"dropout": 0.0}, "mobilenet_v2": {"dropout": 0.0},
              "mobilenet_v3_large": {"dropout": 0.0}, "mobilenet_v3_small": {"dropout": 0.0},
              "efficientnet_b0": {"dropout": 0.0, "stochastic_depth_prob": 0.0},
-             "efficientnet_b4": {"dropout": 0.0, "stochastic_depth_prob": 0.0}}
+             "efficientnet_b4": {"dropout": 0.0, "stochastic_depth_prob": 0.0},
+             "efficientnet_v2_s": {"dropout": 0.0, "stochastic_depth_prob": 0.0},
+             "convnext_tiny": {"stochastic_depth_prob": 0.0}, "shufflenet_v2_x1_0": {}, "mnasnet1_0": {"dropout": 0.0},
+             "regnet_y_400mf": {}, "regnet_x_400mf": {}}
 
 
 def _torchvision_or_skip():
@@ -153,9 +171,9 @@ def _torchvision_or_skip():
 def test_traced_torchvision_models_have_the_modules_parameters(name, batch):
     """Issue 19: parameters equal ``sum(p.numel())`` of the torchvision module for every traced model (the
     model at torchvision's input size, any micro-batch)."""
-    from workloads.networks.torch_import import TORCHVISION_KWARGS
+    from workloads.networks.torch_import import TORCHVISION_KWARGS, _weights_on_meta
     tv = _torchvision_or_skip()
-    with torch.device("meta"):
+    with _weights_on_meta(torch):  # RegNet's constructor cannot run on the meta device
         module = getattr(tv.models, name)(**TORCHVISION_KWARGS.get(name, {}))
     graph = resolve_model(f"torchvision:{name}").layer_graph(shard(batch, "bf16"))
     assert graph.total_params() == sum(p.numel() for p in module.parameters())

@@ -298,3 +298,40 @@ def resnext(blocks=(3, 4, 23, 3), groups=32, width_per_group=4, se=None):
                                        planes * width_per_group // 64 * groups, groups, se))
             inplanes = planes * 4
     return nn.Sequential(*layers, nn.AdaptiveAvgPool2d(1), nn.Flatten(), nn.Linear(2048, 1000))
+
+
+# The operations of ConvNeXt, ShuffleNet V2, MnasNet and RegNet that the importer maps (torchvision 0.28's
+# convnext.py, shufflenetv2.py, mnasnet.py, regnet.py), in one small module.
+
+class ChannelsLastNorm(nn.LayerNorm):
+    """torchvision's LayerNorm2d: the functional layer norm over channels of a permuted feature map."""
+
+    def forward(self, x):
+        x = x.permute(0, 2, 3, 1)
+        x = nn.functional.layer_norm(x, self.normalized_shape, self.weight, self.bias, self.eps)
+        return x.permute(0, 3, 1, 2)
+
+
+class MixedOps(nn.Module):
+    """Channel split (chunk), a channel shuffle (transpose + contiguous copy), a functional layer norm,
+    a learned per-channel layer scale and a mean over H x W; its widths computed with tensors in the
+    constructor (``.tolist()``, as RegNet's), which the meta device cannot run."""
+
+    def __init__(self, channels: int = 16, classes: int = 10):
+        super().__init__()
+        width = int(torch.tensor([channels]).tolist()[0])
+        self.stem = nn.Conv2d(3, width, 3, 2, 1)
+        self.norm = ChannelsLastNorm(width)
+        self.branch = nn.Sequential(nn.Conv2d(width // 2, width // 2, 3, 1, 1, groups=width // 2), nn.BatchNorm2d(width // 2),
+                                    nn.ReLU(inplace=True))
+        self.layer_scale = nn.Parameter(torch.full((width, 1, 1), 1e-6))
+        self.fc = nn.Linear(width, classes)
+
+    def forward(self, x):
+        x = self.norm(self.stem(x))
+        left, right = x.chunk(2, dim=1)
+        x = torch.cat((left, self.branch(right)), dim=1)
+        n, c, h, w = x.size()
+        x = torch.transpose(x.view(n, 2, c // 2, h, w), 1, 2).contiguous().view(n, -1, h, w)
+        x = self.layer_scale * x
+        return self.fc(x.mean([2, 3]))

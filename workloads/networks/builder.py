@@ -286,6 +286,38 @@ class NetBuilder:
                            [self._memory_op(f"{name}.mul.grad", 9 * n + 2 * g, 1, 0)], 0,
                            self._save(x) + self._save(gate), frozenset({"batch", "channels", "spatial"}))
 
+    def scale_parameter(self, name: str, x: Tensor, params: int) -> Tensor:
+        """``gamma * x`` with a learned tensor broadcast over the sample (ConvNeXt's layer scale,
+        Liu et al. 2022 Sec. 2.6; Touvron et al. 2021 Sec. 3): reads both, writes one; backward
+        dx = dy·gamma and dgamma = sum(dy·x). Autograd's ``mul`` saves the other operand of each
+        input that needs a gradient: x (gamma itself is a parameter, not an activation)."""
+        n = self.batch * x.numel
+        out = self._new(x.shape, name)
+        return self._layer(name, "other", [x], out, [self._memory_op(f"{name}.mul", n, 1, 1)],
+                           [self._memory_op(f"{name}.mul.grad", n, 3, 1)], params, self._save(x),
+                           frozenset({"batch", "channels", "spatial", "sequence"}))
+
+    def mean(self, name: str, x: Tensor, shape: tuple[int, ...]) -> Tensor:
+        """A mean over some dimensions of the sample (``x.mean([2, 3])``: a global average pool):
+        reads the input, writes the smaller output; backward expands the gradient back (reads the
+        small, writes the full). Saves nothing: ``mean``'s backward needs only the input's sizes
+        (``derivatives.yaml`` ``mean.dim``)."""
+        n_in, n_out = self.batch * x.numel, self.batch * math.prod(shape)
+        out = self._new(shape, name)
+        return self._layer(name, "adaptive_avgpool", [x], out, [self._memory_op(f"{name}.mean", n_in + n_out, 1, 0)],
+                           [self._memory_op(f"{name}.mean.grad", n_out + n_in, 1, 0)], 0, 0.0,
+                           frozenset({"batch", "channels"}))
+
+    def copy(self, name: str, x: Tensor, shape: tuple[int, ...]) -> Tensor:
+        """A copy into a new storage of a strided view (``.contiguous()`` or ``.reshape`` of a
+        transposed tensor, e.g. ShuffleNet's channel shuffle, Zhang et al. 2018 Sec. 3.1): one read,
+        one write each way; saves nothing."""
+        n = self.batch * x.numel
+        out = self._new(shape, name)
+        return self._layer(name, "other", [x], out, [self._memory_op(f"{name}.copy", n, 1, 1)],
+                           [self._memory_op(f"{name}.copy.grad", n, 1, 1)], 0, 0.0,
+                           frozenset({"batch", "channels", "spatial", "sequence"}))
+
     def concat(self, name: str, parts: list[Tensor], dim: int = 0) -> Tensor:
         """Concatenation along ``dim`` of the per-sample shape: copies, saves nothing."""
         first = parts[0].shape

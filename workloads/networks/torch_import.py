@@ -22,6 +22,7 @@ trace, an unknown module kind or operation — is refused with one ConfigError n
 
 from __future__ import annotations
 
+import contextlib
 import importlib
 import operator
 from typing import Any, ClassVar, Literal
@@ -75,13 +76,44 @@ class TorchModelSpec(NetworkSpec):
         torch = _torch()
         factory = load_callable(self.torch)
         try:
-            with torch.device("meta"):
-                module = factory(**self.kwargs)
+            try:
+                with torch.device("meta"):
+                    module = factory(**self.kwargs)
+            except NotImplementedError as exc:
+                if "meta tensor" not in str(exc):
+                    raise
+                with _weights_on_meta(torch):  # the constructor computes with tensors (RegNet's widths)
+                    module = factory(**self.kwargs)
         except Exception as exc:  # the user's code: any failure is a bad model reference
             raise ConfigError("model.torch", f"{self.torch}(**kwargs) failed: {type(exc).__name__}: {exc}") from None
         if not isinstance(module, torch.nn.Module):
             raise ConfigError("model.torch", f"{self.torch} returned {type(module).__name__}, not a torch.nn.Module")
         return module.train()
+
+
+@contextlib.contextmanager
+def _weights_on_meta(torch):
+    """Build a module on the CPU with its parameters and buffers moved to the meta device as they are
+    registered (the technique of Hugging Face accelerate's ``init_empty_weights``), for constructors
+    that compute with tensors and read their values (torchvision's RegNet derives its stage widths
+    with ``torch.arange(...).tolist()``, which the meta device cannot answer). Each weight is
+    allocated uninitialised on the CPU for a moment, one at a time; its initialisation runs on meta."""
+    module_class = torch.nn.Module
+    register_parameter, register_buffer = module_class.register_parameter, module_class.register_buffer
+
+    def parameter_on_meta(self, name, param):
+        if param is not None and param.device.type != "meta":
+            param = type(param)(param.to("meta"), requires_grad=param.requires_grad)
+        register_parameter(self, name, param)
+
+    def buffer_on_meta(self, name, tensor, persistent=True):
+        register_buffer(self, name, None if tensor is None else tensor.to("meta"), persistent)
+
+    module_class.register_parameter, module_class.register_buffer = parameter_on_meta, buffer_on_meta
+    try:
+        yield
+    finally:
+        module_class.register_parameter, module_class.register_buffer = register_parameter, register_buffer
 
 
 def torchvision_spec(ref: str) -> TorchModelSpec:
@@ -334,11 +366,13 @@ class _Mapper:
         torch, F = self.torch, self.F
         target = node.target
         shape = self._shape(node)
-        if shape is None:  # makes no tensor: x.shape, sizes, output tuples
+        label = target if isinstance(target, str) else getattr(target, "__name__", str(target))
+        if shape is None:  # makes no tensor (x.shape, sizes, output tuples) or a tuple of views
             if target is operator.getitem and isinstance(self._arg(node.args[0]), tuple):
                 return self._arg(node.args[0])[node.args[1]]
+            if label in ("chunk", "split", "unbind") and isinstance(self._arg(node.args[0]), Tensor):
+                return self._pieces(node, self._arg(node.args[0]))
             return None
-        label = target if isinstance(target, str) else getattr(target, "__name__", str(target))
         args = [self._arg(a) for a in node.args]
         if target is operator.getitem and isinstance(args[0], tuple):
             return args[0][node.args[1]]
@@ -346,6 +380,9 @@ class _Mapper:
             return self._add(node, args, inplace=label in ("iadd", "add_", "__iadd__"))
         if label in ("mul", "__mul__") and len(args) == 2 and all(isinstance(a, Tensor) for a in args):
             return self._scale(node, args)
+        if label in ("mul", "__mul__") and len(args) == 2 and {type(a) for a in args} == {Tensor, _Param}:
+            x, p = args if isinstance(args[0], Tensor) else args[::-1]
+            return self.net.scale_parameter(self._layer_name(node), x, _numel(p.shape))
         if label == "stochastic_depth":  # torchvision.ops: a per-sample scale of a residual branch, left out
             return args[0]               # as the catalog's MBConv leaves it out (workloads/networks/blocks.py)
         if target is torch.cat or label == "cat":
@@ -356,6 +393,14 @@ class _Mapper:
         x = args[0]
         if not isinstance(x, Tensor):
             raise self._unknown(node, f"unsupported operation {label} on {type(x).__name__}")
+        if label in ("contiguous", "reshape", "flatten") and not _is_contiguous(node.args[0]) and shape != x.shape:
+            return self.net.copy(name, x, shape)   # a strided view copied into a new storage
+        if label == "contiguous" and not _is_contiguous(node.args[0]):
+            return self.net.copy(name, x, shape)
+        if target is F.layer_norm or label == "layer_norm":
+            return self._layer_norm(node, name, x, args)
+        if label == "mean":
+            return self.net.mean(name, x, shape)
         if target is operator.getitem:
             index = node.args[1]
             if isinstance(index, tuple) and len(index) == 2 and index[0] == slice(None) and isinstance(index[1], int):
@@ -383,6 +428,28 @@ class _Mapper:
             training = node.kwargs.get("training", node.args[2] if len(node.args) > 2 else True)
             return self.net.dropout(name, x, p if training else 0.0)
         raise self._unknown(node, f"unsupported operation {label}")
+
+    def _pieces(self, node, x: Tensor) -> tuple[Tensor, ...]:
+        """``chunk``/``split``/``unbind``: views of one storage (whoever saves one keeps it all)."""
+        metas = node.meta.get("tensor_meta")
+        if not isinstance(metas, (list, tuple)) or not all(hasattr(m, "shape") for m in metas):
+            raise self._unknown(node, f"{node.target} does not make tensors")
+        total, pieces, base = max(x.storage_numel, x.numel), [], self._layer_name(node)
+        for i, meta in enumerate(metas):
+            name = f"{base}.{i}"
+            out = Tensor(tuple(int(d) for d in meta.shape[1:]), name, x.storage, total)
+            pieces.append(self.net._layer(name, "flatten", [x], out, [], [], 0, 0.0))
+        return tuple(pieces)
+
+    def _layer_norm(self, node, name: str, x: Tensor, args) -> Tensor:
+        """``F.layer_norm(x, (C,), weight, bias)`` over the last dimension, learned scale and shift."""
+        kw = dict(zip(("normalized_shape", "weight", "bias"), node.args[1:4], strict=False)) | dict(node.kwargs)
+        normalized = tuple(kw.get("normalized_shape") or ())
+        weight, bias = self._arg(kw.get("weight")), self._arg(kw.get("bias"))
+        if normalized != x.shape[-1:] or not (isinstance(weight, _Param) and isinstance(bias, _Param)):
+            raise self._unknown(node, f"layer_norm over {list(normalized)} of {list(x.shape)}: supported over the "
+                                      "last dimension with a learned weight and bias")
+        return self.net.layernorm(name, x)
 
     def _add(self, node, args, inplace: bool):
         a, b = args[0], args[1]
@@ -425,6 +492,20 @@ class _Param:
 
     def __init__(self, shape: tuple[int, ...]):
         self.shape = shape
+
+
+def _is_contiguous(arg) -> bool:
+    """Whether the fx node ``arg`` holds a contiguous tensor (sizes-1 dimensions ignored, as
+    ``Tensor.is_contiguous``); True where shape propagation recorded no strides."""
+    meta = getattr(arg, "meta", {}).get("tensor_meta")
+    if not hasattr(meta, "stride") or meta.stride is None:
+        return True
+    expected = 1
+    for size, stride in reversed(list(zip(meta.shape, meta.stride, strict=True))):
+        if size != 1 and stride != expected:
+            return False
+        expected *= size
+    return True
 
 
 def _numel(shape: tuple[int, ...]) -> int:
