@@ -145,3 +145,21 @@ def test_bad_stage_fields_name_the_stage():
     with pytest.raises(ConfigError) as err:
         load_scenario(copy.deepcopy(raw))
     assert err.value.field.startswith("strategy.stages.1.layers")
+
+
+def test_a_batch_smaller_than_the_gpu_count_is_laid_out_by_the_stages():
+    """U-Net, 2 images on 8 GPUs as 4 stages x 2 replicas (DAPPLE's plan for it): parallelism: lays
+    out only tp x cp x pp = 1 GPU (the replicas are the kind's own data parallelism), so the layout
+    check no longer asks 8 | 2; the kind's own check still refuses a batch its replicas cannot split."""
+    stages = [{"layers": 4, "replicas": 2}, {"layers": 19, "replicas": 2},
+              {"layers": 13, "replicas": 2}, {"layers": 13, "replicas": 2}]
+    raw = {"name": "unet-rp", "model": "unet", "cluster": {"node": "dgx-a100-80g", "num_gpus": 8},
+           "parallelism": {"global_batch_size": 2, "micro_batch_size": 1},
+           "training": {"precision": "bf16"},
+           "strategy": {"kind": "replicated_pipeline", "micro_batches": 1, "stages": stages}}
+    result = simulate(load_scenario(copy.deepcopy(raw)))
+    assert result.step_time_s > 0
+    raw["parallelism"]["global_batch_size"] = 3
+    with pytest.raises(ConfigError, match="do not divide") as err:
+        simulate(load_scenario(raw))
+    assert err.value.field.startswith("strategy")

@@ -340,4 +340,7 @@ REPLICATED_PIPELINE = register(StrategyKind(
             "split/gathered sends between unequal stages, per-stage gradient all-reduce",
     compile=compile_replicated_pipeline,
     memory=memory_replicated_pipeline,
+    # the stages' replicas are the kind's own data parallelism (it checks its own batch divisibility);
+    # parallelism: lays out only tp x cp x pp, so dp: auto is 1 and a batch of 2 on 8 GPUs is not refused
+    layout_gpus=lambda config, parallelism, num_gpus: parallelism.tp * parallelism.cp * parallelism.pp,
 ))
