@@ -437,6 +437,55 @@ class NetBuilder:
         return self._layer(name, "attention", [x], out, forward, backward, 4 * e * e + 4 * e, saved,
                            frozenset({"batch", "heads", "sequence"}))
 
+    def window_attention(self, name: str, x: Tensor, heads: int, window: tuple[int, int], shift: tuple[int, int],
+                         params: int) -> Tensor:
+        """Swin's (shifted) window attention (Liu et al. 2021, Sec. 3.2, Eq. 4), as torchvision's
+        ``shifted_window_attention`` runs it on a (H, W, C) map: pad H and W to multiples of the
+        window, roll by -shift (when the window is smaller than the padded map), partition into
+        windows of L = wh·ww tokens (a copy), the qkv projection, q scaled, scores q·kᵀ per window
+        and head, plus the relative position bias and (shifted) the window mask, softmax, the
+        weighted sum with v, heads merged (a copy), the output projection, windows merged (a copy),
+        rolled back and cropped. Saves (autograd, every matmul in eager kernels): the partitioned
+        input of the qkv projection, q scaled and kᵀ as the scores' batched GEMM copies them,
+        the softmax output, v as copied for the second batched GEMM and the merged heads that the
+        output projection reads: 5·T·C + B·nW·heads·L² elements (T = B·Hp·Wp tokens); when a
+        single window holds a whole sample of one (B·nW = 1), kᵀ and v are views of the qkv
+        output, saved once (6·T·C in all)."""
+        h, w, c = x.shape
+        if c % heads:
+            raise ConfigError(f"model.layers.{name}", f"channels {c} not divisible by {heads} heads")
+        wh, ww = window
+        hp, wp = -(-h // wh) * wh, -(-w // ww) * ww
+        shifted = (shift[0] if wh < hp else 0) + (shift[1] if ww < wp else 0) > 0
+        d, b, el, length = c // heads, self.batch, self.elem, wh * ww
+        windows = (hp // wh) * (wp // ww)
+        rows, groups = b * hp * wp, b * windows * heads
+        probs = groups * length * length
+        qkv, qkv_b = self._gemm_ops(f"{name}.qkv", rows, 3 * c, c, 1, self._needs_grad(x), 3 * c * c)
+        proj, proj_b = self._gemm_ops(f"{name}.proj", rows, c, c, 1, True, c * c)
+        scores = Op(f"{name}.scores", "attention", 2.0 * probs * d, el * (2 * rows * c + probs), length, length, d,
+                    groups)
+        values = Op(f"{name}.values", "attention", 2.0 * probs * d, el * (2 * rows * c + probs), length, d, length,
+                    groups)
+        # pad and crop (when padded), two rolls (when shifted), partition, q scaled, k, v, heads and windows merged
+        copies = (2 if hp * wp != h * w else 0) + (2 if shifted else 0) + 6
+        layout = self._memory_op(f"{name}.pad_roll_partition_copies", rows * c, copies, copies)
+        bias = self._memory_op(f"{name}.bias_mask_softmax", probs, 2 + (1 if shifted else 0), 2 + (1 if shifted else 0))
+        forward = [layout, qkv, scores, bias, values, proj]
+        backward = [*proj_b, Op(f"{name}.values.grad", "attention", 2 * values.flops, 2 * values.bytes_moved, length,
+                                d, length, groups),
+                    self._memory_op(f"{name}.softmax_bias.grad", probs, 3 + 1, 1 + 1),
+                    Op(f"{name}.scores.grad", "attention", 2 * scores.flops, 2 * scores.bytes_moved, length, length,
+                       d, groups), *qkv_b,
+                    self._memory_op(f"{name}.pad_roll_partition_copies.grad", rows * c, copies, copies)]
+        tokens = rows * c
+        # partitioned input, q, k, v, merged heads: 5 copies of T·C, or q, the whole qkv output (k and v
+        # are views of it) and the two others: 6·T·C
+        saved = float(el * ((6 if b * windows == 1 else 5) * tokens + probs))
+        out = self._new(x.shape, name)
+        return self._layer(name, "attention", [x], out, forward, backward, params, saved,
+                           frozenset({"batch", "heads"}))
+
     def lstm(self, name: str, x: Tensor, hidden: int, projection: int | None = None,
              bidirectional: bool = False) -> Tensor:
         """One LSTM layer over the sequence (Hochreiter & Schmidhuber 1997; with a projection,

@@ -231,6 +231,7 @@ class _Mapper:
         self.F = torch.nn.functional
         self.values: dict[str, Any] = {}   # node name -> Tensor, _Param, tuple of those, or None
         self.names: set[str] = set()
+        self.parameters = {name for name, _ in traced.named_parameters()}
 
     def run(self) -> None:
         for node in self.traced.graph.nodes:
@@ -275,7 +276,9 @@ class _Mapper:
                 raise self._unknown(node, "a second model input; only one input tensor is supported")
             return self.net.input(*self._shape(node))
         if node.op == "get_attr":
-            return _Param(tuple(int(d) for d in node.meta["tensor_meta"].shape))
+            shape = tuple(int(d) for d in node.meta["tensor_meta"].shape)
+            learned = node.target in self.parameters
+            return _Param(shape, _numel(shape) if learned else 0)
         if node.op == "output":
             return None
         if node.op == "call_module":
@@ -382,13 +385,18 @@ class _Mapper:
             return self._scale(node, args)
         if label in ("mul", "__mul__") and len(args) == 2 and {type(a) for a in args} == {Tensor, _Param}:
             x, p = args if isinstance(args[0], Tensor) else args[::-1]
-            return self.net.scale_parameter(self._layer_name(node), x, _numel(p.shape))
+            return self.net.scale_parameter(self._layer_name(node), x, p.params)
         if label == "stochastic_depth":  # torchvision.ops: a per-sample scale of a residual branch, left out
             return args[0]               # as the catalog's MBConv leaves it out (workloads/networks/blocks.py)
         if target is torch.cat or label == "cat":
             return self._cat(node, args, node.kwargs.get("dim", node.args[1] if len(node.args) > 1 else 0))
-        if isinstance(args[0], _Param):
-            return _Param(shape)  # an operation on a learned tensor alone (expand the class token)
+        if label == "shifted_window_attention":
+            return self._window_attention(node, args)
+        if label == "_patch_merging_pad":  # Swin's patch merging: 2x2 neighbours gathered into channels
+            return self.net.copy(self._layer_name(node), self._tensor(node, node.args[0], node.name), shape)
+        if isinstance(args[0], _Param) and all(not isinstance(a, Tensor) for a in args):
+            # an operation on learned tensors alone (expand the class token, gather a bias table)
+            return _Param(shape, sum(a.params for a in args if isinstance(a, _Param)))
         name = self._layer_name(node)
         x = args[0]
         if not isinstance(x, Tensor):
@@ -429,6 +437,23 @@ class _Mapper:
             return self.net.dropout(name, x, p if training else 0.0)
         raise self._unknown(node, f"unsupported operation {label}")
 
+    def _window_attention(self, node, args) -> Tensor:
+        """torchvision's ``shifted_window_attention`` (Swin V1; V2's cosine attention is refused)."""
+        names = ("input", "qkv_weight", "proj_weight", "relative_position_bias", "window_size", "num_heads",
+                 "shift_size", "attention_dropout", "dropout", "qkv_bias", "proj_bias", "logit_scale", "training")
+        kw = dict(zip(names, args, strict=False)) | {k: self._arg(v) for k, v in node.kwargs.items()}
+        name = self._layer_name(node)
+        x = kw["input"]
+        if not isinstance(x, Tensor) or len(x.shape) != 3:
+            raise self._unknown(node, "window attention expects a (H, W, C) activation")
+        if kw.get("logit_scale") is not None:
+            raise self._unknown(node, "Swin V2's cosine window attention (logit_scale) is not supported")
+        if kw.get("training", True) and (kw.get("attention_dropout") or kw.get("dropout")):
+            raise self._unknown(node, "window attention with dropout is not supported")
+        params = sum(v.params for v in kw.values() if isinstance(v, _Param))
+        return self.net.window_attention(name, x, int(kw["num_heads"]), tuple(kw["window_size"]),
+                                         tuple(kw["shift_size"]), params)
+
     def _pieces(self, node, x: Tensor) -> tuple[Tensor, ...]:
         """``chunk``/``split``/``unbind``: views of one storage (whoever saves one keeps it all)."""
         metas = node.meta.get("tensor_meta")
@@ -458,7 +483,7 @@ class _Mapper:
             return self.net.add(name, a, b, inplace=inplace)
         if isinstance(a, Tensor) and isinstance(b, _Param) or isinstance(b, Tensor) and isinstance(a, _Param):
             x, p = (a, b) if isinstance(a, Tensor) else (b, a)
-            return self.net.add_parameter(name, x, params=_numel(p.shape))
+            return self.net.add_parameter(name, x, params=p.params)
         raise self._unknown(node, "adds something other than activations and learned tensors")
 
     def _scale(self, node, args):
@@ -488,10 +513,12 @@ class _Mapper:
 
 
 class _Param:
-    """A learned tensor met in the graph (``get_attr``), shape per sample."""
+    """A learned tensor met in the graph (``get_attr``), or one computed from learned tensors alone;
+    ``params``: the learned elements it comes from (0 for a buffer)."""
 
-    def __init__(self, shape: tuple[int, ...]):
+    def __init__(self, shape: tuple[int, ...], params: int):
         self.shape = shape
+        self.params = params
 
 
 def _is_contiguous(arg) -> bool:
