@@ -47,6 +47,10 @@ def cpu_seconds() -> float:
     return own.ru_utime + own.ru_stime + children.ru_utime + children.ru_stime
 
 
+def _num(value) -> str:
+    return "-" if value is None else f"{value:.3f}"
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--workers", type=int, default=os.cpu_count())
@@ -61,13 +65,16 @@ def main() -> None:
     wall, cpu = time.perf_counter() - wall0, cpu_seconds() - cpu0
     c = result.counts
     feasible = c["evaluated"] - c["invalid"] - c["pruned_by_memory"]
-    assert c["pruned_by_bound"] + c["priced_by_fast_path"] == feasible
+    assert c["pruned_by_bound"] + c["timed"] == feasible
     print(f"GPT-3 175B on 1,024 A100s, Calculon-size space, {args.workers} workers, cache off")
     print(f"  {c['evaluated']:,} candidates ({c['bases']:,} layouts x overlap switches): {c['invalid']:,} invalid, "
           f"{c['pruned_by_memory']:,} pruned by memory, {c['pruned_by_bound']:,} pruned by the step-time lower bound, "
-          f"{c['priced_by_fast_path']:,} priced by the fast path, {c['engine_resimulated']:,} re-simulated by the engine")
+          f"{c['timed']:,} timed: {c['priced_by_fast_path']:,} by the fast path ({c['fast_path_runs']:,} runs: "
+          f"candidates differing only in inert switches share one), {c['engine_resimulated']:,} by the engine "
+          f"({c['engine_runs']:,} runs)")
     print(f"  bounds priced by a planner: {c['bounds_priced']:,} (the rest combined from their parts)")
-    print(f"  wall {wall:.1f} s, CPU {cpu:.1f} s (this process and its workers); "
+    print(f"  wall {wall:.1f} s, CPU {cpu:.1f} s (this process and its workers), load average "
+          f"{os.getloadavg()[0]:.1f} at the end; "
           f"{c['evaluated'] / wall:,.0f} candidates evaluated per wall second, "
           f"{c['priced_by_fast_path'] / wall:,.1f} priced per wall second")
     print("  phases (wall): " + ", ".join(f"{k} {v:.1f} s" for k, v in result.seconds.items()))
@@ -76,7 +83,7 @@ def main() -> None:
         print(f"  #{i}: tp {p['tp']} pp {p['pp']} vp {p['virtual_stages']} {p['schedule']} mbs {p['micro_batch_size']} "
               f"zero {p['zero_stage']} recompute {p['recompute']} sp {p['sequence_parallel']} "
               + " ".join(f"{k.replace('overlap_', 'ov_')}={int(p[k])}" for k in SWITCHES)
-              + f": {row['step_time_s']:.3f} s (fast {row['fast_step_time_s']:.3f}, bound "
+              + f": {row['step_time_s']:.3f} s (fast {_num(row['fast_step_time_s'])}, bound "
               f"{row['step_time_lower_bound_s']:.3f}), MFU {100 * row['mfu']:.1f}%")
 
 

@@ -16,9 +16,10 @@ def register(subparsers) -> None:
         help="enumerate, prune and simulate parallel layouts; print the best first",
         description="Enumerate every layout of the scenario's model on N GPUs (tp, pp, dp, cp, ep for MoE, virtual stages, "
         "micro-batch, ZeRO stage, recompute, sequence parallel), prune invalid and out-of-memory ones "
-        "(kept as rows with the reason), time the rest with the fast path (best step-time lower bound first; layouts "
-        "whose bound cannot reach the top k are skipped and counted), re-simulate the top k with the engine and "
-        "rank by the engine's samples/s (tokens/s for a fixed sequence). Finished points are cached on disk.",
+        "(kept as rows with the reason), time the k with the smallest step-time lower bounds with the engine, the "
+        "rest that could beat them with the fast path (best bound first; layouts whose bound cannot reach the top k "
+        "are skipped and counted) and the engine again where the fast path's bound could, and rank by the engine's "
+        "samples/s (tokens/s for a fixed sequence). Finished points are cached on disk.",
     )
     p.add_argument("scenario", nargs="?", help="scenario YAML (default: the built-in default)")
     p.add_argument("--gpus", type=int, help="number of GPUs (default: the scenario's cluster.num_gpus)")
@@ -38,6 +39,9 @@ def register(subparsers) -> None:
                    "its steps to target are the block's numbers, not a prediction)")
     p.add_argument("--top-k", type=int, default=20, dest="top_k",
                    help="layouts re-simulated by the engine after the fast path (default 20); the ranking is the engine's")
+    p.add_argument("--fast-top-k", action="store_true", dest="fast_top_k",
+                   help="also time the k layouts the engine times first by the fast path, to show both "
+                   "(costs k fast-path runs; by default the fast path times only the layouts after them)")
     p.add_argument("--no-cache", action="store_true",
                    help="do not read or write the on-disk cache of finished points ($CLUSTERSIM_CACHE_DIR)")
     add_execution(p)
@@ -69,7 +73,7 @@ def run(args) -> int:
         os.environ["CLUSTERSIM_CACHE"] = "0"  # read by the workers too (they inherit the environment)
     rows = search(args.scenario, overrides=args.overrides, num_gpus=args.gpus, space=space,
                   constraints=constraints, workers=args.workers, dask=args.dask, rank_by=args.rank_by,
-                  top_k=args.top_k, progress=sys.stderr.isatty())
+                  top_k=args.top_k, progress=sys.stderr.isatty(), fast_top_k=args.fast_top_k)
     if args.json:
         shown = rows if args.top is None else rows[: args.top]
         json.dump(_finite(shown), sys.stdout, indent=2, default=str, allow_nan=False)

@@ -31,19 +31,23 @@ parallel without tp, virtual stages or a schedule without pp). Everything else i
    which depend on ``global_batch_size``, a searchable field).
    Ranked by tokens/s, the rest get a lower bound on their step time
    (:func:`simulator.explore.bounds.step_lower_bound_s`: the pipeline chain of kernels and exposed
-   collectives plus the step's tail, priced, not simulated) and are timed by the fast path
-   (simulator/strategies/spmd/fast.py) in parallel (local processes, or Dask), smallest bound per
-   token first (branch and bound): the k smallest, then a few per worker at a time while the next
-   bound is below the k-th best fast time; the rest are skipped: rows that fit, with
-   ``evaluated_by: bound`` and the bound;
-4. (ranked by tokens/s) the k best (``top_k``, default 20) are re-simulated by the engine, and
-   the ranking is the engine's: engine rows first by its tokens/s, then fast-path rows, then skipped ones. Since the
-   step-time bound ≤ the engine's step (tests/test_search_bounds.py) and the fast path's bound
-   (every transfer alone on its links) ≤ the engine's step, any layout that could still beat the
-   k-th engine time is timed by the fast path and, if its fast bound is below it, by the engine,
-   until none is left: the top k are the same, in the same order, as with the engine everywhere
-   (tests/test_search_fast.py, tests/test_search_bounds.py). :func:`summarize` counts every candidate:
-   invalid, pruned by memory, pruned by the bound, priced by the fast path, re-simulated by the engine.
+   collectives plus the step's tail, priced, not simulated), and are timed smallest bound per
+   token first (branch and bound, :func:`simulator.explore.bounds.engine_first_branch_and_bound`),
+   in parallel (local processes, or Dask):
+4. the engine times the k smallest bounds (``top_k``, default 20; with ``fast_top_k`` the fast path,
+   simulator/strategies/spmd/fast.py, times them too); the fast path times the others whose bound is
+   at most the k-th best time so far, a few per worker at a time; the engine re-simulates every one
+   whose fast-path lower bound (every transfer alone on its links) is at most the k-th engine time,
+   and so on until none is left. The rest are skipped: rows that fit, with ``evaluated_by: bound``
+   and the bound. The ranking is the engine's: engine rows first by its tokens/s, then fast-path
+   rows, then skipped ones. Since the step-time bound ≤ the engine's step
+   (tests/test_search_bounds.py) and the fast path's bound ≤ the engine's step, the top k are the
+   same, in the same order, as with the engine everywhere (tests/test_search_fast.py,
+   tests/test_search_bounds.py). :func:`summarize` counts every candidate: invalid, pruned by memory,
+   pruned by the bound, priced by the fast path, re-simulated by the engine. (The fast path costs
+   0.4-1x an engine run, both folding the same steady state, so the likeliest top k go to the
+   engine first: the GPT-3 default search timed 24 layouts by the fast path and 20 by the engine
+   when the fast path came first.)
 
    Ranked by time to target, every feasible layout is simulated by the engine.
 
@@ -332,6 +336,7 @@ def search(
     rank_by: str = "tokens_per_s",
     top_k: int = 20,
     progress: bool = False,
+    fast_top_k: bool = False,
 ) -> list[dict[str, Any]]:
     """Rows for every candidate layout, best first (see the module docstring): most ``tokens_per_s``,
     or least ``time_to_target_s`` (needs the scenario's ``convergence:`` block).
@@ -339,7 +344,8 @@ def search(
     ``simulate=False`` stops after pruning (feasible rows then have no time). ``simulate_fn`` is a
     picklable replacement for the core's ``simulate_point`` (tests): every feasible layout goes
     through it, no fast path. ``top_k``: layouts re-simulated by the engine. ``progress``: tqdm
-    bars on stderr."""
+    bars on stderr. ``fast_top_k``: time the k smallest bounds by the fast path too (by default only
+    the engine times them: both rows are then reported)."""
     if top_k < 1:
         raise ConfigError("--top-k", f"must be at least 1, got {top_k}")
     from simulator.simulate import run_identity
@@ -396,7 +402,7 @@ def search(
                       pool=pool, work=work)
         else:
             _fast_then_engine(rows, to_simulate, raws, checked, candidates, n, top_k, workers, dask, progress,
-                              pool)
+                              pool, fast_top_k)
     ranked = sorted(enumerate(r for r in rows if r is not None), key=lambda item: _rank_key(item, rank_by))
     return [{"parallelism": row["parallelism"], **{k: v for k, v in row.items() if k != "parallelism"}}
             for _, row in ranked]
@@ -500,6 +506,8 @@ def _evaluate(rows, to_simulate, raws, candidates, n, task, items, workers, dask
             if row.get("engine") == "fast":
                 row["fast_step_time_s"] = row.get("step_time_s")
             row["evaluated_by"] = "fast" if row.get("engine") == "fast" else "engine"
+            for key in ("fast_step_time_s", "fast_path_lower_bound_s"):
+                row.setdefault(key, None)  # an engine row the fast path did not time
             rows[i] = row
             bar.update(1)
     finally:
@@ -507,79 +515,47 @@ def _evaluate(rows, to_simulate, raws, candidates, n, task, items, workers, dask
 
 
 def _fast_then_engine(rows, to_simulate, raws, checked, candidates, n, top_k, workers, dask, progress,
-                      pool=None) -> None:
-    """The fast path for the candidates, best lower bound first, then the engine for the best
-    ``top_k`` (module docstring, step 3). Exact for the engine's top k (given step-time bound ≤
-    engine and the fast path's bound with every transfer alone ≤ engine; its exact decisions use
-    those bounds, not the fast path's contention-corrected estimate, which only orders the work):
-    after the engine runs, every layout whose bound is below the k-th engine time is evaluated
-    by the fast path, and every one whose fast time is below it by the engine, until none is left."""
+                      pool=None, fast_top_k: bool = False) -> None:
+    """The engine for the ``top_k`` smallest step-time bounds, the fast path for the candidates
+    that could still beat them, best bound first, and the engine for every one whose fast-path lower
+    bound could (module docstring, step 3; :func:`simulator.explore.bounds.engine_first_branch_and_bound`).
+    Exact for the engine's top k: the bound and the fast path's every-transfer-alone bound are never
+    above the engine's step. ``fast_top_k``: also time the first k by the fast path (both reported)."""
+    from simulator.explore.bounds import engine_first_branch_and_bound
 
     # per token: the global batch may be a searched field, and the ranking is by tokens/s
     tokens = [c["tokens"] for c in checked]
     bound_step = [c["bound_s"] for c in checked]
     bounds = [b / t for b, t in zip(bound_step, tokens, strict=True)]
     order = sorted(range(len(raws)), key=lambda pos: bounds[pos])
-    fast_items = raws
-    fast_done: set[int] = set()
     work = [c["work"] for c in checked]
 
-    def fast_time(pos: int) -> float:
-        """The fast path's lower bound (every transfer alone): never above the engine's step."""
+    def per_token(pos: int, key: str) -> float:
         row = rows[to_simulate[pos]]
-        value = row.get("fast_path_lower_bound_s") if row and row.get("fits") else None
+        value = row.get(key) if row and row.get("fits") else None
         return value / tokens[pos] if value else math.inf
 
-    def fast_step(pos: int) -> float:
-        """The fast path's step time per token (within 3% of the engine's, either side)."""
+    def engine_time(pos: int) -> float:
         row = rows[to_simulate[pos]]
-        value = row.get("fast_step_time_s") if row and row.get("fits") else None
-        return value / tokens[pos] if value else math.inf
+        return per_token(pos, "step_time_s") if row and row.get("evaluated_by") == "engine" else math.inf
 
-    def kth(values: list[float]) -> float:
-        finite = sorted(v for v in values if math.isfinite(v))
-        return finite[top_k - 1] if len(finite) >= top_k else math.inf
-
-    # Best bound first: the k smallest bounds, then small waves (a few per worker, so that little is
-    # priced past the point where the next bound exceeds the k-th fast time) while the next bound is
-    # below the k-th best fast step time so far. This only chooses what to price early; the exact
-    # stopping rule is the engine's k-th time below.
-    from simulator.explore.bounds import price_best_bound_first
+    def price(task, desc: str):
+        return lambda batch: _evaluate(rows, to_simulate, raws, candidates, n, task, raws, workers, dask, progress,
+                                       desc, batch, pool, work)
 
     n_workers = workers or os.cpu_count() or 1
-
-    def price_fast(batch: list[int]) -> None:
-        _evaluate(rows, to_simulate, raws, candidates, n, _fast_task, fast_items, workers, dask, progress,
-                  "fast path", batch, pool, work)
-        fast_done.update(batch)
-
-    price_best_bound_first(order, bounds, price_fast, lambda: kth([fast_step(pos) for pos in fast_done]),
-                           top_k, 2 * n_workers)
-    engine_done: set[int] = set()
-    best = sorted(fast_done, key=fast_time)[:top_k]
-    while True:
-        best = [pos for pos in best if pos not in engine_done and math.isfinite(fast_time(pos))]
-        _evaluate(rows, to_simulate, raws, candidates, n, _engine_task, raws, workers, dask, progress,
-                  f"engine (top {top_k})", best, pool, work)
-        engine_done.update(best)
-        engine_times = [(rows[to_simulate[pos]].get("step_time_s") or math.inf) / tokens[pos] for pos in engine_done]
-        limit = kth(engine_times)
-        more_fast = [pos for pos in order if pos not in fast_done and bounds[pos] <= limit]
-        _evaluate(rows, to_simulate, raws, candidates, n, _fast_task, fast_items, workers, dask, progress,
-                  "fast path", more_fast, pool, work)
-        fast_done.update(more_fast)
-        best = [pos for pos in fast_done if pos not in engine_done and fast_time(pos) <= limit]
-        if not best:
-            break
+    fast_done, engine_done = engine_first_branch_and_bound(
+        order, bounds, price(_fast_task, "fast path"), price(_engine_task, f"engine (top {top_k})"),
+        lambda pos: per_token(pos, "fast_path_lower_bound_s"), lambda pos: per_token(pos, "fast_step_time_s"),
+        engine_time, top_k, 2 * n_workers, fast_top_k)
     for pos in order:
-        if pos in fast_done:
+        if pos in fast_done or pos in engine_done:
+            rows[to_simulate[pos]]["step_time_lower_bound_s"] = bound_step[pos]
             continue
-        i = to_simulate[pos]
-        rows[i] = {**checked[pos]["template"], "evaluated_by": "bound", "step_time_lower_bound_s": bound_step[pos],
-                   "infeasible_reason": f"skipped: its step-time lower bound ({bound_step[pos]:.3g} s per step) cannot "
-                   f"reach the top {top_k}"}
-    for pos in fast_done:
-        rows[to_simulate[pos]]["step_time_lower_bound_s"] = bound_step[pos]
+        rows[to_simulate[pos]] = {
+            **checked[pos]["template"], "evaluated_by": "bound", "step_time_lower_bound_s": bound_step[pos],
+            "infeasible_reason": f"skipped: its step-time lower bound ({bound_step[pos]:.3g} s per step) cannot "
+            f"reach the top {top_k}"}
 
 
 def rows_template(sc, memory: tuple | None = None) -> dict[str, Any]:

@@ -16,15 +16,19 @@ overlap option, Isaev et al. SC'23 Sec. 5) has on the order of a million, too ma
    exposed collectives of a pass); the gradient-reduction and weight-gather switches only change
    the step's tail and are combined without pricing (:meth:`BoundParts.bound_s`);
    ``overlap_p2p_comm`` does not enter the bound;
-4. branch and bound as in ``search``: the fast path in order of bound per token, the k smallest
-   first, then a few per worker while the next bound is below the k-th fast time; the engine on the
-   k best by the fast path's own lower bound, then every layout that could still enter the engine's
-   top k, until none is left. Exact (the top k of the engine over every candidate) because both
-   bounds are never above the engine's step (tests/test_search_bounds.py).
+4. branch and bound as in ``search`` (:func:`simulator.explore.bounds.engine_first_branch_and_bound`):
+   the engine on the k smallest bounds per token, the fast path best bound first while the next
+   bound is below the k-th best time, then the engine on every layout whose fast-path lower bound
+   could still enter its top k, until none is left. Exact (the top k of the engine over every
+   candidate) because both bounds are never above the engine's step (tests/test_search_bounds.py).
+   Candidates that differ only in switches that cannot change their plan (:func:`inert_switches`:
+   no pipeline to block on sends, no data parallelism or ZeRO stage the gather/reduction switches
+   act on, no tensor parallelism) are one plan, timed once.
 
 Counts: ``evaluated`` (every candidate), ``invalid``, ``pruned_by_memory``, ``pruned_by_bound``
-(never priced), ``priced_by_fast_path``, ``engine_resimulated``; plus ``bases``, the distinct
-layouts whose scenario was built, and ``bounds_priced``, the bounds priced by a planner.
+(never priced), ``timed`` (by either path), ``priced_by_fast_path``, ``engine_resimulated``
+(candidates), ``fast_path_runs`` and ``engine_runs`` (distinct plans timed); plus ``bases``, the
+distinct layouts whose scenario was built, and ``bounds_priced``, the bounds priced by a planner.
 """
 
 from __future__ import annotations
@@ -92,7 +96,35 @@ def _check_base(args: tuple[dict[str, Any], list[bool], list[bool], float | None
             parts[otgc] = bound_parts(variant)
         out["slices"][tco] = ("fits", parts)
         out["tokens"] = sc.parallelism.global_batch_size * (sc.seq_length or 1)
+        out["inert"] = inert_switches(sc.parallelism)
     return out
+
+
+def inert_switches(par) -> frozenset[str]:
+    """The overlap switches that cannot change this layout's plan (simulator/strategies/spmd/plan.py),
+    so that candidates differing only in them are one plan, priced once:
+
+    - ``overlap_p2p_comm`` without a pipeline (pp 1: no sends to block on);
+    - ``overlap_grad_reduce`` and ``overlap_param_gather`` with one data-parallel rank (dp·cp 1: no
+      gradient reduction, no weight gather); ``overlap_grad_reduce`` from ZeRO-2 on (the planner reads
+      it only as ``overlap_grad_reduce or zero >= 2``); ``overlap_param_gather`` without ZeRO (only the
+      ZeRO-1/2 weight gather and the ZeRO-3 per-layer gathers read it);
+    - ``overlap_tp_grad_comm`` with neither tensor nor context parallelism (no TP collective to overlap).
+
+    The memory model reads none of them (module docstring), nor does the step-time bound differ
+    between the values of an inert switch (:class:`~simulator.explore.bounds.BoundParts`)."""
+    inert = set()
+    if par.pp == 1:
+        inert.add("overlap_p2p_comm")
+    if par.dp_degree * par.cp == 1:
+        inert.update(("overlap_grad_reduce", "overlap_param_gather"))
+    if par.zero_stage >= 2:
+        inert.add("overlap_grad_reduce")
+    if par.zero_stage == 0:
+        inert.add("overlap_param_gather")
+    if par.tp == 1 and par.cp == 1:
+        inert.add("overlap_tp_grad_comm")
+    return frozenset(inert)
 
 
 def _fast_task(raw: dict[str, Any]) -> dict[str, Any]:
@@ -144,6 +176,7 @@ def wide_search(source: str | dict[str, Any] | None = None, *, overrides: list[s
     bounds: list[float] = []
     keys: list[tuple[int, bool, bool, bool, bool, bool]] = []
     tokens: dict[int, int] = {}
+    inert: dict[int, frozenset[str]] = {}  # per base: the switches that cannot change its plan
     n_workers = workers or os.cpu_count() or 1
     clock = time.perf_counter()
     with process_pool(workers) as pool:
@@ -165,6 +198,7 @@ def wide_search(source: str | dict[str, Any] | None = None, *, overrides: list[s
                     counts["pruned_by_memory"] += per_slice
                 else:
                     tokens[b] = result["tokens"]
+                    inert[b] = result["inert"]
                     priced = set()
                     for otgc, parts in detail.items():
                         priced.add(id(parts))
@@ -183,32 +217,64 @@ def wide_search(source: str | dict[str, Any] | None = None, *, overrides: list[s
                                         overlap_param_gather=opg, overlap_p2p_comm=p2p)
             return point
 
+        def plan_of(pos: int) -> tuple:
+            """The candidate with its inert switches blanked: equal for candidates that are one plan."""
+            b, *switch_values = keys[pos]
+            return (b, *(None if name in inert[b] else value for name, value in zip(_KEY_SWITCHES, switch_values,
+                                                                                    strict=True)))
+
         clock = time.perf_counter()
-        top, priced, engined = _branch_and_bound(bounds, keys, tokens, point_of, top_k, workers, pool, n_workers, log)
+        top, priced, engined, timed, runs = _branch_and_bound(bounds, keys, tokens, point_of, plan_of, top_k,
+                                                              workers, pool, n_workers, log)
         seconds["price"] = time.perf_counter() - clock
     counts["priced_by_fast_path"] = priced
     counts["engine_resimulated"] = engined
-    counts["pruned_by_bound"] = len(bounds) - priced
+    counts["timed"] = timed
+    counts["fast_path_runs"], counts["engine_runs"] = runs
+    counts["pruned_by_bound"] = len(bounds) - timed
     return WideResult(counts, top, seconds)
 
 
-def _branch_and_bound(bounds, keys, tokens, point_of, top_k, workers, pool, n_workers, log):
-    """The fast path best bound first, then the engine until the top k cannot change (module
-    docstring, step 4). Returns (the top k engine rows, layouts priced by the fast path, by the engine)."""
-    from simulator.explore.bounds import price_best_bound_first
+_KEY_SWITCHES = ("tp_comm_overlap", "overlap_tp_grad_comm", "overlap_grad_reduce", "overlap_param_gather",
+                 "overlap_p2p_comm")
+"""The switches of a candidate's key, after its base index, in order."""
+
+
+def _branch_and_bound(bounds, keys, tokens, point_of, plan_of, top_k, workers, pool, n_workers, log):
+    """The engine on the k smallest bounds, the fast path best bound first, then the engine until the
+    top k cannot change (module docstring, step 4). Candidates that are one plan (``plan_of`` equal:
+    they differ only in inert switches, :func:`inert_switches`) are timed once and share the result.
+    Returns (the top k engine rows, candidates priced by the fast path, by the engine, by either,
+    (fast-path runs, engine runs))."""
+    from simulator.explore.bounds import engine_first_branch_and_bound
     from simulator.explore.sweep import parallel_map
 
     order = sorted(range(len(bounds)), key=bounds.__getitem__)
     fast: dict[int, dict[str, Any]] = {}
     engine: dict[int, dict[str, Any]] = {}
+    timed: dict[tuple[str, tuple], dict[str, Any]] = {}  # (path, plan_of) -> its row, parallelism aside
+    runs = {"fast": 0, "engine": 0}
 
     def run(task, positions: list[int], into: dict[int, dict[str, Any]]) -> None:
         if not positions:
             return
-        for j, ok, result in parallel_map(task, [point_of(pos) for pos in positions], workers=workers, pool=pool):
+        path = "fast" if task is _fast_task else "engine"
+        todo: dict[tuple, int] = {}  # one position per plan not timed yet
+        for pos in positions:
+            if (path, plan_of(pos)) not in timed:
+                todo.setdefault(plan_of(pos), pos)
+        firsts = list(todo.values())
+        for j, ok, result in parallel_map(task, [point_of(pos) for pos in firsts], workers=workers, pool=pool):
             row = dict(result) if ok else {"fits": False, "infeasible_reason": f"simulation failed: {result}"}
-            into[positions[j]] = row
-        log(f"{'fast path' if task is _fast_task else 'engine'}: {len(positions)} priced "
+            timed[(path, plan_of(firsts[j]))] = row
+        runs[path] += len(firsts)
+        for pos in positions:
+            row = dict(timed[(path, plan_of(pos))])
+            # the candidate's own switch values (the row's may be another candidate's of the same plan)
+            row["parallelism"] = {**(row.get("parallelism") or point_of(pos)["parallelism"]),
+                                  **dict(zip(_KEY_SWITCHES, keys[pos][1:], strict=True))}
+            into[pos] = row
+        log(f"{path if path == 'engine' else 'fast path'}: {len(positions)} priced in {len(todo)} runs "
             f"({len(fast)} by the fast path, {len(engine)} by the engine so far)")
 
     def per_tok(pos: int, row: dict[str, Any] | None, key: str) -> float:
@@ -219,33 +285,17 @@ def _branch_and_bound(bounds, keys, tokens, point_of, top_k, workers, pool, n_wo
         smallest = heapq.nsmallest(top_k, (v for v in values if math.isfinite(v)))
         return smallest[-1] if len(smallest) >= top_k else math.inf
 
-    cursor = price_best_bound_first(order, bounds, lambda batch: run(_fast_task, batch, fast),
-                                    lambda: kth(per_tok(pos, row, "step_time_s") for pos, row in fast.items()),
-                                    top_k, 2 * n_workers)
-
-    def fast_bound(pos: int) -> float:
-        return per_tok(pos, fast.get(pos), "fast_path_lower_bound_s")
-
-    best = sorted(fast, key=fast_bound)[:top_k]
-    while True:
-        best = [pos for pos in best if pos not in engine and math.isfinite(fast_bound(pos))]
-        run(_engine_task, best, engine)
-        limit = kth(per_tok(pos, row, "step_time_s") for pos, row in engine.items())
-        more = []
-        while cursor < len(order) and bounds[order[cursor]] <= limit:
-            more.append(order[cursor])
-            cursor += 1
-        run(_fast_task, more, fast)
-        best = [pos for pos in fast if pos not in engine and fast_bound(pos) <= limit]
-        if not best:
-            break
+    fast_done, engine_done = engine_first_branch_and_bound(
+        order, bounds, lambda batch: run(_fast_task, batch, fast), lambda batch: run(_engine_task, batch, engine),
+        lambda pos: per_tok(pos, fast.get(pos), "fast_path_lower_bound_s"),
+        lambda pos: per_tok(pos, fast.get(pos), "step_time_s"),
+        lambda pos: per_tok(pos, engine.get(pos), "step_time_s"), top_k, 2 * n_workers)
     ranked = sorted((pos for pos, row in engine.items() if math.isfinite(per_tok(pos, row, "step_time_s"))),
                     key=lambda pos: (per_tok(pos, engine[pos], "step_time_s"), pos))[:top_k]
     top = []
     for pos in ranked:
         row = dict(engine[pos])
-        row["parallelism"] = row.get("parallelism") or point_of(pos)["parallelism"]
-        row["fast_step_time_s"] = fast[pos].get("step_time_s")
+        row["fast_step_time_s"] = fast[pos].get("step_time_s") if pos in fast else None
         row["step_time_lower_bound_s"] = bounds[pos] * tokens[keys[pos][0]]
         top.append(row)
-    return top, len(fast), len(engine)
+    return top, len(fast), len(engine), len(fast_done | engine_done), (runs["fast"], runs["engine"])

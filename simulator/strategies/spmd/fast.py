@@ -114,7 +114,7 @@ def longest_path(streams: dict[tuple[str, str], list[Task]], capacity) -> DagTim
         contended = _any_overlap(busy, alone)
         end = alone
         if contended:
-            delays = None
+            delays: dict[int, float] = {}  # the run above: no transfer delayed (found none: it stands)
             for _ in range(CONTENTION_ROUNDS):
                 found = _contention_delays(busy)
                 if found == delays:  # a fixed point: another round would time every task the same
@@ -323,16 +323,15 @@ def _contention_delays(busy) -> dict[int, float]:
         if len(intervals) < 2:
             continue
         intervals.sort()
-        active: list[tuple[float, float, int, float]] = []
+        active: list[tuple[float, int, float]] = []  # (end, task, its share of the port alone)
         added: dict[int, float] = defaultdict(float)
         for s, e, i, seconds in intervals:
-            active = [a for a in active if a[1] > s]
+            active = [a for a in active if a[0] > s]
             u = seconds / max(e - s, 1e-30)
-            for a_s, a_e, j, a_seconds in active:
+            for a_e, j, a_u in active:
                 overlap = min(a_e, e) - s
                 if overlap <= 0:
                     continue
-                a_u = a_seconds / max(a_e - a_s, 1e-30)
                 if u + a_u <= 1.0:
                     continue  # both fit on the port: max-min gives each what it asks
                 small = min(u, a_u)
@@ -341,7 +340,7 @@ def _contention_delays(busy) -> dict[int, float]:
                 share_j = a_u if a_u <= level else 1.0 - level
                 added[i] += overlap * (u / share_i - 1.0)
                 added[j] += overlap * (a_u / share_j - 1.0)
-            active.append((s, e, i, seconds))
+            active.append((e, i, u))
         for i, extra in added.items():
             if extra > delays.get(i, 0.0):
                 delays[i] = extra
