@@ -105,6 +105,38 @@ def test_inert_switches_leave_the_plan_unchanged(case, pick, switches):
     assert fast_step(scenario).step_time_s == fast_step(flipped).step_time_s
 
 
+@settings(max_examples=100, deadline=None, derandomize=True)
+@given(st.lists(st.tuples(st.floats(1, 2), st.floats(0, 0.3), st.floats(0, 0.3), st.floats(-0.05, 0.05)),
+                min_size=1, max_size=40),
+       st.integers(min_value=1, max_value=12), st.integers(min_value=1, max_value=5), st.booleans())
+def test_engine_first_branch_and_bound_finds_the_engine_top_k(items, k, wave, fast_first_wave):
+    """Whatever the bounds' gaps (bound <= fast-path bound <= engine, fast estimate anywhere near),
+    the candidates the engine timed include the engine's top k over every candidate; every other
+    candidate was skipped on its bound or its fast-path bound above the k-th engine time."""
+    from simulator.explore.bounds import engine_first_branch_and_bound
+
+    bound = [b for b, *_ in items]
+    fast_bound = [b * (1 + g1) for b, g1, _, _ in items]
+    engine = [fb * (1 + g2) for fb, (_, _, g2, _) in zip(fast_bound, items, strict=True)]
+    estimate = [e * (1 + noise) for e, (*_, noise) in zip(engine, items, strict=True)]
+    fast_seen, engine_seen = set(), set()
+    order = sorted(range(len(items)), key=bound.__getitem__)
+    fast_done, engine_done = engine_first_branch_and_bound(
+        order, bound, fast_seen.update, engine_seen.update,
+        lambda p: fast_bound[p] if p in fast_seen else float("inf"),
+        lambda p: estimate[p] if p in fast_seen else float("inf"),
+        lambda p: engine[p] if p in engine_seen else float("inf"), k, wave, fast_first_wave)
+    assert fast_done == fast_seen and engine_done == engine_seen
+    truth = sorted(range(len(items)), key=lambda p: (engine[p], p))[:k]
+    found = sorted(engine_done, key=lambda p: (engine[p], p))[:k]
+    assert [engine[p] for p in found] == [engine[p] for p in truth]
+    kth = engine[truth[-1]]
+    assert all(fast_bound[p] > kth or engine[p] >= kth for p in fast_done - engine_done)  # none left that could beat it
+    assert all(bound[p] > kth for p in set(range(len(items))) - fast_done - engine_done)
+    if fast_first_wave:
+        assert engine_done <= fast_done
+
+
 def test_bound_counts_the_exposed_tail():
     """Switching off the overlap of the gradient reduction puts the whole reduction after the
     backward: the engine's step grows, and so does the bound, which stays below it."""

@@ -16,8 +16,8 @@ def register(subparsers) -> None:
         help="enumerate, prune and simulate parallel layouts; print the best first",
         description="Enumerate every layout of the scenario's model on N GPUs (tp, pp, dp, cp, ep for MoE, virtual stages, "
         "micro-batch, ZeRO stage, recompute, sequence parallel), prune invalid and out-of-memory ones "
-        "(kept as rows with the reason), time the k with the smallest step-time lower bounds with the engine, the "
-        "rest that could beat them with the fast path (best bound first; layouts whose bound cannot reach the top k "
+        "(kept as rows with the reason), time the smallest step-time lower bounds certain to be in the top k with the engine, "
+        "the rest that could beat them with the fast path (best bound first; layouts whose bound cannot reach the top k "
         "are skipped and counted) and the engine again where the fast path's bound could, and rank by the engine's "
         "samples/s (tokens/s for a fixed sequence). Finished points are cached on disk.",
     )
@@ -40,8 +40,8 @@ def register(subparsers) -> None:
     p.add_argument("--top-k", type=int, default=20, dest="top_k",
                    help="layouts re-simulated by the engine after the fast path (default 20); the ranking is the engine's")
     p.add_argument("--fast-top-k", action="store_true", dest="fast_top_k",
-                   help="also time the k layouts the engine times first by the fast path, to show both "
-                   "(costs k fast-path runs; by default the fast path times only the layouts after them)")
+                   help="also time by the fast path the layouts the engine times first (those certain to be in "
+                   "the top k), to show both; by default the fast path times only the layouts after them")
     p.add_argument("--no-cache", action="store_true",
                    help="do not read or write the on-disk cache of finished points ($CLUSTERSIM_CACHE_DIR)")
     add_execution(p)

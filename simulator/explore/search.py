@@ -34,10 +34,12 @@ parallel without tp, virtual stages or a schedule without pp). Everything else i
    collectives plus the step's tail, priced, not simulated), and are timed smallest bound per
    token first (branch and bound, :func:`simulator.explore.bounds.engine_first_branch_and_bound`),
    in parallel (local processes, or Dask):
-4. the engine times the k smallest bounds (``top_k``, default 20; with ``fast_top_k`` the fast path,
-   simulator/strategies/spmd/fast.py, times them too); the fast path times the others whose bound is
-   at most the k-th best time so far, a few per worker at a time; the engine re-simulates every one
-   whose fast-path lower bound (every transfer alone on its links) is at most the k-th engine time,
+4. the engine times the smallest bounds, a few per worker at a time, while each one it timed is
+   certainly in the top k (``top_k``, default 20: fewer than k others have a bound below its time;
+   with ``fast_top_k`` the fast path, simulator/strategies/spmd/fast.py, times them too); the fast
+   path times the others whose bound is at most the k-th best time so far, a few per worker at a
+   time; the engine re-simulates the best by the fast path's lower bound (every transfer alone on its
+   links) until it has k, then every one whose fast-path lower bound is at most the k-th engine time,
    and so on until none is left. The rest are skipped: rows that fit, with ``evaluated_by: bound``
    and the bound. The ranking is the engine's: engine rows first by its tokens/s, then fast-path
    rows, then skipped ones. Since the step-time bound ≤ the engine's step
@@ -45,9 +47,9 @@ parallel without tp, virtual stages or a schedule without pp). Everything else i
    same, in the same order, as with the engine everywhere (tests/test_search_fast.py,
    tests/test_search_bounds.py). :func:`summarize` counts every candidate: invalid, pruned by memory,
    pruned by the bound, priced by the fast path, re-simulated by the engine. (The fast path costs
-   0.4-1x an engine run, both folding the same steady state, so the likeliest top k go to the
-   engine first: the GPT-3 default search timed 24 layouts by the fast path and 20 by the engine
-   when the fast path came first.)
+   0.4-1x an engine run, both folding the same steady state, so a layout certain to be in the top k
+   goes to the engine first: the GPT-3 default search timed 24 layouts by the fast path and 20 by the
+   engine when the fast path came first, 10 and 24 now.)
 
    Ranked by time to target, every feasible layout is simulated by the engine.
 
@@ -344,8 +346,8 @@ def search(
     ``simulate=False`` stops after pruning (feasible rows then have no time). ``simulate_fn`` is a
     picklable replacement for the core's ``simulate_point`` (tests): every feasible layout goes
     through it, no fast path. ``top_k``: layouts re-simulated by the engine. ``progress``: tqdm
-    bars on stderr. ``fast_top_k``: time the k smallest bounds by the fast path too (by default only
-    the engine times them: both rows are then reported)."""
+    bars on stderr. ``fast_top_k``: the fast path also times the layouts the engine times first
+    (certain to be in the top k; by default only the engine times them)."""
     if top_k < 1:
         raise ConfigError("--top-k", f"must be at least 1, got {top_k}")
     from simulator.simulate import run_identity
@@ -516,11 +518,12 @@ def _evaluate(rows, to_simulate, raws, candidates, n, task, items, workers, dask
 
 def _fast_then_engine(rows, to_simulate, raws, checked, candidates, n, top_k, workers, dask, progress,
                       pool=None, fast_top_k: bool = False) -> None:
-    """The engine for the ``top_k`` smallest step-time bounds, the fast path for the candidates
-    that could still beat them, best bound first, and the engine for every one whose fast-path lower
-    bound could (module docstring, step 3; :func:`simulator.explore.bounds.engine_first_branch_and_bound`).
-    Exact for the engine's top k: the bound and the fast path's every-transfer-alone bound are never
-    above the engine's step. ``fast_top_k``: also time the first k by the fast path (both reported)."""
+    """The engine for the smallest step-time bounds certain to be in the top k, the fast path for
+    the candidates that could still beat the k-th, best bound first, and the engine for every one
+    whose fast-path lower bound could (module docstring, step 4;
+    :func:`simulator.explore.bounds.engine_first_branch_and_bound`). Exact for the engine's top k: the
+    bound and the fast path's every-transfer-alone bound are never above the engine's step.
+    ``fast_top_k``: the fast path times the engine's first ones too (both reported)."""
     from simulator.explore.bounds import engine_first_branch_and_bound
 
     # per token: the global batch may be a searched field, and the ranking is by tokens/s

@@ -17,9 +17,9 @@ overlap option, Isaev et al. SC'23 Sec. 5) has on the order of a million, too ma
    the step's tail and are combined without pricing (:meth:`BoundParts.bound_s`);
    ``overlap_p2p_comm`` does not enter the bound;
 4. branch and bound as in ``search`` (:func:`simulator.explore.bounds.engine_first_branch_and_bound`):
-   the engine on the k smallest bounds per token, the fast path best bound first while the next
-   bound is below the k-th best time, then the engine on every layout whose fast-path lower bound
-   could still enter its top k, until none is left. Exact (the top k of the engine over every
+   the engine on the smallest bounds per token while each is certain to be in the top k, the fast
+   path best bound first while the next bound is below the k-th best time, then the engine on every
+   layout whose fast-path lower bound could still enter its top k, until none is left. Exact (the top k of the engine over every
    candidate) because both bounds are never above the engine's step (tests/test_search_bounds.py).
    Candidates that differ only in switches that cannot change their plan (:func:`inert_switches`:
    no pipeline to block on sends, no data parallelism or ZeRO stage the gather/reduction switches
@@ -241,7 +241,7 @@ _KEY_SWITCHES = ("tp_comm_overlap", "overlap_tp_grad_comm", "overlap_grad_reduce
 
 
 def _branch_and_bound(bounds, keys, tokens, point_of, plan_of, top_k, workers, pool, n_workers, log):
-    """The engine on the k smallest bounds, the fast path best bound first, then the engine until the
+    """The engine on the smallest bounds certain to be in the top k, the fast path best bound first, then the engine until the
     top k cannot change (module docstring, step 4). Candidates that are one plan (``plan_of`` equal:
     they differ only in inert switches, :func:`inert_switches`) are timed once and share the result.
     Returns (the top k engine rows, candidates priced by the fast path, by the engine, by either,
