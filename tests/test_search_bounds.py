@@ -8,6 +8,7 @@ the same step times; and the counts the search prints add up."""
 
 from __future__ import annotations
 
+import dataclasses
 import functools
 import json
 from pathlib import Path
@@ -103,6 +104,32 @@ def test_inert_switches_leave_the_plan_unchanged(case, pick, switches):
     a, b = simulate(scenario), simulate(flipped)
     assert a.step_time_s == b.step_time_s and a.time_breakdown_s == b.time_breakdown_s, (case, inert)
     assert fast_step(scenario).step_time_s == fast_step(flipped).step_time_s
+
+
+@settings(max_examples=30, deadline=None, derandomize=True, suppress_health_check=[HealthCheck.too_slow])
+@given(st.sampled_from(sorted(CASES)), st.integers(min_value=0, max_value=10**6),
+       st.fixed_dictionaries({k: st.booleans() for k in SWITCHES}))
+def test_chunk_passes_shared_across_zero_stages_and_gpipe_are_the_ones_priced_afresh(case, pick, switches):
+    """The bound prices a layout's chunk passes once for every ZeRO stage, GPipe/1F1B and
+    gradient/gather/send overlap setting (bounds.passes_key): priced afresh for each variant, the
+    pipeline chains are the same, bit for bit."""
+    from simulator.explore import bounds
+
+    layout = feasible(case)[pick % len(feasible(case))]
+    base = scenario_of(case, layout, switches)
+    if base.strategy_kind != "spmd":
+        return
+    variants = [{"zero_stage": z} for z in (0, 1, 2, 3)] + [{"overlap_grad_reduce": not switches["overlap_grad_reduce"],
+                                                            "overlap_param_gather": not switches["overlap_param_gather"],
+                                                            "overlap_p2p_comm": not switches["overlap_p2p_comm"]}]
+    if base.parallelism.schedule in ("gpipe", "1f1b"):
+        variants.append({"schedule": "gpipe" if base.parallelism.schedule == "1f1b" else "1f1b"})
+    chains, keys = set(), set()
+    for update in variants:
+        variant = dataclasses.replace(base, parallelism=base.parallelism.model_copy(update=update))
+        chains.add(bounds.bound_parts(variant).chains)  # no key: priced afresh
+        keys.add(bounds.passes_key({"model": case, "parallelism": {**layout, **switches, **update}}))
+    assert len(chains) == 1 and len(keys) == 1, (case, layout)
 
 
 @settings(max_examples=100, deadline=None, derandomize=True)

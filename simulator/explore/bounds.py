@@ -30,6 +30,7 @@ from __future__ import annotations
 
 import bisect
 import dataclasses
+import json
 import math
 from collections.abc import Callable, Sequence
 
@@ -75,14 +76,37 @@ class BoundParts:
         return (start + best) * (1 - ROUND_OFF)
 
 
-def step_lower_bound_s(scenario, planner=None) -> float:
-    """Seconds: never above the engine's step time of ``scenario`` (an SPMD layout); module docstring."""
+def step_lower_bound_s(scenario, planner=None, key: str | None = None) -> float:
+    """Seconds: never above the engine's step time of ``scenario`` (an SPMD layout); module docstring.
+    ``key``: as for :func:`bound_parts`."""
     par = scenario.parallelism
-    return bound_parts(scenario, planner).bound_s(par.overlap_grad_reduce, par.overlap_param_gather)
+    return bound_parts(scenario, planner, key).bound_s(par.overlap_grad_reduce, par.overlap_param_gather)
 
 
-def bound_parts(scenario, planner=None) -> BoundParts:
-    """The bound's terms for ``scenario`` (priced by ``planner``, built if not given)."""
+_PASSES: dict[str, dict[int, dict[str, float]]] = {}
+_PASSES_KEPT = 4096
+# What a chunk pass costs does not depend on these layout fields: the ZeRO stage and the overlap of
+# the gradient reduction, weight gather and sends act on the data-parallel and pipeline streams, not
+# on a pass's kernels and TP/CP/EP collectives, and GPipe and 1F1B run the same passes in another
+# order (ZB-H1 splits the backward: kept apart). tests/test_search_bounds.py checks it.
+_PASS_INERT = {"zero_stage": 0, "overlap_grad_reduce": True, "overlap_param_gather": True, "overlap_p2p_comm": True}
+
+
+def passes_key(point: dict) -> str:
+    """A key of the chunk passes of the scenario built from the raw mapping ``point`` (what search
+    and wide search build each layout from): the mapping with the layout fields a pass's cost does
+    not read set to one value, so that layouts differing only in them (a search's ZeRO stages, GPipe
+    or 1F1B, overlap switches) share the passes. Two mappings that differ otherwise only miss."""
+    par = dict(point.get("parallelism") or {})
+    par.update(_PASS_INERT)
+    if par.get("schedule") == "gpipe":
+        par["schedule"] = "1f1b"
+    return json.dumps({**point, "parallelism": par}, sort_keys=True, default=str)
+
+
+def bound_parts(scenario, planner=None, key: str | None = None) -> BoundParts:
+    """The bound's terms for ``scenario`` (priced by ``planner``, built if not given). ``key``: its
+    :func:`passes_key`, to price its chunk passes once for every layout of a search that shares them."""
     from simulator.scenario import gradient_bytes
     from simulator.strategies.spmd.plan import WEIGHT_BYTES, Planner
 
@@ -97,7 +121,13 @@ def bound_parts(scenario, planner=None) -> BoundParts:
         ops = planner._chunk_ops(phase, chunk)
         return sum(planner.pass_cost_s(reps[chunk % pp], ops)) if ops else 0.0
 
-    per_chunk = {g: {ph: pass_s(ph, g) for ph in phases} for g in range(pp * v)}
+    per_chunk = _PASSES.get(key) if key is not None else None
+    if per_chunk is None:
+        per_chunk = {g: {ph: pass_s(ph, g) for ph in phases} for g in range(pp * v)}
+        if key is not None:
+            if len(_PASSES) >= _PASSES_KEPT:
+                _PASSES.clear()
+            _PASSES[key] = per_chunk
     chains = []
     fill, drain = 0.0, 0.0
     for stage in range(pp):
@@ -145,7 +175,7 @@ def price_best_bound_first(order: Sequence[int], bounds: Sequence[float], price:
                            kth_best: Callable[[], float], first_wave: int, next_wave: int,
                            threshold: float = math.inf) -> int:
     """Price candidates in order of their lower bound, in waves (``first_wave`` of them, then
-    ``next_wave`` at a time), while the next bound is at most the k-th best time priced so far
+    ``next_wave`` at a time, or an eighth of those priced so far if more), while the next bound is at most the k-th best time priced so far
     (``kth_best()``, re-read after each wave): a candidate whose bound exceeds it cannot enter the top k.
     ``order`` lists positions by increasing ``bounds``. Returns how many of ``order`` were priced; search
     and wide search continue from there with the engine's exact stopping rule. ``threshold``: the
@@ -158,7 +188,9 @@ def price_best_bound_first(order: Sequence[int], bounds: Sequence[float], price:
             cursor += 1
         price(batch)
         threshold = kth_best()
-        wave = next_wave
+        # a wave waits for its slowest candidate: past a few waves, an eighth of what is priced so far
+        # (at most that much priced beyond need; the Calculon-size search prices ~1,400 in waves of 4)
+        wave = max(next_wave, cursor // 8)
     return cursor
 
 

@@ -440,9 +440,9 @@ def _check_task(args: tuple[dict[str, Any], float | None, bool, bool]) -> dict[s
         return {"row": row}
     bound_s = None
     if want_bound:
-        from simulator.explore.bounds import step_lower_bound_s
+        from simulator.explore.bounds import passes_key, step_lower_bound_s
 
-        bound_s = step_lower_bound_s(sc)
+        bound_s = step_lower_bound_s(sc, key=passes_key(point))
     return {"work": _work_estimate(sc), "tokens": sc.parallelism.global_batch_size * (sc.seq_length or 1),
             "bound_s": bound_s, "template": rows_template(sc, (stage, peak, per_stage))}
 

@@ -60,7 +60,7 @@ class WideResult:
 def _check_base(args: tuple[dict[str, Any], list[bool], list[bool], float | None]) -> dict[str, Any]:
     """One base layout: per ``tp_comm_overlap`` value, invalid (reason), out of memory, or the
     bound's parts per ``overlap_tp_grad_comm`` value. Runs in the worker pool."""
-    from simulator.explore.bounds import bound_parts
+    from simulator.explore.bounds import bound_parts, passes_key
     from simulator.memory.analytic import fits as memory_fits
     from simulator.memory.analytic import peak_rank_memory
     from simulator.scenario import build_scenario
@@ -93,7 +93,8 @@ def _check_base(args: tuple[dict[str, Any], list[bool], list[bool], float | None
                 continue
             variant = dataclasses.replace(sc, parallelism=sc.parallelism.model_copy(
                 update={"overlap_tp_grad_comm": otgc}))
-            parts[otgc] = bound_parts(variant)
+            keyed = {**sliced, "parallelism": {**sliced["parallelism"], "overlap_tp_grad_comm": otgc}}
+            parts[otgc] = bound_parts(variant, key=passes_key(keyed))
         out["slices"][tco] = ("fits", parts)
         out["tokens"] = sc.parallelism.global_batch_size * (sc.seq_length or 1)
         out["inert"] = inert_switches(sc.parallelism)
@@ -109,7 +110,8 @@ def inert_switches(par) -> frozenset[str]:
       gradient reduction, no weight gather); ``overlap_grad_reduce`` from ZeRO-2 on (the planner reads
       it only as ``overlap_grad_reduce or zero >= 2``); ``overlap_param_gather`` without ZeRO (only the
       ZeRO-1/2 weight gather and the ZeRO-3 per-layer gathers read it);
-    - ``overlap_tp_grad_comm`` with neither tensor nor context parallelism (no TP collective to overlap).
+    - ``overlap_tp_grad_comm`` with neither tensor, expert-tensor nor context parallelism (no TP
+      collective to overlap).
 
     The memory model reads none of them (module docstring), nor does the step-time bound differ
     between the values of an inert switch (:class:`~simulator.explore.bounds.BoundParts`)."""
@@ -122,7 +124,7 @@ def inert_switches(par) -> frozenset[str]:
         inert.add("overlap_grad_reduce")
     if par.zero_stage == 0:
         inert.add("overlap_param_gather")
-    if par.tp == 1 and par.cp == 1:
+    if par.tp == 1 and par.cp == 1 and getattr(par, "etp", 1) == 1:
         inert.add("overlap_tp_grad_comm")
     return frozenset(inert)
 
