@@ -18,6 +18,18 @@ of each group, whether every error is within 0.5% (no contention) and 3% (conten
 fast path's every-transfer-alone bound was never above the engine, the worst layout of each group,
 and the median engine/fast CPU time ratio. ``--out`` also writes the summary lines to a file.
 Exits 1 when a tolerance is missed. tests/test_fast_path.py keeps a small seeded sample in CI.
+
+Last full run (2026-12-05, the fast path and engine of a429f9a, ``--layouts 2000 --workers 2``,
+nice 15 then 10, load average 11-20 on 2 cores): 2,007 distinct layouts (223 per case), all within
+tolerance, exit 0:
+
+- no contention, 439 layouts: median / p99 / max |error| 0.0000% / 0.0000% / 0.0000% (tolerance 0.5%);
+- contention, 1,568 layouts: 0.0000% / 0.3590% / 0.7190% (tolerance 3%); worst: GPT-3 175B on 1,024
+  A100s, tp 1 pp 64 dp 16, 1F1B, micro-batch 4, ZeRO-1, selective recompute, +0.7190%; per case the
+  max is 0.0378% (llama-1b) to 0.7190% (GPT-3 on 1,024 GPUs);
+- the fast path's every-transfer-alone bound never above the engine (2,007 of 2,007);
+- CPU: fast path 242 s, engine 463 s (engine/fast per layout, median 1.4x); 5,634 s wall under that
+  load (the previous runner: ~75 min for 2,000, with repeated layouts).
 """
 
 from __future__ import annotations
