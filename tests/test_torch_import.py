@@ -175,7 +175,7 @@ TRACEABLE = {"resnet50": {}, "resnet152": {}, "wide_resnet101_2": {}, "resnext50
              "efficientnet_b4": {"dropout": 0.0, "stochastic_depth_prob": 0.0},
              "efficientnet_v2_s": {"dropout": 0.0, "stochastic_depth_prob": 0.0},
              "convnext_tiny": {"stochastic_depth_prob": 0.0}, "shufflenet_v2_x1_0": {}, "mnasnet1_0": {"dropout": 0.0},
-             "regnet_y_400mf": {}, "regnet_x_400mf": {}, "swin_t": {}}
+             "regnet_y_400mf": {}, "regnet_x_400mf": {}, "swin_t": {}, "maxvit_t": {}}
 
 
 def _torchvision_or_skip():
@@ -202,7 +202,7 @@ def test_traced_torchvision_models_have_the_modules_parameters(name, batch):
 @pytest.mark.slow
 @settings(max_examples=6, deadline=None)
 @given(name=st.sampled_from(sorted(set(TRACEABLE) - {"resnet152", "wide_resnet101_2", "resnext101_32x8d",
-                                                      "vgg16", "efficientnet_b4"})),
+                                                      "vgg16", "efficientnet_b4", "maxvit_t"})),
        batch=st.integers(2, 3), size=st.sampled_from([64, 96]))
 def test_traced_torchvision_saved_bytes_equal_what_pytorch_saves(name, batch, size):
     """Issue 19: activation bytes equal what PyTorch saves (``saved_tensors_hooks`` on the CPU, a small batch at
@@ -230,3 +230,21 @@ def test_torchvision_efficientnets_trace_into_the_catalog_graph(torchvision_name
     spec = resolve_model(f"torchvision:{torchvision_name}")
     assert spec.input_shape == ((3, 380, 380) if torchvision_name.endswith("b4") else (3, 224, 224))
     assert summary(spec.layer_graph(shard(2, "bf16"))) == summary(resolve_model(catalog).layer_graph(shard(2, "bf16")))
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("batch", [1, 2])
+def test_traced_maxvit_saved_bytes_equal_what_pytorch_saves(batch):
+    """MaxViT (its partitions need the 224x224 input): einsum attention, whose operands the batched GEMM reads as
+    views or copies depending on the micro-batch (at batch 1 the one-window grid of the last stage is a view of the
+    qkv output), and the relative position bias gathered from its table."""
+    from torch_nets import saved_activation_bytes
+    tv = _torchvision_or_skip()
+    torch.manual_seed(0)
+    module = tv.models.maxvit_t().train()
+    for layer in module.modules():
+        if isinstance(layer, tv.ops.StochasticDepth):
+            layer.p = 0.0
+    graph = resolve_model("torchvision:maxvit_t").layer_graph(shard(batch))
+    assert graph.total_params() == sum(p.numel() for p in module.parameters())
+    assert graph.saved_bytes() == saved_activation_bytes(module, torch.randn(batch, 3, 224, 224))

@@ -318,6 +318,37 @@ class NetBuilder:
                            [self._memory_op(f"{name}.copy.grad", n, 1, 1)], 0, 0.0,
                            frozenset({"batch", "channels", "spatial", "sequence"}))
 
+    def scale_constant(self, name: str, x: Tensor) -> Tensor:
+        """``x * c`` by a Python number: one read, one write each way; saves nothing (``mul.Scalar``)."""
+        n = self.batch * x.numel
+        out = self._new(x.shape, name)
+        return self._layer(name, "other", [x], out, [self._memory_op(f"{name}.mul", n, 1, 1)],
+                           [self._memory_op(f"{name}.mul.grad", n, 1, 1)], 0, 0.0,
+                           frozenset({"batch", "channels", "spatial", "sequence"}))
+
+    def softmax(self, name: str, x: Tensor) -> Tensor:
+        """Softmax over the last dimension: saves its output (``derivatives.yaml`` ``_softmax``)."""
+        n = self.batch * x.numel
+        out = self._new(x.shape, name)
+        return self._layer(name, "softmax", [x], out, [self._memory_op(f"{name}.softmax", n, 1, 1)],
+                           [self._memory_op(f"{name}.softmax.grad", n, 2, 1)], 0, self._save(out),
+                           frozenset({"batch", "heads", "sequence"}))
+
+    def batched_matmul(self, name: str, a: Tensor, b: Tensor, m: int, n: int, k: int, batch: int,
+                       saved_a: Tensor, saved_b: Tensor, shape: tuple[int, ...]) -> Tensor:
+        """``batch`` GEMMs of m×k by k×n per sample (an einsum or matmul of two activations, as
+        attention's scores and weighted sum): backward the two operand gradients; saves the two
+        operands as the batched GEMM reads them (``saved_a``, ``saved_b``: copies where they were
+        not laid out for it)."""
+        total = self.batch * batch
+        moved = float(self.elem * total * (m * k + k * n + m * n))
+        fwd = Op(f"{name}.bmm", "attention", 2.0 * total * m * n * k, moved, m, n, k, total)
+        bwd = [Op(f"{name}.bmm.grad_a", "attention", fwd.flops, moved, m, k, n, total),
+               Op(f"{name}.bmm.grad_b", "attention", fwd.flops, moved, k, n, m, total)]
+        out = self._new(shape, name)
+        return self._layer(name, "attention", [a, b], out, [fwd], bwd, 0, self._save(saved_a) + self._save(saved_b),
+                           frozenset({"batch", "heads"}))
+
     def concat(self, name: str, parts: list[Tensor], dim: int = 0) -> Tensor:
         """Concatenation along ``dim`` of the per-sample shape: copies, saves nothing."""
         first = parts[0].shape

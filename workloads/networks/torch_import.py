@@ -24,6 +24,7 @@ from __future__ import annotations
 
 import contextlib
 import importlib
+import math
 import operator
 from typing import Any, ClassVar, Literal
 
@@ -363,7 +364,7 @@ class _Mapper:
         return self.net._layer(name, "flatten", [x], out, [], [], 0, 0.0)
 
     VIEWS: ClassVar[set[str]] = {"flatten", "view", "reshape", "permute", "transpose", "contiguous", "squeeze",
-                                 "unsqueeze", "expand", "__getitem__"}
+                                 "unsqueeze", "expand", "__getitem__", "swapaxes"}
 
     def _function(self, node):
         torch, F = self.torch, self.F
@@ -390,6 +391,13 @@ class _Mapper:
             return args[0]               # as the catalog's MBConv leaves it out (workloads/networks/blocks.py)
         if target is torch.cat or label == "cat":
             return self._cat(node, args, node.kwargs.get("dim", node.args[1] if len(node.args) > 1 else 0))
+        if label in ("mul", "__mul__", "truediv", "div") and len(args) == 2 and isinstance(args[0], Tensor) \
+                and isinstance(args[1], (int, float)):
+            return self.net.scale_constant(self._layer_name(node), args[0])
+        if label == "einsum":
+            return self._einsum(node, args)
+        if target is F.softmax or label == "softmax":
+            return self.net.softmax(self._layer_name(node), self._tensor(node, node.args[0], node.name))
         if label == "shifted_window_attention":
             return self._window_attention(node, args)
         if label == "_patch_merging_pad":  # Swin's patch merging: 2x2 neighbours gathered into channels
@@ -401,9 +409,9 @@ class _Mapper:
         x = args[0]
         if not isinstance(x, Tensor):
             raise self._unknown(node, f"unsupported operation {label} on {type(x).__name__}")
-        if label in ("contiguous", "reshape", "flatten") and not _is_contiguous(node.args[0]) and shape != x.shape:
+        if label in ("reshape", "flatten") and shape != x.shape and not self._reshape_is_view(node):
             return self.net.copy(name, x, shape)   # a strided view copied into a new storage
-        if label == "contiguous" and not _is_contiguous(node.args[0]):
+        if label == "contiguous" and not _is_contiguous(node.args[0], self.net.batch):
             return self.net.copy(name, x, shape)
         if target is F.layer_norm or label == "layer_norm":
             return self._layer_norm(node, name, x, args)
@@ -453,6 +461,67 @@ class _Mapper:
         params = sum(v.params for v in kw.values() if isinstance(v, _Param))
         return self.net.window_attention(name, x, int(kw["num_heads"]), tuple(kw["window_size"]),
                                          tuple(kw["shift_size"]), params)
+
+    def _einsum(self, node, args) -> Tensor:
+        """``einsum`` of two activations with a shared batch prefix (attention's "...ID,...JD->...IJ" and
+        "...IJ,...JD->...ID"): batched GEMMs; an operand that is not a contiguous (batch, rows, cols)
+        block is copied for the GEMM and the copy is saved."""
+        equation = args[0].replace(" ", "")
+        operands = args[1:] if len(args) > 2 else args[1]
+        inputs, output = equation.split("->")
+        left, right = inputs.split(",")
+        a, b = operands
+        if not (isinstance(a, Tensor) and isinstance(b, Tensor)):
+            raise self._unknown(node, "einsum is supported on two activations")
+        sizes = {**dict(zip(left, (0, *a.shape), strict=True)), **dict(zip(right, (0, *b.shape), strict=True))}
+        shared = [c for c in output if c in left and c in right]
+        m_dims = [c for c in output if c in left and c not in right]
+        n_dims = [c for c in output if c in right and c not in left]
+        k_dims = [c for c in left if c in right and c not in output]
+        if left[:len(shared)] != "".join(shared) or right[:len(shared)] != "".join(shared) or len(m_dims) != 1 \
+                or len(n_dims) != 1 or len(k_dims) != 1:
+            raise self._unknown(node, f"einsum {args[0]!r}: supported as a batched matrix product")
+        m, n, k = sizes[m_dims[0]], sizes[n_dims[0]], sizes[k_dims[0]]
+        batch = math.prod(sizes[c] for c in shared[1:])
+        name = self._layer_name(node)
+        saved = []
+        for arg, operand, letters in ((node.args[1] if len(args) > 2 else node.args[1][0], a, left),
+                                      (node.args[2] if len(args) > 2 else node.args[1][1], b, right)):
+            if self._batch_dims_merge(arg, [letters.index(c) for c in shared]):
+                saved.append(operand)   # the GEMM reads a view: the operand's own storage is saved
+            else:
+                saved.append(self.net.input(*operand.shape))  # a copy: a storage of its own
+        return self.net.batched_matmul(name, a, b, m, n, k, batch, saved[0], saved[1], self._shape(node))
+
+    def _reshape_is_view(self, node) -> bool:
+        """Whether ``reshape``/``flatten`` at node returns a view (ATen ``computeStride``, TensorUtils.cpp: each
+        run of input dimensions that are contiguous with each other splits or merges freely)."""
+        meta, out = node.args[0].meta.get("tensor_meta"), node.meta["tensor_meta"]
+        if not hasattr(meta, "stride"):
+            return True
+        old = [self.net.batch, *(int(d) for d in meta.shape[1:])]
+        stride = [int(d) for d in meta.stride]
+        new = [self.net.batch, *(int(d) for d in out.shape[1:])]
+        view_d, base, tensor_numel, view_numel = len(new) - 1, stride[-1], 1, 1
+        for d in reversed(range(len(old))):
+            tensor_numel *= old[d]
+            if d == 0 or (old[d - 1] != 1 and stride[d - 1] != tensor_numel * base):
+                while view_d >= 0 and (view_numel < tensor_numel or new[view_d] == 1):
+                    view_numel *= new[view_d]
+                    view_d -= 1
+                if view_numel != tensor_numel:
+                    return False
+                if d > 0:
+                    base, tensor_numel, view_numel = stride[d - 1], 1, 1
+        return view_d == -1
+
+    def _batch_dims_merge(self, arg, dims: list[int]) -> bool:
+        """Whether dimensions ``dims`` of fx node ``arg`` (the first the batch, at this graph's micro-batch)
+        merge into one as a view (``reshape`` without a copy; dimensions of size 1 ignored)."""
+        meta = arg.meta.get("tensor_meta")
+        sizes = [self.net.batch, *(int(d) for d in meta.shape[1:])]
+        kept = [(sizes[d], int(meta.stride[d])) for d in dims if sizes[d] != 1]
+        return all(stride == kept[i + 1][1] * kept[i + 1][0] for i, (_, stride) in enumerate(kept[:-1]))
 
     def _pieces(self, node, x: Tensor) -> tuple[Tensor, ...]:
         """``chunk``/``split``/``unbind``: views of one storage (whoever saves one keeps it all)."""
@@ -521,14 +590,15 @@ class _Param:
         self.params = params
 
 
-def _is_contiguous(arg) -> bool:
-    """Whether the fx node ``arg`` holds a contiguous tensor (sizes-1 dimensions ignored, as
-    ``Tensor.is_contiguous``); True where shape propagation recorded no strides."""
+def _is_contiguous(arg, batch: int) -> bool:
+    """Whether the fx node ``arg`` holds a contiguous tensor at micro-batch ``batch`` (size-1 dimensions
+    ignored, as ``Tensor.is_contiguous``); True where shape propagation recorded no strides."""
     meta = getattr(arg, "meta", {}).get("tensor_meta")
     if not hasattr(meta, "stride") or meta.stride is None:
         return True
     expected = 1
-    for size, stride in reversed(list(zip(meta.shape, meta.stride, strict=True))):
+    sizes = [batch, *(int(d) for d in meta.shape[1:])]
+    for size, stride in reversed(list(zip(sizes, meta.stride, strict=True))):
         if size != 1 and stride != expected:
             return False
         expected *= size
