@@ -786,8 +786,8 @@ class Planner:
                         carry.append(pending)  # the kernel after the overlapped one waits for it
                         pending = None
                     continue
-                category = comm_category(payload[0][0])
-                task = self.comm_task(actor, category.removesuffix("_comm"), category, f"{label}.{name}", rank, payload,
+                comm_cat = comm_category(payload[0][0])  # not `category`: the kernels after it keep theirs
+                task = self.comm_task(actor, comm_cat.removesuffix("_comm"), comm_cat, f"{label}.{name}", rank, payload,
                                       key=f"{label}.{name}")
                 if task is not None and self.detail and layer:
                     task.info = (("layer", layer),)
