@@ -529,6 +529,15 @@ class Node(Spec):
     nic_bandwidth_gbit_per_s: float = Field(gt=0, description="line rate of one NIC")
     nic_efficiency: float = Field(gt=0, le=1, description="achievable / line rate")
     nic_latency_us: float = Field(ge=0)
+    nic_low_latency_efficiency: float | None = Field(
+        default=None, gt=0, le=1,
+        description="NCCL's low-latency protocols across nodes (LL/LL128): achievable / line rate; with "
+                    "nic_low_latency_us, a cross-node collective takes the faster of this line and the main one "
+                    "(validation/calibrate_collectives.py fits both on nccl-tests sweeps)")
+    nic_low_latency_us: float | None = Field(default=None, ge=0, description="per-hop latency of that protocol")
+    nic_fitted_on: str | None = Field(
+        default=None, description="the rows nic_efficiency / nic_latency_us (and the low-latency line) were fitted "
+                                  "on, where they were (validation/calibrate_collectives.py); None: stated in source")
     inter_node_collectives: dict[CollectiveName, AlphaBeta] | None = None
     nvlink_domain_gpus: int | None = Field(
         default=None, gt=0,

@@ -108,8 +108,8 @@ def test_inter_node_all_gather_splits_bus_over_the_nodes_nics():
 
 def test_inter_node_one_rank_per_node_uses_only_nics():
     # g = 1, k = 2 (ranks 0 and 8): all-reduce bus = 2·1/2·S = S, all on the NIC.
-    # Ring latency 2(n-1) = 2 steps of 6 us; tree 2·log2(2)·6 us = 12 us: equal, not lower,
-    # so the ring is kept. Time = 12 us + S / 25 GB/s = 12 us + 2.56 ms.
+    # Ring latency 2(n-1) = 2 steps of 6 us; tree 2·log2(2)·6 us = 12 us and S through the NIC too:
+    # equal, not lower, so the ring is kept. Time = 12 us + S / 25 GB/s = 12 us + 2.56 ms.
     topo = _topo(16)
     cost = collective_cost("all_reduce", S, topo.placement((0, 8)), topo.links)
     assert cost.algorithm == "ring"
@@ -117,39 +117,84 @@ def test_inter_node_one_rank_per_node_uses_only_nics():
     assert cost.isolated_time_s(topo.links) == pytest.approx(2 * A_NET + S / B_NIC, rel=1e-12)
 
 
+SMALL = 64e3  # a payload whose time is mostly latency
+
+
 def test_tree_all_reduce_chosen_when_its_latency_is_lower():
-    # n = 16 ranks, one per node on k = 16 nodes (ranks 0, 8, ..., 120 of 128 GPUs).
-    # Ring latency 2(n-1) = 30 hops x 6 us = 180 us; tree 2·log2(16) = 8 steps x 6 us + 0 intra = 48 us.
-    # Bandwidth term the same: bus/g = 2·15/16·S on the NIC.
+    # n = 16 ranks, one per node on k = 16 nodes (ranks 0, 8, ..., 120 of 128 GPUs), 64 kB.
+    # Ring: 2(n-1) = 30 hops x 6 us = 180 us + 2·15/16·s / 25 GB/s = 4.8 us -> 184.8 us.
+    # Tree: 2·log2(16) = 8 steps x 6 us = 48 us + 2·s / 25 GB/s (two binary trees: each node
+    # sends and receives 2·s) = 5.12 us -> 53.12 us.
     topo = _topo(128)
     ranks = tuple(range(0, 128, 8))
-    cost = collective_cost("all_reduce", S, topo.placement(ranks), topo.links)
+    cost = collective_cost("all_reduce", SMALL, topo.placement(ranks), topo.links)
     assert cost.algorithm == "tree"
     assert cost.latency_s == pytest.approx(8 * A_NET, rel=1e-12)
-    assert cost.bytes_by_link == pytest.approx({"nic": 2 * 15 / 16 * S})
-    assert cost.isolated_time_s(topo.links) == pytest.approx(8 * A_NET + 30 / 16 * S / B_NIC, rel=1e-12)
+    assert cost.bytes_by_link == pytest.approx({"nic": 2 * SMALL})
+    assert cost.isolated_time_s(topo.links) == pytest.approx(8 * A_NET + 2 * SMALL / B_NIC, rel=1e-12)
+
+
+def test_ring_all_reduce_chosen_when_its_bandwidth_wins():
+    # Same 16 nodes, 64 MB: ring 180 us + 30/16·S / 25 GB/s = 180 + 4800 us = 4.98 ms;
+    # tree 48 us + 2·S / 25 GB/s = 48 + 5120 us = 5.168 ms -> ring.
+    topo = _topo(128)
+    cost = collective_cost("all_reduce", S, topo.placement(tuple(range(0, 128, 8))), topo.links)
+    assert cost.algorithm == "ring"
+    assert cost.isolated_time_s(topo.links) == pytest.approx(30 * A_NET + 30 / 16 * S / B_NIC, rel=1e-12)
 
 
 def test_tree_latency_counts_intra_node_steps():
-    # n = 32: g = 8 per node on k = 4 nodes. Tree: 2·log2(4)·6 us + 2·(8-1)·2 us = 24 + 28 = 52 us;
-    # ring: 2·31·max(6, 2) us = 372 us -> tree.
+    # n = 32: g = 8 per node on k = 4 nodes, 64 MB.
+    # Tree: 2·log2(4)·6 us + 2·(8-1)·2 us = 24 + 28 = 52 us; NIC 2·S/8 = S/4 (0.64 ms), NVLink
+    # reduce-scatter + all-gather 2·7/8·S = 1.75 S (1.12 ms) -> 1.172 ms.
+    # Ring: 2·31 steps x max(6, 2) us = 372 us; NIC 2·31/32·S/8 (0.62 ms), NVLink 2·31/32·7/8·S
+    # (1.085 ms) -> 1.457 ms. The tree wins.
     topo = _topo(32)
     cost = collective_cost("all_reduce", S, topo.placement(tuple(range(32))), topo.links)
     assert cost.algorithm == "tree"
     assert cost.latency_s == pytest.approx(2 * 2 * A_NET + 2 * 7 * A_NVL, rel=1e-12)
-    bus = 2 * 31 / 32 * S
-    assert cost.bytes_by_link == pytest.approx({"nic": bus / 8, "nvl": bus * 7 / 8})
+    assert cost.bytes_by_link == pytest.approx({"nic": S / 4, "nvl": 1.75 * S})
+    ring = collective_cost("all_reduce", S, topo.placement(tuple(range(32))), topo.links, algorithm="ring")
+    assert ring.algorithm == "ring"
+    assert ring.latency_s == pytest.approx(62 * A_NET, rel=1e-12)
+    assert ring.isolated_time_s(topo.links) == pytest.approx(372e-6 + 2 * 31 / 32 * 7 / 8 * S / B_NVL, rel=1e-12)
+
+
+def test_two_node_tree_moves_half_the_ring_bytes_through_the_nics():
+    # g = 8 on k = 2 nodes: each of the two binary trees is one edge, so a node's NICs carry S each
+    # way (S/8 per rank) where the ring carries 2·15/16·S (15/64·S per rank).
+    topo = _topo(16)
+    tree = collective_cost("all_reduce", S, topo.placement(tuple(range(16))), topo.links, algorithm="tree")
+    ring = collective_cost("all_reduce", S, topo.placement(tuple(range(16))), topo.links, algorithm="ring")
+    assert tree.bytes_by_link["nic"] == pytest.approx(S / 8)
+    assert ring.bytes_by_link["nic"] == pytest.approx(15 / 64 * S)
 
 
 def test_tree_uses_ceil_log2_of_node_count():
-    # k = 3 nodes, g = 1: tree 2·ceil(log2 3) = 4 steps x 6 us = 24 us; ring 2(n-1) = 4 steps = 24 us:
-    # not lower, so the ring is kept.
-    # k = 5 nodes, g = 1: tree 2·3 = 6 steps (36 us) < ring 2·4 = 8 steps (48 us) -> tree.
+    # 64 kB, g = 1. k = 3: tree 2·ceil(log2 3) = 4 steps x 6 us = 24 us (+ 2·s/25 GB/s = 5.12 us);
+    # ring 2(n-1) = 4 steps = 24 us (+ 4/3·s/25 GB/s = 3.41 us) -> ring.
+    # k = 5: tree 2·3 = 6 steps (36 us + 5.12 us) < ring 2·4 = 8 steps (48 us + 4.1 us) -> tree.
     topo = _topo(64)
-    three = collective_cost("all_reduce", S, topo.placement((0, 8, 16)), topo.links)
+    three = collective_cost("all_reduce", SMALL, topo.placement((0, 8, 16)), topo.links)
     assert three.algorithm == "ring" and three.latency_s == pytest.approx(4 * A_NET, rel=1e-12)
-    five = collective_cost("all_reduce", S, topo.placement((0, 8, 16, 24, 32)), topo.links)
+    five = collective_cost("all_reduce", SMALL, topo.placement((0, 8, 16, 24, 32)), topo.links)
     assert five.algorithm == "tree" and five.latency_s == pytest.approx(6 * A_NET, rel=1e-12)
+
+
+def test_low_latency_protocol_across_nodes_wins_small_messages_only():
+    # The node's LL line: 10% of the NIC line rate (2.5 GB/s per rank), 1 us per network hop
+    # (+ 1 us switch = 2 us). 16 nodes, g = 1 (as above):
+    # 64 kB: ring_ll 30·2 us + 30/16·s / 2.5 GB/s = 60 + 48 = 108 us; tree_ll 8·2 + 2·s/2.5 GB/s
+    #        = 16 + 51.2 = 67.2 us; tree (main) 53.12 us -> tree. 4 kB: tree_ll 16 + 3.28 = 19.28 us
+    #        < tree 48 + 0.33 us -> tree_ll, its NIC bytes scaled by 25/2.5 = 10.
+    topo = _topo(128, node=_node(nic_low_latency_efficiency=0.1, nic_low_latency_us=1))
+    assert topo.links.inter_low_latency_bytes_per_s == pytest.approx(B_NIC / 10, rel=1e-12)
+    ranks = tuple(range(0, 128, 8))
+    assert collective_cost("all_reduce", SMALL, topo.placement(ranks), topo.links).algorithm == "tree"
+    tiny = collective_cost("all_reduce", 4e3, topo.placement(ranks), topo.links)
+    assert tiny.algorithm == "tree_ll"
+    assert tiny.bytes_by_link == pytest.approx({"nic": 10 * 2 * 4e3})
+    assert tiny.isolated_time_s(topo.links) == pytest.approx(8 * 2e-6 + 2 * 4e3 / (B_NIC / 10), rel=1e-12)
 
 
 def test_oversubscribed_fat_tree_across_pods_adds_uplink_bytes():

@@ -44,6 +44,7 @@ from hardware_specs.catalog import NODES
 from hardware_specs.schema import AlphaBeta, FatTree, Node, NvlsLaw
 from simulator.cost.collectives import bus_bytes, collective_cost
 from simulator.cost.topology import Placement, Topology
+from validation.calibrate_collectives_cross import CROSS_NODES, cross_node_block, print_cross
 
 CSV = Path(__file__).parent / "data" / "microbench" / "collectives_bandwidth.csv"
 NODE_SPECS = Path(__file__).parent.parent / "hardware_specs" / "nodes"
@@ -55,7 +56,8 @@ FABRIC = FatTree(name="none", levels=1, switch_latency_us=0, source="unused: one
 SYSTEMS = {"A100 SXM": "dgx-a100-80g", "H200 SXM": "hgx-h200", "B200": "dgx-b200", "MI300X": "mi300x-8",
            "H100 80GB HBM3": "dgx-h100"}
 TRANSFERS = {"dgx-h100": "hgx-h200", "hgx-b200": "dgx-b200", "dgx-b300": "dgx-b200", "gb200-nvl72": "dgx-b200",
-             "gb300-nvl72": "dgx-b200", "mi325x-8": "mi300x-8"}
+             "gb300-nvl72": "dgx-b200", "mi325x-8": "mi300x-8", "p6-b200": "dgx-b200", "p5en-h200": "hgx-h200",
+             "a3-mega-h100": "hgx-h200"}
 # Fitted and checked but not written: the A100 validations (Narayanan, Korthikanti; the A100 curve of
 # validation/calibrate_a100.py) and Hagemann's fitted profile price the A100's collectives with the
 # node's collective_efficiency; adopting these laws would move them and needs those fits redone.
@@ -216,6 +218,8 @@ def block(node_name: str) -> dict:
                                    for c, law in laws.items()}}
     if nvls is not None and NODES.get(node_name).intra_node.supports_nvls:
         out["nvls_all_reduce"] = nvls.model_dump(exclude_none=True)
+    if node_name in CROSS_NODES:
+        out.update(cross_node_block(node_name))
     return out
 
 
@@ -272,6 +276,7 @@ def main(argv: list[str] | None = None) -> int:
     print(f"median |error| {table.error.abs().median():.1%}, max {table.error.abs().max():.1%} "
           f"(tolerance {MEDIAN:.0%} / {WORST:.0%}; {LARGE:.0%} at >= 64 MiB)")
     failed = misses(table)
+    failed += print_cross()
     for miss in failed:
         print("MISS:", miss)
     print("FAIL" if failed else "PASS")

@@ -12,8 +12,10 @@ and the time in isolation is ``latency + bus / bus_bandwidth``. Mapped on links:
 - inside one node every byte of the bus volume crosses the rank's intra-node port;
 - across nodes a ring (NCCL runs one channel per NIC) pushes the bus volume through the
   node's g NICs, so each rank's NIC port carries bus/g, and (g-1)/g of it stays on NVLink;
-  a double binary tree moves the same bandwidth term with 2·log2(k) latency steps
-  instead of 2(n-1), and NCCL picks the faster one — so do we;
+  an all-reduce may instead run a double binary tree across nodes: 2·log2(k) latency steps
+  instead of 2(n-1), and 2·S through a node's NICs (S over two nodes; ``_tree_bytes``) instead of
+  the ring's 2(n-1)/n·S; each algorithm also runs on the low-latency protocol where the node has
+  fitted one (``nic_low_latency_*``), and NCCL picks the fastest — so do we;
 - between pods of an oversubscribed fat tree the inter-node bytes also cross the uplinks.
 
 Latency: ring all-reduce 2(n-1) steps, all-gather/reduce-scatter (n-1) steps, each costing
@@ -95,8 +97,10 @@ def collective_cost(
     inter_laws: dict[str, AlphaBeta] | None = None,
     nvls: NvlsLaw | None = None,
     mesh_peers: int | None = None,
+    algorithm: str | None = None,
 ) -> CollectiveCost:
-    """Cost of ``collective`` of ``payload_bytes`` over ``placement`` (see module docstring)."""
+    """Cost of ``collective`` of ``payload_bytes`` over ``placement`` (see module docstring). ``algorithm``
+    ("ring" or "tree") forces NCCL's cross-node algorithm (``NCCL_ALGO``) where a measurement did."""
     n = placement.size
     if n <= 1 or payload_bytes <= 0:
         return CollectiveCost("none", 0.0, {})
@@ -143,11 +147,7 @@ def collective_cost(
                    for key, b in by_link.items()}
         return CollectiveCost("measured", _law_latency_s(law, collective, n), by_link)
     hop = max(links.inter_latency_s, links.intra_latency_s)
-    ring_latency = ring_steps(collective, n) * hop
-    if collective == "all_reduce":
-        tree_latency = 2 * math.ceil(math.log2(k)) * links.inter_latency_s + 2 * (g - 1) * links.intra_latency_s
-        if tree_latency < ring_latency:
-            return CollectiveCost("tree", tree_latency, by_link)
+    ring_latency = _ring_latency_s(collective, n, k, links.inter_latency_s, links.intra_latency_s)
     if collective == "send_recv":
         return CollectiveCost("p2p", links.inter_latency_s, {"nic": payload_bytes})
     if collective == "ring_pass":
@@ -156,7 +156,7 @@ def collective_cost(
         ring = {"nic": bus}
         if placement.num_pods > 1:
             ring["up"] = bus
-        return CollectiveCost("ring", ring_latency, ring)
+        return CollectiveCost("ring", ring_steps(collective, n) * hop, ring)
     if collective == "all_to_all":
         inter_share = (n - g) / n * payload_bytes
         intra_share = (g - 1) / n * payload_bytes
@@ -164,4 +164,53 @@ def collective_cost(
         if placement.num_pods > 1:
             a2a["up"] = inter_share
         return CollectiveCost("pairwise", links.inter_latency_s + (n - 1) * 1e-6, a2a)
-    return CollectiveCost("ring", ring_latency, by_link)
+    candidates = [CollectiveCost("ring", ring_latency, by_link)]
+    if collective == "all_reduce":
+        candidates.append(CollectiveCost("tree", _tree_latency_s(links.inter_latency_s, links, g, k),
+                                         _tree_bytes(payload_bytes, g, k, placement.num_pods > 1)))
+    if links.inter_low_latency_bytes_per_s and links.inter_low_latency_s is not None:
+        # NCCL's LL/LL128 protocols: the same algorithms with shorter steps and less bandwidth on the NICs
+        slow = links.inter_bytes_per_s / links.inter_low_latency_bytes_per_s
+        for cost in list(candidates):
+            latency = (_ring_latency_s(collective, n, k, links.inter_low_latency_s, links.intra_latency_s)
+                       if cost.algorithm == "ring"
+                       else _tree_latency_s(links.inter_low_latency_s, links, g, k))
+            scaled = {key: b * slow if key in ("nic", "up") else b for key, b in cost.bytes_by_link.items()}
+            candidates.append(CollectiveCost(cost.algorithm + "_ll", latency, scaled))
+    if algorithm is not None:
+        candidates = [c for c in candidates if c.algorithm.removesuffix("_ll") == algorithm] or candidates
+    # NCCL's tuner picks the algorithm and protocol it expects to be fastest (src/graph/tuning.cc); so do we
+    return min(candidates, key=lambda c: c.isolated_time_s(links))
+
+
+def _ring_latency_s(collective: str, n: int, k: int, inter_hop_s: float, intra_hop_s: float) -> float:
+    """A ring's steps in lock-step, each at the slowest hop's latency (2(n-1) for an all-reduce, n-1 for a
+    gather). NCCL's tuner counts only the 2(k-1) steps between nodes at the network latency
+    (src/graph/tuning.cc); adopting that moves the PaSE and DAPPLE example plans, so it waits (k: unused)."""
+    return ring_steps(collective, n) * max(inter_hop_s, intra_hop_s)
+
+
+def _tree_latency_s(inter_hop_s: float, links: LinkCapacities, g: int, k: int) -> float:
+    """Double binary tree over k nodes (2·ceil(log2 k) inter-node steps, up and down) and a chain of
+    g ranks inside each node (2(g-1) intra-node steps)."""
+    return 2 * math.ceil(math.log2(k)) * inter_hop_s + 2 * (g - 1) * links.intra_latency_s
+
+
+def _tree_bytes(payload_bytes: float, g: int, k: int, across_pods: bool) -> dict[str, float]:
+    """Bytes per rank of a tree all-reduce over k nodes of g ranks.
+
+    Inside the node the payload is reduce-scattered and all-gathered (2(g-1)/g·S per rank on NVLink,
+    NCCL's NVLS-tree or chain); across nodes NCCL runs two binary trees, each on half the payload, where
+    every node is an inner node of one and a leaf of the other (Sanders, Speck & Träff 2009, "Two-tree
+    algorithms for full bandwidth broadcast, reduction and scan", Sec. 3): a node's NICs carry 2·S each
+    way for the reduce up and the broadcast down (NCCL's tuner: tree algorithm bandwidth = bus bandwidth / 2,
+    src/graph/tuning.cc). Over two nodes each tree is one edge: a node sends its half up one tree and the
+    other half down the other, S each way, where a ring over the 2g ranks moves 2(2g-1)/(2g)·S.
+    """
+    node_bytes = payload_bytes if k == 2 else 2 * payload_bytes
+    out = {"nic": node_bytes / g}
+    if g > 1:
+        out["nvl"] = 2 * (g - 1) / g * payload_bytes
+    if across_pods:
+        out["up"] = node_bytes / g
+    return out

@@ -102,6 +102,8 @@ def efficiency_provenance(scenario: Scenario) -> dict[str, str]:
         inter = node.inter_node_collectives or {}
         if "all_reduce" in inter and inter["all_reduce"].fitted_on:
             out["inter_node_collectives"] = inter["all_reduce"].fitted_on
+        elif node.nic_fitted_on:  # the NIC model itself fitted on cross-node sweeps
+            out["inter_node_collectives"] = node.nic_fitted_on
         else:
             out["inter_node_collectives"] = _stated(node.source)
     return out

@@ -139,6 +139,10 @@ class LinkCapacities:
     uplink_bytes_per_s: float
     intra_latency_s: float
     inter_latency_s: float
+    # NCCL's low-latency protocol across nodes (LL/LL128: less bandwidth, shorter steps), where the node has
+    # fitted one (Node.nic_low_latency_efficiency / nic_low_latency_us): bytes/s per rank and seconds per hop
+    inter_low_latency_bytes_per_s: float | None = None
+    inter_low_latency_s: float | None = None
 
     def capacity_of(self, link: str) -> float:
         """Bytes/s of a link class ("nvl", "nic", "up")."""
@@ -255,12 +259,17 @@ class Topology:
             hops = 1 if self.num_nodes <= fabric.rail_group_nodes else 3  # leaf of the rail; leaf-spine-leaf between units
         else:
             hops = 2 * fabric.levels - 1  # worst-case switches on a path in a folded Clos
+        switches_s = hops * fabric.switch_latency_us * 1e-6
+        low_latency = node.nic_low_latency_efficiency is not None and node.nic_low_latency_us is not None and inter
         return LinkCapacities(
             intra_bytes_per_s=intra,
             inter_bytes_per_s=inter or 1.0,
             uplink_bytes_per_s=(inter or 1.0) / fabric.oversubscription,
             intra_latency_s=node.intra_node.latency_us * 1e-6,
-            inter_latency_s=(node.nic_latency_us + hops * fabric.switch_latency_us) * 1e-6,
+            inter_latency_s=node.nic_latency_us * 1e-6 + switches_s,
+            inter_low_latency_bytes_per_s=(inter / node.nic_efficiency * node.nic_low_latency_efficiency
+                                           if low_latency else None),
+            inter_low_latency_s=node.nic_low_latency_us * 1e-6 + switches_s if low_latency else None,
         )
 
     def links_of(self, rank: int) -> LinkCapacities:

@@ -141,7 +141,7 @@ class WanTopology(Topology):
 
     def _with_pairs(self, base: LinkCapacities) -> WanLinkCapacities:
         return WanLinkCapacities(base.intra_bytes_per_s, base.inter_bytes_per_s, base.uplink_bytes_per_s,
-                                 base.intra_latency_s, base.inter_latency_s, self.pair_capacities)
+                                 base.intra_latency_s, base.inter_latency_s, pair_bytes_per_s=self.pair_capacities)
 
     def group_links(self, g: int) -> WanLinkCapacities:
         """A node group's link classes (simulator/cost/topology.py) plus the pair ports."""

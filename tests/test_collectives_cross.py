@@ -1,0 +1,102 @@
+"""Collectives across nodes fitted on the multi-node rows of collectives_bandwidth.csv
+(validation/calibrate_collectives_cross.py): AWS p6-b200 (EFA v4, 4 nodes), AWS p5en (EFA v3, 4 nodes,
+ring vs NVLS-tree) and GCP A3 Mega (GPUDirect-TCPXO, 2 nodes), held-out half per size and system.
+
+Tolerances (the intra-node ones, tests/test_collectives_calibration.py): median |error| 8%, worst 30%,
+15% on rows of 64 MiB or more. Why these: the data's own repeat spread is small -- A3 Mega out-of-place
+vs in-place time: median 1.0%, 2.7% at most from 2 KiB up, 16.3% at 1 KiB; p5en NCCL default vs forced
+ring 0.06% -- so any miss past them is the model's (two alpha-beta lines per algorithm cannot follow
+NCCL's channel and protocol switches between them), not noise in the rows. Above 64 MiB the law is a
+bandwidth line, which the data pins down to about 1%, hence the tighter bound there.
+"""
+
+from __future__ import annotations
+
+import pytest
+
+from hardware_specs.catalog import NODES
+from simulator.cost.provenance import CALIBRATED, DERIVED, efficiency_provenance, provenance_state
+from simulator.scenario import load_scenario
+from validation import calibrate_collectives as cc
+from validation import calibrate_collectives_cross as cx
+
+MEDIAN, WORST, LARGE = cx.CROSS_MEDIAN, cx.CROSS_WORST, cx.CROSS_LARGE
+
+
+def _kept():
+    table = cx.cross_heldout_table()
+    return table[table.set_aside == ""]
+
+
+def test_cross_node_heldout_rows_within_median_and_worst_tolerance():
+    table = _kept()
+    assert len(table) >= 15
+    assert set(table.node) == {"p6-b200", "p5en-h200", "a3-mega-h100"}
+    errors = table.error.abs()
+    assert errors.median() <= MEDIAN, table.to_string()
+    assert errors.max() <= WORST, table.to_string()
+    for node, group in table.groupby("node"):  # each swept system on its own, not only pooled (p5en: 2 rows,
+        if len(group) >= 5:                      # both in the strict xfail below)
+            assert group.error.abs().median() <= MEDIAN, (node, group.to_string())
+
+
+@pytest.mark.xfail(strict=True, reason="unmet (issue 23, across nodes): held-out rows of >= 64 MiB within 15%: "
+                                       "p6-b200 256 MiB +16.2% (the EFA sweep is slow mid-range: 229 GB/s at "
+                                       "256 MiB, 327 at 512 MiB) and p5en forced NVLS-tree 4 GiB +21.5% (310 GB/s "
+                                       "measured where the tree's 2·S through the NICs at the fitted efficiency "
+                                       "gives 377; one row, no second to fit a tree efficiency on; p5en's two "
+                                       "held-out rows: +3.3% and +21.5%)")
+def test_cross_node_large_messages_within_tolerance():
+    table = _kept()
+    large = table[table.message_bytes >= 2**26]
+    assert len(large) >= 6
+    assert large.error.abs().max() <= LARGE, large.to_string()
+
+
+def test_fit_uses_only_fit_rows_and_the_catalog_holds_it():
+    heldout = {r.row for r in cx.cross_rows() if r.heldout}
+    aside = {r.row for r in cx.cross_rows() if r.set_aside}
+    for name in cx.CROSS_NODES:
+        f = cx.cross_fit(name)
+        assert f.rows and not set(f.rows) & (heldout | aside)
+        node = NODES.get(name)
+        block = cx.cross_node_block(name)
+        assert node.nic_efficiency == block["nic_efficiency"]
+        assert node.nic_latency_us == block["nic_latency_us"]
+        assert node.nic_low_latency_efficiency == block.get("nic_low_latency_efficiency")
+        assert node.nic_low_latency_us == block.get("nic_low_latency_us")
+        assert node.nic_fitted_on == block["nic_fitted_on"]
+        assert "collectives_bandwidth.csv rows " in node.nic_fitted_on
+        assert name in cc.calibrated_nodes()  # its NVLink laws are written too (carried from its sibling)
+
+
+def test_rows_set_aside_are_counted_and_say_why():
+    aside = [r for r in cx.cross_rows() if r.set_aside]
+    # the p6-b200 sweep's 32, 64 and 128 KiB rows take 17.8x, 8.9x and 1.6x as long as its 512 KiB row
+    assert [(r.node, int(r.message_bytes)) for r in aside] == [("p6-b200", 32768), ("p6-b200", 65536),
+                                                               ("p6-b200", 131072)]
+    assert all("not monotone in size" in r.set_aside for r in aside)
+    # 48 multi-node rows: 47 measured on the three systems, 1 a maintainer's expected value (not used)
+    assert len(cx.cross_rows()) == 47
+
+
+def test_each_system_runs_the_algorithm_nccl_chose():
+    table = cx.cross_table(heldout=False)
+    mega = table[table.node == "a3-mega-h100"]
+    # two nodes: the tree moves S through a node's NICs, the ring 2(n-1)/n·S, so the tree runs and the
+    # predicted busbw passes the NICs' 200 GB/s, as measured (338.8 GB/s at 8 GiB)
+    assert set(mega[mega.message_bytes >= 2**26].ran) == {"tree"}
+    assert mega.predicted_busbw.max() > 200 * 1.5
+    p5en = table[table.node == "p5en-h200"].set_index("forced")
+    assert p5en.loc["ring", "ran"] == "ring" and p5en.loc["tree", "ran"] == "tree"
+    # NCCL's default (AWS's tuner) ran the ring here; the model's ring pays 2(n-1) hops of the fitted EFA latency
+    # and so picks the tree, 3.3% faster than measured (NCCL's tuner counts only the 2(k-1) network steps)
+
+
+def test_provenance_says_fitted_or_transferred():
+    def state(node):
+        scenario = load_scenario({"model": "gpt-1.7b", "cluster": {"node": node, "num_gpus": 32}})
+        return provenance_state(efficiency_provenance(scenario)["inter_node_collectives"])
+    assert state("a3-mega-h100")[0] == CALIBRATED
+    assert state("p6-b200")[0] == CALIBRATED
+    assert state("p5en-h200")[0] == DERIVED  # efficiency fitted, latency carried from p6-b200
