@@ -309,3 +309,27 @@ def test_overlap_switches_are_searchable_fields():
     assert all(c["overlap_grad_reduce"] is True and "tp_comm_overlap" not in c for c in plain)
     with pytest.raises(ConfigError, match="--space overlap_p2p_comm"):
         enumerate_layouts(base, 16, 24, 8, SearchSpace(overlap_p2p_comm=[]), SearchConstraints())
+
+
+def test_branch_and_bound_prices_in_waves_while_fewer_than_k_engine_times_are_finite():
+    """A wide search where the engine finds few candidates that run (the others infeasible in the
+    engine, time infinite): the k-th engine time stays infinite, and the fast path is asked for the
+    next wave at a time, never for every candidate left at once (it stalled a 1M-candidate search)."""
+    from simulator.explore.bounds import engine_first_branch_and_bound
+
+    n, k, wave = 300, 5, 4
+    bound = [1 + i / n for i in range(n)]
+    runs = {p for p in range(0, n, 100)}  # three candidates run in the engine; k is 5
+    fast_seen, engine_seen, batches = set(), set(), []
+
+    def price_fast(batch):
+        batches.append(len(batch))
+        fast_seen.update(batch)
+
+    fast_done, engine_done = engine_first_branch_and_bound(
+        list(range(n)), bound, price_fast, engine_seen.update,
+        lambda p: bound[p] if p in fast_seen else float("inf"),
+        lambda p: bound[p] if p in fast_seen else float("inf"),
+        lambda p: bound[p] if p in engine_seen and p in runs else float("inf"), k, wave)
+    assert max(batches) <= wave
+    assert runs <= engine_done  # every candidate that runs was timed by the engine

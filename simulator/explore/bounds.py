@@ -269,7 +269,10 @@ def engine_first_branch_and_bound(order: Sequence[int], bounds: Sequence[float],
         engine(best)
         limit = kth(engine_time(p) for p in engine_done)
         more = []
-        while cursor < len(rest) and bounds[rest[cursor]] <= limit:
+        # Until the engine holds k finite times the limit is infinite: then only the next wave, best
+        # bound first, not every candidate left (a wide search's hundreds of thousands in one batch).
+        cap = len(rest) if math.isfinite(limit) else min(len(rest), cursor + wave)
+        while cursor < cap and bounds[rest[cursor]] <= limit:
             more.append(rest[cursor])
             cursor += 1
         fast(more)
