@@ -172,16 +172,20 @@ def test_never_slower_than_pase_whose_plan_is_the_uniform_per_layer_choice():
 @pytest.mark.slow
 def test_bert_example_holds_the_plan_and_beats_every_uniform_choice():
     """BERT-large on 8 T4s in two instances: the per-component choice beats every uniform
-    per-component choice, and the pipeline choice (components cut into 4 stages of 2 GPUs) beats
-    both; the example holds that pipeline, cut only at component boundaries."""
+    per-component choice but PaSE's per-layer plan (whose plan space contains it: since the cross-node
+    tree all-reduce, d5a49d9, the two simulate within 0.2%, 0.1920 vs 0.1917 s), and the pipeline
+    choice (components cut into 4 stages of 2 GPUs) beats both; the example holds that pipeline, cut
+    only at component boundaries."""
     raw = _example("bert-large-adaptive-8xt4.yaml")
     found = get_planner("adaptive").run(raw, {})
     assert found.scenario["strategy"] == raw["strategy"]
     assert found.scenario["parallelism"] == raw["parallelism"]
     assert found.details["returned"].startswith("pipeline 4x2")
-    per_layer = [u["simulated_step_s"] for k, u in found.details["uniform"].items()
-                 if u["simulated_step_s"] and k not in found.details["pipeline"]]
-    assert min(found.details["adaptive_step_s"].values()) < min(per_layer)
+    uniform = {k: u["simulated_step_s"] for k, u in found.details["uniform"].items()
+               if u["simulated_step_s"] and k not in found.details["pipeline"]}
+    per_component = min(found.details["adaptive_step_s"].values())
+    assert per_component < min(v for k, v in uniform.items() if k != "per_layer")
+    assert per_component <= 1.01 * uniform["per_layer"]
     assert found.step_time_s <= min(u["simulated_step_s"] for u in found.details["uniform"].values()
                                     if u["simulated_step_s"])
     starts = {c["layers"][0] for c in found.details["components"]}
