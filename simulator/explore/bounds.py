@@ -269,9 +269,11 @@ def engine_first_branch_and_bound(order: Sequence[int], bounds: Sequence[float],
         engine(best)
         limit = kth(engine_time(p) for p in engine_done)
         more = []
-        # Until the engine holds k finite times the limit is infinite: then only the next wave, best
-        # bound first, not every candidate left (a wide search's hundreds of thousands in one batch).
-        cap = len(rest) if math.isfinite(limit) else min(len(rest), cursor + wave)
+        # Waves, best bound first, not every candidate under the limit at once: the limit only falls as
+        # the engine times what the fast path finds, and until the engine holds k finite times it is
+        # infinite (a wide search handed its ~180,000 remaining candidates in one batch and stalled).
+        step = max(wave, len(fast_done) // 8) if math.isfinite(limit) else wave
+        cap = min(len(rest), cursor + step)
         while cursor < cap and bounds[rest[cursor]] <= limit:
             more.append(rest[cursor])
             cursor += 1
