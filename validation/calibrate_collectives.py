@@ -30,7 +30,6 @@ rewrites the generated block at the end of each calibrated node YAML.
 from __future__ import annotations
 
 import argparse
-import hashlib
 import math
 from dataclasses import dataclass
 from functools import cache
@@ -44,7 +43,14 @@ from hardware_specs.catalog import NODES
 from hardware_specs.schema import AlphaBeta, FatTree, Node, NvlsLaw
 from simulator.cost.collectives import bus_bytes, collective_cost
 from simulator.cost.topology import Placement, Topology
-from validation.calibrate_collectives_cross import CROSS_NODES, cross_node_block, print_cross
+from validation.calibrate_collectives_cross import (
+    COLLECTIVES,
+    CROSS_NODES,
+    cross_node_block,
+    is_heldout,
+    print_cross,
+    tolerance_misses,
+)
 
 CSV = Path(__file__).parent / "data" / "microbench" / "collectives_bandwidth.csv"
 NODE_SPECS = Path(__file__).parent.parent / "hardware_specs" / "nodes"
@@ -62,11 +68,6 @@ TRANSFERS = {"dgx-h100": "hgx-h200", "hgx-b200": "dgx-b200", "dgx-b300": "dgx-b2
 # validation/calibrate_a100.py) and Hagemann's fitted profile price the A100's collectives with the
 # node's collective_efficiency; adopting these laws would move them and needs those fits redone.
 NOT_WRITTEN = {"dgx-a100-80g"}
-COLLECTIVES = ("all_reduce", "all_gather", "reduce_scatter")
-
-
-def is_heldout(key: str) -> bool:
-    return int(hashlib.md5(key.encode()).hexdigest(), 16) % 2 == 1
 
 
 @dataclass(frozen=True)
@@ -244,16 +245,7 @@ MEDIAN, WORST, LARGE = 0.08, 0.30, 0.15
 
 def misses(table: pd.DataFrame) -> list[str]:
     """The held-out figures past their tolerance (empty when the calibration meets them)."""
-    errors = table.error.abs()
-    out = []
-    if errors.median() > MEDIAN:
-        out.append(f"median |error| {errors.median():.1%} > {MEDIAN:.0%}")
-    if errors.max() > WORST:
-        out.append(f"max |error| {errors.max():.1%} > {WORST:.0%}")
-    large = table[table.message_bytes >= 2**26].error.abs()
-    if len(large) and large.max() > LARGE:
-        out.append(f"max |error| at >= 64 MiB {large.max():.1%} > {LARGE:.0%}")
-    return out
+    return tolerance_misses(table, MEDIAN, WORST, LARGE)
 
 
 def main(argv: list[str] | None = None) -> int:
