@@ -124,8 +124,9 @@ def test_the_fitted_nvlink_efficiency_is_inside_the_grid_and_below_the_assumed_0
 @pytest.mark.slow
 @pytest.mark.xfail(strict=True, reason="unmet: issue 20's data-parallel set, held-out median |error| 15.02% over 24 rows "
                                        "(target 15%), max 70.3%; every row under-predicted: PP 8 at the default network "
-                                       "-53..-62% (about 16.5 s a step missing whatever the layer count; DT-FM's own "
-                                       "PP 8 x DP 8 runs on the same instances are 13 s faster and simulated -5..-8%), "
+                                       "-53..-62% (about 16.5 s a step missing whatever the layer count; the DT-FM "
+                                       "PP 8 x DP 8 rows beside them, system unstated, are 13 s faster and simulated "
+                                       "-5..-8%), "
                                        "under tc -6..-27%, TP-bound rows -9..-19%; with DT-FM's compute factors instead "
                                        "12.9% (not used: they leave Megatron-LM's own PP 8 fit rows +41..+50%)")
 def test_megatron_data_parallel_runs_on_p3_2xlarge_under_the_md_link_settings_within_15_percent_median():

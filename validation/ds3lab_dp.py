@@ -30,23 +30,24 @@ Fit half: Megatron-LM alone on one p3.16xlarge (gpt3_xl.md lines 92-113, DP 1, t
    :func:`fit_nvlink_efficiency`. Only the p3.16xlarge set uses it (no p3.2xlarge row has NVLink).
 
 What the held-out rows say is missing (not modelled; no mechanism found in the scripts or the data): with
-Megatron-LM's compute reproduced on one instance, its data-parallel PP 8 runs on 64 p3.2xlarge take 26.1 /
-28.7 / 31.5 s (24 / 32 / 40 layers) at the default network where compute, sends and all-reduce add up to 9.9 /
-12.3 / 14.7 s: about 16.5 s a step whatever the layer count (3-7 s at 10 ms, 15-21 s at 50 ms); the same runs
-on 6-8 p3.16xlarge miss 2-11 s, growing with the micro-batch count; one instance misses nothing. Fitted as
-a + b x (layers per stage), the measured PP 8 runs give b = 2.7 s (simulated 2.4 s) but a = 18.1 s (simulated
-2.8 s). DT-FM's own PP 8 x DP 8 runs beside them in gpt3_xl_fp16.md (lines 169-173, batch 1024, the md does not
-name the system) take 12.57 / 15.44 / 18.67 s at the default network -- 13.6 / 13.2 / 12.8 s less than
-Megatron-LM's, with a similar slope (3.0 s; and 14.3 / 13.5 / 13.0 s less at 10 ms) -- and this model, with DT-FM's
-factor and the same fabric and transport, puts them at -5..-8% (default) and -15..-19% (10 ms): the missing
-seconds belong to Megatron-LM's software on these instances, not to the network. Sized and found too small
-(seconds a step at the default network, PP 8): the tied embeddings' gradient all-reduce between the first and
-last stage (29,056 x 2,048, modelled; fp32 instead of fp16 +0.1), Megatron's fp32 softmax cross-entropy and
-head on the last stage (modelled, ~1.5), every send and all-reduce at Gloo's single-flow 5 Gb/s instead of
-NCCL's 9.5 (+1.1, the AWS per-flow limit: NCCL opens several sockets per peer on AWS), four fully serialised
-8 MiB transfers per micro-batch (< +2.8), SGD with fp32 master weights, the gradient norm and the loss-scale
-checks (~0.02), the per-micro-batch data-parallel loss all-reduce (pretrain_gpt.py's loss_func: one scalar,
-128 latency-bound all-reduces of ~1-2 ms, ~0.2).
+Megatron-LM's compute reproduced on one instance, its data-parallel PP 8 runs on 64 p3.2xlarge take 26.1 / 28.7 /
+31.5 s (24 / 32 / 40 layers) at the default network where compute, sends and all-reduce add up to 9.9 / 12.3 /
+14.7 s: about 16.5 s a step whatever the layer count (3-7 s at 10 ms, 15-21 s at 50 ms); the same runs on 6-8
+p3.16xlarge miss 2-11 s, growing with the micro-batch count; one instance misses nothing. Fitted as a + b x
+(layers per stage), the measured PP 8 runs give b = 2.7 s (simulated 2.4 s) but a = 18.1 s (simulated 2.8 s). The
+runs beside them in gpt3_xl_fp16.md (lines 169-173, batch 1024; that section names neither system nor instances:
+presumably DT-FM's PP 8 x DP 8 on 64 p3.2xlarge, as elsewhere in the md) take 12.57 / 15.44 / 18.67 s at the
+default network -- 13.6 / 13.2 / 12.8 s less than Megatron-LM's, with a similar slope (3.0 s; and 14.3 / 13.5 /
+13.0 s less at 10 ms) -- and this model, with DT-FM's factor and the same fabric and transport, puts them at
+-5..-8% (default) and -15..-19% (10 ms): the missing seconds belong to Megatron-LM on these instances (its
+software, or how its runs were timed: the launch script runs 2 iterations, --train-iters 2, and sets no
+--log-interval), not to the network model. Sized and found too small (seconds a step at the default network, PP
+8): the tied embeddings' gradient all-reduce between the first and last stage (29,056 x 2,048, modelled; fp32
+instead of fp16 +0.1), Megatron's fp32 softmax cross-entropy and head on the last stage (modelled, ~1.5), every
+send and all-reduce at Gloo's single-flow 5 Gb/s instead of NCCL's 9.5 (+1.1, the AWS per-flow limit: NCCL opens
+several sockets per peer on AWS), four fully serialised 8 MiB transfers per micro-batch (< +2.8), SGD with fp32
+master weights, the gradient norm and the loss-scale checks (~0.02), the per-micro-batch data-parallel loss
+all-reduce (pretrain_gpt.py's loss_func: one scalar, 128 latency-bound all-reduces of ~1-2 ms, ~0.2).
 
 Held-out: every data-parallel row, nothing fitted on them. The NCCL transport is the one fitted on the 64 MB
 point-to-point rows (validation/ds3lab.py); the p3.16xlarge's NIC is the catalog's (25 Gb/s, assumed 0.9).
