@@ -18,10 +18,12 @@ import yaml
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
 
 from hardware_specs.catalog import FABRICS, NODES, node_accelerator
+from hardware_specs.framework import DEFAULT_FRAMEWORK
 from hardware_specs.schema import Accelerator, Fabric, Node
 from hardware_specs.yaml_io import read_yaml
 from simulator.colocation.spec import CoLocatedJob, CoLocatedJobSpec
 from simulator.cost.attention_kernel import with_attention_kernel
+from simulator.cost.framework import FrameworkChoice, choose, precision_key, with_framework
 from simulator.cost.stragglers import StragglerSpec
 from simulator.economics.convergence import ConvergenceSpec
 from simulator.economics.cost import EconomicsSpec
@@ -149,11 +151,14 @@ class TrainingSpec(_Strict):
                     "fp32. PyTorch: torch.backends.cudnn.allow_tf32 (on by default, so convolutions of 'fp32' CNN "
                     "training on Ampere and later run in TF32) and torch.backends.cuda.matmul.allow_tf32 (off by "
                     "default since 1.12); NVIDIA DeepLearningExamples' 'TF32' rows. Memory-bound kernels are unchanged")
-    fp8_recipe: Literal["delayed", "current", "blockwise", "mxfp8", "nvfp4"] = Field(
+    fp8_recipe: Literal["delayed", "current", "rowwise", "blockwise", "mxfp8", "nvfp4"] = Field(
         default="delayed",
         description="with precision fp8, how the FP8 GEMMs are scaled (Transformer Engine recipes): delayed = "
                     "per-tensor scale from the amax history (DelayedScaling); current = per-tensor scale from this "
-                    "step's amax, an extra read pass (Float8CurrentScaling); blockwise = 1x128 activation / 128x128 "
+                    "step's amax, an extra read pass (Float8CurrentScaling); rowwise = one scale per row of each GEMM "
+                    "operand from this step's amax (torchao Float8Linear's rowwise recipe, torchtitan's "
+                    "float8.recipe_name = rowwise): current scaling's passes on the per-tensor fp8 curve (no rowwise "
+                    "GEMM was measured: gemm_rowwise is assumed); blockwise = 1x128 activation / 128x128 "
                     "weight blocks (DeepSeek-V3 arXiv:2412.19437 Sec. 3.3; Float8BlockScaling, Hopper); mxfp8 = "
                     "32-element blocks with E8M0 scales in the tensor cores (OCP MX v1.0; Blackwell, CDNA4); nvfp4 = "
                     "the same GEMMs in FP4 with 16-element blocks and E4M3 scales (NVIDIA NVFP4, Blackwell)")
@@ -175,13 +180,22 @@ class TrainingSpec(_Strict):
                     "per logit: flash-attn's Triton cross entropy, llm-foundry's default loss_fn fused_crossentropy) "
                     "instead of an fp32 copy beside them (6 B: Megatron's vocab-parallel cross entropy, "
                     "torch.nn.functional.cross_entropy under autocast). Memory only")
+    framework: str = Field(
+        default=DEFAULT_FRAMEWORK,
+        description="the training framework whose fitted profile scales the accelerator's kernel rates "
+                    "(hardware_specs/frameworks/*.yaml, fitted on the fit half of its published runs; "
+                    "simulator/cost/framework.py): megatron-core (the default: the catalog constants, the rates "
+                    "Megatron-Core with Transformer Engine reaches), nemo, torchtitan, llm-foundry, fms-fsdp, "
+                    "fms-fsdp-compile, megatron-deepspeed. Where the framework was not measured on the accelerator "
+                    "or precision, the output says what is used instead (another precision's or part's factors, "
+                    "derived; or the catalog's, assumed)")
 
 
 #: Bytes per element of a linear layer's input kept for the backward in the FP8 recipe's format: one
 #: byte per FP8 element plus its scales -- per tensor (delayed, current): none; blockwise: one fp32
 #: scale per 1x128 block (DeepSeek-V3 arXiv:2412.19437 Sec. 3.3.1): 4/128; MXFP8: one E8M0 byte per 32
 #: elements (OCP MX v1.0): 1/32; NVFP4: half a byte plus one E4M3 byte per 16 elements.
-FP8_SAVED_ELEMENT_BYTES = {"delayed": 1.0, "current": 1.0, "blockwise": 1.0 + 4 / 128, "mxfp8": 1.0 + 1 / 32,
+FP8_SAVED_ELEMENT_BYTES = {"delayed": 1.0, "current": 1.0, "rowwise": 1.0, "blockwise": 1.0 + 4 / 128, "mxfp8": 1.0 + 1 / 32,
                            "nvfp4": 0.5 + 1 / 16}
 
 
@@ -247,6 +261,7 @@ class Scenario:
     co_located: tuple[CoLocatedJob, ...] = ()  # background jobs on the same GPUs (simulator/colocation/)
     reliability: ReliabilitySpec | None = None
     node_groups: tuple[NodeGroup, ...] = ()  # a mixed cluster's groups in rank order; () = one group (node)
+    frameworks: tuple[FrameworkChoice, ...] = ()  # training.framework resolved per node group (simulator/cost/framework.py)
 
     @property
     def groups(self) -> tuple[NodeGroup, ...]:
@@ -449,10 +464,18 @@ def build_scenario(raw: dict[str, Any], base: Path | None = None) -> Scenario:
     accelerator = node_accelerator(node)
     fabric = FABRICS.get(fabric_ref, "cluster.fabric")
     _check_precision(doc.training, accelerator)
+    choice = _framework(doc.training, accelerator)
+    accelerator, node = with_framework(choice, accelerator, node)
     training = _resolved_attention(doc.training, accelerator)
     accelerator = with_attention_kernel(accelerator, training.attention_kernel, training.attention)
     n = doc.cluster.num_gpus
-    return _resolved(doc, raw, base, model, fabric, training, [NodeGroup(node, accelerator, n, 0)])
+    return _resolved(doc, raw, base, model, fabric, training, [NodeGroup(node, accelerator, n, 0)], (choice,))
+
+
+def _framework(training: TrainingSpec, accelerator: Accelerator) -> FrameworkChoice:
+    """``training.framework``'s profile entry on the accelerator in the run's precision."""
+    return choose(training.framework, accelerator, precision_key(training.precision, training.tf32),
+                  training.fp8_recipe if training.precision == "fp8" else None)
 
 
 def _check_whole_nodes(node: Node, n: int) -> None:
@@ -463,7 +486,7 @@ def _check_whole_nodes(node: Node, n: int) -> None:
 
 
 def _resolved(doc: ScenarioFile, raw: dict[str, Any], base: Path | None, model, fabric: Fabric,
-              training: TrainingSpec, groups: list[NodeGroup]) -> Scenario:
+              training: TrainingSpec, groups: list[NodeGroup], frameworks: tuple[FrameworkChoice, ...]) -> Scenario:
     """What one kind of node and a mixed cluster resolve alike: the strategy, the layout over the
     groups' GPUs (its errors before a partial node's), the reliability block's names, the co-located jobs."""
     num_gpus = sum(g.num_gpus for g in groups)
@@ -489,6 +512,7 @@ def _resolved(doc: ScenarioFile, raw: dict[str, Any], base: Path | None, model, 
         co_located=_co_located_jobs(doc.co_located_jobs, raw.get("cluster"), base),
         reliability=doc.reliability,
         node_groups=tuple(groups) if len(groups) > 1 else (),
+        frameworks=frameworks,
     )
 
 
@@ -589,11 +613,15 @@ def _build_mixed(doc: ScenarioFile, model, base: Path | None, fabric_ref: Any, r
     if cluster.profile is not None:
         raise ConfigError("cluster.groups", "a calibrated profile describes one node: not with cluster.groups")
     groups: list[NodeGroup] = []
+    choices: list[FrameworkChoice] = []
     first = 0
     for i, spec in enumerate(cluster.groups):
         node = NODES.get(_relative(spec.node, base), f"cluster.groups.{i}.node")
         accelerator = node_accelerator(node, f"cluster.groups.{i}.node.accelerator")
         _check_precision(doc.training, accelerator, f"cluster.groups.{i}")
+        choice = _framework(doc.training, accelerator)
+        accelerator, node = with_framework(choice, accelerator, node)
+        choices.append(choice)
         gpus = spec.nodes * node.gpus_per_node
         groups.append(NodeGroup(node, accelerator, gpus, first))
         first += gpus
@@ -607,7 +635,7 @@ def _build_mixed(doc: ScenarioFile, model, base: Path | None, fabric_ref: Any, r
         g.accelerator, training.attention_kernel, training.attention, f"cluster.groups.{i}: training.attention_kernel"))
         for i, g in enumerate(groups)]
     fabric = FABRICS.get(fabric_ref, "cluster.fabric")
-    return _resolved(doc, raw, base, model, fabric, training, groups)
+    return _resolved(doc, raw, base, model, fabric, training, groups, tuple(choices))
 
 
 def cluster_gpus(raw: dict[str, Any]) -> int | None:

@@ -445,9 +445,14 @@ def run_identity(scenario: Scenario) -> dict[str, Any]:
     else:
         source = "the model's seq_length"
     accelerators = " + ".join(dict.fromkeys(g.accelerator.name for g in scenario.groups))
-    return {"model": model.name, "node": scenario.cluster_label, "accelerator": accelerators,
-            "num_nodes": scenario.num_nodes, "seq_length": scenario.seq_length,
-            "precision": scenario.training.precision + (" (TF32 tensor cores)" if scenario.training.tf32 else ""), "strategy": scenario.strategy_kind, "seq_length_source": source}
+    out = {"model": model.name, "node": scenario.cluster_label, "accelerator": accelerators,
+           "num_nodes": scenario.num_nodes, "seq_length": scenario.seq_length,
+           "precision": scenario.training.precision + (" (TF32 tensor cores)" if scenario.training.tf32 else ""),
+           "strategy": scenario.strategy_kind, "seq_length_source": source}
+    if scenario.frameworks:  # training.framework and whether its factors were fitted here (simulator/cost/framework.py)
+        out["framework"] = scenario.frameworks[0].name
+        out["framework_state"] = " + ".join(dict.fromkeys(c.state for c in scenario.frameworks))
+    return out
 
 
 def _with_economics(scenario: Scenario, result: SimulationResult) -> SimulationResult:

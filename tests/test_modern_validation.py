@@ -24,7 +24,7 @@ from validation.layout_ranking import _catalog_yaml
 from validation.modern import case as modern_case
 from validation.modern.mapping import MODERN
 from validation.modern.profiles import MIN_ATTENTION_FIT_CASES, load_groups, scaled_efficiency, with_constants
-from validation.modern.registry import SETS, built, evaluate, report
+from validation.modern.registry import SETS, built, evaluate, report, user_profile
 
 ROWS = {"nemo": 73, "torchtitan": 57, "llmfoundry": 216, "other": 65, "vtrain_single": 1440, "vtrain_multi": 109,
         "cnn_dle": 140, "cnn_lambda": 258}
@@ -68,6 +68,18 @@ UNMET: dict[str, str] = {
 }
 
 
+#: The sets also judged as a user gets them: each row with ``training.framework`` naming its framework (the
+#: shipped profile, fitted / carried over / assumed as for any run; validation/modern/registry.py user_profile).
+USER_SETS = ("nemo", "torchtitan", "llmfoundry", "other", "vtrain_single", "vtrain_multi")
+#: Held-out targets not met as a user gets them: the figure and why.
+UNMET_USER: dict[str, str] = {
+    "nemo": "as a user naming nemo gets it: 5.6% / 36.4%, 1 row predicted OOM: the fitted figure (every held-out row "
+            "is H100 FP8, NeMo's one fitted entry); see UNMET['nemo']",
+    "llmfoundry": "as a user naming llm-foundry gets it: 3.7% / 37.1%: the fitted figure (every row's accelerator and "
+                  "precision has its entry); see UNMET['llmfoundry']",
+}
+
+
 @pytest.fixture(scope="module")
 def reports():
     return {}
@@ -75,7 +87,9 @@ def reports():
 
 def _report(reports: dict, name: str) -> dict:
     if name not in reports:
-        reports[name] = report(name, evaluate(name, "heldout", workers=2))
+        outcomes = evaluate(name, "heldout", workers=2)
+        user = user_profile(name, outcomes, workers=2) if name in USER_SETS else None
+        reports[name] = report(name, outcomes, None, user)
     return reports[name]
 
 
@@ -140,6 +154,21 @@ def test_heldout_error_within_target(reports, name):
     assert o["median_abs_error"] <= block["median_target"]
     if block["max_target"] is not None:
         assert o["max_abs_error"] <= block["max_target"]
+
+
+@pytest.mark.parametrize("name", [pytest.param(n, marks=pytest.mark.xfail(strict=True, reason=UNMET_USER[n]))
+                                  if n in UNMET_USER else n for n in USER_SETS])
+def test_heldout_error_as_a_user_naming_the_framework_gets_it(reports, name):
+    # no per-row or per-group constants: the row's framework named, its shipped profile's entry for the row's
+    # accelerator and precision (or the one carried over, or the catalog where none applies)
+    user = _report(reports, name)["user_profile"]
+    o = user["overall"]
+    print(name, o, [(f["framework"], f["accelerator"], f["precision"], f["state"], f["median_abs_error"])
+                    for f in user["by_framework"]])
+    assert o["cases"] >= 3 and o["predicted_oom"] == 0
+    assert o["median_abs_error"] <= _report(reports, name)["median_target"]
+    if _report(reports, name)["max_target"] is not None:
+        assert o["max_abs_error"] <= _report(reports, name)["max_target"]
 
 
 def test_report_splits_precisions_and_accelerators(reports):

@@ -74,6 +74,9 @@ def run(args) -> int:
     result.extra["assumed_efficiencies"] = assumed_components(provenance)
     result.extra["efficiency_states"] = efficiency_states(provenance)
     result.extra["warnings"] = kernel_warnings(scenario)
+    if scenario.frameworks:  # training.framework: the entry used, its factors and the rows they were fitted on
+        choices = [c.as_dict() for c in scenario.frameworks]
+        result.extra["framework_profile"] = choices[0] if len(choices) == 1 else choices
     if args.trace:
         write_chrome_trace(result, args.trace, ranks, summary=args.trace_summary)
     if args.json:

@@ -80,12 +80,15 @@ def attention_pass(op_name: str) -> str:
 # write the low-precision copy (1 B fp8, 0.5 B fp4) and its scales; current scaling reads the
 # tensor once more for its amax before the cast (Transformer Engine Float8CurrentScaling);
 # delayed scaling takes its amax in the cast itself (Micikevicius et al. 2022, arXiv:2209.05433
-# Sec. 4.3). Scales: fp32 per 1x128 block (DeepSeek-V3 Sec. 3.3.1), E8M0 per 32 (OCP MX v1.0),
+# Sec. 4.3); rowwise scaling (torchao) likewise. Scales: fp32 per 1x128 block (DeepSeek-V3 Sec. 3.3.1), E8M0 per 32 (OCP MX v1.0),
 # E4M3 per 16 (NVFP4).
-QUANTISE_BYTES_PER_ELEMENT = {"delayed": 3.0, "current": 5.0, "blockwise": 3.0 + 4 / 128,
+QUANTISE_BYTES_PER_ELEMENT = {"delayed": 3.0, "current": 5.0, "rowwise": 5.0, "blockwise": 3.0 + 4 / 128,
                               "mxfp8": 3.0 + 1 / 32, "nvfp4": 2.5 + 1 / 16}
-QUANTISE_KERNELS = {"delayed": 1, "current": 2, "blockwise": 1, "mxfp8": 1, "nvfp4": 1}
-RECIPE_CURVE = {"delayed": "fp8", "current": "fp8", "blockwise": "fp8_block", "mxfp8": "mxfp8", "nvfp4": "nvfp4"}
+QUANTISE_KERNELS = {"delayed": 1, "current": 2, "rowwise": 2, "blockwise": 1, "mxfp8": 1, "nvfp4": 1}
+# rowwise (torchao): an amax pass and a cast like current scaling (a per-row fp32 scale, 4/K B per element,
+# left out); its GEMM (CUTLASS / hipBLASLt row-scaled FP8) was not measured: no spec holds an fp8_rowwise curve
+RECIPE_CURVE = {"delayed": "fp8", "current": "fp8", "rowwise": "fp8_rowwise", "blockwise": "fp8_block",
+                "mxfp8": "mxfp8", "nvfp4": "nvfp4"}
 
 
 def fp8_curve_key(accelerator: Accelerator, recipe: str) -> str:

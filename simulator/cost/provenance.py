@@ -15,7 +15,8 @@ from __future__ import annotations
 import dataclasses
 import re
 
-from simulator.cost.compute import fp8_curve_key
+from simulator.cost.compute import RECIPE_CURVE, fp8_curve_key
+from simulator.cost.framework import DEFAULT, FrameworkChoice
 from simulator.scenario import BLOCKWISE_FP8_KERNELS, Scenario
 
 ASSUMED = "assumed"
@@ -27,6 +28,7 @@ STATES = (CALIBRATED, DERIVED, ASSUMED)
 _SIBLING = re.compile(r"\(sibling ([\w.-]+)\)")  # a sibling die's level (same silicon, other board/power)
 _RATIO = re.compile(r"\((\w+); x([0-9.]+),")  # another precision's level times a median ratio
 _TRANSFER = re.compile(r"\(transferred from ([\w.-]+)")  # another node's fitted collective laws
+_CARRIED = re.compile(r"\(carried over from ([^)]+)\)")  # a framework profile's entry of another part / precision
 
 
 def gemm_curve_key(scenario: Scenario) -> str:
@@ -50,6 +52,8 @@ def efficiency_provenance(scenario: Scenario) -> dict[str, str]:
     accel = scenario.accelerator
     eff = accel.efficiency
     out: dict[str, str] = {}
+    if scenario.frameworks and scenario.frameworks[0].state != DEFAULT:
+        out["framework_factors"] = framework_provenance(scenario.frameworks[0])
 
     def curve(key: str) -> str:
         if key in eff.gemm_curves:
@@ -62,8 +66,7 @@ def efficiency_provenance(scenario: Scenario) -> dict[str, str]:
     out[f"gemm_{key}"] = curve(key)
     if key in eff.conv_efficiency:  # convolutions by shape (simulator/cost/conv.py); else on the GEMM curve
         out[f"conv_{key}"] = eff.conv_efficiency[key].fitted_on or ASSUMED
-    if scenario.training.precision == "fp8" and key != {"nvfp4": "nvfp4", "mxfp8": "mxfp8",
-                                                        "blockwise": "fp8_block"}.get(scenario.training.fp8_recipe, "fp8"):
+    if scenario.training.precision == "fp8" and key != RECIPE_CURVE[scenario.training.fp8_recipe]:
         out[f"gemm_{scenario.training.fp8_recipe}"] = ASSUMED  # the recipe's kernel not measured: fp8 curve used
     if scenario.training.precision == "fp8":
         out["gemm_bf16"] = curve("bf16")  # the GEMMs kept in higher precision
@@ -109,6 +112,17 @@ def efficiency_provenance(scenario: Scenario) -> dict[str, str]:
     return out
 
 
+def framework_provenance(choice: FrameworkChoice) -> str:
+    """``training.framework``'s factors: the rows they were fitted on, marked where carried over from
+    another part or precision, or assumed (the catalog constants stand in)."""
+    entry = choice.entry
+    if entry is None:
+        return ASSUMED
+    if choice.state == CALIBRATED:
+        return entry.fitted_on
+    return f"{entry.fitted_on} (carried over from {choice.name} {entry.accelerator} {'/'.join(entry.precisions)})"
+
+
 def _has_grouped_convolutions(model) -> bool:
     """A catalog network with grouped or depthwise convolutions (ResNeXt's ``groups``, EfficientNet's
     MBConv), whose direct-kernel bandwidth is then part of the result; read off the spec, no graph built."""
@@ -135,6 +149,8 @@ def provenance_state(where: str) -> tuple[str, str]:
         return DERIVED, f"{match.group(1)} x {match.group(2)}"
     if match := _TRANSFER.search(where):
         return DERIVED, f"{match.group(1)} x 1.00 (transferred; not measured on this node)"
+    if match := _CARRIED.search(where):
+        return DERIVED, f"{match.group(1)} (carried over; not measured on this part or precision)"
     return CALIBRATED, ""
 
 

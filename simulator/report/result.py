@@ -214,7 +214,18 @@ def _run_lines(result: SimulationResult) -> list[str]:
         if run.get("seq_length_source") not in (None, "training.seq_length", "the model's seq_length"):
             seq += f" (from {run['seq_length_source']}; set training.seq_length to change it)"
     return [f"  model          {run['model']}{seq}, {run['precision']}",
-            _hardware_line(run, result)]
+            _hardware_line(run, result), *_framework_lines(run, result.extra.get("framework_profile"))]
+
+
+def _framework_lines(run: dict[str, Any], profile: dict[str, Any] | list | None) -> list[str]:
+    """``training.framework``: the profile, whether its factors were fitted here, carried over or assumed
+    (with the command's ``framework_profile``: in words, with the factors and rows)."""
+    if profile:
+        return [f"  framework      {c['name']} ({c['state']}): {c['note']}"
+                for c in (profile if isinstance(profile, list) else [profile])]
+    if run.get("framework"):
+        return [f"  framework      {run['framework']} ({run['framework_state']})"]
+    return []
 
 
 def _hardware_line(run: dict[str, Any], result) -> str:

@@ -2,10 +2,14 @@
 
 Without ``--fit``: simulate the chosen half of each set with its fitted profile and print the
 errors (overall, BF16/FP8 apart, per accelerator) against the targets, then the same cases with the
-catalog constants alone (no profile: what an unseen run gets; ``--no-catalog-only`` skips it).
+catalog constants alone (no profile: what an unseen run gets; ``--no-catalog-only`` skips it), and
+as a user gets them: ``training.framework`` naming the row's framework, whose shipped profile
+(hardware_specs/frameworks/) gives the factors, fitted, carried over or assumed as for any run
+(``--no-user-profile`` skips it).
 ``--override key.path=value``, repeatable: every case with that change, a what-if that is not the
 validation result. ``--fit``: fit the framework
-constants of each set on its fit half (``--write`` saves them to validation/profiles/). Exit code 1
+constants of each set on its fit half (``--write`` saves them to validation/profiles/ and the shipped
+framework profiles to hardware_specs/frameworks/; ``--ship`` writes the latter again from the former). Exit code 1
 when a reported set misses its target.
 """
 
@@ -16,7 +20,17 @@ import json
 import sys
 
 from simulator.errors import ConfigError
-from validation.modern.registry import SETS, built, catalog_only, evaluate, fit, report, write_fit
+from validation.modern.registry import (
+    SETS,
+    built,
+    catalog_only,
+    evaluate,
+    fit,
+    report,
+    user_profile,
+    write_fit,
+)
+from validation.modern.shipped import write_shipped
 
 
 def _pct(value: float | None) -> str:
@@ -46,6 +60,22 @@ def print_report(block: dict) -> None:
             print(f"    row {a['row']:>4} {a['label'][:80]:<80} measured {a['measured']:>10.1f} simulated "
                   f"{a['simulated'] or 0:>10.1f} {_pct(a['relative_error']):>7}  [set aside: {why}]")
     print(f"  target ({target}): {'met' if block['met'] else 'NOT MET'}")
+    user = block.get("user_profile")
+    if user is not None:
+        print(f"  as a user gets it (training.framework naming the row's framework, the shipped profile; "
+              f"{user['resimulated']} of {user['overall']['cases']} cases re-simulated): target "
+              f"{'met' if user['met'] else 'NOT MET'}")
+        for title, rows in (("all", [user["overall"]]), ("precision", user["by_precision"]),
+                            ("accelerator", user["by_accelerator"])):
+            for s in rows:
+                print(f"    {title:<11} {s['label']:<16} n={s['cases']:<4} median |error| "
+                      f"{_pct(s['median_abs_error']):>7} max {_pct(s['max_abs_error']):>7} "
+                      f"median error {_pct(s['median_error']):>7}"
+                      f"{'  predicted OOM: ' + str(s['predicted_oom']) if s['predicted_oom'] else ''}")
+        for s in user["by_framework"]:
+            print(f"    framework   {s['framework'] + ' ' + s['accelerator'] + ' ' + s['precision']:<44} "
+                  f"{s['state']:<10} n={s['cases']:<4} median |error| {_pct(s['median_abs_error']):>7} "
+                  f"max {_pct(s['max_abs_error']):>7}")
     catalog = block.get("catalog_only")
     if catalog is not None:
         print(f"  catalog constants only (no fitted profile: what a run of a framework x accelerator x precision no "
@@ -74,6 +104,10 @@ def main(argv: list[str] | None = None) -> int:
                         help="change every case's scenario (as clustersim simulate --set): a what-if, not validation")
     parser.add_argument("--no-catalog-only", dest="catalog_only", action="store_false",
                         help="skip the second pass with the catalog constants alone")
+    parser.add_argument("--no-user-profile", dest="user_profile", action="store_false",
+                        help="skip the pass with the shipped profile of each row's framework (training.framework)")
+    parser.add_argument("--ship", action="store_true",
+                        help="write hardware_specs/frameworks/*.yaml again from validation/profiles/ (no refit)")
     args = parser.parse_args(argv)
     names = args.sets or list(SETS)
     if args.fit and args.override:
@@ -89,6 +123,13 @@ def main(argv: list[str] | None = None) -> int:
             print(json.dumps({spec.profile_name: groups}, indent=2))
             if args.write:
                 write_fit(name, groups)
+        if args.write:
+            for path in write_shipped():
+                print(f"wrote {path}")
+        return 0
+    if args.ship:
+        for path in write_shipped():
+            print(f"wrote {path}")
         return 0
     if args.unrepresentable:
         for name in names:
@@ -103,7 +144,8 @@ def main(argv: list[str] | None = None) -> int:
         for name in names:
             outcomes = evaluate(name, args.half, args.workers, overrides)
             catalog = catalog_only(name, outcomes, args.workers, overrides) if args.catalog_only else None
-            blocks.append(report(name, outcomes, catalog))
+            user = user_profile(name, outcomes, args.workers) if args.user_profile and not overrides else None
+            blocks.append(report(name, outcomes, catalog, user))
     except ConfigError as exc:
         print(f"python -m validation.modern: error: --override: {exc.reason}", file=sys.stderr)
         return 2

@@ -37,6 +37,7 @@ from typing import Any
 
 import yaml
 
+from simulator.cost.framework import EFFICIENCY_FACTORS, efficiency_with_factors, scaled_efficiency_block
 from validation.layout_ranking import _catalog_yaml, profiled_node
 from validation.modern.case import CaseOutcome, ModernCase, outcome
 
@@ -58,50 +59,14 @@ def load_groups(case_set: str) -> dict[str, dict[str, Any]]:
     return (yaml.safe_load(path.read_text()) or {}).get("groups", {}) or {}
 
 
-#: GEMM size (GFLOP) at which a tilted curve keeps its scaled level (``gemm_tilt``).
-TILT_PIVOT_GFLOP = 10.0
-
-
-def _scaled_points(points: list[dict[str, Any]], scale: float, tilt: float = 0.0,
-                   ceiling: float = 1.0) -> list[dict[str, Any]]:
-    """Each point times ``scale`` and, with ``tilt``, times ``(gflop / 10)^tilt`` (a framework whose large
-    GEMMs gain more over its small ones than the catalog curve says), capped at ``ceiling``."""
-    return [{"gflop": p["gflop"], "efficiency": round(min(ceiling, p["efficiency"] * scale
-                                                          * (p["gflop"] / TILT_PIVOT_GFLOP) ** tilt), 5)}
-            for p in points]
-
-
 def scaled_efficiency(accelerator: str, gemm_scale: float, launch_us: float | None,
                       attention_scale: float | None = None, host_dispatch_us: float | None = None,
                       gemm_tilt: float | None = None, gemm_ceiling: float | None = None) -> dict[str, Any]:
-    """The catalog accelerator's efficiency block with the GEMM curve scaled (capped at 1) and, with
-    ``attention_scale``, the fused attention kernel's efficiency scaled too (capped at 1); with
-    ``host_dispatch_us``, the framework's eager host time per kernel (simulator/cost/host_floor.py)."""
-    eff = copy.deepcopy(_catalog_yaml("accelerators", accelerator)["efficiency"])
-    if host_dispatch_us is not None:
-        eff["host_dispatch_us_per_kernel"] = host_dispatch_us
-        eff["host_dispatch_source"] = "framework profile (fitted on its set's fit half)"
-    if attention_scale is not None:
-        if eff.get("attention"):
-            for level in ("fwd_efficiency", "bwd_efficiency"):
-                eff["attention"][level] = round(min(1.0, eff["attention"][level] * attention_scale), 5)
-            eff["attention"]["source"] += f"; x {attention_scale:.4f} (framework profile)"
-            for kernel in (eff.get("attention_kernels") or {}).values():  # the other kernels (fa3) alike
-                for level in ("fwd_efficiency", "bwd_efficiency"):
-                    kernel[level] = round(min(1.0, kernel[level] * attention_scale), 5)
-        else:
-            eff["attention_efficiency_factor"] = round(
-                min(1.0, eff.get("attention_efficiency_factor", 1.0) * attention_scale), 5)
-    tilt, ceiling = gemm_tilt or 0.0, gemm_ceiling or 1.0
-    eff["gemm_curve"] = _scaled_points(eff["gemm_curve"], gemm_scale, tilt, ceiling)
-    for curve in (eff.get("gemm_curves") or {}).values():  # per-precision curves, where the spec has them
-        curve["points"] = _scaled_points(curve["points"], gemm_scale, tilt, ceiling)
-    for conv in (eff.get("conv_efficiency") or {}).values():  # convolutions by shape: their level
-        conv["level"] = round(min(1.0, conv["level"] * gemm_scale), 5)
-    if launch_us is not None:
-        eff["kernel_launch_overhead_us"] = launch_us
-    eff["source"] = f"{eff.get('source', '')}; GEMM curve x {gemm_scale:.4f} (framework profile)"
-    return eff
+    """The catalog accelerator's efficiency block with a profile's constants
+    (simulator/cost/framework.py ``scaled_efficiency_block``: the one definition ``training.framework``
+    uses too)."""
+    return scaled_efficiency_block(_catalog_yaml("accelerators", accelerator)["efficiency"], gemm_scale, launch_us,
+                                   attention_scale, host_dispatch_us, gemm_tilt, gemm_ceiling)
 
 
 def with_constants(case: ModernCase, constants: dict[str, Any] | None) -> dict[str, Any]:
@@ -116,13 +81,9 @@ def with_constants(case: ModernCase, constants: dict[str, Any] | None) -> dict[s
     raw = copy.deepcopy(case.scenario)
     base, overrides = (node["base"], dict(node["overrides"])) if isinstance(node, dict) else (node, {})
     eff = None
-    if any(constants.get(k) is not None for k in ("gemm_scale", "kernel_launch_overhead_us", "attention_scale",
-                                                   "host_dispatch_us_per_kernel", "gemm_tilt", "gemm_ceiling")):
+    if any(constants.get(k) is not None for k in EFFICIENCY_FACTORS):
         accelerator = _catalog_yaml("nodes", base)["accelerator"]
-        eff = scaled_efficiency(accelerator, constants.get("gemm_scale") or 1.0,
-                                constants.get("kernel_launch_overhead_us"), constants.get("attention_scale"),
-                                constants.get("host_dispatch_us_per_kernel"), constants.get("gemm_tilt"),
-                                constants.get("gemm_ceiling"))
+        eff = efficiency_with_factors(_catalog_yaml("accelerators", accelerator)["efficiency"], constants)
     if constants.get("intra_node_latency_us") is not None:
         overrides["intra_node"] = {"latency_us": constants["intra_node_latency_us"]}
     raw["cluster"]["node"] = profiled_node(base, eff, overrides or None)

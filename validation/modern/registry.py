@@ -6,6 +6,7 @@ half, BF16 and FP8 reported apart; vTrain median |error| <= 8% single-node, <= 1
 
 from __future__ import annotations
 
+import json
 from collections.abc import Callable
 from dataclasses import dataclass
 from functools import cache
@@ -152,6 +153,72 @@ def catalog_only(name: str, outcomes: list[CaseOutcome], workers: int | None = 2
     return out
 
 
+def user_framework(case: ModernCase) -> str:
+    """The ``training.framework`` a user describing the row's run names: its framework where the package
+    ships a profile of it (validation/modern/shipped.py), else the default (the catalog constants)."""
+    from hardware_specs.framework import DEFAULT_FRAMEWORK
+    from validation.modern.shipped import FRAMEWORKS
+
+    prefix = case.profile_group.split("|")[0]
+    return next((name for name, (_, p, _) in FRAMEWORKS.items() if p == prefix), DEFAULT_FRAMEWORK)
+
+
+def user_scenario(case: ModernCase) -> dict[str, Any]:
+    """The row as a user writes it: the catalog node (with the row's datasheet overrides) and
+    ``training.framework`` naming its framework; no per-row or per-group constants."""
+    import copy
+
+    from validation.modern.profiles import with_constants
+
+    raw = copy.deepcopy(with_constants(case, None))
+    raw["training"]["framework"] = user_framework(case)
+    return raw
+
+
+@dataclass(frozen=True)
+class UserOutcome:
+    """A row predicted as a user gets it: the framework's shipped profile entry and how it was chosen."""
+
+    outcome: CaseOutcome
+    framework: str
+    state: str               # default | calibrated | derived | assumed (simulator/cost/framework.py)
+    entry: str               # "<accelerator> <precisions>" of the entry used, or "catalog"
+
+
+def user_profile(name: str, outcomes: list[CaseOutcome], workers: int | None = 2) -> tuple[list[UserOutcome], int]:
+    """The same rows with the profile a user gets by naming the row's framework (``training.framework``),
+    and how many had to be simulated again: a row whose shipped entry holds exactly the constants its
+    fitted group holds is the same simulation (tests/test_framework_profiles.py checks that bit for bit)."""
+    from hardware_specs.framework import FACTOR_KEYS
+    from simulator.cost.framework import FrameworkChoice
+    from simulator.scenario import load_scenario
+
+    groups = load_groups(SETS[name].profile_name)
+    raws = [user_scenario(o.case) for o in outcomes]
+    known: dict[str, FrameworkChoice] = {}  # one scenario built per framework x node x precision x recipe
+    choices: list[FrameworkChoice] = []
+    for raw in raws:
+        training = raw["training"]
+        key = json.dumps([raw["cluster"]["node"], training.get("framework"), training.get("precision"),
+                          training.get("fp8_recipe"), training.get("tf32")], sort_keys=True, default=str)
+        if key not in known:
+            known[key] = load_scenario(raw).frameworks[0]
+        choices.append(known[key])
+    redo = []
+    for i, (o, choice) in enumerate(zip(outcomes, choices, strict=True)):
+        fitted = groups.get(o.case.profile_group) or {}
+        fitted_factors = {k: v for k, v in fitted.items() if k in FACTOR_KEYS and v is not None}
+        if fitted_factors != choice.factors:
+            redo.append(i)
+    results = simulate_many([raws[i] for i in redo], workers)
+    fresh = dict(zip(redo, (outcome(outcomes[i].case, r) for i, r in zip(redo, results, strict=True)), strict=True))
+    out = []
+    for i, (o, choice) in enumerate(zip(outcomes, choices, strict=True)):
+        entry = f"{choice.entry.accelerator} {'/'.join(choice.entry.precisions)}" if choice.entry else "catalog"
+        out.append(UserOutcome(fresh.get(i, o), choice.name, choice.state, entry))
+    return out, len(redo)
+
+
 def _summaries(name: str, outcomes: list[CaseOutcome]) -> tuple[Summary, dict[str, list[Summary]]]:
     overall = summarize(name, outcomes)
     by: dict[str, list[Summary]] = {"precision": [], "accelerator": []}
@@ -161,10 +228,13 @@ def _summaries(name: str, outcomes: list[CaseOutcome]) -> tuple[Summary, dict[st
     return overall, by
 
 
-def report(name: str, outcomes: list[CaseOutcome], catalog: list[CaseOutcome] | None = None) -> dict[str, Any]:
+def report(name: str, outcomes: list[CaseOutcome], catalog: list[CaseOutcome] | None = None,
+           user: tuple[list[UserOutcome], int] | None = None) -> dict[str, Any]:
     """Overall, per precision and per accelerator summaries, and whether the targets are met; with
     ``catalog`` (:func:`catalog_only`'s outcomes of the same cases) the same summaries with the catalog
-    constants alone under ``catalog_only`` (not a target)."""
+    constants alone under ``catalog_only`` (not a target); with ``user`` (:func:`user_profile`'s) the
+    summaries of the rows as a user naming their framework gets them, under ``user_profile``, judged
+    against the same targets (``met``) and split by framework x accelerator x precision x state."""
     spec = SETS[name]
     aside = [o for o in outcomes if o.case.set_aside]
     outcomes = [o for o in outcomes if not o.case.set_aside]   # set-aside rows: listed below, not counted
@@ -180,6 +250,24 @@ def report(name: str, outcomes: list[CaseOutcome], catalog: list[CaseOutcome] | 
             "by_accelerator": [s.as_dict() for s in c_by["accelerator"]],
             "resimulated": sum(1 for o in kept if o.case.profile_group in groups),
             "cases": [{"row": o.case.row, "relative_error": o.relative_error} for o in kept],
+        }
+    if user is not None:
+        kept_user = [u for u in user[0] if not u.outcome.case.set_aside]
+        u_overall, u_by = _summaries(name, [u.outcome for u in kept_user])
+        cells: dict[tuple[str, str, str, str], list[CaseOutcome]] = {}
+        for u in kept_user:
+            cells.setdefault((u.framework, u.outcome.case.accelerator, u.outcome.case.precision, u.state),
+                             []).append(u.outcome)
+        extra["user_profile"] = {
+            "overall": u_overall.as_dict(),
+            "met": u_overall.met(spec.median_target, spec.max_target),
+            "by_precision": [s.as_dict() for s in u_by["precision"]],
+            "by_accelerator": [s.as_dict() for s in u_by["accelerator"]],
+            "by_framework": [{"framework": k[0], "accelerator": k[1], "precision": k[2], "state": k[3],
+                              **summarize(f"{k[0]} {k[1]} {k[2]}", v).as_dict()} for k, v in sorted(cells.items())],
+            "resimulated": user[1],
+            "cases": [{"row": u.outcome.case.row, "framework": u.framework, "state": u.state, "entry": u.entry,
+                       "relative_error": u.outcome.relative_error, "fits": u.outcome.fits} for u in kept_user],
         }
     return {
         "case_set": name, "source": spec.source, "csv": spec.csv,

@@ -19,8 +19,9 @@ Without torch.compile (and where the row does not state it: torchtitan's default
 SwiGLU and RoPE run as PyTorch eager composite ops (``training.elementwise_kernels: eager``: more
 bytes moved, workloads/graph.py ``eager_bytes_per_element``); compiled, each is one fused kernel.
 A sequence length the file does not give is torchtitan's train_configs default,
-8192 (the CSV's README). float8 rowwise is a separate fitted group: it runs slower than tensorwise
-(more scaling work) and the simulator has one FP8 GEMM model.
+8192 (the CSV's README). float8 rowwise is a separate fitted group (``training.fp8_recipe: rowwise``, its
+amax and cast passes; the GEMMs on the per-tensor fp8 curve): it runs slower than tensorwise, more than
+its scaling traffic says, and no rowwise GEMM kernel was measured.
 
 MI300X: no attention kernel of it was measured (the catalog prices SDPA's fused attention from the
 GEMM curve, *assumed*), and torchao's four MI300X rows are one configuration (Llama 3 8B, FSDP2 on 8
@@ -127,6 +128,8 @@ def cases() -> tuple[list[ModernCase], list[Unrepresentable]]:
         training = {"seq_length": seq, "precision": precision, "attention": "flash",
                     "elementwise_kernels": "eager" if eager else "fused",
                     "fp8_saved_inputs": False}  # torchao Float8Linear keeps the bf16 input for its backward
+        if rowwise:  # torchao's rowwise recipe: per-row scales from this step's amax (the tensorwise rows keep
+            training["fp8_recipe"] = "rowwise"  # the default recipe their group was fitted with)
         group_precision = "fp8-rowwise" if rowwise else precision
         group = MI300X_GROUP if accelerator == "mi300x" else f"torchtitan|{accelerator}|{group_precision}"
         key = (f"torchtitan|{name}|{row['gpu']}|{n}|tp{tp}|pp{pp}|cp{cp}|{row['pp_schedule']}|s{seq}|b{local}|"

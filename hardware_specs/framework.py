@@ -1,0 +1,97 @@
+"""Framework profiles: what a training framework does to the accelerator's kernel rates, per accelerator
+and precision, fitted on published end-to-end runs of that framework (``training.framework``).
+
+The catalog's efficiency curves come from kernel microbenchmarks (GEMM, attention, memory-bound
+kernels, collectives) and describe a framework that runs those kernels back to back: Megatron-Core
+with Transformer Engine (NeMo's fitted H100 factor is 1.02 of the catalog curve). Other frameworks
+lose part of that rate to their kernel choice and fusion (torch.compile or eager, SDPA backends),
+host overheads and the clock their cluster's power cap allows; the loss is in no microbenchmark.
+A profile holds, per (accelerator, precisions), the factors fitted on the *fit half* of that
+framework's rows in ``validation/data/modern/`` (``python -m validation.modern --fit --write``
+writes them here and in ``validation/profiles/``; never edited by hand):
+
+- ``gemm_scale``: each point of the accelerator's GEMM curves times the factor (at most 1), and
+  with ``gemm_tilt`` times ``(gflop / 10)^tilt`` up to ``gemm_ceiling``;
+- ``attention_scale``: the fused attention kernel's efficiency (or, without one, the GEMM-curve
+  estimate's factor) times the factor;
+- ``kernel_launch_overhead_us``, ``host_dispatch_us_per_kernel`` (an eager framework's host time per
+  kernel, simulator/cost/host_floor.py), ``intra_node_latency_us`` (the node's collective latency).
+
+Each entry records ``fitted_on`` (CSV and rows) and ``measured_on`` where the rows ran on a variant of
+the catalog part (torchtitan's H100s: 96 GB HBM2e at 500 W). Which entry a scenario gets, and what is
+said when none was fitted for its accelerator or precision: simulator/cost/framework.py.
+"""
+
+from __future__ import annotations
+
+from functools import cache
+from pathlib import Path
+from typing import Literal
+
+from pydantic import Field
+
+from hardware_specs.schema import Precision, Spec
+from hardware_specs.yaml_io import read_yaml, validate_spec
+from simulator.errors import ConfigError
+
+FOLDER = Path(__file__).parent / "frameworks"
+
+#: The framework whose kernels the catalog constants describe: no factor (the default of ``training.framework``).
+DEFAULT_FRAMEWORK = "megatron-core"
+
+
+#: The constants an entry may set (the others stay at the catalog's).
+FACTOR_KEYS = ("gemm_scale", "gemm_tilt", "gemm_ceiling", "attention_scale", "kernel_launch_overhead_us",
+               "host_dispatch_us_per_kernel", "intra_node_latency_us")
+
+
+class FrameworkEntry(Spec):
+    """The factors of one framework on one accelerator for one or more precisions."""
+
+    accelerator: str = Field(description="catalog accelerator name the factors apply to")
+    precisions: list[Precision] = Field(min_length=1, description="training precisions (tf32: fp32 on TF32 cores)")
+    fp8_recipes: list[Literal["delayed", "current", "rowwise", "blockwise", "mxfp8", "nvfp4"]] | None = Field(
+        default=None, min_length=1, description="with fp8: the training.fp8_recipe values this entry is for "
+                                                "(None: any recipe no other entry of the part names)")
+    gemm_scale: float | None = Field(default=None, gt=0, description="factor on the GEMM curves' points")
+    gemm_tilt: float | None = Field(default=None, description="exponent of (gflop / 10) on the GEMM curve")
+    gemm_ceiling: float | None = Field(default=None, gt=0, le=1, description="cap of a tilted GEMM curve")
+    attention_scale: float | None = Field(default=None, gt=0, description="factor on the fused attention kernel")
+    kernel_launch_overhead_us: float | None = Field(default=None, ge=0)
+    host_dispatch_us_per_kernel: float | None = Field(default=None, ge=0)
+    intra_node_latency_us: float | None = Field(default=None, ge=0)
+    fit_cases: int = Field(gt=0, description="fit-half rows the factors were fitted on")
+    fit_median_abs_error: float = Field(ge=0, description="median |error| on those rows after the fit")
+    measured_on: str | None = Field(default=None, description="the part the rows ran on, where not the catalog's")
+    fitted_on: str = Field(description="CSV and rows (fit half only)")
+
+    @property
+    def factors(self) -> dict[str, float]:
+        """The constants the entry sets (the ones it leaves at the catalog's are absent)."""
+        return {k: getattr(self, k) for k in FACTOR_KEYS if getattr(self, k) is not None}
+
+
+class FrameworkProfile(Spec):
+    """One framework's fitted entries."""
+
+    name: str
+    description: str
+    source: str = Field(description="the published runs the entries were fitted on")
+    entries: list[FrameworkEntry] = Field(min_length=1)
+
+
+def framework_names() -> list[str]:
+    """Valid ``training.framework`` values: the default and every shipped profile."""
+    return [DEFAULT_FRAMEWORK, *sorted(p.stem for p in FOLDER.glob("*.yaml"))]
+
+
+@cache
+def framework_profile(name: str, field: str = "training.framework") -> FrameworkProfile | None:
+    """The shipped profile of ``name`` (None for the default, whose constants are the catalog's);
+    an unknown name is a ConfigError naming the valid ones."""
+    if name == DEFAULT_FRAMEWORK:
+        return None
+    if not name or "/" in name or "\\" in name or not (FOLDER / f"{name}.yaml").is_file():
+        raise ConfigError(field, f"unknown framework {name!r} (known: {', '.join(framework_names())})")
+    path = FOLDER / f"{name}.yaml"
+    return validate_spec(FrameworkProfile, read_yaml(path, f"framework:{name}", catalog=True), f"framework:{name}")

@@ -1,0 +1,223 @@
+"""Which framework profile a scenario runs with (``training.framework``) and what it does to the specs.
+
+A profile (hardware_specs/framework.py, shipped in hardware_specs/frameworks/) holds factors fitted
+per (accelerator, precision) on the fit half of that framework's published runs. For a scenario the
+choice is, in this order (the output says which, ``--json`` carries it under ``run.framework``):
+
+1. *calibrated*: an entry fitted on this accelerator and precision (*derived* where its rows ran on
+   another board of the part, ``measured_on``: torchtitan's 500 W H100s);
+2. *derived*, other precision: an entry of this accelerator fitted in another precision (fp8 takes the
+   bf16 entry and the other way round: a framework's loss is mostly outside the GEMMs' precision);
+3. *derived*, other accelerator: the entry of the same vendor's accelerator nearest in bf16 peak
+   among those *as fast or slower* (H200 and Blackwell take the H100 entry, MI325X/MI355X the MI300X
+   one). The factor is then assumed hardware-independent: the kernels' own rates on the new part come
+   from its specs and microbenchmarks, the framework's share of them from the older part. Only towards
+   faster parts, because the fitted entries themselves show the share falling as the part gets faster
+   (fms-fsdp: A100 0.84, H100 0.57 of the catalog GEMM curve; llm-foundry A100 80 GB 1.25 / 40 GB 0.93,
+   H100 0.94): carried to a faster part the older factor is a floor on the loss (still optimistic, less
+   so than the catalog); carried to a slower part it would overstate the loss (fms-fsdp's H100 factor is
+   32% below its A100 one, the catalog's 1.0 19% above it). What the held-out rows say of such a
+   carry-over is in ``python -m validation.modern`` (a framework's rows on a part it was not fitted on);
+4. *assumed*: no such entry: the catalog constants (the kernel rates Megatron-Core reaches), said to be
+   assumed for that framework.
+
+The default framework, ``megatron-core``, is the catalog constants themselves: no factor, nothing changes.
+"""
+
+from __future__ import annotations
+
+import copy
+import math
+from dataclasses import dataclass
+from typing import Any
+
+from hardware_specs.catalog import ACCELERATORS
+from hardware_specs.framework import DEFAULT_FRAMEWORK, FrameworkEntry, framework_profile
+from hardware_specs.schema import Accelerator, ComputeEfficiency, Node
+
+DEFAULT = "default"
+CALIBRATED = "calibrated"
+DERIVED = "derived"
+ASSUMED = "assumed"
+
+#: GEMM size (GFLOP) at which a tilted curve keeps its scaled level (``gemm_tilt``).
+TILT_PIVOT_GFLOP = 10.0
+
+#: A part takes another part's entry only if that part's bf16 peak is at most this times its own (see
+#: the module docstring: a framework's factor falls as the part gets faster).
+SAME_SPEED = 1.05
+
+#: A precision no entry was fitted in takes an entry of these, in order (same accelerator first).
+NEAR_PRECISIONS = {"fp8": ("bf16", "fp16"), "bf16": ("fp16", "fp8"), "fp16": ("bf16", "fp8"),
+                   "fp32": ("tf32",), "tf32": ("fp32",)}
+
+
+def _scaled_points(points: list[dict[str, Any]], scale: float, tilt: float = 0.0,
+                   ceiling: float = 1.0) -> list[dict[str, Any]]:
+    """Each point times ``scale`` and, with ``tilt``, times ``(gflop / 10)^tilt`` (a framework whose large
+    GEMMs gain more over its small ones than the catalog curve says), capped at ``ceiling``."""
+    return [{"gflop": p["gflop"], "efficiency": round(min(ceiling, p["efficiency"] * scale
+                                                          * (p["gflop"] / TILT_PIVOT_GFLOP) ** tilt), 5)}
+            for p in points]
+
+
+def scaled_efficiency_block(efficiency: dict[str, Any], gemm_scale: float, launch_us: float | None,
+                            attention_scale: float | None = None, host_dispatch_us: float | None = None,
+                            gemm_tilt: float | None = None, gemm_ceiling: float | None = None) -> dict[str, Any]:
+    """An accelerator's efficiency block (a mapping as in its YAML) with the GEMM curves scaled (capped at 1)
+    and, with ``attention_scale``, the fused attention kernels' efficiency scaled too (capped at 1; without
+    a fused-kernel spec, its ``attention_efficiency_factor``); with ``host_dispatch_us``, the framework's
+    eager host time per kernel (simulator/cost/host_floor.py). The one definition the validation's fits
+    (validation/modern/profiles.py) and ``training.framework`` both use."""
+    eff = copy.deepcopy(efficiency)
+    if host_dispatch_us is not None:
+        eff["host_dispatch_us_per_kernel"] = host_dispatch_us
+        eff["host_dispatch_source"] = "framework profile (fitted on its set's fit half)"
+    if attention_scale is not None:
+        if eff.get("attention"):
+            for level in ("fwd_efficiency", "bwd_efficiency"):
+                eff["attention"][level] = round(min(1.0, eff["attention"][level] * attention_scale), 5)
+            eff["attention"]["source"] += f"; x {attention_scale:.4f} (framework profile)"
+            for kernel in (eff.get("attention_kernels") or {}).values():  # the other kernels (fa3) alike
+                for level in ("fwd_efficiency", "bwd_efficiency"):
+                    kernel[level] = round(min(1.0, kernel[level] * attention_scale), 5)
+        else:
+            eff["attention_efficiency_factor"] = round(
+                min(1.0, eff.get("attention_efficiency_factor", 1.0) * attention_scale), 5)
+    tilt, ceiling = gemm_tilt or 0.0, gemm_ceiling or 1.0
+    eff["gemm_curve"] = _scaled_points(eff["gemm_curve"], gemm_scale, tilt, ceiling)
+    for curve in (eff.get("gemm_curves") or {}).values():  # per-precision curves, where the spec has them
+        curve["points"] = _scaled_points(curve["points"], gemm_scale, tilt, ceiling)
+    for conv in (eff.get("conv_efficiency") or {}).values():  # convolutions by shape: their level
+        conv["level"] = round(min(1.0, conv["level"] * gemm_scale), 5)
+    if launch_us is not None:
+        eff["kernel_launch_overhead_us"] = launch_us
+    eff["source"] = f"{eff.get('source', '')}; GEMM curve x {gemm_scale:.4f} (framework profile)"
+    return eff
+
+
+#: The constants that change the efficiency block (``intra_node_latency_us`` changes the node).
+EFFICIENCY_FACTORS = ("gemm_scale", "kernel_launch_overhead_us", "attention_scale", "host_dispatch_us_per_kernel",
+                      "gemm_tilt", "gemm_ceiling")
+
+
+def efficiency_with_factors(efficiency: dict[str, Any], constants: dict[str, Any]) -> dict[str, Any] | None:
+    """:func:`scaled_efficiency_block` with a profile entry's constants; None when none of them is set."""
+    if not any(constants.get(k) is not None for k in EFFICIENCY_FACTORS):
+        return None
+    return scaled_efficiency_block(efficiency, constants.get("gemm_scale") or 1.0,
+                                   constants.get("kernel_launch_overhead_us"), constants.get("attention_scale"),
+                                   constants.get("host_dispatch_us_per_kernel"), constants.get("gemm_tilt"),
+                                   constants.get("gemm_ceiling"))
+
+
+def precision_key(precision: str, tf32: bool = False) -> str:
+    """The precision a profile entry is keyed by: fp32 on TF32 tensor cores is ``tf32``."""
+    return "tf32" if precision == "fp32" and tf32 else precision
+
+
+@dataclass(frozen=True)
+class FrameworkChoice:
+    """What ``training.framework`` resolved to on one accelerator and precision."""
+
+    name: str
+    state: str                      # default | calibrated | derived | assumed
+    entry: FrameworkEntry | None    # the factors used (None: the catalog constants)
+    note: str                       # in words, for the output
+
+    @property
+    def factors(self) -> dict[str, float]:
+        return self.entry.factors if self.entry is not None else {}
+
+    def as_dict(self) -> dict[str, Any]:
+        out: dict[str, Any] = {"name": self.name, "state": self.state, "note": self.note, "factors": self.factors}
+        if self.entry is not None:
+            out.update({"fitted_for": {"accelerator": self.entry.accelerator, "precisions": list(self.entry.precisions)},
+                        "fitted_on": self.entry.fitted_on, "fit_cases": self.entry.fit_cases})
+            if self.entry.measured_on:
+                out["measured_on"] = self.entry.measured_on
+        return out
+
+
+def _vendor_and_peak(accelerator: str | Accelerator) -> tuple[str, float]:
+    spec = accelerator if isinstance(accelerator, Accelerator) else ACCELERATORS.get(accelerator)
+    peaks = spec.peak_tflops
+    return spec.vendor, peaks.get("bf16") or peaks.get("fp16") or max(peaks.values())
+
+
+def _in_precision(entries: list[FrameworkEntry], key: str, recipe: str | None = None) -> tuple[FrameworkEntry | None, bool]:
+    """The entry fitted in ``key`` (exact: with fp8, the one naming ``recipe`` first, else one naming no
+    recipe) or else in the nearest precision; (None, False) if neither."""
+    exact = [e for e in entries if key in e.precisions]
+    if key == "fp8":
+        exact = ([e for e in exact if e.fp8_recipes and recipe in e.fp8_recipes]
+                 or [e for e in exact if not e.fp8_recipes] or exact)
+    if exact:
+        return exact[0], True
+    for near in NEAR_PRECISIONS.get(key, ()):
+        for entry in entries:
+            if near in entry.precisions:
+                return entry, False
+    return None, False
+
+
+def _fitted(entry: FrameworkEntry) -> str:
+    on = f", measured on {entry.measured_on}" if entry.measured_on else ""
+    on += f", fp8 recipe {'/'.join(entry.fp8_recipes)}" if entry.fp8_recipes else ""
+    shown = ", ".join(f"{k} {v:g}" for k, v in entry.factors.items())
+    return f"{shown} (fitted on {entry.fit_cases} fit-half rows{on})"
+
+
+def choose(name: str, accelerator: Accelerator, precision: str, fp8_recipe: str | None = None,
+           field: str = "training.framework") -> FrameworkChoice:
+    """The profile entry ``name`` gives on ``accelerator`` in ``precision`` (:func:`precision_key`), and
+    whether it was fitted there (calibrated), carried over (derived) or not known (assumed); see the
+    module docstring for the order."""
+    profile = framework_profile(name, field)
+    if profile is None:
+        return FrameworkChoice(DEFAULT_FRAMEWORK, DEFAULT, None,
+                               "the catalog constants (kernel microbenchmarks; the rates Megatron-Core with "
+                               "Transformer Engine reaches: NeMo's fitted H100 factor is within 2% of them)")
+    here = [e for e in profile.entries if e.accelerator == accelerator.name]
+    entry, exact = _in_precision(here, precision, fp8_recipe)
+    if entry is not None and exact and entry.measured_on:  # fitted on another board of the same part
+        return FrameworkChoice(name, DERIVED, entry,
+                               f"{name} on {accelerator.name} {precision}: fitted on rows measured on another board "
+                               f"of this part, carried over: {_fitted(entry)}")
+    if entry is not None and exact:
+        return FrameworkChoice(name, CALIBRATED, entry, f"{name} on {accelerator.name} {precision}: {_fitted(entry)}")
+    if entry is not None:
+        return FrameworkChoice(name, DERIVED, entry,
+                               f"no {name} run on {accelerator.name} in {precision} was measured: its "
+                               f"{'/'.join(entry.precisions)} factors there carried over: {_fitted(entry)}")
+    vendor, peak = _vendor_and_peak(accelerator)
+    donors = sorted({e.accelerator for e in profile.entries if _vendor_and_peak(e.accelerator)[0] == vendor
+                     and _vendor_and_peak(e.accelerator)[1] <= peak * SAME_SPEED},
+                    key=lambda a: (abs(math.log(_vendor_and_peak(a)[1] / peak)), a))
+    for donor in donors:
+        entry, _ = _in_precision([e for e in profile.entries if e.accelerator == donor], precision, fp8_recipe)
+        if entry is not None:
+            return FrameworkChoice(
+                name, DERIVED, entry,
+                f"no {name} run on {accelerator.name} was measured: its {donor} {'/'.join(entry.precisions)} "
+                f"factors carried over, assumed hardware-independent (the kernels' rates are {accelerator.name}'s "
+                f"own specs and microbenchmarks): {_fitted(entry)}")
+    fitted = sorted({e.accelerator for e in profile.entries})
+    return FrameworkChoice(name, ASSUMED, None,
+                           f"no {name} run on {accelerator.name} in {precision}, nor on a {vendor} part as fast or "
+                           f"slower, was measured (fitted on: {', '.join(fitted)}): the catalog constants "
+                           f"(Megatron-Core's kernel rates), assumed for {name}")
+
+
+def with_framework(choice: FrameworkChoice, accelerator: Accelerator, node: Node) -> tuple[Accelerator, Node]:
+    """The accelerator and node with the chosen entry's constants (themselves without an entry)."""
+    if choice.entry is None:
+        return accelerator, node
+    constants = choice.factors
+    block = efficiency_with_factors(accelerator.efficiency.model_dump(exclude_none=True), constants)
+    if block is not None:
+        accelerator = accelerator.model_copy(update={"efficiency": ComputeEfficiency.model_validate(block)})
+    latency = constants.get("intra_node_latency_us")
+    if latency is not None:
+        node = node.model_copy(update={"intra_node": node.intra_node.model_copy(update={"latency_us": latency})})
+    return accelerator, node

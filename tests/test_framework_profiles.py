@@ -1,0 +1,126 @@
+"""``training.framework``: the shipped framework profiles (hardware_specs/frameworks/), which entry a run
+gets and what it is called (calibrated / derived / assumed), the step time it moves in the fitted
+direction, bad names (exit 2), and that the shipped files are exactly what the validation's fit writes."""
+
+from __future__ import annotations
+
+import copy
+import json
+import subprocess
+import sys
+
+import pytest
+
+from hardware_specs.catalog import ACCELERATORS
+from hardware_specs.framework import DEFAULT_FRAMEWORK, FOLDER, framework_names, framework_profile
+from simulator.cost.framework import ASSUMED, CALIBRATED, DEFAULT, DERIVED, choose
+from simulator.errors import ConfigError
+from simulator.scenario import load_scenario
+from simulator.simulate import simulate_point
+from validation.modern.profiles import load_groups, resolved_scenario
+from validation.modern.registry import SETS, built, user_framework, user_scenario
+from validation.modern.shipped import render, shipped_profiles
+
+SMALL = {"model": "llama3-8b", "cluster": {"node": "dgx-h100", "num_gpus": 8},
+         "parallelism": {"tp": 1, "pp": 1, "dp": 8, "zero_stage": 3, "micro_batch_size": 1, "global_batch_size": 8},
+         "training": {"seq_length": 2048, "precision": "bf16"}}
+
+
+def _small(**training) -> dict:
+    raw = copy.deepcopy(SMALL)
+    raw["training"].update(training)
+    return raw
+
+
+def test_shipped_profiles_are_what_the_fit_writes():
+    # validation/profiles/modern-*.yaml is what `python -m validation.modern --fit --write` writes; the shipped
+    # files are rebuilt from them here and must match byte for byte (regenerate with --ship)
+    docs = shipped_profiles()
+    assert sorted(docs) == sorted(p.stem for p in FOLDER.glob("*.yaml"))
+    for name, doc in docs.items():
+        assert (FOLDER / f"{name}.yaml").read_text() == render(name, doc), f"{name}: run python -m validation.modern --ship"
+    assert framework_names() == [DEFAULT_FRAMEWORK, *sorted(docs)]
+
+
+def test_every_entry_names_fit_half_rows_of_its_framework():
+    for name in framework_names()[1:]:
+        profile = framework_profile(name)
+        for entry in profile.entries:
+            assert "fit half" in entry.fitted_on and entry.fit_cases >= 2
+            assert entry.accelerator in ACCELERATORS.names()
+
+
+def test_default_framework_is_the_catalog():
+    plain = load_scenario(_small())
+    named = load_scenario(_small(framework="megatron-core"))
+    assert plain.accelerator == named.accelerator == ACCELERATORS.get("h100-sxm-80g")
+    assert plain.frameworks[0].state == DEFAULT and plain.frameworks[0].entry is None
+
+
+@pytest.mark.parametrize(("framework", "precision", "slower"), [
+    ("torchtitan", "bf16", True), ("llm-foundry", "bf16", True), ("fms-fsdp", "bf16", True),
+    ("fms-fsdp-compile", "bf16", True), ("nemo", "fp8", False)])
+def test_switch_moves_step_time_in_the_fitted_direction(framework, precision, slower):
+    entry = choose(framework, ACCELERATORS.get("h100-sxm-80g"), precision).entry
+    assert (entry.gemm_scale < 1) == slower  # the fit: slower than the catalog where its GEMM factor is below 1
+    base = simulate_point(_small(precision=precision))["step_time_s"]
+    step = simulate_point(_small(precision=precision, framework=framework))["step_time_s"]
+    assert (step > base * 1.05) if slower else (step < base)
+
+
+def test_choice_states_and_carry_over():
+    h100, b200 = ACCELERATORS.get("h100-sxm-80g"), ACCELERATORS.get("b200")
+    assert choose("llm-foundry", h100, "bf16").state == CALIBRATED
+    tt = choose("torchtitan", h100, "bf16")  # fitted on Grand Teton's 500 W H100s: another board of the part
+    assert tt.state == DERIVED and "500 W" in tt.note
+    nemo_bf16 = choose("nemo", h100, "bf16")  # NeMo's fit is FP8 only: its factor carried to bf16
+    assert nemo_bf16.state == DERIVED and nemo_bf16.entry.precisions == ["fp8"]
+    blackwell = choose("torchtitan", b200, "bf16")  # Blackwell: the H100 factor, said to be carried over
+    assert blackwell.state == DERIVED and blackwell.entry.accelerator == "h100-sxm-80g" and "b200" in blackwell.note
+    assert choose("torchtitan", ACCELERATORS.get("mi325x"), "bf16").entry.accelerator == "mi300x"  # same vendor
+    amd = choose("fms-fsdp", ACCELERATORS.get("mi300x"), "bf16")  # no AMD run of fms-fsdp: the catalog, assumed
+    assert amd.state == ASSUMED and amd.entry is None and "assumed" in amd.note
+    rowwise = choose("torchtitan", h100, "fp8", "rowwise")
+    tensorwise = choose("torchtitan", h100, "fp8", "delayed")
+    assert rowwise.entry.fp8_recipes == ["rowwise"] and tensorwise.entry.fp8_recipes is None
+    assert rowwise.entry.gemm_scale < tensorwise.entry.gemm_scale
+
+
+def test_unknown_framework_is_a_config_error_naming_the_valid_ones():
+    with pytest.raises(ConfigError) as info:
+        load_scenario(_small(framework="pytorch-lightning"))
+    assert info.value.field == "training.framework"
+    assert all(name in info.value.reason for name in framework_names())
+
+
+def test_cli_unknown_framework_exits_2_and_json_names_the_profile():
+    bad = subprocess.run([sys.executable, "-m", "simulator.cli", "simulate", "--set", "training.framework=titan"],
+                         capture_output=True, text=True)
+    assert bad.returncode == 2 and "Traceback" not in bad.stderr
+    assert "training.framework" in bad.stderr and "torchtitan" in bad.stderr
+    good = subprocess.run([sys.executable, "-m", "simulator.cli", "simulate", "examples/llama3-8b-torchtitan-sac-h100.yaml",
+                           "--set", "cluster.node=dgx-b200", "--json"], capture_output=True, text=True)
+    assert good.returncode == 0, good.stderr
+    doc = json.loads(good.stdout)
+    assert doc["framework"] == "torchtitan" and doc["framework_state"] == DERIVED
+    framework = doc["framework_profile"]
+    assert framework["name"] == "torchtitan" and framework["state"] == DERIVED
+    assert framework["fitted_for"]["accelerator"] == "h100-sxm-80g" and "fit half" in framework["fitted_on"]
+    assert doc["efficiency_states"]["framework_factors"].startswith("derived")
+
+
+def _first(name: str, group_part: str):
+    groups = load_groups(SETS[name].profile_name)
+    return next(c for c in built(name)[0] if c.profile_group in groups and group_part in c.profile_group)
+
+
+@pytest.mark.parametrize(("case_set", "group"), [
+    ("torchtitan", "|bf16"), ("torchtitan", "|fp8-rowwise"), ("torchtitan", "mi300x"), ("llmfoundry", "h100"),
+    ("other", "fms-fsdp|h100"), ("vtrain_single", "megatron-deepspeed")])
+def test_user_path_is_the_fitted_simulation_bit_for_bit(case_set, group):
+    # what the validation reports as "fitted" is what a user gets by naming the framework on the catalog node
+    case = _first(case_set, group)
+    fitted = simulate_point(resolved_scenario(case, load_groups(SETS[case_set].profile_name)), run_if_oom=True)
+    user = simulate_point(user_scenario(case), run_if_oom=True)
+    assert user_framework(case) != DEFAULT_FRAMEWORK
+    assert user["step_time_s"] == fitted["step_time_s"]

@@ -1,0 +1,106 @@
+"""The framework profiles shipped in the package (hardware_specs/frameworks/*.yaml), made from the fitted
+validation profiles (validation/profiles/modern-*.yaml).
+
+``python -m validation.modern --fit --write`` writes both; ``--ship`` writes the shipped ones again from
+the validation profiles on disk (no refit). tests/test_framework_profiles.py rebuilds them and compares
+with the shipped files, so the two never drift. A fitted group ``framework|accelerator|precision``
+becomes one entry of that framework's profile, keyed by the catalog accelerator a user names:
+
+- groups of a framework no user names (the FlashAttention-2 paper's training script, the CNN
+  benchmarks' per-network constants) stay validation-only;
+- torchtitan's float8 *rowwise* group is the fp8 entry for ``training.fp8_recipe: rowwise`` (``fp8_recipes``);
+- a group on a variant of a catalog part (torchtitan's Grand Teton H100s: 96 GB HBM2e at 500 W) is
+  keyed by the catalog part with ``measured_on`` naming the variant.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+import yaml
+
+from hardware_specs.framework import FOLDER
+from validation.modern.profiles import load_groups
+
+#: framework name -> (validation profile, group prefix, description)
+FRAMEWORKS: dict[str, tuple[str, str, str]] = {
+    "nemo": ("nemo", "nemo", "NVIDIA NeMo / Megatron-Bridge: Megatron-Core with Transformer Engine, the "
+                             "overlaps of its performance recipes"),
+    "torchtitan": ("torchtitan", "torchtitan", "PyTorch torchtitan: FSDP2, DTensor TP (AsyncTP), torchao float8 "
+                                               "(tensorwise; rowwise as training.fp8_recipe: rowwise), SDPA "
+                                               "attention, torch.compile or eager"),
+    "llm-foundry": ("llmfoundry", "llmfoundry", "MosaicML llm-foundry / Composer: PyTorch FSDP, MPT models with "
+                                                "Triton FlashAttention, Transformer Engine FP8 (amp_fp8)"),
+    "fms-fsdp": ("other", "fms-fsdp", "IBM foundation-model-stack fms-fsdp: PyTorch FSDP1, SDPA FlashAttention-2, "
+                                      "eager (no torch.compile)"),
+    "fms-fsdp-compile": ("other", "fms-fsdp-compile", "IBM fms-fsdp with torch.compile"),
+    "megatron-deepspeed": ("vtrain", "megatron-deepspeed", "Megatron-DeepSpeed (eager PyTorch: a host time per "
+                                                           "kernel, a tilted GEMM curve; vTrain's A100 runs)"),
+}
+
+#: Group accelerator labels that name a variant of a catalog part: (catalog accelerator, the variant in words).
+VARIANTS = {"h100-96g-500w": ("h100-sxm-80g", "H100 96 GB HBM2e at a 500 W limit (Meta Grand Teton; "
+                                              "the catalog H100 SXM runs at 700 W)")}
+
+#: Group precision labels that stand for several precisions or for one FP8 recipe: (precisions, fp8 recipes).
+PRECISIONS: dict[str, tuple[list[str], list[str] | None]] = {"fp8-rowwise": (["fp8"], ["rowwise"]),
+                                                             "bf16+fp8": (["bf16", "fp8"], None)}
+
+ENTRY_KEYS = ("gemm_scale", "gemm_tilt", "gemm_ceiling", "attention_scale", "kernel_launch_overhead_us",
+              "host_dispatch_us_per_kernel", "intra_node_latency_us", "fit_cases", "fit_median_abs_error")
+
+
+def _profile_source(profile: str) -> str:
+    from validation.modern.registry import SETS
+
+    return "; ".join(f"{s.source} ({s.csv})" for s in SETS.values() if s.profile_name == profile and s.fitted)
+
+
+def shipped_profiles() -> dict[str, dict[str, Any]]:
+    """framework name -> the profile document (hardware_specs/framework.py FrameworkProfile)."""
+    out: dict[str, dict[str, Any]] = {}
+    for name, (profile, prefix, description) in FRAMEWORKS.items():
+        entries = []
+        for group, fitted in load_groups(profile).items():
+            framework, accelerator, precision = group.split("|")
+            precisions, recipes = PRECISIONS.get(precision, ([precision], None))
+            if framework != prefix:
+                continue
+            catalog, variant = VARIANTS.get(accelerator, (accelerator, None))
+            entry: dict[str, Any] = {"accelerator": catalog, "precisions": precisions}
+            if recipes:
+                entry["fp8_recipes"] = recipes
+            entry.update({k: fitted[k] for k in ENTRY_KEYS if fitted.get(k) is not None})
+            if variant:
+                entry["measured_on"] = variant
+            entry["fitted_on"] = fitted["fitted_on"]
+            entries.append(entry)
+        if entries:
+            out[name] = {"name": name, "description": description, "source": _profile_source(profile),
+                         "entries": entries}
+    return out
+
+
+HEADER = ("# Written by `python -m validation.modern --fit --write` (or --ship) from validation/profiles/{profile};\n"
+          "# do not edit by hand. Factors fitted on the fit half of the named rows only\n"
+          "# (hardware_specs/framework.py says what each factor does).\n")
+
+
+def render(name: str, doc: dict[str, Any]) -> str:
+    return HEADER.format(profile=f"modern-{FRAMEWORKS[name][0]}.yaml") + yaml.safe_dump(doc, sort_keys=False, width=110)
+
+
+def write_shipped(folder: Path = FOLDER) -> list[Path]:
+    """Write every shipped profile (and remove a shipped file no fitted group backs any more)."""
+    folder.mkdir(parents=True, exist_ok=True)
+    docs = shipped_profiles()
+    paths = []
+    for name, doc in docs.items():
+        path = folder / f"{name}.yaml"
+        path.write_text(render(name, doc))
+        paths.append(path)
+    for stale in folder.glob("*.yaml"):
+        if stale.stem not in docs:
+            stale.unlink()
+    return paths
