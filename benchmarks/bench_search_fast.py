@@ -11,6 +11,14 @@ Reports, with the on-disk cache off:
 - cost flat in dp: Llama-3-405B at 1,024 and 16,384 GPUs (the same tp/pp, dp 8 vs 128), engine and fast.
 
     python benchmarks/bench_search_fast.py [--workers 2] [--all] [--check-ranking]
+    python benchmarks/bench_search_fast.py --baseline /path/to/old/checkout [--repeats 3] [--searches-only]
+
+- the per-candidate checks of each search (simulator/explore/checks.py: scenario, memory, bound) in
+  this process, as they were (``reference``) and as they are: CPU seconds and layouts per CPU-second;
+- ``--baseline DIR``: each search run alternately by the code in DIR (an older checkout: a git
+  worktree of the commit to compare with) and by this one, each in a fresh process (imports not
+  counted), ``--repeats`` times: the median wall and CPU seconds of each, and layouts per wall second
+  and per CPU-second, before and after, measured in one run.
 
 On a machine shared with other work, compare CPU seconds and ratios, not wall times.
 """
@@ -18,8 +26,13 @@ On a machine shared with other work, compare CPU seconds and ratios, not wall ti
 from __future__ import annotations
 
 import argparse
+import copy
+import json
 import os
 import resource
+import statistics
+import subprocess
+import sys
 import time
 from pathlib import Path
 
@@ -71,6 +84,73 @@ def run_search(name: str, path: Path, workers: int, check: bool) -> None:
               f"(fast search: {cpu_ref / cpu:.1f}x less CPU); top 20 identical: {same and times}")
 
 
+# one search in a fresh process, with whatever simulator package is on its path (the baseline's or
+# this one's): only APIs both have
+_ONE_SEARCH = """
+import json, os, resource, sys, time
+os.environ["CLUSTERSIM_CACHE"] = "0"
+from simulator.explore.search import search, summarize
+def cpu():
+    a, b = resource.getrusage(resource.RUSAGE_SELF), resource.getrusage(resource.RUSAGE_CHILDREN)
+    return a.ru_utime + a.ru_stime + b.ru_utime + b.ru_stime
+w0, c0 = time.perf_counter(), cpu()
+rows = search(sys.argv[1], workers=int(sys.argv[2]))
+wall, used = time.perf_counter() - w0, cpu() - c0
+s = summarize(rows)
+print(json.dumps({"wall_s": wall, "cpu_s": used, "layouts": s["layouts"], "engine": s.get("engine_resimulated"),
+                  "fast": s.get("priced_by_fast_path"), "best_step_s": rows[0].get("step_time_s")}))
+"""
+
+
+def one_search(code: Path, path: Path, workers: int) -> dict:
+    env = {**os.environ, "PYTHONPATH": str(code), "CLUSTERSIM_CACHE": "0"}
+    out = subprocess.run([sys.executable, "-c", _ONE_SEARCH, str(path), str(workers)], cwd=code, env=env,
+                         capture_output=True, text=True, check=True)
+    return json.loads(out.stdout.strip().splitlines()[-1])
+
+
+def compare_with_baseline(name: str, path: Path, baseline: Path, workers: int, repeats: int) -> None:
+    """The search by the baseline's code and by this one, alternately, ``repeats`` times each."""
+    here = Path(__file__).resolve().parents[1]
+    runs: dict[str, list[dict]] = {"before": [], "after": []}
+    for _ in range(repeats):
+        runs["before"].append(one_search(baseline, path, workers))
+        runs["after"].append(one_search(here, path, workers))
+    print(f"\n{name}: before = {baseline}, after = {here} ({repeats} runs each, alternating; medians)")
+    for label, got in runs.items():
+        wall = statistics.median(r["wall_s"] for r in got)
+        cpu = statistics.median(r["cpu_s"] for r in got)
+        r = got[0]
+        print(f"  {label:<6} {r['layouts']:,} layouts ({r['engine']} engine runs, {r['fast']} fast-path): wall {wall:.2f} s, "
+              f"{r['layouts'] / wall:,.0f} layouts/s; CPU {cpu:.2f} s, {r['layouts'] / cpu:,.0f} layouts per CPU-second;"
+              f" best step {r['best_step_s']:.4f} s")
+
+
+def checks_cpu(name: str, path: Path) -> None:
+    """The per-candidate checks of the search in this process, reference and vectorised/shared."""
+    from simulator.explore import bounds, checks
+    from simulator.explore.search import SearchConstraints, SearchSpace, prepare
+
+    raw, _, candidates = prepare(str(path), None, None, SearchSpace(), SearchConstraints())
+    points = []
+    for cand in candidates:
+        point = copy.deepcopy(raw)
+        point["parallelism"] = cand
+        points.append(point)
+    seconds = {}
+    for label, reference in (("reference", True), ("now", False)):
+        bounds._PASSES.clear()
+        bounds._CHUNK_PASSES.clear()
+        start = time.process_time()
+        for point in points:
+            checks.check_layout(point, None, True, True, reference=reference)
+        seconds[label] = time.process_time() - start
+    print(f"  checks of {len(points):,} candidates in-process (scenario, memory, bound): reference "
+          f"{seconds['reference']:.2f} CPU-s ({len(points) / seconds['reference']:,.0f}/CPU-s), now "
+          f"{seconds['now']:.2f} CPU-s ({len(points) / seconds['now']:,.0f}/CPU-s): "
+          f"{seconds['reference'] / seconds['now']:.1f}x")
+
+
 def median_s(fn, repeats: int = 3) -> float:
     times = []
     for _ in range(repeats):
@@ -85,13 +165,22 @@ def main() -> None:
     parser.add_argument("--workers", type=int, default=os.cpu_count())
     parser.add_argument("--all", action="store_true", help="every scenario in examples/, not only two")
     parser.add_argument("--check-ranking", action="store_true", help="also run each search with the engine everywhere")
+    parser.add_argument("--baseline", type=Path, help="an older checkout to compare each search with")
+    parser.add_argument("--repeats", type=int, default=3, help="runs of each search per code with --baseline")
+    parser.add_argument("--searches-only", action="store_true", help="no engine timings (Megatron-1T, Llama-3)")
     args = parser.parse_args()
     os.environ["CLUSTERSIM_CACHE"] = "0"
     searches = dict(SEARCHES)
     if args.all:
         searches.update({p.stem: p for p in sorted(EXAMPLES.glob("*.yaml"))})
     for name, path in searches.items():
-        run_search(name, path, args.workers, args.check_ranking)
+        if args.baseline:
+            compare_with_baseline(name, path, args.baseline.resolve(), args.workers, args.repeats)
+        else:
+            run_search(name, path, args.workers, args.check_ranking)
+        checks_cpu(name, path)
+    if args.searches_only:
+        return
     print()
     megatron = load_scenario(None, MEGATRON_1T)
     engine_s = median_s(lambda: simulate(megatron))

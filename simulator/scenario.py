@@ -589,6 +589,29 @@ def _check_precision(training: TrainingSpec, accelerator: Accelerator, field_pre
                                                  f"{', '.join(accelerator.block_scaled_formats) or 'none'})")
 
 
+class LayoutVariants:
+    """``build_scenario`` of one scenario mapping with its ``parallelism:`` replaced, for the thousands
+    of layouts of a search: the mapping is validated and its references resolved once (``raw``, with
+    any valid layout), each variant only validates and resolves its layout (``Parallelism``, then the
+    checks of :func:`_layout`) on a copy of that scenario. A variant whose layout fails validation is
+    built by ``build_scenario`` itself, so that it raises the same error (tests/test_search_checks.py
+    compares both over every candidate of several searches)."""
+
+    def __init__(self, raw: dict[str, Any], base: Path | None = None):
+        self.raw, self.base = raw, base
+        self.scenario = build_scenario(raw, base)  # a bad mapping raises its ConfigError here
+        self.doc = ScenarioFile.model_validate(raw)
+
+    def build(self, parallelism: dict[str, Any]) -> Scenario:
+        try:
+            par = Parallelism.model_validate(parallelism)
+        except ValidationError:
+            return build_scenario({**self.raw, "parallelism": parallelism}, self.base)  # raises its error
+        sc = self.scenario
+        doc = self.doc.model_copy(update={"parallelism": par})
+        return replace(sc, parallelism=_layout(doc, sc.model, sc.num_gpus, sc.strategy))
+
+
 def _layout(doc: ScenarioFile, model, num_gpus: int, strategy) -> Parallelism:
     kind = get_kind(getattr(strategy, "kind", DEFAULT_KIND))
     if doc.training.optimizer_fusion not in ("none", *kind.optimizer_fusion):

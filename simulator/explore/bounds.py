@@ -104,6 +104,64 @@ def passes_key(point: dict) -> str:
     return json.dumps({**point, "parallelism": par}, sort_keys=True, default=str)
 
 
+_CHUNK_PASSES: dict[tuple, float] = {}
+_CHUNK_PASSES_KEPT = 65536
+_SHAPES: dict[str, str] = {}
+# Fields of a passes_key that set which chunks a stage holds, not what one layer's pass costs
+_CHUNKING = ("pp", "virtual_stages", "first_stage_layers", "last_stage_layers")
+
+
+def shape_key(passes: str) -> str:
+    """The :func:`passes_key` ``passes`` without the fields that only cut the model into chunks
+    (pipeline and virtual stages, the end stages' layer counts) and with the schedule reduced to
+    what a pass's ops read (zero bubble splits the backward; the others run the same passes): the
+    layers' passes of every layout with this key cost the same (:func:`_shared_pass_s`)."""
+    hit = _SHAPES.get(passes)
+    if hit is None:
+        point = json.loads(passes)
+        par = dict(point.get("parallelism") or {})
+        for name in _CHUNKING:
+            par.pop(name, None)
+        par["schedule"] = "zb-h1" if par.get("schedule") == "zb-h1" else "other"
+        if len(_SHAPES) >= _PASSES_KEPT:
+            _SHAPES.clear()
+        hit = _SHAPES[passes] = json.dumps({**point, "parallelism": par}, sort_keys=True, default=str)
+    return hit
+
+
+def _shared_pass_s(planner, shape: str, phase: str, chunk: int, rank: int) -> float:
+    """Seconds of chunk ``chunk``'s ``phase`` pass (kernels plus exposed collectives, as
+    ``planner.pass_cost_s`` prices it), shared by every layout of the search with the same
+    :func:`shape_key`. A chunk of one kind of layer repeated c times costs P(1) + (c-1)·(P(2) - P(1)):
+    each added layer brings the same kernels and one more layer-to-layer boundary (the only place
+    where a collective's overlap with the next kernel sees another layer), so two small passes
+    price every chunk length; chunks of several kinds of layer are priced whole. The same seconds
+    as pricing the chunk's ops (tests/test_search_checks.py: within 1e-12 relative)."""
+    first, last = chunk == 0, chunk == planner.chunks - 1
+    runs = planner.chunk_runs(chunk)
+    key = (shape, phase, first, last, runs)
+    hit = _CHUNK_PASSES.get(key)
+    if hit is None:
+        def price(chunk_runs) -> float:
+            ops = planner.pass_ops(phase, first, last, chunk_runs)
+            return sum(planner.pass_cost_s(rank, ops)) if ops else 0.0
+
+        if len(runs) == 1 and runs[0][1] > 2:
+            kind, count = runs[0]
+            one, two = (_CHUNK_PASSES.get((shape, phase, first, last, ((kind, n),))) for n in (1, 2))
+            if one is None:
+                one = _CHUNK_PASSES[(shape, phase, first, last, ((kind, 1),))] = price(((kind, 1),))
+            if two is None:
+                two = _CHUNK_PASSES[(shape, phase, first, last, ((kind, 2),))] = price(((kind, 2),))
+            hit = one + (count - 1) * (two - one)
+        else:
+            hit = price(runs)
+        if len(_CHUNK_PASSES) >= _CHUNK_PASSES_KEPT:
+            _CHUNK_PASSES.clear()
+        _CHUNK_PASSES[key] = hit
+    return hit
+
+
 def bound_parts(scenario, planner=None, key: str | None = None) -> BoundParts:
     """The bound's terms for ``scenario`` (priced by ``planner``, built if not given). ``key``: its
     :func:`passes_key`, to price its chunk passes once for every layout of a search that shares them."""
@@ -115,15 +173,35 @@ def bound_parts(scenario, planner=None, key: str | None = None) -> BoundParts:
     pp, v, m = par.pp, par.virtual_stages, par.num_micro_batches
     zero_bubble = par.schedule == "zb-h1"
     phases = ("F", "R", "B", "W") if zero_bubble else ("F", "R", "B")
-    reps = [planner.stage_representative(stage) for stage in range(pp)]
+    # A search's layouts (a key) on one kind of GPU: stages that hold the same chunks (the same runs of
+    # layers, the ends or not) have the same passes and tail, priced once per layout; the passes are
+    # shared with every layout of the same shape (_shared_pass_s). Otherwise every stage on its own.
+    shared = key is not None and not scenario.mixed
+    reps: dict[int, int] = {}
+
+    def rep(stage: int) -> int:
+        hit = reps.get(stage)
+        if hit is None:
+            hit = reps[stage] = planner.stage_representative(stage)
+        return hit
 
     def pass_s(phase: str, chunk: int) -> float:
         ops = planner._chunk_ops(phase, chunk)
-        return sum(planner.pass_cost_s(reps[chunk % pp], ops)) if ops else 0.0
+        return sum(planner.pass_cost_s(rep(chunk % pp), ops)) if ops else 0.0
 
     per_chunk = _PASSES.get(key) if key is not None else None
     if per_chunk is None:
-        per_chunk = {g: {ph: pass_s(ph, g) for ph in phases} for g in range(pp * v)}
+        if shared:
+            shape, alike = shape_key(key), {}
+            per_chunk = {}
+            for g in range(pp * v):
+                what = (g == 0, g == pp * v - 1, planner.chunk_runs(g))
+                hit = alike.get(what)
+                if hit is None:
+                    hit = alike[what] = {ph: _shared_pass_s(planner, shape, ph, g, rep(g % pp)) for ph in phases}
+                per_chunk[g] = hit
+        else:
+            per_chunk = {g: {ph: pass_s(ph, g) for ph in phases} for g in range(pp * v)}
         if key is not None:
             if len(_PASSES) >= _PASSES_KEPT:
                 _PASSES.clear()
@@ -141,11 +219,12 @@ def bound_parts(scenario, planner=None, key: str | None = None) -> BoundParts:
     tail = scenario.simulation.steps == 1 and scenario.training.optimizer_fusion == "none" and planner.local_update
     reduce_exposable = tail and dp_size > 1 and not (zero >= 2 or zero_bubble)
     gather_exposable = tail and dp_size > 1 and zero in (1, 2)
-    optimizer, reduce, gather = [], [], []
     grad = gradient_bytes(scenario.training)
-    for stage in range(pp):
-        rank = reps[stage]
-        optimizer.append(planner.optimizer_step_s(stage) if tail else 0.0)
+
+    def stage_tail(stage: int) -> tuple[float, float, float]:
+        """(optimizer step, gradient reduction, weight gather) seconds of ``stage``, each alone."""
+        rank = rep(stage)
+        optimizer_s = planner.optimizer_step_s(stage) if tail else 0.0
         local_params = planner.stage_params_local(stage)
         reduce_s = 0.0
         if reduce_exposable:
@@ -160,15 +239,26 @@ def bound_parts(scenario, planner=None, key: str | None = None) -> BoundParts:
             # the dense and the expert reductions queue on the one dp stream; the larger alone is a bound
             reduce_s = max(planner._isolated_comm_s(rank, [(group, collective, dense)]) if dense > 0 else 0.0,
                            planner._isolated_comm_s(rank, [("edp", collective, expert)]) if expert > 0 else 0.0)
-        reduce.append(reduce_s)
-        gather.append(planner._isolated_comm_s(rank, [(planner.shard_group, "all_gather",
-                                                       local_params * WEIGHT_BYTES[planner.precision])])
-                      if gather_exposable else 0.0)
-    start = (planner._isolated_comm_s(reps[0], [(planner.shard_group, "all_gather",
-                                                 planner.chunk_params_local(0) * WEIGHT_BYTES[planner.precision])])
+        gather_s = (planner._isolated_comm_s(rank, [(planner.shard_group, "all_gather",
+                                                     local_params * WEIGHT_BYTES[planner.precision])])
+                    if gather_exposable else 0.0)
+        return optimizer_s, reduce_s, gather_s
+
+    tails, alike_tails = [], {}
+    for stage in range(pp):
+        if shared:
+            what = (stage == 0, stage == pp - 1, tuple(planner.chunk_runs(c * pp + stage) for c in range(v)))
+            hit = alike_tails.get(what)
+            if hit is None:
+                hit = alike_tails[what] = stage_tail(stage)
+            tails.append(hit)
+        else:
+            tails.append(stage_tail(stage))
+    optimizer, reduce, gather = (tuple(t[i] for t in tails) for i in range(3))
+    start = (planner._isolated_comm_s(rep(0), [(planner.shard_group, "all_gather",
+                                                planner.chunk_params_local(0) * WEIGHT_BYTES[planner.precision])])
              if gather_exposable else 0.0)
-    return BoundParts(tuple(chains), tuple(optimizer), tuple(reduce), tuple(gather), tail, reduce_exposable,
-                      gather_exposable, start)
+    return BoundParts(tuple(chains), optimizer, reduce, gather, tail, reduce_exposable, gather_exposable, start)
 
 
 def price_best_bound_first(order: Sequence[int], bounds: Sequence[float], price: Callable[[list[int]], None],

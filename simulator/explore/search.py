@@ -411,40 +411,10 @@ def search(
 
 
 def _check_task(args: tuple[dict[str, Any], float | None, bool, bool]) -> dict[str, Any]:
-    """Build one layout's scenario and check its memory (search step 1-2). Returns ``{"invalid":
-    reason}``, ``{"row": row}`` (out of memory, or not to be timed), or, for a layout to time, its
-    ``work`` estimate, ``tokens`` per step, step-time lower bound ``bound_s`` (if ``want_bound``) and the
-    ``template`` row it gets if it is not timed. Runs in the search's worker processes."""
-    from simulator.memory.analytic import fits as memory_fits
-    from simulator.memory.analytic import peak_rank_memory
-    from simulator.scenario import build_scenario
-    from simulator.simulate import run_identity
+    """Search steps 1-2 for one layout (:func:`simulator.explore.checks.check_layout`)."""
+    from simulator.explore.checks import check_layout
 
-    point, max_memory_gib, simulate, want_bound = args
-    try:
-        sc = build_scenario(point)
-    except ConfigError as exc:
-        return {"invalid": str(exc)}
-    stage, peak, per_stage = peak_rank_memory(sc)
-    ok, reason = memory_fits(sc, peak, per_stage)
-    if ok and max_memory_gib is not None and peak.total_gib > max_memory_gib:
-        ok, reason = False, (f"needs {peak.total_gib:.1f} GiB, above the max_memory_gib constraint "
-                             f"({max_memory_gib:g} GiB)")
-    if not ok or not simulate:
-        row = empty_result()
-        row.update({k: v for k, v in run_identity(sc).items() if k != "seq_length_source"})
-        row.update(parallelism=sc.parallelism.model_dump(), num_gpus=sc.num_gpus, fits=ok,
-                   infeasible_reason=reason, peak_memory_gib=peak.total_gib, peak_memory_stage=stage,
-                   memory_gib=peak.gib(), memory_per_stage_gib=[b.total_gib for b in per_stage],
-                   hbm_gib=sc.accelerator.hbm_gib)
-        return {"row": row}
-    bound_s = None
-    if want_bound:
-        from simulator.explore.bounds import passes_key, step_lower_bound_s
-
-        bound_s = step_lower_bound_s(sc, key=passes_key(point))
-    return {"work": _work_estimate(sc), "tokens": sc.parallelism.global_batch_size * (sc.seq_length or 1),
-            "bound_s": bound_s, "template": rows_template(sc, (stage, peak, per_stage))}
+    return check_layout(*args)
 
 
 def _fast_task(raw: dict[str, Any]) -> dict[str, Any]:

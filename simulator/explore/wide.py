@@ -10,7 +10,9 @@ overlap option, Isaev et al. SC'23 Sec. 5) has on the order of a million, too ma
    (``SearchSpace``'s switch fields);
 2. divisibility and memory are decided once per base and ``tp_comm_overlap`` (the only switch a
    layout's validity or memory depends on: it needs sequence parallelism and changes the layer
-   graph; the memory model reads no other switch), in the worker pool;
+   graph; the memory model reads no other switch), in the worker pool, by the search's checks
+   (simulator/explore/checks.py: the layout resolved on the scenario validated once, every stage's
+   memory at once);
 3. for each layout that fits, the step-time lower bound (simulator/explore/bounds.py) is priced
    once per TP-overlap setting (``overlap_tp_grad_comm``, ``tp_comm_overlap``: they change the
    exposed collectives of a pass); the gradient-reduction and weight-gather switches only change
@@ -61,9 +63,8 @@ def _check_base(args: tuple[dict[str, Any], list[bool], list[bool], float | None
     """One base layout: per ``tp_comm_overlap`` value, invalid (reason), out of memory, or the
     bound's parts per ``overlap_tp_grad_comm`` value. Runs in the worker pool."""
     from simulator.explore.bounds import bound_parts, passes_key
+    from simulator.explore.checks import build_layout, layout_memory
     from simulator.memory.analytic import fits as memory_fits
-    from simulator.memory.analytic import peak_rank_memory
-    from simulator.scenario import build_scenario
 
     point, tco_values, otgc_values, max_memory_gib = args
     par = point["parallelism"]
@@ -75,11 +76,11 @@ def _check_base(args: tuple[dict[str, Any], list[bool], list[bool], float | None
         sliced = copy.deepcopy(point)
         sliced["parallelism"]["tp_comm_overlap"] = tco
         try:
-            sc = build_scenario(sliced)
+            sc = build_layout(sliced)
         except ConfigError as exc:
             out["slices"][tco] = ("invalid", str(exc))
             continue
-        stage, peak, per_stage = peak_rank_memory(sc)
+        stage, peak, per_stage = layout_memory(sc)
         ok, reason = memory_fits(sc, peak, per_stage)
         if ok and max_memory_gib is not None and peak.total_gib > max_memory_gib:
             ok = False

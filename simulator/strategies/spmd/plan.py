@@ -1178,8 +1178,14 @@ class Planner:
         ops = self._chunk_pass_ops.get((phase, global_chunk))  # asked for every pass of every micro-batch
         if ops is not None:
             return ops
-        first, last = global_chunk == 0, global_chunk == self.chunks - 1
-        runs = self.chunk_runs(global_chunk)  # keyed by the kinds' counts, in layer order
+        ops = self.pass_ops(phase, global_chunk == 0, global_chunk == self.chunks - 1,
+                            self.chunk_runs(global_chunk))  # keyed by the kinds' counts, in layer order
+        self._chunk_pass_ops[(phase, global_chunk)] = ops
+        return ops
+
+    def pass_ops(self, phase: str, first: bool, last: bool, runs: tuple[tuple[bool, int], ...]) -> tuple[Op, ...]:
+        """The ops of a pass over a chunk of ``runs`` ((layer kind, count), ...), with the prologue
+        if ``first`` and the epilogue if ``last`` (cached; :meth:`_chunk_ops`)."""
         key = (phase, first, last, runs)
         ops = self._pass_ops.get(key)
         if ops is None:
@@ -1203,7 +1209,6 @@ class Planner:
             else:
                 ops = layers(lambda w: w.recompute_ops(self.par.recompute), backward)
             self._pass_ops[key] = ops
-        self._chunk_pass_ops[(phase, global_chunk)] = ops
         return ops
 
     def _copy_in(self, actor: str, after: Task, label: str, grad_bytes: float, zero: int, add) -> Task:

@@ -1,0 +1,111 @@
+"""The per-candidate checks of a layout search (search steps 1-3): valid, fits, step-time bound.
+
+``search`` (simulator/explore/search.py) and ``wide_search`` (simulator/explore/wide.py) check
+every candidate layout before any is timed: its scenario is built (divisibility: an invalid layout
+is a row with the reason), its peak memory priced (out of memory: a row), and for the rest the
+step-time lower bound (simulator/explore/bounds.py) that orders and prunes the timing. On GPT-3
+175B / 1,024 A100s that is 1,638 scenarios, 1,158 memory models (20,340 pipeline stages) and 381
+bounds; priced one by one they cost as much CPU as the 24 engine runs of the search. Here:
+
+- the scenario mapping is validated once per search and each candidate only validates and resolves
+  its layout (:class:`simulator.scenario.LayoutVariants`: the same Scenario, the same errors);
+- the memory model prices every pipeline stage at once (simulator/memory/vectorised.py: the same
+  numbers as ``rank_memory``, stage by stage);
+- the bound's chunk passes are priced once per distinct pass (simulator/explore/bounds.py).
+
+``reference=True`` runs the checks as they were (``build_scenario``, ``peak_rank_memory``, the bound
+priced without the shared passes): tests/test_search_checks.py compares both over every candidate of
+several searches, and benchmarks/bench_search_fast.py times both.
+"""
+
+from __future__ import annotations
+
+import copy
+import json
+from typing import Any
+
+from simulator.errors import ConfigError
+
+_VARIANTS: dict[str, Any] = {}
+_VARIANTS_KEPT = 16
+
+
+def layout_variants(point: dict[str, Any]):
+    """The :class:`~simulator.scenario.LayoutVariants` of ``point`` without its layout (cached per
+    process: a search's candidates differ only in ``parallelism``), or None where the mapping
+    cannot be built with a trivial layout (then every candidate is built whole)."""
+    from simulator.scenario import LayoutVariants, cluster_gpus
+
+    rest = {k: v for k, v in point.items() if k != "parallelism"}
+    key = json.dumps(rest, sort_keys=True, default=str)
+    if key in _VARIANTS:
+        return _VARIANTS[key]
+    probe = copy.deepcopy(rest)
+    try:
+        n = (probe.get("cluster") or {}).get("num_gpus") or cluster_gpus(probe)
+        probe["parallelism"] = {"global_batch_size": n if isinstance(n, int) and n > 0 else 1}
+        variants = LayoutVariants(probe)
+    except (ConfigError, TypeError, AttributeError):
+        variants = None
+    if len(_VARIANTS) >= _VARIANTS_KEPT:
+        _VARIANTS.clear()
+    _VARIANTS[key] = variants
+    return variants
+
+
+def build_layout(point: dict[str, Any], reference: bool = False):
+    """``build_scenario(point)`` (raises its ConfigError), the layout alone resolved unless ``reference``."""
+    from simulator.scenario import build_scenario
+
+    variants = None if reference else layout_variants(point)
+    if variants is None:
+        return build_scenario(point)
+    return variants.build(point.get("parallelism") or {})
+
+
+def layout_memory(scenario, reference: bool = False):
+    """(peak stage, its breakdown, every stage's): the spmd memory model."""
+    if reference:
+        from simulator.memory.analytic import peak_rank_memory
+
+        return peak_rank_memory(scenario)
+    from simulator.memory.vectorised import peak_memory
+
+    return peak_memory(scenario)
+
+
+def check_layout(point: dict[str, Any], max_memory_gib: float | None, simulate: bool, want_bound: bool,
+                 reference: bool = False) -> dict[str, Any]:
+    """Build one layout's scenario and check its memory (search steps 1-2). Returns ``{"invalid":
+    reason}``, ``{"row": row}`` (out of memory, or not to be timed), or, for a layout to time, its
+    ``work`` estimate, ``tokens`` per step, step-time lower bound ``bound_s`` (if ``want_bound``) and the
+    ``template`` row it gets if it is not timed. Runs in the search's worker processes."""
+    from simulator.explore.search import _work_estimate, rows_template
+    from simulator.explore.sweep import empty_result
+    from simulator.memory.analytic import fits as memory_fits
+    from simulator.simulate import run_identity
+
+    try:
+        sc = build_layout(point, reference)
+    except ConfigError as exc:
+        return {"invalid": str(exc)}
+    stage, peak, per_stage = layout_memory(sc, reference)
+    ok, reason = memory_fits(sc, peak, per_stage)
+    if ok and max_memory_gib is not None and peak.total_gib > max_memory_gib:
+        ok, reason = False, (f"needs {peak.total_gib:.1f} GiB, above the max_memory_gib constraint "
+                             f"({max_memory_gib:g} GiB)")
+    if not ok or not simulate:
+        row = empty_result()
+        row.update({k: v for k, v in run_identity(sc).items() if k != "seq_length_source"})
+        row.update(parallelism=sc.parallelism.model_dump(), num_gpus=sc.num_gpus, fits=ok,
+                   infeasible_reason=reason, peak_memory_gib=peak.total_gib, peak_memory_stage=stage,
+                   memory_gib=peak.gib(), memory_per_stage_gib=[b.total_gib for b in per_stage],
+                   hbm_gib=sc.accelerator.hbm_gib)
+        return {"row": row}
+    bound_s = None
+    if want_bound:
+        from simulator.explore.bounds import passes_key, step_lower_bound_s
+
+        bound_s = step_lower_bound_s(sc, key=None if reference else passes_key(point))
+    return {"work": _work_estimate(sc), "tokens": sc.parallelism.global_batch_size * (sc.seq_length or 1),
+            "bound_s": bound_s, "template": rows_template(sc, (stage, peak, per_stage))}
