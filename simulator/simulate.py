@@ -23,7 +23,7 @@ from typing import Any
 
 from simulator.economics.convergence import convergence_results
 from simulator.economics.cost import training_economics
-from simulator.engine.engine import Engine, Task, cyclic_gc_paused
+from simulator.engine.engine import Engine, Task, cyclic_gc_paused, part_spans
 from simulator.errors import ConfigError
 from simulator.memory.analytic import fits as memory_fits
 from simulator.report.result import BREAKDOWN_KEYS, SimulationResult, TimelineEvent
@@ -55,16 +55,23 @@ def _binding_dep(task: Task) -> Task | None:
 def _charge_gap(breakdown: dict[str, float], gap_start: float, gap_end: float, waited_for: Task | None) -> None:
     """Charge the idle interval [gap_start, gap_end] along the chain of what it waited for: the
     part while ``waited_for`` ran goes to its category (another stage's kernels: the pipeline
-    bubble), the part before it started to whatever *it* waited for, recursively."""
+    bubble), the part before it started to whatever *it* waited for, recursively. A chain task
+    (``Task.parts``) is waited for as its last part, which waited only for the part before it."""
     while gap_end - gap_start > 0:
         if waited_for is None:
             breakdown["pipeline_bubble"] += gap_end - gap_start
             return
-        own_start = min(gap_end, max(gap_start, waited_for.start_s))
-        category = waited_for.category
+        if waited_for.parts is not None and len(waited_for.parts) > 1:
+            last, start, _ = part_spans(waited_for)[-1]
+            own_start = min(gap_end, max(gap_start, start))
+            category = last.category
+            upstream = None
+        else:
+            own_start = min(gap_end, max(gap_start, waited_for.start_s))
+            category = waited_for.category
+            upstream = _binding_dep(waited_for)
         if category in _BUSY or category not in breakdown:
             category = "pipeline_bubble"  # a kernel of another rank: waiting on the pipeline
-        upstream = _binding_dep(waited_for)
         if upstream is None or upstream.end_s <= gap_start:
             breakdown[category] += gap_end - gap_start  # queued behind its own stream: all its own
             return
@@ -79,7 +86,14 @@ def time_breakdown(plan: Plan, actor: str, step_time: float) -> dict[str, float]
     for task in plan.compute_tasks[actor]:
         if task.start_s - cursor > 0:  # an idle gap before it (what it waited for is looked up only then)
             _charge_gap(breakdown, cursor, task.start_s, _binding_dep(task))
-        if task.segments:
+        if task.parts is not None:  # a chain: each part as its own task would count (same sums)
+            for part, start, end in part_spans(task):
+                if part.segments:
+                    for category, seconds in part.segments:
+                        breakdown[_BUSY.get(category, category)] += seconds
+                else:
+                    breakdown[_BUSY.get(part.category, "compute")] += end - start
+        elif task.segments:
             for category, seconds in task.segments:
                 breakdown[_BUSY.get(category, category)] += seconds
         else:
@@ -154,6 +168,18 @@ def _timeline(plan: Plan) -> list[TimelineEvent]:
         for t in tasks:
             if not t.end_s > t.start_s:
                 continue
+            if t.parts is not None:  # a chain: its parts as the tasks they stand for
+                for part, start, end in part_spans(t):
+                    if part.segments:
+                        cursor = start
+                        for category, seconds in part.segments:
+                            seg_stream = category.removesuffix("_comm") if category.endswith("_comm") else stream
+                            events.append(TimelineEvent(actor, seg_stream, part.name, category, cursor, cursor + seconds,
+                                                        t.info if seg_stream == stream else ()))
+                            cursor += seconds
+                    elif end > start:
+                        events.append(TimelineEvent(actor, stream, part.name, part.category, start, end, t.info))
+                continue
             if t.segments:  # unfold kernel + TP segments onto their streams
                 cursor = t.start_s
                 layer = tuple(item for item in t.info if item[0] == "layer")
@@ -202,8 +228,11 @@ def _run_plan(scenario: Scenario, kind, mode: str, detail: bool, engine: str):
             if not estimate.breakdown_exact:
                 info["time_breakdown_extrapolated"] = True
             return estimate.step_time_s, estimate.plan, estimate.breakdown, info, None
-    plan = kind.compile(scenario, mode=mode, detail=detail)
     stragglers = scenario.simulation.stragglers
+    # The engine runs a pass's back-to-back tasks as one chain (exact; the spmd kind's plan; per-device
+    # straggler draws scale single tasks, so not then).
+    chains = {"chains": True} if scenario.strategy_kind == "spmd" and stragglers is None else {}
+    plan = kind.compile(scenario, mode=mode, detail=detail, **chains)
     straggled = {}
     if stragglers is not None:  # per-device draws scale each actor's kernels (simulator/cost/stragglers.py)
         from simulator.cost.stragglers import apply_stragglers, straggler_summary

@@ -34,6 +34,14 @@ Propagation: a transfer task's ``propagation_s`` is the time its last byte takes
 has left (a long link's delay): its dependents wait for it, its stream does not, so the delays of
 back-to-back transfers overlap as on a real pipe; the task ends (``end_s``) when the bytes arrive.
 
+Chains: a fixed task with ``parts`` stands for back-to-back tasks of its stream of which each waits
+only for the one before it and none but the next waits for it (a pass's recompute and its backward):
+it runs the parts as one, ending at ``start + parts[0] + parts[1] + ...`` summed in that order -- to the
+bit where the separate tasks would have ended -- with one event instead of two per part. Its
+``duration_s`` is their sum, its deps, ``alloc_bytes`` and ``free_bytes`` those of the chain (the inner
+parts allocate and free nothing); :func:`part_spans` gives each part's start and end for reports.
+Slowable tasks (interference, shared executors) are never chains: a planner keeps those apart.
+
 Counters: a task may add ``alloc_bytes`` to a named counter (``counter``) of its actor when it
 starts and take ``free_bytes`` from it when it ends (the planners use one counter, device
 memory). The engine keeps each counter's value over time and its peak (:attr:`Engine.counter_series`,
@@ -54,13 +62,35 @@ random task lists. It costs ~3 µs per task where SimPy's processes cost ~11 µs
 from __future__ import annotations
 
 import gc
+import math
 from collections import defaultdict
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 from heapq import heappop, heappush
 from itertools import count
+from typing import NamedTuple
 
 from simulator.engine.network import FlowNetwork
+
+
+class TaskPart(NamedTuple):
+    """One part of a chain task (:attr:`Task.parts`): what a task of its own would have been."""
+
+    name: str
+    category: str
+    duration_s: float
+    segments: tuple[tuple[str, float], ...] | None = None
+
+
+def part_spans(task: Task) -> list[tuple[TaskPart, float, float]]:
+    """(part, start, end) of each part of a chain task that ran, as the engine timed them (each part
+    ends at the previous one's end plus its duration: the same sums as separate tasks)."""
+    out, start = [], task.start_s
+    for part in task.parts:
+        end = start + part.duration_s
+        out.append((part, start, end))
+        start = end
+    return out
 
 
 @dataclass(eq=False)
@@ -84,6 +114,8 @@ class Task:
     # kinds (a kernel run and an uncontended collective that it waits for), as (category, seconds).
     segments: tuple[tuple[str, float], ...] | None = None
     info: tuple[tuple[str, object], ...] = ()  # for reporting only: e.g. (("layer", "block3"), ("flops", 1e12))
+    # A chain (see the module docstring): fixed parts run back to back, this task standing for all of them.
+    parts: tuple[TaskPart, ...] | None = None
     # Interference (see the module docstring): this task slows while a contending one runs.
     slowdown_while_contended: float = 0.0
     contends: bool = False
@@ -165,9 +197,12 @@ class _Stream:
 
     def after_compute(self, _event) -> None:
         task = self.tasks[self.i]
+        engine = self.engine
         if task.slows_comm:
-            self.engine._compute_state(task.actor, -1)
-        self.engine._finish(self, task)
+            engine._compute_state(task.actor, -1)
+        engine._end(task)  # Engine._finish, inlined (once per task)
+        self.i += 1
+        engine._go(self)
 
     def after_wait(self, _event) -> None:
         self.engine._finish(self, self.tasks[self.i])
@@ -333,13 +368,20 @@ class Engine:
             if ready:
                 ready = False
             elif task.deps:
-                pending = [d.done for d in task.deps if d.done.callbacks is not None]
-                if pending:
-                    if len(pending) == 1:
-                        pending[0].callbacks.append(run.deps_met)
-                    else:
-                        _AllOf(self, pending, run.deps_met)
-                    return
+                deps = task.deps
+                if len(deps) == 1:  # the common case (its stream's previous task): no list built
+                    callbacks = deps[0].done.callbacks
+                    if callbacks is not None:
+                        callbacks.append(run.deps_met)
+                        return
+                else:
+                    pending = [d.done for d in deps if d.done.callbacks is not None]
+                    if pending:
+                        if len(pending) == 1:
+                            pending[0].callbacks.append(run.deps_met)
+                        else:
+                            _AllOf(self, pending, run.deps_met)
+                        return
             if task.demands is not None or (task.rendezvous is not None and task.rendezvous_size > 1):
                 self._begin(run, task)
                 return
@@ -354,6 +396,11 @@ class Engine:
                     self._compute_state(task.actor, +1)
                 if task.slowdown_while_contended > 0 or task.shares is not None:
                     self._drive(self._run_slowable(task), lambda: run.after_compute(None))
+                elif task.parts is not None:  # a chain: each part ends where the one before it did, plus its own
+                    end = now
+                    for part in task.parts:
+                        end += part.duration_s
+                    heappush(queue, (end, _NORMAL, next(sequence), run.after_compute, None))
                 else:
                     heappush(queue, (now + duration, _NORMAL, next(sequence), run.after_compute, None))
                 return
@@ -402,13 +449,17 @@ class Engine:
 
     def _count(self, key: tuple[str, str], delta: float) -> None:
         """Move a counter by ``delta`` now; record the value (one point per instant) and the peak."""
-        value = self.counters.get(key, 0.0) + delta
-        self.counters[key] = value
-        if value > self.counter_peaks.get(key, float("-inf")):
-            self.counter_peaks[key] = value
-        series = self.counter_series.setdefault(key, [])
+        counters = self.counters
+        value = counters.get(key, 0.0) + delta
+        counters[key] = value
+        peaks = self.counter_peaks
+        if value > peaks.get(key, -math.inf):
+            peaks[key] = value
+        series = self.counter_series.get(key)
         now = self.now
-        if series and series[-1][0] == now:
+        if series is None:
+            self.counter_series[key] = [(now, value)]
+        elif series[-1][0] == now:
             series[-1] = (now, value)
         else:
             series.append((now, value))

@@ -106,7 +106,7 @@ def _point(scenario: Scenario, micro_batches: int, mode: str | None):
     from simulator.simulate import stage_breakdowns, time_breakdown
     from simulator.strategies.registry import get_kind
 
-    plan = get_kind("spmd").compile(_with_micro_batches(scenario, micro_batches), mode=mode)
+    plan = get_kind("spmd").compile(_with_micro_batches(scenario, micro_batches), mode=mode, chains=True)
     engine = Engine(plan.topology.port_capacity)
     makespan = engine.run(plan.streams, {(a, MEMORY_COUNTER): b for a, b in plan.memory_base_bytes.items()})
     ends = {a: max((t.end_s for t in ts), default=0.0) for a, ts in plan.compute_tasks.items()}

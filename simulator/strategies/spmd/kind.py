@@ -22,8 +22,10 @@ class SpmdConfig(BaseModel):
     kind: Literal["spmd"] = "spmd"
 
 
-def compile_spmd(scenario, mode: str | None = None, detail: bool = False):
-    return Planner(scenario, mode=mode, detail=detail).build()
+def compile_spmd(scenario, mode: str | None = None, detail: bool = False, chains: bool = False):
+    """The plan; ``chains``: a pass's back-to-back tasks as one engine task where that is exact
+    (:class:`Planner`; for the engine, which runs them: the fast path reads single tasks)."""
+    return Planner(scenario, mode=mode, detail=detail, chains=chains).build()
 
 
 SPMD = register(StrategyKind(

@@ -39,7 +39,7 @@ from simulator.cost.jitter import sync_stretch
 from simulator.cost.moe_dispatch import node_dedup_all_to_all
 from simulator.cost.topology import Coordinates, RankLayout, build_topology
 from simulator.cost.wan import WanTopology
-from simulator.engine.engine import Task
+from simulator.engine.engine import Task, TaskPart
 from simulator.memory.analytic import (
     MemoryBreakdown,
     chunk_activation_bytes,
@@ -70,7 +70,7 @@ def comm_category(group: str) -> str:
 class Planner:
     """Builds the :class:`Plan` of ``simulation.steps`` training steps."""
 
-    def __init__(self, scenario: Scenario, mode: str | None = None, detail: bool = False):
+    def __init__(self, scenario: Scenario, mode: str | None = None, detail: bool = False, chains: bool = False):
         self.sc = scenario
         self.par = scenario.parallelism
         self.mode = mode or scenario.simulation.mode
@@ -125,6 +125,7 @@ class Planner:
         self._pass_ops: dict = {}
         self._chunk_pass_ops: dict[tuple[str, int], tuple] = {}  # (phase, global chunk) -> _chunk_ops
         self._chunk_runs: dict[int, tuple[tuple[bool, int], ...]] = {}
+        self._chunk_names: dict[int, str] = {}
         self._zero_bubble_orders = None
         self._memory_cache: dict = {}
         self.steps = scenario.simulation.steps
@@ -138,6 +139,13 @@ class Planner:
         self.shard_size = self.par.zero_shard_size or self.par.dp_degree * self.par.cp
         self.hybrid_replicas = self.par.dp_degree // self.shard_size if hybrid else 1
         self.tp_exclusive = self.mode != "full" and self._tp_links_exclusive()
+        # Chains (simulator/engine/engine.py): a pass's back-to-back tasks as one engine task. Only where
+        # each pass is one fused task per run of ops (TP folded in: nothing beside it waits for a part),
+        # in symmetric mode, and no kernel/communication interference is configured (a part's end would
+        # change a transfer's pace). The caller asks for them: the engine runs them, the fast path does not.
+        effs = [g.accelerator.efficiency for g in scenario.groups]
+        self.chains = (chains and not detail and self.tp_exclusive and self.mode != "full"
+                       and all(e.overlap_compute_slowdown <= 0 and e.overlap_comm_slowdown <= 0 for e in effs))
         self.rank_actor: dict[int, str] = {}
         self._stage_reps: dict[int, int] = {}
         if self.mode == "full":
@@ -480,7 +488,13 @@ class Planner:
 
     def chunk_layers(self, global_chunk: int) -> str:
         """The chunk's pipelined layers as ``first..last`` (for the trace); "" for a chunk without any
-        (a last stage holding only the head: ``last_stage_layers: 0``)."""
+        (a last stage holding only the head: ``last_stage_layers: 0``). Cached: asked for every pass."""
+        hit = self._chunk_names.get(global_chunk)
+        if hit is None:
+            hit = self._chunk_names[global_chunk] = self._chunk_layers(global_chunk)
+        return hit
+
+    def _chunk_layers(self, global_chunk: int) -> str:
         count = self.layers_per_chunk[global_chunk]
         if count == 0:
             return ""
@@ -763,14 +777,8 @@ class Planner:
             last = None
             if not self.detail and self.tp_exclusive:
                 # TP traffic has its links to itself: fold it into the kernel task (exact, fewer events).
-                key = ("fused_task", id(ops), self._comm_class(rank), category)
-                hit = self._time_cache.get(key)
-                if hit is None or hit[0] is not ops:
-                    compute_s, comm = self.pass_cost_by_category(rank, ops)
-                    comm = {k: v for k, v in comm.items() if v > 0}
-                    hit = self._time_cache[key] = (ops, compute_s + sum(comm.values()),
-                                                   ((category, compute_s), *comm.items()) if comm else None)
-                task = Task(label, actor, "compute", category, duration_s=hit[1], segments=hit[2])
+                duration, segments = self._fused_pass(rank, ops, category)
+                task = Task(label, actor, "compute", category, duration_s=duration, segments=segments)
                 return add(task, first_deps)
             pending: Task | None = None  # an overlapped collective running beside the next kernel
             for kind, payload, name, overlapped in self._segments(rank, ops):
@@ -968,6 +976,8 @@ class Planner:
                 else:  # one compute and one TP task for the whole chunk pass
                     run_ops(self._chunk_ops("F", g), f"F.{tag}", "compute", layer=self.chunk_layers(g))
                     host_floor(f"F.{tag}", "F", self.chunk_runs(g))
+                    if self.chains:
+                        prev[0] = self._chain_pass(compute_list, pass_start, streams[(actor, "compute")])
                 entry = compute_list[pass_start]
                 entry.alloc_bytes += self.activation_bytes(g)  # saved for this chunk's backward
                 if mb == 0 and g in start_gathers:
@@ -984,12 +994,23 @@ class Planner:
                     flush_bucket(prev[0], f"W.{tag}")
                 continue
             if zero_bubble or not (self.detail or per_layer_gathers or overlapped_reduce):
+                chain = self._backward_chain(actor, rank, g, tag) if self.chains and not zero_bubble else None
+                if chain is not None:
+                    add(chain)
+                    accumulate_grads(g, mb, tag)
+                    backward_memory(g, compute_list[pass_start], prev[0])
+                    lookup[("B_entry", actor, mb, g)] = compute_list[pass_start]
+                    lookup[("B_exit", actor, mb, g)] = prev[0]
+                    fused_backward_update(g, mb)
+                    continue
                 recompute_ops = self._chunk_ops("R", g)
                 if recompute_ops:
                     run_ops(recompute_ops, f"B.{tag}.recompute", "recompute", layer=self.chunk_layers(g))
                     host_floor(f"B.{tag}.recompute", "R", self.chunk_runs(g))
                 run_ops(self._chunk_ops("B", g), f"B.{tag}", "compute", layer=self.chunk_layers(g))
                 host_floor(f"B.{tag}", "B", self.chunk_runs(g))
+                if self.chains:
+                    prev[0] = self._chain_pass(compute_list, pass_start, streams[(actor, "compute")])
                 accumulate_grads(g, mb, tag)
                 backward_memory(g, compute_list[pass_start], prev[0])
                 lookup[("B_entry", actor, mb, g)] = compute_list[pass_start]
@@ -1107,47 +1128,56 @@ class Planner:
         return hit / self.par.tp
 
     def _link_pipeline(self, lookup: dict[tuple, Task]) -> None:
-        """Add the sends between stages and the cross-stage dependencies."""
+        """Add the sends between stages and the cross-stage dependencies (in the order of ``lookup``:
+        the engine runs a stream's tasks in list order and wakes waiters in the order they came)."""
         par = self.par
         last = self.chunks - 1
         coords = {actor: self.layout.coords(rank) for actor, rank in self.actor_ranks.items()}
-        peers: dict[tuple[str, int], int] = {}
+        edges: dict[tuple[str, str, int], tuple] = {}  # (kind, actor, chunk) -> how its pass hands on
 
-        def peer(actor: str, dst_stage: int) -> int:
-            """Where ``actor`` sends for ``dst_stage`` (asked once per micro-batch; the same every time)."""
-            dst = peers.get((actor, dst_stage))
-            if dst is None:
-                c = coords[actor]
-                dst = peers[(actor, dst_stage)] = self._pipeline_peer(
-                    self.layout.rank(type(c)(c.tp, c.cp, c.dp, dst_stage)), dst_stage)
-            return dst
+        def edge(kind: str, actor: str, g: int) -> tuple:
+            """(receiver actor, within the stage, send prototype or None, name prefix): the same for every
+            micro-batch of the chunk, so worked out once."""
+            forward = kind == "F_exit"
+            dst_stage = (g + 1) % par.pp if forward else (g - 1) % par.pp
+            c = coords[actor]
+            dst = self._pipeline_peer(self.layout.rank(type(c)(c.tp, c.cp, c.dp, dst_stage)), dst_stage)
+            dst_actor = self.rank_actor[dst]
+            if dst_stage == c.pp:
+                return dst_actor, True, None, None, dst
+            prefix = "send_act" if forward else "send_grad"
+            payload = self._pp_payload(g if forward else g - 1)
+            proto = self.send_task(actor, dst, prefix, payload)
+            # a cached pipeline edge: every micro-batch's send is this one renamed (a wide-area route
+            # is asked for per send, as before)
+            reusable = self.wan is None and proto.propagation_s == 0.0
+            return dst_actor, False, (proto if reusable else (dst, payload)), prefix, dst
 
+        streams = self._streams_ref
         for (kind, actor, mb, g), task in list(lookup.items()):
-            stage = coords[actor].pp
-            if kind == "F_exit" and g < last:
-                dst_stage = (g + 1) % par.pp
-                dst = peer(actor, dst_stage)
-                dst_actor = self.rank_actor[dst]
-                if dst_stage == stage:
-                    lookup[("F_entry", dst_actor, mb, g + 1)].deps.append(task)
-                    continue
-                send = self.send_task(actor, dst, f"send_act.mb{mb}.c{g}", self._pp_payload(g))
-                send.deps.append(task)
-                self._pp_stream(actor).append(send)
-                lookup[("F_entry", dst_actor, mb, g + 1)].deps.append(send)
-            elif kind == "B_exit" and g > 0:
-                dst_stage = (g - 1) % par.pp
-                dst = peer(actor, dst_stage)
-                dst_actor = self.rank_actor[dst]
-                if dst_stage == stage:
-                    lookup[("B_entry", dst_actor, mb, g - 1)].deps.append(task)
-                    continue
-                send = self.send_task(actor, dst, f"send_grad.mb{mb}.c{g}", self._pp_payload(g - 1))
-                send.deps.append(task)
-                self._pp_stream(actor).append(send)
-                lookup[("B_entry", dst_actor, mb, g - 1)].deps.append(send)
-            elif kind == "F_exit" and g == last:
+            if kind == "F_exit" and g == last:
                 lookup[("B_entry", actor, mb, g)].deps.append(task)
+                continue
+            if not ((kind == "F_exit" and g < last) or (kind == "B_exit" and g > 0)):
+                continue
+            key = (kind, actor, g)
+            hit = edges.get(key)
+            if hit is None:
+                hit = edges[key] = edge(kind, actor, g)
+            dst_actor, local, proto, prefix, _ = hit
+            receiver = ("F_entry", dst_actor, mb, g + 1) if kind == "F_exit" else ("B_entry", dst_actor, mb, g - 1)
+            if local:
+                lookup[receiver].deps.append(task)
+                continue
+            name = f"{prefix}.mb{mb}.c{g}"
+            if isinstance(proto, Task):
+                send = Task(name, actor, "pp", "pp_comm", demands=proto.demands, latency_s=proto.latency_s,
+                            deps=[task])
+            else:
+                send = self.send_task(actor, proto[0], name, proto[1])
+                send.deps.append(task)
+            streams[(actor, "pp")].append(send)
+            lookup[receiver].deps.append(send)
 
     def _pipeline_peer(self, rank: int, stage: int) -> int:
         """The simulated rank that receives a send meant for ``rank`` of ``stage``: itself, or in
@@ -1221,6 +1251,64 @@ class Planner:
 
     def _pp_stream(self, actor: str) -> list[Task]:
         return self._streams_ref[(actor, "pp")]
+
+    def _fused_pass(self, rank: int, ops: tuple[Op, ...], category: str):
+        """(seconds, segments) of one task for ``ops`` with its exposed TP time folded in (where TP
+        traffic has its links to itself); segments None when nothing is exposed. Cached per op tuple."""
+        key = ("fused_task", id(ops), self._comm_class(rank), category)
+        hit = self._time_cache.get(key)
+        if hit is None or hit[0] is not ops:
+            compute_s, comm = self.pass_cost_by_category(rank, ops)
+            comm = {k: v for k, v in comm.items() if v > 0}
+            hit = self._time_cache[key] = (ops, compute_s + sum(comm.values()),
+                                           ((category, compute_s), *comm.items()) if comm else None)
+        return hit[1], hit[2]
+
+    def _backward_chain(self, actor: str, rank: int, g: int, tag: str) -> Task | None:
+        """The chain task of a backward pass with recompute (its recompute, then its backward: one engine
+        task, simulator/engine/engine.py) built directly, or None where the pass has no recompute or a
+        host-floor stall (then its tasks are built one by one and chained by :meth:`_chain_pass`)."""
+        recompute_ops = self._chunk_ops("R", g)
+        if not recompute_ops:
+            return None
+        runs = self.chunk_runs(g)
+        if self.host_floor_stall_s(rank, "R", runs) > 0 or self.host_floor_stall_s(rank, "B", runs) > 0:
+            return None
+        key = ("backward_chain", g, self._comm_class(rank))
+        hit = self._time_cache.get(key)
+        if hit is None:
+            r_s, r_segments = self._fused_pass(rank, recompute_ops, "recompute")
+            b_s, b_segments = self._fused_pass(rank, self._chunk_ops("B", g), "compute")
+            hit = self._time_cache[key] = (r_s, r_segments, b_s, b_segments, r_s + b_s)
+        r_s, r_segments, b_s, b_segments, total = hit
+        name = f"B.{tag}"
+        return Task(name, actor, "compute", "compute", duration_s=total,
+                    parts=(TaskPart(f"{name}.recompute", "recompute", r_s, r_segments),
+                           TaskPart(name, "compute", b_s, b_segments)))
+
+    def _chain_pass(self, compute_list: list[Task], pass_start: int, stream: list[Task]) -> Task:
+        """Make the pass's compute tasks (``compute_list[pass_start:]``, the tail of the compute ``stream``)
+        one chain task where there are several and each waits only for the one before it (its recompute,
+        its backward, a host-floor stall): the first task stands for all (its deps), the others leave the
+        lists. Called before the pass's memory is counted and before anything else refers to its tasks.
+        Returns the pass's last task (the chain, or the last one left as it was)."""
+        tasks = compute_list[pass_start:]
+        if len(tasks) < 2 or stream[-len(tasks):] != tasks:
+            return compute_list[-1]
+        for before, task in zip(tasks, tasks[1:], strict=False):
+            if len(task.deps) != 1 or task.deps[0] is not before:
+                return compute_list[-1]
+        for task in tasks:
+            if (task.demands is not None or task.rendezvous is not None or task.parts is not None
+                    or task.alloc_bytes or task.free_bytes or task.propagation_s or task.info):
+                return compute_list[-1]
+        head, last = tasks[0], tasks[-1]
+        head.parts = tuple(TaskPart(t.name, t.category, t.duration_s, t.segments) for t in tasks)
+        head.duration_s = sum(t.duration_s for t in tasks)
+        head.name, head.category, head.segments = last.name, last.category, None
+        del compute_list[pass_start + 1:]
+        del stream[len(stream) - len(tasks) + 1:]
+        return head
 
 
 def layer_kind_keys(model, graph: LayerGraph) -> tuple:
