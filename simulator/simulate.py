@@ -62,7 +62,7 @@ def _charge_gap(breakdown: dict[str, float], gap_start: float, gap_end: float, w
             breakdown["pipeline_bubble"] += gap_end - gap_start
             return
         if waited_for.parts is not None and len(waited_for.parts) > 1:
-            last, start, _ = part_spans(waited_for)[-1]
+            _, last, start, _ = part_spans(waited_for)[-1]
             own_start = min(gap_end, max(gap_start, start))
             category = last.category
             upstream = None
@@ -87,7 +87,7 @@ def time_breakdown(plan: Plan, actor: str, step_time: float) -> dict[str, float]
         if task.start_s - cursor > 0:  # an idle gap before it (what it waited for is looked up only then)
             _charge_gap(breakdown, cursor, task.start_s, _binding_dep(task))
         if task.parts is not None:  # a chain: each part as its own task would count (same sums)
-            for part, start, end in part_spans(task):
+            for _, part, start, end in part_spans(task):
                 if part.segments:
                     for category, seconds in part.segments:
                         breakdown[_BUSY.get(category, category)] += seconds
@@ -169,16 +169,16 @@ def _timeline(plan: Plan) -> list[TimelineEvent]:
             if not t.end_s > t.start_s:
                 continue
             if t.parts is not None:  # a chain: its parts as the tasks they stand for
-                for part, start, end in part_spans(t):
+                for name, part, start, end in part_spans(t):
                     if part.segments:
                         cursor = start
                         for category, seconds in part.segments:
                             seg_stream = category.removesuffix("_comm") if category.endswith("_comm") else stream
-                            events.append(TimelineEvent(actor, seg_stream, part.name, category, cursor, cursor + seconds,
+                            events.append(TimelineEvent(actor, seg_stream, name, category, cursor, cursor + seconds,
                                                         t.info if seg_stream == stream else ()))
                             cursor += seconds
                     elif end > start:
-                        events.append(TimelineEvent(actor, stream, part.name, part.category, start, end, t.info))
+                        events.append(TimelineEvent(actor, stream, name, part.category, start, end, t.info))
                 continue
             if t.segments:  # unfold kernel + TP segments onto their streams
                 cursor = t.start_s

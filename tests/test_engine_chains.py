@@ -17,6 +17,7 @@ from pathlib import Path
 import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
+from test_simulate import toy_raw
 
 from simulator.engine.engine import Engine, Task, TaskPart, part_spans
 from simulator.scenario import load_scenario
@@ -45,14 +46,14 @@ def test_a_chain_ends_where_its_parts_would_have_ended():
     _, fine_end = _engine_run({("a", "compute"): [first, *fine], ("a", "other"): [after]})
 
     first2 = Task("first", "a", "compute", "compute", duration_s=0.1)
-    chain = Task("p1", "a", "compute", "compute", duration_s=sum(durations), alloc_bytes=5.0, free_bytes=5.0,
-                 deps=[first2], parts=tuple(TaskPart(f"p{i}", "compute", d) for i, d in enumerate(durations)))
+    chain = Task("p", "a", "compute", "compute", duration_s=sum(durations), alloc_bytes=5.0, free_bytes=5.0,
+                 deps=[first2], parts=tuple(TaskPart(f"{i}", "compute", d) for i, d in enumerate(durations)))
     after2 = Task("after", "a", "other", "compute", duration_s=1.0, deps=[chain])
     engine, chain_end = _engine_run({("a", "compute"): [first2, chain], ("a", "other"): [after2]})
 
     assert chain.end_s == fine[-1].end_s == 1.0 and after2.start_s == after.start_s and chain_end == fine_end
     assert chain.start_s + chain.duration_s != chain.end_s  # the parts' order of summation is kept
-    assert [(s, e) for _, s, e in part_spans(chain)] == [(t.start_s, t.end_s) for t in fine]
+    assert [(n, s, e) for n, _, s, e in part_spans(chain)] == [(t.name, t.start_s, t.end_s) for t in fine]
     assert engine.counter_series[("a", "memory")] == [(0.1, 5.0), (1.0, 0.0)]
 
 
@@ -110,3 +111,16 @@ def test_every_spmd_example_coarse_equals_fine(example):
     if scenario.strategy_kind != "spmd" or scenario.co_located:
         pytest.skip("not an spmd plan")
     _same_to_the_bit(scenario)
+
+
+@pytest.mark.parametrize("recompute", ["full", "none"])
+def test_passes_with_host_floor_stalls_are_chained_and_exact(recompute):
+    """An eager framework's host floor (``host_dispatch_us_per_kernel``) adds a stall task after each pass
+    part: the forward and its stall, the recompute, the backward and their stalls become one chain each."""
+    raw = toy_raw(16, pp=2, dp=8, global_batch_size=32, recompute=recompute)
+    raw["cluster"]["node"]["accelerator"]["efficiency"]["host_dispatch_us_per_kernel"] = 200.0
+    scenario = load_scenario(raw)
+    assert _same_to_the_bit(scenario) > 0
+    plan = get_kind("spmd").compile(scenario, chains=True)
+    shapes = {tuple(p.suffix for p in t.parts) for tasks in plan.streams.values() for t in tasks if t.parts}
+    assert ("", ".host_floor") in shapes

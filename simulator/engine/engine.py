@@ -74,21 +74,22 @@ from simulator.engine.network import FlowNetwork
 
 
 class TaskPart(NamedTuple):
-    """One part of a chain task (:attr:`Task.parts`): what a task of its own would have been."""
+    """One part of a chain task (:attr:`Task.parts`): what a task of its own would have been, named
+    the chain's name plus ``suffix`` (so one tuple of parts serves every chain of the same shape)."""
 
-    name: str
+    suffix: str
     category: str
     duration_s: float
     segments: tuple[tuple[str, float], ...] | None = None
 
 
-def part_spans(task: Task) -> list[tuple[TaskPart, float, float]]:
-    """(part, start, end) of each part of a chain task that ran, as the engine timed them (each part
-    ends at the previous one's end plus its duration: the same sums as separate tasks)."""
+def part_spans(task: Task) -> list[tuple[str, TaskPart, float, float]]:
+    """(name, part, start, end) of each part of a chain task that ran, as the engine timed them (each
+    part ends at the previous one's end plus its duration: the same sums as separate tasks)."""
     out, start = [], task.start_s
     for part in task.parts:
         end = start + part.duration_s
-        out.append((part, start, end))
+        out.append((task.name + part.suffix, part, start, end))
         start = end
     return out
 

@@ -1279,12 +1279,9 @@ class Planner:
         if hit is None:
             r_s, r_segments = self._fused_pass(rank, recompute_ops, "recompute")
             b_s, b_segments = self._fused_pass(rank, self._chunk_ops("B", g), "compute")
-            hit = self._time_cache[key] = (r_s, r_segments, b_s, b_segments, r_s + b_s)
-        r_s, r_segments, b_s, b_segments, total = hit
-        name = f"B.{tag}"
-        return Task(name, actor, "compute", "compute", duration_s=total,
-                    parts=(TaskPart(f"{name}.recompute", "recompute", r_s, r_segments),
-                           TaskPart(name, "compute", b_s, b_segments)))
+            hit = self._time_cache[key] = (r_s + b_s, (TaskPart(".recompute", "recompute", r_s, r_segments),
+                                                       TaskPart("", "compute", b_s, b_segments)))
+        return Task(f"B.{tag}", actor, "compute", "compute", duration_s=hit[0], parts=hit[1])
 
     def _chain_pass(self, compute_list: list[Task], pass_start: int, stream: list[Task]) -> Task:
         """Make the pass's compute tasks (``compute_list[pass_start:]``, the tail of the compute ``stream``)
@@ -1302,10 +1299,13 @@ class Planner:
             if (task.demands is not None or task.rendezvous is not None or task.parts is not None
                     or task.alloc_bytes or task.free_bytes or task.propagation_s or task.info):
                 return compute_list[-1]
+        name = min((t.name for t in tasks), key=len)  # the pass's name; its parts' names add a suffix
+        if not all(t.name.startswith(name) for t in tasks):
+            return compute_list[-1]
         head, last = tasks[0], tasks[-1]
-        head.parts = tuple(TaskPart(t.name, t.category, t.duration_s, t.segments) for t in tasks)
+        head.parts = tuple(TaskPart(t.name[len(name):], t.category, t.duration_s, t.segments) for t in tasks)
         head.duration_s = sum(t.duration_s for t in tasks)
-        head.name, head.category, head.segments = last.name, last.category, None
+        head.name, head.category, head.segments = name, last.category, None
         del compute_list[pass_start + 1:]
         del stream[len(stream) - len(tasks) + 1:]
         return head
