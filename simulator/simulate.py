@@ -41,12 +41,16 @@ _BUSY = {"compute": "compute", "recompute": "recompute", "host_stall": "host_sta
 def _binding_dep(task: Task) -> Task | None:
     """The dependency that finished last (for a kernel: not its own stream's predecessor); the first
     of those that finished last (as ``max``)."""
-    own = task.stream == "compute"
-    actor = task.actor
     best = None
+    if task.stream == "compute":
+        actor = task.actor
+        for d in task.deps:
+            if d.stream == "compute" and d.actor == actor:
+                continue
+            if best is None or d.end_s > best.end_s:
+                best = d
+        return best
     for d in task.deps:
-        if own and d.stream == "compute" and d.actor == actor:
-            continue
         if best is None or d.end_s > best.end_s:
             best = d
     return best
@@ -61,20 +65,18 @@ def _charge_gap(breakdown: dict[str, float], gap_start: float, gap_end: float, w
         if waited_for is None:
             breakdown["pipeline_bubble"] += gap_end - gap_start
             return
-        if waited_for.parts is not None and len(waited_for.parts) > 1:
-            _, last, start, _ = part_spans(waited_for)[-1]
-            own_start = min(gap_end, max(gap_start, start))
-            category = last.category
-            upstream = None
+        parts = waited_for.parts
+        if parts is not None and len(parts) > 1:
+            category, upstream = parts[-1].category, None
         else:
-            own_start = min(gap_end, max(gap_start, waited_for.start_s))
-            category = waited_for.category
-            upstream = _binding_dep(waited_for)
+            category, upstream = waited_for.category, _binding_dep(waited_for)
         if category in _BUSY or category not in breakdown:
             category = "pipeline_bubble"  # a kernel of another rank: waiting on the pipeline
         if upstream is None or upstream.end_s <= gap_start:
             breakdown[category] += gap_end - gap_start  # queued behind its own stream: all its own
             return
+        start = waited_for.start_s  # clipped to the gap: min(gap_end, max(gap_start, start))
+        own_start = gap_start if start <= gap_start else (gap_end if start >= gap_end else start)
         breakdown[category] += gap_end - own_start
         gap_end, waited_for = own_start, upstream
 
@@ -86,13 +88,16 @@ def time_breakdown(plan: Plan, actor: str, step_time: float) -> dict[str, float]
     for task in plan.compute_tasks[actor]:
         if task.start_s - cursor > 0:  # an idle gap before it (what it waited for is looked up only then)
             _charge_gap(breakdown, cursor, task.start_s, _binding_dep(task))
-        if task.parts is not None:  # a chain: each part as its own task would count (same sums)
-            for _, part, start, end in part_spans(task):
+        if task.parts is not None:  # a chain: each part as its own task would count (part_spans' sums)
+            start = task.start_s
+            for part in task.parts:
+                end = start + part.duration_s
                 if part.segments:
                     for category, seconds in part.segments:
                         breakdown[_BUSY.get(category, category)] += seconds
                 else:
                     breakdown[_BUSY.get(part.category, "compute")] += end - start
+                start = end
         elif task.segments:
             for category, seconds in task.segments:
                 breakdown[_BUSY.get(category, category)] += seconds
