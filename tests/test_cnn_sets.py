@@ -161,3 +161,53 @@ def test_the_specs_direct_conv_bandwidth_is_the_fit_of_its_rows(accelerator):
 
     fraction = ACCELERATORS.get(accelerator).efficiency.direct_conv.bandwidth_efficiency
     assert statistics.median(ratios(fit_cases(accelerator), fraction)) == pytest.approx(1.0, abs=0.02)
+
+
+@pytest.mark.parametrize("precision", ["fp16", "bf16"])
+def test_a_broadcast_multiply_is_priced_by_its_elements_and_a_streaming_kernel_by_its_bytes(precision):
+    """The SE gate's multiply (a broadcast operand: PyTorch's non-vectorized elementwise loop) takes as long in
+    16-bit as in fp32, the same elements at the fp32 element size; the block's ReLU (contiguous, vectorized)
+    takes half its fp32 time in 16-bit, kernel launch aside."""
+    a100 = ACCELERATORS.get("a100-sxm-80g")
+    graphs = {p: resolve_model("se-resnext101-32x4d").layer_graph(ShardShape(micro_batch=8, seq_length=1, precision=p))
+              for p in (precision, "fp32")}
+    models = {p: ComputeModel(a100, p) for p in graphs}
+    launch = models["fp32"].launch_s
+    for phase in ("forward", "backward"):
+        low, full = (models[p].time_s(_op(graphs[p], "layer1.0.se.scale", phase=phase)) for p in (precision, "fp32"))
+        assert _op(graphs[precision], "layer1.0.se.scale", phase=phase).bytes_moved * 2 == pytest.approx(
+            _op(graphs["fp32"], "layer1.0.se.scale", phase=phase).bytes_moved)
+        assert low == pytest.approx(full)
+    low, full = (models[p].time_s(_op(graphs[p], "layer1.0.relu1")) for p in (precision, "fp32"))
+    assert low - launch == pytest.approx((full - launch) / 2)
+
+
+def test_the_effnet_groups_fit_no_framework_factor_and_the_resnet_family_shares_one():
+    """ResNet-50, ResNeXt-101 and SE-ResNeXt-101 rows of one framework, GPU and precision are one profile group
+    (DLE's one resnet.py); the EfficientNet groups' fit rows fit the direct-kernel bandwidth, not a factor."""
+    from validation.modern.profiles import load_groups
+
+    cases = dle_cases()[0]
+    groups = {c.profile_group for c in cases if "ResNe" in c.label and c.label.startswith("PyTorch")}
+    assert groups == {f"dle-pytorch|{a}|{p}" for a in ("a100-sxm-80g", "v100-sxm2-16g")
+                      for p in (("fp16", "tf32") if a.startswith("a100") else ("fp16", "fp32"))}
+    fitted = load_groups("cnn_dle")
+    assert groups <= set(fitted)
+    assert not any("efficientnet" in g for g in fitted)
+
+
+def test_a_fitted_sync_jitter_stretches_a_multi_gpu_row_and_leaves_a_one_gpu_row():
+    """``sync_jitter`` from the profile: an 8-GPU step waits sigma x E[max of 8 normals] (1.42) more for its
+    slowest rank (simulator/cost/jitter.py); one GPU waits for no one."""
+    from simulator.simulate import simulate_point
+    from validation.modern.profiles import with_constants
+
+    cases = {c.row: c for c in dle_cases()[0]}
+    one, eight = cases[1], cases[3]   # ResNet-50 A100 AMP x1, x8
+    rates = {}
+    for case in (one, eight):
+        for sigma in (0.0, 0.1):
+            raw = with_constants(case, {"gemm_scale": 1.0, "sync_jitter": sigma})
+            rates[case.row, sigma] = simulate_point(raw)["samples_per_s"]
+    assert rates[1, 0.1] == pytest.approx(rates[1, 0.0])
+    assert rates[3, 0.0] / rates[3, 0.1] == pytest.approx(1 + 0.1 * 1.4236, rel=0.01)

@@ -15,7 +15,8 @@ shape is priced once (memoized). A convolution pass (``op.conv``) is priced by t
 ``conv_efficiency`` for the precision where it has one (simulator/cost/conv.py: efficiency by
 output channels, reduction length and window class), else as a GEMM on the curve. A pooling or
 concatenation kernel runs at the spec's ``memory_kernels`` efficiency for its class where it has one
-(simulator/cost/memory_kernels.py).
+(simulator/cost/memory_kernels.py); a broadcast elementwise kernel is priced by its elements, at the
+bytes they take in fp32 (``element_bound_bytes``: PyTorch's non-vectorized broadcast loop).
 An op's ``executed_fraction`` scales the FLOPs its kernel runs (a causal fused attention kernel
 skips the masked tiles) while the counted FLOPs stay as they are.
 """
@@ -27,8 +28,8 @@ from functools import lru_cache
 
 from hardware_specs.schema import Accelerator
 from simulator.cost.conv import conv_efficiency, grouped_conv_time_s, is_grouped
-from simulator.cost.memory_kernels import memory_kernel_class
-from workloads.graph import Op, gemm_class
+from simulator.cost.memory_kernels import element_bound_bytes, memory_kernel_class
+from workloads.graph import BYTES_PER_ELEMENT, Op, gemm_class
 
 ALIGNMENT_BYTES = 16  # tensor-core tiles need 16-byte aligned leading dimensions (cuBLAS / hipBLASLt)
 ELEMENT_BYTES = {"fp32": 4, "tf32": 4, "bf16": 2, "fp16": 2, "fp8": 1, "fp4": 0.5, "fp64": 8, "fp8_block": 1,
@@ -132,6 +133,7 @@ class ComputeModel:
         self.optimizer_bw = accelerator.hbm_bandwidth_gb_per_s * 1e9 * (
             eff.optimizer_efficiency if eff.optimizer_efficiency is not None else eff.memory_bound_efficiency)
         self.launch_s = eff.kernel_launch_overhead_us * 1e-6
+        self.activation_bytes = BYTES_PER_ELEMENT.get(precision, 2)  # activations stay 16-bit under fp8 GEMMs
         self._time = lru_cache(maxsize=None)(self._time_uncached)
         # convolutions by shape where the spec has a model for this precision (simulator/cost/conv.py)
         self.conv_model = None if self.fp8 else eff.conv_efficiency.get(self.gemm_key)
@@ -156,10 +158,13 @@ class ComputeModel:
                                        on_cuda_cores=self.gemm_key == "fp32")
         if op.conv is not None and op.kind == "gemm" and self.conv_model is not None:
             return self._conv_time(op)
-        if op.kind == "memory" and self.memory_kernels:
+        if op.kind == "memory":
+            moved = element_bound_bytes(op.name, op.bytes_moved, self.activation_bytes)
             eff = self.memory_kernels.get(memory_kernel_class(op.name))
             if eff is not None:  # a pooling / concatenation kernel at its own measured efficiency
-                return op.bytes_moved / (self.hbm_bw * eff) + self.launch_s
+                return moved / (self.hbm_bw * eff) + self.launch_s
+            if moved != op.bytes_moved:  # a broadcast kernel: element-bound (simulator/cost/memory_kernels.py)
+                return moved / self.mem_bw + self.launch_s
         kind = op.kind
         if kind == "gemm" and self.fp8 and gemm_class(op.name) not in self.fp8_gemms:
             kind = "gemm_bf16"  # a GEMM kept in higher precision in an fp8 run

@@ -16,9 +16,16 @@ Mapping (each assumption says so):
   networks with DLE's squeeze width taken from the expanded channels (``se_on_expanded``).
 - **Batch**: the row's per-GPU batch; the EfficientNet rows give none, so :data:`ASSUMED_BATCH` is
   used (*assumed*, said in each case's label).
-- **Profile groups**: ResNeXt/SE-ResNeXt and EfficientNet rows sit in their own groups
-  (``dle-pytorch-resnext|...``, ``dle-pytorch-efficientnet|...``) so the ResNet-50 groups, and their
-  fitted constants, are as they were.
+- **Profile groups**: ResNet-50, ResNeXt-101 and SE-ResNeXt-101 rows of one framework, GPU and precision share
+  a group (DLE's one ``resnet.py``, with groups and an SE block, run by one ConvNets script: one GEMM factor and
+  one ``sync_jitter``, fitted on the group's fit rows; registry.JITTER_GRID says why). EfficientNet rows sit in
+  their own groups (``dle-pytorch-efficientnet|...``) that fit no framework constant: their fit rows fit the
+  direct-kernel bandwidth (validation/calibrate_direct_conv.py, :data:`FIT_ELSEWHERE`).
+- **SE blocks under AMP**: the gate's broadcast multiply and its gradients are priced by their elements at
+  the fp32 size (simulator/cost/memory_kernels.py: PyTorch's elementwise loop does not vectorize a broadcast
+  operand). The data: SE-ResNeXt-101 minus ResNeXt-101 time per image is the same under AMP as in FP32/TF32
+  (A100 x1 TF32 0.34 ms (rows 24, 12), AMP 0.34 ms (held-out 25, 13); V100 x8 AMP 0.72 ms (fit rows 31, 19),
+  FP32 0.77 ms (28, 16)), where halving the bytes would halve it.
 - **Precision**: AMP rows run fp16 with fp32 master weights (``precision: fp16``). DLE's "TF32" rows
   and Lambda's "fp32" rows on Ampere or later run fp32 storage with TF32 convolutions
   (``precision: fp32, tf32: true``; PyTorch's ``cudnn.allow_tf32`` is on by default, Lambda's README
@@ -36,6 +43,12 @@ Mapping (each assumption says so):
 **Set aside** (``LAMBDA_AMP_ASIDE``): Lambda's AMP rows on the A100 80GB SXM and the V100 16GB run at
 0.64-0.74x NVIDIA's own DLE AMP rate for the same GPU and code, while Lambda's fp32 rows agree with
 DLE's within 1-14%: they are simulated and listed with their errors, not counted or fitted on.
+
+**Modelled: synchronisation skew** (session 5). Each group's multi-GPU fit rows fit ``sync_jitter`` sigma (every
+step waits sigma x E[max of N normals] for the slowest rank; simulator/cost/jitter.py), chosen on a grid beside
+the GEMM factor: PyTorch A100 AMP 0.15, V100 AMP 0.12, TF32/FP32 0.03, MXNet 0. Not for the EfficientNet
+groups (no framework constant; their V100 AMP x8 rows stay +24..+27%). EfficientNet-B4 on A100 keeps 0.97x
+at 8 GPUs where B0 keeps 0.84x: one sigma per framework, GPU and precision would not fit both.
 
 **Not modelled: a per-node input-pipeline cap** (tested against this CSV, session 4; contradicted). DLE PyTorch's
 8-GPU AMP rows keep 0.82-0.87 of their 1-GPU rate per GPU (FP32/TF32 0.88-0.97) whatever the node's image rate:
@@ -144,13 +157,18 @@ def _framework(row: Any, source: str) -> str:
 
 
 def _family_tag(model: str | dict[str, Any]) -> str:
-    """The profile group's network tag: none for ResNet-50 (its groups and fitted constants are as before
-    the other networks joined), ``-resnext`` (ResNeXt and SE-ResNeXt) or ``-efficientnet``, so a framework
-    constant fitted on one family never moves another's rows."""
+    """The profile group's network tag: none for the ResNet family (ResNet-50, ResNeXt-101 and SE-ResNeXt-101:
+    DLE's one ``resnet.py`` with groups and an SE block, trained by the same ConvNets script, so one framework
+    factor per GPU and precision), ``-efficientnet`` for the EfficientNets, whose rows fit the direct-kernel
+    bandwidth instead (validation/calibrate_direct_conv.py; :data:`FIT_ELSEWHERE`)."""
     name = model if isinstance(model, str) else str(model["name"])
-    if name == "resnet50":
-        return ""
-    return "-efficientnet" if "efficientnet" in name else "-resnext"
+    return "-efficientnet" if "efficientnet" in name else ""
+
+
+#: Profile-group tags whose fit-half rows fit another constant (not a framework factor): the EfficientNet rows
+#: fit ``direct_conv.bandwidth_efficiency`` (validation/calibrate_direct_conv.py); a GEMM factor fitted on the
+#: same rows would be a second constant on them, so those groups keep the catalog's.
+FIT_ELSEWHERE = ("-efficientnet",)
 
 
 def _cases(csv: str, source: str) -> tuple[list[ModernCase], list[Unrepresentable]]:

@@ -72,7 +72,7 @@ def scaled_efficiency(accelerator: str, gemm_scale: float, launch_us: float | No
 def with_constants(case: ModernCase, constants: dict[str, Any] | None) -> dict[str, Any]:
     """The case's scenario on its node with a profile entry's constants (``gemm_scale``,
     ``kernel_launch_overhead_us``, ``intra_node_latency_us``, ``attention_scale``,
-    ``host_dispatch_us_per_kernel``); a node given as {base, overrides}
+    ``host_dispatch_us_per_kernel``, ``sync_jitter``); a node given as {base, overrides}
     becomes a plain mapping either way."""
     node = case.scenario["cluster"]["node"]
     if not constants and not isinstance(node, dict):
@@ -84,6 +84,11 @@ def with_constants(case: ModernCase, constants: dict[str, Any] | None) -> dict[s
     if any(constants.get(k) is not None for k in EFFICIENCY_FACTORS):
         accelerator = _catalog_yaml("nodes", base)["accelerator"]
         eff = efficiency_with_factors(_catalog_yaml("accelerators", accelerator)["efficiency"], constants)
+    if constants.get("sync_jitter") is not None:  # the wait for the slowest rank (simulator/cost/jitter.py)
+        eff = eff if eff is not None else copy.deepcopy(
+            _catalog_yaml("accelerators", _catalog_yaml("nodes", base)["accelerator"])["efficiency"])
+        eff["sync_jitter"] = constants["sync_jitter"]
+        eff["sync_jitter_source"] = "framework profile (fitted on its set's fit half)"
     if constants.get("intra_node_latency_us") is not None:
         overrides["intra_node"] = {"latency_us": constants["intra_node_latency_us"]}
     raw["cluster"]["node"] = profiled_node(base, eff, overrides or None)

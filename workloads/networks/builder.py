@@ -277,24 +277,26 @@ class NetBuilder:
         writes one), its sum over H×W into the gate's gradient (reads one, writes the gate), and the
         sum of x's two gradients (this one and the squeeze pool's broadcast one: x feeds both), one
         in-place add (reads two, writes one): 9 full-size passes and 2 of the gate.
-        Saves both operands (autograd's ``mul`` saves self and other)."""
+        Saves both operands (autograd's ``mul`` saves self and other). A broadcast kernel: priced by its
+        elements, not its bytes (simulator/cost/memory_kernels.py ``BROADCAST_KERNELS``)."""
         if gate.shape != (x.shape[0], 1, 1):
             raise ConfigError(f"model.layers.{name}", f"scales {list(x.shape)} by {list(gate.shape)}")
         n, g = self.batch * x.numel, self.batch * gate.numel
         out = self._new(x.shape, name)
-        return self._layer(name, "other", [x, gate], out, [self._memory_op(f"{name}.mul", 2 * n + g, 1, 0)],
-                           [self._memory_op(f"{name}.mul.grad", 9 * n + 2 * g, 1, 0)], 0,
+        return self._layer(name, "other", [x, gate], out, [self._memory_op(f"{name}.broadcast_mul", 2 * n + g, 1, 0)],
+                           [self._memory_op(f"{name}.broadcast_mul.grad", 9 * n + 2 * g, 1, 0)], 0,
                            self._save(x) + self._save(gate), frozenset({"batch", "channels", "spatial"}))
 
     def scale_parameter(self, name: str, x: Tensor, params: int) -> Tensor:
         """``gamma * x`` with a learned tensor broadcast over the sample (ConvNeXt's layer scale,
         Liu et al. 2022 Sec. 2.6; Touvron et al. 2021 Sec. 3): reads both, writes one; backward
         dx = dy·gamma and dgamma = sum(dy·x). Autograd's ``mul`` saves the other operand of each
-        input that needs a gradient: x (gamma itself is a parameter, not an activation)."""
+        input that needs a gradient: x (gamma itself is a parameter, not an activation). A broadcast
+        kernel where gamma is (C, 1, 1) (simulator/cost/memory_kernels.py ``BROADCAST_KERNELS``)."""
         n = self.batch * x.numel
         out = self._new(x.shape, name)
-        return self._layer(name, "other", [x], out, [self._memory_op(f"{name}.mul", n, 1, 1)],
-                           [self._memory_op(f"{name}.mul.grad", n, 3, 1)], params, self._save(x),
+        return self._layer(name, "other", [x], out, [self._memory_op(f"{name}.broadcast_mul", n, 1, 1)],
+                           [self._memory_op(f"{name}.broadcast_mul.grad", n, 3, 1)], params, self._save(x),
                            frozenset({"batch", "channels", "spatial", "sequence"}))
 
     def mean(self, name: str, x: Tensor, shape: tuple[int, ...]) -> Tensor:
