@@ -77,6 +77,9 @@ class FrameworkProfile(Spec):
     name: str
     description: str
     source: str = Field(description="the published runs the entries were fitted on")
+    fitted_with: dict[str, bool | int | float | str] = Field(
+        default_factory=dict, description="scenario settings (parallelism.* / training.*) every fit row ran with: "
+                                          "the factors describe the framework run so; a run set otherwise is warned")
     entries: list[FrameworkEntry] = Field(min_length=1)
 
 

@@ -124,3 +124,63 @@ def test_user_path_is_the_fitted_simulation_bit_for_bit(case_set, group):
     user = simulate_point(user_scenario(case), run_if_oom=True)
     assert user_framework(case) != DEFAULT_FRAMEWORK
     assert user["step_time_s"] == fitted["step_time_s"]
+
+
+def test_settings_unlike_the_fit_rows_are_warned_only_where_they_apply():
+    from simulator.cost.provenance import framework_setting_warnings
+
+    assert framework_profile("torchtitan").fitted_with["training.fp8_saved_inputs"] is False
+    fp8 = load_scenario(_small(precision="fp8", framework="torchtitan"))
+    (warning,) = framework_setting_warnings(fp8)
+    assert "training.fp8_saved_inputs=true (fitted with false)" in warning
+    assert framework_setting_warnings(load_scenario(_small(precision="fp8", framework="torchtitan",
+                                                           fp8_saved_inputs=False))) == []
+    assert framework_setting_warnings(load_scenario(_small(framework="torchtitan"))) == []  # bf16: nothing saved in fp8
+    assert framework_setting_warnings(load_scenario(_small())) == []  # the default framework: the catalog
+
+
+def test_mixed_cluster_states_each_group_and_its_provenance():
+    from simulator.cost.provenance import efficiency_provenance
+
+    raw = _small(framework="torchtitan")
+    raw["cluster"] = {"groups": [{"node": "dgx-h100", "nodes": 1}, {"node": "dgx-b200", "nodes": 1}]}
+    raw["parallelism"].update(dp=16, global_batch_size=16)
+    sc = load_scenario(raw)
+    assert [c.state for c in sc.frameworks] == [DERIVED, DERIVED]
+    assert "b200" in sc.frameworks[1].note and "b200" not in sc.frameworks[0].note
+    provenance = efficiency_provenance(sc)
+    assert "carried over" in provenance["dgx-h100:framework_factors"]
+    assert "carried over" in provenance["dgx-b200:framework_factors"]
+
+
+def test_framework_table_states_every_framework_on_the_parts_nobody_measured():
+    from validation.modern.framework_table import UNMEASURED_PARTS, heldout_rows, unmeasured_markdown
+
+    table = unmeasured_markdown().splitlines()
+    assert len(table) == 2 + len(framework_names()) - 1 and all(p in table[0] for p in UNMEASURED_PARTS)
+    torchtitan = next(line for line in table if line.startswith("| torchtitan |"))
+    assert "bf16 derived (h100-sxm-80g bf16)" in torchtitan and "bf16 calibrated" in torchtitan  # B200; MI300X
+    block = {"case_set": "x", "cases": [{"row": 1, "accelerator": "h100-sxm-80g", "precision": "bf16"},
+                                        {"row": 2, "accelerator": "h100-sxm-80g", "precision": "bf16"}],
+             "catalog_only": {"cases": [{"row": 1, "relative_error": 0.3}, {"row": 2, "relative_error": 0.5}]},
+             "user_profile": {"cases": [
+                 {"row": 1, "framework": "torchtitan", "state": "derived", "entry": "h100-sxm-80g bf16",
+                  "relative_error": -0.05, "fits": True},
+                 {"row": 2, "framework": "torchtitan", "state": "derived", "entry": "h100-sxm-80g bf16",
+                  "relative_error": 0.10, "fits": True}]}}
+    (row,) = heldout_rows([block])
+    assert row["user"] == [-0.05, 0.10] and row["catalog"] == [0.3, 0.5] and row["state"] == "derived"
+
+
+def test_constants_of_the_fitted_part_itself_stay_behind():
+    # Megatron-DeepSpeed's A100 entry caps its GEMM curve at a share of the A100's best matmul and sets the A100
+    # node's collective latency: on H100 only its framework factors (GEMM scale and tilt, host time) carry over
+    a100 = choose("megatron-deepspeed", ACCELERATORS.get("a100-sxm-80g"), "fp16")
+    h100 = choose("megatron-deepspeed", ACCELERATORS.get("h100-sxm-80g"), "bf16")
+    assert {"gemm_ceiling", "intra_node_latency_us"} <= set(a100.factors)
+    assert h100.state == DERIVED and set(h100.dropped) == {"gemm_ceiling", "intra_node_latency_us"}
+    assert "gemm_ceiling" not in h100.factors and h100.factors["host_dispatch_us_per_kernel"] == 80.0
+    plain = load_scenario(_small())
+    sc = load_scenario(_small(framework="megatron-deepspeed"))
+    assert sc.node.intra_node.latency_us == plain.node.intra_node.latency_us
+    assert sc.accelerator.efficiency.host_dispatch_us_per_kernel == 80.0

@@ -48,6 +48,7 @@ def run(args) -> int:
         assumed_components,
         efficiency_provenance,
         efficiency_states,
+        framework_setting_warnings,
         kernel_warnings,
     )
     from simulator.report.result import finite_json, render_table
@@ -73,7 +74,7 @@ def run(args) -> int:
     result.extra["efficiency_provenance"] = provenance
     result.extra["assumed_efficiencies"] = assumed_components(provenance)
     result.extra["efficiency_states"] = efficiency_states(provenance)
-    result.extra["warnings"] = kernel_warnings(scenario)
+    result.extra["warnings"] = kernel_warnings(scenario) + framework_setting_warnings(scenario)
     if scenario.frameworks:  # training.framework: the entry used, its factors and the rows they were fitted on
         choices = [c.as_dict() for c in scenario.frameworks]
         result.extra["framework_profile"] = choices[0] if len(choices) == 1 else choices

@@ -88,8 +88,9 @@ def run(args) -> int:
 
         def brief(block: dict) -> dict:
             out = {k: v for k, v in block.items() if k != "cases"}
-            if "catalog_only" in out:
-                out["catalog_only"] = {k: v for k, v in out["catalog_only"].items() if k != "cases"}
+            for part in ("catalog_only", "user_profile"):
+                if part in out:
+                    out[part] = {k: v for k, v in out[part].items() if k != "cases"}
             return out
 
         print(json.dumps(finite_json(published + [brief(b) for b in modern_blocks]),
@@ -103,16 +104,19 @@ def run(args) -> int:
 
 
 def _modern(args, names: list[str]) -> list[dict]:
-    """The held-out half of each modern set, simulated with its fitted profile and with the catalog
-    constants alone (validation.modern.registry.catalog_only: reported, not a target)."""
+    """The held-out half of each modern set, simulated with its fitted profile, with the catalog
+    constants alone (validation.modern.registry.catalog_only: reported, not a target) and, for the
+    framework sets, as a user naming the row's framework gets it (registry.user_profile)."""
     if not names:
         return []
-    from validation.modern.registry import catalog_only, evaluate, report
+    from validation.modern.framework_table import FRAMEWORK_SETS
+    from validation.modern.registry import catalog_only, evaluate, report, user_profile
 
     blocks = []
     for name in names:
         outcomes = evaluate(name, "heldout", args.workers)
-        blocks.append(report(name, outcomes, catalog_only(name, outcomes, args.workers)))
+        user = user_profile(name, outcomes, args.workers) if name in FRAMEWORK_SETS else None
+        blocks.append(report(name, outcomes, catalog_only(name, outcomes, args.workers), user))
     return blocks
 
 

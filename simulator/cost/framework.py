@@ -11,7 +11,8 @@ choice is, in this order (the output says which, ``--json`` carries it under ``r
 3. *derived*, other accelerator: the entry of the same vendor's accelerator nearest in bf16 peak
    among those *as fast or slower* (H200 and Blackwell take the H100 entry, MI325X/MI355X the MI300X
    one). The factor is then assumed hardware-independent: the kernels' own rates on the new part come
-   from its specs and microbenchmarks, the framework's share of them from the older part. Only towards
+   from its specs and microbenchmarks, the framework's share of them from the older part (the entry's
+   constants of the old part itself, :data:`PART_CONSTANTS`, stay behind). Only towards
    faster parts, because the fitted entries themselves show the share falling as the part gets faster
    (fms-fsdp: A100 0.84, H100 0.57 of the catalog GEMM curve; llm-foundry A100 80 GB 1.25 / 40 GB 0.93,
    H100 0.94): carried to a faster part the older factor is a floor on the loss (still optimistic, less
@@ -46,6 +47,10 @@ TILT_PIVOT_GFLOP = 10.0
 #: A part takes another part's entry only if that part's bf16 peak is at most this times its own (see
 #: the module docstring: a framework's factor falls as the part gets faster).
 SAME_SPEED = 1.05
+
+#: Constants that describe the part an entry was fitted on rather than the framework: an efficiency ceiling
+#: (a share of that part's best measured matmul) and the node's collective latency. Not carried to another part.
+PART_CONSTANTS = ("gemm_ceiling", "intra_node_latency_us")
 
 #: A precision no entry was fitted in takes an entry of these, in order (same accelerator first).
 NEAR_PRECISIONS = {"fp8": ("bf16", "fp16"), "bf16": ("fp16", "fp8"), "fp16": ("bf16", "fp8"),
@@ -124,10 +129,14 @@ class FrameworkChoice:
     state: str                      # default | calibrated | derived | assumed
     entry: FrameworkEntry | None    # the factors used (None: the catalog constants)
     note: str                       # in words, for the output
+    dropped: tuple[str, ...] = ()   # the entry's constants of its own part, not carried to this one
 
     @property
     def factors(self) -> dict[str, float]:
-        return self.entry.factors if self.entry is not None else {}
+        """The constants applied: the entry's, less those tied to the part it was fitted on."""
+        if self.entry is None:
+            return {}
+        return {k: v for k, v in self.entry.factors.items() if k not in self.dropped}
 
     def as_dict(self) -> dict[str, Any]:
         out: dict[str, Any] = {"name": self.name, "state": self.state, "note": self.note, "factors": self.factors}
@@ -197,14 +206,16 @@ def choose(name: str, accelerator: Accelerator, precision: str, fp8_recipe: str 
     for donor in donors:
         entry, _ = _in_precision([e for e in profile.entries if e.accelerator == donor], precision, fp8_recipe)
         if entry is not None:
+            dropped = tuple(k for k in PART_CONSTANTS if k in entry.factors)
+            left_out = f"; its {', '.join(dropped)} (of {donor} itself) not carried" if dropped else ""
             return FrameworkChoice(
                 name, DERIVED, entry,
                 f"no {name} run on {accelerator.name} was measured: its {donor} {'/'.join(entry.precisions)} "
                 f"factors carried over, assumed hardware-independent (the kernels' rates are {accelerator.name}'s "
-                f"own specs and microbenchmarks): {_fitted(entry)}")
+                f"own specs and microbenchmarks): {_fitted(entry)}{left_out}", dropped)
     fitted = sorted({e.accelerator for e in profile.entries})
     return FrameworkChoice(name, ASSUMED, None,
-                           f"no {name} run on {accelerator.name} in {precision}, nor on a {vendor} part as fast or "
+                           f"no {name} run on {accelerator.name} in {precision}, nor on any {vendor} part as fast or "
                            f"slower, was measured (fitted on: {', '.join(fitted)}): the catalog constants "
                            f"(Megatron-Core's kernel rates), assumed for {name}")
 

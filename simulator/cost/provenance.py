@@ -45,8 +45,9 @@ def efficiency_provenance(scenario: Scenario) -> dict[str, str]:
     mixed cluster, each node group's, keyed ``<node>:<component>``)."""
     if scenario.mixed:
         out: dict[str, str] = {}
-        for group in scenario.groups:
-            one = dataclasses.replace(scenario, node=group.node, accelerator=group.accelerator, node_groups=())
+        for i, group in enumerate(scenario.groups):
+            one = dataclasses.replace(scenario, node=group.node, accelerator=group.accelerator, node_groups=(),
+                                      frameworks=scenario.frameworks[i:i + 1])
             out.update({f"{group.node.name}:{k}": v for k, v in efficiency_provenance(one).items()})
         return out
     accel = scenario.accelerator
@@ -161,6 +162,44 @@ def efficiency_states(provenance: dict[str, str]) -> dict[str, str]:
         state, source = provenance_state(where)
         out[name] = f"{state}: {source}" if source else state
     return out
+
+
+def framework_setting_warnings(scenario: Scenario) -> list[str]:
+    """``training.framework``'s factors were fitted on runs with the framework's own settings (the profile's
+    ``fitted_with``): a run set otherwise is described by factors of another configuration; said in words."""
+    from hardware_specs.framework import framework_profile
+
+    if not scenario.frameworks or scenario.frameworks[0].state == DEFAULT:
+        return []
+    profile = framework_profile(scenario.frameworks[0].name)
+    differ = []
+    for key, fitted in profile.fitted_with.items():
+        if not _SETTING_APPLIES.get(key, lambda _: True)(scenario):
+            continue
+        section, name = key.split(".")
+        value = getattr(scenario.parallelism if section == "parallelism" else scenario.training, name, fitted)
+        if value != fitted:
+            differ.append(f"{key}={_shown(value)} (fitted with {_shown(fitted)})")
+    if not differ:
+        return []
+    return [f"training.framework={profile.name}: its factors were fitted on runs set as {profile.name} runs; this one "
+            f"differs in {', '.join(differ)}"]
+
+
+#: Settings that change nothing in some runs (no CP, no TP, bf16 ...): not warned about there.
+_SETTING_APPLIES = {
+    "parallelism.cp_comm": lambda sc: sc.parallelism.cp > 1,
+    "parallelism.tp_overlap": lambda sc: sc.parallelism.tp > 1 and sc.parallelism.tp_comm_overlap,
+    "parallelism.overlap_tp_grad_comm": lambda sc: sc.parallelism.tp > 1,
+    "parallelism.zero3_backward_prefetch": lambda sc: sc.parallelism.zero_stage == 3,
+    "parallelism.zero_buffer_copies": lambda sc: sc.parallelism.zero_stage >= 2,
+    "parallelism.overlap_grad_reduce": lambda sc: sc.parallelism.dp > 1,
+    "training.fp8_saved_inputs": lambda sc: sc.training.precision == "fp8",
+}
+
+
+def _shown(value) -> str:
+    return str(value).lower() if isinstance(value, bool) else str(value)
 
 
 def kernel_warnings(scenario: Scenario) -> list[str]:

@@ -5,7 +5,8 @@ errors (overall, BF16/FP8 apart, per accelerator) against the targets, then the 
 catalog constants alone (no profile: what an unseen run gets; ``--no-catalog-only`` skips it), and
 as a user gets them: ``training.framework`` naming the row's framework, whose shipped profile
 (hardware_specs/frameworks/) gives the factors, fitted, carried over or assumed as for any run
-(``--no-user-profile`` skips it).
+(the LLM framework sets; ``--no-user-profile`` skips it). ``--framework-table``: that figure per
+framework x accelerator x precision as a Markdown table, and the choice on parts no row ran on.
 ``--override key.path=value``, repeatable: every case with that change, a what-if that is not the
 validation result. ``--fit``: fit the framework
 constants of each set on its fit half (``--write`` saves them to validation/profiles/ and the shipped
@@ -20,6 +21,7 @@ import json
 import sys
 
 from simulator.errors import ConfigError
+from validation.modern.framework_table import FRAMEWORK_SETS
 from validation.modern.registry import (
     SETS,
     built,
@@ -106,6 +108,9 @@ def main(argv: list[str] | None = None) -> int:
                         help="skip the second pass with the catalog constants alone")
     parser.add_argument("--no-user-profile", dest="user_profile", action="store_false",
                         help="skip the pass with the shipped profile of each row's framework (training.framework)")
+    parser.add_argument("--framework-table", action="store_true",
+                        help="print the README table of training.framework: held-out error per framework x "
+                             "accelerator x precision as a user gets it, and the choice on unmeasured parts")
     parser.add_argument("--ship", action="store_true",
                         help="write hardware_specs/frameworks/*.yaml again from validation/profiles/ (no refit)")
     args = parser.parse_args(argv)
@@ -136,6 +141,18 @@ def main(argv: list[str] | None = None) -> int:
             for item in built(name)[1]:
                 print(f"{name}\trow {item.row}\t{item.label}\t{item.reason}")
         return 0
+    if args.framework_table:
+        from validation.modern.framework_table import markdown, unmeasured_markdown
+
+        blocks = []
+        for name in args.sets or FRAMEWORK_SETS:
+            outcomes = evaluate(name, "heldout", args.workers)
+            blocks.append(report(name, outcomes, catalog_only(name, outcomes, args.workers),
+                                 user_profile(name, outcomes, args.workers)))
+        print(markdown(blocks))
+        print()
+        print(unmeasured_markdown())
+        return 0
     overrides = tuple(args.override)
     if overrides:
         print(f"what-if: every case with {', '.join(overrides)} (not the validation result)\n")
@@ -144,7 +161,8 @@ def main(argv: list[str] | None = None) -> int:
         for name in names:
             outcomes = evaluate(name, args.half, args.workers, overrides)
             catalog = catalog_only(name, outcomes, args.workers, overrides) if args.catalog_only else None
-            user = user_profile(name, outcomes, args.workers) if args.user_profile and not overrides else None
+            user = user_profile(name, outcomes, args.workers) \
+                if args.user_profile and not overrides and name in FRAMEWORK_SETS else None
             blocks.append(report(name, outcomes, catalog, user))
     except ConfigError as exc:
         print(f"python -m validation.modern: error: --override: {exc.reason}", file=sys.stderr)

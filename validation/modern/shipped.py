@@ -47,6 +47,48 @@ VARIANTS = {"h100-96g-500w": ("h100-sxm-80g", "H100 96 GB HBM2e at a 500 W limit
 PRECISIONS: dict[str, tuple[list[str], list[str] | None]] = {"fp8-rowwise": (["fp8"], ["rowwise"]),
                                                              "bf16+fp8": (["bf16", "fp8"], None)}
 
+#: The scenario settings that describe how a framework runs (not the run's layout, batch or precision): a
+#: profile records those every fit row of the framework shares (``fitted_with``).
+FRAMEWORK_SETTINGS = (
+    "parallelism.overlap_grad_reduce", "parallelism.overlap_param_gather", "parallelism.overlap_p2p_comm",
+    "parallelism.overlap_tp_grad_comm", "parallelism.tp_overlap", "parallelism.cp_comm",
+    "parallelism.zero3_backward_prefetch", "parallelism.zero_buffer_copies", "training.attention",
+    "training.attention_kernel", "training.elementwise_kernels", "training.unfused_eager_kernels",
+    "training.fp8_saved_inputs", "training.fused_cross_entropy", "training.param_dtype")
+
+
+def _default(key: str):
+    from simulator.scenario import TrainingSpec
+    from simulator.strategies.spmd.layout import Parallelism
+
+    section, name = key.split(".")
+    return (Parallelism if section == "parallelism" else TrainingSpec).model_fields[name].default
+
+
+def _setting(case, key: str):
+    """The value a case's scenario runs with: given, else the schema's default."""
+    section, name = key.split(".")
+    given = case.scenario.get(section) or {}
+    return given[name] if name in given else _default(key)
+
+
+def fitted_with(profile: str, prefix: str) -> dict[str, Any]:
+    """The framework's own settings: those every fit-half row of its fitted groups ran with, where that is
+    not the scenario default (a default every row shares says nothing of the framework)."""
+    from validation.modern.registry import SETS, built
+
+    groups = load_groups(profile)
+    cases = [c for s in SETS.values() if s.profile_name == profile and s.fitted for c in built(s.name)[0]
+             if not c.heldout and not c.set_aside and c.profile_group in groups
+             and c.profile_group.split("|")[0] == prefix]
+    common: dict[str, Any] = {}
+    for key in FRAMEWORK_SETTINGS:
+        values = {repr(_setting(c, key)) for c in cases}
+        if len(values) == 1 and _setting(cases[0], key) != _default(key):
+            common[key] = _setting(cases[0], key)
+    return common
+
+
 ENTRY_KEYS = ("gemm_scale", "gemm_tilt", "gemm_ceiling", "attention_scale", "kernel_launch_overhead_us",
               "host_dispatch_us_per_kernel", "intra_node_latency_us", "fit_cases", "fit_median_abs_error")
 
@@ -78,7 +120,7 @@ def shipped_profiles() -> dict[str, dict[str, Any]]:
             entries.append(entry)
         if entries:
             out[name] = {"name": name, "description": description, "source": _profile_source(profile),
-                         "entries": entries}
+                         "fitted_with": fitted_with(profile, prefix), "entries": entries}
     return out
 
 
