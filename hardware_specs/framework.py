@@ -42,7 +42,7 @@ DEFAULT_FRAMEWORK = "megatron-core"
 
 #: The constants an entry may set (the others stay at the catalog's).
 FACTOR_KEYS = ("gemm_scale", "gemm_tilt", "gemm_ceiling", "attention_scale", "kernel_launch_overhead_us",
-               "host_dispatch_us_per_kernel", "intra_node_latency_us")
+               "host_dispatch_us_per_kernel", "intra_node_latency_us", "sync_jitter")
 
 
 class FrameworkEntry(Spec):
@@ -60,6 +60,8 @@ class FrameworkEntry(Spec):
     kernel_launch_overhead_us: float | None = Field(default=None, ge=0)
     host_dispatch_us_per_kernel: float | None = Field(default=None, ge=0)
     intra_node_latency_us: float | None = Field(default=None, ge=0)
+    sync_jitter: float | None = Field(default=None, ge=0, description="the wait for the slowest rank "
+                                                                    "(simulator/cost/jitter.py)")
     fit_cases: int = Field(gt=0, description="fit-half rows the factors were fitted on")
     fit_median_abs_error: float = Field(ge=0, description="median |error| on those rows after the fit")
     measured_on: str | None = Field(default=None, description="the part the rows ran on, where not the catalog's")

@@ -184,3 +184,16 @@ def test_constants_of_the_fitted_part_itself_stay_behind():
     sc = load_scenario(_small(framework="megatron-deepspeed"))
     assert sc.node.intra_node.latency_us == plain.node.intra_node.latency_us
     assert sc.accelerator.efficiency.host_dispatch_us_per_kernel == 80.0
+
+
+def test_every_fitted_constant_of_a_shipped_framework_is_shipped():
+    # a constant a fit learns to write (as sync_jitter was) must reach the shipped entry, not be dropped on the way
+    from hardware_specs.framework import FACTOR_KEYS
+    from validation.modern.shipped import FRAMEWORKS
+
+    meta = {"fit_cases", "fit_median_abs_error", "fit_mean_abs_log_error", "fit_mean_set_median_abs_error",
+            "fitted_on"}
+    for profile, prefix, _ in FRAMEWORKS.values():
+        for group, entry in load_groups(profile).items():
+            if group.split("|")[0] == prefix:
+                assert set(entry) <= set(FACTOR_KEYS) | meta, (group, set(entry) - set(FACTOR_KEYS) - meta)

@@ -101,19 +101,26 @@ def scaled_efficiency_block(efficiency: dict[str, Any], gemm_scale: float, launc
     return eff
 
 
-#: The constants that change the efficiency block (``intra_node_latency_us`` changes the node).
+#: The constants that scale the efficiency block (``intra_node_latency_us`` changes the node, ``sync_jitter``
+#: is set as it is).
 EFFICIENCY_FACTORS = ("gemm_scale", "kernel_launch_overhead_us", "attention_scale", "host_dispatch_us_per_kernel",
                       "gemm_tilt", "gemm_ceiling")
 
 
 def efficiency_with_factors(efficiency: dict[str, Any], constants: dict[str, Any]) -> dict[str, Any] | None:
-    """:func:`scaled_efficiency_block` with a profile entry's constants; None when none of them is set."""
-    if not any(constants.get(k) is not None for k in EFFICIENCY_FACTORS):
-        return None
-    return scaled_efficiency_block(efficiency, constants.get("gemm_scale") or 1.0,
-                                   constants.get("kernel_launch_overhead_us"), constants.get("attention_scale"),
-                                   constants.get("host_dispatch_us_per_kernel"), constants.get("gemm_tilt"),
-                                   constants.get("gemm_ceiling"))
+    """:func:`scaled_efficiency_block` with a profile entry's constants, and its ``sync_jitter`` (the wait for
+    the slowest rank, simulator/cost/jitter.py) where it has one; None when none of them is set."""
+    eff = None
+    if any(constants.get(k) is not None for k in EFFICIENCY_FACTORS):
+        eff = scaled_efficiency_block(efficiency, constants.get("gemm_scale") or 1.0,
+                                      constants.get("kernel_launch_overhead_us"), constants.get("attention_scale"),
+                                      constants.get("host_dispatch_us_per_kernel"), constants.get("gemm_tilt"),
+                                      constants.get("gemm_ceiling"))
+    if constants.get("sync_jitter") is not None:
+        eff = eff if eff is not None else copy.deepcopy(efficiency)
+        eff["sync_jitter"] = constants["sync_jitter"]
+        eff["sync_jitter_source"] = "framework profile (fitted on its set's fit half)"
+    return eff
 
 
 def precision_key(precision: str, tf32: bool = False) -> str:

@@ -81,14 +81,9 @@ def with_constants(case: ModernCase, constants: dict[str, Any] | None) -> dict[s
     raw = copy.deepcopy(case.scenario)
     base, overrides = (node["base"], dict(node["overrides"])) if isinstance(node, dict) else (node, {})
     eff = None
-    if any(constants.get(k) is not None for k in EFFICIENCY_FACTORS):
-        accelerator = _catalog_yaml("nodes", base)["accelerator"]
+    if any(constants.get(k) is not None for k in (*EFFICIENCY_FACTORS, "sync_jitter")):
+        accelerator = _catalog_yaml("nodes", base)["accelerator"]  # sync_jitter: the wait for the slowest rank
         eff = efficiency_with_factors(_catalog_yaml("accelerators", accelerator)["efficiency"], constants)
-    if constants.get("sync_jitter") is not None:  # the wait for the slowest rank (simulator/cost/jitter.py)
-        eff = eff if eff is not None else copy.deepcopy(
-            _catalog_yaml("accelerators", _catalog_yaml("nodes", base)["accelerator"])["efficiency"])
-        eff["sync_jitter"] = constants["sync_jitter"]
-        eff["sync_jitter_source"] = "framework profile (fitted on its set's fit half)"
     if constants.get("intra_node_latency_us") is not None:
         overrides["intra_node"] = {"latency_us": constants["intra_node_latency_us"]}
     raw["cluster"]["node"] = profiled_node(base, eff, overrides or None)

@@ -20,7 +20,7 @@ from typing import Any
 
 import yaml
 
-from hardware_specs.framework import FOLDER
+from hardware_specs.framework import FACTOR_KEYS, FOLDER
 from validation.modern.profiles import load_groups
 
 #: framework name -> (validation profile, group prefix, description)
@@ -89,8 +89,7 @@ def fitted_with(profile: str, prefix: str) -> dict[str, Any]:
     return common
 
 
-ENTRY_KEYS = ("gemm_scale", "gemm_tilt", "gemm_ceiling", "attention_scale", "kernel_launch_overhead_us",
-              "host_dispatch_us_per_kernel", "intra_node_latency_us", "fit_cases", "fit_median_abs_error")
+ENTRY_KEYS = (*FACTOR_KEYS, "fit_cases", "fit_median_abs_error")
 
 
 def _profile_source(profile: str) -> str:
