@@ -222,3 +222,65 @@ def test_a_bert_config_simulates_and_says_where_its_sequence_came_from():
     assert result.fits and result.tokens_per_s > 0
     assert result.run["seq_length"] == 512
     assert result.run["seq_length_source"] == "config.json's max_position_embeddings"
+
+
+# Dropout: the 1-byte masks a model keeps for its backward (model.dropout), read from the config's
+# dropout probabilities; Llama-family configs have only attention_dropout (0.0), GPT-2 0.1 throughout.
+@pytest.mark.parametrize("name, dropout", [("gpt2", True), ("llama-2-7b", False), ("llama-3-8b", False),
+                                           ("mixtral-8x7b", False), ("qwen2-7b", False), ("gemma-7b", False),
+                                           ("qwen3-30b-a3b", False), ("qwen3-235b-a22b", False)])
+def test_dropout_comes_from_the_configs_probabilities(name, dropout):
+    assert resolve_model(str(HF / f"{name}.json")).dropout is dropout
+
+
+def _write(tmp_path, config: dict) -> str:
+    path = tmp_path / "config.json"
+    path.write_text(json.dumps(config))
+    return str(path)
+
+
+def test_any_dropout_probability_above_zero_keeps_masks(tmp_path):
+    config = json.loads((HF / "llama-3-8b.json").read_text())
+    assert resolve_model(_write(tmp_path, {**config, "attention_dropout": 0.1})).dropout
+    gpt2 = json.loads((HF / "gpt2.json").read_text())
+    off = {**gpt2, "resid_pdrop": 0.0, "embd_pdrop": 0.0, "attn_pdrop": 0.0}
+    assert not resolve_model(_write(tmp_path, off)).dropout
+    assert not resolve_model(_write(tmp_path, {**off, "summary_first_dropout": 0.1})).dropout  # classifier head only
+    for key in ("resid_pdrop", "embd_pdrop", "attn_pdrop"):  # absent: GPT2Config's 0.1
+        assert resolve_model(_write(tmp_path, {k: v for k, v in gpt2.items() if k != key} | {
+            k: 0.0 for k in ("resid_pdrop", "embd_pdrop", "attn_pdrop") if k != key})).dropout
+
+
+@pytest.mark.parametrize("value", ["0.1", -0.1, 1.5, True])
+def test_a_dropout_that_is_not_a_probability_is_named(tmp_path, value):
+    config = json.loads((HF / "llama-3-8b.json").read_text())
+    with pytest.raises(ConfigError) as exc:
+        resolve_model(_write(tmp_path, {**config, "attention_dropout": value}))
+    assert exc.value.field == "model.attention_dropout" and "dropout probability" in str(exc.value)
+
+
+def test_the_dropout_defaults_are_transformers():
+    transformers = transformers_or_skip()
+    from workloads.hf_config import _ARCH_DEFAULTS, DROPOUT_KEYS, SUPPORTED_TYPES
+
+    for model_type in SUPPORTED_TYPES:
+        defaults = transformers.CONFIG_MAPPING[model_type]().to_dict()
+        ours = _ARCH_DEFAULTS.get(model_type, {})
+        for key in DROPOUT_KEYS:
+            if key in defaults:
+                assert ours.get(key, 0.0) == defaults[key], (model_type, key)
+
+
+@pytest.mark.parametrize("catalog, config", [("llama2-7b", "llama-2-7b"), ("llama3-8b", "llama-3-8b"),
+                                             ("mixtral-8x7b", "mixtral-8x7b"), ("qwen3-30b-a3b", "qwen3-30b-a3b"),
+                                             ("qwen3-235b-a22b", "qwen3-235b-a22b")])
+def test_catalog_dropout_agrees_with_the_hf_config(catalog, config):
+    assert MODELS.get(catalog).dropout is resolve_model(str(HF / f"{config}.json")).dropout is False
+
+
+def test_every_catalog_transformer_says_whether_it_has_dropout_and_why():
+    # The schema's default (True: Megatron-LM's 0.1) must not decide a catalog model silently.
+    folder = Path(MODELS.folder)
+    for path in sorted(folder.glob("*.yaml")):
+        lines = [line for line in path.read_text().splitlines() if line.startswith("dropout:")]
+        assert len(lines) == 1 and "#" in lines[0], path.name

@@ -13,6 +13,8 @@ import pytest
 from simulator.memory.analytic import GIB, fits, peak_rank_memory
 from simulator.scenario import load_scenario
 from validation.modern.case import CaseOutcome, ModernCase, summarize
+from validation.modern.cnn import dle_cases
+from validation.modern.mapping import analytic_peak_fits
 from validation.modern.memory_rows import UNEXPLAINED_OOM, main, memory_rows
 
 SEQ, MBS, TP = 4096, 1, 4
@@ -84,7 +86,8 @@ def test_fused_cross_entropy_keeps_the_16_bit_logits_only():
 
 def test_nemo_llama3_70b_published_layout_fits_h100():
     """NeMo ran Llama 3 70B on 64 H100s at tp4 pp8 vp5, GBS 256, FP8 (nemo_perf_summary.csv rows 39..67):
-    79.3 GiB predicted before FP8 inputs were kept in one byte; it must fit the 78 GiB usable."""
+    79.3 GiB predicted before FP8 inputs were kept in one byte, 74.7 GiB before the catalog's Llama 3 lost its
+    dropout masks (it has none), 69.5 GiB since; it must fit the 78 GiB usable."""
     raw = {"model": "llama3-70b", "cluster": {"node": "dgx-h100", "fabric": "fat-tree", "num_gpus": 64},
            "parallelism": {"tp": 4, "pp": 8, "dp": "auto", "virtual_stages": 5, "schedule": "interleaved",
                            "sequence_parallel": True, "zero_stage": 1, "micro_batch_size": 1, "global_batch_size": 256},
@@ -93,7 +96,7 @@ def test_nemo_llama3_70b_published_layout_fits_h100():
     _, peak, stages = peak_rank_memory(sc)
     ok, why = fits(sc, peak, stages)
     assert ok, why
-    assert 70 < peak.total_bytes / GIB < 78
+    assert 65 < peak.total_bytes / GIB < 74
 
 
 def _outcome(fits_: bool, error: float) -> CaseOutcome:
@@ -109,7 +112,7 @@ def test_a_row_predicted_out_of_memory_fails_the_set():
     assert bad.predicted_oom == 1 and bad.count == 3 and not bad.met(0.10, 0.25)
 
 
-@pytest.mark.parametrize("name", ["nemo", "torchtitan", "llmfoundry", "other"])
+@pytest.mark.parametrize("name", ["nemo", "torchtitan", "llmfoundry", "other", "cnn_dle", "cnn_lambda"])
 def test_published_rows_that_ran_fit_unless_listed(name):
     """Both halves (memory is not fitted): the rows predicted OOM are exactly the listed ones, so a
     fix turns a listed row into a failure to be removed, and a new over-count fails here."""
@@ -122,4 +125,21 @@ def test_memory_rows_cli_lists_the_oom_rows(capsys):
     out = capsys.readouterr().out
     assert "nemo: predicted OOM 1 of 25 fit-half rows, 1 of 24 held-out rows" in out
     assert "other: predicted OOM 0 of 15 fit-half rows, 0 of 20 held-out rows" in out
-    assert "row    7 held-out OOM    87.7 /  78.0 GiB" in out
+    assert "row    7 held-out OOM    85.7 /  78.0 GiB" in out
+
+
+def test_an_assumed_batch_that_cannot_fit_is_halved_until_it_does():
+    """DLE's EfficientNet rows give no batch (validation/modern/cnn.py ASSUMED_BATCH). B4 and widese-B4 in FP32 on
+    the V100 16 GB at the assumed 32 need 19.7 GiB of 14 usable; the rows ran, so at a batch that fits: 16
+    (10.0 GiB). Batches that fit stay as assumed; the split key keeps the assumed batch (no row changes half)."""
+    cases = {c.row: c for c in dle_cases()[0]}
+    for row in (72, 74, 80, 82):
+        case = cases[row]
+        par = case.scenario["parallelism"]
+        assert par["micro_batch_size"] == 16 and par["global_batch_size"] == 16 * par["dp"]
+        assert "bs16 (assumed 32, halved to fit)" in case.label and case.key.endswith("|32")
+        assert analytic_peak_fits(case.scenario)[0]
+        at_32 = {**case.scenario, "parallelism": {**par, "micro_batch_size": 32, "global_batch_size": 32 * par["dp"]}}
+        assert not analytic_peak_fits(at_32)[0]
+    for row, batch in ((75, 32), (44, 64), (68, 128)):  # B4 AMP on the V100, B4 TF32 on the A100, B0 FP32 on the V100
+        assert cases[row].scenario["parallelism"]["micro_batch_size"] == batch and "halved" not in cases[row].label

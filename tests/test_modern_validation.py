@@ -41,9 +41,9 @@ UNMET: dict[str, str] = {
             "4-node EP 32 within -9..-16% (fit rows; held-out token-drop row 72 +18.7%; gemm_scale refitted 0.9847 "
             "-> 1.0218 on 25 fit rows). With Megatron-Core's expert placement (etp 1 given: EP 64 over 8 nodes, not "
             "16) DeepSeek-V3 rows 69/70 went -17.0/-8.3% -> -5.6/+4.4%. The 19 other held-out rows: median 5.4%, "
-            "max 10.4%. Memory: Nemotron-340B tp8 pp8 vp12 (row 7) is predicted OOM (87.7 of 78 GiB: 64.6 GiB of "
+            "max 10.4%. Memory: Nemotron-340B tp8 pp8 vp12 (row 7) is predicted OOM (85.7 of 78 GiB: 64.6 GiB of "
             "Megatron-Core distributed-optimizer states at dp 2, 6 + 12/2 B per parameter, and 103 one-layer chunks "
-            "in flight on stage 0)",
+            "in flight on stage 0; 75.0 with bf16 gradients, which no source here shows NeMo 24.07's recipe used)",
     "llmfoundry": "held-out median |error| 3.7% (target 10%: met), max 37.1% (target 25%): A100 80 GB MPT-30b s8192 "
                   "+37.1% (its s4096 fit twin +2.4%: measured 574 vs 814 tok/s, simulated 787 vs 833; H100's 8K twin, "
                   "fit half, +21.6%) and MPT-760m at s512/s1024 +32/+26%; H100 max 16.1%. Not the attention kernel: "

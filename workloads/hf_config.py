@@ -15,6 +15,12 @@ what the modelling code hard-wires is added (Qwen2's biases on q, k and v only:
 ``model_type`` whose layers this schema cannot describe (encoder-decoders, vision models, Gemma 2's
 extra norms and soft-capping, ...) is refused by name, never simulated as some other model. A
 ``bert`` config becomes the BERT encoder network (workloads/hf_bert.py).
+
+Dropout (``model.dropout``: the 1-byte masks kept for the backward pass) comes from the file's
+dropout probabilities (:data:`DROPOUT_KEYS`): on when any is above 0. Llama, Mistral, Mixtral, Qwen2/3,
+Gemma and DeepSeek-V2/V3 configs have only ``attention_dropout`` (0.0 in their released configs and
+their config classes' default; the modelling code has no hidden dropout), so they import without
+masks; GPT-2's ``resid_pdrop``/``embd_pdrop``/``attn_pdrop`` default to 0.1 (``GPT2Config``).
 """
 
 from __future__ import annotations
@@ -43,10 +49,15 @@ _ARCH_DEFAULTS: dict[str, dict[str, Any]] = {
     "llama": {"tie_word_embeddings": False, "attention_bias": False},
     "mistral": {"tie_word_embeddings": False},
     "mixtral": {"tie_word_embeddings": False},
-    "gpt2": {"tie_word_embeddings": True},
+    # transformers.GPT2Config: resid_pdrop = embd_pdrop = attn_pdrop = 0.1 (the others' attention_dropout: 0.0)
+    "gpt2": {"tie_word_embeddings": True, "resid_pdrop": 0.1, "embd_pdrop": 0.1, "attn_pdrop": 0.1},
     "deepseek_v2": {"tie_word_embeddings": False},
     "deepseek_v3": {"tie_word_embeddings": False},
 }
+
+#: Dropout probabilities of the language-model path (GPT-2's ``summary_first_dropout`` belongs to the
+#: sequence-classification head and is not read).
+DROPOUT_KEYS = ("attention_dropout", "hidden_dropout", "resid_pdrop", "embd_pdrop", "attn_pdrop")
 
 
 def _pick(config: dict[str, Any], *keys: str, default: Any = None) -> Any:
@@ -54,6 +65,17 @@ def _pick(config: dict[str, Any], *keys: str, default: Any = None) -> Any:
         if config.get(key) is not None:
             return config[key]
     return default
+
+
+def _has_dropout(config: dict[str, Any], field: str) -> bool:
+    """Whether any of :data:`DROPOUT_KEYS` is a probability above 0 (a non-number is a ConfigError)."""
+    on = False
+    for key in DROPOUT_KEYS:
+        value = config.get(key, 0.0)
+        if isinstance(value, bool) or not isinstance(value, int | float) or not 0.0 <= value <= 1.0:
+            raise ConfigError(f"{field}.{key}", f"expected a dropout probability in [0, 1], got {value!r}")
+        on = on or value > 0.0
+    return on
 
 
 def spec_from_hf_config(config: dict[str, Any], name: str = "hf-model", field: str = "model") -> Any:
@@ -98,6 +120,7 @@ def spec_from_hf_config(config: dict[str, Any], name: str = "hf-model", field: s
         "position_embedding": "rope" if gated or "rope_theta" in config else "learned",
         "norm": "rmsnorm" if "rms_norm_eps" in config else "layernorm",
         "linear_bias": bool(config.get("attention_bias", not gated)),
+        "dropout": _has_dropout(config, field),
         "source": "Hugging Face config.json",
         "notes": f"sequence length {seq_length} from config.json's {seq_key}",
     }

@@ -15,7 +15,10 @@ Mapping (each assumption says so):
   DLE may train B4 smaller, which its README table does not say); the "widese" variants are the same
   networks with DLE's squeeze width taken from the expanded channels (``se_on_expanded``).
 - **Batch**: the row's per-GPU batch; the EfficientNet rows give none, so :data:`ASSUMED_BATCH` is
-  used (*assumed*, said in each case's label).
+  used (*assumed*, said in each case's label), halved until the run fits its GPU where it would not
+  (:func:`_batch_that_ran`: every row ran, so the batch it ran at fit; EfficientNet-B4 and widese-B4 in FP32
+  on the V100 16 GB: 32 would need 19.7 GiB of 14 usable, 16 needs 10.0). The split key keeps the assumed
+  batch (the published configuration has none), so no row changes half.
 - **Profile groups**: ResNet-50, ResNeXt-101 and SE-ResNeXt-101 rows of one framework, GPU and precision share
   a group (DLE's one ``resnet.py``, with groups and an SE block, run by one ConvNets script: one GEMM factor and
   one ``sync_jitter``, fitted on the group's fit rows; registry.JITTER_GRID says why). EfficientNet rows sit in
@@ -70,7 +73,7 @@ from __future__ import annotations
 from typing import Any
 
 from validation.modern.case import ModernCase, Unrepresentable
-from validation.modern.mapping import read, scenario
+from validation.modern.mapping import analytic_peak_fits, read, scenario
 
 #: (substring of the source's gpu column) -> (catalog node, catalog accelerator); first match wins.
 NODES: tuple[tuple[str, str, str], ...] = (
@@ -171,6 +174,20 @@ def _family_tag(model: str | dict[str, Any]) -> str:
 FIT_ELSEWHERE = ("-efficientnet",)
 
 
+def _batch_that_ran(raw: dict[str, Any]) -> int:
+    """The largest of the assumed per-GPU batch, its half, its quarter ... with which the scenario ``raw``
+    fits its GPU (validation.modern.mapping.analytic_peak_fits): a published row ran, so an assumed batch
+    that cannot fit is not the one it ran at. Left as assumed where even one image does not fit."""
+    par = raw["parallelism"]
+    batch, gpus = par["micro_batch_size"], par["dp"]
+    while batch >= 1:
+        trial = {**raw, "parallelism": {**par, "micro_batch_size": batch, "global_batch_size": batch * gpus}}
+        if analytic_peak_fits(trial)[0]:
+            return batch
+        batch //= 2
+    return par["micro_batch_size"]
+
+
 def _cases(csv: str, source: str) -> tuple[list[ModernCase], list[Unrepresentable]]:
     df = read(csv)
     out: list[ModernCase] = []
@@ -205,8 +222,14 @@ def _cases(csv: str, source: str) -> tuple[list[ModernCase], list[Unrepresentabl
         framework = _framework(row, source)
         precision = "tf32" if training.get("tf32") else training["precision"]
         key = f"{set_name}|{framework}|{row['model']}|{gpu}|{n}|{row['precision']}|{batch}"
-        out.append(ModernCase(set_name, int(index), label, key,
-                              scenario(f"{set_name}-{index}", model, node, n, parallelism, training),
+        raw = scenario(f"{set_name}-{index}", model, node, n, parallelism, training)
+        if assumed:
+            ran = _batch_that_ran(raw)
+            if ran != batch:
+                raw = scenario(f"{set_name}-{index}", model, node, n,
+                               {**parallelism, "micro_batch_size": ran, "global_batch_size": ran * n}, training)
+                label = label.replace(f" bs{batch} (assumed)", f" bs{ran} (assumed {batch}, halved to fit)")
+        out.append(ModernCase(set_name, int(index), label, key, raw,
                               precision, accelerator, f"{framework}{_family_tag(model)}|{accelerator}|{precision}",
                               float(row["images_per_s_per_gpu"]), rate="samples_per_s",
                               set_aside=_set_aside(source, gpu, training)))

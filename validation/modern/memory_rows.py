@@ -21,22 +21,23 @@ from validation.modern.registry import SETS, built
 
 #: Rows that ran but are still predicted out of memory, each with what was checked (issue 23).
 UNEXPLAINED_OOM: dict[tuple[str, int], str] = {
-    ("nemo", 7): "Nemotron-340B tp8 pp8 vp12 on 128 H100s, GBS 32: 87.7 of 78 GiB. Megatron-Core's distributed "
-                 "optimizer at dp 2 holds 6 + 12/2 B per parameter (bf16 weight, fp32 main_grad, fp32 master + "
-                 "Adam moments over dp): 64.6 GiB for 5.8e9 parameters on stage 0; the interleaved schedule keeps "
-                 "(pp-1)*2 + (vp-1)*pp + 1 = 103 one-layer chunks in flight there (23.1 GiB with FP8 inputs kept "
-                 "in 1 B). Not explained: FP8 primary weights (1 B) would save 5.4 GiB, still 82 GiB; gradients reduced "
-                 "in bf16 (training.grad_dtype=bf16, as NeMo's later performance scripts set grad_reduce_in_fp32 "
-                 "False: recalled, not checked for the 24.07 launcher config) fit at 76.9 GiB with the set's errors "
-                 "unchanged (5.6% / 36.4%; this row +5.6% -> +6.4%), so the mapping keeps fp32 until a source says",
-    ("nemo", 12): "LLAMA2-70B SFT tp4 pp4 on 16 H100s (dp 1): the optimizer cannot be sharded; 18 B per parameter "
-                  "of 4.4e9 parameters per rank is 72.8 GiB before any activation (92.3 GiB in all). The layout "
-                  "as printed cannot hold full-parameter Adam states on 80 GB GPUs",
-    ("cnn_dle", 72): "EfficientNet-B4 FP32 on V100 16 GB: the batch (32) is assumed by the mapper "
-                     "(validation/modern/cnn.py), the DLE table does not give it; 19.7 of 14 GiB",
-    ("cnn_dle", 74): "as row 72 (8 GPUs)",
-    ("cnn_dle", 80): "EfficientNet-widese-B4 FP32 on V100 16 GB, batch 32 assumed: 19.9 of 14 GiB",
-    ("cnn_dle", 82): "as row 80 (8 GPUs)",
+    ("nemo", 7): "Nemotron-340B tp8 pp8 vp12 on 128 H100s, GBS 32: 85.7 of 78 GiB (87.7 while the catalog counted "
+                 "dropout masks; Nemotron-4 has none). Megatron-Core's distributed optimizer at dp 2 holds 6 + 12/2 B "
+                 "per parameter (bf16 weight, fp32 main_grad, fp32 master + Adam moments over dp): 64.6 GiB for 5.8e9 "
+                 "parameters on stage 0 (12 one-layer chunks and the embedding: Megatron-Core 0.8 has neither "
+                 "account_for_embedding_in_pipeline_split nor num_layers_in_first_pipeline_stage); the interleaved "
+                 "schedule keeps (pp-1)*2 + (vp-1)*pp + 1 = 103 chunks in flight there (21.1 GiB, FP8 inputs in 1 B). "
+                 "Fits with bf16 gradients (training.grad_dtype=bf16: 75.0 GiB) or full recompute (67.1 GiB). NeMo "
+                 "24.07's code (nemo_toolkit 2.0.0rc1) reduces in bf16 only where the recipe's optim.grad_sync_dtype "
+                 "says bf16 (megatron_gpt_model.py: grad_reduce_in_fp32 = grad_sync_dtype == 'fp32', default fp32); "
+                 "with Apex distributed_fused_adam it keeps the fp32 master as 16-bit remainders (megatron_base_model.py "
+                 "store_param_remainders: -5.4 GiB, 80.3, still OOM). The launcher recipe that says which is not in "
+                 "any source here, so the mapping keeps fp32 gradients",
+    ("nemo", 12): "LLAMA2-70B SFT tp4 pp4 on 16 H100s (dp 1): 91.0 of 78 GiB (92.3 with dropout masks). Nothing to "
+                  "shard the optimizer over: 18 B per parameter of 4.35e9 per rank is 72.9 GiB before any activation "
+                  "(18.1 GiB: 4 micro-batches of 20 layers in flight on stage 0). bf16 gradients alone: 82.9; Apex's "
+                  "16-bit master remainders alone: 82.9; both: 74.8 (fits); full recompute: 74.4 (fits). NeMo 24.07's "
+                  "fine-tuning recipe (optimizer, grad_sync_dtype, recompute) is not in any source here",
 }
 
 
