@@ -974,9 +974,9 @@ class Planner:
                     if g == last_chunk:
                         run_ops(self.head.forward, f"F.{tag}.head", "compute", layer=self.epilogue_name)
                 else:  # one compute and one TP task for the whole chunk pass
-                    run_ops(self._chunk_ops("F", g), f"F.{tag}", "compute", layer=self.chunk_layers(g))
-                    host_floor(f"F.{tag}", "F", self.chunk_runs(g))
-                    if self.chains:
+                    label = f"F.{tag}"
+                    run_ops(self._chunk_ops("F", g), label, "compute", layer=self.chunk_layers(g))
+                    if host_floor(label, "F", self.chunk_runs(g)) is not None and self.chains:
                         prev[0] = self._chain_pass(compute_list, pass_start, streams[(actor, "compute")])
                 entry = compute_list[pass_start]
                 entry.alloc_bytes += self.activation_bytes(g)  # saved for this chunk's backward
@@ -1144,27 +1144,28 @@ class Planner:
             dst = self._pipeline_peer(self.layout.rank(type(c)(c.tp, c.cp, c.dp, dst_stage)), dst_stage)
             dst_actor = self.rank_actor[dst]
             if dst_stage == c.pp:
-                return dst_actor, True, None, None, dst
+                return dst_actor, True, None, None, None
             prefix = "send_act" if forward else "send_grad"
             payload = self._pp_payload(g if forward else g - 1)
             proto = self.send_task(actor, dst, prefix, payload)
             # a cached pipeline edge: every micro-batch's send is this one renamed (a wide-area route
             # is asked for per send, as before)
             reusable = self.wan is None and proto.propagation_s == 0.0
-            return dst_actor, False, (proto if reusable else (dst, payload)), prefix, dst
+            return dst_actor, False, (proto if reusable else (dst, payload)), prefix, streams[(actor, "pp")]
 
         streams = self._streams_ref
-        for (kind, actor, mb, g), task in list(lookup.items()):
-            if kind == "F_exit" and g == last:
-                lookup[("B_entry", actor, mb, g)].deps.append(task)
-                continue
-            if not ((kind == "F_exit" and g < last) or (kind == "B_exit" and g > 0)):
+        for (kind, actor, mb, g), task in lookup.items():  # read only: the tasks' deps change, not the keys
+            if kind == "F_exit":
+                if g == last:
+                    lookup[("B_entry", actor, mb, g)].deps.append(task)
+                    continue
+            elif kind != "B_exit" or g == 0:
                 continue
             key = (kind, actor, g)
             hit = edges.get(key)
             if hit is None:
                 hit = edges[key] = edge(kind, actor, g)
-            dst_actor, local, proto, prefix, _ = hit
+            dst_actor, local, proto, prefix, pp_stream = hit
             receiver = ("F_entry", dst_actor, mb, g + 1) if kind == "F_exit" else ("B_entry", dst_actor, mb, g - 1)
             if local:
                 lookup[receiver].deps.append(task)
@@ -1176,7 +1177,7 @@ class Planner:
             else:
                 send = self.send_task(actor, proto[0], name, proto[1])
                 send.deps.append(task)
-            streams[(actor, "pp")].append(send)
+            pp_stream.append(send)
             lookup[receiver].deps.append(send)
 
     def _pipeline_peer(self, rank: int, stage: int) -> int:
