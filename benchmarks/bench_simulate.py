@@ -11,9 +11,11 @@ time measures the load, not the simulator) over repeats for:
 - the same 405B layout at dp 8, 32, 128 and 512, as ratios to dp 8, to show that symmetric mode
   does not grow with the data-parallel degree;
 - with ``--resim``, the engine's re-simulation of the default GPT-3 search's top 20 (the layouts
-  ``search`` runs through the engine after the fast path; the search itself is not timed).
+  ``search`` runs through the engine after the fast path; the search itself is not timed);
+- with ``--parts``, where one folded Megatron-1T point goes: the plan build, the engine run and the
+  time breakdowns (critical rank and every stage) at the first fold point, and its task and event counts.
 
-    python benchmarks/bench_simulate.py [--repeats 5] [--resim]
+    python benchmarks/bench_simulate.py [--repeats 5] [--resim] [--parts]
 """
 
 from __future__ import annotations
@@ -67,10 +69,46 @@ def resim_seconds(repeats: int) -> tuple[int, float]:
     return len(scenarios), statistics.median(times)
 
 
+def fold_point_parts(repeats: int) -> str:
+    """Median CPU ms of the plan build, the engine run and the breakdowns at Megatron-1T's first fold point."""
+    from simulator.engine.engine import Engine, cyclic_gc_paused
+    from simulator.simulate import critical_actor, stage_breakdowns, time_breakdown
+    from simulator.strategies.plan import MEMORY_COUNTER
+    from simulator.strategies.registry import get_kind
+    from simulator.strategies.spmd.fast import _with_micro_batches
+    from simulator.strategies.spmd.fold import engine_fold_points
+
+    scenario = load_scenario(None, MEGATRON_1T)
+    micro_batches = engine_fold_points(scenario)[0][0]
+    point = _with_micro_batches(scenario, micro_batches)
+    parts: dict[str, list[float]] = {"build": [], "engine": [], "breakdowns": []}
+    for _ in range(repeats):
+        with cyclic_gc_paused():
+            start = time.process_time()
+            plan = get_kind("spmd").compile(point, chains=True)
+            built = time.process_time()
+            engine = Engine(plan.topology.port_capacity)
+            makespan = engine.run(plan.streams, {(a, MEMORY_COUNTER): b for a, b in plan.memory_base_bytes.items()})
+            ran = time.process_time()
+            critical = critical_actor(plan)
+            time_breakdown(plan, critical, makespan)
+            stage_breakdowns(plan, critical, makespan)
+            done = time.process_time()
+        parts["build"].append(built - start)
+        parts["engine"].append(ran - built)
+        parts["breakdowns"].append(done - ran)
+    tasks = sum(len(tasks) for tasks in plan.streams.values())
+    events = next(engine._sequence)
+    return (f"megatron-1t fold point ({micro_batches} micro-batches, {tasks} tasks, {events} events): "
+            + ", ".join(f"{k} {statistics.median(v) * 1e3:.1f} ms" for k, v in parts.items()))
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--repeats", type=int, default=5)
     parser.add_argument("--resim", action="store_true", help="also time the re-simulation of the default search's top 20")
+    parser.add_argument("--parts", action="store_true", help="also split one Megatron-1T fold point into build, "
+                                                             "engine and breakdowns")
     args = parser.parse_args()
     print(f"{'scenario':<52} {'CPU s':>9}")
     print(f"{'default (GPT-3 175B, 1024 A100, interleaved)':<52} {median_seconds(None, [], args.repeats):>9.3f}")
@@ -90,6 +128,8 @@ def main() -> None:
         seconds = median_seconds(LLAMA, overrides, args.repeats)
         base = base or seconds
         print(f"  dp {dp:>4} ({8 * 16 * dp:>6} GPUs): {seconds:.3f} s  ratio to dp 8: {seconds / base:.2f}")
+    if args.parts:
+        print(f"\n{fold_point_parts(args.repeats)}")
     if args.resim:
         count, seconds = resim_seconds(args.repeats)
         print(f"\nre-simulation of the default GPT-3 search's {count} engine layouts: {seconds:.3f} CPU s")
