@@ -5,8 +5,14 @@ Kolev, MacLachlan & Schroder 2014, "Parallel time integration with multigrid", S
 Comput. 36(6)).
 
 A residual network u_{j+1} = u_j + h·F(u_j, θ_j) is a forward-Euler time stepping over its N
-residual blocks (simulator/strategies/residual_blocks.py: the time steps; the opening layers run
-on the first rank before them, the closing layers on the last rank after them). The P ranks
+residual blocks (simulator/strategies/residual_blocks.py, read from the graph's add layers: the
+time steps; the opening layers run on the first rank before them, the closing layers on the last
+rank after them; non-residual layers between two residual blocks, such as GNMT's decoder bottom,
+run inside the step before them). GNMT-16's 12 residual LSTM layers (Wu et al. 2016) are steps of
+one width too: layer-parallel over their depth is our extension (the paper trains ResNets).
+Networks with no residual step (VGG-16, Inception-v3, U-Net: plain chains and concatenations)
+are refused: MGRIT's coarse propagator is the residual step with a longer step size, which has
+no meaning where consecutive layers are not steps of one ODE. The P ranks
 (``parallelism.pp``) each own N/P consecutive blocks (weights and states), and instead of the
 serial sweep the forward states are found by MGRIT iterations, the adjoint (backward) states by
 MGRIT on the reversed chain, then every rank computes its blocks' weight gradients at once.
@@ -62,7 +68,7 @@ from simulator.memory.analytic import MemoryBreakdown, model_state_bytes, peak_s
 from simulator.scenario import gradient_bytes
 from simulator.strategies.plan import Plan
 from simulator.strategies.registry import StrategyKind, register
-from simulator.strategies.residual_blocks import residual_chain
+from simulator.strategies.residual_blocks import Block, no_residual_reason, residual_chain
 from simulator.strategies.spmd.plan import OPTIMIZER_BYTES_PER_PARAM
 from simulator.strategies.tasklists import require
 from workloads.graph import Op
@@ -115,6 +121,20 @@ def _is_wgrad(op: Op) -> bool:
     return op.name.endswith("wgrad")
 
 
+def time_steps(blocks: list[Block]) -> list[Block]:
+    """The chain's time steps: each residual block, a non-residual block between two (GNMT's
+    decoder bottom between its encoder's and decoder's residual LSTMs) run within the step
+    before it (it is no x + h·F(x) step of its own: the coarse levels never start at it)."""
+    steps: list[Block] = []
+    for block in blocks:
+        if block.residual or not steps:
+            steps.append(block)
+        else:
+            last = steps.pop()
+            steps.append(Block(last.name, last.layers + block.layers, True, False))
+    return steps
+
+
 def chain_of(scenario) -> Chain:
     """The scenario's blocks priced on its accelerator, after checking the layout (errors name the field)."""
     cfg, par = _config(scenario), scenario.parallelism
@@ -125,7 +145,9 @@ def chain_of(scenario) -> Chain:
     require(par.virtual_stages == 1, "parallelism.virtual_stages", "layer_parallel_mgrit owns one block range per rank")
     graph = scenario.layer_graph()
     opening, blocks, closing = residual_chain(graph)
-    require(bool(blocks), "model", f"{graph.name} has no residual blocks: layer-parallel MGRIT needs a residual chain")
+    require(bool(blocks), "model", f"{no_residual_reason(graph)}; layer-parallel MGRIT (Günther et al. 2020) "
+                                   "coarsens the residual steps of one ODE, and this network has none")
+    blocks = time_steps(blocks)
     n, p, c = len(blocks), par.pp, cfg.coarsening_factor
     if n % p:
         raise ConfigError("parallelism.pp", f"{p} ranks do not divide the {n} residual blocks of {graph.name}")

@@ -2,21 +2,37 @@
 training treats as its time steps.
 
 The layer graph (workloads/layer_graph.py) describes kernels layer by layer (a ResNet's
-convolution, batch norm and ReLU are separate layers); both kinds that need *blocks* read them
-here, from the layer names the builders give:
+convolution, batch norm and ReLU are separate layers, a GNMT layer's dropout, LSTM and add);
+both kinds that need *blocks* find them here, from the graph's structure:
 
-- a layer's block key is its name up to and including the first dotted component that is a
-  number (``layer3.4.conv2`` -> ``layer3.4``, ``encoder.layers.7.mlp`` -> ``encoder.layers.7``);
-  a name without one is its own key (``conv1``, ``block12``, ``embedding``);
-- consecutive layers with one key form a :class:`Block`; a block is *residual* when it adds a
-  shortcut to its output (an ``add`` layer among two or more layers) or is a whole
-  ``transformer_block`` / ``mlp_block`` layer (the transformer builder's x + f(x) blocks);
+- a *residual step* is an ``add`` layer whose inputs share an ancestor: the skip and the chain
+  fork at the latest layer both inputs descend from (the skip itself for an identity shortcut, the
+  block's input for a downsampling shortcut), and the layers after that fork up to the add are
+  the step ``x + F(x)`` (He et al. 2016 Eq. 1). An add of two unrelated sources (an embedding
+  plus positions) is not one;
+- steps whose adds carry one name key (the name up to and including its first number:
+  ``encoder.layers.7.add_2`` -> ``encoder.layers.7``) and follow each other make one *block* (a
+  transformer layer: the attention step and the MLP step); steps that overlap (a long skip around
+  others) merge; a block also takes the layers after its last add that carry its key (a ResNet's
+  ReLU after the add, BERT's post-norm) up to the next step;
+- a whole ``transformer_block`` / ``mlp_block`` layer is a block by itself (the transformer
+  builder's x + f(x) blocks);
 - a residual block is an *identity* block when its output has its input's shape (no
-  downsampling): it can be skipped (x -> x) and its state has one width through it.
+  downsampling): it can be skipped (x -> x) and its state has one width through it;
+- every other layer is grouped by name key into non-residual blocks.
 
 The graph's chain is then ``opening`` (every layer before the first residual block: a stem, an
-embedding), ``blocks`` (from the first residual block to the last, including any non-residual
-block between them) and ``closing`` (a head, a loss).
+embedding), ``blocks`` (from the first residual block to the last; a run of non-residual layers
+between two of them, such as GNMT's decoder bottom between its encoder's and decoder's residual
+LSTMs, is one non-residual block) and ``closing`` (a head, a loss).
+
+The names only join steps (and their trailing layers) into blocks: which layers are residual is
+read from the wiring. On the catalog this gives the blocks the name grouping gave before
+(ResNet/ResNeXt bottlenecks, ViT and BERT layers, transformer blocks; tests/test_residual_blocks.py)
+and finds GNMT-16's 12 residual LSTM layers (Wu et al. 2016 Sec. 3.1: residual connections from
+the third layer up), whose names carry no number. VGG-16, Inception-v3 and U-Net have no residual
+step (U-Net's skips are concatenations across scales, Inception's branches are concatenated):
+the kinds that need residual blocks refuse them and say why.
 """
 
 from __future__ import annotations
@@ -31,7 +47,7 @@ BLOCK_LAYER_KINDS = frozenset({"transformer_block", "mlp_block"})
 
 @dataclass(frozen=True)
 class Block:
-    """Consecutive layers of one block key (see the module docstring)."""
+    """Consecutive layers of one block (see the module docstring)."""
 
     name: str
     layers: tuple[Layer, ...]
@@ -56,10 +72,51 @@ def block_key(name: str) -> str:
     return name
 
 
-def _is_residual(layers: tuple[Layer, ...]) -> bool:
-    if len(layers) == 1:
-        return layers[0].kind in BLOCK_LAYER_KINDS
-    return any(layer.kind == "add" and len(layer.inputs) >= 2 for layer in layers)
+def residual_steps(graph: LayerGraph) -> list[tuple[int, int]]:
+    """(first, add) layer indices of every residual step: the layers after the fork of an add's
+    inputs up to the add (see the module docstring), in the order of the adds."""
+    layers = graph.layers
+    index = {layer.name: i for i, layer in enumerate(layers)}
+    ancestors: list[int] = []  # bit j set: layer j is the layer itself or feeds it
+    for i, layer in enumerate(layers):
+        mask = 1 << i
+        for name in layer.inputs:
+            if name in index:
+                mask |= ancestors[index[name]]
+        ancestors.append(mask)
+    steps = []
+    for i, layer in enumerate(layers):
+        inputs = [index[name] for name in layer.inputs if name in index]
+        if layer.kind != "add" or len(inputs) < 2:
+            continue
+        common = ancestors[inputs[0]]
+        for j in inputs[1:]:
+            common &= ancestors[j]
+        if common:
+            steps.append((common.bit_length(), i))  # the fork is the latest common ancestor
+    return steps
+
+
+def _spans(graph: LayerGraph) -> list[tuple[int, int, str]]:
+    """[first, last] layer indices and name of every residual block found from the steps."""
+    layers = graph.layers
+    spans: list[list] = []
+    for first, add in residual_steps(graph):
+        key = block_key(layers[add].name)
+        while spans and first <= spans[-1][1]:  # overlaps an earlier block: one block
+            first = min(first, spans[-1][0])
+            key = spans[-1][2]
+            spans.pop()
+        if spans and spans[-1][2] == key and all(block_key(layers[j].name) == key
+                                                 for j in range(spans[-1][1] + 1, first)):
+            spans[-1][1] = add  # the next step of the same block (a transformer layer's MLP)
+        else:
+            spans.append([first, add, key])
+    for n, span in enumerate(spans):  # the layers after the last add that carry the block's key
+        stop = spans[n + 1][0] if n + 1 < len(spans) else len(layers)
+        while span[1] + 1 < stop and block_key(layers[span[1] + 1].name) == span[2]:
+            span[1] += 1
+    return [(first, last, key) for first, last, key in spans]
 
 
 def _is_identity(layers: tuple[Layer, ...]) -> bool:
@@ -71,26 +128,41 @@ def _is_identity(layers: tuple[Layer, ...]) -> bool:
     return tuple(first.input_shape) == tuple(last.output_shape)
 
 
-def blocks_of(graph: LayerGraph) -> list[Block]:
-    """The graph's layers grouped into blocks, in order."""
+def _by_key(layers: list[Layer]) -> list[Block]:
+    """Layers outside residual steps, grouped by name key (a block-kind layer is residual)."""
     groups: list[tuple[str, list[Layer]]] = []
-    for layer in graph.layers:
+    for layer in layers:
         key = block_key(layer.name)
-        if groups and groups[-1][0] == key:
+        if groups and groups[-1][0] == key and layer.kind not in BLOCK_LAYER_KINDS \
+                and groups[-1][1][-1].kind not in BLOCK_LAYER_KINDS:
             groups[-1][1].append(layer)
         else:
             groups.append((key, [layer]))
     blocks = []
-    for key, layers in groups:
-        members = tuple(layers)
-        residual = _is_residual(members)
-        blocks.append(Block(key, members, residual, residual and _is_identity(members)))
+    for key, members in groups:
+        residual = len(members) == 1 and members[0].kind in BLOCK_LAYER_KINDS
+        blocks.append(Block(key, tuple(members), residual, residual))
+    return blocks
+
+
+def blocks_of(graph: LayerGraph) -> list[Block]:
+    """The graph's layers grouped into blocks, in order (residual ones from the wiring)."""
+    layers = graph.layers
+    blocks: list[Block] = []
+    position = 0
+    for first, last, key in _spans(graph):
+        blocks.extend(_by_key(list(layers[position:first])))
+        members = tuple(layers[first:last + 1])
+        blocks.append(Block(key, members, True, _is_identity(members)))
+        position = last + 1
+    blocks.extend(_by_key(list(layers[position:])))
     return blocks
 
 
 def residual_chain(graph: LayerGraph) -> tuple[tuple[Layer, ...], list[Block], tuple[Layer, ...]]:
     """(opening layers, blocks from the first residual one to the last, closing layers); no
-    residual block: ((), [], every layer)."""
+    residual block: ((), [], every layer). Non-residual layers between two residual blocks are
+    one non-residual block (named by its first layer's key)."""
     blocks = blocks_of(graph)
     residual = [i for i, b in enumerate(blocks) if b.residual]
     if not residual:
@@ -98,4 +170,16 @@ def residual_chain(graph: LayerGraph) -> tuple[tuple[Layer, ...], list[Block], t
     first, last = residual[0], residual[-1]
     opening = tuple(layer for b in blocks[:first] for layer in b.layers)
     closing = tuple(layer for b in blocks[last + 1:] for layer in b.layers)
-    return opening, blocks[first:last + 1], closing
+    chain: list[Block] = []
+    for block in blocks[first:last + 1]:
+        if not block.residual and chain and not chain[-1].residual:
+            previous = chain.pop()
+            block = Block(previous.name, previous.layers + block.layers, False, False)
+        chain.append(block)
+    return opening, chain, closing
+
+
+def no_residual_reason(graph: LayerGraph) -> str:
+    """Why a network without residual steps is refused (the kinds' error messages)."""
+    return (f"{graph.name} has no residual blocks (no add of a skip to the chain that leaves the same "
+            "layer, x + F(x))")

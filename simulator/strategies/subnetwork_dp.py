@@ -67,7 +67,7 @@ from simulator.memory.analytic import MemoryBreakdown, bytes_per_param, peak_sta
 from simulator.scenario import gradient_bytes
 from simulator.strategies.plan import Plan
 from simulator.strategies.registry import StrategyKind, register
-from simulator.strategies.residual_blocks import residual_chain
+from simulator.strategies.residual_blocks import no_residual_reason, residual_chain
 from simulator.strategies.spmd.plan import OPTIMIZER_BYTES_PER_PARAM
 from simulator.strategies.tasklists import require
 from workloads.graph import ModelFlops, Op
@@ -168,7 +168,8 @@ def assignment(scenario) -> Assignment:
     if cfg.mask == "block":
         _, blocks, _ = residual_chain(graph)
         maskable = [b for b in blocks if b.identity]
-        require(bool(maskable), "strategy.mask", f"{graph.name} has no residual blocks to mask: use mask: neuron")
+        require(bool(maskable), "strategy.mask", f"{no_residual_reason(graph)}, so no block can be dropped "
+                                                 "(a dropped residual block is the identity): use mask: neuron")
         require(len(maskable) >= s, "strategy.subnetworks",
                 f"{graph.name} has {len(maskable)} residual identity blocks to mask, fewer than {s} subnetworks")
         for i, block in enumerate(maskable):
