@@ -197,3 +197,17 @@ def test_every_fitted_constant_of_a_shipped_framework_is_shipped():
         for group, entry in load_groups(profile).items():
             if group.split("|")[0] == prefix:
                 assert set(entry) <= set(FACTOR_KEYS) | meta, (group, set(entry) - set(FACTOR_KEYS) - meta)
+
+
+def test_carry_over_check_chooses_as_if_the_part_was_never_measured():
+    from simulator.cost.framework import choose_in
+
+    profile = framework_profile("llm-foundry")
+    h100 = ACCELERATORS.get("h100-sxm-80g")
+    without = profile.model_copy(update={"entries": [e for e in profile.entries if e.accelerator != h100.name]})
+    choice = choose_in(without, h100, "bf16")
+    assert choice.state == DERIVED and choice.entry.accelerator == "a100-sxm-40g"  # slower part, nearest peak, by name
+    fms = framework_profile("fms-fsdp")
+    a100 = ACCELERATORS.get("a100-sxm-80g")
+    only_h100 = fms.model_copy(update={"entries": [e for e in fms.entries if e.accelerator != a100.name]})
+    assert choose_in(only_h100, a100, "bf16").state == ASSUMED  # never carried to a slower part

@@ -2,7 +2,8 @@
 
 A profile (hardware_specs/framework.py, shipped in hardware_specs/frameworks/) holds factors fitted
 per (accelerator, precision) on the fit half of that framework's published runs. For a scenario the
-choice is, in this order (the output says which, ``--json`` carries it under ``run.framework``):
+choice is, in this order (the output says which; ``--json`` carries ``framework``, ``framework_state``
+and, from ``clustersim simulate``, ``framework_profile``: the entry, its factors and fit rows):
 
 1. *calibrated*: an entry fitted on this accelerator and precision (*derived* where its rows ran on
    another board of the part, ``measured_on``: torchtitan's 500 W H100s);
@@ -17,8 +18,13 @@ choice is, in this order (the output says which, ``--json`` carries it under ``r
    (fms-fsdp: A100 0.84, H100 0.57 of the catalog GEMM curve; llm-foundry A100 80 GB 1.25 / 40 GB 0.93,
    H100 0.94): carried to a faster part the older factor is a floor on the loss (still optimistic, less
    so than the catalog); carried to a slower part it would overstate the loss (fms-fsdp's H100 factor is
-   32% below its A100 one, the catalog's 1.0 19% above it). What the held-out rows say of such a
-   carry-over is in ``python -m validation.modern`` (a framework's rows on a part it was not fitted on);
+   32% below its A100 one, the catalog's 1.0 19% above it). Tried on held-out rows as if their part had
+   never been measured (``python -m validation.modern --framework-table``, third table; median / max
+   |error|): llm-foundry's H100 rows with its A100 40 GB entry 7.2 / 20.3% (own entry 3.9 / 16.1%,
+   catalog 21.9 / 74.2%), fms-fsdp's H100 rows with its A100 entry 28.9 / 44.2% (own 9.3 / 19.6%,
+   catalog 49.3 / 56.1%): better than the catalog, not as good as a fit on the part;
+   a factor also absorbs what the catalog assumed on its part (the H100's in-training GEMM factor is the
+   A100's ratio, *assumed*), so carried to Blackwell it assumes the same there;
 4. *assumed*: no such entry: the catalog constants (the kernel rates Megatron-Core reaches), said to be
    assumed for that framework.
 
@@ -33,7 +39,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from hardware_specs.catalog import ACCELERATORS
-from hardware_specs.framework import DEFAULT_FRAMEWORK, FrameworkEntry, framework_profile
+from hardware_specs.framework import DEFAULT_FRAMEWORK, FrameworkEntry, FrameworkProfile, framework_profile
 from hardware_specs.schema import Accelerator, ComputeEfficiency, Node
 
 DEFAULT = "default"
@@ -194,6 +200,14 @@ def choose(name: str, accelerator: Accelerator, precision: str, fp8_recipe: str 
         return FrameworkChoice(DEFAULT_FRAMEWORK, DEFAULT, None,
                                "the catalog constants (kernel microbenchmarks; the rates Megatron-Core with "
                                "Transformer Engine reaches: NeMo's fitted H100 factor is within 2% of them)")
+    return choose_in(profile, accelerator, precision, fp8_recipe)
+
+
+def choose_in(profile: FrameworkProfile, accelerator: Accelerator, precision: str,
+              fp8_recipe: str | None = None) -> FrameworkChoice:
+    """:func:`choose` among ``profile``'s entries (the validation's carry-over check passes a profile without
+    the entries of the row's own part: what the rule gives where that part was never measured)."""
+    name = profile.name
     here = [e for e in profile.entries if e.accelerator == accelerator.name]
     entry, exact = _in_precision(here, precision, fp8_recipe)
     if entry is not None and exact and entry.measured_on:  # fitted on another board of the same part

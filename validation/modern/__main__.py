@@ -142,7 +142,12 @@ def main(argv: list[str] | None = None) -> int:
                 print(f"{name}\trow {item.row}\t{item.label}\t{item.reason}")
         return 0
     if args.framework_table:
-        from validation.modern.framework_table import markdown, unmeasured_markdown
+        from validation.modern.framework_table import (
+            carry_over_markdown,
+            leave_part_out,
+            markdown,
+            unmeasured_markdown,
+        )
 
         blocks = []
         for name in args.sets or FRAMEWORK_SETS:
@@ -152,6 +157,9 @@ def main(argv: list[str] | None = None) -> int:
         print(markdown(blocks))
         print()
         print(unmeasured_markdown())
+        print()
+        print(carry_over_markdown(blocks, {b["case_set"]: leave_part_out(b["case_set"], args.workers)
+                                           for b in blocks}))
         return 0
     overrides = tuple(args.override)
     if overrides:

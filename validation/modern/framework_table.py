@@ -3,7 +3,13 @@ gets there (calibrated, derived, assumed) and the held-out error as a user gets 
 constants alone; then what a user gets on the parts no row of the framework ran on (Blackwell, H200,
 AMD), from the shipped profiles alone (nothing simulated).
 
-``python -m validation.modern --framework-table`` prints both as Markdown.
+A third table checks the carry-over rule itself (simulator/cost/framework.py): each held-out row of a
+framework on a part that framework has an entry for, predicted as if that part had never been measured
+(its entries removed: the rule then carries another part's, or the catalog stands in). That is what a
+user of the same framework on an unmeasured part (a B200) is told is *derived*, tried where the answer
+is known.
+
+``python -m validation.modern --framework-table`` prints the three as Markdown.
 """
 
 from __future__ import annotations
@@ -17,10 +23,10 @@ FRAMEWORK_SETS = ("nemo", "torchtitan", "llmfoundry", "other", "vtrain_single", 
 UNMEASURED_PARTS = ("h200-sxm-141g", "b200", "gb200", "b300", "mi300x", "mi355x")
 
 
-def _pct(errors: list[float]) -> str:
-    if not errors:
+def _pct(errors: list[float | None]) -> str:
+    absolute = [abs(e) for e in errors if e is not None]
+    if not absolute:
         return "-"
-    absolute = [abs(e) for e in errors]
     return f"{100 * statistics.median(absolute):.1f} / {100 * max(absolute):.1f}%"
 
 
@@ -78,4 +84,65 @@ def unmeasured_markdown() -> str:
                 shown.append(f"{precision} {choice.state}{source}")
             cells.append("; ".join(shown))
         lines.append(f"| {name} | " + " | ".join(cells) + " |")
+    return "\n".join(lines)
+
+
+def leave_part_out(name: str, workers: int | None = 2) -> list[dict[str, Any]]:
+    """Each held-out row (not set aside) of set ``name`` whose framework has an entry on the row's part,
+    simulated with what the rule gives once that part's entries are removed: (row, framework, part, state,
+    entry used, relative error, fits)."""
+    import json
+
+    from hardware_specs.catalog import ACCELERATORS
+    from hardware_specs.framework import DEFAULT_FRAMEWORK, framework_profile
+    from simulator.cost.framework import choose_in, precision_key
+    from simulator.scenario import load_scenario
+    from validation.modern.case import outcome
+    from validation.modern.profiles import with_constants
+    from validation.modern.registry import built, simulate_many, user_framework, user_scenario
+
+    picked, raws = [], []
+    part_of: dict[str, str] = {}
+    for case in built(name)[0]:
+        framework = user_framework(case)
+        if not case.heldout or case.set_aside or framework == DEFAULT_FRAMEWORK:
+            continue
+        raw = user_scenario(case)
+        node_key = json.dumps(raw["cluster"]["node"], sort_keys=True, default=str)
+        if node_key not in part_of:
+            part_of[node_key] = load_scenario(raw).accelerator.name
+        accelerator = ACCELERATORS.get(part_of[node_key])
+        profile = framework_profile(framework)
+        others = [e for e in profile.entries if e.accelerator != accelerator.name]
+        if len(others) == len(profile.entries):
+            continue  # the part has no entry of its own: the user figure is already a carry-over (or the catalog)
+        training = case.scenario["training"]
+        choice = choose_in(profile.model_copy(update={"entries": others}), accelerator,
+                           precision_key(training.get("precision", "bf16"), training.get("tf32", False)),
+                           training.get("fp8_recipe", "delayed") if training.get("precision") == "fp8" else None)
+        entry = f"{choice.entry.accelerator} {'/'.join(choice.entry.precisions)}" if choice.entry else "catalog"
+        picked.append((case, framework, accelerator.name, choice.state, entry))
+        raws.append(with_constants(case, choice.factors))
+    results = simulate_many(raws, workers)
+    return [{"row": case.row, "framework": framework, "part": part, "state": state, "entry": entry,
+             "relative_error": outcome(case, result).relative_error, "fits": outcome(case, result).fits}
+            for (case, framework, part, state, entry), result in zip(picked, results, strict=True)]
+
+
+def carry_over_markdown(blocks: list[dict[str, Any]], checks: dict[str, list[dict[str, Any]]]) -> str:
+    """Per framework and part: the held-out error with the part's own entry (as a user gets it) and
+    without it (:func:`leave_part_out`), beside the catalog constants alone."""
+    lines = ["| framework | part | held-out rows | own entry (as a user gets it) | without it: what the rule "
+             "gives | its error | catalog constants only |", "|---|---|---|---|---|---|---|"]
+    for block in blocks:
+        own = {c["row"]: c["relative_error"] for c in block["user_profile"]["cases"]}
+        catalog = {c["row"]: c["relative_error"] for c in block["catalog_only"]["cases"]}
+        cells: dict[tuple[str, str, str], list[dict[str, Any]]] = {}
+        for check in checks.get(block["case_set"], []):
+            cells.setdefault((check["framework"], check["part"], f"{check['state']}: {check['entry']}"),
+                             []).append(check)
+        for (framework, part, used), rows in sorted(cells.items()):
+            errors = [r["relative_error"] for r in rows if r["relative_error"] is not None]
+            lines.append(f"| {framework} | {part} | {len(errors)} | {_pct([own[r['row']] for r in rows])} | "
+                         f"{used} | {_pct(errors)} | {_pct([catalog[r['row']] for r in rows])} |")
     return "\n".join(lines)
