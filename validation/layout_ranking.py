@@ -599,6 +599,20 @@ def oom_report(cases: list[Case], overhead=None) -> dict[str, Any]:
             "invalid": sum(1 for p in preds if p["invalid"]), "predictions": preds}
 
 
+def memory_error(report: dict[str, Any], cases: list[Case]) -> dict[str, float]:
+    """|predicted / measured - 1| of the peak memory over the finished runs with a memory reading (the
+    Playbook's ``gpu_memory_GB``, read as GiB) that map to a valid layout, from :func:`oom_report`'s
+    predictions of ``cases``: n, median, 90th percentile, max (NaN without readings)."""
+    errors = sorted(abs(p["peak_memory_gib"] / c.measured["memory_gb"] - 1)
+                    for c, p in zip(cases, report["predictions"], strict=True)
+                    if "memory_gb" in c.measured and p["peak_memory_gib"] is not None)
+    if not errors:
+        return {"n": 0, "median": math.nan, "p90": math.nan, "max": math.nan}
+    series = pd.Series(errors)
+    return {"n": len(errors), "median": float(series.median()), "p90": float(series.quantile(0.9)),
+            "max": errors[-1]}
+
+
 def ranking_report(cases: list[Case], workers: int | None = None, metric: str = "tokens_per_s_per_gpu",
                    overhead=None) -> dict[str, Any]:
     """Spearman per group over the measured runs (OOM rows excluded), and throughput errors.
@@ -705,6 +719,10 @@ def _main(argv: list[str] | None = None) -> int:
             print(f"OOM classification, {label} ({oom['n']}): {100 * oom['accuracy']:.1f}% right "
                   f"(target {100 * TARGET_OOM_ACCURACY:.0f}%), confusion {oom['confusion']}, "
                   f"{oom['invalid']} invalid layouts")
+            mem = memory_error(oom, part)
+            if mem["n"]:
+                print(f"   peak memory vs measured, {label} ({mem['n']} runs): median |error| {100 * mem['median']:.1f}%, "
+                      f"90th percentile {100 * mem['p90']:.1f}%, max {100 * mem['max']:.1f}%")
         part = {"heldout": heldout, "fit": fit_half, "all": lambda c: c}[args.split](cases)
         runs = sample([c for c in part if not c.measured_oom], args.sample)
         rank = ranking_report(runs, args.workers, "tokens_per_s_per_gpu", overhead)
