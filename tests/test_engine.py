@@ -148,3 +148,18 @@ def test_rendezvous_missing_a_member_deadlocks():
 
 def test_empty_run_ends_at_zero():
     assert _engine().run({}) == 0.0
+
+
+def test_counters_without_series_keep_the_same_peaks():
+    """``Engine(counter_series=False)`` (the folded pipeline's runs read only peaks): the same values
+    and peaks, no series."""
+    def tasks():
+        a = Task("a", "r0", "compute", "compute", duration_s=1.0, alloc_bytes=3.0)
+        b = Task("b", "r0", "compute", "compute", duration_s=1.0, alloc_bytes=2.0, free_bytes=4.0, deps=[a])
+        c = Task("c", "r0", "other", "compute", duration_s=0.5, alloc_bytes=1.0, free_bytes=1.0)
+        return {("r0", "compute"): [a, b], ("r0", "other"): [c]}
+    full, lean = Engine(lambda port: 1e9), Engine(lambda port: 1e9, counter_series=False)
+    assert full.run(tasks(), {("r0", "memory"): 1.0}) == lean.run(tasks(), {("r0", "memory"): 1.0}) == 2.0
+    assert full.counter_peaks == lean.counter_peaks == {("r0", "memory"): 6.0}
+    assert full.counters == lean.counters
+    assert full.counter_series and not lean.counter_series

@@ -249,7 +249,10 @@ class _Rendezvous:
 class Engine:
     """Runs task lists to completion; returns the time the last task ends."""
 
-    def __init__(self, network_capacity):
+    def __init__(self, network_capacity, counter_series: bool = True):
+        """``counter_series``: keep each counter's value over time (False: only values and peaks, for a
+        caller that reads no series, e.g. the folded pipeline's runs)."""
+        self._keep_series = counter_series
         self.now = 0.0
         self._queue: list[tuple] = []  # (time, priority, sequence, callback, argument)
         self._sequence = count()
@@ -456,6 +459,8 @@ class Engine:
         peaks = self.counter_peaks
         if value > peaks.get(key, -math.inf):
             peaks[key] = value
+        if not self._keep_series:
+            return
         series = self.counter_series.get(key)
         now = self.now
         if series is None:

@@ -107,7 +107,7 @@ def _point(scenario: Scenario, micro_batches: int, mode: str | None):
     from simulator.strategies.registry import get_kind
 
     plan = get_kind("spmd").compile(_with_micro_batches(scenario, micro_batches), mode=mode, chains=True)
-    engine = Engine(plan.topology.port_capacity)
+    engine = Engine(plan.topology.port_capacity, counter_series=False)  # a folded result has no series
     makespan = engine.run(plan.streams, {(a, MEMORY_COUNTER): b for a, b in plan.memory_base_bytes.items()})
     ends = {a: max((t.end_s for t in ts), default=0.0) for a, ts in plan.compute_tasks.items()}
     critical = max(ends, key=lambda a: (ends[a], -plan.stage_of[a]))
