@@ -69,9 +69,9 @@ def main() -> None:
     print(f"GPT-3 175B on 1,024 A100s, Calculon-size space, {args.workers} workers, cache off")
     print(f"  {c['evaluated']:,} candidates ({c['bases']:,} layouts x overlap switches): {c['invalid']:,} invalid, "
           f"{c['pruned_by_memory']:,} pruned by memory, {c['pruned_by_bound']:,} pruned by the step-time lower bound, "
-          f"{c['timed']:,} timed: {c['priced_by_fast_path']:,} by the fast path ({c['fast_path_runs']:,} runs: "
-          f"candidates differing only in inert switches share one), {c['engine_resimulated']:,} by the engine "
-          f"({c['engine_runs']:,} runs)")
+          f"{c['timed']:,} timed: {c['engine_resimulated']:,} by the engine ({c['engine_runs']:,} runs: candidates "
+          f"differing only in inert switches share one), {c['priced_by_fast_path']:,} by the fast path too "
+          f"({c['fast_path_runs']:,} runs, beside the engine or after it for the top k)")
     print(f"  bounds priced by a planner: {c['bounds_priced']:,} (the rest combined from their parts)")
     print(f"  wall {wall:.1f} s, CPU {cpu:.1f} s (this process and its workers), load average "
           f"{os.getloadavg()[0]:.1f} at the end; "

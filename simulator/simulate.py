@@ -202,14 +202,15 @@ def _timeline(plan: Plan) -> list[TimelineEvent]:
 ENGINES = ("full", "fast", "auto")
 
 
-def _run_plan(scenario: Scenario, kind, mode: str, detail: bool, engine: str):
+def _run_plan(scenario: Scenario, kind, mode: str, detail: bool, engine: str, observe=None):
     """Time the plan: the discrete-event engine (``full``), the longest path over the same task
     DAG (``fast``, simulator/strategies/spmd/fast.py), or the fast path where it is exact -- no
     transfers contending, no interference -- and the engine elsewhere (``auto``). Returns
     (makespan, plan with timed tasks or None, the critical rank's breakdown of the makespan,
     what the result adds: ``engine`` (which timed it) and, for the fast path, its lower bound (every
     transfer alone) and why it may differ from the engine, the engine that ran or None). The fast
-    path counts no memory: its results have no simulated memory peaks or series."""
+    path counts no memory: its results have no simulated memory peaks or series. ``observe(micro_batches,
+    plan)``: called with the plan before the engine runs it."""
     if engine not in ENGINES:
         raise ConfigError("--engine", f"must be one of {', '.join(ENGINES)}, got {engine!r}")
     if scenario.co_located:  # jobs sharing the GPUs: one engine run of all of them (simulator/colocation/run.py)
@@ -238,6 +239,8 @@ def _run_plan(scenario: Scenario, kind, mode: str, detail: bool, engine: str):
     # straggler draws scale single tasks, so not then).
     chains = {"chains": True} if scenario.strategy_kind == "spmd" and stragglers is None else {}
     plan = kind.compile(scenario, mode=mode, detail=detail, **chains)
+    if observe is not None:
+        observe(scenario.parallelism.num_micro_batches, plan)
     straggled = {}
     if stragglers is not None:  # per-device draws scale each actor's kernels (simulator/cost/stragglers.py)
         from simulator.cost.stragglers import apply_stragglers, straggler_summary
@@ -249,7 +252,7 @@ def _run_plan(scenario: Scenario, kind, mode: str, detail: bool, engine: str):
 
 
 def simulate(scenario: Scenario, mode: str | None = None, detail: bool = False,
-             run_if_oom: bool = True, engine: str = "full", fold: bool = True) -> SimulationResult:
+             run_if_oom: bool = True, engine: str = "full", fold: bool = True, observe=None) -> SimulationResult:
     """Simulate ``simulation.steps`` steps (one by default). ``mode`` overrides ``scenario.simulation.mode``; ``detail`` makes one
     task per kernel (for traces). An out-of-memory layout is still timed unless ``run_if_oom``
     is false, and is reported with ``fits: false`` and the reason. ``engine``: ``full`` (the
@@ -258,7 +261,9 @@ def simulate(scenario: Scenario, mode: str | None = None, detail: bool = False,
     its breakdown is extrapolated and it has no timeline. ``fold``: the engine may run a long 1F1B or
     interleaved pipeline folded (simulator/strategies/spmd/fold.py: two runs at fewer micro-batches,
     extrapolated where every figure is affine; equal to the unrolled run to 1e-9); a folded result has
-    no memory-over-time series and no timeline, and says ``engine_fold``."""
+    no memory-over-time series and no timeline, and says ``engine_fold``. ``observe(micro_batches, plan)``:
+    called with every plan the engine runs, before it runs (the fast path walks the same plans,
+    :func:`simulator.strategies.spmd.fast.fast_beside_engine`)."""
     model, par = scenario.model, scenario.parallelism
     mode = mode or scenario.simulation.mode
     kind = get_kind(scenario.strategy_kind)
@@ -287,7 +292,7 @@ def simulate(scenario: Scenario, mode: str | None = None, detail: bool = False,
         from simulator.strategies.spmd.fold import folded_engine_run
 
         with cyclic_gc_paused():
-            folded = folded_engine_run(scenario, mode)
+            folded = folded_engine_run(scenario, mode, observe)
     if folded is not None:
         makespan = step_time = folded.makespan_s
         step_times = [step_time]
@@ -302,7 +307,8 @@ def simulate(scenario: Scenario, mode: str | None = None, detail: bool = False,
                     "(no memory-over-time series, no timeline)"}})
     elif ok or run_if_oom:
         with cyclic_gc_paused():  # the plan's tasks and the engine's events: no cycles among them to find
-            makespan, plan, total_breakdown, info, engine_run = _run_plan(scenario, kind, mode, detail, engine)
+            makespan, plan, total_breakdown, info, engine_run = _run_plan(scenario, kind, mode, detail, engine,
+                                                                          observe)
         if engine_run is not None:  # the engine counts memory as tasks allocate and free it
             memory_peaks = {a: engine_run.counter_peaks[(a, MEMORY_COUNTER)] / 2**30 for a in plan.memory_base_bytes}
             memory_series = {a: engine_run.counter_series[(a, MEMORY_COUNTER)] for a in plan.memory_base_bytes}
@@ -511,9 +517,22 @@ def _with_economics(scenario: Scenario, result: SimulationResult) -> SimulationR
 
 def simulate_point(raw: dict[str, Any], overrides: list[str] | None = None, run_if_oom: bool = False,
                    engine: str = "full") -> dict[str, Any]:
-    """Simulate a raw scenario mapping; bad input becomes a row with the reason (for sweeps)."""
+    """Simulate a raw scenario mapping; bad input becomes a row with the reason (for sweeps).
+    ``engine``: as for :func:`simulate`, or ``full+fast``: the engine's row with the fast path's
+    ``fast_step_time_s`` and ``fast_path_lower_bound_s`` from the same plans
+    (:func:`simulator.strategies.spmd.fast.fast_beside_engine`; None where it does not apply)."""
     try:
         scenario = load_scenario(raw, overrides)
+        if engine == "full+fast":
+            from simulator.strategies.spmd.fast import fast_beside_engine
+
+            result, estimate = fast_beside_engine(scenario, run_if_oom=run_if_oom)
+            row = result.to_dict()
+            row["fast_step_time_s"] = estimate.step_time_s if estimate is not None else None
+            row["fast_path_lower_bound_s"] = estimate.lower_bound_s if estimate is not None else None
+            if estimate is not None and estimate.approximation:
+                row["fast_path_approximation"] = estimate.approximation
+            return row
         return simulate(scenario, run_if_oom=run_if_oom, engine=engine).to_dict()
     except ConfigError as exc:
         return {"fits": False, "infeasible_reason": str(exc), "step_time_s": None}

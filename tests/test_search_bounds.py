@@ -133,35 +133,28 @@ def test_chunk_passes_shared_across_zero_stages_and_gpipe_are_the_ones_priced_af
 
 
 @settings(max_examples=100, deadline=None, derandomize=True)
-@given(st.lists(st.tuples(st.floats(1, 2), st.floats(0, 0.3), st.floats(0, 0.3), st.floats(-0.05, 0.05)),
-                min_size=1, max_size=40),
-       st.integers(min_value=1, max_value=12), st.integers(min_value=1, max_value=5), st.booleans())
-def test_engine_first_branch_and_bound_finds_the_engine_top_k(items, k, wave, fast_first_wave):
-    """Whatever the bounds' gaps (bound <= fast-path bound <= engine, fast estimate anywhere near),
-    the candidates the engine timed include the engine's top k over every candidate; every other
-    candidate was skipped on its bound or its fast-path bound above the k-th engine time."""
-    from simulator.explore.bounds import engine_first_branch_and_bound
+@given(st.lists(st.tuples(st.floats(1, 2), st.floats(0, 0.3)), min_size=1, max_size=40),
+       st.integers(min_value=1, max_value=12), st.integers(min_value=1, max_value=5), st.integers(0, 24))
+def test_engine_branch_and_bound_finds_the_engine_top_k(items, k, wave, beside_first):
+    """Whatever the bounds' gaps (bound <= engine), the candidates the engine timed include the
+    engine's top k over every candidate; every other candidate's bound is above the k-th engine time;
+    the ``beside_first`` smallest bounds the engine timed went to ``price_beside``, the rest not."""
+    from simulator.explore.bounds import engine_branch_and_bound
 
-    bound = [b for b, *_ in items]
-    fast_bound = [b * (1 + g1) for b, g1, _, _ in items]
-    engine = [fb * (1 + g2) for fb, (_, _, g2, _) in zip(fast_bound, items, strict=True)]
-    estimate = [e * (1 + noise) for e, (*_, noise) in zip(engine, items, strict=True)]
-    fast_seen, engine_seen = set(), set()
+    bound = [b for b, _ in items]
+    engine = [b * (1 + gap) for b, gap in items]
+    engine_seen, beside_seen = set(), set()
     order = sorted(range(len(items)), key=bound.__getitem__)
-    fast_done, engine_done = engine_first_branch_and_bound(
-        order, bound, fast_seen.update, engine_seen.update,
-        lambda p: fast_bound[p] if p in fast_seen else float("inf"),
-        lambda p: estimate[p] if p in fast_seen else float("inf"),
-        lambda p: engine[p] if p in engine_seen else float("inf"), k, wave, fast_first_wave)
-    assert fast_done == fast_seen and engine_done == engine_seen
+    done = engine_branch_and_bound(order, bound, engine_seen.update,
+                                   lambda p: engine[p] if p in engine_seen | beside_seen else float("inf"), k, wave,
+                                   beside_seen.update, beside_first)
+    assert done == engine_seen | beside_seen and not engine_seen & beside_seen
     truth = sorted(range(len(items)), key=lambda p: (engine[p], p))[:k]
-    found = sorted(engine_done, key=lambda p: (engine[p], p))[:k]
+    found = sorted(done, key=lambda p: (engine[p], p))[:k]
     assert [engine[p] for p in found] == [engine[p] for p in truth]
     kth = engine[truth[-1]]
-    assert all(fast_bound[p] > kth or engine[p] >= kth for p in fast_done - engine_done)  # none left that could beat it
-    assert all(bound[p] > kth for p in set(range(len(items))) - fast_done - engine_done)
-    if fast_first_wave:
-        assert engine_done <= fast_done
+    assert all(bound[p] > kth for p in set(range(len(items))) - done)
+    assert beside_seen == {p for p in order[:beside_first] if p in done}
 
 
 def test_bound_counts_the_exposed_tail():
@@ -211,7 +204,8 @@ def test_pruned_top_20_is_the_exhaustive_top_20_and_the_counts_add_up():
     assert s["invalid"] + s["pruned_by_memory"] + s["pruned_by_bound"] + s["by_fast_path"] + s["by_engine"] \
         == s["evaluated"]
     assert s["engine_resimulated"] >= 20
-    assert s["priced_by_fast_path"] > 0  # beyond the engine's first k
+    assert s["by_fast_path"] == 0 and s["priced_by_fast_path"] >= 20  # the top 20 carry both times
+    assert all(r["fast_step_time_s"] is not None for r in pruned[:20])
     assert s["pruned_by_bound"] > 0  # the bound does prune here
     kth = sorted(r["step_time_s"] for r in pruned if r.get("evaluated_by") == "engine")[19]
     for row in pruned:
@@ -313,23 +307,21 @@ def test_overlap_switches_are_searchable_fields():
 
 def test_branch_and_bound_prices_in_waves_while_fewer_than_k_engine_times_are_finite():
     """A wide search where the engine finds few candidates that run (the others infeasible in the
-    engine, time infinite): the k-th engine time stays infinite, and the fast path is asked for the
+    engine, time infinite): the k-th engine time stays infinite, and the engine is asked for the
     next wave at a time, never for every candidate left at once (it stalled a 1M-candidate search)."""
-    from simulator.explore.bounds import engine_first_branch_and_bound
+    from simulator.explore.bounds import engine_branch_and_bound
 
     n, k, wave = 300, 5, 4
     bound = [1 + i / n for i in range(n)]
     runs = {p for p in range(0, n, 100)}  # three candidates run in the engine; k is 5
-    fast_seen, engine_seen, batches = set(), set(), []
+    engine_seen, batches = set(), []
 
-    def price_fast(batch):
+    def price_engine(batch):
         batches.append(len(batch))
-        fast_seen.update(batch)
+        engine_seen.update(batch)
 
-    fast_done, engine_done = engine_first_branch_and_bound(
-        list(range(n)), bound, price_fast, engine_seen.update,
-        lambda p: bound[p] if p in fast_seen else float("inf"),
-        lambda p: bound[p] if p in fast_seen else float("inf"),
-        lambda p: bound[p] if p in engine_seen and p in runs else float("inf"), k, wave)
-    assert max(batches) <= wave
-    assert runs <= engine_done  # every candidate that runs was timed by the engine
+    done = engine_branch_and_bound(list(range(n)), bound, price_engine,
+                                   lambda p: bound[p] if p in engine_seen and p in runs else float("inf"), k, wave)
+    # a wave is at most `wave` or an eighth of what was priced before it, never the rest at once
+    assert all(size <= max(wave, sum(batches[:i]) // 8) for i, size in enumerate(batches))
+    assert runs <= done  # every candidate that runs was timed by the engine

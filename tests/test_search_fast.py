@@ -30,34 +30,87 @@ def exhaustive():
     return search(None, overrides=overrides, num_gpus=gpus, space=space, simulate_fn=engine_everywhere, workers=1)
 
 
-@pytest.mark.parametrize("fast_top_k", [False, True])
-def test_top_k_is_the_exhaustive_engine_ranking(exhaustive, fast_top_k):
-    """The same top k as the engine everywhere; with ``fast_top_k`` every engine row of the top k
-    carries the fast path's time too (without it, only those the fast path priced before the engine)."""
+def test_top_k_is_the_exhaustive_engine_ranking_and_carries_both_times(exhaustive):
+    """The same top k as the engine everywhere, and every top-k row carries both times: the engine's
+    (``engine_step_time_s``, the one ``step_time_s`` and the ranking use) and the fast path's
+    (``fast_step_time_s``, within 3% of it, above its every-transfer-alone bound)."""
     overrides, gpus, space = SMALL
     k = 5
-    rows = search(None, overrides=overrides, num_gpus=gpus, space=space, top_k=k, workers=1, fast_top_k=fast_top_k)
+    rows = search(None, overrides=overrides, num_gpus=gpus, space=space, top_k=k, workers=1)
     assert len(rows) == len(exhaustive)
     top = rows[:k]
     assert all(r["evaluated_by"] == "engine" for r in top)
     assert [_key(r) for r in top] == [_key(r) for r in exhaustive[:k]]
-    for fast, ref in zip(top, exhaustive[:k], strict=True):
-        assert fast["step_time_s"] == pytest.approx(ref["step_time_s"], rel=1e-12)
-        if fast_top_k:
-            assert fast["fast_step_time_s"] is not None
-        if fast["fast_step_time_s"] is not None:
-            assert fast["fast_path_lower_bound_s"] <= fast["fast_step_time_s"] <= fast["step_time_s"] * (1 + 1e-9)
-            assert fast["fast_step_time_s"] == pytest.approx(fast["step_time_s"], rel=0.03)
+    for row, ref in zip(top, exhaustive[:k], strict=True):
+        assert row["step_time_s"] == pytest.approx(ref["step_time_s"], rel=1e-12)
+        assert row["engine_step_time_s"] == row["step_time_s"]
+        assert row["fast_path_lower_bound_s"] <= row["fast_step_time_s"] <= row["step_time_s"] * (1 + 1e-9)
+        assert row["fast_step_time_s"] == pytest.approx(row["step_time_s"], rel=0.03)
     s = summarize(rows)
-    assert s["by_engine"] >= k
-    assert s["by_engine"] + s["by_fast_path"] + s["skipped_by_bound"] == summarize(exhaustive)["simulated"]
+    assert s["by_engine"] >= k and s["by_fast_path"] == 0 and s["priced_by_fast_path"] >= k
+    assert s["by_engine"] + s["skipped_by_bound"] == summarize(exhaustive)["simulated"]
     kth_engine = sorted(r["step_time_s"] for r in rows if r.get("evaluated_by") == "engine")[k - 1]
     for row in rows:
+        assert {"engine_step_time_s", "fast_step_time_s", "fast_path_lower_bound_s"} <= row.keys()
         if row.get("evaluated_by") == "bound":  # skipped only when it cannot reach the top k
             assert row["step_time_lower_bound_s"] > kth_engine
-            assert row["fits"] and row["tokens_per_s"] is None
-        elif row.get("evaluated_by") == "fast":
-            assert row["fast_step_time_s"] > kth_engine
+            assert row["fits"] and row["tokens_per_s"] is None and row["engine_step_time_s"] is None
+
+
+def test_fast_path_beside_the_engine_walks_its_plans():
+    """``fast_beside_engine`` times the fast path on the plans the engine runs (no second build: its
+    micro-batch counts are the engine's, not ``fast_step``'s three fold points): the engine's result
+    is bit for bit the engine alone's, and the fast path's step and bound equal ``fast_step``'s (to
+    round-off) on a folded 1F1B pipeline and an unrolled interleaved one."""
+    from simulator.scenario import load_scenario
+    from simulator.simulate import simulate
+    from simulator.strategies.spmd.fast import fast_beside_engine, fast_step
+
+    base = ["model=gpt-1.7b", "training.seq_length=1024", "cluster.num_gpus=16", "parallelism.tp=2",
+            "parallelism.pp=4", "parallelism.global_batch_size=128", "parallelism.micro_batch_size=1"]
+    for layout, folded in ((["parallelism.schedule=1f1b", "parallelism.virtual_stages=1"], True),
+                           (["parallelism.schedule=interleaved", "parallelism.virtual_stages=2"], False)):
+        scenario = load_scenario(None, base + layout)
+        alone = simulate(scenario, run_if_oom=False).to_dict()
+        result, estimate = fast_beside_engine(scenario)
+        assert result.to_dict() == alone
+        assert ("engine_fold" in alone) == folded
+        engine_points = (tuple(alone["engine_fold"]["micro_batches_evaluated"]) if folded
+                         else (scenario.parallelism.num_micro_batches,))
+        assert estimate.micro_batches_evaluated == engine_points
+        reference = fast_step(scenario)
+        assert reference.micro_batches_evaluated != engine_points or not folded
+        assert estimate.step_time_s == pytest.approx(reference.step_time_s, rel=1e-9)
+        assert estimate.lower_bound_s == pytest.approx(reference.lower_bound_s, rel=1e-9)
+        assert estimate.lower_bound_s <= alone["step_time_s"] * (1 + 1e-9)
+
+
+def test_cli_table_json_and_csv_name_both_times(tmp_path):
+    """The table's columns say which time is whose (``engine s``, ``fast s``), and so do --json's and
+    --csv's keys; every top-k row has both."""
+    import csv
+    import json
+    import subprocess
+    import sys
+
+    overrides, gpus, _ = SMALL
+    args = [sys.executable, "-m", "simulator.cli", "search", "--gpus", str(gpus), "--space", "tp=2",
+            "--space", "pp=2,4", "--space", "micro_batch_size=2", "--space", "zero_stage=1", "--space", "recompute=full",
+            "--top-k", "3", "--workers", "1", "--no-cache"] + [a for o in overrides for a in ("--set", o)]
+    table = subprocess.run(args, capture_output=True, text=True, check=True).stdout
+    assert "engine s" in table.splitlines()[0] and "fast s" in table.splitlines()[0]
+    out = tmp_path / "rows.csv"
+    rows = json.loads(subprocess.run(args + ["--json", "--csv", str(out)], capture_output=True, text=True,
+                                     check=True).stdout)
+    timed = [r for r in rows if r["evaluated_by"] == "engine"]
+    assert timed and all(r["engine_step_time_s"] and r["fast_step_time_s"] for r in timed[:3])
+    with out.open() as fh:
+        written = list(csv.DictReader(fh))
+    assert len(written) == len(rows)
+    assert [w["rank"] for w in written[:len(timed)]] == [str(i) for i in range(1, len(timed) + 1)]
+    for w, r in zip(written, rows, strict=True):
+        assert w["engine_step_time_s"] == ("" if r["engine_step_time_s"] is None else str(r["engine_step_time_s"]))
+        assert w["fast_step_time_s"] == ("" if r["fast_step_time_s"] is None else str(r["fast_step_time_s"]))
 
 
 def test_rerun_reads_the_cache(monkeypatch, tmp_path):

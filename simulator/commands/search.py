@@ -16,10 +16,10 @@ def register(subparsers) -> None:
         help="enumerate, prune and simulate parallel layouts; print the best first",
         description="Enumerate every layout of the scenario's model on N GPUs (tp, pp, dp, cp, ep for MoE, virtual stages, "
         "micro-batch, ZeRO stage, recompute, sequence parallel), prune invalid and out-of-memory ones "
-        "(kept as rows with the reason), time the smallest step-time lower bounds certain to be in the top k with the engine, "
-        "the rest that could beat them with the fast path (best bound first; layouts whose bound cannot reach the top k "
-        "are skipped and counted) and the engine again where the fast path's bound could, and rank by the engine's "
-        "samples/s (tokens/s for a fixed sequence). Finished points are cached on disk.",
+        "(kept as rows with the reason), time the smallest step-time lower bounds with the engine, "
+        "then the rest best bound first while a bound could still reach the top k (the others are skipped and counted), "
+        "rank by the engine's samples/s (tokens/s for a fixed sequence), and time the top k by the fast path too "
+        "(both shown). Finished points are cached on disk.",
     )
     p.add_argument("scenario", nargs="?", help="scenario YAML (default: the built-in default)")
     p.add_argument("--gpus", type=int, help="number of GPUs (default: the scenario's cluster.num_gpus)")
@@ -38,10 +38,9 @@ def register(subparsers) -> None:
                    help="best first by tokens/s (default) or by time to target (needs a convergence: block; "
                    "its steps to target are the block's numbers, not a prediction)")
     p.add_argument("--top-k", type=int, default=20, dest="top_k",
-                   help="layouts re-simulated by the engine after the fast path (default 20); the ranking is the engine's")
-    p.add_argument("--fast-top-k", action="store_true", dest="fast_top_k",
-                   help="also time by the fast path the layouts the engine times first (those certain to be in "
-                   "the top k), to show both; by default the fast path times only the layouts after them")
+                   help="layouts ranked by the engine and also timed by the fast path (default 20)")
+    p.add_argument("--csv", metavar="FILE", help="also write every row to FILE as CSV, best first (columns as "
+                   "`clustersim sweep` writes them; engine_step_time_s and fast_step_time_s name which path timed what)")
     p.add_argument("--no-cache", action="store_true",
                    help="do not read or write the on-disk cache of finished points ($CLUSTERSIM_CACHE_DIR)")
     add_execution(p)
@@ -73,7 +72,11 @@ def run(args) -> int:
         os.environ["CLUSTERSIM_CACHE"] = "0"  # read by the workers too (they inherit the environment)
     rows = search(args.scenario, overrides=args.overrides, num_gpus=args.gpus, space=space,
                   constraints=constraints, workers=args.workers, dask=args.dask, rank_by=args.rank_by,
-                  top_k=args.top_k, progress=sys.stderr.isatty(), fast_top_k=args.fast_top_k)
+                  top_k=args.top_k, progress=sys.stderr.isatty())
+    if args.csv:
+        from simulator.explore.search import write_csv
+
+        write_csv(rows, args.csv)
     if args.json:
         shown = rows if args.top is None else rows[: args.top]
         json.dump(_finite(shown), sys.stdout, indent=2, default=str, allow_nan=False)

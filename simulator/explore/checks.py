@@ -87,9 +87,11 @@ def check_layout(point: dict[str, Any], max_memory_gib: float | None, simulate: 
 
     try:
         sc = build_layout(point, reference)
+        # a layout the model refuses only when its graph is split (bert-large's layers under sequence
+        # parallelism) raises here, not while building
+        stage, peak, per_stage = layout_memory(sc, reference)
     except ConfigError as exc:
         return {"invalid": str(exc)}
-    stage, peak, per_stage = layout_memory(sc, reference)
     ok, reason = memory_fits(sc, peak, per_stage)
     if ok and max_memory_gib is not None and peak.total_gib > max_memory_gib:
         ok, reason = False, (f"needs {peak.total_gib:.1f} GiB, above the max_memory_gib constraint "

@@ -32,29 +32,29 @@ parallel without tp, virtual stages or a schedule without pp). Everything else i
    Ranked by tokens/s, the rest get a lower bound on their step time
    (:func:`simulator.explore.bounds.step_lower_bound_s`: the pipeline chain of kernels and exposed
    collectives plus the step's tail, priced, not simulated), and are timed smallest bound per
-   token first (branch and bound, :func:`simulator.explore.bounds.engine_first_branch_and_bound`),
+   token first (branch and bound, :func:`simulator.explore.bounds.engine_branch_and_bound`),
    in parallel (local processes, or Dask):
-4. the engine times the smallest bounds, a few per worker at a time, while each one it timed is
-   certainly in the top k (``top_k``, default 20: fewer than k others have a bound below its time;
-   with ``fast_top_k`` the fast path, simulator/strategies/spmd/fast.py, times them too); the fast
-   path times the others whose bound is at most the k-th best time so far, a few per worker at a
-   time; the engine re-simulates the best by the fast path's lower bound (every transfer alone on its
-   links) until it has k, then every one whose fast-path lower bound is at most the k-th engine time,
-   and so on until none is left. The rest are skipped: rows that fit, with ``evaluated_by: bound``
-   and the bound. The ranking is the engine's: engine rows first by its tokens/s, then fast-path
-   rows, then skipped ones. Since the step-time bound ≤ the engine's step
-   (tests/test_search_bounds.py) and the fast path's bound ≤ the engine's step, the top k are the
-   same, in the same order, as with the engine everywhere (tests/test_search_fast.py,
-   tests/test_search_bounds.py). :func:`summarize` counts every candidate: invalid, pruned by memory,
-   pruned by the bound, priced by the fast path, re-simulated by the engine. (The fast path costs
-   0.4-1x an engine run, both folding the same steady state, so a layout certain to be in the top k
-   goes to the engine first: the GPT-3 default search timed 24 layouts by the fast path and 20 by the
-   engine when the fast path came first, 10 and 24 now.)
+4. the engine times them, best bound first, a few per worker at a time, while the next bound could
+   still reach the top k (``top_k``, default 20): at most the k-th best engine time so far
+   (:func:`simulator.explore.bounds.engine_branch_and_bound`). The 2k smallest bounds (the likeliest
+   to be in the top k) are timed with the fast path (simulator/strategies/spmd/fast.py) walking the
+   same plans beside the engine
+   (:func:`simulator.strategies.spmd.fast.fast_beside_engine`: a walk, no second build); the fast path
+   then times the top k rows that lack it, so that every reported top-k row carries both times. The
+   rest are skipped: rows that fit, with ``evaluated_by: bound`` and the bound. Since the step-time
+   bound ≤ the engine's step (tests/test_search_bounds.py), the top k are the same, in the same order,
+   as with the engine everywhere (tests/test_search_fast.py, tests/test_search_bounds.py).
+   :func:`summarize` counts every candidate: invalid, pruned by memory, pruned by the bound, priced by
+   the fast path, timed by the engine. (The fast path used to time candidates first and the engine
+   only those whose fast-path lower bound could still reach the top k; but a fast-path run costs as
+   much as an engine run -- both build the same plans and fold the same steady state -- and its
+   bound sits within ~0.02% of the engine, so near the top nearly every candidate cost both.)
 
    Ranked by time to target, every feasible layout is simulated by the engine.
 
-Rows carry ``step_time_s`` (the engine's where it ran, else the fast path's), ``fast_step_time_s``,
-``fast_path_lower_bound_s``, ``step_time_lower_bound_s`` (the bound above) and ``evaluated_by``. Bounds
+Rows carry ``step_time_s`` (the engine's where it ran, else the fast path's), ``engine_step_time_s``
+and ``fast_step_time_s`` (each path's, None where it did not run), ``fast_path_lower_bound_s``,
+``step_time_lower_bound_s`` (the bound above) and ``evaluated_by`` (:func:`labelled`). Bounds
 and times are compared per token (the global batch may be a searched field). Finished points are
 cached on disk (simulator/explore/cache.py).
 
@@ -338,18 +338,23 @@ def search(
     rank_by: str = "tokens_per_s",
     top_k: int = 20,
     progress: bool = False,
-    fast_top_k: bool = False,
+    timed_by: str = "engine",
 ) -> list[dict[str, Any]]:
     """Rows for every candidate layout, best first (see the module docstring): most ``tokens_per_s``,
     or least ``time_to_target_s`` (needs the scenario's ``convergence:`` block).
 
     ``simulate=False`` stops after pruning (feasible rows then have no time). ``simulate_fn`` is a
     picklable replacement for the core's ``simulate_point`` (tests): every feasible layout goes
-    through it, no fast path. ``top_k``: layouts re-simulated by the engine. ``progress``: tqdm
-    bars on stderr. ``fast_top_k``: the fast path also times the layouts the engine times first
-    (certain to be in the top k; by default only the engine times them)."""
+    through it, no fast path. ``top_k``: the layouts ranked by the engine, each also timed by the fast
+    path. ``progress``: tqdm bars on stderr. ``timed_by="fast"``: the same branch and bound with the
+    fast path in the engine's place, so the ranking is the fast path's alone (benchmarks/
+    bench_search_ranking.py compares it with the engine's; exact for the fast path's top k, since the
+    step-time bound is never above the fast path's step either: both are the same chain of tasks,
+    each transfer alone, which contention only lengthens)."""
     if top_k < 1:
         raise ConfigError("--top-k", f"must be at least 1, got {top_k}")
+    if timed_by not in ("engine", "fast"):
+        raise ConfigError("timed_by", f"must be engine or fast, got {timed_by!r}")
     from simulator.simulate import run_identity
 
     space = space or SearchSpace()
@@ -403,9 +408,12 @@ def search(
             _evaluate(rows, to_simulate, raws, candidates, n, task, items, workers, dask, progress, "search",
                       pool=pool, work=work)
         else:
-            _fast_then_engine(rows, to_simulate, raws, checked, candidates, n, top_k, workers, dask, progress,
-                              pool, fast_top_k)
+            _branch_and_bound(rows, to_simulate, raws, checked, candidates, n, top_k, workers, dask, progress,
+                              pool, timed_by)
     ranked = sorted(enumerate(r for r in rows if r is not None), key=lambda item: _rank_key(item, rank_by))
+    for _, row in ranked:
+        for key in ("engine_step_time_s", "fast_step_time_s", "fast_path_lower_bound_s"):
+            row.setdefault(key, None)
     return [{"parallelism": row["parallelism"], **{k: v for k, v in row.items() if k != "parallelism"}}
             for _, row in ranked]
 
@@ -427,6 +435,28 @@ def _engine_task(raw: dict[str, Any]) -> dict[str, Any]:
     from simulator.explore.cache import cached_point
 
     return run_point(raw, cached_point)
+
+
+def _engine_fast_task(raw: dict[str, Any]) -> dict[str, Any]:
+    """The engine, and the fast path walking the same plans (``simulate_point(engine="full+fast")``)."""
+    from simulator.explore.cache import cached_point
+
+    return run_point(raw, functools.partial(cached_point, engine="full+fast"))
+
+
+def labelled(row: dict[str, Any]) -> dict[str, Any]:
+    """A timed row with its times named by who timed them: ``engine_step_time_s`` (the discrete-event
+    engine's, None where it did not run), ``fast_step_time_s`` and ``fast_path_lower_bound_s`` (the
+    fast path's, None where it did not run), ``evaluated_by`` (``engine`` or ``fast``: which of them
+    ``step_time_s`` and the row's other figures come from)."""
+    by_fast = row.get("engine") == "fast"
+    if by_fast:
+        row["fast_step_time_s"] = row.get("step_time_s")
+    row["evaluated_by"] = "fast" if by_fast else "engine"
+    row["engine_step_time_s"] = None if by_fast or not row.get("fits") else row.get("step_time_s")
+    for key in ("fast_step_time_s", "fast_path_lower_bound_s"):
+        row.setdefault(key, None)  # an engine row the fast path did not time
+    return row
 
 
 def _work_estimate(sc) -> int:
@@ -471,30 +501,26 @@ def _evaluate(rows, to_simulate, raws, candidates, n, task, items, workers, dask
                 row.pop(key, None)
             row["parallelism"] = row.get("parallelism") or {**candidates[i], "dp": n // (
                 candidates[i]["tp"] * candidates[i]["pp"] * candidates[i]["cp"])}
-            previous = rows[i] if isinstance(rows[i], dict) else {}
-            for key in ("fast_step_time_s", "fast_path_lower_bound_s"):
-                if key in previous:
-                    row[key] = previous[key]
-            if row.get("engine") == "fast":
-                row["fast_step_time_s"] = row.get("step_time_s")
-            row["evaluated_by"] = "fast" if row.get("engine") == "fast" else "engine"
-            for key in ("fast_step_time_s", "fast_path_lower_bound_s"):
-                row.setdefault(key, None)  # an engine row the fast path did not time
-            rows[i] = row
+            rows[i] = labelled(row)
             bar.update(1)
     finally:
         bar.close()
 
 
-def _fast_then_engine(rows, to_simulate, raws, checked, candidates, n, top_k, workers, dask, progress,
-                      pool=None, fast_top_k: bool = False) -> None:
-    """The engine for the smallest step-time bounds certain to be in the top k, the fast path for
-    the candidates that could still beat the k-th, best bound first, and the engine for every one
-    whose fast-path lower bound could (module docstring, step 4;
-    :func:`simulator.explore.bounds.engine_first_branch_and_bound`). Exact for the engine's top k: the
-    bound and the fast path's every-transfer-alone bound are never above the engine's step.
-    ``fast_top_k``: the fast path times the engine's first ones too (both reported)."""
-    from simulator.explore.bounds import engine_first_branch_and_bound
+BESIDE_FIRST = 2
+"""The fast path walks beside the engine for the smallest ``BESIDE_FIRST`` x k bounds (the rows most
+likely to be reported: a walk costs ~0.4 of an engine run), and runs alone for the top-k rows that
+were not among them."""
+
+
+def _branch_and_bound(rows, to_simulate, raws, checked, candidates, n, top_k, workers, dask, progress,
+                      pool=None, timed_by: str = "engine") -> None:
+    """The engine best bound first while the next bound could still reach the top k, the fast path
+    beside it on the same plans for the :data:`BESIDE_FIRST` x k first ones, then the fast path
+    for the top k rows that lack it (module docstring, step 4;
+    :func:`simulator.explore.bounds.engine_branch_and_bound`). Exact for the engine's top k: the
+    bound is never above the engine's step."""
+    from simulator.explore.bounds import engine_branch_and_bound
 
     # per token: the global batch may be a searched field, and the ranking is by tokens/s
     tokens = [c["tokens"] for c in checked]
@@ -503,32 +529,60 @@ def _fast_then_engine(rows, to_simulate, raws, checked, candidates, n, top_k, wo
     order = sorted(range(len(raws)), key=lambda pos: bounds[pos])
     work = [c["work"] for c in checked]
 
-    def per_token(pos: int, key: str) -> float:
-        row = rows[to_simulate[pos]]
-        value = row.get(key) if row and row.get("fits") else None
-        return value / tokens[pos] if value else math.inf
-
     def engine_time(pos: int) -> float:
         row = rows[to_simulate[pos]]
-        return per_token(pos, "step_time_s") if row and row.get("evaluated_by") == "engine" else math.inf
+        value = row.get("step_time_s") if row and row.get("fits") and row.get("evaluated_by") == timed_by else None
+        return value / tokens[pos] if value else math.inf
 
     def price(task, desc: str):
         return lambda batch: _evaluate(rows, to_simulate, raws, candidates, n, task, raws, workers, dask, progress,
                                        desc, batch, pool, work)
 
     n_workers = workers or os.cpu_count() or 1
-    fast_done, engine_done = engine_first_branch_and_bound(
-        order, bounds, price(_fast_task, "fast path"), price(_engine_task, f"engine (top {top_k})"),
-        lambda pos: per_token(pos, "fast_path_lower_bound_s"), lambda pos: per_token(pos, "fast_step_time_s"),
-        engine_time, top_k, 2 * n_workers, fast_top_k)
+    if timed_by == "fast":
+        done = engine_branch_and_bound(order, bounds, price(_fast_task, f"fast path (top {top_k})"), engine_time,
+                                       top_k, 2 * n_workers)
+    else:
+        done = engine_branch_and_bound(order, bounds, price(_engine_task, f"engine (top {top_k})"), engine_time,
+                                       top_k, 2 * n_workers,
+                                       price(_engine_fast_task, f"engine + fast path (top {top_k})"),
+                                       BESIDE_FIRST * top_k)
+        best = sorted((pos for pos in done if math.isfinite(engine_time(pos))),
+                      key=lambda pos: (engine_time(pos), pos))
+        _fast_beside(rows, to_simulate, raws, [pos for pos in best[:top_k]
+                                               if rows[to_simulate[pos]].get("fast_step_time_s") is None],
+                     workers, dask, progress, pool)
     for pos in order:
-        if pos in fast_done or pos in engine_done:
+        if pos in done:
             rows[to_simulate[pos]]["step_time_lower_bound_s"] = bound_step[pos]
             continue
         rows[to_simulate[pos]] = {
             **checked[pos]["template"], "evaluated_by": "bound", "step_time_lower_bound_s": bound_step[pos],
             "infeasible_reason": f"skipped: its step-time lower bound ({bound_step[pos]:.3g} s per step) cannot "
             f"reach the top {top_k}"}
+
+
+def _fast_beside(rows, to_simulate, raws, which: list[int], workers, dask, progress, pool) -> None:
+    """The fast path's step and lower bound on the engine rows at positions ``which`` (the top k rows
+    the engine timed without it): every reported top-k row carries both times."""
+    from tqdm import tqdm
+
+    if not which:
+        return
+    bar = tqdm(total=len(which), unit="layout", desc="fast path (top k)", file=sys.stderr, disable=not progress,
+               dynamic_ncols=True, leave=False)
+    try:
+        for j, ok, result in parallel_map(_fast_task, [raws[pos] for pos in which], workers=workers, dask=dask,
+                                          pool=pool):
+            row = rows[to_simulate[which[j]]]
+            if ok and result.get("fits"):
+                row["fast_step_time_s"] = result.get("step_time_s")
+                row["fast_path_lower_bound_s"] = result.get("fast_path_lower_bound_s")
+                if result.get("fast_path_approximation"):
+                    row["fast_path_approximation"] = result["fast_path_approximation"]
+            bar.update(1)
+    finally:
+        bar.close()
 
 
 def rows_template(sc, memory: tuple | None = None) -> dict[str, Any]:
@@ -549,9 +603,10 @@ def summarize(rows: list[dict[str, Any]]) -> dict[str, Any]:
 
     Every candidate is ``evaluated`` (considered): it is ``invalid`` (divisibility), ``pruned_by_memory``
     (out of memory), ``pruned_by_bound`` (its step-time lower bound per token was above the k-th best
-    step time: never priced), ``failed``, or priced: ``priced_by_fast_path`` counts the layouts the fast
-    path timed, ``engine_resimulated`` those the engine timed (the top k and any that could still enter
-    it; with a replacement simulator or a time-to-target ranking, every feasible layout)."""
+    step time: never priced), ``failed``, or timed: ``engine_resimulated`` counts the layouts the engine
+    timed (every one whose bound could reach the top k; with a replacement simulator or a time-to-target
+    ranking, every feasible layout), ``priced_by_fast_path`` those the fast path timed (the top k, beside
+    the engine)."""
     simulated = sum(1 for r in rows if r.get("fits") and _rate(r))
     invalid = [r for r in rows if str(r.get("infeasible_reason") or "").startswith("invalid layout")]
     failed = [r for r in rows if str(r.get("infeasible_reason") or "").startswith("simulation failed")]
@@ -569,9 +624,16 @@ def summarize(rows: list[dict[str, Any]]) -> dict[str, Any]:
 def counts_line(s: dict[str, Any]) -> str:
     """One line with every count of :func:`summarize`, as the table and the benchmarks print it."""
     return (f"{s['evaluated']:,} layouts evaluated: {s['invalid']:,} invalid, {s['pruned_by_memory']:,} pruned by "
-            f"memory, {s['pruned_by_bound']:,} pruned by the step-time lower bound, {s['priced_by_fast_path']:,} "
-            f"priced by the fast path, {s['engine_resimulated']:,} re-simulated by the engine"
+            f"memory, {s['pruned_by_bound']:,} pruned by the step-time lower bound, {s['engine_resimulated']:,} "
+            f"timed by the engine, {s['priced_by_fast_path']:,} by the fast path"
             + (f", {s['failed']:,} failed" if s["failed"] else ""))
+
+
+def _engine_s(row: dict[str, Any]) -> float | None:
+    """The engine's step time of a row (a row from a replacement simulator, without the key: its step)."""
+    if "engine_step_time_s" in row:
+        return row["engine_step_time_s"]
+    return row.get("step_time_s") if row.get("evaluated_by", "engine") == "engine" else None
 
 
 def _fmt(value: Any, spec: str) -> str:
@@ -580,14 +642,44 @@ def _fmt(value: Any, spec: str) -> str:
     return format(value, spec)
 
 
+SEARCH_COLUMNS = ("rank", "evaluated_by", "engine_step_time_s", "fast_step_time_s", "fast_path_lower_bound_s",
+                  "step_time_lower_bound_s")
+"""The columns a search's CSV puts before a sweep row's (:func:`write_csv`)."""
+
+
+def write_csv(rows: list[dict[str, Any]], path: str) -> None:
+    """Every row of a search as CSV, best first: ``rank`` (1, 2, ... for the timed rows, empty for the
+    rest), who timed it (``evaluated_by``) and each path's step time (:func:`labelled`), the bound,
+    then the columns ``clustersim sweep`` writes (simulator/explore/sweep.py, ``extra_json`` last)."""
+    import csv
+
+    from simulator.explore.sweep import RESULT_COLUMNS, _csv_text, flatten_result
+
+    columns = [*SEARCH_COLUMNS, *RESULT_COLUMNS, "extra_json"]
+    try:
+        with open(path, "w", newline="") as fh:
+            writer = csv.writer(fh)
+            writer.writerow(columns)
+            rank = 0
+            for row in rows:
+                flat = flatten_result({k: v for k, v in row.items() if k not in SEARCH_COLUMNS})
+                flat.update({k: row.get(k) for k in SEARCH_COLUMNS})
+                timed = bool(row.get("fits") and _rate(row))
+                rank += timed
+                flat["rank"] = rank if timed else None
+                writer.writerow([_csv_text(flat.get(c)) for c in columns])
+    except OSError as exc:
+        raise ConfigError("--csv", f"cannot write {path}: {exc.strerror or exc}") from None
+
+
 def render_table(rows: list[dict[str, Any]], top: int = 10) -> str:
-    """Best-first table of the feasible layouts, then a summary of what was pruned. ``step s`` is the
-    engine's step time for the layouts it re-simulated (the rest: the fast path's), ``fast s`` the
-    fast path's. The last six
+    """Best-first table of the feasible layouts, then a summary of what was pruned. ``engine s`` is
+    the discrete-event engine's step time, ``fast s`` the fast path's (``-`` where that path did not
+    time the layout; the ranking and the other figures are the engine's where it ran). The last six
     columns are the step's time breakdown in seconds (``time_breakdown_s``): compute, tensor-,
     expert- (all-to-all), data- and pipeline-parallel communication, and the pipeline bubble."""
     head = (f"{'#':>3} {'tp':>3} {'pp':>3} {'dp':>5} {'cp':>3} {'ep':>3} {'vp':>3} {'sched':<11} {'zero':>4} {'recomp':<9} "
-            f"{'sp':<3} {'mbs':>3} {'samples/s':>10} {'tokens/s':>12} {'MFU':>6} {'step s':>8} {'fast s':>8} {'mem GiB':>8} "
+            f"{'sp':<3} {'mbs':>3} {'samples/s':>10} {'tokens/s':>12} {'MFU':>6} {'engine s':>8} {'fast s':>8} {'mem GiB':>8} "
             f"{'compute':>8} {'tp':>7} {'ep':>7} {'dp':>7} {'pp':>7} {'bubble':>7}")
     with_target = any(r.get("time_to_target_s") for r in rows)
     if with_target:  # the convergence block's steps to target x step time, and the batch it depends on
@@ -605,7 +697,7 @@ def render_table(rows: list[dict[str, Any]], top: int = 10) -> str:
             f"{p['schedule']:<11} {p['zero_stage']:>4} {p['recompute']:<9} {'y' if p['sequence_parallel'] else 'n':<3} "
             f"{p['micro_batch_size']:>3} {_fmt(row.get('samples_per_s'), ',.1f'):>10} "
             f"{_fmt(row.get('tokens_per_s'), ',.0f'):>12} "
-            f"{_fmt(row.get('mfu') and 100 * row['mfu'], '.1f'):>5}% {_fmt(row.get('step_time_s'), '.3f'):>8} "
+            f"{_fmt(row.get('mfu') and 100 * row['mfu'], '.1f'):>5}% {_fmt(_engine_s(row), '.3f'):>8} "
             f"{_fmt(row.get('fast_step_time_s'), '.3f'):>8} "
             f"{_fmt(row.get('peak_memory_gib'), '.1f'):>8} "
             + " ".join(f"{_fmt(b.get(k), '.3f'):>{w}}" for k, w in

@@ -18,18 +18,19 @@ overlap option, Isaev et al. SC'23 Sec. 5) has on the order of a million, too ma
    exposed collectives of a pass); the gradient-reduction and weight-gather switches only change
    the step's tail and are combined without pricing (:meth:`BoundParts.bound_s`);
    ``overlap_p2p_comm`` does not enter the bound;
-4. branch and bound as in ``search`` (:func:`simulator.explore.bounds.engine_first_branch_and_bound`):
-   the engine on the smallest bounds per token while each is certain to be in the top k, the fast
-   path best bound first while the next bound is below the k-th best time, then the engine on every
-   layout whose fast-path lower bound could still enter its top k, until none is left. Exact (the top k of the engine over every
-   candidate) because both bounds are never above the engine's step (tests/test_search_bounds.py).
+4. branch and bound as in ``search`` (:func:`simulator.explore.bounds.engine_branch_and_bound`):
+   the engine best bound per token first while the next bound is at most the k-th best engine time
+   (the 2k smallest bounds with the fast path beside it on the same plans), then
+   the fast path on the top k that lack it. Exact (the top k of the engine over every candidate)
+   because the bound is never above the engine's step (tests/test_search_bounds.py).
    Candidates that differ only in switches that cannot change their plan (:func:`inert_switches`:
    no pipeline to block on sends, no data parallelism or ZeRO stage the gather/reduction switches
    act on, no tensor parallelism) are one plan, timed once.
 
 Counts: ``evaluated`` (every candidate), ``invalid``, ``pruned_by_memory``, ``pruned_by_bound``
-(never priced), ``timed`` (by either path), ``priced_by_fast_path``, ``engine_resimulated``
-(candidates), ``fast_path_runs`` and ``engine_runs`` (distinct plans timed); plus ``bases``, the
+(never priced), ``timed`` (by the engine), ``priced_by_fast_path`` (the top k, beside the engine),
+``engine_resimulated`` (candidates), ``fast_path_runs`` and ``engine_runs`` (distinct plans timed; an
+engine run with the fast path beside it counts once in each); plus ``bases``, the
 distinct layouts whose scenario was built, and ``bounds_priced``, the bounds priced by a planner.
 """
 
@@ -37,7 +38,6 @@ from __future__ import annotations
 
 import copy
 import dataclasses
-import heapq
 import itertools
 import math
 import os
@@ -46,7 +46,7 @@ from collections.abc import Callable
 from typing import Any
 
 from simulator.errors import ConfigError
-from simulator.explore.search import SWITCHES
+from simulator.explore.search import BESIDE_FIRST, SWITCHES
 
 
 @dataclasses.dataclass
@@ -77,10 +77,10 @@ def _check_base(args: tuple[dict[str, Any], list[bool], list[bool], float | None
         sliced["parallelism"]["tp_comm_overlap"] = tco
         try:
             sc = build_layout(sliced)
+            stage, peak, per_stage = layout_memory(sc)  # may refuse a split the graph cannot take
         except ConfigError as exc:
             out["slices"][tco] = ("invalid", str(exc))
             continue
-        stage, peak, per_stage = layout_memory(sc)
         ok, reason = memory_fits(sc, peak, per_stage)
         if ok and max_memory_gib is not None and peak.total_gib > max_memory_gib:
             ok = False
@@ -142,6 +142,13 @@ def _engine_task(raw: dict[str, Any]) -> dict[str, Any]:
     from simulator.explore.sweep import run_point
 
     return run_point(raw, cached_point)
+
+
+def _engine_fast_task(raw: dict[str, Any]) -> dict[str, Any]:
+    from simulator.explore.cache import cached_point
+    from simulator.explore.sweep import run_point
+
+    return run_point(raw, lambda r: cached_point(r, engine="full+fast"))
 
 
 def wide_search(source: str | dict[str, Any] | None = None, *, overrides: list[str] | None = None,
@@ -244,21 +251,20 @@ _KEY_SWITCHES = ("tp_comm_overlap", "overlap_tp_grad_comm", "overlap_grad_reduce
 
 
 def _branch_and_bound(bounds, keys, tokens, point_of, plan_of, top_k, workers, pool, n_workers, log):
-    """The engine on the smallest bounds certain to be in the top k, the fast path best bound first, then the engine until the
-    top k cannot change (module docstring, step 4). Candidates that are one plan (``plan_of`` equal:
-    they differ only in inert switches, :func:`inert_switches`) are timed once and share the result.
-    Returns (the top k engine rows, candidates priced by the fast path, by the engine, by either,
-    (fast-path runs, engine runs))."""
-    from simulator.explore.bounds import engine_first_branch_and_bound
+    """The engine best bound first until the top k cannot change, the fast path beside it on the
+    2k smallest bounds and then on the top k that lack it (module docstring, step 4). Candidates that are
+    one plan (``plan_of`` equal: they differ only in inert switches, :func:`inert_switches`) are timed
+    once and share the result. Returns (the top k engine rows, candidates priced by the fast path, by
+    the engine, by either, (fast-path runs, engine runs))."""
+    from simulator.explore.bounds import engine_branch_and_bound
     from simulator.explore.sweep import parallel_map
 
     order = sorted(range(len(bounds)), key=bounds.__getitem__)
-    fast: dict[int, dict[str, Any]] = {}
     engine: dict[int, dict[str, Any]] = {}
     timed: dict[tuple[str, tuple], dict[str, Any]] = {}  # (path, plan_of) -> its row, parallelism aside
     runs = {"fast": 0, "engine": 0}
 
-    def run(task, positions: list[int], into: dict[int, dict[str, Any]]) -> None:
+    def run(task, positions: list[int]) -> None:
         if not positions:
             return
         path = "fast" if task is _fast_task else "engine"
@@ -271,34 +277,37 @@ def _branch_and_bound(bounds, keys, tokens, point_of, plan_of, top_k, workers, p
             row = dict(result) if ok else {"fits": False, "infeasible_reason": f"simulation failed: {result}"}
             timed[(path, plan_of(firsts[j]))] = row
         runs[path] += len(firsts)
+        if task is _engine_fast_task:
+            runs["fast"] += len(firsts)
         for pos in positions:
             row = dict(timed[(path, plan_of(pos))])
+            if path == "fast":  # the fast path's step beside the engine's row
+                engine[pos]["fast_step_time_s"] = row.get("step_time_s") if row.get("fits") else None
+                engine[pos]["fast_path_lower_bound_s"] = row.get("fast_path_lower_bound_s")
+                continue
             # the candidate's own switch values (the row's may be another candidate's of the same plan)
             row["parallelism"] = {**(row.get("parallelism") or point_of(pos)["parallelism"]),
                                   **dict(zip(_KEY_SWITCHES, keys[pos][1:], strict=True))}
-            into[pos] = row
-        log(f"{path if path == 'engine' else 'fast path'}: {len(positions)} priced in {len(todo)} runs "
-            f"({len(fast)} by the fast path, {len(engine)} by the engine so far)")
+            row.setdefault("fast_step_time_s", None)
+            engine[pos] = row
+        log(f"{'fast path' if path == 'fast' else 'engine' if task is _engine_task else 'engine + fast path'}: "
+            f"{len(positions)} priced in {len(todo)} runs ({len(engine)} by the engine so far)")
 
     def per_tok(pos: int, row: dict[str, Any] | None, key: str) -> float:
         value = row.get(key) if row and row.get("fits") else None
         return value / tokens[keys[pos][0]] if value else math.inf
 
-    def kth(values) -> float:
-        smallest = heapq.nsmallest(top_k, (v for v in values if math.isfinite(v)))
-        return smallest[-1] if len(smallest) >= top_k else math.inf
-
-    fast_done, engine_done = engine_first_branch_and_bound(
-        order, bounds, lambda batch: run(_fast_task, batch, fast), lambda batch: run(_engine_task, batch, engine),
-        lambda pos: per_tok(pos, fast.get(pos), "fast_path_lower_bound_s"),
-        lambda pos: per_tok(pos, fast.get(pos), "step_time_s"),
-        lambda pos: per_tok(pos, engine.get(pos), "step_time_s"), top_k, 2 * n_workers)
+    done = engine_branch_and_bound(order, bounds, lambda batch: run(_engine_task, batch),
+                                   lambda pos: per_tok(pos, engine.get(pos), "step_time_s"), top_k, 2 * n_workers,
+                                   lambda batch: run(_engine_fast_task, batch), BESIDE_FIRST * top_k)
     ranked = sorted((pos for pos, row in engine.items() if math.isfinite(per_tok(pos, row, "step_time_s"))),
                     key=lambda pos: (per_tok(pos, engine[pos], "step_time_s"), pos))[:top_k]
+    run(_fast_task, [pos for pos in ranked if engine[pos].get("fast_step_time_s") is None])
     top = []
     for pos in ranked:
         row = dict(engine[pos])
-        row["fast_step_time_s"] = fast[pos].get("step_time_s") if pos in fast else None
+        row["engine_step_time_s"] = row.get("step_time_s")
         row["step_time_lower_bound_s"] = bounds[pos] * tokens[keys[pos][0]]
         top.append(row)
-    return top, len(fast), len(engine), len(fast_done | engine_done), (runs["fast"], runs["engine"])
+    fast = sum(1 for row in engine.values() if row.get("fast_step_time_s") is not None)
+    return top, fast, len(engine), len(done), (runs["fast"], runs["engine"])

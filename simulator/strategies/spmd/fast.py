@@ -489,3 +489,49 @@ def compute_bound_s(scenario: Scenario, planner=None) -> float:
         fill += per_chunk[stage]["F"]
         drain += per_chunk[stage]["R"] + per_chunk[stage]["B"]
     return best
+
+
+def fast_beside_engine(scenario: Scenario, run_if_oom: bool = False):
+    """The engine's result for ``scenario`` and the fast path's estimate from the *same* plans: each
+    plan the engine runs (folded: its two fold points; else the unrolled plan) is walked by
+    :func:`longest_path` just before the engine runs it, so the fast path costs its walks, not the
+    planner's builds (``search`` reports both times for every row the engine timed). Folded, the
+    fast path's step is extrapolated from the engine's two points, as the engine's is
+    (simulator/strategies/spmd/fold.py: two points suffice where one more period is an insertion
+    into a periodic schedule, checked on the walk's own task times); where that check refuses, the
+    fast path runs on its own (:func:`fast_step`). Returns (the engine's
+    :class:`~simulator.simulate.SimulationResult`, the :class:`FastEstimate` or None where the fast
+    path does not apply: another strategy kind, straggler draws, co-located jobs, or nothing timed)."""
+    from simulator.simulate import simulate
+    from simulator.strategies.spmd.fold import _one_period_later
+
+    applies = (scenario.strategy_kind == "spmd" and scenario.simulation.stragglers is None
+               and not scenario.co_located)
+    m = scenario.parallelism.num_micro_batches
+    walked: dict[int, tuple[DagTimes, dict | None]] = {}
+
+    def observe(micro_batches: int, plan) -> None:
+        times = longest_path(plan.streams, plan.topology.port_capacity)
+        folded_point = micro_batches != m or scenario.simulation.steps != 1
+        walked[micro_batches] = (times, {key: [(t.start_s, t.end_s) for t in tasks]
+                                         for key, tasks in plan.streams.items()} if folded_point else None)
+
+    with cyclic_gc_paused():
+        result = simulate(scenario, run_if_oom=run_if_oom, observe=observe if applies else None)
+    if not applies or not walked:
+        return result, None
+    fold = result.extra.get("engine_fold")
+    if fold is None:
+        if m not in walked or scenario.simulation.steps != 1:
+            return result, fast_step(scenario)
+        times = walked[m][0]
+        return result, FastEstimate(times.end_s, times.contended, times.interference, (m,), times.alone_end_s)
+    mid, last = fold["micro_batches_evaluated"]
+    (t_mid, run_mid), (t_last, run_last) = walked[mid], walked[last]
+    if not _one_period_later(run_mid, run_last, t_last.end_s - t_mid.end_s, t_last.end_s):
+        return result, fast_step(scenario)
+    periods = (m - last) // (last - mid)
+    step, alone = (c + periods * (c - b) for b, c in ((t_mid.end_s, t_last.end_s),
+                                                      (t_mid.alone_end_s, t_last.alone_end_s)))
+    return result, FastEstimate(step, t_mid.contended or t_last.contended, t_last.interference, (mid, last),
+                                lower_bound_s=alone)

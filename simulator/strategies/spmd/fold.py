@@ -101,12 +101,15 @@ def engine_fold_points(scenario: Scenario) -> tuple[tuple[int, int], ...]:
     return tuple(out)
 
 
-def _point(scenario: Scenario, micro_batches: int, mode: str | None):
-    """One engine run on the plan at ``micro_batches``: its figures, as the unrolled run reports them."""
+def _point(scenario: Scenario, micro_batches: int, mode: str | None, observe=None):
+    """One engine run on the plan at ``micro_batches``: its figures, as the unrolled run reports them.
+    ``observe(micro_batches, plan)``: called with the plan before the engine runs it."""
     from simulator.simulate import stage_breakdowns, time_breakdown
     from simulator.strategies.registry import get_kind
 
     plan = get_kind("spmd").compile(_with_micro_batches(scenario, micro_batches), mode=mode, chains=True)
+    if observe is not None:
+        observe(micro_batches, plan)
     engine = Engine(plan.topology.port_capacity, counter_series=False)  # a folded result has no series
     makespan = engine.run(plan.streams, {(a, MEMORY_COUNTER): b for a, b in plan.memory_base_bytes.items()})
     ends = {a: max((t.end_s for t in ts), default=0.0) for a, ts in plan.compute_tasks.items()}
@@ -159,18 +162,19 @@ def _one_period_later(before: dict, after: dict, shift_s: float, scale: float) -
     return True
 
 
-def folded_engine_run(scenario: Scenario, mode: str | None = None) -> FoldedRun | None:
+def folded_engine_run(scenario: Scenario, mode: str | None = None, observe=None) -> FoldedRun | None:
     """The engine's figures for ``scenario`` from two runs of its folded plan, or None where it is
-    not folded or the checks refuse (run the unrolled plan then)."""
+    not folded or the checks refuse (run the unrolled plan then). ``observe(micro_batches, plan)``:
+    called with each plan before the engine runs it (the search's fast path walks the same plans)."""
     for points in engine_fold_points(scenario):
-        folded = _folded(scenario, points, mode)
+        folded = _folded(scenario, points, mode, observe)
         if folded is not None:
             return folded
     return None
 
 
-def _folded(scenario: Scenario, points: tuple[int, int], mode: str | None) -> FoldedRun | None:
-    runs = [_point(scenario, k, mode) for k in points]
+def _folded(scenario: Scenario, points: tuple[int, int], mode: str | None, observe=None) -> FoldedRun | None:
+    runs = [_point(scenario, k, mode, observe) for k in points]
     mid, last = runs
     periods = (scenario.parallelism.num_micro_batches - points[1]) // (points[1] - points[0])
 
