@@ -1,5 +1,6 @@
 """The subnetwork_dp kind (Singh et al. 2025): exact step times on a toy chain, invariants of the
-masks, the paper's 30–75% memory reduction, bad input through the CLI.
+masks, neuron masks that keep k² of a layer masked on both sides, the issue's 30–75% memory
+reduction per reconstructed setting (strict xfails where it is not met), bad input through the CLI.
 
 Toy (tests/test_graph_simulate.py): a chain of 256-wide linear layers, here marked as residual
 blocks (``kind: mlp_block``); each block's forward is one GEMM of C = 67.108864 us, its backward
@@ -156,14 +157,142 @@ def test_transformer_memory_falls_by_the_papers_30_to_75_percent(mask, masking, 
     assert 0.30 <= _memory_reduction(GPT, mask=mask, masking=masking, keep_fraction=keep, subnetworks=4) <= 0.75
 
 
-def test_resnet50_memory_reduction_needs_forward_masking():
-    # ResNet-50 at 32 images per worker: activations are 1.3 of 1.8 GiB, so masking only the
-    # backward saves 3-15% (outside the paper's range: its ResNet settings hold less activation
-    # memory than this batch); neuron masks forward and backward save 43% (1/2) and 65% (1/4).
-    assert _memory_reduction(RESNET, mask="block", masking="backward", keep_fraction=0.5, subnetworks=4) < 0.30
-    for keep in (0.5, 0.25):
-        assert 0.30 <= _memory_reduction(RESNET, mask="neuron", masking="forward_backward", keep_fraction=keep,
-                                         subnetworks=4) <= 0.75
+def _example(model: str) -> dict:
+    return yaml.safe_load((ROOT / "examples" / f"{model}-subnetwork-dp-a100.yaml").read_text())
+
+
+def _example_reduction(model: str, mask: str, keep: float) -> float:
+    raw = _example(model)
+    return _memory_reduction(raw, mask=mask, masking="forward_backward", keep_fraction=keep, subnetworks=4)
+
+
+# The settings the issue's 30-75% applies to, as reconstructed (the paper's exact settings are not in
+# the data): structured subnetworks run forward and backward (masking: forward_backward), block and
+# neuron masks, 4 subnetworks keeping 1/2 or 1/4, at each example's batch. Measured (bf16, Adam):
+IN_RANGE = [("resnet50", "block", 0.25),     # 39.4%
+            ("resnet50", "neuron", 0.5),     # 49.5%
+            ("resnet50", "neuron", 0.25),    # 70.1%
+            ("vgg16", "neuron", 0.5),        # 64.6%
+            ("inception-v3", "neuron", 0.5),  # 53.5%
+            ("unet", "neuron", 0.5),         # 58.0%
+            ("gpt-1.7b", "block", 0.5),      # 45.4%
+            ("gpt-1.7b", "block", 0.25),     # 68.1%
+            ("gpt-1.7b", "neuron", 0.5),     # 45.4%
+            ("gpt-1.7b", "neuron", 0.25)]    # 68.1%
+OUT_OF_RANGE = [
+    (("resnet50", "block", 0.5), "25.1% below 30%: at 32 images activations are 1.30 of 1.78 GiB and the stem and "
+                                 "the 4 downsampling blocks (trained by all) keep theirs; model state falls 45.9%"),
+    (("vgg16", "neuron", 0.25), "85.4% above 75%: layers masked on both sides keep k² = 1/16 of their weights "
+                                "(model state 93.2% less, activations 74.5%)"),
+    (("inception-v3", "neuron", 0.25), "76.5% above 75%: k² = 1/16 of the doubly masked weights (state 92.3% "
+                                       "less, activations 74.2%)"),
+    (("unet", "neuron", 0.25), "79.6% above 75%: k² = 1/16 of the doubly masked weights (state 93.7% less, "
+                               "activations 75.0%)"),
+]
+
+
+@pytest.mark.parametrize(("model", "mask", "keep"), IN_RANGE)
+def test_memory_falls_by_the_issues_30_to_75_percent(model, mask, keep):
+    assert 0.30 <= _example_reduction(model, mask, keep) <= 0.75
+
+
+@pytest.mark.parametrize(("setting", "reason"), OUT_OF_RANGE, ids=["-".join(map(str, x)) for x, _ in OUT_OF_RANGE])
+def test_memory_outside_the_issues_range_for_these_reconstructed_settings(setting, reason, request):
+    request.applymarker(pytest.mark.xfail(strict=True, reason=f"unmet: {setting}: {reason}"))
+    assert 0.30 <= _example_reduction(*setting) <= 0.75
+
+
+def test_backward_only_masking_keeps_resnet50s_activations():
+    # our variant (the forward runs everything): only gradients and optimizer state of masked blocks go
+    sc = load_scenario({**RESNET, "strategy": {"kind": "subnetwork_dp", "mask": "block", "masking": "backward",
+                                               "keep_fraction": 0.5, "subnetworks": 4}})
+    worker, dp = memory_subnetwork_dp(sc)[1], rank_memory(sc, 0)
+    assert worker.activations_bytes == pytest.approx(dp.activations_bytes, rel=1e-12)
+    assert worker.weights_bytes == dp.weights_bytes
+    assert worker.gradients_bytes < dp.gradients_bytes
+
+
+def _linear_toy(masking: str = "forward_backward", keep: float = 0.5, subnetworks: int = 2):
+    # a plain chain of three 256x256 linear layers: neuron masks on all but the last (the classifier)
+    sc = chain_scenario(4, ChainSpec(widths=(256,) * 3), nvl_gb_per_s=100, nvl_latency_us=1.0, global_batch_size=4)
+    return replace(sc, strategy=SubnetworkDpConfig(mask="neuron", masking=masking, keep_fraction=keep,
+                                                   subnetworks=subnetworks))
+
+
+def test_neuron_masks_keep_k_squared_of_a_layer_masked_on_both_sides():
+    # fc0 reads the unmasked input, writes masked neurons: k; fc1 masked on both sides: k²; fc2 (the
+    # classifier, outputs whole) reads masked inputs: k. At k = 1/2: 1/2, 1/4, 1/2 of 65,536 weights.
+    sc = _linear_toy()
+    assign = assignment(sc)
+    kept = {name: m.kept(0.5) for name, m in assign.neuron_layers.items()}
+    assert kept == {"fc0": 0.5, "fc1": 0.25, "fc2": 0.5}
+    work = worker_work(sc, 0, assign)
+    assert work.held_params == work.trained_params == 65_536 * 1.25
+    assert assign.shared_params == 0
+    # one-sided slices: (fc0 + fc2) / S; two-sided pieces: fc1 / S²
+    assert assign.slice_params == [65_536.0] * 2 and assign.piece_params == 65_536 / 4
+    # activations each saves its input: fc0 the whole input, fc1 and fc2 half
+    dp = unmasked_work(sc)
+    assert work.kept_activation_bytes == pytest.approx(dp.kept_activation_bytes * 2 / 3, rel=1e-12)
+
+
+def test_neuron_masks_on_both_sides_shrink_the_step_by_k_squared():
+    # Forward C/2 + C/4 + C/2, backward twice that: 3.75C. Disjoint subnetworks (1 of 2 slices
+    # each) keep only the diagonal two-sided piece, reduced with the slice over the 2 workers that
+    # share it: (65,536 + 16,384) bf16 gradients, 2(n-1)·1 us + 2(n-1)/n·S/B on NVLink.
+    r = simulate(_linear_toy())
+    payload = (65_536 + 16_384) * 2
+    assert r.step_time_s == pytest.approx(3.75 * C + 2e-6 + payload / 100e9, rel=1e-9)
+    assert r.extra["sdp_model_state_reduction"] == pytest.approx(1 - 1.25 / 3, rel=1e-12)
+
+
+def test_two_sided_pieces_are_reduced_over_the_workers_keeping_both_slices():
+    # S = 4 keeping 2: subnetwork j keeps slices j, j + 1, so piece (j, j + 1) is kept by subnetwork
+    # j alone (workers j and j + 4 of 8) and piece (j + 1, j) too
+    sc = chain_scenario(8, ChainSpec(widths=(256,) * 3), nvl_gb_per_s=100, nvl_latency_us=1.0, global_batch_size=8)
+    sc = replace(sc, strategy=SubnetworkDpConfig(mask="neuron", masking="forward_backward", keep_fraction=0.5,
+                                                 subnetworks=4))
+    assign = assignment(sc)
+    assert assign.piece_sharers(1, 2) == assign.piece_sharers(2, 1) == (1, 5)
+    assert assign.piece_sharers(1, 1) == assign.sharers(1) == (0, 1, 4, 5)
+    work = worker_work(sc, 0, assign)
+    assert work.trained_params == pytest.approx(2 * 65_536 * 0.5 + 65_536 * 0.25)
+
+
+def test_neuron_masks_read_the_channels_of_the_real_networks():
+    resnet = assignment(load_scenario({**RESNET, "strategy": {"kind": "subnetwork_dp", "mask": "neuron",
+                                                              "masking": "forward_backward", "keep_fraction": 0.5,
+                                                              "subnetworks": 4}})).neuron_layers
+    # the first bottleneck reads the stem's whole output: conv1 and the shortcut keep k; inside, k²
+    assert resnet["layer1.0.conv1"].kept(0.5) == resnet["layer1.0.downsample.0"].kept(0.5) == 0.5
+    assert resnet["layer1.0.conv2"].kept(0.5) == resnet["layer2.1.conv1"].kept(0.5) == 0.25
+    assert resnet["layer1.0.bn1"].kept(0.5) == 0.5  # channel-wise
+    assert resnet["fc"].kept(0.5) == 0.5 and not resnet["fc"].masked_out  # the classifier: masked inputs
+    vgg = load_scenario({**RESNET, "model": "vgg16", "strategy": {"kind": "subnetwork_dp", "mask": "neuron",
+                                                                  "masking": "forward_backward"}})
+    masks = assignment(vgg).neuron_layers
+    assert masks["features.0.conv"].kept(0.5) == 0.5 and masks["features.1.conv"].kept(0.5) == 0.25
+    assert masks["features.0.relu"].kept_activations(0.5) == 0.5  # outside the set, but its channels are masked
+
+
+def test_depthwise_convolutions_are_masked_channel_by_channel():
+    sc = load_scenario({**RESNET, "model": "efficientnet-b0", "strategy": {"kind": "subnetwork_dp", "mask": "neuron",
+                                                                           "masking": "forward_backward"}})
+    masks = assignment(sc).neuron_layers
+    assert masks["features.2.1.depthwise.conv"].kept(0.5) == 0.5
+    assert masks["features.2.1.expand.conv"].kept(0.5) == 0.5   # reads the block's whole input
+    assert masks["features.2.1.project.conv"].kept(0.5) == 0.25
+
+
+def test_the_table_prints_model_state_and_activations_apart(tmp_path):
+    path = tmp_path / "sdp.yaml"
+    path.write_text(yaml.safe_dump({**RESNET, "strategy": {"kind": "subnetwork_dp", "mask": "block",
+                                                           "masking": "forward_backward"}}))
+    proc = subprocess.run([sys.executable, "-m", "simulator", "simulate", str(path)], capture_output=True, text=True,
+                          timeout=300, cwd=ROOT)
+    assert proc.returncode == 0, proc.stderr
+    line = next(x for x in proc.stdout.splitlines() if "vs data par." in x)
+    assert "model state" in line and "activations" in line
 
 
 def _cli(tmp_path: Path, strategy: dict, model: str = "resnet50", steps: int | None = None):

@@ -374,6 +374,11 @@ def render_table(result: SimulationResult) -> str:
         lines.append(f"    {key:<16} {value:10.2f} GiB")
     verdict = "fits" if result.fits else f"DOES NOT FIT: {result.infeasible_reason}"
     lines.append(f"    {'total':<16} {result.peak_memory_gib:10.2f} GiB of {result.hbm_gib:g} GiB HBM — {verdict}")
+    if result.extra.get("sdp_memory_reduction") is not None:  # subnetwork_dp: a worker against data parallelism
+        e = result.extra
+        lines.append(f"    {'vs data par.':<16} {100 * e['sdp_memory_reduction']:9.1f}%  less per worker: model state "
+                     f"{100 * e['sdp_model_state_reduction']:.1f}% less, activations "
+                     f"{100 * e['sdp_activation_reduction']:.1f}% less")
     if result.simulated_peak_memory_gib:
         peaks = result.simulated_peak_memory_gib
         shown = ", ".join(f"{a} {v:.2f}" for a, v in list(peaks.items())[:8]) + (", ..." if len(peaks) > 8 else "")

@@ -11,8 +11,14 @@ rank after them; non-residual layers between two residual blocks, such as GNMT's
 run inside the step before them). GNMT-16's 12 residual LSTM layers (Wu et al. 2016) are steps of
 one width too: layer-parallel over their depth is our extension (the paper trains ResNets).
 Networks with no residual step (VGG-16, Inception-v3, U-Net: plain chains and concatenations)
-are refused: MGRIT's coarse propagator is the residual step with a longer step size, which has
-no meaning where consecutive layers are not steps of one ODE. The P ranks
+are refused, and we judge that the honest answer: Günther et al. derive the method from the ODE
+view u_{j+1} = u_j + h·F(u_j, θ_j), and the coarse propagator is that residual step with step
+m·h, which has no justified meaning (and no convergence result) where consecutive layers are not
+steps of one ODE of one shape. MGRIT as an algorithm needs only a chain of propagators, but the
+follow-ups we know keep the residual form (Cyr, Günther & Schroder 2019; Kirby et al. 2020;
+TorchBraid) or run MGRIT along a recurrent net's sequence instead of its depth (Moon & Cyr 2022,
+a different parallel axis, not modelled). U-Net's encoder-decoder skips are concatenations
+across scales, not residual steps. (Citations from memory.) The P ranks
 (``parallelism.pp``) each own N/P consecutive blocks (weights and states), and instead of the
 serial sweep the forward states are found by MGRIT iterations, the adjoint (backward) states by
 MGRIT on the reversed chain, then every rank computes its blocks' weight gradients at once.

@@ -10,14 +10,21 @@ Masks (``strategy.mask``), as the paper's two constructions:
   downsampling blocks and the head are trained by every worker;
 - ``neuron``: the units are the hidden neurons (output channels, heads, MLP units) of every
   layer inside a residual block (of every layer but the classifier for a plain chain such as
-  VGG), each layer masked at the same fraction.
+  VGG), each layer masked at the same fraction k. A layer then keeps k of its output channels
+  and, where its inputs come from masked layers, k of its input channels: k² of the weights and
+  FLOPs of a convolution or linear layer masked on both sides, k of one masked on one side (the
+  first masked layer, the classifier), k of a channel-wise layer; the channels are read from the
+  graph layer by layer (simulator/strategies/neuron_masks.py). A transformer block (one layer of
+  the graph) keeps k: its heads and MLP units are masked, its residual stream is whole.
 
 Assignment (the paper's fixed masks, made concrete here): the units are cut into ``subnetworks``
 S slices (blocks round-robin: slice i holds blocks i, i + S, ...; neurons: 1/S of each layer),
 subnetwork j keeps the r = ``keep_fraction``·S slices j, j+1, ..., j+r-1 (mod S) (``keep_fraction``
 defaults to 1/S when only S is given: disjoint subnetworks; to 1/2 when neither is), and worker w
 (of N = ``parallelism.dp``) trains subnetwork w mod S. Every slice is kept by r subnetworks, i.e.
-by a group of k·N workers (k = keep fraction); the shared layers by all N.
+by a group of k·N workers (k = keep fraction); the shared layers by all N. Weights masked on both
+sides (neuron masks) are cut in S × S pieces; a subnetwork keeps piece (a, b) when it keeps
+slices a and b, so it keeps r² of them.
 
 Masking (``strategy.masking``), per masked unit of a worker:
 
@@ -29,24 +36,29 @@ Masking (``strategy.masking``), per masked unit of a worker:
   receives every masked slice's new weights (a broadcast of the slice's weights over the N
   workers; our completion: the paper does not say how a backward-masked replica refreshes them);
 - ``forward_backward``: masked units are not run at all (a block becomes the identity; a layer
-  computes only its kept neurons): forward, input- and weight-gradient FLOPs and the saved
-  activations of a neuron-masked layer scale by k, a masked block's by 0, and the worker holds
-  only its subnetwork's weights. First order for neurons: a layer whose inputs and outputs are
-  both masked would scale by k² (we count k: an upper bound on the FLOPs and bytes).
+  computes only its kept neurons): forward, input- and weight-gradient FLOPs of a neuron-masked
+  layer scale by its kept share (k² or k above) and its saved activations by the kept share of
+  the tensor it saves, a masked block's by 0, and the worker holds only its subnetwork's weights.
+  This is the paper's construction as far as the issue reconstructs it (a worker trains a
+  structured subnetwork that it also runs forward; the paper's exact settings are not in the
+  data): the examples use it. Layers outside the mask set run whole (a classifier reading masked
+  features keeps only its kept inputs' weights).
 
 Per worker and step: weights·w + trained·(g + o) bytes of model state (w, g, o bytes per parameter
 of weights, gradients, optimizer state; ZeRO's Sec. 3 counts), the activations above; after the
 last backward, an all-reduce of the gradients of the shared layers over the N workers and one
 all-reduce of each kept slice's gradients over its k·N workers (bytes = the slice's parameters ×
-gradient bytes), priced on the topology for the real ranks of each group; then the optimizer
+gradient bytes; a two-sided piece over the workers keeping both its slices), priced on the topology for the real ranks of each group; then the optimizer
 over the trained parameters. The reductions start after the last backward (not overlapped with
 it as DDP's buckets are: a block slice is spread over the whole depth, a neuron slice over every
 layer, so a slice is complete only at the end of the backward anyway). Every subnetwork is one simulated actor (workers of one subnetwork
 do the same work at the same time); block slices may differ in size, so actors may differ.
 
-Memory reduction: the paper reports 30–75% less memory per worker than data parallelism for its
-masking settings; ``sdp_memory_reduction`` is that fraction for this scenario (1 - peak per
-worker / the data-parallel peak of the same layout). The FLOPs every worker runs are reported
+Memory reduction: the issue quotes 30–75% less memory per worker than data parallelism for the
+paper's masking settings; ``sdp_memory_reduction`` is that fraction for this scenario (1 - peak per
+worker / the data-parallel peak of the same layout), ``sdp_model_state_reduction`` and
+``sdp_activation_reduction`` its two parts apart (weights, gradients and optimizer state; the
+activations), printed under the memory table too. The FLOPs every worker runs are reported
 (``sdp_flops_per_step``); the result's model FLOPs (and MFU) stay those of the full model.
 Statistical efficiency (what masking costs in accuracy) is not modelled.
 """
@@ -65,6 +77,7 @@ from simulator.cost.topology import Topology
 from simulator.engine.engine import Task
 from simulator.memory.analytic import MemoryBreakdown, bytes_per_param, peak_stage, rank_memory
 from simulator.scenario import gradient_bytes
+from simulator.strategies.neuron_masks import NeuronMask, neuron_masks
 from simulator.strategies.plan import Plan
 from simulator.strategies.registry import StrategyKind, register
 from simulator.strategies.residual_blocks import no_residual_reason, residual_chain
@@ -103,6 +116,8 @@ class Scale:
     activations: float = 1.0
     trained: float = 1.0
     held: float = 1.0
+    n_keep: float | None = None   # the GEMMs' N and K shrink by the output and input channels kept
+    k_keep: float | None = None   # (None: N by the op's scale, as for a block or a whole layer)
 
 
 FULL = Scale()
@@ -116,9 +131,10 @@ class Assignment:
     kept_slices: int                                   # r
     workers: int                                       # N
     layer_slice: dict[str, int]                        # masked layer -> its slice (block masks)
-    neuron_layers: frozenset[str]                      # neuron-masked layers (each sliced in S)
+    neuron_layers: dict[str, NeuronMask]               # neuron masks: each layer with a masked side
     slice_params: list[float]                          # parameters of each slice
     shared_params: float                               # trained by every worker
+    piece_params: float = 0.0                          # each of the S × S two-sided pieces (neuron masks)
 
     def keeps(self, subnetwork: int, slice_index: int) -> bool:
         return (slice_index - subnetwork) % self.subnetworks < self.kept_slices
@@ -126,6 +142,11 @@ class Assignment:
     def sharers(self, slice_index: int) -> tuple[int, ...]:
         """Ranks of the workers that train a slice."""
         return tuple(w for w in range(self.workers) if self.keeps(w % self.subnetworks, slice_index))
+
+    def piece_sharers(self, a: int, b: int) -> tuple[int, ...]:
+        """Ranks of the workers that train two-sided piece (a, b)."""
+        return tuple(w for w in range(self.workers)
+                     if self.keeps(w % self.subnetworks, a) and self.keeps(w % self.subnetworks, b))
 
 
 def _config(scenario) -> SubnetworkDpConfig:
@@ -164,7 +185,9 @@ def assignment(scenario) -> Assignment:
     r = round(keep_fraction(cfg) * s)
     layer_slice: dict[str, int] = {}
     neuron: set[str] = set()
+    masks: dict[str, NeuronMask] = {}
     slice_params = [0.0] * s
+    piece = 0.0
     if cfg.mask == "block":
         _, blocks, _ = residual_chain(graph)
         maskable = [b for b in blocks if b.identity]
@@ -184,20 +207,25 @@ def assignment(scenario) -> Assignment:
             with_params = [layer.name for layer in graph.layers if layer.params > 0]
             neuron = set(with_params[:-1])
         require(bool(neuron), "strategy.mask", f"{graph.name} has no layers whose neurons can be masked")
-        masked = sum(layer.params for layer in graph.layers if layer.name in neuron)
-        slice_params = [masked / s] * s
-    shared = sum(layer.params for layer in graph.layers if layer.name not in layer_slice and layer.name not in neuron)
-    return Assignment(s, r, n, layer_slice, frozenset(neuron), slice_params, shared)
+        masks = neuron_masks(graph, neuron)
+        one_sided = sum(graph.layer(name).params * mask.one_sided for name, mask in masks.items())
+        piece = sum(graph.layer(name).params * mask.two_sided for name, mask in masks.items()) / s ** 2
+        slice_params = [one_sided / s] * s
+    shared = sum(layer.params for layer in graph.layers if layer.name not in layer_slice and layer.name not in masks)
+    shared += sum(graph.layer(name).params * (1 - m.masked_in) * (1 - m.masked_out) for name, m in masks.items())
+    return Assignment(s, r, n, layer_slice, masks, slice_params, shared, piece)
 
 
 def layer_scale(cfg: SubnetworkDpConfig, assign: Assignment, subnetwork: int, layer: Layer) -> Scale:
     """What the worker of ``subnetwork`` runs and holds of ``layer`` (the module docstring's rules)."""
     k = assign.kept_slices / assign.subnetworks
     forward_too = cfg.masking == "forward_backward"
-    if layer.name in assign.neuron_layers:
+    mask = assign.neuron_layers.get(layer.name)
+    if mask is not None:
+        kept, n_keep, k_keep = mask.kept(k), mask.kept_out(k), mask.kept_in(k)
         if forward_too:
-            return Scale(k, k, k, k, k, k)
-        return Scale(wgrad=k, trained=k)
+            return Scale(kept, kept, kept, mask.kept_activations(k), kept, kept, n_keep, k_keep)
+        return Scale(wgrad=kept, trained=kept, n_keep=n_keep, k_keep=k_keep)
     index = assign.layer_slice.get(layer.name)
     if index is None or assign.keeps(subnetwork, index):
         return FULL
@@ -206,16 +234,19 @@ def layer_scale(cfg: SubnetworkDpConfig, assign: Assignment, subnetwork: int, la
     return Scale(wgrad=0.0, trained=0.0)
 
 
-def scaled_op(op: Op, factor: float) -> Op | None:
+def scaled_op(op: Op, factor: float, n_keep: float | None = None, k_keep: float | None = None) -> Op | None:
     """``op`` computing ``factor`` of its outputs (None when nothing is left): FLOPs and bytes
-    scale, and the GEMM's N (an attention's heads) so that its efficiency sees the smaller shape."""
+    scale, and the GEMM's N (an attention's heads) so that its efficiency sees the smaller shape;
+    with ``n_keep``/``k_keep`` (a neuron mask on both sides) N and K shrink by those."""
     if factor >= 1.0:
         return op
     if factor <= 0.0:
         return None
     if op.kind == "gemm":
+        n = op.n * (factor if n_keep is None else n_keep)
+        k = op.k * (1.0 if k_keep is None else k_keep)
         return dataclasses.replace(op, flops=op.flops * factor, bytes_moved=op.bytes_moved * factor,
-                                   n=max(1, round(op.n * factor)))
+                                   n=max(1, round(n)), k=max(1, round(k)))
     if op.kind == "attention":
         return dataclasses.replace(op, flops=op.flops * factor, bytes_moved=op.bytes_moved * factor,
                                    batch=max(1, round(op.batch * factor)))
@@ -228,8 +259,9 @@ def _is_wgrad(op: Op) -> bool:
 
 def masked_ops(layer: Layer, scale: Scale) -> tuple[tuple[Op, ...], tuple[Op, ...]]:
     """(forward ops, backward ops) the worker runs of ``layer``."""
-    forward = tuple(o for o in (scaled_op(op, scale.forward) for op in layer.forward) if o is not None)
-    backward = tuple(o for o in (scaled_op(op, scale.wgrad if _is_wgrad(op) else scale.dgrad)
+    shape = (scale.n_keep, scale.k_keep)
+    forward = tuple(o for o in (scaled_op(op, scale.forward, *shape) for op in layer.forward) if o is not None)
+    backward = tuple(o for o in (scaled_op(op, scale.wgrad if _is_wgrad(op) else scale.dgrad, *shape)
                                  for op in layer.backward) if o is not None)
     return forward, backward
 
@@ -299,6 +331,18 @@ def worker_memory(scenario, work: WorkerWork, subnetwork: int) -> MemoryBreakdow
                            stage=subnetwork)
 
 
+def _model_state(m: MemoryBreakdown) -> float:
+    return m.weights_bytes + m.gradients_bytes + m.optimizer_bytes
+
+
+def memory_reductions(worker: MemoryBreakdown, dp: MemoryBreakdown) -> dict[str, float]:
+    """The worker's peak against data parallelism's: in all, model state, activations (fractions saved)."""
+    return {"sdp_memory_reduction": 1 - worker.total_bytes / dp.total_bytes,
+            "sdp_model_state_reduction": 1 - _model_state(worker) / _model_state(dp),
+            "sdp_activation_reduction": 1 - worker.activations_bytes / dp.activations_bytes
+            if dp.activations_bytes else 0.0}
+
+
 def memory_subnetwork_dp(scenario):
     assign = assignment(scenario)
     return peak_stage([worker_memory(scenario, worker_work(scenario, j, assign), j)
@@ -330,6 +374,14 @@ class _Comms:
             return None
         return Task(name, actor, "dp", "dp_comm", demands=dict(demands), latency_s=cost.latency_s,
                     rendezvous=rendezvous if members > 1 else None, rendezvous_size=members)
+
+
+def _kept_pieces(assign: Assignment, subnetwork: int) -> list[tuple[int, int]]:
+    """The off-diagonal two-sided pieces a subnetwork keeps (none without two-sided weights)."""
+    if not assign.piece_params:
+        return []
+    kept = [i for i in range(assign.subnetworks) if assign.keeps(subnetwork, i)]
+    return [(a, b) for a in kept for b in kept if a != b]
 
 
 def compile_subnetwork_dp(scenario, mode: str | None = None, detail: bool = False) -> Plan:
@@ -371,8 +423,13 @@ def compile_subnetwork_dp(scenario, mode: str | None = None, detail: bool = Fals
                     continue
                 owners = sum(assign.keeps(o, index) for o in range(s))
                 reduces.append(comms.task(actor, f"slice{index}_all_reduce.step{k}", "all_reduce",
-                                          assign.sharers(index), assign.slice_params[index] * gb,
-                                          f"slice{index}.step{k}", owners))
+                                          assign.sharers(index), (assign.slice_params[index] + assign.piece_params) * gb,
+                                          f"slice{index}.step{k}", owners))  # with the diagonal piece (same sharers)
+            for a, b in _kept_pieces(assign, j):
+                owners = sum(assign.keeps(o, a) and assign.keeps(o, b) for o in range(s))
+                reduces.append(comms.task(actor, f"piece{a}_{b}_all_reduce.step{k}", "all_reduce",
+                                          assign.piece_sharers(a, b), assign.piece_params * gb,
+                                          f"piece{a}_{b}.step{k}", owners))
             reduces = [t for t in [shared, *reduces] if t is not None]
             for t in reduces:
                 t.deps.append(passes[-1])
@@ -396,15 +453,14 @@ def compile_subnetwork_dp(scenario, mode: str | None = None, detail: bool = Fals
             ends.append(last)
         step_ends.append(ends)
     full = unmasked_work(scenario)
-    dp_peak = rank_memory(scenario, 0).total_bytes
-    peak = max(worker_memory(scenario, w, j).total_bytes for j, w in enumerate(works))
+    dp = rank_memory(scenario, 0)
+    peak = max((worker_memory(scenario, w, j) for j, w in enumerate(works)), key=lambda m: m.total_bytes)
     worker_flops = sum(w.flops for w in works) / s
     extra = {"sdp_subnetworks": s, "sdp_keep_fraction": assign.kept_slices / s,
              "sdp_slice_group_size": n * assign.kept_slices // s,
-             "sdp_memory_reduction": 1 - peak / dp_peak,
+             **memory_reductions(peak, dp),
              "sdp_flops_per_worker_fraction": worker_flops / full.flops if full.flops else 1.0,
-             "sdp_gradient_bytes_per_worker": (assign.shared_params + sum(assign.slice_params) * assign.kept_slices / s)
-             * gb}
+             "sdp_gradient_bytes_per_worker": sum(w.trained_params for w in works) / s * gb}
     return Plan(dict(streams), {a: j for j, a in enumerate(actors)}, dict.fromkeys(actors, 0),
                 [len(scenario.layer_graph().pipelined)], topo, dict(compute_tasks),
                 steps=scenario.simulation.steps, step_ends=step_ends, extra=extra, mode="symmetric")

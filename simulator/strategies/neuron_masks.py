@@ -1,0 +1,123 @@
+"""Width-wise (neuron) masks on a layer graph: which of each layer's input and output channels
+a subnetwork keeps, for ``subnetwork_dp``'s ``mask: neuron`` (simulator/strategies/subnetwork_dp.py).
+
+A neuron-masked layer computes the fraction k of its output channels (neurons, heads, units).
+Its consumers then see those channels masked, so a layer's weights connect a kept fraction
+c_in of its input channels to a kept fraction c_out of its outputs: a convolution or linear layer
+whose inputs and outputs are both masked keeps k² of its weights and FLOPs (the width-scaled
+subnetworks of HeteroFL, Diao, Ding & Tarokh 2021, ICLR, Sec. 3: every hidden channel count
+shrinks by one ratio r, so a hidden layer keeps about r² of its weights; cited from memory), a layer with one masked side keeps k
+(the first masked layer after an unmasked stem, the classifier reading masked features). Read
+from the graph, layer by layer in topological order:
+
+- ``masked_out`` m_out: the share of a layer's own output channels masked: 1 for a layer of
+  the mask set; for a layer outside it, its input's share when it works channel by channel
+  (normalisation, activation, pooling, dropout, add, a depthwise convolution: its channels are
+  its input's), else 0 (a dense layer outside the set computes all its outputs);
+- ``masked_in`` m_in: for a dense layer (convolution, linear, LSTM, attention, embedding), the
+  share of its input channels that come masked: its input's output share, for a concatenation
+  the channel-weighted mean of its inputs' (channels: the first dimension of a (C, H, W) shape,
+  the last of a (tokens, hidden) one), for several inputs of an add the smallest (a channel is
+  there when any input has it); 0 for a channel-wise layer (its weights are per channel);
+- a whole ``transformer_block`` / ``mlp_block`` layer of the set keeps k of its weights, FLOPs
+  and activations: its hidden units and heads are masked, its residual stream stays whole (each
+  of its GEMMs has one masked side), so its consumers see no masked channel.
+
+The kept fraction of a side is c = 1 - m·(1 - k); a layer keeps c_in·c_out of its weights and
+FLOPs and, of the activations it saves, c_in for a dense layer (it saves its input) and c_out for
+a channel-wise one. Its weights split into a shared part (1 - m_in)(1 - m_out), one-sided slices
+(m_in + m_out - 2 m_in m_out: cut in S slices by the masked side) and two-sided pieces m_in m_out
+(cut in S × S by both sides; a worker keeps a piece when it keeps both slices).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+
+from workloads.layer_graph import Layer, LayerGraph
+
+#: Layers whose weights connect every input channel to every output channel.
+DENSE_KINDS = frozenset({"conv2d", "conv_transpose2d", "linear", "lstm", "attention", "embedding",
+                         "patch_embedding", "lm_head"})
+#: Layers that are a whole residual block (workloads/transformer_graph.py).
+BLOCK_KINDS = frozenset({"transformer_block", "mlp_block"})
+
+
+@dataclasses.dataclass(frozen=True)
+class NeuronMask:
+    """The masked shares of one layer's input and output channels (see the module docstring)."""
+
+    masked_in: float
+    masked_out: float
+    dense: bool           # its weights connect input to output channels (saves its input)
+
+    def kept_in(self, k: float) -> float:
+        return 1 - self.masked_in * (1 - k)
+
+    def kept_out(self, k: float) -> float:
+        return 1 - self.masked_out * (1 - k)
+
+    def kept(self, k: float) -> float:
+        """Share of the layer's weights and FLOPs a worker keeping k of the neurons runs."""
+        return self.kept_in(k) * self.kept_out(k)
+
+    def kept_activations(self, k: float) -> float:
+        return self.kept_in(k) if self.dense else self.kept_out(k)
+
+    @property
+    def two_sided(self) -> float:
+        return self.masked_in * self.masked_out
+
+    @property
+    def one_sided(self) -> float:
+        return self.masked_in + self.masked_out - 2 * self.two_sided
+
+
+def channels(shape: tuple[int, ...] | None) -> int | None:
+    """Channels of a per-sample shape: C of (C, H, W), the hidden size of (tokens, hidden)."""
+    if not shape:
+        return None
+    return shape[0] if len(shape) == 3 else shape[-1]
+
+
+def is_depthwise(layer: Layer) -> bool:
+    """A convolution with one filter per channel (its weights: C × kh × kw, plus a bias)."""
+    if layer.kind != "conv2d" or layer.window is None or not layer.output_shape:
+        return False
+    c = channels(layer.output_shape)
+    return layer.params <= c * (layer.window[0] * layer.window[1] + 1)
+
+
+def is_dense(layer: Layer) -> bool:
+    return layer.kind in DENSE_KINDS and layer.params > 0 and not is_depthwise(layer)
+
+
+def neuron_masks(graph: LayerGraph, masked: set[str] | frozenset[str]) -> dict[str, NeuronMask]:
+    """Every layer with a masked side (absent: the layer is whole), from the set of layers whose
+    neurons are masked (see the module docstring)."""
+    stream: dict[str, float] = {}  # masked share of a layer's output channels as its consumers see them
+    masks: dict[str, NeuronMask] = {}
+    for layer in graph.layers:
+        inputs = [name for name in layer.inputs if name in stream]
+        if not inputs:
+            m_in = 0.0
+        elif len(inputs) == 1:
+            m_in = stream[inputs[0]]
+        elif layer.kind == "concat":
+            sizes = [channels(graph.layer(name).output_shape) or 1 for name in inputs]
+            m_in = sum(stream[name] * size for name, size in zip(inputs, sizes, strict=True)) / sum(sizes)
+        else:
+            m_in = min(stream[name] for name in inputs)
+        dense = is_dense(layer)
+        if layer.kind in BLOCK_KINDS:
+            mask, stream[layer.name] = NeuronMask(0.0, 1.0 if layer.name in masked else 0.0, False), m_in
+        elif layer.name in masked:
+            mask = NeuronMask(m_in if dense else 0.0, 1.0, dense)
+            stream[layer.name] = 1.0
+        elif dense:
+            mask, stream[layer.name] = NeuronMask(m_in, 0.0, True), 0.0
+        else:
+            mask, stream[layer.name] = NeuronMask(0.0, m_in, False), m_in
+        if mask.masked_in or mask.masked_out:
+            masks[layer.name] = mask
+    return masks
