@@ -92,6 +92,15 @@ def test_ultrascale_mapping_first_row():
         assert p["tp"] * p["pp"] * p["dp"] == c.raw["cluster"]["num_gpus"]
 
 
+def test_the_sweeps_models_keep_no_dropout_masks():
+    # nanotron's Llama has no dropout; LLaMA trains without it (the Aleph Alpha codebase's setting is
+    # not published: validation/layout_ranking.py says so). The memory profiles are fitted that way.
+    from workloads.catalog import MODELS
+
+    for name in (*lr.HAGEMANN_MODELS.values(), *lr.ULTRASCALE_MODELS.values()):
+        assert MODELS.get(name).dropout is False, name
+
+
 def test_nanotron_partition_by_compute_cost():
     # llama-1b: 16 blocks of cost c and the LM head of V·h = 3.91 c (nanotron get_block_compute_costs);
     # total 19.91 c. A rank moves on once the running cost passes total·(rank+1)/pp.
