@@ -95,7 +95,10 @@ class TransformerSpec(BaseModel):
         default=True, description="dropout after the embedding, the attention projection and the MLP (and on "
                                   "the attention probabilities without FlashAttention), keeping a 1-byte mask "
                                   "per element for the backward (Korthikanti 2022 Sec. 4.1; GPT-2/3, Megatron "
-                                  "GPT); false: probabilities 0, no masks (MPT: attn/resid/emb_pdrop 0)")
+                                  "GPT); false: probabilities 0, no masks (MPT: attn/resid/emb_pdrop 0; Llama, Mistral/"
+                                  "Mixtral, Qwen, DeepSeek, Nemotron-4). Default true (Megatron-LM's --hidden-dropout and "
+                                  "--attention-dropout 0.1); every catalog model states its own with the source, and a HF "
+                                  "config.json import reads its dropout probabilities (workloads/hf_config.py)")
     moe: MoESpec | None = None
     mla: MLASpec | None = Field(default=None, description="multi-head latent attention instead of MHA/GQA")
     source: str = "user"
