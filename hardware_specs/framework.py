@@ -24,14 +24,13 @@ said when none was fitted for its accelerator or precision: simulator/cost/frame
 
 from __future__ import annotations
 
-from functools import cache
 from pathlib import Path
 from typing import Literal
 
 from pydantic import Field
 
+from hardware_specs.catalog import YamlCatalog
 from hardware_specs.schema import Precision, Spec
-from hardware_specs.yaml_io import read_yaml, validate_spec
 from simulator.errors import ConfigError
 
 FOLDER = Path(__file__).parent / "frameworks"
@@ -85,18 +84,20 @@ class FrameworkProfile(Spec):
     entries: list[FrameworkEntry] = Field(min_length=1)
 
 
+#: The shipped profiles as a catalog (``clustersim specs list --kind framework``).
+FRAMEWORKS = YamlCatalog("framework", FOLDER, FrameworkProfile)
+
+
 def framework_names() -> list[str]:
     """Valid ``training.framework`` values: the default and every shipped profile."""
-    return [DEFAULT_FRAMEWORK, *sorted(p.stem for p in FOLDER.glob("*.yaml"))]
+    return [DEFAULT_FRAMEWORK, *FRAMEWORKS.names()]
 
 
-@cache
 def framework_profile(name: str, field: str = "training.framework") -> FrameworkProfile | None:
     """The shipped profile of ``name`` (None for the default, whose constants are the catalog's);
     an unknown name is a ConfigError naming the valid ones."""
     if name == DEFAULT_FRAMEWORK:
         return None
-    if not name or "/" in name or "\\" in name or not (FOLDER / f"{name}.yaml").is_file():
+    if not FRAMEWORKS.has(name):
         raise ConfigError(field, f"unknown framework {name!r} (known: {', '.join(framework_names())})")
-    path = FOLDER / f"{name}.yaml"
-    return validate_spec(FrameworkProfile, read_yaml(path, f"framework:{name}", catalog=True), f"framework:{name}")
+    return FRAMEWORKS.get(name, field)

@@ -211,3 +211,13 @@ def test_carry_over_check_chooses_as_if_the_part_was_never_measured():
     a100 = ACCELERATORS.get("a100-sxm-80g")
     only_h100 = fms.model_copy(update={"entries": [e for e in fms.entries if e.accelerator != a100.name]})
     assert choose_in(only_h100, a100, "bf16").state == ASSUMED  # never carried to a slower part
+
+
+def test_specs_lists_the_frameworks_and_where_each_was_fitted(capsys):
+    from simulator.cli import main
+
+    assert main(["specs", "list", "--kind", "framework"]) == 0
+    out = capsys.readouterr().out
+    assert "torchtitan" in out and "h100-sxm-80g fp8 (rowwise)" in out and "megatron-core" not in out
+    assert main(["specs", "show", "torchtitan", "--kind", "framework"]) == 0
+    assert "fitted_with" in capsys.readouterr().out

@@ -1,5 +1,6 @@
 """``clustersim specs list|show``: the catalog of accelerators, nodes, fabrics, models (decoder
-transformers) and networks (CNNs, ViTs, U-Net, LSTMs, BERT: ``workloads/models/networks``)."""
+transformers), networks (CNNs, ViTs, U-Net, LSTMs, BERT: ``workloads/models/networks``) and framework
+profiles (``training.framework``: hardware_specs/frameworks)."""
 
 from __future__ import annotations
 
@@ -7,16 +8,18 @@ import json
 
 from simulator.errors import ConfigError
 
-KINDS = ("accelerator", "fabric", "model", "network", "node")
+KINDS = ("accelerator", "fabric", "framework", "model", "network", "node")
 
 
 def _catalogs() -> dict:
     """The catalogs by kind (imported when a sub-command runs: ``--help`` stays fast)."""
     from hardware_specs.catalog import ACCELERATORS, FABRICS, NODES
+    from hardware_specs.framework import FRAMEWORKS
     from workloads.catalog import MODELS
     from workloads.networks.catalog import NETWORKS
 
-    return {"accelerator": ACCELERATORS, "node": NODES, "fabric": FABRICS, "model": MODELS, "network": NETWORKS}
+    return {"accelerator": ACCELERATORS, "node": NODES, "fabric": FABRICS, "model": MODELS, "network": NETWORKS,
+            "framework": FRAMEWORKS}
 
 
 def register(subparsers) -> None:
@@ -42,6 +45,10 @@ def _summary(kind: str, spec) -> str:
         return (f"{spec.gpus_per_node}x {spec.accelerator if isinstance(spec.accelerator, str) else spec.accelerator.name}, "
                 f"{spec.intra_node.kind}, {spec.nics_per_node}x {spec.nic_bandwidth_gbit_per_s:g} Gb/s"
                 + (f", NVLink domain of {spec.nvlink_domain_gpus}" if spec.nvlink_domain_gpus else ""))
+    if kind == "framework":  # where its factors were fitted (elsewhere they are carried over or assumed)
+        fitted = ", ".join(f"{e.accelerator} {'/'.join(e.precisions)}"
+                           + (f" ({'/'.join(e.fp8_recipes)})" if e.fp8_recipes else "") for e in spec.entries)
+        return f"fitted on: {fitted}"
     if kind == "fabric" and spec.topology == "wan":
         places = (f"{len(spec.regions)} regions" if spec.regions else f"{len(spec.pair_matrices()[0])} nodes")
         delays = [d for i, row in enumerate(spec.pair_matrices()[0]) for j, d in enumerate(row) if i != j]
