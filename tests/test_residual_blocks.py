@@ -90,6 +90,17 @@ def test_gnmt16_has_12_residual_lstm_layers_and_its_decoder_bottom_between():
         "decoder.cat1", "decoder.rnn1"]
 
 
+def test_efficientnet_b0_has_its_9_residual_mbconv_blocks():
+    # torchvision's B0: stages 2-6 of 2, 2, 3, 3, 4 MBConv blocks; all but each stage's first add
+    # their input (the name grouping gave one block per stage, first MBConv included)
+    _, chain, _ = residual_chain(_graph("efficientnet-b0"))
+    residual = [b.name for b in chain if b.residual]
+    assert residual == ["features.2.1", "features.3.1", "features.4.1", "features.4.2", "features.5.1", "features.5.2",
+                        "features.6.1", "features.6.2", "features.6.3"]
+    assert all(b.identity for b in chain if b.residual)
+    assert [b.name for b in chain if not b.residual] == ["features.3", "features.4", "features.5", "features.6"]
+
+
 @pytest.mark.parametrize("model", ["vgg16", "inception-v3", "unet", "biglstm"])
 def test_networks_without_an_add_of_a_skip_have_no_residual_step(model):
     graph = _graph(model)

@@ -342,3 +342,27 @@ def test_cli_runs_many_steps(tmp_path):
     result = json.loads(proc.stdout)
     assert result["steps"] == 2 and len(result["step_times_s"]) == 2
     assert result["sdp_memory_reduction"] > 0
+
+
+@settings(max_examples=25, deadline=None)
+@given(masking=st.sampled_from(["backward", "forward_backward"]), subnetworks=st.sampled_from([1, 2, 4]),
+       kept=st.integers(1, 4), layers=st.integers(2, 6))
+def test_neuron_masks_on_a_plain_chain_train_every_piece_r_squared_times(masking, subnetworks, kept, layers):
+    # summed over the subnetworks: the shared weights S times, each one-sided slice r times, each
+    # two-sided piece by the subnetworks keeping both its slices (r² pieces each: S·r² in all)
+    kept = min(kept, subnetworks)
+    k = kept / subnetworks
+    sc = chain_scenario(4, ChainSpec(widths=(256,) * layers), global_batch_size=4)
+    sc = replace(sc, strategy=SubnetworkDpConfig(mask="neuron", masking=masking, keep_fraction=k,
+                                                 subnetworks=subnetworks))
+    assign = assignment(sc)
+    full = unmasked_work(sc)
+    works = [worker_work(sc, j, assign) for j in range(subnetworks)]
+    for work in works:
+        assert work.flops <= full.flops * (1 + 1e-12)
+        assert k * k * full.held_params * (1 - 1e-12) <= work.trained_params <= work.held_params <= full.held_params
+    total = sum(w.trained_params for w in works)
+    assert total == pytest.approx(subnetworks * assign.shared_params + kept * sum(assign.slice_params)
+                                  + subnetworks * kept ** 2 * assign.piece_params)
+    # (layers - 2) layers masked on both sides, the first and the classifier on one
+    assert assign.piece_params * subnetworks ** 2 == pytest.approx((layers - 2) * 65_536)

@@ -10,16 +10,18 @@ both kinds that need *blocks* find them here, from the graph's structure:
   block's input for a downsampling shortcut), and the layers after that fork up to the add are
   the step ``x + F(x)`` (He et al. 2016 Eq. 1). An add of two unrelated sources (an embedding
   plus positions) is not one;
-- steps whose adds carry one name key (the name up to and including its first number:
-  ``encoder.layers.7.add_2`` -> ``encoder.layers.7``) and follow each other make one *block* (a
-  transformer layer: the attention step and the MLP step); steps that overlap (a long skip around
-  others) merge; a block also takes the layers after its last add that carry its key (a ResNet's
-  ReLU after the add, BERT's post-norm) up to the next step;
+- steps whose adds carry one name key (the name up to and including its last number:
+  ``encoder.layers.7.add_2`` -> ``encoder.layers.7``, ``features.4.1.add`` -> ``features.4.1``)
+  and follow each other make one *block* (a transformer layer: the attention step and the MLP
+  step); steps that overlap (a long skip around others) merge; a block also takes the layers
+  after its last add that carry its key (a ResNet's ReLU after the add, BERT's post-norm) up to
+  the next step;
 - a whole ``transformer_block`` / ``mlp_block`` layer is a block by itself (the transformer
   builder's x + f(x) blocks);
 - a residual block is an *identity* block when its output has its input's shape (no
   downsampling): it can be skipped (x -> x) and its state has one width through it;
-- every other layer is grouped by name key into non-residual blocks.
+- every other layer is grouped into non-residual blocks by its name up to its first number
+  (``features.3.0.expand.conv`` -> ``features.3``).
 
 The graph's chain is then ``opening`` (every layer before the first residual block: a stem, an
 embedding), ``blocks`` (from the first residual block to the last; a run of non-residual layers
@@ -72,6 +74,17 @@ def block_key(name: str) -> str:
     return name
 
 
+def step_key(name: str) -> str:
+    """A residual step's block key: its name up to and including its last number
+    (``features.4.1.add`` -> ``features.4.1``, ``encoder.layer.0.output.residual`` ->
+    ``encoder.layer.0``); a name without one is its own key (``encoder.residual2``)."""
+    parts = name.split(".")
+    for i in range(len(parts) - 1, -1, -1):
+        if parts[i].isdigit():
+            return ".".join(parts[:i + 1])
+    return name
+
+
 def residual_steps(graph: LayerGraph) -> list[tuple[int, int]]:
     """(first, add) layer indices of every residual step: the layers after the fork of an add's
     inputs up to the add (see the module docstring), in the order of the adds."""
@@ -102,19 +115,19 @@ def _spans(graph: LayerGraph) -> list[tuple[int, int, str]]:
     layers = graph.layers
     spans: list[list] = []
     for first, add in residual_steps(graph):
-        key = block_key(layers[add].name)
+        key = step_key(layers[add].name)
         while spans and first <= spans[-1][1]:  # overlaps an earlier block: one block
             first = min(first, spans[-1][0])
             key = spans[-1][2]
             spans.pop()
-        if spans and spans[-1][2] == key and all(block_key(layers[j].name) == key
+        if spans and spans[-1][2] == key and all(step_key(layers[j].name) == key
                                                  for j in range(spans[-1][1] + 1, first)):
             spans[-1][1] = add  # the next step of the same block (a transformer layer's MLP)
         else:
             spans.append([first, add, key])
     for n, span in enumerate(spans):  # the layers after the last add that carry the block's key
         stop = spans[n + 1][0] if n + 1 < len(spans) else len(layers)
-        while span[1] + 1 < stop and block_key(layers[span[1] + 1].name) == span[2]:
+        while span[1] + 1 < stop and step_key(layers[span[1] + 1].name) == span[2]:
             span[1] += 1
     return [(first, last, key) for first, last, key in spans]
 
