@@ -143,3 +143,26 @@ def test_an_assumed_batch_that_cannot_fit_is_halved_until_it_does():
         assert not analytic_peak_fits(at_32)[0]
     for row, batch in ((75, 32), (44, 64), (68, 128)):  # B4 AMP on the V100, B4 TF32 on the A100, B0 FP32 on the V100
         assert cases[row].scenario["parallelism"]["micro_batch_size"] == batch and "halved" not in cases[row].label
+
+
+@pytest.mark.parametrize("row, mapped, bf16_grads, full_recompute", [(7, 85.7, 75.0, 67.1), (12, 91.0, 82.9, 74.4)])
+def test_the_listed_nemo_rows_fit_only_with_settings_no_source_here_shows(row, mapped, bf16_grads, full_recompute):
+    """UNEXPLAINED_OOM's what-ifs, computed: NeMo 24.07's Nemotron-340B and Llama2-70B SFT rows fit with bf16
+    gradients (row 7) or full recompute (both), settings the 24.07 launcher recipes (not in shared/) would have
+    to show before the mapping may use them."""
+    from validation.modern.profiles import load_groups, resolved_scenario
+    from validation.modern.registry import SETS, built
+
+    case = next(c for c in built("nemo")[0] if c.row == row)
+    raw = resolved_scenario(case, load_groups(SETS["nemo"].profile_name))
+
+    def peak(training=None, parallelism=None) -> tuple[bool, float]:
+        sc = load_scenario({**raw, "training": {**raw["training"], **(training or {})},
+                            "parallelism": {**raw["parallelism"], **(parallelism or {})}})
+        _, best, stages = peak_rank_memory(sc)
+        return fits(sc, best, stages)[0], round(best.total_bytes / GIB, 1)
+
+    assert peak() == (False, mapped)
+    assert peak(training={"grad_dtype": "bf16"}) == (row == 7, bf16_grads)
+    assert peak(parallelism={"recompute": "full"}) == (True, full_recompute)
+    assert str(mapped) in UNEXPLAINED_OOM[("nemo", row)]
