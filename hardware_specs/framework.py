@@ -18,8 +18,10 @@ writes them here and in ``validation/profiles/``; never edited by hand):
   kernel, simulator/cost/host_floor.py), ``intra_node_latency_us`` (the node's collective latency).
 
 Each entry records ``fitted_on`` (CSV and rows) and ``measured_on`` where the rows ran on a variant of
-the catalog part (torchtitan's H100s: 96 GB HBM2e at 500 W). Which entry a scenario gets, and what is
-said when none was fitted for its accelerator or precision: simulator/cost/framework.py.
+the catalog part (torchtitan's H100s: 96 GB HBM2e at 500 W), and the profile its ``fitted_with``: the
+framework's own settings every fit row ran with (set for a scenario that leaves them out). Which entry a
+scenario gets, and what is said when none was fitted for its accelerator or precision:
+simulator/cost/framework.py.
 """
 
 from __future__ import annotations

@@ -23,7 +23,13 @@ from hardware_specs.schema import Accelerator, Fabric, Node
 from hardware_specs.yaml_io import read_yaml
 from simulator.colocation.spec import CoLocatedJob, CoLocatedJobSpec
 from simulator.cost.attention_kernel import with_attention_kernel
-from simulator.cost.framework import FrameworkChoice, choose, precision_key, with_framework
+from simulator.cost.framework import (
+    FrameworkChoice,
+    choose,
+    precision_key,
+    with_framework,
+    with_framework_settings,
+)
 from simulator.cost.stragglers import StragglerSpec
 from simulator.economics.convergence import ConvergenceSpec
 from simulator.economics.cost import EconomicsSpec
@@ -186,9 +192,11 @@ class TrainingSpec(_Strict):
                     "(hardware_specs/frameworks/*.yaml, fitted on the fit half of its published runs; "
                     "simulator/cost/framework.py): megatron-core (the default: the catalog constants, the rates "
                     "Megatron-Core with Transformer Engine reaches), nemo, torchtitan, llm-foundry, fms-fsdp, "
-                    "fms-fsdp-compile, megatron-deepspeed. Where the framework was not measured on the accelerator "
-                    "or precision, the output says what is used instead (another precision's or part's factors, "
-                    "derived; or the catalog's, assumed)")
+                    "fms-fsdp-compile, megatron-deepspeed. The framework's own settings its fitted runs used (the "
+                    "profile's fitted_with, e.g. torchtitan's fp8_saved_inputs: false) fill what the scenario leaves "
+                    "out; given ones are kept and warned about where they differ. Where the framework was not "
+                    "measured on the accelerator or precision, the output says what is used instead (another "
+                    "precision's or part's factors, derived; or the catalog's, assumed)")
 
 
 #: Bytes per element of a linear layer's input kept for the backward in the FP8 recipe's format: one
@@ -436,6 +444,7 @@ UNKNOWN_KEY_HINTS = {
 
 def build_scenario(raw: dict[str, Any], base: Path | None = None) -> Scenario:
     """Validate a raw mapping and resolve every reference."""
+    raw, settings = with_framework_settings(raw)  # training.framework's own settings where the file leaves them out
     try:
         doc = ScenarioFile.model_validate(raw)
     except ValidationError as exc:
@@ -449,7 +458,7 @@ def build_scenario(raw: dict[str, Any], base: Path | None = None) -> Scenario:
     node_ref: Any = doc.cluster.node
     fabric_ref: Any = _relative(doc.cluster.fabric, base)
     if doc.cluster.groups is not None:
-        return _build_mixed(doc, model, base, fabric_ref, raw)
+        return _build_mixed(doc, model, base, fabric_ref, raw, settings)
     if doc.cluster.num_gpus is None:
         raise ConfigError("cluster.num_gpus", "required (or cluster.groups for a mixed cluster)")
     if doc.cluster.profile:
@@ -464,7 +473,7 @@ def build_scenario(raw: dict[str, Any], base: Path | None = None) -> Scenario:
     accelerator = node_accelerator(node)
     fabric = FABRICS.get(fabric_ref, "cluster.fabric")
     _check_precision(doc.training, accelerator)
-    choice = _framework(doc.training, accelerator)
+    choice = replace(_framework(doc.training, accelerator), settings=settings)
     accelerator, node = with_framework(choice, accelerator, node)
     training = _resolved_attention(doc.training, accelerator)
     accelerator = with_attention_kernel(accelerator, training.attention_kernel, training.attention)
@@ -628,7 +637,8 @@ def _layout(doc: ScenarioFile, model, num_gpus: int, strategy) -> Parallelism:
     return parallelism
 
 
-def _build_mixed(doc: ScenarioFile, model, base: Path | None, fabric_ref: Any, raw: dict[str, Any]) -> Scenario:
+def _build_mixed(doc: ScenarioFile, model, base: Path | None, fabric_ref: Any, raw: dict[str, Any],
+                 settings: tuple[str, ...] = ()) -> Scenario:
     """A cluster given as node groups (whole nodes each; ranks fill the groups in order)."""
     cluster = doc.cluster
     if cluster.node is not None:
@@ -642,7 +652,7 @@ def _build_mixed(doc: ScenarioFile, model, base: Path | None, fabric_ref: Any, r
         node = NODES.get(_relative(spec.node, base), f"cluster.groups.{i}.node")
         accelerator = node_accelerator(node, f"cluster.groups.{i}.node.accelerator")
         _check_precision(doc.training, accelerator, f"cluster.groups.{i}")
-        choice = _framework(doc.training, accelerator)
+        choice = replace(_framework(doc.training, accelerator), settings=settings)
         accelerator, node = with_framework(choice, accelerator, node)
         choices.append(choice)
         gpus = spec.nodes * node.gpus_per_node

@@ -63,8 +63,14 @@ def test_default_framework_is_the_catalog():
 def test_switch_moves_step_time_in_the_fitted_direction(framework, precision, slower):
     entry = choose(framework, ACCELERATORS.get("h100-sxm-80g"), precision).entry
     assert (entry.gemm_scale < 1) == slower  # the fit: slower than the catalog where its GEMM factor is below 1
-    base = simulate_point(_small(precision=precision))["step_time_s"]
-    step = simulate_point(_small(precision=precision, framework=framework))["step_time_s"]
+    from simulator.cost.framework import with_framework_settings
+
+    named = _small(precision=precision, framework=framework)
+    same_settings, _ = with_framework_settings(named)  # the framework's own settings, then without its factors
+    same_settings = copy.deepcopy(same_settings)
+    del same_settings["training"]["framework"]
+    base = simulate_point(same_settings)["step_time_s"]
+    step = simulate_point(named)["step_time_s"]
     assert (step > base * 1.05) if slower else (step < base)
 
 
@@ -126,17 +132,24 @@ def test_user_path_is_the_fitted_simulation_bit_for_bit(case_set, group):
     assert user["step_time_s"] == fitted["step_time_s"]
 
 
-def test_settings_unlike_the_fit_rows_are_warned_only_where_they_apply():
+def test_framework_settings_fill_what_the_scenario_leaves_out_and_contrary_ones_are_warned():
     from simulator.cost.provenance import framework_setting_warnings
 
     assert framework_profile("torchtitan").fitted_with["training.fp8_saved_inputs"] is False
-    fp8 = load_scenario(_small(precision="fp8", framework="torchtitan"))
-    (warning,) = framework_setting_warnings(fp8)
+    fp8 = load_scenario(_small(precision="fp8", framework="torchtitan"))  # left out: torchao's setting applied
+    assert fp8.training.fp8_saved_inputs is False and fp8.parallelism.cp_comm == "all_gather"
+    assert "training.fp8_saved_inputs=false" in fp8.frameworks[0].settings
+    assert framework_setting_warnings(fp8) == []
+    given = load_scenario(_small(precision="fp8", framework="torchtitan", fp8_saved_inputs=True))  # given: kept
+    assert given.training.fp8_saved_inputs is True
+    (warning,) = framework_setting_warnings(given)
     assert "training.fp8_saved_inputs=true (fitted with false)" in warning
-    assert framework_setting_warnings(load_scenario(_small(precision="fp8", framework="torchtitan",
-                                                           fp8_saved_inputs=False))) == []
-    assert framework_setting_warnings(load_scenario(_small(framework="torchtitan"))) == []  # bf16: nothing saved in fp8
-    assert framework_setting_warnings(load_scenario(_small())) == []  # the default framework: the catalog
+    bf16 = _small(framework="torchtitan", fp8_saved_inputs=True)  # bf16: nothing is saved in fp8, nothing to say
+    assert framework_setting_warnings(load_scenario(bf16)) == []
+    plain = load_scenario(_small())  # the default framework: the catalog, the schema defaults
+    assert plain.frameworks[0].settings == () and plain.training.fp8_saved_inputs is True
+    foundry = load_scenario(_small(framework="llm-foundry"))
+    assert foundry.parallelism.zero3_backward_prefetch == "post" and foundry.training.fused_cross_entropy is True
 
 
 def test_mixed_cluster_states_each_group_and_its_provenance():

@@ -143,6 +143,7 @@ class FrameworkChoice:
     entry: FrameworkEntry | None    # the factors used (None: the catalog constants)
     note: str                       # in words, for the output
     dropped: tuple[str, ...] = ()   # the entry's constants of its own part, not carried to this one
+    settings: tuple[str, ...] = ()  # the framework's own settings the scenario left out, set as its fit rows ran
 
     @property
     def factors(self) -> dict[str, float]:
@@ -153,6 +154,8 @@ class FrameworkChoice:
 
     def as_dict(self) -> dict[str, Any]:
         out: dict[str, Any] = {"name": self.name, "state": self.state, "note": self.note, "factors": self.factors}
+        if self.settings:
+            out["settings_applied"] = list(self.settings)
         if self.entry is not None:
             out.update({"fitted_for": {"accelerator": self.entry.accelerator, "precisions": list(self.entry.precisions)},
                         "fitted_on": self.entry.fitted_on, "fit_cases": self.entry.fit_cases})
@@ -239,6 +242,28 @@ def choose_in(profile: FrameworkProfile, accelerator: Accelerator, precision: st
                            f"no {name} run on {accelerator.name} in {precision}, nor on any {vendor} part as fast or "
                            f"slower, was measured (fitted on: {', '.join(fitted)}): the catalog constants "
                            f"(Megatron-Core's kernel rates), assumed for {name}")
+
+
+def with_framework_settings(raw: dict[str, Any]) -> tuple[dict[str, Any], tuple[str, ...]]:
+    """The raw scenario with the named framework's own settings (its profile's ``fitted_with``: what every row
+    its factors were fitted on ran with, e.g. torchtitan's ``training.fp8_saved_inputs: false``) where the
+    scenario leaves them out, and those settings as ``key=value``; a setting the scenario gives is kept (and
+    warned about where it differs: simulator/cost/provenance.py). An unknown name is a ConfigError."""
+    training = raw.get("training")
+    name = training.get("framework", DEFAULT_FRAMEWORK) if isinstance(training, dict) else DEFAULT_FRAMEWORK
+    if not isinstance(name, str) or name == DEFAULT_FRAMEWORK:
+        return raw, ()
+    profile = framework_profile(name)
+    out = dict(raw)
+    applied = []
+    for key, value in profile.fitted_with.items():
+        section, field = key.split(".")
+        block = out.get(section, {})
+        if not isinstance(block, dict) or field in block:
+            continue
+        out[section] = {**block, field: value}
+        applied.append(f"{key}={str(value).lower() if isinstance(value, bool) else value}")
+    return out, tuple(applied)
 
 
 def with_framework(choice: FrameworkChoice, accelerator: Accelerator, node: Node) -> tuple[Accelerator, Node]:

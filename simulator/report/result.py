@@ -221,8 +221,12 @@ def _framework_lines(run: dict[str, Any], profile: dict[str, Any] | list | None)
     """``training.framework``: the profile, whether its factors were fitted here, carried over or assumed
     (with the command's ``framework_profile``: in words, with the factors and rows)."""
     if profile:
-        return [f"  framework      {c['name']} ({c['state']}): {c['note']}"
-                for c in (profile if isinstance(profile, list) else [profile])]
+        choices = profile if isinstance(profile, list) else [profile]
+        lines = [f"  framework      {c['name']} ({c['state']}): {c['note']}" for c in choices]
+        if choices[0].get("settings_applied"):
+            lines.append(f"                 its settings (the scenario left them out): "
+                         f"{', '.join(choices[0]['settings_applied'])}")
+        return lines
     if run.get("framework"):
         return [f"  framework      {run['framework']} ({run['framework_state']})"]
     return []
