@@ -178,6 +178,41 @@ def fit_attention_only(cases: list[ModernCase], simulate_many: Callable[[list[di
     return entry
 
 
+#: Bounds of the ``sync_jitter`` sigma a jitter-only group fits (simulator/cost/jitter.py).
+JITTER_BOUNDS = (0.0, 0.5)
+
+
+def multi_gpu(case: ModernCase) -> bool:
+    """Whether the case runs on more than one GPU (the rows a synchronisation constant is seen in)."""
+    return int(case.scenario["cluster"]["num_gpus"]) > 1
+
+
+def fit_jitter_only(cases: list[ModernCase], simulate_many: Callable[[list[dict]], list[dict]]) -> dict[str, Any]:
+    """One ``sync_jitter`` sigma, the GEMM curve left as the catalog's: the sigma that makes the median log
+    error of the multi-GPU ``cases`` 0 (bisection; the rate falls monotonically with it), 0 where they are
+    too slow already. For a group whose kernel constants another calibration fits on its one-GPU rows
+    (``ModernSet.fit_elsewhere``): its multi-GPU rows then say only how long a step waits for its slowest
+    rank, which no kernel constant changes."""
+    def median_log(sigma: float) -> float:
+        results = simulate_many([with_constants(c, {"sync_jitter": sigma}) for c in cases])
+        return _median_log_error([outcome(c, r) for c, r in zip(cases, results, strict=True)])
+
+    lo, hi = JITTER_BOUNDS
+    if median_log(lo) <= 0:
+        hi = lo
+    for _ in range(BISECTION_STEPS + 2 if hi > lo else 0):
+        mid = (lo + hi) / 2
+        if median_log(mid) > 0:  # still too fast: more skew
+            lo = mid
+        else:
+            hi = mid
+    entry: dict[str, Any] = {"sync_jitter": round((lo + hi) / 2, 4)}
+    results = simulate_many([with_constants(c, entry) for c in cases])
+    fitted = [outcome(c, r) for c, r in zip(cases, results, strict=True)]
+    entry.update({"fit_median_abs_error": round(_median_abs_error(fitted), 4), "fit_cases": len(cases)})
+    return entry
+
+
 def write_profile(case_set: str, csv_name: str, source: str, groups: dict[str, dict[str, Any]]) -> Path:
     path = profile_path(case_set)
     doc = {"name": f"modern-{case_set}", "source": source, "groups": groups}

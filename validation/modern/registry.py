@@ -18,7 +18,9 @@ from validation.modern.profiles import (
     MIN_ATTENTION_FIT_CASES,
     fit_attention_only,
     fit_group,
+    fit_jitter_only,
     load_groups,
+    multi_gpu,
     resolved_scenario,
     write_profile,
 )
@@ -40,7 +42,8 @@ class ModernSet:
     criterion: str = "median"    # how a grid point is chosen: fit-half "median" |error|, "mean_log" |log error|
     #                              or "set_median" (the mean of the member sets' medians; profiles.CRITERIA)
     attention_groups: tuple[str, ...] = ()  # groups fitted on the attention factor alone (profiles.fit_attention_only)
-    fit_elsewhere: tuple[str, ...] = ()  # tags of groups whose fit rows fit another calibration: no framework factor
+    fit_elsewhere: tuple[str, ...] = ()  # tags of groups whose one-GPU fit rows fit another calibration: no GEMM
+    #                                      factor; their multi-GPU fit rows fit sync_jitter alone (profiles.fit_jitter_only)
 
     @property
     def profile_name(self) -> str:
@@ -312,7 +315,17 @@ def fit(name: str, workers: int | None = 2) -> dict[str, dict[str, Any]]:
                                   f"key even): {fitted_rows(cases)}; attention factor only (GEMMs: the catalog's)")
             groups[group] = entry
             continue
-        if len(cases) < 3 or any(tag in group for tag in spec.fit_elsewhere):
+        if any(tag in group for tag in spec.fit_elsewhere):
+            # kernel constants fitted elsewhere on the one-GPU rows: the multi-GPU rows fit the skew alone
+            multi = [c for c in cases if multi_gpu(c)]
+            if len(multi) >= MIN_ATTENTION_FIT_CASES:
+                entry = fit_jitter_only(multi, lambda raws: simulate_many(raws, workers))
+                entry["fitted_on"] = (f"{', '.join(s.csv for s in members)} (validation/data/), fit half (md5 of the "
+                                      f"row key even), multi-GPU rows: {fitted_rows(multi)}; sync_jitter only (kernel "
+                                      "constants: fitted on the one-GPU rows elsewhere)")
+                groups[group] = entry
+            continue
+        if len(cases) < 3:
             continue
         entry = fit_group(cases, lambda raws: simulate_many(raws, workers), identifiable_grid(spec.grid, cases),
                           spec.criterion)
