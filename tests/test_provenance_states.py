@@ -15,7 +15,7 @@ from simulator.cost.provenance import ASSUMED, CALIBRATED, DERIVED, efficiency_p
 from simulator.errors import ConfigError
 from simulator.scenario import load_scenario
 
-DERIVATION_MARKERS = ("(sibling ", "(transferred from ", "; x")
+DERIVATION_MARKERS = ("(sibling ", "(transferred from ", "; x", "(derived by rule from ")
 
 
 def _nodes() -> dict[str, str | dict]:

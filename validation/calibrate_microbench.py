@@ -527,15 +527,78 @@ def triton_heldout_table() -> pd.DataFrame:
 #: 8 GPUs, ZeRO-2, no activation checkpointing, sequence 8192, causal): FA3 on H200, FA4 on B200.
 IN_STEP_MODEL = {"heads": 32, "head_dim": 128, "seq_len": 8192}
 IN_STEP_ACCELERATOR = {"H200 SXM": ("h200-sxm-141g", "fa3"), "B200": ("b200", "auto")}
+#: The Blackwell parts (B200 and its siblings) whose default attention kernel is FlashAttention-4 as
+#: fitted by :func:`fit_fa4_b200`; the siblings carry B200's level (same tensor cores and SFUs per SM).
+BLACKWELL = next(f for f in SIBLINGS if "b200" in f)
+
+
+def _in_step_rows() -> dict[str, tuple[int, float]]:
+    """GPU cell -> (CSV row number, measured TFLOP/s) of the in-training-step attention rows."""
+    df = pd.read_csv(ATTENTION_CSV)
+    return {str(r.gpu): (int(i) + 2, float(r.achieved_tflops)) for i, r in df.iterrows()
+            if "in training step" in str(r["pass"]) and r.gpu in IN_STEP_ACCELERATOR}
+
+
+def in_step_predicted_tflops(accel: Accelerator) -> float:
+    """The simulator's attention TFLOP/s (the file's convention: causal FLOPs halved) for the measured
+    step's attention (:data:`IN_STEP_MODEL`), forward + backward, on ``accel``'s ``attention`` kernel."""
+    from simulator.cost.compute import ComputeModel
+    from workloads.graph import Op
+
+    s, d, heads = IN_STEP_MODEL["seq_len"], IN_STEP_MODEL["head_dim"], IN_STEP_MODEL["heads"]
+    flops = 4.0 * s * s * d * heads  # non-causal forward count; the kernel runs the causal share
+    work = _causal_fraction(s)
+    fwd = Op("flash_attention", "attention", flops, 0, s, s, d, heads, executed_fraction=work)
+    bwd = Op("flash_attention.grad", "attention", 2.5 * flops, 0, s, s, d, heads, executed_fraction=work)
+    model = ComputeModel(accel, "bf16")
+    seconds = model.time_s(fwd) + model.time_s(bwd)
+    return 3.5 * flops * 0.5 / seconds / 1e12
+
+
+@cache
+def fit_fa4_b200() -> AttentionEfficiency:
+    """FlashAttention-4 on B200: FlashAttention-3's H100 kernel shape (:func:`fit_fa3`: saturation
+    lengths, head-size factor, backward/forward ratio) with one level fitted on the one B200 attention
+    row, the FA4 bucket of a measured Llama-3.1-8B step (attention_kernels.csv row 422, 834 TFLOP/s),
+    *relative to* the FA3 bucket of the same step on H200 (row 421, 447 TFLOP/s): the level is the one
+    at which the B200 prediction lies as far above its row as the FA3 kernel's H200 prediction lies
+    above its own (the same harness, model and software on both: whatever a step adds to the kernel
+    cancels in the ratio). One row calibrates one level; nothing is held out (there is no other row)."""
+    from simulator.cost.attention_kernel import with_attention_kernel
+
+    rows = _in_step_rows()
+    (h200_row, h200_tflops), (b200_row, b200_tflops) = rows["H200 SXM"], rows["B200"]
+    h200 = with_attention_kernel(ACCELERATORS.get("h200-sxm-141g"), "fa3", "flash")
+    over = in_step_predicted_tflops(h200) / h200_tflops  # the FA3 kernel's prediction over its step share
+    fa3 = fit_fa3()
+    b200 = ACCELERATORS.get("b200")
+
+    def spec(scale: float) -> AttentionEfficiency:
+        return fa3.model_copy(update={
+            "kernel": "FlashAttention-4", "fwd_efficiency": round(fa3.fwd_efficiency * scale, 4),
+            "bwd_efficiency": round(fa3.bwd_efficiency * scale, 4),
+            "source": (f"FlashAttention-4 on B200: FlashAttention-3's H100 shape (fit_fa3) with its levels x "
+                       f"{scale:.4f}, the one scale at which the B200 step's attention (row {b200_row}, "
+                       f"{b200_tflops:g} TF) is predicted {over - 1:+.1%} as FA3's H200 step (row {h200_row}, "
+                       f"{h200_tflops:g} TF) is (validation/calibrate_microbench.py fit_fa4_b200)"),
+            "fitted_on": (f"validation/data/microbench/attention_kernels.csv row {b200_row} (one level, relative to "
+                          f"row {h200_row}); shape from {fa3.fitted_on.split('csv ')[-1]}"),
+            "assumed": sorted({*fa3.assumed, "causal_half_seq_len", "head_dim_factor"})})
+
+    def miss(scale: float) -> float:
+        b = b200.model_copy(update={"efficiency": b200.efficiency.model_copy(update={"attention": spec(scale)})})
+        return math.log(in_step_predicted_tflops(b) / b200_tflops / over)
+    from scipy.optimize import brentq
+    scale = float(brentq(miss, 0.2, 1.0 / max(fa3.fwd_efficiency, fa3.bwd_efficiency), xtol=1e-6))
+    return spec(scale)
 
 
 def in_step_table() -> pd.DataFrame:
-    """The in-training-step attention rows against the simulator's kernel pricing (a check: such a
-    row is a profiler bucket of a real step, which no spec is fitted on). B200 has no measured
-    attention kernel: its row checks the assumed fallback (GEMM curve x attention_efficiency_factor)."""
+    """The in-training-step attention rows against the simulator's kernel pricing. H200's is a check
+    (such a row is a profiler bucket of a real step, which no H200 spec is fitted on); B200's row is
+    the one B200 FlashAttention-4 level is fitted on (:func:`fit_fa4_b200`), so its error equals
+    H200's by construction and checks nothing."""
     from simulator.cost.attention_kernel import with_attention_kernel
-    from simulator.cost.compute import ComputeModel
-    from workloads.graph import Op
 
     df = pd.read_csv(ATTENTION_CSV)
     out = []
@@ -544,19 +607,13 @@ def in_step_table() -> pd.DataFrame:
             continue
         name, kernel = IN_STEP_ACCELERATOR[r.gpu]
         accel = with_attention_kernel(ACCELERATORS.get(name), kernel, "flash")
-        s, d, heads = IN_STEP_MODEL["seq_len"], IN_STEP_MODEL["head_dim"], IN_STEP_MODEL["heads"]
-        flops = 4.0 * s * s * d * heads  # non-causal forward count; the kernel runs the causal share
-        work = _causal_fraction(s)
-        fwd = Op("flash_attention", "attention", flops, 0, s, s, d, heads, executed_fraction=work)
-        bwd = Op("flash_attention.grad", "attention", 2.5 * flops, 0, s, s, d, heads, executed_fraction=work)
-        model = ComputeModel(accel, "bf16")
-        seconds = model.time_s(fwd) + model.time_s(bwd)
-        pred = 3.5 * flops * 0.5 / seconds / 1e12  # the file's convention: causal FLOPs halved
+        pred = in_step_predicted_tflops(accel)
         out.append({"row": int(i) + 2, "accelerator": name, "kernel": str(r.kernel).split(" (")[0],
                     "measured_tflops": float(r.achieved_tflops), "predicted_tflops": round(pred, 1),
                     "error": pred / float(r.achieved_tflops) - 1,
                     "priced_with": accel.efficiency.attention.kernel if accel.efficiency.attention else
-                    "GEMM curve x attention_efficiency_factor (assumed)"})
+                    "GEMM curve x attention_efficiency_factor (assumed)",
+                    "role": "fitted (one level)" if name in BLACKWELL else "check"})
     return pd.DataFrame(out)
 
 
@@ -566,6 +623,27 @@ def in_step_table() -> pd.DataFrame:
 def _curve(level: float, peak: float) -> list[dict]:
     ratio = peak / A100_BF16_PEAK
     return [{"gflop": float(f"{g * ratio:.4g}"), "efficiency": round(min(1.0, level * s), 4)} for g, s in BASE_SHAPE]
+
+
+#: How the constants no microbenchmark measures carry to Blackwell (no Blackwell end-to-end row exists, by
+#: design). The rule: a step reaches the same *fraction of the part's own measured ceiling* as on the parts
+#: whose steps were measured. In-step GEMMs: the A100's Korthikanti-2022-fitted curve over its MAMF row
+#: (_in_training_factor), the factor H100 carries too, where NeMo's H100 FP8 fit half is matched at
+#: gemm_scale 1.022 (hardware_specs/frameworks/nemo.yaml): applied to B200's own MAMF-fitted curve.
+#: Memory-bound kernels: H100's 0.80 of HBM peak (NeMo's H100 rows are matched with it), not the A100's
+#: Korthikanti-fitted 0.89: carrying the H100 value keeps a B200/H100 prediction ratio the ratio of the parts.
+IN_TRAINING_RULE = ("derived by rule: a step's GEMMs reach the same fraction of this part's own MAMF-fitted curve "
+                    "as the A100's Korthikanti-2022-fitted curve reaches of its MAMF curve (the factor H100 carries; "
+                    "NeMo's H100 FP8 fit half matches it at gemm_scale 1.022); validation/calibrate_microbench.py "
+                    "IN_TRAINING_RULE")
+IN_TRAINING_RULE_FITTED_ON = ("validation/data/korthikanti2022_table4_layer_times.csv (A100 layer times) over "
+                              "validation/data/microbench/gemm_microbench.csv row 3 (A100 MAMF) "
+                              "(derived by rule from a100-sxm-80g)")
+MEMORY_BOUND_RULE = ("derived by rule: H100's fraction of its own HBM peak (0.80, with which NeMo's H100 rows are "
+                     "matched at gemm_scale 1.022) of this part's HBM peak; no memory-bound kernel of a Blackwell "
+                     "part was measured; validation/calibrate_microbench.py MEMORY_BOUND_RULE")
+MEMORY_BOUND_RULE_FITTED_ON = ("hardware_specs/frameworks/nemo.yaml (NeMo H100 FP8 fit half, catalog constants) "
+                               "(derived by rule from h100-sxm-80g)")
 
 
 def efficiency_block(name: str) -> dict:
@@ -600,11 +678,20 @@ def efficiency_block(name: str) -> dict:
         block["misaligned_gemm_factor_source"] = f"H100 torch.bmm d_ff sweep, {fit.misaligned_on}"
     if name in ATTENTION_KERNEL:
         block["attention"] = attention_block(name)
+    if name in BLACKWELL:
+        fa4 = fit_fa4_b200()
+        if name != "b200":
+            fa4 = fa4.model_copy(update={"fitted_on": fa4.fitted_on + " (sibling b200)"})
+        block["attention"] = fa4.model_dump(exclude_defaults=False)
     if name in FA3_ACCELERATORS:
         block["attention_kernels"] = {"fa3": fit_fa3().model_dump(exclude_defaults=False)}
+    if name in BLACKWELL:  # rules carrying the H100-checked constants, stated (no Blackwell end-to-end row)
+        block["in_training_gemm_factor_source"] = IN_TRAINING_RULE
+        block["in_training_gemm_factor_fitted_on"] = IN_TRAINING_RULE_FITTED_ON
     block.update({
         "memory_bound_efficiency": 0.80,
-        "memory_bound_efficiency_source": "assumed (no memory-bound kernel of this accelerator was measured)",
+        "memory_bound_efficiency_source": MEMORY_BOUND_RULE if name in BLACKWELL else
+        "assumed (no memory-bound kernel of this accelerator was measured)",
         "attention_efficiency_factor": 0.70,
         "kernel_launch_overhead_us": 4,
         "overlap_compute_slowdown": 0.0,
@@ -614,6 +701,8 @@ def efficiency_block(name: str) -> dict:
                    "assumed: no GEMM of this accelerator or a sibling was measured; A100 shape, level 0.75"),
         "fitted_on": fitted_on,
     })
+    if name in BLACKWELL:
+        block["memory_bound_efficiency_fitted_on"] = MEMORY_BOUND_RULE_FITTED_ON
     return block
 
 
@@ -768,7 +857,7 @@ def main(argv: list[str] | None = None) -> int:
             print("wrote", write_attention_only(name))
         _load_cached.cache_clear()  # read the specs just written
     in_step = in_step_table()
-    print("\nattention inside a measured training step (checks, nothing fitted on them; the catalog specs):\n"
+    print("\nattention inside a measured training step (H200: a check; B200: the row its FA4 level is fitted on; the catalog specs):\n"
           + in_step.to_string(index=False))
     failed = misses(g, s, a, t, in_step)
     print(f"\ntolerances: GEMM {GEMM_MEDIAN:.0%} / {GEMM_MAX:.0%}, attention {ATTENTION_MEDIAN:.0%} per accelerator / "

@@ -5,7 +5,9 @@ efficiency the compute model uses for a scenario is listed with the data it was 
 (``fitted_on`` in the spec) or as *assumed*. Each entry is in one of three states
 (:func:`provenance_state`): *calibrated* (fitted on named rows measured on this part), *derived*
 (carried from another part or scaled by a ratio: the spec's ``fitted_on`` says from what, e.g.
-"(sibling b200)", "(bf16; x0.958, ...)", "(transferred from dgx-b200 ...)") or *assumed*.
+"(sibling b200)", "(bf16; x0.958, ...)", "(transferred from dgx-b200 ...)", "(derived by rule from
+h100-sxm-80g)": a constant no row of this part measures, carried by the rule the spec's source states)
+or *assumed*.
 ``clustersim simulate`` prints the three lists and ``--json`` carries the whole map
 (``efficiency_provenance``) and the states (``efficiency_states``).
 """
@@ -29,6 +31,7 @@ _SIBLING = re.compile(r"\(sibling ([\w.-]+)\)")  # a sibling die's level (same s
 _RATIO = re.compile(r"\((\w+); x([0-9.]+),")  # another precision's level times a median ratio
 _TRANSFER = re.compile(r"\(transferred from ([\w.-]+)")  # another node's fitted collective laws
 _CARRIED = re.compile(r"\(carried over from ([^)]+)\)")  # a framework profile's entry of another part / precision
+_RULE = re.compile(r"\(derived by rule from ([\w.-]+)\)")  # another part's constant by a stated rule (the source)
 
 
 def gemm_curve_key(scenario: Scenario) -> str:
@@ -152,6 +155,8 @@ def provenance_state(where: str) -> tuple[str, str]:
         return DERIVED, f"{match.group(1)} x 1.00 (transferred; not measured on this node)"
     if match := _CARRIED.search(where):
         return DERIVED, f"{match.group(1)} (carried over; not measured on this part or precision)"
+    if match := _RULE.search(where):
+        return DERIVED, f"{match.group(1)} by rule (the same fraction of this part's own ceiling; the spec's source)"
     return CALIBRATED, ""
 
 
