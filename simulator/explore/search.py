@@ -373,11 +373,9 @@ def search(
     # a replacement simulator (tests), or a ranking the fast path's bounds do not order (time to target,
     # straggler draws): every feasible layout through it (or the engine)
     everything = simulate_fn is not None or rank_by != "tokens_per_s" or stragglers
-    points = []
-    for cand in candidates:
-        point = copy.deepcopy(raw)
-        point["parallelism"] = cand
-        points.append(point)
+    # the candidates share the scenario's other sections (read only: building a scenario copies its
+    # mapping), and so does each chunk the pool pickles
+    points = [{**raw, "parallelism": cand} for cand in candidates]
     with process_pool(workers, dask) as pool:
         # building each layout's scenario and pricing its memory and step-time bound is most of the
         # serial time of a search: the pool does it too (in this process on Dask, which would ship
