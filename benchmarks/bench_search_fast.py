@@ -168,12 +168,15 @@ def main() -> None:
     parser.add_argument("--baseline", type=Path, help="an older checkout to compare each search with")
     parser.add_argument("--repeats", type=int, default=3, help="runs of each search per code with --baseline")
     parser.add_argument("--searches-only", action="store_true", help="no engine timings (Megatron-1T, Llama-3)")
+    parser.add_argument("--only", help="only the searches whose name contains this")
     args = parser.parse_args()
     os.environ["CLUSTERSIM_CACHE"] = "0"
     searches = dict(SEARCHES)
     if args.all:
         searches.update({p.stem: p for p in sorted(EXAMPLES.glob("*.yaml"))})
     for name, path in searches.items():
+        if args.only and args.only not in name:
+            continue
         if args.baseline:
             compare_with_baseline(name, path, args.baseline.resolve(), args.workers, args.repeats)
         else:

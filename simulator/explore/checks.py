@@ -25,19 +25,32 @@ import json
 from typing import Any
 
 from simulator.errors import ConfigError
+from simulator.explore.bounds import passes_key, step_lower_bound_s
+from simulator.memory.analytic import fits as memory_fits
+from simulator.memory.analytic import peak_rank_memory
+from simulator.memory.vectorised import peak_memory
+from simulator.scenario import LayoutVariants, build_scenario, cluster_gpus
 
 _VARIANTS: dict[str, Any] = {}
 _VARIANTS_KEPT = 16
+_LAST: dict[str, Any] = {}  # the sections of the last point and their variants
 
 
 def layout_variants(point: dict[str, Any]):
     """The :class:`~simulator.scenario.LayoutVariants` of ``point`` without its layout (cached per
     process: a search's candidates differ only in ``parallelism``), or None where the mapping
     cannot be built with a trivial layout (then every candidate is built whole)."""
-    from simulator.scenario import LayoutVariants, cluster_gpus
-
     rest = {k: v for k, v in point.items() if k != "parallelism"}
+    # a search's points share these sections (and a pickled chunk of them does again): known by identity
+    same = _LAST.get("rest")
+    if same is not None and same.keys() == rest.keys() and all(same[k] is v for k, v in rest.items()):
+        return _LAST["variants"]
     key = json.dumps(rest, sort_keys=True, default=str)
+    _LAST.update(rest=rest, variants=_variants_of(key, rest))
+    return _LAST["variants"]
+
+
+def _variants_of(key: str, rest: dict[str, Any]):
     if key in _VARIANTS:
         return _VARIANTS[key]
     probe = copy.deepcopy(rest)
@@ -55,8 +68,6 @@ def layout_variants(point: dict[str, Any]):
 
 def build_layout(point: dict[str, Any], reference: bool = False):
     """``build_scenario(point)`` (raises its ConfigError), the layout alone resolved unless ``reference``."""
-    from simulator.scenario import build_scenario
-
     variants = None if reference else layout_variants(point)
     if variants is None:
         return build_scenario(point)
@@ -66,11 +77,7 @@ def build_layout(point: dict[str, Any], reference: bool = False):
 def layout_memory(scenario, reference: bool = False):
     """(peak stage, its breakdown, every stage's): the spmd memory model."""
     if reference:
-        from simulator.memory.analytic import peak_rank_memory
-
         return peak_rank_memory(scenario)
-    from simulator.memory.vectorised import peak_memory
-
     return peak_memory(scenario)
 
 
@@ -82,7 +89,6 @@ def check_layout(point: dict[str, Any], max_memory_gib: float | None, simulate: 
     ``template`` row it gets if it is not timed. Runs in the search's worker processes."""
     from simulator.explore.search import _work_estimate, rows_template
     from simulator.explore.sweep import empty_result
-    from simulator.memory.analytic import fits as memory_fits
     from simulator.simulate import run_identity
 
     try:
@@ -106,8 +112,6 @@ def check_layout(point: dict[str, Any], max_memory_gib: float | None, simulate: 
         return {"row": row}
     bound_s = None
     if want_bound:
-        from simulator.explore.bounds import passes_key, step_lower_bound_s
-
         bound_s = step_lower_bound_s(sc, key=None if reference else passes_key(point))
     return {"work": _work_estimate(sc), "tokens": sc.parallelism.global_batch_size * (sc.seq_length or 1),
             "bound_s": bound_s, "template": rows_template(sc, (stage, peak, per_stage))}

@@ -376,6 +376,8 @@ def search(
     # the candidates share the scenario's other sections (read only: building a scenario copies its
     # mapping), and so does each chunk the pool pickles
     points = [{**raw, "parallelism": cand} for cand in candidates]
+    import simulator.explore.checks  # noqa: F401 - once here, not in each worker after the fork
+
     with process_pool(workers, dask) as pool:
         # building each layout's scenario and pricing its memory and step-time bound is most of the
         # serial time of a search: the pool does it too (in this process on Dask, which would ship

@@ -32,6 +32,7 @@ from simulator.strategies.spmd.split import chunk_counts
 
 _GRAPH_ARRAYS: dict[int, tuple] = {}
 _KEPT = 64
+_STATES_CHECKED: set[tuple] = set()
 
 
 def _graph_arrays(graph, recompute: str) -> dict:
@@ -178,8 +179,11 @@ def _in_flight(schedule: str, pp: int, m: int, v: int) -> np.ndarray:
 def _states(params: np.ndarray, zero_stage: int, dp: int, precision: str, optimizer: str, grad_bytes: float,
             fp32_params: bool) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     """:func:`~simulator.memory.analytic.model_state_bytes` of every stage's parameters."""
-    model_state_bytes(0.0, zero_stage, dp, precision, optimizer, grad_bytes, fp32_params)  # its checks
-    if not np.all(np.isfinite(params)) or np.any(params < 0):
+    settings = (zero_stage, dp, precision, optimizer, grad_bytes, fp32_params)
+    if settings not in _STATES_CHECKED:
+        model_state_bytes(0.0, *settings)  # its checks of the settings
+        _STATES_CHECKED.add(settings)
+    if not (params.min() >= 0 and np.isfinite(params.max())):
         bad = params[~np.isfinite(params) | (params < 0)][0]
         raise ConfigError("num_params", f"must be a non-negative finite number, got {bad}")
     bpp = bytes_per_param(precision, optimizer, fp32_params)
