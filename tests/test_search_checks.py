@@ -7,14 +7,22 @@ from __future__ import annotations
 
 import copy
 import math
+from pathlib import Path
 
 import pytest
 
 from simulator.errors import ConfigError
 from simulator.explore.checks import build_layout, check_layout
-from simulator.explore.search import SearchConstraints, prepare
+from simulator.explore.search import SearchConstraints, SearchSpace, prepare
 from simulator.scenario import build_scenario
-from tests.test_search_bounds import CASES
+from tests.test_search_bounds import CASES as BOUND_CASES
+
+EXAMPLES = Path(__file__).resolve().parents[1] / "examples"
+CASES = {**BOUND_CASES,
+         # training.framework: torchtitan fills layout fields the mapping leaves out (its profile's fitted_with)
+         "torchtitan-llama3-8b": (EXAMPLES / "llama3-8b-torchtitan-sac-h100.yaml", [], None,
+                                  SearchSpace(micro_batch_size=[1], virtual_stages=[1], recompute=["none", "full"],
+                                              zero_stage=[0, 3]))}
 
 # a space with layouts that fail validation in every way a search meets (pydantic included: a
 # micro-batch of 0 is not enumerated by a search, but a caller's mapping may hold one)
@@ -26,7 +34,9 @@ def _points(case: str) -> list[dict]:
     source, overrides, gpus, space = CASES[case]
     raw, _, candidates = prepare(str(source) if source else None, overrides, gpus, space, SearchConstraints())
     points = []
-    for cand in candidates + [{**candidates[0], **extra} for extra in EXTRA_POINTS]:
+    # and a layout given in part (the rest from defaults, or from a framework profile's settings)
+    partial = {k: candidates[0][k] for k in ("tp", "pp", "dp", "micro_batch_size", "global_batch_size")}
+    for cand in candidates + [{**candidates[0], **extra} for extra in EXTRA_POINTS] + [partial]:
         point = copy.deepcopy(raw)
         point["parallelism"] = cand
         points.append(point)
@@ -65,7 +75,8 @@ def test_scenarios_and_errors_as_built_whole(case):
 @pytest.mark.parametrize("case", sorted(CASES))
 def test_checks_as_the_reference(case):
     points = _points(case)
-    for point in points[:-len(EXTRA_POINTS)][::2] + points[-len(EXTRA_POINTS):]:
+    extra = len(EXTRA_POINTS) + 1
+    for point in points[:-extra][::2] + points[-extra:]:
         fast = check_layout(point, None, True, True)
         reference = check_layout(point, None, True, True, reference=True)
         _same(fast, reference)

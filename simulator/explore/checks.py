@@ -8,7 +8,8 @@ step-time lower bound (simulator/explore/bounds.py) that orders and prunes the t
 bounds; priced one by one they cost as much CPU as the 24 engine runs of the search. Here:
 
 - the scenario mapping is validated once per search and each candidate only validates and resolves
-  its layout (:class:`simulator.scenario.LayoutVariants`: the same Scenario, the same errors);
+  its layout (:class:`simulator.scenario.LayoutVariants`: the same Scenario, the same errors; not
+  under a ``training.framework`` profile, which fills layout fields a mapping leaves out);
 - the memory model prices every pipeline stage at once (simulator/memory/vectorised.py: the same
   numbers as ``rank_memory``, stage by stage);
 - the bound's chunk passes are priced once per distinct pass (simulator/explore/bounds.py).
@@ -24,6 +25,7 @@ import copy
 import json
 from typing import Any
 
+from hardware_specs.framework import DEFAULT_FRAMEWORK
 from simulator.errors import ConfigError
 from simulator.explore.bounds import passes_key, step_lower_bound_s
 from simulator.memory.analytic import fits as memory_fits
@@ -53,6 +55,12 @@ def layout_variants(point: dict[str, Any]):
 def _variants_of(key: str, rest: dict[str, Any]):
     if key in _VARIANTS:
         return _VARIANTS[key]
+    training = rest.get("training")
+    if isinstance(training, dict) and training.get("framework", DEFAULT_FRAMEWORK) != DEFAULT_FRAMEWORK:
+        # a framework's profile fills the settings a mapping leaves out, layout fields among them (and
+        # records which): every candidate is built whole
+        _VARIANTS[key] = None
+        return None
     probe = copy.deepcopy(rest)
     try:
         n = (probe.get("cluster") or {}).get("num_gpus") or cluster_gpus(probe)
