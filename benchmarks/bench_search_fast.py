@@ -12,13 +12,15 @@ Reports, with the on-disk cache off:
 
     python benchmarks/bench_search_fast.py [--workers 2] [--all] [--check-ranking]
     python benchmarks/bench_search_fast.py --baseline /path/to/old/checkout [--repeats 3] [--searches-only]
+    python benchmarks/bench_search_fast.py --checks-ab [--repeats 3] [--searches-only] [--only gpt3]
 
 - the per-candidate checks of each search (simulator/explore/checks.py: scenario, memory, bound) in
   this process, as they were (``reference``) and as they are: CPU seconds and layouts per CPU-second;
 - ``--baseline DIR``: each search run alternately by the code in DIR (an older checkout: a git
   worktree of the commit to compare with) and by this one, each in a fresh process (imports not
   counted), ``--repeats`` times: the median wall and CPU seconds of each, and layouts per wall second
-  and per CPU-second, before and after, measured in one run.
+  and per CPU-second, before and after, measured in one run; ``--checks-ab``: the same with this code
+  and its per-candidate checks as they were (simulator/explore/checks.py ``reference``) as "before".
 
 On a machine shared with other work, compare CPU seconds and ratios, not wall times.
 """
@@ -90,6 +92,10 @@ _ONE_SEARCH = """
 import json, os, resource, sys, time
 os.environ["CLUSTERSIM_CACHE"] = "0"
 from simulator.explore.search import search, summarize
+if len(sys.argv) > 3 and sys.argv[3] == "reference":  # this code with the per-candidate checks as they were
+    import functools
+    import simulator.explore.checks as checks
+    checks.check_layout = functools.partial(checks.check_layout, reference=True)
 def cpu():
     a, b = resource.getrusage(resource.RUSAGE_SELF), resource.getrusage(resource.RUSAGE_CHILDREN)
     return a.ru_utime + a.ru_stime + b.ru_utime + b.ru_stime
@@ -102,21 +108,23 @@ print(json.dumps({"wall_s": wall, "cpu_s": used, "layouts": s["layouts"], "engin
 """
 
 
-def one_search(code: Path, path: Path, workers: int) -> dict:
+def one_search(code: Path, path: Path, workers: int, checks: str = "now") -> dict:
     env = {**os.environ, "PYTHONPATH": str(code), "CLUSTERSIM_CACHE": "0"}
-    out = subprocess.run([sys.executable, "-c", _ONE_SEARCH, str(path), str(workers)], cwd=code, env=env,
+    out = subprocess.run([sys.executable, "-c", _ONE_SEARCH, str(path), str(workers), checks], cwd=code, env=env,
                          capture_output=True, text=True, check=True)
     return json.loads(out.stdout.strip().splitlines()[-1])
 
 
-def compare_with_baseline(name: str, path: Path, baseline: Path, workers: int, repeats: int) -> None:
-    """The search by the baseline's code and by this one, alternately, ``repeats`` times each."""
+def compare_with_baseline(name: str, path: Path, baseline: Path | None, workers: int, repeats: int) -> None:
+    """The search by the baseline's code and by this one, alternately, ``repeats`` times each; without a
+    baseline, this code with the per-candidate checks as they were (``reference``) and as they are."""
     here = Path(__file__).resolve().parents[1]
     runs: dict[str, list[dict]] = {"before": [], "after": []}
     for _ in range(repeats):
-        runs["before"].append(one_search(baseline, path, workers))
+        runs["before"].append(one_search(baseline or here, path, workers, "now" if baseline else "reference"))
         runs["after"].append(one_search(here, path, workers))
-    print(f"\n{name}: before = {baseline}, after = {here} ({repeats} runs each, alternating; medians)")
+    before = baseline or "this code, reference checks"
+    print(f"\n{name}: before = {before}, after = {here} ({repeats} runs each, alternating; medians)")
     for label, got in runs.items():
         wall = statistics.median(r["wall_s"] for r in got)
         cpu = statistics.median(r["cpu_s"] for r in got)
@@ -166,6 +174,8 @@ def main() -> None:
     parser.add_argument("--all", action="store_true", help="every scenario in examples/, not only two")
     parser.add_argument("--check-ranking", action="store_true", help="also run each search with the engine everywhere")
     parser.add_argument("--baseline", type=Path, help="an older checkout to compare each search with")
+    parser.add_argument("--checks-ab", action="store_true",
+                        help="like --baseline, with this code's reference checks as the baseline")
     parser.add_argument("--repeats", type=int, default=3, help="runs of each search per code with --baseline")
     parser.add_argument("--searches-only", action="store_true", help="no engine timings (Megatron-1T, Llama-3)")
     parser.add_argument("--only", help="only the searches whose name contains this")
@@ -177,8 +187,9 @@ def main() -> None:
     for name, path in searches.items():
         if args.only and args.only not in name:
             continue
-        if args.baseline:
-            compare_with_baseline(name, path, args.baseline.resolve(), args.workers, args.repeats)
+        if args.baseline or args.checks_ab:
+            compare_with_baseline(name, path, args.baseline.resolve() if args.baseline else None, args.workers,
+                                  args.repeats)
         else:
             run_search(name, path, args.workers, args.check_ranking)
         checks_cpu(name, path)
