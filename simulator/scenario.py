@@ -586,6 +586,13 @@ def _check_precision(training: TrainingSpec, accelerator: Accelerator, field_pre
         # default an FP8 file often spells out, stays allowed so that --set training.precision=bf16 compares)
         raise ConfigError("training.fp8_recipe", f"applies to precision fp8 only, got {training.precision} "
                                                  "(nothing would run in FP8; drop it or set training.precision=fp8)")
+    default_gemms = TrainingSpec.model_fields["fp8_gemms"].default_factory()
+    if training.precision != "fp8" and "fp8_gemms" in training.model_fields_set \
+            and sorted(training.fp8_gemms) != sorted(default_gemms):
+        # a choice of FP8 GEMM classes would be ignored as a recipe would (the default spelled out stays allowed)
+        raise ConfigError("training.fp8_gemms", f"{training.fp8_gemms} applies to precision fp8 only, got "
+                                                f"{training.precision} (nothing would run in FP8; drop it or set "
+                                                "training.precision=fp8)")
     recipe = training.fp8_recipe
     if training.precision == "fp8" and recipe == "blockwise" and "fp8_block" not in accelerator.efficiency.gemm_curves \
             and accelerator.name not in BLOCKWISE_FP8_KERNELS:

@@ -348,7 +348,7 @@ def simulate(scenario: Scenario, mode: str | None = None, detail: bool = False,
         simulated_peak_memory_gib=memory_peaks,
         memory_series_bytes=memory_series,
         actor_stage=actor_stage,
-        tokens_per_step=par.global_batch_size * scenario.seq_length if scenario.seq_length else None,
+        tokens_per_step=par.global_batch_size * tokens if (tokens := _tokens_per_sample(scenario)) else None,
         samples_per_step=par.global_batch_size,
         sample=getattr(model, "sample", "sequence"),
         model_flops_per_step=flops.model_flops,
@@ -406,6 +406,12 @@ def _unsharded_graph(scenario: Scenario):
     return scenario.model.layer_graph(ShardShape(micro_batch=1, seq_length=scenario.seq_length or 1,
                                                  precision=scenario.training.precision,
                                                  flash_attention=scenario.training.attention == "flash"))
+
+
+def _tokens_per_sample(scenario: Scenario) -> int | None:
+    """The sequence length, or the tokens a network cuts a sample into (a ViT's patches and class
+    token); None where the model has no token sequence (a CNN)."""
+    return scenario.seq_length or getattr(scenario.model, "tokens_per_sample", None)
 
 
 def _total_params(scenario: Scenario) -> int:

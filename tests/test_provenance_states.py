@@ -11,7 +11,14 @@ import sys
 import pytest
 
 from hardware_specs.catalog import ACCELERATORS, NODES
-from simulator.cost.provenance import ASSUMED, CALIBRATED, DERIVED, efficiency_provenance, provenance_state
+from simulator.cost.provenance import (
+    ASSUMED,
+    CALIBRATED,
+    DERIVED,
+    STATED,
+    efficiency_provenance,
+    provenance_state,
+)
 from simulator.errors import ConfigError
 from simulator.scenario import load_scenario
 
@@ -54,13 +61,15 @@ def test_the_runs_cover_every_catalog_node_and_accelerator():
 def test_every_reported_efficiency_is_in_one_honest_state(node, precision, provenance):
     for component, where in provenance.items():
         state, source = provenance_state(where)
-        assert state in (CALIBRATED, DERIVED, ASSUMED)
+        assert state in (CALIBRATED, DERIVED, STATED, ASSUMED)
         marked = any(marker in where for marker in DERIVATION_MARKERS)
         if state == CALIBRATED:  # names the data it was fitted on, and none of the "carried from" markers
             assert not marked, (component, where)
             assert "validation/" in where or ".csv" in where, (component, where)
         elif state == DERIVED:  # says from what part or ratio
             assert marked and source, (component, where)
+        elif state == STATED:  # a datasheet or external figure: the spec's source, no fit of this project
+            assert where.startswith("stated in the spec: ") and not marked, (component, where)
         else:
             assert where == ASSUMED
 
@@ -78,6 +87,17 @@ def test_levels_carried_from_another_part_are_derived_and_say_from_which():
     assert _state("gb200-nvl72", "intra_node_collectives")[1].startswith("dgx-b200")
     assert _state("dgx-b200", "gemm_fp8")[0] == CALIBRATED  # B200's own rows
     assert _state("dgx-b200", "intra_node_collectives")[0] == CALIBRATED
+
+
+@pytest.mark.parametrize("node", ["gb200-nvl72", "dgx-b200", "dgx-h100", "hgx-h200"])
+def test_datasheet_collectives_are_stated_not_calibrated(node):
+    """issue 23: a node's cross-node link rate from its datasheet printed as "calibrated (fitted on rows
+    measured on this part)"; it is a stated figure."""
+    scenario = load_scenario({"model": "gpt-1.7b", "cluster": {"node": node, "num_gpus": 128},
+                              "parallelism": {"tp": 8, "pp": 1}})
+    where = efficiency_provenance(scenario)["inter_node_collectives"]
+    assert where.startswith("stated in the spec: NVIDIA ") and "datasheet" in where
+    assert provenance_state(where) == (STATED, "")
 
 
 def test_simulate_prints_the_three_states():

@@ -705,6 +705,8 @@ def _main(argv: list[str] | None = None) -> int:
                         help="ignore validation/profiles/ (plain memory model, catalog efficiencies)")
     parser.add_argument("--csv", metavar="PREFIX", help="write PREFIX_<set>.csv: predicted vs measured per run")
     args = parser.parse_args(argv)
+    misses = []   # judged on the held-out half with the fitted profiles (what the targets are set on)
+    judged = args.split == "heldout" and not args.uncalibrated
     for name in ("hagemann", "ultrascale"):
         if args.set not in (name, "both"):
             continue
@@ -719,6 +721,9 @@ def _main(argv: list[str] | None = None) -> int:
             print(f"OOM classification, {label} ({oom['n']}): {100 * oom['accuracy']:.1f}% right "
                   f"(target {100 * TARGET_OOM_ACCURACY:.0f}%), confusion {oom['confusion']}, "
                   f"{oom['invalid']} invalid layouts")
+            if judged and label == "held-out" and oom["accuracy"] < TARGET_OOM_ACCURACY:
+                misses.append(f"{name} held-out OOM classification {100 * oom['accuracy']:.1f}% < "
+                              f"{100 * TARGET_OOM_ACCURACY:.0f}%")
             mem = memory_error(oom, part)
             if mem["n"]:
                 print(f"   peak memory vs measured, {label} ({mem['n']} runs): median |error| {100 * mem['median']:.1f}%, "
@@ -731,6 +736,8 @@ def _main(argv: list[str] | None = None) -> int:
               f"median |error| of tokens/s/GPU {100 * rank['median_abs_error']:.1f}%, "
               f"{rank['unpredicted']} measured runs predicted infeasible; ranked by their simulated rate whatever "
               f"the memory verdict: {rank['mean_spearman_if_run']:.3f}")
+        if judged and not rank["mean_spearman"] >= TARGET_SPEARMAN:
+            misses.append(f"{name} held-out mean Spearman {rank['mean_spearman']:.3f} < {TARGET_SPEARMAN}")
         for group, rho in sorted(rank["groups"].items(), key=lambda kv: str(kv[0])):
             print(f"   {group}: {rho:.3f}")
         if name == "ultrascale":
@@ -748,7 +755,11 @@ def _main(argv: list[str] | None = None) -> int:
                       f"{100 * part_errs['err'].median():6.1f}%; sweep consistency {floor}")
         if args.csv:
             rank["table"].to_csv(f"{args.csv}_{name}.csv", index=False)
-    return 0
+    for miss in misses:
+        print(f"MISS: {miss}")
+    if judged:
+        print("FAIL" if misses else "PASS")
+    return 1 if misses else 0
 
 
 if __name__ == "__main__":

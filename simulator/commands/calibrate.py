@@ -42,15 +42,18 @@ def run(args) -> int:
 
     if args.world_size < 1:
         raise ConfigError("--world-size", "must be at least 1")
-    if args.out:
-        from simulator.report.output_path import check_output_path
+    from simulator.report.output_path import check_output_folder, check_output_path
 
+    if args.out:
         check_output_path(args.out, "--out")
     if args.source:
         folder = Path(args.source)
         if not folder.is_dir():
             raise ConfigError("--from", f"folder not found: {folder}")
+        if not args.out:  # the profile goes into the --from folder
+            check_output_path(folder / "profile.yaml", "--out (default: --from DIR/profile.yaml)")
     else:
+        check_output_folder(args.dir, "--dir")
         try:
             import torch  # noqa: F401
         except ImportError:

@@ -48,6 +48,10 @@ def run(args) -> int:
             raise ConfigError("--option", f"expected key=value, got {item!r}")
         key, text = (part.strip() for part in item.split("=", 1))
         options[key] = yaml.safe_load(text)
+    if args.out:  # checked before the planner runs, as simulate --trace is
+        from simulator.report.output_path import check_output_path
+
+        check_output_path(args.out, "--out")
     raw, base = load_raw(args.scenario)
     raw = absolutize(apply_overrides(raw, args.overrides), base)
     if args.gpus is not None:

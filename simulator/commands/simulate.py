@@ -43,6 +43,25 @@ def _trace_ranks(text: str | None) -> list[int] | None:
     return ranks
 
 
+def memory_series(result) -> dict[str, list[list[float]]] | None:
+    """The engine's memory over time per rank class, as ``[time_s, bytes]`` change points (the
+    bytes held from that time on; the first point is the rank's base: weights, gradients, optimizer
+    state). None where no series was simulated (a folded steady state, a plan that does not fit)."""
+    if not result.memory_series_bytes:
+        return None
+    out = {}
+    for actor, series in result.memory_series_bytes.items():
+        points: list[list[float]] = []
+        for t, held in series:
+            point = [round(float(t), 12), round(float(held))]
+            if points and points[-1][0] == point[0]:
+                points[-1] = point   # several changes at one instant: the last holds
+            elif not points or points[-1][1] != point[1]:
+                points.append(point)
+        out[actor] = points
+    return out
+
+
 def run(args) -> int:
     from simulator.cost.provenance import (
         assumed_components,
@@ -81,7 +100,9 @@ def run(args) -> int:
     if args.trace:
         write_chrome_trace(result, args.trace, ranks, summary=args.trace_summary)
     if args.json:
-        print(json.dumps(finite_json(result.to_dict()), indent=2, default=str, allow_nan=False))
+        doc = result.to_dict()
+        doc["memory_series_bytes"] = memory_series(result)
+        print(json.dumps(finite_json(doc), indent=2, default=str, allow_nan=False))
     else:
         print(render_table(result))
         if args.trace:

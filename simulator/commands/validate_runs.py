@@ -74,6 +74,9 @@ def _runs_folder(args, profile: Path) -> Path:
         return folder
     folder = args.dir
     if args.rerun or not (folder / "training" / "runs.json").is_file():
+        from simulator.report.output_path import check_output_folder
+
+        check_output_folder(folder, "--dir")
         try:
             import torch  # noqa: F401
         except ImportError:

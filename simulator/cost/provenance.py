@@ -2,13 +2,14 @@
 
 A user who asks about hardware the project holds no measurement of must be told so: every
 efficiency the compute model uses for a scenario is listed with the data it was fitted on
-(``fitted_on`` in the spec) or as *assumed*. Each entry is in one of three states
+(``fitted_on`` in the spec) or as *assumed*. Each entry is in one of four states
 (:func:`provenance_state`): *calibrated* (fitted on named rows measured on this part), *derived*
 (carried from another part or scaled by a ratio: the spec's ``fitted_on`` says from what, e.g.
 "(sibling b200)", "(bf16; x0.958, ...)", "(transferred from dgx-b200 ...)", "(derived by rule from
-h100-sxm-80g)": a constant no row of this part measures, carried by the rule the spec's source states)
-or *assumed*.
-``clustersim simulate`` prints the three lists and ``--json`` carries the whole map
+h100-sxm-80g)": a constant no row of this part measures, carried by the rule the spec's source states),
+*stated* (a figure the spec takes from a datasheet or another external source, its ``source`` field,
+that no fit of this project checked: a node's link rate times its collective efficiency) or *assumed*.
+``clustersim simulate`` prints the four lists and ``--json`` carries the whole map
 (``efficiency_provenance``) and the states (``efficiency_states``).
 """
 
@@ -24,7 +25,9 @@ from simulator.scenario import BLOCKWISE_FP8_KERNELS, Scenario
 ASSUMED = "assumed"
 CALIBRATED = "calibrated"
 DERIVED = "derived"
-STATES = (CALIBRATED, DERIVED, ASSUMED)
+STATED = "stated"   # a datasheet or external figure written into the spec, not fitted by this project
+STATES = (CALIBRATED, DERIVED, STATED, ASSUMED)
+_STATED_PREFIX = "stated in the spec: "
 
 # the markers hardware_specs/*.yaml write into a ``fitted_on`` that was not measured on the part itself
 _SIBLING = re.compile(r"\(sibling ([\w.-]+)\)")  # a sibling die's level (same silicon, other board/power)
@@ -135,7 +138,7 @@ def _has_grouped_convolutions(model) -> bool:
 
 def _stated(source: str) -> str:
     """A hand-written spec's provenance: "assumed" where its source says a figure is assumed."""
-    return ASSUMED if "assum" in source.lower() else f"stated in the spec: {source}"
+    return ASSUMED if "assum" in source.lower() else f"{_STATED_PREFIX}{source}"
 
 
 def assumed_components(provenance: dict[str, str]) -> list[str]:
@@ -144,9 +147,12 @@ def assumed_components(provenance: dict[str, str]) -> list[str]:
 
 def provenance_state(where: str) -> tuple[str, str]:
     """(state, from what) for one provenance entry: ``("derived", "b200 x 1.00 (sibling level)")``,
-    ``("derived", "bf16 x 0.958")``, ``("calibrated", "")`` or ``("assumed", "")``."""
+    ``("derived", "bf16 x 0.958")``, ``("stated", "")`` (the source is the entry itself),
+    ``("calibrated", "")`` or ``("assumed", "")``."""
     if where == ASSUMED:
         return ASSUMED, ""
+    if where.startswith(_STATED_PREFIX):
+        return STATED, ""
     if match := _SIBLING.search(where):
         return DERIVED, f"{match.group(1)} x 1.00 (its fraction of peak; no row on this part)"
     if match := _RATIO.search(where):
@@ -161,7 +167,7 @@ def provenance_state(where: str) -> tuple[str, str]:
 
 
 def efficiency_states(provenance: dict[str, str]) -> dict[str, str]:
-    """Component -> "calibrated", "derived: <from what>" or "assumed" (what the output prints)."""
+    """Component -> "calibrated", "derived: <from what>", "stated" or "assumed" (what the output prints)."""
     out = {}
     for name, where in provenance.items():
         state, source = provenance_state(where)

@@ -293,9 +293,9 @@ def prepare(source, overrides, num_gpus, space: SearchSpace, constraints: Search
     from simulator.strategies.spmd.layout import Parallelism
 
     raw, base_dir = load_raw(source)
-    if rank_by == "time_to_target_s" and not raw.get("convergence"):
-        raise ConfigError("--rank-by", "time_to_target_s needs the scenario's convergence: block")
     raw = absolutize(apply_overrides(raw, overrides or []), base_dir)
+    if rank_by == "time_to_target_s" and not raw.get("convergence"):  # after --set: it may give the block
+        raise ConfigError("--rank-by", "time_to_target_s needs the scenario's convergence: block")
     if raw.get("co_located_jobs"):
         from simulator.colocation.spec import refuse_co_located
 
@@ -313,7 +313,13 @@ def prepare(source, overrides, num_gpus, space: SearchSpace, constraints: Search
     n_probe = (probe.get("cluster") or {}).get("num_gpus") or cluster_gpus(probe)
     probe["parallelism"] = {"global_batch_size": n_probe if isinstance(n_probe, int) and n_probe > 0 else 1}
     scenario = build_scenario(probe)
-    layers = len(scenario.layer_graph().pipelined)  # what a pipeline splits (a transformer's blocks)
+    graph = scenario.layer_graph()
+    layers = len(graph.pipelined)  # what a pipeline splits (a transformer's blocks)
+    if "selective" in space.recompute and not any(op.recompute_class in ("attention_core", "selective")
+                                                  for layer in graph.layers for op in layer.forward):
+        # nothing to re-run selectively (a CNN has no attention core): "selective" is "none" here
+        space = space.model_copy(update={"recompute": list(dict.fromkeys(
+            "none" if r == "selective" else r for r in space.recompute))})
     # the NVLink reach (the node, or an NVL72 rack; on a mixed cluster the smallest group's)
     per_node, n = min(g.node.domain_gpus for g in scenario.groups), scenario.num_gpus
     # Everything of the scenario's layout that the search does not vary is kept (batch, buckets, overlap knobs).

@@ -88,7 +88,9 @@ class SimulationResult:
         return self.samples_per_step / self.step_time_s if self.step_time_s else None
 
     def _tflops_per_gpu(self, flops: float) -> float | None:
-        if not self.step_time_s:
+        """None where there is no step time or no counted FLOPs (a measured profile counts none:
+        a 0.0 would read as a result)."""
+        if not self.step_time_s or not flops:
             return None
         return flops / (self.step_time_s * self.num_gpus) / 1e12
 
@@ -308,6 +310,17 @@ def _reliability_lines(rel: dict[str, Any]) -> list[str]:
     return lines
 
 
+def _flop_lines(result: SimulationResult) -> list[str]:
+    """TFLOP/s and MFU, or n/a with the reason where the model counts no FLOPs."""
+    if result.step_time_s and not result.model_flops_per_step:
+        why = "n/a (the model counts no FLOPs: a measured per-layer profile gives times only)"
+        return [f"  TFLOP/s/GPU    {why}", "  MFU / HFU      n/a"]
+    return [f"  TFLOP/s/GPU    {_fmt(result.model_tflops_per_gpu, '.1f')} model, "
+            f"{_fmt(result.hardware_tflops_per_gpu, '.1f')} hardware (peak {result.peak_tflops_per_gpu:g})",
+            f"  MFU / HFU      {_fmt(result.mfu and result.mfu * 100, '.1f', '%')} / "
+            f"{_fmt(result.hfu and result.hfu * 100, '.1f', '%')}"]
+
+
 def render_table(result: SimulationResult) -> str:
     """A readable summary for the terminal."""
     par = result.parallelism
@@ -328,11 +341,10 @@ def render_table(result: SimulationResult) -> str:
             f" (mean of {result.steps} steps: {', '.join(f'{t:.3f}' for t in result.step_times_s[:8])}"
             f"{', ...' if result.steps > 8 else ''} s)" if result.steps > 1 else ""),
         f"  samples/s      {_fmt(result.samples_per_s, ',.1f')} ({result.sample}s)",
-        *([f"  tokens/s       {_fmt(result.tokens_per_s, ',.0f')}"] if result.tokens_per_step else []),
-        f"  TFLOP/s/GPU    {_fmt(result.model_tflops_per_gpu, '.1f')} model, "
-        f"{_fmt(result.hardware_tflops_per_gpu, '.1f')} hardware (peak {result.peak_tflops_per_gpu:g})",
-        f"  MFU / HFU      {_fmt(result.mfu and result.mfu * 100, '.1f', '%')} / "
-        f"{_fmt(result.hfu and result.hfu * 100, '.1f', '%')}",
+        *([f"  tokens/s       {_fmt(result.tokens_per_s, ',.0f')}" + (
+            f" ({result.tokens_per_step // result.samples_per_step} tokens per {result.sample})"
+            if result.sample == "image" and result.samples_per_step else "")] if result.tokens_per_step else []),
+        *_flop_lines(result),
     ]
     if result.extra.get("stragglers"):
         extra = result.extra
@@ -389,14 +401,17 @@ def render_table(result: SimulationResult) -> str:
         lines.append(f"    {'simulated peak':<16} {max(peaks.values()):10.2f} GiB (memory over time; per rank: {shown})")
     provenance = result.extra.get("efficiency_provenance")
     if provenance:
-        from simulator.cost.provenance import ASSUMED, CALIBRATED, DERIVED, provenance_state
+        from simulator.cost.provenance import ASSUMED, CALIBRATED, DERIVED, STATED, provenance_state
 
         states = {k: provenance_state(v) for k, v in provenance.items()}
         calibrated = [k for k, (state, _) in states.items() if state == CALIBRATED]
         derived = [f"{k} ({source})" for k, (state, source) in states.items() if state == DERIVED]
+        stated = [k for k, (state, _) in states.items() if state == STATED]
         assumed = [k for k, (state, _) in states.items() if state == ASSUMED]
         lines += ["", "  efficiencies   calibrated (fitted on rows measured on this part): " + (", ".join(calibrated) or "none"),
                   "                 derived (from another part or a ratio): " + (", ".join(derived) or "none"),
+                  *(["                 stated (a datasheet or external figure, not fitted here): " + ", ".join(stated)]
+                    if stated else []),
                   "                 ASSUMED (not measured): " + (", ".join(assumed) or "none")]
     lines += [f"  WARNING: {text}" for text in result.extra.get("warnings", ())]
     return "\n".join(lines)

@@ -57,7 +57,16 @@ PIPEDREAM_KINDS = (  # description prefix -> layer kind
     ("EmuBidirLSTM", "lstm"), ("RecurrentAttention", "attention"), ("Embedding", "embedding"),
     ("LayerNorm", "layernorm"), ("Softmax", "softmax"), ("View", "flatten"), ("Size", "flatten"),
     ("Flatten", "flatten"), ("GELU", "activation"), ("Tanh", "activation"), ("Sigmoid", "activation"),
+    ("__getitem__", "other"),   # PipeDream's tuple indexing (LSTM outputs): no kernel
 )
+# A description written as a leaf module call, ``Name(args)``, names a PyTorch module kind; a bare name
+# (DAPPLE's ``cell_3``, ``layer_12``, ``Prediction``) or a container module's repr listing its
+# submodules (``Classifier(  (classifier): Linear(...))``) is a block measured as a whole.
+_MODULE_CALL = re.compile(r"^(?P<kind>[A-Za-z_][\w.]*)\(")
+_SUBMODULE = re.compile(r"\(\w+\): [A-Za-z_]")
+DEEPPOOL_KINDS = {"conv2d": "conv2d", "maxPool2d": "maxpool", "avgPool2d": "avgpool", "adAvgPool2d": "adaptive_avgpool",
+                  "ReLU2d": "relu", "ReLU1d": "relu", "linear": "linear", "flatten": "flatten", "concat": "concat",
+                  "ResnetBottleneck": "other"}   # a whole bottleneck block, measured as one line
 
 
 @dataclass(frozen=True)
@@ -133,10 +142,18 @@ def _with_measured(layer: Layer, forward_s: float, backward_s: float) -> Layer:
                    measured_forward_s=forward_s, measured_backward_s=backward_s)
 
 
-def _kind(desc: str) -> str:
+def _kind(node: ProfiledNode, source: str) -> str:
+    """The layer kind of a graph.txt node; a module call of a kind not in PIPEDREAM_KINDS is refused
+    (a misspelt or unsupported module would otherwise be priced as an anonymous block)."""
     for prefix, kind in PIPEDREAM_KINDS:
-        if desc.startswith(prefix):
+        if node.desc.startswith(prefix):
             return kind
+    call = _MODULE_CALL.match(node.desc)
+    if call and not _SUBMODULE.search(node.desc):
+        known = ", ".join(sorted({prefix for prefix, _ in PIPEDREAM_KINDS}))
+        raise ConfigError(f"model.layers.{node.node_id}", f"{source}: unknown layer kind {call['kind']!r} "
+                                                          f"(known module kinds: {known}; a block measured as a "
+                                                          "whole is a bare name or a container's repr)")
     return "other"
 
 
@@ -156,7 +173,7 @@ def pipedream_graph(text: str, name: str, profile_batch: int, shard: ShardShape,
             continue
         reads = tuple(dict.fromkeys("input" if p in inputs else p for p in preds[node.node_id])) or ("input",)
         out_bytes = node.activation_bytes * byte_scale
-        layer = Layer(name=node.node_id, kind=_kind(node.desc), params=round(node.parameter_bytes / 4),
+        layer = Layer(name=node.node_id, kind=_kind(node, source), params=round(node.parameter_bytes / 4),
                       saved_bytes=out_bytes, output_bytes=out_bytes, inputs=reads)
         layers.append(_with_measured(layer, node.forward_ms * scale / 1e3, node.backward_ms * scale / 1e3))
     return LayerGraph(name, tuple(layers), shard.micro_batch, sample, seq_length).check()
@@ -217,8 +234,6 @@ def _deeppool_ops(net: NetBuilder, index: int, layer: DeepPoolLayer, first: bool
     """The builder's layer for a DeepPool line (kernels and parameters), or a bare one."""
     name, p = f"{index}.{layer.layer_type}", layer.params
     x = Tensor(layer.input_dim, None if first else "previous", -1 - index)
-    kind = {"conv2d": "conv2d", "maxPool2d": "maxpool", "avgPool2d": "avgpool", "adAvgPool2d": "adaptive_avgpool",
-            "ReLU2d": "relu", "ReLU1d": "relu", "linear": "linear", "flatten": "flatten", "concat": "concat"}
     try:
         if layer.layer_type == "conv2d":
             net.conv2d(name, x, p["out_channels"], p["kernel_size"], p.get("stride", 1), p.get("padding", 0))
@@ -230,17 +245,40 @@ def _deeppool_ops(net: NetBuilder, index: int, layer: DeepPoolLayer, first: bool
         elif layer.layer_type in ("ReLU2d", "ReLU1d"):
             net.relu(name, x, inplace=False)
         else:
-            return Layer(name, kind.get(layer.layer_type, "other"))
+            return Layer(name, DEEPPOOL_KINDS[layer.layer_type])
     except (KeyError, TypeError):
         raise ConfigError(f"model.layers.{name}", f"DeepPool parameters {p} do not describe a {layer.layer_type}") \
             from None
     return net.layers[-1]
 
 
+def _check_block(source: str, block: list[DeepPoolLayer]) -> None:
+    """Every line of a profile block is a known kind, its own parameters agree with the input it
+    lists (a conv's in_channels, a linear's in_features), and in a chain (a block with no concat:
+    every line reads the line before) each line's input has the channels the conv before it gives."""
+    chain = not any(line.layer_type == "concat" for line in block)  # Inception's branches: no order given
+    for i, line in enumerate(block):
+        where, p, dims = f"model.layers.{i}.{line.layer_type}", line.params, line.input_dim
+        if line.layer_type not in DEEPPOOL_KINDS:
+            raise ConfigError(where, f"{source}: unknown DeepPool layer kind {line.layer_type!r} (batch {line.batch} "
+                                     f"block; known: {', '.join(sorted(DEEPPOOL_KINDS))})")
+        for key, have, what in (("in_channels", dims[0], "channels"), ("in_features", dims[-1], "features")):
+            if key in p and line.layer_type in ("conv2d", "linear") and p[key] != have:
+                raise ConfigError(where, f"{source}: shapes do not chain: {key} {p[key]} but its input "
+                                         f"{list(dims)} has {have} {what} (batch {line.batch} block)")
+        before = block[i - 1] if i else None
+        if chain and before and before.layer_type == "conv2d" and len(dims) == 3 \
+                and dims[0] != before.params.get("out_channels", dims[0]):
+            raise ConfigError(where, f"{source}: shapes do not chain: input {list(dims)} after {i - 1}.conv2d, "
+                                     f"which gives {before.params['out_channels']} channels (batch {line.batch} block)")
+
+
 def deeppool_graph(text: str, name: str, shard: ShardShape, sample: str = "image", seq_length: int | None = None,
                    source: str = "profile") -> LayerGraph:
     """A DeepPool profile as a chain for ``shard.micro_batch`` samples (see the module docstring)."""
     blocks = parse_deeppool(text, source)
+    for block in blocks.values():
+        _check_block(source, block)
     batches = sorted(blocks)
     b = shard.micro_batch
     if b in blocks:

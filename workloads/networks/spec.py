@@ -45,6 +45,12 @@ class NetworkSpec(BaseModel):
     def seq_length(self) -> int | None:
         return None
 
+    @property
+    def tokens_per_sample(self) -> int | None:
+        """Tokens one sample is cut into, where the network works on a token sequence (for tokens/s);
+        None for a network without one (a CNN's image)."""
+        return self.seq_length
+
     def layer_graph(self, shard: ShardShape) -> LayerGraph:
         """The network's layers for ``shard.micro_batch`` samples at ``shard.precision``."""
         refuse_split(self.name, shard, tensor_parallel=True)

@@ -24,11 +24,12 @@ from __future__ import annotations
 
 import contextlib
 import importlib
+import io
 import math
 import operator
 from typing import Any, ClassVar, Literal
 
-from pydantic import Field, PrivateAttr
+from pydantic import Field, PositiveInt, PrivateAttr
 
 from simulator.errors import ConfigError
 from workloads.graph import ShardShape
@@ -50,7 +51,7 @@ class TorchModelSpec(NetworkSpec):
     family: Literal["torch"] = "torch"
     name: str = ""
     torch: str = Field(min_length=1)
-    input_shape: tuple[int, ...] = Field(min_length=1)
+    input_shape: tuple[PositiveInt, ...] = Field(min_length=1)   # per sample, no batch dimension
     kwargs: dict[str, Any] = Field(default_factory=dict)
     sample: ClassVar[str] = "image"
     _graphs: dict = PrivateAttr(default_factory=dict)
@@ -206,19 +207,38 @@ def load_callable(ref: str):
 def trace_into(net: NetBuilder, module, input_shape: tuple[int, ...], ref: str) -> None:
     """Trace ``module`` on the meta device and append its layers to ``net``."""
     torch = _torch()
-    from torch.fx.passes.shape_prop import ShapeProp
     try:
         traced = torch.fx.symbolic_trace(module)
     except Exception as exc:  # data-dependent control flow, unsupported Python
         raise ConfigError("model.torch", f"{ref}: cannot be traced by torch.fx: {type(exc).__name__}: "
                                          f"{str(exc).splitlines()[0] if str(exc) else ''}") from None
     sample = torch.empty(2, *input_shape, device="meta")
+    prop = _named_shape_prop(traced)
     try:
-        ShapeProp(traced).propagate(sample)
+        # ShapeProp prints the failing node's traceback to stderr before it raises: keep it off the user's screen
+        with contextlib.redirect_stderr(io.StringIO()):
+            prop.propagate(sample)
     except Exception as exc:
-        raise ConfigError("model.input_shape", f"{ref}: input {list(input_shape)} does not run through the model: "
-                                               f"{type(exc).__name__}: {str(exc).splitlines()[0]}") from None
+        cause = exc.__cause__ or exc
+        first = str(cause).strip().splitlines()[0] if str(cause).strip() else ""
+        at = f" at layer {prop.node}" if prop.node else ""
+        raise ConfigError("model.input_shape", f"{ref}: input {list(input_shape)} does not run through the "
+                                               f"model{at}: {type(cause).__name__}: {first}") from None
     _Mapper(net, traced, torch).run()
+
+
+def _named_shape_prop(traced):
+    """torch.fx's ShapeProp that remembers the node it was running (to name the layer that fails)."""
+    from torch.fx.passes.shape_prop import ShapeProp
+
+    class Prop(ShapeProp):
+        node = ""
+
+        def run_node(self, n):
+            self.node = str(n.target) if n.op == "call_module" else n.name
+            return super().run_node(n)
+
+    return Prop(traced)
 
 
 class _Mapper:

@@ -36,6 +36,11 @@ class ViTSpec(NetworkSpec):
             raise ValueError("hidden_dim must be a multiple of num_heads")
         return self
 
+    @property
+    def tokens_per_sample(self) -> int:
+        """(image / patch)^2 patches plus the class token: 197 for ViT-B/16 at 224 (the paper's sequence)."""
+        return (self.image_size // self.patch_size) ** 2 + 1
+
     def _build(self, net: NetBuilder) -> None:
         x = net.input(3, self.image_size, self.image_size)
         x = net.conv2d("conv_proj", x, self.hidden_dim, self.patch_size, stride=self.patch_size, bias=True)

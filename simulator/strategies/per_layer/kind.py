@@ -37,7 +37,12 @@ from simulator.engine.engine import Task
 from simulator.memory.analytic import MemoryBreakdown, bytes_per_param
 from simulator.strategies.per_layer.config import MODEL_FIELDS, PerLayerConfig, Split
 from simulator.strategies.per_layer.cost import Pricer, pricer
-from simulator.strategies.per_layer.sharding import Collective, resolve_split, work_ratio
+from simulator.strategies.per_layer.sharding import (
+    Collective,
+    check_rules_name_layers,
+    resolve_split,
+    work_ratio,
+)
 from simulator.strategies.plan import Plan
 from simulator.strategies.registry import StrategyKind, register
 from simulator.strategies.spmd.plan import OPTIMIZER_BYTES_PER_PARAM
@@ -48,6 +53,7 @@ ACTOR = "device0"
 def layer_splits(scenario) -> list[Split]:
     """Every layer's split, in graph order (checked: ConfigError naming the rule's field)."""
     p = pricer(scenario)
+    check_rules_name_layers(p.graph, scenario.strategy)
     return [resolve_split(p.graph, scenario.strategy, i, scenario.num_gpus) for i in range(len(p.graph.layers))]
 
 

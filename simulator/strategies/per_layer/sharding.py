@@ -110,6 +110,20 @@ def resolve_split(graph: LayerGraph, cfg: PerLayerConfig, index: int, num_gpus: 
     return check_split(layer, chosen, graph.micro_batch, num_gpus, cfg.uneven, where)
 
 
+def check_rules_name_layers(graph: LayerGraph, cfg: PerLayerConfig) -> None:
+    """Refuse a rule that names no layer of the graph (a misspelt ``match`` pattern, a ``range``
+    past the last layer): it would leave the default split in place without a word."""
+    count = len(graph.layers)
+    for i, rule in enumerate(cfg.layers):
+        if rule.match is not None and not any(fnmatch.fnmatchcase(layer.name, rule.match) for layer in graph.layers):
+            near = [layer.name for layer in graph.layers][:3]
+            raise ConfigError(f"strategy.layers.{i}.match", f"{rule.match!r} matches no layer of {graph.name} "
+                                                            f"(its {count} layers are named like {', '.join(near)}, ...)")
+        if rule.range is not None and rule.range[0] >= count:
+            raise ConfigError(f"strategy.layers.{i}.range", f"{list(rule.range)} names no layer of {graph.name} "
+                                                            f"(layers 0 to {count - 1})")
+
+
 def _fold_into_batch(split: Split, layer: Layer, batch_size: int) -> Split:
     """The default's cuts that ``layer`` cannot make (not splittable, or a dimension its output
     lacks: rows of a token sequence), moved into its batch cut (same devices)."""
