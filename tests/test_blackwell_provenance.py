@@ -110,3 +110,16 @@ def test_fa3_is_still_refused_on_blackwell():
 
     with pytest.raises(ConfigError, match="Hopper"):
         with_attention_kernel(ACCELERATORS.get("b200"), "fa3", "flash")
+
+
+def test_the_sanity_table_reads_the_named_microbenchmark_rows():
+    """validation/blackwell_sanity.py: the part ratios it prints beside the predictions (rows named there)."""
+    from validation.blackwell_sanity import mamf_efficiency, part_ratios
+
+    b200 = part_ratios("B200")
+    assert b200["gemm_bf16"] == pytest.approx(1745.0 / 794.5)        # MAMF rows 8 / 6
+    assert b200["gemm_fp8"] == pytest.approx(3432.5 / 1402.6)        # rows 17 / 21
+    assert b200["attention"] == pytest.approx(834.0 / 447.0)         # in-step FA4 B200 / FA3 H200
+    assert b200["nvls_all_reduce"] == pytest.approx(838.0 / 473.1)   # 8-GPU NVLS at 8 GiB, rows 100 / 90
+    assert part_ratios("GB200")["nvlink_p2p"] == pytest.approx(746.0 / 376.0)
+    assert mamf_efficiency("B200", "bf16") == pytest.approx(1745.0 / 2250.0)

@@ -58,16 +58,26 @@ def gemm_efficiency(accelerator: Accelerator, gflop: float, precision: str | Non
     return points[-1].efficiency  # unreachable: the curve is sorted
 
 
-def is_aligned(m: int, n: int, k: int, precision: str) -> bool:
-    """Whether every GEMM dimension is a multiple of 16 bytes of the element type."""
+def is_aligned(m: int, n: int, k: int, precision: str, weight_grad: bool = False) -> bool:
+    """Whether the GEMM's row strides are multiples of 16 bytes of the element type (the tensor cores'
+    TMA loads need 16-byte aligned strides: NVIDIA, Matrix Multiplication Background User's Guide,
+    'Tensor Core Requirements'; CUDA Programming Guide, cuTensorMapEncodeTiled).
+
+    The strides are the dimensions a stored row-major operand is laid out along, not the row count:
+    C[m,n] = A[m,k]·B[k,n] (torch.bmm, the H100 d_ff sweep the factor is fitted on: K and N), a linear
+    layer's forward and input gradient (rows = the tokens: n and k), a weight gradient dW = X^T·dY
+    (``weight_grad``: both inputs stored token-major, so the tokens are its k and its strides m and n).
+    A token count (an MoE expert's, say) is never a stride: any count runs aligned."""
     step = max(1, int(ALIGNMENT_BYTES / ELEMENT_BYTES.get(precision, 2)))
-    return m % step == 0 and n % step == 0 and k % step == 0
+    strides = (m, n) if weight_grad else (n, k)
+    return all(d % step == 0 for d in strides)
 
 
-def kernel_gemm_efficiency(accelerator: Accelerator, m: int, n: int, k: int, precision: str) -> float:
+def kernel_gemm_efficiency(accelerator: Accelerator, m: int, n: int, k: int, precision: str,
+                           weight_grad: bool = False) -> float:
     """A GEMM kernel's efficiency as a microbenchmark times it: curve x alignment (no in-step factor)."""
     eff = gemm_efficiency(accelerator, 2.0 * m * n * k / 1e9, precision)
-    if not is_aligned(m, n, k, precision):
+    if not is_aligned(m, n, k, precision, weight_grad):
         eff *= accelerator.efficiency.misaligned_gemm_factor
     return eff
 
@@ -170,9 +180,11 @@ class ComputeModel:
             kind = "gemm_bf16"  # a GEMM kept in higher precision in an fp8 run
         if kind == "attention" and op.name.split(".")[0] == "flash_attention" and self.attention is not None:
             kind = "flash_" + attention_pass(op.name) + ("_causal" if op.executed_fraction < 1 else "")
-        return self._time(kind, op.flops * op.executed_fraction, op.bytes_moved, op.m, op.n, op.k, op.batch)
+        return self._time(kind, op.flops * op.executed_fraction, op.bytes_moved, op.m, op.n, op.k, op.batch,
+                          op.name.endswith(".wgrad"))
 
-    def _time_uncached(self, kind: str, flops: float, bytes_moved: float, m: int, n: int, k: int, batch: int) -> float:
+    def _time_uncached(self, kind: str, flops: float, bytes_moved: float, m: int, n: int, k: int, batch: int,
+                       weight_grad: bool = False) -> float:
         memory_s = bytes_moved / self.mem_bw
         if kind == "memory":
             return memory_s + self.launch_s
@@ -181,7 +193,7 @@ class ComputeModel:
             eff = self.attention.efficiency(kind.split("_")[1], n, k, kind.endswith("_causal"))
             return max(flops / (self.bf16_peak_flops * eff), memory_s) + self.launch_s
         gemm_precision = self.gemm_key if kind == "gemm" else self.high_precision
-        eff = kernel_gemm_efficiency(self.accelerator, m, n, k, gemm_precision) * self.in_training
+        eff = kernel_gemm_efficiency(self.accelerator, m, n, k, gemm_precision, weight_grad) * self.in_training
         if kind == "attention":
             eff *= self.accelerator.efficiency.attention_efficiency_factor
             return max(flops / (self.bf16_peak_flops * eff), memory_s) + self.launch_s
