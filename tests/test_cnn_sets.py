@@ -243,3 +243,27 @@ def test_a_jitter_only_fit_finds_the_sigma_that_centres_its_rows_and_zero_for_ro
     assert entry["sync_jitter"] == pytest.approx(0.2 / 1.42, abs=0.003) and entry["fit_cases"] == 2
     assert fit_jitter_only(cases, stand_in(0.9))["sync_jitter"] == 0.0
 
+
+
+@pytest.mark.parametrize("name", ["h100-sxm-80g", "h200-sxm-141g"])
+def test_hopper_tf32_convolutions_carry_the_a100_shape_model_and_say_it_is_assumed(name):
+    """No Hopper convolution was measured: the A100's TF32 model (DeepPool-fitted) is carried over as a fraction of
+    the part's own peak, so a compute-bound pass takes the A100's time x the peaks' ratio, and the output lists it
+    as assumed (it was on the GEMM microbenchmark curve: Lambda's ResNet-50 TF32 rows +46%/+71% fast)."""
+    from simulator.cost.provenance import ASSUMED, efficiency_provenance
+    from simulator.scenario import load_scenario
+
+    a100, hopper = ACCELERATORS.get("a100-sxm-80g"), ACCELERATORS.get(name)
+    carried, fitted = hopper.efficiency.conv_efficiency["tf32"], a100.efficiency.conv_efficiency["tf32"]
+    assert carried.fitted_on is None and fitted.fitted_on
+    assert carried.model_dump(exclude={"source", "fitted_on"}) == fitted.model_dump(exclude={"source", "fitted_on"})
+    graph = resolve_model("resnet50").layer_graph(ShardShape(micro_batch=64, seq_length=1, precision="fp32"))
+    op = _op(graph, "layer3.0.conv2")                    # a 3x3 convolution, compute-bound at batch 64
+    on = {n: ComputeModel(a, "fp32", tf32=True) for n, a in (("a100", a100), ("hopper", hopper))}
+    times = {n: m.time_s(op) - m.launch_s for n, m in on.items()}
+    assert times["hopper"] == pytest.approx(times["a100"] * a100.peak_tflops["tf32"] / hopper.peak_tflops["tf32"])
+    node = {"h100-sxm-80g": "dgx-h100", "h200-sxm-141g": "hgx-h200"}[name]
+    scenario = load_scenario({"model": "resnet50", "cluster": {"node": node, "num_gpus": 8},
+                              "parallelism": {"dp": 8, "micro_batch_size": 64, "global_batch_size": 512},
+                              "training": {"precision": "fp32", "tf32": True}})
+    assert efficiency_provenance(scenario)["conv_tf32"] == ASSUMED
