@@ -54,19 +54,63 @@ def test_a100_specs_carry_the_conv_model_the_script_fits():
         assert conv.model_dump() == block
 
 
-def test_heldout_convolution_layers_within_target():
-    """Issue 19: per-layer time of DeepPool's A100 convolution layers, held-out median |error| <= 15%
-    (the shape model; the size curve alone gave 18.4%)."""
-    errors = calibrate_conv.conv_errors("heldout")
-    print(errors.groupby("network").error.describe())
+def test_heldout_convolution_layers_within_target_with_one_host_model_for_every_network():
+    """Issue 19: per-layer time of DeepPool's A100 convolution layers, held-out median |error| <= 15%,
+    with DeepPool's general host model (no constant knows a network's name): 11.6% overall, every
+    network within the target too (Inception-v3 12.9%, ResNet-34 13.3%, VGG-16 6.8%)."""
+    errors = calibrate_conv.conv_errors("heldout", "general")
     assert len(errors) > 200
     assert errors.error.abs().median() <= calibrate_conv.HELDOUT_MEDIAN_TARGET
+    by_network = errors.groupby("network").error.apply(lambda e: e.abs().median())
+    print(by_network)
+    assert set(by_network.index) == {"inception", "resnet", "vgg"}
+    assert (by_network <= calibrate_conv.HELDOUT_MEDIAN_TARGET).all()
+
+
+def test_the_per_network_floors_are_reported_beside_and_no_host_time_is_worse():
+    """The per-network fit (the specs' shape model, a floor per named network) is 10.5% held-out; the
+    same shape model without any host time 15.8%: DeepPool's host time per layer is in the rows."""
+    per_network, none = (calibrate_conv.conv_errors("heldout", h).error.abs().median() for h in ("per_network", "none"))
+    assert per_network <= calibrate_conv.HELDOUT_MEDIAN_TARGET < none
+
+
+def test_the_general_host_model_prices_a_renamed_network_the_same():
+    """A row of a network the fit never saw gets the same host time and floor (no per-network floor)."""
+    conv, host = calibrate_conv.fitted_conv_general()
+    model = calibrate_conv.catalog_model(conv)
+    row = next(r for r in calibrate_conv.layer_rows() if r.network == "resnet" and r.batch == 32)
+    renamed = calibrate_conv.LayerRow(row.key, row.row, "some-new-network", row.layer_type, row.params_json,
+                                      row.batch, row.input_dim, row.measured_s)
+    assert calibrate_conv.row_time_s(model, renamed, "general") == calibrate_conv.row_time_s(model, row, "general")
+    device = sum(model.time_s(op) for op in calibrate_conv.deeppool_layer_ops(row))
+    assert calibrate_conv.row_time_s(model, row, "general") == pytest.approx(
+        max(device + host.host_per_layer_s, host.floor_s))
+    # the per-network floor has nothing for it
+    assert calibrate_conv.row_time_s(model, renamed, "per_network") == pytest.approx(device)
+    with pytest.raises(ValueError, match="host must be one of"):
+        calibrate_conv.conv_errors("heldout", "by-name")
+
+
+def test_one_wide_windows_are_implicit_gemms_over_c_times_n_and_their_batch_32_rows_are_host_time():
+    """Inception's 1x3 / 3x1 layers (384 -> 384 at 8x8): the forward GEMM reduces over K = C_in·3 = 1152
+    and writes C_out = 384 channels; under the general host model they need no 1-wide penalty (the
+    fitted asymmetric factor is ~1). The -47% they showed without host time is DeepPool's batch-32 host
+    time: the same layer takes longer at batch 32 than at batch 64 (0.50-0.57 against 0.26-0.28 ms)."""
+    row = next(r for r in calibrate_conv.layer_rows() if '"kernel_size":[1,3]' in r.key)
+    fwd = next(op for op in calibrate_conv.deeppool_layer_ops(row) if op.conv is not None and op.conv[0] == "fwd")
+    assert calibrate_conv.conv_channels_reduction(fwd) == (384, 384 * 3)
+    assert 0.9 <= calibrate_conv.fitted_conv_general()[0].asymmetric_factor <= 1.2
+    one_wide = [r for r in calibrate_conv.layer_rows() if '"kernel_size":[1,3]' in r.key or '"kernel_size":[3,1]' in r.key]
+    at = {b: [r.measured_s for r in one_wide if r.batch == b] for b in (32, 64)}
+    assert min(at[32]) > max(at[64])
 
 
 def test_heldout_convolution_layers_are_no_worse_than_the_fit_half():
-    """The held-out half is predicted about as well as the fit half (no overfit): 11.4% vs 9.2%."""
-    held, fit = (calibrate_conv.conv_errors(h).error.abs().median() for h in ("heldout", "fit"))
-    assert held <= fit + 0.05
+    """The held-out half is predicted about as well as the fit half (no overfit): 11.6% vs 9.4%
+    (general host model), 10.5% vs 8.9% (per-network floors)."""
+    for host in ("general", "per_network"):
+        held, fit = (calibrate_conv.conv_errors(h, host).error.abs().median() for h in ("heldout", "fit"))
+        assert held <= fit + 0.05
 
 
 def test_the_vectorised_fit_prices_rows_as_the_compute_model_does():
@@ -75,7 +119,12 @@ def test_the_vectorised_fit_prices_rows_as_the_compute_model_does():
     params = [getattr(conv, f) for f in calibrate_conv.CONV_FIELDS]
     rows = list(calibrate_conv.conv_rows())
     vectorised = calibrate_conv._predicted_s(params, floors_s, rows, calibrate_conv.catalog_model().peak_flops)
-    simulated = calibrate_conv.conv_errors("all").simulated_ms.to_numpy() / 1e3
+    simulated = calibrate_conv.conv_errors("all", "per_network").simulated_ms.to_numpy() / 1e3
+    assert vectorised == pytest.approx(simulated, rel=1e-3)
+    conv, host = calibrate_conv.fitted_conv_general()
+    params = [getattr(conv, f) for f in calibrate_conv.CONV_FIELDS]
+    vectorised = calibrate_conv._general_s(params, host, rows, calibrate_conv.catalog_model().peak_flops)
+    simulated = calibrate_conv.conv_errors("all", "general").simulated_ms.to_numpy() / 1e3
     assert vectorised == pytest.approx(simulated, rel=1e-3)
 
 

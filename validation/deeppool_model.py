@@ -22,17 +22,28 @@ host-bound (their flatten rows, no kernel at all, take 77-110 us there and 10-22
 calibrate_conv prices them (shape model, in-place ReLU, DeepPool's per-layer floor), other rows by
 their kernels in the compute model (flatten has none; linear layers on the TF32 GEMM curve), each
 row's forward and backward issue-bound by DeepPool's host time per kernel (:func:`fitted_host_s`:
-20 us, fitted on the fit-half rows of the nine blocks; the eager floor of simulator/cost/host_floor.py
+11 us, fitted on the fit-half rows of the nine blocks; the eager floor of simulator/cost/host_floor.py
 that vTrain's Megatron-DeepSpeed fits at its own value). With it the batch-32 blocks move from
--7.0/-5.5/-10.0% (VGG-16, ResNet-34, Inception-v3) to -5.2/-4.1/-8.4% and batch 64/128 stay within
-3.4%; what is left at batch 32 sits in GPU-bound rows (a host term per row, c + h x kernels, fitted
+-7.0/-5.5/-10.0% (VGG-16, ResNet-34, Inception-v3) to -6.0/-4.8/-8.7% (20 us and -5.2/-4.1/-8.4% with
+the fitted concat class in place of the passes below) and batch 64/128 stay within 3.9%; what is left at batch 32 sits in GPU-bound rows (a host term per row, c + h x kernels, fitted
 the same way, leaves VGG and Inception at -6.2/-9.3%; an output-pixel term in the convolution
 efficiency, at -9.3/-9.8%). The
 issue's target (<= 5% per whole model) is judged on the held-out rows of each block (the sum of
 their simulated times against the sum of their measured times: no row that fitted a constant is in
 it); the whole block against DeepPool's footer is printed beside it.
 
-``python -m validation.deeppool_model`` prints the kernel efficiencies and the per-block errors.
+**Concatenations and adaptive pools as memory passes** (:func:`pass_ops`): a concat row is its
+copies plus autograd's gradient sums of its output's consumers (k consumers: k - 1 adds), an adaptive
+pool one pass each way, all at the A100's ``memory_bound_efficiency``; held-out concat rows 33.8% ->
+11.3% (median |error|), adaptive pools 43.7% -> 26.3% (3 rows). The specs' ``memory_kernels`` classes
+stay what the simulator prices with: its layer graph sums no gradients at a fan-out.
+
+**Issue-19 figures**: per layer, the held-out rows of every kind (median |error| <= 15%, convolutions
+under calibrate_conv's general host model: :func:`per_layer_heldout`), and per whole model the max over
+the nine blocks (<= 5%); the script exits 1 past either.
+
+``python -m validation.deeppool_model`` prints the kernel efficiencies, the per-block errors and the
+issue's two figures.
 """
 
 from __future__ import annotations
@@ -40,7 +51,7 @@ from __future__ import annotations
 import argparse
 import json
 import math
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from functools import cache
 
 import pandas as pd
@@ -51,11 +62,14 @@ from simulator.cost.compute import ComputeModel
 from simulator.cost.host_floor import issue_bound_s
 from validation import calibrate_conv
 from workloads.networks.builder import NetBuilder
+from workloads.networks.inception import InceptionV3Spec
 
 NETWORKS = ("vgg", "resnet", "inception")
 #: Rows below this batch are left out of the kernel fit (host-bound blocks; module docstring).
 MEMORY_MIN_BATCH = 64
 WHOLE_MODEL_TARGET = 0.05
+#: Issue 19's per-layer target: held-out median |error| over every kind of row.
+PER_LAYER_TARGET = 0.15
 KERNEL_OF_ROW = {"maxPool2d": "maxpool", "avgPool2d": "avgpool", "adAvgPool2d": "adaptive_avgpool",
                  "concat": "concat"}
 
@@ -116,6 +130,53 @@ def row_ops(row: BlockRow) -> tuple:
     return tuple(layer.forward) + tuple(layer.backward)
 
 
+@cache
+def concat_fan_out() -> tuple[tuple[tuple[int, ...], int], ...]:
+    """(output shape, consumers) of Inception-v3's concatenations in network order, from the catalog
+    network (workloads/networks/inception.py) without the auxiliary classifier, which DeepPool's
+    profile does not list (its blocks hold no 5x5/3 average pool): the k-th ``concat`` row of a
+    DeepPool Inception block is the k-th of these."""
+    b = NetBuilder("inception-v3", 1, 4)
+    InceptionV3Spec(name="inception-v3", aux_logits=False)._build(b)
+    return tuple((layer.output_shape, sum(layer.name in other.inputs for other in b.layers))
+                 for layer in b.layers if layer.kind == "concat")
+
+
+@cache
+def _concat_index(row: BlockRow) -> int:
+    """The row's place among its block's concat rows."""
+    return sum(1 for r in block_rows() if r.network == row.network and r.batch == row.batch
+               and r.layer_type == "concat" and r.position < row.position)
+
+
+@cache
+def pass_ops(row: BlockRow) -> tuple:
+    """A concat or adaptive-pool row as the memory passes it is, each at the streaming
+    (``memory_bound_efficiency``) bandwidth instead of a fitted class. A concatenation copies its
+    parts into the output (forward) and slices the output's gradient back (backward), and its row
+    also holds autograd's sum of the output's gradients from its consumers: an output read by k
+    layers (the next Inception module's branches) gets k - 1 adds of the output's size, each reading
+    two tensors and writing one (PyTorch sums the gradients of a tensor used more than once,
+    ``torch/csrc/autograd/input_buffer.cpp``). DeepPool's concat rows at batch 64-128 then all run at
+    0.68-0.71 of the A100's peak bandwidth, the 2-part Inception-E concatenations (one consumer) as
+    the 4-consumer module outputs (without the sum: 1,000 against 330 GB/s). An adaptive average pool
+    is one pass each way. Other rows: :func:`row_ops`."""
+    ops = row_ops(row)
+    if row.layer_type == "adAvgPool2d":
+        return tuple(replace(op, name=op.name.replace("adaptive_avgpool", "pool_pass")) for op in ops)
+    if row.layer_type != "concat":
+        return ops
+    shape, consumers = concat_fan_out()[_concat_index(row)]
+    if tuple(shape) != row.input_dim:
+        raise ValueError(f"concat row {row.position} of {row.network} {row.batch}: shape {row.input_dim} is not "
+                         f"the catalog's {shape}")
+    b = NetBuilder("deeppool-layer", row.batch, 4)
+    n = row.batch * math.prod(row.input_dim)
+    grad_sums = tuple(b._memory_op(f"layer.grad_sum{i}.grad", n, 2, 1) for i in range(consumers - 1))
+    copies = tuple(replace(op, name=op.name.replace("concat", "copy")) for op in ops)
+    return (*copies, *grad_sums)
+
+
 def fit_memory_kernels(rows: list[BlockRow]) -> dict[str, float]:
     """Per kernel class: the geometric mean over ``rows`` of bytes / (peak bandwidth x (time - launches))."""
     accel = ACCELERATORS.get(calibrate_conv.ACCELERATOR)
@@ -157,7 +218,7 @@ def pass_kernels_s(row: BlockRow) -> tuple[tuple[float, ...], tuple[float, ...]]
                                         row.batch, row.input_dim, row.measured_s)
         ops = calibrate_conv.deeppool_layer_ops(layer)
     else:
-        ops = row_ops(row)
+        ops = pass_ops(row)
     backward = tuple(op for op in ops if op.name.endswith((".grad", ".dgrad", ".wgrad")))
     forward = tuple(op for op in ops if op not in backward)
     return tuple(model.time_s(op) for op in forward), tuple(model.time_s(op) for op in backward)
@@ -212,11 +273,43 @@ def _model() -> ComputeModel:
     return ComputeModel(accel, "fp32", tf32=True)
 
 
-def row_errors() -> pd.DataFrame:
+def _as_layer_row(row: BlockRow) -> calibrate_conv.LayerRow:
+    return calibrate_conv.LayerRow(row.key, row.position, row.network, row.layer_type, row.params_json, row.batch,
+                                   row.input_dim, row.measured_s)
+
+
+@cache
+def _general_conv_model() -> ComputeModel:
+    return calibrate_conv.catalog_model(calibrate_conv.fitted_conv_general()[0])
+
+
+def row_simulated_s(row: BlockRow, conv_host: str = "per_network") -> float:
+    """:func:`simulated_s`, with a convolution row under ``conv_host``: ``per_network`` (the specs'
+    shape model and DeepPool's floor per named network, as the whole-model figure prices it) or
+    ``general`` (the general fit's shape model and DeepPool's host model for every network,
+    calibrate_conv.fit_conv_general: what a network with no fit of its own gets)."""
+    if row.layer_type == "conv2d" and conv_host == "general":
+        return calibrate_conv.row_time_s(_general_conv_model(), _as_layer_row(row), "general")
+    return simulated_s(row)
+
+
+def row_errors(conv_host: str = "per_network") -> pd.DataFrame:
     return pd.DataFrame([{"network": r.network, "batch": r.batch, "layer_type": r.layer_type, "heldout": r.heldout,
                           "kernel": KERNEL_OF_ROW.get(r.layer_type, r.layer_type),
-                          "measured_ms": 1e3 * r.measured_s, "simulated_ms": 1e3 * simulated_s(r)}
+                          "measured_ms": 1e3 * r.measured_s, "simulated_ms": 1e3 * row_simulated_s(r, conv_host)}
                          for r in block_rows()])
+
+
+def per_layer_heldout(conv_host: str = "per_network") -> pd.DataFrame:
+    """Issue 19's per-layer figure: |simulated / measured - 1| of every held-out row of the nine
+    blocks (every kind: convolutions, pooling, concatenations, linear; flatten rows, which run no
+    kernel, are left out), with a row per network and one for all."""
+    df = row_errors(conv_host)
+    df = df[df.heldout & (df.layer_type != "flatten")].assign(error=lambda d: d.simulated_ms / d.measured_ms - 1)
+    out = [{"network": net, "rows": len(g), "median_abs_error": float(g.error.abs().median())}
+           for net, g in df.groupby("network")]
+    out.append({"network": "all", "rows": len(df), "median_abs_error": float(df.error.abs().median())})
+    return pd.DataFrame(out)
 
 
 def whole_model_errors() -> pd.DataFrame:
@@ -250,9 +343,23 @@ def main(argv: list[str] | None = None) -> int:
     print(blocks.to_string(index=False, float_format=lambda v: f"{v:.3f}"))
     print(f"held-out rows per block: median |error| {100 * blocks.heldout_error.abs().median():.1f}%, "
           f"max {100 * blocks.heldout_error.abs().max():.1f}% (target {100 * WHOLE_MODEL_TARGET:.0f}% per model)")
-    met = bool((blocks.heldout_error.abs() <= WHOLE_MODEL_TARGET).all())
-    print("whole-model target " + ("met" if met else "NOT met (exit 1)"))
-    return 0 if met else 1
+    per_layer = {host: per_layer_heldout(host).set_index("network").median_abs_error
+                 for host in ("general", "per_network")}
+    for host, label in (("general", "DeepPool host model for every network (what a network with no fit gets)"),
+                        ("per_network", "floor per named network")):
+        print(f"per-layer, held-out rows of every kind, convolutions with {label}: median |error| "
+              + ", ".join(f"{net} {100 * v:.1f}%" for net, v in per_layer[host].items()))
+    layer_met = bool(per_layer["general"]["all"] <= PER_LAYER_TARGET)
+    whole = float(blocks.heldout_error.abs().max())
+    met = bool(whole <= WHOLE_MODEL_TARGET)
+    print(f"issue 19: per-layer held-out median |error| {100 * per_layer['general']['all']:.1f}% (general host model; "
+          f"target {100 * PER_LAYER_TARGET:.0f}%: {'met' if layer_met else 'NOT met'}), per whole model max "
+          f"{100 * whole:.1f}% (target {100 * WHOLE_MODEL_TARGET:.0f}%: {'met' if met else 'NOT met'})")
+    print("issue-19 targets " + ("met" if met and layer_met else "NOT met (exit 1)"))
+    print("clustersim simulate prices a network's convolutions with the specs' shape model alone (the same for "
+          "every network; neither DeepPool host model enters it) and its concatenations and pools at the specs' "
+          "memory_kernels classes (its layer graph counts no gradient sum at a fan-out)")
+    return 0 if met and layer_met else 1
 
 
 if __name__ == "__main__":
