@@ -170,6 +170,25 @@ def test_bound_counts_the_exposed_tail():
     assert b_off - b_on > 0.5 * (e_off - e_on) > 0
 
 
+@pytest.mark.parametrize("zero_stage", [0, 1, 2])
+def test_bound_counts_the_last_gradient_bucket(zero_stage):
+    """With the reduction overlapped, the bucket flushed when the last backward ends is still reduced
+    before the optimizer step: the bound counts it (alone), and stays below the engine."""
+    import dataclasses
+
+    from simulator.explore.bounds import bound_parts
+
+    layout = {"tp": 2, "pp": 2, "cp": 1, "ep": 1, "virtual_stages": 1, "schedule": "1f1b", "micro_batch_size": 1,
+              "zero_stage": zero_stage, "recompute": "none", "sequence_parallel": False}
+    scenario = scenario_of("gpt-1.7b/32xA100", layout, {"overlap_grad_reduce": True})
+    parts = bound_parts(scenario)
+    assert all(s > 0 for s in parts.last_bucket_s)
+    with_bucket = parts.bound_s(True, scenario.parallelism.overlap_param_gather)
+    without = dataclasses.replace(parts, last_bucket_s=()).bound_s(True, scenario.parallelism.overlap_param_gather)
+    assert with_bucket > without
+    assert with_bucket <= simulate(scenario).step_time_s
+
+
 SMALL = (["model=gpt-1.7b", "training.seq_length=1024", "parallelism.global_batch_size=64"], 16,
          SearchSpace(micro_batch_size=[1, 2], zero_stage=[0, 1], recompute=["none", "full"]))
 
