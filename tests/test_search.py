@@ -35,8 +35,8 @@ def fake_simulate(raw):
 
 
 def test_enumeration_rules():
-    cands = enumerate_layouts({"schedule": "1f1b", "global_batch_size": 32}, 16, 16, 8, SearchSpace(),
-                              SearchConstraints())
+    cands = enumerate_layouts({"schedule": "1f1b", "global_batch_size": 32}, 16, 16, 8,
+                              SearchSpace(micro_batch_size=[1, 2, 4]), SearchConstraints())
     tps = {c["tp"] for c in cands}
     assert tps == {1, 2, 4, 8}  # powers of two within a node
     assert all(16 % (c["tp"] * c["pp"]) == 0 for c in cands)

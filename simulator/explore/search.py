@@ -8,8 +8,12 @@ The space (each a list; ``None`` means "derive it from the model and the cluster
 - ``ep``: for a mixture-of-experts model, the powers of two that divide both its routed experts
   and dp (experts are carved out of the data-parallel ranks, as Megatron-LM's ``tp-cp-ep-dp-pp``
   order does; ``simulator.strategies.spmd.layout``), up to the ``max_ep`` constraint; [1] for a dense model;
+- ``micro_batch_size``: the scenario's own and the powers of two, each one dividing the replica's
+  share of the global batch (global batch / dp), so that the scenario's own layout is always a
+  candidate and a network trained at hundreds of images per GPU is not searched at 1, 2 and 4 only;
+  the large ones that do not fit are pruned by memory like any layout;
 - ``cp`` [1], ``virtual_stages`` [1, 2],
-  ``micro_batch_size`` [1, 2, 4], ``zero_stage`` [0, 1], ``recompute`` [none, selective, full],
+  ``zero_stage`` [0, 1], ``recompute`` [none, selective, full],
   ``sequence_parallel`` [false, true], ``schedule`` (derived: interleaved when virtual stages > 1,
   else the scenario's own unless that is interleaved, then 1f1b; zb-h1 may be asked for);
 - the overlap switches (:data:`SWITCHES`: ``overlap_grad_reduce``, ``overlap_param_gather``,
@@ -94,7 +98,7 @@ class SearchSpace(BaseModel):
     cp: list[int] = [1]
     ep: list[int] | None = None
     virtual_stages: list[int] = [1, 2]
-    micro_batch_size: list[int] = [1, 2, 4]
+    micro_batch_size: list[int] | None = None  # None: derived per dp (the module docstring)
     zero_stage: list[int] = [0, 1]
     recompute: list[str] = list(_RECOMPUTE)
     sequence_parallel: list[bool] = [False, True]
@@ -194,17 +198,22 @@ def enumerate_layouts(
     space: SearchSpace,
     constraints: SearchConstraints,
     num_experts: int = 0,
+    own_micro_batch: int | None = None,
 ) -> list[dict[str, Any]]:
     """Candidate ``parallelism`` mappings (``dp: auto``), before any validity check.
 
     ``num_experts``: the routed experts of a mixture-of-experts model (0: dense), from which the
-    ``ep`` candidates are derived when the space leaves them open."""
+    ``ep`` candidates are derived when the space leaves them open. ``own_micro_batch``: the
+    scenario's micro-batch, a candidate wherever it divides the replica's batch when the space
+    leaves micro-batches open (:func:`_derived_micro_batches`, with ``base``'s global batch or the
+    space's)."""
     _check_space(space)
     max_tp = min(gpus_per_node if constraints.tp_within_node else num_gpus, constraints.max_tp or num_gpus)
     tps = space.tp or [t for t in (2**k for k in range(0, 16)) if t <= max_tp and num_gpus % t == 0]
     tps = [t for t in tps if t <= max_tp]
     max_pp = min(num_layers, constraints.max_pp or num_layers)
     base_schedule = base.get("schedule", "1f1b")
+    batches = space.global_batch_size or [base.get("global_batch_size") or 1]
     out = []
     for tp in tps:
         for cp in space.cp:
@@ -232,7 +241,8 @@ def enumerate_layouts(
                         schedules = [base_schedule if base_schedule != "interleaved" else "1f1b"]
                     for schedule in schedules:
                         for ep in space.ep or _derived_ep(num_experts, dp, constraints.max_ep):
-                            for mbs in space.micro_batch_size:
+                            for mbs in space.micro_batch_size or _derived_micro_batches(
+                                    batches, dp, own_micro_batch, pp if schedule == "interleaved" else 1):
                                 for zero in space.zero_stage:
                                     for rc in space.recompute:
                                         for sp in space.sequence_parallel:
@@ -243,12 +253,45 @@ def enumerate_layouts(
                                                         "micro_batch_size": mbs, "zero_stage": zero,
                                                         "recompute": rc, "sequence_parallel": sp})
     if space.global_batch_size:
-        out = [{**cand, "global_batch_size": gbs} for gbs in space.global_batch_size for cand in out]
+        out = [{**cand, "global_batch_size": gbs} for gbs in space.global_batch_size for cand in out
+               if space.micro_batch_size or _divides(cand, gbs, num_gpus)]
     for switch in SWITCHES:
         values = getattr(space, switch)
         if values:
             out = [{**cand, switch: value} for cand in out for value in dict.fromkeys(values)]
     return out
+
+
+def _derived_micro_batches(global_batches: list[int], dp: int | None, own: int | None,
+                           groups: int = 1) -> list[int]:
+    """Micro-batch sizes worth trying at data-parallel degree ``dp``: the powers of two and the
+    scenario's own (``own``) that split a replica's batch (global batch / dp) into a whole number of
+    micro-batches, a multiple of ``groups`` (pp for the interleaved schedule), for one of the global
+    batches searched. Others would be invalid layouts (simulator.strategies.spmd.layout.resolve_layout);
+    where dp is not whole, or no size splits the batch, the layout is invalid anyway: one row."""
+    own = own or 1
+    if dp is None:
+        return [own]
+    found: set[int] = set()
+    for gbs in global_batches:
+        if gbs % dp:
+            continue
+        per_replica = gbs // dp
+        for m in {own, *(2**k for k in range(per_replica.bit_length()))}:
+            if per_replica % m == 0 and (per_replica // m) % groups == 0:
+                found.add(m)
+    return sorted(found) or [own]
+
+
+def _divides(cand: dict[str, Any], global_batch: int, num_gpus: int) -> bool:
+    """Whether a derived micro-batch of ``cand`` splits ``global_batch`` evenly over its dp (the
+    derived sizes are the union over every searched global batch; each pairs with its own)."""
+    mp = cand["tp"] * cand["cp"] * cand["pp"]
+    if num_gpus % mp:
+        return True  # invalid whatever the batch: kept as one invalid row
+    replica_batch = num_gpus // mp * cand["micro_batch_size"]
+    groups = cand["pp"] if cand["schedule"] == "interleaved" else 1
+    return global_batch % replica_batch == 0 and (global_batch // replica_batch) % groups == 0
 
 
 def _derived_ep(num_experts: int, dp: int | None, max_ep: int | None) -> list[int]:
@@ -327,7 +370,8 @@ def prepare(source, overrides, num_gpus, space: SearchSpace, constraints: Search
                 "sequence_parallel"}
     keep = {k: v for k, v in base_par.model_dump().items() if k not in searched}
     experts = scenario.model.moe.num_experts if getattr(scenario.model, "is_moe", False) else 0
-    return raw, scenario, enumerate_layouts(keep, n, layers, per_node, space, constraints, experts)
+    return raw, scenario, enumerate_layouts(keep, n, layers, per_node, space, constraints, experts,
+                                            base_par.micro_batch_size)
 
 
 def search(
