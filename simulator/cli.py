@@ -45,15 +45,19 @@ class _Parser(argparse.ArgumentParser):
 
 
 class _TopParser(_Parser):
-    """The ``clustersim`` parser, whose epilog (every strategy kind and its summary, read from the kind
-    modules' source: ~12 ms) is written only when the help is printed."""
+    """The ``clustersim`` parser, whose epilog (every strategy kind and its summary, and every planner's
+    name, read from the modules' source: ~12 ms) is written only when the help is printed."""
 
     def format_help(self) -> str:
         if self.epilog is None:
+            from simulator.explore.planners import planner_summaries
             from simulator.strategies.registry import kind_summaries  # read, not imported: --help stays light
 
             kinds = "\n".join(f"  {name:<18} {summary}" for name, summary in sorted(kind_summaries().items()))
-            self.epilog = f"strategy kinds (a scenario's strategy: {{kind: ...}}):\n{kinds}"
+            planners = ", ".join(sorted(planner_summaries()))
+            self.epilog = (f"strategy kinds (a scenario's strategy: {{kind: ...}}):\n{kinds}\n\n"
+                           f"planners (clustersim plan SCENARIO --planner NAME; each one's options: clustersim plan "
+                           f"--help): {planners}")
         return super().format_help()
 
 

@@ -11,24 +11,49 @@ from simulator.cli_options import add_overrides
 from simulator.errors import ConfigError
 
 
-def register(subparsers) -> None:
-    from simulator.explore.planners import planner_summaries  # read, not imported: --help stays light
+def planners_text(planners: dict[str, tuple[str, dict[str, str]]], width: int = 78) -> str:
+    """Every planner, its summary and its options (``clustersim plan --help``), from the planner
+    registry (:func:`simulator.explore.planners.planner_help`: read from the modules' source, not
+    imported, so that ``clustersim --help`` stays light)."""
+    import textwrap
 
-    summaries = planner_summaries()
-    planners = "; ".join(f"{name}: {summary}" for name, summary in sorted(summaries.items()))
+    blocks = []
+    for name, (summary, options) in sorted(planners.items()):
+        lines = textwrap.wrap(f"{name}: {summary}", width, initial_indent="  ", subsequent_indent="    ",
+                              break_on_hyphens=False, break_long_words=False)
+        if options:
+            lines.append("    options (--option KEY=VALUE):")
+            for key, text in options.items():
+                lines += textwrap.wrap(f"{key}: {text}", width, initial_indent="      ",
+                                       subsequent_indent="        ", break_on_hyphens=False,
+                                       break_long_words=False)
+        else:
+            lines.append("    options: none")
+        blocks.append("\n".join(lines))
+    return "planners (--planner NAME):\n" + "\n".join(blocks)
+
+
+def register(subparsers) -> None:
+    import argparse
+
+    from simulator.explore.planners import planner_help
+
+    planners = planner_help()
     p = subparsers.add_parser(
         "plan",
         help="search a parallel plan with a planner from the literature; print or write it as a scenario YAML",
-        description="Run a planner on the scenario's model, cluster and global batch. The planner prices candidate "
-        "plans (its own estimate) and simulates the best with the engine; the plan it returns is a scenario YAML "
-        f"that `clustersim simulate` runs, headed by what it cost to find. Planners: {planners}.",
+        description="Run a planner on the scenario's model, cluster and global batch. The planner prices candidate\n"
+        "plans (its own estimate) and simulates the best with the engine; the plan it returns is a scenario\n"
+        "YAML that `clustersim simulate` runs, headed by what it cost to find.",
+        epilog=planners_text(planners),
+        formatter_class=argparse.RawDescriptionHelpFormatter,
     )
     p.add_argument("scenario", help="scenario YAML (its model, cluster and parallelism.global_batch_size are read)")
-    p.add_argument("--planner", required=True, help=f"one of: {', '.join(sorted(summaries))}")
+    p.add_argument("--planner", required=True, help=f"one of: {', '.join(sorted(planners))} (each one below)")
     p.add_argument("--out", help="write the plan's scenario YAML here (default: print it)")
     p.add_argument("--gpus", type=int, help="number of GPUs (default: the scenario's cluster.num_gpus)")
     p.add_argument("--option", action="append", default=[], metavar="KEY=VALUE",
-                   help="a planner option, e.g. max_stages=3 (repeatable; see each planner's docstring)")
+                   help="a planner option, e.g. max_stages=3 (repeatable; each planner's options below)")
     p.add_argument("--json", action="store_true", help="print the result (plan, step time, cost to find) as JSON")
     add_overrides(p)
     p.set_defaults(handler=run)

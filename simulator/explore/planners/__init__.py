@@ -77,21 +77,28 @@ def register(planner: PlannerKind) -> PlannerKind:
     return planner
 
 
-def planner_summaries() -> dict[str, str]:
-    """Every planner's name and summary, read from the modules' source without importing them
-    (simulator/registry_source.py: ``clustersim --help`` stays light); not literal: imported."""
+def planner_help() -> dict[str, tuple[str, dict[str, str]]]:
+    """Every planner's name, summary and options (option -> help), read from the modules' source
+    without importing them (simulator/registry_source.py: ``clustersim --help`` stays light); where a
+    module's values are not literals (or an ``OPTIONS = {...}`` literal it names), it is imported."""
     from simulator.registry_source import literal_call_fields
 
-    out: dict[str, str] = {}
+    out: dict[str, tuple[str, dict[str, str]]] = {}
     for module in PLANNER_MODULES:
-        found = literal_call_fields(module, "PlannerKind", ("name", "summary"))
+        found = literal_call_fields(module, "PlannerKind", ("name", "summary", "options"), names=True)
         if found is None:
             before = set(_PLANNERS)
             importlib.import_module(module)
-            out.update({name: _PLANNERS[name].summary for name in set(_PLANNERS) - before})
+            out.update({name: (_PLANNERS[name].summary, dict(_PLANNERS[name].options))
+                        for name in set(_PLANNERS) - before})
         else:
-            out[str(found["name"])] = str(found["summary"])
+            out[str(found["name"])] = (str(found["summary"]), {str(k): str(v) for k, v in dict(found["options"]).items()})
     return out
+
+
+def planner_summaries() -> dict[str, str]:
+    """Every planner's name and summary (:func:`planner_help`)."""
+    return {name: summary for name, (summary, _) in planner_help().items()}
 
 
 def load_planners() -> dict[str, PlannerKind]:
