@@ -50,8 +50,8 @@ DLE's within 1-14%: they are simulated and listed with their errors, not counted
 **Modelled: synchronisation skew** (session 5). Each group's multi-GPU fit rows fit ``sync_jitter`` sigma (every
 step waits sigma x E[max of N normals] for the slowest rank; simulator/cost/jitter.py): for the ResNet family on a
 grid beside the GEMM factor (PyTorch A100 AMP 0.15, V100 AMP 0.12, TF32/FP32 0.03, MXNet 0); for the EfficientNet
-groups alone (validation/modern/profiles.py ``fit_jitter_only``: A100 AMP 0.056, TF32 0.029, V100 AMP 0.069, FP32
-0.041), whose one-GPU fit rows fit the direct-kernel bandwidth. EfficientNet-B4 on A100 keeps 0.97x at 8 GPUs
+groups alone (validation/modern/profiles.py ``fit_jitter_only``: A100 AMP 0.056, TF32 0.029, V100 AMP 0.076, FP32
+0.076), whose one-GPU fit rows fit the direct-kernel bandwidth. EfficientNet-B4 on A100 keeps 0.97x at 8 GPUs
 where B0 keeps 0.84x: one sigma per group fits neither exactly (held-out B0 A100 x8 AMP +11.8%).
 
 **Not modelled: a per-node input-pipeline cap** (tested against this CSV, session 4; contradicted). DLE PyTorch's
