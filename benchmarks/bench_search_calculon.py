@@ -20,6 +20,18 @@ and CPU seconds (this process and its workers), and the top 5.
 
 ``--small`` keeps tp within the node and 2 interleave values (a quick run). On a machine shared
 with other work, read CPU seconds, not wall time.
+
+Runs of 2026-12-05 (``--workers 2``, nice 10, load 12-20 on 2 cores; the same top 5, #1 tp 8 pp 4 vp 12
+at 17.420 s, MFU 60.8%, in each):
+
+- fca715e (the fast path first, the engine where its bound could reach the top 20): 181,491 pruned
+  by the bound; 1,401 candidates by the fast path (670 runs), 1,193 by the engine (575 runs);
+  373.7 CPU-s (1,156 s wall);
+- fca715e + the engine first, best bound first (3274ee8's search): 181,638 pruned; 1,258 by the
+  engine (588 runs), the fast path beside it or after it on 60 (27 runs); 196.9 CPU-s (790 s wall);
+- main of 12:48 (the engine's chains, vectorised checks) + the last gradient bucket in the bound:
+  181,654 pruned; 1,242 by the engine (580 runs), 60 by the fast path (27 runs); 177.3 CPU-s
+  (1,393 s wall at load 20).
 """
 
 from __future__ import annotations

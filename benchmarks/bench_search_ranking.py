@@ -19,6 +19,17 @@ examples/NAME.yaml --space ...`` line) or the default space:
 
 Exits 1 if a ranking differs or an error is past its tolerance. tests/test_search_ranking.py keeps
 the comparison on narrowed spaces in CI.
+
+Last full run (2026-12-05, 3274ee8 + the step-time bound's last bucket, ``--workers 2``, nice 10, load
+15-18 on 2 cores: 259 CPU-s, 1,835 s wall): 15 examples compared, every error within tolerance
+(largest 0.68%, mixed-a100-t4, contended), 11 rankings identical; 4 differ, each at a near-tie the
+fast path's contention correction orders the other way:
+
+- deepseek-v3-h800 at #1: zb-h1 17,566.770 ms vs interleaved 17,567.416 ms by the engine (0.004%
+  apart), 17,574.872 / 17,569.936 ms by the fast path (+0.046% / +0.014%);
+- gpt3-175b-fp8-512-h100 at #5: 9,685.756 vs 9,689.610 ms (0.04% apart), fast path +0.118% on the first;
+- mixed-a100-t4 at #3: 2,339.434 vs 2,346.757 ms (0.31% apart), fast path -0.68% on the second;
+- mixtral-8x7b-ep8-h100 at #18: 7,973.203 vs 7,973.288 ms (0.001% apart), fast path -0.004% on the second.
 """
 
 from __future__ import annotations
