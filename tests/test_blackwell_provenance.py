@@ -123,3 +123,14 @@ def test_the_sanity_table_reads_the_named_microbenchmark_rows():
     assert b200["nvls_all_reduce"] == pytest.approx(838.0 / 473.1)   # 8-GPU NVLS at 8 GiB, rows 100 / 90
     assert part_ratios("GB200")["nvlink_p2p"] == pytest.approx(746.0 / 376.0)
     assert mamf_efficiency("B200", "bf16") == pytest.approx(1745.0 / 2250.0)
+
+
+def test_the_simulated_kernel_ratios_follow_the_measured_ones():
+    """The simulator's own B200 / H100 ratios at one Llama GEMM and at the measured step's attention: bf16 GEMM
+    within 5% of the MAMF ratio; attention against FA3 equal to the measured ratio (that is how FA4 is fitted)."""
+    from validation.blackwell_sanity import part_ratios, simulated_ratios
+
+    measured, simulated = part_ratios("B200"), simulated_ratios("B200")
+    assert simulated["gemm_bf16"] == pytest.approx(measured["gemm_bf16"], rel=0.05)
+    assert simulated["attention_vs_fa3"] == pytest.approx(measured["attention"], rel=0.01)
+    assert simulated["memory_bound"] == pytest.approx(measured["hbm"])  # same fraction of each part's HBM peak

@@ -32,6 +32,7 @@ from __future__ import annotations
 import argparse
 import copy
 import json
+import sys
 from pathlib import Path
 
 import pandas as pd
@@ -79,6 +80,32 @@ def part_ratios(part: str) -> dict[str, float]:
             / _cell("collectives_bandwidth.csv", 90, "busbw_gb_per_s"),
             "nvlink_p2p": _cell("collectives_bandwidth.csv", 117, "busbw_gb_per_s")
             / _cell("collectives_bandwidth.csv", 116, "busbw_gb_per_s")}
+
+
+#: the GEMM shape the simulator's own kernel ratio is read at: a Llama 3 70B MLP up-projection of one 8K-token
+#: micro-batch at TP 4 (m tokens, n = 2 x 28672 / 4, k = hidden 8192)
+SIM_GEMM_SHAPE = (8192, 14336, 8192)
+
+
+def simulated_ratios(part: str) -> dict[str, float]:
+    """The same ratios as the simulator prices them (``part`` ÷ H100): one GEMM of :data:`SIM_GEMM_SHAPE` per
+    precision (curve × in-step factor), the measured step's attention (:func:`validation.calibrate_microbench.
+    in_step_predicted_tflops`) against H100's default kernel and against FA3, and the memory-bound bandwidth."""
+    from simulator.cost.attention_kernel import with_attention_kernel
+    from simulator.cost.compute import ComputeModel
+    from validation.calibrate_microbench import in_step_predicted_tflops
+    from workloads.graph import Op
+
+    m, n, k = SIM_GEMM_SHAPE
+    op = Op("fc1", "gemm", 2.0 * m * n * k, 2.0 * (m * k + k * n + m * n), m, n, k)
+    accel, h100 = ACCELERATORS.get(PARTS[part][1]), ACCELERATORS.get("h100-sxm-80g")
+    out = {f"gemm_{p}": ComputeModel(h100, p).time_s(op) / ComputeModel(accel, p).time_s(op) for p in ("bf16", "fp8")}
+    mine = in_step_predicted_tflops(accel)
+    out["attention_vs_fa2"] = mine / in_step_predicted_tflops(h100)
+    out["attention_vs_fa3"] = mine / in_step_predicted_tflops(with_attention_kernel(h100, "fa3", "flash"))
+    out["memory_bound"] = (accel.hbm_bandwidth_gb_per_s * accel.efficiency.memory_bound_efficiency
+                           / (h100.hbm_bandwidth_gb_per_s * h100.efficiency.memory_bound_efficiency))
+    return out
 
 
 def _h100_scenario(source: tuple[str, object]) -> dict:
@@ -155,8 +182,10 @@ def main(argv: list[str] | None = None) -> int:
     args = parser.parse_args(argv)
     t = table()
     ratios = {part: part_ratios(part) for part in ("B200", "GB200")}
+    simulated = {part: simulated_ratios(part) for part in ("B200", "GB200")}
     if args.json:
-        print(json.dumps({"rows": t.to_dict(orient="records"), "part_ratios_vs_h100": ratios}, indent=1))
+        print(json.dumps({"rows": t.to_dict(orient="records"), "part_ratios_vs_h100": ratios,
+                          "simulated_ratios_vs_h100": simulated}, indent=1))
     else:
         pd.set_option("display.width", 200)
         print("Predicted model TFLOP/s per GPU (catalog constants; ratio: over the same run on H100, MXFP8 over "
@@ -164,12 +193,19 @@ def main(argv: list[str] | None = None) -> int:
         print("\nMicrobenchmark ratios over H100 (what the parts say):")
         for part, r in ratios.items():
             print(f"  {part:<6} " + "  ".join(f"{k} {v:.2f}" for k, v in r.items()))
+        m, n, k = SIM_GEMM_SHAPE
+        print(f"The same ratios as the simulator prices them (GEMM {m}x{n}x{k}; the measured step's attention "
+              "against H100's default FlashAttention-2 and against FlashAttention-3):")
+        for part, r in simulated.items():
+            print(f"  {part:<6} " + "  ".join(f"{k} {v:.2f}" for k, v in r.items()))
         for _, row in t[t.reason != ""].iterrows():
             print(f"  note: {row.run} {row.precision} {row.part}: {row.reason}")
     flagged = t[t["flag"] != ""]
+    out = sys.stderr if args.json else sys.stdout  # --json: stdout stays one JSON document
     for _, row in flagged.iterrows():
-        print(f"FLAG {row.flag}: {row.run} {row.precision} on {row.part} (MFU {row.mfu}, ratio {row.ratio_vs_h100})")
-    print("FLAGGED" if len(flagged) else "CONSISTENT")
+        print(f"FLAG {row.flag}: {row.run} {row.precision} on {row.part} (MFU {row.mfu}, ratio {row.ratio_vs_h100})",
+              file=out)
+    print("FLAGGED" if len(flagged) else "CONSISTENT", file=out)
     return 1 if len(flagged) else 0
 
 
