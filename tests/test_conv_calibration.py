@@ -193,3 +193,14 @@ def test_v100_parts_share_one_fp16_curve():
     assert small.peak_tflops == large.peak_tflops
     assert small.efficiency.gemm_curve == large.efficiency.gemm_curve
     assert small.efficiency.gemm_curve[-1].efficiency == 0.7
+
+
+@pytest.mark.slow
+def test_the_script_prints_the_issue_figure_and_exits_0_while_met():
+    """``python -m validation.calibrate_conv`` ends with the per-layer figure of the general host model
+    (overall and by network) and exits 1 past the target."""
+    out = subprocess.run([sys.executable, "-m", "validation.calibrate_conv"], capture_output=True, text=True,
+                         cwd=ROOT, timeout=300)
+    last = out.stdout.strip().splitlines()[-1]
+    assert last.startswith("issue 19 per-layer target") and "inception" in last and "vgg" in last
+    assert last.endswith(": met") and out.returncode == 0

@@ -53,7 +53,8 @@ is odd: a layer measured in several blocks or files stays in one half. tests/tes
 checks the held-out half (median |error| <= 15%, the issue-19 target for per-layer times).
 
 ``python -m validation.calibrate_conv`` prints both fits, their errors by half, host model, network,
-window and batch, and the ``gemm_curves.tf32`` and ``conv_efficiency.tf32`` blocks for the A100 specs.
+window and batch (exit 1 when the general host model's held-out median, overall or of a network, is
+past 15%), and the ``gemm_curves.tf32`` and ``conv_efficiency.tf32`` blocks for the A100 specs.
 """
 
 from __future__ import annotations
@@ -506,7 +507,13 @@ def main(argv: list[str] | None = None) -> int:
         by_batch = df.groupby("batch").error.apply(lambda e: statistics.median(abs(x) for x in e))
         print("  median |error| by batch: " + ", ".join(f"{b}: {100 * v:.1f}%" for b, v in by_batch.items()))
     print("conv_efficiency.tf32 for the A100 specs:", json.dumps(conv_spec_block(), indent=1))
-    return 0
+    held = conv_errors("heldout", "general")
+    by_net = held.groupby("network").error.apply(lambda e: e.abs().median())
+    met = bool(held.error.abs().median() <= HELDOUT_MEDIAN_TARGET and (by_net <= HELDOUT_MEDIAN_TARGET).all())
+    print(f"issue 19 per-layer target (held-out median |error| <= {100 * HELDOUT_MEDIAN_TARGET:.0f}%, one DeepPool host "
+          f"model for every network): {100 * held.error.abs().median():.1f}% overall, "
+          + ", ".join(f"{net} {100 * v:.1f}%" for net, v in by_net.items()) + (": met" if met else ": NOT met (exit 1)"))
+    return 0 if met else 1
 
 
 if __name__ == "__main__":
