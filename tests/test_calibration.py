@@ -112,8 +112,13 @@ def test_alpha_beta_fit_recovers_exact_laws():
 
 def test_alpha_beta_fit_keeps_latency_non_negative_and_rejects_bad_input():
     x = np.array([1e3, 1e6, 1e7])
-    fit = fit_alpha_beta(x, x / 1e9 - np.array([0, 0, 2e-4]) + 1e-7)
-    assert fit.alpha_s >= 0 and fit.beta_bytes_per_s > 0
+    t = x / 1e9 - 5e-7  # a line through a negative latency: no alpha-beta model
+    w = 1 / t  # relative weights
+    (free_alpha, _), *_ = np.linalg.lstsq(np.column_stack([np.ones_like(x), x]) * w[:, None], t * w, rcond=None)
+    assert free_alpha < 0  # the free fit goes negative ...
+    fit = fit_alpha_beta(x, t)
+    assert fit.alpha_s == 0.0  # ... so the line is refitted through the origin: weighted least squares slope
+    assert 1 / fit.beta_bytes_per_s == pytest.approx(np.sum(x / t) / np.sum(x * x / (t * t)), rel=1e-12)
     with pytest.raises(ConfigError):
         fit_alpha_beta([], [])
     with pytest.raises(ConfigError):

@@ -40,8 +40,19 @@ def test_bad_fp8_input_is_one_line_naming_the_field(sets, field, words):
 
 def test_bf16_comparison_of_an_fp8_file_still_runs():
     # the file spells out fp8_gemms (its default): --set training.precision=bf16 compares the two
-    out = _simulate("training.precision=bf16")
+    # (inert under bf16: the same step as without the list) and bf16 GEMMs are slower than fp8 ones
+    from simulator.scenario import load_raw, load_scenario
+    from simulator.simulate import simulate
+
+    out = _simulate("training.precision=bf16", json_out=True)
     assert out.returncode == 0, out.stderr
+    doc = json.loads(out.stdout)
+    assert doc["precision"] == "bf16" and doc["warnings"] == [] and doc["fits"]
+    raw, _ = load_raw(EXAMPLE)
+    assert raw["training"].pop("fp8_gemms")
+    raw["training"]["precision"] = "bf16"
+    assert doc["step_time_s"] == pytest.approx(simulate(load_scenario(raw)).step_time_s, rel=1e-12)
+    assert doc["step_time_s"] > 1.2 * simulate(load_scenario(EXAMPLE)).step_time_s
 
 
 def test_blockwise_on_mi300x_runs_with_a_warning_naming_the_kernel():

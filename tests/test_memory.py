@@ -321,6 +321,11 @@ def test_in_flight_never_more_than_m(p, m, v, data):
     for schedule, vv in (("gpipe", 1), ("1f1b", 1), ("interleaved", v)):
         x = microbatches_in_flight(schedule, p, i, m, vv)
         assert 0 < x <= m
+    # GPipe holds every micro-batch; 1F1B at most the stages from here to the last; interleaving at
+    # least as many as 1F1B (a longer warm-up)
+    assert microbatches_in_flight("gpipe", p, i, m) == m
+    assert microbatches_in_flight("1f1b", p, i, m) == min(p - i, m)
+    assert microbatches_in_flight("interleaved", p, i, m, v) >= min(p - i, m)
 
 
 @pytest.mark.parametrize("args", [("1f1b", 4, 4, 8), ("1f1b", 4, -1, 8), ("zigzag", 4, 0, 8), ("1f1b", 4, 0, 0), ("1f1b", 4, 0, 8, 2)])

@@ -422,7 +422,20 @@ def test_a_transformer_without_shapes_splits_by_batch_only():
     raw = {"model": "gpt-1.7b", "cluster": {"node": "dgx-a100-80g", "num_gpus": 8},
            "parallelism": {"global_batch_size": 16, "micro_batch_size": 1},
            "strategy": {"kind": "per_layer", "default": {"batch": 8}}}
-    assert simulate(load_scenario(raw)).step_time_s > 0
+    from simulator.strategies.per_layer.kind import layer_splits
+
+    sc = load_scenario(raw)
+    assert set(layer_splits(sc)) == {Split(batch=8)}
+    # batch splitting alone: no reshard (tp_comm 0), each GPU computes what one GPU does with 2 of the 16
+    # sequences, plus the gradient all-reduce
+    r = simulate(sc)
+    one = simulate(load_scenario({**raw, "cluster": {"node": "dgx-a100-80g", "num_gpus": 1},
+                                  "parallelism": {"global_batch_size": 2, "micro_batch_size": 1},
+                                  "strategy": {"kind": "per_layer", "default": {"batch": 1}}}))
+    assert r.time_breakdown_s["tp_comm"] == 0.0 and one.time_breakdown_s["dp_comm"] == 0.0
+    assert r.time_breakdown_s["compute"] == pytest.approx(one.time_breakdown_s["compute"], rel=1e-12)
+    assert r.step_time_s == pytest.approx(one.step_time_s + r.time_breakdown_s["dp_comm"], rel=1e-12)
+    assert r.time_breakdown_s["dp_comm"] > 0.0
     raw["strategy"]["layers"] = [{"range": [1, 2], "split": {"heads": 8}}]
     with pytest.raises(ConfigError, match=r"strategy\.layers\.0\.split\.heads"):
         simulate(load_scenario(raw))

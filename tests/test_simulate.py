@@ -393,9 +393,15 @@ def test_scenario_is_not_mutated_by_simulate():
 
 def test_context_parallel_moves_keys_and_values():
     # cp = 2 on 2 GPUs of one node: each rank holds s/2 tokens and needs the other half's K and V
-    # for every layer's attention (forward, and their gradients in the backward): cp_comm > 0.
+    # for every layer's attention: one ring pass of K and V (2 x s/2 x h x 2 bytes = 131,072 B) in the
+    # forward, one of twice the bytes in the backward (K, V again and dK, dV back; workloads/graph.py).
+    # Not overlapped, each costs latency + bytes / bandwidth: L x (2 x 1 us + 3 x 131,072 B / 100 GB/s).
+    kv_bytes = 2 * (S // 2) * H * 2
+    exposed = simulate(toy(2, nvl_gb_per_s=100, nvl_latency_us=1, cp=2, dp=1, global_batch_size=1,
+                           overlap_cp_comm=False))
+    assert exposed.time_breakdown_s["cp_comm"] == pytest.approx(L * (2 * 1e-6 + 3 * kv_bytes / 100e9), rel=1e-9)
     r = simulate(toy(2, nvl_gb_per_s=100, nvl_latency_us=1, cp=2, dp=1, global_batch_size=1))
-    assert r.time_breakdown_s["cp_comm"] > 0
+    assert 0 < r.time_breakdown_s["cp_comm"] <= exposed.time_breakdown_s["cp_comm"] * (1 + 1e-9)
 
 
 def test_context_parallel_gradients_are_reduced_over_the_cp_group():

@@ -114,10 +114,15 @@ def test_virtual_stages_apply_the_split_per_chunk():
     assert stage_params(sc.model, sc.parallelism, 1) == 6 * LAYER_PARAMS + 2 * 256 + 8 * 256
 
 
-@pytest.mark.parametrize("mode", MODES)
-def test_a_stage_without_layers_simulates(mode):
+@pytest.mark.parametrize(("mode", "detail"), MODES)
+def test_a_stage_without_layers_simulates(mode, detail):
     """A last stage holding only the head (``last_stage_layers: 0``, as nanotron runs of the
     Ultra-Scale Playbook) simulates in both modes; its kernels are named without a layer range."""
-    result = simulate(load_scenario(toy_raw(2, pp=2, global_batch_size=4, last_stage_layers=0)), mode=mode)
-    assert result.layers_per_stage[-1] == 0 and result.layers_per_stage[0] > 0
-    assert result.step_time_s > 0
+    result = simulate(load_scenario(toy_raw(2, pp=2, global_batch_size=4, last_stage_layers=0)), mode=mode,
+                      detail=detail)
+    assert result.layers_per_stage == [4, 0]
+    # stage 1 only runs the head (~0 s): the step is stage 0's 1F1B alone, m·(4T + 8T) with m = 4
+    assert result.step_time_s == pytest.approx(4 * 12 * T_LAYER, rel=1e-9)
+    layers = {dict(e.args).get("layer") for e in result.timeline
+              if e.rank_class in ("stage1", "rank1") and e.category == "compute"}
+    assert layers == ({"head"} if detail else {None})  # per kernel: the head's; per pass: none

@@ -115,5 +115,11 @@ def test_a_chunk_without_layers_has_no_layer_name():
            "cluster": {"node": "dgx-a100-80g", "num_gpus": 2},
            "parallelism": {"tp": 1, "pp": 2, "micro_batch_size": 1, "global_batch_size": 4,
                            "first_stage_layers": 4, "last_stage_layers": 0}}
-    assert simulate(load_scenario(raw), detail=True).step_time_s > 0
-    assert simulate(load_scenario(raw)).step_time_s > 0
+    from simulator.strategies.spmd.plan import Planner
+
+    planner = Planner(load_scenario(raw))
+    assert [planner.chunk_layers(0), planner.chunk_layers(1)] == ["block0..block3", ""]
+    detail = simulate(load_scenario(raw), detail=True)
+    assert {dict(e.args).get("layer") for e in detail.timeline if e.rank_class == "stage1" and e.category == "compute"} \
+        == {"head"}
+    assert simulate(load_scenario(raw)).step_time_s == pytest.approx(detail.step_time_s, rel=1e-9)
