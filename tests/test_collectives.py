@@ -94,16 +94,17 @@ def test_group_of_one_or_empty_payload_costs_nothing():
 def test_inter_node_all_gather_splits_bus_over_the_nodes_nics():
     # n = 8 ranks, g = 4 per node on k = 2 nodes (ranks 0-3 and 8-11 of a 16-GPU cluster).
     # bus = (n-1)/n · S = 7/8 S; each rank's NIC port carries bus/g = 7/32 S and its NVLink
-    # (g-1)/g · bus = 21/32 S. Ring latency (n-1) hops at the slowest hop max(α_net, α_nvl) = 6 us.
-    # Time = 7·6 us + max(7/32 S / 25 GB/s, 21/32 S / 100 GB/s) = 42 us + 0.56 ms.
+    # (g-1)/g · bus = 21/32 S. Ring latency as NCCL's tuner counts it: of the n-1 = 7 steps, k-1 = 1
+    # crosses the network (α_net = 6 us), the other 6 stay on NVLink (α_nvl = 2 us): 18 us.
+    # Time = 18 us + max(7/32 S / 25 GB/s, 21/32 S / 100 GB/s) = 18 us + 0.56 ms.
     topo = _topo(16)
     placement = topo.placement((0, 1, 2, 3, 8, 9, 10, 11))
     assert (placement.members_per_node, placement.num_nodes) == (4, 2)
     cost = collective_cost("all_gather", S, placement, topo.links)
     assert cost.algorithm == "ring"
     assert cost.bytes_by_link == pytest.approx({"nic": 7 / 32 * S, "nvl": 21 / 32 * S})
-    assert cost.latency_s == pytest.approx(7 * A_NET, rel=1e-12)
-    assert cost.isolated_time_s(topo.links) == pytest.approx(7 * A_NET + 7 / 32 * S / B_NIC, rel=1e-12)
+    assert cost.latency_s == pytest.approx(A_NET + 6 * A_NVL, rel=1e-12)
+    assert cost.isolated_time_s(topo.links) == pytest.approx(A_NET + 6 * A_NVL + 7 / 32 * S / B_NIC, rel=1e-12)
 
 
 def test_inter_node_one_rank_per_node_uses_only_nics():
@@ -147,8 +148,8 @@ def test_tree_latency_counts_intra_node_steps():
     # n = 32: g = 8 per node on k = 4 nodes, 64 MB.
     # Tree: 2·log2(4)·6 us + 2·(8-1)·2 us = 24 + 28 = 52 us; NIC 2·S/8 = S/4 (0.64 ms), NVLink
     # reduce-scatter + all-gather 2·7/8·S = 1.75 S (1.12 ms) -> 1.172 ms.
-    # Ring: 2·31 steps x max(6, 2) us = 372 us; NIC 2·31/32·S/8 (0.62 ms), NVLink 2·31/32·7/8·S
-    # (1.085 ms) -> 1.457 ms. The tree wins.
+    # Ring: 2·31 steps, 2k = 8 of them across the network (NCCL's tuner), 8·6 + 54·2 = 156 us; NIC
+    # 2·31/32·S/8 (0.62 ms), NVLink 2·31/32·7/8·S (1.085 ms) -> 1.241 ms. The tree wins.
     topo = _topo(32)
     cost = collective_cost("all_reduce", S, topo.placement(tuple(range(32))), topo.links)
     assert cost.algorithm == "tree"
@@ -156,8 +157,8 @@ def test_tree_latency_counts_intra_node_steps():
     assert cost.bytes_by_link == pytest.approx({"nic": S / 4, "nvl": 1.75 * S})
     ring = collective_cost("all_reduce", S, topo.placement(tuple(range(32))), topo.links, algorithm="ring")
     assert ring.algorithm == "ring"
-    assert ring.latency_s == pytest.approx(62 * A_NET, rel=1e-12)
-    assert ring.isolated_time_s(topo.links) == pytest.approx(372e-6 + 2 * 31 / 32 * 7 / 8 * S / B_NVL, rel=1e-12)
+    assert ring.latency_s == pytest.approx(8 * A_NET + 54 * A_NVL, rel=1e-12)
+    assert ring.isolated_time_s(topo.links) == pytest.approx(156e-6 + 2 * 31 / 32 * 7 / 8 * S / B_NVL, rel=1e-12)
 
 
 def test_two_node_tree_moves_half_the_ring_bytes_through_the_nics():
@@ -352,3 +353,35 @@ def test_placement_counts_nodes_and_pods():
     assert math.isclose(topo.port_capacity("stage0:up_tx"), B_NIC / 4)
     assert math.isclose(topo.port_capacity("rank3:nvl_rx"), B_NVL)
     assert math.isclose(topo.port_capacity("rank3:nic_tx"), B_NIC)
+
+
+def _nvls_node(min_gpus: int) -> Node:
+    from hardware_specs.schema import NvlsLaw
+    node = _node(intra={"supports_nvls": True})
+    law = NvlsLaw(latency_us=10, bandwidth_gb_per_s=200, min_gpus=min_gpus, source="toy")
+    return node.model_copy(update={"nvls_all_reduce": law})
+
+
+def test_nvls_tree_across_nodes_when_the_node_has_nvls():
+    # g = 8 on k = 4 nodes, 64 MB, NVLS law 10 us + S / 200 GB/s.
+    # NVLSTree: 10 us + 2·log2(4)·6 us = 34 us; NICs as the tree (2·S/8 = S/4: 0.64 ms); NVLink carries what
+    # S at the NVLS law's 200 GB/s takes on the 100 GB/s port (S/2: 0.32 ms) -> 0.674 ms.
+    # Tree 1.172 ms, ring 1.241 ms (test_tree_latency_counts_intra_node_steps): NVLSTree wins.
+    node = _nvls_node(min_gpus=4)
+    topo = _topo(32, node)
+    placement = topo.placement(tuple(range(32)))
+    cost = collective_cost("all_reduce", S, placement, topo.links, nvls=node.nvls_all_reduce)
+    assert cost.algorithm == "nvls_tree"
+    assert cost.latency_s == pytest.approx(10e-6 + 4 * A_NET, rel=1e-12)
+    assert cost.bytes_by_link == pytest.approx({"nic": S / 4, "nvl": S / 2})
+    assert cost.isolated_time_s(topo.links) == pytest.approx(34e-6 + S / 4 / B_NIC, rel=1e-12)
+    # NCCL_ALGO forcing keeps the forced algorithm
+    forced = collective_cost("all_reduce", S, placement, topo.links, nvls=node.nvls_all_reduce, algorithm="tree")
+    assert forced.algorithm == "tree"
+    # other collectives and groups of fewer ranks per node than NVLS needs do not run it
+    gather = collective_cost("all_gather", S, placement, topo.links, nvls=node.nvls_all_reduce)
+    assert gather.algorithm == "ring"
+    four = topo.placement(tuple(r for r in range(32) if r % 8 < 4))
+    assert (four.members_per_node, four.num_nodes) == (4, 4)
+    small = collective_cost("all_reduce", S, four, topo.links, nvls=_nvls_node(min_gpus=6).nvls_all_reduce)
+    assert small.algorithm != "nvls_tree"

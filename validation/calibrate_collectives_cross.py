@@ -9,11 +9,14 @@ volume over its busbw. Held out, as inside the node, when the md5 of the row's k
 
 Model (simulator/cost/collectives.py, the code the simulator runs): the node's NICs
 (``nics_per_node`` x ``nic_bandwidth_gbit_per_s`` x ``nic_efficiency``) carry a ring's bus volume or a
-double binary tree's 2·S (S over two nodes), NVLink the node-local share; latency is 2(n-1) ring hops
+double binary tree's 2·S (S over two nodes), NVLink the node-local share; latency is the ring's network
+steps (2k for an all-reduce, as NCCL's tuner counts them; the other 2(n-1)-2k steps at NVLink's latency)
 or 2·ceil(log2 k) tree levels of ``nic_latency_us`` plus the fabric's switches (the catalog ``fat-tree``,
 which a scenario gets by default), and the same algorithms also run on NCCL's low-latency protocol
-(``nic_low_latency_efficiency`` / ``nic_low_latency_us``); NCCL's choice is the fastest, a forced
-``NCCL_ALGO`` keeps that algorithm. Fitted per system (least squares on log time, scipy) on the fit
+(``nic_low_latency_efficiency`` / ``nic_low_latency_us``); on a node with NVLS (H200, B200, GB200) NVLSTree
+is a candidate as well (the node's NVLS law inside, the tree's bytes between nodes), as in the simulator,
+which passes the node's NVLS law the same way. NCCL's choice is the fastest; a forced ``NCCL_ALGO`` keeps that
+algorithm (``allreduce:nvlstree`` is NVLSTree, ``allreduce:tree`` the plain tree). Fitted per system (least squares on log time, scipy) on the fit
 half: the NIC efficiency, and where the fit rows span several sizes the per-hop latency and the
 low-latency line; what the rows cannot fix is carried from another node of the same transport and
 says so in ``nic_fitted_on``.
@@ -92,7 +95,9 @@ def _algorithm(algo: str) -> str | None:
     text = algo.lower()
     if "nccl_algo=allreduce:ring" in text:
         return "ring"
-    if "nccl_algo=allreduce:nvlstree" in text or "nccl_algo=allreduce:tree" in text:
+    if "nccl_algo=allreduce:nvlstree" in text:
+        return "nvls_tree"
+    if "nccl_algo=allreduce:tree" in text:
         return "tree"
     return None
 
@@ -142,7 +147,7 @@ def predicted(node: Node, row: CrossRow) -> tuple[float, str]:
     links = Topology(node, FABRICS.get(FABRIC), row.gpus).links
     placement = Placement(tuple(range(row.gpus)), row.gpus_per_node, row.num_nodes, 1)
     cost = collective_cost(row.collective, row.message_bytes, placement, links, node.intra_laws,
-                           node.inter_node_collectives, None, algorithm=row.algorithm)
+                           node.inter_node_collectives, node.nvls_all_reduce, algorithm=row.algorithm)
     return cost.isolated_time_s(links), cost.algorithm
 
 

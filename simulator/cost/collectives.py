@@ -15,11 +15,17 @@ and the time in isolation is ``latency + bus / bus_bandwidth``. Mapped on links:
   an all-reduce may instead run a double binary tree across nodes: 2·log2(k) latency steps
   instead of 2(n-1), and 2·S through a node's NICs (S over two nodes; ``_tree_bytes``) instead of
   the ring's 2(n-1)/n·S; each algorithm also runs on the low-latency protocol where the node has
-  fitted one (``nic_low_latency_*``), and NCCL picks the fastest — so do we;
+  fitted one (``nic_low_latency_*``); where the node has NVLS (an ``nvls_all_reduce`` law, NVSwitch
+  multicast) and at least its ``min_gpus`` ranks per node, NVLSTree is a candidate too (NVLS inside the
+  node, the tree's bytes between nodes; Simple protocol only); NCCL's tuner picks the fastest — so do we,
+  and ``algorithm`` honours an ``NCCL_ALGO`` that a measurement forced;
 - between pods of an oversubscribed fat tree the inter-node bytes also cross the uplinks.
 
-Latency: ring all-reduce 2(n-1) steps, all-gather/reduce-scatter (n-1) steps, each costing
-the slowest hop's latency; tree 2·log2(k) inter-node steps plus 2(g-1) intra ones.
+Latency: ring all-reduce 2(n-1) steps, all-gather/reduce-scatter (n-1) steps; inside a node each costs
+the NVLink hop, across nodes NCCL's tuner (src/graph/tuning.cc, ncclTopoTuneModel) charges the network's
+latency only on the steps that cross nodes (2k for an all-reduce, k-1 for a gather) and NVLink's on the
+rest; tree 2·log2(k) inter-node steps plus 2(g-1) intra ones; NVLSTree the NVLS law's latency plus the
+tree's 2·log2(k) network steps.
 A law with a low-latency protocol (NCCL's LL/LL128) gives the faster of its two α-β lines, as
 NCCL's tuner picks a protocol per message size.
 On a full mesh (xGMI, ``mesh_peers`` = links per GPU) a group of n inside the node uses n-1 of
@@ -100,7 +106,8 @@ def collective_cost(
     algorithm: str | None = None,
 ) -> CollectiveCost:
     """Cost of ``collective`` of ``payload_bytes`` over ``placement`` (see module docstring). ``algorithm``
-    ("ring" or "tree") forces NCCL's cross-node algorithm (``NCCL_ALGO``) where a measurement did."""
+    ("ring", "tree" or "nvls_tree") forces NCCL's cross-node algorithm (``NCCL_ALGO``) where a measurement
+    did."""
     n = placement.size
     if n <= 1 or payload_bytes <= 0:
         return CollectiveCost("none", 0.0, {})
@@ -177,17 +184,40 @@ def collective_cost(
                        else _tree_latency_s(links.inter_low_latency_s, links, g, k))
             scaled = {key: b * slow if key in ("nic", "up") else b for key, b in cost.bytes_by_link.items()}
             candidates.append(CollectiveCost(cost.algorithm + "_ll", latency, scaled))
+    if collective == "all_reduce" and nvls is not None and g >= nvls.min_gpus:
+        # NVLSTree (NCCL >= 2.18 on NVSwitch nodes with multicast): NVLS reduce/broadcast inside each node,
+        # a tree between nodes; Simple protocol only (no _ll variant)
+        candidates.append(CollectiveCost("nvls_tree", _nvls_tree_latency_s(links.inter_latency_s, nvls, k),
+                                         _nvls_tree_bytes(payload_bytes, g, k, placement.num_pods > 1, nvls, links)))
     if algorithm is not None:
         candidates = [c for c in candidates if c.algorithm.removesuffix("_ll") == algorithm] or candidates
     # NCCL's tuner picks the algorithm and protocol it expects to be fastest (src/graph/tuning.cc); so do we
     return min(candidates, key=lambda c: c.isolated_time_s(links))
 
 
+def ring_inter_node_steps(collective: str, k: int) -> int:
+    """Steps of a ring collective over k nodes that cross the network, as NCCL's tuner counts them
+    (src/graph/tuning.cc, ncclTopoTuneModel: ``nInterSteps`` = 2·nNodes for an all-reduce, nNodes-1 for an
+    all-gather / reduce-scatter, nNodes otherwise)."""
+    if k <= 1:
+        return 0
+    if collective == "all_reduce":
+        return 2 * k
+    if collective in ("all_gather", "reduce_scatter"):
+        return k - 1
+    return k
+
+
 def _ring_latency_s(collective: str, n: int, k: int, inter_hop_s: float, intra_hop_s: float) -> float:
-    """A ring's steps in lock-step, each at the slowest hop's latency (2(n-1) for an all-reduce, n-1 for a
-    gather). NCCL's tuner counts only the 2(k-1) steps between nodes at the network latency
-    (src/graph/tuning.cc); adopting that moves the PaSE and DAPPLE example plans, so it waits (k: unused)."""
-    return ring_steps(collective, n) * max(inter_hop_s, intra_hop_s)
+    """A pipelined ring's latency as NCCL's tuner models it (src/graph/tuning.cc, ncclTopoTuneModel):
+    the last chunk walks every step of the ring (2(n-1) for an all-reduce, n-1 for a gather), and only the
+    steps that cross a node boundary (``ring_inter_node_steps``) cost the network's latency; the rest cost
+    NVLink's. The chunks are pipelined, so the steps do not run in lock-step at the slowest hop's latency
+    (that reading put 62 network latencies on a 4-node all-reduce: 8.6 ms against ~21 ms of bytes at
+    4 GiB on p5en, where the forced ring measured 364.65 GB/s; collectives_bandwidth.csv row 107)."""
+    steps = ring_steps(collective, n)
+    inter = min(steps, ring_inter_node_steps(collective, k))
+    return (steps - inter) * intra_hop_s + inter * max(inter_hop_s, intra_hop_s)
 
 
 def _tree_latency_s(inter_hop_s: float, links: LinkCapacities, g: int, k: int) -> float:
@@ -211,6 +241,30 @@ def _tree_bytes(payload_bytes: float, g: int, k: int, across_pods: bool) -> dict
     out = {"nic": node_bytes / g}
     if g > 1:
         out["nvl"] = 2 * (g - 1) / g * payload_bytes
+    if across_pods:
+        out["up"] = node_bytes / g
+    return out
+
+
+def _nvls_tree_latency_s(inter_hop_s: float, nvls: NvlsLaw, k: int) -> float:
+    """NVLSTree: the NVLS reduce and broadcast inside the node (the NVLS law's latency) and a double binary
+    tree between nodes (2·ceil(log2 k) network steps, as ``_tree_latency_s``)."""
+    return nvls.latency_us * 1e-6 + 2 * math.ceil(math.log2(k)) * inter_hop_s
+
+
+def _nvls_tree_bytes(payload_bytes: float, g: int, k: int, across_pods: bool, nvls: NvlsLaw,
+                     links: LinkCapacities) -> dict[str, float]:
+    """Bytes per rank of an NVLSTree all-reduce over k nodes of g ranks (NCCL src/device/all_reduce.h,
+    runTreeNVLS / src/graph/tuning.cc NCCL_ALGO_NVLS_TREE).
+
+    Inside the node the payload goes into the NVSwitch once and comes back reduced once (NVLink SHARP), priced
+    as the node's fitted NVLS all-reduce law (bytes scaled so that alone on the port they take S / the law's
+    bandwidth). Between nodes each of the g NVLS heads (one per NIC) runs the double binary tree on 1/g of the
+    payload: a node's NICs carry what ``_tree_bytes`` gives a plain tree (2·S each way, S over two nodes; NCCL's
+    tuner: NVLS_TREE bandwidth min(bwIntra, nNodes <= 2 ? bwInter : bwInter/2))."""
+    node_bytes = payload_bytes if k == 2 else 2 * payload_bytes
+    out = {"nic": node_bytes / g,
+           "nvl": payload_bytes * links.intra_bytes_per_s / (nvls.bandwidth_gb_per_s * 1e9)}
     if across_pods:
         out["up"] = node_bytes / g
     return out
