@@ -18,7 +18,6 @@ from validation import layout_ranking as lr
 ROOT = Path(__file__).resolve().parents[1]
 FIT_PRINTERS = {  # module -> why it has no pass/fail
     "calibrate_a100": "prints the A100 fit (its held-out figures are checked by tests/test_calibration_a100.py)",
-    "calibrate_conv": "prints the TF32 convolution fit and its halves (tests/test_conv_calibration.py judges them)",
     "calibrate_direct_conv": "prints (and with --write writes) the direct-convolution fit",
     "calibrate_efa": "prints (and with --write writes) the EFA collective laws",
     "calibrate_frameworks": "prints (and with --write writes) the framework profiles' fits",
@@ -38,7 +37,7 @@ def test_every_validation_main_exits_with_its_checks_status():
     mains = {p.stem if p.name != "__main__.py" else p.parent.name: p
              for p in [*ROOT.glob("validation/*.py"), *ROOT.glob("validation/*/__main__.py")]
              if p.name == "__main__.py" or _main_calls(p)}
-    assert {"ds3lab", "deeppool_model", "layout_ranking", "modern", "calibrate_microbench"} <= set(mains)
+    assert {"ds3lab", "deeppool_model", "layout_ranking", "modern", "calibrate_microbench", "calibrate_conv"} <= set(mains)
     for name, path in mains.items():
         if name in FIT_PRINTERS:
             continue
