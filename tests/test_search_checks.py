@@ -22,7 +22,11 @@ CASES = {**BOUND_CASES,
          # training.framework: torchtitan fills layout fields the mapping leaves out (its profile's fitted_with)
          "torchtitan-llama3-8b": (EXAMPLES / "llama3-8b-torchtitan-sac-h100.yaml", [], None,
                                   SearchSpace(micro_batch_size=[1], virtual_stages=[1], recompute=["none", "full"],
-                                              zero_stage=[0, 3]))}
+                                              zero_stage=[0, 3])),
+         # overlap_moe_comm: a pass's exposed all-to-all share depends on the whole pass (priced whole)
+         "deepseek-v3": (EXAMPLES / "deepseek-v3-h800.yaml", [], None,
+                         SearchSpace(tp=[2, 4], pp=[2, 4], virtual_stages=[1], micro_batch_size=[1],
+                                     recompute=["full"], zero_stage=[1], sequence_parallel=[True]))}
 
 # a space with layouts that fail validation in every way a search meets (pydantic included: a
 # micro-batch of 0 is not enumerated by a search, but a caller's mapping may hold one)

@@ -145,7 +145,8 @@ def _shared_pass_s(planner, shape: str, phase: str, chunk: int, rank: int) -> fl
     :func:`shape_key`. A chunk of one kind of layer repeated c times costs P(1) + (c-1)·(P(2) - P(1)):
     each added layer brings the same kernels and one more layer-to-layer boundary (the only place
     where a collective's overlap with the next kernel sees another layer), so two small passes
-    price every chunk length; chunks of several kinds of layer are priced whole. The same seconds
+    price every chunk length; chunks of several kinds of layer, and passes whose all-to-alls hide
+    behind the pass's own kernels (:func:`_additive`), are priced whole. The same seconds
     as pricing the chunk's ops (tests/test_search_checks.py: within 1e-12 relative)."""
     first, last = chunk == 0, chunk == planner.chunks - 1
     runs = planner.chunk_runs(chunk)
@@ -156,7 +157,7 @@ def _shared_pass_s(planner, shape: str, phase: str, chunk: int, rank: int) -> fl
             ops = planner.pass_ops(phase, first, last, chunk_runs)
             return sum(planner.pass_cost_s(rank, ops)) if ops else 0.0
 
-        if len(runs) == 1 and runs[0][1] > 2:
+        if len(runs) == 1 and runs[0][1] > 2 and _additive(planner, phase, runs[0][0]):
             kind, count = runs[0]
             one, two = (_CHUNK_PASSES.get((shape, phase, first, last, ((kind, n),))) for n in (1, 2))
             if one is None:
@@ -170,6 +171,16 @@ def _shared_pass_s(planner, shape: str, phase: str, chunk: int, rank: int) -> fl
             _CHUNK_PASSES.clear()
         _CHUNK_PASSES[key] = hit
     return hit
+
+
+def _additive(planner, phase: str, kind) -> bool:
+    """Whether a pass over repeated layers of ``kind`` costs the sum of its layers' shares (see
+    :func:`_shared_pass_s`): not where the expert all-to-alls are hidden behind the pass's own kernels
+    (``overlap_moe_comm``: the exposed share depends on the whole pass's kernels and all-to-alls, and
+    on the prologue or epilogue the chunk carries, Planner._paired_moe_exposure)."""
+    if not planner.par.overlap_moe_comm:
+        return True
+    return not any(op.collective == "all_to_all" for op in planner.layer_pass_ops(kind, phase))
 
 
 def bound_parts(scenario, planner=None, key: str | None = None) -> BoundParts:
