@@ -39,6 +39,18 @@ def _pct(value: float | None) -> str:
     return "-" if value is None else f"{100 * value:.1f}%"
 
 
+def _print_breakdown(block: dict, oom: bool, indent: str) -> None:
+    """One line per summary (all cases, each precision, each accelerator) of a fitted, as-a-user or
+    catalog-only block; ``oom`` adds the count of rows predicted out of memory."""
+    for title, rows in (("all", [block["overall"]]), ("precision", block["by_precision"]),
+                        ("accelerator", block["by_accelerator"])):
+        for s in rows:
+            print(f"{indent}{title:<11} {s['label']:<16} n={s['cases']:<4} median |error| "
+                  f"{_pct(s['median_abs_error']):>7} max {_pct(s['max_abs_error']):>7} "
+                  f"median error {_pct(s['median_error']):>7}"
+                  f"{'  predicted OOM: ' + str(s['predicted_oom']) if oom and s.get('predicted_oom') else ''}")
+
+
 def print_report(block: dict) -> None:
     o = block["overall"]
     target = f"median <= {100 * block['median_target']:.0f}%" + (
@@ -47,11 +59,7 @@ def print_report(block: dict) -> None:
     print(f"  {o['cases']} cases simulated, {block['unrepresentable']} rows not representable (listed by "
           f"--unrepresentable); fitted groups: {', '.join(block['profile_groups']) or 'none'}; catalog "
           f"constants: {', '.join(block['catalog_groups']) or 'none'}")
-    for title, rows in (("all", [o]), ("precision", block["by_precision"]), ("accelerator", block["by_accelerator"])):
-        for s in rows:
-            print(f"  {title:<11} {s['label']:<16} n={s['cases']:<4} median |error| {_pct(s['median_abs_error']):>7} "
-                  f"max {_pct(s['max_abs_error']):>7} median error {_pct(s['median_error']):>7}"
-                  f"{'  predicted OOM: ' + str(s['predicted_oom']) if s['predicted_oom'] else ''}")
+    _print_breakdown(block, oom=True, indent="  ")
     aside = block.get("set_aside", [])
     if aside:
         print(f"  {len(aside)} rows set aside (not counted above, not fitted on), each with its error and reason:")
@@ -67,13 +75,7 @@ def print_report(block: dict) -> None:
         print(f"  as a user gets it (training.framework naming the row's framework, the shipped profile; "
               f"{user['resimulated']} of {user['overall']['cases']} cases re-simulated): target "
               f"{'met' if user['met'] else 'NOT MET'}")
-        for title, rows in (("all", [user["overall"]]), ("precision", user["by_precision"]),
-                            ("accelerator", user["by_accelerator"])):
-            for s in rows:
-                print(f"    {title:<11} {s['label']:<16} n={s['cases']:<4} median |error| "
-                      f"{_pct(s['median_abs_error']):>7} max {_pct(s['max_abs_error']):>7} "
-                      f"median error {_pct(s['median_error']):>7}"
-                      f"{'  predicted OOM: ' + str(s['predicted_oom']) if s['predicted_oom'] else ''}")
+        _print_breakdown(user, oom=True, indent="    ")
         for s in user["by_framework"]:
             print(f"    framework   {s['framework'] + ' ' + s['accelerator'] + ' ' + s['precision']:<44} "
                   f"{s['state']:<10} n={s['cases']:<4} median |error| {_pct(s['median_abs_error']):>7} "
@@ -83,12 +85,7 @@ def print_report(block: dict) -> None:
         print(f"  catalog constants only (no fitted profile: what a run of a framework x accelerator x precision no "
               f"profile covers gets; {catalog['resimulated']} of {catalog['overall']['cases']} cases re-simulated; "
               f"not a target):")
-        for title, rows in (("all", [catalog["overall"]]), ("precision", catalog["by_precision"]),
-                            ("accelerator", catalog["by_accelerator"])):
-            for s in rows:
-                print(f"    {title:<11} {s['label']:<16} n={s['cases']:<4} median |error| "
-                      f"{_pct(s['median_abs_error']):>7} max {_pct(s['max_abs_error']):>7} "
-                      f"median error {_pct(s['median_error']):>7}")
+        _print_breakdown(catalog, oom=False, indent="    ")
     print()
 
 

@@ -997,20 +997,15 @@ class Planner:
                 chain = self._backward_chain(actor, rank, g, tag) if self.chains and not zero_bubble else None
                 if chain is not None:
                     add(chain)
-                    accumulate_grads(g, mb, tag)
-                    backward_memory(g, compute_list[pass_start], prev[0])
-                    lookup[("B_entry", actor, mb, g)] = compute_list[pass_start]
-                    lookup[("B_exit", actor, mb, g)] = prev[0]
-                    fused_backward_update(g, mb)
-                    continue
-                recompute_ops = self._chunk_ops("R", g)
-                if recompute_ops:
-                    run_ops(recompute_ops, f"B.{tag}.recompute", "recompute", layer=self.chunk_layers(g))
-                    host_floor(f"B.{tag}.recompute", "R", self.chunk_runs(g))
-                run_ops(self._chunk_ops("B", g), f"B.{tag}", "compute", layer=self.chunk_layers(g))
-                host_floor(f"B.{tag}", "B", self.chunk_runs(g))
-                if self.chains:
-                    prev[0] = self._chain_pass(compute_list, pass_start, streams[(actor, "compute")])
+                else:
+                    recompute_ops = self._chunk_ops("R", g)
+                    if recompute_ops:
+                        run_ops(recompute_ops, f"B.{tag}.recompute", "recompute", layer=self.chunk_layers(g))
+                        host_floor(f"B.{tag}.recompute", "R", self.chunk_runs(g))
+                    run_ops(self._chunk_ops("B", g), f"B.{tag}", "compute", layer=self.chunk_layers(g))
+                    host_floor(f"B.{tag}", "B", self.chunk_runs(g))
+                    if self.chains:
+                        prev[0] = self._chain_pass(compute_list, pass_start, streams[(actor, "compute")])
                 accumulate_grads(g, mb, tag)
                 backward_memory(g, compute_list[pass_start], prev[0])
                 lookup[("B_entry", actor, mb, g)] = compute_list[pass_start]
