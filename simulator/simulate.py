@@ -352,6 +352,8 @@ def simulate(scenario: Scenario, mode: str | None = None, detail: bool = False,
         samples_per_step=par.global_batch_size,
         sample=getattr(model, "sample", "sequence"),
         model_flops_per_step=flops.model_flops,
+        flops_counted_layers=(None if flops.layers_counted is None or flops.layers_counted == flops.layers_total
+                              else (flops.layers_counted, flops.layers_total)),
         hardware_flops_per_step=flops.hardware_flops,
         peak_tflops_per_gpu=mean_peak_tflops(scenario),
         peak_memory_gib=peak.total_bytes / 2**30,
@@ -438,7 +440,7 @@ def _step_flops(scenario: Scenario) -> ModelFlops:
     recomputed = sum(flops(layer.recompute_ops(par.recompute)) for layer in graph.layers)
     batch = par.global_batch_size
     return ModelFlops((forward + backward) * batch, (forward + backward + recomputed) * batch,
-                      forward / max(1, len(graph.pipelined)))
+                      forward / max(1, len(graph.pipelined)), graph.flops_counted_layers(), len(graph.layers))
 
 
 def stage_breakdowns(plan: Plan, critical: str, makespan: float) -> dict[int, dict[str, float]]:

@@ -694,6 +694,10 @@ class ModelFlops:
     model_flops: float
     hardware_flops: float
     per_layer_forward: float = field(default=0.0)  # mean over the layers when they differ
+    # layers whose FLOPs are counted, and all layers (None: every layer counted); fewer counted than
+    # all: the counted FLOPs understate the model's, so TFLOP/s and MFU are n/a (simulator/report/result.py)
+    layers_counted: int | None = None
+    layers_total: int | None = None
 
 
 def step_flops(model: TransformerSpec, seq_length: int, global_batch: int, recompute: str,

@@ -20,6 +20,9 @@ for one micro-batch on one rank after a layout's shard (a transformer builder ta
   boundary after it);
 - ``splittable``: which dimensions of its iteration space may be split over devices (batch,
   channels, heads, reduction, spatial, sequence, experts), for per-layer parallelism;
+- ``flops_counted``: False for a layer whose kernels are unknown (a block measured as a whole in
+  a per-layer profile), so the model's counted FLOPs leave it out and MFU is n/a
+  (:meth:`LayerGraph.flops_counted_layers`); True where its ops are its kernels (none, for a view);
 - ``window``: for a sliding-window layer (convolution, pooling), ``(kernel_h, kernel_w, stride_h,
   stride_w, padding_h, padding_w)``, from which a spatial split's halo widths follow
   (simulator/strategies/per_layer/halo.py); None for every other layer;
@@ -86,6 +89,7 @@ class Layer:
     measured_forward_s: float | None = None      # a profiled time that replaces the priced ops
     measured_backward_s: float | None = None
     window: tuple[int, int, int, int, int, int] | None = None  # (kh, kw, sh, sw, ph, pw) of a conv / pool
+    flops_counted: bool = True                   # False: kernels unknown (a profiled block), FLOPs not counted
 
     @property
     def forward_flops(self) -> float:
@@ -153,6 +157,10 @@ class LayerGraph:
 
     def saved_bytes(self) -> float:
         return sum(layer.saved_bytes for layer in self.layers)
+
+    def flops_counted_layers(self) -> int:
+        """How many layers' FLOPs are counted (all but the profiled blocks whose kernels are unknown)."""
+        return sum(layer.flops_counted for layer in self.layers)
 
     @property
     def pipelined(self) -> tuple[Layer, ...]:

@@ -64,6 +64,9 @@ class SimulationResult:
     memory_series_bytes: dict[str, list[tuple[float, float]]] = field(default_factory=dict, repr=False)
     actor_stage: dict[str, int] = field(default_factory=dict, repr=False)  # rank class -> pipeline stage
     extra: dict[str, Any] = field(default_factory=dict)
+    # (layers whose FLOPs are counted, all layers) where some are not (a profile's blocks measured as a
+    # whole): the counted FLOPs understate the model's, so TFLOP/s and MFU are n/a; None: all counted
+    flops_counted_layers: tuple[int, int] | None = None
     run: dict[str, Any] = field(default_factory=dict)  # model, node, accelerator, sequence, precision
     busiest_stage: int | None = None  # the stage that waits least, when not the critical rank's
     busiest_stage_breakdown_s: dict[str, float] = field(default_factory=dict)
@@ -88,9 +91,9 @@ class SimulationResult:
         return self.samples_per_step / self.step_time_s if self.step_time_s else None
 
     def _tflops_per_gpu(self, flops: float) -> float | None:
-        """None where there is no step time or no counted FLOPs (a measured profile counts none:
-        a 0.0 would read as a result)."""
-        if not self.step_time_s or not flops:
+        """None where there is no step time, no counted FLOPs (a measured profile counts none:
+        a 0.0 would read as a result) or FLOPs counted for only some layers (an understated figure)."""
+        if not self.step_time_s or not flops or self.flops_counted_layers is not None:
             return None
         return flops / (self.step_time_s * self.num_gpus) / 1e12
 
@@ -137,6 +140,7 @@ class SimulationResult:
             "hardware_tflops_per_gpu": self.hardware_tflops_per_gpu,
             "mfu": self.mfu,
             "hfu": self.hfu,
+            "flops_counted_layers": list(self.flops_counted_layers) if self.flops_counted_layers else None,
             "peak_memory_gib": self.peak_memory_gib,
             "peak_memory_stage": self.peak_memory_stage,
             "simulated_peak_memory_gib": max(self.simulated_peak_memory_gib.values(), default=None),
@@ -315,6 +319,11 @@ def _flop_lines(result: SimulationResult) -> list[str]:
     if result.step_time_s and not result.model_flops_per_step:
         why = "n/a (the model counts no FLOPs: a measured per-layer profile gives times only)"
         return [f"  TFLOP/s/GPU    {why}", "  MFU / HFU      n/a"]
+    if result.step_time_s and result.flops_counted_layers is not None:
+        counted, total = result.flops_counted_layers
+        why = (f"n/a (FLOPs counted for {counted} of {total} layers: the others are blocks measured as a whole "
+               "whose shapes the profile does not give)")
+        return [f"  TFLOP/s/GPU    {why}", f"  MFU / HFU      n/a (FLOPs counted for {counted} of {total} layers)"]
     return [f"  TFLOP/s/GPU    {_fmt(result.model_tflops_per_gpu, '.1f')} model, "
             f"{_fmt(result.hardware_tflops_per_gpu, '.1f')} hardware (peak {result.peak_tflops_per_gpu:g})",
             f"  MFU / HFU      {_fmt(result.mfu and result.mfu * 100, '.1f', '%')} / "

@@ -91,6 +91,11 @@ class NetBuilder:
         self._saved_storages.add(t.storage)
         return float(self.batch * max(t.numel, t.storage_numel) * self.elem)
 
+    def mark_saved(self, t: Tensor) -> None:
+        """Count ``t`` as saved by a layer outside this builder (a profile's block built on a builder
+        of its own whose input the line before already saved)."""
+        self._saved_storages.add(t.storage)
+
     def _layer(self, name: str, kind: str, inputs: list[Tensor], out: Tensor, forward: list[Op],
                backward: list[Op] | None = None, params: int = 0, saved: float = 0.0,
                splittable: frozenset[str] = frozenset({"batch"}),

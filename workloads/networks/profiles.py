@@ -14,6 +14,16 @@ the files the tests use are in ``validation/data/profiles/``):
   the ``.prof`` files then forward and backward µs). Blocks end with ``SUM(avg) x`` or ``sum: x``.
   Layers are listed in execution order (no edges): the graph is that chain. Convolutions, linear
   layers, pools and ReLUs get their kernels from the builder too (FLOPs, for MFU and calibration).
+  A ``ResnetBottleneck`` line (a whole block measured as one) gets the kernels of torchvision's
+  ``Bottleneck`` (``torchvision/models/resnet.py``, whose arguments DeepPool's parameters repeat:
+  ``inplanes``, ``planes``, ``stride``, ``groups``, ``base_width``, ``dilation``; He et al. 2016,
+  arXiv:1512.03385, Table 1): width = planes·base_width/64·groups; conv1 1×1 inplanes→width, conv2 3×3
+  width→width at ``stride`` (``groups``; a dilation d pads d, so the output size and FLOPs are those
+  of d = 1), conv3 1×1 width→4·planes, BN after each, ReLUs, and where ``downsampleParams``
+  ``[[in, out, stride], bn]`` is given a 1×1 conv in→out at that stride plus BN on the shortcut,
+  then the add and the last ReLU — merged into one layer. A bottleneck line without ``inplanes`` and
+  ``planes`` has no shapes to count: its FLOPs stay uncounted (``Layer.flops_counted`` False), and
+  the result prints MFU as n/a naming how many layers were counted.
 
 Times at another micro-batch than profiled: PipeDream's are scaled in proportion to the batch
 (PipeDream's own assumption); DeepPool's come from the block of that batch, or are interpolated
@@ -167,14 +177,14 @@ def pipedream_graph(text: str, name: str, profile_batch: int, shard: ShardShape,
     inputs = {n.node_id for n in nodes if n.desc.startswith("Input")}
     scale = shard.micro_batch / profile_batch
     byte_scale = scale * shard.act_bytes / 4.0   # PipeDream sizes are fp32
-    layers = [Layer("input", "other", output_bytes=0.0)]
+    layers = [Layer("input", "other", output_bytes=0.0, flops_counted=False)]  # a graph.txt names no kernels
     for node in _topological(nodes, edges, source):
         if node.node_id in inputs:
             continue
         reads = tuple(dict.fromkeys("input" if p in inputs else p for p in preds[node.node_id])) or ("input",)
         out_bytes = node.activation_bytes * byte_scale
         layer = Layer(name=node.node_id, kind=_kind(node, source), params=round(node.parameter_bytes / 4),
-                      saved_bytes=out_bytes, output_bytes=out_bytes, inputs=reads)
+                      saved_bytes=out_bytes, output_bytes=out_bytes, inputs=reads, flops_counted=False)
         layers.append(_with_measured(layer, node.forward_ms * scale / 1e3, node.backward_ms * scale / 1e3))
     return LayerGraph(name, tuple(layers), shard.micro_batch, sample, seq_length).check()
 
@@ -230,8 +240,9 @@ def parse_deeppool(text: str, source: str) -> dict[int, list[DeepPoolLayer]]:
     return blocks
 
 
-def _deeppool_ops(net: NetBuilder, index: int, layer: DeepPoolLayer, first: bool) -> Layer:
-    """The builder's layer for a DeepPool line (kernels and parameters), or a bare one."""
+def _deeppool_ops(net: NetBuilder, index: int, layer: DeepPoolLayer, first: bool, after_block: bool = False) -> Layer:
+    """The builder's layer for a DeepPool line (kernels and parameters), or a bare one; ``after_block``:
+    the line before is a bottleneck, whose last ReLU already saved this line's input."""
     name, p = f"{index}.{layer.layer_type}", layer.params
     x = Tensor(layer.input_dim, None if first else "previous", -1 - index)
     try:
@@ -244,12 +255,48 @@ def _deeppool_ops(net: NetBuilder, index: int, layer: DeepPoolLayer, first: bool
             net.linear(name, x, p["out_features"])
         elif layer.layer_type in ("ReLU2d", "ReLU1d"):
             net.relu(name, x, inplace=False)
+        elif layer.layer_type == "adAvgPool2d":
+            net.adaptive_avgpool(name, x, p.get("output_height", 1))
+        elif layer.layer_type == "ResnetBottleneck":
+            return _bottleneck(net, name, x, p, input_saved=after_block)
         else:
             return Layer(name, DEEPPOOL_KINDS[layer.layer_type])
-    except (KeyError, TypeError):
+    except (KeyError, TypeError, ValueError):
         raise ConfigError(f"model.layers.{name}", f"DeepPool parameters {p} do not describe a {layer.layer_type}") \
             from None
     return net.layers[-1]
+
+
+def _bottleneck(net: NetBuilder, name: str, x: Tensor, p: dict, input_saved: bool = False) -> Layer:
+    """A ``ResnetBottleneck`` line as one layer holding the kernels of torchvision's ``Bottleneck``
+    (see the module docstring), or a bare block with its FLOPs uncounted where the line gives no
+    ``inplanes``/``planes``. The sub-layers are built on a builder of their own (same batch and
+    precision) and merged: forward ops in order, backward ops in reverse layer order. ``input_saved``:
+    the block's input is already saved by the layer before (a bottleneck's last ReLU): not counted again."""
+    if "inplanes" not in p or "planes" not in p:
+        return Layer(name, "other", flops_counted=False)
+    groups, stride = p.get("groups", 1), p.get("stride", 1)
+    width = int(p["planes"] * (p.get("base_width", 64) / 64.0)) * groups
+    sub = NetBuilder(name, net.batch, net.elem, net.sample, net.seq_length)
+    entry = Tensor(x.shape, "previous" if x.producer else None, -1)
+    if input_saved:
+        sub.mark_saved(entry)
+    out = sub.conv2d(f"{name}.conv1", entry, width, 1)
+    out = sub.relu(f"{name}.relu1", sub.batchnorm(f"{name}.bn1", out))
+    out = sub.conv2d(f"{name}.conv2", out, width, 3, stride=stride, padding=1, groups=groups)
+    out = sub.relu(f"{name}.relu2", sub.batchnorm(f"{name}.bn2", out))
+    out = sub.batchnorm(f"{name}.bn3", sub.conv2d(f"{name}.conv3", out, 4 * p["planes"], 1))
+    identity = entry
+    if p.get("downsampleParams"):
+        (_, shortcut_out, shortcut_stride), _ = p["downsampleParams"]
+        identity = sub.batchnorm(f"{name}.downsample.1",
+                                 sub.conv2d(f"{name}.downsample.0", entry, shortcut_out, 1, stride=shortcut_stride))
+    sub.relu(f"{name}.relu3", sub.add(f"{name}.add", out, identity, inplace=True))
+    parts = sub.layers
+    return Layer(name, "other", forward=tuple(op for part in parts for op in part.forward),
+                 backward=tuple(op for part in reversed(parts) for op in part.backward),
+                 params=sum(part.params for part in parts), saved_bytes=sum(part.saved_bytes for part in parts),
+                 output_bytes=parts[-1].output_bytes)
 
 
 def _check_block(source: str, block: list[DeepPoolLayer]) -> None:
@@ -266,6 +313,9 @@ def _check_block(source: str, block: list[DeepPoolLayer]) -> None:
             if key in p and line.layer_type in ("conv2d", "linear") and p[key] != have:
                 raise ConfigError(where, f"{source}: shapes do not chain: {key} {p[key]} but its input "
                                          f"{list(dims)} has {have} {what} (batch {line.batch} block)")
+        if line.layer_type == "ResnetBottleneck" and p.get("inplanes", dims[0]) != dims[0]:
+            raise ConfigError(where, f"{source}: shapes do not chain: inplanes {p['inplanes']} but its input "
+                                     f"{list(dims)} has {dims[0]} channels (batch {line.batch} block)")
         before = block[i - 1] if i else None
         if chain and before and before.layer_type == "conv2d" and len(dims) == 3 \
                 and dims[0] != before.params.get("out_channels", dims[0]):
@@ -299,7 +349,8 @@ def deeppool_graph(text: str, name: str, shard: ShardShape, sample: str = "image
     net = NetBuilder(name, b, shard.act_bytes, sample, seq_length)
     layers: list[Layer] = []
     for i, line in enumerate(reference):
-        built = _deeppool_ops(net, i, line, first=i == 0)
+        built = _deeppool_ops(net, i, line, first=i == 0,
+                              after_block=i > 0 and reference[i - 1].layer_type == "ResnetBottleneck")
         forward = backward = 0.0
         for batch, weight in weights.items():
             row = blocks[batch][i]
