@@ -2,7 +2,7 @@
 
 Every case must exit 2 with exactly one line on stderr (``clustersim: error: ...``), no traceback,
 and no file left behind in the folder it ran in (no trace, no ``.tmp``, no header-only CSV). Each
-case is its own process (forked from one interpreter, see :func:`_run_all`); each is a small
+case is its own process (forked from one interpreter, see :func:`run_cases`); each is a small
 scenario or fails before anything is simulated, so the whole file takes seconds.
 """
 
@@ -302,37 +302,37 @@ for name, (work, argv) in cases.items():
 """
 
 
-def _run_all(folder: Path) -> dict[str, tuple[subprocess.CompletedProcess, set[str]]]:
+def run_cases(folder: Path, files, cases: dict[str, list[str]]) -> dict[str, tuple[subprocess.CompletedProcess,
+                                                                                   set[str]]]:
     """Every case in its own process, forked from one interpreter that imported the simulator once
-    (a fresh ``python -m simulator`` per case costs 10-20 s on a loaded 2-core machine); a few cases
+    (a fresh ``python -m simulator`` per case costs 10-20 s on a loaded 2-core machine), each in its own copy
+    of the inputs ``files`` writes; returns each case's process and the files it left behind. A few cases
     also run through ``python -m simulator`` itself (:func:`test_the_real_entry_point_agrees`)."""
-    cases, before = {}, {}
-    for case in CASES:
+    (folder / "_inputs").mkdir()
+    files(folder / "_inputs")
+    work_of, before = {}, {}
+    for case, argv in cases.items():
         work = folder / case.replace(" ", "_").replace("/", "_")
         shutil.copytree(folder / "_inputs", work, symlinks=True)
         before[case] = {str(p.relative_to(work)) for p in work.rglob("*")}
-        cases[case] = (str(work), CASES[case])
-    (folder / "cases.json").write_text(json.dumps(cases))
+        work_of[case] = (str(work), argv)
+    (folder / "cases.json").write_text(json.dumps(work_of))
     env = {**os.environ, "PYTHONPATH": str(ROOT), "PYTHONWARNINGS": "ignore"}
     subprocess.run([sys.executable, "-c", DRIVER, str(folder), str(folder / "cases.json")], env=env, check=True,
                    timeout=1200, stdin=subprocess.DEVNULL, capture_output=True)
     codes = json.loads((folder / "results.json").read_text())
-    outcomes = {}
-    for case, (work, argv) in cases.items():
-        work = Path(work)
-        after = {str(p.relative_to(work)) for p in work.rglob("*")}
-        proc = subprocess.CompletedProcess(argv, codes[case], work.with_suffix(".stdout").read_text(errors="replace"),
-                                           work.with_suffix(".stderr").read_text(errors="replace"))
-        outcomes[case] = (proc, after - before[case])
-    return outcomes
+    out = {}
+    for case, (work, argv) in work_of.items():
+        path = Path(work)
+        proc = subprocess.CompletedProcess(argv, codes[case], path.with_suffix(".stdout").read_text(errors="replace"),
+                                           path.with_suffix(".stderr").read_text(errors="replace"))
+        out[case] = (proc, {str(p.relative_to(path)) for p in path.rglob("*")} - before[case])
+    return out
 
 
 @pytest.fixture(scope="module")
 def outcomes(tmp_path_factory):
-    folder = tmp_path_factory.mktemp("bad_input")
-    (folder / "_inputs").mkdir()
-    _files(folder / "_inputs")
-    return _run_all(folder)
+    return run_cases(tmp_path_factory.mktemp("bad_input"), _files, CASES)
 
 
 @pytest.mark.parametrize("case", ["binary file", "--mode bogus", "validate-runs --tolerance nan",

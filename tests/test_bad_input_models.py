@@ -8,15 +8,12 @@ naming the field or layer, no traceback, and no file left behind.
 from __future__ import annotations
 
 import json
-import os
 import shutil
-import subprocess
-import sys
 from pathlib import Path
 
 import pytest
 
-from tests.test_bad_input import DRIVER
+from tests.test_bad_input import run_cases
 
 ROOT = Path(__file__).resolve().parents[1]
 PROFILES = ROOT / "validation" / "data" / "profiles"
@@ -112,31 +109,6 @@ GOOD: dict[str, list[str]] = {
         "micro_batch_size=128", "--space", "global_batch_size=1024", "--space", "recompute=none", "--space",
         "zero_stage=0", "--workers", "1"],
 }
-
-
-def run_cases(folder: Path, files, cases: dict[str, list[str]]) -> dict[str, tuple[subprocess.CompletedProcess,
-                                                                                   set[str]]]:
-    """Each case forked from one interpreter (tests/test_bad_input.py's DRIVER) in a copy of the inputs."""
-    (folder / "_inputs").mkdir()
-    files(folder / "_inputs")
-    work_of, before = {}, {}
-    for case, argv in cases.items():
-        work = folder / case.replace(" ", "_").replace("/", "_")
-        shutil.copytree(folder / "_inputs", work, symlinks=True)
-        before[case] = {str(p.relative_to(work)) for p in work.rglob("*")}
-        work_of[case] = (str(work), argv)
-    (folder / "cases.json").write_text(json.dumps(work_of))
-    env = {**os.environ, "PYTHONPATH": str(ROOT), "PYTHONWARNINGS": "ignore"}
-    subprocess.run([sys.executable, "-c", DRIVER, str(folder), str(folder / "cases.json")], env=env, check=True,
-                   timeout=1200, stdin=subprocess.DEVNULL, capture_output=True)
-    codes = json.loads((folder / "results.json").read_text())
-    out = {}
-    for case, (work, argv) in work_of.items():
-        path = Path(work)
-        proc = subprocess.CompletedProcess(argv, codes[case], path.with_suffix(".stdout").read_text(errors="replace"),
-                                           path.with_suffix(".stderr").read_text(errors="replace"))
-        out[case] = (proc, {str(p.relative_to(path)) for p in path.rglob("*")} - before[case])
-    return out
 
 
 @pytest.fixture(scope="module")
