@@ -205,6 +205,32 @@ class CrossNodePipelineFloor(Spec):
         return (self.per_layer_us + self.per_layer_per_tp_rank_us * tp) * 1e-6
 
 
+class GroupedGemmEfficiency(Spec):
+    """A grouped GEMM kernel: one launch that runs the GEMMs of G groups (an MoE layer's local experts, each on
+    its own tokens), as ``torch._grouped_mm`` / torchao's ``_scaled_grouped_mm`` do. Each group is priced as a
+    dense GEMM of its own shape on the precision's curve (simulator/cost/compute.py), then
+
+        t = G · t_dense(group) / level + G · per_group_us + launch (+ the recipe's quantisation / quantise_efficiency)
+
+    ``level``: the grouped kernel's rate over the dense curve's at the group's shape; ``per_group_us``: the
+    kernel's scheduling cost per group; ``quantise_efficiency``: for a block-scaled recipe (MXFP8), the rate of
+    the library's quantise kernels over the memory-bound rate the recipe's bytes are priced at (its scale
+    layout, column-wise casts for the weight gradient and group padding included). Kernel-library specific:
+    an entry applies to the frameworks in ``frameworks`` only (``training.framework``); the others run their
+    experts as dense GEMMs of the group's shape. Fitted on the fit half of a microbenchmark's grouped rows
+    (validation/calibrate_microbench.py ``fit_grouped``)."""
+
+    level: float = Field(gt=0, le=2, description="grouped kernel rate / dense curve rate at one group's shape")
+    per_group_us: NonNegativeFloat = Field(default=0.0, description="scheduling cost per group")
+    quantise_efficiency: float | None = Field(
+        default=None, gt=0, le=1, description="the recipe's quantise kernels' share of the memory-bound rate "
+                                              "(block-scaled recipes); None: at the memory-bound rate")
+    kernel: str = Field(description="the kernel library measured")
+    frameworks: list[str] = Field(min_length=1, description="training.framework values that run this kernel")
+    source: str
+    fitted_on: str | None = None
+
+
 class ComputeEfficiency(Spec):
     """How close kernels get to the datasheet peaks.
 
@@ -243,6 +269,11 @@ class ComputeEfficiency(Spec):
         description="other fused attention kernels the accelerator runs, by training.attention_kernel name (fa3: "
                     "FlashAttention-3, Hopper only; triton: Triton FlashAttention); fa3 neither here nor the "
                     "default kernel's is an error")
+    grouped_gemm: dict[CurveKey, GroupedGemmEfficiency] = Field(
+        default_factory=dict,
+        description="MoE expert GEMMs run as one grouped kernel, per GEMM curve key (bf16, mxfp8, ...), for the "
+                    "frameworks that run that kernel; a key not listed prices the experts as dense GEMMs of a "
+                    "group's shape")
     memory_bound_efficiency: float = Field(gt=0, le=1)
     memory_bound_efficiency_source: str | None = None
     memory_kernels: MemoryKernelEfficiency | None = Field(

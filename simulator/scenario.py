@@ -29,6 +29,7 @@ from simulator.cost.framework import (
     precision_key,
     with_framework,
     with_framework_settings,
+    with_grouped_gemm_kernels,
 )
 from simulator.cost.stragglers import StragglerSpec
 from simulator.economics.convergence import ConvergenceSpec
@@ -475,6 +476,7 @@ def build_scenario(raw: dict[str, Any], base: Path | None = None) -> Scenario:
     _check_precision(doc.training, accelerator)
     choice = replace(_framework(doc.training, accelerator), settings=settings)
     accelerator, node = with_framework(choice, accelerator, node)
+    accelerator = with_grouped_gemm_kernels(accelerator, doc.training.framework)
     training = _resolved_attention(doc.training, accelerator)
     accelerator = with_attention_kernel(accelerator, training.attention_kernel, training.attention)
     n = doc.cluster.num_gpus
@@ -661,6 +663,7 @@ def _build_mixed(doc: ScenarioFile, model, base: Path | None, fabric_ref: Any, r
         _check_precision(doc.training, accelerator, f"cluster.groups.{i}")
         choice = replace(_framework(doc.training, accelerator), settings=settings)
         accelerator, node = with_framework(choice, accelerator, node)
+        accelerator = with_grouped_gemm_kernels(accelerator, doc.training.framework)
         choices.append(choice)
         gpus = spec.nodes * node.gpus_per_node
         groups.append(NodeGroup(node, accelerator, gpus, first))

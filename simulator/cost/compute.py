@@ -19,6 +19,11 @@ concatenation kernel runs at the spec's ``memory_kernels`` efficiency for its cl
 bytes they take in fp32 (``element_bound_bytes``: PyTorch's non-vectorized broadcast loop).
 An op's ``executed_fraction`` scales the FLOPs its kernel runs (a causal fused attention kernel
 skips the masked tiles) while the counted FLOPs stay as they are.
+An MoE layer's expert GEMMs (``batch`` = the local experts, each on its own tokens) are priced as one GEMM of
+a group's shape on the curve, times the groups; where the spec has a ``grouped_gemm`` entry for the GEMM's
+precision (the grouped kernel a framework runs: ``torch._grouped_mm``, torchao's MXFP8 grouped GEMM) that
+time is over the entry's ``level``, plus its ``per_group_us`` per group, and a block-scaled recipe's
+quantisation runs at its ``quantise_efficiency`` (hardware_specs.schema.GroupedGemmEfficiency).
 """
 
 from __future__ import annotations
@@ -143,6 +148,10 @@ class ComputeModel:
         self.optimizer_bw = accelerator.hbm_bandwidth_gb_per_s * 1e9 * (
             eff.optimizer_efficiency if eff.optimizer_efficiency is not None else eff.memory_bound_efficiency)
         self.launch_s = eff.kernel_launch_overhead_us * 1e-6
+        # expert GEMMs as one grouped kernel, per the curve key of the recipe they run in (mxfp8, not the fp8
+        # curve it is priced on): hardware_specs.schema.GroupedGemmEfficiency
+        self.grouped = eff.grouped_gemm
+        self.grouped_key = RECIPE_CURVE[fp8_recipe] if self.fp8 else self.gemm_key
         self.activation_bytes = BYTES_PER_ELEMENT.get(precision, 2)  # activations stay 16-bit under fp8 GEMMs
         self._time = lru_cache(maxsize=None)(self._time_uncached)
         # convolutions by shape where the spec has a model for this precision (simulator/cost/conv.py)
@@ -180,11 +189,12 @@ class ComputeModel:
             kind = "gemm_bf16"  # a GEMM kept in higher precision in an fp8 run
         if kind == "attention" and op.name.split(".")[0] == "flash_attention" and self.attention is not None:
             kind = "flash_" + attention_pass(op.name) + ("_causal" if op.executed_fraction < 1 else "")
+        grouped = kind.startswith("gemm") and bool(self.grouped) and gemm_class(op.name) == "experts"
         return self._time(kind, op.flops * op.executed_fraction, op.bytes_moved, op.m, op.n, op.k, op.batch,
-                          op.name.endswith(".wgrad"))
+                          op.name.endswith(".wgrad"), grouped)
 
     def _time_uncached(self, kind: str, flops: float, bytes_moved: float, m: int, n: int, k: int, batch: int,
-                       weight_grad: bool = False) -> float:
+                       weight_grad: bool = False, grouped: bool = False) -> float:
         memory_s = bytes_moved / self.mem_bw
         if kind == "memory":
             return memory_s + self.launch_s
@@ -197,12 +207,18 @@ class ComputeModel:
         if kind == "attention":
             eff *= self.accelerator.efficiency.attention_efficiency_factor
             return max(flops / (self.bf16_peak_flops * eff), memory_s) + self.launch_s
+        entry = self.grouped.get(self.grouped_key if kind == "gemm" else self.high_precision) if grouped else None
+        scheduling_s = 0.0
+        if entry is not None:  # one grouped kernel over the batch's groups (GroupedGemmEfficiency)
+            eff *= entry.level
+            scheduling_s = batch * entry.per_group_us * 1e-6
         if kind == "gemm_bf16":
-            return max(flops / (self.bf16_peak_flops * eff), memory_s) + self.launch_s
-        gemm_s = max(flops / (self.peak_flops * eff), memory_s) + self.launch_s
+            return max(flops / (self.bf16_peak_flops * eff), memory_s) + self.launch_s + scheduling_s
+        gemm_s = max(flops / (self.peak_flops * eff), memory_s) + self.launch_s + scheduling_s
         if self.fp8:
             recipe = self.fp8_recipe
-            gemm_s += (batch * (m * k + k * n) * QUANTISE_BYTES_PER_ELEMENT[recipe] / self.mem_bw
+            quantise_bw = self.mem_bw * (entry.quantise_efficiency if entry and entry.quantise_efficiency else 1.0)
+            gemm_s += (batch * (m * k + k * n) * QUANTISE_BYTES_PER_ELEMENT[recipe] / quantise_bw
                        + QUANTISE_KERNELS[recipe] * self.launch_s)
         return gemm_s
 

@@ -278,3 +278,16 @@ def with_framework(choice: FrameworkChoice, accelerator: Accelerator, node: Node
     if latency is not None:
         node = node.model_copy(update={"intra_node": node.intra_node.model_copy(update={"latency_us": latency})})
     return accelerator, node
+
+
+def with_grouped_gemm_kernels(accelerator: Accelerator, framework: str) -> Accelerator:
+    """The accelerator with only the grouped-GEMM entries whose kernel ``framework`` runs
+    (``GroupedGemmEfficiency.frameworks``): a grouped kernel's rate is its library's (torchao's measured
+    grouped GEMMs are torchtitan's MoE kernels; Megatron-Core's are Transformer Engine's, not measured), so
+    another framework's experts stay dense GEMMs of a group's shape."""
+    grouped = accelerator.efficiency.grouped_gemm
+    kept = {key: entry for key, entry in grouped.items() if framework in entry.frameworks}
+    if len(kept) == len(grouped):
+        return accelerator
+    return accelerator.model_copy(update={"efficiency": accelerator.efficiency.model_copy(
+        update={"grouped_gemm": kept})})

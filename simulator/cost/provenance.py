@@ -85,6 +85,11 @@ def efficiency_provenance(scenario: Scenario) -> dict[str, str]:
             out[f"attention_kernel.{name}"] = ASSUMED
     else:
         out["attention_efficiency_factor"] = ASSUMED  # no run of this project has measured it
+    if getattr(scenario.model, "moe", None) is not None:  # expert GEMMs as one grouped kernel (simulator/cost/compute.py)
+        grouped = eff.grouped_gemm.get(RECIPE_CURVE[scenario.training.fp8_recipe]
+                                       if scenario.training.precision == "fp8" else key)
+        # without an entry for this framework's kernel: dense GEMMs of a group's shape (not measured as grouped)
+        out["grouped_gemm"] = (grouped.fitted_on or ASSUMED) if grouped is not None else ASSUMED
     out["memory_bound"] = eff.memory_bound_efficiency_fitted_on or ASSUMED
     if eff.memory_kernels is not None:  # pooling / concatenation kernels by class (simulator/cost/memory_kernels.py)
         out["memory_kernels"] = eff.memory_kernels.fitted_on or ASSUMED
