@@ -255,6 +255,53 @@ def cross_misses(table: pd.DataFrame) -> list[str]:
     return tolerance_misses(table[table.set_aside == ""], CROSS_MEDIAN, CROSS_WORST, CROSS_LARGE, "cross-node ")
 
 
+def _line_busbw(pair: list[CrossRow], row: CrossRow) -> float:
+    """Bus bandwidth at ``row``'s size on the α-β line t = a + S·b through the two rows of ``pair``."""
+    (s0, t0), (s1, t1) = ((r.message_bytes, r.time_s) for r in pair)
+    t = t0 + (t1 - t0) / (s1 - s0) * (row.message_bytes - s0)
+    return bus_bytes(row.collective, row.message_bytes, row.gpus) / t / 1e9
+
+
+def sweep_lines(row: CrossRow) -> dict[str, tuple[tuple[int, ...], float]]:
+    """What ``row``'s own sweep says at its size, from fit rows only: every algorithm and protocol is an α-β
+    line in the message size, so the line through the two fit rows just below it (``below``) and the two just
+    above it (``above``) of the same sweep (node, forced algorithm, collective, GPUs), each at the row's size
+    (bus bandwidth, GB/s). A choice of the fastest line (NCCL's tuner model, and this one) makes time concave in
+    size: a row on a slower line than the one its sweep takes above it is a choice the tuner made by its size
+    regions, not by speed. Empty where the sweep has no two fit rows on either side."""
+    same = sorted((o for o in cross_rows() if (o.node, o.algorithm, o.collective, o.gpus)
+                   == (row.node, row.algorithm, row.collective, row.gpus) and not o.heldout and o.set_aside is None),
+                  key=lambda o: o.message_bytes)
+    out = {}
+    below = [o for o in same if o.message_bytes < row.message_bytes][-2:]
+    above = [o for o in same if o.message_bytes > row.message_bytes][:2]
+    for name, pair in (("below", below), ("above", above)):
+        if len(pair) == 2:
+            out[name] = (tuple(o.row for o in pair), _line_busbw(pair, row))
+    return out
+
+
+def print_sweep_lines(table: pd.DataFrame) -> None:
+    """The held-out rows of >= 64 MiB past their tolerance against their own sweep's fit rows (sweep_lines)."""
+    rows = {r.row: r for r in cross_rows()}
+    misses = table[(table.set_aside == "") & (table.message_bytes >= 2**26) & (table.error.abs() > CROSS_LARGE)]
+    if not len(misses):
+        return
+    print(f"held-out rows of >= 64 MiB past {CROSS_LARGE:.0%}, against their own sweep's fit rows "
+          f"(the alpha-beta line through two fit rows, at the row's size):")
+    for _, t in misses.iterrows():
+        lines = sweep_lines(rows[t.row])
+        text = (f"  row {t.row} {t.node} {t.message_bytes / 2**20:g} MiB"
+                + (f" (forced {t.forced})" if t.forced != "-" else "")
+                + f": measured {t.measured_busbw:g} GB/s, model {t.predicted_busbw:g} ({t.error:+.1%}, {t.ran})")
+        if not lines:
+            text += "; no two fit rows of this sweep on either side: nothing in the fit half prices it apart"
+        for name, (pair, busbw) in lines.items():
+            text += (f"; line of the rows {name} ({pair[0]},{pair[1]}) {busbw:.1f} "
+                     f"({busbw / t.measured_busbw - 1:+.1%})")
+        print(text)
+
+
 def print_cross() -> list[str]:
     """Print the fits and the held-out table; return the misses."""
     print("\nacross nodes (catalog fat tree):")
@@ -273,6 +320,7 @@ def print_cross() -> list[str]:
               f"max {group.error.abs().max():.1%}")
     print(f"cross-node median |error| {kept.error.abs().median():.1%}, max {kept.error.abs().max():.1%} "
           f"(tolerance {CROSS_MEDIAN:.0%} / {CROSS_WORST:.0%}; {CROSS_LARGE:.0%} at >= 64 MiB)")
+    print_sweep_lines(table)
     every = cross_table(heldout=False)
     aside = every[every.set_aside != ""]
     if len(aside):
