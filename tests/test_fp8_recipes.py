@@ -95,9 +95,13 @@ def test_grouped_entries_are_fitted_on_the_fit_half_only():
     assert fitted | {r for r, row in rows.items() if row.heldout} >= set(rows)
 
 
-def test_shipped_b200_grouped_entries_are_the_fit():
-    shipped = ACCELERATORS.get("b200").efficiency.grouped_gemm
+@pytest.mark.parametrize("name", ["b200", "b300", "gb200", "gb300"])
+def test_shipped_blackwell_grouped_entries_are_the_b200_fit(name):
+    shipped = ACCELERATORS.get(name).efficiency.grouped_gemm
+    sibling = "" if name == "b200" else " (sibling b200)"
     for key, f in cm.fit_grouped().items():
         assert shipped[key].level == f.level and shipped[key].per_group_us == f.per_group_us
-        assert shipped[key].quantise_efficiency == f.quantise_efficiency and shipped[key].fitted_on == f.fitted_on
+        assert shipped[key].quantise_efficiency == f.quantise_efficiency
+        assert shipped[key].fitted_on == f.fitted_on + sibling
         assert shipped[key].frameworks == ["torchtitan"]
+    assert not ACCELERATORS.get("h100-sxm-80g").efficiency.grouped_gemm   # no grouped kernel of Hopper measured

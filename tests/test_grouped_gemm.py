@@ -76,6 +76,15 @@ def test_only_the_framework_that_runs_the_measured_kernel_gets_the_grouped_entry
     assert "gemm_microbench.csv rows" in efficiency_provenance(titan)["grouped_gemm"]
 
 
+def test_a_sibling_carries_b200s_entry_as_derived():
+    from simulator.cost.provenance import provenance_state
+    scenario = load_scenario({"model": "mixtral-8x7b", "cluster": {"node": "gb200-nvl72", "num_gpus": 72},
+                              "parallelism": {"tp": 1, "pp": 1, "dp": 72, "ep": 8, "micro_batch_size": 1,
+                                              "global_batch_size": 72},
+                              "training": {"seq_length": 4096, "precision": "bf16", "framework": "torchtitan"}})
+    assert provenance_state(efficiency_provenance(scenario)["grouped_gemm"])[0] == "derived"
+
+
 def test_torchtitan_moe_step_on_b200_is_slower_by_its_expert_gemms_only():
     titan = _mixtral_b200("torchtitan")
     dropped = titan.accelerator.model_copy(update={"efficiency": titan.accelerator.efficiency.model_copy(

@@ -426,15 +426,18 @@ def fit_grouped() -> dict[str, GroupedFit]:
     return out
 
 
-def grouped_block() -> dict:
-    """The ``grouped_gemm`` mapping of B200's generated efficiency block."""
+def grouped_block(name: str = GROUPED_ACCELERATOR) -> dict:
+    """The ``grouped_gemm`` mapping of a Blackwell part's generated efficiency block: B200's fit; its same-die
+    siblings (B300, GB200, GB300: the same sm100 kernels of the same libraries) carry it, as they carry its
+    GEMM levels, marked ``(sibling b200)``."""
+    sibling = "" if name == GROUPED_ACCELERATOR else f" (sibling {GROUPED_ACCELERATOR})"
     out = {}
     for key, f in fit_grouped().items():
         entry = {"level": f.level, "per_group_us": f.per_group_us, "kernel": GROUPED_KERNEL,
                  "frameworks": list(GROUPED_FRAMEWORKS),
                  "source": ("grouped GEMM over the dense curve at a group's shape, fitted on torchao's B200 grouped "
                             "GEMM benchmark (validation/calibrate_microbench.py fit_grouped)"),
-                 "fitted_on": f.fitted_on}
+                 "fitted_on": f.fitted_on + sibling}
         if f.quantise_efficiency is not None:
             entry["quantise_efficiency"] = f.quantise_efficiency
         out[key] = entry
@@ -830,8 +833,8 @@ def efficiency_block(name: str) -> dict:
     # no mxfp8 curve is written (a dense MXFP8 GEMM runs on the fp8 curve, marked assumed); the grouped kernels
     # are B200's grouped_gemm entries (fit_grouped), for the framework that runs them.
     block["gemm_curves"] = curves
-    if name == GROUPED_ACCELERATOR:
-        block["grouped_gemm"] = grouped_block()
+    if name in BLACKWELL:
+        block["grouped_gemm"] = grouped_block(name)
     block["in_training_gemm_factor"] = round(fit.in_training_factor, 4)
     block["in_training_gemm_factor_source"] = (
         "assumed for this accelerator: the A100's ratio of its Korthikanti-2022-fitted curve to its MAMF kernel "
