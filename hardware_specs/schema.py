@@ -264,7 +264,7 @@ class ComputeEfficiency(Spec):
     attention: AttentionEfficiency | None = Field(
         default=None, description="the fused attention kernel frameworks run by default (training.attention: flash, "
                                   "attention_kernel: auto); None: the GEMM curve times attention_efficiency_factor")
-    attention_kernels: dict[Literal["fa2", "fa3", "triton"], AttentionEfficiency] = Field(
+    attention_kernels: dict[Literal["fa2", "fa3", "triton", "cudnn"], AttentionEfficiency] = Field(
         default_factory=dict,
         description="other fused attention kernels the accelerator runs, by training.attention_kernel name (fa3: "
                     "FlashAttention-3, Hopper only; triton: Triton FlashAttention); fa3 neither here nor the "

@@ -121,12 +121,14 @@ class TrainingSpec(_Strict):
                     "(softmax materialised, Megatron-LM 2021-22). On an accelerator without a fused attention "
                     "kernel (no bf16 tensor cores: V100) the default falls back to standard and an explicit "
                     "flash is an error")
-    attention_kernel: Literal["auto", "fa2", "fa3", "triton"] = Field(
+    attention_kernel: Literal["auto", "fa2", "fa3", "triton", "cudnn"] = Field(
         default="auto",
         description="with attention flash, the fused kernel: auto = the accelerator's default (FlashAttention-2 on "
                     "Hopper, as torchtitan and llm-foundry run it; elsewhere the GEMM-curve estimate), fa2 = "
                     "FlashAttention-2 (measured on A100 and Hopper), fa3 = FlashAttention-3 (Hopper only; elsewhere an "
-                    "error), triton = Triton FlashAttention (llm-foundry's MPT attn_impl: triton; measured on A100). "
+                    "error), triton = Triton FlashAttention (llm-foundry's MPT attn_impl: triton; measured on A100), cudnn = "
+                    "cuDNN fused attention (Transformer Engine's choice on Hopper and later: Megatron-Core, NeMo; "
+                    "measured nowhere, priced as the accelerator's default kernel, assumed). "
                     "simulator/cost/attention_kernel.py")
     unfused_eager_kernels: bool = Field(
         default=False,

@@ -185,7 +185,7 @@ def test_nemo_row_maps_to_megatron_core_settings():
     assert (par["tp"], par["pp"], par["cp"], par["virtual_stages"], par["schedule"]) == (4, 4, 1, 20, "interleaved")
     assert par["sequence_parallel"] and par["tp_comm_overlap"] and par["zero_stage"] == 1
     assert (par["micro_batch_size"], par["global_batch_size"]) == (1, 128)
-    assert tr == {"seq_length": 4096, "precision": "fp8", "attention": "flash"}
+    assert tr == {"seq_length": 4096, "precision": "fp8", "attention": "flash", "attention_kernel": "cudnn"}
     assert c.measured_rate_per_gpu == 1728
     load_scenario(c.scenario)  # a valid scenario
 

@@ -19,16 +19,28 @@ the provenance listing read one field whatever the choice.
   Figs 4-6; llm-foundry's MPT ``attn_impl: triton`` runs a port of it) likewise: Triton compiles
   for the same GPUs. ``fa3`` where the spec has no FlashAttention-3 kernel is a ConfigError
   (exit 2): it does not run there.
+- ``cudnn``: cuDNN's fused attention, what Transformer Engine (so Megatron-Core and NeMo) runs on
+  Hopper and later: its backend choice disables FlashAttention "to give FusedAttention preference on
+  Hopper+ for performance reasons", FlashAttention-3 included (transformer_engine/pytorch/attention.py
+  ``get_attention_backend`` in TE 1.9, attention/dot_product_attention/utils.py in TE 2.20). No row
+  here measures a cuDNN attention kernel: where the spec has no ``cudnn`` entry it is priced as the
+  spec's default fused kernel (on Hopper FlashAttention-2's fit, which NeMo 24.03's long-context
+  Transformer Engine rows, 4K-1M tokens, match within +0..+10%; on Blackwell FlashAttention-4's
+  in-step level), every constant listed as assumed; with no default kernel, the fallback pricing.
 """
 
 from __future__ import annotations
 
-from hardware_specs.schema import Accelerator
+from hardware_specs.schema import Accelerator, AttentionEfficiency
 from simulator.errors import ConfigError
 
-KERNEL_NAMES = {"fa2": "FlashAttention-2", "fa3": "FlashAttention-3", "triton": "FlashAttention Triton"}
+KERNEL_NAMES = {"fa2": "FlashAttention-2", "fa3": "FlashAttention-3", "triton": "FlashAttention Triton",
+                "cudnn": "cuDNN fused attention"}
 #: Kernels that run wherever a fused kernel does: where the spec measured none, the fallback pricing (assumed).
 PORTABLE = ("fa2", "triton")
+#: Kernels no row measures on any part: where the spec has none, priced as its default fused kernel (assumed).
+PRICED_AS_DEFAULT = ("cudnn",)
+ATTENTION_CONSTANTS = ("fwd_efficiency", "bwd_efficiency", "half_seq_len", "causal_half_seq_len", "head_dim_factor")
 FIELD = "training.attention_kernel"
 
 
@@ -46,6 +58,8 @@ def with_attention_kernel(accelerator: Accelerator, kernel: str, attention: str,
         return accelerator
     if kernel in eff.attention_kernels:
         chosen = eff.attention_kernels[kernel]
+    elif kernel in PRICED_AS_DEFAULT:
+        chosen = None if eff.attention is None else priced_as_default(eff.attention, wanted)
     elif kernel in PORTABLE:
         # runs wherever a fused kernel does; not measured here: the fallback pricing (assumed)
         chosen = None
@@ -54,3 +68,11 @@ def with_attention_kernel(accelerator: Accelerator, kernel: str, attention: str,
         raise ConfigError(field, f"{wanted} runs on {runs_on}; {accelerator.name} has no {wanted} kernel "
                                  "(use auto or fa2)")
     return accelerator.model_copy(update={"efficiency": eff.model_copy(update={"attention": chosen})})
+
+
+def priced_as_default(default: AttentionEfficiency, kernel: str) -> AttentionEfficiency:
+    """``kernel`` (unmeasured) priced with the accelerator's default fused kernel's constants, all assumed."""
+    return default.model_copy(update={
+        "kernel": kernel, "assumed": list(ATTENTION_CONSTANTS), "fitted_on": None,
+        "source": f"{kernel}: no row measures it; priced as {default.kernel} ({default.source}; fitted on "
+                  f"{default.fitted_on or 'nothing'})"})

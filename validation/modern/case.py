@@ -13,7 +13,10 @@ with its error, but neither fitted on nor counted in the set's figures.
 *simulated* model FLOPs per token (``measured_tflops``): both count the GEMMs and the full
 (uncausal) attention score and context products (Korthikanti 2022 Eq. 2 for GPT; per op otherwise),
 as NeMo's and torchtitan's FLOP counters do. Where a source uses its own FLOP formula (the
-FlashAttention-2 paper) the mapper converts with that formula instead.
+FlashAttention-2 paper) the mapper converts with that formula instead; where a source counts only
+the causal half of the attention core (ml-engineering's Llama-3.1-8B step: "model FLOPs with causal
+attention counted"), the mapper gives the FLOPs per token its count leaves out
+(``uncounted_flops_per_token``) and the conversion takes them off the simulated count.
 
 **The split** (as validation/layout_ranking.py): a case is *held out* when the md5 of its key is
 odd, in the *fit* half when even. The key is the run's configuration without the software release
@@ -51,6 +54,8 @@ class ModernCase:
     rate: str = "tokens_per_s"    # the result field compared: tokens/s (LLM sets), samples_per_s (images/s, CNN sets)
     set_aside: str = ""           # why the row is judged inconsistent with another source: simulated and listed
                                   # with its error, not counted in the set's figures nor fitted on (HELPER rules)
+    uncounted_flops_per_token: float = 0.0  # model FLOPs per token the source's ``measured_tflops`` count leaves
+                                  # out that the simulator's includes (the causal half of the attention core)
 
     @property
     def heldout(self) -> bool:
@@ -90,7 +95,7 @@ def outcome(case: ModernCase, result: dict[str, Any]) -> CaseOutcome:
                            result.get("infeasible_reason") or result.get("error") or "no step time")
     measured = case.measured_rate_per_gpu
     if measured is None and case.measured_tflops is not None:
-        flops_per_token = result["model_tflops_per_gpu"] * 1e12 * n / tokens
+        flops_per_token = result["model_tflops_per_gpu"] * 1e12 * n / tokens - case.uncounted_flops_per_token
         measured = case.measured_tflops * 1e12 / flops_per_token
     return CaseOutcome(case, tokens / n, measured, bool(result.get("fits")), result.get("infeasible_reason"))
 

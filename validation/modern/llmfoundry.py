@@ -11,7 +11,8 @@ pure data parallelism (no TP/PP). Hardware: A100 rows on DGX A100 40GB/80GB node
 8 x 200 Gb/s RoCE, taken as the catalog's 8 x 200 Gb/s fabric); H100 rows on DGX H100 (the README
 does not state the network).
 
-The attention kernel stays ``auto`` (on A100 the GEMM-curve estimate, on H100 FlashAttention-2),
+The attention kernel: ``fa2`` on H100, ``auto`` (the GEMM-curve estimate) on A100
+(validation/data/modern/attention_kernel_by_run.csv: the README states no ``attn_impl``),
 with the profile's attention factor on top. MPT's configs ran llm-foundry's Triton FlashAttention
 (``attn_impl: triton``, which carries ALiBi), and the A100 specs hold the FlashAttention-2 paper's Triton kernel
 (``attention_kernel: triton``, Dao 2023 Figs 4-6), but that kernel describes these rows worse: with it
@@ -28,6 +29,7 @@ from __future__ import annotations
 
 from validation.modern.case import ModernCase, Unrepresentable
 from validation.modern.mapping import read, scenario
+from validation.modern.run_kernels import run_kernel, with_run_kernel
 
 CSV = "llmfoundry_throughput.csv"
 NODES = {"h100_80gb": ("dgx-h100", "h100-sxm-80g"), "a100_80gb": ("dgx-a100-80g", "a100-sxm-80g"),
@@ -57,6 +59,7 @@ def cases() -> tuple[list[ModernCase], list[Unrepresentable]]:
         training = {"seq_length": seq, "precision": precision, "attention": "flash",
                     "grad_dtype": "bf16" if row["mp_mode"] == "PURE" else "fp32",
                     "fused_cross_entropy": True}  # MPT's loss_fn default: fused_crossentropy (flash-attn Triton)
+        training = with_run_kernel(training, run_kernel("llmfoundry", "llmfoundry", str(row["gpu"])[:4].upper()))
         key = (f"llmfoundry|{model}|{row['gpu']}|{n}|{seq}|{mbs}|{gbs}|{row['precision']}|{row['mp_mode']}|"
                f"{row['sharding_strategy']}|{recompute}")
         out.append(ModernCase("llmfoundry", int(index), label, key,

@@ -2,7 +2,9 @@
 
 Each row gives the model, GPUs, precision, GBS/MBS, sequence, and TP/PP/CP/VP/EP/FSDP. Settings
 the table does not print are NeMo's performance recipes for Megatron-Core with Transformer Engine
-(:func:`validation.modern.mapping.megatron_layout`): FlashAttention (cuDNN fused attention),
+(:func:`validation.modern.mapping.megatron_layout`): Transformer Engine's cuDNN fused attention
+(``attention_kernel: cudnn``, validation/data/modern/attention_kernel_by_run.csv; priced as the H100's
+FlashAttention-2 fit: no row measures cuDNN's kernel),
 sequence parallel and userbuffers TP overlap with tp > 1, the distributed optimizer (ZeRO-1), or
 Megatron FSDP (ZeRO-3) where the FSDP column is above 0 (its parameters and gradients are views of
 its communication buffers: no copy kernels; the next layer's gather prefetched), no activation recompute, interleaved 1F1B
@@ -24,6 +26,7 @@ from __future__ import annotations
 
 from validation.modern.case import ModernCase, Unrepresentable
 from validation.modern.mapping import cell_float, cell_int, megatron_layout, read, scenario
+from validation.modern.run_kernels import run_kernel, with_run_kernel
 
 CSV = "nemo_perf_summary.csv"
 NODE = "dgx-h100"
@@ -129,7 +132,8 @@ def cases() -> tuple[list[ModernCase], list[Unrepresentable]]:
             parallelism["etp"] = 1
         if model == "deepseek-v3":  # NeMo's DeepSeek-V3 H100 recipe: Megatron's flex dispatcher with DeepEP
             parallelism["moe_dispatch"] = "deepep"
-        training = {"seq_length": seq, "precision": precision, "attention": "flash"}
+        training = with_run_kernel({"seq_length": seq, "precision": precision, "attention": "flash"},
+                                   run_kernel("nemo", "nemo", "H100"))
         variant = "" if str(row["variant"]) in ("nan", "primary value") else f"|{row['variant']}"
         variant += "|tokendrop" if "tokendrop" in name else ""
         key = (f"nemo|{model}|{task}|{n}|{precision}|tp{tp}|pp{pp}|cp{cp}|vp{vp}|ep{ep}|fsdp{fsdp}|gbs{gbs}|"

@@ -21,7 +21,10 @@
   (7B, 13B) and as every block recomputed where it does not (34B, 70B: 93.7 / 179.3 GiB of
   activations without), since the runs fit; the split key keeps the published word.
 - **DeepSpeed + HF transformers** on one 8 x H200 node: the ZeRO-2 row (1 sequence of 8192 per GPU, no
-  recompute, one micro-batch per step: the batch is not stated). The ZeRO-3 rows offload the AdamW
+  recompute, one micro-batch per step: the batch is not stated), FlashAttention-3 as its source's step
+  decomposition names (flash-attn-3 3.0.0; attention_kernels.csv row 421). Its TFLOP/s count the causal half
+  of the attention core (the source's convention, stated on the same source's rows 16-21 and row 421), so
+  the conversion to tokens/s takes the other half off the simulated count (:func:`causal_half_of_attention_core`). The ZeRO-3 rows offload the AdamW
   step to the CPU, which is not simulated.
 - **FlashAttention-2 paper** (Table 1): GPT3-1.3B/2.7B-style models on 8 x A100 80GB, materialised
   attention ("baseline") or FlashAttention-2; the FlashAttention-1 rows are not simulated (one fused
@@ -38,6 +41,7 @@ from __future__ import annotations
 
 from validation.modern.case import ModernCase, Unrepresentable
 from validation.modern.mapping import analytic_peak_fits, cell_float, cell_int, node_variant, read, scenario
+from validation.modern.run_kernels import run_kernel, with_run_kernel
 from workloads.catalog import resolve_model
 from workloads.counting import total_params
 
@@ -68,7 +72,8 @@ def _fms(index: int, row, label: str) -> ModernCase | Unrepresentable:
     ac = str(row["activation_checkpointing"]).lower()
     published = {"no": "none", "selective": "selective", "yes": "full"}[ac]  # the split key keeps the row's own word
     compiled = "torch.compile" in str(row["framework"])
-    training = {"seq_length": 4096, "precision": "bf16", "attention": "flash", "param_dtype": "fp32"}
+    training = with_run_kernel({"seq_length": 4096, "precision": "bf16", "attention": "flash", "param_dtype": "fp32"},
+                               run_kernel("other", "fms-fsdp", "A100" if "a100" in accelerator else "H100"))
 
     def build(recompute: str, node=node) -> dict:
         parallelism = {"tp": 1, "pp": 1, "dp": n, "zero_stage": 3, "recompute": recompute, "micro_batch_size": local,
@@ -104,7 +109,8 @@ def _fa2(index: int, row, label: str) -> ModernCase | Unrepresentable:
     spec = resolve_model(model).model_copy(update={"seq_length": seq})
     flops_per_token = 6 * total_params(spec) + 12 * spec.num_layers * spec.hidden_size * seq
     tokens = float(row["model_tflops_per_gpu"]) * 1e12 / flops_per_token
-    training = {"seq_length": seq, "precision": "bf16", "attention": "flash" if flash else "standard"}
+    training = with_run_kernel({"seq_length": seq, "precision": "bf16", "attention": "flash" if flash else "standard"},
+                               run_kernel("other", "fa2-paper", "A100"))
 
     def build(mbs: int) -> dict:
         parallelism = {"tp": 1, "pp": 1, "dp": 8, "zero_stage": 1, "micro_batch_size": mbs,
@@ -167,7 +173,8 @@ def _automodel(index: int, row, label: str) -> ModernCase | Unrepresentable:
     ep = cell_int(row["ep"]) or 1
     vp = cell_int(row["vp"]) or 1
     mbs, gbs, seq = int(row["mbs"]), int(row["gbs"]), int(row["seq_len"])
-    training = {"seq_length": seq, "precision": "bf16", "attention": "flash", "param_dtype": "fp32"}
+    training = with_run_kernel({"seq_length": seq, "precision": "bf16", "attention": "flash", "param_dtype": "fp32"},
+                               run_kernel("other", "automodel", "H100"))
 
     def build(recompute: str) -> dict:
         parallelism = {"tp": tp, "pp": pp, "cp": cp, "dp": "auto", "ep": ep, "zero_stage": 3,
@@ -191,11 +198,21 @@ def _deepspeed(index: int, row, label: str) -> ModernCase | Unrepresentable:
         return _skip(index, label, "ZeRO-3 with the AdamW step offloaded to the CPU: CPU offload is not simulated")
     seq = int(row["seq_len"])
     parallelism = {"tp": 1, "pp": 1, "dp": 8, "zero_stage": 2, "micro_batch_size": 1, "global_batch_size": 8}
-    training = {"seq_length": seq, "precision": "bf16", "attention": "flash"}
+    training = with_run_kernel({"seq_length": seq, "precision": "bf16", "attention": "flash"},
+                               run_kernel("other", "deepspeed-hf", "H200"))
     key = f"other|deepspeed-zero2|llama3-8b|{seq}"
     return ModernCase("other", index, f"{label} s{seq}", key,
                       scenario(f"other-{index}", "llama3-8b", "hgx-h200", 8, parallelism, training), "bf16",
-                      "h200-sxm-141g", "deepspeed|h200-sxm-141g|bf16", None, float(row["model_tflops_per_gpu"]))
+                      "h200-sxm-141g", "deepspeed|h200-sxm-141g|bf16", None, float(row["model_tflops_per_gpu"]),
+                      uncounted_flops_per_token=causal_half_of_attention_core("llama3-8b", seq))
+
+
+def causal_half_of_attention_core(model: str, seq: int) -> float:
+    """Model FLOPs per token of the attention core's causal half: the simulator counts the whole s x s score
+    and context products (forward 2 x 2·s·d per query and head, backward twice that: 12·L·s·heads·d per token),
+    ml-engineering's count ("model FLOPs with causal attention counted": forward 4·s²·d·h halved) half of it."""
+    spec = resolve_model(model)
+    return 6.0 * spec.num_layers * seq * spec.num_attention_heads * spec.head_dim
 
 
 def cases() -> tuple[list[ModernCase], list[Unrepresentable]]:

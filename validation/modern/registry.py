@@ -219,7 +219,7 @@ def user_profile(name: str, outcomes: list[CaseOutcome], workers: int | None = 2
     for i, (o, choice) in enumerate(zip(outcomes, choices, strict=True)):
         fitted = groups.get(o.case.profile_group) or {}
         fitted_factors = {k: v for k, v in fitted.items() if k in FACTOR_KEYS and v is not None}
-        if fitted_factors != choice.factors:
+        if fitted_factors != choice.factors or _settings_filled(raws[i]):
             redo.append(i)
     results = simulate_many([raws[i] for i in redo], workers)
     fresh = dict(zip(redo, (outcome(outcomes[i].case, r) for i, r in zip(redo, results, strict=True)), strict=True))
@@ -228,6 +228,14 @@ def user_profile(name: str, outcomes: list[CaseOutcome], workers: int | None = 2
         entry = f"{choice.entry.accelerator} {'/'.join(choice.entry.precisions)}" if choice.entry else "catalog"
         out.append(UserOutcome(fresh.get(i, o), choice.name, choice.state, entry))
     return out, len(redo)
+
+
+def _settings_filled(raw: dict[str, Any]) -> bool:
+    """Whether the framework's own settings (its profile's ``fitted_with``) fill a setting the row leaves out,
+    e.g. fms-fsdp-compile's H100 ``attention_kernel: fa2`` on an A100 row: a different simulation from the row's."""
+    from simulator.cost.framework import with_framework_settings
+
+    return bool(with_framework_settings(raw)[1])
 
 
 def _summaries(name: str, outcomes: list[CaseOutcome]) -> tuple[Summary, dict[str, list[Summary]]]:

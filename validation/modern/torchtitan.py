@@ -12,7 +12,8 @@ it; no Megatron-style overlap with the weight gradient, and AsyncTP does not fus
 input being a sum of GEMMs); AsyncTP = the simulator's pipelined TP overlap (``tp_comm_overlap``
 with ``tp_overlap: async_tp``: torch's ``fused_all_gather_matmul`` / ``fused_matmul_reduce_scatter``
 in tp chunks, workloads/graph.py ``_tp_overlap``);
-FlashAttention (SDPA's flash / cuDNN backend); CP exchanges K/V by all-gather (torchtitan's default
+FlashAttention-2 (SDPA's flash backend; ``attention_kernel`` per GPU from
+validation/data/modern/attention_kernel_by_run.csv); CP exchanges K/V by all-gather (torchtitan's default
 ``allgather`` rotate method); PP micro-batch 1, interleaved 1F1B with 2 stages per rank; activation
 checkpointing as :func:`_recompute` maps it (per-op selective = ``recompute: selective_op``).
 Without torch.compile (and where the row does not state it: torchtitan's default then) the norms,
@@ -39,10 +40,13 @@ from __future__ import annotations
 
 from validation.modern.case import ModernCase, Unrepresentable
 from validation.modern.mapping import cell_int, node_variant, read, scenario
+from validation.modern.run_kernels import run_kernel, with_run_kernel
 
 CSV = "torchtitan_perf.csv"
 MODELS = {"Llama 3.1 8B": "llama3-8b", "Llama 3 8B": "llama3-8b", "Llama 3.1 70B": "llama3-70b",
           "Llama 3 70B": "llama3-70b", "Llama 3.1 405B": "llama3-405b"}
+#: The GPU of the CSV's gpu cell by its prefix, as attention_kernel_by_run.csv names it.
+GPUS = ("H100", "H200", "MI300X", "A100")
 GRAND_TETON = node_variant("dgx-h100", {"hbm_gib": 96, "hbm_bandwidth_gb_per_s": 2400, "tdp_watts": 500})
 DEFAULT_SEQ = 8192
 INTERLEAVED_STAGES_PER_RANK = 2
@@ -128,6 +132,8 @@ def cases() -> tuple[list[ModernCase], list[Unrepresentable]]:
         training = {"seq_length": seq, "precision": precision, "attention": "flash",
                     "elementwise_kernels": "eager" if eager else "fused",
                     "fp8_saved_inputs": False}  # torchao Float8Linear keeps the bf16 input for its backward
+        gpu = next(g for g in GPUS if str(row["gpu"]).startswith(g))
+        training = with_run_kernel(training, run_kernel("torchtitan", "torchtitan", gpu))
         if rowwise:  # torchao's rowwise recipe: per-row scales from this step's amax (the tensorwise rows keep
             training["fp8_recipe"] = "rowwise"  # the default recipe their group was fitted with)
         group_precision = "fp8-rowwise" if rowwise else precision
