@@ -842,6 +842,11 @@ def efficiency_block(name: str) -> dict:
     if name.startswith(("h100", "h200", "h800", "gh200")) and fit.misaligned_on:
         block["misaligned_gemm_factor"] = round(fit.misaligned_factor, 4)
         block["misaligned_gemm_factor_source"] = f"H100 torch.bmm d_ff sweep, {fit.misaligned_on}"
+    if name in HOPPER_TF32_CONV:  # written here so that --write keeps it (it was added by hand to the block)
+        a100 = ACCELERATORS.get("a100-sxm-80g").efficiency.conv_efficiency["tf32"]
+        block["conv_efficiency"] = {"tf32": {**a100.model_dump(exclude={"source", "fitted_on"}), "source": (
+            "carried from a100-sxm-80g (validation/calibrate_conv.py: TF32 convolution passes by shape fitted on "
+            "DeepPool's A100 layers) as a fraction of this part's peak: assumed here")}}
     if name in ATTENTION_KERNEL:
         block["attention"] = attention_block(name)
     if name in BLACKWELL:
@@ -871,6 +876,12 @@ def efficiency_block(name: str) -> dict:
         block["memory_bound_efficiency_fitted_on"] = MEMORY_BOUND_RULE_FITTED_ON
     return block
 
+
+#: Hopper parts whose TF32 convolutions are priced by the A100's shape model (validation/calibrate_conv.py) as a
+#: fraction of their own TF32 peak (*assumed*: no H100/H200 convolution was measured here; on the GEMM curve
+#: instead, DLE ResNet-50 in TF32 on Lambda's H100/H200 rows ran +46% / +71% fast with the catalog alone, +15% /
+#: +19% with this: 5c3ff33).
+HOPPER_TF32_CONV = ("h100-sxm-80g", "h200-sxm-141g")
 
 #: Accelerators whose efficiency block is hand-written (fitted end to end elsewhere) but whose fused
 #: attention kernels are fitted here: A100 80 GB on its kernel rows, A100 40 GB the same chip.
