@@ -642,6 +642,14 @@ def _layout(doc: ScenarioFile, model, num_gpus: int, strategy) -> Parallelism:
     layout_gpus = kind.layout_gpus
     parallelism = resolve_layout(doc.parallelism, model, layout_gpus(strategy, doc.parallelism, num_gpus)
                                  if layout_gpus else num_gpus)
+    if parallelism.recompute == "selective" and not isinstance(model, TransformerSpec):
+        # Korthikanti et al. 2022 Sec. 4.2: selective recompute re-runs the attention core (softmax,
+        # dropout, the score and value GEMMs) that the transformer builder marks; other graphs mark none
+        # (a CNN has no attention; the catalog's ViT/BERT/GNMT attention is not split into its core),
+        # so it would keep everything and re-run nothing: the same run as "none" under another name.
+        raise ConfigError("parallelism.recompute", f"selective re-runs a transformer block's attention core "
+                          f"(Korthikanti et al. 2022); {model.name} has none marked to drop: use none, or full "
+                          "(keeps each residual block's or sqrt(n) segment's input)")
     if doc.training.optimizer_fusion != "none" and (parallelism.zero_stage != 0 or parallelism.schedule == "zb-h1"):
         raise ConfigError("training.optimizer_fusion", "is modelled with zero_stage 0 and schedules other than zb-h1, got "
                           f"zero_stage {parallelism.zero_stage}, schedule {parallelism.schedule}")

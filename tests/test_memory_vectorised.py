@@ -32,6 +32,8 @@ CASES = [
     (EXAMPLES / "llama3-8b-torchtitan-sac-h100.yaml", []),
     (EXAMPLES / "mixed-a100-t4.yaml", []),
     (EXAMPLES / "resnet50-8xa100.yaml", []),
+    (EXAMPLES / "resnet50-8xa100.yaml", ["model=vgg16"]),  # sqrt(n) checkpoint segments (full recompute)
+    (EXAMPLES / "resnet50-8xa100.yaml", ["model=unet"]),   # segments read skips from earlier ones
 ]
 RECOMPUTE = ["none", "selective", "full", "selective_op"]
 

@@ -102,7 +102,9 @@ class Layer:
     def kept_bytes(self, recompute: str, input_bytes: float = 0.0) -> float:
         """Activation bytes the layer keeps for its backward under ``recompute`` ("none",
         "selective", "selective_op", "full"); ``input_bytes``: what its inputs hand it (the
-        full-recompute checkpoint when the layer states none)."""
+        full-recompute checkpoint when the layer states none). Full recompute of a layer that is
+        its own checkpoint unit (a transformer block); a graph of smaller layers checkpoints
+        groups of them (simulator/memory/checkpoints.py)."""
         if recompute == "full":
             return self.checkpoint_bytes if self.checkpoint_bytes is not None else min(self.saved_bytes, input_bytes)
         if recompute == "selective" and self.saved_bytes_selective is not None:
@@ -176,8 +178,12 @@ class LayerGraph:
         return hit
 
     def kept_bytes(self, recompute: str) -> float:
-        """Activation bytes of one micro-batch through the whole graph under ``recompute``."""
-        return sum(layer.kept_bytes(recompute, self.input_bytes(layer)) for layer in self.layers)
+        """Activation bytes of one micro-batch through the whole graph under ``recompute``; full
+        recompute keeps the inputs of the graph's checkpoint units (residual blocks, sqrt(n)
+        segments: simulator/memory/checkpoints.py, which reads the blocks from the wiring)."""
+        from simulator.memory.checkpoints import graph_kept_bytes  # the units need the residual blocks
+
+        return graph_kept_bytes(self, recompute)
 
     def is_chain(self) -> bool:
         return all(layer.inputs == ((self.layers[i - 1].name,) if i else ()) for i, layer in enumerate(self.layers))

@@ -54,6 +54,7 @@ import math
 from dataclasses import dataclass
 
 from simulator.errors import ConfigError
+from simulator.memory.checkpoints import kept_per_layer, stage_bytes
 from simulator.scenario import gradient_bytes
 from simulator.strategies.spmd.layout import Parallelism, chunk_layer_counts, split_layers
 from simulator.strategies.spmd.split import chunk_counts
@@ -519,26 +520,26 @@ def stage_params(model, parallelism: Parallelism, stage: int) -> int:
 # --------------------------------------------------------------------------- one rank
 
 
-def _stage_layers(scenario, stage: int):
+def _stage_indices(scenario, stage: int) -> tuple[LayerGraph, list[int]]:
+    """The layer graph and the indices (into ``graph.layers``) of ``stage``'s pipelined layers."""
     graph = scenario.layer_graph()
     counts = chunk_counts(scenario, graph)
     par = scenario.parallelism
-    pipelined = graph.pipelined
-    return graph, [pipelined[i] for i in stage_layer_indices(len(pipelined), par.pp, par.virtual_stages, stage, counts)]
+    first = graph.prologue
+    return graph, [first + i for i in stage_layer_indices(len(graph.pipelined), par.pp, par.virtual_stages, stage,
+                                                          counts)]
 
 
 def recompute_working_bytes(scenario, stage: int) -> float:
-    """Rematerialisation working set of ``stage``: the backward re-creates one layer's activations
-    (full), one attention core (selective) or what per-op selective checkpointing dropped
-    (selective_op: the norm outputs, K, w3's output, the FC2 input) on top of the stored
-    checkpoints; the largest over the stage's layers (0 without recompute). Approximation: under
-    sequence parallelism the re-gathered norm outputs count ÷t (Megatron's accounting) though
-    torchtitan re-gathers them whole."""
-    recompute = scenario.parallelism.recompute
-    graph, layers = _stage_layers(scenario, stage)
-    if recompute == "none" or not layers:
-        return 0.0
-    return max(max(0.0, layer.saved_bytes - layer.kept_bytes(recompute, graph.input_bytes(layer))) for layer in layers)
+    """Rematerialisation working set of ``stage``: the backward re-creates one checkpoint unit's
+    activations (full: a transformer layer, a CNN's residual block or sqrt(n) segment,
+    simulator/memory/checkpoints.py), one attention core (selective) or what per-op selective
+    checkpointing dropped (selective_op: the norm outputs, K, w3's output, the FC2 input) on top
+    of the stored checkpoints; the largest over the stage's layers or units (0 without
+    recompute). Approximation: under sequence parallelism the re-gathered norm outputs count ÷t
+    (Megatron's accounting) though torchtitan re-gathers them whole."""
+    graph, indices = _stage_indices(scenario, stage)
+    return stage_bytes(graph, scenario.parallelism.recompute, indices)[1]
 
 
 def chunk_activation_bytes(scenario, global_chunk: int) -> float:
@@ -550,13 +551,14 @@ def chunk_activation_bytes(scenario, global_chunk: int) -> float:
     graph = scenario.layer_graph()
     counts = chunk_counts(scenario, graph)
     recompute = scenario.parallelism.recompute
-    start = sum(counts[:global_chunk])
-    layers = list(graph.pipelined[start:start + counts[global_chunk]])
+    start = graph.prologue + sum(counts[:global_chunk])
+    kept, _ = stage_bytes(graph, recompute, list(range(start, start + counts[global_chunk])))
+    every = kept_per_layer(graph, recompute)
     if global_chunk == 0:
-        layers += list(graph.layers[:graph.prologue])
+        kept += every[:graph.prologue]
     if global_chunk == len(counts) - 1:
-        layers += list(graph.layers[len(graph.layers) - graph.epilogue:])
-    return sum(layer.kept_bytes(recompute, graph.input_bytes(layer)) for layer in layers)
+        kept += every[len(graph.layers) - graph.epilogue:]
+    return sum(kept)
 
 
 def rank_memory(scenario, stage: int) -> MemoryBreakdown:
@@ -592,21 +594,21 @@ def rank_memory(scenario, stage: int) -> MemoryBreakdown:
     # (head) times those of the first and last chunk.
     pipelined = graph.pipelined
     recompute = par.recompute
-    layers = [pipelined[i] for i in stage_layer_indices(len(pipelined), pp, v, stage, counts)]
-
-    def kept(layer, mode: str) -> float:
-        return layer.kept_bytes(mode, graph.input_bytes(layer))
+    indices = [graph.prologue + i for i in stage_layer_indices(len(pipelined), pp, v, stage, counts)]
+    layers = [graph.layers[i] for i in indices]
+    every = kept_per_layer(graph, recompute)
 
     in_flight = microbatches_in_flight(par.schedule, pp, stage, m, v)
-    stored = sum(kept(layer, recompute) for layer in layers) * in_flight
-    # Rematerialisation working set: the backward re-creates one layer's activations (full) or one
-    # attention core (selective) on top of the stored checkpoints.
-    activations = stored + recompute_working_bytes(scenario, stage)
+    # What the stage's layers keep (full recompute: the checkpoints of the graph's units,
+    # simulator/memory/checkpoints.py), and the rematerialisation working set: the backward
+    # re-creates one unit's activations (full) or one attention core (selective) on top of them.
+    kept, working = stage_bytes(graph, recompute, indices)
+    stored = sum(kept) * in_flight
+    activations = stored + working
     if stage == 0:
-        activations += sum(kept(layer, recompute) for layer in graph.layers[:graph.prologue]) * _chunk_count_in_flight(
-            par.schedule, pp, stage, m, v, 0)
+        activations += sum(every[:graph.prologue]) * _chunk_count_in_flight(par.schedule, pp, stage, m, v, 0)
     if stage == pp - 1:
-        activations += sum(kept(layer, recompute) for layer in graph.layers[len(graph.layers) - graph.epilogue:]) * \
+        activations += sum(every[len(graph.layers) - graph.epilogue:]) * \
             _chunk_count_in_flight(par.schedule, pp, stage, m, v, v - 1)
 
     # Communication buffers.

@@ -27,6 +27,7 @@ from simulator.memory.analytic import (
     model_state_bytes,
     peak_stage,
 )
+from simulator.memory.checkpoints import kept_per_layer, plan_of
 from simulator.scenario import gradient_bytes
 from simulator.strategies.spmd.split import chunk_counts
 
@@ -49,11 +50,9 @@ def _graph_arrays(graph, recompute: str) -> dict:
     arrays = per_mode.get(recompute)
     if arrays is None:
         pipelined = graph.pipelined
-
-        def kept(layer) -> float:
-            return layer.kept_bytes(recompute, graph.input_bytes(layer))
-
-        kept_bytes = [kept(layer) for layer in pipelined]
+        first, last = graph.prologue, len(graph.layers) - graph.epilogue
+        every = kept_per_layer(graph, recompute)
+        kept_bytes = list(every[first:last])
         arrays = per_mode[recompute] = {
             "dense": np.array([layer.params - layer.expert_params for layer in pipelined], dtype=float),
             "expert": np.array([layer.expert_params for layer in pipelined], dtype=float),
@@ -62,11 +61,16 @@ def _graph_arrays(graph, recompute: str) -> dict:
             "working": np.array([max(0.0, layer.saved_bytes - k) for layer, k in zip(pipelined, kept_bytes,
                                                                                       strict=True)], dtype=float),
             "output": np.array([layer.output_bytes for layer in pipelined], dtype=float),
-            "prologue": graph.layers[:graph.prologue],
-            "epilogue": graph.layers[len(graph.layers) - graph.epilogue:],
-            "prologue_kept": sum(kept(layer) for layer in graph.layers[:graph.prologue]),
-            "epilogue_kept": sum(kept(layer) for layer in graph.layers[len(graph.layers) - graph.epilogue:]),
+            "prologue": graph.layers[:first],
+            "epilogue": graph.layers[last:],
+            "prologue_kept": sum(every[:first]),
+            "epilogue_kept": sum(every[last:]),
         }
+        if recompute == "full" and not plan_of(graph).per_layer:  # units of several layers
+            plan = plan_of(graph)
+            arrays["unit"] = np.array(plan.unit[first:last])
+            arrays["carried"] = np.array(plan.carried_in_bytes[first:last], dtype=float)
+            arrays["saved"] = np.array(plan.saved_bytes[first:last], dtype=float)
     return arrays
 
 
@@ -132,11 +136,15 @@ def stage_memories(scenario) -> list[MemoryBreakdown]:
 
     # Activations: kept bytes × micro-batches in flight, the working set, the two ends.
     in_flight = _in_flight(par.schedule, pp, m, v)
-    stored = np.bincount(stage_of, weights=arrays["kept"], minlength=pp) * in_flight
-    if par.recompute == "none":
-        working = np.zeros(pp)
+    if "unit" in arrays:
+        kept, working = _unit_parts(arrays, stage_of, pp)
+        stored = np.bincount(stage_of, weights=kept, minlength=pp) * in_flight
     else:
-        working = np.where(layers_per_stage > 0, _stage_max(arrays["working"], stage_of, pp), 0.0)
+        stored = np.bincount(stage_of, weights=arrays["kept"], minlength=pp) * in_flight
+        if par.recompute == "none":
+            working = np.zeros(pp)
+        else:
+            working = np.where(layers_per_stage > 0, _stage_max(arrays["working"], stage_of, pp), 0.0)
     activations = stored + working
     if graph.prologue:
         activations[0] += arrays["prologue_kept"] * _chunk_count_in_flight(par.schedule, pp, 0, m, v, 0)
@@ -159,6 +167,29 @@ def stage_memories(scenario) -> list[MemoryBreakdown]:
     return [MemoryBreakdown(float(w), float(g), float(o), float(a), float(x), stage=stage)
             for stage, (w, g, o, a, x) in enumerate(zip(weights.tolist(), grads.tolist(), optim.tolist(),
                                                          activations.tolist(), other.tolist(), strict=True))]
+
+
+def _unit_parts(arrays: dict, stage_of: np.ndarray, pp: int) -> tuple[np.ndarray, np.ndarray]:
+    """Full recompute over units of several layers (simulator/memory/checkpoints.py
+    ``stage_bytes``): every layer's kept bytes (plus what a chunk's first layer receives from its
+    own unit when the chunk starts inside one) and every stage's working set, the largest
+    ``saved - kept`` over the parts of units on its chunks."""
+    unit = arrays["unit"]
+    n = len(unit)
+    kept = arrays["kept"].copy()
+    if n == 0:
+        return kept, np.zeros(pp)
+    starts = np.ones(n, dtype=bool)  # adjacent layers on two stages: two chunks
+    starts[1:] = (stage_of[1:] != stage_of[:-1]) | (unit[1:] != unit[:-1])
+    inside = np.zeros(n, dtype=bool)  # a chunk's first layer inside a unit begun before it
+    inside[1:] = starts[1:] & (unit[1:] == unit[:-1])
+    kept[inside] += arrays["carried"][inside]
+    part = np.cumsum(starts) - 1
+    parts = int(part[-1]) + 1
+    part_working = np.maximum(0.0, np.bincount(part, weights=arrays["saved"], minlength=parts)
+                              - np.bincount(part, weights=kept, minlength=parts))
+    working = np.maximum(_stage_max(part_working, stage_of[starts], pp), 0.0)
+    return kept, working
 
 
 def _in_flight(schedule: str, pp: int, m: int, v: int) -> np.ndarray:

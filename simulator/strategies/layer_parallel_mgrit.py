@@ -71,6 +71,7 @@ from simulator.cost.topology import Topology
 from simulator.engine.engine import Task
 from simulator.errors import ConfigError
 from simulator.memory.analytic import MemoryBreakdown, model_state_bytes, peak_stage
+from simulator.memory.checkpoints import kept_per_layer, stage_bytes
 from simulator.scenario import gradient_bytes
 from simulator.strategies.plan import Plan
 from simulator.strategies.registry import StrategyKind, register
@@ -109,6 +110,7 @@ class Chain:
     state_bytes: tuple[float, ...]     # state j (the input of block j; j = N: the last block's output)
     params: tuple[float, ...]
     kept_bytes: tuple[float, ...]      # activations each block keeps for its weight gradients
+    working_bytes: tuple[float, ...]   # what each block's recompute re-creates in its backward (0: none)
     ranks: int
 
     @property
@@ -178,6 +180,8 @@ def chain_of(scenario) -> Chain:
         return total
 
     first_input = graph.input_bytes(blocks[0].layers[0]) or blocks[0].output_bytes
+    kept = dict(zip((layer.name for layer in graph.layers), kept_per_layer(graph, recompute), strict=True))
+    position = {layer.name: i for i, layer in enumerate(graph.layers)}
     return Chain(
         opening=opening, closing=closing,
         forward_s=tuple(seconds(b.layers, "forward") for b in blocks),
@@ -185,8 +189,9 @@ def chain_of(scenario) -> Chain:
         wgrad_s=tuple(seconds(b.layers, "backward", _is_wgrad) for b in blocks),
         state_bytes=(first_input, *(b.output_bytes for b in blocks)),
         params=tuple(b.params for b in blocks),
-        kept_bytes=tuple(sum(layer.kept_bytes(recompute, graph.input_bytes(layer)) for layer in b.layers)
-                         for b in blocks),
+        kept_bytes=tuple(sum(kept[layer.name] for layer in b.layers) for b in blocks),
+        working_bytes=tuple(stage_bytes(graph, recompute, [position[layer.name] for layer in b.layers])[1]
+                            for b in blocks),
         ranks=p)
 
 
@@ -426,10 +431,19 @@ def rank_memory_mgrit(scenario, chain: Chain, rank: int) -> MemoryBreakdown:
     w, g, o = model_state_bytes(rank_params(chain, rank), 0, 1, tr.precision, tr.optimizer, gradient_bytes(tr))
     per = chain.blocks // chain.ranks
     activations = sum(chain.kept_bytes[rank * per:(rank + 1) * per])
+    kept = kept_per_layer(graph, recompute)
+    index = {layer.name: i for i, layer in enumerate(graph.layers)}
     if rank == 0:
-        activations += sum(layer.kept_bytes(recompute, graph.input_bytes(layer)) for layer in chain.opening)
+        activations += sum(kept[index[layer.name]] for layer in chain.opening)
     if rank == chain.ranks - 1:
-        activations += sum(layer.kept_bytes(recompute, graph.input_bytes(layer)) for layer in chain.closing)
+        activations += sum(kept[index[layer.name]] for layer in chain.closing)
+    # the rematerialisation working set: the backward re-creates one block's activations (full:
+    # each block a checkpoint unit, simulator/memory/checkpoints.py) on top of the kept inputs
+    working = list(chain.working_bytes[rank * per:(rank + 1) * per])
+    for ends, holder in ((chain.opening, 0), (chain.closing, chain.ranks - 1)):
+        if rank == holder and ends:
+            working.append(stage_bytes(graph, recompute, [index[layer.name] for layer in ends])[1])
+    activations += max(working, default=0.0)
     c = cfg.coarsening_factor
     for level in range(1, cfg.levels):
         stride = c ** level

@@ -76,6 +76,7 @@ from simulator.cost.compute import ComputeModel
 from simulator.cost.topology import Topology
 from simulator.engine.engine import Task
 from simulator.memory.analytic import MemoryBreakdown, bytes_per_param, peak_stage, rank_memory
+from simulator.memory.checkpoints import graph_kept_bytes, kept_per_layer
 from simulator.scenario import gradient_bytes
 from simulator.strategies.neuron_masks import NeuronMask, neuron_masks
 from simulator.strategies.plan import Plan
@@ -293,7 +294,8 @@ def worker_work(scenario, subnetwork: int, assign: Assignment | None = None) -> 
     forward: list[Op] = []
     backward: list[Op] = []
     measured_f = measured_b = held = trained = kept = 0.0
-    for layer in graph.layers:
+    every_kept = kept_per_layer(graph, recompute)  # full recompute: the graph's checkpoint units
+    for layer, layer_kept in zip(graph.layers, every_kept, strict=True):
         scale = layer_scale(cfg, assign, subnetwork, layer)
         f, b = masked_ops(layer, scale)
         if layer.measured_forward_s is not None:  # a profiled layer: its times scale with its work
@@ -304,7 +306,7 @@ def worker_work(scenario, subnetwork: int, assign: Assignment | None = None) -> 
             backward[:0] = b  # the backward runs the layers in reverse
         held += layer.params * scale.held
         trained += layer.params * scale.trained
-        kept += layer.kept_bytes(recompute, graph.input_bytes(layer)) * scale.activations
+        kept += layer_kept * scale.activations
     return WorkerWork(tuple(forward), tuple(backward), measured_f, measured_b, held, trained, kept)
 
 
@@ -315,7 +317,7 @@ def unmasked_work(scenario) -> WorkerWork:
     forward = tuple(op for layer in graph.layers for op in layer.forward)
     backward = tuple(op for layer in reversed(graph.layers) for op in layer.backward)
     params = graph.total_params()
-    return WorkerWork(forward, backward, 0.0, 0.0, params, params, graph.kept_bytes(recompute))
+    return WorkerWork(forward, backward, 0.0, 0.0, params, params, graph_kept_bytes(graph, recompute))
 
 
 def worker_memory(scenario, work: WorkerWork, subnetwork: int) -> MemoryBreakdown:
@@ -324,7 +326,7 @@ def worker_memory(scenario, work: WorkerWork, subnetwork: int) -> MemoryBreakdow
     tr = scenario.training
     base = rank_memory(scenario, 0)
     per = bytes_per_param(tr.precision, tr.optimizer)
-    full_kept = scenario.layer_graph().kept_bytes(scenario.parallelism.recompute)
+    full_kept = graph_kept_bytes(scenario.layer_graph(), scenario.parallelism.recompute)
     activations = base.activations_bytes - full_kept + work.kept_activation_bytes
     return MemoryBreakdown(work.held_params * per["weights"], work.trained_params * gradient_bytes(tr),
                            work.trained_params * per["optimizer"], activations, base.other_bytes,

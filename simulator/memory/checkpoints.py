@@ -1,0 +1,176 @@
+"""What full recompute keeps: the graph's checkpoint units, their kept inputs and working sets.
+
+Full recompute ("activation checkpointing") keeps the input of each *unit* of the network, drops
+every activation inside it, and re-runs the unit's forward before its backward (Chen et al. 2016,
+"Training deep nets with sublinear memory cost", arXiv:1604.06174, Sec. 3-4). The peak is then the
+kept inputs plus one unit's re-created activations. What a unit is decides whether anything is
+saved at all: a CNN's layer graph has one layer per kernel (a convolution, its batch norm, its
+ReLU), and keeping each such layer's input keeps what it saved anyway. So the units are
+
+- a transformer builder's graph (layers of kind ``transformer_block`` / ``mlp_block``): every layer
+  its own unit, keeping what :meth:`workloads.layer_graph.Layer.kept_bytes` says (its input;
+  Megatron's per-layer checkpoint, Korthikanti et al. 2022 Sec. 5) -- unchanged;
+- a graph with residual blocks (simulator/strategies/residual_blocks.py, read from the wiring: a
+  ResNet's bottlenecks, ViT/BERT layers, GNMT's residual LSTMs): each residual block a unit, and
+  the layers before the first (the stem, an embedding), after the last (the head) and any run of
+  non-residual layers between two of them one unit each -- what ``torch.utils.checkpoint`` around
+  every block and the stem does;
+- a graph without residual blocks (VGG, U-Net, Inception, BigLSTM): Chen et al.'s sqrt(n)
+  segments, ceil(sqrt(n)) consecutive runs of the n layers in topological order, the first
+  ``n mod k`` one layer longer (Sec. 4.1: k segments of n/k layers cost O(n/k + k) memory, least
+  at k = sqrt(n)).
+
+A unit keeps every tensor it reads from outside itself: the outputs of layers in other units
+(each tensor once, counted at its first reader across a unit border -- U-Net's skips too) and the
+batch a layer with no inputs reads (what that layer saves of it, its ``saved_bytes``: the images
+of a CNN's first convolution). The tensor is counted on its reader, so a pipeline stage counts the
+checkpoints its own layers read. Its working set in the backward is what its layers save, less
+what it keeps (the kept input is one of the saved tensors): ``max(0, sum(saved) - sum(kept))``.
+
+A pipeline chunk that starts inside a unit keeps the input it receives (the bytes its first layer
+reads from its own unit) and re-runs its part of the unit: each part of a unit on a chunk is a
+unit of its own. Approximation: a tensor of the unit that skips over the cut (a residual skip) is
+not counted again; the chunk's first layer's inputs are.
+
+:func:`stage_bytes` is what :func:`simulator.memory.analytic.rank_memory` and the memory-over-time
+tasks count; :mod:`simulator.memory.vectorised` computes the same per stage with numpy.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+
+from simulator.strategies.residual_blocks import BLOCK_LAYER_KINDS, residual_chain
+from workloads.layer_graph import LayerGraph
+
+_PLANS: dict[int, tuple[LayerGraph, CheckpointPlan]] = {}
+_KEPT = 64
+
+
+@dataclass(frozen=True)
+class CheckpointPlan:
+    """Full recompute of one graph, per layer of ``graph.layers``: its unit's index, the bytes it
+    keeps (checkpoints it reads first across a unit border), the bytes it reads from its own unit
+    (kept where a pipeline chunk starts at it) and what it saves without recompute."""
+
+    unit: tuple[int, ...]
+    kept_bytes: tuple[float, ...]
+    carried_in_bytes: tuple[float, ...]
+    saved_bytes: tuple[float, ...]
+    per_layer: bool  # every layer its own unit (a transformer builder's graph)
+
+
+def sqrt_segments(n: int) -> list[int]:
+    """Layers per segment of Chen et al.'s sqrt(n) split of ``n`` layers: ceil(sqrt(n)) segments,
+    the first ``n mod k`` one layer longer."""
+    if n <= 0:
+        return []
+    k = math.isqrt(n - 1) + 1  # ceil(sqrt(n))
+    return [n // k + (1 if i < n % k else 0) for i in range(k)]
+
+
+def units_of(graph: LayerGraph) -> tuple[int, ...]:
+    """The checkpoint unit of every layer of ``graph.layers`` (module docstring), numbered in order."""
+    layers = graph.layers
+    if any(layer.kind in BLOCK_LAYER_KINDS for layer in layers):
+        return tuple(range(len(layers)))
+    opening, blocks, closing = residual_chain(graph)
+    sizes: list[int]
+    if blocks:
+        sizes = [len(opening)] + [len(block.layers) for block in blocks] + [len(closing)]
+    else:
+        sizes = sqrt_segments(len(layers))
+    unit: list[int] = []
+    for number, size in enumerate(s for s in sizes if s):
+        unit.extend([number] * size)
+    return tuple(unit)
+
+
+def plan_of(graph: LayerGraph) -> CheckpointPlan:
+    """The graph's :class:`CheckpointPlan` (cached per graph; the graphs are cached per shard)."""
+    key = id(graph)
+    hit = _PLANS.get(key)
+    if hit is not None and hit[0] is graph:
+        return hit[1]
+    layers = graph.layers
+    unit = units_of(graph)
+    per_layer = any(layer.kind in BLOCK_LAYER_KINDS for layer in layers)
+    index = {layer.name: i for i, layer in enumerate(layers)}
+    kept: list[float] = []
+    carried: list[float] = []
+    taken: set[int] = set()
+    for i, layer in enumerate(layers):
+        if per_layer:
+            kept.append(layer.kept_bytes("full", graph.input_bytes(layer)))
+            carried.append(0.0)
+            continue
+        sources = [index[name] for name in dict.fromkeys(layer.inputs)]
+        outside = 0.0
+        inside = 0.0
+        for j in sources:
+            if unit[j] == unit[i]:
+                inside += layers[j].output_bytes
+            elif j not in taken:
+                taken.add(j)
+                outside += layers[j].output_bytes
+        if not sources:  # reads the batch: what it saves of it
+            outside += layer.checkpoint_bytes if layer.checkpoint_bytes is not None else layer.saved_bytes
+        kept.append(outside)
+        carried.append(inside)
+    plan = CheckpointPlan(unit, tuple(kept), tuple(carried), tuple(layer.saved_bytes for layer in layers),
+                          per_layer)
+    if len(_PLANS) >= _KEPT:
+        _PLANS.clear()
+    _PLANS[key] = (graph, plan)
+    return plan
+
+
+def kept_per_layer(graph: LayerGraph, recompute: str) -> tuple[float, ...]:
+    """Bytes every layer of ``graph.layers`` keeps for its backward under ``recompute`` (full: the
+    checkpoints of :func:`plan_of`; the other modes: :meth:`Layer.kept_bytes`)."""
+    if recompute == "full":
+        return plan_of(graph).kept_bytes
+    return tuple(layer.kept_bytes(recompute, graph.input_bytes(layer)) for layer in graph.layers)
+
+
+def graph_kept_bytes(graph: LayerGraph, recompute: str) -> float:
+    """Activation bytes one micro-batch through the whole graph keeps under ``recompute``."""
+    return sum(kept_per_layer(graph, recompute))
+
+
+def stage_bytes(graph: LayerGraph, recompute: str, indices: list[int]) -> tuple[list[float], float]:
+    """(kept bytes of each layer of ``indices``, the rematerialisation working set) for the layers
+    of ``graph.layers`` at ``indices`` (ascending; a gap is a chunk border) held by one rank.
+
+    Without recompute the working set is 0; selective modes re-create one layer's dropped tensors
+    (the largest ``saved - kept`` over the layers); full recompute one unit's part on a chunk (the
+    largest ``saved - kept`` over the parts), where a part that continues a unit from before the
+    chunk also keeps what its first layer reads from that unit."""
+    layers = graph.layers
+    if recompute != "full":
+        kept = [layers[i].kept_bytes(recompute, graph.input_bytes(layers[i])) for i in indices]
+        if recompute == "none" or not indices:
+            return kept, 0.0
+        return kept, max(max(0.0, layers[i].saved_bytes - k) for i, k in zip(indices, kept, strict=True))
+    plan = plan_of(graph)
+    kept = []
+    working = 0.0
+    part_saved = part_kept = 0.0
+    previous = None
+    for i in indices:
+        k = plan.kept_bytes[i]
+        starts = previous is None or i != previous + 1 or plan.unit[i] != plan.unit[previous]
+        if starts:
+            if previous is not None:
+                working = max(working, max(0.0, part_saved - part_kept))
+            part_saved = part_kept = 0.0
+            if i > 0 and plan.unit[i] == plan.unit[i - 1]:  # a chunk that starts inside a unit
+                k += plan.carried_in_bytes[i]
+        part_saved += plan.saved_bytes[i]
+        part_kept += k
+        kept.append(k)
+        previous = i
+    if previous is not None:
+        working = max(working, max(0.0, part_saved - part_kept))
+    return kept, working
