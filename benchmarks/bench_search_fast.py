@@ -91,6 +91,7 @@ def run_search(name: str, path: Path, workers: int, check: bool) -> None:
 _ONE_SEARCH = """
 import json, os, resource, sys, time
 os.environ["CLUSTERSIM_CACHE"] = "0"
+import simulator.explore.search as searching
 from simulator.explore.search import search, summarize
 if len(sys.argv) > 3 and sys.argv[3] == "reference":  # this code with the per-candidate checks as they were
     import functools
@@ -99,19 +100,72 @@ if len(sys.argv) > 3 and sys.argv[3] == "reference":  # this code with the per-c
 def cpu():
     a, b = resource.getrusage(resource.RUSAGE_SELF), resource.getrusage(resource.RUSAGE_CHILDREN)
     return a.ru_utime + a.ru_stime + b.ru_utime + b.ru_stime
-w0, c0 = time.perf_counter(), cpu()
+checked = []  # (wall, CPU) when the per-candidate checks are done: the evaluation phase
+timing = searching._branch_and_bound
+def timed(*args, **kwargs):
+    checked.append((time.perf_counter(), cpu(), time.process_time()))
+    return timing(*args, **kwargs)
+searching._branch_and_bound = timed
+# every task's CPU seconds in its worker and every parallel_map call's span in this process: the replay
+LOG = os.environ["BENCH_TASK_LOG"]
+def logged(fn):
+    def task(*args, **kwargs):
+        c = time.process_time()
+        result = fn(*args, **kwargs)
+        with open(LOG, "a") as fh:
+            fh.write(json.dumps([time.perf_counter(), time.process_time() - c]) + "\\n")
+        return result
+    task.__module__, task.__name__, task.__qualname__ = fn.__module__, fn.__name__, fn.__qualname__
+    return task
+for name in ("_check_task", "_engine_task", "_engine_fast_task", "_fast_task", "_search_task"):
+    if hasattr(searching, name):
+        setattr(searching, name, logged(getattr(searching, name)))
+waves = []
+mapping = searching.parallel_map
+def spanned(*args, **kwargs):
+    start = time.perf_counter()
+    yield from mapping(*args, **kwargs)
+    waves.append((start, time.perf_counter()))
+searching.parallel_map = spanned
+def replay(span, workers):
+    # the wave's tasks (those that began in it) on `workers` workers, each to the first free one in the
+    # order they began: the makespan a quiet machine would give them
+    with open(LOG) as fh:
+        tasks = sorted(json.loads(line) for line in fh)
+    free = [0.0] * workers
+    for end, seconds in tasks:
+        if span[0] <= end - 0.0 and end <= span[1] + 1e-3:
+            free[free.index(min(free))] += seconds
+    return max(free), sum(seconds for end, seconds in tasks if span[0] <= end <= span[1] + 1e-3)
+w0, c0, p0 = time.perf_counter(), cpu(), time.process_time()
 rows = search(sys.argv[1], workers=int(sys.argv[2]))
-wall, used = time.perf_counter() - w0, cpu() - c0
+wall, used, parent = time.perf_counter() - w0, cpu() - c0, time.process_time() - p0
+waved = [replay(span, int(sys.argv[2])) for span in waves]
+task_cpu = sum(c for _, c in waved)
+# replayed 2-core wall: this process's CPU (serial, counted whole) + each wave's makespan + the workers'
+# CPU outside tasks (pickling, start-up) shared evenly
+replayed = parent + sum(m for m, _ in waved) + max(0.0, used - parent - task_cpu) / int(sys.argv[2])
+checks_replayed = (checked[0][2] - p0 + waved[0][0]) if waved else float("nan")
 s = summarize(rows)
 print(json.dumps({"wall_s": wall, "cpu_s": used, "layouts": s["layouts"], "engine": s.get("engine_resimulated"),
-                  "fast": s.get("priced_by_fast_path"), "best_step_s": rows[0].get("step_time_s")}))
+                  "fast": s.get("priced_by_fast_path"), "best_step_s": rows[0].get("step_time_s"),
+                  "checks_wall_s": checked[0][0] - w0, "checks_cpu_s": waved[0][1] + checked[0][2] - p0,
+                  "replayed_wall_s": replayed, "checks_replayed_wall_s": checks_replayed,
+                  "parent_cpu_s": parent, "waves": len(waves),
+                  "top": [sorted(r["parallelism"].items()) for r in rows[:20]],
+                  "top_s": [r.get("step_time_s") for r in rows[:20]]}))
 """
 
 
 def one_search(code: Path, path: Path, workers: int, checks: str = "now") -> dict:
-    env = {**os.environ, "PYTHONPATH": str(code), "CLUSTERSIM_CACHE": "0"}
-    out = subprocess.run([sys.executable, "-c", _ONE_SEARCH, str(path), str(workers), checks], cwd=code, env=env,
-                         capture_output=True, text=True, check=True)
+    import tempfile
+
+    with tempfile.TemporaryDirectory() as tmp:
+        env = {**os.environ, "PYTHONPATH": str(code), "CLUSTERSIM_CACHE": "0", "BENCH_TASK_LOG": f"{tmp}/tasks.jsonl"}
+        out = subprocess.run([sys.executable, "-c", _ONE_SEARCH, str(path), str(workers), checks], cwd=code, env=env,
+                             capture_output=True, text=True)
+        if out.returncode:
+            raise RuntimeError(f"search by {code} failed:\n{out.stderr[-3000:]}")
     return json.loads(out.stdout.strip().splitlines()[-1])
 
 
@@ -125,13 +179,33 @@ def compare_with_baseline(name: str, path: Path, baseline: Path | None, workers:
         runs["after"].append(one_search(here, path, workers))
     before = baseline or "this code, reference checks"
     print(f"\n{name}: before = {before}, after = {here} ({repeats} runs each, alternating; medians)")
+    print("  whole search = search() from its call to its rows in a fresh process (after `import "
+          "simulator.explore.search`: the modules it imports on its first call, its spec schemas and its worker pool "
+          "counted), the engine's top-k runs included; evaluation phase = until every candidate is checked, pruned "
+          "or bounded (before the engine); replayed = each phase's tasks placed on idle workers by their CPU seconds, "
+          "this process's CPU counted whole (a wall clock for a quiet machine from a loaded one)")
     for label, got in runs.items():
         wall = statistics.median(r["wall_s"] for r in got)
         cpu = statistics.median(r["cpu_s"] for r in got)
         r = got[0]
-        print(f"  {label:<6} {r['layouts']:,} layouts ({r['engine']} engine runs, {r['fast']} fast-path): wall {wall:.2f} s, "
-              f"{r['layouts'] / wall:,.0f} layouts/s; CPU {cpu:.2f} s, {r['layouts'] / cpu:,.0f} layouts per CPU-second;"
-              f" best step {r['best_step_s']:.4f} s")
+        line = (f"  {label:<6} {r['layouts']:,} layouts ({r['engine']} engine runs, {r['fast']} fast-path): whole search "
+                f"wall {wall:.2f} s, {r['layouts'] / wall:,.0f} layouts/s; CPU {cpu:.2f} s, {r['layouts'] / cpu:,.0f} "
+                f"layouts per CPU-second; best step {r['best_step_s']:.4f} s")
+        if "checks_wall_s" in r:
+            def med(key: str, got: list[dict] = got) -> float:
+                return statistics.median(x[key] for x in got)
+            line += (f"\n         replayed on {workers} idle cores: whole search {med('replayed_wall_s'):.2f} s, "
+                     f"{r['layouts'] / med('replayed_wall_s'):,.0f} layouts/s ({r['waves'] - 1} engine waves; this "
+                     f"process {med('parent_cpu_s'):.2f} CPU-s)"
+                     f"\n         evaluation phase wall {med('checks_wall_s'):.2f} s, {r['layouts'] / med('checks_wall_s'):,.0f}"
+                     f" layouts/s, replayed {med('checks_replayed_wall_s'):.2f} s, "
+                     f"{r['layouts'] / med('checks_replayed_wall_s'):,.0f} layouts/s; CPU {med('checks_cpu_s'):.2f} s, "
+                     f"{r['layouts'] / med('checks_cpu_s'):,.0f} layouts per CPU-second")
+        print(line)
+    if all("top" in r for r in runs["before"] + runs["after"]):
+        same = all(r["top"] == runs["before"][0]["top"] and r["top_s"] == runs["before"][0]["top_s"]
+                   for r in runs["before"] + runs["after"])
+        print(f"  top 20 (layouts and step times) identical in every run: {same}")
 
 
 def checks_cpu(name: str, path: Path) -> None:

@@ -341,6 +341,8 @@ def test_branch_and_bound_prices_in_waves_while_fewer_than_k_engine_times_are_fi
 
     done = engine_branch_and_bound(list(range(n)), bound, price_engine,
                                    lambda p: bound[p] if p in engine_seen and p in runs else float("inf"), k, wave)
-    # a wave is at most `wave` or an eighth of what was priced before it, never the rest at once
-    assert all(size <= max(wave, sum(batches[:i]) // 8) for i, size in enumerate(batches))
+    # a wave is at most `wave`, k (while fewer than k times are finite, the next k are due anyway) or an
+    # eighth of what was priced before it, never the rest at once
+    assert batches[0] == k
+    assert all(size <= max(wave, k, sum(batches[:i]) // 8) for i, size in enumerate(batches))
     assert runs <= done  # every candidate that runs was timed by the engine

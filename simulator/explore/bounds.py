@@ -315,13 +315,16 @@ def bound_parts(scenario, planner=None, key: str | None = None) -> BoundParts:
 
 def price_best_bound_first(order: Sequence[int], bounds: Sequence[float], price: Callable[[list[int]], None],
                            kth_best: Callable[[], float], first_wave: int, next_wave: int,
-                           threshold: float = math.inf) -> int:
+                           threshold: float = math.inf, owed: Callable[[], int] | None = None) -> int:
     """Price candidates in order of their lower bound, in waves (``first_wave`` of them, then
     ``next_wave`` at a time, or an eighth of those priced so far if more), while the next bound is at most the k-th best time priced so far
     (``kth_best()``, re-read after each wave): a candidate whose bound exceeds it cannot enter the top k.
     ``order`` lists positions by increasing ``bounds``. Returns how many of ``order`` were priced; search
     and wide search continue from there with the engine's exact stopping rule. ``threshold``: the
-    k-th best time known before the first wave (inf: none)."""
+    k-th best time known before the first wave (inf: none). ``owed()``: how many more candidates will
+    be priced whatever their times (while fewer than k times are finite, the k-th is infinite and
+    every next candidate is priced: k minus the finite ones); a wave is at least that long, so that
+    the workers are not stopped at a barrier between waves whose every candidate was due anyway."""
     cursor, wave = 0, first_wave
     while cursor < len(order) and bounds[order[cursor]] <= threshold:
         batch = []
@@ -332,7 +335,7 @@ def price_best_bound_first(order: Sequence[int], bounds: Sequence[float], price:
         threshold = kth_best()
         # a wave waits for its slowest candidate: past a few waves, an eighth of what is priced so far
         # (at most that much priced beyond need; the Calculon-size search prices ~1,400 in waves of 4)
-        wave = max(next_wave, cursor // 8)
+        wave = max(next_wave, cursor // 8, owed() if owed is not None and math.isinf(threshold) else 0)
     return cursor
 
 
@@ -348,7 +351,10 @@ def engine_branch_and_bound(order: Sequence[int], bounds: Sequence[float], price
     The engine times candidates best bound first, in waves (:func:`price_best_bound_first`), while
     the next bound is at most the k-th best engine time so far (infinite until k are finite): the
     bound is never above the engine's step (tests/test_search_bounds.py), so no candidate left out
-    could enter the top k. The ``beside_first`` smallest bounds go to ``price_beside`` when given: the
+    could enter the top k. The first wave is k long (at least ``wave``), and so is every wave while
+    fewer than k times are finite (k minus those): those candidates are timed whatever comes back, and
+    one wave lets the pool keep every worker busy (longest first) instead of stopping it at a barrier
+    every ``wave`` runs (GPT-3 175B's default search: 24 engine runs in 2 waves instead of 6). The ``beside_first`` smallest bounds go to ``price_beside`` when given: the
     engine with the fast path walking the same plans, for the rows most likely to be reported (in the
     top k) with both times: a walk costs ~0.4 of an engine run, a fast-path run of its own ~1.
 
@@ -366,6 +372,9 @@ def engine_branch_and_bound(order: Sequence[int], bounds: Sequence[float], price
         finite = heapq.nsmallest(top_k, (engine_time(p) for p in done if math.isfinite(engine_time(p))))
         return finite[-1] if len(finite) >= top_k else math.inf
 
+    def owed() -> int:  # while the k-th time is infinite, the next k - (finite times) are priced anyway
+        return top_k - sum(1 for p in done if math.isfinite(engine_time(p)))
+
     def price(batch: list[int]) -> None:
         beside = [pos for pos in batch if price_beside is not None and rank[pos] < beside_first]
         plain = [pos for pos in batch if pos not in beside]
@@ -374,5 +383,5 @@ def engine_branch_and_bound(order: Sequence[int], bounds: Sequence[float], price
                 how(group)
                 done.update(group)
 
-    price_best_bound_first(list(order), bounds, price, kth_best, wave, wave)
+    price_best_bound_first(list(order), bounds, price, kth_best, max(wave, top_k), wave, owed=owed)
     return done

@@ -131,24 +131,21 @@ def inert_switches(par) -> frozenset[str]:
 
 
 def _fast_task(raw: dict[str, Any]) -> dict[str, Any]:
-    from simulator.explore.cache import cached_point
-    from simulator.explore.sweep import run_point
+    from simulator.explore.search import _timed_row
 
-    return run_point(raw, lambda r: cached_point(r, engine="fast"))
+    return _timed_row(raw, "fast")
 
 
 def _engine_task(raw: dict[str, Any]) -> dict[str, Any]:
-    from simulator.explore.cache import cached_point
-    from simulator.explore.sweep import run_point
+    from simulator.explore.search import _timed_row
 
-    return run_point(raw, cached_point)
+    return _timed_row(raw, "full")
 
 
 def _engine_fast_task(raw: dict[str, Any]) -> dict[str, Any]:
-    from simulator.explore.cache import cached_point
-    from simulator.explore.sweep import run_point
+    from simulator.explore.search import _timed_row
 
-    return run_point(raw, lambda r: cached_point(r, engine="full+fast"))
+    return _timed_row(raw, "full+fast")
 
 
 def wide_search(source: str | dict[str, Any] | None = None, *, overrides: list[str] | None = None,

@@ -101,10 +101,11 @@ class DagTimes:
 CONTENTION_ROUNDS = 3
 
 
-def longest_path(streams: dict[tuple[str, str], list[Task]], capacity) -> DagTimes:
+def longest_path(streams: dict[tuple[str, str], list[Task]], capacity, write: bool = True) -> DagTimes:
     """Earliest-start schedule of the task lists (the engine's semantics without link sharing),
     then, where transfers overlapped on a port, re-timed with a contention correction (below);
-    writes ``start_s``/``end_s`` on the tasks, as the engine does. The cyclic garbage collector
+    writes ``start_s``/``end_s`` on the tasks, as the engine does, unless ``write`` is false (the
+    engine runs the same tasks next and writes its own). The cyclic garbage collector
     is paused meanwhile: the pass allocates lists per task and frees none."""
     enabled = gc.isenabled()
     gc.disable()
@@ -121,7 +122,8 @@ def longest_path(streams: dict[tuple[str, str], list[Task]], capacity) -> DagTim
                     break
                 delays = found
                 end, busy, _, times = dag.run(delays)
-        dag.write(times)
+        if write:
+            dag.write(times)
         return DagTimes(end, alone, contended, interference)
     finally:
         if enabled:
@@ -511,8 +513,9 @@ def fast_beside_engine(scenario: Scenario, run_if_oom: bool = False):
     walked: dict[int, tuple[DagTimes, dict | None]] = {}
 
     def observe(micro_batches: int, plan) -> None:
-        times = longest_path(plan.streams, plan.topology.port_capacity)
+        # a fold point's task times are compared with the next point's (below); else only the end counts
         folded_point = micro_batches != m or scenario.simulation.steps != 1
+        times = longest_path(plan.streams, plan.topology.port_capacity, write=folded_point)
         walked[micro_batches] = (times, {key: [(t.start_s, t.end_s) for t in tasks]
                                          for key, tasks in plan.streams.items()} if folded_point else None)
 
