@@ -170,3 +170,60 @@ def test_pipeline_memory_over_time_peaks_at_the_analytic_peak(model):
                            f"parallelism.global_batch_size={4 * B}"))
     simulated = [r.simulated_peak_memory_gib[f"stage{i}"] for i in range(2)]
     assert simulated == pytest.approx(r.memory_per_stage_gib, rel=1e-12)
+
+
+def test_each_unit_is_recomputed_once_before_the_backward_of_its_last_layer():
+    """The per-layer backward (DDP overlapping its buckets): a unit's forward is re-run as one task
+    just before its last layer's backward, none before the others (ResNet-50: stem, 16 blocks, head)."""
+    from simulator.strategies.spmd.plan import Planner
+
+    scenario = _scenario("resnet50", "full", "parallelism.dp=2", "cluster.num_gpus=2",
+                         f"parallelism.global_batch_size={2 * B}")
+    graph = scenario.layer_graph()
+    plan = Planner(scenario).build()
+    names = [t.name for tasks in plan.streams.values() for t in tasks if t.category == "recompute"]
+    last_of_unit = [i for i in range(len(graph.layers))
+                    if i + 1 == len(graph.layers) or units_of(graph)[i + 1] != units_of(graph)[i]]
+    assert names == [f"B.mb0.c0.L{i}.recompute" for i in reversed(last_of_unit)]
+    assert len(names) == 18
+    planner = Planner(scenario)
+    recomputed_s = sum(t.duration_s for tasks in plan.streams.values() for t in tasks if t.category == "recompute")
+    assert recomputed_s == pytest.approx(sum(planner._compute_time(layer.forward) for layer in graph.layers),
+                                         rel=1e-9)
+
+
+def test_subnetwork_dp_reruns_the_masked_forward_and_keeps_masked_checkpoints():
+    """Subnetwork data parallelism under full recompute: each worker re-runs its masked forward
+    before its backward (a task of its own) and keeps its masked share of the unit inputs."""
+    from simulator.simulate import simulate
+    from simulator.strategies.subnetwork_dp import worker_work
+
+    example = str(ROOT / "examples" / "vgg16-subnetwork-dp-a100.yaml")
+    full = load_scenario(example, ["parallelism.recompute=full"])
+    none = load_scenario(example, ["parallelism.recompute=none"])
+    work, plain = worker_work(full, 0), worker_work(none, 0)
+    assert work.recompute and sum(op.flops for op in work.recompute) == pytest.approx(
+        sum(op.flops for op in work.forward), rel=1e-12)
+    assert not plain.recompute and plain.working_bytes == 0.0
+    assert 0 < work.working_bytes and work.kept_activation_bytes + work.working_bytes < plain.kept_activation_bytes
+    r_full, r_none = simulate(full), simulate(none)
+    assert r_full.time_breakdown_s["recompute"] > 0
+    assert r_full.step_time_s > r_none.step_time_s and r_full.peak_memory_gib < r_none.peak_memory_gib
+
+
+def test_layer_parallel_mgrit_reruns_a_block_before_every_backward_through_it():
+    from simulator.strategies.layer_parallel_mgrit import chain_of, compile_mgrit
+
+    example = str(ROOT / "examples" / "gnmt16-layer-parallel-mgrit-a100.yaml")
+    full = load_scenario(example, ["parallelism.recompute=full"])
+    chain = chain_of(full)
+    assert chain.recompute_s == pytest.approx(chain.forward_s, rel=1e-12)
+    assert chain_of(load_scenario(example, ["parallelism.recompute=none"])).recompute_s == (0.0,) * chain.blocks
+    plan = compile_mgrit(full)
+    for stream in plan.streams.values():
+        for before, task in zip(stream, stream[1:], strict=False):
+            adjoint = task.name.startswith("B.") and task.category == "compute" and ".L" in task.name
+            if adjoint and not task.name.endswith(".out") and task.duration_s > 0:
+                assert before.category == "recompute" and before.name == task.name + ".recompute", task.name
+    assert sum(1 for s in plan.streams.values() for t in s if t.name.startswith("wgrad.") and
+               t.category == "recompute") == full.parallelism.pp * full.parallelism.num_micro_batches

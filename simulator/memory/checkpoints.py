@@ -139,9 +139,12 @@ def graph_kept_bytes(graph: LayerGraph, recompute: str) -> float:
     return sum(kept_per_layer(graph, recompute))
 
 
-def stage_bytes(graph: LayerGraph, recompute: str, indices: list[int]) -> tuple[list[float], float]:
+def stage_bytes(graph: LayerGraph, recompute: str, indices: list[int],
+                scale: list[float] | None = None) -> tuple[list[float], float]:
     """(kept bytes of each layer of ``indices``, the rematerialisation working set) for the layers
-    of ``graph.layers`` at ``indices`` (ascending; a gap is a chunk border) held by one rank.
+    of ``graph.layers`` at ``indices`` (ascending; a gap is a chunk border) held by one rank;
+    ``scale`` (one factor per index): the share of each layer's activations the rank holds (a
+    subnetwork's masked layers, simulator/strategies/subnetwork_dp.py; None: all).
 
     Without recompute the working set is 0; selective modes re-create one layer's dropped tensors
     (the largest ``saved - kept`` over the layers); full recompute one unit's part on a chunk (the
@@ -150,15 +153,19 @@ def stage_bytes(graph: LayerGraph, recompute: str, indices: list[int]) -> tuple[
     layers = graph.layers
     if recompute != "full":
         kept = [layers[i].kept_bytes(recompute, graph.input_bytes(layers[i])) for i in indices]
+        saved = [layers[i].saved_bytes for i in indices]
+        if scale is not None:
+            kept = [k * f for k, f in zip(kept, scale, strict=True)]
+            saved = [b * f for b, f in zip(saved, scale, strict=True)]
         if recompute == "none" or not indices:
             return kept, 0.0
-        return kept, max(max(0.0, layers[i].saved_bytes - k) for i, k in zip(indices, kept, strict=True))
+        return kept, max(max(0.0, b - k) for b, k in zip(saved, kept, strict=True))
     plan = plan_of(graph)
     kept = []
     working = 0.0
     part_saved = part_kept = 0.0
     previous = None
-    for i in indices:
+    for n, i in enumerate(indices):
         k = plan.kept_bytes[i]
         starts = previous is None or i != previous + 1 or plan.unit[i] != plan.unit[previous]
         if starts:
@@ -167,7 +174,10 @@ def stage_bytes(graph: LayerGraph, recompute: str, indices: list[int]) -> tuple[
             part_saved = part_kept = 0.0
             if i > 0 and plan.unit[i] == plan.unit[i - 1]:  # a chunk that starts inside a unit
                 k += plan.carried_in_bytes[i]
-        part_saved += plan.saved_bytes[i]
+        saved = plan.saved_bytes[i]
+        if scale is not None:
+            k, saved = k * scale[n], saved * scale[n]
+        part_saved += saved
         part_kept += k
         kept.append(k)
         previous = i

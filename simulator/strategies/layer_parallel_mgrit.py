@@ -55,6 +55,12 @@ level and the relaxation's constant work per point dominate (bounded by serial /
 coarse sweep)). Memory per rank: its parameters' weights, gradients and optimizer state, the
 activations its blocks keep for one micro-batch (every block's for the weight gradients), and two
 states per coarse point it owns (the state and its FAS right-hand side).
+
+With ``parallelism.recompute: full`` each block keeps only its input (the block is a checkpoint
+unit, simulator/memory/checkpoints.py) and re-runs its forward before every backward through it:
+before each adjoint evaluation and once more before the weight gradients (``torch.utils.checkpoint``
+re-runs a block on every backward through it); the rank's memory adds one block's re-created
+activations. The serial reference re-runs each block once.
 """
 
 from __future__ import annotations
@@ -110,6 +116,7 @@ class Chain:
     state_bytes: tuple[float, ...]     # state j (the input of block j; j = N: the last block's output)
     params: tuple[float, ...]
     kept_bytes: tuple[float, ...]      # activations each block keeps for its weight gradients
+    recompute_s: tuple[float, ...]     # what recompute re-runs of each block before a backward through it
     working_bytes: tuple[float, ...]   # what each block's recompute re-creates in its backward (0: none)
     ranks: int
 
@@ -171,6 +178,12 @@ def chain_of(scenario) -> Chain:
     def seconds(layers, phase: str, keep=lambda op: True) -> float:
         total = 0.0
         for layer in layers:
+            if phase == "recompute":
+                if layer.measured_forward_s is not None:
+                    total += layer.measured_forward_s if recompute == "full" else 0.0
+                else:
+                    total += compute.ops_time_s(layer.recompute_ops(recompute))
+                continue
             measured = layer.measured_forward_s if phase == "forward" else layer.measured_backward_s
             if measured is not None:
                 total += measured
@@ -186,6 +199,7 @@ def chain_of(scenario) -> Chain:
         opening=opening, closing=closing,
         forward_s=tuple(seconds(b.layers, "forward") for b in blocks),
         adjoint_s=tuple(seconds(b.layers, "backward", lambda op: not _is_wgrad(op)) for b in blocks),
+        recompute_s=tuple(seconds(b.layers, "recompute") for b in blocks),
         wgrad_s=tuple(seconds(b.layers, "backward", _is_wgrad) for b in blocks),
         state_bytes=(first_input, *(b.output_bytes for b in blocks)),
         params=tuple(b.params for b in blocks),
@@ -270,6 +284,9 @@ class _Solve:
         if here != rank:
             source = self.send(here, rank, f"{label}.in", self.state_bytes(forward, level, j), source)
         seconds = (self.chain.forward_s if forward else self.chain.adjoint_s)[b]
+        if not forward and self.chain.recompute_s[b] > 0:  # the block's forward again from its kept input
+            source = self.kernel(rank, f"{label}.L{level}.s{j}.recompute", self.chain.recompute_s[b], [source],
+                                 "recompute")
         task = self.kernel(rank, f"{label}.L{level}.s{j}", seconds, [source])
         self.evaluations += 1
         there = self.state_owner(forward, level, j + 1)
@@ -394,6 +411,9 @@ def compile_mgrit(scenario, mode: str | None = None, detail: bool = False) -> Pl
                 blocks = range(r * per, (r + 1) * per)
                 deps = [adjoints[chain.blocks - b - 1] for b in blocks] + [states[b] for b in blocks]
                 seconds = sum(chain.wgrad_s[b] for b in blocks)
+                again = sum(chain.recompute_s[b] for b in blocks)
+                if again > 0:  # the activations were dropped again after each adjoint evaluation
+                    deps = [solve.kernel(r, f"wgrad.{tag}.recompute", again, deps, "recompute")]
                 wgrads[r].append(solve.kernel(r, f"wgrad.{tag}", seconds, deps))
         ends = []
         for r in range(p):
@@ -403,7 +423,8 @@ def compile_mgrit(scenario, mode: str | None = None, detail: bool = False) -> Pl
             ends.append(update)
         step_ends.append(ends)
     serial_s = (par.num_micro_batches * (opening_f + opening_b + closing_f + closing_b
-                                         + sum(chain.forward_s) + sum(chain.adjoint_s) + sum(chain.wgrad_s))
+                                         + sum(chain.forward_s) + sum(chain.recompute_s) + sum(chain.adjoint_s)
+                                         + sum(chain.wgrad_s))
                 + compute.optimizer_step_s(sum(rank_params(chain, r) for r in range(p)), opt_per_param))
     coarse_points = chain.blocks // cfg.coarsening_factor ** (cfg.levels - 1)
     actors = solve.actors

@@ -76,7 +76,7 @@ from simulator.cost.compute import ComputeModel
 from simulator.cost.topology import Topology
 from simulator.engine.engine import Task
 from simulator.memory.analytic import MemoryBreakdown, bytes_per_param, peak_stage, rank_memory
-from simulator.memory.checkpoints import graph_kept_bytes, kept_per_layer
+from simulator.memory.checkpoints import graph_kept_bytes, kept_per_layer, stage_bytes
 from simulator.scenario import gradient_bytes
 from simulator.strategies.neuron_masks import NeuronMask, neuron_masks
 from simulator.strategies.plan import Plan
@@ -278,6 +278,9 @@ class WorkerWork:
     held_params: float
     trained_params: float
     kept_activation_bytes: float
+    recompute: tuple[Op, ...] = ()        # re-run before the backward (full: the masked forward)
+    measured_recompute_s: float = 0.0
+    working_bytes: float = 0.0            # the recompute working set (its largest unit, masked)
 
     @property
     def flops(self) -> float:
@@ -293,21 +296,32 @@ def worker_work(scenario, subnetwork: int, assign: Assignment | None = None) -> 
     recompute = scenario.parallelism.recompute
     forward: list[Op] = []
     backward: list[Op] = []
-    measured_f = measured_b = held = trained = kept = 0.0
+    again: list[Op] = []
+    measured_f = measured_b = measured_r = held = trained = kept = 0.0
     every_kept = kept_per_layer(graph, recompute)  # full recompute: the graph's checkpoint units
+    shares = []
     for layer, layer_kept in zip(graph.layers, every_kept, strict=True):
         scale = layer_scale(cfg, assign, subnetwork, layer)
         f, b = masked_ops(layer, scale)
+        rerun = {id(op) for op in layer.recompute_ops(recompute)}
         if layer.measured_forward_s is not None:  # a profiled layer: its times scale with its work
             measured_f += layer.measured_forward_s * scale.forward
             measured_b += (layer.measured_backward_s or 0.0) * max(scale.dgrad, scale.wgrad)
+            if recompute == "full":
+                measured_r += layer.measured_forward_s * scale.forward
         else:
             forward.extend(f)
             backward[:0] = b  # the backward runs the layers in reverse
+            # what recompute re-runs of the worker's masked forward (full: all of it)
+            again.extend(o for o in (scaled_op(op, scale.forward, scale.n_keep, scale.k_keep)
+                                     for op in layer.forward if id(op) in rerun) if o is not None)
         held += layer.params * scale.held
         trained += layer.params * scale.trained
         kept += layer_kept * scale.activations
-    return WorkerWork(tuple(forward), tuple(backward), measured_f, measured_b, held, trained, kept)
+        shares.append(scale.activations)
+    working = stage_bytes(graph, recompute, list(range(len(graph.layers))), shares)[1]
+    return WorkerWork(tuple(forward), tuple(backward), measured_f, measured_b, held, trained, kept,
+                      tuple(again), measured_r, working)
 
 
 def unmasked_work(scenario) -> WorkerWork:
@@ -317,7 +331,10 @@ def unmasked_work(scenario) -> WorkerWork:
     forward = tuple(op for layer in graph.layers for op in layer.forward)
     backward = tuple(op for layer in reversed(graph.layers) for op in layer.backward)
     params = graph.total_params()
-    return WorkerWork(forward, backward, 0.0, 0.0, params, params, graph_kept_bytes(graph, recompute))
+    again = tuple(op for layer in graph.layers for op in layer.recompute_ops(recompute))
+    working = stage_bytes(graph, recompute, list(range(len(graph.layers))))[1]
+    return WorkerWork(forward, backward, 0.0, 0.0, params, params, graph_kept_bytes(graph, recompute), again,
+                      0.0, working)
 
 
 def worker_memory(scenario, work: WorkerWork, subnetwork: int) -> MemoryBreakdown:
@@ -326,8 +343,10 @@ def worker_memory(scenario, work: WorkerWork, subnetwork: int) -> MemoryBreakdow
     tr = scenario.training
     base = rank_memory(scenario, 0)
     per = bytes_per_param(tr.precision, tr.optimizer)
-    full_kept = graph_kept_bytes(scenario.layer_graph(), scenario.parallelism.recompute)
-    activations = base.activations_bytes - full_kept + work.kept_activation_bytes
+    graph, recompute = scenario.layer_graph(), scenario.parallelism.recompute
+    full_kept = graph_kept_bytes(graph, recompute)
+    full_working = stage_bytes(graph, recompute, list(range(len(graph.layers))))[1]
+    activations = base.activations_bytes - full_kept - full_working + work.kept_activation_bytes + work.working_bytes
     return MemoryBreakdown(work.held_params * per["weights"], work.trained_params * gradient_bytes(tr),
                            work.trained_params * per["optimizer"], activations, base.other_bytes,
                            stage=subnetwork)
@@ -409,12 +428,15 @@ def compile_subnetwork_dp(scenario, mode: str | None = None, detail: bool = Fals
         for j, (actor, work) in enumerate(zip(actors, works, strict=True)):
             f_s = compute.ops_time_s(work.forward) + work.measured_forward_s
             b_s = compute.ops_time_s(work.backward) + work.measured_backward_s
-            first = Task(f"F.step{k}.mb0", actor, "compute", "compute", duration_s=f_s,
-                         deps=[previous[actor]] if actor in previous else [])
-            passes = [first, Task(f"B.step{k}.mb0", actor, "compute", "compute", duration_s=b_s)]
-            for mb in range(1, m):
-                passes += [Task(f"F.step{k}.mb{mb}", actor, "compute", "compute", duration_s=f_s),
-                           Task(f"B.step{k}.mb{mb}", actor, "compute", "compute", duration_s=b_s)]
+            r_s = compute.ops_time_s(work.recompute) + work.measured_recompute_s
+            passes = []
+            for mb in range(m):
+                passes.append(Task(f"F.step{k}.mb{mb}", actor, "compute", "compute", duration_s=f_s))
+                if r_s > 0:  # full recompute: the masked forward again before the backward
+                    passes.append(Task(f"R.step{k}.mb{mb}", actor, "compute", "recompute", duration_s=r_s))
+                passes.append(Task(f"B.step{k}.mb{mb}", actor, "compute", "compute", duration_s=b_s))
+            if actor in previous:
+                passes[0].deps.append(previous[actor])
             streams[(actor, "compute")].extend(passes)
             compute_tasks[actor].extend(passes)
             reduces = []

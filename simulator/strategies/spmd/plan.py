@@ -46,6 +46,7 @@ from simulator.memory.analytic import (
     rank_memory,
     recompute_working_bytes,
 )
+from simulator.memory.checkpoints import plan_of
 from simulator.scenario import Scenario, gradient_bytes
 from simulator.strategies.plan import Plan
 from simulator.strategies.spmd.schedule import stage_order, zero_bubble
@@ -481,6 +482,34 @@ class Planner:
             runs = self._chunk_runs[global_chunk] = layer_kind_runs(
                 self.layer_kinds, self.chunk_starts[global_chunk], self.layers_per_chunk[global_chunk])
         return runs
+
+    def unit_recompute(self, global_chunk: int, layer: int, recompute: str) -> tuple[tuple[Op, ...], tuple]:
+        """(ops, runs of layer kinds) re-run before the backward of the chunk's ``layer``-th layer.
+        Full recompute re-runs a checkpoint unit's forward once, before the backward of its last
+        layer on the chunk (simulator/memory/checkpoints.py: a transformer block, a CNN's residual
+        block or sqrt(n) segment, cut at the chunk's borders); nothing before its other layers.
+        Other modes: the layer's own selected ops. Approximation under ZeRO-3: the unit's
+        recompute waits for its last layer's gather only. Cached per (chunk, layer)."""
+        kind = self.chunk_layer_kind(global_chunk, layer)
+        plan = plan_of(self.graph) if recompute == "full" else None
+        if plan is None or plan.per_layer:
+            return self.layer_works[kind].recompute_ops(recompute), ((kind, 1),)
+        key = ("unit_R", global_chunk, layer)
+        hit = self._pass_ops.get(key)
+        if hit is None:
+            start = self.chunk_starts[global_chunk]
+            unit = plan.unit[self.graph.prologue + start:self.graph.prologue + start + self.layers_per_chunk[global_chunk]]
+            if layer + 1 < len(unit) and unit[layer + 1] == unit[layer]:
+                hit = ((), ())
+            else:
+                first = layer
+                while first > 0 and unit[first - 1] == unit[layer]:
+                    first -= 1
+                kinds = [self.chunk_layer_kind(global_chunk, i) for i in range(first, layer + 1)]
+                ops = tuple(op for k in kinds for op in self.layer_works[k].recompute_ops(recompute))
+                hit = (ops, tuple((k, 1) for k in kinds))
+            self._pass_ops[key] = hit
+        return hit
 
     def layer_name(self, global_chunk: int, layer: int) -> str:
         """The layer graph's name of the chunk's ``layer``-th pipelined layer (for the trace)."""
@@ -1030,10 +1059,10 @@ class Planner:
                 gathered = gather_params(label, lp)
                 if waiting_reduce:
                     flush_bucket(*waiting_reduce.pop())
-                rc_ops = work.recompute_ops(recompute)
+                rc_ops, rc_runs = self.unit_recompute(g, layer, recompute)
                 if rc_ops:
                     run_ops(rc_ops, f"{label}.recompute", "recompute", gathered, layer=self.layer_name(g, layer))
-                    host_floor(f"{label}.recompute", "R", ((kind, 1),))
+                    host_floor(f"{label}.recompute", "R", rc_runs)
                     gathered = ()
                 done = run_ops(work.backward, label, "compute", gathered, layer=self.layer_name(g, layer))
                 done = host_floor(label, "B", ((kind, 1),)) or done
