@@ -1,7 +1,9 @@
 """Catalogs of named specs: one YAML file per entry, the file stem is the name.
 
 A :class:`YamlCatalog` knows one folder and one schema. ``get`` takes a catalog name,
-a path to a YAML file, or an inline mapping, so a scenario can use any of the three.
+a path to a YAML file, or an inline mapping, so a scenario can use any of the three. A node may
+also be a variant of a catalog node, ``{base, overrides}`` (hardware_specs/variants.py), inline or
+as a catalog file.
 """
 
 from __future__ import annotations
@@ -11,6 +13,7 @@ from pathlib import Path
 from typing import Any, Generic
 
 from hardware_specs.schema import FABRIC_TYPES, Accelerator, Fabric, Node
+from hardware_specs.variants import resolve_variant
 from hardware_specs.yaml_io import SpecT, read_yaml, validate_spec
 from simulator.errors import ConfigError
 
@@ -20,11 +23,19 @@ _HERE = Path(__file__).parent
 class YamlCatalog(Generic[SpecT]):
     """Named specs of one kind, read from ``folder/*.yaml`` and validated by ``schema``."""
 
-    def __init__(self, kind: str, folder: Path, schema: type[SpecT], types: tuple[type, ...] | None = None):
+    def __init__(self, kind: str, folder: Path, schema: type[SpecT], types: tuple[type, ...] | None = None,
+                 variants_of: Path | None = None):
         self.kind = kind
         self.folder = folder
         self.schema = schema
         self.types = types or (schema,)  # the classes a resolved spec may be (a union's members)
+        self.variants_of = variants_of  # nodes: the accelerator folder a {base, overrides} variant merges into
+
+    def resolved(self, raw: Any, field: str) -> Any:
+        """A mapping as the schema reads it: a node variant ``{base, overrides}`` as its full node mapping."""
+        if self.variants_of is None:
+            return raw
+        return resolve_variant(raw, field, self.folder, self.variants_of)
 
     def names(self) -> list[str]:
         return sorted(p.stem for p in self.folder.glob("*.yaml"))
@@ -40,14 +51,14 @@ class YamlCatalog(Generic[SpecT]):
         if isinstance(ref, self.types):
             return ref
         if isinstance(ref, dict):
-            return validate_spec(self.schema, ref, field)
+            return validate_spec(self.schema, self.resolved(ref, field), field)
         if not isinstance(ref, str) or not ref:
             raise ConfigError(field, f"expected a catalog name, a file path or a mapping, got {ref!r}")
         if self.has(ref):
             return _load_cached(self, ref)
         path = Path(ref)
         if path.suffix in (".yaml", ".yml") or path.exists():
-            return validate_spec(self.schema, read_yaml(path, field), field)
+            return validate_spec(self.schema, self.resolved(read_yaml(path, field), field), field)
         raise ConfigError(field, f"unknown {self.kind} {ref!r} (known: {', '.join(self.names())})")
 
     def all(self) -> dict[str, SpecT]:
@@ -57,11 +68,12 @@ class YamlCatalog(Generic[SpecT]):
 @cache
 def _load_cached(catalog: YamlCatalog, name: str):
     path = catalog.folder / f"{name}.yaml"
-    return validate_spec(catalog.schema, read_yaml(path, f"{catalog.kind}:{name}", catalog=True), f"{catalog.kind}:{name}")
+    field = f"{catalog.kind}:{name}"
+    return validate_spec(catalog.schema, catalog.resolved(read_yaml(path, field, catalog=True), field), field)
 
 
 ACCELERATORS = YamlCatalog("accelerator", _HERE / "accelerators", Accelerator)
-NODES = YamlCatalog("node", _HERE / "nodes", Node)
+NODES = YamlCatalog("node", _HERE / "nodes", Node, variants_of=_HERE / "accelerators")
 FABRICS = YamlCatalog("fabric", _HERE / "fabrics", Fabric, FABRIC_TYPES)
 
 

@@ -110,7 +110,7 @@ def test_h100_fp8_and_v100_fp16():
 def test_node_accelerator_resolves(name):
     node = NODES.get(name)
     acc = node_accelerator(node)
-    assert acc.name == node.accelerator
+    assert acc.name == (node.accelerator if isinstance(node.accelerator, str) else node.accelerator.name)
     if node.intra_node.supports_nvls:
         assert acc.vendor == "nvidia"
 
