@@ -45,6 +45,10 @@ DEFAULT_FRAMEWORK = "megatron-core"
 FACTOR_KEYS = ("gemm_scale", "gemm_tilt", "gemm_ceiling", "attention_scale", "kernel_launch_overhead_us",
                "host_dispatch_us_per_kernel", "intra_node_latency_us", "sync_jitter")
 
+#: The held-out figures of an entry's group (the rows of the other half, with the entry's constants), where
+#: the fit computed them (validation/modern/registry.py ``fit``): what the output tells a user of the entry.
+HELDOUT_KEYS = ("heldout_cases", "heldout_median_abs_error", "heldout_max_abs_error")
+
 
 class FrameworkEntry(Spec):
     """The factors of one framework on one accelerator for one or more precisions."""
@@ -65,6 +69,9 @@ class FrameworkEntry(Spec):
                                                                     "(simulator/cost/jitter.py)")
     fit_cases: int = Field(gt=0, description="fit-half rows the factors were fitted on")
     fit_median_abs_error: float = Field(ge=0, description="median |error| on those rows after the fit")
+    heldout_cases: int | None = Field(default=None, gt=0, description="held-out rows of the entry's group")
+    heldout_median_abs_error: float | None = Field(default=None, ge=0, description="median |error| on them")
+    heldout_max_abs_error: float | None = Field(default=None, ge=0, description="largest |error| on them")
     measured_on: str | None = Field(default=None, description="the part the rows ran on, where not the catalog's")
     fitted_on: str = Field(description="CSV and rows (fit half only)")
 
@@ -83,6 +90,8 @@ class FrameworkProfile(Spec):
     fitted_with: dict[str, bool | int | float | str] = Field(
         default_factory=dict, description="scenario settings (parallelism.* / training.*) every fit row ran with: "
                                           "the factors describe the framework run so; a run set otherwise is warned")
+    networks: list[str] | None = Field(default=None, description="the catalog networks (not transformers) its fit "
+                                                                 "rows trained, for a profile fitted on CNN runs")
     entries: list[FrameworkEntry] = Field(min_length=1)
 
 

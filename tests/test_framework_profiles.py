@@ -122,7 +122,8 @@ def _first(name: str, group_part: str):
 
 @pytest.mark.parametrize(("case_set", "group"), [
     ("torchtitan", "|bf16"), ("torchtitan", "|fp8-rowwise"), ("torchtitan", "mi300x"), ("llmfoundry", "h100"),
-    ("other", "fms-fsdp|h100"), ("vtrain_single", "megatron-deepspeed")])
+    ("other", "fms-fsdp|h100"), ("vtrain_single", "megatron-deepspeed"), ("cnn_dle", "dle-pytorch|a100-sxm-80g|fp16"),
+    ("cnn_dle", "dle-mxnet|v100-sxm-32g|fp32")])
 def test_user_path_is_the_fitted_simulation_bit_for_bit(case_set, group):
     # what the validation reports as "fitted" is what a user gets by naming the framework on the catalog node
     case = _first(case_set, group)
@@ -201,11 +202,11 @@ def test_constants_of_the_fitted_part_itself_stay_behind():
 
 def test_every_fitted_constant_of_a_shipped_framework_is_shipped():
     # a constant a fit learns to write (as sync_jitter was) must reach the shipped entry, not be dropped on the way
-    from hardware_specs.framework import FACTOR_KEYS
+    from hardware_specs.framework import FACTOR_KEYS, HELDOUT_KEYS
     from validation.modern.shipped import FRAMEWORKS
 
     meta = {"fit_cases", "fit_median_abs_error", "fit_mean_abs_log_error", "fit_mean_set_median_abs_error",
-            "fitted_on"}
+            "fitted_on", *HELDOUT_KEYS}
     for profile, prefix, _ in FRAMEWORKS.values():
         for group, entry in load_groups(profile).items():
             if group.split("|")[0] == prefix:

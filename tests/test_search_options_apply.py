@@ -32,8 +32,9 @@ def test_a_transformer_keeps_selective_recompute():
 def _resnet(pp: int, mbs: int, gbs: int, recompute: str = "none"):
     from simulator.scenario import load_scenario
 
+    # the catalog constants (no framework profile): the fold points below are where this run settles
     return load_scenario(str(ROOT / "examples" / "resnet50-8xa100.yaml"), [
-        f"parallelism.pp={pp}", "parallelism.virtual_stages=2", "parallelism.schedule=interleaved", "parallelism.dp=auto",
+        "training.framework=megatron-core", f"parallelism.pp={pp}", "parallelism.virtual_stages=2", "parallelism.schedule=interleaved", "parallelism.dp=auto",
         f"parallelism.micro_batch_size={mbs}", f"parallelism.global_batch_size={gbs}", f"parallelism.recompute={recompute}"])
 
 

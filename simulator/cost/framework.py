@@ -29,13 +29,17 @@ and, from ``clustersim simulate``, ``framework_profile``: the entry, its factors
    assumed for that framework.
 
 The default framework, ``megatron-core``, is the catalog constants themselves: no factor, nothing changes.
+For a network that is not a transformer (a CNN, an LSTM) the output says so plainly: no framework profile
+applies, and which shipped profiles were fitted on runs of that network (or of other networks), to name
+with ``training.framework``. A profile fitted on CNN runs (its ``networks``) used for another network is
+*derived* (its factors carried from the networks it was fitted on, said in the note).
 """
 
 from __future__ import annotations
 
 import copy
 import math
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any
 
 from hardware_specs.catalog import ACCELERATORS
@@ -144,6 +148,7 @@ class FrameworkChoice:
     note: str                       # in words, for the output
     dropped: tuple[str, ...] = ()   # the entry's constants of its own part, not carried to this one
     settings: tuple[str, ...] = ()  # the framework's own settings the scenario left out, set as its fit rows ran
+    network: bool = False           # the run's model is a network (CNN, LSTM ...), not a decoder transformer
 
     @property
     def factors(self) -> dict[str, float]:
@@ -154,6 +159,8 @@ class FrameworkChoice:
 
     def as_dict(self) -> dict[str, Any]:
         out: dict[str, Any] = {"name": self.name, "state": self.state, "note": self.note, "factors": self.factors}
+        if self.network and self.state == DEFAULT:
+            out["profile_applies"] = False
         if self.settings:
             out["settings_applied"] = list(self.settings)
         if self.entry is not None:
@@ -190,20 +197,62 @@ def _fitted(entry: FrameworkEntry) -> str:
     on = f", measured on {entry.measured_on}" if entry.measured_on else ""
     on += f", fp8 recipe {'/'.join(entry.fp8_recipes)}" if entry.fp8_recipes else ""
     shown = ", ".join(f"{k} {v:g}" for k, v in entry.factors.items())
-    return f"{shown} (fitted on {entry.fit_cases} fit-half rows{on})"
+    heldout = ""
+    if entry.heldout_cases:
+        heldout = (f"; held-out: median |error| {100 * entry.heldout_median_abs_error:.1f}%, max "
+                   f"{100 * entry.heldout_max_abs_error:.1f}% over {entry.heldout_cases} rows")
+    return f"{shown} (fitted on {entry.fit_cases} fit-half rows{on}{heldout})"
+
+
+def _network_name(model: Any) -> str | None:
+    """The catalog name of a model that is a network (CNN, LSTM, ViT ...), None for a decoder transformer."""
+    from workloads.schema import TransformerSpec
+
+    if model is None or isinstance(model, TransformerSpec):
+        return None
+    return str(getattr(model, "name", "network"))
+
+
+def no_profile_note(network: str) -> str:
+    """What the default framework means for a network: no profile applies; the shipped profiles fitted on
+    runs of this network, else those fitted on other networks."""
+    from hardware_specs.framework import FRAMEWORKS
+
+    fitted = {name: FRAMEWORKS.get(name).networks for name in FRAMEWORKS.names()}
+    own = [name for name, nets in fitted.items() if nets and network in nets]
+    other = [f"{name} ({', '.join(nets)})" for name, nets in fitted.items() if nets and network not in nets]
+    if own:
+        hint = f"profiles fitted on {network} runs: {', '.join(own)} (name one with training.framework)"
+    elif other:
+        hint = f"no profile was fitted on {network} runs; those fitted on other networks: {'; '.join(other)}"
+    else:
+        hint = "no profile was fitted on a network's runs"
+    return ("no framework profile applies (the default, megatron-core, is the catalog constants alone: kernel "
+            "microbenchmarks, without what a framework loses to its input pipeline, dispatch and the wait for the "
+            f"slowest rank); {hint}")
 
 
 def choose(name: str, accelerator: Accelerator, precision: str, fp8_recipe: str | None = None,
-           field: str = "training.framework") -> FrameworkChoice:
+           field: str = "training.framework", model: Any = None) -> FrameworkChoice:
     """The profile entry ``name`` gives on ``accelerator`` in ``precision`` (:func:`precision_key`), and
     whether it was fitted there (calibrated), carried over (derived) or not known (assumed); see the
-    module docstring for the order."""
+    module docstring for the order. ``model`` (the run's): a network is told what applies to it."""
     profile = framework_profile(name, field)
+    network = _network_name(model)
     if profile is None:
+        if network is not None:
+            return FrameworkChoice(DEFAULT_FRAMEWORK, DEFAULT, None, no_profile_note(network), network=True)
         return FrameworkChoice(DEFAULT_FRAMEWORK, DEFAULT, None,
                                "the catalog constants (kernel microbenchmarks; the rates Megatron-Core with "
                                "Transformer Engine reaches: NeMo's fitted H100 factor is within 2% of them)")
-    return choose_in(profile, accelerator, precision, fp8_recipe)
+    choice = choose_in(profile, accelerator, precision, fp8_recipe)
+    if choice.entry is None or not profile.networks or network in profile.networks:
+        return replace(choice, network=network is not None)
+    ran = f"a {network} run" if network is not None else "a transformer run"
+    return replace(choice, state=DERIVED, network=network is not None,
+                   note=f"{profile.name}'s factors were fitted on {', '.join(profile.networks)} runs, carried to "
+                        f"{ran} (assumed: the framework's share of the kernel rates taken to be the same): "
+                        f"{choice.note}")
 
 
 def choose_in(profile: FrameworkProfile, accelerator: Accelerator, precision: str,

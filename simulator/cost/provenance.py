@@ -11,15 +11,23 @@ h100-sxm-80g)": a constant no row of this part measures, carried by the rule the
 that no fit of this project checked: a node's link rate times its collective efficiency) or *assumed*.
 ``clustersim simulate`` prints the four lists and ``--json`` carries the whole map
 (``efficiency_provenance``) and the states (``efficiency_states``).
+
+Only the constants the run's layer graph uses are listed (:func:`graph_features`): the attention
+kernel or factor where the graph has attention ops (not for a CNN, nor for GNMT's attention, which is
+GEMMs), the convolution model where it has convolutions, a pooling / concatenation kernel's
+efficiency where it has that kernel.
 """
 
 from __future__ import annotations
 
 import dataclasses
 import re
+from dataclasses import dataclass
+from functools import cache
 
 from simulator.cost.compute import RECIPE_CURVE, fp8_curve_key
 from simulator.cost.framework import DEFAULT, FrameworkChoice
+from simulator.cost.memory_kernels import memory_kernel_class
 from simulator.scenario import BLOCKWISE_FP8_KERNELS, Scenario
 
 ASSUMED = "assumed"
@@ -46,6 +54,36 @@ def gemm_curve_key(scenario: Scenario) -> str:
     return scenario.training.precision
 
 
+@dataclass(frozen=True)
+class GraphFeatures:
+    """What kinds of kernels a model's layer graph holds (which efficiency constants a run of it reads)."""
+
+    attention: bool                    # ops of kind "attention" (a fused or GEMM-priced attention core)
+    convolution: bool                  # GEMMs that are convolutions (``Op.conv``: priced by the conv model)
+    memory_kernels: frozenset[str]     # memory-bound kernel classes (simulator/cost/memory_kernels.py)
+
+
+@cache
+def graph_features(model) -> GraphFeatures:
+    """The kernel kinds of ``model``'s layer graph, read off a one-sample graph (the kinds do not depend on
+    the batch); a decoder transformer has attention and no convolution or pooling. A graph that cannot be
+    built here (an import that needs a package) counts as having every kind: nothing is left unlisted."""
+    from workloads.graph import ShardShape
+    from workloads.schema import TransformerSpec
+
+    if isinstance(model, TransformerSpec):
+        return GraphFeatures(attention=True, convolution=False, memory_kernels=frozenset())
+    try:
+        graph = model.layer_graph(ShardShape(micro_batch=1, seq_length=model.seq_length or 1))
+    except Exception:  # noqa: BLE001 - listing more constants is the safe side
+        return GraphFeatures(attention=True, convolution=True,
+                             memory_kernels=frozenset({"maxpool", "avgpool", "adaptive_avgpool", "concat"}))
+    ops = [op for layer in graph.layers for op in (*layer.forward, *layer.backward)]
+    return GraphFeatures(attention=any(op.kind == "attention" for op in ops),
+                         convolution=any(op.conv is not None for op in ops),
+                         memory_kernels=frozenset(memory_kernel_class(op.name) for op in ops if op.kind == "memory"))
+
+
 def efficiency_provenance(scenario: Scenario) -> dict[str, str]:
     """Component -> fitted_on (data and rows) or "assumed", for the constants this run uses (on a
     mixed cluster, each node group's, keyed ``<node>:<component>``)."""
@@ -58,6 +96,7 @@ def efficiency_provenance(scenario: Scenario) -> dict[str, str]:
         return out
     accel = scenario.accelerator
     eff = accel.efficiency
+    features = graph_features(scenario.model)
     out: dict[str, str] = {}
     if scenario.frameworks and scenario.frameworks[0].state != DEFAULT:
         out["framework_factors"] = framework_provenance(scenario.frameworks[0])
@@ -71,7 +110,7 @@ def efficiency_provenance(scenario: Scenario) -> dict[str, str]:
 
     key = gemm_curve_key(scenario)
     out[f"gemm_{key}"] = curve(key)
-    if key in eff.conv_efficiency:  # convolutions by shape (simulator/cost/conv.py); else on the GEMM curve
+    if features.convolution and key in eff.conv_efficiency:  # convolutions by shape (simulator/cost/conv.py); else on the GEMM curve
         out[f"conv_{key}"] = eff.conv_efficiency[key].fitted_on or ASSUMED
     if scenario.training.precision == "fp8" and key != RECIPE_CURVE[scenario.training.fp8_recipe]:
         out[f"gemm_{scenario.training.fp8_recipe}"] = ASSUMED  # the recipe's kernel not measured: fp8 curve used
@@ -79,7 +118,9 @@ def efficiency_provenance(scenario: Scenario) -> dict[str, str]:
         out["gemm_bf16"] = curve("bf16")  # the GEMMs kept in higher precision
     if eff.in_training_gemm_factor != 1.0:
         out["in_training_gemm_factor"] = eff.in_training_gemm_factor_fitted_on or ASSUMED
-    if scenario.training.attention == "flash" and eff.attention is not None:
+    if not features.attention:
+        pass  # no attention op in the graph (a CNN; GNMT's attention is GEMMs): neither constant is read
+    elif scenario.training.attention == "flash" and eff.attention is not None:
         out["attention_kernel"] = eff.attention.fitted_on or ASSUMED
         for name in eff.attention.assumed:  # parts of the kernel no row measured (e.g. FlashAttention-3's backward)
             out[f"attention_kernel.{name}"] = ASSUMED
@@ -91,7 +132,8 @@ def efficiency_provenance(scenario: Scenario) -> dict[str, str]:
         # without an entry for this framework's kernel: dense GEMMs of a group's shape (not measured as grouped)
         out["grouped_gemm"] = (grouped.fitted_on or ASSUMED) if grouped is not None else ASSUMED
     out["memory_bound"] = eff.memory_bound_efficiency_fitted_on or ASSUMED
-    if eff.memory_kernels is not None:  # pooling / concatenation kernels by class (simulator/cost/memory_kernels.py)
+    if eff.memory_kernels is not None and features.memory_kernels & set(eff.memory_kernels.by_kernel):
+        # pooling / concatenation kernels by class (simulator/cost/memory_kernels.py), where the graph has them
         out["memory_kernels"] = eff.memory_kernels.fitted_on or ASSUMED
     if _has_grouped_convolutions(scenario.model):  # depthwise / grouped passes as direct kernels (simulator/cost/conv.py)
         out["direct_conv"] = eff.direct_conv.fitted_on or ASSUMED if eff.direct_conv is not None else ASSUMED

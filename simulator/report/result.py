@@ -228,7 +228,8 @@ def _framework_lines(run: dict[str, Any], profile: dict[str, Any] | list | None)
     (with the command's ``framework_profile``: in words, with the factors and rows)."""
     if profile:
         choices = profile if isinstance(profile, list) else [profile]
-        lines = [f"  framework      {c['name']} ({c['state']}): {c['note']}" for c in choices]
+        lines = [f"  framework      none named: {c['note']}" if c.get("profile_applies") is False
+                 else f"  framework      {c['name']} ({c['state']}): {c['note']}" for c in choices]
         if choices[0].get("settings_applied"):
             lines.append(f"                 its settings (the scenario left them out): "
                          f"{', '.join(choices[0]['settings_applied'])}")
@@ -330,6 +331,11 @@ def _flop_lines(result: SimulationResult) -> list[str]:
             f"{_fmt(result.hfu and result.hfu * 100, '.1f', '%')}"]
 
 
+def parameter_count(params: float) -> str:
+    """A parameter count as people say it: billions from 1 B up ("6.74 B"), millions below ("25.6 M")."""
+    return f"{params / 1e9:.2f} B" if params >= 1e9 else f"{params / 1e6:.1f} M"
+
+
 def render_table(result: SimulationResult) -> str:
     """A readable summary for the terminal."""
     par = result.parallelism
@@ -342,7 +348,7 @@ def render_table(result: SimulationResult) -> str:
         f"sp={par['sequence_parallel']} mbs={par['micro_batch_size']} gbs={par['global_batch_size']}",
         *([f"  strategy       {result.run['strategy']} (its `strategy:` block sets the rest; the layout line is "
            "what `parallelism:` resolves to)"] if result.run.get("strategy", "spmd") != "spmd" else []),
-        f"  parameters     {result.num_parameters / 1e9:.2f} B",
+        f"  parameters     {parameter_count(result.num_parameters)}",
         f"  layers/stage   {result.layers_per_stage}" + (
             f" (chunks: {result.layer_split})" if len(result.layer_split) != len(result.layers_per_stage) else ""),
         "",

@@ -126,15 +126,16 @@ def simulate_many(raws: list[dict[str, Any]], workers: int | None = 2) -> list[d
 
 
 def evaluate(name: str, half: str = "heldout", workers: int | None = 2,
-             overrides: tuple[str, ...] = ()) -> list[CaseOutcome]:
-    """Simulate the set's cases of one half ("heldout", "fit" or "all") with its fitted profile;
-    ``overrides`` (``key.path=value``, as ``clustersim simulate --set``) change every case's scenario:
-    what-if figures (e.g. ``parallelism.moe_dispatch=deepep``), never a validation result."""
+             overrides: tuple[str, ...] = (), groups: dict[str, dict[str, Any]] | None = None) -> list[CaseOutcome]:
+    """Simulate the set's cases of one half ("heldout", "fit" or "all") with its fitted profile (or
+    ``groups``: constants not yet written); ``overrides`` (``key.path=value``, as ``clustersim simulate
+    --set``) change every case's scenario: what-if figures (e.g. ``parallelism.moe_dispatch=deepep``),
+    never a validation result."""
     from simulator.scenario import apply_overrides
 
     cases = [c for c in built(name)[0]
              if half == "all" or (half == "heldout") == c.heldout]
-    groups = load_groups(SETS[name].profile_name)
+    groups = load_groups(SETS[name].profile_name) if groups is None else groups
     raws = [resolved_scenario(c, groups) for c in cases]
     if overrides:
         raws = [apply_overrides(raw, list(overrides)) for raw in raws]
@@ -166,11 +167,15 @@ def catalog_only(name: str, outcomes: list[CaseOutcome], workers: int | None = 2
 
 def user_framework(case: ModernCase) -> str:
     """The ``training.framework`` a user describing the row's run names: its framework where the package
-    ships a profile of it (validation/modern/shipped.py), else the default (the catalog constants)."""
+    ships a profile of it (validation/modern/shipped.py), else the default (the catalog constants). A row of a
+    group that fits another constant (DLE's EfficientNets, ``ModernSet.fit_elsewhere``) names the same
+    framework: the user gets its factors fitted on other networks (the output says they were carried)."""
     from hardware_specs.framework import DEFAULT_FRAMEWORK
     from validation.modern.shipped import FRAMEWORKS
 
     prefix = case.profile_group.split("|")[0]
+    for tag in SETS[case.case_set].fit_elsewhere:  # DLE's EfficientNet rows: the same framework, other networks
+        prefix = prefix.removesuffix(tag)
     return next((name for name, (_, p, _) in FRAMEWORKS.items() if p == prefix), DEFAULT_FRAMEWORK)
 
 
@@ -206,12 +211,12 @@ def user_profile(name: str, outcomes: list[CaseOutcome], workers: int | None = 2
 
     groups = load_groups(SETS[name].profile_name)
     raws = [user_scenario(o.case) for o in outcomes]
-    known: dict[str, FrameworkChoice] = {}  # one scenario built per framework x node x precision x recipe
+    known: dict[str, FrameworkChoice] = {}  # one scenario built per framework x node x precision x recipe x model
     choices: list[FrameworkChoice] = []
     for raw in raws:
         training = raw["training"]
         key = json.dumps([raw["cluster"]["node"], training.get("framework"), training.get("precision"),
-                          training.get("fp8_recipe"), training.get("tf32")], sort_keys=True, default=str)
+                          training.get("fp8_recipe"), training.get("tf32"), raw["model"]], sort_keys=True, default=str)
         if key not in known:
             known[key] = load_scenario(raw).frameworks[0]
         choices.append(known[key])
@@ -340,7 +345,29 @@ def fit(name: str, workers: int | None = 2) -> dict[str, dict[str, Any]]:
         entry["fitted_on"] = (f"{', '.join(s.csv for s in members)} (validation/data/), fit half (md5 of the row "
                               f"key even): {fitted_rows(cases)}")
         groups[group] = entry
+    for group, figures in heldout_figures(name, groups, workers).items():
+        groups[group] = {**groups[group], **figures}
     return groups
+
+
+def heldout_figures(name: str, groups: dict[str, dict[str, Any]] | None = None,
+                    workers: int | None = 2) -> dict[str, dict[str, Any]]:
+    """Per fitted group of the sets sharing ``name``'s profile: its held-out rows (set-aside rows left out)
+    simulated with the group's constants (``groups``, or the profile on disk), as ``heldout_cases``,
+    ``heldout_median_abs_error`` and ``heldout_max_abs_error`` (hardware_specs/framework.py HELDOUT_KEYS):
+    what a user of the shipped entry is told of it. A group with no held-out row gets none."""
+    import statistics
+
+    spec = SETS[name]
+    groups = load_groups(spec.profile_name) if groups is None else groups
+    members = [s for s in SETS.values() if s.profile_name == spec.profile_name and s.fitted]
+    errors: dict[str, list[float]] = {}
+    for member in members:
+        for o in evaluate(member.name, "heldout", workers, groups=groups):
+            if o.case.profile_group in groups and not o.case.set_aside and o.relative_error is not None:
+                errors.setdefault(o.case.profile_group, []).append(abs(o.relative_error))
+    return {group: {"heldout_cases": len(errs), "heldout_median_abs_error": round(statistics.median(errs), 4),
+                    "heldout_max_abs_error": round(max(errs), 4)} for group, errs in sorted(errors.items())}
 
 
 LISTED_ROWS = 60

@@ -6,8 +6,11 @@ the validation profiles on disk (no refit). tests/test_framework_profiles.py reb
 with the shipped files, so the two never drift. A fitted group ``framework|accelerator|precision``
 becomes one entry of that framework's profile, keyed by the catalog accelerator a user names:
 
-- groups of a framework no user names (the FlashAttention-2 paper's training script, the CNN
-  benchmarks' per-network constants) stay validation-only;
+- groups of a framework no user names (the FlashAttention-2 paper's training script) stay validation-only,
+  and so do the CNN groups whose rows fit another constant (DLE's EfficientNet groups: their one-GPU rows
+  fit the direct-kernel bandwidth, their ``sync_jitter`` only describes those networks): ``dle-pytorch``
+  is its ResNet-50 / ResNeXt-101 / SE-ResNeXt-101 groups, and a profile fitted on networks (not
+  transformers) names them (``networks``);
 - torchtitan's float8 *rowwise* group is the fp8 entry for ``training.fp8_recipe: rowwise`` (``fp8_recipes``);
 - a group on a variant of a catalog part (torchtitan's Grand Teton H100s: 96 GB HBM2e at 500 W) is
   keyed by the catalog part with ``measured_on`` naming the variant.
@@ -20,7 +23,7 @@ from typing import Any
 
 import yaml
 
-from hardware_specs.framework import FACTOR_KEYS, FOLDER
+from hardware_specs.framework import FACTOR_KEYS, FOLDER, HELDOUT_KEYS
 from validation.modern.profiles import load_groups
 
 #: framework name -> (validation profile, group prefix, description)
@@ -37,6 +40,12 @@ FRAMEWORKS: dict[str, tuple[str, str, str]] = {
     "fms-fsdp-compile": ("other", "fms-fsdp-compile", "IBM fms-fsdp with torch.compile"),
     "megatron-deepspeed": ("vtrain", "megatron-deepspeed", "Megatron-DeepSpeed (eager PyTorch: a host time per "
                                                            "kernel, a tilted GEMM curve; vTrain's A100 runs)"),
+    "dle-pytorch": ("cnn_dle", "dle-pytorch", "NVIDIA DeepLearningExamples PyTorch ConvNets (ResNet-50 v1.5, "
+                                              "ResNeXt-101, SE-ResNeXt-101; DALI input, AMP with channels-last, "
+                                              "DDP): a GEMM/convolution factor and the wait for the slowest rank "
+                                              "(sync_jitter)"),
+    "dle-mxnet": ("cnn_dle", "dle-mxnet", "NVIDIA DeepLearningExamples MXNet ResNet-50 v1.5 (DALI input, Horovod "
+                                          "or KVStore all-reduce)"),
 }
 
 #: Group accelerator labels that name a variant of a catalog part: (catalog accelerator, the variant in words).
@@ -89,7 +98,29 @@ def fitted_with(profile: str, prefix: str) -> dict[str, Any]:
     return common
 
 
-ENTRY_KEYS = (*FACTOR_KEYS, "fit_cases", "fit_median_abs_error")
+ENTRY_KEYS = (*FACTOR_KEYS, "fit_cases", "fit_median_abs_error", *HELDOUT_KEYS)
+
+
+def fitted_networks(profile: str, prefix: str) -> list[str] | None:
+    """The catalog networks the framework's fitted groups were fitted on, where they are networks (CNNs ...),
+    not transformers: a run of another network under the profile is told its factors were fitted elsewhere."""
+    from validation.modern.registry import SETS, built
+    from workloads.catalog import resolve_model
+    from workloads.schema import TransformerSpec
+
+    groups = load_groups(profile)
+    models = {}
+    for s in SETS.values():
+        if s.profile_name != profile or not s.fitted:
+            continue
+        for c in built(s.name)[0]:
+            if not c.heldout and not c.set_aside and c.profile_group in groups \
+                    and c.profile_group.split("|")[0] == prefix:
+                ref = c.scenario["model"]
+                models[ref if isinstance(ref, str) else str(ref["name"])] = ref
+    if not models or any(isinstance(resolve_model(ref), TransformerSpec) for ref in models.values()):
+        return None
+    return sorted(models)
 
 
 def _profile_source(profile: str) -> str:
@@ -119,7 +150,11 @@ def shipped_profiles() -> dict[str, dict[str, Any]]:
             entries.append(entry)
         if entries:
             out[name] = {"name": name, "description": description, "source": _profile_source(profile),
-                         "fitted_with": fitted_with(profile, prefix), "entries": entries}
+                         "fitted_with": fitted_with(profile, prefix)}
+            networks = fitted_networks(profile, prefix)
+            if networks:
+                out[name]["networks"] = networks
+            out[name]["entries"] = entries
     return out
 
 
