@@ -227,3 +227,21 @@ def test_layer_parallel_mgrit_reruns_a_block_before_every_backward_through_it():
                 assert before.category == "recompute" and before.name == task.name + ".recompute", task.name
     assert sum(1 for s in plan.streams.values() for t in s if t.name.startswith("wgrad.") and
                t.category == "recompute") == full.parallelism.pp * full.parallelism.num_micro_batches
+
+
+def test_a_pipeline_cut_inside_a_block_keeps_every_tensor_that_crosses_it():
+    """ResNet-50 on two stages (even split, 87 + 88 layers): stage 1 starts at layer3.0's
+    downsample batch norm, inside the block, and receives the downsample convolution's output and
+    the main branch's bn3 output (the add's other input): it keeps both for its part's recompute."""
+    scenario = _scenario("resnet50", "full", "parallelism.pp=2", "cluster.num_gpus=2",
+                         f"parallelism.global_batch_size={4 * B}")
+    graph = scenario.layer_graph()
+    names = [layer.name for layer in graph.layers]
+    cut = names.index("layer3.0.downsample.1")
+    assert cut == 87 and graph.layers[cut + 1].inputs == ("layer3.0.bn3", "layer3.0.downsample.1")
+    crossing = graph.layer("layer3.0.downsample.0").output_bytes + graph.layer("layer3.0.bn3").output_bytes
+    assert crossing == 2 * B * 1024 * 14 * 14 * BF16
+    plan = plan_of(graph)
+    assert chunk_activation_bytes(scenario, 1) == pytest.approx(sum(plan.kept_bytes[cut:]) + crossing, rel=1e-12)
+    assert stage_memories(scenario)[1].activations_bytes == pytest.approx(
+        rank_memory(scenario, 1).activations_bytes, rel=1e-12)

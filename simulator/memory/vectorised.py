@@ -69,8 +69,8 @@ def _graph_arrays(graph, recompute: str) -> dict:
         if recompute == "full" and not plan_of(graph).per_layer:  # units of several layers
             plan = plan_of(graph)
             arrays["unit"] = np.array(plan.unit[first:last])
-            arrays["carried"] = np.array(plan.carried_in_bytes[first:last], dtype=float)
             arrays["saved"] = np.array(plan.saved_bytes[first:last], dtype=float)
+            arrays["plan"], arrays["graph"], arrays["first"] = plan, graph, first
     return arrays
 
 
@@ -171,9 +171,9 @@ def stage_memories(scenario) -> list[MemoryBreakdown]:
 
 def _unit_parts(arrays: dict, stage_of: np.ndarray, pp: int) -> tuple[np.ndarray, np.ndarray]:
     """Full recompute over units of several layers (simulator/memory/checkpoints.py
-    ``stage_bytes``): every layer's kept bytes (plus what a chunk's first layer receives from its
-    own unit when the chunk starts inside one) and every stage's working set, the largest
-    ``saved - kept`` over the parts of units on its chunks."""
+    ``stage_bytes``): every layer's kept bytes (plus, on a chunk that starts inside a unit, what
+    its layers receive from the unit's layers before the cut) and every stage's working set, the
+    largest ``saved - kept`` over the parts of units on its chunks."""
     unit = arrays["unit"]
     n = len(unit)
     kept = arrays["kept"].copy()
@@ -181,9 +181,13 @@ def _unit_parts(arrays: dict, stage_of: np.ndarray, pp: int) -> tuple[np.ndarray
         return kept, np.zeros(pp)
     starts = np.ones(n, dtype=bool)  # adjacent layers on two stages: two chunks
     starts[1:] = (stage_of[1:] != stage_of[:-1]) | (unit[1:] != unit[:-1])
-    inside = np.zeros(n, dtype=bool)  # a chunk's first layer inside a unit begun before it
-    inside[1:] = starts[1:] & (unit[1:] == unit[:-1])
-    kept[inside] += arrays["carried"][inside]
+    plan, graph, first = arrays["plan"], arrays["graph"], arrays["first"]
+    for cut in np.flatnonzero(starts[1:] & (unit[1:] == unit[:-1])) + 1:  # chunks that start inside a unit
+        seen: set[int] = set()
+        i = int(cut)
+        while i < n and (i == cut or not starts[i]):
+            kept[i] = kept[i] + plan.received_bytes(graph, first + int(cut), first + i, seen)
+            i += 1
     part = np.cumsum(starts) - 1
     parts = int(part[-1]) + 1
     part_working = np.maximum(0.0, np.bincount(part, weights=arrays["saved"], minlength=parts)
