@@ -16,7 +16,7 @@ import yaml
 from simulator.errors import ConfigError
 from simulator.explore.planners import get_planner
 from simulator.explore.planners.dapple import bottleneck_cut, replica_vectors
-from simulator.explore.search import SearchSpace, search
+from simulator.explore.search import search
 from simulator.scenario import load_scenario
 from simulator.simulate import simulate
 
@@ -88,10 +88,12 @@ def test_plan_writes_a_scenario_that_simulates_to_the_reported_step(runs):
     text = (tmp / "plan.yaml").read_text()
     assert text.startswith("# plan found by `clustersim plan --planner dapple`")
     raw = yaml.safe_load(text)
-    # GNMT-16 on 8 V100s: DAPPLE's partition (2 stages x 4 replicas), then interleaved by the extension
-    assert raw["strategy"]["kind"] == "spmd" and raw["parallelism"]["schedule"] == "interleaved"
-    assert "# DAPPLE's part (Fan et al. 2021): layers [47, 47], replicas [4, 4]" in text
-    assert "# then the simulator's schedule choice (an extension, not in DAPPLE): interleaved 1F1B" in text
+    # GNMT-16 on 8 V100s: DAPPLE's plan (2 stages x 4 replicas, one more micro-batch in flight on stage 0),
+    # which the interleaved schedules of the extension do not beat
+    assert raw["strategy"]["kind"] == "replicated_pipeline" and raw["strategy"]["extra_warmup"] == 1
+    assert [s["replicas"] for s in raw["strategy"]["stages"]] == [4, 4]
+    assert "# DAPPLE: 2 stage(s), layers [51, 43], replicas [4, 4], 32 micro-batches, ZeRO 1, warm-up K_i = S - i + 1" in text
+    assert "# the simulator's schedule choice (an extension, not in DAPPLE) kept DAPPLE's plan" in text
     reported = float(text.split("simulated step time ")[1].split(" s,")[0])
     assert simulate(load_scenario(raw)).step_time_s == pytest.approx(reported, rel=1e-5)
 
@@ -195,55 +197,102 @@ def _best_search_step(raw, space=None) -> float:
 
 
 @pytest.fixture(scope="module")
+def search_rows():
+    """Every layout ``clustersim search`` simulates for each model on 8 V100s (fits, with a step)."""
+    return {model: [r for r in search(dapple_scenario(model), workers=1) if r.get("fits") and r.get("step_time_s")]
+            for model in MODELS}
+
+
+@pytest.fixture(scope="module")
 def dapple_steps():
     return {model: get_planner("dapple").run(dapple_scenario(model), {}) for model in MODELS}
 
 
-@pytest.mark.slow
-@pytest.mark.parametrize("model", sorted(MODELS))
-def test_dapple_is_no_slower_than_the_best_uniform_1f1b_layout(model, dapple_steps):
-    """The DAPPLE acceptance check of issue 22 on 8 V100s (2 nodes of 4, 25 GbE), global batch
-    128: the plan the planner finds simulates no slower than the best layout `clustersim search`
-    finds among the schedules DAPPLE runs (no virtual stages: 1F1B, GPipe). The numbers for all
-    five models at 16 GPUs: benchmarks/bench_dapple_planner.py."""
-    found = dapple_steps[model]
-    best = _best_search_step(dapple_scenario(model), SearchSpace(virtual_stages=[1]))
-    assert found.step_time_s <= best * (1 + 1e-9), (found.summary, found.step_time_s, best)
+@pytest.fixture(scope="module")
+def dapple_alone():
+    """DAPPLE's plan space only (one model chunk per device: ``max_virtual_stages=1``)."""
+    return {model: get_planner("dapple").run(dapple_scenario(model), {"max_virtual_stages": 1}) for model in MODELS}
+
+
+# planner / search's best on 8 V100s (2 nodes of 4, 25 GbE), batch 128: DAPPLE alone (its K_i chosen)
+DAPPLE_ALONE_RATIO = {"gnmt": 0.955, "bert": 0.986, "vgg": 0.709, "amoebanet": 1.000, "xlnet": 1.000}
 
 
 @pytest.mark.slow
 @pytest.mark.parametrize("model", sorted(MODELS))
-def test_dapple_against_every_uniform_layout(model, dapple_steps):
-    """The same check against search's whole space, interleaved schedules included (issue 22's
-    wording: "no slower than the best uniform layout search finds"). Met by DAPPLE's partitioner
-    followed by the simulator's schedule choice (dapple_schedules.py); planner / search on 8 V100s:
-    GNMT 0.975, BERT 0.870, VGG 0.775, AmoebaNet 0.808, XLNet 0.919."""
-    found = dapple_steps[model]
-    best = _best_search_step(dapple_scenario(model))
+def test_dapple_alone_is_no_slower_than_the_best_uniform_layout(model, dapple_alone, search_rows):
+    """The DAPPLE acceptance check of issue 22 on 8 V100s (2 nodes of 4, 25 GbE), global batch 128:
+    the plan DAPPLE's planner finds in its own plan space (no interleaving) simulates no slower
+    than the best layout `clustersim search` finds over its whole space, interleaved schedules
+    included (planner / search: GNMT 0.955, BERT 0.986, VGG 0.709, AmoebaNet 1.000, XLNet 1.000;
+    at 16 GPUs: benchmarks/bench_dapple_planner.py)."""
+    found = dapple_alone[model]
+    best = min(r["step_time_s"] for r in search_rows[model])
+    assert found.scenario["strategy"]["kind"] == "replicated_pipeline"
+    assert "extension_simulated" not in found.details and found.step_time_s == found.details["dapple_step_s"]
     assert found.step_time_s <= best * (1 + 1e-9), (found.summary, found.step_time_s, best)
+    assert found.step_time_s / best == pytest.approx(DAPPLE_ALONE_RATIO[model], abs=5e-4)
 
 
 @pytest.mark.slow
-def test_on_gnmt_dapple_alone_is_the_best_one_chunk_layout_and_the_extension_interleaves(dapple_steps):
-    """GNMT-16 on 8 V100s: every layout search finds faster than DAPPLE's own part (its partitioner
-    and 1F1B) is interleaved (virtual stages > 1: Narayanan et al. 2021 Sec. 2.2.2, several model
-    chunks per device), which DAPPLE's paper (Fan et al. 2021 Sec. 3-4) cannot express; the fastest
-    layout with one chunk per device (pp 2 x dp 4, 1F1B, micro-batch 1, ZeRO-1: 0.08091 s) is
-    DAPPLE's own plan, to 1e-9. The extension then runs that partition's device groups interleaved
-    and returns a plan at least as fast as search's best (0.07547 s against 0.07739 s: its chunks cut
-    by compute balance, search's evenly)."""
-    found = dapple_steps["gnmt"]
-    dapple_s = found.details["dapple_step_s"]
-    rows = [r for r in search(dapple_scenario("gnmt"), workers=1) if r.get("fits") and r.get("step_time_s")]
-    faster = [r for r in rows if r["step_time_s"] < dapple_s * (1 - 1e-9)]
+@pytest.mark.parametrize("model", sorted(MODELS))
+def test_dapple_with_the_extension_is_no_slower_than_dapple_alone(model, dapple_steps, dapple_alone):
+    """The default planner (DAPPLE, then the interleaving extension) returns the faster of the two:
+    never slower than DAPPLE alone; on BERT the extension wins (1.425 s against 1.433 s)."""
+    found, alone = dapple_steps[model], dapple_alone[model]
+    assert found.step_time_s <= alone.step_time_s * (1 + 1e-9)
+    assert found.details["dapple_step_s"] == pytest.approx(alone.step_time_s, rel=1e-12)
+    if model == "bert":
+        assert found.scenario["strategy"]["kind"] == "spmd" and found.scenario["parallelism"]["virtual_stages"] > 1
+        assert found.step_time_s < alone.step_time_s
+
+
+@pytest.mark.slow
+@pytest.mark.xfail(strict=True, reason="DAPPLE with the paper's warm-up K_i = S - i and no interleaving: GNMT-16 "
+                                       "on 8 V100s 0.08091 s against search's interleaved pp 2 x dp 4 0.07739 s "
+                                       "(1.045); met with one more micro-batch in flight (0.07394 s, 0.955)")
+def test_dapple_with_the_papers_warm_up_alone_on_gnmt(search_rows):
+    found = get_planner("dapple").run(dapple_scenario("gnmt"), {"max_virtual_stages": 1, "max_extra_warmup": 0})
+    assert found.step_time_s <= min(r["step_time_s"] for r in search_rows["gnmt"]) * (1 + 1e-9)
+
+
+@pytest.mark.slow
+def test_on_gnmt_the_papers_warm_up_is_the_best_one_chunk_layout_and_a_deeper_one_wins(dapple_alone, search_rows):
+    """GNMT-16 on 8 V100s: with DAPPLE's K_i = S - i the planner's plan (2 x 4, cut 47/47, ZeRO-1:
+    0.08091 s) is the best layout with one chunk per device search finds, to 1e-9, and every faster
+    layout is interleaved (virtual stages > 1: Narayanan et al. 2021 Sec. 2.2.2; search's best
+    0.07739 s), which DAPPLE's plan space cannot express. With stage 0 one micro-batch ahead
+    (K_0 = 3) the sends over the Ethernet overlap with its forwards, the balanced cut 51/43 pays,
+    and DAPPLE's plan beats search's best: 0.07394 s."""
+    paper = get_planner("dapple").run(dapple_scenario("gnmt"), {"max_virtual_stages": 1, "max_extra_warmup": 0})
+    rows = search_rows["gnmt"]
+    faster = [r for r in rows if r["step_time_s"] < paper.step_time_s * (1 - 1e-9)]
     assert faster and all(r["parallelism"]["virtual_stages"] > 1 for r in faster)
     one_chunk = min(r["step_time_s"] for r in rows if r["parallelism"]["virtual_stages"] == 1)
-    assert dapple_s == pytest.approx(one_chunk, rel=1e-9)
-    assert found.details["dapple_scenario"]["strategy"]["kind"] == "replicated_pipeline"
-    par = found.scenario["parallelism"]
-    assert found.scenario["strategy"]["kind"] == "spmd" and par["virtual_stages"] > 1
-    assert (par["pp"], par["dp"]) == (2, 4)  # DAPPLE's stages and replicas
-    assert found.step_time_s <= min(r["step_time_s"] for r in faster) * (1 + 1e-9)
+    assert paper.step_time_s == pytest.approx(one_chunk, rel=1e-9)
+    assert "extra_warmup" not in paper.scenario["strategy"]
+    found = dapple_alone["gnmt"]
+    strategy = found.scenario["strategy"]
+    assert strategy["extra_warmup"] == 1 and [s["layers"] for s in strategy["stages"]] == [51, 43]
+    assert found.step_time_s < min(r["step_time_s"] for r in faster)
+
+
+@pytest.mark.slow
+def test_dapples_baselines_are_always_simulated(dapple_alone, search_rows):
+    """Pure data parallelism (with and without ZeRO-1) and the straight pipeline (8 stages of one
+    GPU, beyond ``max_stages`` 4) are simulated for every model; on BERT-24, where DAPPLE's latency
+    model ranks data parallelism with ZeRO-1 first, data parallelism without it (1.452 s, search's
+    dp 8 exactly) is what the planner's paper-warm-up plan space returns."""
+    for model, found in dapple_alone.items():
+        depths = {len(d["stages"]) for d in found.details["simulated"]}
+        assert {1, 8} <= depths, (model, depths)
+        dp_zero = {d["zero_stage"] for d in found.details["simulated"] if len(d["stages"]) == 1}
+        assert dp_zero == {0, 1}, model
+        assert found.details["data_parallel_step_s"] is not None
+    paper = get_planner("dapple").run(dapple_scenario("bert"), {"max_virtual_stages": 1, "max_extra_warmup": 0})
+    dp8 = min(r["step_time_s"] for r in search_rows["bert"] if r["parallelism"]["dp"] == 8)
+    assert len(paper.scenario["strategy"]["stages"]) == 1 and paper.scenario["parallelism"].get("zero_stage", 0) == 0
+    assert paper.step_time_s == pytest.approx(dp8, rel=1e-9) == pytest.approx(1.452, abs=5e-4)
 
 
 def test_the_extension_off_is_dapple_alone():

@@ -15,7 +15,8 @@ from simulator.errors import ConfigError
 from simulator.scenario import load_scenario
 from simulator.simulate import simulate
 from simulator.strategies.registry import get_kind
-from simulator.strategies.replicated_pipeline import StagePrices
+from simulator.strategies.replicated_pipeline import StagePrices, early_backward
+from simulator.strategies.spmd.schedule import one_f_one_b
 
 PROFILES = Path(__file__).resolve().parents[1] / "validation" / "data" / "profiles"
 NODE = {  # 4 V100s per node on NVLink, 25 Gb/s Ethernet between nodes (a small DAPPLE "Config A")
@@ -82,6 +83,55 @@ def test_two_stages_one_micro_batch_is_the_hand_timeline(tmp_path):
     update = ComputeModel(sc.accelerator, "fp32").optimizer_step_s(0.0, 32.0)
     expected = 3e-3 + send + 5e-3 + 10e-3 + send + 6e-3 + update
     assert simulate(sc).step_time_s == pytest.approx(expected, rel=1e-12)
+
+
+@pytest.mark.parametrize("extra", [0, 1])
+def test_a_deeper_warm_up_hides_slow_sends_the_hand_timeline(tmp_path, extra):
+    """The toy's two stages on two single-GPU nodes over 5 Gb/s, 3 micro-batches of 4: a 4 MB send
+    takes s = 7.1 ms, longer than stage 0's passes (3 / 6 ms). With 1F1B's warm-up (K_0 = 2) stage 0
+    runs F0 F1 B0 F2 B1 B2, so micro-batch 2 is sent only after B0 and stage 1 waits for it:
+    48 ms + 4s. One forward more (K_0 = 3: F0 F1 F2 B0 B1 B2) sends it during stage 1's work:
+    54 ms + 2s (stage 0's three backwards wait only for the gradients, each s after stage 1's B)."""
+    raw = scenario({"micro_batches": 3, "extra_warmup": extra,
+                    "stages": [{"layers": 2, "replicas": 1}, {"layers": 1, "replicas": 1}]},
+                   {"global_batch_size": 12, "micro_batch_size": 1}, gpus=2, model=_toy_profile(tmp_path),
+                   node={**NODE, "name": "v100x1-5gbe", "gpus_per_node": 1, "nic_bandwidth_gbit_per_s": 5})
+    sc = load_scenario(raw)
+    links = StagePrices(sc, sc.strategy).links
+    send = links.inter_latency_s + 4e6 / links.inter_bytes_per_s
+    assert 3e-3 < send < 15e-3  # the window where the two orders' critical paths are the ones above
+    update = ComputeModel(sc.accelerator, "fp32").optimizer_step_s(0.0, 32.0)
+    expected = (54e-3 + 2 * send) if extra else (48e-3 + 4 * send)
+    assert simulate(sc).step_time_s == pytest.approx(expected + update, rel=1e-12)
+
+
+@pytest.mark.parametrize("micro_batches", [1, 2, 3, 5, 8])
+@pytest.mark.parametrize("stages", [1, 2, 3, 4])
+def test_early_backward_orders(micro_batches, stages):
+    """Without extra warm-up the order is 1F1B's; with e more, stage i (not the last) runs
+    min(S - i + e, M) forwards before its first backward, every micro-batch once forward then once
+    backward, backwards in order, and never more than that many in flight."""
+    for stage in range(stages):
+        assert early_backward(micro_batches, stages, stage) == one_f_one_b(micro_batches, stages, stage)
+        for extra in (1, 2):
+            order = early_backward(micro_batches, stages, stage, extra)
+            k = min(stages - stage + (extra if stage < stages - 1 else 0), micro_batches)
+            assert [p for p, _, _ in order[:k]] == ["F"] * k and (k == micro_batches or order[k][0] == "B")
+            assert [j for p, j, _ in order if p == "F"] == [j for p, j, _ in order if p == "B"] == list(range(micro_batches))
+            live = peak = 0
+            for phase, _, _ in order:
+                live += 1 if phase == "F" else -1
+                peak = max(peak, live)
+            assert peak == k
+
+
+def test_a_deeper_warm_up_holds_more_activations():
+    base = {"micro_batches": 8, "stages": [{"layers": 47, "replicas": 4}, {"layers": 47, "replicas": 4}]}
+    kind = get_kind("replicated_pipeline")
+    stages = {e: kind.memory(load_scenario(scenario({**base, "extra_warmup": e})))[2] for e in (0, 1, 2)}
+    first = {e: s[0].activations_bytes for e, s in stages.items()}  # K_0 = 2, 3, 4 micro-batches
+    assert first[1] == pytest.approx(first[0] * 3 / 2) and first[2] == pytest.approx(first[0] * 2)
+    assert stages[0][1] == stages[2][1]  # the last stage keeps K = 1
 
 
 def test_unequal_stages_split_and_gather_the_boundary(tmp_path):

@@ -15,7 +15,10 @@ What is simulated, one actor per stage (every replica of a stage does the same w
 time, DESIGN.md "Symmetry is the speed"):
 
 - the early-backward schedule (DAPPLE Sec. 3.2: 1F1B, stage i warms up with S-i-1 forwards, then
-  alternates one forward and one backward, so at most S-i micro-batches are in flight);
+  alternates one forward and one backward, so at most K_i = S-i micro-batches are in flight);
+  ``extra_warmup`` e adds e forwards to the warm-up of every stage but the last (K_i = S-i+e, at
+  most M), so that sends between stages that take as long as a pass (across the nodes' network)
+  overlap with computation instead of stalling the next stage (default 0: K_i = S-i);
 - forward and backward passes of the stage's layers at its per-replica batch, priced by the
   compute model (measured times for a per-layer profile);
 - activation sends to the next stage and gradient sends back, split or gathered between unequal
@@ -53,7 +56,6 @@ from simulator.scenario import gradient_bytes, layer_graph_of
 from simulator.strategies.plan import Plan
 from simulator.strategies.registry import StrategyKind, register
 from simulator.strategies.spmd.plan import OPTIMIZER_BYTES_PER_PARAM, WEIGHT_BYTES
-from simulator.strategies.spmd.schedule import one_f_one_b
 from simulator.strategies.tasklists import require
 
 
@@ -75,6 +77,26 @@ class ReplicatedPipelineConfig(BaseModel):
     stages: tuple[StageSpec, ...] = Field(min_length=1)
     micro_batches: int = Field(gt=0, description="micro-batches per step; each has global_batch_size / this samples")
     schedule: Literal["1f1b"] = Field(default="1f1b", description="DAPPLE's early backward (1F1B)")
+    extra_warmup: int = Field(default=0, ge=0, description="forwards every stage but the last runs ahead beyond "
+                                                           "1F1B's warm-up (in flight: S - i + this, at most M)")
+
+
+def early_backward(micro_batches: int, stages: int, stage: int, extra_warmup: int = 0) -> list[tuple[str, int, int]]:
+    """Stage ``stage``'s order of passes: DAPPLE's early backward (Sec. 3.2), K_i = S - i + e
+    micro-batches in flight (e = ``extra_warmup``, 0 on the last stage), then one forward and one
+    backward alternately; with e = 0 the 1F1B order of :func:`one_f_one_b`."""
+    extra = extra_warmup if stage < stages - 1 else 0
+    warmup = min(stages - stage - 1 + extra, micro_batches)
+    order = [("F", j, 0) for j in range(warmup)]
+    for j in range(warmup, micro_batches):
+        order += [("F", j, 0), ("B", j - warmup, 0)]
+    return order + [("B", j, 0) for j in range(micro_batches - warmup, micro_batches)]
+
+
+def in_flight(cfg: ReplicatedPipelineConfig, stage: int) -> int:
+    """Micro-batches whose activations stage ``stage`` holds at once under :func:`early_backward`."""
+    stages = len(cfg.stages)
+    return min(stages - stage + (cfg.extra_warmup if stage < stages - 1 else 0), cfg.micro_batches)
 
 
 def check(scenario) -> ReplicatedPipelineConfig:
@@ -246,7 +268,7 @@ def compile_replicated_pipeline(scenario, mode: str | None = None, detail: bool 
             if zero == 1:
                 gather = all_reduce(i, f"param_all_gather.s{step}", prices.params(i) * weight_bytes,
                                     compute[actors[i]][-1] if compute[actors[i]] else None, "all_gather")
-            for phase, j, _ in one_f_one_b(m, s_count, i):
+            for phase, j, _ in early_backward(m, s_count, i, cfg.extra_warmup):
                 tag = f"s{step}.mb{j}"
                 if phase == "F":  # the compute stream runs in order: after the previous step's update
                     forward[i, j] = kernel(i, f"F.{tag}", f_s, deps=(gather,) if gather and j == 0 else ())
@@ -273,7 +295,7 @@ def compile_replicated_pipeline(scenario, mode: str | None = None, detail: bool 
             update = kernel(i, f"optimizer.s{step}", prices.optimizer_s(i), "optimizer", deps=tuple(reductions))
             ends.append(update)
         for i in range(s_count):  # sends in the order each stage ran its passes
-            for phase, j, _ in one_f_one_b(m, s_count, i):
+            for phase, j, _ in early_backward(m, s_count, i, cfg.extra_warmup):
                 tag = f"s{step}.mb{j}"
                 if phase == "F" and i + 1 < s_count:
                     send = _transfer(actors[i], actors[i + 1], f"send_act.{tag}", prices.boundary_link(i),
@@ -291,7 +313,7 @@ def compile_replicated_pipeline(scenario, mode: str | None = None, detail: bool 
     _mark_interference(scenario, streams)
     ranks = {a: prices.offsets[i] for i, a in enumerate(actors)}
     extra = {"stage_layers": [s.layers for s in cfg.stages], "stage_replicas": [s.replicas for s in cfg.stages],
-             "micro_batches": m, "stage_forward_s": [f for f, _ in prices.pass_s],
+             "micro_batches": m, "extra_warmup": cfg.extra_warmup, "stage_forward_s": [f for f, _ in prices.pass_s],
              "stage_backward_s": [b for _, b in prices.pass_s]}
     return Plan(dict(streams), ranks, {a: i for i, a in enumerate(actors)}, [s.layers for s in cfg.stages],
                 prices.topo, dict(compute), steps=steps, step_ends=step_ends, extra=extra, mode="symmetric")
@@ -315,16 +337,17 @@ def _mark_interference(scenario, streams) -> None:
 
 def stage_memory(prices: StagePrices, stage: int) -> MemoryBreakdown:
     """Weights, gradients and optimizer state of the stage's layers (whole, ZeRO 0:
-    :func:`bytes_per_param`), plus the activations of the min(S - i, M) micro-batches 1F1B keeps
-    in flight on stage i (DAPPLE Sec. 3.2), at the stage's per-replica batch."""
+    :func:`bytes_per_param`), plus the activations of the micro-batches the early backward keeps
+    in flight on stage i (min(S - i + e, M), DAPPLE Sec. 3.2: :func:`in_flight`), at the stage's
+    per-replica batch."""
     sc = prices.sc
     per = bytes_per_param(sc.training.precision, sc.training.optimizer)
     params = prices.params(stage)
-    in_flight = min(len(prices.cfg.stages) - stage, prices.cfg.micro_batches)
+    held = in_flight(prices.cfg, stage)
     saved = sum(layer.saved_bytes for layer in prices.layers(stage))
     shards = prices.cfg.stages[stage].replicas if sc.parallelism.zero_stage == 1 else 1
     return MemoryBreakdown(params * per["weights"], params * per["gradients"], params * per["optimizer"] / shards,
-                           in_flight * saved, 0.0, stage)
+                           held * saved, 0.0, stage)
 
 
 def memory_replicated_pipeline(scenario):

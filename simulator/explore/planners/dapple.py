@@ -11,7 +11,7 @@ gradients for the models DAPPLE targets.
 
 The search:
 
-1. *Estimate* every (S ≤ ``max_stages``, ordered replica vector, M ≤ ``max_micro_batches``): the
+1. *Estimate* every (S ≤ ``max_stages``, and S = N by default, ordered replica vector, M ≤ ``max_micro_batches``): the
    layers are cut to minimise the slowest stage (a binary search on the bound with a greedy
    fill, exact for contiguous cuts), and the plan is priced by DAPPLE's latency model (Sec. 4.1:
    the warm-up of one micro-batch through every stage, M - 1 more on the pivot stage, then the
@@ -26,23 +26,44 @@ The search:
 2. *Simulate* the ``top_k`` best estimates with the engine (the ``replicated_pipeline`` kind; plans
    that do not fit in memory are skipped and the next one taken), and the two best estimates of
    every stage count (the estimate's error grows with the pipeline's sends and bubbles, so no depth
-   is ruled out by the estimate alone);
+   is ruled out by the estimate alone). DAPPLE's two baselines (Sec. 4.3: the planner weighs its
+   pipelines against pure data parallelism and the straight pipeline, one GPU per stage) are always
+   simulated (the straight pipeline unless ``max_stages`` is given), data parallelism with and
+   without ZeRO-1: the latency model
+   exposes every all-reduce, so it cannot see that data parallelism hides its all-reduce behind the
+   backward (ZeRO 0) but not its weights' all-gather (ZeRO-1): BERT-24 on 8 V100s, 1.452 s against
+   1.849 s, and the estimate ranks them the other way;
 3. *Refine* the fastest plan of each of the three best replica vectors one move at a time (a stage
-   boundary moved a few layers, the micro-batches doubled or halved, ZeRO-1 toggled), each move
-   judged by the simulator (:func:`refine`; at most ``refine`` simulations each); return the fastest.
+   boundary moved a few layers, the micro-batches doubled or halved, ZeRO-1 toggled, the warm-up
+   one forward deeper or shallower), each move judged by the simulator (:func:`refine`; at most
+   ``refine`` simulations each); return the fastest.
 
-What DAPPLE's plan space leaves out: interleaved 1F1B (several model chunks per device, Narayanan
-et al. 2021 Sec. 2.2.2), which ``clustersim search`` tries. On GNMT-16 on 8 V100s (2 nodes of 4,
-25 GbE, batch 128) only interleaved layouts beat DAPPLE's own plan (search: pp 2 x dp 4, 2 virtual
-stages, 0.07739 s against 0.08091 s), and the fastest layout with one chunk per device is DAPPLE's
-plan (tests/test_plan_cli.py). So, as a documented extension beyond the paper,
+The warm-up: DAPPLE's early backward (Sec. 3.2) injects K_i micro-batches into stage i before its
+first backward, K_i = S - i in the paper; K_i = S - i + e (``extra_warmup`` of the
+``replicated_pipeline`` kind, e <= ``max_extra_warmup``, chosen by simulation) is the same schedule
+with more in flight, which hides a boundary send as long as a pass (across 25 GbE) behind the
+stage's next forward, at the memory of e more micro-batches' activations (checked). The plan's
+summary says when e > 0; ``max_extra_warmup=0`` keeps the paper's K_i.
 
-4. *Choose the schedule* by simulation (:mod:`.dapple_schedules`, option ``max_virtual_stages``,
-   default 4; 1 turns it off): DAPPLE's best plans with equal replicas are also run interleaved, v
-   chunks per stage, and the faster of DAPPLE's plan and the extension's is returned. The plan's
-   header says which part is DAPPLE's and which the extension's (GNMT-16 above: 0.07547 s,
-   chunks cut by compute balance; ``details``: ``dapple_step_s``, ``dapple_scenario``,
-   ``extension_step_s``).
+Why it matters, GNMT-16 on 8 V100s (2 nodes of 4, 25 GbE, batch 128; tests/test_plan_cli.py): with
+K_i = S - i the best plan, 2 stages x 4 replicas cut 47/47, 32 micro-batches, ZeRO-1, takes 0.08091 s,
+the best one-chunk layout of ``clustersim search`` to 1e-9, but search's interleaved pp 2 x dp 4
+(2 virtual stages, Narayanan et al. 2021 Sec. 2.2.2) takes 0.07739 s. On the critical stage the
+one-chunk plan spends 56.6 ms computing and 15.1 ms waiting (7.3 ms on sends over the Ethernet, 7.8
+ms of bubble behind the heavier second stage: 67.9 ms of compute, since the LSTM layers are too
+coarse to cut evenly; cut at 50/44, 63.1 / 61.3 ms, the waiting grows to 15.5 ms). Interleaving
+halves the bubble and starts one chunk's all-reduce during the other's backward. Neither is
+expressible in DAPPLE's plan space (one chunk per device), and no placement policy of Sec. 4.2
+helps: "scatter first" (each stage's replicas split over both nodes, sends on NVLink) takes 0.546 s
+(its gradient all-reduce over the Ethernet), stages straddling a node boundary ("append first")
+find nothing faster. With one more micro-batch in flight (K_0 = 3) the sends overlap and the balanced cut pays: 51/43, 0.07394 s
+(0.955 of search's best).
+
+4. *Choose the schedule* by simulation (an extension beyond the paper, :mod:`.dapple_schedules`,
+   option ``max_virtual_stages``, default 4; 1 turns it off): DAPPLE's best plans with equal
+   replicas are also run interleaved, v chunks per stage, and the faster of DAPPLE's plan and the
+   extension's is returned. The plan's header says which part is DAPPLE's and which the
+   extension's (``details``: ``dapple_step_s``, ``dapple_scenario``, ``extension_step_s``).
 """
 
 from __future__ import annotations
@@ -68,13 +89,16 @@ from simulator.scenario import build_scenario, gradient_bytes, layer_graph_of
 from simulator.strategies.spmd.plan import OPTIMIZER_BYTES_PER_PARAM
 
 OPTIONS = {
-    "max_stages": "most pipeline stages tried (default 4)",
+    "max_stages": "most pipeline stages tried (default: 4, and the straight pipeline of one GPU per stage; "
+                  "given, no deeper pipeline is tried)",
     "max_micro_batches": "most micro-batches per step tried (default 64)",
     "top_k": "best estimates simulated by the engine (default 6)",
     "refine": "most plans simulated while refining each of the three finalists (default 16; 0: none)",
     "max_virtual_stages": "the extension beyond DAPPLE: most model chunks per stage tried with interleaved 1F1B "
                           "(default 4; 1: DAPPLE's own plan space only)",
     "schedule_budget": "most plans the extension simulates (default 24)",
+    "max_extra_warmup": "most forwards a stage may run ahead of 1F1B's warm-up (DAPPLE's K_i = S - i + e, "
+                        "e chosen by simulation while refining; default 2; 0: K_i = S - i only)",
 }
 _KEPT = ("overlap_grad_reduce", "gradient_bucket_mb")  # parallelism knobs the plan keeps from the scenario
 
@@ -230,7 +254,7 @@ class Estimator:
 
 
 def plan_raw(raw: dict[str, Any], counts: list[int], replicas: tuple[int, ...], micro_batches: int,
-             zero: int = 0) -> dict[str, Any]:
+             zero: int = 0, extra_warmup: int = 0) -> dict[str, Any]:
     """The scenario mapping of one plan (the input's, with the strategy and layout replaced)."""
     out = copy.deepcopy(raw)
     par = raw.get("parallelism") or {}
@@ -238,6 +262,8 @@ def plan_raw(raw: dict[str, Any], counts: list[int], replicas: tuple[int, ...], 
                           **{k: par[k] for k in _KEPT if k in par}, **({"zero_stage": 1} if zero else {})}
     out["strategy"] = {"kind": "replicated_pipeline", "micro_batches": micro_batches,
                        "stages": [{"layers": int(c), "replicas": int(r)} for c, r in zip(counts, replicas, strict=True)]}
+    if extra_warmup:
+        out["strategy"]["extra_warmup"] = int(extra_warmup)
     return out
 
 
@@ -258,25 +284,31 @@ PER_DEPTH = 2  # plans simulated (that fit) for every number of stages, best est
 REFINED = 3    # distinct replica vectors whose best simulated plan is refined
 
 
-def _neighbours(counts: list[int], m: int, zero: int, replicas: tuple[int, ...], batch: int):
+def _neighbours(counts: list[int], m: int, zero: int, replicas: tuple[int, ...], batch: int, extra: int = 0,
+                max_extra: int = 0):
     """Plans one move away: a stage boundary moved by ``SHIFTS`` layers, the micro-batches doubled
-    or halved (where each stage's replicas still divide the micro-batch), ZeRO-1 toggled."""
+    or halved (where each stage's replicas still divide the micro-batch), ZeRO-1 toggled, the
+    early backward's warm-up one forward deeper or shallower (up to ``max_extra``)."""
     for boundary in range(len(counts) - 1):
         for shift in SHIFTS:
             trial = list(counts)
             trial[boundary] += shift
             trial[boundary + 1] -= shift
             if min(trial) >= 1:
-                yield trial, m, zero
+                yield trial, m, zero, extra
     lcm = math.lcm(*replicas)
     for other in (m * 2, m // 2):
         if other >= 1 and batch % other == 0 and (batch // other) % lcm == 0:
-            yield counts, other, zero
+            yield counts, other, zero, extra
     if max(replicas) > 1:
-        yield counts, m, 1 - zero
+        yield counts, m, 1 - zero, extra
+    if len(counts) > 1:
+        for other in (extra + 1, extra - 1):
+            if 0 <= other <= max_extra:
+                yield counts, m, zero, other
 
 
-def refine(raw: dict[str, Any], best, oracle: Oracle, seen: set, budget: int):
+def refine(raw: dict[str, Any], best, oracle: Oracle, seen: set, budget: int, max_extra: int = 0):
     """Hill-climb a simulated plan with the simulator as the judge: take the first of its
     :func:`_neighbours` that simulates faster, until none does or ``budget`` simulations are spent.
     (Not in DAPPLE, whose planner trusts its estimate; the estimate misses contention, the exposure
@@ -290,12 +322,13 @@ def refine(raw: dict[str, Any], best, oracle: Oracle, seen: set, budget: int):
         strategy = best.raw["strategy"]
         counts = [s["layers"] for s in strategy["stages"]]
         zero = best.raw["parallelism"].get("zero_stage", 0)
-        for trial, m, z in _neighbours(counts, strategy["micro_batches"], zero, replicas, batch):
-            key = (tuple(trial), replicas, m, z)
+        for trial, m, z, e in _neighbours(counts, strategy["micro_batches"], zero, replicas, batch,
+                                          strategy.get("extra_warmup", 0), max_extra):
+            key = (tuple(trial), replicas, m, z, e)
             if key in seen or oracle.simulated >= budget:
                 continue
             seen.add(key)
-            evaluation = oracle.evaluate(plan_raw(raw, trial, replicas, m, z))
+            evaluation = oracle.evaluate(plan_raw(raw, trial, replicas, m, z, e))
             if evaluation.fits and evaluation.step_time_s < best.step_time_s:
                 best, improved, moved = evaluation, True, True
                 break
@@ -304,8 +337,10 @@ def refine(raw: dict[str, Any], best, oracle: Oracle, seen: set, budget: int):
 
 def _describe(evaluation) -> str:
     strategy = evaluation.raw["strategy"]
+    extra = strategy.get("extra_warmup", 0)
     return (f"layers {[s['layers'] for s in strategy['stages']]}, replicas {[s['replicas'] for s in strategy['stages']]}, "
-            f"{strategy['micro_batches']} micro-batches, ZeRO {evaluation.raw['parallelism'].get('zero_stage', 0)}")
+            f"{strategy['micro_batches']} micro-batches, ZeRO {evaluation.raw['parallelism'].get('zero_stage', 0)}"
+            + (f", warm-up K_i = S - i + {extra}" if extra else ""))
 
 
 def run_dapple(raw: dict[str, Any], options: dict[str, Any]) -> PlanResult:
@@ -316,6 +351,7 @@ def run_dapple(raw: dict[str, Any], options: dict[str, Any]) -> PlanResult:
     refine_budget = int_option(options, "refine", 16, minimum=0)
     max_virtual = int_option(options, "max_virtual_stages", 4)
     schedule_budget = int_option(options, "schedule_budget", 24, minimum=0)
+    max_extra = int_option(options, "max_extra_warmup", 2, minimum=0)
     started = time.perf_counter()
     scenario = base_scenario(raw)
     tables = LayerTables(scenario)
@@ -325,7 +361,10 @@ def run_dapple(raw: dict[str, Any], options: dict[str, Any]) -> PlanResult:
     micro_options = [m for m in range(1, min(max_micro, g) + 1) if g % m == 0]
     estimates: list[tuple[float, int, list[int], tuple[int, ...], int, int]] = []
     serial = 0
-    for stages in range(1, min(max_stages, tables.layers, n) + 1):
+    depths = list(range(1, min(max_stages, tables.layers, n) + 1))
+    if "max_stages" not in options and n <= tables.layers and n not in depths:
+        depths.append(n)  # the straight pipeline (one GPU per stage), a baseline of DAPPLE's (Sec. 4.3)
+    for stages in depths:
         for replicas in replica_vectors(n, per_node, stages):
             lcm = math.lcm(*replicas)
             for m in micro_options:
@@ -356,7 +395,7 @@ def run_dapple(raw: dict[str, Any], options: dict[str, Any]) -> PlanResult:
         for estimate_s, _, counts, replicas, m, zero in candidates:
             if fitted >= wanted or tried >= tries:
                 return
-            key = (tuple(counts), replicas, m, zero)
+            key = (tuple(counts), replicas, m, zero, 0)
             if key in seen:
                 continue
             seen.add(key)
@@ -371,6 +410,15 @@ def run_dapple(raw: dict[str, Any], options: dict[str, Any]) -> PlanResult:
     # estimates of every stage count are simulated too, so no depth is ruled out by the estimate alone.
     for stages in sorted({len(item[3]) for item in ranked}):
         simulate_in_order([item for item in ranked if len(item[3]) == stages], PER_DEPTH, 4 * PER_DEPTH)
+    # DAPPLE's two baselines (Sec. 4.3) are always simulated, each with and without ZeRO-1: pure data
+    # parallelism and the straight pipeline. The latency model exposes every all-reduce, so it cannot
+    # tell ZeRO 0 (all-reduce overlapped with the backward in simulation) from ZeRO-1 (the weights'
+    # all-gather exposed before the first forward): BERT-24 on 8 V100s, 1.452 s against 1.849 s.
+    baselines = {name: vector for name, vector in (("data_parallel", (n,)), ("straight_pipeline", (1,) * n))
+                 if any(item[3] == vector for item in ranked)}
+    for vector in baselines.values():
+        for zero in (0, 1) if max(vector) > 1 else (0,):
+            simulate_in_order([item for item in ranked if item[3] == vector and item[5] == zero], 1, 4)
     if not simulated:
         raise ConfigError("model", f"no DAPPLE plan of {scenario.model.name} fits on {n} GPUs "
                                    f"(tried {oracle.simulated}; the last: {last[0].reason})")
@@ -381,7 +429,7 @@ def run_dapple(raw: dict[str, Any], options: dict[str, Any]) -> PlanResult:
             finalists[vector] = item
     results = []
     for _, estimate_s, start in finalists.values():
-        refined, moved = refine(raw, start, oracle, seen, oracle.simulated + refine_budget)
+        refined, moved = refine(raw, start, oracle, seen, oracle.simulated + refine_budget, max_extra)
         results.append((refined.step_time_s, estimate_s, refined, start if moved else None))
     step_s, estimate_s, best, start = min(results, key=lambda item: item[0])
     summary = f"DAPPLE: {len(best.raw['strategy']['stages'])} stage(s), {_describe(best)}"
@@ -391,8 +439,12 @@ def run_dapple(raw: dict[str, Any], options: dict[str, Any]) -> PlanResult:
         summary += f" (estimated {estimate_s:.6g} s)"
     details: dict[str, Any] = {
         "simulated": [{"stages": e.raw["strategy"]["stages"], "micro_batches": e.raw["strategy"]["micro_batches"],
-                       "estimated_step_s": est, "simulated_step_s": s} for s, est, e in simulated],
+                       "zero_stage": e.raw["parallelism"].get("zero_stage", 0), "estimated_step_s": est,
+                       "simulated_step_s": s} for s, est, e in simulated],
         "dapple_step_s": step_s, "dapple_scenario": best.raw}
+    for name, vector in baselines.items():  # the best simulated plan of each baseline (None: none fits)
+        steps = [s for s, _, e in simulated if tuple(st["replicas"] for st in e.raw["strategy"]["stages"]) == vector]
+        details[f"{name}_step_s"] = min(steps, default=None)
     notes: list[str] = []
     if max_virtual > 1:
         # The extension (dapple_schedules.py): the best plans of DAPPLE's partitioner with equal
