@@ -24,7 +24,21 @@ Flags (the exit code is 1 when any is raised):
   traffic moves from InfiniBand to NVLink (GB200 NVL72's 72-GPU domain holding what spans 8-GPU H100 nodes):
   there the link ratio is 18 (900 / 50 GB/s per GPU) and no part bound holds.
 
-``python -m validation.blackwell_sanity`` prints the table (``--json`` for the rows).
+**torchtitan's MoE runs** (:func:`titan_moe_table`): the Mixtral example with ``training.framework: torchtitan``
+in BF16 and MXFP8 (over H100's FP8), whose expert GEMMs run ``torch._grouped_mm`` / torchao's MXFP8 grouped GEMM.
+Those kernels were measured on B200 only (torchao's benchmark, gemm_microbench.csv rows 57-75: bf16 at 0.37 of
+the dense curve at a group's shape; B300/GB200/GB300 carry it); no H100 row of ``torch._grouped_mm`` exists, so
+H100's experts are priced as dense GEMMs (*assumed*). A Blackwell ÷ H100 ratio of such a run sets a measured
+kernel against an assumed one; beside it stand the like-for-like ratios: both parts' experts dense (the
+Blackwell entries left out) and, in BF16, both grouped (H100's experts at B200's measured level over H100's own
+dense curve: a what-if, not a measurement). A ratio below the slowest of the parts' ratios (``parts_min``: GEMM,
+attention, HBM, and the NVLink all-reduce and copy the experts' all-to-alls and the gradients ride on; ÷ 1.05,
+``ratio<parts``: B200 slower than H100 is the extreme case, where every part is faster) or above the fastest
+compute one (``parts_max``, × 1.05, ``ratio>parts``) is flagged, unless the grouped
+kernel is measured on one part and assumed on the other and every like-for-like ratio is within the parts'
+ratios: then the row's verdict says so (``measured-vs-assumed``), and the exit code stays 0.
+
+``python -m validation.blackwell_sanity`` prints the tables (``--json`` for the rows).
 """
 
 from __future__ import annotations
@@ -176,16 +190,158 @@ def table() -> pd.DataFrame:
     return pd.DataFrame(rows)
 
 
+#: torchtitan's MoE runs: (label, shipped H100 example), with ``training.framework: torchtitan``
+TITAN_MOE_RUNS = [("Mixtral 8x7B", "mixtral-8x7b-ep8-h100.yaml")]
+TITAN_PRECISIONS = [("BF16", {"precision": "bf16"}), ("FP8", {"precision": "fp8", "fp8_recipe": "current"}),
+                    ("MXFP8", {"precision": "fp8", "fp8_recipe": "mxfp8"})]
+WHAT_IF = "what-if of validation/blackwell_sanity.py"
+
+
+def _variant(part: str, grouped_gemm: dict) -> dict:
+    """The part's node with its accelerator's grouped-GEMM entries changed (a node variant, hardware_specs/
+    variants.py): entries to add, or a key's ``frameworks`` emptied of torchtitan to leave it out."""
+    return {"base": PARTS[part][0], "overrides": {"accelerator": {"efficiency": {"grouped_gemm": grouped_gemm}}}}
+
+
+def _without_grouped(part: str) -> dict:
+    """The part with its torchtitan grouped kernels left out: its experts dense, as H100's are priced."""
+    keys = ACCELERATORS.get(PARTS[part][1]).efficiency.grouped_gemm
+    return _variant(part, {key: {"frameworks": [f"none ({WHAT_IF}: experts dense)"]} for key in keys})
+
+
+def _h100_at_b200_level() -> dict:
+    """H100 with B200's measured bf16 grouped kernel level over H100's own dense curve (a what-if)."""
+    entry = ACCELERATORS.get("b200").efficiency.grouped_gemm["bf16"].model_dump(exclude_none=True)
+    entry["fitted_on"] = f"{entry['fitted_on']} ({WHAT_IF}: B200's level carried to H100)"
+    return _variant("H100", {"bf16": entry})
+
+
+def _grouped_state(raw: dict, node: str | dict, training: dict) -> str:
+    from simulator.cost.provenance import grouped_gemm_kernels
+    from simulator.scenario import load_scenario
+
+    run = copy.deepcopy(raw)
+    run["cluster"]["node"] = node
+    run["training"] = {**run.get("training", {}), **training}
+    (kernel,) = grouped_gemm_kernels(load_scenario(run))
+    return kernel["state"]
+
+
+def _titan_tflops(raw: dict, node: str | dict, training: dict) -> float | None:
+    from simulator.simulate import simulate_point
+
+    run = copy.deepcopy(raw)
+    run["cluster"]["node"] = node
+    run["training"] = {**run.get("training", {}), **training}
+    return simulate_point(run, run_if_oom=True).get("model_tflops_per_gpu")
+
+
+def titan_moe_table() -> pd.DataFrame:
+    """One row per (run, precision, part) of :data:`TITAN_MOE_RUNS` under torchtitan: model TFLOP/s, MFU, the
+    ratio over H100 as a user gets it (MXFP8 over H100's FP8), the grouped kernel's state on the part and on
+    H100, the like-for-like ratios (``ratio_both_dense``; BF16 ``ratio_both_grouped``), the parts' bounds
+    (``parts_min``: the smallest of the GEMM, attention, HBM and NVLink ratios; ``parts_max``: the largest of
+    the GEMM, attention and HBM ratios of the precision) and the verdict (see the module docstring)."""
+    rows = []
+    for label, example in TITAN_MOE_RUNS:
+        raw = _h100_scenario(("example", example))
+        raw["training"] = {**raw.get("training", {}), "framework": "torchtitan"}
+        h100: dict[str, float | None] = {}
+        for prec_label, training in TITAN_PRECISIONS:
+            for part, (node, accel_name) in PARTS.items():
+                accel = ACCELERATORS.get(accel_name)
+                if prec_label == "MXFP8" and "mxfp8" not in accel.block_scaled_formats:
+                    continue
+                if prec_label == "FP8" and part != "H100":
+                    continue  # the FP8 row is MXFP8's H100 baseline
+                peak_key = "bf16" if training["precision"] == "bf16" else "fp8"
+                tflops = _titan_tflops(raw, node, training)
+                row = {"run": label, "precision": prec_label, "part": part, "tflops": _rounded(tflops, 1),
+                       "mfu": _rounded(tflops / accel.peak_tflops[peak_key] if tflops else None, 3),
+                       "grouped": _grouped_state(raw, node, training)}
+                if part == "H100":
+                    h100[prec_label] = tflops
+                    rows.append(row)
+                    continue
+                base = "FP8" if prec_label == "MXFP8" else prec_label
+                h100_training = dict(TITAN_PRECISIONS)[base]
+                ratio = tflops / h100[base] if tflops and h100.get(base) else None
+                dense = _titan_tflops(raw, _without_grouped(part), training)
+                both_grouped = None
+                if prec_label == "BF16":
+                    slow_h100 = _titan_tflops(raw, _h100_at_b200_level(), h100_training)
+                    both_grouped = tflops / slow_h100 if tflops and slow_h100 else None
+                r = part_ratios(part)
+                parts = [r["gemm_bf16" if peak_key == "bf16" else "gemm_fp8"], r["attention"], r["hbm"]]
+                links = [r["nvls_all_reduce"], r["nvlink_p2p"]]  # the experts' all-to-alls stay on NVLink
+                row.update({"ratio_vs_h100": _rounded(ratio, 2), "grouped_h100": _grouped_state(raw, PARTS["H100"][0],
+                                                                                               h100_training),
+                            "ratio_both_dense": _rounded(dense / h100[base] if dense and h100.get(base) else None, 2),
+                            "ratio_both_grouped": _rounded(both_grouped, 2),
+                            "parts_min": round(min(parts + links), 2), "parts_max": round(max(parts), 2)})
+                row["verdict"] = _titan_verdict(row)
+                rows.append(row)
+    return pd.DataFrame(rows)
+
+
+def _out_of_parts(ratio: float | None, low: float, high: float) -> str:
+    """``ratio<parts``: slower than the slowest part ratio allows (below 1 where every part is faster: the
+    whole step slower on Blackwell though nothing measured is); ``ratio>parts``: faster than the fastest."""
+    if ratio is None:
+        return ""
+    if ratio < low / RATIO_MARGIN:
+        return "ratio<parts"
+    if ratio > high * RATIO_MARGIN:
+        return "ratio>parts"
+    return ""
+
+
+def _titan_verdict(row: dict) -> str:
+    """``consistent``, ``measured-vs-assumed: ...`` (out of the parts' ratios only as a user gets it, with the
+    grouped kernel measured on one part and assumed on the other) or ``FLAG <kind>``."""
+    low, high = row["parts_min"], row["parts_max"]
+    miss = _out_of_parts(row["ratio_vs_h100"], low, high)
+    if not miss:
+        return "consistent"
+    like = [row["ratio_both_dense"], row["ratio_both_grouped"]]
+    asymmetric = (row["grouped"] == "assumed") != (row["grouped_h100"] == "assumed")
+    if asymmetric and not any(_out_of_parts(x, low, high) for x in like if x is not None):
+        return (f"measured-vs-assumed: {miss} as a user gets it ({row['ratio_vs_h100']}x) only because the "
+                f"grouped kernel is {row['grouped']} on {row['part']} and {row['grouped_h100']} on H100 (no "
+                f"torch._grouped_mm row of H100); like for like {' / '.join(str(x) for x in like if x is not None)}x, "
+                f"within the parts' {low}-{high}x (5% margin)")
+    return f"FLAG {miss}"
+
+
+def titan_summary(titan: pd.DataFrame) -> str:
+    """The written verdict on torchtitan's MoE rows."""
+    rows = titan[titan.part != "H100"]
+    asym = rows[rows.verdict.str.startswith("measured-vs-assumed")]
+    if asym.empty:
+        return "  summary: every torchtitan MoE ratio is within its parts' ratios"
+    dense = rows.ratio_both_dense.dropna()
+    return (f"  summary: {len(asym)} of {len(rows)} Blackwell ÷ H100 ratios of torchtitan's MoE runs fall below the "
+            f"parts' ratios as a user gets them ({asym.ratio_vs_h100.min():.2f}-{asym.ratio_vs_h100.max():.2f}x), B200 "
+            "BF16 even below 1: not a property of the hardware but of the evidence. torchtitan's grouped kernels were "
+            "measured on B200 only (torchao's benchmark on a PyTorch 2.10 nightly: bf16 torch._grouped_mm at 0.37 of "
+            "B200's dense curve at each row's own per-expert shape), while H100's torch._grouped_mm has no row and "
+            "its experts are priced as dense GEMMs (assumed). Like for like the ratios are "
+            f"{dense.min():.2f}-{dense.max():.2f}x with both parts' experts dense, within the parts' ratios. Read a "
+            "torchtitan MoE comparison of B200 with H100 as a measured kernel against an assumed one.")
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--json", action="store_true", help="print the rows as JSON")
     args = parser.parse_args(argv)
     t = table()
+    titan = titan_moe_table()
     ratios = {part: part_ratios(part) for part in ("B200", "GB200")}
     simulated = {part: simulated_ratios(part) for part in ("B200", "GB200")}
     if args.json:
         print(json.dumps({"rows": t.to_dict(orient="records"), "part_ratios_vs_h100": ratios,
-                          "simulated_ratios_vs_h100": simulated}, indent=1))
+                          "simulated_ratios_vs_h100": simulated,
+                          "torchtitan_moe_rows": titan.to_dict(orient="records")}, indent=1))
     else:
         pd.set_option("display.width", 200)
         print("Predicted model TFLOP/s per GPU (catalog constants; ratio: over the same run on H100, MXFP8 over "
@@ -200,13 +356,24 @@ def main(argv: list[str] | None = None) -> int:
             print(f"  {part:<6} " + "  ".join(f"{k} {v:.2f}" for k, v in r.items()))
         for _, row in t[t.reason != ""].iterrows():
             print(f"  note: {row.run} {row.precision} {row.part}: {row.reason}")
+        print("\ntorchtitan's MoE runs (training.framework: torchtitan; experts as torch._grouped_mm / torchao's MXFP8 "
+              "grouped GEMM, measured on B200 only; H100's experts dense, assumed; MXFP8 over H100 FP8; "
+              "ratio_both_*: like for like):\n" + titan.drop(columns=["verdict"]).to_string(index=False))
+        for _, row in titan[titan.part != "H100"].iterrows():
+            print(f"  verdict {row.run} {row.precision} {row.part}: {row.verdict}")
+        print(titan_summary(titan))
     flagged = t[t["flag"] != ""]
     out = sys.stderr if args.json else sys.stdout  # --json: stdout stays one JSON document
     for _, row in flagged.iterrows():
         print(f"FLAG {row.flag}: {row.run} {row.precision} on {row.part} (MFU {row.mfu}, ratio {row.ratio_vs_h100})",
               file=out)
-    print("FLAGGED" if len(flagged) else "CONSISTENT", file=out)
-    return 1 if len(flagged) else 0
+    titan_flagged = titan[titan.verdict.fillna("").str.startswith("FLAG")]
+    for _, row in titan_flagged.iterrows():
+        print(f"{row.verdict}: torchtitan {row.run} {row.precision} on {row.part} (ratio {row.ratio_vs_h100}, like "
+              f"for like {row.ratio_both_dense} / {row.ratio_both_grouped})", file=out)
+    any_flag = len(flagged) + len(titan_flagged)
+    print("FLAGGED" if any_flag else "CONSISTENT", file=out)
+    return 1 if any_flag else 0
 
 
 if __name__ == "__main__":

@@ -68,6 +68,7 @@ def run(args) -> int:
         efficiency_provenance,
         efficiency_states,
         framework_setting_warnings,
+        grouped_gemm_kernels,
         kernel_warnings,
     )
     from simulator.report.result import finite_json, render_table
@@ -94,6 +95,8 @@ def run(args) -> int:
     result.extra["assumed_efficiencies"] = assumed_components(provenance)
     result.extra["efficiency_states"] = efficiency_states(provenance)
     result.extra["warnings"] = kernel_warnings(scenario) + framework_setting_warnings(scenario)
+    if grouped := grouped_gemm_kernels(scenario):  # MoE experts: the grouped kernel per part, measured or assumed
+        result.extra["grouped_gemm"] = grouped
     if scenario.frameworks:  # training.framework: the entry used, its factors and the rows they were fitted on
         choices = [c.as_dict() for c in scenario.frameworks]
         result.extra["framework_profile"] = choices[0] if len(choices) == 1 else choices

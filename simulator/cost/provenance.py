@@ -166,6 +166,50 @@ def efficiency_provenance(scenario: Scenario) -> dict[str, str]:
     return out
 
 
+def grouped_gemm_kernels(scenario: Scenario) -> list[dict]:
+    """How an MoE run's expert GEMMs are priced on each accelerator of the run (empty without MoE): as one grouped
+    kernel measured for the run's framework (``state`` calibrated, or derived from a sibling part: its ``level``
+    over the dense curve at one expert's shape, per-group cost, kernel and rows) or, where no grouped kernel of
+    that framework was measured on the part, as dense GEMMs of one expert's shape (``state`` assumed). The
+    parts that hold a grouped kernel of the framework are named (``parts_with_kernel``): a comparison between
+    one of them and an assumed part sets a measured kernel against an assumed one (torchtitan's
+    ``torch._grouped_mm`` has B200 rows and no H100 row). ``clustersim simulate`` prints it; ``--json`` carries it
+    as ``grouped_gemm``."""
+    from hardware_specs.catalog import ACCELERATORS
+
+    if getattr(scenario.model, "moe", None) is None:
+        return []
+    training = scenario.training
+    key = RECIPE_CURVE[training.fp8_recipe] if training.precision == "fp8" else gemm_curve_key(scenario)
+    out = []
+    for i, group in enumerate(scenario.groups):
+        accel = group.accelerator
+        framework = scenario.frameworks[i].name if len(scenario.frameworks) > i else "megatron-core"
+        measured = sorted(name for name, part in ACCELERATORS.all().items()
+                          if key in part.efficiency.grouped_gemm and framework in part.efficiency.grouped_gemm[key].frameworks)
+        entry = accel.efficiency.grouped_gemm.get(key)
+        row = {"accelerator": accel.name, "framework": framework, "precision": key, "parts_with_kernel": measured}
+        if entry is None:
+            row.update(state=ASSUMED, note=(
+                f"no {framework} grouped-GEMM kernel was measured on {accel.name} in {key}: the experts run as dense "
+                f"GEMMs of one expert's shape (assumed)" + (
+                    f"; beside {', '.join(measured)} (grouped kernel measured there or carried from it) a comparison "
+                    "sets a measured kernel against an assumed one" if measured else "")))
+        else:
+            state, source = provenance_state(entry.fitted_on or ASSUMED)
+            extra = f", quantisation at {entry.quantise_efficiency:g} of the memory-bound rate" \
+                if entry.quantise_efficiency else ""
+            row.update(state=state, kernel=entry.kernel, level=entry.level, per_group_us=entry.per_group_us,
+                       quantise_efficiency=entry.quantise_efficiency, fitted_on=entry.fitted_on, note=(
+                           f"{entry.kernel}: {entry.level:g} of the dense curve at one expert's shape, "
+                           f"+{entry.per_group_us:g} us per expert{extra} ({state}"
+                           + (f": {source}" if source else "") + f"; {entry.fitted_on}); every other part runs "
+                           f"{framework}'s experts as dense GEMMs (assumed): beside one of them (an H100, say) a "
+                           "comparison sets this measured kernel against an assumed one"))
+        out.append(row)
+    return out
+
+
 def framework_provenance(choice: FrameworkChoice) -> str:
     """``training.framework``'s factors: the rows they were fitted on, marked where carried over from
     another part or precision, or assumed (the catalog constants stand in)."""

@@ -428,5 +428,8 @@ def render_table(result: SimulationResult) -> str:
                   *(["                 stated (a datasheet or external figure, not fitted here): " + ", ".join(stated)]
                     if stated else []),
                   "                 ASSUMED (not measured): " + (", ".join(assumed) or "none")]
+    for i, g in enumerate(result.extra.get("grouped_gemm", ())):  # MoE experts (simulator/cost/provenance.py)
+        lines.append(f"  {'grouped GEMM' if i == 0 else '':<14} {g['accelerator']} {g['precision']}, {g['framework']}: "
+                     f"{g['note']}")
     lines += [f"  WARNING: {text}" for text in result.extra.get("warnings", ())]
     return "\n".join(lines)
