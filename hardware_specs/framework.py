@@ -73,6 +73,9 @@ class FrameworkEntry(Spec):
     heldout_median_abs_error: float | None = Field(default=None, ge=0, description="median |error| on them")
     heldout_max_abs_error: float | None = Field(default=None, ge=0, description="largest |error| on them")
     measured_on: str | None = Field(default=None, description="the part the rows ran on, where not the catalog's")
+    measured_on_node: str | None = Field(
+        default=None, description="the catalog node of that board (hardware_specs/nodes/), where one is shipped: a run "
+                                  "on it is calibrated, on the part's other boards derived")
     fitted_on: str = Field(description="CSV and rows (fit half only)")
 
     @property

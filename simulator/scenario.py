@@ -476,7 +476,7 @@ def build_scenario(raw: dict[str, Any], base: Path | None = None) -> Scenario:
     accelerator = node_accelerator(node)
     fabric = FABRICS.get(fabric_ref, "cluster.fabric")
     _check_precision(doc.training, accelerator)
-    choice = replace(_framework(doc.training, accelerator, model), settings=settings)
+    choice = replace(_framework(doc.training, accelerator, model, node), settings=settings)
     accelerator, node = with_framework(choice, accelerator, node)
     accelerator = with_grouped_gemm_kernels(accelerator, doc.training.framework)
     training = _resolved_attention(doc.training, accelerator)
@@ -485,11 +485,12 @@ def build_scenario(raw: dict[str, Any], base: Path | None = None) -> Scenario:
     return _resolved(doc, raw, base, model, fabric, training, [NodeGroup(node, accelerator, n, 0)], (choice,))
 
 
-def _framework(training: TrainingSpec, accelerator: Accelerator, model=None) -> FrameworkChoice:
+def _framework(training: TrainingSpec, accelerator: Accelerator, model=None, node: Node | None = None) -> FrameworkChoice:
     """``training.framework``'s profile entry on the accelerator in the run's precision (for ``model``: a
-    network is told which profiles apply to it)."""
+    network is told which profiles apply to it; on ``node``: an entry fitted on that very board is calibrated)."""
     return choose(training.framework, accelerator, precision_key(training.precision, training.tf32),
-                  training.fp8_recipe if training.precision == "fp8" else None, model=model)
+                  training.fp8_recipe if training.precision == "fp8" else None, model=model,
+                  node=node.name if node is not None else None)
 
 
 def _check_whole_nodes(node: Node, n: int) -> None:
@@ -672,7 +673,7 @@ def _build_mixed(doc: ScenarioFile, model, base: Path | None, fabric_ref: Any, r
         node = NODES.get(_relative(spec.node, base), f"cluster.groups.{i}.node")
         accelerator = node_accelerator(node, f"cluster.groups.{i}.node.accelerator")
         _check_precision(doc.training, accelerator, f"cluster.groups.{i}")
-        choice = replace(_framework(doc.training, accelerator, model), settings=settings)
+        choice = replace(_framework(doc.training, accelerator, model, node), settings=settings)
         accelerator, node = with_framework(choice, accelerator, node)
         accelerator = with_grouped_gemm_kernels(accelerator, doc.training.framework)
         choices.append(choice)

@@ -37,7 +37,8 @@ def test_grand_teton_is_dgx_h100_with_the_torchtitan_boards_hbm_and_power_limit(
 
 def test_the_catalog_node_is_the_one_validation_simulates_torchtitans_h100_rows_on():
     validation = NODES.get(GRAND_TETON)  # the {base, overrides} mapping the torchtitan set uses
-    assert validation.model_dump(exclude=set(LABELS)) == NODES.get("grand-teton-h100").model_dump(exclude=set(LABELS))
+    labels = {"source", "notes"}
+    assert validation.model_dump(exclude=labels) == NODES.get("grand-teton-h100").model_dump(exclude=labels)
     # and the mapping validation builds with a profile's constants (profiled_node) resolves to the same node
     raw = with_constants(type("C", (), {"scenario": _scenario(GRAND_TETON)})(), {})
     assert NODES.get(raw["cluster"]["node"]).model_dump(exclude=set(LABELS)) == validation.model_dump(exclude=set(LABELS))
@@ -75,3 +76,15 @@ def test_cli_runs_the_torchtitan_example_on_grand_teton_and_refuses_a_bad_base_w
     bad = subprocess.run([sys.executable, "-m", "simulator.cli", "simulate", example, "--set",
                           "cluster.node.base=nowhere"], capture_output=True, text=True, cwd=ROOT)
     assert bad.returncode == 2 and "Traceback" not in bad.stderr, bad.stderr
+
+
+def test_torchtitans_h100_factors_are_calibrated_on_the_board_they_were_fitted_on_and_derived_elsewhere():
+    def state(node: str) -> tuple[str, str]:
+        sc = load_scenario({**_scenario(node), "training": {"precision": "bf16", "framework": "torchtitan"}})
+        return sc.frameworks[0].state, sc.frameworks[0].note
+
+    on_board, elsewhere = state("grand-teton-h100"), state("dgx-h100")
+    assert on_board[0] == "calibrated" and "node grand-teton-h100" in on_board[1]
+    assert elsewhere[0] == "derived" and "another board" in elsewhere[1] and "grand-teton-h100" in elsewhere[1]
+    # an inline variant that is not that board (no name of it) stays derived
+    assert state({"base": "dgx-h100", "overrides": {"accelerator": {"hbm_gib": 96}}})[0] == "derived"

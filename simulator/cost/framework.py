@@ -6,7 +6,8 @@ choice is, in this order (the output says which; ``--json`` carries ``framework`
 and, from ``clustersim simulate``, ``framework_profile``: the entry, its factors and fit rows):
 
 1. *calibrated*: an entry fitted on this accelerator and precision (*derived* where its rows ran on
-   another board of the part, ``measured_on``: torchtitan's 500 W H100s);
+   another board of the part, ``measured_on``: torchtitan's 500 W H100s; calibrated again on that board's
+   own catalog node, ``measured_on_node``: grand-teton-h100);
 2. *derived*, other precision: an entry of this accelerator fitted in another precision (fp8 takes the
    bf16 entry and the other way round: a framework's loss is mostly outside the GEMMs' precision);
 3. *derived*, other accelerator: the entry of the same vendor's accelerator nearest in bf16 peak
@@ -233,10 +234,11 @@ def no_profile_note(network: str) -> str:
 
 
 def choose(name: str, accelerator: Accelerator, precision: str, fp8_recipe: str | None = None,
-           field: str = "training.framework", model: Any = None) -> FrameworkChoice:
+           field: str = "training.framework", model: Any = None, node: str | None = None) -> FrameworkChoice:
     """The profile entry ``name`` gives on ``accelerator`` in ``precision`` (:func:`precision_key`), and
     whether it was fitted there (calibrated), carried over (derived) or not known (assumed); see the
-    module docstring for the order. ``model`` (the run's): a network is told what applies to it."""
+    module docstring for the order. ``model`` (the run's): a network is told what applies to it. ``node``
+    (the run's node name): an entry fitted on another board of the part is calibrated on that board's node."""
     profile = framework_profile(name, field)
     network = _network_name(model)
     if profile is None:
@@ -245,7 +247,7 @@ def choose(name: str, accelerator: Accelerator, precision: str, fp8_recipe: str 
         return FrameworkChoice(DEFAULT_FRAMEWORK, DEFAULT, None,
                                "the catalog constants (kernel microbenchmarks; the rates Megatron-Core with "
                                "Transformer Engine reaches: NeMo's fitted H100 factor is within 2% of them)")
-    choice = choose_in(profile, accelerator, precision, fp8_recipe)
+    choice = choose_in(profile, accelerator, precision, fp8_recipe, node)
     if choice.entry is None or not profile.networks or network in profile.networks:
         return replace(choice, network=network is not None)
     ran = f"a {network} run" if network is not None else "a transformer run"
@@ -256,16 +258,20 @@ def choose(name: str, accelerator: Accelerator, precision: str, fp8_recipe: str 
 
 
 def choose_in(profile: FrameworkProfile, accelerator: Accelerator, precision: str,
-              fp8_recipe: str | None = None) -> FrameworkChoice:
+              fp8_recipe: str | None = None, node: str | None = None) -> FrameworkChoice:
     """:func:`choose` among ``profile``'s entries (the validation's carry-over check passes a profile without
     the entries of the row's own part: what the rule gives where that part was never measured)."""
     name = profile.name
     here = [e for e in profile.entries if e.accelerator == accelerator.name]
     entry, exact = _in_precision(here, precision, fp8_recipe)
+    if entry is not None and exact and entry.measured_on and node is not None and node == entry.measured_on_node:
+        return FrameworkChoice(name, CALIBRATED, entry, f"{name} on {accelerator.name} {precision}, node {node}: "
+                                                        f"fitted on rows measured on this board: {_fitted(entry)}")
     if entry is not None and exact and entry.measured_on:  # fitted on another board of the same part
+        board = f"; that board is the catalog node {entry.measured_on_node}" if entry.measured_on_node else ""
         return FrameworkChoice(name, DERIVED, entry,
                                f"{name} on {accelerator.name} {precision}: fitted on rows measured on another board "
-                               f"of this part, carried over: {_fitted(entry)}")
+                               f"of this part, carried over: {_fitted(entry)}{board}")
     if entry is not None and exact:
         return FrameworkChoice(name, CALIBRATED, entry, f"{name} on {accelerator.name} {precision}: {_fitted(entry)}")
     if entry is not None:

@@ -51,6 +51,9 @@ FRAMEWORKS: dict[str, tuple[str, str, str]] = {
 #: Group accelerator labels that name a variant of a catalog part: (catalog accelerator, the variant in words).
 VARIANTS = {"h100-96g-500w": ("h100-sxm-80g", "H100 96 GB HBM2e at a 500 W limit (Meta Grand Teton; "
                                               "the catalog H100 SXM runs at 700 W)")}
+#: The catalog node of such a board, where one is shipped (hardware_specs/nodes/grand-teton-h100.yaml is
+#: validation/modern/torchtitan.py GRAND_TETON): a run on it gets the entry as calibrated.
+VARIANT_NODES = {"h100-96g-500w": "grand-teton-h100"}
 
 #: Group precision labels that stand for several precisions or for one FP8 recipe: (precisions, fp8 recipes).
 PRECISIONS: dict[str, tuple[list[str], list[str] | None]] = {"fp8-rowwise": (["fp8"], ["rowwise"]),
@@ -146,6 +149,8 @@ def shipped_profiles() -> dict[str, dict[str, Any]]:
             entry.update({k: fitted[k] for k in ENTRY_KEYS if fitted.get(k) is not None})
             if variant:
                 entry["measured_on"] = variant
+            if accelerator in VARIANT_NODES:
+                entry["measured_on_node"] = VARIANT_NODES[accelerator]
             entry["fitted_on"] = fitted["fitted_on"]
             entries.append(entry)
         if entries:

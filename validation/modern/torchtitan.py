@@ -47,7 +47,8 @@ MODELS = {"Llama 3.1 8B": "llama3-8b", "Llama 3 8B": "llama3-8b", "Llama 3.1 70B
           "Llama 3 70B": "llama3-70b", "Llama 3.1 405B": "llama3-405b"}
 #: The GPU of the CSV's gpu cell by its prefix, as attention_kernel_by_run.csv names it.
 GPUS = ("H100", "H200", "MI300X", "A100")
-GRAND_TETON = node_variant("dgx-h100", {"hbm_gib": 96, "hbm_bandwidth_gb_per_s": 2400, "tdp_watts": 500})
+GRAND_TETON = node_variant("dgx-h100", {"hbm_gib": 96, "hbm_bandwidth_gb_per_s": 2400, "tdp_watts": 500},
+                           {"name": "grand-teton-h100"})  # = the catalog node hardware_specs/nodes/grand-teton-h100.yaml
 DEFAULT_SEQ = 8192
 INTERLEAVED_STAGES_PER_RANK = 2
 MI300X_GROUP = "torchtitan|mi300x|bf16+fp8"
