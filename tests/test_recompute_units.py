@@ -245,3 +245,11 @@ def test_a_pipeline_cut_inside_a_block_keeps_every_tensor_that_crosses_it():
     assert chunk_activation_bytes(scenario, 1) == pytest.approx(sum(plan.kept_bytes[cut:]) + crossing, rel=1e-12)
     assert stage_memories(scenario)[1].activations_bytes == pytest.approx(
         rank_memory(scenario, 1).activations_bytes, rel=1e-12)
+
+
+def test_per_layer_refuses_recompute_instead_of_ignoring_it():
+    from simulator.simulate import simulate
+
+    scenario = load_scenario(str(ROOT / "examples" / "vgg16-per-layer-8xa100.yaml"), ["parallelism.recompute=full"])
+    with pytest.raises(ConfigError, match="parallelism.recompute.*per_layer does not recompute"):
+        simulate(scenario)

@@ -29,6 +29,9 @@ of every layer (``params / (channels·heads·reduction)``, bytes per parameter a
 activations each layer keeps for its backward times its work ratio (its share of the batch and
 the feature map); other: the largest input a reshard or halo gathers. In the simulation each
 layer's forward allocates its saved activations and its backward frees them.
+
+Not modelled: recompute (``parallelism.recompute`` other than none is refused: a layer's
+checkpoint would be resharded and re-run on its own split, which none of the sources does).
 """
 
 from __future__ import annotations
@@ -46,6 +49,7 @@ from simulator.strategies.per_layer.sharding import (
 from simulator.strategies.plan import Plan
 from simulator.strategies.registry import StrategyKind, register
 from simulator.strategies.spmd.plan import OPTIMIZER_BYTES_PER_PARAM
+from simulator.strategies.tasklists import require
 
 ACTOR = "device0"
 
@@ -64,8 +68,14 @@ def _local_params(layer, split: Split) -> float:
     return float(-(-layer.params // shards))
 
 
+def _refuse_recompute(scenario) -> None:
+    require(scenario.parallelism.recompute == "none", "parallelism.recompute",
+            "per_layer does not recompute (each layer runs on its own split; use none)")
+
+
 def per_layer_memory(scenario) -> tuple[int, MemoryBreakdown, list[MemoryBreakdown]]:
     """Device 0's peak memory (see the module docstring)."""
+    _refuse_recompute(scenario)
     p = pricer(scenario)
     splits = layer_splits(scenario)
     tr = scenario.training
@@ -187,6 +197,7 @@ class PerLayerPlanner:
 
 
 def compile_per_layer(scenario, mode: str | None = None, detail: bool = False) -> Plan:
+    _refuse_recompute(scenario)
     return PerLayerPlanner(scenario).build()
 
 
