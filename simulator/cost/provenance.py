@@ -122,8 +122,9 @@ def efficiency_provenance(scenario: Scenario) -> dict[str, str]:
         pass  # no attention op in the graph (a CNN; GNMT's attention is GEMMs): neither constant is read
     elif scenario.training.attention == "flash" and eff.attention is not None:
         out["attention_kernel"] = eff.attention.fitted_on or ASSUMED
-        for name in eff.attention.assumed:  # parts of the kernel no row measured (e.g. FlashAttention-3's backward)
-            out[f"attention_kernel.{name}"] = ASSUMED
+        if eff.attention.fitted_on is not None:  # a kernel measured nowhere (cudnn) is assumed whole: one entry
+            for name in eff.attention.assumed:  # parts of the kernel no row measured (e.g. FlashAttention-3's backward)
+                out[f"attention_kernel.{name}"] = ASSUMED
     else:
         out["attention_efficiency_factor"] = ASSUMED  # no run of this project has measured it
     if getattr(scenario.model, "moe", None) is not None:  # expert GEMMs as one grouped kernel (simulator/cost/compute.py)

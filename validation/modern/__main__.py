@@ -179,8 +179,8 @@ def main(argv: list[str] | None = None) -> int:
             print_report(block)
             if args.cases:
                 for c in block["cases"]:
-                    print(f"    row {c['row']:>4} {c['label'][:90]:<90} measured {c['measured'] or 0:>10.1f} "
-                          f"simulated {c['simulated'] or 0:>10.1f} {_pct(c['relative_error']):>8}"
+                    print(f"    row {c['row']:>4} {c['label'][:90]:<90} {c['attention_kernel']:<6} measured "
+                          f"{c['measured'] or 0:>10.1f} simulated {c['simulated'] or 0:>10.1f} {_pct(c['relative_error']):>8}"
                           f"{'' if c['fits'] else '  (predicted OOM)'}")
     return 0 if all(b["met"] for b in blocks) else 1
 
