@@ -150,6 +150,41 @@ def compare(path: Path, workers: int, top: int, say) -> bool:
     return False
 
 
+def margin_runs(path: Path, workers: int, top: int, say) -> None:
+    """What a fast-path-first search would pay for an engine top k as exact as the search's: every
+    candidate that could be in the engine's top k given the fast path's agreement tolerance
+    (|fast/engine - 1| <= 0.5% where no transfers contend, 3% where they do) is timed by the engine.
+    Candidate i can be in the engine's top k only if its least possible engine time fast_i / (1 + tol_i)
+    is at most U, the k-th smallest of the greatest possible ones fast_j / (1 - tol_j); those are counted
+    (the fast path's ranking is grown until the next fast time is past U·1.03), beside the engine runs the
+    search's lower-bound rule needed."""
+    from simulator.explore.search import search, summarize
+
+    space, constraints, _ = space_of(path)
+    engine = search(str(path), space=space, constraints=constraints, top_k=top, workers=workers)
+    bound_rule = summarize(engine)["engine_resimulated"]
+    depth = 2 * top
+    while True:
+        fast = [r for r in search(str(path), space=space, constraints=constraints, top_k=depth, workers=workers,
+                                  timed_by="fast") if r.get("evaluated_by") == "fast" and r.get("fits")]
+        if len(fast) < top:
+            say(f"    {path.name}: fewer than {top} layouts fit")
+            return
+
+        def tol(row) -> float:
+            return CONTENTION_TOL if row.get("fast_path_approximation") else NO_CONTENTION_TOL
+
+        # seconds per sample (the global batch may be a searched field), best first as the search ranks them
+        per = [1.0 / (r.get("samples_per_s") or r["tokens_per_s"]) for r in fast]
+        ceiling = sorted(p / (1 - tol(r)) for p, r in zip(per, fast, strict=True))[top - 1]
+        inside = [r for p, r in zip(per, fast, strict=True) if p / (1 + tol(r)) <= ceiling]
+        if len(fast) < depth or per[-1] / (1 + CONTENTION_TOL) > ceiling:
+            break
+        depth *= 2
+    say(f"    margin rule: {len(inside)} engine runs (the fast path's top {len(fast)} timed to find them) against "
+        f"{bound_rule} by the search's lower-bound rule: {len(inside) - bound_rule:+d}")
+
+
 def _raw(path: Path) -> dict:
     from simulator.explore.sweep import absolutize
     from simulator.scenario import load_raw
@@ -163,6 +198,8 @@ def main() -> int:
     parser.add_argument("--workers", type=int, default=os.cpu_count())
     parser.add_argument("--top", type=int, default=20)
     parser.add_argument("--only", nargs="*", help="example file names (default: every one)")
+    parser.add_argument("--margin", action="store_true",
+                        help="also count the engine runs a fast-path-first search with the agreement margin would need")
     args = parser.parse_args()
     os.environ["CLUSTERSIM_CACHE"] = "0"
     started, cpu0 = time.perf_counter(), cpu_seconds()
@@ -176,6 +213,8 @@ def main() -> int:
             continue
         compared += 1
         status |= 0 if compare(path, args.workers, args.top, lambda line: print(line, flush=True)) else 1
+        if args.margin:
+            margin_runs(path, args.workers, args.top, lambda line: print(line, flush=True))
     print(f"\n{compared} examples compared, {len(skipped)} not searched by both paths "
           f"({', '.join(s.split(':')[0] for s in skipped)}); {time.perf_counter() - started:.0f} s wall, "
           f"{cpu_seconds() - cpu0:.0f} CPU-s; load average {os.getloadavg()[0]:.1f} at the end")

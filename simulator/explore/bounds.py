@@ -86,11 +86,11 @@ class BoundParts:
         return (start + best) * (1 - ROUND_OFF)
 
 
-def step_lower_bound_s(scenario, planner=None, key: str | None = None) -> float:
+def step_lower_bound_s(scenario, planner=None, key: str | None = None, tail: tuple[str, str] | None = None) -> float:
     """Seconds: never above the engine's step time of ``scenario`` (an SPMD layout); module docstring.
-    ``key``: as for :func:`bound_parts`."""
+    ``key``, ``tail``: as for :func:`bound_parts`."""
     par = scenario.parallelism
-    return bound_parts(scenario, planner, key).bound_s(par.overlap_grad_reduce, par.overlap_param_gather)
+    return bound_parts(scenario, planner, key, tail).bound_s(par.overlap_grad_reduce, par.overlap_param_gather)
 
 
 _PASSES: dict[str, dict[int, dict[str, float]]] = {}
@@ -112,6 +112,31 @@ def passes_key(point: dict) -> str:
     if par.get("schedule") == "gpipe":
         par["schedule"] = "1f1b"
     return json.dumps({**point, "parallelism": par}, sort_keys=True, default=str)
+
+
+# What the step's tail costs (optimizer step, gradient reduction, weight gather, last bucket: the
+# stage's parameters and its data-parallel groups) does not depend on these layout fields: they change
+# the micro-batches and the passes' kernels, not the parameters a stage holds or its groups. The search
+# varies them within every (tp, pp, dp, vp, ZeRO) layout, so the tail is priced once for all of them
+# (tests/test_search_checks.py compares every candidate's bound with one priced afresh).
+_TAIL_INERT = ("micro_batch_size", "recompute", "sequence_parallel", "global_batch_size")
+_TAILS: dict[tuple[str, str], tuple] = {}
+_TAILS_KEPT = 4096
+_REST: dict[str, object] = {}  # the sections of the last point but its layout, and their JSON
+
+
+def tail_key(point: dict) -> tuple[str, str]:
+    """A key of the step's tail (:func:`bound_parts`) of the scenario built from the raw mapping
+    ``point``: its sections but the layout (a search's points share them: known by identity), and its
+    layout without the fields the tail does not read (:data:`_TAIL_INERT`), the schedule reduced to
+    whether it is zero bubble (whose weight-gradient passes change what the tail can expose)."""
+    rest = {k: v for k, v in point.items() if k != "parallelism"}
+    same = _REST.get("rest")
+    if not (isinstance(same, dict) and same.keys() == rest.keys() and all(same[k] is v for k, v in rest.items())):
+        _REST.update(rest=rest, json=json.dumps(rest, sort_keys=True, default=str))
+    par = {k: v for k, v in (point.get("parallelism") or {}).items() if k not in _TAIL_INERT}
+    par["schedule"] = "zb-h1" if par.get("schedule") == "zb-h1" else "other"
+    return str(_REST["json"]), json.dumps(par, sort_keys=True, default=str)
 
 
 _CHUNK_PASSES: dict[tuple, float] = {}
@@ -183,13 +208,12 @@ def _additive(planner, phase: str, kind) -> bool:
     return not any(op.collective == "all_to_all" for op in planner.layer_pass_ops(kind, phase))
 
 
-def bound_parts(scenario, planner=None, key: str | None = None) -> BoundParts:
-    """The bound's terms for ``scenario`` (priced by ``planner``, built if not given). ``key``: its
-    :func:`passes_key`, to price its chunk passes once for every layout of a search that shares them."""
-    from simulator.scenario import gradient_bytes
-    from simulator.strategies.spmd.plan import WEIGHT_BYTES, Planner
+def bound_parts(scenario, planner=None, key: str | None = None, tail: tuple[str, str] | None = None) -> BoundParts:
+    """The bound's terms for ``scenario`` (priced by ``planner``, built if not given and something is
+    not yet priced). ``key``: its :func:`passes_key`, to price its chunk passes once for every layout of
+    a search that shares them; ``tail``: its :func:`tail_key`, to price the step's tail once for them."""
+    from simulator.strategies.spmd.plan import Planner
 
-    planner = planner or Planner(scenario)
     par = scenario.parallelism
     pp, v, m = par.pp, par.virtual_stages, par.num_micro_batches
     zero_bubble = par.schedule == "zb-h1"
@@ -212,6 +236,7 @@ def bound_parts(scenario, planner=None, key: str | None = None) -> BoundParts:
 
     per_chunk = _PASSES.get(key) if key is not None else None
     if per_chunk is None:
+        planner = planner or Planner(scenario)
         if shared:
             shape, alike = shape_key(key), {}
             per_chunk = {}
@@ -235,6 +260,31 @@ def bound_parts(scenario, planner=None, key: str | None = None) -> BoundParts:
         fill += per_chunk[stage]["F"]
         drain += per_chunk[stage]["R"] + per_chunk[stage]["B"]
 
+    ends = _TAILS.get(tail) if shared and tail is not None else None
+    if ends is None:
+        planner = planner or Planner(scenario)
+        ends = _tail_parts(scenario, planner, shared, rep)
+        if shared and tail is not None:
+            if len(_TAILS) >= _TAILS_KEPT:
+                _TAILS.clear()
+            _TAILS[tail] = ends
+    tail_on, reduce_exposable, gather_exposable, bucket_exposable, tails, start = ends
+    optimizer, reduce, gather, last_bucket = (tuple(t[i] for t in tails) for i in range(4))
+    return BoundParts(tuple(chains), optimizer, reduce, gather, tail_on, reduce_exposable, gather_exposable, start,
+                      last_bucket if bucket_exposable else (), par.zero_stage >= 2)
+
+
+def _tail_parts(scenario, planner, shared: bool, rep) -> tuple:
+    """The step's tail of :func:`bound_parts`: (whether there is one, whether the gradient reduction,
+    the weight gather and the last bucket can be exposed, per stage its (optimizer step, gradient
+    reduction, weight gather, last bucket) seconds, the first chunk's weight gather before the step).
+    ``rep(stage)``: the stage's representative rank."""
+    from simulator.scenario import gradient_bytes
+    from simulator.strategies.spmd.plan import WEIGHT_BYTES
+
+    par = scenario.parallelism
+    pp, v = par.pp, par.virtual_stages
+    zero_bubble = par.schedule == "zb-h1"
     zero = par.zero_stage
     dp_size = par.dp_degree * par.cp if planner.sync_gradients else 1
     tail = scenario.simulation.steps == 1 and scenario.training.optimizer_fusion == "none" and planner.local_update
@@ -305,12 +355,10 @@ def bound_parts(scenario, planner=None, key: str | None = None) -> BoundParts:
             tails.append(hit)
         else:
             tails.append(stage_tail(stage))
-    optimizer, reduce, gather, last_bucket = (tuple(t[i] for t in tails) for i in range(4))
     start = (planner._isolated_comm_s(rep(0), [(planner.shard_group, "all_gather",
                                                 planner.chunk_params_local(0) * WEIGHT_BYTES[planner.precision])])
              if gather_exposable else 0.0)
-    return BoundParts(tuple(chains), optimizer, reduce, gather, tail, reduce_exposable, gather_exposable, start,
-                      last_bucket if bucket_exposable else (), zero >= 2)
+    return tail, reduce_exposable, gather_exposable, bucket_exposable, tuple(tails), start
 
 
 def price_best_bound_first(order: Sequence[int], bounds: Sequence[float], price: Callable[[list[int]], None],

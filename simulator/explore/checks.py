@@ -12,7 +12,9 @@ bounds; priced one by one they cost as much CPU as the 24 engine runs of the sea
   under a ``training.framework`` profile, which fills layout fields a mapping leaves out);
 - the memory model prices every pipeline stage at once (simulator/memory/vectorised.py: the same
   numbers as ``rank_memory``, stage by stage);
-- the bound's chunk passes are priced once per distinct pass (simulator/explore/bounds.py).
+- the bound's chunk passes are priced once per distinct pass, and its tail once per layout whatever the
+  micro-batch, recompute and sequence parallelism (simulator/explore/bounds.py), the planner built only
+  where something is left to price.
 
 ``reference=True`` runs the checks as they were (``build_scenario``, ``peak_rank_memory``, the bound
 priced without the shared passes): tests/test_search_checks.py compares both over every candidate of
@@ -27,7 +29,7 @@ from typing import Any
 
 from hardware_specs.framework import DEFAULT_FRAMEWORK
 from simulator.errors import ConfigError
-from simulator.explore.bounds import passes_key, step_lower_bound_s
+from simulator.explore.bounds import passes_key, step_lower_bound_s, tail_key
 from simulator.memory.analytic import fits as memory_fits
 from simulator.memory.analytic import peak_rank_memory
 from simulator.memory.vectorised import peak_memory
@@ -120,6 +122,7 @@ def check_layout(point: dict[str, Any], max_memory_gib: float | None, simulate: 
         return {"row": row}
     bound_s = None
     if want_bound:
-        bound_s = step_lower_bound_s(sc, key=None if reference else passes_key(point))
+        bound_s = (step_lower_bound_s(sc) if reference
+                   else step_lower_bound_s(sc, key=passes_key(point), tail=tail_key(point)))
     return {"work": _work_estimate(sc), "tokens": sc.parallelism.global_batch_size * (sc.seq_length or 1),
             "bound_s": bound_s, "template": rows_template(sc, (stage, peak, per_stage))}
