@@ -1,8 +1,11 @@
 """PaSE's planner (``clustersim plan --planner pase``) on its 32-GPU benchmark setting: nodes of 8
 GTX 1080 Ti / RTX 2080 Ti on PCIe with InfiniBand between (hardware_specs/nodes/*-server-8.yaml).
-The plan has the structure PaSE reports (Elango 2021 Sec. VI: batch-split convolutions,
-model-split fully connected layers) and its simulated speed-up over pure data parallelism lies in
-the paper's range (up to 1.85x on the 1080 Ti cluster, up to 4x on the 2080 Ti one)."""
+Per benchmark, the plan of PaSE's objective has the structure the paper reports (Elango 2021
+Sec. VI: batch-split convolutions, model-split fully connected layers; for the RNN and the
+Transformer, VGG-16's rule carried to their vocabulary layers, which hold their weights, while the
+recurrent and attention blocks keep the batch split), and its simulated speed-up over pure data
+parallelism lies in the paper's range (up to 1.85x on the 1080 Ti cluster, up to 4x on the 2080 Ti
+one); each benchmark's speed-up is pinned to its figure (benchmarks/bench_pase_planner.py)"""
 
 from __future__ import annotations
 
@@ -28,38 +31,106 @@ def scenario(model: str, node: str, batch: int = 256) -> dict:
             "training": {"precision": "fp32"}}
 
 
+BENCHMARKS = {"vgg16": 256, "inception-v3": 256, "resnet50": 256, "gnmt-16": 256, "bert-large": 64}
+CNNS = ("vgg16", "inception-v3", "resnet50")
+# speed-up over pure data parallelism of the plan of PaSE's own objective (gradient weight 1), simulated:
+# benchmarks/bench_pase_planner.py (the default weights return the same plans on these clusters)
+SPEEDUP = {("vgg16", "gtx1080ti-server-8"): 1.373, ("vgg16", "rtx2080ti-server-8"): 1.501,
+           ("inception-v3", "gtx1080ti-server-8"): 1.072, ("inception-v3", "rtx2080ti-server-8"): 1.072,
+           ("resnet50", "gtx1080ti-server-8"): 1.030, ("resnet50", "rtx2080ti-server-8"): 1.031,
+           ("gnmt-16", "gtx1080ti-server-8"): 1.368, ("gnmt-16", "rtx2080ti-server-8"): 1.364,
+           ("bert-large", "gtx1080ti-server-8"): 1.052, ("bert-large", "rtx2080ti-server-8"): 1.053}
+
+
 @pytest.fixture(scope="module")
-def vgg_plans():
-    return {node: get_planner("pase").run(scenario("vgg16", node), {}) for node in PAPER_MAX_SPEEDUP}
+def plans_32():
+    """PaSE's plan (its own objective, gradient weight 1) for each 32-GPU benchmark on each cluster,
+    with each layer's kind."""
+    out = {}
+    for model, batch in BENCHMARKS.items():
+        for node in PAPER_MAX_SPEEDUP:
+            raw = scenario(model, node, batch)
+            kinds = {layer.name: layer.kind for layer in per_layer_pricer(raw)[1].graph.layers}
+            out[model, node] = get_planner("pase").run(raw, {"gradient_weights": "1"}), kinds
+    return out
 
 
-@pytest.mark.parametrize("node", sorted(PAPER_MAX_SPEEDUP))
-def test_vgg16_convolutions_split_the_batch_and_fully_connected_layers_the_model(vgg_plans, node):
-    splits = vgg_plans[node].details["splits"]
-    convs = {name: s for name, s in splits.items() if name.startswith("features.")}
-    fcs = {name: s for name, s in splits.items() if name.startswith("classifier.") and name[-1] in "036"}
-    assert len(convs) == 31 and len(fcs) == 3
-    assert all(s == {"batch": 32} for s in convs.values()), convs
-    assert all(s.get("batch", 1) == 1 and (s.get("channels", 1) > 1 or s.get("reduction", 1) > 1)
-               for s in fcs.values()), fcs
-
-
-@pytest.mark.parametrize("node", sorted(PAPER_MAX_SPEEDUP))
-def test_vgg16_speedup_over_data_parallel_is_in_the_paper_range(vgg_plans, node):
-    found = vgg_plans[node]
-    speedup = found.details["speedup_over_data_parallel"]
-    assert 1.0 < speedup <= PAPER_MAX_SPEEDUP[node], (found.summary, speedup)
-    assert found.step_time_s == pytest.approx(found.details["data_parallel_step_s"] / speedup)
+def _model_split(split: dict) -> bool:
+    """A split that cuts the layer's weights and not its batch (PaSE's "model parallel")."""
+    return "batch" not in split and (split.get("channels", 1) > 1 or split.get("reduction", 1) > 1)
 
 
 @pytest.mark.slow
 @pytest.mark.parametrize("node", sorted(PAPER_MAX_SPEEDUP))
-def test_gnmt_speedup_is_in_the_paper_range(node):
-    """The RNN benchmark (GNMT-16 stands in for PaSE's RNNLM/NMT): LSTMs and the softmax split the
-    model, the rest the batch."""
-    found = get_planner("pase").run(scenario("gnmt-16", node), {})
+@pytest.mark.parametrize("model", CNNS)
+def test_cnn_benchmarks_split_convolutions_by_batch_and_fully_connected_layers_by_model(plans_32, model, node):
+    """PaSE's 32-GPU CNN benchmarks (Elango 2021 Sec. VI; VGG-16 stands in for its AlexNet): every
+    convolution of the trunk splits the batch over all 32 GPUs, every fully connected layer splits
+    the model (no batch cut): the structure the paper reports (and Krizhevsky's "one weird trick")."""
+    found, kinds = plans_32[model, node]
+    splits = found.details["splits"]
+    convs = [s for name, s in splits.items() if kinds[name] == "conv2d" and not name.startswith("AuxLogits.")]
+    fcs = {name: s for name, s in splits.items() if kinds[name] == "linear"}
+    assert len(convs) in (13, 53, 94) and all(s == {"batch": 32} for s in convs)
+    assert fcs and all(_model_split(s) for s in fcs.values()), fcs
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("node", sorted(PAPER_MAX_SPEEDUP))
+def test_rnn_benchmark_splits_the_vocabulary_layers_by_model_and_the_lstms_by_batch(plans_32, node):
+    """GNMT-16 stands in for PaSE's RNN benchmarks (RNNLM, NMT): the layers whose weights are the
+    vocabulary (the two 32,320 x 1024 embeddings and the output projection, 33 M parameters each)
+    split the model over all 32 GPUs, the loss over the classes where the projection is
+    (vocabulary-parallel cross-entropy: no logits gathered); every LSTM splits the batch (the
+    encoder's also the model, 16 x 2 or 2 x 16: a hybrid; the decoder's are data parallel)."""
+    found, kinds = plans_32["gnmt-16", node]
+    splits = found.details["splits"]
+    vocabulary = {name: splits[name] for name in ("encoder.embedder", "decoder.embedder", "decoder.classifier")}
+    assert all(_model_split(s) and math.prod(s.values()) == 32 for s in vocabulary.values()), vocabulary
+    assert splits["loss"] == {"reduction": 32}
+    lstms = {name: s for name, s in splits.items() if kinds[name] == "lstm"}
+    assert len(lstms) == 16 and all(s.get("batch", 1) > 1 for s in lstms.values()), lstms
+    assert any(s.get("channels", 1) > 1 for s in lstms.values())
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("node", sorted(PAPER_MAX_SPEEDUP))
+def test_transformer_benchmark_splits_the_embeddings_by_model_and_the_blocks_by_batch(plans_32, node):
+    """BERT-large stands in for PaSE's Transformer: the embeddings (the 30,522 x 1024 word table
+    tied to the output projection) split the model over all 32 GPUs; all 24 encoder blocks are data
+    parallel (every layer of them {batch: 32}): on PCIe nodes a split inside a block would put its
+    activations on the bus twice per layer, its weights' gradients once per step."""
+    found, kinds = plans_32["bert-large", node]
+    splits = found.details["splits"]
+    embeddings = [s for name, s in splits.items() if kinds[name] == "embedding"]
+    assert len(embeddings) == 3 and all(s == {"channels": 32} for s in embeddings)
+    blocks = [s for name, s in splits.items() if name.startswith("encoder.layer.")]
+    assert len(blocks) == 24 * 10 and all(s == {"batch": 32} for s in blocks)
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("node", sorted(PAPER_MAX_SPEEDUP))
+@pytest.mark.parametrize("model", sorted(BENCHMARKS))
+def test_speedup_over_data_parallel_is_in_the_paper_range(plans_32, model, node):
+    """Each benchmark's simulated speed-up over pure data parallelism (the plan of PaSE's objective)
+    lies in (1, the paper's "up to" 1.85x on the GTX 1080 Ti cluster, 4x on the RTX 2080 Ti one]:
+    VGG-16 1.37 / 1.50, GNMT-16 1.37 / 1.36, Inception-v3 1.07 / 1.07, BERT-large 1.05 / 1.05,
+    ResNet-50 1.03 / 1.03 (the paper's per-benchmark figure is not in the data: only its maxima)."""
+    found, _ = plans_32[model, node]
     speedup = found.details["speedup_over_data_parallel"]
     assert 1.0 < speedup <= PAPER_MAX_SPEEDUP[node], (found.summary, speedup)
+    assert found.step_time_s == pytest.approx(found.details["data_parallel_step_s"] / speedup)
+    assert speedup == pytest.approx(SPEEDUP[model, node], abs=0.005)
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("node", sorted(PAPER_MAX_SPEEDUP))
+def test_the_cnn_with_the_largest_fully_connected_layers_gains_most(plans_32, node):
+    """Among the CNNs the speed-up follows the weight in fully connected layers, where the model
+    split replaces an all-reduce of their gradients (VGG-16: 124 M of 138 M parameters) with
+    reshards of small activations; Inception-v3 and ResNet-50 (2 M each) gain only a few percent."""
+    gains = {m: plans_32[m, node][0].details["speedup_over_data_parallel"] for m in CNNS}
+    assert gains["vgg16"] > 1.3 and max(gains["inception-v3"], gains["resnet50"]) < 1.1, gains
 
 
 def test_a_plan_that_does_not_fit_is_a_result_with_the_reason():
@@ -119,28 +190,6 @@ def test_bad_gradient_weights_name_the_option(value):
     with pytest.raises(ConfigError) as err:
         gradient_weights({"gradient_weights": value})
     assert err.value.field == "--option gradient_weights"
-
-
-@pytest.mark.slow
-@pytest.mark.parametrize(("model", "node"), [("resnet50", "gtx1080ti-server-8"), ("resnet50", "rtx2080ti-server-8"),
-                                             ("inception-v3", "gtx1080ti-server-8")])
-def test_cnn_benchmarks_split_convolutions_by_batch_and_fully_connected_layers_by_model(model, node):
-    """PaSE's 32-GPU CNN benchmarks (Elango 2021 Sec. VI) on the paper's clusters: every convolution
-    of the trunk splits the batch over all 32 GPUs, every fully connected layer splits the model
-    (no batch cut), and the speed-up over pure data parallelism lies in the paper's range
-    (ResNet-50 1.029x / 1.031x, Inception-v3 1.069x). PaSE's own objective only (gradient weight 1:
-    a quarter of the DPs; with the default weights the same plan is returned on these clusters,
-    benchmarks/bench_pase_planner.py)."""
-    raw = scenario(model, node)
-    found = get_planner("pase").run(raw, {"gradient_weights": "1"})
-    splits = found.details["splits"]
-    kinds = {layer.name: layer.kind for layer in per_layer_pricer(raw)[1].graph.layers}
-    convs = [s for name, s in splits.items() if kinds[name] == "conv2d" and not name.startswith("AuxLogits.")]
-    fcs = [s for name, s in splits.items() if kinds[name] == "linear"]
-    assert len(convs) in (53, 94) and all(s == {"batch": 32} for s in convs)
-    assert fcs and all("batch" not in s for s in fcs), fcs
-    speedup = found.details["speedup_over_data_parallel"]
-    assert 1.0 < speedup <= PAPER_MAX_SPEEDUP[node], (found.summary, speedup)
 
 
 UNET_8XA100 = Path(__file__).resolve().parents[1] / "examples" / "unet-domain-parallel-8xa100.yaml"

@@ -615,12 +615,15 @@ class NetBuilder:
 
     def cross_entropy(self, name: str, logits: Tensor) -> Tensor:
         """Softmax cross-entropy over the last dimension (the loss): log-softmax in fp32 (autocast
-        runs it in fp32), saves its fp32 output."""
+        runs it in fp32), saves its fp32 output. Splittable over the classes too (``reduction``):
+        the vocabulary-parallel cross-entropy of Megatron-LM (Shoeybi et al. 2019 Sec. 3), each
+        device on its slice of the logits, per-token statistics all-reduced (priced by the
+        per-layer kind: simulator/strategies/per_layer/cost.py)."""
         n = self.batch * logits.numel
         out = self._new((1,), name)
         return self._layer(name, "loss", [logits], out, [self._memory_op(f"{name}.log_softmax", n, 1, 1, FP32_BYTES)],
                            [self._memory_op(f"{name}.log_softmax.grad", n, 2, 1, FP32_BYTES)], 0,
-                           float(n * FP32_BYTES), frozenset({"batch", "sequence"}))
+                           float(n * FP32_BYTES), frozenset({"batch", "sequence", "reduction"}))
 
     def output(self) -> LayerGraph:
         """The graph built so far, checked."""

@@ -179,6 +179,14 @@ class Pricer:
         if layer.kind == "batchnorm" and len(grid) > 1 and layer.output_shape:
             stats = 2 * -(-layer.output_shape[0] // split.channels) * FP32_BYTES
             out.append(Collective("all_reduce", stats, grid, 2 * stats * (len(grid) - 1) / len(grid)))
+        classes = subgroup(split, ("reduction",))
+        if layer.kind == "loss" and len(classes) > 1:
+            # a loss split over its classes (vocabulary-parallel cross-entropy, Shoeybi et al. 2019
+            # Sec. 3): each device reduces its slice of the logits; the per-token maximum, sum of
+            # exponentials and target logit (3 fp32) are all-reduced over the class group
+            tokens = -(-self.batch // split.batch) * -(-_tokens_per_sample(layer) // split.sequence)
+            stats = 3 * tokens * FP32_BYTES
+            out.append(Collective("all_reduce", stats, classes, 2 * stats * (len(classes) - 1) / len(classes)))
         ring = subgroup(split, ("sequence",))
         if layer.kind == "attention" and len(ring) > 1 and layer.output_shape:
             # a sequence split's queries attend to every key: the local heads' K and V of the whole
@@ -245,6 +253,12 @@ class Pricer:
 
 _PRICERS: OrderedDict[int, tuple[object, Pricer]] = OrderedDict()
 _PRICERS_KEPT = 16
+
+
+def _tokens_per_sample(layer: Layer) -> int:
+    """Positions per sample a loss scores: the sequence of its (sequence, classes) input, else 1."""
+    shape = layer.input_shape or ()
+    return shape[0] if len(shape) == 2 else 1
 
 
 def pricer(scenario) -> Pricer:
