@@ -256,6 +256,18 @@ SEARCH_EXAMPLES = {
     "llama3-405b-128k-cp16.yaml": SearchSpace(tp=[8], cp=[16], pp=[8, 16], virtual_stages=[1, 4],
                                               micro_batch_size=[1], zero_stage=[1], recompute=["full"],
                                               sequence_parallel=[True]),
+    # the other examples a search runs on (benchmarks/bench_search_ranking.py: 15 in all)
+    "bert-large-tp4-dgx-a100.yaml": SearchSpace(tp=[1, 4], micro_batch_size=[32], zero_stage=[0],
+                                                recompute=["none", "full"]),
+    "llama3-405b-16k-h100-failures.yaml": SearchSpace(tp=[8], pp=[16], virtual_stages=[2, 4], micro_batch_size=[1],
+                                                      zero_stage=[1], recompute=["full"], sequence_parallel=[True]),
+    "llama3-8b-torchtitan-sac-h100.yaml": SearchSpace(tp=[4, 8], pp=[1, 2], virtual_stages=[1], micro_batch_size=[12],
+                                                      zero_stage=[1, 3], recompute=["full"]),
+    "mixed-a100-t4-two-regions-wan.yaml": SearchSpace(micro_batch_size=[1], zero_stage=[1], recompute=["full"],
+                                                      virtual_stages=[1]),
+    "qwen3-235b-etp-h100.yaml": SearchSpace(tp=[2], pp=[8], virtual_stages=[2, 4], micro_batch_size=[1],
+                                            zero_stage=[1], recompute=["full"], sequence_parallel=[True]),
+    "vit-l16-step-in-backward-a100.yaml": SearchSpace(micro_batch_size=[1], zero_stage=[0], recompute=["none", "full"]),
 }
 
 
