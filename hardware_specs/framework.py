@@ -15,7 +15,9 @@ writes them here and in ``validation/profiles/``; never edited by hand):
 - ``attention_scale``: the fused attention kernel's efficiency (or, without one, the GEMM-curve
   estimate's factor) times the factor;
 - ``kernel_launch_overhead_us``, ``host_dispatch_us_per_kernel`` (an eager framework's host time per
-  kernel, simulator/cost/host_floor.py), ``intra_node_latency_us`` (the node's collective latency).
+  kernel, simulator/cost/host_floor.py), ``intra_node_latency_us`` (the node's collective latency);
+- ``sync_jitter`` (the wait for the slowest rank, simulator/cost/jitter.py) and ``input_us_per_sample`` (the
+  framework's input pipeline: host time per sample beside the GPU's step, simulator/strategies/spmd/plan.py).
 
 Each entry records ``fitted_on`` (CSV and rows) and ``measured_on`` where the rows ran on a variant of
 the catalog part (torchtitan's H100s: 96 GB HBM2e at 500 W), and the profile its ``fitted_with``: the
@@ -43,7 +45,7 @@ DEFAULT_FRAMEWORK = "megatron-core"
 
 #: The constants an entry may set (the others stay at the catalog's).
 FACTOR_KEYS = ("gemm_scale", "gemm_tilt", "gemm_ceiling", "attention_scale", "kernel_launch_overhead_us",
-               "host_dispatch_us_per_kernel", "intra_node_latency_us", "sync_jitter")
+               "host_dispatch_us_per_kernel", "intra_node_latency_us", "sync_jitter", "input_us_per_sample")
 
 #: The held-out figures of an entry's group (the rows of the other half, with the entry's constants), where
 #: the fit computed them (validation/modern/registry.py ``fit``): what the output tells a user of the entry.
@@ -67,6 +69,9 @@ class FrameworkEntry(Spec):
     intra_node_latency_us: float | None = Field(default=None, ge=0)
     sync_jitter: float | None = Field(default=None, ge=0, description="the wait for the slowest rank "
                                                                     "(simulator/cost/jitter.py)")
+    input_us_per_sample: float | None = Field(
+        default=None, ge=0, description="the framework's host time per sample beside the GPU's step (its input "
+                                        "pipeline on the hosts its rows ran on; not carried to another part)")
     fit_cases: int = Field(gt=0, description="fit-half rows the factors were fitted on")
     fit_median_abs_error: float = Field(ge=0, description="median |error| on those rows after the fit")
     heldout_cases: int | None = Field(default=None, gt=0, description="held-out rows of the entry's group")

@@ -306,6 +306,14 @@ class ComputeEfficiency(Spec):
                     "a job of N ranks waits sigma * E[max of N normals] of each segment for its slowest "
                     "(simulator/cost/jitter.py); 0 = ranks in lockstep")
     sync_jitter_source: str | None = None
+    input_us_per_sample: float = Field(
+        default=0.0, ge=0,
+        description="host time per sample of the framework's input pipeline on a first-stage rank (loading, "
+                    "decoding, augmentation, copies): it runs beside the GPU's step (a prefetching loader), so a "
+                    "step takes at least the rank's samples x this and the next step's first kernel waits for it "
+                    "(simulator/strategies/spmd/plan.py); 0 = the input never bounds the step. Set by a framework "
+                    "profile (hardware_specs/frameworks/) fitted on that framework's runs")
+    input_source: str | None = None
     optimizer_efficiency: float | None = Field(
         default=None, gt=0, le=1,
         description="achieved / peak HBM bandwidth of the (fused) optimizer step, which streams its states "

@@ -48,11 +48,12 @@ def test_the_dle_benchmarks_are_frameworks_a_scenario_can_name():
 
 
 @pytest.mark.slow
-def test_the_heldout_figures_an_entry_prints_are_its_groups_heldout_rows_today():
-    # what the output tells a user of a cnn_dle entry is recomputed here: a cost-model change that moves the
-    # held-out rows without a refit (python -m validation.modern --set cnn_dle --fit --write) fails this
-    stored = {g: {k: v for k, v in e.items() if k.startswith("heldout_")} for g, e in load_groups("cnn_dle").items()}
-    assert heldout_figures("cnn_dle") == stored
+@pytest.mark.parametrize("case_set", ["cnn_dle", "cnn_lambda"])
+def test_the_heldout_figures_an_entry_prints_are_its_groups_heldout_rows_today(case_set):
+    # what the output tells a user of a CNN entry is recomputed here: a cost-model change that moves the
+    # held-out rows without a refit (python -m validation.modern --set <set> --fit --write) fails this
+    stored = {g: {k: v for k, v in e.items() if k.startswith("heldout_")} for g, e in load_groups(case_set).items()}
+    assert heldout_figures(case_set) == {g: f for g, f in stored.items() if f}
 
 
 def test_entry_states_per_accelerator_precision_and_network():
@@ -126,3 +127,62 @@ def test_the_resnet50_example_names_the_framework_its_header_compares_against():
     assert doc["framework"] == "dle-pytorch" and doc["framework_profile"]["state"] == DERIVED
     # the figure the header states: 16,214 images/s against DLE's 16,621 (a fit row of the entry)
     assert doc["samples_per_s"] == pytest.approx(16_214, rel=0.002)
+
+
+# ---------------------------------------------------------------- Lambda's harness: an input cost, not a GEMM factor
+
+def _lambda_h100(precision: str = "fp16", **over) -> dict:
+    training = {"precision": "fp16"} if precision == "fp16" else {"precision": "fp32", "tf32": True}
+    raw = _cnn(node="dgx-h100", framework="lambda-pytorch", **training)
+    raw["parallelism"] = {"dp": 8, "micro_batch_size": 256, "global_batch_size": 2048, **over}
+    return raw
+
+
+def test_lambdas_fp16_entries_are_an_input_cost_and_its_tf32_entries_a_gemm_factor():
+    profile = framework_profile("lambda-pytorch")
+    assert profile.networks == ["resnet50"]
+    for entry in profile.entries:
+        if entry.precisions == ["fp16"]:
+            assert entry.input_us_per_sample and entry.gemm_scale is None and "input_us_per_sample only" in entry.fitted_on
+        else:
+            assert entry.gemm_scale and entry.input_us_per_sample is None
+    assert {e.accelerator for e in profile.entries if e.precisions == ["fp16"]} == {
+        "h100-sxm-80g", "h200-sxm-141g", "v100-sxm2-16g"}  # A100 80GB SXM: one fit row, set aside
+
+
+def test_the_input_pipeline_runs_beside_the_step_and_bounds_it():
+    from simulator.simulate import simulate
+
+    named = load_scenario(_lambda_h100())
+    entry = named.frameworks[0].entry
+    assert named.frameworks[0].state == CALIBRATED and entry.input_us_per_sample
+    bounded = simulate(named)
+    gpu = simulate(load_scenario({**_lambda_h100(), "training": {"precision": "fp16"}}))  # the catalog kernels alone
+    load_s = 256 * entry.input_us_per_sample * 1e-6
+    assert gpu.step_time_s < load_s  # H100 fp16: the GPU is faster than Lambda's host feeds it
+    assert bounded.step_time_s == pytest.approx(load_s, rel=1e-12)
+    assert bounded.time_breakdown_s["input_wait"] == pytest.approx(load_s - gpu.step_time_s, rel=1e-9)
+    assert sum(bounded.time_breakdown_s.values()) == pytest.approx(bounded.step_time_s, rel=1e-9)
+    two = simulate(load_scenario({**_lambda_h100(), "simulation": {"steps": 2}}))  # the next batch waits for its load
+    assert two.step_times_s == pytest.approx([load_s, load_s], rel=1e-9)
+
+
+def test_a_slower_gpu_step_hides_the_input_pipeline():
+    from simulator.simulate import simulate
+
+    tf32 = simulate(load_scenario(_lambda_h100("tf32")))
+    assert tf32.time_breakdown_s["input_wait"] == 0.0  # TF32: the GPU step is the longer (no input entry either)
+
+
+def test_only_first_stage_ranks_load_input():
+    from simulator.strategies.spmd.plan import Planner
+
+    raw = _lambda_h100(pp=2, dp=4, global_batch_size=2048, micro_batch_size=32)
+    plan = Planner(load_scenario(raw)).build()
+    loaders = {plan.stage_of[actor] for (actor, stream) in plan.streams if stream == "input"}
+    assert loaders == {0}
+
+
+def test_the_input_cost_is_of_the_hosts_it_was_fitted_on_and_is_not_carried():
+    b200 = choose("lambda-pytorch", ACCELERATORS.get("b200"), "fp16", model=resolve_model("resnet50"))
+    assert b200.state == DERIVED and "input_us_per_sample" in b200.dropped and "input_us_per_sample" not in b200.factors

@@ -14,20 +14,25 @@ from simulator.cost.conv import direct_conv_time_s, input_channels_per_group, is
 from validation.calibrate_direct_conv import pipedream_conv_ratios
 from validation.modern import registry
 from validation.modern.case import CaseOutcome, summarize
-from validation.modern.cnn import LAMBDA_AMP_ASIDE, dle_cases, lambda_cases
+from validation.modern.cnn import LAMBDA_FEW_FIT_ROWS, dle_cases, lambda_cases
 from workloads.catalog import resolve_model
 from workloads.graph import ShardShape
 
 
-def test_only_lambdas_amp_rows_on_a100_sxm_and_v100_16gb_are_set_aside():
-    cases, _ = lambda_cases()
+def test_only_lambdas_a100_sxm_fp16_rows_are_set_aside_having_one_fit_row():
+    # every Lambda fp16 group fits the harness's input cost on its fit half; the A100 80GB SXM one has one fit row
+    cases, skipped = lambda_cases()
     aside = [c for c in cases if c.set_aside]
-    assert aside and all(c.set_aside == LAMBDA_AMP_ASIDE for c in aside)
-    assert {c.accelerator for c in aside} == {"a100-sxm-80g", "v100-sxm2-16g"}
-    assert all(c.precision == "fp16" for c in aside)
-    # the same GPUs' fp32/TF32 rows, and every H100/H200 row, are counted
-    assert all(not c.set_aside for c in cases if c.precision != "fp16" or c.accelerator.startswith("h"))
+    assert len(aside) == 4 and all(c.set_aside == LAMBDA_FEW_FIT_ROWS for c in aside)
+    assert {(c.accelerator, c.precision) for c in aside} == {("a100-sxm-80g", "fp16")}
+    a100_fp16 = [c for c in cases if c.profile_group == "lambda-pytorch|a100-sxm-80g|fp16"]
+    assert sum(not c.heldout for c in a100_fp16) == 1
+    # the V100 16GB fp16 rows (two fit rows), every TF32/FP32 row and every H100/H200 row are counted
+    assert all(not c.set_aside for c in cases if c.accelerator != "a100-sxm-80g" or c.precision != "fp16")
     assert not any(c.set_aside for c in dle_cases()[0])
+    # GH200 hosts (Grace + H100-class GPU with 80/96 GB HBM3) are not the catalog's H200 SXM 141 GB
+    assert not any("GH200" in c.label for c in cases)
+    assert sum("GH200" in s.label and "no catalog node" in s.reason for s in skipped) == 6
 
 
 def test_a_set_aside_row_is_listed_with_its_error_and_not_counted():
@@ -39,7 +44,7 @@ def test_a_set_aside_row_is_listed_with_its_error_and_not_counted():
     assert block["overall"]["cases"] == 1
     assert abs(block["overall"]["max_abs_error"] - 0.1) < 1e-9
     assert [a["row"] for a in block["set_aside"]] == [aside.row]
-    assert abs(block["set_aside"][0]["relative_error"] - 2.0) < 1e-9 and block["set_aside"][0]["why"] == LAMBDA_AMP_ASIDE
+    assert abs(block["set_aside"][0]["relative_error"] - 2.0) < 1e-9 and block["set_aside"][0]["why"] == LAMBDA_FEW_FIT_ROWS
 
 
 def _op(graph, layer: str, index: int = 0, phase: str = "forward"):

@@ -60,7 +60,7 @@ UNMET: dict[str, str] = {
 
 #: The sets also judged as a user gets them: each row with ``training.framework`` naming its framework (the
 #: shipped profile, fitted / carried over / assumed as for any run; validation/modern/registry.py user_profile).
-USER_SETS = ("nemo", "torchtitan", "llmfoundry", "other", "vtrain_single", "vtrain_multi")
+USER_SETS = ("nemo", "torchtitan", "llmfoundry", "other", "vtrain_single", "vtrain_multi", "cnn_dle", "cnn_lambda")
 #: Held-out targets not met as a user gets them: the figure and why.
 UNMET_USER: dict[str, str] = {
     "nemo": "as a user naming nemo gets it: 5.6% / 36.4%, 1 row predicted OOM: the fitted figure (every held-out row "
@@ -117,10 +117,12 @@ def test_profiles_are_fitted_on_fit_half_rows_only(profile):
     for group, entry in groups.items():
         in_fit_half = [c for (_, _), c in by_row.items() if c.profile_group == group and not c.heldout
                        and not c.set_aside and SETS[c.case_set].fitted and SETS[c.case_set].profile_name == profile]
-        one_constant = "gemm_scale" not in entry and ("attention_scale" in entry or "sync_jitter" in entry)
+        one_constant = "gemm_scale" not in entry and (
+            "attention_scale" in entry or "sync_jitter" in entry or "input_us_per_sample" in entry)
         if "gemm_scale" not in entry and "sync_jitter" in entry:  # skew alone: fitted on the multi-GPU rows
             in_fit_half = [c for c in in_fit_half if c.scenario["cluster"]["num_gpus"] > 1]
-        # a group fitted on one constant alone (attention factor or skew, no GEMM factor) needs 2 rows, the others 3
+        # a group fitted on one constant alone (attention factor, skew or input cost; no GEMM factor) needs 2 rows,
+        # the others 3
         least = MIN_ATTENTION_FIT_CASES if one_constant else 3
         assert entry["fit_cases"] == len(in_fit_half) >= least
         listed = entry["fitted_on"].split("rows (", 1)[1]

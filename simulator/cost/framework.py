@@ -60,8 +60,9 @@ TILT_PIVOT_GFLOP = 10.0
 SAME_SPEED = 1.05
 
 #: Constants that describe the part an entry was fitted on rather than the framework: an efficiency ceiling
-#: (a share of that part's best measured matmul) and the node's collective latency. Not carried to another part.
-PART_CONSTANTS = ("gemm_ceiling", "intra_node_latency_us")
+#: (a share of that part's best measured matmul), the node's collective latency and the input pipeline's host
+#: time per sample (of the hosts the rows ran on). Not carried to another part.
+PART_CONSTANTS = ("gemm_ceiling", "intra_node_latency_us", "input_us_per_sample")
 
 #: A precision no entry was fitted in takes an entry of these, in order (same accelerator first).
 NEAR_PRECISIONS = {"fp8": ("bf16", "fp16"), "bf16": ("fp16", "fp8"), "fp16": ("bf16", "fp8"),
@@ -120,7 +121,8 @@ EFFICIENCY_FACTORS = ("gemm_scale", "kernel_launch_overhead_us", "attention_scal
 
 def efficiency_with_factors(efficiency: dict[str, Any], constants: dict[str, Any]) -> dict[str, Any] | None:
     """:func:`scaled_efficiency_block` with a profile entry's constants, and its ``sync_jitter`` (the wait for
-    the slowest rank, simulator/cost/jitter.py) where it has one; None when none of them is set."""
+    the slowest rank, simulator/cost/jitter.py) and ``input_us_per_sample`` (the input pipeline's host time per
+    sample) where it has them; None when none of them is set."""
     eff = None
     if any(constants.get(k) is not None for k in EFFICIENCY_FACTORS):
         eff = scaled_efficiency_block(efficiency, constants.get("gemm_scale") or 1.0,
@@ -131,6 +133,10 @@ def efficiency_with_factors(efficiency: dict[str, Any], constants: dict[str, Any
         eff = eff if eff is not None else copy.deepcopy(efficiency)
         eff["sync_jitter"] = constants["sync_jitter"]
         eff["sync_jitter_source"] = "framework profile (fitted on its set's fit half)"
+    if constants.get("input_us_per_sample") is not None:  # the input pipeline beside the step (spmd/plan.py)
+        eff = eff if eff is not None else copy.deepcopy(efficiency)
+        eff["input_us_per_sample"] = constants["input_us_per_sample"]
+        eff["input_source"] = "framework profile (fitted on its set's fit half)"
     return eff
 
 

@@ -33,7 +33,7 @@ MEMORY_COLOURS = {"weights": "#4c72b0", "gradients": "#55a868", "optimizer": "#c
 CATEGORY_COLOURS = {
     "compute": "#4c72b0", "recompute": "#64b5cd", "host_stall": "#8c8c8c", "optimizer": "#937860",
     "tp_comm": "#dd8452", "pp_comm": "#55a868", "dp_comm": "#c44e52", "cp_comm": "#8172b2",
-    "ep_comm": "#da8bc3", "pipeline_bubble": "#cccccc",
+    "ep_comm": "#da8bc3", "pipeline_bubble": "#cccccc", "input_wait": "#ccb974",
 }
 FORMATS = ("png", "svg")
 

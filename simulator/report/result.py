@@ -15,7 +15,7 @@ from dataclasses import asdict, dataclass, field
 from typing import Any
 
 BREAKDOWN_KEYS = ("compute", "recompute", "host_stall", "tp_comm", "cp_comm", "ep_comm", "pp_comm", "dp_comm",
-                  "pipeline_bubble", "optimizer")
+                  "pipeline_bubble", "optimizer", "input_wait")
 
 
 @dataclass(frozen=True)

@@ -17,8 +17,9 @@ from __future__ import annotations
 import statistics
 from typing import Any
 
-#: The sets whose rows a user describes by naming a framework (the CNN benchmarks' too: dle-pytorch, dle-mxnet).
-FRAMEWORK_SETS = ("nemo", "torchtitan", "llmfoundry", "other", "vtrain_single", "vtrain_multi", "cnn_dle")
+#: The sets whose rows a user describes by naming a framework (the CNN benchmarks' too: dle-pytorch, dle-mxnet,
+#: lambda-pytorch).
+FRAMEWORK_SETS = ("nemo", "torchtitan", "llmfoundry", "other", "vtrain_single", "vtrain_multi", "cnn_dle", "cnn_lambda")
 #: Parts the table states the choice on without rows: what a user buying today asks about.
 UNMEASURED_PARTS = ("h200-sxm-141g", "b200", "gb200", "b300", "mi300x", "mi355x")
 

@@ -81,7 +81,7 @@ def with_constants(case: ModernCase, constants: dict[str, Any] | None) -> dict[s
     raw = copy.deepcopy(case.scenario)
     base, overrides = (node["base"], dict(node["overrides"])) if isinstance(node, dict) else (node, {})
     eff = None
-    if any(constants.get(k) is not None for k in (*EFFICIENCY_FACTORS, "sync_jitter")):
+    if any(constants.get(k) is not None for k in (*EFFICIENCY_FACTORS, "sync_jitter", "input_us_per_sample")):
         accelerator = _catalog_yaml("nodes", base)["accelerator"]  # sync_jitter: the wait for the slowest rank
         eff = efficiency_with_factors(_catalog_yaml("accelerators", accelerator)["efficiency"], constants)
     if constants.get("intra_node_latency_us") is not None:
@@ -207,6 +207,33 @@ def fit_jitter_only(cases: list[ModernCase], simulate_many: Callable[[list[dict]
         else:
             hi = mid
     entry: dict[str, Any] = {"sync_jitter": round((lo + hi) / 2, 4)}
+    results = simulate_many([with_constants(c, entry) for c in cases])
+    fitted = [outcome(c, r) for c, r in zip(cases, results, strict=True)]
+    entry.update({"fit_median_abs_error": round(_median_abs_error(fitted), 4), "fit_cases": len(cases)})
+    return entry
+
+
+def fit_input_only(cases: list[ModernCase], simulate_many: Callable[[list[dict]], list[dict]]) -> dict[str, Any]:
+    """One ``input_us_per_sample`` (the framework's host time per sample, beside the GPU's step: a step takes at
+    least samples per rank x it; simulator/strategies/spmd/plan.py), the GEMM curve left as the catalog's: the
+    time that makes the fit cases' median log error 0 (bisection from 0 to twice the slowest row's time per
+    sample; the rate falls monotonically with it), 0 where the cases are too slow already. For a group whose
+    rows a host-side bound sets (Lambda's fp16 runs, validation/modern/cnn.py): the GPU's rate is not what
+    they measure, so no kernel constant is fitted on them."""
+    def median_log(us: float) -> float:
+        results = simulate_many([with_constants(c, {"input_us_per_sample": us}) for c in cases])
+        return _median_log_error([outcome(c, r) for c, r in zip(cases, results, strict=True)])
+
+    lo, hi = 0.0, 2e6 / min(c.measured_rate_per_gpu for c in cases)
+    if median_log(lo) <= 0:
+        hi = lo
+    for _ in range(BISECTION_STEPS + 6 if hi > lo else 0):
+        mid = (lo + hi) / 2
+        if median_log(mid) > 0:  # still too fast: more host time per sample
+            lo = mid
+        else:
+            hi = mid
+    entry: dict[str, Any] = {"input_us_per_sample": round((lo + hi) / 2, 2)}
     results = simulate_many([with_constants(c, entry) for c in cases])
     fitted = [outcome(c, r) for c, r in zip(cases, results, strict=True)]
     entry.update({"fit_median_abs_error": round(_median_abs_error(fitted), 4), "fit_cases": len(cases)})

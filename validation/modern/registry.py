@@ -18,6 +18,7 @@ from validation.modern.profiles import (
     MIN_ATTENTION_FIT_CASES,
     fit_attention_only,
     fit_group,
+    fit_input_only,
     fit_jitter_only,
     load_groups,
     multi_gpu,
@@ -44,6 +45,8 @@ class ModernSet:
     attention_groups: tuple[str, ...] = ()  # groups fitted on the attention factor alone (profiles.fit_attention_only)
     fit_elsewhere: tuple[str, ...] = ()  # tags of groups whose one-GPU fit rows fit another calibration: no GEMM
     #                                      factor; their multi-GPU fit rows fit sync_jitter alone (profiles.fit_jitter_only)
+    input_precisions: tuple[str, ...] = ()  # groups of these precisions fit the host's input cost alone
+    #                                         (profiles.fit_input_only: Lambda's fp16 rows, validation/modern/cnn.py)
 
     @property
     def profile_name(self) -> str:
@@ -96,7 +99,7 @@ SETS: dict[str, ModernSet] = {s.name: s for s in (
               cnn.dle_cases, FRAMEWORK_MEDIAN, FRAMEWORK_MAX, JITTER_GRID, fit_elsewhere=cnn.FIT_ELSEWHERE),
     ModernSet("cnn_lambda", "cnn_training_throughput_lambda.csv",
               "Lambda deeplearning-benchmark, DLE PyTorch ResNet-50 (A100, H100, H200)",
-              cnn.lambda_cases, FRAMEWORK_MEDIAN, FRAMEWORK_MAX),
+              cnn.lambda_cases, FRAMEWORK_MEDIAN, FRAMEWORK_MAX, input_precisions=("fp16",)),
 )}
 
 
@@ -329,6 +332,15 @@ def fit(name: str, workers: int | None = 2) -> dict[str, dict[str, Any]]:
             entry["fitted_on"] = (f"{', '.join(s.csv for s in members)} (validation/data/), fit half (md5 of the row "
                                   f"key even): {fitted_rows(cases)}; attention factor only (GEMMs: the catalog's)")
             groups[group] = entry
+            continue
+        if group.split("|")[-1] in spec.input_precisions:
+            # a host-side bound (the framework's input pipeline) sets these rows: its time per sample alone
+            if len(cases) >= MIN_ATTENTION_FIT_CASES:
+                entry = fit_input_only(cases, lambda raws: simulate_many(raws, workers))
+                entry["fitted_on"] = (f"{', '.join(s.csv for s in members)} (validation/data/), fit half (md5 of the "
+                                      f"row key even): {fitted_rows(cases)}; input_us_per_sample only (the GPU's "
+                                      "kernels: the catalog's)")
+                groups[group] = entry
             continue
         if any(tag in group for tag in spec.fit_elsewhere):
             # kernel constants fitted elsewhere on the one-GPU rows: the multi-GPU rows fit the skew alone

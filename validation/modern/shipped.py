@@ -46,6 +46,10 @@ FRAMEWORKS: dict[str, tuple[str, str, str]] = {
                                               "(sync_jitter)"),
     "dle-mxnet": ("cnn_dle", "dle-mxnet", "NVIDIA DeepLearningExamples MXNet ResNet-50 v1.5 (DALI input, Horovod "
                                           "or KVStore all-reduce)"),
+    "lambda-pytorch": ("cnn_lambda", "lambda-pytorch", "Lambda deeplearning-benchmark: its fork of DLE's PyTorch "
+                                                       "ResNet-50 on Lambda's hosts; fp16 (AMP) runs bounded by the "
+                                                       "harness's input pipeline (input_us_per_sample, of the hosts "
+                                                       "the rows ran on), TF32 runs by a GEMM/convolution factor"),
 }
 
 #: Group accelerator labels that name a variant of a catalog part: (catalog accelerator, the variant in words).

@@ -428,6 +428,7 @@ def _fast_step(scenario: Scenario, fold: bool, mode: str | None, detail: bool) -
     fold = fold and not detail and scenario.simulation.steps == 1
     m = par.num_micro_batches
     interleaved = par.schedule == "interleaved"
+    fold = fold and not any(g.accelerator.efficiency.input_us_per_sample for g in scenario.groups)  # max(GPU, input)
     points = fold_points(m, par.pp, interleaved) if fold and par.schedule != "zb-h1" else None
     if points is not None:
         from simulator.simulate import critical_actor, time_breakdown

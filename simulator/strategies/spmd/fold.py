@@ -86,7 +86,8 @@ def engine_fold_points(scenario: Scenario) -> tuple[tuple[int, int], ...]:
     while all tried so far cost at most half the unrolled plan's micro-batches."""
     par, sim = scenario.parallelism, scenario.simulation
     if (sim.steps != 1 or sim.stragglers is not None or scenario.co_located or par.pp < 2
-            or par.schedule not in FOLDED_SCHEDULES or scenario.strategy_kind != "spmd"):
+            or par.schedule not in FOLDED_SCHEDULES or scenario.strategy_kind != "spmd"
+            or any(g.accelerator.efficiency.input_us_per_sample for g in scenario.groups)):  # max(GPU, input): not affine
         return ()
     m, p = par.num_micro_batches, par.pp
     # interleaved: from 3p, else later (a pipeline of uneven chunks, ResNet-50 at pp 2-8, v 2, is still

@@ -623,6 +623,10 @@ class Planner:
             for actor, rank in self.actor_ranks.items():
                 tasks, boundary[actor] = self._build_actor(actor, rank, streams, lookup, boundary.get(actor, ()))
                 compute_tasks[actor].extend(tasks)
+                load = self.input_task(actor, rank)
+                if load is not None:  # the next step's samples, loaded beside this step: both end the step
+                    streams[(actor, "input")].append(load)
+                    boundary[actor] = (*boundary[actor], load)
             self._link_pipeline(lookup)
             extra_ends = self.after_step(step, streams, boundary)
             if steps > 1:
@@ -640,6 +644,18 @@ class Planner:
         return Plan(dict(streams), dict(self.actor_ranks), stage_of, self.layers_per_chunk, self.topo,
                     dict(compute_tasks), steps=steps, step_ends=step_ends, memory_base_bytes=memory_base,
                     mode=self.mode)
+
+    def input_task(self, actor: str, rank: int) -> Task | None:
+        """The framework's input pipeline on a first-stage rank (``efficiency.input_us_per_sample``, set by a
+        framework profile: Lambda's ResNet-50 harness, validation/modern/cnn.py): the next step's samples (the
+        rank's micro-batches) loaded on the host beside this step's kernels, as a prefetching loader (PyTorch
+        DataLoader workers, DALI) runs in steady state. The step ends no earlier than the load, and the next
+        step's first kernel waits for it: a step takes max(GPU step, samples x time per sample)."""
+        per_sample_us = self.sc.rank_accelerator(rank).efficiency.input_us_per_sample
+        if not per_sample_us or self.layout.coords(rank).pp != 0:
+            return None
+        samples = self.par.micro_batch_size * self.par.num_micro_batches
+        return Task("input.next_batch", actor, "input", "input_wait", duration_s=samples * per_sample_us * 1e-6)
 
     def after_step(self, step: int, streams, boundary: dict[str, tuple[Task, ...]]) -> list[Task]:
         """Hook for kinds built on this planner: add tasks after step ``step`` (e.g. an outer
