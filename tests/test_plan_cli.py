@@ -94,6 +94,7 @@ def test_plan_writes_a_scenario_that_simulates_to_the_reported_step(runs):
     assert [s["replicas"] for s in raw["strategy"]["stages"]] == [4, 4]
     assert "# DAPPLE: 2 stage(s), layers [51, 43], replicas [4, 4], 32 micro-batches, ZeRO 1, warm-up K_i = S - i + 1" in text
     assert "# the simulator's schedule choice (an extension, not in DAPPLE) kept DAPPLE's plan" in text
+    assert "# DAPPLE's early backward with K_i = S - i + 1 micro-batches in flight on every stage but the last" in text
     reported = float(text.split("simulated step time ")[1].split(" s,")[0])
     assert simulate(load_scenario(raw)).step_time_s == pytest.approx(reported, rel=1e-5)
 

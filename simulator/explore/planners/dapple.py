@@ -472,6 +472,10 @@ def run_dapple(raw: dict[str, Any], options: dict[str, Any]) -> PlanResult:
                      else "none applies or fits")
             notes = [f"the simulator's schedule choice (an extension, not in DAPPLE) kept DAPPLE's plan: "
                      f"interleaved 1F1B tried on its equal-replica plans, {found}"]
+    extra = details["dapple_scenario"]["strategy"].get("extra_warmup", 0)
+    if extra:
+        notes.append(f"DAPPLE's early backward with K_i = S - i + {extra} micro-batches in flight on every stage but the "
+                     f"last (the paper's K_i = S - i; chosen by simulation, option max_extra_warmup=0 keeps the paper's)")
     return PlanResult("dapple", best.raw, best.step_time_s, best.samples_per_s, time.perf_counter() - started,
                       len(estimates), oracle.simulated, summary, details, notes=notes)
 
