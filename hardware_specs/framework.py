@@ -70,8 +70,8 @@ class FrameworkEntry(Spec):
     sync_jitter: float | None = Field(default=None, ge=0, description="the wait for the slowest rank "
                                                                     "(simulator/cost/jitter.py)")
     input_us_per_sample: float | None = Field(
-        default=None, ge=0, description="the framework's host time per sample beside the GPU's step (its input "
-                                        "pipeline on the hosts its rows ran on; not carried to another part)")
+        default=None, ge=0, description="the framework's time per sample beside the GPU's step (its input "
+                                        "pipeline, on the hosts its rows ran on)")
     fit_cases: int = Field(gt=0, description="fit-half rows the factors were fitted on")
     fit_median_abs_error: float = Field(ge=0, description="median |error| on those rows after the fit")
     heldout_cases: int | None = Field(default=None, gt=0, description="held-out rows of the entry's group")

@@ -183,6 +183,9 @@ def test_only_first_stage_ranks_load_input():
     assert loaders == {0}
 
 
-def test_the_input_cost_is_of_the_hosts_it_was_fitted_on_and_is_not_carried():
+def test_the_input_cost_is_carried_to_a_faster_part_and_said_to_be():
     b200 = choose("lambda-pytorch", ACCELERATORS.get("b200"), "fp16", model=resolve_model("resnet50"))
-    assert b200.state == DERIVED and "input_us_per_sample" in b200.dropped and "input_us_per_sample" not in b200.factors
+    h100 = framework_profile("lambda-pytorch").entries
+    h100_fp16 = next(e for e in h100 if e.accelerator == "h100-sxm-80g" and e.precisions == ["fp16"])
+    assert b200.state == DERIVED and b200.entry is h100_fp16 and not b200.dropped
+    assert b200.factors == {"input_us_per_sample": h100_fp16.input_us_per_sample} and "b200" in b200.note

@@ -48,8 +48,9 @@ FRAMEWORKS: dict[str, tuple[str, str, str]] = {
                                           "or KVStore all-reduce)"),
     "lambda-pytorch": ("cnn_lambda", "lambda-pytorch", "Lambda deeplearning-benchmark: its fork of DLE's PyTorch "
                                                        "ResNet-50 on Lambda's hosts; fp16 (AMP) runs bounded by the "
-                                                       "harness's input pipeline (input_us_per_sample, of the hosts "
-                                                       "the rows ran on), TF32 runs by a GEMM/convolution factor"),
+                                                       "harness's input pipeline (input_us_per_sample: time per "
+                                                       "image beside the GPU's step), TF32 runs by a GEMM/convolution "
+                                                       "factor"),
 }
 
 #: Group accelerator labels that name a variant of a catalog part: (catalog accelerator, the variant in words).
