@@ -8,14 +8,19 @@ call itself, timed inside the same process (``time.process_time`` around it). It
 interpreter's start, every import, parsing the command line, loading and validating the scenario,
 the provenance, and printing the table. ``--help`` simulates nothing: its overhead is its total.
 
-CPU seconds, not wall time: on a shared machine wall time follows the load, CPU time mostly does not.
-Each figure is the minimum of ``--repeats`` fresh processes (the least disturbed run). Python source
-is compiled to ``__pycache__`` first (``compileall``), as an installed package is: with
-``PYTHONDONTWRITEBYTECODE`` set and no bytecode, every run would also pay for compiling ~300 modules.
+CPU seconds, not wall time: on a shared machine wall time follows the load, CPU time mostly does not
+(a loaded host still inflates CPU seconds somewhat: caches and memory bandwidth are shared, so say the
+load beside the figures). Each figure is the median over ``--repeats`` fresh processes, with the minimum
+(the least disturbed run) beside it; the overhead is taken per run (total - simulate() of the same
+process). Python source is compiled to ``__pycache__`` first (``compileall``), as an installed package
+is: with ``PYTHONDONTWRITEBYTECODE`` set and no bytecode, every run would also pay for compiling ~300
+modules.
 
-    python benchmarks/bench_startup.py [--repeats 7] [--tree DIR] [SCENARIO ...]
+    python benchmarks/bench_startup.py [--repeats 9] [--tree DIR] [--baseline DIR] [SCENARIO ...]
 
-Compare trees with ``--tree <other checkout>`` (it runs that tree's code, from its folder).
+``--tree`` measures another checkout's code (run from its folder). ``--baseline DIR`` measures a second
+checkout in the same run, each repeat alternating the two trees (before/after under the same load), and
+prints both and the change of the medians.
 """
 
 from __future__ import annotations
@@ -24,6 +29,7 @@ import argparse
 import compileall
 import os
 import resource
+import statistics
 import subprocess
 import sys
 import tempfile
@@ -79,34 +85,55 @@ def _interpreter_cpu_s() -> float:
     return (after.ru_utime - before.ru_utime) + (after.ru_stime - before.ru_stime)
 
 
-def measure(cli_args: list[str], repeats: int, tree: Path = ROOT) -> tuple[float, float, float]:
-    """Minimum over repeats of (overhead, total, simulate) CPU seconds; the overhead's minimum is taken
-    per run (total - simulate of the same process), not as the difference of two minima."""
-    runs = [run_once(cli_args, tree) for _ in range(repeats)]
-    best = min(runs, key=lambda r: r[0] - r[1])
-    return best[0] - best[1], best[0], best[1]
+def measure(cli_args: list[str], repeats: int, tree: Path = ROOT) -> list[tuple[float, float]]:
+    """(total, simulate) CPU seconds of ``repeats`` fresh runs."""
+    return [run_once(cli_args, tree) for _ in range(repeats)]
+
+
+def summary(runs: list[tuple[float, float]]) -> dict[str, float]:
+    """Medians of overhead (total - simulate, per run), total and simulate; and the least overhead."""
+    return {"overhead": statistics.median(t - s for t, s in runs), "total": statistics.median(t for t, _ in runs),
+            "simulate": statistics.median(s for _, s in runs), "overhead_min": min(t - s for t, s in runs)}
+
+
+def _row(name: str, figures: dict[str, float]) -> str:
+    flag = "ok" if figures["overhead"] < TARGET_S else "OVER"
+    return (f"  {name:<46} {figures['overhead']:9.3f} {figures['overhead_min']:8.3f} {figures['total']:7.3f} "
+            f"{figures['simulate']:11.3f}  {flag}")
 
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("scenarios", nargs="*", help="scenario YAMLs to simulate (default: the built-in default)")
-    parser.add_argument("--repeats", type=int, default=7)
+    parser.add_argument("--repeats", type=int, default=9)
     parser.add_argument("--tree", type=Path, default=ROOT, help="the checkout to measure (default: this one)")
+    parser.add_argument("--baseline", type=Path, help="a second checkout measured in the same run, alternating")
     args = parser.parse_args()
-    tree = args.tree.resolve()
-    for package in ("simulator", "hardware_specs", "workloads"):
-        compileall.compile_dir(str(tree / package), quiet=1)
+    trees = [args.tree.resolve()] + ([args.baseline.resolve()] if args.baseline else [])
+    for tree in trees:
+        for package in ("simulator", "hardware_specs", "workloads"):
+            compileall.compile_dir(str(tree / package), quiet=1)
     cases = [("clustersim --help", ["--help"]), ("clustersim simulate (default)", ["simulate"]),
              ("clustersim simulate --json (default)", ["simulate", "--json"])]
     cases += [(f"clustersim simulate {s}", ["simulate", s]) for s in args.scenarios]
-    print(f"{tree}: CPU seconds (user+sys), minimum of {args.repeats} fresh processes; target overhead < {TARGET_S} s")
-    print(f"  {'command':<48} {'overhead':>9} {'total':>7} {'simulate()':>11}")
-    bare = min(_interpreter_cpu_s() for _ in range(args.repeats))
-    print(f"  {'(python -c pass: the interpreter and its site)':<48} {bare:9.3f} {bare:7.3f} {0:11.3f}  included above")
+    load = os.getloadavg()[0]
+    print(f"CPU seconds (user+sys) of fresh processes: median of {args.repeats} (min beside the overhead); "
+          f"target overhead < {TARGET_S} s; load average {load:.1f} on {os.cpu_count()} CPUs")
+    bare = summary([(_interpreter_cpu_s(), 0.0) for _ in range(args.repeats)])
     for name, cli_args in cases:
-        overhead, total, inside = measure(cli_args, args.repeats, tree)
-        flag = "ok" if overhead < TARGET_S else "OVER"
-        print(f"  {name:<48} {overhead:9.3f} {total:7.3f} {inside:11.3f}  {flag}")
+        runs: dict[Path, list[tuple[float, float]]] = {tree: [] for tree in trees}
+        for _ in range(args.repeats):
+            for tree in trees:  # alternating: before and after see the same load
+                runs[tree].append(run_once(cli_args, tree))
+        print(f"{name}:")
+        print(f"  {'tree':<46} {'overhead':>9} {'(min)':>8} {'total':>7} {'simulate()':>11}")
+        figures = {tree: summary(r) for tree, r in runs.items()}
+        for tree in trees:
+            print(_row(str(tree), figures[tree]))
+        if args.baseline:
+            new, old = figures[trees[0]]["overhead"], figures[trees[1]]["overhead"]
+            print(f"  overhead median {old:.3f} -> {new:.3f} s ({new - old:+.3f} s, {100 * (new / old - 1):+.0f}%)")
+    print(f"(python -c pass, the interpreter and its site, included in every overhead: median {bare['total']:.3f} s)")
 
 
 if __name__ == "__main__":

@@ -407,7 +407,7 @@ def load_raw(source: str | Path | dict[str, Any] | None) -> tuple[dict[str, Any]
     if isinstance(source, dict):
         return copy.deepcopy(source), None
     path = Path(source) if source is not None else DEFAULT_SCENARIO
-    data = read_yaml(path, "scenario")
+    data = read_yaml(path, "scenario", catalog=source is None)  # the package's own default: libyaml's parser
     if not isinstance(data, dict):
         raise ConfigError("scenario", f"{path} must hold a mapping at the top level")
     return data, path.parent

@@ -22,6 +22,10 @@ HEAVY = ("numpy", "pandas", "matplotlib", "scipy", "torch", "simpy")
 OTHER_KINDS = ("simulator.strategies.per_layer.kind", "simulator.strategies.swarm", "simulator.strategies.local_sgd",
                "simulator.strategies.parameter_server", "simulator.strategies.layer_parallel_mgrit",
                "workloads.networks.catalog")
+# what a transformer's run without --trace never uses: the network spec and its layer builder, the PyTorch
+# import, the Hugging Face reader, the trace writer (workloads/catalog.py, simulator/commands/simulate.py)
+UNUSED = ("workloads.networks.spec", "workloads.networks.builder", "workloads.networks.torch_import",
+          "workloads.hf_config", "simulator.report.trace")
 
 _RUN_DEFAULT = """
 import contextlib, io, json, sys
@@ -40,7 +44,7 @@ def _run(code: str, *args: str) -> dict:
 
 
 def test_default_simulate_loads_no_numpy_pandas_matplotlib_nor_other_kinds():
-    run = _run(_RUN_DEFAULT, *HEAVY, *OTHER_KINDS, "simulator.strategies.spmd.kind")
+    run = _run(_RUN_DEFAULT, *HEAVY, *OTHER_KINDS, *UNUSED, "simulator.strategies.spmd.kind")
     assert run["code"] == 0
     assert run["loaded"] == ["simulator.strategies.spmd.kind"]
     assert run["result"]["step_time_s"] > 0
@@ -49,7 +53,34 @@ def test_default_simulate_loads_no_numpy_pandas_matplotlib_nor_other_kinds():
 def test_importing_the_cli_and_the_scenario_loads_no_numpy():
     code = ("import json, sys\nimport simulator.cli, simulator.scenario, hardware_specs.catalog\n"
             "print(json.dumps({'loaded': sorted(m for m in sys.argv[1:] if m in sys.modules)}))")
-    assert _run(code, *HEAVY, *OTHER_KINDS)["loaded"] == []
+    assert _run(code, *HEAVY, *OTHER_KINDS, *UNUSED)["loaded"] == []
+
+
+def test_a_resolved_network_spec_and_torch_references_still_resolve():
+    """resolve_model imports the network modules only for a reference that names one: a network's
+    catalog name, an already resolved network spec (returned as is) and a bad ``torch:`` mapping (its
+    field named) behave as when the modules were imported up front."""
+    import pytest
+
+    from simulator.errors import ConfigError
+    from workloads.catalog import _NETWORK_FILES, resolve_model
+
+    network = resolve_model(_NETWORK_FILES.names()[0])
+    assert resolve_model(network) is network
+    with pytest.raises(ConfigError, match="^model"):
+        resolve_model({"torch": "no.such.module:build", "input_shape": [3, 8, 8], "bogus": 1})
+
+
+def test_a_node_validates_the_same_whichever_schema_was_built_first():
+    """NODES builds the accelerator's validator before the node's (hardware_specs/catalog.py built_first):
+    a node with an inline accelerator validates to the same spec either way round."""
+    code = ("import json, sys\nfrom hardware_specs.catalog import NODES, ACCELERATORS\n"
+            "from hardware_specs.schema import Accelerator, Node\n"
+            "if sys.argv[1] == 'node-first': Node.model_rebuild()\n"
+            "accelerator = ACCELERATORS.get('a100-sxm-80g').model_dump()\n"
+            "node = NODES.get('dgx-a100-80g').model_dump() | {'accelerator': accelerator}\n"
+            "print(json.dumps({'node': NODES.get(node).model_dump(mode='json')}))")
+    assert _run(code, "node-first") == _run(code, "accelerator-first")
 
 
 def test_a_kind_loaded_alone_gives_the_same_result_as_every_kind_loaded():
@@ -85,8 +116,8 @@ def test_network_names_are_told_from_the_network_catalogs_own_folder():
 
 
 def test_catalog_files_read_the_same_with_libyaml():
-    """The package's catalog files are read with libyaml's parser (hardware_specs/yaml_io.py,
-    _StrictCLoader): every one gives the same values as the pure-Python loader, and a duplicate key is
+    """The package's catalog files and its default scenario are read with libyaml's parser
+    (hardware_specs/yaml_io.py, _StrictCLoader): every one gives the same values as the pure-Python loader, and a duplicate key is
     still refused."""
     import pytest
 
@@ -94,6 +125,7 @@ def test_catalog_files_read_the_same_with_libyaml():
     from simulator.errors import ConfigError
 
     files = sorted((ROOT / "hardware_specs").glob("*/*.yaml")) + sorted((ROOT / "workloads" / "models").rglob("*.yaml"))
+    files += sorted((ROOT / "simulator" / "scenarios").glob("*.yaml"))  # the built-in default scenario
     assert len(files) > 20
     for path in files:
         text = path.read_text(encoding="utf-8")

@@ -72,7 +72,6 @@ def run(args) -> int:
         kernel_warnings,
     )
     from simulator.report.result import finite_json, render_table
-    from simulator.report.trace import write_chrome_trace
     from simulator.scenario import load_scenario
     from simulator.simulate import simulate
 
@@ -101,6 +100,8 @@ def run(args) -> int:
         choices = [c.as_dict() for c in scenario.frameworks]
         result.extra["framework_profile"] = choices[0] if len(choices) == 1 else choices
     if args.trace:
+        from simulator.report.trace import write_chrome_trace
+
         write_chrome_trace(result, args.trace, ranks, summary=args.trace_summary)
     if args.json:
         doc = result.to_dict()
