@@ -125,6 +125,7 @@ def test_the_resnet50_example_names_the_framework_its_header_compares_against():
     doc = json.loads(subprocess.run([sys.executable, "-m", "simulator.cli", "simulate", str(EXAMPLE), "--json"],
                                     capture_output=True, text=True, cwd=ROOT, check=True).stdout)
     assert doc["framework"] == "dle-pytorch" and doc["framework_profile"]["state"] == DERIVED
+    assert doc["framework_profile"]["heldout"] == {"cases": 3, "median_abs_error": 0.0385, "max_abs_error": 0.0655}
     # the figure the header states: 16,214 images/s against DLE's 16,621 (a fit row of the entry)
     assert doc["samples_per_s"] == pytest.approx(16_214, rel=0.002)
 

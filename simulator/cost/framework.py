@@ -176,6 +176,10 @@ class FrameworkChoice:
                         "fitted_on": self.entry.fitted_on, "fit_cases": self.entry.fit_cases})
             if self.entry.measured_on:
                 out["measured_on"] = self.entry.measured_on
+            if self.entry.heldout_cases:  # the entry's group on the held-out half (validation/modern/registry.py)
+                out["heldout"] = {"cases": self.entry.heldout_cases,
+                                  "median_abs_error": self.entry.heldout_median_abs_error,
+                                  "max_abs_error": self.entry.heldout_max_abs_error}
         return out
 
 
