@@ -38,9 +38,10 @@ parallel without tp, virtual stages or a schedule without pp). Everything else i
    collectives plus the step's tail, priced, not simulated), and are timed smallest bound per
    token first (branch and bound, :func:`simulator.explore.bounds.engine_branch_and_bound`),
    in parallel (local processes, or Dask):
-4. the engine times them, best bound first, a few per worker at a time, while the next bound could
-   still reach the top k (``top_k``, default 20): at most the k-th best engine time so far
-   (:func:`simulator.explore.bounds.engine_branch_and_bound`). The 2k smallest bounds (the likeliest
+4. the engine times them, best bound first, while the next bound could still reach the top k
+   (``top_k``, default 20): at most the k-th best engine time so far
+   (:func:`simulator.explore.bounds.engine_branch_and_bound`): the k smallest bounds in one wave (due
+   whatever comes back: every worker busy, longest first), then a few per worker at a time. The 2k smallest bounds (the likeliest
    to be in the top k) are timed with the fast path (simulator/strategies/spmd/fast.py) walking the
    same plans beside the engine
    (:func:`simulator.strategies.spmd.fast.fast_beside_engine`: a walk, no second build); the fast path
