@@ -150,3 +150,29 @@ def test_one_commands_parser_is_that_command_of_the_full_parser():
     assert all("strategy kinds" not in parser.format_help() for parser in sub.values())  # the epilog is the top's
     assert vars(build_parser("simulate").parse_args(["simulate", "--json"])).keys() == \
         vars(full.parse_args(["simulate", "--json"])).keys()
+
+
+def test_start_up_runs_with_the_collector_paused_then_frozen_once():
+    """simulator/startup.py: the collector is off inside the block and back on after it (left off where it
+    was off); what is alive after the first block is frozen, later blocks freeze nothing more. Run in a
+    fresh interpreter, so this test process's objects are not frozen."""
+    code = ("import gc, json\nfrom simulator.startup import paused_gc\n"
+            "seen = []\n"
+            "with paused_gc():\n    seen.append(gc.isenabled()); kept = [[i] for i in range(1000)]\n"
+            "seen.append(gc.isenabled()); first = gc.get_freeze_count()\n"
+            "with paused_gc():\n    more = [[i] for i in range(1000)]\n"
+            "second = gc.get_freeze_count(); gc.disable()\n"
+            "with paused_gc():\n    pass\n"
+            "print(json.dumps({'seen': seen, 'first': first, 'second': second, 'after_off': gc.isenabled()}))")
+    run = _run(code)
+    assert run["seen"] == [False, True]
+    assert run["first"] > 1000 and run["second"] == run["first"]
+    assert run["after_off"] is False
+
+
+def test_default_simulate_gives_the_same_result_with_the_collector_never_paused():
+    """Pausing and freezing the collector at start-up changes no figure of the default run."""
+    paused = _run(_RUN_DEFAULT)["result"]
+    plain = _run("import contextlib, simulator.startup\n"
+                 "simulator.startup.paused_gc = contextlib.nullcontext\n" + _RUN_DEFAULT)["result"]
+    assert paused == plain

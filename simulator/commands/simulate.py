@@ -63,31 +63,34 @@ def memory_series(result) -> dict[str, list[list[float]]] | None:
 
 
 def run(args) -> int:
-    from simulator.cost.provenance import (
-        assumed_components,
-        efficiency_provenance,
-        efficiency_states,
-        framework_setting_warnings,
-        grouped_gemm_kernels,
-        kernel_warnings,
-    )
-    from simulator.report.result import finite_json, render_table
-    from simulator.scenario import load_scenario
-    from simulator.simulate import simulate
+    from simulator.startup import paused_gc
 
-    ranks = _trace_ranks(args.trace_ranks)
-    if ranks is not None and args.trace is None:
-        raise ConfigError("--trace-ranks", "needs --trace FILE")
-    if args.trace_summary and args.trace is None:
-        raise ConfigError("--trace-summary", "needs --trace FILE")
-    if args.trace is not None:
-        from simulator.report.output_path import check_output_path
+    with paused_gc():  # imports, validators, catalogs, the scenario: long-lived, no garbage
+        from simulator.cost.provenance import (
+            assumed_components,
+            efficiency_provenance,
+            efficiency_states,
+            framework_setting_warnings,
+            grouped_gemm_kernels,
+            kernel_warnings,
+        )
+        from simulator.report.result import finite_json, render_table
+        from simulator.scenario import load_scenario
+        from simulator.simulate import simulate
 
-        check_output_path(args.trace, "--trace")
-    overrides = list(args.overrides)
-    if args.steps is not None:
-        overrides.append(f"simulation.steps={args.steps}")
-    scenario = load_scenario(args.scenario, overrides)
+        ranks = _trace_ranks(args.trace_ranks)
+        if ranks is not None and args.trace is None:
+            raise ConfigError("--trace-ranks", "needs --trace FILE")
+        if args.trace_summary and args.trace is None:
+            raise ConfigError("--trace-summary", "needs --trace FILE")
+        if args.trace is not None:
+            from simulator.report.output_path import check_output_path
+
+            check_output_path(args.trace, "--trace")
+        overrides = list(args.overrides)
+        if args.steps is not None:
+            overrides.append(f"simulation.steps={args.steps}")
+        scenario = load_scenario(args.scenario, overrides)
     result = simulate(scenario, mode=args.mode, detail=bool(args.trace), engine=args.engine)
     provenance = efficiency_provenance(scenario)
     result.extra["efficiency_provenance"] = provenance
