@@ -61,9 +61,13 @@ SAME_SPEED = 1.05
 
 #: Constants that describe the part an entry was fitted on rather than the framework: an efficiency ceiling
 #: (a share of that part's best measured matmul) and the node's collective latency. Not carried to another part.
-#: (An input pipeline's time per sample is carried: Lambda's H100 and H200 entries predict each other's held-out
-#: rows within 1.3% / 9.5%, validation/modern/cnn.py.)
 PART_CONSTANTS = ("gemm_ceiling", "intra_node_latency_us")
+
+#: Constants carried only to a part of the donor's own speed (bf16 peak within :data:`SAME_SPEED`): Lambda's input
+#: cost per image is the same on H100 and H200 (their entries predict each other's held-out rows within 1.3% /
+#: 9.5%) and falls with each GPU generation (V100 1,243, A100 659 on its one row, H100 359 us;
+#: validation/modern/cnn.py), so carried to a faster part it would be a floor that part does not have.
+SAME_SPEED_CONSTANTS = ("input_us_per_sample",)
 
 #: A precision no entry was fitted in takes an entry of these, in order (same accelerator first).
 NEAR_PRECISIONS = {"fp8": ("bf16", "fp16"), "bf16": ("fp16", "fp8"), "fp16": ("bf16", "fp8"),
@@ -296,7 +300,11 @@ def choose_in(profile: FrameworkProfile, accelerator: Accelerator, precision: st
     for donor in donors:
         entry, _ = _in_precision([e for e in profile.entries if e.accelerator == donor], precision, fp8_recipe)
         if entry is not None:
-            dropped = tuple(k for k in PART_CONSTANTS if k in entry.factors)
+            same_speed = _vendor_and_peak(donor)[1] * SAME_SPEED >= peak
+            kept_apart = PART_CONSTANTS if same_speed else (*PART_CONSTANTS, *SAME_SPEED_CONSTANTS)
+            dropped = tuple(k for k in kept_apart if k in entry.factors)
+            if len(dropped) == len(entry.factors):  # nothing of it carries here: the next donor, else the catalog
+                continue
             left_out = f"; its {', '.join(dropped)} (of {donor} itself) not carried" if dropped else ""
             return FrameworkChoice(
                 name, DERIVED, entry,
@@ -305,8 +313,8 @@ def choose_in(profile: FrameworkProfile, accelerator: Accelerator, precision: st
                 f"own specs and microbenchmarks): {_fitted(entry)}{left_out}", dropped)
     fitted = sorted({e.accelerator for e in profile.entries})
     return FrameworkChoice(name, ASSUMED, None,
-                           f"no {name} run on {accelerator.name} in {precision}, nor on any {vendor} part as fast or "
-                           f"slower, was measured (fitted on: {', '.join(fitted)}): the catalog constants "
+                           f"no {name} entry for {accelerator.name} in {precision}, nor one of a {vendor} part as fast "
+                           f"or slower that carries here, was fitted (fitted on: {', '.join(fitted)}): the catalog constants "
                            f"(Megatron-Core's kernel rates), assumed for {name}")
 
 

@@ -56,9 +56,10 @@ hidden where it is slower (TF32, FP32). Lambda names neither its data nor its lo
 the input task beside the step; validation/modern/profiles.py ``fit_input_only``), the GEMM curve kept as
 the catalog's (the GPU's own fp16 rate is not what these rows measure), on its fit-half rows (two at least,
 as any one-constant group); the TF32/FP32 groups fit their GEMM factor as before. Fitted per GPU: H100
-358.8 us per image (2,787 img/s per GPU), H200 365.6 (2,735), V100 1,243 (804). A user on another part gets
-the nearest as-fast-or-slower part's cost, *derived* (simulator/cost/framework.py's rule; B200 takes the
-H100's). That the cost carries between parts of one generation was checked on held-out rows after the fact
+358.8 us per image (2,787 img/s per GPU), H200 365.6 (2,735), V100 1,243 (804). A user on another part of
+the same bf16 peak gets its cost, *derived*; on a faster part none (simulator/cost/framework.py
+``SAME_SPEED_CONSTANTS``: B200 and the A100 get the catalog, *assumed*). That the cost carries between parts
+of one generation was checked on held-out rows after the fact
 (``--framework-table``, third table): the H200 entry on H100's 32 held-out fp16 rows and the H100 entry on
 H200's 2 give 1.0% (max 1.3%) and 9.5% (not carried: +98% / +142%); across generations it does not hold (V100 1,243 vs
 H100 359 us; the A100's one fit row 659): whatever the harness does per image, it runs faster with the GPU
