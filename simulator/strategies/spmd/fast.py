@@ -151,6 +151,9 @@ class _Dag:
         ports: list[tuple[tuple[str, float], ...]] = [()] * n
         byte_s = [0.0] * n
         seconds_on: dict[tuple[str, float], float] = {}  # (port, bytes) -> seconds alone (repeats often)
+        # a demands mapping -> its ports' seconds alone and its byte phase (planners share one mapping among
+        # every send of a pipeline edge: worked out once)
+        on_demands: dict[int, tuple[dict, tuple[tuple[str, float], ...], float]] = {}
         interference = False
         i = 0
         for tasks in streams.values():
@@ -174,18 +177,22 @@ class _Dag:
                     kind[i] = 2
                 elif task.demands is not None:
                     kind[i] = 1
-                    on_port = []
-                    phase_s = 0.0
-                    for p, b in task.demands.items():
-                        if b > 0:
-                            s = seconds_on.get((p, b))
-                            if s is None:
-                                s = seconds_on[(p, b)] = b / capacity(p)
-                            on_port.append((p, s))
-                            if s > phase_s:
-                                phase_s = s
-                    ports[i] = tuple(on_port)
-                    byte_s[i] = phase_s
+                    demands = task.demands
+                    hit = on_demands.get(id(demands))
+                    if hit is None or hit[0] is not demands:
+                        on_port = []
+                        phase_s = 0.0
+                        for p, b in demands.items():
+                            if b > 0:
+                                s = seconds_on.get((p, b))
+                                if s is None:
+                                    s = seconds_on[(p, b)] = b / capacity(p)
+                                on_port.append((p, s))
+                                if s > phase_s:
+                                    phase_s = s
+                        hit = on_demands[id(demands)] = (demands, tuple(on_port), phase_s)
+                    ports[i] = hit[1]
+                    byte_s[i] = hit[2]
                 else:
                     duration[i] = task.duration_s
                 i += 1
