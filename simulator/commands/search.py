@@ -27,7 +27,7 @@ def register(subparsers) -> None:
     p.add_argument("--space", action="append", default=[], metavar="KEY=V1,V2",
                    help="candidate values of a layout field, e.g. tp=4,8 or recompute=full (repeatable); "
                    "keys: tp pp cp ep virtual_stages micro_batch_size zero_stage recompute sequence_parallel schedule "
-                   "global_batch_size overlap_grad_reduce overlap_param_gather overlap_tp_grad_comm overlap_p2p_comm "
+                   "global_batch_size pp_split overlap_grad_reduce overlap_param_gather overlap_tp_grad_comm overlap_p2p_comm "
                    "tp_comm_overlap")
     p.add_argument("--constraint", action="append", default=[], metavar="KEY=VALUE",
                    help="a limit, e.g. max_memory_gib=70 or tp_within_node=false (repeatable); "

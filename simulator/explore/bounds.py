@@ -143,7 +143,7 @@ _CHUNK_PASSES: dict[tuple, float] = {}
 _CHUNK_PASSES_KEPT = 65536
 _SHAPES: dict[str, str] = {}
 # Fields of a passes_key that set which chunks a stage holds, not what one layer's pass costs
-_CHUNKING = ("pp", "virtual_stages", "first_stage_layers", "last_stage_layers")
+_CHUNKING = ("pp", "virtual_stages", "first_stage_layers", "last_stage_layers", "pp_split")
 
 
 def shape_key(passes: str) -> str:

@@ -12,6 +12,10 @@ The space (each a list; ``None`` means "derive it from the model and the cluster
   share of the global batch (global batch / dp), so that the scenario's own layout is always a
   candidate and a network trained at hundreds of images per GPU is not searched at 1, 2 and 4 only;
   the large ones that do not fit are pruned by memory like any layout;
+- ``pp_split``: ``even``, and ``balanced`` (cut by cost,
+  :mod:`simulator.strategies.spmd.split`) where it cuts the model otherwise at that pipeline depth
+  (:func:`derived_splits`: a CNN's uneven layers; not a uniform transformer stack whose output layer
+  weighs less than a layer, GPT-3's, where the two coincide); without a pipeline the split is moot;
 - ``cp`` [1], ``virtual_stages`` [1, 2],
   ``zero_stage`` [0, 1], ``recompute`` [none, selective, full],
   ``sequence_parallel`` [false, true], ``schedule`` (derived: interleaved when virtual stages > 1,
@@ -87,6 +91,7 @@ from simulator.explore.sweep import empty_result, parallel_map, process_pool, ru
 
 _SCHEDULES = ("gpipe", "1f1b", "interleaved", "zb-h1")
 _RECOMPUTE = ("none", "selective", "full")
+_SPLITS = ("even", "balanced")
 
 
 class SearchSpace(BaseModel):
@@ -105,6 +110,7 @@ class SearchSpace(BaseModel):
     sequence_parallel: list[bool] = [False, True]
     schedule: list[str] | None = None
     global_batch_size: list[int] | None = None  # None: the scenario's (vary it to rank by time to target)
+    pp_split: list[str] | None = None  # None: both where they cut the model differently (module docstring)
     # the overlap switches of the layout (simulator/strategies/spmd/layout.py); None: the scenario's
     overlap_grad_reduce: list[bool] | None = None
     overlap_param_gather: list[bool] | None = None
@@ -153,6 +159,11 @@ def _check_space(space: SearchSpace) -> None:
     for v in space.schedule or []:
         if v not in _SCHEDULES:
             raise ConfigError("--space schedule", f"must be one of {', '.join(_SCHEDULES)}, got {v!r}")
+    for v in space.pp_split or []:
+        if v not in _SPLITS:
+            raise ConfigError("--space pp_split", f"must be one of {', '.join(_SPLITS)}, got {v!r}")
+    if space.pp_split is not None and not space.pp_split:
+        raise ConfigError("--space pp_split", "needs at least one value")
     for name in ("zero_stage", "recompute", "sequence_parallel", "cp"):
         if not getattr(space, name):
             raise ConfigError(f"--space {name}", "needs at least one value")
@@ -200,6 +211,7 @@ def enumerate_layouts(
     constraints: SearchConstraints,
     num_experts: int = 0,
     own_micro_batch: int | None = None,
+    split_values: Callable[[int, int, str], list[str]] | None = None,
 ) -> list[dict[str, Any]]:
     """Candidate ``parallelism`` mappings (``dp: auto``), before any validity check.
 
@@ -207,7 +219,8 @@ def enumerate_layouts(
     ``ep`` candidates are derived when the space leaves them open. ``own_micro_batch``: the
     scenario's micro-batch, a candidate wherever it divides the replica's batch when the space
     leaves micro-batches open (:func:`_derived_micro_batches`, with ``base``'s global batch or the
-    space's)."""
+    space's). ``split_values(pp, virtual_stages, recompute)``: the ``pp_split`` values worth trying
+    when the space leaves them open (:func:`derived_splits`); neither: ``base``'s split."""
     _check_space(space)
     max_tp = min(gpus_per_node if constraints.tp_within_node else num_gpus, constraints.max_tp or num_gpus)
     tps = space.tp or [t for t in (2**k for k in range(0, 16)) if t <= max_tp and num_gpus % t == 0]
@@ -249,10 +262,12 @@ def enumerate_layouts(
                                         for sp in space.sequence_parallel:
                                             if sp and tp == 1:
                                                 continue
-                                            out.append({**base, "tp": tp, "pp": pp, "cp": cp, "ep": ep,
-                                                        "dp": "auto", "virtual_stages": v, "schedule": schedule,
-                                                        "micro_batch_size": mbs, "zero_stage": zero,
-                                                        "recompute": rc, "sequence_parallel": sp})
+                                            for split in _splits(space, split_values, pp, v, rc):
+                                                out.append({**base, "tp": tp, "pp": pp, "cp": cp, "ep": ep,
+                                                            "dp": "auto", "virtual_stages": v, "schedule": schedule,
+                                                            "micro_batch_size": mbs, "zero_stage": zero,
+                                                            "recompute": rc, "sequence_parallel": sp,
+                                                            **({"pp_split": split} if split else {})})
     if space.global_batch_size:
         out = [{**cand, "global_batch_size": gbs} for gbs in space.global_batch_size for cand in out
                if space.micro_batch_size or _divides(cand, gbs, num_gpus)]
@@ -261,6 +276,55 @@ def enumerate_layouts(
         if values:
             out = [{**cand, switch: value} for cand in out for value in dict.fromkeys(values)]
     return out
+
+
+def _splits(space: SearchSpace, split_values, pp: int, v: int, rc: str) -> list[str | None]:
+    """The ``pp_split`` values of one layout (None: the base's): without a pipeline the split cuts
+    nothing, so one (``even`` where asked for)."""
+    if space.pp_split:
+        if pp * v == 1:
+            return ["even" if "even" in space.pp_split else space.pp_split[0]]
+        return list(dict.fromkeys(space.pp_split))
+    if split_values is None:
+        return [None]
+    return split_values(pp, v, rc)
+
+
+def derived_splits(scenario, base_par) -> Callable[[int, int, str], list[str]]:
+    """``pp_split`` values worth trying per (pp, virtual stages, recompute) when the space leaves them
+    open: ``even``, and ``balanced`` where it cuts the model into other chunks than ``even`` does.
+
+    Decided on the scenario's layer graph as the search's probe builds it (tp 1, its micro-batch),
+    priced as :func:`simulator.strategies.spmd.split.balanced_split` prices it. A network of uneven
+    layers (a CNN: ResNet-50's bottlenecks differ by 4x in FLOPs from stage to stage) gets both at
+    every pipeline depth; a uniform transformer stack gets ``balanced`` only where the prologue or
+    epilogue (embedding, output layer and loss) weigh more than a layer does -- GPT-3 175B's output
+    layer is a third of a layer, so its splits coincide at every depth and it is searched with
+    ``even`` alone (tests/test_search_split.py). ``first_stage_layers`` / ``last_stage_layers`` in the
+    scenario: ``even`` alone (balanced refuses them)."""
+    from simulator.strategies.spmd.layout import split_layers
+    from simulator.strategies.spmd.split import balanced_split, layer_costs
+
+    fixed_ends = base_par.first_stage_layers is not None or base_par.last_stage_layers is not None
+    graph = scenario.layer_graph()
+    n = len(graph.pipelined)
+    costs: dict[str, tuple] = {}
+    memo: dict[tuple[int, int, str], list[str]] = {}
+
+    def values(pp: int, v: int, rc: str) -> list[str]:
+        key = (pp, v, rc)
+        if key not in memo:
+            memo[key] = ["even"]
+            if not fixed_ends and 1 < pp * v <= n:
+                if rc not in costs:
+                    costs[rc] = layer_costs(scenario, graph, rc)
+                layer_s, first_s, last_s = costs[rc]
+                even = split_layers(n, pp * v)
+                if balanced_split(layer_s, pp * v, first_s, last_s, prefer=even) != even:
+                    memo[key] = ["even", "balanced"]
+        return memo[key]
+
+    return values
 
 
 def _derived_micro_batches(global_batches: list[int], dp: int | None, own: int | None,
@@ -368,11 +432,11 @@ def prepare(source, overrides, num_gpus, space: SearchSpace, constraints: Search
     per_node, n = min(g.node.domain_gpus for g in scenario.groups), scenario.num_gpus
     # Everything of the scenario's layout that the search does not vary is kept (batch, buckets, overlap knobs).
     searched = {"tp", "pp", "dp", "cp", "ep", "virtual_stages", "micro_batch_size", "zero_stage", "recompute",
-                "sequence_parallel"}
+                "sequence_parallel", "pp_split"}
     keep = {k: v for k, v in base_par.model_dump().items() if k not in searched}
     experts = scenario.model.moe.num_experts if getattr(scenario.model, "is_moe", False) else 0
     return raw, scenario, enumerate_layouts(keep, n, layers, per_node, space, constraints, experts,
-                                            base_par.micro_batch_size)
+                                            base_par.micro_batch_size, derived_splits(scenario, base_par))
 
 
 def search(
@@ -736,8 +800,12 @@ def render_table(rows: list[dict[str, Any]], top: int = 10) -> str:
     the discrete-event engine's step time, ``fast s`` the fast path's (``-`` where that path did not
     time the layout; the ranking and the other figures are the engine's where it ran). The last six
     columns are the step's time breakdown in seconds (``time_breakdown_s``): compute, tensor-,
-    expert- (all-to-all), data- and pipeline-parallel communication, and the pipeline bubble."""
+    expert- (all-to-all), data- and pipeline-parallel communication, and the pipeline bubble. ``split``
+    (``pp_split``: even or balanced) is shown where a row shown is balanced."""
+    with_split = any(r.get("fits") and _rate(r) and (r.get("parallelism") or {}).get("pp_split") == "balanced"
+                     for r in rows[:top])
     head = (f"{'#':>3} {'tp':>3} {'pp':>3} {'dp':>5} {'cp':>3} {'ep':>3} {'vp':>3} {'sched':<11} {'zero':>4} {'recomp':<9} "
+            + (f"{'split':<8} " if with_split else "") +
             f"{'sp':<3} {'mbs':>3} {'samples/s':>10} {'tokens/s':>12} {'MFU':>6} {'engine s':>8} {'fast s':>8} {'mem GiB':>8} "
             f"{'compute':>8} {'tp':>7} {'ep':>7} {'dp':>7} {'pp':>7} {'bubble':>7}")
     with_target = any(r.get("time_to_target_s") for r in rows)
@@ -753,7 +821,9 @@ def render_table(rows: list[dict[str, Any]], top: int = 10) -> str:
         b = row.get("time_breakdown_s") or {}
         lines.append(
             f"{shown:>3} {p['tp']:>3} {p['pp']:>3} {p['dp']:>5} {p['cp']:>3} {p.get('ep', 1):>3} {p['virtual_stages']:>3} "
-            f"{p['schedule']:<11} {p['zero_stage']:>4} {p['recompute']:<9} {'y' if p['sequence_parallel'] else 'n':<3} "
+            f"{p['schedule']:<11} {p['zero_stage']:>4} {p['recompute']:<9} "
+            + (f"{p.get('pp_split', 'even'):<8} " if with_split else "")
+            + f"{'y' if p['sequence_parallel'] else 'n':<3} "
             f"{p['micro_batch_size']:>3} {_fmt(row.get('samples_per_s'), ',.1f'):>10} "
             f"{_fmt(row.get('tokens_per_s'), ',.0f'):>12} "
             f"{_fmt(row.get('mfu') and 100 * row['mfu'], '.1f'):>5}% {_fmt(_engine_s(row), '.3f'):>8} "

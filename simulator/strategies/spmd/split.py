@@ -18,23 +18,47 @@ from simulator.errors import ConfigError
 from simulator.strategies.spmd.layout import chunk_layer_counts
 from workloads.layer_graph import Layer, LayerGraph
 
+_BALANCED: dict[tuple, tuple[LayerGraph, object, list[int]]] = {}
+_BALANCED_KEPT = 4096
+
 
 def chunk_counts(scenario, graph: LayerGraph) -> list[int]:
-    """Pipelined layers per global chunk (chunk c of pipeline rank i is c·pp + i)."""
+    """Pipelined layers per global chunk (chunk c of pipeline rank i is c·pp + i). A balanced split
+    is kept per graph, accelerator, precision, recompute and chunk count: the memory model, the
+    search's bound and the planner of one layout, and the layouts of a search that differ in
+    nothing the costs read (ZeRO, schedule, overlap), ask for the same one."""
     par = scenario.parallelism
     if getattr(par, "pp_split", "even") == "even" or par.pp * par.virtual_stages == 1:
         return chunk_layer_counts(par, len(graph.pipelined))
+    t = scenario.training
+    key = (id(graph), id(scenario.accelerator), repr((t.precision, t.fp8_gemms, t.fp8_recipe, t.tf32)),
+           par.recompute, par.pp, par.virtual_stages)
+    hit = _BALANCED.get(key)
+    if hit is not None and hit[0] is graph and hit[1] is scenario.accelerator:
+        return list(hit[2])
+    costs, first, last = layer_costs(scenario, graph, par.recompute)
+    counts = balanced_split(costs, par.pp * par.virtual_stages, first, last,
+                            prefer=chunk_layer_counts(par, len(graph.pipelined)))
+    if len(_BALANCED) >= _BALANCED_KEPT:
+        _BALANCED.clear()
+    _BALANCED[key] = (graph, scenario.accelerator, counts)
+    return list(counts)
+
+
+def layer_costs(scenario, graph: LayerGraph, recompute: str) -> tuple[list[float], float, float]:
+    """What :func:`balanced_split` balances: each pipelined layer's kernel seconds (forward, backward
+    and the ``recompute`` re-run) on the scenario's accelerator, and the prologue's and epilogue's."""
     compute = ComputeModel(scenario.accelerator, scenario.training.precision, scenario.training.fp8_gemms,
-                               scenario.training.fp8_recipe, tf32=scenario.training.tf32)
+                           scenario.training.fp8_recipe, tf32=scenario.training.tf32)
 
     def cost(layers: tuple[Layer, ...]) -> float:
         return sum(compute.ops_time_s(layer.forward) + compute.ops_time_s(layer.backward)
-                   + compute.ops_time_s(layer.recompute_ops(par.recompute)) for layer in layers)
+                   + compute.ops_time_s(layer.recompute_ops(recompute)) for layer in layers)
 
     costs = [cost((layer,)) for layer in graph.pipelined]
     first = cost(graph.layers[:graph.prologue])
     last = cost(graph.layers[len(graph.layers) - graph.epilogue:])
-    return balanced_split(costs, par.pp * par.virtual_stages, first, last)
+    return costs, first, last
 
 
 def _pack(costs: list[float], chunks: int, limit: float, first_extra: float, last_extra: float) -> list[int] | None:
@@ -57,10 +81,25 @@ def _pack(costs: list[float], chunks: int, limit: float, first_extra: float, las
     return counts
 
 
-def balanced_split(costs: list[float], chunks: int, first_extra: float = 0.0, last_extra: float = 0.0) -> list[int]:
+def max_chunk_cost(costs: list[float], counts: list[int], first_extra: float = 0.0, last_extra: float = 0.0) -> float:
+    """The largest chunk's cost when ``costs`` are cut into chunks of ``counts`` layers."""
+    loads, i = [], 0
+    for count in counts:
+        loads.append(sum(costs[i:i + count]))
+        i += count
+    loads[0] += first_extra
+    loads[-1] += last_extra
+    return max(loads)
+
+
+def balanced_split(costs: list[float], chunks: int, first_extra: float = 0.0, last_extra: float = 0.0,
+                   prefer: list[int] | None = None) -> list[int]:
     """Layers per chunk, contiguous and at least one each, minimising the largest chunk cost
     (chunk 0 also pays ``first_extra``, the last ``last_extra``): bisection on the bound with a
-    greedy feasibility test, exact to 1e-12 relative."""
+    greedy feasibility test, exact to 1e-12 relative. ``prefer`` (the even split): returned where
+    its largest chunk costs no more (within 1e-9), so that where the even split is already optimal
+    -- a stack of identical layers whose embedding and loss weigh less than a layer, as GPT-3's --
+    ``balanced`` is the same layout, not another cut of equal cost (the greedy packs the front)."""
     n = len(costs)
     if chunks < 1 or chunks > n:
         raise ConfigError("parallelism.pp", f"cannot split {n} layers into {chunks} chunks")
@@ -75,4 +114,8 @@ def balanced_split(costs: list[float], chunks: int, first_extra: float = 0.0, la
             hi = mid
     counts = _pack(costs, chunks, hi, first_extra, last_extra)
     assert counts is not None  # hi is always feasible (internal invariant, not user input)
+    if prefer is not None and len(prefer) == chunks and sum(prefer) == n and min(prefer) >= 1 and (
+            max_chunk_cost(costs, prefer, first_extra, last_extra)
+            <= max_chunk_cost(costs, counts, first_extra, last_extra) * (1 + 1e-9)):
+        return list(prefer)
     return counts
