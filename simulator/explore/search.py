@@ -582,6 +582,26 @@ def labelled(row: dict[str, Any]) -> dict[str, Any]:
     return row
 
 
+class _NoBar:
+    """What a search without ``progress`` updates instead of a tqdm bar (tqdm is not imported then: ~25 ms
+    of this process's serial start-up, between the checks and the engine's first wave)."""
+
+    def update(self, _n: int = 1) -> None:
+        pass
+
+    def close(self) -> None:
+        pass
+
+
+def _progress_bar(total: int, desc: str, progress: bool):
+    """A tqdm bar on stderr counting layouts, or a :class:`_NoBar` without ``progress``."""
+    if not progress:
+        return _NoBar()
+    from tqdm import tqdm
+
+    return tqdm(total=total, unit="layout", desc=desc, file=sys.stderr, dynamic_ncols=True, leave=False)
+
+
 def _work_estimate(sc) -> int:
     """How long a layout takes to simulate, roughly: the events of its pipeline schedule, one per
     micro-batch per (virtual) stage. Used only to start the slow ones first, never for a result."""
@@ -598,8 +618,6 @@ def _evaluate(rows, to_simulate, raws, candidates, n, task, items, workers, dask
     estimate of each position's cost; the costliest go first (longest processing time first, Graham
     1969), in small chunks, so that no worker is left with a run of slow layouts at the end of a
     wave while the other waits. Neither changes a result, only when it arrives."""
-    from tqdm import tqdm
-
     which = list(range(len(items))) if which is None else which
     if not which:
         return
@@ -607,8 +625,7 @@ def _evaluate(rows, to_simulate, raws, candidates, n, task, items, workers, dask
         which = sorted(which, key=lambda pos: -work[pos])  # stable: ties keep their order
     n_workers = workers or os.cpu_count() or 1
     chunk = max(1, len(which) // (n_workers * 16))
-    bar = tqdm(total=len(which), unit="layout", desc=desc, file=sys.stderr, disable=not progress,
-               dynamic_ncols=True, leave=False)
+    bar = _progress_bar(len(which), desc, progress)
     try:
         for j, ok, result in parallel_map(task, [items[w] for w in which], workers=workers, dask=dask,
                                           chunk_size=chunk, pool=pool):
@@ -688,12 +705,9 @@ def _branch_and_bound(rows, to_simulate, raws, checked, candidates, n, top_k, wo
 def _fast_beside(rows, to_simulate, raws, which: list[int], workers, dask, progress, pool) -> None:
     """The fast path's step and lower bound on the engine rows at positions ``which`` (the top k rows
     the engine timed without it): every reported top-k row carries both times."""
-    from tqdm import tqdm
-
     if not which:
         return
-    bar = tqdm(total=len(which), unit="layout", desc="fast path (top k)", file=sys.stderr, disable=not progress,
-               dynamic_ncols=True, leave=False)
+    bar = _progress_bar(len(which), "fast path (top k)", progress)
     try:
         for j, ok, result in parallel_map(_fast_task, [raws[pos] for pos in which], workers=workers, dask=dask,
                                           pool=pool):
