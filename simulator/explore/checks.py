@@ -97,7 +97,7 @@ def check_layout(point: dict[str, Any], max_memory_gib: float | None, simulate: 
     reason}``, ``{"row": row}`` (out of memory, or not to be timed), or, for a layout to time, its
     ``work`` estimate, ``tokens`` per step, step-time lower bound ``bound_s`` (if ``want_bound``) and the
     ``template`` row it gets if it is not timed. Runs in the search's worker processes."""
-    from simulator.explore.search import _work_estimate, rows_template
+    from simulator.explore.search import _work_estimate, rows_template, steps_to_target_floor
     from simulator.explore.sweep import empty_result
     from simulator.simulate import run_identity
 
@@ -125,4 +125,5 @@ def check_layout(point: dict[str, Any], max_memory_gib: float | None, simulate: 
         bound_s = (step_lower_bound_s(sc) if reference
                    else step_lower_bound_s(sc, key=passes_key(point), tail=tail_key(point)))
     return {"work": _work_estimate(sc), "tokens": sc.parallelism.global_batch_size * (sc.seq_length or 1),
-            "bound_s": bound_s, "template": rows_template(sc, (stage, peak, per_stage))}
+            "bound_s": bound_s, "steps_floor": steps_to_target_floor(sc) if want_bound else None,
+            "template": rows_template(sc, (stage, peak, per_stage))}

@@ -37,10 +37,12 @@ parallel without tp, virtual stages or a schedule without pp). Everything else i
    which ranks as tokens/s where the model has a sequence: the length is fixed within a search), or by
    ``time_to_target_s`` (``rank_by``; the scenario's ``convergence:`` block gives steps to target,
    which depend on ``global_batch_size``, a searchable field).
-   Ranked by tokens/s, the rest get a lower bound on their step time
+   The rest get a lower bound on their step time
    (:func:`simulator.explore.bounds.step_lower_bound_s`: the pipeline chain of kernels and exposed
    collectives plus the step's tail, priced, not simulated), and are timed smallest bound per
-   token first (branch and bound, :func:`simulator.explore.bounds.engine_branch_and_bound`),
+   token first (branch and bound, :func:`simulator.explore.bounds.engine_branch_and_bound`; ranked by
+   time to target, the bound times the layout's floor on steps to target, :func:`steps_to_target_floor`,
+   smallest first),
    in parallel (local processes, or Dask):
 4. the engine times them, best bound first, while the next bound could still reach the top k
    (``top_k``, default 20): at most the k-th best engine time so far
@@ -59,7 +61,9 @@ parallel without tp, virtual stages or a schedule without pp). Everything else i
    much as an engine run -- both build the same plans and fold the same steady state -- and its
    bound sits within ~0.02% of the engine, so near the top nearly every candidate cost both.)
 
-   Ranked by time to target, every feasible layout is simulated by the engine.
+   Ranked by time to target the same rule holds: steps to target depend on the global batch and
+   the convergence block, not on the layout's speed, so steps x bound is never above the engine's
+   time to target (tests/test_search_target_bound.py: the top k equal an unpruned search's).
 
 Rows carry ``step_time_s`` (the engine's where it ran, else the fast path's), ``engine_step_time_s``
 and ``fast_step_time_s`` (each path's, None where it did not run), ``fast_path_lower_bound_s``,
@@ -485,9 +489,9 @@ def search(
     raws: list[dict[str, Any]] = []
     checked: list[dict[str, Any]] = []  # per layout to time: what _check_task found (bound, tokens, ...)
     stragglers = scenario.simulation.stragglers is not None  # draws the fast path's bounds know nothing of
-    # a replacement simulator (tests), or a ranking the fast path's bounds do not order (time to target,
-    # straggler draws): every feasible layout through it (or the engine)
-    everything = simulate_fn is not None or rank_by != "tokens_per_s" or stragglers
+    # a replacement simulator (tests), or straggler draws the bounds know nothing of: every feasible
+    # layout through it (or the engine)
+    everything = simulate_fn is not None or stragglers
     # the candidates share the scenario's other sections (read only: building a scenario copies its
     # mapping), and so does each chunk the pool pickles
     points = [{**raw, "parallelism": cand} for cand in candidates]
@@ -524,7 +528,7 @@ def search(
                       pool=pool, work=work)
         else:
             _branch_and_bound(rows, to_simulate, raws, checked, candidates, n, top_k, workers, dask, progress,
-                              pool, timed_by)
+                              pool, timed_by, rank_by)
     ranked = sorted(enumerate(r for r in rows if r is not None), key=lambda item: _rank_key(item, rank_by))
     for _, row in ranked:
         for key in ("engine_step_time_s", "fast_step_time_s", "fast_path_lower_bound_s"):
@@ -602,6 +606,25 @@ def _progress_bar(total: int, desc: str, progress: bool):
     return tqdm(total=total, unit="layout", desc=desc, file=sys.stderr, dynamic_ncols=True, leave=False)
 
 
+def steps_to_target_floor(sc) -> float | None:
+    """A floor on the steps to target of the layout ``sc`` (None without a ``convergence:`` block):
+    the block's steps at the layout's global batch (simulator/economics/convergence.py: S(B), a
+    function of the batch and the block alone, not of how fast the layout runs) times the local-steps
+    factor of the strategy's fixed ``local_steps``, with the staleness factor left out: it is at
+    least 1 (c_tau >= 0, tau >= 0), and a run may measure its own staleness (a parameter server's
+    ``staleness_steps_mean``), which the checks cannot know. So ``time_to_target_s`` = steps x step
+    time >= this floor x the step-time lower bound."""
+    if sc.convergence is None:
+        return None
+    from simulator.economics.convergence import steps_to_target
+    from simulator.strategies.registry import get_kind
+
+    kind = get_kind(sc.strategy_kind)
+    inputs = kind.convergence_inputs(sc) if kind.convergence_inputs else {}
+    return steps_to_target(sc.convergence, sc.parallelism.global_batch_size, sc.seq_length,
+                           staleness_steps=0.0, local_steps=int(inputs.get("local_steps", 1)))
+
+
 def _work_estimate(sc) -> int:
     """How long a layout takes to simulate, roughly: the events of its pipeline schedule, one per
     micro-batch per (virtual) stage. Used only to start the slow ones first, never for a result."""
@@ -654,25 +677,36 @@ were not among them."""
 
 
 def _branch_and_bound(rows, to_simulate, raws, checked, candidates, n, top_k, workers, dask, progress,
-                      pool=None, timed_by: str = "engine") -> None:
+                      pool=None, timed_by: str = "engine", rank_by: str = "tokens_per_s") -> None:
     """The engine best bound first while the next bound could still reach the top k, the fast path
     beside it on the same plans for the :data:`BESIDE_FIRST` x k first ones, then the fast path
     for the top k rows that lack it (module docstring, step 4;
     :func:`simulator.explore.bounds.engine_branch_and_bound`). Exact for the engine's top k: the
-    bound is never above the engine's step."""
+    bound is never above the engine's step.
+
+    Ranked by ``time_to_target_s`` (steps to target x step time), each bound is the step-time bound
+    times the layout's floor on steps to target (:func:`steps_to_target_floor`: the convergence
+    block's steps at its global batch, which no layout's speed changes), so it is never above the
+    engine's time to target either, and the same stopping rule keeps the top k exact."""
     from simulator.explore.bounds import engine_branch_and_bound
 
-    # per token: the global batch may be a searched field, and the ranking is by tokens/s
-    tokens = [c["tokens"] for c in checked]
     bound_step = [c["bound_s"] for c in checked]
-    bounds = [b / t for b, t in zip(bound_step, tokens, strict=True)]
+    if rank_by == "time_to_target_s":
+        weight = [c["steps_floor"] for c in checked]
+        key = "time_to_target_s"
+    else:  # per token: the global batch may be a searched field, and the ranking is by tokens/s
+        weight = [1.0 / c["tokens"] for c in checked]
+        key = "step_time_s"
+    bounds = [b * w for b, w in zip(bound_step, weight, strict=True)]
     order = sorted(range(len(raws)), key=lambda pos: bounds[pos])
     work = [c["work"] for c in checked]
 
     def engine_time(pos: int) -> float:
         row = rows[to_simulate[pos]]
-        value = row.get("step_time_s") if row and row.get("fits") and row.get("evaluated_by") == timed_by else None
-        return value / tokens[pos] if value else math.inf
+        if not (row and row.get("fits") and row.get("evaluated_by") == timed_by and row.get("step_time_s")):
+            return math.inf
+        value = row.get(key)
+        return value * (1.0 if key == "time_to_target_s" else weight[pos]) if value else math.inf
 
     def price(task, desc: str):
         return lambda batch: _evaluate(rows, to_simulate, raws, candidates, n, task, raws, workers, dask, progress,
@@ -696,10 +730,12 @@ def _branch_and_bound(rows, to_simulate, raws, checked, candidates, n, top_k, wo
         if pos in done:
             rows[to_simulate[pos]]["step_time_lower_bound_s"] = bound_step[pos]
             continue
+        what = (f"time-to-target lower bound ({bounds[pos]:.3g} s: {weight[pos]:.4g} steps at least x "
+                f"{bound_step[pos]:.3g} s per step)" if key == "time_to_target_s"
+                else f"step-time lower bound ({bound_step[pos]:.3g} s per step)")
         rows[to_simulate[pos]] = {
             **checked[pos]["template"], "evaluated_by": "bound", "step_time_lower_bound_s": bound_step[pos],
-            "infeasible_reason": f"skipped: its step-time lower bound ({bound_step[pos]:.3g} s per step) cannot "
-            f"reach the top {top_k}"}
+            "infeasible_reason": f"skipped: its {what} cannot reach the top {top_k}"}
 
 
 def _fast_beside(rows, to_simulate, raws, which: list[int], workers, dask, progress, pool) -> None:
@@ -741,8 +777,8 @@ def summarize(rows: list[dict[str, Any]]) -> dict[str, Any]:
     Every candidate is ``evaluated`` (considered): it is ``invalid`` (divisibility), ``pruned_by_memory``
     (out of memory), ``pruned_by_bound`` (its step-time lower bound per token was above the k-th best
     step time: never priced), ``failed``, or timed: ``engine_resimulated`` counts the layouts the engine
-    timed (every one whose bound could reach the top k; with a replacement simulator or a time-to-target
-    ranking, every feasible layout), ``priced_by_fast_path`` those the fast path timed (the top k, beside
+    timed (every one whose bound could reach the top k; with a replacement simulator or straggler draws,
+    every feasible layout), ``priced_by_fast_path`` those the fast path timed (the top k, beside
     the engine)."""
     simulated = sum(1 for r in rows if r.get("fits") and _rate(r))
     invalid = [r for r in rows if str(r.get("infeasible_reason") or "").startswith("invalid layout")]
