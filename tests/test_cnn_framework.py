@@ -118,16 +118,16 @@ def test_the_resnet50_example_names_the_framework_its_header_compares_against():
     assert out.returncode == 0, out.stderr
     text = out.stdout
     assert "framework      dle-pytorch (derived): no dle-pytorch run on a100-sxm-80g in bf16" in text
-    assert "held-out: median |error| 3.9%, max 6.6% over 3 rows" in text
+    assert "held-out: median |error| 6.4%, max 9.1% over 3 rows" in text
     assert "parameters     25.6 M" in text and "attention" not in text and "Megatron" not in text
     header = EXAMPLE.read_text()
-    assert "16,621" in header and "3.9%" in header and "6.6%" in header
+    assert "16,621" in header and "6.4%" in header and "9.1%" in header
     doc = json.loads(subprocess.run([sys.executable, "-m", "simulator.cli", "simulate", str(EXAMPLE), "--json"],
                                     capture_output=True, text=True, cwd=ROOT, check=True).stdout)
     assert doc["framework"] == "dle-pytorch" and doc["framework_profile"]["state"] == DERIVED
-    assert doc["framework_profile"]["heldout"] == {"cases": 3, "median_abs_error": 0.0385, "max_abs_error": 0.0655}
-    # the figure the header states: 16,214 images/s against DLE's 16,621 (a fit row of the entry)
-    assert doc["samples_per_s"] == pytest.approx(16_214, rel=0.002)
+    assert doc["framework_profile"]["heldout"] == {"cases": 3, "median_abs_error": 0.0637, "max_abs_error": 0.0914}
+    # the figure the header states: 16,200 images/s against DLE's 16,621 (a fit row of the entry)
+    assert doc["samples_per_s"] == pytest.approx(16_200, rel=0.002)
 
 
 # ---------------------------------------------------------------- Lambda's harness: an input cost, not a GEMM factor

@@ -17,6 +17,7 @@ from validation.modern.case import CaseOutcome, summarize
 from validation.modern.cnn import LAMBDA_FEW_FIT_ROWS, dle_cases, lambda_cases
 from workloads.catalog import resolve_model
 from workloads.graph import ShardShape
+from workloads.layer_graph import is_gradient_sum
 
 
 def test_only_lambdas_a100_sxm_fp16_rows_are_set_aside_having_one_fit_row():
@@ -133,14 +134,18 @@ def test_grouped_convolutions_on_cuda_cores_are_priced_as_well_as_dense_ones(net
 
 
 def test_se_excitation_backward_counts_autograds_passes():
-    """The excitation's backward moves 9 full-size tensors and 2 of the gate (dx, dy*x, its sum over HxW,
-    the sum of x's two gradients), its forward 2 and 1."""
+    """The excitation's backward moves 6 full-size tensors and 2 of the gate (dx, dy*x, its sum over HxW),
+    its forward 2 and 1; the sum of x's two gradients (x feeds the squeeze pool and the gate) is the
+    graph's gradient sum at the head of x's producer's backward: one contiguous add, 3 full-size passes."""
     graph = resolve_model("se-resnext101-32x4d").layer_graph(ShardShape(micro_batch=2, seq_length=1, precision="fp16"))
     layer = graph.layer("layer1.0.se.scale")
     n = 2 * 256 * 56 * 56 * 2       # batch x channels x H x W x 2 bytes
     g = 2 * 256 * 2
     assert layer.forward[0].bytes_moved == 2 * n + g
-    assert layer.backward[0].bytes_moved == 9 * n + 2 * g
+    assert layer.backward[0].bytes_moved == 6 * n + 2 * g
+    producer = graph.layer(layer.inputs[0])
+    assert [op.name for op in producer.backward if is_gradient_sum(op)] == [f"{producer.name}.gradient_sum"]
+    assert producer.backward[0].bytes_moved == 3 * n
 
 
 @pytest.mark.parametrize("model, node, expected", [

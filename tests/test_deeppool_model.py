@@ -3,6 +3,7 @@ efficiencies fitted on the fit half, and the whole-model check (validation/deepp
 
 from __future__ import annotations
 
+import math
 import subprocess
 import sys
 from pathlib import Path
@@ -13,6 +14,9 @@ from hardware_specs.catalog import ACCELERATORS
 from simulator.cost.compute import ComputeModel
 from simulator.cost.memory_kernels import memory_kernel_class
 from validation import deeppool_model
+from workloads.catalog import resolve_model
+from workloads.graph import ShardShape
+from workloads.layer_graph import is_gradient_sum
 from workloads.networks.builder import NetBuilder
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -80,11 +84,12 @@ def test_median_whole_model_error_within_the_target():
 
 
 @pytest.mark.xfail(strict=True, reason="stricter reading of issue 19's whole-model target (every block <= 5%) unmet at batch 32: held-out "
-                                       "rows VGG-16 -6.0%, Inception-v3 -8.7% (ResNet-34 -4.8%: met; batch 64/128: "
-                                       "all six within 3.9%) with DeepPool's host time per kernel (11 us, fitted on the "
+                                       "rows VGG-16 -6.2%, Inception-v3 -8.7% (ResNet-34 -4.9%: met; batch 64/128: "
+                                       "all six within 4.0%) with DeepPool's host time per kernel (9 us, fitted on the "
                                        "fit-half rows of the nine blocks, each pass issue-bound; concatenations priced as "
-                                       "their memory passes with the gradient sums of their consumers); with the fitted "
-                                       "concat class instead -5.2/-8.4/-4.1%, before the host time -7.0/-10.0/-5.5%. What "
+                                       "the simulator prices them: copies at the refitted concat class plus the layer "
+                                       "graph's gradient sums); session 5 (streaming passes, 11 us) -6.0/-8.7/-4.8%, "
+                                       "before the host time -7.0/-10.0/-5.5%. What "
                                        "is left is in GPU-bound rows: Inception's small convolutions, VGG's large "
                                        "convolutions and fully connected layers at batch 32")
 def test_every_block_within_the_whole_model_target():
@@ -109,8 +114,8 @@ def test_each_pass_of_a_row_is_issue_bound_by_the_fitted_host_time():
 
 def test_per_layer_heldout_median_within_target_with_one_host_model_for_every_network():
     """Issue 19: per-layer time, held-out rows of every kind of the nine blocks, median |error| <= 15%
-    with DeepPool's general host model for the convolutions (10.1%; with a floor per named network
-    8.7%)."""
+    with DeepPool's general host model for the convolutions (9.7%; with a floor per named network
+    8.5%)."""
     for host in ("general", "per_network"):
         figure = deeppool_model.per_layer_heldout(host).set_index("network")
         print(host, figure.to_string())
@@ -120,10 +125,12 @@ def test_per_layer_heldout_median_within_target_with_one_host_model_for_every_ne
 
 
 def test_concat_rows_are_their_copies_and_the_gradient_sums_of_their_consumers():
-    """Every Inception concat row maps onto the catalog network's concatenation of the same shape; a
-    module's output read by the next module's 3-4 branches carries 2-3 gradient sums, Inception-E's
-    2-part concatenations (read once) none. Priced so, at the streaming bandwidth, the held-out concat
-    rows are within 15% (median; 33.8% with one fitted class efficiency on the copies alone)."""
+    """Every Inception concat row maps onto the catalog network's concatenation of the same shape, whose
+    layer-graph backward holds autograd's gradient sums: a module's output read by the next module's 3-4
+    branches carries 2-3, Inception-E's 2-part concatenations (read once) none. Priced as the simulator
+    prices them (the copies at the concat class fitted without the sums, the sums at the streaming
+    bandwidth), the held-out concat rows are within 5% (median 2.3%; 11.3% with the copies at the
+    streaming bandwidth, 33.8% with a class that absorbed the sums)."""
     fan_out = deeppool_model.concat_fan_out()
     assert len(fan_out) == 15
     assert [c for _, c in fan_out] == [4, 4, 3, 4, 4, 4, 4, 3, 4, 1, 1, 4, 1, 1, 1]
@@ -133,16 +140,34 @@ def test_concat_rows_are_their_copies_and_the_gradient_sums_of_their_consumers()
         ops = deeppool_model.pass_ops(r)
         consumers = fan_out[deeppool_model._concat_index(r)][1]
         assert len(ops) == 2 + consumers - 1
-        assert all(memory_kernel_class(op.name) not in ("concat",) for op in ops)
+        assert [memory_kernel_class(op.name) for op in ops] == (
+            ["concat"] + ["gradient_sum"] * (consumers - 1) + ["concat"])
+        assert sum(op.bytes_moved for op in ops if is_gradient_sum(op)) == pytest.approx(
+            (consumers - 1) * 3 * 4 * r.batch * math.prod(r.input_dim))
     df = deeppool_model.row_errors()
     held = df[df.heldout & (df.kernel == "concat")]
-    assert (held.simulated_ms / held.measured_ms - 1).abs().median() <= 0.15
+    assert (held.simulated_ms / held.measured_ms - 1).abs().median() <= 0.05
+
+
+def test_the_concat_class_no_longer_absorbs_the_gradient_sums():
+    """Fitted on the copies alone with the sums' time taken out, the concat class sits near the
+    streaming efficiency (0.62 against 0.80), where it absorbed them at 0.35; the catalog Inception-v3
+    prices its sums at the streaming bandwidth."""
+    assert 0.5 <= deeppool_model.fitted_memory_kernels().by_kernel["concat"] <= 0.8
+    accel = ACCELERATORS.get("a100-sxm-40g")
+    graph = resolve_model("inception-v3").layer_graph(ShardShape(micro_batch=8, seq_length=1, precision="fp32"))
+    sums = [op for layer in graph.layers for op in layer.backward if is_gradient_sum(op)]
+    assert sums
+    model = ComputeModel(accel, "fp32", tf32=True)
+    bandwidth = accel.hbm_bandwidth_gb_per_s * 1e9 * accel.efficiency.memory_bound_efficiency
+    launch = accel.efficiency.kernel_launch_overhead_us * 1e-6
+    assert model.time_s(sums[0]) == pytest.approx(sums[0].bytes_moved / bandwidth + launch)
 
 
 def test_the_script_prints_the_issue_figures_and_fails_past_tolerance(monkeypatch, capsys):
     """``python -m validation.deeppool_model`` prints the per-layer and whole-model figures (the median
     over blocks and, beside it, the max of the stricter reading) and exits 0 while both targets hold;
-    with a whole-model target below today's median (2.8%) it exits 1."""
+    with a whole-model target below today's median (3.3%; 2.8% before the gradient sums) it exits 1."""
     out = subprocess.run([sys.executable, "-m", "validation.deeppool_model"], capture_output=True, text=True,
                          cwd=ROOT, timeout=300)
     assert "issue 19: per-layer held-out median |error|" in out.stdout

@@ -26,6 +26,9 @@ for one micro-batch on one rank after a layout's shard (a transformer builder ta
 - ``window``: for a sliding-window layer (convolution, pooling), ``(kernel_h, kernel_w, stride_h,
   stride_w, padding_h, padding_w)``, from which a spatial split's halo widths follow
   (simulator/strategies/per_layer/halo.py); None for every other layer;
+- ``piece_of``: for a view that is one piece of a split of its input (``chunk``, ``split``,
+  ``unbind``), the split's name: the pieces count as one reader of the input; ``passes_gradient``
+  False for a layer that reads only its input's shape (PipeDream's ``Size`` node): no reader;
 - ``inputs``: the names of the layers it reads (empty for the graph's first layer, and for an
   embedding of a second input such as a translation model's target tokens);
 - ``measured_forward_s`` / ``measured_backward_s``: for a graph read from a measured per-layer
@@ -39,6 +42,18 @@ A graph may pin its first ``prologue`` layers to the first pipeline chunk and it
 ``epilogue`` layers to the last (a transformer's embedding and LM head): a pipeline splits only
 the layers between; a CNN's graph pins none.
 
+**Gradient sums at a fan-out.** A tensor read by k layers (a residual block's input, an Inception
+branch point, a concatenation read by the next module's branches) receives k gradients in the
+backward, and autograd adds them before the producer's backward runs (PyTorch
+``torch/csrc/autograd/input_buffer.cpp``, ``InputBuffer::add``: the first gradient is kept, each
+later one added to it): k - 1 element-wise adds over the tensor, each reading two and writing one
+(3 x its bytes). :func:`with_gradient_sums` puts them at the head of the producer's ``backward``
+(``<layer>.gradient_sum``, the ``gradient_sum`` memory-kernel class), from the graph's wiring, for
+every graph with a fan-out (the network builder's, a traced PyTorch module's, a graph.txt's, a
+DeepPool profile's; a decoder transformer's graph is a chain of blocks whose residual adds are
+inside each block's kernels, workloads/graph.py); a layer with measured times keeps them (its ops carry 0 s: the
+measured backward holds whatever autograd ran).
+
 Parameters, FLOPs and activation memory of a whole model are the sums over this description
 (:meth:`LayerGraph.total_params`, :meth:`forward_flops`, :meth:`saved_bytes`); nothing else
 describes a layer again. ``check`` refuses cycles, unknown inputs, duplicate names, unknown
@@ -47,11 +62,13 @@ kinds and shapes that do not chain, naming the layer.
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Literal
 
 from simulator.errors import ConfigError
 from workloads.graph import Op, recompute_ops_of
+
+GRADIENT_SUM = "gradient_sum"   # the op-name token (memory-kernel class) of a fan-out's gradient add
 
 SplitDim = Literal["batch", "channels", "heads", "reduction", "spatial", "sequence", "experts"]
 SPLIT_DIMS: frozenset[str] = frozenset(SplitDim.__args__)
@@ -90,6 +107,8 @@ class Layer:
     measured_backward_s: float | None = None
     window: tuple[int, int, int, int, int, int] | None = None  # (kh, kw, sh, sw, ph, pw) of a conv / pool
     flops_counted: bool = True                   # False: kernels unknown (a profiled block), FLOPs not counted
+    piece_of: str | None = None                  # a view that is one piece of this split (chunk/split/unbind)
+    passes_gradient: bool = True                 # False: reads only its input's shape (a graph.txt Size node)
 
     @property
     def forward_flops(self) -> float:
@@ -228,3 +247,59 @@ class LayerGraph:
                     raise ConfigError(f"{where}.{label}", f"must be a non-negative number, got {number!r}")
             seen.add(layer.name)
         return self
+
+
+def is_gradient_sum(op: Op) -> bool:
+    """Whether ``op`` adds gradients of one tensor: a fan-out's (:func:`with_gradient_sums`) or one
+    inside a layer (an attention layer's q, k, v gradients of one packed tensor)."""
+    return op.name.endswith("." + GRADIENT_SUM)
+
+
+def _fan_out_sum(layer: Layer, op: Op) -> bool:
+    return op.name == f"{layer.name}.{GRADIENT_SUM}"
+
+
+def without_gradient_sums(graph: LayerGraph) -> LayerGraph:
+    """``graph`` with the fan-out gradient adds of :func:`with_gradient_sums` taken out (a transform
+    that rebuilds layers by their kernels, such as tensor parallelism, works on the graph without
+    them and puts them back after); the sums inside a layer stay."""
+    layers = tuple(replace(layer, backward=tuple(op for op in layer.backward if not _fan_out_sum(layer, op)))
+                   if any(_fan_out_sum(layer, op) for op in layer.backward) else layer for layer in graph.layers)
+    return replace(graph, layers=layers)
+
+
+def consumer_counts(graph: LayerGraph) -> dict[str, int]:
+    """How many readers each layer's output has: a layer listing it twice reads it once, and the
+    pieces of one split (``Layer.piece_of``: chunk, split, unbind) read it once together (autograd's
+    backward of a split gathers its pieces' gradients into one: ``SplitBackward``, a copy, no sum),
+    and a layer that reads only its shape (``Layer.passes_gradient`` False) not at all."""
+    readers: dict[str, set[str]] = {layer.name: set() for layer in graph.layers}
+    for layer in graph.layers:
+        for name in set(layer.inputs) if layer.passes_gradient else ():
+            if name in readers:
+                readers[name].add(layer.piece_of or layer.name)
+    return {name: len(who) for name, who in readers.items()}
+
+
+def gradient_sum_ops(name: str, consumers: int, output_bytes: float, measured: bool = False) -> tuple[Op, ...]:
+    """The ``consumers - 1`` gradient adds of a tensor of ``output_bytes`` read by ``consumers``
+    layers (module docstring): each reads two gradients and writes one. ``measured``: the layer's
+    time is measured, so the adds carry 0 s."""
+    if consumers < 2 or output_bytes <= 0:
+        return ()
+    return tuple(Op(f"{name}.{GRADIENT_SUM}", "memory", 0.0, 3.0 * output_bytes,
+                    measured_s=0.0 if measured else None) for _ in range(consumers - 1))
+
+
+def with_gradient_sums(graph: LayerGraph) -> LayerGraph:
+    """``graph`` with autograd's gradient adds at every fan-out, at the head of the producer's
+    backward (module docstring). Idempotent: adds already there are replaced, so a graph whose
+    wiring or sizes changed gets them anew."""
+    graph = without_gradient_sums(graph)
+    counts = consumer_counts(graph)
+    layers = []
+    for layer in graph.layers:
+        sums = gradient_sum_ops(layer.name, counts[layer.name], layer.output_bytes,
+                                measured=layer.measured_backward_s is not None)
+        layers.append(replace(layer, backward=sums + layer.backward) if sums else layer)
+    return replace(graph, layers=tuple(layers))

@@ -31,6 +31,9 @@ its last dimension: features, heads, vocabulary):
   additive attention and anything else that has no honest TP split here is refused with a
   ConfigError naming the layer (``parallelism.tp``).
 
+Autograd's gradient sums at fan-outs (workloads/layer_graph.py) are taken out before the split
+and put back after it, at the sizes each rank holds.
+
 Activation bytes: a split layer keeps its saved bytes ÷tp except its replicated input (a
 column-parallel linear or attention saves its whole input: ``min(saved, input bytes)`` is kept
 whole, the rest ÷tp); where the builder counted that input as another layer's storage the
@@ -44,7 +47,7 @@ from dataclasses import replace
 
 from simulator.errors import ConfigError
 from workloads.graph import Op
-from workloads.layer_graph import Layer, LayerGraph
+from workloads.layer_graph import Layer, LayerGraph, with_gradient_sums, without_gradient_sums
 
 #: Element-wise layers that run on whatever split their input has.
 FOLLOW_KINDS = frozenset({"activation", "relu", "dropout", "flatten"})
@@ -208,6 +211,7 @@ def tensor_parallel_graph(graph: LayerGraph, tp: int) -> LayerGraph:
     is the tp-1 graph. Raises a ConfigError naming the first layer without a TP split."""
     if tp == 1:
         return graph
+    graph = without_gradient_sums(graph)   # split by kernels; the sums come back at the split sizes
     consumers = _consumers(graph)
     split: dict[str, bool] = {}
     layers: list[Layer] = []
@@ -246,4 +250,4 @@ def tensor_parallel_graph(graph: LayerGraph, tp: int) -> LayerGraph:
             raise _refuse(graph, layer)
         split[layer.name] = out_split
         layers.append(new)
-    return replace(graph, layers=tuple(layers), tensor_parallel=tp)
+    return with_gradient_sums(replace(graph, layers=tuple(layers), tensor_parallel=tp))

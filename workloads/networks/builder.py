@@ -15,7 +15,8 @@ Saved bytes, as PyTorch autograd saves them (``derivatives.yaml``): a convolutio
 layer save their input; batch norm saves its input and two fp32 per-channel statistics; layer norm
 its input and two fp32 per-row statistics; ReLU saves its output; GELU and average pooling their
 input; max pooling its input and int64 indices; dropout (on a GPU) a one-byte mask; adds,
-concatenations and views nothing. A tensor saved by two layers (a ReLU's output that the next
+concatenations and views nothing. A tensor read by several layers gets autograd's gradient
+sums in its producer's backward when the graph is taken (:meth:`NetBuilder.output`). A tensor saved by two layers (a ReLU's output that the next
 convolution saves again, ``inplace=True`` ReLUs writing over their input) is one storage: only
 the first layer that saves a storage counts its bytes, so the sum over layers is the memory.
 Weights saved for backward are parameters (counted as weights), not activations. Under mixed
@@ -30,7 +31,7 @@ from itertools import count
 
 from simulator.errors import ConfigError
 from workloads.graph import Op
-from workloads.layer_graph import Layer, LayerGraph
+from workloads.layer_graph import GRADIENT_SUM, Layer, LayerGraph, with_gradient_sums
 
 FP32_BYTES = 4
 INDEX_BYTES = 8   # max-pool indices are int64
@@ -136,7 +137,8 @@ class NetBuilder:
     def conv2d(self, name: str, x: Tensor, out_channels: int, kernel: int | tuple[int, int], stride: int = 1,
                padding: int | tuple[int, int] = 0, groups: int = 1, bias: bool = False,
                kind: str = "conv2d") -> Tensor:
-        """A 2-D convolution as implicit GEMM(s) (see the module docstring)."""
+        """A 2-D convolution as implicit GEMM(s) (see the module docstring); with a bias, its gradient is one
+        more kernel, the output gradient summed over batch and pixels."""
         c, h, w = x.shape
         kh, kw = (kernel, kernel) if isinstance(kernel, int) else kernel
         ph, pw = (padding, padding) if isinstance(padding, int) else padding
@@ -151,6 +153,8 @@ class NetBuilder:
         out = self._new((out_channels, ho, wo), name)
         # implicit GEMM: each pass reads and writes the tensors themselves, not the im2col matrix
         fwd, bwd = _conv_passes(fwd, bwd, kh, kw, stride, self._bytes(x) + self._bytes(out) + self.elem * weights)
+        if bias:
+            bwd.append(self._memory_op(f"{name}.bias_grad", self.batch * out.numel, 1, 0))
         return self._layer(name, kind, [x], out, [fwd], bwd, weights + (out_channels if bias else 0),
                            self._save(x), frozenset({"batch", "channels", "reduction", "spatial"}),
                            (kh, kw, stride, stride, ph, pw))
@@ -164,6 +168,8 @@ class NetBuilder:
         fwd, bwd = self._gemm_ops(f"{name}.conv", self.batch * h * w, out_channels * kernel * kernel, c,
                                   1, self._needs_grad(x), weights)
         out = self._new((out_channels, (h - 1) * stride + kernel, (w - 1) * stride + kernel), name)
+        if bias:
+            bwd.append(self._memory_op(f"{name}.bias_grad", self.batch * out.numel, 1, 0))
         return self._layer(name, "conv_transpose2d", [x], out, [fwd], bwd,
                            weights + (out_channels if bias else 0), self._save(x),
                            frozenset({"batch", "channels", "reduction", "spatial"}),
@@ -245,10 +251,15 @@ class NetBuilder:
     def linear(self, name: str, x: Tensor, out_features: int, bias: bool = True, kind: str = "linear",
                tied_weights: bool = False) -> Tensor:
         """A linear layer over the last dimension (tokens × features GEMM); saves its input.
-        ``tied_weights``: the weight is another layer's (an embedding's), only the bias is new."""
+        ``tied_weights``: the weight is another layer's (an embedding's), only the bias is new. With a
+        bias, the backward also sums the output's gradient over the rows into the bias's (one
+        reduction kernel: ``derivatives.yaml`` ``addmm``, the bias's ``sum_to_size``), as a
+        convolution's bias gradient sums over batch and pixels."""
         *lead, k = x.shape
         rows = self.batch * math.prod(lead)
         fwd, bwd = self._gemm_ops(f"{name}.gemm", rows, out_features, k, 1, self._needs_grad(x), k * out_features)
+        if bias:
+            bwd.append(self._memory_op(f"{name}.bias_grad", rows * out_features, 1, 0))
         out = self._new((*lead, out_features), name)
         params = (0 if tied_weights else k * out_features) + (out_features if bias else 0)
         return self._layer(name, kind, [x], out, [fwd], bwd, params, self._save(x),
@@ -265,13 +276,15 @@ class NetBuilder:
                            frozenset({"batch", "channels", "spatial", "sequence"}))
 
     def add(self, name: str, a: Tensor, b: Tensor, inplace: bool = False) -> Tensor:
-        """A residual add: two reads, one write, nothing saved."""
+        """A residual add: two reads, one write, nothing saved. Its backward runs no kernel: autograd
+        hands the output's gradient to both inputs as it is (``derivatives.yaml`` ``add.Tensor``,
+        alpha 1, same shapes); the kernel a residual block's backward does run is the sum of its
+        input's two gradients, at the fork (the graph's gradient sum, workloads/layer_graph.py)."""
         if a.shape != b.shape:
             raise ConfigError(f"model.layers.{name}", f"adds {list(a.shape)} to {list(b.shape)}")
         n = self.batch * a.numel
         out = Tensor(a.shape, name, a.storage) if inplace else self._new(a.shape, name)
-        return self._layer(name, "add", [a, b], out, [self._memory_op(f"{name}.add", n, 2, 1)],
-                           [self._memory_op(f"{name}.add.grad", n, 1, 2)], 0, 0.0,
+        return self._layer(name, "add", [a, b], out, [self._memory_op(f"{name}.add", n, 2, 1)], [], 0, 0.0,
                            frozenset({"batch", "channels", "spatial", "sequence"}))
 
     def scale(self, name: str, x: Tensor, gate: Tensor) -> Tensor:
@@ -279,9 +292,10 @@ class NetBuilder:
         of a squeeze-and-excitation block, Hu et al. 2018, Eq. 4): reads both, writes one. Backward as
         autograd runs it (``derivatives.yaml`` ``mul.Tensor``, then ``sum_to_size`` for the broadcast
         operand): dx = dy·gate (reads dy and the gate, writes dx), dy·x at full size (reads two,
-        writes one), its sum over H×W into the gate's gradient (reads one, writes the gate), and the
-        sum of x's two gradients (this one and the squeeze pool's broadcast one: x feeds both), one
-        in-place add (reads two, writes one): 9 full-size passes and 2 of the gate.
+        writes one), its sum over H×W into the gate's gradient (reads one, writes the gate): 6
+        full-size passes and 2 of the gate. The sum of x's two gradients (this one and the squeeze
+        pool's: x feeds both) is the graph's gradient sum at x's producer, a plain contiguous add
+        (workloads/layer_graph.py ``with_gradient_sums``).
         Saves both operands (autograd's ``mul`` saves self and other). A broadcast kernel: priced by its
         elements, not its bytes (simulator/cost/memory_kernels.py ``BROADCAST_KERNELS``)."""
         if gate.shape != (x.shape[0], 1, 1):
@@ -289,7 +303,7 @@ class NetBuilder:
         n, g = self.batch * x.numel, self.batch * gate.numel
         out = self._new(x.shape, name)
         return self._layer(name, "other", [x, gate], out, [self._memory_op(f"{name}.broadcast_mul", 2 * n + g, 1, 0)],
-                           [self._memory_op(f"{name}.broadcast_mul.grad", 9 * n + 2 * g, 1, 0)], 0,
+                           [self._memory_op(f"{name}.broadcast_mul.grad", 6 * n + 2 * g, 1, 0)], 0,
                            self._save(x) + self._save(gate), frozenset({"batch", "channels", "spatial"}))
 
     def scale_parameter(self, name: str, x: Tensor, params: int) -> Tensor:
@@ -315,15 +329,42 @@ class NetBuilder:
                            [self._memory_op(f"{name}.mean.grad", n_out + n_in, 1, 0)], 0, 0.0,
                            frozenset({"batch", "channels"}))
 
-    def copy(self, name: str, x: Tensor, shape: tuple[int, ...]) -> Tensor:
+    def copy(self, name: str, x: Tensor, shape: tuple[int, ...], piece_of: str | None = None) -> Tensor:
         """A copy into a new storage of a strided view (``.contiguous()`` or ``.reshape`` of a
         transposed tensor, e.g. ShuffleNet's channel shuffle, Zhang et al. 2018 Sec. 3.1): one read,
-        one write each way; saves nothing."""
+        one write each way; saves nothing. ``piece_of``: ``x`` is one piece of a split (``unbind``,
+        ``chunk``) whose pieces are copied each (workloads/layer_graph.py ``Layer.piece_of``)."""
         n = self.batch * x.numel
         out = self._new(shape, name)
-        return self._layer(name, "other", [x], out, [self._memory_op(f"{name}.copy", n, 1, 1)],
-                           [self._memory_op(f"{name}.copy.grad", n, 1, 1)], 0, 0.0,
-                           frozenset({"batch", "channels", "spatial", "sequence"}))
+        out = self._layer(name, "other", [x], out, [self._memory_op(f"{name}.copy", n, 1, 1)],
+                          [self._memory_op(f"{name}.copy.grad", n, 1, 1)], 0, 0.0,
+                          frozenset({"batch", "channels", "spatial", "sequence"}))
+        if piece_of:
+            self.layers[-1] = replace(self.layers[-1], piece_of=piece_of)
+        return out
+
+    def patch_merging(self, name: str, x: Tensor, shape: tuple[int, ...]) -> Tensor:
+        """Swin's patch merging gather (torchvision ``_patch_merging_pad``): a (H, W, C) map padded to
+        even H and W, its four 2x2-strided slices concatenated along channels into (H/2, W/2, 4C):
+        forward one copy (the pad, when H or W is odd, a second). Backward as autograd runs it: the
+        concatenation's gradient splits into views, each slice's backward fills a zero tensor of the
+        padded size and copies its quarter in (``slice_backward``), and the four gradients of the
+        padded tensor are summed, three adds (``<name>.slices.gradient_sum``; PyTorch
+        ``torch/csrc/autograd/input_buffer.cpp``), then the pad's backward slices the map back out."""
+        h, w, c = x.shape
+        padded = self.batch * (h + h % 2) * (w + w % 2) * c
+        n = self.batch * x.numel
+        out = self._new(shape, name)
+        pad = [self._memory_op(f"{name}.pad", n + padded, 1, 0)] if padded != n else []
+        forward = [*pad, self._memory_op(f"{name}.gather", padded, 1, 1)]
+        backward = [op for part in range(4) for op in (
+            self._memory_op(f"{name}.slice{part}.slice_backward_zeros", padded, 0, 1),
+            self._memory_op(f"{name}.slice{part}.slice_backward_copy", padded / 4, 1, 1))]
+        backward += [self._memory_op(f"{name}.slices.{GRADIENT_SUM}", padded, 2, 1) for _ in range(3)]
+        if pad:
+            backward.append(self._memory_op(f"{name}.pad.grad", n + padded, 1, 0))
+        return self._layer(name, "other", [x], out, forward, backward, 0, 0.0,
+                           frozenset({"batch", "channels", "spatial"}))
 
     def scale_constant(self, name: str, x: Tensor) -> Tensor:
         """``x * c`` by a Python number: one read, one write each way; saves nothing (``mul.Scalar``)."""
@@ -371,13 +412,17 @@ class NetBuilder:
                            frozenset({"batch", "spatial", "sequence"}))
 
     def layernorm(self, name: str, x: Tensor) -> Tensor:
-        """Layer norm over the last dimension: saves its input and fp32 mean and 1/std per row."""
+        """Layer norm over the last dimension: saves its input and fp32 mean and 1/std per row.
+        Backward: two kernels, the input gradient (reads dy and x, writes dx) and the weight and bias
+        gradients (reads dy and x again, writes 2 x C): ATen's CUDA layer-norm backward
+        (``native/cuda/layer_norm_kernel.cu``) runs ``GammaBetaBackward`` apart from the input's."""
         rows = self.batch * math.prod(x.shape[:-1])
         n = self.batch * x.numel
         out = self._new(x.shape, name)
         saved = self._save(x) + 2 * rows * FP32_BYTES
         return self._layer(name, "layernorm", [x], out, [self._memory_op(f"{name}.ln", n, 1, 1)],
-                           [self._memory_op(f"{name}.ln.grad", n, 2, 1)], 2 * x.shape[-1], saved,
+                           [self._memory_op(f"{name}.ln.grad", n, 2, 1),
+                            self._memory_op(f"{name}.ln.grad_weight", n, 2, 0)], 2 * x.shape[-1], saved,
                            frozenset({"batch", "sequence"}))
 
     # -- sequence layers -----------------------------------------------------------------------------
@@ -393,9 +438,14 @@ class NetBuilder:
         return Tensor((x.shape[0], height, width), x.producer, x.storage, x.storage_numel or x.numel)
 
     def select_token(self, name: str, x: Tensor, index: int = 0) -> Tensor:
-        """One token of each sample (``x[:, 0]``): a view; who saves it keeps the whole storage."""
+        """One token of each sample (``x[:, 0]``): a view; who saves it keeps the whole storage. Its
+        backward fills a zero gradient of the whole sequence and copies the token's in
+        (``select_backward``, ``derivatives.yaml``): two kernels."""
         out = Tensor(x.shape[1:], name, x.storage, x.storage_numel or x.numel)
-        return self._layer(name, "flatten", [x], out, [], [], 0, 0.0)
+        n, token = self.batch * x.numel, self.batch * out.numel
+        return self._layer(name, "flatten", [x], out, [], [self._memory_op(f"{name}.select_backward_zeros", n, 0, 1),
+                                                          self._memory_op(f"{name}.select_backward_copy", token, 1, 1)],
+                           0, 0.0)
 
     def prepend_token(self, name: str, x: Tensor) -> Tensor:
         """A learned token put before the sequence (ViT's class token): a copy, nothing saved."""
@@ -408,11 +458,14 @@ class NetBuilder:
 
     def add_parameter(self, name: str, x: Tensor, kind: str = "add", params: int | None = None) -> Tensor:
         """Add a learned tensor of the sample's shape (position embeddings; ``params`` when it is
-        broadcast from a smaller one): nothing saved."""
+        broadcast from a smaller one): nothing saved. Backward: x's gradient is the output's as it
+        is (no kernel, as a residual add's); the parameter's is its sum over the batch, one reduction
+        reading the output's gradient and writing the parameter's."""
         n = self.batch * x.numel
+        p = x.numel if params is None else params
         out = self._new(x.shape, name)
         return self._layer(name, kind, [x], out, [self._memory_op(f"{name}.add", n, 2, 1)],
-                           [self._memory_op(f"{name}.add.grad", n, 1, 2)], x.numel if params is None else params,
+                           [self._memory_op(f"{name}.add.parameter_grad", n + p, 1, 0)], p,
                            0.0, frozenset({"batch", "sequence"}))
 
     def embedding(self, name: str, tokens: int, vocab: int, dim: int, source: Tensor | None = None) -> Tensor:
@@ -469,11 +522,32 @@ class NetBuilder:
                 saved += probs * (MASK_BYTES + el)
         out = self._new((s, e), name)
         forward = [qkv, *core_f, proj]
-        backward = [*proj_b, *core_b, *qkv_b]
+        backward = [*proj_b, *core_b, *self._qkv_gradient_ops(name, rows * e, packed_qkv, self._needs_grad(x)), *qkv_b]
         if not packed_qkv:
             forward[0] = Op(f"{name}.q_k_v", "gemm", qkv.flops, qkv.bytes_moved, rows, e, e, 3)
         return self._layer(name, "attention", [x], out, forward, backward, 4 * e * e + 4 * e, saved,
                            frozenset({"batch", "heads", "sequence"}))
+
+    def _qkv_gradient_ops(self, name: str, elements: int, packed: bool, input_grad: bool = True) -> list[Op]:
+        """What autograd runs between an attention core's backward and its Q/K/V projection's, where
+        q, k and v are read out of one tensor or one tensor feeds three projections (PyTorch
+        ``derivatives.yaml``, ``torch/csrc/autograd/input_buffer.cpp``); ``elements``: one of q, k, v.
+
+        - ``packed``: q, k, v are ``proj[0]``, ``proj[1]``, ``proj[2]`` of the packed projection
+          (``nn.MultiheadAttention``'s ``_in_projection_packed``; torchvision's Swin). Each select's
+          backward fills a zero tensor of the packed size and copies its slice in
+          (``select_backward``), and the three gradients of the packed tensor are summed: two adds of
+          3x the elements (``<name>.qkv.gradient_sum``, the gradient-sum kernel class).
+        - three projections of one input (Hugging Face BERT's query, key, value): the three input
+          gradients are summed, two adds of the input's size (when the input needs a gradient)."""
+        if packed:
+            selects = [op for part in ("q", "k", "v") for op in (
+                self._memory_op(f"{name}.{part}.select_backward_zeros", 3 * elements, 0, 1),
+                self._memory_op(f"{name}.{part}.select_backward_copy", elements, 1, 1))]
+            return selects + [self._memory_op(f"{name}.qkv.{GRADIENT_SUM}", 3 * elements, 2, 1) for _ in range(2)]
+        if not input_grad:
+            return []
+        return [self._memory_op(f"{name}.input.{GRADIENT_SUM}", elements, 2, 1) for _ in range(2)]
 
     def window_attention(self, name: str, x: Tensor, heads: int, window: tuple[int, int], shift: tuple[int, int],
                          params: int) -> Tensor:
@@ -514,7 +588,7 @@ class NetBuilder:
                                 d, length, groups),
                     self._memory_op(f"{name}.softmax_bias.grad", probs, 3 + 1, 1 + 1),
                     Op(f"{name}.scores.grad", "attention", 2 * scores.flops, 2 * scores.bytes_moved, length, length,
-                       d, groups), *qkv_b,
+                       d, groups), *self._qkv_gradient_ops(name, rows * c, packed=True), *qkv_b,
                     self._memory_op(f"{name}.pad_roll_partition_copies.grad", rows * c, copies, copies)]
         tokens = rows * c
         # partitioned input, q, k, v, merged heads: 5 copies of T·C, or q, the whole qkv output (k and v
@@ -626,8 +700,10 @@ class NetBuilder:
                            float(n * FP32_BYTES), frozenset({"batch", "sequence", "reduction"}))
 
     def output(self) -> LayerGraph:
-        """The graph built so far, checked."""
-        return LayerGraph(self.name, tuple(self.layers), self.batch, self.sample, self.seq_length).check()
+        """The graph built so far, checked, with autograd's gradient sums at its fan-outs
+        (workloads/layer_graph.py ``with_gradient_sums``)."""
+        graph = LayerGraph(self.name, tuple(self.layers), self.batch, self.sample, self.seq_length).check()
+        return with_gradient_sums(graph)
 
 
 def _pool_out(size: int, kernel: int, stride: int, padding: int, ceil_mode: bool) -> int:

@@ -21,7 +21,8 @@ the files the tests use are in ``validation/data/profiles/``):
   width→width at ``stride`` (``groups``; a dilation d pads d, so the output size and FLOPs are those
   of d = 1), conv3 1×1 width→4·planes, BN after each, ReLUs, and where ``downsampleParams``
   ``[[in, out, stride], bn]`` is given a 1×1 conv in→out at that stride plus BN on the shortcut,
-  then the add and the last ReLU — merged into one layer. A bottleneck line without ``inplanes`` and
+  then the add and the last ReLU — merged into one layer, whose backward ends with autograd's sum
+  of the two gradients of the block's input (workloads/layer_graph.py). A bottleneck line without ``inplanes`` and
   ``planes`` has no shapes to count: its FLOPs stay uncounted (``Layer.flops_counted`` False), and
   the result prints MFU as n/a naming how many layers were counted.
 
@@ -41,6 +42,7 @@ from __future__ import annotations
 
 import bisect
 import json
+import math
 import re
 from dataclasses import dataclass, replace
 from pathlib import Path
@@ -50,7 +52,7 @@ from pydantic import Field
 
 from simulator.errors import ConfigError
 from workloads.graph import Op, ShardShape
-from workloads.layer_graph import Layer, LayerGraph
+from workloads.layer_graph import Layer, LayerGraph, gradient_sum_ops, with_gradient_sums
 from workloads.networks.builder import NetBuilder, Tensor
 from workloads.networks.spec import NetworkSpec, refuse_split
 
@@ -184,9 +186,10 @@ def pipedream_graph(text: str, name: str, profile_batch: int, shard: ShardShape,
         reads = tuple(dict.fromkeys("input" if p in inputs else p for p in preds[node.node_id])) or ("input",)
         out_bytes = node.activation_bytes * byte_scale
         layer = Layer(name=node.node_id, kind=_kind(node, source), params=round(node.parameter_bytes / 4),
-                      saved_bytes=out_bytes, output_bytes=out_bytes, inputs=reads, flops_counted=False)
+                      saved_bytes=out_bytes, output_bytes=out_bytes, inputs=reads, flops_counted=False,
+                      passes_gradient=not node.desc.startswith("Size"))   # x.size(): no gradient to x
         layers.append(_with_measured(layer, node.forward_ms * scale / 1e3, node.backward_ms * scale / 1e3))
-    return LayerGraph(name, tuple(layers), shard.micro_batch, sample, seq_length).check()
+    return with_gradient_sums(LayerGraph(name, tuple(layers), shard.micro_batch, sample, seq_length).check())
 
 
 @dataclass(frozen=True)
@@ -293,8 +296,11 @@ def _bottleneck(net: NetBuilder, name: str, x: Tensor, p: dict, input_saved: boo
                                  sub.conv2d(f"{name}.downsample.0", entry, shortcut_out, 1, stride=shortcut_stride))
     sub.relu(f"{name}.relu3", sub.add(f"{name}.add", out, identity, inplace=True))
     parts = sub.layers
+    # the block's input feeds conv1 and the shortcut: autograd adds their gradients (when it needs one)
+    readers = sum(entry.producer in part.inputs for part in parts) if entry.producer else 0
+    sums = gradient_sum_ops(f"{name}.input", readers, float(net.batch * math.prod(x.shape) * net.elem))
     return Layer(name, "other", forward=tuple(op for part in parts for op in part.forward),
-                 backward=tuple(op for part in reversed(parts) for op in part.backward),
+                 backward=tuple(op for part in reversed(parts) for op in part.backward) + sums,
                  params=sum(part.params for part in parts), saved_bytes=sum(part.saved_bytes for part in parts),
                  output_bytes=parts[-1].output_bytes)
 
@@ -362,7 +368,7 @@ def deeppool_graph(text: str, name: str, shard: ShardShape, sample: str = "image
             backward += weight * bw
         layers.append(_with_measured(replace(built, inputs=(layers[-1].name,) if layers else (), input_shape=None,
                                              output_shape=None), forward, backward))
-    return LayerGraph(name, tuple(layers), b, sample, seq_length).check()
+    return with_gradient_sums(LayerGraph(name, tuple(layers), b, sample, seq_length).check())
 
 
 class ProfiledModelSpec(NetworkSpec):

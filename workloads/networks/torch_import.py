@@ -27,6 +27,7 @@ import importlib
 import io
 import math
 import operator
+from dataclasses import replace
 from typing import Any, ClassVar, Literal
 
 from pydantic import Field, PositiveInt, PrivateAttr
@@ -421,7 +422,7 @@ class _Mapper:
         if label == "shifted_window_attention":
             return self._window_attention(node, args)
         if label == "_patch_merging_pad":  # Swin's patch merging: 2x2 neighbours gathered into channels
-            return self.net.copy(self._layer_name(node), self._tensor(node, node.args[0], node.name), shape)
+            return self.net.patch_merging(self._layer_name(node), self._tensor(node, node.args[0], node.name), shape)
         if isinstance(args[0], _Param) and all(not isinstance(a, Tensor) for a in args):
             # an operation on learned tensors alone (expand the class token, gather a bias table)
             return _Param(shape, sum(a.params for a in args if isinstance(a, _Param)))
@@ -553,6 +554,7 @@ class _Mapper:
             name = f"{base}.{i}"
             out = Tensor(tuple(int(d) for d in meta.shape[1:]), name, x.storage, total)
             pieces.append(self.net._layer(name, "flatten", [x], out, [], [], 0, 0.0))
+            self.net.layers[-1] = replace(self.net.layers[-1], piece_of=base)  # one reader of x with its siblings
         return tuple(pieces)
 
     def _layer_norm(self, node, name: str, x: Tensor, args) -> Tensor:

@@ -1,0 +1,206 @@
+"""DeepPool's A100 ViT profile as a held-out whole-model check of an imported eager ViT (issue 19).
+
+Data: the ``vitLayerGpuProfileA100.txt`` rows of ``data/deeppool_a100_v1_layers.csv.gz`` (validation/
+calibrate_conv.py says what a row is: one layer's forward + backward time in DeepPool's C++ runtime,
+fp32 tensors, TF32 kernels). No constant anywhere is fitted on these rows: every row is held out.
+
+**The network.** DeepPool's rows name their parameters ``prep{dim, dropout, img_dim, in_channels,
+patch_dim}``, ``TransBlockA{dim, dim_head, heads}``, ``TransBlockB{dim, dim_linear_block}``,
+``prepOut{}`` and ``linear``: the arguments of self-attention-cv's ``ViT`` (The AI Summer,
+``self_attention_cv/vit/vit.py``, ``transformer_vanilla/{transformer_block,mhsa}.py``, version 1.2.3,
+read from its PyPI wheel; an inference from the names, DeepPool's model file is not in this project's
+data) with dim 512, 4 heads of 128, MLP 1024, 6 blocks, 256 x 256 images in 16 x 16 patches (256
+tokens + a class token): not torchvision's ViT. As that code runs it, :func:`build` describes it with the
+layer builder's kernels (the ones the PyTorch importer maps the same operations to):
+
+- ``prep``: the image rearranged into patches (a copy; the image needs no gradient), a linear
+  projection 768 -> 512 with bias, the class token concatenated in front, position embeddings added;
+- ``TransBlockA`` (post-norm, ``y = norm_1(mhsa(x) + x)``): one qkv linear without bias, q, k, v
+  unbound from it and copied for ``einsum`` (its ``bmm`` needs the heads folded into the batch), the
+  scores q.k^T per head, multiplied by the scale (a pass over the scores), softmax, the weighted sum
+  with v, the heads merged (a copy), the output linear without bias, the residual add, layer norm;
+- ``TransBlockB`` (``norm_2(linear(y) + y)``): linear 512 -> 1024, GELU, linear 1024 -> 512, add, norm;
+- ``prepOut``: the class token's output ``y[:, 0, :]`` (a view; its backward fills the sequence's zero
+  gradient and copies the token's in); ``linear``: the 1000-way head.
+
+Autograd's gradient sums (a block's input feeds its first linear and its residual add) are the layer
+graph's (workloads/layer_graph.py); the three unbound pieces of qkv are one reader, and their stacked
+gradient comes back to the qkv linear as a permuted view that its backward reshapes into a copy. Priced in the A100
+40 GB's fp32/TF32 compute model of the specs, each row's forward and backward issue-bound by DeepPool's
+host time per kernel fitted on the CNN blocks (validation/deeppool_model.py ``fitted_host_s``).
+
+**What the profile can and cannot say.** DeepPool's V1 timer gives every TransBlockA and TransBlockB
+the same time to 0.1% at every batch (9.74 ms at 128) although an attention block does 1.25x the FLOPs
+of an MLP block: the per-layer split is not the blocks' own (the rows are differences of sorted
+cumulative event times, seeds/README.md), so only their sum, the whole model, is compared. Below batch
+32 the blocks are host-bound (1.1-1.5 ms each from batch 1 to 16, batch-independent): left out.
+
+**What moved it** (whole model at batch 32 / 64 / 128, simulated against measured): torchvision's ViT
+of the same sizes in the catalog (pre-norm, fused attention, a patch convolution; session 5's what-if,
+summed kernels without host time, on this A100 40 GB before this session's changes) -13.5 / -17.3 / -22.6%; the network DeepPool ran, eager, with the
+graph's gradient sums and DeepPool's host time -7.0 / -11.5 / -17.4%; with two kernels every PyTorch
+backward runs that the builder left out (layer norm's weight and bias gradients, ``GammaBetaBackward``
+in ATen's ``layer_norm_kernel.cu``; a bias's gradient, the output gradient summed over rows) and the qkv
+gradient's copy, -3.4 / -7.8 / -13.6%. What is left grows with the batch: GPU work. The linears (74% of
+the FLOPs) are priced on the TF32 GEMM curve that was fitted on DeepPool's *convolutions* (55-62 TFLOP/s
+here) and the attention GEMMs at the fp32 attention rate (10 TFLOP/s); no TF32 linear of this shape is
+measured in this project, so neither is changed.
+
+**Target.** The issue's DeepPool whole-model figure read as validation/deeppool_model.py reads it for
+the CNN blocks: the median |error| over the whole models (here the GPU-bound batches 32, 64, 128)
+within :data:`WHOLE_MODEL_TARGET` (5%); the stricter reading, every batch within 5%, is printed beside
+it. ``python -m validation.deeppool_vit`` prints the rows by part and batch and exits 1 past the target.
+"""
+
+from __future__ import annotations
+
+import argparse
+import math
+import statistics
+from dataclasses import replace
+from functools import cache
+
+import pandas as pd
+
+from hardware_specs.catalog import ACCELERATORS
+from simulator.cost.compute import ComputeModel
+from simulator.cost.host_floor import issue_bound_s
+from validation import calibrate_conv
+from workloads.layer_graph import LayerGraph
+from workloads.networks.builder import NetBuilder, Tensor
+
+MODEL = "ViT (dim 512, patch 16, img 256)"
+DIM, HEADS, DIM_HEAD, MLP, BLOCKS, IMAGE, PATCH, CLASSES = 512, 4, 128, 1024, 6, 256, 16, 1000
+#: GPU-bound batches (the blocks' time grows in proportion to the batch from 32 on)
+BATCHES = (32, 64, 128)
+WHOLE_MODEL_TARGET = 0.05
+#: DeepPool's row types in block order, and the layer-name prefix each row's layers carry here
+ROW_PREFIX = {"prep": "prep.", "TransBlockA": "a", "TransBlockB": "b", "prepOut": "prepOut", "linear": "mlp_head"}
+
+
+def build(net: NetBuilder) -> None:
+    """self-attention-cv's ViT as DeepPool profiled it (module docstring), layer by layer on ``net``."""
+    tokens = (IMAGE // PATCH) ** 2
+    t, e = tokens + 1, DIM
+    patches = Tensor((tokens, 3 * PATCH * PATCH), None, -1)   # the rearranged image: needs no gradient
+    x = net.linear("prep.project_patches", patches, DIM)
+    rearrange = net._memory_op("prep.rearrange.copy", net.batch * tokens * 3 * PATCH * PATCH, 1, 1)
+    net.layers[-1] = replace(net.layers[-1], forward=(rearrange, *net.layers[-1].forward))
+    x = net.add_parameter("prep.pos_emb1D", net.prepend_token("prep.cls_token", x))
+    for i in range(BLOCKS):
+        a = f"a{i}."
+        qkv = net.linear(f"{a}to_qvk", x, 3 * HEADS * DIM_HEAD, bias=False)
+        # the q, k, v gradients stacked (unbind's backward) come back as a permuted view of qkv's
+        # gradient, which the linear's backward reshapes into a copy before its GEMMs
+        regather = net._memory_op(f"{a}to_qvk.grad_reshape.copy", net.batch * t * 3 * HEADS * DIM_HEAD, 1, 1)
+        net.layers[-1] = replace(net.layers[-1], backward=(regather, *net.layers[-1].backward))
+        piece = Tensor((HEADS, t, DIM_HEAD), qkv.producer, qkv.storage, qkv.numel)   # a view of qkv, unbound
+        q, k, v = (_piece_copy(net, f"{a}{name}", piece, f"{a}unbind") for name in "qkv")
+        scores = net.batched_matmul(f"{a}scores", q, k, t, t, DIM_HEAD, HEADS, q, k, (HEADS, t, t))
+        probs = net.softmax(f"{a}softmax", net.scale_constant(f"{a}scale", scores))
+        out = net.batched_matmul(f"{a}values", probs, v, t, DIM_HEAD, t, HEADS, probs, v, (HEADS, t, DIM_HEAD))
+        out = net.copy(f"{a}merge_heads", out, (t, HEADS * DIM_HEAD))
+        y = net.linear(f"{a}W_0", out, e, bias=False)
+        x = net.layernorm(f"{a}norm_1", net.add(f"{a}residual", y, x))
+        b = f"b{i}."
+        y = net.activation(f"{b}gelu", net.linear(f"{b}linear.0", x, MLP), "gelu")
+        y = net.linear(f"{b}linear.3", y, e)
+        x = net.layernorm(f"{b}norm_2", net.add(f"{b}residual", y, x))
+    net.linear("mlp_head", net.select_token("prepOut", x), CLASSES)
+
+
+def _piece_copy(net: NetBuilder, name: str, piece: Tensor, split: str) -> Tensor:
+    """One unbound piece of qkv (a strided view of it) copied for ``einsum``'s batched GEMM."""
+    out = net.copy(name, piece, piece.shape, piece_of=split)
+    net.layers[-1] = replace(net.layers[-1], input_shape=None)   # a piece, not the whole qkv output
+    return out
+
+
+@cache
+def graph(batch: int) -> LayerGraph:
+    net = NetBuilder("deeppool-vit", batch, 4)
+    build(net)
+    return net.output()
+
+
+def row_layers(batch: int, row_type: str, block: int) -> list:
+    """The layers of one DeepPool row: ``block`` counts the row's type from 0 (the k-th TransBlockA)."""
+    prefix = ROW_PREFIX[row_type]
+    if row_type in ("TransBlockA", "TransBlockB"):
+        prefix = f"{prefix}{block}."
+    return [layer for layer in graph(batch).layers if layer.name == prefix or layer.name.startswith(prefix)]
+
+
+@cache
+def _model() -> ComputeModel:
+    return ComputeModel(ACCELERATORS.get(calibrate_conv.ACCELERATOR), "fp32", tf32=True)
+
+
+def row_simulated_s(batch: int, row_type: str, block: int, host_s: float) -> float:
+    """A row's forward and backward, each issue-bound at ``host_s`` per kernel (simulator/cost/host_floor.py)."""
+    layers = row_layers(batch, row_type, block)
+    model = _model()
+    forward = [model.time_s(op) for layer in layers for op in layer.forward]
+    backward = [model.time_s(op) for layer in reversed(layers) for op in layer.backward]
+    return issue_bound_s(forward, host_s) + issue_bound_s(backward, host_s)
+
+
+@cache
+def rows() -> pd.DataFrame:
+    """DeepPool's ViT rows at :data:`BATCHES` with their simulated times."""
+    from validation.deeppool_model import fitted_host_s
+
+    df = pd.read_csv(calibrate_conv.DATA)
+    df = df[(df.model == MODEL) & df.batch_size_per_gpu.isin(BATCHES)].copy()
+    df["block"] = df.groupby(["batch_size_per_gpu", "layer_type"]).cumcount()
+    host = fitted_host_s()
+    df["measured_ms"] = df.fwbw_time_avg_ms
+    df["simulated_ms"] = [1e3 * row_simulated_s(int(r.batch_size_per_gpu), r.layer_type, int(r.block), host)
+                          for r in df.itertuples()]
+    return df
+
+
+def by_part() -> pd.DataFrame:
+    """Per batch: the patch embedding (prep), the twelve blocks, the head (prepOut + linear) and the whole
+    model, measured against simulated."""
+    df = rows()
+    part = df.layer_type.map({"prep": "patch embedding", "TransBlockA": "blocks", "TransBlockB": "blocks",
+                              "prepOut": "head", "linear": "head"})
+    out = []
+    for (batch, name), g in df.assign(part=part).groupby(["batch_size_per_gpu", "part"], sort=False):
+        out.append({"batch": batch, "part": name, "measured_ms": g.measured_ms.sum(), "simulated_ms": g.simulated_ms.sum()})
+    for batch, g in df.groupby("batch_size_per_gpu"):
+        out.append({"batch": batch, "part": "whole model", "measured_ms": g.measured_ms.sum(),
+                    "simulated_ms": g.simulated_ms.sum()})
+    table = pd.DataFrame(out)
+    table["error"] = table.simulated_ms / table.measured_ms - 1
+    return table
+
+
+def whole_model_errors() -> dict[int, float]:
+    table = by_part()
+    whole = table[table.part == "whole model"]
+    return {int(b): float(e) for b, e in zip(whole.batch, whole.error, strict=True)}
+
+
+def main(argv: list[str] | None = None) -> int:
+    argparse.ArgumentParser(prog="python -m validation.deeppool_vit", description=__doc__.split("\n\n")[0]).parse_args(argv)
+    table = by_part()
+    print(table.sort_values(["batch", "part"]).to_string(index=False, float_format=lambda v: f"{v:.3f}"))
+    g = graph(128)
+    flops = g.forward_flops() + g.backward_flops()
+    print(f"model FLOPs per image (forward + backward): {flops / 128 / 1e9:.2f} GFLOP; parameters "
+          f"{g.total_params():,}")
+    errors = whole_model_errors()
+    median = statistics.median(abs(e) for e in errors.values())
+    worst = max(abs(e) for e in errors.values())
+    met = median <= WHOLE_MODEL_TARGET
+    print("whole model (every row held out): " + ", ".join(f"batch {b} {100 * e:+.1f}%" for b, e in errors.items())
+          + f"; median |error| {100 * median:.1f}% (target {100 * WHOLE_MODEL_TARGET:.0f}%: "
+          f"{'met' if met else 'NOT met'}), every batch within {100 * WHOLE_MODEL_TARGET:.0f}% (the stricter "
+          f"reading): {'yes' if worst <= WHOLE_MODEL_TARGET else 'no'} (worst {100 * worst:.1f}%)")
+    return 0 if met and math.isfinite(median) else 1
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
