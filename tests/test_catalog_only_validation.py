@@ -9,7 +9,8 @@ Measured (median / max |error|, median signed): nemo 5.8 / 35.6% (+1.7%), torcht
 H100 +34.6%, MI300X +69%), llmfoundry 18.2 / 76.4% (+18.2%; H100 +21.9%, FP8 +42.7% on 2 rows), other
 13.8 / 91.6% (+4.4%; H100 +33.5%): the catalog alone is too optimistic on H100 by about a fifth to a third.
 The other sets: vTrain single-node 37.4 / 579.6% (no eager host floor: small models far too fast), multi-node
-7.0 / 60.2%, CNN DLE 7.0 / 69.0%, CNN Lambda 78.8 / 160.2% (ResNet-50 on H100 +98%, H200 +111%).
+7.0 / 60.2%, CNN DLE 7.0 / 69.0%, CNN Lambda 78.8 / 160.2% (ResNet-50 on H100 +98%, H200 +111%; 59.8 / 142.1%
+since the sixth session's change of its rows, see MEASURED).
 """
 
 from __future__ import annotations
@@ -30,7 +31,12 @@ from validation.modern.registry import built, simulate_many
 #: +5.5 -> +5.7% with its fitted profile)
 MEASURED = {"nemo": (5.8, 35.6), "torchtitan": (34.5, 79.8), "llmfoundry": (18.2, 76.4), "other": (9.0, 62.2),
             "vtrain_single": (37.4, 579.6), "vtrain_multi": (7.0, 73.5), "cnn_dle": (7.0, 69.0),
-            "cnn_lambda": (24.5, 160.2)}  # cnn_lambda 78.8 -> 24.5: Hopper TF32 convolutions on the A100's shape model
+            "cnn_lambda": (59.8, 142.1)}
+# cnn_lambda 78.8 -> 24.5: Hopper TF32 convolutions on the A100's shape model; 24.5 -> 59.8 (max 160.2 -> 142.1) is a
+# change of population, not of model (d8e0dae, sixth session): the held-out rows are bimodal with the catalog alone
+# -- 36 fp16 rows median 98.2% (no input cost in the catalog), 35 TF32/FP32 rows median 14.8%, max 24.1% -- and
+# counting the V100 fp16 rows while the six GH200 rows left (they had been mapped to H200 SXM) put the median
+# inside the fp16 group. The fitted set is 0.9% / 11.2% over the same 71 rows.
 SLACK_POINTS = 5.0
 
 
