@@ -187,30 +187,38 @@ def multi_gpu(case: ModernCase) -> bool:
     return int(case.scenario["cluster"]["num_gpus"]) > 1
 
 
+def _fit_one_constant(cases: list[ModernCase], simulate_many: Callable[[list[dict]], list[dict]], name: str,
+                      bounds: tuple[float, float], steps: int, digits: int) -> dict[str, Any]:
+    """Bisect one constant ``name`` within ``bounds`` so the cases' median log error is 0 (the rate falls
+    monotonically with it), ``bounds[0]`` where the cases are too slow already; the entry carries the value
+    rounded to ``digits`` and its fit error. The GEMM curve stays the catalog's."""
+    def median_log(value: float) -> float:
+        results = simulate_many([with_constants(c, {name: value}) for c in cases])
+        return _median_log_error([outcome(c, r) for c, r in zip(cases, results, strict=True)])
+
+    lo, hi = bounds
+    if median_log(lo) <= 0:
+        hi = lo
+    for _ in range(steps if hi > lo else 0):
+        mid = (lo + hi) / 2
+        if median_log(mid) > 0:  # still too fast: more of the constant
+            lo = mid
+        else:
+            hi = mid
+    entry: dict[str, Any] = {name: round((lo + hi) / 2, digits)}
+    results = simulate_many([with_constants(c, entry) for c in cases])
+    fitted = [outcome(c, r) for c, r in zip(cases, results, strict=True)]
+    entry.update({"fit_median_abs_error": round(_median_abs_error(fitted), 4), "fit_cases": len(cases)})
+    return entry
+
+
 def fit_jitter_only(cases: list[ModernCase], simulate_many: Callable[[list[dict]], list[dict]]) -> dict[str, Any]:
     """One ``sync_jitter`` sigma, the GEMM curve left as the catalog's: the sigma that makes the median log
     error of the multi-GPU ``cases`` 0 (bisection; the rate falls monotonically with it), 0 where they are
     too slow already. For a group whose kernel constants another calibration fits on its one-GPU rows
     (``ModernSet.fit_elsewhere``): its multi-GPU rows then say only how long a step waits for its slowest
     rank, which no kernel constant changes."""
-    def median_log(sigma: float) -> float:
-        results = simulate_many([with_constants(c, {"sync_jitter": sigma}) for c in cases])
-        return _median_log_error([outcome(c, r) for c, r in zip(cases, results, strict=True)])
-
-    lo, hi = JITTER_BOUNDS
-    if median_log(lo) <= 0:
-        hi = lo
-    for _ in range(BISECTION_STEPS + 2 if hi > lo else 0):
-        mid = (lo + hi) / 2
-        if median_log(mid) > 0:  # still too fast: more skew
-            lo = mid
-        else:
-            hi = mid
-    entry: dict[str, Any] = {"sync_jitter": round((lo + hi) / 2, 4)}
-    results = simulate_many([with_constants(c, entry) for c in cases])
-    fitted = [outcome(c, r) for c, r in zip(cases, results, strict=True)]
-    entry.update({"fit_median_abs_error": round(_median_abs_error(fitted), 4), "fit_cases": len(cases)})
-    return entry
+    return _fit_one_constant(cases, simulate_many, "sync_jitter", JITTER_BOUNDS, BISECTION_STEPS + 2, 4)
 
 
 def fit_input_only(cases: list[ModernCase], simulate_many: Callable[[list[dict]], list[dict]]) -> dict[str, Any]:
@@ -220,24 +228,8 @@ def fit_input_only(cases: list[ModernCase], simulate_many: Callable[[list[dict]]
     sample; the rate falls monotonically with it), 0 where the cases are too slow already. For a group whose
     rows a host-side bound sets (Lambda's fp16 runs, validation/modern/cnn.py): the GPU's rate is not what
     they measure, so no kernel constant is fitted on them."""
-    def median_log(us: float) -> float:
-        results = simulate_many([with_constants(c, {"input_us_per_sample": us}) for c in cases])
-        return _median_log_error([outcome(c, r) for c, r in zip(cases, results, strict=True)])
-
-    lo, hi = 0.0, 2e6 / min(c.measured_rate_per_gpu for c in cases)
-    if median_log(lo) <= 0:
-        hi = lo
-    for _ in range(BISECTION_STEPS + 6 if hi > lo else 0):
-        mid = (lo + hi) / 2
-        if median_log(mid) > 0:  # still too fast: more host time per sample
-            lo = mid
-        else:
-            hi = mid
-    entry: dict[str, Any] = {"input_us_per_sample": round((lo + hi) / 2, 2)}
-    results = simulate_many([with_constants(c, entry) for c in cases])
-    fitted = [outcome(c, r) for c, r in zip(cases, results, strict=True)]
-    entry.update({"fit_median_abs_error": round(_median_abs_error(fitted), 4), "fit_cases": len(cases)})
-    return entry
+    bounds = (0.0, 2e6 / min(c.measured_rate_per_gpu for c in cases))
+    return _fit_one_constant(cases, simulate_many, "input_us_per_sample", bounds, BISECTION_STEPS + 6, 2)
 
 
 def write_profile(case_set: str, csv_name: str, source: str, groups: dict[str, dict[str, Any]]) -> Path:
