@@ -276,6 +276,7 @@ def simulate(scenario: Scenario, mode: str | None = None, detail: bool = False,
     flops = kind.step_flops(scenario) if kind.step_flops else _step_flops(scenario)
     step_time = makespan = None
     steps_run = scenario.simulation.steps  # a kind may round it up to whole periods (Plan.steps)
+    steps_rounding = None  # why it did (Plan.steps_rounding)
     step_times: list[float] = []
     memory_peaks: dict[str, float] = {}
     memory_series: dict[str, list[tuple[float, float]]] = {}
@@ -315,7 +316,7 @@ def simulate(scenario: Scenario, mode: str | None = None, detail: bool = False,
         if plan is not None:
             actor_stage = dict(plan.stage_of)
             kind_report = plan.report() if plan.report else {}
-            steps_run = plan.steps
+            steps_run, steps_rounding = plan.steps, plan.steps_rounding
             mode = plan.mode or mode
         if plan is not None and plan.window is not None:  # a steady-state window (asynchronous kinds)
             step_times = window_step_times(plan)
@@ -343,6 +344,8 @@ def simulate(scenario: Scenario, mode: str | None = None, detail: bool = False,
         parallelism=par.model_dump(),
         step_time_s=step_time,
         steps=steps_run,
+        steps_requested=scenario.simulation.steps,
+        steps_rounding=steps_rounding,
         step_times_s=step_times,
         makespan_s=makespan,
         simulated_peak_memory_gib=memory_peaks,

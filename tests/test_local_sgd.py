@@ -9,10 +9,17 @@ e = 2 B (the toy's bf16 gradient dtype, as DDP) = the spmd all-reduce T_AR; int8
 
 from __future__ import annotations
 
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
 import pytest
 from test_simulate import T_LAYER, TOY_PARAMS, L, toy_raw
 
 from simulator.errors import ConfigError
+from simulator.report.result import render_table
 from simulator.scenario import load_scenario
 from simulator.simulate import simulate
 from simulator.strategies.local_sgd import LocalSgdPlanner
@@ -96,3 +103,31 @@ def test_bad_config_names_the_field(strategy, par, field):
     with pytest.raises(ConfigError) as err:
         simulate(load_scenario(raw))
     assert err.value.field == field
+
+
+def test_rounded_steps_are_said_in_the_text_and_the_json():
+    """``--steps 8`` on the DiLoCo example (H = 16) runs one whole period: the table and --json say
+    8 asked, 16 run, and why (the text and the JSON runs started together)."""
+    root = Path(__file__).resolve().parents[1]
+    env = {**os.environ, "PYTHONPATH": str(root)}
+    cmd = [sys.executable, "-m", "simulator", "simulate", str(root / "examples/llama3-8b-diloco-h100.yaml"),
+           "--steps", "8"]
+    text, js = (subprocess.Popen(c, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env)
+                for c in (cmd, [*cmd, "--json"]))
+    (text_out, text_err), (json_out, json_err) = text.communicate(), js.communicate()
+    assert text.returncode == 0, text_err
+    assert js.returncode == 0, json_err
+    assert "8 steps asked, 16 run (one whole period of H = 16)" in text_out
+    assert "mean of 16 steps" in text_out
+    out = json.loads(json_out)
+    assert (out["steps_requested"], out["steps_run"], out["steps"]) == (8, 16, 16)
+    assert out["steps_rounding"] == "one whole period of H = 16"
+    assert len(out["step_times_s"]) == 16
+
+
+def test_steps_not_rounded_say_nothing_more():
+    r = simulate(scenario(4, local_steps=2))
+    assert (r.to_dict()["steps_requested"], r.to_dict()["steps_run"], r.steps_rounding) == (4, 4, None)
+    assert "asked" not in render_table(r)
+    r = simulate(scenario(4, local_steps=3))  # two periods of 3
+    assert "4 steps asked, 6 run (2 whole periods of H = 3)" in render_table(r)

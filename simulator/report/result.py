@@ -53,7 +53,9 @@ class SimulationResult:
     layers_per_stage: list[int]
     mode: str
     tokens_to_train: float | None = None
-    steps: int = 1
+    steps: int = 1                # the steps run (a kind may round the request up: local_sgd to whole periods)
+    steps_requested: int | None = None  # ``simulation.steps`` as asked (None: as run)
+    steps_rounding: str | None = None   # why the two differ ("one whole period of H = 16")
     step_times_s: list[float] = field(default_factory=list)  # each simulated step
     makespan_s: float | None = None                          # end of the last task of the last step
     samples_per_step: int = 0     # the global batch: sequences, images, sentences
@@ -131,6 +133,9 @@ class SimulationResult:
             "parallelism": self.parallelism,
             "step_time_s": self.step_time_s,
             "steps": self.steps,
+            "steps_requested": self.steps_requested if self.steps_requested is not None else self.steps,
+            "steps_run": self.steps,
+            "steps_rounding": self.steps_rounding,
             "step_times_s": self.step_times_s,
             "makespan_s": self.makespan_s,
             "samples_per_s": self.samples_per_s,
@@ -331,6 +336,26 @@ def _flop_lines(result: SimulationResult) -> list[str]:
             f"{_fmt(result.hfu and result.hfu * 100, '.1f', '%')}"]
 
 
+def _steps_rounded_lines(result: SimulationResult) -> list[str]:
+    """Where the kind ran other than the steps asked (local_sgd rounds up to whole periods of H):
+    "8 steps asked, 16 run (one whole period of H = 16)"."""
+    asked = result.steps_requested
+    if asked is None or asked == result.steps:
+        return []
+    why = f" ({result.steps_rounding})" if result.steps_rounding else ""
+    return [f"  steps          {asked} step{'s' if asked != 1 else ''} asked, {result.steps} run{why}"]
+
+
+def _summed_activation_lines(summed: dict[str, float] | None) -> list[str]:
+    """cyclic_dp (simulator/strategies/cyclic_dp.py): the N workers' activations summed, min-max over the
+    step, against data parallelism's (Fournier & Oyallon 2024, Sec. 3: flat instead of 0 to N peaks)."""
+    if not summed:
+        return []
+    return [f"    {'activations sum':<16} {summed['cyclic_min']:.2f}-{summed['cyclic_max']:.2f} GiB over the step, "
+            f"summed over the {summed['workers']} workers (data parallelism: {summed['data_parallel_min']:.2f}-"
+            f"{summed['data_parallel_max']:.2f} GiB)"]
+
+
 def parameter_count(params: float) -> str:
     """A parameter count as people say it: billions from 1 B up ("6.74 B"), millions below ("25.6 M")."""
     return f"{params / 1e9:.2f} B" if params >= 1e9 else f"{params / 1e6:.1f} M"
@@ -355,6 +380,7 @@ def render_table(result: SimulationResult) -> str:
         f"  step time      {_fmt(result.step_time_s, '.3f', ' s')}" + (
             f" (mean of {result.steps} steps: {', '.join(f'{t:.3f}' for t in result.step_times_s[:8])}"
             f"{', ...' if result.steps > 8 else ''} s)" if result.steps > 1 else ""),
+        *_steps_rounded_lines(result),
         f"  samples/s      {_fmt(result.samples_per_s, ',.1f')} ({result.sample}s)",
         *([f"  tokens/s       {_fmt(result.tokens_per_s, ',.0f')}" + (
             f" ({result.tokens_per_step // result.samples_per_step} tokens per {result.sample})"
@@ -410,6 +436,7 @@ def render_table(result: SimulationResult) -> str:
         lines.append(f"    {'vs data par.':<16} {100 * e['sdp_memory_reduction']:9.1f}%  less per worker: model state "
                      f"{100 * e['sdp_model_state_reduction']:.1f}% less, activations "
                      f"{100 * e['sdp_activation_reduction']:.1f}% less")
+    lines += _summed_activation_lines(result.extra.get("summed_activation_gib"))
     if result.simulated_peak_memory_gib:
         peaks = result.simulated_peak_memory_gib
         shown = ", ".join(f"{a} {v:.2f}" for a, v in list(peaks.items())[:8]) + (", ..." if len(peaks) > 8 else "")

@@ -181,7 +181,13 @@ class LocalSgdPlanner(Planner):
 
 
 def compile_local_sgd(scenario, mode: str | None = None, detail: bool = False):
-    return LocalSgdPlanner(scenario, mode=mode, detail=detail).build()
+    plan = LocalSgdPlanner(scenario, mode=mode, detail=detail).build()
+    if plan.steps != scenario.simulation.steps:
+        periods = plan.steps // scenario.strategy.local_steps
+        h = scenario.strategy.local_steps
+        plan.steps_rounding = (f"one whole period of H = {h}" if periods == 1
+                               else f"{periods} whole periods of H = {h}")
+    return plan
 
 
 def local_sgd_convergence_inputs(scenario) -> dict[str, float]:

@@ -6,7 +6,8 @@ A kind's ``compile(scenario, mode, detail)`` returns a :class:`Plan`. The contra
 - ``streams``: ``{(actor, stream): [Task, ...]}`` in the order each stream runs them; every
   dependency across streams or actors is a ``Task.deps`` entry.
 - ``steps``: how many training steps the lists hold (``simulation.steps``), unrolled back to back
-  (for the spmd kind, the optimizer step of step k before the forward of step k+1).
+  (for the spmd kind, the optimizer step of step k before the forward of step k+1). A kind that
+  rounds the request (local_sgd: to whole periods of H) says why in ``steps_rounding``.
 - ``step_ends``: for each step, the tasks whose last end marks the end of that step (spmd: every
   actor's optimizer step and any parameter gather after it; an asynchronous kind: the tasks that
   complete its k-th update). :func:`step_end_times` reads them after the run; the mean step time is
@@ -58,6 +59,9 @@ class Plan:
     other_streams: dict[tuple[str, str], list[Task]] = field(default_factory=dict)
     extra: dict[str, Any] = field(default_factory=dict)  # a kind's own figures, merged into the result
     after_run: Callable[[], dict[str, Any]] | None = None  # more figures, read from the simulated times
+    # Why ``steps`` differs from ``simulation.steps`` where a kind rounds it (local_sgd: "one whole period
+    # of H = 16"); the report says "8 steps asked, 16 run (...)". None: the kind runs the steps asked.
+    steps_rounding: str | None = None
 
 
 def step_end_times(plan: Plan, makespan_s: float) -> list[float]:
