@@ -12,6 +12,7 @@ import pytest
 
 from simulator.errors import ConfigError
 from simulator.memory.analytic import rank_memory
+from simulator.report.result import render_table
 from simulator.scenario import load_scenario
 from simulator.simulate import simulate
 from simulator.strategies.cyclic_dp import activation_profile, summed_activations
@@ -76,3 +77,25 @@ def test_memory_keeps_a_second_gradient_buffer():
 def test_pipelines_are_refused():
     with pytest.raises(ConfigError, match=r"parallelism\.pp: cyclic_dp"):
         simulate(_cyclic(2, pp=2, global_batch_size=2))
+
+
+def test_the_summed_activations_line_under_the_memory_table():
+    # three workers (see above): cyclic flat at 1.5A; data parallelism from 0 (no activations at the
+    # step's start) to 3A; the --json field and the table's line carry both ranges
+    r = simulate(_cyclic(3, dp=3, global_batch_size=3))
+    a = rank_memory(load_scenario(toy_raw(3, dp=3, global_batch_size=3)), 0).activations_bytes / GIB
+    summed = r.to_dict()["summed_activation_gib"]
+    assert summed["workers"] == 3
+    assert (summed["cyclic_min"], summed["cyclic_max"]) == pytest.approx((1.5 * a, 1.5 * a), rel=1e-9)
+    assert (summed["data_parallel_min"], summed["data_parallel_max"]) == pytest.approx((0.0, 3 * a), abs=1e-12)
+    table = render_table(r)
+    line = next(x for x in table.splitlines() if x.strip().startswith("activations sum"))
+    assert table.index(line) > table.index("memory per GPU")
+    assert (f"{1.5 * a:.2f}-{1.5 * a:.2f} GiB over the step, summed over the 3 workers "
+            f"(data parallelism: 0.00-{3 * a:.2f} GiB)") in line
+
+
+def test_data_parallelism_prints_no_summed_activations():
+    r = simulate(load_scenario(toy_raw(3, dp=3, global_batch_size=3)))
+    assert "summed_activation_gib" not in r.to_dict()
+    assert "activations sum" not in render_table(r)

@@ -26,7 +26,9 @@ simulated peak, equal to the analytic one) and one at every step's end. The summ
 step are reported (``cyclic_activation_*``): one worker's activations taken from its simulated
 passes, growing linearly through each forward and falling linearly through each backward (a
 continuous stand-in for layer-by-layer storage), summed over the N uniformly delayed copies,
-against the simultaneous start of data parallelism (N times one worker's peak).
+against the simultaneous start of data parallelism (N times one worker's, from 0 at the step's start
+to N times its peak); ``summed_activation_gib`` holds both ranges and the report prints them under
+the memory table.
 
 Optimizer fusion (``training.optimizer_fusion``, simulator/strategies/optimizer_fusion.py):
 ``backward`` with one micro-batch per step applies step t's (delayed) gradient layer by layer in
@@ -149,8 +151,14 @@ def compile_cyclic_dp(scenario, mode: str | None = None, detail: bool = False):
         else:
             series = summed_activations(points, period, workers)
             peak, low = max(v for _, v in series), min(v for _, v in series)
+        dp_peak, dp_low = workers * max(v for _, v in points), workers * min(v for _, v in points)
         return {"cyclic_activation_peak_gib": peak / GIB, "cyclic_activation_min_gib": low / GIB,
-                "simultaneous_activation_peak_gib": workers * max(v for _, v in points) / GIB,
+                "simultaneous_activation_peak_gib": dp_peak / GIB,
+                "simultaneous_activation_min_gib": dp_low / GIB,
+                # the report's line under the memory table: the N workers' activations summed, min and
+                # max over the step, cyclic against data parallelism's simultaneous start
+                "summed_activation_gib": {"workers": workers, "cyclic_min": low / GIB, "cyclic_max": peak / GIB,
+                                          "data_parallel_min": dp_low / GIB, "data_parallel_max": dp_peak / GIB},
                 "gradient_delay_steps": 1}
 
     window = ([ends[0]], [[end] for end in ends[1:]])
