@@ -85,10 +85,31 @@ def build_layout(point: dict[str, Any], reference: bool = False):
 
 
 def layout_memory(scenario, reference: bool = False):
-    """(peak stage, its breakdown, every stage's): the spmd memory model."""
+    """(peak stage, its breakdown, every stage's): the memory model ``simulate`` judges the layout by,
+    the strategy kind's own (``StrategyKind.memory``: local_sgd adds DiLoCo's outer state, a pipeline
+    kind its own in-flight count). Only the spmd kind's (``peak_rank_memory``) is priced vectorised
+    (simulator/memory/vectorised.py: the same numbers stage by stage); a kind with its own model is
+    priced by that model, so a layout the search passes as fitting fits when simulated, and a layout
+    skipped by the step-time bound may say ``fits: true``."""
+    from simulator.strategies.registry import get_kind
+
+    kind_memory = get_kind(scenario.strategy_kind).memory
+    if kind_memory is not peak_rank_memory:
+        return kind_memory(scenario)
     if reference:
         return peak_rank_memory(scenario)
     return peak_memory(scenario)
+
+
+def layout_fits(scenario, peak, per_stage) -> tuple[bool, str | None]:
+    """``memory_fits`` as ``simulate`` judges it (simulator/simulate.py): with co-located jobs, their
+    shared HBM too."""
+    ok, reason = memory_fits(scenario, peak, per_stage)
+    if ok and scenario.co_located:
+        from simulator.colocation.run import shared_memory_fits
+
+        ok, reason = shared_memory_fits(scenario)
+    return ok, reason
 
 
 def check_layout(point: dict[str, Any], max_memory_gib: float | None, simulate: bool, want_bound: bool,
@@ -108,7 +129,7 @@ def check_layout(point: dict[str, Any], max_memory_gib: float | None, simulate: 
         stage, peak, per_stage = layout_memory(sc, reference)
     except ConfigError as exc:
         return {"invalid": str(exc)}
-    ok, reason = memory_fits(sc, peak, per_stage)
+    ok, reason = layout_fits(sc, peak, per_stage)
     if ok and max_memory_gib is not None and peak.total_gib > max_memory_gib:
         ok, reason = False, (f"needs {peak.total_gib:.1f} GiB, above the max_memory_gib constraint "
                              f"({max_memory_gib:g} GiB)")

@@ -759,16 +759,24 @@ def _fast_beside(rows, to_simulate, raws, which: list[int], workers, dask, progr
 
 
 def rows_template(sc, memory: tuple | None = None) -> dict[str, Any]:
-    """A row for a layout that fits but was not timed. ``memory``: its ``peak_rank_memory``, if
-    already computed (the search's memory check did)."""
-    from simulator.memory.analytic import peak_rank_memory
+    """A row for a layout that fits but was not timed. ``memory``: its memory by the strategy kind's
+    model (:func:`simulator.explore.checks.layout_memory`), if already computed (the search's check did)."""
+    from simulator.explore.checks import layout_memory
 
-    stage, peak, per_stage = memory or peak_rank_memory(sc)
+    stage, peak, per_stage = memory or layout_memory(sc, reference=True)
     row = empty_result()
     row.update(parallelism=sc.parallelism.model_dump(), num_gpus=sc.num_gpus, fits=True,
                peak_memory_gib=peak.total_gib, peak_memory_stage=stage, memory_gib=peak.gib(),
                memory_per_stage_gib=[b.total_gib for b in per_stage], hbm_gib=sc.accelerator.hbm_gib)
     return row
+
+
+def _invalid_reason(reason: str) -> str:
+    """An invalid row's reason without ``invalid layout:``, the field and any parenthesis: ``parallelism.
+    zero_stage: local_sgd keeps each replica's optimizer whole: needs 0`` -> its message whole."""
+    text = str(reason).split(" (")[0].removeprefix("invalid layout:").strip()
+    field, sep, message = text.partition(": ")
+    return (message if sep else field).strip()[:70]
 
 
 def summarize(rows: list[dict[str, Any]]) -> dict[str, Any]:
@@ -784,7 +792,7 @@ def summarize(rows: list[dict[str, Any]]) -> dict[str, Any]:
     invalid = [r for r in rows if str(r.get("infeasible_reason") or "").startswith("invalid layout")]
     failed = [r for r in rows if str(r.get("infeasible_reason") or "").startswith("simulation failed")]
     oom = [r for r in rows if not r.get("fits") and r not in invalid and r not in failed]
-    reasons = Counter(str(r["infeasible_reason"]).split(" (")[0].split(":")[-1].strip()[:70] for r in invalid)
+    reasons = Counter(_invalid_reason(r["infeasible_reason"]) for r in invalid)
     by = Counter(r.get("evaluated_by") for r in rows if r.get("fits"))
     priced = sum(1 for r in rows if r.get("fits") and r.get("fast_step_time_s") is not None)
     return {"layouts": len(rows), "simulated": simulated, "out_of_memory": len(oom), "invalid": len(invalid),

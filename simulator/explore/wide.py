@@ -63,8 +63,7 @@ def _check_base(args: tuple[dict[str, Any], list[bool], list[bool], float | None
     """One base layout: per ``tp_comm_overlap`` value, invalid (reason), out of memory, or the
     bound's parts per ``overlap_tp_grad_comm`` value. Runs in the worker pool."""
     from simulator.explore.bounds import bound_parts, passes_key
-    from simulator.explore.checks import build_layout, layout_memory
-    from simulator.memory.analytic import fits as memory_fits
+    from simulator.explore.checks import build_layout, layout_fits, layout_memory
 
     point, tco_values, otgc_values, max_memory_gib = args
     par = point["parallelism"]
@@ -81,7 +80,7 @@ def _check_base(args: tuple[dict[str, Any], list[bool], list[bool], float | None
         except ConfigError as exc:
             out["slices"][tco] = ("invalid", str(exc))
             continue
-        ok, reason = memory_fits(sc, peak, per_stage)
+        ok, _ = layout_fits(sc, peak, per_stage)
         if ok and max_memory_gib is not None and peak.total_gib > max_memory_gib:
             ok = False
         if not ok:
