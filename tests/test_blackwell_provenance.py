@@ -39,7 +39,8 @@ EXPECTED = {
     "gb300-nvl72": {"gemm_bf16": B200, "gemm_fp8": B200, "attention_kernel": B200, "sustained_clock": (A, ""),
                     "intra_node_collectives": LINKS_B200, "inter_node_collectives": (A, "")},
 }
-EVERY_BLACKWELL_NODE = {"in_training_gemm_factor": RULE_A100, "memory_bound": RULE_H100, "gemm_mxfp8": (A, ""),
+PEAK_RULE = (DERIVED, "fp8 curve by rule")  # simulator/cost/compute.py BLOCK_SCALED_PEAK: fp8 curve on the recipe's peak
+EVERY_BLACKWELL_NODE = {"in_training_gemm_factor": RULE_A100, "memory_bound": RULE_H100, "gemm_mxfp8": PEAK_RULE,
                         **{f"attention_kernel.{name}": (A, "") for name in FA4_PARTS_NOT_MEASURED}}
 
 
@@ -134,3 +135,17 @@ def test_the_simulated_kernel_ratios_follow_the_measured_ones():
     assert simulated["gemm_bf16"] == pytest.approx(measured["gemm_bf16"], rel=0.05)
     assert simulated["attention_vs_fa3"] == pytest.approx(measured["attention"], rel=0.01)
     assert simulated["memory_bound"] == pytest.approx(measured["hbm"])  # same fraction of each part's HBM peak
+
+
+@pytest.mark.parametrize("node", sorted(EXPECTED))
+def test_the_nvfp4_gemm_is_derived_on_every_blackwell_node(node):
+    """NVFP4 (no NVFP4 GEMM measured anywhere): the part's fp8 curve's fraction of peak on its datasheet fp4
+    peak, derived by that rule on every Blackwell node; the fp4 peak itself stated (the spec's datasheet)."""
+    domain = NODES.get(node).domain_gpus
+    scenario = load_scenario({"model": "llama3-8b", "cluster": {"node": node, "num_gpus": 128 if domain > 8 else 16},
+                              "training": {"precision": "fp8", "fp8_recipe": "nvfp4", "attention": "flash"}})
+    provenance = efficiency_provenance(scenario)
+    assert provenance_state(provenance["gemm_nvfp4"]) == (
+        DERIVED, "fp8 curve by rule (its fraction of peak at the same shape, on the datasheet fp4 peak)")
+    assert provenance["peak_fp4"].startswith(SPEC) and "datasheet" in provenance["peak_fp4"]
+    assert "gemm_mxfp8" not in provenance

@@ -97,14 +97,25 @@ def attention_pass(op_name: str) -> str:
 # tensor once more for its amax before the cast (Transformer Engine Float8CurrentScaling);
 # delayed scaling takes its amax in the cast itself (Micikevicius et al. 2022, arXiv:2209.05433
 # Sec. 4.3); rowwise scaling (torchao) likewise. Scales: fp32 per 1x128 block (DeepSeek-V3 Sec. 3.3.1), E8M0 per 32 (OCP MX v1.0),
-# E4M3 per 16 (NVFP4).
+# E4M3 per 16 (NVFP4). NVFP4's second level, one fp32 scale per tensor (NVIDIA, "Pretraining Large Language
+# Models with NVFP4", arXiv:2509.25149), is set from the tensor's amax: Transformer Engine's NVFP4
+# quantiser reads the tensor once for it before the cast, as current scaling does (2 B more, a second kernel);
+# its random Hadamard transform of the weight-gradient inputs (16x16, same paper) runs inside those
+# kernels (no bytes of its own: assumed).
 QUANTISE_BYTES_PER_ELEMENT = {"delayed": 3.0, "current": 5.0, "rowwise": 5.0, "blockwise": 3.0 + 4 / 128,
-                              "mxfp8": 3.0 + 1 / 32, "nvfp4": 2.5 + 1 / 16}
-QUANTISE_KERNELS = {"delayed": 1, "current": 2, "rowwise": 2, "blockwise": 1, "mxfp8": 1, "nvfp4": 1}
+                              "mxfp8": 3.0 + 1 / 32, "nvfp4": 4.5 + 1 / 16}
+QUANTISE_KERNELS = {"delayed": 1, "current": 2, "rowwise": 2, "blockwise": 1, "mxfp8": 1, "nvfp4": 2}
 # rowwise (torchao): an amax pass and a cast like current scaling (a per-row fp32 scale, 4/K B per element,
 # left out); its GEMM (CUTLASS / hipBLASLt row-scaled FP8) was not measured: no spec holds an fp8_rowwise curve
 RECIPE_CURVE = {"delayed": "fp8", "current": "fp8", "rowwise": "fp8_rowwise", "blockwise": "fp8_block",
                 "mxfp8": "mxfp8", "nvfp4": "nvfp4"}
+
+
+#: Block-scaled recipes whose GEMM, where the spec has no curve of its own, runs at the part's datasheet peak of
+#: its element type times the fraction of peak the part's per-tensor fp8 curve reaches at the same shape (a rule:
+#: the same tensor-core pipeline and tile shapes at the narrower type; simulator/cost/provenance.py marks it
+#: derived): MXFP8 on the fp8 peak, NVFP4 on the fp4 peak.
+BLOCK_SCALED_PEAK = {"mxfp8": "fp8", "nvfp4": "fp4"}
 
 
 def fp8_curve_key(accelerator: Accelerator, recipe: str) -> str:
@@ -125,7 +136,7 @@ class ComputeModel:
         self.accelerator = accelerator
         self.precision = precision
         self.fp8_recipe = fp8_recipe
-        low = "fp4" if precision == "fp8" and fp8_recipe == "nvfp4" else precision
+        low = BLOCK_SCALED_PEAK.get(fp8_recipe, precision) if precision == "fp8" else precision
         if tf32 and precision == "fp32":
             low = "tf32"
         self.peak_flops = accelerator.peak_tflops[low] * 1e12

@@ -25,7 +25,7 @@ import re
 from dataclasses import dataclass
 from functools import cache
 
-from simulator.cost.compute import RECIPE_CURVE, fp8_curve_key
+from simulator.cost.compute import BLOCK_SCALED_PEAK, RECIPE_CURVE, fp8_curve_key
 from simulator.cost.framework import DEFAULT, FrameworkChoice
 from simulator.cost.memory_kernels import memory_kernel_class
 from simulator.scenario import BLOCKWISE_FP8_KERNELS, Scenario
@@ -43,6 +43,7 @@ _RATIO = re.compile(r"\((\w+); x([0-9.]+),")  # another precision's level times 
 _TRANSFER = re.compile(r"\(transferred from ([\w.-]+)")  # another node's fitted collective laws
 _CARRIED = re.compile(r"\(carried over from ([^)]+)\)")  # a framework profile's entry of another part / precision
 _RULE = re.compile(r"\(derived by rule from ([\w.-]+)\)")  # another part's constant by a stated rule (the source)
+_PEAK_RULE = re.compile(r"\(derived: the (\w+) curve's fraction of peak on the (\w+) peak\)")  # a recipe's GEMM
 
 
 def gemm_curve_key(scenario: Scenario) -> str:
@@ -112,8 +113,14 @@ def efficiency_provenance(scenario: Scenario) -> dict[str, str]:
     out[f"gemm_{key}"] = curve(key)
     if features.convolution and key in eff.conv_efficiency:  # convolutions by shape (simulator/cost/conv.py); else on the GEMM curve
         out[f"conv_{key}"] = eff.conv_efficiency[key].fitted_on or ASSUMED
-    if scenario.training.precision == "fp8" and key != RECIPE_CURVE[scenario.training.fp8_recipe]:
-        out[f"gemm_{scenario.training.fp8_recipe}"] = ASSUMED  # the recipe's kernel not measured: fp8 curve used
+    recipe = scenario.training.fp8_recipe
+    if scenario.training.precision == "fp8" and key != RECIPE_CURVE[recipe]:
+        # the recipe's kernel not measured: a block-scaled recipe runs the fp8 curve's fraction of peak on its own
+        # datasheet peak (a rule, simulator/cost/compute.py BLOCK_SCALED_PEAK); the others the fp8 curve, assumed
+        out[f"gemm_{recipe}"] = (block_scaled_rule(key, BLOCK_SCALED_PEAK[recipe]) if recipe in BLOCK_SCALED_PEAK
+                                 else ASSUMED)
+        if BLOCK_SCALED_PEAK.get(recipe, "fp8") != "fp8":  # nvfp4: the fp4 peak, no fp8 run reads
+            out[f"peak_{BLOCK_SCALED_PEAK[recipe]}"] = _stated(accel.source)  # the datasheet figure the rule scales
     if scenario.training.precision == "fp8":
         out["gemm_bf16"] = curve("bf16")  # the GEMMs kept in higher precision
     if eff.in_training_gemm_factor != 1.0:
@@ -228,6 +235,13 @@ def _has_grouped_convolutions(model) -> bool:
     return getattr(model, "family", None) == "efficientnet" or getattr(model, "groups", 1) > 1
 
 
+def block_scaled_rule(curve: str, peak: str) -> str:
+    """The provenance of a block-scaled recipe's GEMM priced by rule: ``curve``'s measured fraction of its own
+    peak at the GEMM's shape, times the part's datasheet ``peak`` of the recipe's element type."""
+    return (f"the {curve} GEMM curve's fraction of peak at the same shape x the datasheet {peak} peak "
+            f"(derived: the {curve} curve's fraction of peak on the {peak} peak)")
+
+
 def _stated(source: str) -> str:
     """A hand-written spec's provenance: "assumed" where its source says a figure is assumed."""
     return ASSUMED if "assum" in source.lower() else f"{_STATED_PREFIX}{source}"
@@ -253,6 +267,9 @@ def provenance_state(where: str) -> tuple[str, str]:
         return DERIVED, f"{match.group(1)} x 1.00 (transferred; not measured on this node)"
     if match := _CARRIED.search(where):
         return DERIVED, f"{match.group(1)} (carried over; not measured on this part or precision)"
+    if match := _PEAK_RULE.search(where):
+        return DERIVED, (f"{match.group(1)} curve by rule (its fraction of peak at the same shape, on the datasheet "
+                         f"{match.group(2)} peak)")
     if match := _RULE.search(where):
         return DERIVED, f"{match.group(1)} by rule (the same fraction of this part's own ceiling; the spec's source)"
     return CALIBRATED, ""
@@ -308,13 +325,13 @@ def _shown(value) -> str:
 def kernel_warnings(scenario: Scenario) -> list[str]:
     """What the run prices on a kernel nobody measured on this part, said in words (``clustersim simulate``
     prints them; ``--json`` carries ``warnings``): an FP8 recipe whose own GEMM curve the spec lacks runs
-    on the per-tensor fp8 curve."""
+    on the per-tensor fp8 curve (a block-scaled one, MXFP8 / NVFP4, by a derived rule instead: no warning)."""
     if scenario.mixed:
         return [w for group in scenario.groups for w in kernel_warnings(
             dataclasses.replace(scenario, node=group.node, accelerator=group.accelerator, node_groups=()))]
     training, accel = scenario.training, scenario.accelerator
     recipe = training.fp8_recipe
-    if training.precision != "fp8" or recipe in ("delayed", "current") or \
+    if training.precision != "fp8" or recipe in ("delayed", "current") or recipe in BLOCK_SCALED_PEAK or \
             fp8_curve_key(accel, recipe) != "fp8":
         return []
     kernel = f" (the kernel exists: {BLOCKWISE_FP8_KERNELS[accel.name]})" if recipe == "blockwise" and \
