@@ -68,7 +68,8 @@ def test_entry_states_per_accelerator_precision_and_network():
     assert "fitted on resnet50, resnext101-32x4d, se-resnext101-32x4d runs, carried to a efficientnet-b0 run" \
         in other.note
     llm = choose("dle-pytorch", A100, "fp16", model=resolve_model("llama3-8b"))
-    assert llm.state == DERIVED and "carried to a transformer run" in llm.note
+    assert llm.state == DERIVED and "fitted on CNN runs (resnet50, resnext101-32x4d, se-resnext101-32x4d); this " \
+        "model is a decoder transformer: carried across" in llm.note  # tests/test_framework_kinds.py
 
 
 def test_a_cnn_without_a_framework_is_told_no_profile_applies_and_which_would():

@@ -33,7 +33,11 @@ The default framework, ``megatron-core``, is the catalog constants themselves: n
 For a network that is not a transformer (a CNN, an LSTM) the output says so plainly: no framework profile
 applies, and which shipped profiles were fitted on runs of that network (or of other networks), to name
 with ``training.framework``. A profile fitted on CNN runs (its ``networks``) used for another network is
-*derived* (its factors carried from the networks it was fitted on, said in the note).
+*derived* (its factors carried from the networks it was fitted on, said in the note). A profile used on the
+other kind of model than it was fitted on (one without ``networks``, fitted on decoder-transformer runs, for a
+layer-graph network; a CNN profile for a decoder transformer) is *derived* with that reason (``across_kinds`` in
+``--json``), less the factors that mean nothing there: the attention factor on a graph without attention, an
+image input pipeline's time per sample on a transformer (*assumed*, the catalog constants, where nothing is left).
 """
 
 from __future__ import annotations
@@ -161,6 +165,7 @@ class FrameworkChoice:
     dropped: tuple[str, ...] = ()   # the entry's constants of its own part, not carried to this one
     settings: tuple[str, ...] = ()  # the framework's own settings the scenario left out, set as its fit rows ran
     network: bool = False           # the run's model is a network (CNN, LSTM ...), not a decoder transformer
+    across_kinds: str = ""          # fitted on the other kind of network (transformer / CNN): why it is derived
 
     @property
     def factors(self) -> dict[str, float]:
@@ -175,6 +180,9 @@ class FrameworkChoice:
             out["profile_applies"] = False
         if self.settings:
             out["settings_applied"] = list(self.settings)
+        if self.across_kinds:
+            out["across_kinds"] = {"reason": self.across_kinds, "not_applied": [
+                k for k in (self.entry.factors if self.entry else {}) if k in self.dropped]}
         if self.entry is not None:
             out.update({"fitted_for": {"accelerator": self.entry.accelerator, "precisions": list(self.entry.precisions)},
                         "fitted_on": self.entry.fitted_on, "fit_cases": self.entry.fit_cases})
@@ -263,6 +271,8 @@ def choose(name: str, accelerator: Accelerator, precision: str, fp8_recipe: str 
                                "the catalog constants (kernel microbenchmarks; the rates Megatron-Core with "
                                "Transformer Engine reaches: NeMo's fitted H100 factor is within 2% of them)")
     choice = choose_in(profile, accelerator, precision, fp8_recipe, node)
+    if choice.entry is not None and bool(profile.networks) != (network is not None):  # fitted on the other kind
+        return _across_kinds(profile, choice, model, network)
     if choice.entry is None or not profile.networks or network in profile.networks:
         return replace(choice, network=network is not None)
     ran = f"a {network} run" if network is not None else "a transformer run"
@@ -270,6 +280,49 @@ def choose(name: str, accelerator: Accelerator, precision: str, fp8_recipe: str 
                    note=f"{profile.name}'s factors were fitted on {', '.join(profile.networks)} runs, carried to "
                         f"{ran} (assumed: the framework's share of the kernel rates taken to be the same): "
                         f"{choice.note}")
+
+
+def _model_kind(model: Any, network: str | None) -> str:
+    """The run's model in words for a note: a decoder transformer, a CNN (its graph has convolutions) or another
+    layer graph (with or without attention)."""
+    if network is None:
+        return "this model is a decoder transformer"
+    from simulator.cost.provenance import graph_features  # provenance imports this module
+
+    features = graph_features(model)
+    if features.convolution:
+        return f"{network} is a CNN"
+    return f"{network} is a layer graph {'with attention, ' if features.attention else ''}without convolutions"
+
+
+def _across_kinds(profile: FrameworkProfile, choice: FrameworkChoice, model: Any, network: str | None) -> FrameworkChoice:
+    """A profile fitted on one kind of network (decoder transformers: no ``networks``; CNNs: its ``networks``) run
+    on the other kind: *derived*, with the reason, and without the factors that mean nothing there (the attention
+    factor on a graph with no attention; an image input pipeline's time per sample on a token sequence)."""
+    from simulator.cost.provenance import graph_features
+
+    if profile.networks:
+        fitted = f"fitted on CNN runs ({', '.join(profile.networks)})"
+        meaningless = ("input_us_per_sample",)  # DALI/JPEG decoding per image, not a token sequence's
+        why = "an image input pipeline's time per sample, not a token sequence's"
+    else:
+        fitted = "fitted on decoder-transformer runs"
+        meaningless = () if graph_features(model).attention else ("attention_scale",)
+        why = "this graph has no attention"
+    reason = f"{fitted}; {_model_kind(model, network)}"
+    dropped = tuple(k for k in meaningless if k in choice.entry.factors)
+    kept = {k: v for k, v in choice.entry.factors.items() if k not in (*choice.dropped, *dropped)}
+    if not kept:  # nothing of it means anything here: the catalog constants, said so
+        return FrameworkChoice(profile.name, ASSUMED, None,
+                               f"{profile.name}'s factors were {reason}: none of them carries here (its "
+                               f"{', '.join(choice.entry.factors)}: {why}), the catalog constants (Megatron-Core's "
+                               f"kernel rates), assumed for {profile.name}",
+                               network=network is not None, across_kinds=reason)
+    left_out = f"; {', '.join(dropped)} not applied ({why})" if dropped else ""
+    return replace(choice, state=DERIVED, network=network is not None, dropped=(*choice.dropped, *dropped),
+                   across_kinds=reason,
+                   note=f"{profile.name}'s factors were {reason}: carried across (assumed: the framework's share "
+                        f"of the kernel rates taken to be the same){left_out}; {choice.note}")
 
 
 def choose_in(profile: FrameworkProfile, accelerator: Accelerator, precision: str,

@@ -41,6 +41,7 @@ _STATED_PREFIX = "stated in the spec: "
 _SIBLING = re.compile(r"\(sibling ([\w.-]+)\)")  # a sibling die's level (same silicon, other board/power)
 _RATIO = re.compile(r"\((\w+); x([0-9.]+),")  # another precision's level times a median ratio
 _TRANSFER = re.compile(r"\(transferred from ([\w.-]+)")  # another node's fitted collective laws
+_KINDS = re.compile(r"\(carried across network kinds from ([^)]+)\)")  # a profile fitted on transformers run on a CNN ...
 _CARRIED = re.compile(r"\(carried over from ([^)]+)\)")  # a framework profile's entry of another part / precision
 _RULE = re.compile(r"\(derived by rule from ([\w.-]+)\)")  # another part's constant by a stated rule (the source)
 _PEAK_RULE = re.compile(r"\(derived: the (\w+) curve's fraction of peak on the (\w+) peak\)")  # a recipe's GEMM
@@ -226,6 +227,9 @@ def framework_provenance(choice: FrameworkChoice) -> str:
         return ASSUMED
     if choice.state == CALIBRATED:
         return entry.fitted_on
+    if choice.across_kinds:
+        return (f"{entry.fitted_on} (carried across network kinds from {choice.name} {entry.accelerator} "
+                f"{'/'.join(entry.precisions)}: {choice.across_kinds})")
     return f"{entry.fitted_on} (carried over from {choice.name} {entry.accelerator} {'/'.join(entry.precisions)})"
 
 
@@ -265,6 +269,8 @@ def provenance_state(where: str) -> tuple[str, str]:
         return DERIVED, f"{match.group(1)} x {match.group(2)}"
     if match := _TRANSFER.search(where):
         return DERIVED, f"{match.group(1)} x 1.00 (transferred; not measured on this node)"
+    if match := _KINDS.search(where):
+        return DERIVED, f"{match.group(1)} (carried across network kinds)"
     if match := _CARRIED.search(where):
         return DERIVED, f"{match.group(1)} (carried over; not measured on this part or precision)"
     if match := _PEAK_RULE.search(where):
