@@ -67,11 +67,14 @@ def markdown(blocks: list[dict[str, Any]]) -> str:
 def unmeasured_markdown() -> str:
     """What each shipped framework gives on parts none of its rows ran on, in bf16 and fp8."""
     from hardware_specs.catalog import ACCELERATORS
-    from hardware_specs.framework import framework_names
+    from hardware_specs.framework import framework_names, framework_profile
     from simulator.cost.framework import choose
+    from workloads.catalog import resolve_model
 
     lines = ["| framework | " + " | ".join(UNMEASURED_PARTS) + " |", "|---|" + "---|" * len(UNMEASURED_PARTS)]
     for name in framework_names()[1:]:
+        networks = framework_profile(name).networks  # a CNN profile on its own network: only the part is carried
+        model = resolve_model(networks[0]) if networks else None
         cells = []
         for part in UNMEASURED_PARTS:
             accelerator = ACCELERATORS.get(part)
@@ -79,7 +82,7 @@ def unmeasured_markdown() -> str:
             for precision in ("bf16", "fp8"):
                 if precision not in accelerator.peak_tflops:
                     continue
-                choice = choose(name, accelerator, precision)
+                choice = choose(name, accelerator, precision, model=model)
                 source = (f" ({choice.entry.accelerator} {'/'.join(choice.entry.precisions)})"
                           if choice.entry is not None and choice.entry.accelerator != part else "")
                 shown.append(f"{precision} {choice.state}{source}")
