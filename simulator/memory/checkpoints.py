@@ -148,23 +148,29 @@ def graph_kept_bytes(graph: LayerGraph, recompute: str) -> float:
 
 
 def stage_bytes(graph: LayerGraph, recompute: str, indices: list[int],
-                scale: list[float] | None = None) -> tuple[list[float], float]:
+                scale: list[float] | None = None,
+                saved_scale: list[float] | None = None) -> tuple[list[float], float]:
     """(kept bytes of each layer of ``indices``, the rematerialisation working set) for the layers
     of ``graph.layers`` at ``indices`` (ascending; a gap is a chunk border) held by one rank;
     ``scale`` (one factor per index): the share of each layer's activations the rank holds (a
-    subnetwork's masked layers, simulator/strategies/subnetwork_dp.py; None: all).
+    subnetwork's masked layers, simulator/strategies/subnetwork_dp.py; None: all); ``saved_scale``:
+    the share of everything each layer saves, where it differs from the share of what it keeps
+    (a neuron-masked transformer block keeps its whole input under full recompute but re-creates
+    only its kept heads and units; default: ``scale``).
 
     Without recompute the working set is 0; selective modes re-create one layer's dropped tensors
     (the largest ``saved - kept`` over the layers); full recompute one unit's part on a chunk (the
     largest ``saved - kept`` over the parts), where a part that continues a unit from before the
     chunk also keeps what its first layer reads from that unit."""
     layers = graph.layers
+    saved_scale = saved_scale if saved_scale is not None else scale
     if recompute != "full":
         kept = [layers[i].kept_bytes(recompute, graph.input_bytes(layers[i])) for i in indices]
         saved = [layers[i].saved_bytes for i in indices]
         if scale is not None:
             kept = [k * f for k, f in zip(kept, scale, strict=True)]
-            saved = [b * f for b, f in zip(saved, scale, strict=True)]
+        if saved_scale is not None:
+            saved = [b * f for b, f in zip(saved, saved_scale, strict=True)]
         if recompute == "none" or not indices:
             return kept, 0.0
         return kept, max(max(0.0, b - k) for b, k in zip(saved, kept, strict=True))
@@ -188,7 +194,9 @@ def stage_bytes(graph: LayerGraph, recompute: str, indices: list[int],
             k += plan.received_bytes(graph, cut, i, seen)
         saved = plan.saved_bytes[i]
         if scale is not None:
-            k, saved = k * scale[n], saved * scale[n]
+            k *= scale[n]
+        if saved_scale is not None:
+            saved *= saved_scale[n]
         part_saved += saved
         part_kept += k
         kept.append(k)

@@ -19,9 +19,16 @@ from the graph, layer by layer in topological order:
   the channel-weighted mean of its inputs' (channels: the first dimension of a (C, H, W) shape,
   the last of a (tokens, hidden) one), for several inputs of an add the smallest (a channel is
   there when any input has it); 0 for a channel-wise layer (its weights are per channel);
-- a whole ``transformer_block`` / ``mlp_block`` layer of the set keeps k of its weights, FLOPs
-  and activations: its hidden units and heads are masked, its residual stream stays whole (each
-  of its GEMMs has one masked side), so its consumers see no masked channel.
+- a whole ``transformer_block`` / ``mlp_block`` layer of the set keeps k of its weights and
+  FLOPs: its hidden units and heads are masked, its residual stream stays whole (each of its
+  GEMMs has one masked side), so its consumers see no masked channel. Of the activations a
+  transformer block saves (workloads/transformer_graph.py ``block_saved_tensors``, Korthikanti
+  et al. 2022 Sec. 4.1) only those as wide as its heads or MLP units keep k (Q, K, V, the output
+  projection's input, FC1's output, FC2's input, a materialised attention core); those as wide as
+  the residual stream stay whole (the two norms' inputs, the QKV and FC1 inputs, i.e. the norms'
+  outputs, the dropout masks; MLA's latents), :func:`block_activation_shares`. With FlashAttention,
+  16-bit activations and a plain 4h MLP that is (10 + 24k)·sbh bytes of Korthikanti's 34·sbh, not
+  k of them; an ``mlp_block`` (no tensors stated) keeps k.
 
 The kept fraction of a side is c = 1 - m·(1 - k); a layer keeps c_in·c_out of its weights and
 FLOPs and, of the activations it saves, c_in for a dense layer (it saves its input) and c_out for
@@ -35,12 +42,38 @@ from __future__ import annotations
 import dataclasses
 
 from workloads.layer_graph import Layer, LayerGraph
+from workloads.transformer_graph import SavedTensor
 
 #: Layers whose weights connect every input channel to every output channel.
 DENSE_KINDS = frozenset({"conv2d", "conv_transpose2d", "linear", "lstm", "attention", "embedding",
                          "patch_embedding", "lm_head"})
 #: Layers that are a whole residual block (workloads/transformer_graph.py).
 BLOCK_KINDS = frozenset({"transformer_block", "mlp_block"})
+
+
+#: A transformer block's saved tensors as wide as its heads or MLP units (names of
+#: workloads/transformer_graph.py ``block_saved_tensors``): a neuron mask keeps k of each.
+HEAD_AND_UNIT_TENSORS = frozenset({"q", "k_v", "q_k_v", "qk_norm_input", "attn_out_input", "fc1_output",
+                                   "fc2_input", "attention_core"})
+
+
+def block_activation_shares(tensors: tuple[SavedTensor, ...], k: float, recompute: str) -> tuple[float, float]:
+    """(share of what a transformer block keeps under ``recompute``, share of all it saves) when k
+    of its heads and MLP units are kept (the module docstring): a tensor of
+    :data:`HEAD_AND_UNIT_TENSORS` counts k, any other 1. Full recompute keeps the block's input,
+    the residual stream: whole (share 1); the working set it re-creates is the second share."""
+    def share(weights: list[float]) -> float:
+        total = sum(weights)
+        masked = sum(w for w, t in zip(weights, tensors, strict=True) if t.name in HEAD_AND_UNIT_TENSORS)
+        return (total - masked * (1 - k)) / total if total else 1.0
+    saved = share([t.nbytes for t in tensors])
+    if recompute == "full":
+        return 1.0, saved
+    if recompute == "selective":
+        return share([0.0 if t.selective_drops else t.nbytes for t in tensors]), saved
+    if recompute == "selective_op":
+        return share([t.nbytes * t.op_sac_kept for t in tensors]), saved
+    return saved, saved
 
 
 @dataclasses.dataclass(frozen=True)

@@ -38,7 +38,9 @@ Masking (``strategy.masking``), per masked unit of a worker:
 - ``forward_backward``: masked units are not run at all (a block becomes the identity; a layer
   computes only its kept neurons): forward, input- and weight-gradient FLOPs of a neuron-masked
   layer scale by its kept share (k² or k above) and its saved activations by the kept share of
-  the tensor it saves, a masked block's by 0, and the worker holds only its subnetwork's weights.
+  the tensor it saves (a transformer block's: k of those as wide as its heads or MLP units, its
+  residual-stream tensors whole, neuron_masks.py), a masked block's by 0, and the worker holds
+  only its subnetwork's weights.
   This is the paper's construction as far as the issue reconstructs it (a worker trains a
   structured subnetwork that it also runs forward; the paper's exact settings are not in the
   data): the examples use it. Layers outside the mask set run whole (a classifier reading masked
@@ -78,7 +80,7 @@ from simulator.engine.engine import Task
 from simulator.memory.analytic import MemoryBreakdown, bytes_per_param, peak_stage, rank_memory
 from simulator.memory.checkpoints import graph_kept_bytes, kept_per_layer, stage_bytes
 from simulator.scenario import gradient_bytes
-from simulator.strategies.neuron_masks import NeuronMask, neuron_masks
+from simulator.strategies.neuron_masks import NeuronMask, block_activation_shares, neuron_masks
 from simulator.strategies.plan import Plan
 from simulator.strategies.registry import StrategyKind, register
 from simulator.strategies.residual_blocks import no_residual_reason, residual_chain
@@ -86,6 +88,8 @@ from simulator.strategies.spmd.plan import OPTIMIZER_BYTES_PER_PARAM
 from simulator.strategies.tasklists import require
 from workloads.graph import ModelFlops, Op
 from workloads.layer_graph import Layer
+from workloads.schema import TransformerSpec
+from workloads.transformer_graph import SavedTensor, block_saved_tensors
 
 
 class SubnetworkDpConfig(BaseModel):
@@ -299,9 +303,14 @@ def worker_work(scenario, subnetwork: int, assign: Assignment | None = None) -> 
     again: list[Op] = []
     measured_f = measured_b = measured_r = held = trained = kept = 0.0
     every_kept = kept_per_layer(graph, recompute)  # full recompute: the graph's checkpoint units
-    shares = []
+    shares, saved_shares = [], []
+    k = assign.kept_slices / assign.subnetworks
     for layer, layer_kept in zip(graph.layers, every_kept, strict=True):
         scale = layer_scale(cfg, assign, subnetwork, layer)
+        kept_share = saved_share = scale.activations
+        tensors = _block_tensors(scenario, layer) if scale.activations < 1 and layer.name in assign.neuron_layers else None
+        if tensors is not None:  # a neuron-masked transformer block: its residual-stream tensors stay whole
+            kept_share, saved_share = block_activation_shares(tensors, k, recompute)
         f, b = masked_ops(layer, scale)
         rerun = {id(op) for op in layer.recompute_ops(recompute)}
         if layer.measured_forward_s is not None:  # a profiled layer: its times scale with its work
@@ -317,11 +326,23 @@ def worker_work(scenario, subnetwork: int, assign: Assignment | None = None) -> 
                                      for op in layer.forward if id(op) in rerun) if o is not None)
         held += layer.params * scale.held
         trained += layer.params * scale.trained
-        kept += layer_kept * scale.activations
-        shares.append(scale.activations)
-    working = stage_bytes(graph, recompute, list(range(len(graph.layers))), shares)[1]
+        kept += layer_kept * kept_share
+        shares.append(kept_share)
+        saved_shares.append(saved_share)
+    working = stage_bytes(graph, recompute, list(range(len(graph.layers))), shares, saved_shares)[1]
     return WorkerWork(tuple(forward), tuple(backward), measured_f, measured_b, held, trained, kept,
                       tuple(again), measured_r, working)
+
+
+def _block_tensors(scenario, layer: Layer) -> tuple[SavedTensor, ...] | None:
+    """The tensors a transformer block of the scenario's model saves (workloads/transformer_graph.py),
+    None for any other layer or where they do not add up to the layer's saved bytes."""
+    model = scenario.model
+    if layer.kind != "transformer_block" or not isinstance(model, TransformerSpec):
+        return None
+    tensors = block_saved_tensors(model, scenario.shard, layer.expert_params > 0, model.dropout)
+    total = sum(t.nbytes for t in tensors)
+    return tensors if abs(total - layer.saved_bytes) <= 1e-9 * max(total, 1.0) else None
 
 
 def unmasked_work(scenario) -> WorkerWork:
