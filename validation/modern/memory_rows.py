@@ -32,7 +32,10 @@ UNEXPLAINED_OOM: dict[tuple[str, int], str] = {
                  "says bf16 (megatron_gpt_model.py: grad_reduce_in_fp32 = grad_sync_dtype == 'fp32', default fp32); "
                  "with Apex distributed_fused_adam it keeps the fp32 master as 16-bit remainders (megatron_base_model.py "
                  "store_param_remainders: -5.4 GiB, 80.3, still OOM). The launcher recipe that says which is not in "
-                 "any source here, so the mapping keeps fp32 gradients",
+                 "any source here, so the mapping keeps fp32 gradients. NeMo 2's performance setup for the same model "
+                 "does reduce in bf16 (nemo_toolkit 2.5.0: recipes/nemotron4_340b.py pretrain_performance_optimizations "
+                 "grad_reduce_in_fp32 = False, and scripts/performance/helpers.py set_precision_configs for every "
+                 "performance run; 2.0.0's recipe does not set it), but that is NeMo 2, not the 24.07 launcher",
     ("nemo", 12): "LLAMA2-70B SFT tp4 pp4 on 16 H100s (dp 1): 91.0 of 78 GiB (92.3 with dropout masks). Nothing to "
                   "shard the optimizer over: 18 B per parameter of 4.35e9 per rank is 72.9 GiB before any activation "
                   "(18.1 GiB: 4 micro-batches of 20 layers in flight on stage 0). bf16 gradients alone: 82.9; Apex's "

@@ -18,6 +18,16 @@ is one group of a stage's 32 ranks; DeepSeek-V3's EP 64 over TP 2 x DP 64 spans 
 nodes), not every second rank of 16 nodes. Qwen3 MoE rows use the catalog's Qwen3 (head width 128 unlike
 hidden/heads, per-head q/k norms); their "(tokendrop)" rows (capacity factor 1) are the same step as dropless once routing is
 force-balanced, as every MoE row here is: no token is dropped or padded.
+Dispatchers, read in the performance scripts that produced the 25.09 rows (nemo_toolkit 2.5.0 on PyPI,
+``scripts/performance/llm/``): DeepSeek-V3 on H100 ``moe_token_dispatcher_type = "flex"`` with DeepEP
+(``pretrain_deepseek_v3.py``: "For H100 we use deepEP"); Qwen3-30B-A3B and Qwen3-235B-A22B Megatron-Core's
+``alltoall`` (the ``Qwen3MoEConfig`` default; no DeepEP callback), with ``MegatronTokenDropCallback`` (capacity
+factor 1, padded: the same step once balanced) and no recompute (the scripts reset the recipes' full recompute).
+The 25.11 and later rows ran Megatron-Bridge's performance scripts, which this project does not carry: its library
+recipe for both Qwen3 MoE models selects the flex dispatcher with DeepEP on Hopper in megatron-bridge 0.3.1
+(2026-03; ``recipes/qwen/qwen3_moe.py``, ``apply_flex_dispatcher_backend``) and leaves it to the caller in 0.3.0
+(2026-02); those rows stay mapped to ``alltoall``. ``python -m validation.modern.moe_audit`` prints, per MoE row,
+the expert group as built, its link, the dispatcher and the time per MoE layer pass the measurement leaves over.
 Two Qwen3-30B-A3B pp2 ep8 rows (26.02, 25.11) are set aside (:data:`SET_ASIDE`): the same configuration
 ran 1.8-2x faster in the neighbouring release, and the faster figures agree with the pp1 ep16 rows.
 """
