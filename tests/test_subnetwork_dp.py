@@ -330,6 +330,21 @@ def test_neuron_masks_keep_a_transformer_blocks_residual_stream_activations(keep
                                                                             rel=1e-12)
 
 
+def test_neuron_masks_run_a_transformer_blocks_residual_stream_ops_whole():
+    # the norms and residual dropouts work on the whole residual stream; the GEMMs, attention and
+    # GELU on the kept heads and units (k)
+    sc = load_scenario({**GPT, "strategy": {"kind": "subnetwork_dp", "mask": "neuron", "masking": "forward_backward",
+                                            "keep_fraction": 0.25, "subnetworks": 4}})
+    block = sc.layer_graph().layers[1]
+    work = worker_work(sc, 0)
+    full = {op.name: op.bytes_moved for op in block.forward + block.backward}
+    masked = {op.name: op.bytes_moved for op in work.forward + work.backward}  # every block alike
+    for name in ("ln1", "ln2", "dropout_residual1", "dropout_residual2", "ln1.grad", "dropout_residual2.grad"):
+        assert masked[name] == full[name]
+    for name in ("gelu", "gelu.grad", "fc1", "flash_attention"):
+        assert masked[name] == pytest.approx(full[name] / 4, rel=1e-12)
+
+
 def test_depthwise_convolutions_are_masked_channel_by_channel():
     sc = load_scenario({**RESNET, "model": "efficientnet-b0", "strategy": {"kind": "subnetwork_dp", "mask": "neuron",
                                                                            "masking": "forward_backward"}})

@@ -56,6 +56,11 @@ BLOCK_KINDS = frozenset({"transformer_block", "mlp_block"})
 HEAD_AND_UNIT_TENSORS = frozenset({"q", "k_v", "q_k_v", "qk_norm_input", "attn_out_input", "fc1_output",
                                    "fc2_input", "attention_core"})
 
+#: A transformer block's memory-bound ops on the residual stream (or MLA's latents, MoE's token
+#: permutation) (workloads/graph.py): whole under a neuron mask, with their backward (``.grad``).
+RESIDUAL_STREAM_OPS = frozenset({"ln1", "ln2", "dropout_residual1", "dropout_residual2", "q_norm", "kv_norm",
+                                 "router_topk_permute", "unpermute_weighted_sum"})
+
 
 def block_activation_shares(tensors: tuple[SavedTensor, ...], k: float, recompute: str) -> tuple[float, float]:
     """(share of what a transformer block keeps under ``recompute``, share of all it saves) when k

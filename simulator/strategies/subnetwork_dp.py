@@ -15,7 +15,8 @@ Masks (``strategy.mask``), as the paper's two constructions:
   FLOPs of a convolution or linear layer masked on both sides, k of one masked on one side (the
   first masked layer, the classifier), k of a channel-wise layer; the channels are read from the
   graph layer by layer (simulator/strategies/neuron_masks.py). A transformer block (one layer of
-  the graph) keeps k: its heads and MLP units are masked, its residual stream is whole.
+  the graph) keeps k: its heads and MLP units are masked, its residual stream is whole (its
+  norms and residual dropouts run whole, and it keeps their activations).
 
 Assignment (the paper's fixed masks, made concrete here): the units are cut into ``subnetworks``
 S slices (blocks round-robin: slice i holds blocks i, i + S, ...; neurons: 1/S of each layer),
@@ -80,7 +81,12 @@ from simulator.engine.engine import Task
 from simulator.memory.analytic import MemoryBreakdown, bytes_per_param, peak_stage, rank_memory
 from simulator.memory.checkpoints import graph_kept_bytes, kept_per_layer, stage_bytes
 from simulator.scenario import gradient_bytes
-from simulator.strategies.neuron_masks import NeuronMask, block_activation_shares, neuron_masks
+from simulator.strategies.neuron_masks import (
+    RESIDUAL_STREAM_OPS,
+    NeuronMask,
+    block_activation_shares,
+    neuron_masks,
+)
 from simulator.strategies.plan import Plan
 from simulator.strategies.registry import StrategyKind, register
 from simulator.strategies.residual_blocks import no_residual_reason, residual_chain
@@ -262,12 +268,22 @@ def _is_wgrad(op: Op) -> bool:
     return op.name.endswith("wgrad")
 
 
+def _factor(layer: Layer, op: Op, factor: float, scale: Scale) -> float:
+    """``factor``, except for a neuron-masked transformer block's ops on its residual stream (norms,
+    residual dropouts: neuron_masks.RESIDUAL_STREAM_OPS), which run whole."""
+    if (scale.n_keep is not None and layer.kind == "transformer_block" and op.kind == "memory"
+            and op.name.split(".")[0] in RESIDUAL_STREAM_OPS):
+        return 1.0
+    return factor
+
+
 def masked_ops(layer: Layer, scale: Scale) -> tuple[tuple[Op, ...], tuple[Op, ...]]:
     """(forward ops, backward ops) the worker runs of ``layer``."""
     shape = (scale.n_keep, scale.k_keep)
-    forward = tuple(o for o in (scaled_op(op, scale.forward, *shape) for op in layer.forward) if o is not None)
-    backward = tuple(o for o in (scaled_op(op, scale.wgrad if _is_wgrad(op) else scale.dgrad, *shape)
-                                 for op in layer.backward) if o is not None)
+    forward = tuple(o for o in (scaled_op(op, _factor(layer, op, scale.forward, scale), *shape)
+                                for op in layer.forward) if o is not None)
+    backward = tuple(o for o in (scaled_op(op, _factor(layer, op, scale.wgrad if _is_wgrad(op) else scale.dgrad, scale),
+                                           *shape) for op in layer.backward) if o is not None)
     return forward, backward
 
 
@@ -322,7 +338,7 @@ def worker_work(scenario, subnetwork: int, assign: Assignment | None = None) -> 
             forward.extend(f)
             backward[:0] = b  # the backward runs the layers in reverse
             # what recompute re-runs of the worker's masked forward (full: all of it)
-            again.extend(o for o in (scaled_op(op, scale.forward, scale.n_keep, scale.k_keep)
+            again.extend(o for o in (scaled_op(op, _factor(layer, op, scale.forward, scale), scale.n_keep, scale.k_keep)
                                      for op in layer.forward if id(op) in rerun) if o is not None)
         held += layer.params * scale.held
         trained += layer.params * scale.trained
