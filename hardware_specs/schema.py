@@ -261,6 +261,14 @@ class ComputeEfficiency(Spec):
     conv_efficiency: dict[CurveKey, ConvEfficiency] = Field(
         default_factory=dict, description="convolution passes by shape, per precision (simulator/cost/conv.py);"
                                           " a precision without one prices convolutions on its GEMM curve")
+    linear_as_pointwise_conv: tuple[CurveKey, ...] = Field(
+        default=(), description="precisions whose dense GEMMs (linear layers; not attention, not MoE experts) are "
+                                "priced as 1x1 convolution passes on conv_efficiency[precision] instead of the GEMM "
+                                "curve: a linear over T rows is the implicit GEMM of a 1x1 convolution over T pixels "
+                                "(M = T, N = out features, K = in features), and where a precision's only GEMM "
+                                "evidence is convolutions the shape model that predicts them serves its linears "
+                                "(simulator/cost/compute.py)")
+    linear_as_pointwise_conv_source: str | None = None
     attention: AttentionEfficiency | None = Field(
         default=None, description="the fused attention kernel frameworks run by default (training.attention: flash, "
                                   "attention_kernel: auto); None: the GEMM curve times attention_efficiency_factor")
@@ -337,6 +345,13 @@ class ComputeEfficiency(Spec):
     @classmethod
     def _sorted(cls, points: list[EfficiencyPoint]) -> list[EfficiencyPoint]:
         return _increasing_gflop(points)
+
+    @model_validator(mode="after")
+    def _linear_conv_model_exists(self) -> ComputeEfficiency:
+        missing = [key for key in self.linear_as_pointwise_conv if key not in self.conv_efficiency]
+        if missing:
+            raise ValueError(f"linear_as_pointwise_conv names {missing}, which conv_efficiency does not have")
+        return self
 
 
 class SustainedClock(Spec):

@@ -44,25 +44,56 @@ def test_every_layer_is_in_exactly_one_deeppool_row():
     assert len(sums) == 12 and not any("to_qvk" in name for name in sums)
 
 
-def test_the_simulated_vit_is_faster_than_the_profile_within_the_guard():
-    """A guard, not the target: every GPU-bound batch simulated within 20% of the profile, faster (the
-    error grows with the batch: -3.4 / -7.8 / -13.6% at 32 / 64 / 128 when written)."""
+def test_the_3d_linears_with_a_bias_add_it_in_a_kernel_of_their_own():
+    """PyTorch <= 1.10's ``at::linear`` on a 3-D input: matmul, then ``add_(bias)`` reading and writing the
+    output; the patch projection and the two MLP linears of every block (13), not the biasless qkv and W_0,
+    nor the head (a 2-D input: addmm)."""
+    batch, t = 2, 257
+    adds = {op.name: op for layer in deeppool_vit.graph(batch).layers for op in layer.forward
+            if op.name.endswith(".bias_add")}
+    assert len(adds) == 1 + 2 * deeppool_vit.BLOCKS
+    assert adds["b0.linear.0.bias_add"].bytes_moved == 2 * 4 * batch * t * deeppool_vit.MLP
+    assert adds["b5.linear.3.bias_add"].bytes_moved == 2 * 4 * batch * t * deeppool_vit.DIM
+    assert adds["prep.project_patches.bias_add"].bytes_moved == 2 * 4 * batch * 256 * deeppool_vit.DIM
+    assert not any(name.startswith(("mlp_head", "a")) for name in adds)
+
+
+def test_the_linears_are_priced_as_1x1_convolution_passes_at_one_rate_for_every_batch():
+    """The specs' ``linear_as_pointwise_conv``: every linear GEMM of the network at the same TFLOP/s at batch
+    32 and 128 (forward and data gradient; the size curve went 40 -> 62 for the qkv GEMM)."""
+    model = deeppool_vit._model()
+    rates = {}
+    for batch in (32, 128):
+        for layer in deeppool_vit.graph(batch).layers:
+            for op in layer.forward:
+                if op.kind == "gemm" and layer.name.startswith("a0.to_qvk"):
+                    rates[batch] = op.flops / (model.time_s(op) - 4e-6)
+    assert rates[32] == pytest.approx(rates[128], rel=1e-9)
+
+
+def test_the_simulated_vit_is_within_the_guard():
+    """A guard, not the target: every GPU-bound batch simulated within 12% of the profile (-9.7 / -3.3 /
+    -0.1% at 32 / 64 / 128 when written; the batch-32 miss is DeepPool's host time at that batch, as in
+    the CNN blocks of validation/deeppool_model.py)."""
     errors = deeppool_vit.whole_model_errors()
     print(deeppool_vit.by_part().to_string())
     assert set(errors) == {32, 64, 128}
-    assert all(-0.20 <= e < 0 for e in errors.values())
+    assert all(abs(e) <= 0.12 for e in errors.values())
 
 
-@pytest.mark.xfail(strict=True, reason="issue 19 DeepPool whole-model target (median |error| <= 5% over whole models, "
-                                       "as validation/deeppool_model.py reads it) unmet for the ViT: median 7.8%; "
-                                       "every row held out, simulated -3.4% (batch 32), -7.8% (64), -13.6% (128); "
-                                       "the twelve blocks -2.4/-7.3/-13.5%, the patch embedding -35/-25/-9%; the "
-                                       "miss grows with the batch (GPU work: the TF32 linears and the attention "
-                                       "GEMMs, whose A100 rates no measurement here checks); DeepPool's timer gives "
-                                       "attention and MLP blocks one time, so the blocks cannot be told apart")
 def test_the_vit_whole_model_is_within_the_target():
+    """Issue 19's DeepPool whole-model target as validation/deeppool_model.py reads it: median |error| over
+    the GPU-bound batches <= 5%, every row held out (3.3% when written)."""
     errors = deeppool_vit.whole_model_errors()
     assert statistics.median(abs(e) for e in errors.values()) <= deeppool_vit.WHOLE_MODEL_TARGET
+
+
+@pytest.mark.xfail(strict=True, reason="issue 19 DeepPool whole model, the stricter reading (every batch within 5%) "
+                                       "unmet for the ViT: batch 32 -9.7% (64 -3.3%, 128 -0.1%); the CNN blocks "
+                                       "miss it at batch 32 too (validation/deeppool_model.py)")
+def test_every_vit_batch_is_within_the_target():
+    errors = deeppool_vit.whole_model_errors()
+    assert max(abs(e) for e in errors.values()) <= deeppool_vit.WHOLE_MODEL_TARGET
 
 
 def test_the_script_prints_the_figure_and_fails_past_tolerance():

@@ -17,6 +17,11 @@ output channels, reduction length and window class), else as a GEMM on the curve
 concatenation kernel runs at the spec's ``memory_kernels`` efficiency for its class where it has one
 (simulator/cost/memory_kernels.py); a broadcast elementwise kernel is priced by its elements, at the
 bytes they take in fp32 (``element_bound_bytes``: PyTorch's non-vectorized broadcast loop).
+A dense GEMM (a linear layer) in a precision the spec lists in ``linear_as_pointwise_conv`` is priced as the
+1x1 convolution pass it is (M rows x N out features x K in features: the implicit GEMM of a 1x1 convolution
+over M pixels; Chetlur et al. 2014, Sec. 3) on that precision's ``conv_efficiency``: the A100's TF32, whose
+only GEMM evidence is DeepPool's convolution layers (module docstring of validation/deeppool_vit.py says why
+the shape model, not the size curve fitted on the same rows, is the one a linear reads).
 An op's ``executed_fraction`` scales the FLOPs its kernel runs (a causal fused attention kernel
 skips the masked tiles) while the counted FLOPs stay as they are.
 An MoE layer's expert GEMMs (``batch`` = the local experts, each on its own tokens) are priced as one GEMM of
@@ -29,6 +34,7 @@ quantisation runs at its ``quantise_efficiency`` (hardware_specs.schema.GroupedG
 from __future__ import annotations
 
 import math
+from dataclasses import replace
 from functools import lru_cache
 
 from hardware_specs.schema import Accelerator
@@ -124,6 +130,16 @@ def fp8_curve_key(accelerator: Accelerator, recipe: str) -> str:
     return key if key in accelerator.efficiency.gemm_curves else "fp8"
 
 
+def as_pointwise_pass(op: Op) -> Op:
+    """A dense GEMM op (``C[m,n] = A[m,k]·B[k,n]``) tagged as the 1x1 convolution pass it is: a linear
+    layer's forward (m rows, n out features, k in features), its data gradient (``*.dgrad``: n = in
+    features, k = out features) and its weight gradient (``*.wgrad``: m = in features, k = rows) are the
+    forward, data- and weight-gradient implicit GEMMs of a 1x1, stride-1 convolution over m pixels
+    (workloads/networks/builder.py ``_gemm_ops``; simulator/cost/conv.py reads them the same way)."""
+    pass_ = "dgrad" if op.name.endswith(".dgrad") else "wgrad" if op.name.endswith(".wgrad") else "fwd"
+    return replace(op, conv=(pass_, 1, 1, 1))
+
+
 class ComputeModel:
     """Prices ops for one accelerator and one precision (fp8 GEMMs use the fp8 peak, or the fp4 peak
     under the nvfp4 recipe, and pay their inputs' quantisation as memory-bound work). ``tf32``: an fp32
@@ -167,6 +183,9 @@ class ComputeModel:
         self._time = lru_cache(maxsize=None)(self._time_uncached)
         # convolutions by shape where the spec has a model for this precision (simulator/cost/conv.py)
         self.conv_model = None if self.fp8 else eff.conv_efficiency.get(self.gemm_key)
+        # dense GEMMs (linear layers) as 1x1 convolution passes where the spec says so (linear_as_pointwise_conv)
+        self.linear_conv_model = (self.conv_model if self.conv_model is not None
+                                  and self.gemm_key in eff.linear_as_pointwise_conv else None)
         self._conv_time = lru_cache(maxsize=None)(self._conv_time_uncached)
         # a direct (grouped / depthwise) convolution on the CUDA cores: the fp32 non-tensor peak (assumed)
         self.cuda_core_flops = accelerator.peak_tflops.get("fp32", accelerator.peak_tflops[precision]) * 1e12
@@ -188,6 +207,9 @@ class ComputeModel:
                                        on_cuda_cores=self.gemm_key == "fp32")
         if op.conv is not None and op.kind == "gemm" and self.conv_model is not None:
             return self._conv_time(op)
+        if (op.conv is None and op.kind == "gemm" and self.linear_conv_model is not None
+                and gemm_class(op.name) != "experts"):
+            return self._conv_time(as_pointwise_pass(op))
         if op.kind == "memory":
             moved = element_bound_bytes(op.name, op.bytes_moved, self.activation_bytes)
             eff = self.memory_kernels.get(memory_kernel_class(op.name))

@@ -114,6 +114,10 @@ def efficiency_provenance(scenario: Scenario) -> dict[str, str]:
     out[f"gemm_{key}"] = curve(key)
     if features.convolution and key in eff.conv_efficiency:  # convolutions by shape (simulator/cost/conv.py); else on the GEMM curve
         out[f"conv_{key}"] = eff.conv_efficiency[key].fitted_on or ASSUMED
+    if key in eff.linear_as_pointwise_conv and scenario.training.precision != "fp8":
+        # linear layers priced as 1x1 convolution passes (simulator/cost/compute.py): no GEMM of this precision
+        # is measured on this part, so the rule is an assumption whatever the convolution model was fitted on
+        out[f"linear_{key}"] = ASSUMED
     recipe = scenario.training.fp8_recipe
     if scenario.training.precision == "fp8" and key != RECIPE_CURVE[recipe]:
         # the recipe's kernel not measured: a block-scaled recipe runs the fp8 curve's fraction of peak on its own
