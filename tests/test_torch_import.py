@@ -4,6 +4,7 @@ layer for models that cannot be imported."""
 
 from __future__ import annotations
 
+import json
 import os
 import subprocess
 import sys
@@ -248,3 +249,19 @@ def test_traced_maxvit_saved_bytes_equal_what_pytorch_saves(batch):
     graph = resolve_model("torchvision:maxvit_t").layer_graph(shard(batch))
     assert graph.total_params() == sum(p.numel() for p in module.parameters())
     assert graph.saved_bytes() == saved_activation_bytes(module, torch.randn(batch, 3, 224, 224))
+
+
+def test_cli_simulates_an_imported_model_as_the_catalogs(tmp_path):
+    """`clustersim simulate` on a traced torchvision model (the shipped example) prints the catalog model's
+    figures; the run's provenance step caches by model spec, which a traced spec's ``kwargs`` dict must not
+    break (it raised ``TypeError: unhashable type: 'dict'`` before)."""
+    pytest.importorskip("torchvision")
+    env = {**os.environ, "PYTHONPATH": str(TESTS.parent)}
+    figures = {}
+    for example in ("resnet50-torchvision-8xa100", "resnet50-8xa100"):
+        proc = subprocess.run([sys.executable, "-m", "simulator", "simulate", str(TESTS.parent / "examples" /
+                               f"{example}.yaml"), "--json"], capture_output=True, text=True, env=env, timeout=300)
+        assert proc.returncode == 0, proc.stderr
+        result = json.loads(proc.stdout)
+        figures[example] = (result["samples_per_s"], result["step_time_s"], result["num_parameters"])
+    assert figures["resnet50-torchvision-8xa100"] == figures["resnet50-8xa100"]

@@ -25,6 +25,7 @@ from __future__ import annotations
 import contextlib
 import importlib
 import io
+import json
 import math
 import operator
 from dataclasses import replace
@@ -60,6 +61,12 @@ class TorchModelSpec(NetworkSpec):
     def model_post_init(self, context: Any) -> None:
         if not self.name:
             object.__setattr__(self, "name", self.torch.split(":")[-1])
+
+    def __hash__(self) -> int:
+        """Hashable as the catalog's specs are (the simulator caches by model spec): the pydantic
+        hash of a frozen model hashes every field, and ``kwargs`` is a dict, so it goes in as its
+        canonical JSON."""
+        return hash((self.name, self.torch, self.input_shape, json.dumps(self.kwargs, sort_keys=True, default=repr)))
 
     @property
     def seq_length(self) -> int | None:
