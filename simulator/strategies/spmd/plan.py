@@ -199,15 +199,20 @@ class Planner:
         return hit[1]
 
     def _collective(self, rank: int, group: str, collective: str, payload: float):
-        ranks = self._group_cache.get((rank, group))
-        if ranks is None:
-            ranks = self._group_cache[(rank, group)] = self.layout.group(rank, group)
-        placement = self.topo.placement(ranks)
-        slowdown = self.topo.intra_slowdown(ranks)  # a group on a partial mesh (hybrid cube mesh, bridges)
-        spanned = self.topo.groups_of(ranks)  # node groups of a mixed cluster the collective touches
+        # The group and what its pricing reads of it, once per (rank, group): a data-parallel group of a
+        # 16,384-GPU layout has 128 members, and every collective over it (each gradient bucket) would
+        # walk them again (the symmetric mode's cost would grow with the data-parallel degree).
+        hit = self._group_cache.get((rank, group))
+        if hit is None:
+            ranks = self.layout.group(rank, group)
+            hit = self._group_cache[(rank, group)] = (
+                ranks, self.topo.placement(ranks),
+                self.topo.intra_slowdown(ranks),  # a group on a partial mesh (hybrid cube mesh, bridges)
+                self.topo.groups_of(ranks),  # node groups of a mixed cluster the collective touches
+                sum(r in self.rank_actor for r in ranks))
+        ranks, placement, slowdown, spanned, simulated = hit
         key = (collective, payload, placement.size, placement.members_per_node, placement.num_nodes,
                placement.num_pods, slowdown, spanned)
-        simulated = [r for r in ranks if r in self.rank_actor]
         if self.wan is not None:
             key = (*key, ranks, group)
         cost = self._cost_cache.get(key)
@@ -228,9 +233,9 @@ class Planner:
                                                                 "nvl": cost.bytes_by_link["nvl"] * slowdown})
             if self.wan is not None:  # crossing regions: pair ports, per-step delays (simulator/cost/wan.py)
                 cost = self.wan.over_wan(cost, collective, payload, ranks, self._wan_edges(ranks, group),
-                                         1.0 / max(1, len(simulated)))
+                                         1.0 / max(1, simulated))
             self._cost_cache[key] = cost
-        return cost, ranks, len(simulated)
+        return cost, ranks, simulated
 
     def _wan_edges(self, ranks: tuple[int, ...], group: str):
         """Region-crossing ring edges of the groups that ``ranks``' group stands for: itself in full
