@@ -84,12 +84,13 @@ def test_median_whole_model_error_within_the_target():
 
 
 @pytest.mark.xfail(strict=True, reason="stricter reading of issue 19's whole-model target (every block <= 5%) unmet at batch 32: held-out "
-                                       "rows VGG-16 -6.2%, Inception-v3 -8.7% (ResNet-34 -4.9%: met; batch 64/128: "
+                                       "rows Inception-v3 -8.7% (VGG-16 -4.7%, ResNet-34 -4.9%: met; batch 64/128: "
                                        "all six within 4.0%) with DeepPool's host time per kernel (9 us, fitted on the "
                                        "fit-half rows of the nine blocks, each pass issue-bound; concatenations priced as "
                                        "the simulator prices them: copies at the refitted concat class plus the layer "
                                        "graph's gradient sums); session 5 (streaming passes, 11 us) -6.0/-8.7/-4.8%, "
-                                       "before the host time -7.0/-10.0/-5.5%. What "
+                                       "before the host time -7.0/-10.0/-5.5%; VGG-16 -6.2% until its fully connected "
+                                       "layers were priced as 1x1 convolution passes (session 7). What "
                                        "is left is in GPU-bound rows: Inception's small convolutions, VGG's large "
                                        "convolutions and fully connected layers at batch 32")
 def test_every_block_within_the_whole_model_target():
@@ -167,7 +168,8 @@ def test_the_concat_class_no_longer_absorbs_the_gradient_sums():
 def test_the_script_prints_the_issue_figures_and_fails_past_tolerance(monkeypatch, capsys):
     """``python -m validation.deeppool_model`` prints the per-layer and whole-model figures (the median
     over blocks and, beside it, the max of the stricter reading) and exits 0 while both targets hold;
-    with a whole-model target below today's median (3.3%; 2.8% before the gradient sums) it exits 1."""
+    with a whole-model target below today's median (3.9%; 3.3% with the linears on the TF32 size curve, 2.8%
+    before the gradient sums) it exits 1."""
     out = subprocess.run([sys.executable, "-m", "validation.deeppool_model"], capture_output=True, text=True,
                          cwd=ROOT, timeout=300)
     assert "issue 19: per-layer held-out median |error|" in out.stdout

@@ -26,13 +26,16 @@ sums' time taken out: 0.351 -> 0.6206 once the sums stopped being absorbed by it
 
 **Whole model.** Each block's simulated time is the sum over its rows: convolution rows as
 calibrate_conv prices them (shape model, in-place ReLU, DeepPool's per-layer floor), other rows by
-their kernels in the compute model (flatten has none; linear layers on the TF32 GEMM curve), each
+their kernels in the compute model (flatten has none; linear layers as 1x1 convolution passes on the
+specs' shape model, ``linear_as_pointwise_conv``; on the TF32 size curve until session 7), each
 row's forward and backward issue-bound by DeepPool's host time per kernel (:func:`fitted_host_s`:
 9 us, 11 us before the gradient sums had kernels of their own; fitted on the fit-half rows of the nine
 blocks; the eager floor of simulator/cost/host_floor.py that vTrain's Megatron-DeepSpeed fits at its
 own value). With it the batch-32 blocks move from -7.0/-5.5/-10.0% (VGG-16, ResNet-34, Inception-v3)
 to -6.0/-4.8/-8.7% (session 5, concat rows as streaming passes), -6.2/-4.9/-8.7% with the refitted
-concat class and the graph's gradient sums (session 6), and batch 64/128 stay within 4.0%; what is
+concat class and the graph's gradient sums (session 6), -4.7/-4.9/-8.7% with the linears as 1x1 passes
+(session 7: VGG's fully connected layers; VGG 64 +2.7 -> +3.9%, the median over blocks 3.3 -> 3.9%), and
+batch 64/128 stay within 4.0%; what is
 left at batch 32 sits in GPU-bound rows (a host term per row, c + h x kernels, fitted
 the same way, leaves VGG and Inception at -6.2/-9.3%; an output-pixel term in the convolution
 efficiency, at -9.3/-9.8%). The
