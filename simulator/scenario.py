@@ -422,6 +422,20 @@ def _relative(ref: Any, base: Path | None) -> Any:
     return ref
 
 
+def relative_profile(ref: Any, base: Path | None) -> Any:
+    """A measured per-layer profile named inline (``model: {family: profile, path: ...}``) with its relative
+    ``path`` read from the scenario file's folder, as the scenario's other file references are
+    (:func:`_relative`); where that folder holds no such file the path stays as written (the current
+    directory's: a ``--set model.path=...`` given on the command line, say)."""
+    if not (isinstance(ref, dict) and ref.get("family") == "profile" and isinstance(ref.get("path"), str)
+            and ref["path"] and base is not None):
+        return ref
+    path = Path(ref["path"])
+    if path.is_absolute() or not (base / path).is_file():
+        return ref
+    return {**ref, "path": str((base / path).resolve())}
+
+
 def has_fused_attention(accelerator: Accelerator) -> bool:
     """Whether FlashAttention (or a vendor fused attention kernel) runs on the accelerator: it needs
     the bf16 tensor cores of NVIDIA Ampere / AMD CDNA2 and later (FlashAttention-2 README: Ampere,
@@ -454,7 +468,7 @@ def build_scenario(raw: dict[str, Any], base: Path | None = None) -> Scenario:
         doc = ScenarioFile.model_validate(raw)
     except ValidationError as exc:
         raise from_pydantic(exc, schema=ScenarioFile, hints=UNKNOWN_KEY_HINTS) from None
-    model = resolve_model(_relative(doc.model, base), "model")
+    model = resolve_model(relative_profile(_relative(doc.model, base), base), "model")
     if doc.training.seq_length:
         if not isinstance(model, TransformerSpec):
             raise ConfigError("training.seq_length", f"{model.name}: only a decoder transformer's sequence length "

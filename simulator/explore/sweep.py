@@ -186,6 +186,10 @@ def absolutize(raw: dict[str, Any], base: Path | None) -> dict[str, Any]:
             candidate = base / ref
             if candidate.exists():
                 node[path[-1]] = str(candidate.resolve())
+    if isinstance(out.get("model"), dict):  # an inline measured profile's file (model.path)
+        from simulator.scenario import relative_profile
+
+        out["model"] = relative_profile(out["model"], base)
     jobs = out.get("co_located_jobs")
     for job in jobs if isinstance(jobs, list) else []:  # background scenarios (simulator/colocation/spec.py)
         ref = job.get("scenario") if isinstance(job, dict) else None

@@ -395,7 +395,8 @@ class ProfiledModelSpec(NetworkSpec):
         refuse_split(self.name, shard)
         path = Path(self.path)
         if not path.is_file():
-            raise ConfigError("model.path", f"profile file not found: {path}")
+            raise ConfigError("model.path", f"profile file not found: {path} (a relative path is read from the "
+                                            "scenario file's folder, else from the current directory)")
         text = path.read_text()
         if self.format == "pipedream":
             if self.profile_batch is None:
