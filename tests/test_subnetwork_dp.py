@@ -365,6 +365,20 @@ def test_the_table_prints_model_state_and_activations_apart(tmp_path):
     assert "model state" in line and "activations" in line
 
 
+@pytest.mark.parametrize(("example", "planner"), [("resnet50", "deeppool"), ("gpt-1.7b", "pase")])
+def test_the_per_layer_planners_run_on_the_examples_and_their_plans_simulate(tmp_path, example, planner):
+    # the examples state parallelism.dp (8 workers), which a per_layer plan lays out per layer instead
+    out = tmp_path / "plan.yaml"
+    plan = subprocess.run([sys.executable, "-m", "simulator", "plan", f"examples/{example}-subnetwork-dp-a100.yaml",
+                           "--planner", planner, "--out", str(out)], capture_output=True, text=True, timeout=300,
+                          cwd=ROOT)
+    assert plan.returncode == 0, plan.stderr
+    assert "cannot run" not in out.read_text()
+    run = subprocess.run([sys.executable, "-m", "simulator", "simulate", str(out)], capture_output=True, text=True,
+                         timeout=300, cwd=ROOT)
+    assert run.returncode == 0, run.stderr
+
+
 def _cli(tmp_path: Path, strategy: dict, model: str = "resnet50", steps: int | None = None):
     raw = {**RESNET, "model": model, "strategy": {"kind": "subnetwork_dp", **strategy}}
     path = tmp_path / "sdp.yaml"

@@ -18,7 +18,6 @@ reshard between the two device sets; the exact dynamic program is :mod:`.pase_dp
 
 from __future__ import annotations
 
-import copy
 import math
 import time
 from collections import Counter
@@ -26,7 +25,7 @@ from typing import Any
 
 from simulator.errors import ConfigError
 from simulator.explore.planners import PlannerKind, PlanResult, check_options, register
-from simulator.explore.planners.oracle import Oracle, per_layer_pricer
+from simulator.explore.planners.oracle import Oracle, per_layer_pricer, with_per_layer
 from simulator.explore.planners.pase import strategy_block
 from simulator.explore.planners.pase_dp import min_cost_assignment
 from simulator.strategies.per_layer.config import Split
@@ -79,8 +78,8 @@ def run_deeppool(raw: dict[str, Any], options: dict[str, Any]) -> PlanResult:
     not_on_all = [name for name in layers if (name, p) not in layer_s]
     all_gpus = None if not_on_all else sum(p * layer_s[name, p] for name in layers)
     oracle = Oracle()
-    plan = oracle.evaluate(_with_strategy(raw, strategy_block(splits)))
-    everywhere = oracle.evaluate(_with_strategy(raw, {"kind": "per_layer", "default": {"batch": p}}))
+    plan = oracle.evaluate(with_per_layer(raw, strategy_block(splits)))
+    everywhere = oracle.evaluate(with_per_layer(raw, {"kind": "per_layer", "default": {"batch": p}}))
     ratio = plan.step_time_s / everywhere.step_time_s if plan.fits and everywhere.fits else math.nan
     summary = (f"DeepPool bursts (amplification limit {limit}): GPUs per layer {dict(Counter(s.batch for s in splits))}; "
                f"layer GPU-seconds {gpu_seconds:.4g}")
@@ -96,12 +95,6 @@ def run_deeppool(raw: dict[str, Any], options: dict[str, Any]) -> PlanResult:
                        "all_gpus_step_s": everywhere.step_time_s, "step_ratio_to_all_gpus": ratio,
                        "dp_objective_s": result.cost},
                       estimated_what="layer and reshard costs priced", reason=plan.reason)
-
-
-def _with_strategy(raw: dict[str, Any], strategy: dict[str, Any]) -> dict[str, Any]:
-    out = copy.deepcopy(raw)
-    out["strategy"] = strategy
-    return out
 
 
 DEEPPOOL = register(PlannerKind(

@@ -13,17 +13,27 @@ from typing import Any
 from simulator.errors import ConfigError
 
 
+def with_per_layer(raw: dict[str, Any], strategy: dict[str, Any]) -> dict[str, Any]:
+    """The user's scenario with ``strategy`` (a ``per_layer`` block) in place of its own. A
+    data-parallel degree its layout states (``parallelism.dp``: a data-parallel or subnetwork-DP
+    scenario) is dropped: per_layer's layout has one replica, each layer's GPUs are its split's."""
+    import copy
+
+    out = copy.deepcopy(raw)
+    out["strategy"] = strategy
+    if out.get("parallelism"):
+        out["parallelism"] = {k: v for k, v in out["parallelism"].items() if k != "dp"}
+    return out
+
+
 def per_layer_pricer(raw: dict[str, Any]):
     """``(scenario, pricer)`` for the per-layer planners (PaSE, DeepPool): the user's scenario with its
     strategy replaced by ``per_layer``, and the kind's layer and reshard pricer over it
-    (simulator/strategies/per_layer/cost.py)."""
-    import copy
-
+    (simulator/strategies/per_layer/cost.py); see :func:`with_per_layer`."""
     from simulator.scenario import build_scenario
     from simulator.strategies.per_layer.cost import pricer
 
-    probe = copy.deepcopy(raw)
-    probe["strategy"] = {"kind": "per_layer"}
+    probe = with_per_layer(raw, {"kind": "per_layer"})
     scenario = build_scenario(probe)
     return scenario, pricer(scenario)
 

@@ -36,7 +36,6 @@ plan (w = 1) simulates to.
 
 from __future__ import annotations
 
-import copy
 import math
 import time
 from collections import Counter
@@ -51,7 +50,7 @@ from simulator.explore.planners import (
     list_option,
     register,
 )
-from simulator.explore.planners.oracle import Oracle, per_layer_pricer
+from simulator.explore.planners.oracle import Oracle, per_layer_pricer, with_per_layer
 from simulator.explore.planners.pase_dp import min_cost_assignment, transitions_needed
 from simulator.strategies.per_layer.config import SPLIT_FIELDS, SPLITTABLE_OF, Split
 from simulator.strategies.per_layer.sharding import check_split, layer_sizes
@@ -131,12 +130,6 @@ def strategy_block(splits: list[Split]) -> dict[str, Any]:
     return {"kind": "per_layer", "default": default.cuts() or {"batch": 1}, "layers": rules}
 
 
-def _with_strategy(raw: dict[str, Any], strategy: dict[str, Any]) -> dict[str, Any]:
-    out = copy.deepcopy(raw)
-    out["strategy"] = strategy
-    return out
-
-
 def run_pase(raw: dict[str, Any], options: dict[str, Any]) -> PlanResult:
     check_options(PASE, options)
     dims = list_option(options, "dims", tuple(SPLIT_FIELDS), tuple(DEFAULT_DIMS), "dimension")
@@ -177,7 +170,7 @@ def run_pase(raw: dict[str, Any], options: dict[str, Any]) -> PlanResult:
         return edge_costs[key]
 
     oracle = Oracle()
-    data_parallel = oracle.evaluate(_with_strategy(raw, {"kind": "per_layer", "default": {"batch": p}}))
+    data_parallel = oracle.evaluate(with_per_layer(raw, {"kind": "per_layer", "default": {"batch": p}}))
     proposals: list[dict[str, Any]] = []
     by_plan: dict[tuple, Any] = {}
     for weight in weights:  # PaSE's DP proposes, one plan per weight of the gradient term ...
@@ -190,7 +183,7 @@ def run_pase(raw: dict[str, Any], options: dict[str, Any]) -> PlanResult:
                                      edge_cost)
         splits = tuple(result.assignment[layer.name] for layer in graph.layers)
         if splits not in by_plan:  # ... and the simulator disposes
-            by_plan[splits] = oracle.evaluate(_with_strategy(raw, strategy_block(list(splits))))
+            by_plan[splits] = oracle.evaluate(with_per_layer(raw, strategy_block(list(splits))))
         plan = by_plan[splits]
         proposals.append({"gradient_weight": weight, "objective_s": result.cost, "step_time_s": plan.step_time_s,
                           "fits": plan.fits, "dp_table_entries": result.states, "dp_transitions": result.transitions,
