@@ -32,7 +32,7 @@ from simulator.strategies.plan import MEMORY_COUNTER, Plan, step_durations, step
 from simulator.strategies.registry import get_kind
 from simulator.strategies.spmd.split import chunk_counts
 from workloads.counting import total_params
-from workloads.graph import ModelFlops, ShardShape, step_flops
+from workloads.graph import ModelFlops, ShardShape
 from workloads.schema import TransformerSpec
 
 _BUSY = {"compute": "compute", "recompute": "recompute", "host_stall": "host_stall", "optimizer": "optimizer"}
@@ -420,30 +420,20 @@ def _tokens_per_sample(scenario: Scenario) -> int | None:
 
 
 def _total_params(scenario: Scenario) -> int:
+    """The model's parameters: the sum over its unsplit layer graph (a transformer's cached per model,
+    workloads/counting.py)."""
     if isinstance(scenario.model, TransformerSpec):
         return total_params(scenario.model)
     return int(round(_unsharded_graph(scenario).total_params()))
 
 
 def _step_flops(scenario: Scenario) -> ModelFlops:
-    """FLOPs per optimizer step counted from the ops (GEMMs, convolutions, attention): model FLOPs
-    forward + backward, hardware FLOPs with the recomputed forward. A transformer counts per layer
-    kind (:func:`workloads.graph.step_flops`, the same sum, faster); any other graph per layer."""
+    """FLOPs per optimizer step summed over the ops of the unsplit layer graph (GEMMs, convolutions,
+    attention; :meth:`workloads.layer_graph.LayerGraph.step_flops`, cached on the graph): model FLOPs
+    forward + backward by the graph's rule (a transformer's 3 x forward), hardware FLOPs with the
+    recomputed forward. The same sum for every network."""
     par = scenario.parallelism
-    if isinstance(scenario.model, TransformerSpec):
-        return step_flops(scenario.model, scenario.seq_length, par.global_batch_size, par.recompute,
-                          flash_attention=scenario.training.attention == "flash")
-    graph = _unsharded_graph(scenario)
-
-    def flops(ops) -> float:
-        return sum(op.flops for op in ops if op.kind in ("gemm", "attention"))
-
-    forward = sum(flops(layer.forward) for layer in graph.layers)
-    backward = sum(flops(layer.backward) for layer in graph.layers)
-    recomputed = sum(flops(layer.recompute_ops(par.recompute)) for layer in graph.layers)
-    batch = par.global_batch_size
-    return ModelFlops((forward + backward) * batch, (forward + backward + recomputed) * batch,
-                      forward / max(1, len(graph.pipelined)), graph.flops_counted_layers(), len(graph.layers))
+    return _unsharded_graph(scenario).step_flops(par.global_batch_size, par.recompute)
 
 
 def stage_breakdowns(plan: Plan, critical: str, makespan: float) -> dict[int, dict[str, float]]:

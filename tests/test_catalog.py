@@ -12,8 +12,9 @@ import yaml
 
 from hardware_specs.catalog import ACCELERATORS, FABRICS, NODES, node_accelerator
 from simulator.errors import ConfigError
+from validation.closed_forms import narayanan_params
 from workloads.catalog import MODELS, resolve_model
-from workloads.counting import active_params, narayanan_params, total_params
+from workloads.counting import active_params, total_params
 
 ROOT = Path(__file__).resolve().parents[1]
 TABLE1 = ROOT / "validation" / "data" / "narayanan2021_megatron_table1.csv"

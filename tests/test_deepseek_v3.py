@@ -14,17 +14,14 @@ from simulator.memory.analytic import mla_activation_bytes_per_layer, stage_para
 from simulator.scenario import load_scenario
 from simulator.strategies.spmd.layout import Parallelism
 from simulator.strategies.spmd.plan import Planner
+from validation.closed_forms import layer_params as closed_form_layer_params
 from workloads.catalog import MODELS
-from workloads.counting import (
-    active_params,
-    layer_kind_counts,
-    layer_params,
-    mla_attention_params,
-    total_params,
-)
+from workloads.counting import active_params, layer_params, total_params
 from workloads.graph import ShardShape, layer_work
 from workloads.hf_config import spec_from_hf_config
+from workloads.layer_kinds import layer_kind_counts
 from workloads.schema import TransformerSpec
+from workloads.transformer_graph import mla_attention_params
 
 # Toy MLA: h = 64, 4 heads, query latent 16, kv latent 8, per head 8 (nope) + 4 (rope) for q/k, 8 for v.
 MLA = dict(q_lora_rank=16, kv_lora_rank=8, qk_nope_head_dim=8, qk_rope_head_dim=4, v_head_dim=8)
@@ -45,9 +42,10 @@ def toy_model(**kw) -> TransformerSpec:
 def test_mla_parameters_by_hand():
     model = toy_model()
     assert mla_attention_params(model) == (MLA_SPLIT, MLA_REPLICATED) == (3328, 1816)
-    lp = layer_params(model)
+    lp = closed_form_layer_params(model)
     assert (lp.attention, lp.attention_replicated) == (3328, 1816)
     assert lp.total == 3328 + 1816 + 2 * 64 * 256 + 2 * 64  # + FFN (4h, 2 matrices) + 2 RMSNorms
+    assert layer_params(model) == lp.total  # the graph's block holds what the closed form counts
     # no query latent (DeepSeek-V2-Lite): a full-rank W_Q 64 x 48 replaces W_DQ, its norm and W_UQ
     lite = toy_model(mla=MLA | {"q_lora_rank": None})
     assert mla_attention_params(lite) == (64 * 48 + 512 + 2048, 768 + 8)
@@ -131,7 +129,8 @@ def test_deepseek_v3_parameter_counts():
     assert total_params(model) == 671_026_404_352
     assert total_params(model) == pytest.approx(671e9, rel=1e-3)
     assert active_params(model) == pytest.approx(37e9, rel=0.02)
-    dense, moe = layer_params(model, False), layer_params(model, True)
+    dense, moe = closed_form_layer_params(model, False), closed_form_layer_params(model, True)
+    assert (layer_params(model, False), layer_params(model, True)) == (dense.total, moe.total)
     assert dense.attention + dense.attention_replicated == 187_107_328
     assert moe.mlp_experts == 256 * 3 * 7168 * 2048 and moe.mlp_dense == 3 * 7168 * 2048
 

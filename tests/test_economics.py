@@ -23,7 +23,7 @@ from simulator.economics.cost import (
 )
 from simulator.errors import ConfigError
 from simulator.scenario import load_scenario
-from workloads.counting import narayanan_flops_with_recompute, narayanan_params
+from validation.closed_forms import narayanan_flops_with_recompute, narayanan_params
 
 DATA = Path(__file__).resolve().parent.parent / "validation" / "data"
 TOLERANCE = 0.03

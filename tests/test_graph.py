@@ -1,21 +1,14 @@
-"""The workload graph (workloads/graph.py) and counting (workloads/counting.py): ops, FLOPs,
-bytes and TP collectives of one layer, derived by hand for small shapes."""
+"""The workload graph (workloads/graph.py) and the counts read from it (workloads/counting.py): ops,
+FLOPs, bytes and TP collectives of one layer, derived by hand for small shapes."""
 
 from __future__ import annotations
 
 import pytest
 
+from validation.closed_forms import korthikanti_model_flops, narayanan_flops_with_recompute, narayanan_params
 from workloads.catalog import MODELS
-from workloads.counting import (
-    embedding_params,
-    korthikanti_model_flops,
-    layer_params,
-    narayanan_flops_with_recompute,
-    narayanan_params,
-    output_head_params,
-    total_params,
-)
-from workloads.graph import Op, ShardShape, embedding_work, head_work, layer_work, step_flops
+from workloads.counting import embedding_params, layer_params, output_head_params, step_flops, total_params
+from workloads.graph import Op, ShardShape, embedding_work, head_work, layer_work
 from workloads.schema import TransformerSpec
 
 H, S, HEADS, V, LAYERS = 256, 128, 8, 1000, 4
@@ -159,12 +152,12 @@ def test_step_flops_equal_korthikanti_and_narayanan():
 
 def test_parameter_counts():
     # GPT layer: 12h² + 13h; embedding V·h + s·h; final layernorm 2h + untied head V·h.
-    assert layer_params(GPT).total == 12 * H * H + 13 * H
+    assert layer_params(GPT) == 12 * H * H + 13 * H
     assert embedding_params(GPT) == V * H + S * H
     assert output_head_params(GPT) == 2 * H + V * H
     assert total_params(GPT) == LAYERS * (12 * H * H + 13 * H) + V * H + S * H + 2 * H + V * H
     # Llama: attention h·(h + 2·kv·hd) + h², SwiGLU 3·h·ffn, two RMSNorms h each; no position table.
-    assert layer_params(LLAMA).total == H * (H + 2 * 64) + H * H + 3 * H * 704 + 2 * H
+    assert layer_params(LLAMA) == H * (H + 2 * 64) + H * H + 3 * H * 704 + 2 * H
     assert embedding_params(LLAMA) == V * H
 
 

@@ -13,8 +13,9 @@ from simulator.memory.analytic import rank_memory, stage_params
 from simulator.scenario import load_scenario
 from simulator.simulate import simulate
 from simulator.strategies.spmd.plan import Planner
-from workloads.counting import active_params, layer_kind_counts, layer_kind_runs, layer_kinds, total_params
-from workloads.graph import ShardShape, layer_work, step_flops
+from workloads.counting import active_params, layer_params, step_flops, total_params
+from workloads.graph import ShardShape, layer_work
+from workloads.layer_kinds import layer_kind_counts, layer_kind_runs, layer_kinds
 from workloads.schema import TransformerSpec
 
 sys.path.insert(0, str(Path(__file__).parent))
@@ -107,9 +108,9 @@ def test_moe_layers_store_more_activations_than_dense_ones():
     sc = load_scenario(base)
     dense_stage, moe_stage = rank_memory(sc, 0), rank_memory(sc, 1)
     assert moe_stage.weights_bytes > 2.5 * dense_stage.weights_bytes
-    shard = ShardShape(micro_batch=1, seq_length=S)
-    assert layer_work(sc.model, shard, 0).params == DENSE_LAYER
-    assert layer_work(sc.model, shard, 3).params == MOE_LAYER
+    graph = sc.model.layer_graph(ShardShape(micro_batch=1, seq_length=S))
+    assert graph.layers[1].params == layer_params(sc.model, False) == DENSE_LAYER  # layers[0]: the embedding
+    assert graph.layers[4].params == layer_params(sc.model, True) == MOE_LAYER
 
 
 def test_zero3_gathers_each_layer_at_its_own_size():

@@ -356,7 +356,7 @@ def test_stage_params_pipeline_sum_and_tied_copy():
     assert sum(stage_params(untied, par, i) for i in range(3)) == total_params(untied)
     # tied and pp > 1: the last stage holds a copy of the word embedding (Megatron).
     assert sum(stage_params(tied, par, i) for i in range(3)) == total_params(tied) + 1000 * 64
-    lp = layer_params(untied).total
+    lp = layer_params(untied)
     assert stage_params(untied, par, 0) == 2 * lp + embedding_params(untied)
     assert stage_params(untied, par, 2) == 2 * lp + output_head_params(untied)
 

@@ -77,7 +77,7 @@ def test_moe_layer_has_two_all_to_alls_of_top_k_tokens(ep):
 
 
 def test_moe_model_flops_count_only_the_active_experts():
-    from workloads.graph import step_flops
+    from workloads.counting import step_flops
 
     flops = step_flops(MOE, 4096, 1, "none")
     dense = TransformerSpec(name="dense", num_layers=2, hidden_size=1024, num_attention_heads=8, vocab_size=1000,

@@ -16,7 +16,8 @@ from simulator.scenario import load_scenario
 from simulator.simulate import simulate
 from simulator.strategies.spmd.plan import Planner
 from tests.test_simulate import L, toy_raw
-from workloads.graph import ShardShape, layer_work, step_flops
+from workloads.counting import step_flops
+from workloads.graph import ShardShape, layer_work
 from workloads.schema import MoESpec, TransformerSpec
 from workloads.transformer_graph import DROPOUT_MASK_BYTES
 

@@ -13,7 +13,8 @@ from simulator.scenario import load_scenario
 from simulator.simulate import simulate, simulate_point
 from simulator.strategies.spmd.layout import split_layers
 from simulator.strategies.spmd.plan import Planner
-from workloads.counting import korthikanti_model_flops, narayanan_flops_with_recompute, total_params
+from validation.closed_forms import korthikanti_model_flops, narayanan_flops_with_recompute
+from workloads.counting import total_params
 
 # ------------------------------------------------------------------ toy cluster with round numbers
 #

@@ -1,6 +1,7 @@
-"""The transformer's layer graph (workloads/transformer_graph.py) equals the closed forms it
-replaced: parameters (workloads/counting.py), FLOPs (step_flops) and activation bytes
-(Korthikanti 2022 Table 2 as simulator/memory/analytic.py writes it), over shapes (hypothesis)."""
+"""The transformer's layer graph (workloads/transformer_graph.py), the one source of a transformer's
+parameters, FLOPs and activation bytes, equals the closed forms it replaced, kept as oracles:
+parameters and forward FLOPs per op (validation/closed_forms.py) and activation bytes (Korthikanti
+2022 Table 2 as simulator/memory/analytic.py writes it), over shapes (hypothesis)."""
 
 from __future__ import annotations
 
@@ -14,8 +15,9 @@ from simulator.memory.analytic import (
     mla_activation_bytes_per_layer,
     output_layer_activation_bytes,
 )
-from workloads.counting import total_params
-from workloads.graph import ShardShape, step_flops
+from validation import closed_forms
+from workloads import counting
+from workloads.graph import ShardShape
 from workloads.schema import MLASpec, MoESpec, TransformerSpec
 
 RECOMPUTE = ("none", "selective", "full")
@@ -43,14 +45,21 @@ def _moe(model: TransformerSpec) -> TransformerSpec:
 
 @settings(max_examples=60, deadline=None)
 @given(dense_models(), st.booleans(), st.booleans())
-def test_params_and_flops_equal_the_counting_functions(model, moe, qk_norm):
+def test_params_and_flops_equal_the_closed_forms(model, moe, qk_norm):
     model = _moe(model) if moe else model
     model = model.model_copy(update={"qk_norm": qk_norm})  # Qwen3's per-head q/k norms
     graph = model.layer_graph(ShardShape(micro_batch=1, seq_length=model.seq_length)).check()
     assert len(graph.layers) == model.num_layers + 2 and graph.prologue == graph.epilogue == 1
-    assert graph.total_params() == pytest.approx(total_params(model), rel=1e-12)
-    counted = sum(op.flops for layer in graph.layers for op in layer.forward if op.kind in ("gemm", "attention"))
-    assert 3 * counted == pytest.approx(step_flops(model, model.seq_length, 1, "none").model_flops, rel=1e-12)
+    assert graph.total_params() == closed_forms.total_params(model) == counting.total_params(model)
+    assert counting.active_params(model) == closed_forms.active_params(model)
+    assert counting.embedding_params(model) == closed_forms.embedding_params(model)
+    assert counting.output_head_params(model) == closed_forms.output_head_params(model)
+    for kind in {model.is_moe_layer(i) for i in range(model.num_layers)}:
+        assert counting.layer_params(model, kind) == closed_forms.layer_params(model, kind).total
+    forward = closed_forms.forward_flops_per_sequence(model, model.seq_length)
+    for flash in (False, True):
+        flops = counting.step_flops(model, model.seq_length, 3, "none", flash_attention=flash)
+        assert flops.model_flops == pytest.approx(3 * 3 * forward, rel=1e-12)
 
 
 @settings(max_examples=80, deadline=None)

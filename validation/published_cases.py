@@ -24,7 +24,7 @@ import pandas as pd
 
 from simulator.scenario import load_scenario
 from simulator.simulate import simulate
-from workloads.counting import narayanan_flops_with_recompute
+from validation.closed_forms import narayanan_flops_with_recompute
 
 DATA = Path(__file__).parent / "data"
 FITTED_ON = {"korthikanti2022_table4_layer_times.csv": ["Baseline no recompute", "Sequence Parallelism"]}

@@ -20,11 +20,11 @@ for what is approximated. Layers of one model may differ (dense or MoE FFN):
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass, replace
 from functools import cache
 from typing import Literal
 
-from workloads.counting import is_moe_layer, layer_kind_counts, layer_kinds, layer_params
+from workloads.layer_kinds import is_moe_layer
 from workloads.schema import TransformerSpec
 
 OpKind = Literal["gemm", "attention", "memory", "collective"]
@@ -148,7 +148,7 @@ class LayerWork:
 
     forward: tuple[Op, ...]
     backward: tuple[Op, ...]
-    params: int = 0
+    params: float = 0  # the planner copies its graph layer's (workloads/transformer_graph.py states them)
 
     @property
     def forward_flops(self) -> float:
@@ -378,7 +378,7 @@ def layer_work(model: TransformerSpec, shard: ShardShape, layer_index: int = 0) 
     if shard.tp_comm_overlap and t > 1 and shard.sequence_parallel:
         pipelined = shard.tp_overlap == "async_tp"
         fwd, bwd = _tp_overlap(fwd, t, pipelined), _tp_overlap(bwd, t, pipelined)
-    return LayerWork(tuple(fwd), tuple(bwd), params=layer_params(model, moe_layer).total)
+    return LayerWork(tuple(fwd), tuple(bwd))
 
 
 BIASED_LINEARS = ("qkv", "attn_out", "fc1", "fc2")  # a layer's linears that carry a bias with linear_bias
@@ -688,40 +688,13 @@ def head_work(model: TransformerSpec, shard: ShardShape) -> LayerWork:
 
 @dataclass(frozen=True)
 class ModelFlops:
-    """FLOPs per step counted from the ops: model FLOPs (fwd + bwd, no recompute) and
-    hardware FLOPs (with the recomputed forward work)."""
+    """FLOPs per step counted from the ops (:meth:`workloads.layer_graph.LayerGraph.step_flops`):
+    model FLOPs (forward + backward, no recompute; the graph's ``model_flops_rule`` says how the
+    backward is counted) and hardware FLOPs (what the kernels run, with the recomputed forward work)."""
 
     model_flops: float
     hardware_flops: float
-    per_layer_forward: float = field(default=0.0)  # mean over the layers when they differ
     # layers whose FLOPs are counted, and all layers (None: every layer counted); fewer counted than
     # all: the counted FLOPs understate the model's, so TFLOP/s and MFU are n/a (simulator/report/result.py)
     layers_counted: int | None = None
     layers_total: int | None = None
-
-
-def step_flops(model: TransformerSpec, seq_length: int, global_batch: int, recompute: str,
-               flash_attention: bool = False) -> ModelFlops:
-    """Whole-model FLOPs per optimizer step, counted per op on an unsharded layer.
-
-    Model FLOPs: 3 x forward (the backward of a matmul costs twice its forward). Hardware
-    FLOPs: what the kernels execute — forward, backward (FlashAttention's backward recomputes
-    the scores) and the recomputed forward work."""
-    shard = ShardShape(micro_batch=1, seq_length=seq_length, flash_attention=flash_attention)
-    head = head_work(model, shard)
-
-    def flops(ops) -> float:
-        return sum(op.flops for op in ops if op.kind in ("gemm", "attention"))
-
-    # Summed per layer kind (dense / MoE), each kind priced once on its first layer.
-    kinds, counts = layer_kinds(model), layer_kind_counts(model)
-    layers_fwd = layers_hw = 0.0
-    for kind, count in counts.items():
-        layer = layer_work(model, shard, kinds.index(kind))
-        fwd_layer = flops(layer.forward)
-        layers_fwd += count * fwd_layer
-        layers_hw += count * (fwd_layer + flops(layer.backward) + flops(layer.recompute_ops(recompute)))
-    model_flops = 3 * (layers_fwd + flops(head.forward)) * global_batch
-    hardware = (layers_hw + flops(head.forward) + flops(head.backward)) * global_batch
-    mean_fwd = fwd_layer if len(counts) == 1 else layers_fwd / model.num_layers
-    return ModelFlops(model_flops, hardware, mean_fwd)

@@ -55,8 +55,10 @@ inside each block's kernels, workloads/graph.py); a layer with measured times ke
 measured backward holds whatever autograd ran).
 
 Parameters, FLOPs and activation memory of a whole model are the sums over this description
-(:meth:`LayerGraph.total_params`, :meth:`forward_flops`, :meth:`saved_bytes`); nothing else
-describes a layer again. ``check`` refuses cycles, unknown inputs, duplicate names, unknown
+(:meth:`LayerGraph.total_params`, :meth:`forward_flops`, :meth:`step_flops` — MFU's numerator, by
+the graph's ``model_flops_rule`` — :meth:`saved_bytes`); nothing else describes a layer again. A
+transformer's counts too (workloads/counting.py sums its graph; the literature's closed forms are
+test oracles in validation/closed_forms.py). ``check`` refuses cycles, unknown inputs, duplicate names, unknown
 kinds and shapes that do not chain, naming the layer.
 """
 
@@ -66,9 +68,17 @@ from dataclasses import dataclass, field, replace
 from typing import Literal
 
 from simulator.errors import ConfigError
-from workloads.graph import Op, recompute_ops_of
+from workloads.graph import ModelFlops, Op, recompute_ops_of
 
 GRADIENT_SUM = "gradient_sum"   # the op-name token (memory-kernel class) of a fan-out's gradient add
+
+#: How a graph's model FLOPs (MFU's numerator) count the backward (:meth:`LayerGraph.step_flops`):
+#: ``counted``: forward + backward as the kernels count them (a CNN's dgrad and wgrad, an LSTM's);
+#: ``three_forward``: the backward as twice the forward, 3 x forward in all (Korthikanti et al. 2022
+#: Eq. 7, PaLM (Chowdhery et al. 2022) App. B): the attention core counted at its full s x s (no causal
+#: halving) and FlashAttention's re-computed scores in the backward left to the hardware FLOPs.
+ModelFlopsRule = Literal["counted", "three_forward"]
+FLOPS_KINDS = ("gemm", "attention")   # ops whose FLOPs count: GEMMs, convolutions, the attention core
 
 SplitDim = Literal["batch", "channels", "heads", "reduction", "spatial", "sequence", "experts"]
 SPLIT_DIMS: frozenset[str] = frozenset(SplitDim.__args__)
@@ -154,12 +164,15 @@ class LayerGraph:
     prologue: int = 0
     epilogue: int = 0
     tensor_parallel: int = 1   # the tp degree a general graph was split for (workloads/tensor_parallel.py)
+    model_flops_rule: ModelFlopsRule = "counted"
     _index: dict[str, int] = field(default_factory=dict, compare=False, repr=False)
     _input_bytes: dict[tuple[str, ...], float] = field(default_factory=dict, compare=False, repr=False)
+    _flops: dict[str, tuple[float, float]] = field(default_factory=dict, compare=False, repr=False)
 
     def __post_init__(self) -> None:
         self._index.update({layer.name: i for i, layer in enumerate(self.layers)})
         self._input_bytes.clear()  # a copy (dataclasses.replace) would share it: start it empty
+        self._flops.clear()
 
     def layer(self, name: str) -> Layer:
         return self.layers[self._index[name]]
@@ -178,6 +191,40 @@ class LayerGraph:
 
     def saved_bytes(self) -> float:
         return sum(layer.saved_bytes for layer in self.layers)
+
+    def step_flops(self, global_batch: int, recompute: str) -> ModelFlops:
+        """FLOPs per optimizer step of ``global_batch`` samples, summed over this graph's ops
+        (:data:`FLOPS_KINDS`; per micro-batch of ``micro_batch`` samples, scaled): model FLOPs
+        forward + backward by ``model_flops_rule`` (MFU's numerator), hardware FLOPs forward +
+        backward as the kernels run them + the forward work re-run under ``recompute`` (HFU's). Only
+        the pipelined layers are re-run: a prologue and epilogue (a transformer's embedding and LM head)
+        keep their activations (Narayanan et al. 2021 Eq. 3 counts no recomputed head). Layers that
+        share their kernels (a transformer's blocks of one kind) are summed once and counted n times.
+        Cached on the graph per recompute mode (a search asks for every layout)."""
+        sums = self._flops.get(recompute)
+        if sums is None:
+            sums = self._flops[recompute] = self._flops_per_micro_batch(recompute)
+        model, hardware = sums
+        return ModelFlops(model * global_batch / self.micro_batch, hardware * global_batch / self.micro_batch,
+                          self.flops_counted_layers(), len(self.layers))
+
+    def _flops_per_micro_batch(self, recompute: str) -> tuple[float, float]:
+        def flops(ops: tuple[Op, ...]) -> float:
+            return sum(op.flops for op in ops if op.kind in FLOPS_KINDS)
+
+        first, last = self.prologue, len(self.layers) - self.epilogue
+        groups: dict[tuple[int, int, bool], list] = {}  # (forward, backward, pipelined) -> [layer, count]
+        for i, layer in enumerate(self.layers):
+            group = groups.setdefault((id(layer.forward), id(layer.backward), first <= i < last), [layer, 0])
+            group[1] += 1
+        forward = backward = recomputed = 0.0
+        for (_, _, pipelined), (layer, count) in groups.items():
+            forward += count * flops(layer.forward)
+            backward += count * flops(layer.backward)
+            if pipelined:
+                recomputed += count * flops(layer.recompute_ops(recompute))
+        model = 3 * forward if self.model_flops_rule == "three_forward" else forward + backward
+        return model, forward + backward + recomputed
 
     def flops_counted_layers(self) -> int:
         """How many layers' FLOPs are counted (all but the profiled blocks whose kernels are unknown)."""

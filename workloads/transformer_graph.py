@@ -4,7 +4,9 @@
 ops of :mod:`workloads.graph` into a :class:`~workloads.layer_graph.LayerGraph`, and states here,
 once, what each layer holds and keeps:
 
-- parameters per rank, split the Megatron way (Shoeybi 2019): Q/O and FFN matrices ÷tp, K/V ÷tp
+- parameters per rank (at tp = ep = 1 the model's own count: workloads/counting.py sums them for
+  ``total_params`` and the rest; validation/closed_forms.py states them a second way, as a test
+  oracle), split the Megatron way (Shoeybi 2019): Q/O and FFN matrices ÷tp, K/V ÷tp
   (one KV head per rank, replicated, when tp > kv heads), column-parallel biases ÷tp, row-parallel
   biases and norms replicated, MLA down-projections replicated, routed experts ÷ep and each one's FFN
   ÷etp (expert tensor parallel), router replicated; the word embedding vocab-parallel (÷tp), learned positions
@@ -16,7 +18,10 @@ once, what each layer holds and keeps:
   FlashAttention never stores the s x s core; torchtitan's per-op selective checkpointing
   (``recompute: selective_op``) keeps the shares :func:`block_saved_tensors` states. Korthikanti's closed forms
   (``simulator.memory.analytic.activation_bytes_per_layer``) are the test oracle;
-- the first stage's embedding-dropout mask and the last stage's norm/head inputs and logits.
+- the first stage's embedding-dropout mask and the last stage's norm/head inputs and logits;
+- how MFU counts its FLOPs: 3 x the forward ops' (``model_flops_rule = "three_forward"``, Korthikanti
+  2022 Eq. 7: the attention core at its full s x s, FlashAttention's re-computed scores not model
+  FLOPs), summed over the ops by ``LayerGraph.step_flops``.
 
 The embedding is the graph's ``prologue`` and the head its ``epilogue``: a pipeline splits the
 blocks and pins those two to the first and last chunk (Megatron-LM).
@@ -28,9 +33,9 @@ import math
 from dataclasses import dataclass
 from functools import cache
 
-from workloads.counting import layer_kinds, mla_attention_params
 from workloads.graph import LayerWork, ShardShape, embedding_work, head_work, layer_work
 from workloads.layer_graph import Layer, LayerGraph
+from workloads.layer_kinds import layer_kinds
 from workloads.schema import TransformerSpec
 
 #: Bytes per dropout-mask element (Korthikanti 2022 Sec. 4.1 counts masks as 1 byte).
@@ -79,6 +84,24 @@ def _ffn_params_per_rank(model: TransformerSpec, ffn: int, tp: int) -> float:
     split = mats * h * ffn + (ffn * (2 if model.gated_mlp else 1) if model.linear_bias else 0)
     replicated = h if model.linear_bias else 0
     return split / tp + replicated
+
+
+def mla_attention_params(model: TransformerSpec) -> tuple[int, int]:
+    """(tensor-parallel, replicated) parameters of one MLA block (DeepSeek-V2 Sec. 2.1):
+    split by tp (per head): W_UQ q_lora x heads·(nope+rope) (or a full-rank W_Q h x
+    heads·(nope+rope)), W_UK/W_UV kv_lora x heads·(nope+v), W_O heads·v x h; replicated
+    (Megatron-LM's MLA keeps the down-projections whole on every TP rank): W_DQ h x q_lora
+    and its RMSNorm (q_lora), W_DKV h x (kv_lora + rope) incl. the shared RoPE key, and the
+    kv RMSNorm (kv_lora). LayerNorm instead of RMSNorm doubles the latent norms."""
+    mla, h, heads = model.mla, model.hidden_size, model.num_attention_heads
+    norm = 2 if model.norm == "layernorm" else 1
+    q_in = mla.q_lora_rank or h
+    split = q_in * heads * mla.qk_head_dim + mla.kv_lora_rank * heads * (mla.qk_nope_head_dim + mla.v_head_dim)
+    split += heads * mla.v_head_dim * h
+    replicated = h * (mla.kv_lora_rank + mla.qk_rope_head_dim) + norm * mla.kv_lora_rank
+    if mla.q_lora_rank:
+        replicated += h * mla.q_lora_rank + norm * mla.q_lora_rank
+    return split, replicated
 
 
 def block_params_per_rank(model: TransformerSpec, tp: int, ep: int, moe_layer: bool, etp: int = 1) -> tuple[float, float]:
@@ -255,4 +278,4 @@ def transformer_layer_graph(model: TransformerSpec, shard: ShardShape) -> LayerG
     layers.append(_layer("head", "lm_head", head_work(model, shard), head_params_per_rank(model, shard.tp), 0.0,
                          head_saved, sum(x.nbytes for x in head_saved), 0.0, (layers[-1].name,), splits))
     return LayerGraph(model.name, tuple(layers), shard.micro_batch, sample="sequence",
-                      seq_length=shard.seq_length, prologue=1, epilogue=1)
+                      seq_length=shard.seq_length, prologue=1, epilogue=1, model_flops_rule="three_forward")

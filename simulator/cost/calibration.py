@@ -658,7 +658,7 @@ def _block_gradient_mb(run: dict[str, Any]) -> float:
 
     spec = TransformerSpec.model_validate(run["model"])
     grad_bytes = 2 if run.get("precision") in ("bf16", "fp16") else 4
-    return layer_params(spec).total * grad_bytes / 1e6
+    return layer_params(spec) * grad_bytes / 1e6
 
 
 def predict_runs(runs_doc: dict[str, Any], profile_path: str | Path,

@@ -80,7 +80,7 @@ def a2a_payload_bytes(raw: dict) -> float:
 
 def moe_layer_fraction(raw: dict) -> float:
     """Share of the model's decoder layers that are MoE layers."""
-    from workloads.counting import is_moe_layer
+    from workloads.layer_kinds import is_moe_layer
 
     model = load_scenario(raw).model
     return sum(is_moe_layer(model, i) for i in range(model.num_layers)) / model.num_layers

@@ -51,9 +51,9 @@ from simulator.scenario import Scenario, gradient_bytes
 from simulator.strategies.plan import Plan
 from simulator.strategies.spmd.schedule import stage_order, zero_bubble
 from simulator.strategies.spmd.split import chunk_counts
-from workloads.counting import layer_kind_runs
 from workloads.graph import LayerWork, Op
 from workloads.layer_graph import LayerGraph
+from workloads.layer_kinds import layer_kind_runs
 from workloads.schema import TransformerSpec
 
 WEIGHT_BYTES = {"fp32": 4, "bf16": 2, "fp16": 2, "fp8": 2}
