@@ -13,15 +13,25 @@ time measures the load, not the simulator) over repeats for:
 - with ``--resim``, the engine's re-simulation of the default GPT-3 search's top 20 (the layouts
   ``search`` runs through the engine after the fast path; the search itself is not timed);
 - with ``--parts``, where one folded Megatron-1T point goes: the plan build, the engine run and the
-  time breakdowns (critical rank and every stage) at the first fold point, and its task and event counts.
+  time breakdowns (critical rank and every stage) at the first fold point, and its task and event counts;
+- with ``--baseline DIR``, instead: the issue-24 cases (Megatron-1T folded, GPT-3 175B at pp 8 and 16,
+  Llama-3-405B at dp 8 and 128) simulated by the code in DIR (an older checkout, e.g. a git worktree of
+  the commit to compare with) and by this one, alternately, each in a fresh process (imports not
+  counted) that reports the median of ``--repeats`` runs; ``--rounds`` such pairs; before and after are
+  the medians over the rounds, measured in one run.
 
     python benchmarks/bench_simulate.py [--repeats 5] [--resim] [--parts]
+    python benchmarks/bench_simulate.py --baseline /path/to/old/checkout [--repeats 5] [--rounds 3]
 """
 
 from __future__ import annotations
 
 import argparse
+import json
+import os
 import statistics
+import subprocess
+import sys
 import time
 from pathlib import Path
 
@@ -37,6 +47,68 @@ DEEPSEEK_PP32 = ["parallelism.pp=32", "parallelism.ep=16", "parallelism.tp=2", "
 MEGATRON_1T = ["model=gpt-1t", "cluster.num_gpus=3072", "parallelism.tp=8", "parallelism.pp=64",
                "parallelism.virtual_stages=1", "parallelism.schedule=1f1b", "parallelism.global_batch_size=3072",
                "parallelism.micro_batch_size=1", "parallelism.recompute=full", "training.seq_length=2048"]
+
+
+GPT3_1F1B = ["parallelism.virtual_stages=1", "parallelism.schedule=1f1b"]
+# name -> (scenario file relative to the checkout or None for the default, overrides): what --baseline times
+BASELINE_CASES = {
+    "megatron-1t 3072 A100 tp8 pp64 1f1b (folded)": (None, MEGATRON_1T),
+    "gpt3-175b 1024 A100 pp8 v2 (the default)": (None, []),
+    "gpt3-175b 1024 A100 pp8 1f1b": (None, GPT3_1F1B),
+    "gpt3-175b 1024 A100 pp16 1f1b": (None, ["parallelism.pp=16", *GPT3_1F1B]),
+    "gpt3-175b 1024 A100 pp16 v2": (None, ["parallelism.pp=16"]),
+    "llama3-405b tp8 pp16 1f1b dp8 (1,024 GPUs)": ("examples/llama3-405b-16k-h100.yaml",
+                                                  [*LLAMA_1F1B, "cluster.num_gpus=1024", "parallelism.global_batch_size=128"]),
+    "llama3-405b tp8 pp16 1f1b dp128 (16,384 GPUs)": ("examples/llama3-405b-16k-h100.yaml",
+                                                     [*LLAMA_1F1B, "cluster.num_gpus=16384",
+                                                      "parallelism.global_batch_size=2048"]),
+}
+# the cases in a fresh process, with whatever simulator package is on its path: only APIs both have
+_ONE_PROCESS = """
+import json, statistics, sys, time
+from simulator.scenario import load_scenario
+from simulator.simulate import simulate
+root, repeats, cases = sys.argv[1], int(sys.argv[2]), json.loads(sys.argv[3])
+out = {}
+for name, (source, overrides) in cases.items():
+    scenario = load_scenario(None if source is None else f"{root}/{source}", overrides)
+    simulate(scenario)  # warm: pricing caches, lazy imports
+    times = []
+    for _ in range(repeats):
+        start = time.process_time()
+        simulate(scenario)
+        times.append(time.process_time() - start)
+    out[name] = statistics.median(times)
+print(json.dumps(out))
+"""
+
+
+def one_process(code: Path, repeats: int) -> dict[str, float]:
+    """Median CPU seconds per case, simulated by the checkout at ``code`` in a fresh process."""
+    env = {**os.environ, "PYTHONPATH": str(code)}
+    done = subprocess.run([sys.executable, "-c", _ONE_PROCESS, str(code), str(repeats), json.dumps(BASELINE_CASES)],
+                          env=env, cwd=code, capture_output=True, text=True, check=True)
+    return json.loads(done.stdout.splitlines()[-1])
+
+
+def compare_with_baseline(baseline: Path, repeats: int, rounds: int) -> None:
+    here = Path(__file__).resolve().parents[1]
+    runs: dict[str, list[dict[str, float]]] = {"before": [], "after": []}
+    for _ in range(rounds):
+        runs["before"].append(one_process(baseline, repeats))
+        runs["after"].append(one_process(here, repeats))
+    print(f"before = {baseline}, after = {here}: CPU s, median of {repeats} runs per process, "
+          f"median over {rounds} alternating pairs of processes")
+    print(f"{'scenario':<48} {'before':>8} {'after':>8} {'after/before':>13}")
+    medians = {}
+    for name in BASELINE_CASES:
+        before = statistics.median(r[name] for r in runs["before"])
+        after = statistics.median(r[name] for r in runs["after"])
+        medians[name] = (before, after)
+        print(f"{name:<48} {before:>8.3f} {after:>8.3f} {after / before:>13.2f}")
+    small, large = list(BASELINE_CASES)[-2:]
+    print(f"cost in dp (dp 128 / dp 8): before {medians[large][0] / medians[small][0]:.2f}, "
+          f"after {medians[large][1] / medians[small][1]:.2f}")
 
 
 def median_seconds(source, overrides, repeats: int, **kw) -> float:
@@ -109,7 +181,13 @@ def main() -> None:
     parser.add_argument("--resim", action="store_true", help="also time the re-simulation of the default search's top 20")
     parser.add_argument("--parts", action="store_true", help="also split one Megatron-1T fold point into build, "
                                                              "engine and breakdowns")
+    parser.add_argument("--baseline", type=Path, help="an older checkout: time the issue-24 cases by it and by "
+                                                          "this code, alternately (module docstring)")
+    parser.add_argument("--rounds", type=int, default=3, help="with --baseline: alternating pairs of processes")
     args = parser.parse_args()
+    if args.baseline:
+        compare_with_baseline(args.baseline.resolve(), args.repeats, args.rounds)
+        return
     print(f"{'scenario':<52} {'CPU s':>9}")
     print(f"{'default (GPT-3 175B, 1024 A100, interleaved)':<52} {median_seconds(None, [], args.repeats):>9.3f}")
     print(f"{'llama3-405b 16384 H100 tp8 pp16 dp128 1f1b':<52} "

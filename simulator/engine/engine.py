@@ -96,7 +96,12 @@ def part_spans(task: Task) -> list[tuple[str, TaskPart, float, float]]:
 
 @dataclass(eq=False)
 class Task:
-    """One unit of work on one stream of one actor."""
+    """One unit of work on one stream of one actor.
+
+    It holds 29 fields. With a 30th (tried 2026-12-05) its instances fell out of CPython 3.11's
+    shared-key attribute tables (``SHARED_KEYS_MAX_SIZE`` in its source): on a Megatron-1T fold point
+    (17,153 tasks) the plan build ran 27% and the engine 12% slower. Add a field only in place of one, or
+    behind an attribute that holds several (as ``parts`` holds a chain's)."""
 
     name: str
     actor: str
