@@ -73,16 +73,51 @@ class PrecisionCurve(Spec):
         return _increasing_gflop(points)
 
 
+#: Head sizes each fused attention kernel is compiled for (by ``AttentionEfficiency.kernel``). A head size
+#: between two of them runs the next larger one's kernel with the head dimension zero-padded: its
+#: tensor-core tiles compute the padded width, so the kernel does ``padded / d`` times the FLOPs a head of
+#: ``d`` counts (:func:`kernel_head_dim`). Sources, in each kernel's code (the Triton kernel read in the wheel
+#: named below; flash-attn's C++ dispatch as its repository has it, not re-read offline this session):
+#: - FlashAttention-2 (flash-attn 2.x, csrc/flash_attn/flash_api.cpp ``head_size_rounded =
+#:   round_multiple(head_size, 32)``; csrc/flash_attn/src/static_switch.h ``HEADDIM_SWITCH``: kernels for 32,
+#:   64, 96, 128, 160, 192, 224, 256; later 2.x releases run 193-256 in the 256 kernel); PyTorch SDPA's flash
+#:   backend is this kernel;
+#: - FlashAttention-3 (flash-attn hopper/flash_api.cpp ``round_up_headdim``: 64, 96, 128, 192, 256);
+#: - Triton FlashAttention (flash-attn's flash_attn_triton.py, which llm-foundry ships as
+#:   llmfoundry/models/layers/flash_attn_triton.py, read in llm-foundry 0.3.0's wheel:
+#:   ``BLOCK_HEADDIM = max(triton.next_power_of_2(d), 16)``, ``assert d <= 128``).
+#: Kernels not listed (cuDNN's fused attention, FlashAttention-4) run the head size as given: their
+#: compiled sizes were not read (assumed unpadded).
+KERNEL_HEAD_DIMS: dict[str, tuple[int, ...]] = {
+    "FlashAttention-2": (32, 64, 96, 128, 160, 192, 224, 256),
+    "FlashAttention-3": (64, 96, 128, 192, 256),
+    "FlashAttention Triton": (16, 32, 64, 128),
+}
+
+
+def kernel_head_dim(kernel: str, head_dim: int) -> int:
+    """The head size ``kernel`` computes for a head of ``head_dim`` (:data:`KERNEL_HEAD_DIMS`): the smallest
+    compiled size that holds it; the size itself for a kernel whose sizes are not listed, or past the largest
+    (such a head does not run in that kernel at all; the caller prices it as given)."""
+    for size in KERNEL_HEAD_DIMS.get(kernel, ()):
+        if size >= head_dim:
+            return size
+    return head_dim
+
+
 class AttentionEfficiency(Spec):
     """A fused attention kernel's efficiency (achieved / dense bf16 peak) by pass, sequence length,
     head size and causality (validation/calibrate_microbench.py fits it on attention_kernels.csv):
 
-        eff(pass, s, d, causal) = level[pass] · head_dim_factor(d) · s / (s + half_seq_len[causal])
+        eff(pass, s, d, causal) = level[pass] · head_dim_factor(D) · (d / D) · s / (s + half_seq_len[causal])
 
     the saturating form of a kernel whose per-tile prologue/epilogue and wave quantisation cost a
     fixed time per row block (Dao 2023, FlashAttention-2 Sec. 3.3; Shah et al. 2024, FlashAttention-3
-    Sec. 4.1 show TFLOP/s rising with s to a plateau). ``head_dim_factor`` is interpolated linearly in
-    log2(d) and clamped at its ends; a causal kernel reaches its plateau later (fewer tiles per row)."""
+    Sec. 4.1 show TFLOP/s rising with s to a plateau). ``D`` is the head size the kernel is compiled for
+    (:func:`kernel_head_dim`: a head of 112 runs FlashAttention-2's 128 kernel, zero-padded, so it reaches
+    112/128 of that kernel's rate on the FLOPs a head of 112 counts); ``head_dim_factor`` is interpolated
+    linearly in log2(D) and clamped at its ends; a causal kernel reaches its plateau later (fewer tiles per
+    row)."""
 
     kernel: str = Field(description="e.g. FlashAttention-2, FlashAttention-3")
     fwd_efficiency: float = Field(gt=0, le=1, description="forward, long sequences, head size 128")
@@ -100,11 +135,12 @@ class AttentionEfficiency(Spec):
     def efficiency(self, pass_: str, seq_len: float, head_dim: float, causal: bool) -> float:
         level = self.fwd_efficiency if pass_ == "fwd" else self.bwd_efficiency
         dims = sorted(self.head_dim_factor)
+        compiled = kernel_head_dim(self.kernel, int(head_dim)) if float(head_dim).is_integer() else head_dim
         import numpy as np  # lazily: most runs never interpolate, and numpy costs ~60 ms to import
 
-        factor = float(np.interp(np.log2(head_dim), np.log2(dims), [self.head_dim_factor[d] for d in dims]))
+        factor = float(np.interp(np.log2(compiled), np.log2(dims), [self.head_dim_factor[d] for d in dims]))
         half = self.causal_half_seq_len if causal else self.half_seq_len
-        return min(1.0, level * factor * seq_len / (seq_len + half))
+        return min(1.0, level * factor * (head_dim / compiled) * seq_len / (seq_len + half))
 
 
 class ConvEfficiency(Spec):

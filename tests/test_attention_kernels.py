@@ -188,3 +188,42 @@ def test_cli_exits_2_naming_the_field(tmp_path):
     assert proc.returncode == 2
     assert "training.attention_kernel" in proc.stderr and "Traceback" not in proc.stderr
     assert len(proc.stderr.strip().splitlines()) == 1
+
+
+@pytest.mark.parametrize(("kernel", "head_dim", "compiled"), [
+    ("FlashAttention-2", 112, 128), ("FlashAttention-2", 80, 96), ("FlashAttention-2", 128, 128),
+    ("FlashAttention-2", 72, 96), ("FlashAttention Triton", 80, 128), ("FlashAttention Triton", 96, 128),
+    ("FlashAttention-3", 112, 128), ("FlashAttention-3", 160, 192), ("cuDNN fused attention", 112, 112)])
+def test_a_head_size_runs_the_next_compiled_kernel(kernel, head_dim, compiled):
+    from hardware_specs.schema import kernel_head_dim
+
+    assert kernel_head_dim(kernel, head_dim) == compiled
+
+
+def test_a_padded_head_runs_the_larger_kernel_at_its_rate_on_the_padded_flops():
+    # MPT-30B's heads of 112 run FlashAttention-2's 128 kernel: the same time as heads of 128 doing the same
+    # work per head, so 128/112 of the time of its counted FLOPs at the 128 kernel's rate
+    h100 = ACCELERATORS.get("h100-sxm-80g")
+    spec = h100.efficiency.attention
+    assert spec.efficiency("fwd", 8192, 112, True) == pytest.approx(spec.efficiency("fwd", 8192, 128, True) * 112 / 128)
+    compute = ComputeModel(h100, "bf16")
+    s, heads = 8192, 64
+
+    def seconds(d: int) -> float:
+        return compute.time_s(Op("flash_attention", "attention", 4.0 * s * s * d * heads, 0, s, s, d, heads))
+
+    assert seconds(112) == pytest.approx(seconds(128), rel=1e-9)
+    assert seconds(96) < seconds(112)  # 96 is compiled: no padding
+
+
+def test_the_gemm_curve_estimate_pads_as_flashattention2():
+    a100 = ACCELERATORS.get("a100-sxm-80g")
+    assert a100.efficiency.attention is None  # auto on A100: the GEMM-curve estimate
+    compute = ComputeModel(a100, "bf16")
+    s, heads = 4096, 64
+
+    def seconds(d: int) -> float:
+        return compute.time_s(Op("flash_attention", "attention", 4.0 * s * s * d * heads, 0, s, s, d, heads))
+
+    assert seconds(112) == pytest.approx(seconds(128), rel=1e-9)
+    assert seconds(96) < seconds(112)

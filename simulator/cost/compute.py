@@ -23,7 +23,10 @@ over M pixels; Chetlur et al. 2014, Sec. 3) on that precision's ``conv_efficienc
 only GEMM evidence is DeepPool's convolution layers (module docstring of validation/deeppool_vit.py says why
 the shape model, not the size curve fitted on the same rows, is the one a linear reads).
 An op's ``executed_fraction`` scales the FLOPs its kernel runs (a causal fused attention kernel
-skips the masked tiles) while the counted FLOPs stay as they are.
+skips the masked tiles) while the counted FLOPs stay as they are. Likewise a fused attention kernel
+runs the head size it is compiled for (hardware_specs.schema.KERNEL_HEAD_DIMS: a head of 112 runs
+FlashAttention-2's or Triton's 128 kernel, zero-padded): 128/112 of the counted FLOPs at that kernel's
+rate; the GEMM-curve estimate takes FlashAttention-2's sizes (``FALLBACK_ATTENTION_KERNEL``, assumed).
 An MoE layer's expert GEMMs (``batch`` = the local experts, each on its own tokens) are priced as one GEMM of
 a group's shape on the curve, times the groups; where the spec has a ``grouped_gemm`` entry for the GEMM's
 precision (the grouped kernel a framework runs: ``torch._grouped_mm``, torchao's MXFP8 grouped GEMM) that
@@ -37,11 +40,14 @@ import math
 from dataclasses import replace
 from functools import lru_cache
 
-from hardware_specs.schema import Accelerator
+from hardware_specs.schema import Accelerator, kernel_head_dim
 from simulator.cost.conv import conv_efficiency, grouped_conv_time_s, is_grouped
 from simulator.cost.memory_kernels import element_bound_bytes, memory_kernel_class
 from workloads.graph import BYTES_PER_ELEMENT, Op, gemm_class
 
+#: The kernel whose compiled head sizes a fused attention priced by the GEMM curve (no measured kernel on the
+#: part) is taken to run: FlashAttention-2, what PyTorch SDPA and most frameworks call (assumed).
+FALLBACK_ATTENTION_KERNEL = "FlashAttention-2"
 ALIGNMENT_BYTES = 16  # tensor-core tiles need 16-byte aligned leading dimensions (cuBLAS / hipBLASLt)
 ELEMENT_BYTES = {"fp32": 4, "tf32": 4, "bf16": 2, "fp16": 2, "fp8": 1, "fp4": 0.5, "fp64": 8, "fp8_block": 1,
                  "mxfp8": 1, "nvfp4": 0.5}
@@ -220,11 +226,15 @@ class ComputeModel:
         kind = op.kind
         if kind == "gemm" and self.fp8 and gemm_class(op.name) not in self.fp8_gemms:
             kind = "gemm_bf16"  # a GEMM kept in higher precision in an fp8 run
-        if kind == "attention" and op.name.split(".")[0] == "flash_attention" and self.attention is not None:
-            kind = "flash_" + attention_pass(op.name) + ("_causal" if op.executed_fraction < 1 else "")
+        flops, k = op.flops * op.executed_fraction, op.k
+        if kind == "attention" and op.name.split(".")[0] == "flash_attention":
+            if self.attention is not None:
+                kind = "flash_" + attention_pass(op.name) + ("_causal" if op.executed_fraction < 1 else "")
+            else:  # the GEMM-curve estimate of a fused kernel: FlashAttention-2's compiled head sizes (assumed)
+                k = kernel_head_dim(FALLBACK_ATTENTION_KERNEL, op.k)
+                flops *= k / op.k
         grouped = kind.startswith("gemm") and bool(self.grouped) and gemm_class(op.name) == "experts"
-        return self._time(kind, op.flops * op.executed_fraction, op.bytes_moved, op.m, op.n, op.k, op.batch,
-                          op.name.endswith(".wgrad"), grouped)
+        return self._time(kind, flops, op.bytes_moved, op.m, op.n, k, op.batch, op.name.endswith(".wgrad"), grouped)
 
     def _time_uncached(self, kind: str, flops: float, bytes_moved: float, m: int, n: int, k: int, batch: int,
                        weight_grad: bool = False, grouped: bool = False) -> float:

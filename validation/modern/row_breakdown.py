@@ -1,0 +1,144 @@
+"""Where a modern row's simulated step goes, and whether the row follows its own model's sequence trend.
+
+``python -m validation.modern.row_breakdown --set llmfoundry --rows 79,81`` prints, per row, what the
+simulator assumes (layout, micro and global batch, precision, ZeRO stage / FSDP sharding, recompute, the
+attention kernel and the head size it runs) and one micro-batch's kernel seconds by op class (fused
+attention, each GEMM class, memory-bound kernels) in its forward, backward and recompute, with the rate
+each class reaches on the FLOPs the model counts (a padded head runs more), on the set's fitted profile.
+
+``--trend ROWS --predict ROW`` asks whether a row's cost follows the rows of the same model and GPU at
+other sequence lengths: two factors, ``g`` on the kernels other than fused attention and ``f`` on fused
+attention, are fitted by least squares so that ``g·other + f·attention + the step's non-kernel time``
+matches the measured seconds per micro-batch of the ``ROWS``, and the ``ROW`` is predicted with them.
+A row that only a kernel rate misprices comes out close (MPT-13B's 16K rows from its 1K-8K rows: -0.6%
+on A100 80 GB, +0.5% on H100); a row that carries a cost no rate of the others explains does not
+(MPT-30B's 8K rows from its 512-4K rows: +29% on both). A diagnostic: nothing is fitted or written.
+"""
+
+from __future__ import annotations
+
+import argparse
+from collections import defaultdict
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+
+from hardware_specs.schema import kernel_head_dim
+from simulator.cost.compute import FALLBACK_ATTENTION_KERNEL, ComputeModel
+from simulator.scenario import load_scenario
+from simulator.simulate import simulate_point
+from validation.modern.profiles import load_groups, resolved_scenario
+from validation.modern.registry import SETS, built
+from workloads.graph import gemm_class
+
+PHASES = ("fwd", "bwd", "rec")
+
+
+@dataclass(frozen=True)
+class RowBreakdown:
+    row: int
+    label: str
+    settings: dict[str, Any]                   # what the simulator assumes for the row
+    seconds: dict[tuple[str, str], float]      # (op class, phase) -> kernel seconds of one micro-batch
+    flops: dict[tuple[str, str], float]        # (op class, phase) -> FLOPs the kernels run
+    step_per_micro_batch_s: float              # simulated step / micro-batches per step (comm, optimizer, bubbles in)
+    measured_per_micro_batch_s: float | None   # tokens of a micro-batch / measured tokens/s per GPU
+
+    def total(self, op_class: str | None = None) -> float:
+        return sum(t for (c, _), t in self.seconds.items() if op_class is None or c == op_class)
+
+
+def _op_class(op) -> str:
+    if op.name.split(".")[0] == "flash_attention":
+        return "fused attention"
+    return "gemm:" + gemm_class(op.name) if op.kind == "gemm" else op.kind
+
+
+def breakdown(case_set: str, row: int) -> RowBreakdown:
+    """One row's assumed settings and kernel seconds by op class on the set's fitted profile."""
+    case = next(c for c in built(case_set)[0] if c.row == row)
+    raw = resolved_scenario(case, load_groups(SETS[case_set].profile_name))
+    sc = load_scenario(raw)
+    par, tr = sc.parallelism, sc.training
+    compute = ComputeModel(sc.accelerator, tr.precision, tr.fp8_gemms, tr.fp8_recipe, tf32=tr.tf32)
+    seconds: dict[tuple[str, str], float] = defaultdict(float)
+    flops: dict[tuple[str, str], float] = defaultdict(float)
+    head_dims = set()
+    for layer in sc.layer_graph().layers:
+        for phase, ops in zip(PHASES, (layer.forward, layer.backward, layer.recompute_ops(par.recompute)), strict=True):
+            for op in ops:
+                if op.kind == "collective":
+                    continue
+                key = (_op_class(op), phase)
+                seconds[key] += compute.time_s(op)
+                flops[key] += op.flops * op.executed_fraction
+                if key[0] == "fused attention":
+                    head_dims.add(op.k)
+    kernel = sc.accelerator.efficiency.attention
+    kernel_name = kernel.kernel if kernel is not None else f"GEMM-curve estimate ({FALLBACK_ATTENTION_KERNEL}'s head sizes)"
+    runs = kernel.kernel if kernel is not None else FALLBACK_ATTENTION_KERNEL
+    result = simulate_point(raw, run_if_oom=True)
+    micro_batches = par.global_batch_size // (par.micro_batch_size * par.dp)
+    tokens = par.micro_batch_size * sc.seq_length
+    settings = {
+        "model": sc.model.name, "accelerator": sc.accelerator.name, "gpus": sc.num_gpus,
+        "layout": f"dp {par.dp} tp {par.tp} pp {par.pp} cp {par.cp}", "zero_stage": par.zero_stage,
+        "micro_batch": par.micro_batch_size, "global_batch": par.global_batch_size,
+        "micro_batches_per_step": micro_batches, "seq_length": sc.seq_length, "precision": tr.precision,
+        "grad_dtype": tr.grad_dtype, "recompute": par.recompute, "attention": tr.attention,
+        "attention_kernel": kernel_name,
+        "head_size": ", ".join(f"{d} (runs {kernel_head_dim(runs, d)})" for d in sorted(head_dims)) or "-",
+        "peak_memory_gib": round(result["peak_memory_gib"], 1), "hbm_gib": result["hbm_gib"],
+    }
+    measured = tokens / case.measured_rate_per_gpu if case.measured_rate_per_gpu else None
+    return RowBreakdown(row, case.label, settings, dict(seconds), dict(flops),
+                        result["step_time_s"] / micro_batches, measured)
+
+
+def trend(case_set: str, rows: list[int], predict: int) -> tuple[float, float, RowBreakdown, float]:
+    """``g``, ``f`` fitted on ``rows`` (module docstring), the predicted row's breakdown and its predicted
+    seconds per micro-batch."""
+    fitted = [breakdown(case_set, r) for r in rows]
+    a = np.array([[b.total() - b.total("fused attention"), b.total("fused attention")] for b in fitted])
+    y = np.array([b.measured_per_micro_batch_s - (b.step_per_micro_batch_s - b.total()) for b in fitted])
+    (g, f), *_ = np.linalg.lstsq(a, y, rcond=None)
+    target = breakdown(case_set, predict)
+    attention = target.total("fused attention")
+    predicted = g * (target.total() - attention) + f * attention + target.step_per_micro_batch_s - target.total()
+    return float(g), float(f), target, float(predicted)
+
+
+def print_breakdown(b: RowBreakdown) -> None:
+    print(f"row {b.row} {b.label}")
+    print("  assumes: " + ", ".join(f"{k} {v}" for k, v in b.settings.items()))
+    total = b.total()
+    print(f"  one micro-batch: kernels {total:.3f} s, simulated step / micro-batch {b.step_per_micro_batch_s:.3f} s"
+          + (f", measured {b.measured_per_micro_batch_s:.3f} s" if b.measured_per_micro_batch_s else ""))
+    for op_class in sorted({c for c, _ in b.seconds}):
+        t = b.total(op_class)
+        rate = sum(v for (c, _), v in b.flops.items() if c == op_class) / t / 1e12 if t else 0.0
+        phases = " ".join(f"{p} {b.seconds.get((op_class, p), 0.0):.3f}" for p in PHASES)
+        print(f"    {op_class:<22} {t:8.3f} s {100 * t / total:5.1f}%  {rate:6.1f} TFLOP/s counted  ({phases})")
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--set", dest="case_set", required=True, choices=sorted(SETS))
+    parser.add_argument("--rows", default="", help="comma-separated CSV rows (0-based) to break down")
+    parser.add_argument("--trend", default="", help="comma-separated rows of one model and GPU to fit g and f on")
+    parser.add_argument("--predict", type=int, help="with --trend: the row to predict")
+    args = parser.parse_args(argv)
+    for row in (int(r) for r in args.rows.split(",") if r):
+        print_breakdown(breakdown(args.case_set, row))
+    if args.trend and args.predict is not None:
+        g, f, target, predicted = trend(args.case_set, [int(r) for r in args.trend.split(",")], args.predict)
+        print(f"trend of rows {args.trend}: g {g:.3f} (kernels other than fused attention), f {f:.3f} (fused attention)")
+        print(f"  row {target.row} {target.label}: predicted {predicted:.3f} s per micro-batch, measured "
+              f"{target.measured_per_micro_batch_s:.3f}: rate error {target.measured_per_micro_batch_s / predicted - 1:+.1%} "
+              f"(the simulator as fitted: {target.measured_per_micro_batch_s / target.step_per_micro_batch_s - 1:+.1%})")
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
