@@ -59,7 +59,7 @@ add one time per image from batch 32 on (per attention + MLP pair, 0.144 ms per 
 0.146 from 64 to 128): the GPU's rate for these shapes is already flat there. Session 7: (1) the specs price a TF32 linear as the 1x1
 convolution pass it is (M = rows, N = out features, K = in features; Chetlur et al. 2014, Sec. 3) on the
 *shape* model fitted on the same DeepPool convolutions (held-out convolutions 10.5% against the size
-curve's 21%), which reads channels and reduction length and not the rows: 36-48 TFLOP/s here at every
+curve's 21%), which reads channels and reduction length and not the rows: 36-52 TFLOP/s here at every
 batch; -11.4 / -5.1 / -1.9%. (2) The bias adds of the 3-D linears above: **-9.7 / -3.3 / -0.1%**. Neither
 alone meets the target (the bias adds alone on the size curve: -1.8 / -6.0 / -11.8%). Said plainly: both
 were chosen after seeing these rows, and no constant was fitted on them; the general convolution fit of
