@@ -10,13 +10,14 @@ from pathlib import Path
 import pytest
 
 from simulator.errors import ConfigError
-from simulator.memory.analytic import output_layer_activation_bytes, rank_memory
+from simulator.memory.analytic import activation_bytes_per_layer, output_layer_activation_bytes, rank_memory
 from simulator.scenario import load_scenario
 from simulator.simulate import simulate
+from simulator.strategies.local_learning import head_activation_bytes
 from simulator.strategies.registry import get_kind
 
 sys.path.insert(0, str(Path(__file__).parent))
-from test_simulate import T_LAYER, H, S, V, toy_raw  # noqa: E402
+from test_simulate import HEADS, T_LAYER, H, S, V, toy_raw  # noqa: E402
 
 LAYER_PARAMS = 789_760  # 12h² + 13h
 
@@ -63,6 +64,20 @@ def test_memory_one_micro_batch_in_flight_plus_the_head():
     assert first.activations_bytes == pytest.approx(
         flushed[0].activations_bytes / 2 + output_layer_activation_bytes(S, 1, H, V))
     assert last == flushed[1]  # the last group trains on the model's own loss
+
+
+@pytest.mark.parametrize("attention", ["standard", "flash"])
+def test_a_critic_layer_keeps_what_the_models_own_layer_keeps(attention):
+    # The head's activations are read from the model's layer graph: its LM head and one block. Under
+    # FlashAttention the block keeps no s x s attention core (Korthikanti's selective count), so
+    # neither does the critic layer (a second formula had kept it: 5·a·s²·b more per micro-batch).
+    raw = toy_raw(2, pp=2, global_batch_size=4)
+    raw["strategy"] = {"kind": "local_learning", "aux_layers": 1}
+    raw["training"] = raw["training"] | {"attention": attention}
+    kept = "selective" if attention == "flash" else "none"
+    block = activation_bytes_per_layer(S, 1, H, HEADS, recompute=kept)
+    assert head_activation_bytes(load_scenario(raw)) == pytest.approx(output_layer_activation_bytes(S, 1, H, V) + block,
+                                                                      rel=1e-12)
 
 
 def test_one_group_is_refused():

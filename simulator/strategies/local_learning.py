@@ -43,12 +43,9 @@ from typing import Literal
 from pydantic import BaseModel, ConfigDict, Field
 
 from simulator.memory.analytic import (
-    ACTIVATION_ELEMENT_BYTES_16BIT,
     MemoryBreakdown,
-    activation_bytes_per_layer,
     microbatches_in_flight,
     model_state_bytes,
-    output_layer_activation_bytes,
     peak_stage,
     rank_memory,
     recompute_working_bytes,
@@ -170,17 +167,14 @@ def head_largest_module_gradient_bytes(scenario, planner) -> float:
 
 
 def head_activation_bytes(scenario) -> float:
-    """One micro-batch's activations through an auxiliary head: its output layer's and its
-    ``aux_layers`` critic layers' (Korthikanti 2022 Sec. 4 counts, as the model's own)."""
-    par, model, tr = scenario.parallelism, scenario.model, scenario.training
-    e = 4 if tr.precision == "fp32" else ACTIVATION_ELEMENT_BYTES_16BIT
-    s, b = scenario.seq_length, par.micro_batch_size
-    head = output_layer_activation_bytes(s, b, model.hidden_size, model.vocab_size, par.tp,
-                                         par.sequence_parallel, par.cp, element_bytes=e)
-    return head + scenario.strategy.aux_layers * activation_bytes_per_layer(
-        s, b, model.hidden_size, model.num_attention_heads, tp=par.tp, sequence_parallel=par.sequence_parallel,
-        recompute=par.recompute, ffn=model.ffn_size, kv_heads=model.kv_heads, gated=model.gated_mlp,
-        cp=par.cp, element_bytes=e, head_dim=model.head_dim)
+    """One micro-batch's activations through an auxiliary head, as the model's own layers keep them
+    (read from the layout's layer graph, workloads/transformer_graph.py): its output layer's (the
+    graph's LM head: norm and head inputs, logits) and its ``aux_layers`` critic layers' (the graph's
+    first block under the run's recompute)."""
+    graph, recompute = scenario.layer_graph(), scenario.parallelism.recompute
+    head, block = graph.layers[-1], graph.pipelined[0]
+    return (head.kept_bytes(recompute, graph.input_bytes(head))
+            + scenario.strategy.aux_layers * block.kept_bytes(recompute, graph.input_bytes(block)))
 
 
 def stage_memory(scenario, stage: int, planner) -> MemoryBreakdown:
