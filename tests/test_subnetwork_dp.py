@@ -236,6 +236,28 @@ def test_block_masks_save_k_of_the_identity_blocks_share_on_average(keep):
     assert mean["sdp_activation_reduction"] == pytest.approx((1 - keep) * activation_share, rel=1e-12)
 
 
+@pytest.mark.parametrize("model", ["resnet50", "gpt-1.7b"])
+@pytest.mark.parametrize("mask", ["block", "neuron"])
+@pytest.mark.parametrize("masking", ["backward", "forward_backward"])
+@pytest.mark.parametrize(("precision", "optimizer", "param_dtype", "recompute"),
+                         [("bf16", "adam", None, "none"), ("bf16", "adam", "fp32", "full"), ("fp32", "sgd", None, "none"),
+                          ("fp16", "sgd", "fp32", "none")])
+def test_keeping_every_unit_holds_what_data_parallelism_holds(model, mask, masking, precision, optimizer, param_dtype,
+                                                              recompute):
+    # keep_fraction 1: every worker trains the whole model, so each term is data parallelism's
+    # (param_dtype fp32: PyTorch AMP / FSDP's fp32 parameters, 4 / 2 / 8 B with Adam)
+    raw = _example(model)
+    raw["strategy"] = {"kind": "subnetwork_dp", "mask": mask, "masking": masking, "keep_fraction": 1.0,
+                       "subnetworks": 2}
+    raw["training"] = {**raw["training"], "precision": precision, "optimizer": optimizer,
+                       **({"param_dtype": param_dtype} if param_dtype else {})}
+    raw["parallelism"] = {**raw["parallelism"], "recompute": recompute}
+    sc = load_scenario(raw)
+    worker, dp = memory_subnetwork_dp(sc)[1], rank_memory(sc, 0)
+    for field in ("weights_bytes", "gradients_bytes", "optimizer_bytes", "activations_bytes", "other_bytes"):
+        assert getattr(worker, field) == pytest.approx(getattr(dp, field), rel=1e-12, abs=1e-3), field
+
+
 def test_backward_only_masking_keeps_resnet50s_activations():
     # our variant (the forward runs everything): only gradients and optimizer state of masked blocks go
     sc = load_scenario({**RESNET, "strategy": {"kind": "subnetwork_dp", "mask": "block", "masking": "backward",

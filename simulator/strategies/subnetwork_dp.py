@@ -379,7 +379,7 @@ def worker_memory(scenario, work: WorkerWork, subnetwork: int) -> MemoryBreakdow
     activations (plus data parallelism's recompute working set and buffers)."""
     tr = scenario.training
     base = rank_memory(scenario, 0)
-    per = bytes_per_param(tr.precision, tr.optimizer)
+    per = bytes_per_param(tr.precision, tr.optimizer, tr.param_dtype == "fp32")  # as data parallelism's
     graph, recompute = scenario.layer_graph(), scenario.parallelism.recompute
     full_kept = graph_kept_bytes(graph, recompute)
     full_working = stage_bytes(graph, recompute, list(range(len(graph.layers))))[1]
@@ -451,7 +451,7 @@ def compile_subnetwork_dp(scenario, mode: str | None = None, detail: bool = Fals
     topo = Topology(scenario.node, scenario.fabric, scenario.num_gpus)
     comms = _Comms(scenario, topo)
     gb = gradient_bytes(tr)
-    wb = bytes_per_param(tr.precision, tr.optimizer)["weights"]
+    wb = bytes_per_param(tr.precision, tr.optimizer, tr.param_dtype == "fp32")["weights"]
     opt_per_param = OPTIMIZER_BYTES_PER_PARAM[tr.optimizer] * (32 / 28 if tr.precision == "fp32" else 1)
     actors = [f"subnet{j}" for j in range(s)]
     works = [worker_work(scenario, j, assign) for j in range(s)]
