@@ -14,7 +14,9 @@ does not state the network).
 The attention kernel: ``fa2`` on H100, ``auto`` (the GEMM-curve estimate) on A100
 (validation/data/modern/attention_kernel_by_run.csv: the README states no ``attn_impl``),
 with the profile's attention factor on top. MPT's configs ran llm-foundry's Triton FlashAttention
-(``attn_impl: triton``, which carries ALiBi), and the A100 specs hold the FlashAttention-2 paper's Triton kernel
+(``attn_impl: triton``, llm-foundry 0.3.0's default, read in its wheel's configuration_mpt.py; without ALiBi,
+whose default is off and which would drop the learned positions these rows' parameter counts carry), and the
+A100 specs hold the FlashAttention-2 paper's Triton kernel
 (``attention_kernel: triton``, Dao 2023 Figs 4-6), but that kernel describes these rows worse: with it
 on the A100 rows and the profile refitted (attention factor 0.85 on both A100s), the held-out
 A100 80 GB median |error| goes 4.3% -> 6.6% (A100 40 GB 2.6% -> 2.4%, the set 3.7% -> 3.8%, max
