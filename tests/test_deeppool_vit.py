@@ -101,3 +101,17 @@ def test_the_script_prints_the_figure_and_fails_past_tolerance():
                          cwd=ROOT, timeout=300)
     assert "whole model (every row held out)" in out.stdout
     assert out.returncode == (0 if "target 5%: met" in out.stdout else 1)
+
+
+def test_the_script_prints_every_row_and_one_block_pairs_kernels(capsys):
+    """``--rows``: the 45 rows of the three batches (DeepPool gives an attention and an MLP block one time);
+    ``--ops 32``: every kernel of the first pair, whose times add up to the two rows' kernels."""
+    assert deeppool_vit.main(["--rows", "--ops", "32"]) == 0
+    out = capsys.readouterr().out
+    assert out.count("TransBlockA") == 18 and "a0.scores.bmm" in out and "b0.linear.0.bias_add" in out
+    ops = deeppool_vit.op_table(32)
+    model = deeppool_vit._model()
+    kernels = [op for row in ("TransBlockA", "TransBlockB") for layer in deeppool_vit.row_layers(32, row, 0)
+               for op in (*layer.forward, *layer.backward)]
+    assert len(ops) == len(kernels)
+    assert ops.us.sum() == pytest.approx(1e6 * sum(model.time_s(op) for op in kernels))

@@ -70,7 +70,8 @@ GEMMs (QK^T and AV over 257 x 257, misaligned for TF32) stay at the curve's 10 T
 **Target.** The issue's DeepPool whole-model figure read as validation/deeppool_model.py reads it for
 the CNN blocks: the median |error| over the whole models (here the GPU-bound batches 32, 64, 128)
 within :data:`WHOLE_MODEL_TARGET` (5%); the stricter reading, every batch within 5%, is printed beside
-it. ``python -m validation.deeppool_vit`` prints the rows by part and batch and exits 1 past the target.
+it. ``python -m validation.deeppool_vit`` prints the rows by part and batch and exits 1 past the target
+(``--rows``: every row; ``--ops BATCH``: the kernels of one attention and one MLP block, their times and rates).
 """
 
 from __future__ import annotations
@@ -216,8 +217,40 @@ def whole_model_errors() -> dict[int, float]:
     return {int(b): float(e) for b, e in zip(whole.batch, whole.error, strict=True)}
 
 
+def op_table(batch: int) -> pd.DataFrame:
+    """Every kernel of the first attention and MLP block at ``batch``: its pass, kind, GEMM shape, simulated
+    time and achieved TFLOP/s (GEMMs) or GB/s (memory-bound kernels) -- where a block's time goes."""
+    model = _model()
+    out = []
+    for row_type in ("TransBlockA", "TransBlockB"):
+        for layer in row_layers(batch, row_type, 0):
+            for pass_, ops in (("forward", layer.forward), ("backward", layer.backward)):
+                for op in ops:
+                    seconds = model.time_s(op)
+                    out.append({"pass": pass_, "op": op.name, "kind": op.kind,
+                                "mnk": f"{op.m}x{op.n}x{op.k}" + (f" x{op.batch}" if op.batch > 1 else "")
+                                if op.flops else "", "us": 1e6 * seconds,
+                                "tflop_s": op.flops / seconds / 1e12 if op.flops else float("nan"),
+                                "gb_s": op.bytes_moved / seconds / 1e9})
+    return pd.DataFrame(out)
+
+
 def main(argv: list[str] | None = None) -> int:
-    argparse.ArgumentParser(prog="python -m validation.deeppool_vit", description=__doc__.split("\n\n")[0]).parse_args(argv)
+    parser = argparse.ArgumentParser(prog="python -m validation.deeppool_vit", description=__doc__.split("\n\n")[0])
+    parser.add_argument("--rows", action="store_true", help="also print every DeepPool row, measured against simulated")
+    parser.add_argument("--ops", type=int, metavar="BATCH", help="also print the kernels of one attention and one MLP "
+                                                                 "block at this batch, with their simulated times")
+    args = parser.parse_args(argv)
+    fmt = {"float_format": lambda v: f"{v:.3f}", "index": False}
+    if args.rows:
+        df = rows()
+        print(df.assign(error=df.simulated_ms / df.measured_ms - 1)[
+            ["batch_size_per_gpu", "layer_type", "block", "measured_ms", "simulated_ms", "error"]].to_string(**fmt))
+    if args.ops is not None:
+        ops = op_table(args.ops)
+        print(ops.to_string(**fmt))
+        print(f"batch {args.ops}: one attention + MLP block pair {ops.us.sum() / 1e3:.3f} ms of kernels "
+              f"(GEMMs {ops[ops.kind != 'memory'].us.sum() / 1e3:.3f} ms)")
     table = by_part()
     print(table.sort_values(["batch", "part"]).to_string(index=False, float_format=lambda v: f"{v:.3f}"))
     g = graph(128)
