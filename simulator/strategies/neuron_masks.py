@@ -62,15 +62,18 @@ RESIDUAL_STREAM_OPS = frozenset({"ln1", "ln2", "dropout_residual1", "dropout_res
                                  "router_topk_permute", "unpermute_weighted_sum"})
 
 
-def block_activation_shares(tensors: tuple[SavedTensor, ...], k: float, recompute: str) -> tuple[float, float]:
-    """(share of what a transformer block keeps under ``recompute``, share of all it saves) when k
-    of its heads and MLP units are kept (the module docstring): a tensor of
-    :data:`HEAD_AND_UNIT_TENSORS` counts k, any other 1. Full recompute keeps the block's input,
-    the residual stream: whole (share 1); the working set it re-creates is the second share."""
+def block_activation_shares(tensors: tuple[SavedTensor, ...], factors: dict[str, float],
+                            recompute: str) -> tuple[float, float]:
+    """(share of what a transformer block keeps under ``recompute``, share of all it saves) when it
+    keeps ``factors[name]`` of each tensor named there and all of the others: k of
+    :data:`HEAD_AND_UNIT_TENSORS` under a neuron mask (the module docstring), none of the tensors
+    only a weight gradient reads in a frozen block (simulator/strategies/subnetwork_dp.py). Full
+    recompute keeps the block's input, the residual stream: whole (share 1); the working set it
+    re-creates is the second share."""
     def share(weights: list[float]) -> float:
         total = sum(weights)
-        masked = sum(w for w, t in zip(weights, tensors, strict=True) if t.name in HEAD_AND_UNIT_TENSORS)
-        return (total - masked * (1 - k)) / total if total else 1.0
+        kept = sum(w * factors.get(t.name, 1.0) for w, t in zip(weights, tensors, strict=True))
+        return kept / total if total else 1.0
     saved = share([t.nbytes for t in tensors])
     if recompute == "full":
         return 1.0, saved

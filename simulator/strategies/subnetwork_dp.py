@@ -31,7 +31,10 @@ Masking (``strategy.masking``), per masked unit of a worker:
 
 - ``backward``: the forward runs the whole network; the backward skips the weight-gradient GEMMs
   (``*.wgrad``) of masked units and keeps their input-gradient GEMMs (the gradient still flows
-  through them to the kept units before); activations are those of data parallelism. The worker
+  through them to the kept units before); activations are those of data parallelism, less what
+  only the weight gradients of a frozen (block-masked) transformer block read, its linear layers'
+  inputs (WEIGHT_GRADIENT_ONLY_TENSORS: measured, PyTorch keeps them only for a weight that needs a
+  gradient; a frozen convolution keeps its input, so a CNN's block keeps all). The worker
   holds every weight (its forward reads them) but gradients and optimizer state only of what it
   trains. Masked weights change on the workers that train them, so after the update each worker
   receives every masked slice's new weights (a broadcast of the slice's weights over the N
@@ -82,6 +85,7 @@ from simulator.memory.analytic import MemoryBreakdown, bytes_per_param, peak_sta
 from simulator.memory.checkpoints import graph_kept_bytes, kept_per_layer, stage_bytes
 from simulator.scenario import gradient_bytes
 from simulator.strategies.neuron_masks import (
+    HEAD_AND_UNIT_TENSORS,
     RESIDUAL_STREAM_OPS,
     NeuronMask,
     block_activation_shares,
@@ -324,9 +328,14 @@ def worker_work(scenario, subnetwork: int, assign: Assignment | None = None) -> 
     for layer, layer_kept in zip(graph.layers, every_kept, strict=True):
         scale = layer_scale(cfg, assign, subnetwork, layer)
         kept_share = saved_share = scale.activations
-        tensors = _block_tensors(scenario, layer) if scale.activations < 1 and layer.name in assign.neuron_layers else None
-        if tensors is not None:  # a neuron-masked transformer block: its residual-stream tensors stay whole
-            kept_share, saved_share = block_activation_shares(tensors, k, recompute)
+        factors = None
+        if 0 < scale.activations < 1 and layer.name in assign.neuron_layers:
+            factors = dict.fromkeys(HEAD_AND_UNIT_TENSORS, k)  # its residual-stream tensors stay whole
+        elif scale.activations == 1 and scale.trained == 0:
+            factors = dict.fromkeys(WEIGHT_GRADIENT_ONLY_TENSORS, 0.0)  # a frozen block (backward masking)
+        tensors = _block_tensors(scenario, layer) if factors else None
+        if tensors is not None:
+            kept_share, saved_share = block_activation_shares(tensors, factors, recompute)
         f, b = masked_ops(layer, scale)
         rerun = {id(op) for op in layer.recompute_ops(recompute)}
         if layer.measured_forward_s is not None:  # a profiled layer: its times scale with its work
@@ -348,6 +357,18 @@ def worker_work(scenario, subnetwork: int, assign: Assignment | None = None) -> 
     working = stage_bytes(graph, recompute, list(range(len(graph.layers))), shares, saved_shares)[1]
     return WorkerWork(tuple(forward), tuple(backward), measured_f, measured_b, held, trained, kept,
                       tuple(again), measured_r, working)
+
+
+#: The tensors of a transformer block (workloads/transformer_graph.py ``block_saved_tensors``) that
+#: only its weight gradients read: the inputs of its QKV (or MLA's down-projections) and FC1 (the norms'
+#: outputs), MLA's normalised latents (the up-projections' input) and FC2's input. A worker that
+#: masks the block in the backward only does not keep them: PyTorch saves a linear layer's input
+#: only when its weight needs a gradient (measured, torch 2.13 with saved_tensors_hooks: a GPT
+#: block with frozen weights saves 12.0 elements per token and hidden unit instead of 18.0, the
+#: QKV, FC1 and FC2 inputs; a frozen nn.Conv2d still saves its input and weight, so a CNN block
+#: keeps all). The attention output stays: FlashAttention's backward reads it.
+WEIGHT_GRADIENT_ONLY_TENSORS = frozenset({"qkv_input", "fc1_input", "fc2_input", "ln1_output", "ln2_output",
+                                          "latents_normed"})
 
 
 def _block_tensors(scenario, layer: Layer) -> tuple[SavedTensor, ...] | None:
