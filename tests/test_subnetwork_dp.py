@@ -376,6 +376,55 @@ def test_backward_masking_frees_what_only_a_frozen_blocks_weight_gradients_read(
     assert memory_subnetwork_dp(resnet)[1].activations_bytes == rank_memory(resnet, 0).activations_bytes
 
 
+def _saved_elements(torch, module, x) -> float:
+    """Elements autograd saves for the backward of ``module(x)``, its parameters left out."""
+    params = {p.data_ptr() for p in module.parameters()}
+    seen: dict = {}
+
+    def pack(t):
+        if t.data_ptr() not in params:
+            seen[(t.untyped_storage().data_ptr(), t.storage_offset(), t.numel())] = t.numel() * t.element_size() / 4
+        return t
+
+    with torch.autograd.graph.saved_tensors_hooks(pack, lambda t: t):
+        module(x)
+    return sum(seen.values())
+
+
+def test_pytorch_saves_no_linear_input_of_a_frozen_block_but_a_frozen_convolutions():
+    # the measurement behind WEIGHT_GRADIENT_ONLY_TENSORS: a pre-LN GPT block (fp32, dropout masks
+    # 1 B = 1/4 element) saves 6 elements per token and hidden unit less with frozen weights (the
+    # QKV input 1, FC1 input 1, FC2 input 4); a convolution saves its input either way
+    torch = pytest.importorskip("torch")
+    functional = torch.nn.functional
+
+    class Block(torch.nn.Module):
+        def __init__(self, h: int, heads: int):
+            super().__init__()
+            self.heads, self.ln1, self.ln2 = heads, torch.nn.LayerNorm(h), torch.nn.LayerNorm(h)
+            self.qkv, self.proj = torch.nn.Linear(h, 3 * h), torch.nn.Linear(h, h)
+            self.fc1, self.fc2 = torch.nn.Linear(h, 4 * h), torch.nn.Linear(4 * h, h)
+
+        def forward(self, x):
+            b, t, h = x.shape
+            q, k, v = (z.view(b, t, self.heads, -1).transpose(1, 2) for z in self.qkv(self.ln1(x)).split(h, dim=-1))
+            o = functional.scaled_dot_product_attention(q, k, v, is_causal=True).transpose(1, 2).reshape(b, t, h)
+            x = x + functional.dropout(self.proj(o), 0.1, True)
+            return x + functional.dropout(self.fc2(functional.gelu(self.fc1(self.ln2(x)))), 0.1, True)
+
+    attention = pytest.importorskip("torch.nn.attention")  # FlashAttention's kernel: it keeps O, the projection's input
+    torch.manual_seed(0)
+    block, x = Block(64, 2), torch.randn(2, 32, 64, requires_grad=True)
+    with attention.sdpa_kernel(attention.SDPBackend.FLASH_ATTENTION):
+        trained = _saved_elements(torch, block, x)
+        block.requires_grad_(False)
+        assert trained - _saved_elements(torch, block, x) == 6 * 2 * 32 * 64
+    conv, image = torch.nn.Conv2d(8, 8, 3, padding=1, bias=False), torch.randn(2, 8, 16, 16, requires_grad=True)
+    trained = _saved_elements(torch, conv, image)
+    conv.requires_grad_(False)
+    assert _saved_elements(torch, conv, image) == trained == image.numel()
+
+
 def test_neuron_masks_run_a_transformer_blocks_residual_stream_ops_whole():
     # the norms and residual dropouts work on the whole residual stream; the GEMMs, attention and
     # GELU on the kept heads and units (k)
