@@ -34,7 +34,7 @@ REQUIRED = {
 }
 
 ALL_ENTRIES = [(kind, name) for kind, cat in CATALOGS.items() for name in cat.names()]
-FP8_HARDWARE = {"h100-sxm-80g", "h800-sxm-80g", "h200-sxm-141g", "gh200", "b200", "b300", "gb200", "gb300", "mi300x",
+FP8_HARDWARE = {"h100-sxm-80g", "h100-pcie-80g", "h800-sxm-80g", "h200-sxm-141g", "gh200", "b200", "b300", "gb200", "gb300", "mi300x",
                 "mi325x", "mi355x", "l4", "rtx-4090"}
 NO_BF16 = {"v100-sxm-32g", "v100-sxm2-16g", "v100-pcie-16g", "t4", "rtx-2080ti"}  # Volta/Turing tensor cores: fp16 only
 FP32_ONLY = {"gtx-1080ti"}  # Pascal GP102: no tensor cores, fp16 at 1/64 rate

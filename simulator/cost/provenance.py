@@ -151,9 +151,11 @@ def efficiency_provenance(scenario: Scenario) -> dict[str, str]:
     if _has_grouped_convolutions(scenario.model):  # depthwise / grouped passes as direct kernels (simulator/cost/conv.py)
         out["direct_conv"] = eff.direct_conv.fitted_on or ASSUMED if eff.direct_conv is not None else ASSUMED
     clock = accel.sustained_clock
-    if clock is None and eff.fitted_on is not None and "(sibling " in eff.fitted_on:
-        # the GEMM level came from a sibling die's runs at the sibling's power limit: that this part
-        # holds the same fraction of its own datasheet peak under its own limit is assumed
+    if clock is None and eff.fitted_on is not None and ("(sibling " in eff.fitted_on
+                                                         or "(derived by rule from " in eff.fitted_on):
+        # the GEMM level came from a sibling die's runs at the sibling's power limit (or was carried from another
+        # board of the chip by validation/derive_parts.py): that this part holds the same fraction of its own
+        # datasheet peak under its own limit is assumed
         out["sustained_clock"] = ASSUMED
     if clock is not None:  # listed where measured (the GEMM curve fitted on it holds it)
         precision = "bf16" if scenario.training.precision == "fp8" and "fp8" not in clock.under_load_mhz \
