@@ -4,6 +4,7 @@ Parquet output that survives interruption, --resume, failing points, local worke
 from __future__ import annotations
 
 import json
+from pathlib import Path
 
 import pandas as pd
 import pytest
@@ -11,11 +12,13 @@ import pytest
 from simulator.cli import main
 from simulator.errors import ConfigError
 from simulator.explore.sweep import (
+    PROVENANCE_COLUMNS,
     RESULT_COLUMNS,
     ParquetResults,
     flatten_result,
     load_sweep,
     point_id,
+    provenance_columns,
     read_results,
     run_sweep,
     sweep_columns,
@@ -74,6 +77,7 @@ def test_grid_and_zip_expansion_and_ids():
         ({"grids": {}}, "grids"),
         ({"base": "no/such/file.yaml"}, "base"),
         ({"set": ["training"]}, "set"),
+        ({"show": ["tokens_per_s", "no_such_column"]}, "show.no_such_column"),
     ],
 )
 def test_bad_sweep_files_name_the_field(doc, field):
@@ -154,6 +158,9 @@ def test_real_simulator_in_two_worker_processes(tmp_path):
     bad = frame[frame["parallelism.micro_batch_size"] == 64]
     assert (bad.status == "infeasible").all() and bad.infeasible_reason.str.contains("global_batch_size").all()
     assert (ok["layout.dp"] * ok["layout.tp"] == ok["cluster.num_gpus"]).all()
+    # each point's efficiency provenance (what `clustersim simulate` prints) is kept in the row
+    for column in PROVENANCE_COLUMNS:
+        assert ok[column].notna().all() and (ok[column].str.len() > 0).all()
 
 
 def test_cli_sweep(tmp_path, capsys):
@@ -177,3 +184,62 @@ def test_example_sweeps_load():
     for path in sorted((Path(__file__).resolve().parent.parent / "examples" / "sweeps").glob("*.yaml")):
         sweep = load_sweep(path)
         assert sweep.points(), path
+
+
+EXAMPLE_SWEEPS = Path(__file__).resolve().parent.parent / "examples" / "sweeps"
+
+
+def test_cli_prints_the_show_columns(tmp_path, capsys):
+    sweep_file = tmp_path / "s.yaml"
+    sweep_file.write_text(json.dumps({"name": "show", "base": TINY_BASE, "grid": {"cluster.num_gpus": [16, 8]},
+                                      "show": ["tokens_per_s", "efficiencies_assumed"]}))
+    out = tmp_path / "o.csv"
+    assert main(["sweep", str(sweep_file), "--out", str(out), "--workers", "1", "--no-progress"]) == 0
+    lines = capsys.readouterr().out.splitlines()
+    assert lines[0].split() == ["cluster.num_gpus", "status", "tokens_per_s", "efficiencies_assumed"]
+    frame = pd.read_csv(out)
+    assert [int(line.split()[0]) for line in lines[1:]] == [16, 8]  # the sweep's point order
+    for line, (_, row) in zip(lines[1:], frame.iterrows(), strict=True):
+        assert f"{row.tokens_per_s:,.0f}" in line and line.rstrip().endswith(row.efficiencies_assumed)
+
+
+def test_hardware_sweep_keeps_each_parts_provenance(tmp_path):
+    """examples/sweeps/hardware-llama3-8b.yaml: one row per part, each with the lists `clustersim simulate`
+    prints for that part (every component of its provenance in exactly one state column)."""
+    from simulator.cost.provenance import efficiency_provenance
+    from simulator.scenario import load_scenario
+
+    sweep = load_sweep(EXAMPLE_SWEEPS / "hardware-llama3-8b.yaml")
+    out = tmp_path / "hw.csv"
+    counts = run_sweep(sweep, out, workers=1, progress=False)
+    assert counts["ok"] == 6
+    frame = read_results(out)
+    assert set(frame["cluster.node"]) == {"dgx-h100", "hgx-h200", "dgx-b200", "gb200-nvl72", "mi300x-8", "mi355x-8"}
+    for (_, values, raw), (_, row) in zip(sweep.points(), frame.iterrows(), strict=True):
+        assert row["cluster.node"] == values["cluster.node"]
+        listed = [name for c in PROVENANCE_COLUMNS for name in row[c].split(", ") if name != "none"]
+        assert sorted(listed) == sorted(efficiency_provenance(load_scenario(raw)))
+        assert {c: row[c] for c in PROVENANCE_COLUMNS} == provenance_columns(raw)
+    gb200 = frame[frame["cluster.node"] == "gb200-nvl72"].iloc[0]
+    assert gb200["layout.tp"] == 8 and gb200.num_nodes == 16  # TP 8 over two 4-GPU trays of one NVLink domain
+    assert "sustained_clock" in gb200.efficiencies_assumed
+
+
+def test_shallue_sweep_shows_the_knee(tmp_path):
+    """examples/sweeps/resnet50-shallue.yaml (issue 20): below the preset's b_noise doubling the batch
+    about halves the steps and keeps the time to target; past it the steps flatten and the time doubles."""
+    from simulator.economics.convergence import load_presets
+
+    sweep = load_sweep(EXAMPLE_SWEEPS / "resnet50-shallue.yaml")
+    out = tmp_path / "shallue.csv"
+    assert run_sweep(sweep, out, workers=1, progress=False)["ok"] == 9
+    frame = read_results(out).sort_values("parallelism.global_batch_size")
+    batch = frame["parallelism.global_batch_size"].to_numpy()
+    preset = load_presets()["resnet50-imagenet-assumed"]["batch"]
+    expected = preset["s_min"] * (1 + preset["b_noise"] / batch)
+    assert frame.steps_to_target.to_numpy() == pytest.approx(expected)
+    assert frame.time_to_target_s.to_numpy() == pytest.approx(frame.steps_to_target * frame.step_time_s)
+    ratio = frame.time_to_target_s.to_numpy()[1:] / frame.time_to_target_s.to_numpy()[:-1]
+    assert ratio[0] < 1.05          # 512 -> 1024: the time to target stays flat (steps halve)
+    assert ratio[-1] > 1.85         # 65,536 -> 131,072: it nearly doubles (steps barely move)
+    assert (ratio[1:] >= ratio[:-1] - 1e-9).all()  # and the knee between is a monotone bend

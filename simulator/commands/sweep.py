@@ -27,7 +27,7 @@ def register(subparsers) -> None:
 
 
 def run(args) -> int:
-    from simulator.explore.sweep import load_sweep, run_sweep
+    from simulator.explore.sweep import load_sweep, read_results, run_sweep, summary_table
 
     check_workers(args.workers)
     if args.retry_errors and not args.resume:
@@ -39,4 +39,6 @@ def run(args) -> int:
     done = counts["ok"] + counts["infeasible"] + counts["error"]
     print(f"{done} points run ({counts['ok']} ok, {counts['infeasible']} infeasible, {counts['error']} errors), "
           f"{counts['skipped']} already done -> {out}", file=sys.stderr)
+    if sweep.doc.show:  # the sweep file's `show` columns, one line per point
+        print(summary_table(sweep, read_results(out)))
     return 0

@@ -78,6 +78,7 @@ RESULT_KEYS = (
     "steps",
     "step_times_s",
     "makespan_s",
+    "samples_per_s",
     "tokens_per_s",
     "model_tflops_per_gpu",
     "hardware_tflops_per_gpu",
@@ -112,8 +113,13 @@ RESULT_COLUMNS: tuple[str, ...] = (
 )
 """Flat columns of a sweep row (nested mappings as ``outer.inner``; lists as JSON text)."""
 
+PROVENANCE_COLUMNS = ("efficiencies_calibrated", "efficiencies_derived", "efficiencies_stated", "efficiencies_assumed")
+"""Per point, the efficiency constants the run used in each state of :mod:`simulator.cost.provenance`
+(names joined by ", "; what ``clustersim simulate`` prints under "efficiencies"), so a sweep over parts
+keeps each part's measured / derived / stated / ASSUMED verdict beside its figures."""
+
 META_COLUMNS = ("point_id", "status", "error", "elapsed_s")
-_STRING_COLUMNS = {"scenario", "model", "node", "accelerator", "precision", "infeasible_reason", "layer_split", "step_times_s", "layers_per_stage", "memory_per_stage_gib",
+_STRING_COLUMNS = {*PROVENANCE_COLUMNS, "scenario", "model", "node", "accelerator", "precision", "infeasible_reason", "layer_split", "step_times_s", "layers_per_stage", "memory_per_stage_gib",
                    "simulation_mode",
                    "extra_json", "point_id", "status", "error", "layout.schedule", "layout.recompute"}
 _BOOL_COLUMNS = {"fits", "layout.sequence_parallel"}
@@ -165,6 +171,8 @@ class SweepFile(BaseModel):
     set: list[str] = Field(default_factory=list)
     grid: dict[str, list[Any]] = Field(default_factory=dict)
     zip: dict[str, list[Any]] = Field(default_factory=dict)
+    show: list[str] = Field(default_factory=list, description="result columns `clustersim sweep` prints as a table "
+                            "(one row per point, beside its varied values) when the sweep ends")
 
 
 _REF_PATHS = (("model",), ("cluster", "node"), ("cluster", "fabric"), ("cluster", "profile"))
@@ -225,6 +233,11 @@ class Sweep:
         if overlap:
             raise ConfigError("zip", f"{sorted(overlap)[0]} is in both grid and zip")
         self.columns: list[str] = [*doc.grid, *doc.zip]
+        known = {*RESULT_COLUMNS, *PROVENANCE_COLUMNS, *META_COLUMNS, "extra_json"}
+        for column in doc.show:
+            if column not in known:
+                raise ConfigError(f"show.{column}", "not a result column (see RESULT_COLUMNS / PROVENANCE_COLUMNS "
+                                  "in simulator/explore/sweep.py)")
 
     def values(self) -> list[dict[str, Any]]:
         """The varied values of every point, in order (grid outermost first, zip innermost)."""
@@ -299,10 +312,28 @@ def load_sweep(source: str | Path | dict[str, Any]) -> Sweep:
 
 def default_simulate(raw: dict[str, Any]) -> dict[str, Any]:
     """The core's ``simulate_point`` through the on-disk cache of finished points
-    (simulator/explore/cache.py; imported late: workers import it on first use)."""
+    (simulator/explore/cache.py; imported late: workers import it on first use), with the point's
+    efficiency provenance (:func:`provenance_columns`)."""
     from simulator.explore.cache import cached_point
 
-    return cached_point(raw)
+    return {**cached_point(raw), **provenance_columns(raw)}
+
+
+def provenance_columns(raw: dict[str, Any]) -> dict[str, str]:
+    """The :data:`PROVENANCE_COLUMNS` of a scenario mapping: which efficiency constants its run uses
+    were calibrated on this part, derived, stated or assumed (``clustersim simulate``'s "efficiencies"
+    lines, names only); empty for a scenario that does not load (its row already says why)."""
+    from simulator.cost.provenance import efficiency_provenance, provenance_state
+    from simulator.scenario import load_scenario
+
+    try:
+        provenance = efficiency_provenance(load_scenario(raw))
+    except ConfigError:
+        return {}
+    names: dict[str, list[str]] = {c: [] for c in PROVENANCE_COLUMNS}
+    for component, where in provenance.items():
+        names[f"efficiencies_{provenance_state(where)[0]}"].append(component)
+    return {column: ", ".join(found) or "none" for column, found in names.items()}
 
 
 def with_economics(raw: dict[str, Any], result: dict[str, Any]) -> dict[str, Any]:
@@ -675,7 +706,7 @@ def _infer_type(values: Iterable[Any]) -> str:
 def sweep_columns(sweep: Sweep) -> tuple[list[str], dict[str, str]]:
     """Column order and Parquet types of a sweep's output."""
     point_cols = [c for c in sweep.columns if c not in META_COLUMNS and c not in RESULT_COLUMNS]
-    columns = ["point_id", *point_cols, "status", "error", *RESULT_COLUMNS, "extra_json", "elapsed_s"]
+    columns = ["point_id", *point_cols, "status", "error", *RESULT_COLUMNS, *PROVENANCE_COLUMNS, "extra_json", "elapsed_s"]
     types = {c: ("bool" if c in _BOOL_COLUMNS else "str" if c in _STRING_COLUMNS else "float") for c in columns}
     for col in ("num_gpus", "peak_memory_stage", *[f"layout.{k}" for k in LAYOUT_KEYS]):
         if types[col] == "float":
@@ -756,7 +787,8 @@ def run_sweep(
                        "status": result.get("status"), "error": result.get("error"),
                        "elapsed_s": result.get("elapsed_s")}
                 row.update(flatten_result({k: v for k, v in result.items()
-                                           if k not in ("status", "error", "elapsed_s")}))
+                                           if k not in ("status", "error", "elapsed_s", *PROVENANCE_COLUMNS)}))
+                row.update({c: result.get(c) for c in PROVENANCE_COLUMNS})
                 writer.write(row)
                 counts[row["status"] if row["status"] in counts else "error"] += 1
                 bar.update(1)
@@ -793,6 +825,28 @@ def _remove_output(out: Path) -> None:
         shutil.rmtree(out, ignore_errors=True)
     else:
         out.unlink(missing_ok=True)
+
+
+def summary_table(sweep: Sweep, frame) -> str:
+    """The sweep file's ``show`` columns, one line per point beside its varied values, in the
+    sweep's point order (what ``clustersim sweep`` prints when it ends); "" without ``show``."""
+    if not sweep.doc.show:
+        return ""
+    order = {pid: i for i, (pid, _, _) in enumerate(sweep.points())}
+    frame = frame[frame.point_id.isin(order)].copy()
+    frame["_order"] = frame.point_id.map(order)
+    columns = [*sweep.columns, "status", *[c for c in sweep.doc.show if c not in sweep.columns and c != "status"]]
+    shown = frame.sort_values("_order")[columns]
+    return shown.to_string(index=False, na_rep="-", float_format=_shown_float)
+
+
+def _shown_float(value: float) -> str:
+    """Four significant figures, thousands separated (a table a person reads, not the data)."""
+    if value != value:  # NaN
+        return "-"
+    if abs(value) >= 1000:
+        return f"{value:,.0f}"
+    return f"{value:.4g}"
 
 
 def read_results(path: str | Path):
