@@ -3,7 +3,7 @@ and precision, fitted on published end-to-end runs of that framework (``training
 
 The catalog's efficiency curves come from kernel microbenchmarks (GEMM, attention, memory-bound
 kernels, collectives) and describe a framework that runs those kernels back to back: Megatron-Core
-with Transformer Engine (NeMo's fitted H100 factor is 1.02 of the catalog curve). Other frameworks
+with Transformer Engine (NeMo's fitted H100 FP8 factor is 0.98 of the catalog curve). Other frameworks
 lose part of that rate to their kernel choice and fusion (torch.compile or eager, SDPA backends),
 host overheads and the clock their cluster's power cap allows; the loss is in no microbenchmark.
 A profile holds, per (accelerator, precisions), the factors fitted on the *fit half* of that
@@ -15,7 +15,9 @@ writes them here and in ``validation/profiles/``; never edited by hand):
 - ``attention_scale``: the fused attention kernel's efficiency (or, without one, the GEMM-curve
   estimate's factor) times the factor;
 - ``kernel_launch_overhead_us``, ``host_dispatch_us_per_kernel`` (an eager framework's host time per
-  kernel, simulator/cost/host_floor.py), ``intra_node_latency_us`` (the node's collective latency);
+  kernel, simulator/cost/host_floor.py), ``moe_layer_fixed_us`` (a fixed time per MoE layer and micro-batch:
+  Megatron-Core's router and dispatcher bookkeeping), ``intra_node_latency_us``
+  (the node's collective latency);
 - ``sync_jitter`` (the wait for the slowest rank, simulator/cost/jitter.py) and ``input_us_per_sample`` (the
   framework's input pipeline: host time per sample beside the GPU's step, simulator/strategies/spmd/plan.py).
 
@@ -45,7 +47,8 @@ DEFAULT_FRAMEWORK = "megatron-core"
 
 #: The constants an entry may set (the others stay at the catalog's).
 FACTOR_KEYS = ("gemm_scale", "gemm_tilt", "gemm_ceiling", "attention_scale", "kernel_launch_overhead_us",
-               "host_dispatch_us_per_kernel", "intra_node_latency_us", "sync_jitter", "input_us_per_sample")
+               "host_dispatch_us_per_kernel", "moe_layer_fixed_us", "intra_node_latency_us", "sync_jitter",
+               "input_us_per_sample")
 
 #: The held-out figures of an entry's group (the rows of the other half, with the entry's constants), where
 #: the fit computed them (validation/modern/registry.py ``fit``): what the output tells a user of the entry.
@@ -66,6 +69,9 @@ class FrameworkEntry(Spec):
     attention_scale: float | None = Field(default=None, gt=0, description="factor on the fused attention kernel")
     kernel_launch_overhead_us: float | None = Field(default=None, ge=0)
     host_dispatch_us_per_kernel: float | None = Field(default=None, ge=0)
+    moe_layer_fixed_us: float | None = Field(
+        default=None, ge=0, description="fixed time per MoE layer and micro-batch, forward and "
+                                        "backward (simulator/cost/host_floor.py)")
     intra_node_latency_us: float | None = Field(default=None, ge=0)
     sync_jitter: float | None = Field(default=None, ge=0, description="the wait for the slowest rank "
                                                                     "(simulator/cost/jitter.py)")

@@ -374,6 +374,13 @@ class ComputeEfficiency(Spec):
                     "collective count times this, the GPU running under it (simulator/cost/host_floor.py); "
                     "None = the host keeps ahead of the GPU")
     host_dispatch_source: str | None = None
+    moe_layer_fixed_us: float | None = Field(
+        default=None, ge=0, le=100_000,
+        description="fixed time of one MoE layer's forward and backward for one micro-batch beyond its kernels' "
+                    "FLOPs and bytes and its all-to-alls (the router's and token dispatcher's bookkeeping kernels, "
+                    "the token-count exchange and host waits of Megatron-Core's MoE layer): the layer's passes are "
+                    "stretched to their isolated time plus this (simulator/cost/host_floor.py); None = 0")
+    moe_layer_fixed_source: str | None = None
     source: str
     fitted_on: str | None = None
 

@@ -57,10 +57,10 @@ def test_default_framework_is_the_catalog():
     assert plain.frameworks[0].state == DEFAULT and plain.frameworks[0].entry is None
 
 
-@pytest.mark.parametrize(("framework", "precision", "slower"), [
-    ("torchtitan", "bf16", True), ("llm-foundry", "bf16", True), ("fms-fsdp", "bf16", True),
-    ("fms-fsdp-compile", "bf16", True), ("nemo", "fp8", False)])
-def test_switch_moves_step_time_in_the_fitted_direction(framework, precision, slower):
+@pytest.mark.parametrize(("framework", "precision", "slower", "margin"), [
+    ("torchtitan", "bf16", True, 1.05), ("llm-foundry", "bf16", True, 1.05), ("fms-fsdp", "bf16", True, 1.05),
+    ("fms-fsdp-compile", "bf16", True, 1.05), ("nemo", "fp8", True, 1.0)])  # NeMo: 0.98 of the catalog curve
+def test_switch_moves_step_time_in_the_fitted_direction(framework, precision, slower, margin):
     entry = choose(framework, ACCELERATORS.get("h100-sxm-80g"), precision).entry
     assert (entry.gemm_scale < 1) == slower  # the fit: slower than the catalog where its GEMM factor is below 1
     from simulator.cost.framework import with_framework_settings
@@ -71,7 +71,7 @@ def test_switch_moves_step_time_in_the_fitted_direction(framework, precision, sl
     del same_settings["training"]["framework"]
     base = simulate_point(same_settings)["step_time_s"]
     step = simulate_point(named)["step_time_s"]
-    assert (step > base * 1.05) if slower else (step < base)
+    assert (step > base * margin) if slower else (step < base)
 
 
 def test_choice_states_and_carry_over():

@@ -12,6 +12,7 @@ frameworks document; the FlashAttention default and its errors.
 from __future__ import annotations
 
 import re
+import statistics
 import subprocess
 import sys
 
@@ -31,19 +32,14 @@ ROWS = {"nemo": 73, "torchtitan": 57, "llmfoundry": 216, "other": 65, "vtrain_si
 
 #: Held-out targets not met today: the measured figure and why (see README "How far off it is").
 UNMET: dict[str, str] = {
-    "nemo": "held-out median |error| 5.6% (target 10%: met), max 36.4% (target 25%): Qwen3-30B-A3B tp1 pp2 ep8 "
-            "rows 52/71 +36.4/+22.2% (26.02.01, 25.09 token-drop); rows 58/64 (26.02, 25.11: 5,113 and 5,275 tok/s, "
-            "1.77x / 1.99x below their twins) are set aside with that reason. The simulated pp2 ep8 (in-node "
-            "all-to-all, 3.9 s of a 21.4 s step) runs 1.56x its pp1 ep16 (two-node NCCL all-to-all: 825 GB per GPU "
-            "per step over its 400G NIC, 17.8 s exposed of 33.5 s; fit rows 35/42/47 -11..-12%) where NeMo measures "
-            "them equal: only a dispatch that sends fewer bytes over InfiniBand (DeepEP: ep16 +46%) or hides them "
-            "(+51%) makes them equal, and then both run ~40% fast, while the same plain all-to-all puts Qwen3-235B's "
-            "4-node EP 32 within -9..-16% (fit rows; held-out token-drop row 72 +18.7%; gemm_scale refitted 0.9847 "
-            "-> 1.0218 on 25 fit rows). With Megatron-Core's expert placement (etp 1 given: EP 64 over 8 nodes, not "
-            "16) DeepSeek-V3 rows 69/70 went -17.0/-8.3% -> -5.6/+4.4%. The 19 other held-out rows: median 5.4%, "
-            "max 10.4%. Memory: Nemotron-340B tp8 pp8 vp12 (row 7) is predicted OOM (85.7 of 78 GiB: 64.6 GiB of "
-            "Megatron-Core distributed-optimizer states at dp 2, 6 + 12/2 B per parameter, and 103 one-layer chunks "
-            "in flight on stage 0; 75.0 with bf16 gradients, which no source here shows NeMo 24.07's recipe used)",
+    "nemo": "held-out time errors met: median |error| 5.9%, max 16.1% (DeepSeek-V3 row 69, -16.1%; Qwen3-30B-A3B "
+            "pp2 ep8 row 52 +36.4 -> -5.7%, row 71 +22.2 -> -1.3%, Qwen3-235B row 72 +18.7 -> -1.4%; "
+            "test_nemo_heldout_time_errors_within_target) since the Megatron-Bridge rows' Qwen3 MoE dispatch is DeepEP "
+            "and the profile carries a fixed 3.0 ms per MoE layer and micro-batch (fitted on the fit half; "
+            "validation/modern/nemo.py). Not met on memory: Nemotron-340B tp8 pp8 vp12 (row 7) is predicted OOM "
+            "(85.7 of 78 GiB: 64.6 GiB of Megatron-Core distributed-optimizer states at dp 2, 6 + 12/2 B per "
+            "parameter, and 103 one-layer chunks in flight on stage 0; 75.0 with bf16 gradients, which NeMo 2's "
+            "performance recipe for the model sets but no source here shows NeMo 24.07's launcher recipe used)",
     "llmfoundry": "held-out median |error| 3.7% over 108 rows (target 10%: met; 4.0% over 110 before MPT-760m's A100 "
                   "80 GB s1024/s512 rows 119/120 were set aside: +25.8/+31.7%, 11/16% below the A100 40 GB table's "
                   "same model and sequences, listed with their reasons), max 32.5% (target 25%): A100 80 GB MPT-30b "
@@ -64,7 +60,7 @@ UNMET: dict[str, str] = {
 USER_SETS = ("nemo", "torchtitan", "llmfoundry", "other", "vtrain_single", "vtrain_multi", "cnn_dle", "cnn_lambda")
 #: Held-out targets not met as a user gets them: the figure and why.
 UNMET_USER: dict[str, str] = {
-    "nemo": "as a user naming nemo gets it: 5.6% / 36.4%, 1 row predicted OOM: the fitted figure (every held-out row "
+    "nemo": "as a user naming nemo gets it: 5.9% / 16.1%, 1 row predicted OOM: the fitted figure (every held-out row "
             "is H100 FP8, NeMo's one fitted entry); see UNMET['nemo']",
     "llmfoundry": "as a user naming llm-foundry gets it: 3.7% / 32.5%: the fitted figure (every row's accelerator and "
                   "precision has its entry); see UNMET['llmfoundry']",
@@ -285,6 +281,30 @@ def test_deepseek_v3_rows_dispatch_with_deepep():
     for name, row in (("nemo", 69), ("nemo", 70), ("other", 3), ("other", 4)):
         assert _case(name, row).scenario["parallelism"]["moe_dispatch"] == "deepep"
     assert "moe_dispatch" not in _case("nemo", 4).scenario["parallelism"]
+
+
+def test_nemo_qwen3_rows_dispatch_as_their_release_s_scripts():
+    # NeMo 2.5's scripts (25.09, token-drop): Megatron-Core's alltoall; Megatron-Bridge's (25.11 on): DeepEP
+    for row in (35, 42, 43, 47, 48, 52, 53, 59, 65):
+        assert _case("nemo", row).scenario["parallelism"]["moe_dispatch"] == "deepep", row
+    for row in (71, 72):
+        assert "moe_dispatch" not in _case("nemo", row).scenario["parallelism"], row
+
+
+def test_nemo_profile_fits_a_fixed_time_per_moe_layer():
+    entry = load_groups("nemo")["nemo|h100-sxm-80g|fp8"]
+    assert 1000.0 <= entry["moe_layer_fixed_us"] <= 4000.0  # the audit's 2.1-3.1 ms per MoE layer pass
+    assert entry["fit_mean_abs_log_error"] >= 0  # chosen on the fit half by mean |log error| (registry.NEMO_GRID)
+
+
+def test_nemo_heldout_time_errors_within_target(reports):
+    # the time targets alone (median <= 10%, every row <= 25%): met since the MoE rows dispatch as their scripts
+    # say and carry the fixed time per MoE layer; the set as a whole still misses on memory (UNMET["nemo"])
+    block = _report(reports, "nemo")
+    errors = [abs(c["relative_error"]) for c in block["cases"] if c["relative_error"] is not None]
+    assert len(errors) == block["overall"]["cases"] >= 20
+    assert statistics.median(errors) <= block["median_target"]
+    assert max(errors) <= block["max_target"]
 
 
 def test_automodel_recompute_is_the_least_that_fits():

@@ -130,8 +130,9 @@ EFFICIENCY_FACTORS = ("gemm_scale", "kernel_launch_overhead_us", "attention_scal
 
 def efficiency_with_factors(efficiency: dict[str, Any], constants: dict[str, Any]) -> dict[str, Any] | None:
     """:func:`scaled_efficiency_block` with a profile entry's constants, and its ``sync_jitter`` (the wait for
-    the slowest rank, simulator/cost/jitter.py) and ``input_us_per_sample`` (the input pipeline's host time per
-    sample) where it has them; None when none of them is set."""
+    the slowest rank, simulator/cost/jitter.py), ``moe_layer_fixed_us`` (a fixed time per MoE layer and
+    micro-batch, simulator/cost/host_floor.py) and ``input_us_per_sample`` (the
+    input pipeline's host time per sample) where it has them; None when none of them is set."""
     eff = None
     if any(constants.get(k) is not None for k in EFFICIENCY_FACTORS):
         eff = scaled_efficiency_block(efficiency, constants.get("gemm_scale") or 1.0,
@@ -142,6 +143,10 @@ def efficiency_with_factors(efficiency: dict[str, Any], constants: dict[str, Any
         eff = eff if eff is not None else copy.deepcopy(efficiency)
         eff["sync_jitter"] = constants["sync_jitter"]
         eff["sync_jitter_source"] = "framework profile (fitted on its set's fit half)"
+    if constants.get("moe_layer_fixed_us") is not None:  # a fixed time per MoE layer and micro-batch
+        eff = eff if eff is not None else copy.deepcopy(efficiency)
+        eff["moe_layer_fixed_us"] = constants["moe_layer_fixed_us"]
+        eff["moe_layer_fixed_source"] = "framework profile (fitted on its set's fit half)"
     if constants.get("input_us_per_sample") is not None:  # the input pipeline beside the step (spmd/plan.py)
         eff = eff if eff is not None else copy.deepcopy(efficiency)
         eff["input_us_per_sample"] = constants["input_us_per_sample"]

@@ -23,11 +23,23 @@ Dispatchers, read in the performance scripts that produced the 25.09 rows (nemo_
 (``pretrain_deepseek_v3.py``: "For H100 we use deepEP"); Qwen3-30B-A3B and Qwen3-235B-A22B Megatron-Core's
 ``alltoall`` (the ``Qwen3MoEConfig`` default; no DeepEP callback), with ``MegatronTokenDropCallback`` (capacity
 factor 1, padded: the same step once balanced) and no recompute (the scripts reset the recipes' full recompute).
-The 25.11 and later rows ran Megatron-Bridge's performance scripts, which this project does not carry: its library
-recipe for both Qwen3 MoE models selects the flex dispatcher with DeepEP on Hopper in megatron-bridge 0.3.1
-(2026-03; ``recipes/qwen/qwen3_moe.py``, ``apply_flex_dispatcher_backend``) and leaves it to the caller in 0.3.0
-(2026-02); those rows stay mapped to ``alltoall``. ``python -m validation.modern.moe_audit`` prints, per MoE row,
-the expert group as built, its link, the dispatcher and the time per MoE layer pass the measurement leaves over.
+The 25.11 and later rows (force-balanced and dropless: not those NeMo 2 scripts, which drop tokens) ran
+Megatron-Bridge's performance scripts, which this project does not carry; Qwen3 MoE rows there are mapped to the flex
+dispatcher with DeepEP (``moe_dispatch: deepep``, :data:`BRIDGE_DEEPEP_FROM`), on two grounds: (1) megatron-bridge
+0.3.1's library recipe for both Qwen3 MoE models (PyPI, 2026-03; ``recipes/qwen/qwen3_moe.py``:
+``moe_flex_dispatcher_backend = "deepep"``, applied as the flex dispatcher on Hopper by
+``training/flex_dispatcher_backend.py``; 0.3.0 takes the backend as an argument of the recipe, set by its caller);
+(2) a plain all-to-all cannot have run them: on every such cross-node row (all in the fit half) the InfiniBand
+share of a plain all-to-all at the NIC's line rate plus the simulated kernels alone exceed the measured step
+(Qwen3-30B ep16: 17.6 + 15.5 s against 29.3-29.7 s; Qwen3-235B ep32: 52.6 + 32.8 s against 76.6-81.4 s),
+while the dense rows put those kernels within ~10%. ``python -m validation.modern.moe_audit`` prints, per MoE
+row, the expert group as built, its link, the dispatcher, that floor and the time per MoE layer pass the
+measurement leaves over. That time is about constant, 2.1-3.1 ms per MoE layer and micro-batch (forward and
+backward) on every Qwen3 row, 30B and 235B, EP 8 to 32, in one node or four, micro-batch 1 or 2, plain or DeepEP
+dispatch: Megatron-Core's MoE layer has a fixed cost beyond its GEMMs, all-to-alls and the memory-bound kernels
+the layer graph prices (the router's and dispatcher's bookkeeping kernels, the token-count all-gather, the
+host's wait for the counts). The profile fits it as ``moe_layer_fixed_us`` on the fit half
+(validation/modern/registry.py ``NEMO_GRID``); DeepSeek-V3's rows (25.09, held out) are simulated with it too.
 Two Qwen3-30B-A3B pp2 ep8 rows (26.02, 25.11) are set aside (:data:`SET_ASIDE`): the same configuration
 ran 1.8-2x faster in the neighbouring release, and the faster figures agree with the pp1 ep16 rows.
 """
@@ -76,6 +88,18 @@ SET_ASIDE = {
         "the identical layout and batch (vp24, gbs 512, mbs 2) ran 10,494 in 25.09 (row 71; token-drop, the same step "
         "once routing is force-balanced): 1.99x apart",
 }
+
+
+#: The first release whose rows ran Megatron-Bridge's performance scripts with force-balanced dropless MoE routing
+#: (the table's footnote): its Qwen3 MoE rows dispatch with DeepEP (module docstring).
+BRIDGE_DEEPEP_FROM = (25, 11)
+
+
+def release_number(release: str) -> tuple[int, ...]:
+    """(25, 11) for "NeMo 25.11 container", (26, 2, 1) for "NeMo 26.02.01 container", (24, 3, 1) for
+    "NeMo24.03.01.framework"."""
+    text = str(release).replace("NeMo", "").split("container")[0].replace(".framework", "").strip()
+    return tuple(int(part) for part in text.split("."))
 
 
 def set_aside(row) -> str:
@@ -142,6 +166,8 @@ def cases() -> tuple[list[ModernCase], list[Unrepresentable]]:
             parallelism["etp"] = 1
         if model == "deepseek-v3":  # NeMo's DeepSeek-V3 H100 recipe: Megatron's flex dispatcher with DeepEP
             parallelism["moe_dispatch"] = "deepep"
+        if model.startswith("qwen3") and ep > 1 and release_number(row["release"]) >= BRIDGE_DEEPEP_FROM:
+            parallelism["moe_dispatch"] = "deepep"  # Megatron-Bridge's Qwen3 MoE recipe on Hopper (docstring)
         training = with_run_kernel({"seq_length": seq, "precision": precision, "attention": "flash"},
                                    run_kernel("nemo", "nemo", "H100"))
         variant = "" if str(row["variant"]) in ("nan", "primary value") else f"|{row['variant']}"

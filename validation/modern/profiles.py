@@ -81,7 +81,8 @@ def with_constants(case: ModernCase, constants: dict[str, Any] | None) -> dict[s
     raw = copy.deepcopy(case.scenario)
     base, overrides = (node["base"], dict(node["overrides"])) if isinstance(node, dict) else (node, {})
     eff = None
-    if any(constants.get(k) is not None for k in (*EFFICIENCY_FACTORS, "sync_jitter", "input_us_per_sample")):
+    if any(constants.get(k) is not None for k in (*EFFICIENCY_FACTORS, "sync_jitter", "input_us_per_sample",
+                                                   "moe_layer_fixed_us")):
         accelerator = _catalog_yaml("nodes", base)["accelerator"]  # sync_jitter: the wait for the slowest rank
         eff = efficiency_with_factors(_catalog_yaml("accelerators", accelerator)["efficiency"], constants)
     if constants.get("intra_node_latency_us") is not None:

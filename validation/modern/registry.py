@@ -77,9 +77,15 @@ ATTENTION_GRID = tuple({"attention_scale": scale} for scale in (1.0, 0.85, 0.7, 
 #: on the fit half beside the GEMM factor (a group of one-GPU rows only cannot tell it: it keeps 0).
 JITTER_GRID = tuple({"sync_jitter": sigma} for sigma in (0.0, 0.03, 0.06, 0.09, 0.12, 0.15))
 
+#: Megatron-Core's MoE layer costs a fixed time per layer and micro-batch beyond what the layer graph prices
+#: (validation/modern/nemo.py says how the rows show it): ``moe_layer_fixed_us`` on a grid, chosen on the fit half
+#: by mean |log error| (the median of a set whose fit half is two-thirds dense rows would not see it); 0 to 4 ms
+#: in 0.5 ms steps (python -m validation.modern.moe_audit: the rows leave 2.1-3.1 ms over).
+NEMO_GRID = tuple({"moe_layer_fixed_us": float(us)} for us in range(0, 4001, 500))
+
 SETS: dict[str, ModernSet] = {s.name: s for s in (
     ModernSet("nemo", "nemo_perf_summary.csv", "NeMo / Megatron-Bridge performance summary, DGX H100",
-              nemo.cases, FRAMEWORK_MEDIAN, FRAMEWORK_MAX),
+              nemo.cases, FRAMEWORK_MEDIAN, FRAMEWORK_MAX, NEMO_GRID, criterion="mean_log"),
     ModernSet("torchtitan", "torchtitan_perf.csv", "torchtitan benchmarks (H100, H200, MI300X, A100)",
               torchtitan.cases, FRAMEWORK_MEDIAN, FRAMEWORK_MAX, ATTENTION_GRID, criterion="mean_log",
               attention_groups=torchtitan.ATTENTION_GROUPS),

@@ -51,7 +51,7 @@ from simulator.scenario import Scenario, gradient_bytes
 from simulator.strategies.plan import Plan
 from simulator.strategies.spmd.schedule import stage_order, zero_bubble
 from simulator.strategies.spmd.split import chunk_counts
-from workloads.graph import LayerWork, Op
+from workloads.graph import LayerWork, Op, gemm_class
 from workloads.layer_graph import LayerGraph
 from workloads.layer_kinds import layer_kind_runs
 from workloads.schema import TransformerSpec
@@ -92,6 +92,7 @@ class Planner:
         self.sync_stretch = self.sync_stretches[0]
         self.host_floor = scenario.accelerator.efficiency.cross_node_pipeline_floor
         self.host_dispatch_us = scenario.accelerator.efficiency.host_dispatch_us_per_kernel
+        self.moe_fixed_us = scenario.accelerator.efficiency.moe_layer_fixed_us
         self._stretch_cache: dict[tuple[int, bool], float] = {}
         self.shard = scenario.shard
         self.graph = scenario.layer_graph()
@@ -399,7 +400,7 @@ class Planner:
             work = self.layer_works[kind]
             passes = [ops for ops in (work.forward, work.backward, self.layer_pass_ops(kind, "R")) if ops]
             floor_s = max(floor_per_layer_s(self.host_floor, self.layout, self.topo, rank),
-                          self.eager_floor_s(rank, passes))
+                          self.eager_floor_s(rank, passes), self.moe_fixed_floor_s(rank, kind, passes))
             hit = 1.0
             if floor_s > 0:
                 device_s = sum(sum(self.pass_cost_s(rank, ops)) for ops in passes)
@@ -422,9 +423,17 @@ class Planner:
                 if op.kind == "collective" else compute.time_s(op) * jitter for i, op in enumerate(ops)], host_s)
         return total
 
+    def moe_fixed_floor_s(self, rank: int, kind, passes: list[tuple[Op, ...]]) -> float:
+        """The floor of an MoE layer's passes (forward, backward, recompute) on ``rank``: their isolated time
+        plus ``moe_layer_fixed_us`` (a fixed time per MoE layer and micro-batch; simulator/cost/host_floor.py).
+        0 for a dense layer or without the constant."""
+        if not self.moe_fixed_us or not any(gemm_class(op.name) == "experts" for op in self.layer_works[kind].forward):
+            return 0.0
+        return sum(sum(self.pass_cost_s(rank, ops)) for ops in passes) + self.moe_fixed_us * 1e-6
+
     def host_floor_stall_s(self, rank: int, phase: str, runs) -> float:
         """Seconds a pass over ``runs`` ((layer kind, count), ...) waits for the host floor."""
-        if (self.host_floor is None or self.par.pp == 1) and not self.host_dispatch_us:
+        if (self.host_floor is None or self.par.pp == 1) and not self.host_dispatch_us and not self.moe_fixed_us:
             return 0.0
         stall = 0.0
         for kind, count in runs:
