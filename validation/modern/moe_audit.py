@@ -13,9 +13,12 @@ halves and the rows set aside: a check of the mapping, not a validation figure) 
   busiest stage's step (``a2a_ib_floor_s``: 4 all-to-alls per MoE layer and micro-batch, each moving
   (n - g)/n of its payload off the node for a group of n ranks with g per node), against the measured step;
 - the simulated step as mapped and with ``moe_dispatch=deepep`` (DeepEP: each token crosses each remote node
-  once, simulator/cost/moe_dispatch.py), and the time per MoE layer and micro-batch of the busiest stage that
-  the measurement leaves over each (``residual_ms``, measured - simulated, per MoE layer pass of one
-  micro-batch: forward and backward together).
+  once, simulator/cost/moe_dispatch.py), with the NeMo profile's constants (its ``moe_layer_fixed_us``
+  included), and the time per MoE layer and micro-batch of the busiest stage that the measurement leaves over
+  each (``residual_ms``, measured - simulated, per MoE layer pass of one micro-batch: forward and backward
+  together). Before that constant and the DeepEP mapping of the Megatron-Bridge rows (validation/modern/nemo.py)
+  the Qwen3 rows left 2.1-3.1 ms with DeepEP where their release's scripts use it, against -2.3 to +3.0 ms
+  with a plain all-to-all everywhere; now -0.8 to +0.2 ms, DeepSeek-V3 -5.0 ms.
 
 It explains nothing by itself and fits nothing: it puts next to each other the figures the issue-23 audit
 asked for (EP placement, link, dispatcher, what is left over), so that a mapping can be checked against its
