@@ -23,6 +23,12 @@ CASES = {**BOUND_CASES,
          "torchtitan-llama3-8b": (EXAMPLES / "llama3-8b-torchtitan-sac-h100.yaml", [], None,
                                   SearchSpace(micro_batch_size=[1], virtual_stages=[1], recompute=["none", "full"],
                                               zero_stage=[0, 3])),
+         # a balanced split cuts by kernel seconds: micro-batch and recompute move the cut, and with it the
+         # stages' parameters (the step's tail is shared across them only under an even split)
+         "bert-large-balanced": (EXAMPLES / "bert-large-tp4-dgx-a100.yaml", [], None,
+                                 SearchSpace(tp=[1], pp=[2], virtual_stages=[2], micro_batch_size=[1, 2],
+                                             zero_stage=[1], recompute=["none", "full"], sequence_parallel=[False],
+                                             pp_split=["balanced"])),
          # overlap_moe_comm: a pass's exposed all-to-all share depends on the whole pass (priced whole)
          "deepseek-v3": (EXAMPLES / "deepseek-v3-h800.yaml", [], None,
                          SearchSpace(tp=[2, 4], pp=[2, 4], virtual_stages=[1], micro_batch_size=[1],
