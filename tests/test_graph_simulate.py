@@ -93,6 +93,17 @@ def test_balanced_split_minimises_the_largest_chunk():
     assert balanced_split([1.0] * 7, 7) == [1] * 7
     with pytest.raises(ConfigError, match="parallelism.pp"):
         balanced_split([1, 1], 3)
+    # the greedy's running sum (0.7 + 0.249 + 0.898 + 0.3) rounds an ulp above the bisection's total
+    assert balanced_split([0.249, 0.898], 1, first_extra=0.7, last_extra=0.3) == [2]
+
+
+def test_balanced_split_keeps_the_even_split_where_it_is_optimal():
+    # identical layers, ends lighter than a layer (GPT-3's): the even cut, settled without the bisection
+    assert balanced_split([1.0] * 12, 4, 0.3, 0.4, prefer=[3, 3, 3, 3]) == [3, 3, 3, 3]
+    # a cut cheaper than the even one by more than 1e-9 is taken
+    assert balanced_split([1.0] * 11 + [3.0], 4, prefer=[3, 3, 3, 3]) == [4, 4, 3, 1]
+    # a cheaper cut only within 1e-9 keeps the even one
+    assert balanced_split([1.0] * 11 + [1.0 + 1e-10], 4, prefer=[3, 3, 3, 3]) == [3, 3, 3, 3]
 
 
 def test_recompute_full_reruns_the_forward():
