@@ -146,6 +146,15 @@ def test_heldout_error_within_target(reports, name):
     assert o["median_abs_error"] <= block["median_target"]
     if block["max_target"] is not None:
         assert o["max_abs_error"] <= block["max_target"]
+    # and on the held-out rows whose simulated scenario no fit row has (validation/modern/new_scenarios.py):
+    # a held-out row that re-simulates a fit row's scenario is not evidence
+    new = block["new_scenarios"]
+    print(name, "new scenarios:", new["cases"], "of", new["heldout"], new["median_abs_error"], new["max_abs_error"])
+    assert new["cases"] >= 3 and new["predicted_oom"] == 0
+    assert new["median_abs_error"] <= block["median_target"]
+    if block["max_target"] is not None:
+        assert new["max_abs_error"] <= block["max_target"]
+    assert block["met"]
 
 
 @pytest.mark.parametrize("name", [pytest.param(n, marks=pytest.mark.xfail(strict=True, reason=UNMET_USER[n]))
@@ -161,6 +170,12 @@ def test_heldout_error_as_a_user_naming_the_framework_gets_it(reports, name):
     assert o["median_abs_error"] <= _report(reports, name)["median_target"]
     if _report(reports, name)["max_target"] is not None:
         assert o["max_abs_error"] <= _report(reports, name)["max_target"]
+    new = user["new_scenarios"]  # the rows whose scenario no fit row has, judged alike
+    assert new["cases"] >= 3 and new["predicted_oom"] == 0
+    assert new["median_abs_error"] <= _report(reports, name)["median_target"]
+    if _report(reports, name)["max_target"] is not None:
+        assert new["max_abs_error"] <= _report(reports, name)["max_target"]
+    assert user["met"]
 
 
 def test_report_splits_precisions_and_accelerators(reports):

@@ -22,6 +22,7 @@ import sys
 
 from simulator.errors import ConfigError
 from validation.modern.framework_table import FRAMEWORK_SETS
+from validation.modern.new_scenarios import lambda_fp16_note
 from validation.modern.registry import (
     SETS,
     built,
@@ -41,7 +42,9 @@ def _pct(value: float | None) -> str:
 
 def _print_breakdown(block: dict, oom: bool, indent: str) -> None:
     """One line per summary (all cases, each precision, each accelerator) of a fitted, as-a-user or
-    catalog-only block; ``oom`` adds the count of rows predicted out of memory."""
+    catalog-only block; ``oom`` adds the count of rows predicted out of memory. Under "all", the held-out
+    rows whose simulated scenario no fit row has (validation/modern/new_scenarios.py), where the block has
+    held-out rows."""
     for title, rows in (("all", [block["overall"]]), ("precision", block["by_precision"]),
                         ("accelerator", block["by_accelerator"])):
         for s in rows:
@@ -49,6 +52,14 @@ def _print_breakdown(block: dict, oom: bool, indent: str) -> None:
                   f"{_pct(s['median_abs_error']):>7} max {_pct(s['max_abs_error']):>7} "
                   f"median error {_pct(s['median_error']):>7}"
                   f"{'  predicted OOM: ' + str(s['predicted_oom']) if oom and s.get('predicted_oom') else ''}")
+            new = block.get("new_scenarios") if title == "all" else None
+            if new is not None:
+                print(f"{indent}{'new scen.':<11} {'only':<16} n={new['cases']:<4} median |error| "
+                      f"{_pct(new['median_abs_error']):>7} max {_pct(new['max_abs_error']):>7} "
+                      f"median error {_pct(new['median_error']):>7}"
+                      f"{'  predicted OOM: ' + str(new['predicted_oom']) if oom and new.get('predicted_oom') else ''}"
+                      f"  ({new['cases']} of {new['heldout']} held-out rows simulate a scenario no fit row has; "
+                      f"{new['repeats']} repeat one)")
 
 
 def print_report(block: dict) -> None:
@@ -69,7 +80,17 @@ def print_report(block: dict) -> None:
             said.add(a["why"])
             print(f"    row {a['row']:>4} {a['label'][:80]:<80} measured {a['measured']:>10.1f} simulated "
                   f"{a['simulated'] or 0:>10.1f} {_pct(a['relative_error']):>7}  [set aside: {why}]")
-    print(f"  target ({target}): {'met' if block['met'] else 'NOT MET'}")
+    new = block.get("new_scenarios")
+    if new is not None:
+        judged = (f"held-out {'met' if block['heldout_met'] else 'NOT MET'}, new scenarios only "
+                  f"{'met' if new['met'] else 'NOT MET'}: the set meets it only if both do")
+        print(f"  target ({target}): {'met' if block['met'] else 'NOT MET'} ({judged})")
+    else:
+        print(f"  target ({target}): {'met' if block['met'] else 'NOT MET'}")
+    if block["case_set"] == "cnn_lambda":
+        note = lambda_fp16_note(block)
+        if note:
+            print(f"  {note}")
     user = block.get("user_profile")
     if user is not None:
         print(f"  as a user gets it (training.framework naming the row's framework, the shipped profile; "
