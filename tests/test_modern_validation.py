@@ -320,6 +320,9 @@ def test_nemo_heldout_time_errors_within_target(reports):
     assert len(errors) == block["overall"]["cases"] >= 20
     assert statistics.median(errors) <= block["median_target"]
     assert max(errors) <= block["max_target"]
+    new = block["new_scenarios"]  # and on the rows whose simulated scenario no fit row has
+    assert new["cases"] >= 20 and new["median_abs_error"] <= block["median_target"]
+    assert new["max_abs_error"] <= block["max_target"]
 
 
 def test_automodel_recompute_is_the_least_that_fits():
