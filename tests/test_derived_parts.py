@@ -101,3 +101,116 @@ def test_bad_combinations_stay_exit_2(node, precision):
                "--set", f"training.precision={precision}")
     assert run.returncode == 2 and "Traceback" not in run.stderr
     assert "precision" in run.stderr
+
+
+# --- the published rows on these boards: held-out checks of the rule, on their own line -------------------------
+
+from validation.modern.registry import (  # noqa: E402 - the validation half of this file
+    SETS,
+    built,
+    derived_cases,
+    derived_report,
+    evaluate_derived,
+    fit,
+)
+
+#: cnn_lambda's derived-parts line misses the set's targets: the figures and why (not tuned: a finding).
+LAMBDA_DERIVED_UNMET = (
+    "cnn_lambda derived parts, as a user naming lambda-pytorch gets them: median |error| 25.4% (target 10%), max "
+    "101.3% (target 25%) over 24 rows. GH200 6 rows median 1.9%, max 2.1% (the H100 SXM's entries carried, same "
+    "peak). A100 PCIe TF32 3 rows +1.0..+2.2% (the A100 SXM's entry). Misses: the 9 A100/H100 PCIe fp16 rows "
+    "+70..+101% -- Lambda's fp16 rate is its harness's per-image host cost, which framework.py carries only to a part "
+    "of the donor's own speed (none: no A100 fp16 entry, the H100 SXM is faster), so they get the GPU-only catalog "
+    "rate; with the H100 SXM host's 358.8 us they would still be +41..+52% (the PCIe hosts run 1,839-1,976 img/s, "
+    "~530 us per image); and the 6 H100 PCIe TF32 rows +19..+26% with the A100's TF32 factor (the only slower "
+    "donor), +2..+9% with the H100 SXM's (a what-if, not adopted)")
+
+
+def _derived(reports: dict, name: str) -> dict:
+    if name not in reports:
+        reports[name] = derived_report(name, *evaluate_derived(name, workers=2))
+    return reports[name]
+
+
+@pytest.fixture(scope="module")
+def derived_reports():
+    return {}
+
+
+@pytest.mark.parametrize(("name", "rows"), [("cnn_dle", 22), ("cnn_lambda", 24)])
+def test_derived_rows_are_apart_from_the_set_and_never_fitted_on(name, rows):
+    derived = derived_cases(name)
+    assert len(derived) == rows
+    cases = built(name)[0]
+    assert not {d.row for d in derived} & {c.row for c in cases}
+    assert {d.accelerator for d in derived} <= {"v100-sxm-32g", "h100-pcie-80g", "a100-pcie-80g", "a100-pcie-40g",
+                                                "gh200"}
+    # the set's own cases are the ones it had before the boards were added (its figures cannot move)
+    assert len(cases) == {"cnn_dle": 111, "cnn_lambda": 234}[name]
+    assert SETS[name].derived is not None
+
+
+def test_fit_never_sees_a_derived_row(monkeypatch):
+    import validation.modern.registry as registry
+
+    seen = []
+    monkeypatch.setattr(registry, "fit_group", lambda cases, *a, **k: seen.extend(cases) or {})
+    monkeypatch.setattr(registry, "fit_input_only", lambda cases, *a, **k: seen.extend(cases) or {})
+    monkeypatch.setattr(registry, "fit_jitter_only", lambda cases, *a, **k: seen.extend(cases) or {})
+    monkeypatch.setattr(registry, "heldout_figures", lambda *a, **k: {})
+    fit("cnn_lambda", workers=1)
+    assert seen and not {c.row for c in seen} & {d.row for d in derived_cases("cnn_lambda")}
+
+
+def test_dle_inconsistent_efficientnet_table_rows_are_set_aside_or_flagged():
+    derived = {d.row: d for d in derived_cases("cnn_dle")}
+    assert sorted(r for r, d in derived.items() if d.set_aside) == [88, 89, 92, 93, 96, 97]
+    assert all(not derived[r].set_aside for r in (84, 85, 86, 87))
+    flagged = {s.row for s in built("cnn_dle")[1] if "ANOMALY" in s.reason}
+    assert {90, 91, 94, 95, 98, 99} <= flagged
+
+
+@pytest.mark.slow
+def test_dle_dgx1_32g_rows_within_the_sets_targets(derived_reports):
+    # DLE's DGX-1 V100 32 GB rows as a user naming dle-pytorch gets them: the V100 16 GB entries carried (one chip)
+    block = _derived(derived_reports, "cnn_dle")
+    o = block["overall"]
+    print(o, block["catalog_only"]["overall"])
+    assert o["cases"] == 16 and o["predicted_oom"] == 0
+    assert o["median_abs_error"] <= SETS["cnn_dle"].median_target and o["max_abs_error"] <= SETS["cnn_dle"].max_target
+    assert block["met"]
+
+
+@pytest.mark.slow
+@pytest.mark.xfail(strict=True, reason=LAMBDA_DERIVED_UNMET)
+def test_lambda_derived_part_rows_within_the_sets_targets(derived_reports):
+    block = _derived(derived_reports, "cnn_lambda")
+    o = block["overall"]
+    print(o, [(s["label"], s["median_abs_error"], s["max_abs_error"]) for s in block["by_accelerator"]])
+    assert o["cases"] == 24 and o["predicted_oom"] == 0
+    assert o["median_abs_error"] <= SETS["cnn_lambda"].median_target
+    assert o["max_abs_error"] <= SETS["cnn_lambda"].max_target
+
+
+@pytest.mark.slow
+def test_lambda_derived_line_figures_as_reported(derived_reports):
+    # the figures the strict xfail above names, so a change that moves them fails here and the reason is rewritten
+    block = _derived(derived_reports, "cnn_lambda")
+    by = {s["label"]: s for s in block["by_accelerator"]}
+    assert block["overall"]["median_abs_error"] == pytest.approx(0.254, abs=0.002)
+    assert block["overall"]["max_abs_error"] == pytest.approx(1.013, abs=0.003)
+    assert by["gh200"]["max_abs_error"] <= 0.025
+    errors = {c["row"]: c["relative_error"] for c in block["cases"]}
+    assert all(0.69 <= errors[r] <= 1.02 for r in (1, 2, 4, 5, 13, 15, 24, 33, 92))  # PCIe fp16: the host bound
+    assert all(0.18 <= errors[r] <= 0.27 for r in (45, 46, 56, 65, 74, 180))        # H100 PCIe TF32
+    assert not block["met"]
+
+
+@pytest.mark.slow
+def test_validation_cli_prints_the_derived_line_and_fails_on_its_miss():
+    run = subprocess.run([sys.executable, "-m", "validation.modern", "--set", "cnn_lambda", "--no-user-profile",
+                          "--no-catalog-only"], capture_output=True, text=True, timeout=600)
+    assert run.returncode == 1, run.stderr
+    assert "target (median <= 10%, every row <= 25%): met" in run.stdout  # the set's own figures
+    assert "derived parts" in run.stdout and "NOT MET: on these boards" in run.stdout
+    assert "row  180" in run.stdout and "h100-pcie-8" in run.stdout

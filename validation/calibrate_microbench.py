@@ -908,8 +908,11 @@ def efficiency_block(name: str) -> dict:
 #: Hopper parts whose TF32 convolutions are priced by the A100's shape model (validation/calibrate_conv.py) as a
 #: fraction of their own TF32 peak (*assumed*: no H100/H200 convolution was measured here; on the GEMM curve
 #: instead, DLE ResNet-50 in TF32 on Lambda's H100/H200 rows ran +46% / +71% fast with the catalog alone, +15% /
-#: +19% with this: 5c3ff33).
-HOPPER_TF32_CONV = ("h100-sxm-80g", "h200-sxm-141g")
+#: +19% with this: 5c3ff33). GH200 and H800 (the same GH100 die and clocks) carry it too since session 7: left
+#: out while no CNN row ran on them, GH200's six Lambda rows (mapped since, validation/modern/cnn.py NEW_BOARDS)
+#: priced its TF32 convolutions on the GEMM curve, +46% where the H100 SXM's held-out TF32 rows are within 1%;
+#: added after those rows were seen, to apply the family's one rule, not fitted on them.
+HOPPER_TF32_CONV = ("h100-sxm-80g", "h200-sxm-141g", "gh200", "h800-sxm-80g")
 
 #: Accelerators whose efficiency block is hand-written (fitted end to end elsewhere) but whose fused
 #: attention kernels are fitted here: A100 80 GB on its kernel rows, A100 40 GB the same chip.

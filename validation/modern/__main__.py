@@ -5,13 +5,16 @@ errors (overall, BF16/FP8 apart, per accelerator) against the targets, then the 
 catalog constants alone (no profile: what an unseen run gets; ``--no-catalog-only`` skips it), and
 as a user gets them: ``training.framework`` naming the row's framework, whose shipped profile
 (hardware_specs/frameworks/) gives the factors, fitted, carried over or assumed as for any run
-(the LLM framework sets; ``--no-user-profile`` skips it). ``--framework-table``: that figure per
+(the LLM framework sets; ``--no-user-profile`` skips it). A set with rows on boards none of its rows was fitted on
+(the CNN sets: DGX-1 V100 32 GB, H100/A100 PCIe and GH200 hosts, whose efficiencies validation/derive_parts.py
+derives from the SXM parts) prints them on their own "derived parts" line, every row held out and judged against
+the set's targets as a user naming the row's framework gets them; its figures never enter the set's. ``--framework-table``: that figure per
 framework x accelerator x precision as a Markdown table, and the choice on parts no row ran on.
 ``--override key.path=value``, repeatable: every case with that change, a what-if that is not the
 validation result. ``--fit``: fit the framework
 constants of each set on its fit half (``--write`` saves them to validation/profiles/ and the shipped
 framework profiles to hardware_specs/frameworks/; ``--ship`` writes the latter again from the former). Exit code 1
-when a reported set misses its target.
+when a reported set, or its derived-parts line, misses its target.
 """
 
 from __future__ import annotations
@@ -27,7 +30,10 @@ from validation.modern.registry import (
     SETS,
     built,
     catalog_only,
+    derived_cases,
+    derived_report,
     evaluate,
+    evaluate_derived,
     fit,
     report,
     user_profile,
@@ -60,6 +66,27 @@ def _print_breakdown(block: dict, oom: bool, indent: str) -> None:
                       f"{'  predicted OOM: ' + str(new['predicted_oom']) if oom and new.get('predicted_oom') else ''}"
                       f"  ({new['cases']} of {new['heldout']} held-out rows simulate a scenario no fit row has; "
                       f"{new['repeats']} repeat one)")
+
+
+def _print_derived(block: dict, derived: dict) -> None:
+    """The set's "derived parts" line: rows on boards none of its rows was fitted on (validation/derive_parts.py,
+    hardware_specs/nodes/), every one held out, as a user naming the row's framework gets them."""
+    o, c = derived["overall"], derived["catalog_only"]["overall"]
+    verdict = "met" if derived["met"] else (
+        f"NOT MET: on these boards, which no row calibrated, a user is told rates {_pct(o['median_abs_error'])} off "
+        f"at the median and up to {_pct(o['max_abs_error'])} off")
+    print(f"  derived parts (boards no row of this set was fitted on; efficiencies derived by rule from their SXM "
+          f"sibling, validation/derive_parts.py, or a new node; never fitted on, not counted above; as a user naming "
+          f"the row's framework gets them): target {verdict}")
+    _print_breakdown(derived, oom=True, indent="    ")
+    print(f"    catalog constants only (not a target): median |error| {_pct(c['median_abs_error'])} max "
+          f"{_pct(c['max_abs_error'])} over {c['cases']} rows")
+    for r in derived["cases"]:
+        state = f"{r['framework']} {r['state']} ({r['entry']})"
+        aside = f"  [set aside: {r['set_aside']}]" if r["set_aside"] else ""
+        print(f"    row {r['row']:>4} {r['label'][:72]:<72} {r['node']:<16} measured {r['measured']:>8.1f} simulated "
+              f"{r['simulated'] or 0:>8.1f} {_pct(r['relative_error']):>7}  {state:<46} catalog "
+              f"{_pct(r['catalog_relative_error']):>7}{'' if r['fits'] else '  (predicted OOM)'}{aside}")
 
 
 def print_report(block: dict) -> None:
@@ -101,6 +128,9 @@ def print_report(block: dict) -> None:
             print(f"    framework   {s['framework'] + ' ' + s['accelerator'] + ' ' + s['precision']:<44} "
                   f"{s['state']:<10} n={s['cases']:<4} median |error| {_pct(s['median_abs_error']):>7} "
                   f"max {_pct(s['max_abs_error']):>7}")
+    derived = block.get("derived_parts")
+    if derived is not None:
+        _print_derived(block, derived)
     catalog = block.get("catalog_only")
     if catalog is not None:
         print(f"  catalog constants only (no fitted profile: what a run of a framework x accelerator x precision no "
@@ -189,7 +219,10 @@ def main(argv: list[str] | None = None) -> int:
             catalog = catalog_only(name, outcomes, args.workers, overrides) if args.catalog_only else None
             user = user_profile(name, outcomes, args.workers) \
                 if args.user_profile and not overrides and name in FRAMEWORK_SETS else None
-            blocks.append(report(name, outcomes, catalog, user))
+            block = report(name, outcomes, catalog, user)
+            if derived_cases(name) and not overrides:
+                block["derived_parts"] = derived_report(name, *evaluate_derived(name, args.workers))
+            blocks.append(block)
     except ConfigError as exc:
         print(f"python -m validation.modern: error: --override: {exc.reason}", file=sys.stderr)
         return 2
@@ -203,7 +236,7 @@ def main(argv: list[str] | None = None) -> int:
                     print(f"    row {c['row']:>4} {c['label'][:90]:<90} {c['attention_kernel']:<6} measured "
                           f"{c['measured'] or 0:>10.1f} simulated {c['simulated'] or 0:>10.1f} {_pct(c['relative_error']):>8}"
                           f"{'' if c['fits'] else '  (predicted OOM)'}")
-    return 0 if all(b["met"] for b in blocks) else 1
+    return 0 if all(b["met"] and b.get("derived_parts", {}).get("met", True) for b in blocks) else 1
 
 
 if __name__ == "__main__":

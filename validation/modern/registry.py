@@ -49,6 +49,8 @@ class ModernSet:
     #                                      factor; their multi-GPU fit rows fit sync_jitter alone (profiles.fit_jitter_only)
     input_precisions: tuple[str, ...] = ()  # groups of these precisions fit the host's input cost alone
     #                                         (profiles.fit_input_only: Lambda's fp16 rows, validation/modern/cnn.py)
+    derived: Callable[[], list[ModernCase]] | None = None  # rows on boards whose efficiencies are derived by rule
+    #                                         (never fitted on, not in the set's figures): :func:`derived_report`
 
     @property
     def profile_name(self) -> str:
@@ -104,10 +106,12 @@ SETS: dict[str, ModernSet] = {s.name: s for s in (
               vtrain.multi_cases, 0.12, None, VTRAIN_GRID, profile="vtrain", criterion="set_median"),
     ModernSet("cnn_dle", "cnn_training_throughput_dle.csv",
               "NVIDIA DeepLearningExamples CNN training throughput (ResNet-50 v1.5; A100, V100)",
-              cnn.dle_cases, FRAMEWORK_MEDIAN, FRAMEWORK_MAX, JITTER_GRID, fit_elsewhere=cnn.FIT_ELSEWHERE),
+              cnn.dle_cases, FRAMEWORK_MEDIAN, FRAMEWORK_MAX, JITTER_GRID, fit_elsewhere=cnn.FIT_ELSEWHERE,
+              derived=cnn.dle_derived_cases),
     ModernSet("cnn_lambda", "cnn_training_throughput_lambda.csv",
               "Lambda deeplearning-benchmark, DLE PyTorch ResNet-50 (A100, H100, H200)",
-              cnn.lambda_cases, FRAMEWORK_MEDIAN, FRAMEWORK_MAX, input_precisions=("fp16",)),
+              cnn.lambda_cases, FRAMEWORK_MEDIAN, FRAMEWORK_MAX, input_precisions=("fp16",),
+              derived=cnn.lambda_derived_cases),
 )}
 
 
@@ -335,6 +339,52 @@ def report(name: str, outcomes: list[CaseOutcome], catalog: list[CaseOutcome] | 
                        "measured": o.measured_rate_per_gpu, "simulated": o.simulated_rate_per_gpu,
                        "relative_error": o.relative_error} for o in aside],
         **extra,
+    }
+
+
+@cache
+def derived_cases(name: str) -> tuple[ModernCase, ...]:
+    """The set's rows on boards whose efficiencies are derived by rule (``ModernSet.derived``; none: empty)."""
+    build = SETS[name].derived
+    return tuple(build()) if build is not None else ()
+
+
+def evaluate_derived(name: str, workers: int | None = 2) -> tuple[list[CaseOutcome], tuple[list[UserOutcome], int]]:
+    """The derived-parts rows, every one (no half: none is fitted on), simulated with the catalog constants
+    alone and as a user naming the row's framework gets them (:func:`user_profile`: the shipped entry for the
+    row's part and precision, or the one carried over to it, or none)."""
+    cases = list(derived_cases(name))
+    results = simulate_many([c.scenario for c in cases], workers)
+    catalog = [outcome(c, r) for c, r in zip(cases, results, strict=True)]
+    return catalog, user_profile(name, catalog, workers)
+
+
+def derived_report(name: str, catalog: list[CaseOutcome], user: tuple[list[UserOutcome], int]) -> dict[str, Any]:
+    """The "derived parts" line of a set: its rows on boards no row of the set was fitted on, whose
+    efficiencies come from a sibling part by a stated rule (validation/derive_parts.py) or whose node is new
+    (hardware_specs/nodes/), as a user naming the row's framework gets them, judged against the set's own
+    targets (``met``) and reported apart from its figures; the catalog-only errors of the same rows beside
+    (not a target). Set-aside rows are listed with their errors and reasons, not counted."""
+    spec = SETS[name]
+    kept = [u for u in user[0] if not u.outcome.case.set_aside]
+    overall, by = _summaries(name, [u.outcome for u in kept])
+    c_overall, c_by = _summaries(name, [o for o in catalog if not o.case.set_aside])
+    by_catalog = {o.case.row: o for o in catalog}
+    return {
+        "overall": overall.as_dict(), "met": overall.met(spec.median_target, spec.max_target),
+        "by_precision": [s.as_dict() for s in by["precision"]],
+        "by_accelerator": [s.as_dict() for s in by["accelerator"]],
+        "resimulated": user[1],
+        "catalog_only": {"overall": c_overall.as_dict(), "by_accelerator": [s.as_dict() for s in c_by["accelerator"]]},
+        "cases": [{"row": u.outcome.case.row, "label": u.outcome.case.label, "accelerator": u.outcome.case.accelerator,
+                   "node": u.outcome.case.scenario["cluster"]["node"] if isinstance(
+                       u.outcome.case.scenario["cluster"]["node"], str)
+                   else u.outcome.case.scenario["cluster"]["node"]["base"],
+                   "framework": u.framework, "state": u.state, "entry": u.entry,
+                   "measured": u.outcome.measured_rate_per_gpu, "simulated": u.outcome.simulated_rate_per_gpu,
+                   "relative_error": u.outcome.relative_error, "fits": u.outcome.fits,
+                   "catalog_relative_error": by_catalog[u.outcome.case.row].relative_error,
+                   "set_aside": u.outcome.case.set_aside} for u in user[0]],
     }
 
 
