@@ -837,7 +837,25 @@ def summary_table(sweep: Sweep, frame) -> str:
     frame["_order"] = frame.point_id.map(order)
     columns = [*sweep.columns, "status", *[c for c in sweep.doc.show if c not in sweep.columns and c != "status"]]
     shown = frame.sort_values("_order")[columns]
-    return shown.to_string(index=False, na_rep="-", float_format=_shown_float)
+    cells = {c: [_shown_cell(v) for v in shown[c]] for c in columns}
+    numeric = {c: all(isinstance(v, (int, float)) and not isinstance(v, bool) for v in shown[c] if v == v)
+               for c in columns}  # numbers right-aligned, names and lists left-aligned
+    widths = {c: max(len(c), *(len(v) for v in cells[c])) for c in columns}
+
+    def line(values: dict[str, str]) -> str:
+        return "  ".join(values[c].rjust(widths[c]) if numeric[c] else values[c].ljust(widths[c])
+                         for c in columns).rstrip()
+
+    return "\n".join([line({c: c for c in columns}),
+                      *(line({c: cells[c][i] for c in columns}) for i in range(len(shown)))])
+
+
+def _shown_cell(value: Any) -> str:
+    if isinstance(value, float):
+        return _shown_float(value)
+    if value is None:
+        return "-"
+    return str(value)
 
 
 def _shown_float(value: float) -> str:
