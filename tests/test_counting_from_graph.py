@@ -15,8 +15,10 @@ import pytest
 
 import simulator.scenario
 import workloads.transformer_graph as transformer_graph
+from simulator.memory.analytic import stage_params
 from simulator.scenario import load_scenario
 from simulator.simulate import simulate
+from simulator.strategies.spmd.plan import Planner
 from validation import closed_forms
 from workloads import counting
 from workloads.graph import LayerWork, Op, ShardShape
@@ -30,11 +32,11 @@ EXTRA_PARAMS = 1_000            # what the perturbed builder adds to every block
 EXTRA_FLOPS = 2.0 * 64 * 64 * 64  # a 64^3 GEMM the perturbed builder adds to every block's forward
 
 
-def toy(num_gpus: int):
+def toy(num_gpus: int, tied: bool = False, **parallelism):
     """tests/test_simulate.py's toy GPT under a name of its own: what these tests build from a perturbed
     builder is cached under it, never under a model another test uses."""
-    raw = toy_raw(num_gpus)
-    return load_scenario(raw | {"model": raw["model"] | {"name": "toy-gpt-perturbed"}})
+    raw = toy_raw(num_gpus, **parallelism)
+    return load_scenario(raw | {"model": raw["model"] | {"name": "toy-gpt-perturbed", "tied_embeddings": tied}})
 
 
 def _clear_caches() -> None:
@@ -106,6 +108,26 @@ def test_graph_sums_follow_a_changed_layer():
     block = graph.layers[2]
     changed = replace(graph, layers=(*graph.layers[:2], replace(block, params=block.params + 7), *graph.layers[3:]))
     assert counting.counts_of(changed).total == counts.total + 7
+
+
+def test_the_tied_embedding_copy_is_the_graphs(monkeypatch, fresh_caches):
+    # With tied embeddings and pp > 1 the last stage holds a copy of the word embedding for its LM head
+    # (Megatron): its size is the graph's word embedding, whatever the builder says that is.
+    sc = toy(2, tied=True, pp=2, global_batch_size=2)
+    before = stage_params(sc.model, sc.parallelism, 1), Planner(sc).stage_params_local(1)
+    stated = transformer_graph.word_embedding_params_per_rank
+    monkeypatch.setattr(transformer_graph, "word_embedding_params_per_rank", lambda *a: stated(*a) + EXTRA_PARAMS)
+    _clear_caches()
+    after = stage_params(sc.model, sc.parallelism, 1), Planner(sc).stage_params_local(1)
+    assert after == (before[0] + EXTRA_PARAMS, before[1] + EXTRA_PARAMS)
+    assert counting.total_params(sc.model) == closed_forms.total_params(sc.model) + EXTRA_PARAMS  # stage 0's
+
+
+def test_only_the_builder_reads_whether_embeddings_are_tied():
+    readers = [path for path in sorted((ROOT / "simulator").rglob("*.py")) + sorted((ROOT / "workloads").rglob("*.py"))
+               if "tied_embeddings" in path.read_text()]
+    assert [p.relative_to(ROOT).as_posix() for p in readers] == [
+        "workloads/hf_config.py", "workloads/schema.py", "workloads/transformer_graph.py"]
 
 
 def _imports(tree: ast.AST) -> set[str]:

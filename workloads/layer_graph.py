@@ -165,6 +165,10 @@ class LayerGraph:
     epilogue: int = 0
     tensor_parallel: int = 1   # the tp degree a general graph was split for (workloads/tensor_parallel.py)
     model_flops_rule: ModelFlopsRule = "counted"
+    # parameters a pipeline's last stage holds again when the first and last layers share a weight, per
+    # rank: a transformer's tied word embedding (Megatron keeps a copy for the LM head on the last stage
+    # when pp > 1 and sums the two copies' gradients); 0 for a graph without one
+    tied_copy_params: float = 0.0
     _index: dict[str, int] = field(default_factory=dict, compare=False, repr=False)
     _input_bytes: dict[tuple[str, ...], float] = field(default_factory=dict, compare=False, repr=False)
     _flops: dict[str, tuple[float, float]] = field(default_factory=dict, compare=False, repr=False)

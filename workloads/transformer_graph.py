@@ -127,10 +127,15 @@ def block_params_per_rank(model: TransformerSpec, tp: int, ep: int, moe_layer: b
     return attn + _ffn_params_per_rank(model, model.ffn_size, tp) + norms, 0.0
 
 
+def word_embedding_params_per_rank(model: TransformerSpec, tp: int) -> float:
+    """The word embedding V x h ÷tp (vocab-parallel): also the LM head's weight when tied."""
+    return model.vocab_size * model.hidden_size / tp
+
+
 def embedding_params_per_rank(model: TransformerSpec, tp: int) -> float:
     """Word embedding ÷tp (vocab-parallel) plus learned positions (replicated)."""
     positions = model.seq_length * model.hidden_size if model.position_embedding == "learned" else 0
-    return model.vocab_size * model.hidden_size / tp + positions
+    return word_embedding_params_per_rank(model, tp) + positions
 
 
 def head_params_per_rank(model: TransformerSpec, tp: int) -> float:
@@ -138,7 +143,7 @@ def head_params_per_rank(model: TransformerSpec, tp: int) -> float:
     keeps on the last stage when pp > 1 is a pipeline matter, added by memory and planner)."""
     head = _norm_params(model)
     if not model.tied_embeddings:
-        head += model.vocab_size * model.hidden_size / tp
+        head += word_embedding_params_per_rank(model, tp)
     return head
 
 
@@ -278,4 +283,5 @@ def transformer_layer_graph(model: TransformerSpec, shard: ShardShape) -> LayerG
     layers.append(_layer("head", "lm_head", head_work(model, shard), head_params_per_rank(model, shard.tp), 0.0,
                          head_saved, sum(x.nbytes for x in head_saved), 0.0, (layers[-1].name,), splits))
     return LayerGraph(model.name, tuple(layers), shard.micro_batch, sample="sequence",
-                      seq_length=shard.seq_length, prologue=1, epilogue=1, model_flops_rule="three_forward")
+                      seq_length=shard.seq_length, prologue=1, epilogue=1, model_flops_rule="three_forward",
+                      tied_copy_params=word_embedding_params_per_rank(model, shard.tp) if model.tied_embeddings else 0.0)

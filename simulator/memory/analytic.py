@@ -503,8 +503,8 @@ def _stage_param_split(model, par: Parallelism, stage: int, graph: LayerGraph | 
         ends += list(graph.layers[len(graph.layers) - graph.epilogue:])
     for layer in ends:
         size = layer.params
-        if layer is graph.layers[-1] and par.pp > 1 and getattr(model, "tied_embeddings", False):
-            size += model.vocab_size * model.hidden_size / par.tp
+        if layer is graph.layers[-1] and par.pp > 1 and graph.tied_copy_params:
+            size += graph.tied_copy_params
         dense += size
         modules.append(size)
     return dense, expert, modules

@@ -101,8 +101,7 @@ def stage_memories(scenario) -> list[MemoryBreakdown]:
     # Model states (rank_memory: _stage_param_split, then model_state_bytes).
     dense = np.bincount(stage_of, weights=arrays["dense"], minlength=pp)
     expert = np.bincount(stage_of, weights=arrays["expert"], minlength=pp)
-    tied_extra = (scenario.model.vocab_size * scenario.model.hidden_size / par.tp
-                  if pp > 1 and getattr(scenario.model, "tied_embeddings", False) else 0.0)
+    tied_extra = graph.tied_copy_params if pp > 1 else 0.0
     last_layer = graph.layers[-1]
     end_modules: dict[int, list[float]] = {}
     for stage, ends in ((0, arrays["prologue"]), (pp - 1, arrays["epilogue"])):

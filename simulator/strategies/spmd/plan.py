@@ -565,14 +565,13 @@ class Planner:
         return total
 
     def chunk_params_local(self, global_chunk: int) -> float:
-        model, tp = self.sc.model, self.par.tp
         params = self._layers_params(self.chunk_runs(global_chunk))
         if global_chunk == 0:
             params += self.prologue_params
         if global_chunk == self.chunks - 1:
             params += self.epilogue_params
-            if getattr(model, "tied_embeddings", False) and self.chunks > 1 and self.par.pp > 1:
-                params += model.vocab_size * model.hidden_size / tp
+            if self.graph.tied_copy_params and self.chunks > 1 and self.par.pp > 1:
+                params += self.graph.tied_copy_params
         return params
 
     def stage_params_local(self, stage: int) -> float:
@@ -1129,10 +1128,9 @@ class Planner:
             bucket["expert"] = self._layers_params(stage_kinds.items(), expert_only=True) * grad_bytes
             flush_bucket(end_of_backward, "grads")
         # Tied embeddings across pipeline stages: sum the two copies' gradients (Megatron).
-        if getattr(sc.model, "tied_embeddings", False) and par.pp > 1 and stage in (0, par.pp - 1):
+        if self.graph.tied_copy_params and par.pp > 1 and stage in (0, par.pp - 1):
             task = self.comm_task(actor, "dp", "dp_comm", "embedding_grad_all_reduce", rank,
-                                  [("embedding", "all_reduce",
-                                    sc.model.vocab_size * sc.model.hidden_size / par.tp * grad_bytes)],
+                                  [("embedding", "all_reduce", self.graph.tied_copy_params * grad_bytes)],
                                   key="embedding_grad")
             if task is not None:
                 task.deps.append(end_of_backward)
