@@ -28,6 +28,7 @@ from validation.modern.framework_table import FRAMEWORK_SETS
 from validation.modern.new_scenarios import lambda_fp16_note
 from validation.modern.registry import (
     SETS,
+    board_ratio_check,
     built,
     catalog_only,
     derived_cases,
@@ -81,6 +82,16 @@ def _print_derived(block: dict, derived: dict) -> None:
     _print_breakdown(derived, oom=True, indent="    ")
     print(f"    catalog constants only (not a target): median |error| {_pct(c['median_abs_error'])} max "
           f"{_pct(c['max_abs_error'])} over {c['cases']} rows")
+    check = derived.get("board_ratio")
+    if check is not None and (check["pairs"] or check["skipped"]):
+        print(f"    the rule alone (rate over the same configuration's rate on the sibling board, measured vs simulated "
+              f"with the catalog constants on both; not a target): {len(check['pairs'])} rows, median |error| "
+              f"{_pct(check['median_abs_error'])}, max {_pct(check['max_abs_error'])}; {len(check['skipped'])} rows "
+              f"skipped (the sibling board's rows of that configuration are bounded by the host's input cost)")
+        for p in check["pairs"]:
+            print(f"      row {p['row']:>4} {p['accelerator']:<14} / {p['sibling']:<14} {p['precision']:<5} x{p['gpus']:<2} "
+                  f"measured {p['measured_ratio']:.3f} simulated {p['simulated_ratio'] or 0:.3f} "
+                  f"{_pct(p['relative_error']):>7}")
     for r in derived["cases"]:
         state = f"{r['framework']} {r['state']} ({r['entry']})"
         aside = f"  [set aside: {r['set_aside']}]" if r["set_aside"] else ""
@@ -222,6 +233,7 @@ def main(argv: list[str] | None = None) -> int:
             block = report(name, outcomes, catalog, user)
             if derived_cases(name) and not overrides:
                 block["derived_parts"] = derived_report(name, *evaluate_derived(name, args.workers))
+                block["derived_parts"]["board_ratio"] = board_ratio_check(name, args.workers)
             blocks.append(block)
     except ConfigError as exc:
         print(f"python -m validation.modern: error: --override: {exc.reason}", file=sys.stderr)

@@ -135,6 +135,12 @@ NEW_BOARDS: tuple[tuple[str, str | dict[str, Any], str], ...] = (
     ("GH200", "gh200-1", "gh200"),
 )
 
+#: The board each new board's rows are compared with, configuration for configuration (registry.py
+#: ``board_ratio_check``): the SXM part its efficiencies are derived from (validation/derive_parts.py), or the same
+#: chip on another board (GH200: the H100 SXM's GH100 die and clocks; the V100 32 GB SXM2: the 16 GB part's GV100).
+BOARD_SIBLING = {"h100-pcie-80g": "h100-sxm-80g", "a100-pcie-80g": "a100-sxm-80g", "a100-pcie-40g": "a100-sxm-80g",
+                 "gh200": "h100-sxm-80g", "v100-sxm-32g": "v100-sxm2-16g"}
+
 #: DLE's EfficientNet "DGX-1 (8x V100 32GB)" table (rows 84-99; its text says 16 GB): the one-GPU rows of B4,
 #: widese-B0 and widese-B4 run at 0.43-0.46x the DGX-1 16 GB table's rows of the same network, precision and
 #: container on the same GV100 chip (B4 FP32 36 vs 83 img/s, AMP 89 vs 204; widese-B0 281 vs 655, 603 vs 1,299;

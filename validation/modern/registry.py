@@ -388,6 +388,52 @@ def derived_report(name: str, catalog: list[CaseOutcome], user: tuple[list[UserO
     }
 
 
+def board_ratio_check(name: str, workers: int | None = 2) -> dict[str, Any]:
+    """The derivation rule checked apart from any framework factor: each derived-parts row's measured rate over the
+    median measured rate of the set's rows of the same configuration (network, precision, GPU count, framework) on
+    its sibling board (cnn.BOARD_SIBLING), against the same ratio simulated with the catalog constants on both
+    boards (a factor applied alike to both would cancel). Pairs whose sibling rows are bounded outside the GPU (a
+    fitted host input cost, ``input_us_per_sample``, or set aside for it) measure the host, not the rule: listed as
+    skipped with that reason. Not a target (the derived-parts line is): it says which part of a miss is the rule."""
+    import statistics
+
+    from validation.modern.cnn import BOARD_SIBLING
+
+    groups = load_groups(SETS[name].profile_name)
+
+    def config(c: ModernCase) -> tuple:
+        model = c.scenario["model"]
+        return (model if isinstance(model, str) else model["name"], c.precision, c.scenario["cluster"]["num_gpus"],
+                c.profile_group.split("|")[0])
+
+    pairs, skipped = [], []
+    for d in derived_cases(name):
+        siblings = [c for c in built(name)[0] if c.accelerator == BOARD_SIBLING.get(d.accelerator)
+                    and config(c) == config(d)]
+        if d.set_aside or not siblings:
+            continue
+        host = [c for c in siblings if c.set_aside or (groups.get(c.profile_group) or {}).get("input_us_per_sample")]
+        if host:
+            skipped.append({"row": d.row, "why": f"the {host[0].accelerator} rows of this configuration are bounded by "
+                                                 "the host's input cost (fitted or set aside for it)"})
+            continue
+        pairs.append((d, siblings))
+    results = simulate_many([d.scenario for d, _ in pairs] + [s[0].scenario for _, s in pairs], workers)
+    rows = []
+    for i, (d, siblings) in enumerate(pairs):
+        mine, theirs = results[i].get("samples_per_s"), results[len(pairs) + i].get("samples_per_s")
+        measured = d.measured_rate_per_gpu / statistics.median(c.measured_rate_per_gpu for c in siblings)
+        simulated = mine / theirs if mine and theirs else None
+        rows.append({"row": d.row, "accelerator": d.accelerator, "sibling": siblings[0].accelerator,
+                     "precision": d.precision, "gpus": d.scenario["cluster"]["num_gpus"], "sibling_rows": len(siblings),
+                     "measured_ratio": measured, "simulated_ratio": simulated,
+                     "relative_error": None if simulated is None else simulated / measured - 1})
+    errors = [abs(r["relative_error"]) for r in rows if r["relative_error"] is not None]
+    return {"pairs": rows, "skipped": skipped,
+            "median_abs_error": statistics.median(errors) if errors else None,
+            "max_abs_error": max(errors) if errors else None}
+
+
 def fit(name: str, workers: int | None = 2) -> dict[str, dict[str, Any]]:
     """Fit every group with enough fit-half cases of the sets sharing ``name``'s profile."""
     spec = SETS[name]
