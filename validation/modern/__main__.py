@@ -66,7 +66,9 @@ def _print_breakdown(block: dict, oom: bool, indent: str) -> None:
                       f"median error {_pct(new['median_error']):>7}"
                       f"{'  predicted OOM: ' + str(new['predicted_oom']) if oom and new.get('predicted_oom') else ''}"
                       f"  ({new['cases']} of {new['heldout']} held-out rows simulate a scenario no fit row has; "
-                      f"{new['repeats']} repeat one)")
+                      f"{new['repeats']} repeat one; the new rows are {new['scenarios']} distinct scenarios, one "
+                      f"figure each: median {_pct(new['per_scenario_median_abs_error'])} max "
+                      f"{_pct(new['per_scenario_max_abs_error'])}, not judged)")
 
 
 def _print_derived(block: dict, derived: dict) -> None:
@@ -247,7 +249,8 @@ def main(argv: list[str] | None = None) -> int:
                 for c in block["cases"]:
                     print(f"    row {c['row']:>4} {c['label'][:90]:<90} {c['attention_kernel']:<6} measured "
                           f"{c['measured'] or 0:>10.1f} simulated {c['simulated'] or 0:>10.1f} {_pct(c['relative_error']):>8}"
-                          f"{'' if c['fits'] else '  (predicted OOM)'}")
+                          f"{'' if c['fits'] else '  (predicted OOM)'}"
+                          f"{'  [repeats fit row ' + c['repeats_fit_row'] + ']' if c.get('repeats_fit_row') else ''}")
     return 0 if all(b["met"] and b.get("derived_parts", {}).get("met", True) for b in blocks) else 1
 
 

@@ -277,7 +277,7 @@ def report(name: str, outcomes: list[CaseOutcome], catalog: list[CaseOutcome] | 
     also carries ``new_scenarios``: its held-out rows whose simulated scenario no fit row has
     (validation/modern/new_scenarios.py), and ``met`` asks both the held-out figures and these to be within
     the targets (a held-out row that repeats a fit row's scenario is not evidence)."""
-    from validation.modern.new_scenarios import new_scenario_block
+    from validation.modern.new_scenarios import fit_twin, new_scenario_block
 
     spec = SETS[name]
     aside = [o for o in outcomes if o.case.set_aside]
@@ -334,7 +334,8 @@ def report(name: str, outcomes: list[CaseOutcome], catalog: list[CaseOutcome] | 
                    "attention_kernel": o.case.scenario["training"].get("attention_kernel", "auto"),
                    "measured": o.measured_rate_per_gpu,
                    "simulated": o.simulated_rate_per_gpu, "relative_error": o.relative_error,
-                   "fits": o.fits, "reason": o.reason} for o in outcomes],
+                   "fits": o.fits, "reason": o.reason,
+                   "repeats_fit_row": fit_twin(o.case) if o.case.heldout else None} for o in outcomes],
         "set_aside": [{"label": o.case.label, "row": o.case.row, "why": o.case.set_aside,
                        "measured": o.measured_rate_per_gpu, "simulated": o.simulated_rate_per_gpu,
                        "relative_error": o.relative_error} for o in aside],
