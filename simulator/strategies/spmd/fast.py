@@ -41,6 +41,7 @@ import gc
 import math
 from collections import defaultdict
 from dataclasses import dataclass
+from itertools import accumulate
 
 from simulator.engine.engine import Task, cyclic_gc_paused
 from simulator.scenario import Scenario
@@ -326,48 +327,69 @@ def _contention_delays(busy) -> dict[int, float]:
     adds. (Two equal transfers started together: each alone 10 ms, each +10 ms, both end at 20 ms
     as in the engine; one started 5 ms into the other: +5 ms each, ends at 15 and 20 ms, as in the
     engine.) Windows are the transfers' byte phases *alone* at their current starts, so a round
-    does not feed on itself."""
+    does not feed on itself.
+
+    Only the runs of windows that overlap are swept pair by pair (:func:`_overlapping_runs`): a window
+    that starts once every earlier one has ended meets none of them (on GPT-3 175B's pp-16 layouts ~100
+    of 24,000 windows overlap: the pipeline's sends on a NIC follow one another), and sweeping a run from
+    its first window adds the same terms in the same order as sweeping the whole port."""
     delays: dict[int, float] = {}
     for intervals in busy.values():
         if len(intervals) < 2:
             continue
         intervals.sort()
-        active: list[tuple[float, int, float]] = []  # (end, task, its share of the port alone)
-        added: dict[int, float] = defaultdict(float)
-        for s, e, i, seconds in intervals:
-            active = [a for a in active if a[0] > s]
-            u = seconds / max(e - s, 1e-30)
-            for a_e, j, a_u in active:
-                overlap = min(a_e, e) - s
-                if overlap <= 0:
-                    continue
-                if u + a_u <= 1.0:
-                    continue  # both fit on the port: max-min gives each what it asks
-                small = min(u, a_u)
-                level = small if small <= 0.5 else 0.5
-                share_i = u if u <= level else 1.0 - level
-                share_j = a_u if a_u <= level else 1.0 - level
-                added[i] += overlap * (u / share_i - 1.0)
-                added[j] += overlap * (a_u / share_j - 1.0)
-            active.append((e, i, u))
-        for i, extra in added.items():
-            if extra > delays.get(i, 0.0):
-                delays[i] = extra
+        for first, last in _overlapping_runs(intervals):
+            active: list[tuple[float, int, float]] = []  # (end, task, its share of the port alone)
+            added: dict[int, float] = defaultdict(float)
+            for s, e, i, seconds in intervals[first:last]:
+                active = [a for a in active if a[0] > s]
+                u = seconds / max(e - s, 1e-30)
+                for a_e, j, a_u in active:
+                    overlap = min(a_e, e) - s
+                    if overlap <= 0:
+                        continue
+                    if u + a_u <= 1.0:
+                        continue  # both fit on the port: max-min gives each what it asks
+                    small = min(u, a_u)
+                    level = small if small <= 0.5 else 0.5
+                    share_i = u if u <= level else 1.0 - level
+                    share_j = a_u if a_u <= level else 1.0 - level
+                    added[i] += overlap * (u / share_i - 1.0)
+                    added[j] += overlap * (a_u / share_j - 1.0)
+                active.append((e, i, u))
+            for i, extra in added.items():
+                if extra > delays.get(i, 0.0):
+                    delays[i] = extra
     return delays
 
 
+def _overlapping_runs(intervals) -> list[tuple[int, int]]:
+    """``(first, last + 1)`` of each maximal run of byte windows ``(start, end, ...)``, sorted by start,
+    in which every window but the first starts before an earlier one of the run has ended. A window in
+    no run starts once every earlier window has ended, and every later one starts after it has: it
+    overlaps none."""
+    reach = list(accumulate([w[1] for w in intervals], max))  # the latest end so far
+    late = [k for k in range(1, len(intervals)) if intervals[k][0] < reach[k - 1]]
+    runs: list[tuple[int, int]] = []
+    for k in late:
+        if runs and runs[-1][1] == k:
+            runs[-1] = (runs[-1][0], k + 1)
+        else:
+            runs.append((k - 1, k + 1))
+    return runs
+
+
 def _any_overlap(busy, step_s: float) -> bool:
-    """Whether two byte phases overlap on one port (by more than round-off)."""
+    """Whether two byte phases overlap on one port (by more than round-off): a window that starts more
+    than the slack before the latest end of the windows before it, and is not empty."""
     slack = _OVERLAP_RTOL * max(step_s, 1e-30)
     for intervals in busy.values():
         if len(intervals) < 2:
             continue
         intervals.sort()
-        reach = intervals[0][1]
-        for s, e, *_ in intervals[1:]:
-            if s < reach - slack and e > s:
-                return True
-            reach = max(reach, e)
+        reach = accumulate([w[1] for w in intervals], max)  # the latest end up to each window
+        if any(w[0] < r - slack and w[1] > w[0] for w, r in zip(intervals[1:], reach, strict=False)):  # reach: one more
+            return True
     return False
 
 
