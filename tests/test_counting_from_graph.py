@@ -19,7 +19,7 @@ from simulator.memory.analytic import stage_params
 from simulator.scenario import load_scenario
 from simulator.simulate import simulate
 from simulator.strategies.spmd.plan import Planner
-from validation import closed_forms
+from validation import closed_form_activations, closed_forms
 from workloads import counting
 from workloads.graph import LayerWork, Op, ShardShape
 from workloads.schema import MoESpec
@@ -141,18 +141,20 @@ def _imports(tree: ast.AST) -> set[str]:
 
 
 def test_runtime_modules_do_not_use_the_closed_forms():
-    """No module of the simulator or the workloads imports the closed forms or states one again (a
-    function of the same name); workloads/counting.py's functions of the oracles' names are the graph's
-    sums (the tests above)."""
-    oracles = {name for name, value in vars(closed_forms).items() if not name.startswith("_")
-               and callable(value) and getattr(value, "__module__", "") == closed_forms.__name__}
-    assert {"narayanan_params", "korthikanti_model_flops", "forward_flops_per_sequence", "total_params"} <= oracles
+    """No module of the simulator or the workloads imports the closed forms (parameters and FLOPs,
+    activation bytes) or states one again (a function of the same name); workloads/counting.py's
+    functions of the oracles' names are the graph's sums (the tests above)."""
+    oracles = {name for module in (closed_forms, closed_form_activations) for name, value in vars(module).items()
+               if not name.startswith("_") and callable(value) and getattr(value, "__module__", "") == module.__name__}
+    assert {"narayanan_params", "korthikanti_model_flops", "forward_flops_per_sequence", "total_params",
+            "activation_bytes_per_layer", "mla_activation_bytes_per_layer", "output_layer_activation_bytes"} <= oracles
     graph_sums = {"layer_params", "total_params", "active_params", "embedding_params", "output_head_params"}
     runtime = sorted((ROOT / "simulator").rglob("*.py")) + sorted((ROOT / "workloads").rglob("*.py"))
     assert len(runtime) > 50
     for path in runtime:
         tree = ast.parse(path.read_text())
-        assert not any(name.startswith("validation.closed_forms") for name in _imports(tree)), path
+        assert not any(name.startswith(("validation.closed_forms", "validation.closed_form_activations"))
+                       for name in _imports(tree)), path
         defined = {node.name for node in ast.walk(tree) if isinstance(node, ast.FunctionDef)}
         assert defined & (oracles - graph_sums) == set(), path
 

@@ -10,10 +10,11 @@ import pytest
 
 from simulator.cli import main
 from simulator.errors import ConfigError
-from simulator.memory.analytic import mla_activation_bytes_per_layer, stage_params
+from simulator.memory.analytic import stage_params
 from simulator.scenario import load_scenario
 from simulator.strategies.spmd.layout import Parallelism
 from simulator.strategies.spmd.plan import Planner
+from validation.closed_form_activations import mla_activation_bytes_per_layer
 from validation.closed_forms import layer_params as closed_form_layer_params
 from workloads.catalog import MODELS
 from workloads.counting import active_params, layer_params, total_params

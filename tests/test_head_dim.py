@@ -13,7 +13,7 @@ import pytest
 from hf_models import transformers_or_skip
 
 from simulator.errors import ConfigError
-from simulator.memory.analytic import activation_bytes_per_layer
+from validation.closed_form_activations import activation_bytes_per_layer
 from workloads.catalog import resolve_model
 from workloads.counting import total_params
 from workloads.graph import ShardShape

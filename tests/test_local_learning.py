@@ -10,11 +10,12 @@ from pathlib import Path
 import pytest
 
 from simulator.errors import ConfigError
-from simulator.memory.analytic import activation_bytes_per_layer, output_layer_activation_bytes, rank_memory
+from simulator.memory.analytic import rank_memory
 from simulator.scenario import load_scenario
 from simulator.simulate import simulate
 from simulator.strategies.local_learning import head_activation_bytes
 from simulator.strategies.registry import get_kind
+from validation.closed_form_activations import activation_bytes_per_layer, output_layer_activation_bytes
 
 sys.path.insert(0, str(Path(__file__).parent))
 from test_simulate import HEADS, T_LAYER, H, S, V, toy_raw  # noqa: E402

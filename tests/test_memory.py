@@ -16,21 +16,23 @@ from simulator.errors import ConfigError
 from simulator.memory.analytic import (
     GIB,
     MemoryBreakdown,
-    activation_bytes_per_layer,
     bytes_per_param,
     fits,
     max_params_for_memory,
     microbatches_in_flight,
     model_state_bytes,
-    output_layer_activation_bytes,
     peak_rank_memory,
-    pipeline_output_tensor_bytes,
     rank_memory,
     stage_layer_indices,
     stage_params,
 )
 from simulator.scenario import load_scenario
 from simulator.strategies.spmd.layout import Parallelism
+from validation.closed_form_activations import (
+    activation_bytes_per_layer,
+    output_layer_activation_bytes,
+    pipeline_output_tensor_bytes,
+)
 from workloads.counting import embedding_params, layer_params, output_head_params, total_params
 from workloads.schema import TransformerSpec
 

@@ -1,7 +1,7 @@
 """The transformer's layer graph (workloads/transformer_graph.py), the one source of a transformer's
 parameters, FLOPs and activation bytes, equals the closed forms it replaced, kept as oracles:
 parameters and forward FLOPs per op (validation/closed_forms.py) and activation bytes (Korthikanti
-2022 Table 2 as simulator/memory/analytic.py writes it), over shapes (hypothesis)."""
+2022 Table 2 as validation/closed_form_activations.py writes it), over shapes (hypothesis)."""
 
 from __future__ import annotations
 
@@ -9,13 +9,13 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from simulator.memory.analytic import (
+from validation import closed_forms
+from validation.closed_form_activations import (
     activation_bytes_per_layer,
     embedding_activation_bytes,
     mla_activation_bytes_per_layer,
     output_layer_activation_bytes,
 )
-from validation import closed_forms
 from workloads import counting
 from workloads.graph import ShardShape
 from workloads.schema import MLASpec, MoESpec, TransformerSpec

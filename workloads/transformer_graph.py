@@ -17,7 +17,7 @@ once, what each layer holds and keeps:
   (DeepSeek-V3, arXiv:2412.19437 Sec. 3.2.3); full recompute keeps the layer input only;
   FlashAttention never stores the s x s core; torchtitan's per-op selective checkpointing
   (``recompute: selective_op``) keeps the shares :func:`block_saved_tensors` states. Korthikanti's closed forms
-  (``simulator.memory.analytic.activation_bytes_per_layer``) are the test oracle;
+  (``validation.closed_form_activations.activation_bytes_per_layer``) are the test oracle;
 - the first stage's embedding-dropout mask and the last stage's norm/head inputs and logits;
 - how MFU counts its FLOPs: 3 x the forward ops' (``model_flops_rule = "three_forward"``, Korthikanti
   2022 Eq. 7: the attention core at its full s x s, FlashAttention's re-computed scores not model
