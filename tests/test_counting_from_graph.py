@@ -110,6 +110,21 @@ def test_graph_sums_follow_a_changed_layer():
     assert counting.counts_of(changed).total == counts.total + 7
 
 
+def test_a_copied_graph_keeps_its_own_sums():
+    # dataclasses.replace hands a copy the original's cache dicts: each graph must keep its own
+    graph = toy(1).model.layer_graph(ShardShape(micro_batch=1, seq_length=S))
+    flops = graph.step_flops(1, "none")
+    extra = Op("extra", "gemm", flops=EXTRA_FLOPS, m=64, n=64, k=64)
+    block = graph.layers[1]
+    copy = replace(graph, layers=(graph.layers[0], replace(block, name="renamed", forward=(*block.forward, extra)),
+                                  *(replace(layer, inputs=("renamed",)) if i == 2 else layer
+                                    for i, layer in enumerate(graph.layers[2:], 2))))
+    assert copy.step_flops(1, "none").model_flops == flops.model_flops + 3 * EXTRA_FLOPS
+    assert graph.step_flops(1, "none") == flops
+    assert graph.layer("block0") is block and copy.layer("renamed").name == "renamed"
+    assert graph.input_bytes(graph.layers[2]) == block.output_bytes
+
+
 def test_the_tied_embedding_copy_is_the_graphs(monkeypatch, fresh_caches):
     # With tied embeddings and pp > 1 the last stage holds a copy of the word embedding for its LM head
     # (Megatron): its size is the graph's word embedding, whatever the builder says that is.

@@ -174,9 +174,10 @@ class LayerGraph:
     _flops: dict[str, tuple[float, float]] = field(default_factory=dict, compare=False, repr=False)
 
     def __post_init__(self) -> None:
-        self._index.update({layer.name: i for i, layer in enumerate(self.layers)})
-        self._input_bytes.clear()  # a copy (dataclasses.replace) would share it: start it empty
-        self._flops.clear()
+        # fresh caches: a copy (dataclasses.replace) is handed the original's dicts, which it must not share
+        object.__setattr__(self, "_index", {layer.name: i for i, layer in enumerate(self.layers)})
+        object.__setattr__(self, "_input_bytes", {})
+        object.__setattr__(self, "_flops", {})
 
     def layer(self, name: str) -> Layer:
         return self.layers[self._index[name]]
