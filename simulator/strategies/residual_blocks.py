@@ -13,9 +13,16 @@ both kinds that need *blocks* find them here, from the graph's structure:
 - steps whose adds carry one name key (the name up to and including its last number:
   ``encoder.layers.7.add_2`` -> ``encoder.layers.7``, ``features.4.1.add`` -> ``features.4.1``)
   and follow each other make one *block* (a transformer layer: the attention step and the MLP
-  step); steps that overlap (a long skip around others) merge; a block also takes the layers
-  after its last add that carry its key (a ResNet's ReLU after the add, BERT's post-norm) up to
-  the next step;
+  step); so do, whatever their names, a step holding an ``attention`` layer and the steps that
+  directly follow it up to the first without one (a traced torchvision ViT layer, whose adds are
+  fx's ``add_1``, ``add_2``: its attention step and its MLP step, one block as in the catalog
+  and as ``torch.utils.checkpoint`` around each ``EncoderBlock``); steps that overlap (a long
+  skip around others) merge; a block also takes the layers after its last add, up to the next
+  step, that carry its key (a ResNet's ReLU after the add, BERT's post-norm) or that are
+  single-input pointwise layers (``relu``, ``activation``, ``dropout``) reading the block's
+  output (a traced torchvision Bottleneck's ``out += identity; out = self.relu(out)`` is
+  ``add`` then ``layer1_0_relu_2``: no block key in either name; the wiring and the kind place
+  the ReLU). So a traced network gets its catalog twin's blocks (tests/test_recompute_units.py);
 - a whole ``transformer_block`` / ``mlp_block`` layer is a block by itself (the transformer
   builder's x + f(x) blocks);
 - a residual block is an *identity* block when its output has its input's shape (no
@@ -45,6 +52,10 @@ from workloads.layer_graph import Layer, LayerGraph
 
 #: Layer kinds that are a whole residual block by themselves (workloads/transformer_graph.py).
 BLOCK_LAYER_KINDS = frozenset({"transformer_block", "mlp_block"})
+
+#: Single-input pointwise layer kinds that end the residual block whose output they read (a ReLU or
+#: a dropout after the add): they belong to the block, not to a unit of their own.
+TRAILING_KINDS = frozenset({"relu", "activation", "dropout"})
 
 
 @dataclass(frozen=True)
@@ -110,26 +121,52 @@ def residual_steps(graph: LayerGraph) -> list[tuple[int, int]]:
     return steps
 
 
+def _trails(layers: tuple[Layer, ...], last: int, key: str) -> bool:
+    """Whether layer ``last + 1`` ends the block that ends at layer ``last``: it carries the block's
+    key (a catalog ResNet's ``layer1.0.relu3``, BERT's post-norm), or it is a pointwise layer
+    (:data:`TRAILING_KINDS`) whose one input is the block's output (torchvision's Bottleneck
+    ``out += identity; out = self.relu(out)``, traced as ``add`` then ``layer1_0_relu_2``: the
+    traced names carry no block key, the wiring does)."""
+    following = layers[last + 1]
+    if step_key(following.name) == key:
+        return True
+    return following.kind in TRAILING_KINDS and tuple(following.inputs) == (layers[last].name,)
+
+
+def _holds_attention(layers: tuple[Layer, ...], first: int, add: int) -> bool:
+    return any(layers[j].kind == "attention" for j in range(first, add))
+
+
 def _spans(graph: LayerGraph) -> list[tuple[int, int, str]]:
     """[first, last] layer indices and name of every residual block found from the steps."""
     layers = graph.layers
     spans: list[list] = []
     for first, add in residual_steps(graph):
         key = step_key(layers[add].name)
+        attention = _holds_attention(layers, first, add)
         while spans and first <= spans[-1][1]:  # overlaps an earlier block: one block
             first = min(first, spans[-1][0])
             key = spans[-1][2]
             spans.pop()
-        if spans and spans[-1][2] == key and all(step_key(layers[j].name) == key
-                                                 for j in range(spans[-1][1] + 1, first)):
+        if spans and (spans[-1][2] == key or spans[-1][3]) and _follows(layers, spans[-1], first):
             spans[-1][1] = add  # the next step of the same block (a transformer layer's MLP)
+            spans[-1][3] = attention
         else:
-            spans.append([first, add, key])
-    for n, span in enumerate(spans):  # the layers after the last add that carry the block's key
+            spans.append([first, add, key, attention])
+    for n, span in enumerate(spans):  # the layers after the last add that end the block
         stop = spans[n + 1][0] if n + 1 < len(spans) else len(layers)
-        while span[1] + 1 < stop and step_key(layers[span[1] + 1].name) == span[2]:
+        while span[1] + 1 < stop and _trails(layers, span[1], span[2]):
             span[1] += 1
-    return [(first, last, key) for first, last, key in spans]
+    return [(first, last, key) for first, last, key, _ in spans]
+
+
+def _follows(layers: tuple[Layer, ...], span: list, first: int) -> bool:
+    """Whether a step starting at layer ``first`` directly follows the block ``span``: every layer
+    between them ends that block (:func:`_trails`)."""
+    last = span[1]
+    while last + 1 < first and _trails(layers, last, span[2]):
+        last += 1
+    return last + 1 == first
 
 
 def _is_identity(layers: tuple[Layer, ...]) -> bool:
