@@ -533,11 +533,14 @@ def search(
             _branch_and_bound(rows, to_simulate, raws, checked, candidates, n, top_k, workers, dask, progress,
                               pool, timed_by, rank_by)
     ranked = sorted(enumerate(r for r in rows if r is not None), key=lambda item: _rank_key(item, rank_by))
+    out = []
     for _, row in ranked:
         for key in ("engine_step_time_s", "fast_step_time_s", "fast_path_lower_bound_s"):
             row.setdefault(key, None)
-    return [{"parallelism": row["parallelism"], **{k: v for k, v in row.items() if k != "parallelism"}}
-            for _, row in ranked]
+        first = {"parallelism": row.pop("parallelism")}  # the layout first, then the row's keys in their order
+        first.update(row)
+        out.append(first)
+    return out
 
 
 _LOCALITY = ("tp", "cp", "ep", "micro_batch_size", "sequence_parallel", "recompute", "global_batch_size")

@@ -55,7 +55,15 @@ def layer_costs(scenario, graph: LayerGraph, recompute: str) -> tuple[list[float
         return sum(compute.ops_time_s(layer.forward) + compute.ops_time_s(layer.backward)
                    + compute.ops_time_s(layer.recompute_ops(recompute)) for layer in layers)
 
-    costs = [cost((layer,)) for layer in graph.pipelined]
+    # a stack of identical layers (a transformer's blocks: equal ops, other names) is priced once per kind
+    priced: dict[tuple, float] = {}
+    costs = []
+    for layer in graph.pipelined:
+        key = (layer.forward, layer.backward)  # the recomputed ops are a part of the forward's
+        hit = priced.get(key)
+        if hit is None:
+            hit = priced[key] = cost((layer,))
+        costs.append(hit)
     first = cost(graph.layers[:graph.prologue])
     last = cost(graph.layers[len(graph.layers) - graph.epilogue:])
     return costs, first, last
