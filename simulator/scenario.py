@@ -22,7 +22,7 @@ from hardware_specs.framework import DEFAULT_FRAMEWORK
 from hardware_specs.schema import Accelerator, Fabric, Node
 from hardware_specs.yaml_io import read_yaml
 from simulator.colocation.spec import CoLocatedJob, CoLocatedJobSpec
-from simulator.cost.attention_kernel import with_attention_kernel
+from simulator.cost.attention_kernel import framework_kernel, with_attention_kernel
 from simulator.cost.framework import (
     FrameworkChoice,
     choose,
@@ -128,7 +128,8 @@ class TrainingSpec(_Strict):
                     "FlashAttention-2 (measured on A100 and Hopper), fa3 = FlashAttention-3 (Hopper only; elsewhere an "
                     "error), triton = Triton FlashAttention (llm-foundry's MPT attn_impl: triton; measured on A100), cudnn = "
                     "cuDNN fused attention (Transformer Engine's choice on Hopper and later: Megatron-Core, NeMo; "
-                    "measured nowhere, priced as the accelerator's default kernel, assumed). "
+                    "NVIDIA parts only, elsewhere an error; measured nowhere, priced as the accelerator's default "
+                    "kernel, assumed). "
                     "simulator/cost/attention_kernel.py")
     unfused_eager_kernels: bool = Field(
         default=False,
@@ -448,6 +449,10 @@ def _resolved_attention(training: TrainingSpec, accelerator: Accelerator) -> Tra
     kernel exists; an explicit flash there is a ConfigError."""
     if training.attention != "flash" or has_fused_attention(accelerator):
         return training
+    if training.attention_kernel != "auto":
+        raise ConfigError("training.attention_kernel", f"{training.attention_kernel} is a fused attention kernel, "
+                                                       f"which {accelerator.name} cannot run (no bf16 tensor cores); "
+                                                       "leave it auto (the run falls back to standard attention)")
     if "attention" in training.model_fields_set:
         raise ConfigError("training.attention", f"flash needs a fused attention kernel, which {accelerator.name} "
                                                 "lacks (no bf16 tensor cores); use standard")
@@ -495,7 +500,9 @@ def build_scenario(raw: dict[str, Any], base: Path | None = None) -> Scenario:
     choice = replace(_framework(doc.training, accelerator, model, node), settings=settings)
     accelerator, node = with_framework(choice, accelerator, node)
     accelerator = with_grouped_gemm_kernels(accelerator, doc.training.framework)
-    training = _resolved_attention(doc.training, accelerator)
+    training = doc.training.model_copy(update={"attention_kernel": framework_kernel(
+        doc.training.attention_kernel, settings, accelerator)})
+    training = _resolved_attention(training, accelerator)
     accelerator = with_attention_kernel(accelerator, training.attention_kernel, training.attention)
     n = doc.cluster.num_gpus
     return _resolved(doc, raw, base, model, fabric, training, [NodeGroup(node, accelerator, n, 0)], (choice,))
@@ -703,8 +710,8 @@ def _build_mixed(doc: ScenarioFile, model, base: Path | None, fabric_ref: Any, r
     for group in groups:  # flash only where every group has a fused attention kernel
         training = _resolved_attention(training, group.accelerator)
     groups = [replace(g, accelerator=with_attention_kernel(
-        g.accelerator, training.attention_kernel, training.attention, f"cluster.groups.{i}: training.attention_kernel"))
-        for i, g in enumerate(groups)]
+        g.accelerator, framework_kernel(training.attention_kernel, settings, g.accelerator), training.attention,
+        f"cluster.groups.{i}: training.attention_kernel")) for i, g in enumerate(groups)]
     fabric = FABRICS.get(fabric_ref, "cluster.fabric")
     return _resolved(doc, raw, base, model, fabric, training, groups, tuple(choices))
 

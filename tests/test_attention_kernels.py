@@ -227,3 +227,68 @@ def test_the_gemm_curve_estimate_pads_as_flashattention2():
 
     assert seconds(112) == pytest.approx(seconds(128), rel=1e-9)
     assert seconds(96) < seconds(112)
+
+
+# Which fused kernel runs where (every named kernel on a representative node of each family): None = it loads,
+# else the words of its one-line refusal. FlashAttention-3 is Hopper-only (sm90 wgmma/TMA; Shah et al. 2024);
+# cuDNN is NVIDIA's library (AMD runs ROCm's CK/AITER port of FlashAttention: fa2 / triton); a part without bf16
+# tensor cores (V100, T4) runs no fused kernel at all.
+NOT_HOPPER = "FlashAttention-3 runs on Hopper"
+NVIDIA_ONLY, NO_FUSED = "runs on NVIDIA GPUs only", "cannot run (no bf16 tensor cores)"
+KERNEL_TABLE = {  # node: {kernel: refusal words or None}
+    "dgx-a100-80g":  {"fa2": None, "fa3": NOT_HOPPER, "triton": None, "cudnn": None},
+    "g5-12xlarge":   {"fa2": None, "fa3": NOT_HOPPER, "triton": None, "cudnn": None},       # A10G (Ampere)
+    "g6-12xlarge":   {"fa2": None, "fa3": NOT_HOPPER, "triton": None, "cudnn": None},       # L4 (Ada)
+    "dgx-h100":      {"fa2": None, "fa3": None, "triton": None, "cudnn": None},
+    "hgx-h200":      {"fa2": None, "fa3": None, "triton": None, "cudnn": None},
+    "gh200-1":       {"fa2": None, "fa3": None, "triton": None, "cudnn": None},
+    "dgx-b200":      {"fa2": None, "fa3": NOT_HOPPER, "triton": None, "cudnn": None},
+    "gb200-nvl72":   {"fa2": None, "fa3": NOT_HOPPER, "triton": None, "cudnn": None},
+    "mi300x-8":      {"fa2": None, "fa3": NOT_HOPPER, "triton": None, "cudnn": NVIDIA_ONLY},
+    "mi325x-8":      {"fa2": None, "fa3": NOT_HOPPER, "triton": None, "cudnn": NVIDIA_ONLY},
+    "mi355x-8":      {"fa2": None, "fa3": NOT_HOPPER, "triton": None, "cudnn": NVIDIA_ONLY},
+    "dgx1-v100-32g": {"fa2": NO_FUSED, "fa3": NO_FUSED, "triton": NO_FUSED, "cudnn": NO_FUSED},
+    "g4dn-12xlarge": {"fa2": NO_FUSED, "fa3": NO_FUSED, "triton": NO_FUSED, "cudnn": NO_FUSED},   # T4
+}
+
+
+@pytest.mark.parametrize(("node", "kernel"), [(n, k) for n, row in KERNEL_TABLE.items() for k in row])
+def test_each_attention_kernel_runs_only_where_it_exists(node, kernel):
+    precision = "bf16" if node not in ("dgx1-v100-32g", "g4dn-12xlarge") else "fp16"
+    raw = _scenario(node, attention_kernel=kernel, precision=precision)
+    words = KERNEL_TABLE[node][kernel]
+    if words is None:
+        load_scenario(raw)
+        return
+    with pytest.raises(ConfigError) as err:
+        load_scenario(raw)
+    assert err.value.field == "training.attention_kernel" and words in err.value.reason
+
+
+def test_cli_refuses_cudnn_on_amd_in_one_line(tmp_path):
+    path = tmp_path / "cudnn-mi300x.yaml"
+    path.write_text("model: llama3-8b\ncluster: {node: mi300x-8, num_gpus: 8}\n"
+                    "parallelism: {tp: 1, global_batch_size: 8, micro_batch_size: 1}\n"
+                    "training: {attention_kernel: cudnn}\n")
+    env = {**os.environ, "PYTHONPATH": str(ROOT)}
+    proc = subprocess.run([sys.executable, "-m", "simulator", "simulate", str(path)], capture_output=True,
+                          text=True, env=env, timeout=120, stdin=subprocess.DEVNULL)
+    assert proc.returncode == 2 and proc.stdout == ""
+    assert proc.stderr.strip().splitlines() == [
+        "clustersim: error: training.attention_kernel: cuDNN fused attention is NVIDIA's library and runs on NVIDIA "
+        "GPUs only; mi300x (vendor amd) has no cuDNN fused attention kernel (use auto, fa2 or triton)"]
+
+
+@pytest.mark.parametrize(("node", "precision"), [("mi300x-8", "bf16"), ("dgx1-v100-32g", "fp16")])
+def test_a_framework_filled_kernel_that_cannot_run_there_falls_back_to_auto_and_says_so(node, precision):
+    # NeMo's profile fills in cudnn (Transformer Engine's Hopper+ choice); the user named no kernel: on an AMD part
+    # NeMo runs ROCm's fused attention (the part's default), on a V100 none: auto, and the settings warning names it
+    from simulator.cost.provenance import framework_setting_warnings
+
+    sc = load_scenario(_scenario(node, framework="nemo", precision=precision))
+    assert sc.training.attention_kernel == "auto"
+    assert any("training.attention_kernel=auto (fitted with cudnn)" in w for w in framework_setting_warnings(sc))
+    on_h100 = load_scenario(_scenario("dgx-h100", framework="nemo"))
+    assert on_h100.training.attention_kernel == "cudnn"
+    with pytest.raises(ConfigError):  # named by the user, the same kernel is refused
+        load_scenario(_scenario(node, framework="nemo", precision=precision, attention_kernel="cudnn"))

@@ -27,6 +27,9 @@ the provenance listing read one field whatever the choice.
   spec's default fused kernel (on Hopper FlashAttention-2's fit, which NeMo 24.03's long-context
   Transformer Engine rows, 4K-1M tokens, match within +0..+10%; on Blackwell FlashAttention-4's
   in-step level), every constant listed as assumed; with no default kernel, the fallback pricing.
+  cuDNN is NVIDIA's library: ``cudnn`` on an AMD part is a ConfigError (exit 2).
+- On a part with no fused attention kernel at all (no bf16 tensor cores: V100, T4) any named kernel is a
+  ConfigError on ``training.attention_kernel`` (simulator/scenario.py ``_resolved_attention``).
 """
 
 from __future__ import annotations
@@ -42,6 +45,28 @@ PORTABLE = ("fa2", "triton")
 PRICED_AS_DEFAULT = ("cudnn",)
 ATTENTION_CONSTANTS = ("fwd_efficiency", "bwd_efficiency", "half_seq_len", "causal_half_seq_len", "head_dim_factor")
 FIELD = "training.attention_kernel"
+#: Kernels of one vendor's library: cuDNN is NVIDIA's (on AMD parts the fused attention is ROCm's CK / AITER
+#: FlashAttention port, which ``fa2`` and ``triton`` stand for).
+VENDOR_ONLY = {"cudnn": "nvidia"}
+VENDOR_NAMES = {"nvidia": "NVIDIA", "amd": "AMD"}
+
+
+def runs_on_vendor(accelerator: Accelerator, kernel: str) -> bool:
+    """Whether ``kernel``'s library exists for the accelerator's vendor (cuDNN: NVIDIA only)."""
+    return kernel not in VENDOR_ONLY or accelerator.vendor == VENDOR_ONLY[kernel]
+
+
+def framework_kernel(kernel: str, settings: tuple[str, ...], accelerator: Accelerator) -> str:
+    """The kernel a run uses when ``training.framework`` filled it in (``settings``: the ``key=value`` pairs the
+    framework's ``fitted_with`` supplied, simulator/cost/framework.py ``with_framework_settings``): the framework's
+    kernel where its vendor's library runs on the part, else ``auto`` (NeMo's ``cudnn`` is Transformer Engine's
+    choice on NVIDIA parts; on an AMD part the same framework runs ROCm's fused attention, the part's default; on a
+    part without bf16 tensor cores none, and auto falls back to standard attention), which the run's
+    framework-settings warning then names. A kernel the scenario itself names is kept as given."""
+    runs = runs_on_vendor(accelerator, kernel) and "bf16" in accelerator.peak_tflops  # no bf16 tensor cores: no
+    if f"training.attention_kernel={kernel}" in settings and not runs:                 # fused kernel (V100, T4)
+        return "auto"
+    return kernel
 
 
 def with_attention_kernel(accelerator: Accelerator, kernel: str, attention: str,
@@ -54,6 +79,11 @@ def with_attention_kernel(accelerator: Accelerator, kernel: str, attention: str,
                                  f"(the run is set to {attention})")
     eff = accelerator.efficiency
     wanted = KERNEL_NAMES[kernel]
+    if not runs_on_vendor(accelerator, kernel):
+        owner = VENDOR_NAMES.get(VENDOR_ONLY[kernel], VENDOR_ONLY[kernel])
+        raise ConfigError(field, f"{wanted} is {owner}'s library and runs on {owner} GPUs only; "
+                                 f"{accelerator.name} (vendor {accelerator.vendor}) has no {wanted} kernel "
+                                 "(use auto, fa2 or triton)")
     if eff.attention is not None and eff.attention.kernel == wanted:
         return accelerator
     if kernel in eff.attention_kernels:

@@ -44,6 +44,7 @@ _TRANSFER = re.compile(r"\(transferred from ([\w.-]+)")  # another node's fitted
 _KINDS = re.compile(r"\(carried across network kinds from ([^)]+)\)")  # a profile fitted on transformers run on a CNN ...
 _CARRIED = re.compile(r"\(carried over from ([^)]+)\)")  # a framework profile's entry of another part / precision
 _RULE = re.compile(r"\(derived by rule from ([\w.-]+)\)")  # another part's constant by a stated rule (the source)
+_CONV_RULE = re.compile(r"\(derived: convolutions on the (\w+) GEMM curve\)$")  # a precision with no conv model
 _PEAK_RULE = re.compile(r"\(derived: the (\w+) curve's fraction of peak on the (\w+) peak\)")  # a recipe's GEMM
 
 
@@ -112,8 +113,8 @@ def efficiency_provenance(scenario: Scenario) -> dict[str, str]:
 
     key = gemm_curve_key(scenario)
     out[f"gemm_{key}"] = curve(key)
-    if features.convolution and key in eff.conv_efficiency:  # convolutions by shape (simulator/cost/conv.py); else on the GEMM curve
-        out[f"conv_{key}"] = eff.conv_efficiency[key].fitted_on or ASSUMED
+    if features.convolution:
+        out[f"conv_{key}"] = conv_provenance(eff, key, out[f"gemm_{key}"])
     if key in eff.linear_as_pointwise_conv and scenario.training.precision != "fp8":
         # linear layers priced as 1x1 convolution passes (simulator/cost/compute.py): no GEMM of this precision
         # is measured on this part, so the rule is an assumption whatever the convolution model was fitted on
@@ -245,6 +246,23 @@ def _has_grouped_convolutions(model) -> bool:
     return getattr(model, "family", None) == "efficientnet" or getattr(model, "groups", 1) > 1
 
 
+def conv_provenance(eff, key: str, gemm: str) -> str:
+    """The provenance of a run's convolution passes in curve ``key``: the spec's convolution model for that
+    precision where it has one (``conv_efficiency[key]``, by shape: simulator/cost/conv.py), else the rule the
+    compute model applies (simulator/cost/compute.py ``ComputeModel.time_s``): each pass priced as the implicit
+    GEMM it is (Chetlur et al. 2014, Sec. 3) on the part's ``key`` GEMM curve, whose rows are GEMMs, not
+    convolutions. No 16-bit or FP8 convolution is measured anywhere in this project (the only convolution model
+    is TF32, fitted on DeepPool's A100 layers), so such a run's convolutions are *derived* by that rule, or
+    *assumed* where the GEMM curve itself is."""
+    if key in eff.conv_efficiency and not key.startswith("fp8"):
+        return eff.conv_efficiency[key].fitted_on or ASSUMED
+    if gemm == ASSUMED:
+        return ASSUMED
+    return (f"no {key} convolution measured on any part: each convolution pass priced as its implicit GEMM "
+            f"(Chetlur et al. 2014, Sec. 3) on this part's {key} GEMM curve, fitted on GEMMs ({gemm}) "
+            f"(derived: convolutions on the {key} GEMM curve)")
+
+
 def block_scaled_rule(curve: str, peak: str) -> str:
     """The provenance of a block-scaled recipe's GEMM priced by rule: ``curve``'s measured fraction of its own
     peak at the GEMM's shape, times the part's datasheet ``peak`` of the recipe's element type."""
@@ -269,6 +287,9 @@ def provenance_state(where: str) -> tuple[str, str]:
         return ASSUMED, ""
     if where.startswith(_STATED_PREFIX):
         return STATED, ""
+    if match := _CONV_RULE.search(where):  # before the markers the embedded GEMM provenance may hold
+        return DERIVED, (f"the {match.group(1)} GEMM curve at each convolution's implicit-GEMM shape; no "
+                         f"{match.group(1)} convolution measured")
     if match := _SIBLING.search(where):
         return DERIVED, f"{match.group(1)} x 1.00 (its fraction of peak; no row on this part)"
     if match := _RATIO.search(where):
