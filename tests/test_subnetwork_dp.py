@@ -440,6 +440,72 @@ def test_neuron_masks_run_a_transformer_blocks_residual_stream_ops_whole():
         assert masked[name] == pytest.approx(full[name] / 4, rel=1e-12)
 
 
+#: Transformers built layer by layer: (model, micro-batch, the head and unit layers by name: the
+#: attention layers, the MLP's activation and its down-projection, whose saved input is 4h wide).
+LAYERWISE_TRANSFORMERS = [("bert-large", 8, ".attention", ".intermediate.gelu", ".output.dense"),
+                          ("vit-b-16", 32, ".self_attention", ".mlp.1", ".mlp.3")]
+
+
+def _layerwise(model: str, micro_batch: int, keep: float, masking: str = "forward_backward") -> dict:
+    return {"model": model, "cluster": {"node": "dgx-a100-80g", "num_gpus": 8},
+            "parallelism": {"dp": 8, "micro_batch_size": micro_batch, "global_batch_size": 8 * micro_batch},
+            "training": {"precision": "bf16", "attention": "flash"},
+            "strategy": {"kind": "subnetwork_dp", "mask": "neuron", "masking": masking, "keep_fraction": keep,
+                         "subnetworks": 4}}
+
+
+@pytest.mark.parametrize(("model", "micro_batch", "attention", "activation", "down"), LAYERWISE_TRANSFORMERS)
+def test_layerwise_transformers_keep_the_residual_stream_whole_as_gpt_does(model, micro_batch, attention,
+                                                                            activation, down):
+    # The rule, by hand: only heads and MLP units are masked. Weights: an attention layer (heads),
+    # FC1 (its outputs) and FC2 (its inputs) keep k, one side each; embeddings, norms and the head
+    # keep all. Activations: k of an attention layer's saved tensors but its input (the stream), of
+    # the activation's input (FC1's output) and of FC2's input; the norms', dropouts' and FC1's
+    # (stream-wide) inputs whole. Keep 1/2 of 4 subnetworks, forward and backward masked.
+    keep = 0.5
+    sc = load_scenario(_layerwise(model, micro_batch, keep))
+    graph = sc.layer_graph()
+    attn = [layer for layer in graph.layers if layer.name.endswith(attention)]
+    fc1 = [graph.layer(layer.inputs[0]) for layer in graph.layers if layer.name.endswith(activation)]
+    fc2 = [layer for layer in graph.layers if layer.name.endswith(down)]
+    units = [layer for layer in graph.layers if layer.name.endswith(activation)]
+    assert len(attn) == len(fc1) == len(fc2) == len(units) > 0
+    masked_params = sum(layer.params for layer in attn + fc1 + fc2)
+    unit_bytes = (sum(layer.saved_bytes - layer.saved_input_bytes for layer in attn)
+                  + sum(layer.saved_bytes for layer in units + fc2))
+    assert all(0 < layer.saved_input_bytes < layer.saved_bytes for layer in attn)
+    worker, dp = memory_subnetwork_dp(sc)[1], rank_memory(sc, 0)
+    assert memory_reductions(worker, dp)["sdp_model_state_reduction"] == pytest.approx(
+        (1 - keep) * masked_params / graph.total_params(), rel=1e-9)
+    assert dp.activations_bytes - worker.activations_bytes == pytest.approx((1 - keep) * unit_bytes, rel=1e-9)
+    masks = assignment(sc).neuron_layers
+    assert all(masks[layer.name].kept(keep) == keep for layer in attn + fc1 + fc2)  # one-sided, as GPT's GEMMs
+    assert not any(layer.kind in ("layernorm", "add", "dropout", "embedding") for name in masks
+                   for layer in [graph.layer(name)])
+
+
+@pytest.mark.parametrize(("model", "micro_batch"), [(m[0], m[1]) for m in LAYERWISE_TRANSFORMERS])
+@pytest.mark.parametrize("masking", ["backward", "forward_backward"])
+def test_layerwise_transformers_keeping_every_unit_hold_what_data_parallelism_holds(model, micro_batch, masking):
+    sc = load_scenario(_layerwise(model, micro_batch, 1.0, masking))
+    worker, dp = memory_subnetwork_dp(sc)[1], rank_memory(sc, 0)
+    for field in ("weights_bytes", "gradients_bytes", "optimizer_bytes", "activations_bytes", "other_bytes"):
+        assert getattr(worker, field) == pytest.approx(getattr(dp, field), rel=1e-12, abs=1e-3), field
+
+
+def test_a_layerwise_attention_layers_stream_ops_run_whole():
+    # BERT's three projections of one input: the input-gradient sums are as wide as the stream
+    sc = load_scenario(_layerwise("bert-large", 8, 0.25))
+    layer = sc.layer_graph().layer("encoder.layer.0.attention")
+    work = worker_work(sc, 0)
+    full = {op.name: op.bytes_moved for op in layer.forward + layer.backward}
+    masked = {op.name: op.bytes_moved for op in work.forward + work.backward if op.name in full}
+    assert masked["encoder.layer.0.attention.input.gradient_sum"] == full["encoder.layer.0.attention.input.gradient_sum"]
+    for name in ("q_k_v", "scores", "softmax", "values", "out_proj"):
+        key = f"encoder.layer.0.attention.{name}"
+        assert masked[key] == pytest.approx(full[key] / 4, rel=1e-12)
+
+
 def test_depthwise_convolutions_are_masked_channel_by_channel():
     sc = load_scenario({**RESNET, "model": "efficientnet-b0", "strategy": {"kind": "subnetwork_dp", "mask": "neuron",
                                                                            "masking": "forward_backward"}})

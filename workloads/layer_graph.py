@@ -119,6 +119,9 @@ class Layer:
     flops_counted: bool = True                   # False: kernels unknown (a profiled block), FLOPs not counted
     piece_of: str | None = None                  # a view that is one piece of this split (chunk/split/unbind)
     passes_gradient: bool = True                 # False: reads only its input's shape (a graph.txt Size node)
+    saved_input_bytes: float = 0.0               # of saved_bytes, the layer's own input (0: not saved, or an
+                                                 # earlier layer saved that storage); set where it matters:
+                                                 # an attention layer's input is the residual stream
 
     @property
     def forward_flops(self) -> float:

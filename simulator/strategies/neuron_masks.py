@@ -30,6 +30,21 @@ from the graph, layer by layer in topological order:
   16-bit activations and a plain 4h MLP that is (10 + 24k)·sbh bytes of Korthikanti's 34·sbh, not
   k of them; an ``mlp_block`` (no tensors stated) keeps k.
 
+**Transformers built layer by layer** (BERT, ViT from the catalog, a traced transformer): when the
+mask set holds an ``attention`` layer, the graph follows the same rule as a whole block, read from
+its wiring: the residual stream (embeddings, layer norms, residual adds, dropouts on the stream,
+the head's input) is not masked, only heads and MLP hidden units are (Singh et al. 2025 mask the
+neurons of hidden layers; a residual dimension cannot be dropped in one block without dropping it
+in all). So a channel-wise layer of the set (norm, dropout, add, activation) takes its input's
+share instead of masking its own; a dense layer of the set masks its outputs unless they are
+added into the stream (:func:`stream_writers`: the layers an add of two or more inputs reads
+through channel-wise layers only, e.g. BERT's ``output.dense``, ViT's ``mlp.3``), which then keep
+k on their masked input side only; an ``attention`` layer with weights (Q, K, V, core and output
+projection as one layer) keeps k of its weights and FLOPs like a block, its output whole, and of
+its activations its saved input (``Layer.saved_input_bytes``, the stream) whole and k of the rest
+(Q, K, V, the core's output, its statistics, a materialised score matrix). BERT-large's GEMMs are
+then one-sided (k), as GPT's are; before, every width was masked (k² for most of them).
+
 The kept fraction of a side is c = 1 - m·(1 - k); a layer keeps c_in·c_out of its weights and
 FLOPs and, of the activations it saves, c_in for a dense layer (it saves its input) and c_out for
 a channel-wise one. Its weights split into a shared part (1 - m_in)(1 - m_out), one-sided slices
@@ -84,13 +99,21 @@ def block_activation_shares(tensors: tuple[SavedTensor, ...], factors: dict[str,
     return saved, saved
 
 
+#: Memory ops of an ``attention`` layer with weights (workloads/networks/builder.py) as wide as the
+#: residual stream: whole under a neuron mask (names after the layer's, with their ``.grad``).
+ATTENTION_STREAM_OPS = frozenset({"input.gradient_sum", "pad_roll_partition_copies"})
+
+
 @dataclasses.dataclass(frozen=True)
 class NeuronMask:
-    """The masked shares of one layer's input and output channels (see the module docstring)."""
+    """The masked shares of one layer's input and output channels (see the module docstring).
+    ``whole_activations``: the share of its saved activations as wide as the residual stream,
+    kept whole (an attention layer's input)."""
 
     masked_in: float
     masked_out: float
     dense: bool           # its weights connect input to output channels (saves its input)
+    whole_activations: float = 0.0
 
     def kept_in(self, k: float) -> float:
         return 1 - self.masked_in * (1 - k)
@@ -103,7 +126,8 @@ class NeuronMask:
         return self.kept_in(k) * self.kept_out(k)
 
     def kept_activations(self, k: float) -> float:
-        return self.kept_in(k) if self.dense else self.kept_out(k)
+        masked = self.kept_in(k) if self.dense else self.kept_out(k)
+        return self.whole_activations + (1 - self.whole_activations) * masked
 
     @property
     def two_sided(self) -> float:
@@ -133,11 +157,36 @@ def is_dense(layer: Layer) -> bool:
     return layer.kind in DENSE_KINDS and layer.params > 0 and not is_depthwise(layer)
 
 
+def is_attention_unit(layer: Layer) -> bool:
+    """An attention layer holding its projections (heads inside, input and output on the stream)."""
+    return layer.kind == "attention" and layer.params > 0
+
+
+def stream_writers(graph: LayerGraph) -> set[str]:
+    """Layers whose output is added into a residual stream: from each input of an add of two or
+    more inputs, back through single-input channel-wise layers (a dropout) to the first layer that
+    is not one (a dense layer or an attention layer; another add is the stream itself)."""
+    writers: set[str] = set()
+    for layer in graph.layers:
+        if layer.kind != "add" or len(layer.inputs) < 2:
+            continue
+        for name in layer.inputs:
+            source = graph.layer(name)
+            while not is_dense(source) and not is_attention_unit(source) and len(source.inputs) == 1 \
+                    and source.kind != "add":
+                source = graph.layer(source.inputs[0])
+            if is_dense(source) or is_attention_unit(source):
+                writers.add(source.name)
+    return writers
+
+
 def neuron_masks(graph: LayerGraph, masked: set[str] | frozenset[str]) -> dict[str, NeuronMask]:
     """Every layer with a masked side (absent: the layer is whole), from the set of layers whose
     neurons are masked (see the module docstring)."""
     stream: dict[str, float] = {}  # masked share of a layer's output channels as its consumers see them
     masks: dict[str, NeuronMask] = {}
+    transformer = any(is_attention_unit(graph.layer(name)) for name in masked)
+    writers = stream_writers(graph) if transformer else set()
     for layer in graph.layers:
         inputs = [name for name in layer.inputs if name in stream]
         if not inputs:
@@ -152,7 +201,12 @@ def neuron_masks(graph: LayerGraph, masked: set[str] | frozenset[str]) -> dict[s
         dense = is_dense(layer)
         if layer.kind in BLOCK_KINDS:
             mask, stream[layer.name] = NeuronMask(0.0, 1.0 if layer.name in masked else 0.0, False), m_in
-        elif layer.name in masked:
+        elif transformer and layer.name in masked and is_attention_unit(layer):
+            whole = min(1.0, layer.saved_input_bytes / layer.saved_bytes) if layer.saved_bytes else 0.0
+            mask, stream[layer.name] = NeuronMask(0.0, 1.0, False, whole), m_in
+        elif transformer and layer.name in masked and dense and layer.name in writers:
+            mask, stream[layer.name] = NeuronMask(m_in, 0.0, True), 0.0
+        elif layer.name in masked and (dense or not transformer):
             mask = NeuronMask(m_in if dense else 0.0, 1.0, dense)
             stream[layer.name] = 1.0
         elif dense:

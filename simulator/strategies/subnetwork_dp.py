@@ -85,10 +85,12 @@ from simulator.memory.analytic import MemoryBreakdown, bytes_per_param, peak_sta
 from simulator.memory.checkpoints import graph_kept_bytes, kept_per_layer, stage_bytes
 from simulator.scenario import gradient_bytes
 from simulator.strategies.neuron_masks import (
+    ATTENTION_STREAM_OPS,
     HEAD_AND_UNIT_TENSORS,
     RESIDUAL_STREAM_OPS,
     NeuronMask,
     block_activation_shares,
+    is_attention_unit,
     neuron_masks,
 )
 from simulator.strategies.plan import Plan
@@ -273,11 +275,17 @@ def _is_wgrad(op: Op) -> bool:
 
 
 def _factor(layer: Layer, op: Op, factor: float, scale: Scale) -> float:
-    """``factor``, except for a neuron-masked transformer block's ops on its residual stream (norms,
-    residual dropouts: neuron_masks.RESIDUAL_STREAM_OPS), which run whole."""
-    if (scale.n_keep is not None and layer.kind == "transformer_block" and op.kind == "memory"
-            and op.name.split(".")[0] in RESIDUAL_STREAM_OPS):
+    """``factor``, except for a neuron-masked transformer block's or attention layer's ops on its
+    residual stream (norms, residual dropouts, an input-gradient sum: neuron_masks.RESIDUAL_STREAM_OPS,
+    ATTENTION_STREAM_OPS), which run whole."""
+    if scale.n_keep is None or op.kind != "memory":
+        return factor
+    if layer.kind == "transformer_block" and op.name.split(".")[0] in RESIDUAL_STREAM_OPS:
         return 1.0
+    if is_attention_unit(layer) and op.name.startswith(layer.name + "."):
+        own = op.name[len(layer.name) + 1:].removesuffix(".grad")
+        if own in ATTENTION_STREAM_OPS:
+            return 1.0
     return factor
 
 

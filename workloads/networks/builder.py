@@ -100,7 +100,7 @@ class NetBuilder:
     def _layer(self, name: str, kind: str, inputs: list[Tensor], out: Tensor, forward: list[Op],
                backward: list[Op] | None = None, params: int = 0, saved: float = 0.0,
                splittable: frozenset[str] = frozenset({"batch"}),
-               window: tuple[int, int, int, int, int, int] | None = None) -> Tensor:
+               window: tuple[int, int, int, int, int, int] | None = None, saved_input: float = 0.0) -> Tensor:
         if name in self._names:
             raise ConfigError(f"model.layers.{name}", "a second layer has this name")
         self._names.add(name)
@@ -110,7 +110,8 @@ class NetBuilder:
         self.layers.append(Layer(
             name=name, kind=kind, forward=tuple(forward), backward=tuple(backward), params=int(params),
             saved_bytes=saved, output_bytes=self._bytes(out), inputs=producers, splittable=splittable,
-            input_shape=inputs[0].shape if len(inputs) == 1 else None, output_shape=out.shape, window=window))
+            input_shape=inputs[0].shape if len(inputs) == 1 else None, output_shape=out.shape, window=window,
+            saved_input_bytes=saved_input))
         return out
 
     def _memory_op(self, name: str, elements: float, reads: float, writes: float, elem: int | None = None) -> Op:
@@ -497,7 +498,7 @@ class NetBuilder:
         rows, tokens_bytes = b * s, float(b * s * e * el)
         qkv, qkv_b = self._gemm_ops(f"{name}.qkv", rows, 3 * e, e, 1, self._needs_grad(x), 3 * e * e)
         proj, proj_b = self._gemm_ops(f"{name}.out_proj", rows, e, e, 1, True, e * e)
-        saved = self._save(x)
+        saved = saved_input = self._save(x)
         if kernel == "flash":
             core = Op(f"{name}.flash_attention", "attention", 4.0 * b * heads * s * s * d, 4 * tokens_bytes,
                       s, s, d, b * heads, backward_flops_factor=2.5)
@@ -526,7 +527,7 @@ class NetBuilder:
         if not packed_qkv:
             forward[0] = Op(f"{name}.q_k_v", "gemm", qkv.flops, qkv.bytes_moved, rows, e, e, 3)
         return self._layer(name, "attention", [x], out, forward, backward, 4 * e * e + 4 * e, saved,
-                           frozenset({"batch", "heads", "sequence"}))
+                           frozenset({"batch", "heads", "sequence"}), saved_input=saved_input)
 
     def _qkv_gradient_ops(self, name: str, elements: int, packed: bool, input_grad: bool = True) -> list[Op]:
         """What autograd runs between an attention core's backward and its Q/K/V projection's, where
@@ -596,7 +597,7 @@ class NetBuilder:
         saved = float(el * ((6 if b * windows == 1 else 5) * tokens + probs))
         out = self._new(x.shape, name)
         return self._layer(name, "attention", [x], out, forward, backward, params, saved,
-                           frozenset({"batch", "heads"}))
+                           frozenset({"batch", "heads"}), saved_input=float(el * tokens))  # the partitioned input
 
     def lstm(self, name: str, x: Tensor, hidden: int, projection: int | None = None,
              bidirectional: bool = False) -> Tensor:

@@ -12,17 +12,23 @@ from typing import Any
 
 from simulator.errors import ConfigError
 
+#: ``parallelism`` fields of a uniform layout that per_layer's layout does not have: its layout has one
+#: replica (each layer's GPUs are its split's), and expert degrees would be checked against that one
+#: replica (``etp*ep = 1*8 does not divide the 1 ranks``, a false reason).
+UNIFORM_LAYOUT_FIELDS: frozenset[str] = frozenset({"dp", "ep", "etp"})
+
 
 def with_per_layer(raw: dict[str, Any], strategy: dict[str, Any]) -> dict[str, Any]:
-    """The user's scenario with ``strategy`` (a ``per_layer`` block) in place of its own. A
-    data-parallel degree its layout states (``parallelism.dp``: a data-parallel or subnetwork-DP
-    scenario) is dropped: per_layer's layout has one replica, each layer's GPUs are its split's."""
+    """The user's scenario with ``strategy`` (a ``per_layer`` block) in place of its own. The
+    data-parallel and expert degrees its layout states (``parallelism.dp``, ``ep``, ``etp``: a
+    data-parallel, subnetwork-DP or expert-parallel scenario) are dropped: per_layer lays out each
+    layer on its own split (a mixture of experts is then refused by name, :class:`Pricer`)."""
     import copy
 
     out = copy.deepcopy(raw)
     out["strategy"] = strategy
     if out.get("parallelism"):
-        out["parallelism"] = {k: v for k, v in out["parallelism"].items() if k != "dp"}
+        out["parallelism"] = {k: v for k, v in out["parallelism"].items() if k not in UNIFORM_LAYOUT_FIELDS}
     return out
 
 

@@ -219,6 +219,9 @@ def run_pase(raw: dict[str, Any], options: dict[str, Any]) -> PlanResult:
         notes.append("PaSE's own plan (weight 1, its paper's objective) simulates to "
                      + (f"{own['step_time_s']:.6g} s ({own_speedup:.3f}x pure data parallel)" if own["fits"]
                         else f"a plan that does not fit ({own['evaluation'].reason})"))
+    if not plan.fits:
+        notes.insert(0, "PaSE's cost model ignores memory (its DP has no memory term, nor has the paper's): "
+                        "the plan it found does not fit on this cluster, nor does any other proposal or pure data parallelism")
     priced = len(layer_costs) + len(edge_costs)
     return PlanResult("pase", plan.raw, plan.step_time_s, plan.samples_per_s, time.perf_counter() - started,
                       priced, oracle.simulated, summary,

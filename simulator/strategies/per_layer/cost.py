@@ -119,6 +119,13 @@ class Pricer:
         if getattr(scenario, "mixed", False):
             raise ConfigError("cluster.groups", "per_layer prices every device on one accelerator: give cluster.node "
                                                 "(mixed clusters run with spmd, local_sgd and the pipeline kinds)")
+        if getattr(scenario.model, "is_moe", False):
+            # The split dimensions have no expert axis: a batch cut would replicate every expert and a
+            # channel cut would tensor-split each one, with no dispatch all-to-all and no routing
+            # imbalance, so neither the kind nor the planners searching it can price expert parallelism.
+            raise ConfigError("model", f"{scenario.model.name} is a mixture of experts "
+                                       f"({scenario.model.moe.num_experts} experts): per_layer and the per-layer "
+                                       "planners do not split experts; use `clustersim search`")
         self.scenario = scenario
         self.graph = per_layer_graph(scenario)
         self.batch = self.graph.micro_batch
