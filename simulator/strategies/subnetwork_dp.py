@@ -16,7 +16,11 @@ Masks (``strategy.mask``), as the paper's two constructions:
   first masked layer, the classifier), k of a channel-wise layer; the channels are read from the
   graph layer by layer (simulator/strategies/neuron_masks.py). A transformer block (one layer of
   the graph) keeps k: its heads and MLP units are masked, its residual stream is whole (its
-  norms and residual dropouts run whole, and it keeps their activations).
+  norms and residual dropouts run whole, and it keeps their activations). A transformer built
+  layer by layer (BERT, ViT, a traced one: the mask set holds attention layers) follows the same
+  rule, read from its wiring: only heads and MLP units are masked, so its attention layers, FC1
+  and FC2 keep k (one side each) and its embeddings, norms, residual adds, stream dropouts and
+  head stay whole.
 
 Assignment (the paper's fixed masks, made concrete here): the units are cut into ``subnetworks``
 S slices (blocks round-robin: slice i holds blocks i, i + S, ...; neurons: 1/S of each layer),
