@@ -54,6 +54,7 @@ class InceptionV3Spec(NetworkSpec):
             net.maxpool("Mixed_6a.max_pool", x, 3, 2),
         ])
         for name, c7 in (("Mixed_6b", 128), ("Mixed_6c", 160), ("Mixed_6d", 160), ("Mixed_6e", 192)):
+            b1 = conv(f"{name}.branch1x1", x, 192, 1)  # first, in torchvision's InceptionC._forward order
             b7 = conv(f"{name}.branch7x7_1", x, c7, 1)
             b7 = conv(f"{name}.branch7x7_2", b7, c7, (1, 7), padding=(0, 3))
             b7 = conv(f"{name}.branch7x7_3", b7, 192, (7, 1), padding=(3, 0))
@@ -62,7 +63,7 @@ class InceptionV3Spec(NetworkSpec):
                                                      (c7, (7, 1), (3, 0)), (192, (1, 7), (0, 3))), start=2):
                 bd = conv(f"{name}.branch7x7dbl_{i}", bd, out, kernel, padding=pad)
             x = net.concat(f"{name}.cat", [
-                conv(f"{name}.branch1x1", x, 192, 1), b7, bd,
+                b1, b7, bd,
                 conv(f"{name}.branch_pool", net.avgpool(f"{name}.avg_pool", x, 3, 1, 1), 192, 1)])
         if self.aux_logits:
             a = net.avgpool("AuxLogits.avg_pool", x, 5, 3)
@@ -76,6 +77,7 @@ class InceptionV3Spec(NetworkSpec):
         b7 = conv("Mixed_7a.branch7x7x3_4", b7, 192, 3, stride=2)
         x = net.concat("Mixed_7a.cat", [b3, b7, net.maxpool("Mixed_7a.max_pool", x, 3, 2)])
         for name in ("Mixed_7b", "Mixed_7c"):
+            b1 = conv(f"{name}.branch1x1", x, 320, 1)  # first, in torchvision's InceptionE._forward order
             b3 = conv(f"{name}.branch3x3_1", x, 384, 1)
             b3 = net.concat(f"{name}.branch3x3_cat", [
                 conv(f"{name}.branch3x3_2a", b3, 384, (1, 3), padding=(0, 1)),
@@ -85,7 +87,7 @@ class InceptionV3Spec(NetworkSpec):
                 conv(f"{name}.branch3x3dbl_3a", bd, 384, (1, 3), padding=(0, 1)),
                 conv(f"{name}.branch3x3dbl_3b", bd, 384, (3, 1), padding=(1, 0))])
             x = net.concat(f"{name}.cat", [
-                conv(f"{name}.branch1x1", x, 320, 1), b3, bd,
+                b1, b3, bd,
                 conv(f"{name}.branch_pool", net.avgpool(f"{name}.avg_pool", x, 3, 1, 1), 192, 1)])
         x = net.dropout("dropout", net.adaptive_avgpool("avgpool", x, 1), self.dropout)
         net.linear("fc", net.flatten("flatten", x), self.num_classes)
