@@ -30,7 +30,7 @@ from simulator.report.result import BREAKDOWN_KEYS, SimulationResult, TimelineEv
 from simulator.scenario import Scenario, load_scenario
 from simulator.strategies.plan import MEMORY_COUNTER, Plan, step_durations, step_end_times, window_step_times
 from simulator.strategies.registry import get_kind
-from simulator.strategies.spmd.split import chunk_counts
+from simulator.strategies.spmd.split import chunk_counts, split_choice
 from workloads.counting import total_params
 from workloads.graph import ModelFlops, ShardShape
 from workloads.schema import TransformerSpec
@@ -288,6 +288,10 @@ def simulate(scenario: Scenario, mode: str | None = None, detail: bool = False,
     busiest_stage, busiest = None, {}
     layers_per_chunk = chunk_counts(scenario, scenario.layer_graph())
     extra: dict[str, Any] = {}
+    if getattr(par, "pp_split", "even") == "balanced" and par.pp * par.virtual_stages > 1:
+        # which cut the schedule estimate chose, and the even cut's estimate beside it (printed on
+        # the layers/stage line): a balanced plan never hides that the even one would be faster
+        extra["pp_split_choice"] = split_choice(scenario, scenario.layer_graph()).to_dict()
     folded = None
     if (ok or run_if_oom) and fold and engine == "full" and not detail:
         from simulator.strategies.spmd.fold import folded_engine_run

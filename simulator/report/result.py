@@ -215,6 +215,15 @@ def _fmt(value: float | None, spec: str, unit: str = "") -> str:
     return f"{value:{spec}}{unit}"
 
 
+def _split_note(choice: dict | None) -> str:
+    """``pp_split: balanced``: which cut the schedule estimate took, with the even cut's estimate."""
+    if not choice:
+        return ""
+    from simulator.strategies.spmd.split import describe_split
+
+    return f" ({describe_split(choice)})"
+
+
 def _run_lines(result: SimulationResult) -> list[str]:
     run = result.run
     if not run:
@@ -375,7 +384,8 @@ def render_table(result: SimulationResult) -> str:
            "what `parallelism:` resolves to)"] if result.run.get("strategy", "spmd") != "spmd" else []),
         f"  parameters     {parameter_count(result.num_parameters)}",
         f"  layers/stage   {result.layers_per_stage}" + (
-            f" (chunks: {result.layer_split})" if len(result.layer_split) != len(result.layers_per_stage) else ""),
+            f" (chunks: {result.layer_split})" if len(result.layer_split) != len(result.layers_per_stage) else "")
+        + _split_note(result.extra.get("pp_split_choice")),
         "",
         f"  step time      {_fmt(result.step_time_s, '.3f', ' s')}" + (
             f" (mean of {result.steps} steps: {', '.join(f'{t:.3f}' for t in result.step_times_s[:8])}"

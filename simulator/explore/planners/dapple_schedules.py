@@ -8,8 +8,8 @@ replicated alike: interleaved 1F1B (Narayanan et al. 2021, Sec. 2.2.2), where ea
 device groups holds v model chunks (chunk c·pp + i on group i), which cuts the warm-up and
 drain bubble by v at the price of v times as many boundary sends. The chunks are cut either
 evenly (Megatron-LM's split, as ``clustersim search`` does) or ``balanced`` (contiguous layers
-minimising the slowest chunk's compute: the same min-max cut DAPPLE's partitioner makes, on
-pp·v chunks; :mod:`simulator.strategies.spmd.split`). Such a plan is an ``spmd`` layout
+cut by the schedule's step estimate over pp·v chunks, starting from the min-max cut DAPPLE's
+partitioner makes; :mod:`simulator.strategies.spmd.split`). Such a plan is an ``spmd`` layout
 (pp = the stage count, dp = the stage replicas, ``schedule: interleaved``); for v = 1 the spmd
 kind and ``replicated_pipeline`` simulate a uniform DAPPLE plan to the same step
 (tests/test_plan_cli.py).

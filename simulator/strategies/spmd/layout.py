@@ -55,7 +55,8 @@ class Parallelism(BaseModel):
     pp_split: Literal["even", "balanced"] = Field(
         default="even",
         description="how pipeline chunks are cut: even (the same number of layers each, Megatron-LM) or "
-                    "balanced (contiguous layers minimising the slowest chunk's compute; for uneven graphs)")
+                    "balanced (contiguous layers cut to minimise the schedule's step estimate over the passes and the "
+                    "sends at the cuts; the even cut unless another is 0.5% faster by it; for uneven graphs)")
     sequence_parallel: bool = False
     zero_stage: Literal[0, 1, 2, 3] = 0
     zero_shard_size: int | None = Field(
