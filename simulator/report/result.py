@@ -417,6 +417,8 @@ def render_table(result: SimulationResult) -> str:
         lines += _reliability_lines(result.extra["reliability"])
     if result.extra.get("fast_path_approximation"):
         lines.append(f"  fast path      approximate: {result.extra['fast_path_approximation']}")
+    for i, line in enumerate(result.extra.get("framework_terms_dropped") or ()):  # strategies/framework_terms.py
+        lines.append(f"  {'framework' if i == 0 else '':<14} {line}")
     lines += ["", "  where the step's time goes on the critical rank (the one that finishes last): busy time, "
                   "and exposed waits", "  (communication hidden under compute is not counted)"]
     total = sum(v for v in result.time_breakdown_s.values() if v) or 1.0

@@ -88,6 +88,7 @@ from simulator.engine.engine import Task
 from simulator.memory.analytic import MemoryBreakdown, bytes_per_param, peak_stage, rank_memory
 from simulator.memory.checkpoints import graph_kept_bytes, kept_per_layer, stage_bytes
 from simulator.scenario import gradient_bytes
+from simulator.strategies.framework_terms import eager_stretch, input_task, kernel_stretch
 from simulator.strategies.neuron_masks import (
     ATTENTION_STREAM_OPS,
     HEAD_AND_UNIT_TENSORS,
@@ -317,6 +318,8 @@ class WorkerWork:
     recompute: tuple[Op, ...] = ()        # re-run before the backward (full: the masked forward)
     measured_recompute_s: float = 0.0
     working_bytes: float = 0.0            # the recompute working set (its largest unit, masked)
+    # each op-priced layer's masked (forward, backward, recompute) ops: the eager host floor is per layer pass
+    layer_passes: tuple[tuple[tuple[Op, ...], tuple[Op, ...], tuple[Op, ...]], ...] = ()
 
     @property
     def flops(self) -> float:
@@ -336,6 +339,7 @@ def worker_work(scenario, subnetwork: int, assign: Assignment | None = None) -> 
     measured_f = measured_b = measured_r = held = trained = kept = 0.0
     every_kept = kept_per_layer(graph, recompute)  # full recompute: the graph's checkpoint units
     shares, saved_shares = [], []
+    layer_passes = []
     k = assign.kept_slices / assign.subnetworks
     for layer, layer_kept in zip(graph.layers, every_kept, strict=True):
         scale = layer_scale(cfg, assign, subnetwork, layer)
@@ -359,8 +363,10 @@ def worker_work(scenario, subnetwork: int, assign: Assignment | None = None) -> 
             forward.extend(f)
             backward[:0] = b  # the backward runs the layers in reverse
             # what recompute re-runs of the worker's masked forward (full: all of it)
-            again.extend(o for o in (scaled_op(op, _factor(layer, op, scale.forward, scale), scale.n_keep, scale.k_keep)
-                                     for op in layer.forward if id(op) in rerun) if o is not None)
+            r = tuple(o for o in (scaled_op(op, _factor(layer, op, scale.forward, scale), scale.n_keep, scale.k_keep)
+                                  for op in layer.forward if id(op) in rerun) if o is not None)
+            again.extend(r)
+            layer_passes.append((tuple(f), tuple(b), r))
         held += layer.params * scale.held
         trained += layer.params * scale.trained
         kept += layer_kept * kept_share
@@ -368,7 +374,27 @@ def worker_work(scenario, subnetwork: int, assign: Assignment | None = None) -> 
         saved_shares.append(saved_share)
     working = stage_bytes(graph, recompute, list(range(len(graph.layers))), shares, saved_shares)[1]
     return WorkerWork(tuple(forward), tuple(backward), measured_f, measured_b, held, trained, kept,
-                      tuple(again), measured_r, working)
+                      tuple(again), measured_r, working, tuple(layer_passes))
+
+
+def pass_seconds(compute: ComputeModel, work: WorkerWork, jitter: float,
+                 host_dispatch_us: float | None) -> tuple[float, float, float]:
+    """Seconds of a worker's forward, backward and recompute pass of one micro-batch: the kernels
+    stretched by the wait for the slowest rank (``jitter``) and, under an eager framework, each layer's
+    passes by its host issue floor (simulator/strategies/framework_terms.py, as spmd applies both)."""
+    def kernels(ops) -> list[float]:
+        return [compute.time_s(op) * jitter for op in ops if op.kind != "collective"]
+
+    if host_dispatch_us:
+        f_s = b_s = r_s = 0.0
+        for f, b, r in work.layer_passes:
+            kf, kb, kr = kernels(f), kernels(b), kernels(r)
+            factor = eager_stretch([p for p in (kf, kb, kr) if p], host_dispatch_us)
+            f_s, b_s, r_s = f_s + sum(kf) * factor, b_s + sum(kb) * factor, r_s + sum(kr) * factor
+    else:
+        f_s, b_s, r_s = (compute.ops_time_s(ops) * jitter for ops in (work.forward, work.backward, work.recompute))
+    return (f_s + work.measured_forward_s * jitter, b_s + work.measured_backward_s * jitter,
+            r_s + work.measured_recompute_s * jitter)
 
 
 #: The tensors of a transformer block (workloads/transformer_graph.py ``block_saved_tensors``) that
@@ -480,7 +506,7 @@ def compile_subnetwork_dp(scenario, mode: str | None = None, detail: bool = Fals
     assign = assignment(scenario)
     par, tr = scenario.parallelism, scenario.training
     s, n, m = assign.subnetworks, assign.workers, par.num_micro_batches
-    compute = ComputeModel(scenario.accelerator, tr.precision, tr.fp8_gemms, tr.fp8_recipe)
+    compute = ComputeModel(scenario.accelerator, tr.precision, tr.fp8_gemms, tr.fp8_recipe, tf32=tr.tf32)
     topo = Topology(scenario.node, scenario.fabric, scenario.num_gpus)
     comms = _Comms(scenario, topo)
     gb = gradient_bytes(tr)
@@ -492,13 +518,15 @@ def compile_subnetwork_dp(scenario, mode: str | None = None, detail: bool = Fals
     compute_tasks: dict[str, list[Task]] = defaultdict(list)
     step_ends: list[list[Task]] = []
     previous: dict[str, Task] = {}
+    loaded: dict[str, Task] = {}
     everyone = tuple(range(n))
+    efficiency = scenario.accelerator.efficiency
+    jitter = kernel_stretch(efficiency, scenario.num_gpus)
+    seconds = [pass_seconds(compute, work, jitter, efficiency.host_dispatch_us_per_kernel) for work in works]
     for k in range(scenario.simulation.steps):
         ends = []
         for j, (actor, work) in enumerate(zip(actors, works, strict=True)):
-            f_s = compute.ops_time_s(work.forward) + work.measured_forward_s
-            b_s = compute.ops_time_s(work.backward) + work.measured_backward_s
-            r_s = compute.ops_time_s(work.recompute) + work.measured_recompute_s
+            f_s, b_s, r_s = seconds[j]
             passes = []
             for mb in range(m):
                 passes.append(Task(f"F.step{k}.mb{mb}", actor, "compute", "compute", duration_s=f_s))
@@ -507,6 +535,8 @@ def compile_subnetwork_dp(scenario, mode: str | None = None, detail: bool = Fals
                 passes.append(Task(f"B.step{k}.mb{mb}", actor, "compute", "compute", duration_s=b_s))
             if actor in previous:
                 passes[0].deps.append(previous[actor])
+            if actor in loaded:  # this step's samples, loaded during the last one
+                passes[0].deps.append(loaded[actor])
             streams[(actor, "compute")].extend(passes)
             compute_tasks[actor].extend(passes)
             reduces = []
@@ -545,6 +575,12 @@ def compile_subnetwork_dp(scenario, mode: str | None = None, detail: bool = Fals
                         last = refresh
             previous[actor] = last
             ends.append(last)
+            # the next step's samples, loaded beside this step (framework_terms.py): both end the step
+            load = input_task(efficiency, actor, par.micro_batch_size * m, f"input.next_batch.step{k}")
+            if load is not None:
+                streams[(actor, "input")].append(load)
+                loaded[actor] = load
+                ends.append(load)
         step_ends.append(ends)
     full = unmasked_work(scenario)
     dp = rank_memory(scenario, 0)

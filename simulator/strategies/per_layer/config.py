@@ -119,9 +119,10 @@ class PerLayerConfig(BaseModel):
     uneven: Literal["refuse", "round_up"] = Field(
         default="refuse", description="a cut that does not divide its dimension: refuse, or round_up (the first "
                                       "device takes the ceiling and sets the pace)")
-    overlap_gradient_reduction: bool = Field(
-        default=True, description="weight-gradient all-reduces run beside the rest of the backward (DDP); "
-                                  "false: the optimizer waits for each right after its layer")
+    overlap_gradient_reduction: bool | None = Field(
+        default=None, description="weight-gradient all-reduces run beside the rest of the backward (DDP); "
+                                  "false: one all-reduce per replica group after the backward (a flat buffer); unset: "
+                                  "parallelism.overlap_grad_reduce (true unless the framework profile says otherwise)")
 
 
 def strategy_block(splits: list[Split], uneven: str = "refuse") -> dict:

@@ -47,6 +47,7 @@ from simulator.cost.compute import ComputeModel
 from simulator.cost.topology import Topology
 from simulator.errors import ConfigError, from_pydantic
 from simulator.scenario import gradient_bytes, layer_graph_of
+from simulator.strategies.framework_terms import eager_stretch, kernel_stretch
 from simulator.strategies.per_layer.config import MODEL_FIELDS, Split, as_split
 from simulator.strategies.per_layer.halo import HaloPhase, halo_phases
 from simulator.strategies.per_layer.sharding import (
@@ -133,9 +134,14 @@ class Pricer:
         self.topo = Topology(scenario.node, scenario.fabric, scenario.num_gpus)
         self.links = self.topo.links
         tr = scenario.training
-        self.compute = ComputeModel(scenario.accelerator, tr.precision, tr.fp8_gemms, tr.fp8_recipe)
+        self.compute = ComputeModel(scenario.accelerator, tr.precision, tr.fp8_gemms, tr.fp8_recipe, tf32=tr.tf32)
         self.grad_elem_bytes = gradient_bytes(tr)
         self._collectives: dict = {}
+        # the framework profile's step-level terms, as spmd applies them (simulator/strategies/framework_terms.py):
+        # every kernel waits for the slowest of the job's ranks; an eager framework's host issues each kernel
+        efficiency = scenario.accelerator.efficiency
+        self.jitter = kernel_stretch(efficiency, scenario.num_gpus)
+        self.host_dispatch_us = efficiency.host_dispatch_us_per_kernel
 
     # -- lookups -----------------------------------------------------------------------------
 
@@ -218,14 +224,25 @@ class Pricer:
         forward, backward = (shard_ops(layer, split, self.batch, p) for p in ("forward", "backward"))
         halo = sum(self.collective_s(c) for c in self.halo_collectives(layer, split))
         grad = self.gradient_collective(layer, split)
+        factor = self._eager_stretch(forward, backward)
         return LayerCost(
-            forward_s=self._kernels_s(layer, forward, split, "forward"),
-            backward_s=self._kernels_s(layer, backward, split, "backward"),
+            forward_s=self._kernels_s(layer, forward, split, "forward") * self.jitter * factor,
+            backward_s=self._kernels_s(layer, backward, split, "backward") * self.jitter * factor,
             halo_forward_s=halo, halo_backward_s=halo,
             gradient_reduce_s=self.collective_s(grad) if grad else 0.0,
             devices=split.devices,
             flops_per_device=sum(op.flops for op in forward + backward),
             gradient_bytes=grad.payload_bytes if grad else 0.0)
+
+    def _eager_stretch(self, forward, backward) -> float:
+        """The eager-dispatch floor's factor on the layer's passes (simulator/strategies/framework_terms.py:
+        each pass issued kernel by kernel, its kernels stretched by the jitter as spmd prices them); 1
+        without ``host_dispatch_us_per_kernel``."""
+        if not self.host_dispatch_us:
+            return 1.0
+        passes = [[self.compute.time_s(op) * self.jitter for op in ops if op.kind != "collective"]
+                  for ops in (forward, backward) if ops]
+        return eager_stretch(passes, self.host_dispatch_us)
 
     def graph_at(self, micro_batch: int) -> LayerGraph:
         """The model's graph at ``micro_batch`` samples (a profiled model's times are measured,

@@ -15,8 +15,14 @@ One step, per layer in topological order:
   then the layer's kernels on ``compute``;
 - backward, in reverse: the layer's backward kernels after its consumers' backward reshards,
   then the halo accumulate and the adjoint reshard of each input (on ``reshard``), and the
-  weight-gradient all-reduce over the layer's replicas on ``dp`` (beside the rest of the backward
-  unless ``overlap_gradient_reduction`` is false);
+  weight-gradient all-reduce over the layer's replicas on ``dp`` (beside the rest of the backward;
+  with ``overlap_gradient_reduction`` false, or unset and ``parallelism.overlap_grad_reduce`` false as
+  some framework profiles fit it, one all-reduce per replica group of all its layers' gradients after
+  the backward, as spmd's flat buffer);
+- the framework profile's step-level terms as spmd applies them (simulator/strategies/framework_terms.py):
+  kernels stretched by the wait for the slowest rank (``sync_jitter``) and by an eager host's issue
+  floor per layer pass (``host_dispatch_us_per_kernel``, :mod:`.cost`), the next step's samples loaded
+  beside the step (``input_us_per_sample``, the first layer's batch cut on device 0);
 - the optimizer step over the device's parameter shards after every gradient all-reduce.
 
 ``simulation.steps`` steps are unrolled back to back. Time breakdown: reshards and halos count
@@ -38,6 +44,7 @@ from __future__ import annotations
 
 from simulator.engine.engine import Task
 from simulator.memory.analytic import MemoryBreakdown, bytes_per_param
+from simulator.strategies.framework_terms import input_task
 from simulator.strategies.per_layer.config import MODEL_FIELDS, PerLayerConfig, Split
 from simulator.strategies.per_layer.cost import Pricer, pricer
 from simulator.strategies.per_layer.sharding import (
@@ -102,6 +109,17 @@ def _input_reshards(p: Pricer, splits: list[Split], i: int):
         yield p.reshard(p.graph.layers[j], splits[j], layer, splits[i])
 
 
+def _flat_gradient_reduces(grads: list[Collective | None]) -> list[Collective]:
+    """The weight-gradient all-reduces without overlap: one per replica group, of the summed payload of
+    the layers it replicates (the flat gradient buffer that Megatron-LM and DDP reduce after the backward
+    when they do not overlap; spmd reduces a stage's gradients the same way)."""
+    payload: dict[tuple[int, ...], float] = {}
+    for c in grads:
+        if c is not None:
+            payload[c.ranks] = payload.get(c.ranks, 0.0) + c.payload_bytes
+    return [Collective("all_reduce", b, ranks, 2 * b * (len(ranks) - 1) / len(ranks)) for ranks, b in payload.items()]
+
+
 class PerLayerPlanner:
     """Builds the one-actor plan of ``simulation.steps`` steps (see the module docstring)."""
 
@@ -112,6 +130,8 @@ class PerLayerPlanner:
         self.splits = layer_splits(scenario)
         self.streams: dict[tuple[str, str], list[Task]] = {(ACTOR, s): [] for s in ("compute", "reshard", "dp")}
         self._demands: dict = {}
+        overlap = self.cfg.overlap_gradient_reduction
+        self.overlap_reduction = scenario.parallelism.overlap_grad_reduce if overlap is None else overlap
 
     def _comm(self, c: Collective, name: str, category: str, stream: str, deps) -> Task:
         key = (c.kind, c.payload_bytes, c.ranks)
@@ -145,16 +165,21 @@ class PerLayerPlanner:
         for i, layer in enumerate(graph.layers):
             for name in layer.inputs:
                 consumers[graph._index[name]].append(i)
+        flat_reduces = _flat_gradient_reduces(grads)
         params = sum(_local_params(layer, s) for layer, s in zip(graph.layers, splits, strict=True))
         optimizer_s = p.compute.optimizer_step_s(params, OPTIMIZER_BYTES_PER_PARAM[self.sc.training.optimizer])
         steps = self.sc.simulation.steps
         step_ends: list[list[Task]] = []
         previous: Task | None = None
+        loaded: Task | None = None
+        # the framework's input pipeline: device 0 loads the samples of its first layer's batch cut
+        samples = -(-p.batch // splits[0].batch) if splits else 0
         for step in range(steps):
             tag = f"s{step}."
             forward: dict[int, Task] = {}
             for i, layer in enumerate(graph.layers):
-                deps = [previous] if previous is not None else []
+                deps = [t for t in (previous, loaded) if t is not None] if i == 0 else (
+                    [previous] if previous is not None else [])
                 for name, reshard in zip(layer.inputs, reshards[i], strict=True):
                     after = [forward[graph._index[name]]]
                     for k, c in enumerate(reshard.forward):
@@ -180,13 +205,17 @@ class PerLayerPlanner:
                         chain = [self._comm(c, f"{tag}reshard_grad.{layer.name}->{name}.{c.kind}{k}", "tp_comm",
                                             "reshard", chain)]
                     backward_out[(i, graph._index[name])] = chain
-                if grads[i] is not None:
-                    reduce = self._comm(grads[i], f"{tag}grad_all_reduce.{layer.name}", "dp_comm", "dp", [done])
-                    reduces.append(reduce)
-                    if not self.cfg.overlap_gradient_reduction:
-                        last = self._kernel(f"{tag}wait.{layer.name}", 0.0, "dp_comm", [reduce])
+                if grads[i] is not None and self.overlap_reduction:
+                    reduces.append(self._comm(grads[i], f"{tag}grad_all_reduce.{layer.name}", "dp_comm", "dp", [done]))
+            if not self.overlap_reduction:  # one flat buffer per replica group, after the backward
+                for n, c in enumerate(flat_reduces):
+                    reduces.append(self._comm(c, f"{tag}grad_all_reduce.flat{n}", "dp_comm", "dp", [last]))
             previous = self._kernel(f"{tag}optimizer", optimizer_s, "optimizer", [last, *reduces])
-            step_ends.append([previous])
+            # the next step's samples, loaded beside this step (simulator/strategies/framework_terms.py): both end it
+            loaded = input_task(self.sc.accelerator.efficiency, ACTOR, samples, f"{tag}input.next_batch")
+            if loaded is not None:
+                self.streams.setdefault((ACTOR, "input"), []).append(loaded)
+            step_ends.append([previous] + ([loaded] if loaded is not None else []))
         compute = self.streams[(ACTOR, "compute")]
         memory = per_layer_memory(self.sc)[1]
         base = memory.weights_bytes + memory.gradients_bytes + memory.optimizer_bytes + memory.other_bytes

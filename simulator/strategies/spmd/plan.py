@@ -33,9 +33,8 @@ from collections import Counter, defaultdict
 
 from simulator.cost.collectives import collective_cost
 from simulator.cost.compute import ComputeModel
-from simulator.cost.host_floor import floor_per_layer_s, issue_bound_s, stretch
+from simulator.cost.host_floor import floor_per_layer_s, stretch
 from simulator.cost.interference import exposed_comm_share
-from simulator.cost.jitter import sync_stretch
 from simulator.cost.moe_dispatch import node_dedup_all_to_all
 from simulator.cost.topology import Coordinates, RankLayout, build_topology
 from simulator.cost.wan import WanTopology
@@ -48,6 +47,7 @@ from simulator.memory.analytic import (
 )
 from simulator.memory.checkpoints import plan_of
 from simulator.scenario import Scenario, gradient_bytes
+from simulator.strategies.framework_terms import eager_floor_s, input_task, kernel_stretch
 from simulator.strategies.plan import Plan
 from simulator.strategies.spmd.schedule import stage_order, zero_bubble
 from simulator.strategies.spmd.split import chunk_counts
@@ -87,8 +87,7 @@ class Planner:
                                       scenario.training.fp8_recipe, tf32=scenario.training.tf32)
                          for g in scenario.groups]
         self.compute = self.computes[0]
-        self.sync_stretches = [sync_stretch(g.accelerator.efficiency.sync_jitter, scenario.num_gpus)
-                               for g in scenario.groups]
+        self.sync_stretches = [kernel_stretch(g.accelerator.efficiency, scenario.num_gpus) for g in scenario.groups]
         self.sync_stretch = self.sync_stretches[0]
         self.host_floor = scenario.accelerator.efficiency.cross_node_pipeline_floor
         self.host_dispatch_us = scenario.accelerator.efficiency.host_dispatch_us_per_kernel
@@ -414,14 +413,11 @@ class Planner:
         ``issue_bound_s``; a collective counts as one issue and takes its exposed time)."""
         if not self.host_dispatch_us:
             return 0.0
-        host_s = self.host_dispatch_us * 1e-6
         compute, jitter = self.compute_of(rank), self.sync_stretches[self.topo.group_index(rank)]
-        total = 0.0
-        for ops in passes:
-            total += issue_bound_s([
-                self._isolated_comm_s(rank, [(op.group, op.collective, op.comm_bytes)]) * self._exposure(rank, ops, i)
-                if op.kind == "collective" else compute.time_s(op) * jitter for i, op in enumerate(ops)], host_s)
-        return total
+        return eager_floor_s(([
+            self._isolated_comm_s(rank, [(op.group, op.collective, op.comm_bytes)]) * self._exposure(rank, ops, i)
+            if op.kind == "collective" else compute.time_s(op) * jitter for i, op in enumerate(ops)] for ops in passes),
+            self.host_dispatch_us)
 
     def moe_fixed_floor_s(self, rank: int, kind, passes: list[tuple[Op, ...]]) -> float:
         """The floor of an MoE layer's passes (forward, backward, recompute) on ``rank``: their isolated time
@@ -664,11 +660,10 @@ class Planner:
         rank's micro-batches) loaded on the host beside this step's kernels, as a prefetching loader (PyTorch
         DataLoader workers, DALI) runs in steady state. The step ends no earlier than the load, and the next
         step's first kernel waits for it: a step takes max(GPU step, samples x time per sample)."""
-        per_sample_us = self.sc.rank_accelerator(rank).efficiency.input_us_per_sample
-        if not per_sample_us or self.layout.coords(rank).pp != 0:
+        if self.layout.coords(rank).pp != 0:
             return None
-        samples = self.par.micro_batch_size * self.par.num_micro_batches
-        return Task("input.next_batch", actor, "input", "input_wait", duration_s=samples * per_sample_us * 1e-6)
+        return input_task(self.sc.rank_accelerator(rank).efficiency, actor,
+                          self.par.micro_batch_size * self.par.num_micro_batches)
 
     def after_step(self, step: int, streams, boundary: dict[str, tuple[Task, ...]]) -> list[Task]:
         """Hook for kinds built on this planner: add tasks after step ``step`` (e.g. an outer
