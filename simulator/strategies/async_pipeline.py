@@ -43,6 +43,7 @@ from typing import Literal
 from pydantic import BaseModel, ConfigDict, Field
 
 from simulator.memory.analytic import MemoryBreakdown, peak_stage, rank_memory
+from simulator.strategies.framework_terms import dropped_terms_extra
 from simulator.strategies.optimizer_fusion import (
     FusedUpdates,
     largest_module_gradient_bytes,
@@ -140,6 +141,10 @@ def compile_async_pipeline(scenario, mode: str | None = None, detail: bool = Fal
         "weight_versions_per_stage": [weight_versions(cfg.variant, p, s) for s in range(p)],
         "staleness_updates_per_stage": [staleness_updates(cfg.variant, p, s) for s in range(p)],
         "updates_per_step": m if cfg.variant != "2bw" else 1,
+        # the framework's step-level terms (simulator/strategies/framework_terms.py): the jitter and host floor are
+        # in the planner's pass prices; the input pipeline is not placed in the stream of micro-batches
+        **dropped_terms_extra(scenario.accelerator.efficiency, "async_pipeline", {
+            "input_us_per_sample": "the input pipeline beside the stream of micro-batches is not modelled"}),
     }
     return tasks.plan(window, extra)
 

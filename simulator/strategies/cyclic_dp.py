@@ -112,14 +112,15 @@ def compile_cyclic_dp(scenario, mode: str | None = None, detail: bool = False):
     steps = scenario.simulation.steps
     f_s, b_s = tasks.pass_s(0, "F"), tasks.pass_s(0, "B")
     update_s = tasks.planner.optimizer_step_s(0)
-    ends, reduced, passes = [], None, []
+    ends, reduced, passes, loaded = [], None, [], None
     tasks.hold(0, tasks.held_bytes(0))
     grads = unfused_gradient_bytes(scenario, 0)  # the stage's whole gradient buffer
     fused = FusedUpdates(tasks, scenario)
     for k in range(steps + 1):
         for j in range(m):
             fused.before_forward(0)  # forward fusion: the delayed update just before the next forward
-            forward = tasks.kernel(0, f"F.step{k}.mb{j}", f_s)
+            forward = tasks.kernel(0, f"F.step{k}.mb{j}", f_s,
+                                   deps=(loaded,) if j == 0 and loaded is not None else ())  # this step's samples
             tasks.forward_memory(0, forward)
             done = tasks.kernel(0, f"B.step{k}.mb{j}", b_s)
             # step in backward (one micro-batch): each layer's update with step k - 1's gradient right
@@ -132,16 +133,20 @@ def compile_cyclic_dp(scenario, mode: str | None = None, detail: bool = False):
         this_step = tasks.gradient_all_reduce(0, f"grad_all_reduce.step{k}", done)
         # one-step delay: the update ending step k applies the gradient reduced during it (step k - 1's);
         # step k - 1's buffer lived until this update applied it (freed layer by layer in step in backward)
-        ends.append(fused.update(0, f"optimizer.step{k}", update_s, deps=(reduced,) if reduced else (),
-                                 free_bytes=grads if k > 0 and not fused.steps_in_backward(m == 1) else 0.0))
+        ends.append([fused.update(0, f"optimizer.step{k}", update_s, deps=(reduced,) if reduced else (),
+                                  free_bytes=grads if k > 0 and not fused.steps_in_backward(m == 1) else 0.0)])
         reduced = this_step
+        # the next step's samples, loaded beside this step (simulator/strategies/framework_terms.py): both end it
+        loaded = tasks.input_load(0, f"input.next_batch.step{k}")
+        if loaded is not None:
+            ends[-1].append(loaded)
     fused.finish(0)
     workers = scenario.parallelism.dp_degree
     activations = rank_memory(scenario, 0).activations_bytes  # one micro-batch's (pp 1: F, B in turn)
 
     def summed() -> dict:
         last = steps
-        step_start, period = ends[last - 1].end_s, ends[last].end_s - ends[last - 1].end_s
+        step_start, period = ends[last - 1][0].end_s, ends[last][0].end_s - ends[last - 1][0].end_s
         own = [(f.start_s - step_start, f.end_s - step_start, activations) for k, f, _ in passes if k == last]
         own += [(b.start_s - step_start, b.end_s - step_start, -activations) for k, _, b in passes if k == last]
         points = activation_profile(own)
@@ -161,7 +166,7 @@ def compile_cyclic_dp(scenario, mode: str | None = None, detail: bool = False):
                                           "data_parallel_min": dp_low / GIB, "data_parallel_max": dp_peak / GIB},
                 "gradient_delay_steps": 1}
 
-    window = ([ends[0]], [[end] for end in ends[1:]])
+    window = (ends[0], ends[1:])
     return tasks.plan(window, after_run=summed)
 
 

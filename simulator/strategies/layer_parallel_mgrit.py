@@ -79,6 +79,7 @@ from simulator.errors import ConfigError
 from simulator.memory.analytic import MemoryBreakdown, model_state_bytes, peak_stage
 from simulator.memory.checkpoints import kept_per_layer, stage_bytes
 from simulator.scenario import gradient_bytes
+from simulator.strategies.framework_terms import dropped_terms_extra
 from simulator.strategies.plan import Plan
 from simulator.strategies.registry import StrategyKind, register
 from simulator.strategies.residual_blocks import Block, no_residual_reason, residual_chain
@@ -437,7 +438,12 @@ def compile_mgrit(scenario, mode: str | None = None, detail: bool = False) -> Pl
 
     extra = {"mgrit_ranks": p, "mgrit_blocks": chain.blocks, "mgrit_coarse_points": coarse_points,
              "mgrit_layer_evaluations_per_step": solve.evaluations // scenario.simulation.steps,
-             "mgrit_sends_per_step": solve.sends // scenario.simulation.steps}
+             "mgrit_sends_per_step": solve.sends // scenario.simulation.steps,
+             # the framework's step-level terms (simulator/strategies/framework_terms.py): none is applied yet
+             **dropped_terms_extra(scenario.accelerator.efficiency, "layer_parallel_mgrit", {
+                 "sync_jitter": "the relaxation sweeps' kernels are priced without the wait for the slowest rank",
+                 "host_dispatch_us_per_kernel": "the layer evaluations are priced without the eager host floor",
+                 "input_us_per_sample": "the input pipeline is not modelled"})}
     return Plan(dict(streams), {a: r for r, a in enumerate(actors)}, {a: r for r, a in enumerate(actors)},
                 [per] * p, solve.topo, dict(compute_tasks), steps=scenario.simulation.steps, step_ends=step_ends,
                 extra=extra, after_run=measured, mode="full")  # every rank is an actor

@@ -51,6 +51,7 @@ from simulator.memory.analytic import (
     recompute_working_bytes,
 )
 from simulator.scenario import gradient_bytes
+from simulator.strategies.framework_terms import dropped_terms_extra
 from simulator.strategies.optimizer_fusion import FusedUpdates, unfused_gradient_bytes
 from simulator.strategies.registry import StrategyKind, register
 from simulator.strategies.spmd.plan import Planner
@@ -146,7 +147,11 @@ def compile_local_learning(scenario, mode: str | None = None, detail: bool = Fal
     head_flops = sum(op.flops for op in head_ops)
     extra = {"aux_heads": p - 1,
              "aux_head_flops_per_step": head_flops * (p - 1) * m * scenario.parallelism.dp_degree
-             * scenario.parallelism.tp * scenario.parallelism.cp}
+             * scenario.parallelism.tp * scenario.parallelism.cp,
+             # the framework's step-level terms (simulator/strategies/framework_terms.py): the jitter and host
+             # floor are in the planner's pass prices; the input pipeline is not placed
+             **dropped_terms_extra(scenario.accelerator.efficiency, "local_learning", {
+                 "input_us_per_sample": "the input pipeline beside the first group's steps is not modelled"})}
     return tasks.plan(window, extra)
 
 

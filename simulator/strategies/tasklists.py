@@ -21,6 +21,7 @@ from collections import defaultdict
 from simulator.engine.engine import Task
 from simulator.errors import ConfigError
 from simulator.scenario import gradient_bytes
+from simulator.strategies.framework_terms import input_task
 from simulator.strategies.plan import Plan
 from simulator.strategies.spmd.plan import Planner
 
@@ -42,13 +43,17 @@ class StageTasks:
     # -- prices ------------------------------------------------------------------------------
 
     def pass_s(self, stage: int, phase: str) -> float:
-        """Seconds of the stage's whole chunk pass: "F" forward, "B" backward (with recompute)."""
+        """Seconds of the stage's whole chunk pass: "F" forward, "B" backward (with recompute), with the
+        framework's host floor (simulator/strategies/framework_terms.py)."""
         key = (stage, phase)
         if key not in self._pass_s:
-            rank = self.ranks[stage]
-            seconds = self.planner.chunk_pass_s(rank, phase, stage)
+            rank, planner = self.ranks[stage], self.planner
+            runs = planner.chunk_runs(stage)
+            # kernels and exposed collectives, and the host floor's stall after the pass as spmd adds it (the
+            # eager or cross-node floor, simulator/cost/host_floor.py; the jitter is in the kernels' prices)
+            seconds = planner.chunk_pass_s(rank, phase, stage) + planner.host_floor_stall_s(rank, phase, runs)
             if phase == "B":
-                seconds += self.planner.chunk_pass_s(rank, "R", stage)
+                seconds += planner.chunk_pass_s(rank, "R", stage) + planner.host_floor_stall_s(rank, "R", runs)
             self._pass_s[key] = seconds
         return self._pass_s[key]
 
@@ -98,6 +103,18 @@ class StageTasks:
         task = Task(name, actor, "compute", category, duration_s=seconds, deps=list(deps))
         self.streams[(actor, "compute")].append(task)
         self.compute[actor].append(task)
+        return task
+
+    def input_load(self, stage: int, name: str) -> Task | None:
+        """The next step's samples loaded on a first stage's host beside this step (``input_us_per_sample``,
+        simulator/strategies/framework_terms.py; None on a later stage or without the term): the kind puts
+        it among the step's ends and makes the next step's first forward wait for it."""
+        if stage != 0:
+            return None
+        task = input_task(self.planner.sc.rank_accelerator(self.ranks[stage]).efficiency, self.actors[stage],
+                          self.par.micro_batch_size * self.par.num_micro_batches, name)
+        if task is not None:
+            self.streams[(self.actors[stage], "input")].append(task)
         return task
 
     def send(self, src: int, dst: int, name: str, after: Task) -> Task:
