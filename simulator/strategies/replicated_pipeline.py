@@ -48,11 +48,11 @@ from pydantic import BaseModel, ConfigDict, Field
 
 from simulator.cost.collectives import collective_cost
 from simulator.cost.compute import ComputeModel
-from simulator.cost.jitter import sync_stretch
 from simulator.cost.topology import Topology
 from simulator.engine.engine import Task
 from simulator.memory.analytic import MemoryBreakdown, bytes_per_param, peak_stage
 from simulator.scenario import gradient_bytes, layer_graph_of
+from simulator.strategies.framework_terms import dropped_terms_extra, kernel_stretch
 from simulator.strategies.plan import Plan
 from simulator.strategies.registry import StrategyKind, register
 from simulator.strategies.spmd.plan import OPTIMIZER_BYTES_PER_PARAM, WEIGHT_BYTES
@@ -134,7 +134,7 @@ class StagePrices:
         self.links = self.topo.links
         self.compute = ComputeModel(scenario.accelerator, scenario.training.precision, scenario.training.fp8_gemms,
                                     scenario.training.fp8_recipe)
-        self.stretch = sync_stretch(scenario.accelerator.efficiency.sync_jitter, scenario.num_gpus)
+        self.stretch = kernel_stretch(scenario.accelerator.efficiency, scenario.num_gpus)  # framework_terms.py
         self.micro_batch = scenario.parallelism.global_batch_size // cfg.micro_batches
         self.starts = [sum(s.layers for s in cfg.stages[:i]) for i in range(len(cfg.stages) + 1)]
         self.offsets = [sum(s.replicas for s in cfg.stages[:i]) for i in range(len(cfg.stages) + 1)]
@@ -314,7 +314,11 @@ def compile_replicated_pipeline(scenario, mode: str | None = None, detail: bool 
     ranks = {a: prices.offsets[i] for i, a in enumerate(actors)}
     extra = {"stage_layers": [s.layers for s in cfg.stages], "stage_replicas": [s.replicas for s in cfg.stages],
              "micro_batches": m, "extra_warmup": cfg.extra_warmup, "stage_forward_s": [f for f, _ in prices.pass_s],
-             "stage_backward_s": [b for _, b in prices.pass_s]}
+             "stage_backward_s": [b for _, b in prices.pass_s],
+             # the framework's step-level terms (simulator/strategies/framework_terms.py): the jitter is in the prices
+             **dropped_terms_extra(scenario.accelerator.efficiency, "replicated_pipeline", {
+                 "host_dispatch_us_per_kernel": "the stages' layer times are priced without the eager host floor",
+                 "input_us_per_sample": "the input pipeline is not modelled"})}
     return Plan(dict(streams), ranks, {a: i for i, a in enumerate(actors)}, [s.layers for s in cfg.stages],
                 prices.topo, dict(compute), steps=steps, step_ends=step_ends, extra=extra, mode="symmetric")
 

@@ -78,6 +78,7 @@ from simulator.memory.analytic import (
     rank_memory,
 )
 from simulator.scenario import gradient_bytes
+from simulator.strategies.framework_terms import dropped_terms_extra
 from simulator.strategies.plan import MEMORY_COUNTER, Plan
 from simulator.strategies.registry import StrategyKind, register
 from simulator.strategies.spmd.plan import OPTIMIZER_BYTES_PER_PARAM, WEIGHT_BYTES, Planner
@@ -235,8 +236,10 @@ class SwarmPrices:
             quant = [quantise_s(compute, b, element, act) for b in boundary]
             passes = []
             for s in range(stages):
-                forward = planner.chunk_pass_s(rank, "F", s)
-                backward = planner.chunk_pass_s(rank, "B", s) + planner.chunk_pass_s(rank, "R", s)
+                runs = planner.chunk_runs(s)  # with the framework's host floor as spmd adds it (framework_terms.py)
+                forward = planner.chunk_pass_s(rank, "F", s) + planner.host_floor_stall_s(rank, "F", runs)
+                backward = (planner.chunk_pass_s(rank, "B", s) + planner.host_floor_stall_s(rank, "B", runs)
+                            + planner.chunk_pass_s(rank, "R", s) + planner.host_floor_stall_s(rank, "R", runs))
                 q_in = quant[s - 1] if s > 0 else 0.0       # dequantise the input / quantise its gradient
                 q_out = quant[s] if s < stages - 1 else 0.0  # quantise the output / dequantise its gradient
                 passes.append({"F": forward + q_in + q_out, "B": backward + q_in + q_out})
@@ -398,6 +401,9 @@ def compile_swarm(scenario, mode: str | None = None, detail: bool = False) -> Pl
     throughput = prices.pool_throughput_samples_per_s(stage_of_peer, flat_speeds)
     stats = schedule.stats
     extra = {
+        # the framework's step-level terms (simulator/strategies/framework_terms.py): jitter and host floor in the prices
+        **dropped_terms_extra(scenario.accelerator.efficiency, "swarm", {
+            "input_us_per_sample": "the first stage's peers' input pipeline is not modelled"}),
         "swarm_peers_per_stage": peers,
         "swarm_final_peers_per_stage": stats["final_peers_per_stage"],
         "swarm_micro_batches_per_step": micro_batches(scenario),
