@@ -23,6 +23,7 @@ schedules are estimated with 1F1B's order (their B/W split is chosen by the plan
 from __future__ import annotations
 
 from collections.abc import Sequence
+from functools import lru_cache
 
 from simulator.strategies.spmd.schedule import stage_order
 
@@ -37,21 +38,12 @@ def step_estimate_s(schedule: str, micro_batches: int, pp: int, virtual_stages: 
         raise ValueError("one forward and backward time per chunk, one send per cut")
     order_of = "1f1b" if schedule == "zb-h1" else schedule
     v = virtual_stages if order_of == "interleaved" else 1
-    m, last = micro_batches, chunks - 1
-    # each rank's passes as (forward?, slot of its own end, slot it waits on or -1, seconds after it, seconds)
-    orders = []
-    for stage in range(pp):
-        order = []
-        for phase, mb, local in stage_order(order_of, m, pp, stage, v):
-            g = local * pp + stage
-            if phase == "F":
-                order.append((2 * (g * m + mb), 2 * ((g - 1) * m + mb) if g else -1,
-                              send_s[g - 1] if g else 0.0, forward_s[g]))
-            elif g == last:
-                order.append((2 * (g * m + mb) + 1, 2 * (g * m + mb), 0.0, backward_s[g]))
-            else:
-                order.append((2 * (g * m + mb) + 1, 2 * ((g + 1) * m + mb) + 1, send_s[g], backward_s[g]))
-        orders.append(order)
+    seconds = [*forward_s, *backward_s]
+    gaps = [0.0, *send_s[:chunks - 1]]  # gaps[g]: the send into chunk g's forward (none into chunk 0)
+    m = micro_batches
+    orders = [[(slot, wait, gaps[gap] if gap >= 0 else send_s[-gap - 1] if gap != -chunks - 1 else 0.0,
+                seconds[pass_index]) for slot, wait, gap, pass_index in template]
+              for template in _templates(order_of, m, pp, v)]
     end: list[float | None] = [None] * (2 * chunks * m)
     position, clock = [0] * pp, [0.0] * pp
     remaining = sum(len(o) for o in orders)
@@ -78,3 +70,25 @@ def step_estimate_s(schedule: str, micro_batches: int, pp: int, virtual_stages: 
         if not progressed:  # an order that waits on itself (internal invariant, not user input)
             raise RuntimeError(f"schedule {schedule!r} deadlocks in the estimate")
     return max(clock)
+
+
+@lru_cache(maxsize=256)
+def _templates(order_of: str, m: int, pp: int, v: int) -> tuple[tuple[tuple[int, int, int, int], ...], ...]:
+    """Per rank, its passes in order as (slot of its end, slot it waits on or -1, which send precedes
+    it: g >= 0 the send into forward chunk g, -(g + 1) the send back out of chunk g + 1 into g,
+    -(chunks + 1) none, index into forward + backward seconds): the schedule's shape, the same for
+    every cut, built once."""
+    chunks = pp * v
+    last, out = chunks - 1, []
+    for stage in range(pp):
+        order = []
+        for phase, mb, local in stage_order(order_of, m, pp, stage, v):
+            g = local * pp + stage
+            if phase == "F":
+                order.append((2 * (g * m + mb), 2 * ((g - 1) * m + mb) if g else -1, g, g))
+            elif g == last:
+                order.append((2 * (g * m + mb) + 1, 2 * (g * m + mb), -chunks - 1, chunks + g))
+            else:
+                order.append((2 * (g * m + mb) + 1, 2 * ((g + 1) * m + mb) + 1, -(g + 1), chunks + g))
+        out.append(tuple(order))
+    return tuple(out)

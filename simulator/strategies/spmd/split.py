@@ -37,6 +37,9 @@ from workloads.layer_graph import Layer, LayerGraph
 
 _BALANCED: dict[tuple, tuple[LayerGraph, object, SplitChoice]] = {}
 _BALANCED_KEPT = 4096
+# each layer's pass seconds per graph, accelerator, precision and recompute: the layouts of a search
+# that differ in their layout alone (tp aside, which makes another graph) price them once
+_PASS_COSTS: dict[tuple, tuple[LayerGraph, object, tuple]] = {}
 # A cut replaces the even one only if the estimate puts it this much ahead: the estimate ranks cuts
 # to ~0.4% of the engine (ResNet-50 pp 2 on 8 A100s, 17 cuts 6 layers apart: engine / estimate
 # 1.210-1.215, the sync-jitter stretch and the data-parallel tail it leaves out), so a smaller lead
@@ -111,7 +114,14 @@ def split_choice(scenario, graph: LayerGraph) -> SplitChoice:
     hit = _BALANCED.get(key)
     if hit is not None and hit[0] is graph and hit[1] is scenario.accelerator:
         return hit[2]
-    forward, backward, (first_f, first_b), (last_f, last_b) = layer_pass_costs(scenario, graph, par.recompute)
+    costs_key = (id(graph), id(scenario.accelerator), key[2], par.recompute)
+    costs_hit = _PASS_COSTS.get(costs_key)
+    if costs_hit is None or costs_hit[0] is not graph or costs_hit[1] is not scenario.accelerator:
+        if len(_PASS_COSTS) >= _BALANCED_KEPT:
+            _PASS_COSTS.clear()
+        costs_hit = _PASS_COSTS[costs_key] = (graph, scenario.accelerator,
+                                              layer_pass_costs(scenario, graph, par.recompute))
+    forward, backward, (first_f, first_b), (last_f, last_b) = costs_hit[2]
     chunks = par.pp * par.virtual_stages
     n = len(forward)
     if chunks > n:
