@@ -98,7 +98,7 @@ def test_helpers():
 
 
 def test_a_kind_that_drops_a_term_says_so(tmp_path):
-    """layer_parallel_mgrit does not apply the terms yet: the result names each one set, and why."""
+    """layer_parallel_mgrit does not apply the eager host floor yet: the result names it, and why."""
     import subprocess
     import sys
     from pathlib import Path
@@ -106,6 +106,7 @@ def test_a_kind_that_drops_a_term_says_so(tmp_path):
     root = Path(__file__).resolve().parents[1]
     out = subprocess.run([sys.executable, "-m", "simulator.cli", "simulate",
                           str(root / "examples" / "gpt-1.7b-layer-parallel-mgrit-a100.yaml"),
-                          "--set", "training.framework=dle-pytorch"], capture_output=True, text=True, cwd=root)
+                          "--set", "training.framework=megatron-deepspeed", "--set", "training.precision=fp16"],
+                         capture_output=True, text=True, cwd=root)
     assert out.returncode == 0, out.stderr
-    assert "sync_jitter (0.15) not applied by layer_parallel_mgrit" in out.stdout
+    assert "host_dispatch_us_per_kernel (80) not applied by layer_parallel_mgrit" in out.stdout

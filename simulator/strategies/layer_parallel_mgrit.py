@@ -79,7 +79,7 @@ from simulator.errors import ConfigError
 from simulator.memory.analytic import MemoryBreakdown, model_state_bytes, peak_stage
 from simulator.memory.checkpoints import kept_per_layer, stage_bytes
 from simulator.scenario import gradient_bytes
-from simulator.strategies.framework_terms import dropped_terms_extra
+from simulator.strategies.framework_terms import dropped_terms_extra, kernel_stretch
 from simulator.strategies.plan import Plan
 from simulator.strategies.registry import StrategyKind, register
 from simulator.strategies.residual_blocks import Block, no_residual_reason, residual_chain
@@ -173,8 +173,9 @@ def chain_of(scenario) -> Chain:
                           f"c = {c} over {cfg.levels} levels needs c to divide the {n // p} blocks per rank and "
                           f"c^(levels-1) = {coarse} to divide the {n} blocks of {graph.name}")
     tr = scenario.training
-    compute = ComputeModel(scenario.accelerator, tr.precision, tr.fp8_gemms, tr.fp8_recipe)
+    compute = ComputeModel(scenario.accelerator, tr.precision, tr.fp8_gemms, tr.fp8_recipe, tf32=tr.tf32)
     recompute = par.recompute
+    jitter = kernel_stretch(scenario.accelerator.efficiency, scenario.num_gpus)  # framework_terms.py
 
     def seconds(layers, phase: str, keep=lambda op: True) -> float:
         total = 0.0
@@ -191,7 +192,7 @@ def chain_of(scenario) -> Chain:
             else:
                 ops = layer.forward if phase == "forward" else layer.backward
                 total += compute.ops_time_s(tuple(op for op in ops if keep(op)))
-        return total
+        return total * jitter
 
     first_input = graph.input_bytes(blocks[0].layers[0]) or blocks[0].output_bytes
     kept = dict(zip((layer.name for layer in graph.layers), kept_per_layer(graph, recompute), strict=True))
@@ -368,8 +369,8 @@ class _Solve:
         f_relax("interp")
 
 
-def _layers_s(compute: ComputeModel, layers, phase: str) -> float:
-    return sum(compute.layer_time_s(layer, phase) for layer in layers)
+def _layers_s(compute: ComputeModel, layers, phase: str, jitter: float = 1.0) -> float:
+    return sum(compute.layer_time_s(layer, phase) for layer in layers) * jitter
 
 
 def rank_params(chain: Chain, rank: int) -> float:
@@ -386,14 +387,15 @@ def compile_mgrit(scenario, mode: str | None = None, detail: bool = False) -> Pl
     cfg = _config(scenario)
     chain = chain_of(scenario)
     tr, par = scenario.training, scenario.parallelism
-    compute = ComputeModel(scenario.accelerator, tr.precision, tr.fp8_gemms, tr.fp8_recipe)
+    compute = ComputeModel(scenario.accelerator, tr.precision, tr.fp8_gemms, tr.fp8_recipe, tf32=tr.tf32)
+    jitter = kernel_stretch(scenario.accelerator.efficiency, scenario.num_gpus)  # framework_terms.py
     streams: dict[tuple[str, str], list[Task]] = defaultdict(list)
     compute_tasks: dict[str, list[Task]] = defaultdict(list)
     solve = _Solve(scenario, chain, cfg, streams, compute_tasks)
     p, last = chain.ranks, chain.ranks - 1
     per = chain.blocks // p
-    opening_f, opening_b = _layers_s(compute, chain.opening, "forward"), _layers_s(compute, chain.opening, "backward")
-    closing_f, closing_b = _layers_s(compute, chain.closing, "forward"), _layers_s(compute, chain.closing, "backward")
+    opening_f, opening_b = (_layers_s(compute, chain.opening, phase, jitter) for phase in ("forward", "backward"))
+    closing_f, closing_b = (_layers_s(compute, chain.closing, phase, jitter) for phase in ("forward", "backward"))
     opt_per_param = OPTIMIZER_BYTES_PER_PARAM[tr.optimizer] * (32 / 28 if tr.precision == "fp32" else 1)
     step_ends: list[list[Task]] = []
     previous: list[Task | None] = [None] * p
@@ -439,9 +441,8 @@ def compile_mgrit(scenario, mode: str | None = None, detail: bool = False) -> Pl
     extra = {"mgrit_ranks": p, "mgrit_blocks": chain.blocks, "mgrit_coarse_points": coarse_points,
              "mgrit_layer_evaluations_per_step": solve.evaluations // scenario.simulation.steps,
              "mgrit_sends_per_step": solve.sends // scenario.simulation.steps,
-             # the framework's step-level terms (simulator/strategies/framework_terms.py): none is applied yet
+             # the framework's step-level terms (simulator/strategies/framework_terms.py): the jitter is in the prices
              **dropped_terms_extra(scenario.accelerator.efficiency, "layer_parallel_mgrit", {
-                 "sync_jitter": "the relaxation sweeps' kernels are priced without the wait for the slowest rank",
                  "host_dispatch_us_per_kernel": "the layer evaluations are priced without the eager host floor",
                  "input_us_per_sample": "the input pipeline is not modelled"})}
     return Plan(dict(streams), {a: r for r, a in enumerate(actors)}, {a: r for r, a in enumerate(actors)},
