@@ -59,6 +59,35 @@ def test_pase_says_its_plan_ignores_memory_when_it_does_not_fit():
     assert "# PaSE's cost model ignores memory" in header and "does not fit on this cluster" in header
 
 
+DROPPED = "does not model recompute; the scenario's recompute: full was dropped for this plan"
+
+
+@pytest.mark.parametrize("planner", PLANNERS)
+def test_planners_drop_a_stated_recompute_and_say_so(planner):
+    # GPT-3 XL on 32 V100s states recompute: full; per_layer (and replicated_pipeline, DAPPLE's plans)
+    # refuse it, so every per-layer plan once "could not run: per_layer does not recompute"
+    raw = _raw("gpt3-xl-parameter-server-v100")
+    assert raw["parallelism"]["recompute"] == "full"
+    result = get_planner(planner).run(raw, {})
+    assert "recompute" not in (result.reason or "")
+    assert "recompute" not in result.scenario["parallelism"]
+    kind = result.scenario["strategy"]["kind"]
+    words = {"per_layer": "the per-layer kind", "replicated_pipeline": "the replicated_pipeline kind (DAPPLE's plans)"}
+    assert f"# {words[kind]} {DROPPED}\n" in result.header()
+    assert result.step_time_s is not None or "needs" in result.reason  # it runs, or says what memory it needs
+    raw["parallelism"]["recompute"] = "none"  # nothing dropped: no such line
+    assert "recompute" not in get_planner(planner).run(raw, {}).header()
+
+
+def test_dapple_names_its_own_kind_when_it_cannot_fuse_the_optimizer():
+    # DAPPLE's plans are replicated_pipeline plans; its probe's per_layer kind was the one named
+    with pytest.raises(ConfigError) as err:
+        get_planner("dapple").run(_raw("vit-l16-step-in-backward-a100"), {})
+    assert err.value.field == "training.optimizer_fusion"
+    assert "'backward' is not modelled by strategy kind replicated_pipeline, the kind of DAPPLE's plans" in str(err.value)
+    assert "per_layer" not in str(err.value)
+
+
 @pytest.fixture(scope="module")
 def runs(tmp_path_factory):
     tmp = tmp_path_factory.mktemp("plans")

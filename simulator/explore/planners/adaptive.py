@@ -77,7 +77,12 @@ from simulator.explore.planners.components import (
     component_splits,
     find_components,
 )
-from simulator.explore.planners.oracle import Oracle, per_layer_pricer
+from simulator.explore.planners.oracle import (
+    Oracle,
+    dropped_recompute_notes,
+    per_layer_pricer,
+    with_per_layer,
+)
 from simulator.explore.planners.pase import layer_configs
 from simulator.explore.planners.pase_dp import min_cost_assignment
 from simulator.strategies.per_layer.config import Split, strategy_block
@@ -324,7 +329,7 @@ def run_adaptive(raw: dict[str, Any], options: dict[str, Any]) -> PlanResult:
 
     def simulated(splits: list[Split]):
         if tuple(splits) not in by_splits:
-            by_splits[tuple(splits)] = oracle.evaluate(_with(raw, strategy_block(splits)))
+            by_splits[tuple(splits)] = oracle.evaluate(with_per_layer(raw, strategy_block(splits)))
         return by_splits[tuple(splits)]
 
     chosen = {bound: simulated(plan.splits) for bound, plan in plans.items()}
@@ -395,7 +400,7 @@ def run_adaptive(raw: dict[str, Any], options: dict[str, Any]) -> PlanResult:
     return PlanResult("adaptive", best.raw, best.step_time_s, best.samples_per_s, time.perf_counter() - started,
                       shared.priced + pipelines_estimated, oracle.simulated, summary,
                       details, estimated_what="layer and reshard costs and pipelines priced", reason=best.reason,
-                      notes=notes)
+                      notes=[*dropped_recompute_notes(raw, best.raw), *notes])
 
 
 def _stage_ranges(stages: dict[str, int]) -> str:

@@ -84,7 +84,7 @@ from simulator.cost.topology import Topology
 from simulator.errors import ConfigError
 from simulator.explore.planners import PlannerKind, PlanResult, check_options, int_option, register
 from simulator.explore.planners.dapple_schedules import choose_schedule, describe
-from simulator.explore.planners.oracle import Oracle
+from simulator.explore.planners.oracle import Oracle, dropped_recompute_notes
 from simulator.scenario import build_scenario, gradient_bytes, layer_graph_of
 from simulator.strategies.spmd.plan import OPTIMIZER_BYTES_PER_PARAM
 
@@ -272,11 +272,31 @@ def base_scenario(raw: dict[str, Any]):
     The probe's strategy is ``per_layer`` with no split, whose layout needs no data-parallel degree
     (a global batch smaller than the GPU count, U-Net's 2 images on 8 GPUs, still builds; each plan
     checks its own divisibility)."""
+    refuse_unmodelled_fusion(raw)
     probe = copy.deepcopy(raw)
     par = probe.get("parallelism") or {}
     probe["parallelism"] = {"global_batch_size": par.get("global_batch_size", 512), "micro_batch_size": 1}
     probe["strategy"] = {"kind": "per_layer"}
     return build_scenario(probe)
+
+
+#: The strategy kind of every pipeline plan DAPPLE (and the adaptive planner's pipeline choice) returns.
+PLAN_KIND = "replicated_pipeline"
+
+
+def refuse_unmodelled_fusion(raw: dict[str, Any]) -> None:
+    """A ``training.optimizer_fusion`` mode that DAPPLE's plans (:data:`PLAN_KIND`) cannot express:
+    one ConfigError naming that kind. Checked before the probe, whose own kind (per_layer) would
+    otherwise be the one the message names."""
+    from simulator.strategies.registry import get_kind, load_kinds
+
+    fusion = str((raw.get("training") or {}).get("optimizer_fusion", "none"))
+    if fusion == "none" or fusion in get_kind(PLAN_KIND).optimizer_fusion:
+        return
+    modelled = ", ".join(name for name, kind in load_kinds().items() if fusion in kind.optimizer_fusion)
+    raise ConfigError("training.optimizer_fusion",
+                      f"{fusion!r} is not modelled by strategy kind {PLAN_KIND}, the kind of DAPPLE's plans "
+                      f"(kinds that model it: {modelled}); use none, or `clustersim search` for a uniform layout")
 
 
 SHIFTS = (1, -1, 2, -2, 4, -4, 8, -8)
@@ -477,7 +497,8 @@ def run_dapple(raw: dict[str, Any], options: dict[str, Any]) -> PlanResult:
         notes.append(f"DAPPLE's early backward with K_i = S - i + {extra} micro-batches in flight on every stage but the "
                      f"last (the paper's K_i = S - i; chosen by simulation, option max_extra_warmup=0 keeps the paper's)")
     return PlanResult("dapple", best.raw, best.step_time_s, best.samples_per_s, time.perf_counter() - started,
-                      len(estimates), oracle.simulated, summary, details, notes=notes)
+                      len(estimates), oracle.simulated, summary, details,
+                      notes=[*dropped_recompute_notes(raw, best.raw), *notes])
 
 
 DAPPLE = register(PlannerKind(

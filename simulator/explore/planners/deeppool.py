@@ -25,7 +25,12 @@ from typing import Any
 
 from simulator.errors import ConfigError
 from simulator.explore.planners import PlannerKind, PlanResult, check_options, register
-from simulator.explore.planners.oracle import Oracle, per_layer_pricer, with_per_layer
+from simulator.explore.planners.oracle import (
+    Oracle,
+    dropped_recompute_notes,
+    per_layer_pricer,
+    with_per_layer,
+)
 from simulator.explore.planners.pase import strategy_block
 from simulator.explore.planners.pase_dp import min_cost_assignment
 from simulator.strategies.per_layer.config import Split
@@ -94,7 +99,8 @@ def run_deeppool(raw: dict[str, Any], options: dict[str, Any]) -> PlanResult:
                        "layer_gpu_seconds": gpu_seconds, "all_gpus_layer_gpu_seconds": all_gpus,
                        "all_gpus_step_s": everywhere.step_time_s, "step_ratio_to_all_gpus": ratio,
                        "dp_objective_s": result.cost},
-                      estimated_what="layer and reshard costs priced", reason=plan.reason)
+                      estimated_what="layer and reshard costs priced", reason=plan.reason,
+                      notes=dropped_recompute_notes(raw, plan.raw))
 
 
 DEEPPOOL = register(PlannerKind(

@@ -16,20 +16,48 @@ from simulator.errors import ConfigError
 #: replica (each layer's GPUs are its split's), and expert degrees would be checked against that one
 #: replica (``etp*ep = 1*8 does not divide the 1 ranks``, a false reason).
 UNIFORM_LAYOUT_FIELDS: frozenset[str] = frozenset({"dp", "ep", "etp"})
+#: ``parallelism`` fields per_layer refuses (simulator/strategies/per_layer/kind.py: it does not
+#: recompute): dropped from every per-layer plan, and said so in the plan's header
+#: (:func:`dropped_recompute_notes`), so a scenario that states recompute still gets a plan that runs.
+PER_LAYER_REFUSED_FIELDS: frozenset[str] = frozenset({"recompute"})
 
 
 def with_per_layer(raw: dict[str, Any], strategy: dict[str, Any]) -> dict[str, Any]:
     """The user's scenario with ``strategy`` (a ``per_layer`` block) in place of its own. The
     data-parallel and expert degrees its layout states (``parallelism.dp``, ``ep``, ``etp``: a
     data-parallel, subnetwork-DP or expert-parallel scenario) are dropped: per_layer lays out each
-    layer on its own split (a mixture of experts is then refused by name, :class:`Pricer`)."""
+    layer on its own split (a mixture of experts is then refused by name, :class:`Pricer`). So is
+    ``parallelism.recompute``, which per_layer does not model; the planners say so in the plan's
+    header (:func:`dropped_recompute_notes`)."""
     import copy
 
     out = copy.deepcopy(raw)
     out["strategy"] = strategy
     if out.get("parallelism"):
-        out["parallelism"] = {k: v for k, v in out["parallelism"].items() if k not in UNIFORM_LAYOUT_FIELDS}
+        dropped = UNIFORM_LAYOUT_FIELDS | PER_LAYER_REFUSED_FIELDS
+        out["parallelism"] = {k: v for k, v in out["parallelism"].items() if k not in dropped}
     return out
+
+
+def stated_recompute(raw: dict[str, Any]) -> str:
+    """The scenario's ``parallelism.recompute`` (``none`` when it states none)."""
+    return str((raw.get("parallelism") or {}).get("recompute", "none"))
+
+
+#: How a plan's header names the strategy kind of a plan that cannot recompute.
+_KIND_WORDS = {"per_layer": "the per-layer kind", "replicated_pipeline": "the replicated_pipeline kind (DAPPLE's plans)"}
+
+
+def dropped_recompute_notes(raw: dict[str, Any], plan: dict[str, Any]) -> list[str]:
+    """The header line saying the scenario's recompute was dropped for ``plan`` (a raw scenario
+    mapping a planner returns), or none when the scenario states no recompute or the plan keeps it.
+    A plan must never change what the user asked for without a word."""
+    asked = stated_recompute(raw)
+    if asked == "none" or stated_recompute(plan) == asked:
+        return []
+    kind = (plan.get("strategy") or {}).get("kind", "spmd")
+    what = _KIND_WORDS.get(kind, f"strategy kind {kind}")
+    return [f"{what} does not model recompute; the scenario's recompute: {asked} was dropped for this plan"]
 
 
 def per_layer_pricer(raw: dict[str, Any]):

@@ -50,7 +50,12 @@ from simulator.explore.planners import (
     list_option,
     register,
 )
-from simulator.explore.planners.oracle import Oracle, per_layer_pricer, with_per_layer
+from simulator.explore.planners.oracle import (
+    Oracle,
+    dropped_recompute_notes,
+    per_layer_pricer,
+    with_per_layer,
+)
 from simulator.explore.planners.pase_dp import min_cost_assignment, transitions_needed
 from simulator.strategies.per_layer.config import SPLIT_FIELDS, SPLITTABLE_OF, Split
 from simulator.strategies.per_layer.sharding import check_split, layer_sizes
@@ -233,7 +238,8 @@ def run_pase(raw: dict[str, Any], options: dict[str, Any]) -> PlanResult:
                        "pase_objective_step_s": own["step_time_s"], "pase_objective_speedup": own_speedup,
                        "proposals": [{k: v for k, v in item.items() if k not in ("splits", "evaluation")}
                                      for item in proposals]},
-                      estimated_what="layer and reshard costs priced", reason=plan.reason, notes=notes)
+                      estimated_what="layer and reshard costs priced", reason=plan.reason,
+                      notes=[*dropped_recompute_notes(raw, plan.raw), *notes])
 
 
 PASE = register(PlannerKind(
