@@ -109,8 +109,8 @@ def passes_key(point: dict) -> str:
     or 1F1B, overlap switches) share the passes. Two mappings that differ otherwise only miss."""
     par = dict(point.get("parallelism") or {})
     par.update(_PASS_INERT)
-    if par.get("schedule") == "gpipe":
-        par["schedule"] = "1f1b"
+    if par.get("schedule") == "gpipe" and par.get("pp_split") != "balanced":
+        par["schedule"] = "1f1b"  # a balanced cut minimises the schedule's own estimate: GPipe may cut elsewhere
     return json.dumps({**point, "parallelism": par}, sort_keys=True, default=str)
 
 
@@ -139,9 +139,10 @@ def tail_key(point: dict) -> tuple[str, str]:
     if not (isinstance(same, dict) and same.keys() == rest.keys() and all(same[k] is v for k, v in rest.items())):
         _REST.update(rest=rest, json=json.dumps(rest, sort_keys=True, default=str))
     layout = point.get("parallelism") or {}
-    inert = () if layout.get("pp_split") == "balanced" else _TAIL_INERT
-    par = {k: v for k, v in layout.items() if k not in inert}
-    par["schedule"] = "zb-h1" if par.get("schedule") == "zb-h1" else "other"
+    balanced = layout.get("pp_split") == "balanced"
+    par = {k: v for k, v in layout.items() if balanced or k not in _TAIL_INERT}
+    if not balanced:  # a balanced cut follows the schedule's estimate, and the stages' parameters with it
+        par["schedule"] = "zb-h1" if par.get("schedule") == "zb-h1" else "other"
     return str(_REST["json"]), json.dumps(par, sort_keys=True, default=str)
 
 
