@@ -36,6 +36,7 @@ Fits, each on named rows, checked on the others:
 from __future__ import annotations
 
 import math
+import sys
 from dataclasses import dataclass
 from functools import cache
 from pathlib import Path
@@ -409,9 +410,16 @@ def print_report(block: dict[str, Any]) -> None:
           f"{verdict}\n")
 
 
-def main() -> int:
-    """Every report; exit 1 when a held-out median is past its target (as every validation check does)."""
-    blocks = [fn() for fn in REPORTS.values()]
+def main(argv: list[str] | None = None) -> int:
+    """Every report (or those named by ``--set``); exit 1 when a held-out median is past its target (as every
+    validation check does)."""
+    import argparse
+
+    parser = argparse.ArgumentParser(prog="python -m validation.ds3lab", description=main.__doc__)
+    parser.add_argument("--set", dest="sets", action="append", choices=sorted(REPORTS), metavar="NAME",
+                        help=f"a case set to run (repeatable; default: all of {', '.join(REPORTS)})")
+    args = parser.parse_args([] if argv is None else argv)
+    blocks = [fn() for name, fn in REPORTS.items() if not args.sets or name in args.sets]
     for block in blocks:
         print_report(block)
     missed = [b["case_set"] for b in blocks if not b["met"]]
@@ -420,4 +428,4 @@ def main() -> int:
 
 
 if __name__ == "__main__":
-    raise SystemExit(main())
+    raise SystemExit(main(sys.argv[1:]))
