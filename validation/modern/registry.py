@@ -445,17 +445,15 @@ def fit(name: str, workers: int | None = 2) -> dict[str, dict[str, Any]]:
         cases = [c for c in fit_cases if c.profile_group == group]
         if group in spec.attention_groups and len(cases) >= MIN_ATTENTION_FIT_CASES:
             entry = fit_attention_only(cases, lambda raws: simulate_many(raws, workers))
-            entry["fitted_on"] = (f"{', '.join(s.csv for s in members)} (validation/data/), fit half (md5 of the row "
-                                  f"key even): {fitted_rows(cases)}; attention factor only (GEMMs: the catalog's)")
+            entry["fitted_on"] = fit_half_note(members, cases, "; attention factor only (GEMMs: the catalog's)")
             groups[group] = entry
             continue
         if group.split("|")[-1] in spec.input_precisions:
             # a host-side bound (the framework's input pipeline) sets these rows: its time per sample alone
             if len(cases) >= MIN_ATTENTION_FIT_CASES:
                 entry = fit_input_only(cases, lambda raws: simulate_many(raws, workers))
-                entry["fitted_on"] = (f"{', '.join(s.csv for s in members)} (validation/data/), fit half (md5 of the "
-                                      f"row key even): {fitted_rows(cases)}; input_us_per_sample only (the GPU's "
-                                      "kernels: the catalog's)")
+                entry["fitted_on"] = fit_half_note(members, cases, "; input_us_per_sample only (the GPU's kernels: "
+                                                                   "the catalog's)")
                 groups[group] = entry
             continue
         if any(tag in group for tag in spec.fit_elsewhere):
@@ -463,22 +461,28 @@ def fit(name: str, workers: int | None = 2) -> dict[str, dict[str, Any]]:
             multi = [c for c in cases if multi_gpu(c)]
             if len(multi) >= MIN_ATTENTION_FIT_CASES:
                 entry = fit_jitter_only(multi, lambda raws: simulate_many(raws, workers))
-                entry["fitted_on"] = (f"{', '.join(s.csv for s in members)} (validation/data/), fit half (md5 of the "
-                                      f"row key even), multi-GPU rows: {fitted_rows(multi)}; sync_jitter only (kernel "
-                                      "constants: fitted on the one-GPU rows elsewhere)")
+                entry["fitted_on"] = fit_half_note(members, multi, "; sync_jitter only (kernel constants: fitted on "
+                                                                   "the one-GPU rows elsewhere)", "multi-GPU rows")
                 groups[group] = entry
             continue
         if len(cases) < 3:
             continue
         entry = fit_group(cases, lambda raws: simulate_many(raws, workers), identifiable_grid(spec.grid, cases),
                           spec.criterion)
-        entry["fitted_on"] = (f"{', '.join(s.csv for s in members)} (validation/data/), fit half (md5 of the row "
-                              f"key even): {fitted_rows(cases)}")
+        entry["fitted_on"] = fit_half_note(members, cases)
         groups[group] = entry
     for group, figures in heldout_figures(name, groups, workers).items():
         groups[group] = {**groups[group], **figures}
     return groups
 
+
+
+def fit_half_note(members, cases, what: str = "", rows_label: str = "") -> str:
+    """A fitted group's ``fitted_on``: the sets' files, the half (md5 of the row key even), the rows fitted
+    on (``rows_label`` names a subset of them) and what was fitted (``what``; nothing: the whole profile)."""
+    label = f", {rows_label}" if rows_label else ""
+    return (f"{', '.join(s.csv for s in members)} (validation/data/), fit half (md5 of the row key even){label}: "
+            f"{fitted_rows(cases)}{what}")
 
 def heldout_figures(name: str, groups: dict[str, dict[str, Any]] | None = None,
                     workers: int | None = 2) -> dict[str, dict[str, Any]]:
