@@ -32,6 +32,23 @@ on fused attention and one on the other kernels predict the 8K rows 29% (A100 80
 where the same fit on MPT-13B's 1K-8K rows predicts its 16K rows within 0.6% on both GPUs
 (``python -m validation.modern.row_breakdown --set llmfoundry --trend 83,82,81,80 --predict 79``).
 
+**What the released packages say** (looked for in the eighth session, issue 23). The benchmark's own configs
+(``scripts/train/benchmarking/submit_benchmarks.py``, its yaml template, ``scripts/train/yamls/pretrain/mpt-30b.yaml``)
+are in no release on PyPI: the llm-foundry sdists 0.2.0, 0.3.0, 0.4.0, 0.5.0, 0.10.0, 0.22.0 and the wheels
+0.2.0-0.4.0 hold ``llmfoundry/`` and tests only, so what the 8K rows ran beyond the table's columns is not known.
+What the 2023 releases do fix: ``attn_impl: flash`` is FlashAttention-1 (the ``gpu`` extra pins flash-attn
+v1.0.3.post0 in 0.2.0 of 2023-07-04 and 1.0.9 in 0.3.0 of 2023-09-27 and 0.4.0 of 2023-11-22; ``flash_attn_fn``
+calls FA1's unpadded interface after ``bert_padding.unpad_input``), FlashAttention-2 only from 0.4.0 (``gpu-flash2``
+extra, flash-attn 2.3.2; ``is_flash_v2_installed``); ``fc_type: te``, which the amp_fp8 rows need, asks for
+flash-attn 1.0.6 beside Transformer Engine commit 144e488 (configuration_mpt.py, 0.3.0 and 0.4.0); ``attn_impl:
+triton`` is HazyResearch's flash_attn_triton.py at eff9fe6 on ``triton_pre_mlir`` (head size padded to the next
+power of two, backward autotuned with and without sequence parallelism), "tested on A100" only. So the H100 rows'
+``fa2`` holds only if the table was measured with 0.4.0 or later and FlashAttention-2 installed, which the README
+does not say; it is kept, marked assumed (no FlashAttention-1 H100 fit is in the specs). None of this explains
+the 8K cliff: the published kernel rates at head size 128 do not fall from 4K to 8K (causal forward+backward,
+FlashAttention-2 paper Figs 4-7: A100 FlashAttention-1 87 -> 91, Triton 80 -> 83, H100 FlashAttention-1 104 -> 135
+TFLOP/s), and the trend fit above already absorbs any rate that is constant in sequence length.
+
 **Set aside** (:data:`SET_ASIDE`): MPT-760m on 8 A100 80 GB at s1024 / s512 (rows 119, 120). The same model
 at the same sequences on 8 A100 40 GB (rows 192, 193: half the micro-batch, slower HBM) ran 11-16% faster,
 and the A100 80 GB table's own s2048 row (118) ran 9-12 MFU points above them, where every other model of that

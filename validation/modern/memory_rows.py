@@ -35,7 +35,16 @@ UNEXPLAINED_OOM: dict[tuple[str, int], str] = {
                  "any source here, so the mapping keeps fp32 gradients. NeMo 2's performance setup for the same model "
                  "does reduce in bf16 (nemo_toolkit 2.5.0: recipes/nemotron4_340b.py pretrain_performance_optimizations "
                  "grad_reduce_in_fp32 = False, and scripts/performance/helpers.py set_precision_configs for every "
-                 "performance run; 2.0.0's recipe does not set it), but that is NeMo 2, not the 24.07 launcher",
+                 "performance run; 2.0.0's recipe does not set it), but that is NeMo 2, not the 24.07 launcher. "
+                 "Looked for in released artifacts (eighth session): the nemo_toolkit 2.0.0rc0/2.0.0rc1 wheels and the "
+                 "2.0.0rc1 sdist (24.07's era) carry no Nemotron recipe and no yaml (llm/recipes: llama2_7b, "
+                 "llama3_8b[_16k/_64k], mistral; the sdists hold nemo/ and tests/ only), nor does the 1.23.0 wheel; "
+                 "NeMo-Framework-Launcher (conf/training/nemotron/) is in no PyPI package (nor nemo-aligner 0.4.0); "
+                 "megatron-core 0.8.0 is not on PyPI (0.7.0: grad_reduce_in_fp32 = False, which NeMo's grad_sync_dtype "
+                 "default overrides). The first NeMo 2 recipes for the model reduce in fp32: 2.0.0 (2024-11) and 2.1.0 "
+                 "recipes/nemotron.py nemotron_trainer DistributedDataParallelConfig(grad_reduce_in_fp32=True, "
+                 "overlap_grad_reduce=True, overlap_param_gather=True), their performance mode leaving it; 2.2.0 "
+                 "(2025-03) is the first whose pretrain_performance_optimizations sets grad_reduce_in_fp32 = False",
     ("nemo", 12): "LLAMA2-70B SFT tp4 pp4 on 16 H100s (dp 1): 91.0 of 78 GiB (92.3 with dropout masks). Nothing to "
                   "shard the optimizer over: 18 B per parameter of 4.35e9 per rank is 72.9 GiB before any activation "
                   "(18.1 GiB: 4 micro-batches of 20 layers in flight on stage 0). bf16 gradients alone: 82.9; Apex's "
