@@ -51,7 +51,11 @@ UNMET: dict[str, str] = {
                   "rows within 0.6% (python -m validation.modern.row_breakdown --trend). The 8K rows are the set's "
                   "fullest (72.8 of 80 GiB simulated; the 30b 512-2K rows 70.7-70.8, within 2.4%), so a cost of "
                   "running near full memory (allocator retries) would fit them, but the one other FSDP row as full "
-                  "(other row 6, NeMo AutoModel Qwen3-30B-A3B on 8 H100s, 76.3 GiB) simulates 18.8% slow, not fast",
+                  "(other row 6, NeMo AutoModel Qwen3-30B-A3B on 8 H100s, 76.3 GiB) simulates 18.8% slow, not fast. "
+                  "From the measurements alone (row_breakdown --marginal): the time each longer sequence adds per "
+                  "attention FLOP is one rate for every head-128 MPT from 4K to 64K (87-119 TFLOP/s A100, 160-186 "
+                  "H100) and for MPT-30b from 1K to 2K (92, 161), but 25 (A100) / 76 (H100) from 4K to 8K. The "
+                  "benchmark configs that would say what ran are in no llm-foundry release on PyPI (0.2.0-0.22.0)",
 }
 
 

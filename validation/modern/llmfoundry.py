@@ -47,7 +47,14 @@ power of two, backward autotuned with and without sequence parallelism), "tested
 does not say; it is kept, marked assumed (no FlashAttention-1 H100 fit is in the specs). None of this explains
 the 8K cliff: the published kernel rates at head size 128 do not fall from 4K to 8K (causal forward+backward,
 FlashAttention-2 paper Figs 4-7: A100 FlashAttention-1 87 -> 91, Triton 80 -> 83, H100 FlashAttention-1 104 -> 135
-TFLOP/s), and the trend fit above already absorbs any rate that is constant in sequence length.
+TFLOP/s), and the trend fit above already absorbs any rate that is constant in sequence length. The
+measurements localise it (``python -m validation.modern.row_breakdown --set llmfoundry --marginal 82,81,80,79``):
+the time per token each longer sequence adds, against the attention FLOPs per token it adds, is one rate for
+every head-128 MPT at every doubling from 4K to 64K (87-119 TFLOP/s counted on A100, close to the Triton
+kernel's 94-98 for the same passes and far below FlashAttention-2's 162-166, which supports ``attn_impl:
+triton`` on A100; 160-186 on H100), and MPT-30B's is that rate from 1K to 2K (92 on A100, 161 on H100, as its
+padded heads predict) but falls to 46 and 25 (A100), 114 and 76 (H100) at 2K -> 4K and 4K -> 8K: about 3.1 s
+(A100) and 0.7 s (H100) per 8K micro-batch beyond any attention rate its own shorter rows show.
 
 **Set aside** (:data:`SET_ASIDE`): MPT-760m on 8 A100 80 GB at s1024 / s512 (rows 119, 120). The same model
 at the same sequences on 8 A100 40 GB (rows 192, 193: half the micro-batch, slower HBM) ran 11-16% faster,

@@ -12,7 +12,17 @@ attention, are fitted by least squares so that ``g·other + f·attention + the s
 matches the measured seconds per micro-batch of the ``ROWS``, and the ``ROW`` is predicted with them.
 A row that only a kernel rate misprices comes out close (MPT-13B's 16K rows from its 1K-8K rows: -0.6%
 on A100 80 GB, +0.5% on H100); a row that carries a cost no rate of the others explains does not
-(MPT-30B's 8K rows from its 512-4K rows: +29% on both). A diagnostic: nothing is fitted or written.
+(MPT-30B's 8K rows from its 512-4K rows: +29% on both).
+
+``--marginal ROWS`` reads the measurements alone: for rows of one model and GPU taken pairwise by sequence
+length, the measured seconds per token the longer sequence adds against the fused-attention FLOPs per token
+it adds (the other kernels' FLOPs per token do not depend on the sequence), i.e. the rate the run paid its
+added attention at. Every head-128 MPT (1B-13B) pays one rate at each doubling from 4K to 64K: 87-119 TFLOP/s
+counted on A100 (mostly 92-107; FlashAttention-2 paper's Triton kernel, causal, head 128, forward 111 and
+backward 89 TFLOP/s, gives 94-98 for the same mix of passes, its FlashAttention-2 162-166) and 160-186 on H100.
+MPT-30B (heads of 112) pays it at 92 -> 46 -> 25 TFLOP/s from 1K -> 2K to 4K -> 8K on A100 and 161 -> 114 -> 76
+on H100: the 8K rows' cost grows with the sequence faster than any kernel rate. A diagnostic: nothing is
+fitted or written.
 """
 
 from __future__ import annotations
@@ -20,6 +30,7 @@ from __future__ import annotations
 import argparse
 from collections import defaultdict
 from dataclasses import dataclass
+from itertools import pairwise
 from typing import Any
 
 import numpy as np
@@ -47,6 +58,14 @@ class RowBreakdown:
 
     def total(self, op_class: str | None = None) -> float:
         return sum(t for (c, _), t in self.seconds.items() if op_class is None or c == op_class)
+
+    def total_flops(self, op_class: str) -> float:
+        return sum(f for (c, _), f in self.flops.items() if c == op_class)
+
+    @property
+    def tokens(self) -> int:
+        """Tokens of one micro-batch on one data-parallel rank."""
+        return self.settings["micro_batch"] * self.settings["seq_length"]
 
 
 def _op_class(op) -> str:
@@ -109,6 +128,34 @@ def trend(case_set: str, rows: list[int], predict: int) -> tuple[float, float, R
     return float(g), float(f), target, float(predicted)
 
 
+@dataclass(frozen=True)
+class MarginalStep:
+    shorter: RowBreakdown
+    longer: RowBreakdown
+    added_s_per_token: float            # measured seconds per token (one GPU) the longer sequence adds
+    added_attention_flops_per_token: float  # fused-attention FLOPs per token it adds (counted; fwd, bwd, recompute)
+
+    @property
+    def tflops(self) -> float:
+        """The rate the run paid its added attention at, read off the measurements alone."""
+        return self.added_attention_flops_per_token / self.added_s_per_token / 1e12
+
+
+def marginal_attention(case_set: str, rows: list[int]) -> list[MarginalStep]:
+    """Rows of one model and GPU, sorted by sequence length, taken pairwise: what the longer sequence adds
+    to the measured seconds per token against the fused-attention FLOPs per token it adds. The other
+    kernels' FLOPs per token do not depend on the sequence, so where the micro-batch's tokens stay alike
+    the added time is the attention's, and its rate is the kernel's as the run paid it (recompute included)."""
+    rows_by_seq = sorted((breakdown(case_set, r) for r in rows), key=lambda b: b.settings["seq_length"])
+    steps = []
+    for short, long in pairwise(rows_by_seq):
+        steps.append(MarginalStep(
+            short, long,
+            long.measured_per_micro_batch_s / long.tokens - short.measured_per_micro_batch_s / short.tokens,
+            long.total_flops("fused attention") / long.tokens - short.total_flops("fused attention") / short.tokens))
+    return steps
+
+
 def print_breakdown(b: RowBreakdown) -> None:
     print(f"row {b.row} {b.label}")
     print("  assumes: " + ", ".join(f"{k} {v}" for k, v in b.settings.items()))
@@ -128,6 +175,8 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--rows", default="", help="comma-separated CSV rows (0-based) to break down")
     parser.add_argument("--trend", default="", help="comma-separated rows of one model and GPU to fit g and f on")
     parser.add_argument("--predict", type=int, help="with --trend: the row to predict")
+    parser.add_argument("--marginal", default="", help="comma-separated rows of one model and GPU: the rate each "
+                        "longer sequence paid its added attention at, from the measurements")
     args = parser.parse_args(argv)
     for row in (int(r) for r in args.rows.split(",") if r):
         print_breakdown(breakdown(args.case_set, row))
@@ -137,6 +186,13 @@ def main(argv: list[str] | None = None) -> int:
         print(f"  row {target.row} {target.label}: predicted {predicted:.3f} s per micro-batch, measured "
               f"{target.measured_per_micro_batch_s:.3f}: rate error {target.measured_per_micro_batch_s / predicted - 1:+.1%} "
               f"(the simulator as fitted: {target.measured_per_micro_batch_s / target.step_per_micro_batch_s - 1:+.1%})")
+    if args.marginal:
+        for m in marginal_attention(args.case_set, [int(r) for r in args.marginal.split(",")]):
+            print(f"rows {m.shorter.row} -> {m.longer.row} (s{m.shorter.settings['seq_length']} mbs"
+                  f"{m.shorter.settings['micro_batch']} -> s{m.longer.settings['seq_length']} mbs"
+                  f"{m.longer.settings['micro_batch']}): +{1e6 * m.added_s_per_token:.2f} us per token measured, "
+                  f"+{m.added_attention_flops_per_token / 1e9:.2f} GFLOP of fused attention per token: "
+                  f"{m.tflops:.0f} TFLOP/s counted")
     return 0
 
 
