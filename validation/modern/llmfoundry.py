@@ -54,7 +54,10 @@ every head-128 MPT at every doubling from 4K to 64K (87-119 TFLOP/s counted on A
 kernel's 94-98 for the same passes and far below FlashAttention-2's 162-166, which supports ``attn_impl:
 triton`` on A100; 160-186 on H100), and MPT-30B's is that rate from 1K to 2K (92 on A100, 161 on H100, as its
 padded heads predict) but falls to 46 and 25 (A100), 114 and 76 (H100) at 2K -> 4K and 4K -> 8K: about 3.1 s
-(A100) and 0.7 s (H100) per 8K micro-batch beyond any attention rate its own shorter rows show.
+(A100) and 0.7 s (H100) per 8K micro-batch beyond any attention rate its own shorter rows show. The drop is
+already there at 2K -> 4K (where the micro-batch also goes from 3 to 1 sequences), and the 4K row's simulated
+peak (68.8 GiB) is below the 2K rows' (70.8), so running near full memory alone does not fit it; what MPT-30b
+alone of these models has is its head size of 112.
 
 **Set aside** (:data:`SET_ASIDE`): MPT-760m on 8 A100 80 GB at s1024 / s512 (rows 119, 120). The same model
 at the same sequences on 8 A100 40 GB (rows 192, 193: half the micro-batch, slower HBM) ran 11-16% faster,
