@@ -65,10 +65,12 @@ def has_cross_node_neighbour(layout: RankLayout, topology: Topology, rank: int) 
     return False
 
 
-def floor_per_layer_s(spec: CrossNodePipelineFloor | None, layout: RankLayout, topology: Topology, rank: int) -> float:
+def floor_per_layer_s(spec: CrossNodePipelineFloor | None, layout: RankLayout, topology: Topology, rank: int,
+                      remote: bool = False) -> float:
     """The floor on one decoder layer's forward + backward of one micro-batch on ``rank``
-    (0 without a spec, without pipelining, or with both neighbours on the rank's node)."""
-    if spec is None or layout.par.pp == 1 or not has_cross_node_neighbour(layout, topology, rank):
+    (0 without a spec, without pipelining, or with both neighbours on the rank's node; ``remote``: the
+    stages always reach each other over the network, as a swarm's peers, each its own machine)."""
+    if spec is None or layout.par.pp == 1 or not (remote or has_cross_node_neighbour(layout, topology, rank)):
         return 0.0
     return spec.per_layer_s(layout.par.tp)
 

@@ -30,6 +30,12 @@ Optimizer fusion (``training.optimizer_fusion``, simulator/strategies/optimizer_
 update after every micro-batch, so with it only the stage's largest module's gradients are alive
 while a backward runs (2BW accumulates: only with one micro-batch per step); ``forward`` issues each
 update before the stage's next forward (the drain's updates at the end of the run).
+The framework profile's step-level terms (simulator/strategies/framework_terms.py): the wait for the
+slowest rank, the host floors (eager dispatch, NeMo's fixed time per MoE layer, the cross-node pipeline
+floor) and the interference marks as spmd prices a stage's passes (:class:`StageTasks`); the input
+pipeline feeds stage 0 one micro-batch at a time (there is no step boundary to load a step's samples at:
+a forward waits for its micro-batch's samples, loaded one after another beside the stream), so a loader
+slower than the pipeline sets the pace, micro-batch size x ``input_us_per_sample`` per micro-batch.
 Approximations: the 2BW all-reduce blocks the stage's next pass (no bucketed overlap);
 staleness is reported (updates between a micro-batch's forward and its backward on each stage),
 not turned into convergence.
@@ -43,7 +49,6 @@ from typing import Literal
 from pydantic import BaseModel, ConfigDict, Field
 
 from simulator.memory.analytic import MemoryBreakdown, peak_stage, rank_memory
-from simulator.strategies.framework_terms import dropped_terms_extra
 from simulator.strategies.optimizer_fusion import (
     FusedUpdates,
     largest_module_gradient_bytes,
@@ -109,7 +114,11 @@ def compile_async_pipeline(scenario, mode: str | None = None, detail: bool = Fal
         for phase, j, _ in one_f_one_b(n, p, s):
             if phase == "F":
                 fused.before_forward(s)  # forward fusion: the last update just before this forward
-                forward[s, j] = tasks.kernel(s, f"F.mb{j}", tasks.pass_s(s, "F"))
+                # the framework's input pipeline feeds the first stage a micro-batch at a time (a prefetching
+                # loader, framework_terms.py): the forward of micro-batch j waits for its samples
+                loaded = tasks.input_load(s, f"input.mb{j}", scenario.parallelism.micro_batch_size)
+                forward[s, j] = tasks.kernel(s, f"F.mb{j}", tasks.pass_s(s, "F"),
+                                             deps=(loaded,) if loaded is not None else ())
                 tasks.forward_memory(s, forward[s, j])
                 continue
             done = backward[s, j] = tasks.kernel(s, f"B.mb{j}", tasks.pass_s(s, "B"))
@@ -141,10 +150,6 @@ def compile_async_pipeline(scenario, mode: str | None = None, detail: bool = Fal
         "weight_versions_per_stage": [weight_versions(cfg.variant, p, s) for s in range(p)],
         "staleness_updates_per_stage": [staleness_updates(cfg.variant, p, s) for s in range(p)],
         "updates_per_step": m if cfg.variant != "2bw" else 1,
-        # the framework's step-level terms (simulator/strategies/framework_terms.py): the jitter and host floor are
-        # in the planner's pass prices; the input pipeline is not placed in the stream of micro-batches
-        **dropped_terms_extra(scenario.accelerator.efficiency, "async_pipeline", {
-            "input_us_per_sample": "the input pipeline beside the stream of micro-batches is not modelled"}),
     }
     return tasks.plan(window, extra)
 

@@ -46,6 +46,7 @@ from typing import Literal
 from pydantic import BaseModel, ConfigDict
 
 from simulator.memory.analytic import rank_memory
+from simulator.strategies.framework_terms import NO_PIPELINE, dropped_terms_extra
 from simulator.strategies.optimizer_fusion import (
     FusedUpdates,
     largest_module_gradient_bytes,
@@ -167,7 +168,9 @@ def compile_cyclic_dp(scenario, mode: str | None = None, detail: bool = False):
                 "gradient_delay_steps": 1}
 
     window = (ends[0], ends[1:])
-    return tasks.plan(window, after_run=summed)
+    # the framework's terms as spmd applies them (framework_terms.py); a one-stage kind has no pipeline neighbour
+    extra = dropped_terms_extra(scenario.accelerator.efficiency, "cyclic_dp", {"cross_node_pipeline_floor": NO_PIPELINE})
+    return tasks.plan(window, extra, after_run=summed)
 
 
 def memory_cyclic_dp(scenario):

@@ -56,6 +56,13 @@ coarse sweep)). Memory per rank: its parameters' weights, gradients and optimize
 activations its blocks keep for one micro-batch (every block's for the weight gradients), and two
 states per coarse point it owns (the state and its FAS right-hand side).
 
+The framework profile's step-level terms as spmd applies them (simulator/strategies/framework_terms.py):
+kernels wait for the slowest of the job's ranks (``sync_jitter``); each layer's evaluations take the
+host floors spmd puts on the layer's passes (the eager issue floor, NeMo's fixed time per MoE layer,
+and on a rank whose neighbour rank is on another node the cross-node pipeline floor: :func:`host_factor`);
+rank 0 loads the next step's samples beside the step (``input_us_per_sample``), and the next step's
+first opening waits for them; kernels slow beside their rank's sends (``overlap_compute_slowdown``).
+
 With ``parallelism.recompute: full`` each block keeps only its input (the block is a checkpoint
 unit, simulator/memory/checkpoints.py) and re-runs its forward before every backward through it:
 before each adjoint evaluation and once more before the weight gradients (``torch.utils.checkpoint``
@@ -79,7 +86,13 @@ from simulator.errors import ConfigError
 from simulator.memory.analytic import MemoryBreakdown, model_state_bytes, peak_stage
 from simulator.memory.checkpoints import kept_per_layer, stage_bytes
 from simulator.scenario import gradient_bytes
-from simulator.strategies.framework_terms import dropped_terms_extra, kernel_stretch
+from simulator.strategies.framework_terms import (
+    input_task,
+    is_moe_layer,
+    kernel_stretch,
+    layer_floor_stretch,
+    mark_interference,
+)
 from simulator.strategies.plan import Plan
 from simulator.strategies.registry import StrategyKind, register
 from simulator.strategies.residual_blocks import Block, no_residual_reason, residual_chain
@@ -176,22 +189,26 @@ def chain_of(scenario) -> Chain:
     compute = ComputeModel(scenario.accelerator, tr.precision, tr.fp8_gemms, tr.fp8_recipe, tf32=tr.tf32)
     recompute = par.recompute
     jitter = kernel_stretch(scenario.accelerator.efficiency, scenario.num_gpus)  # framework_terms.py
+    topo = Topology(scenario.node, scenario.fabric, scenario.num_gpus)
+    remote_s = remote_floor_s(scenario, topo)
+    per = n // p
 
-    def seconds(layers, phase: str, keep=lambda op: True) -> float:
+    def seconds(layers, phase: str, keep=lambda op: True, rank: int = 0) -> float:
         total = 0.0
         for layer in layers:
+            factor = host_factor(scenario, compute, layer, jitter, remote_s[rank])  # the host floors, per layer
             if phase == "recompute":
                 if layer.measured_forward_s is not None:
                     total += layer.measured_forward_s if recompute == "full" else 0.0
                 else:
-                    total += compute.ops_time_s(layer.recompute_ops(recompute))
+                    total += compute.ops_time_s(layer.recompute_ops(recompute)) * factor
                 continue
             measured = layer.measured_forward_s if phase == "forward" else layer.measured_backward_s
             if measured is not None:
                 total += measured
             else:
                 ops = layer.forward if phase == "forward" else layer.backward
-                total += compute.ops_time_s(tuple(op for op in ops if keep(op)))
+                total += compute.ops_time_s(tuple(op for op in ops if keep(op))) * factor
         return total * jitter
 
     first_input = graph.input_bytes(blocks[0].layers[0]) or blocks[0].output_bytes
@@ -199,10 +216,11 @@ def chain_of(scenario) -> Chain:
     position = {layer.name: i for i, layer in enumerate(graph.layers)}
     return Chain(
         opening=opening, closing=closing,
-        forward_s=tuple(seconds(b.layers, "forward") for b in blocks),
-        adjoint_s=tuple(seconds(b.layers, "backward", lambda op: not _is_wgrad(op)) for b in blocks),
-        recompute_s=tuple(seconds(b.layers, "recompute") for b in blocks),
-        wgrad_s=tuple(seconds(b.layers, "backward", _is_wgrad) for b in blocks),
+        forward_s=tuple(seconds(b.layers, "forward", rank=i // per) for i, b in enumerate(blocks)),
+        adjoint_s=tuple(seconds(b.layers, "backward", lambda op: not _is_wgrad(op), i // per)
+                        for i, b in enumerate(blocks)),
+        recompute_s=tuple(seconds(b.layers, "recompute", rank=i // per) for i, b in enumerate(blocks)),
+        wgrad_s=tuple(seconds(b.layers, "backward", _is_wgrad, i // per) for i, b in enumerate(blocks)),
         state_bytes=(first_input, *(b.output_bytes for b in blocks)),
         params=tuple(b.params for b in blocks),
         kept_bytes=tuple(sum(kept[layer.name] for layer in b.layers) for b in blocks),
@@ -369,8 +387,40 @@ class _Solve:
         f_relax("interp")
 
 
-def _layers_s(compute: ComputeModel, layers, phase: str, jitter: float = 1.0) -> float:
-    return sum(compute.layer_time_s(layer, phase) for layer in layers) * jitter
+def _layers_s(scenario, compute: ComputeModel, layers, phase: str, jitter: float = 1.0) -> float:
+    """The opening or closing layers' seconds (with the eager and MoE host floors; no pipeline floor: spmd
+    applies that to the pipelined blocks only)."""
+    return sum(compute.layer_time_s(layer, phase) * host_factor(scenario, compute, layer, jitter)
+               for layer in layers) * jitter
+
+
+def remote_floor_s(scenario, topo: Topology) -> list[float]:
+    """Per rank, the cross-node pipeline floor per block layer and micro-batch (simulator/cost/host_floor.py):
+    the ranks exchange states with their neighbour ranks as a pipeline's stages do, so a rank whose
+    neighbour rank is on another node takes the floor spmd gives such a stage (tp 1); 0 elsewhere."""
+    floor, ranks = scenario.accelerator.efficiency.cross_node_pipeline_floor, scenario.parallelism.pp
+    if floor is None or ranks == 1:
+        return [0.0] * ranks
+    return [floor.per_layer_s(1) if any(0 <= q < ranks and topo.node_of(q) != topo.node_of(r) for q in (r - 1, r + 1))
+            else 0.0 for r in range(ranks)]
+
+
+def host_factor(scenario, compute: ComputeModel, layer, jitter: float, remote_s: float = 0.0) -> float:
+    """A layer's factor on every evaluation of it under the framework's host floors (simulator/strategies/
+    framework_terms.py ``layer_floor_stretch``, spmd's rule per layer and micro-batch: the floor over the
+    layer's forward, backward and recompute passes, spread over them in proportion): the eager issue floor
+    (``host_dispatch_us_per_kernel``), NeMo's fixed time per MoE layer (``moe_layer_fixed_us``) and
+    ``remote_s`` (the cross-node pipeline floor). Each MGRIT evaluation of the layer (forward, adjoint,
+    weight gradient, recompute) is a pass of it and takes its share, so a layer evaluated in every
+    relaxation sweep pays the floor in every sweep. 1 for a profiled layer (measured times, no kernels)."""
+    eff = scenario.accelerator.efficiency
+    host_us, moe_us = eff.host_dispatch_us_per_kernel, eff.moe_layer_fixed_us
+    if not (host_us or moe_us or remote_s) or layer.measured_forward_s is not None:
+        return 1.0
+    recompute = layer.recompute_ops(scenario.parallelism.recompute)
+    passes = [[compute.time_s(op) * jitter for op in ops if op.kind != "collective"]
+              for ops in (layer.forward, layer.backward, recompute) if ops]
+    return layer_floor_stretch(passes, host_us, moe_us if is_moe_layer(layer.forward) else None, remote_s)
 
 
 def rank_params(chain: Chain, rank: int) -> float:
@@ -394,17 +444,18 @@ def compile_mgrit(scenario, mode: str | None = None, detail: bool = False) -> Pl
     solve = _Solve(scenario, chain, cfg, streams, compute_tasks)
     p, last = chain.ranks, chain.ranks - 1
     per = chain.blocks // p
-    opening_f, opening_b = (_layers_s(compute, chain.opening, phase, jitter) for phase in ("forward", "backward"))
-    closing_f, closing_b = (_layers_s(compute, chain.closing, phase, jitter) for phase in ("forward", "backward"))
+    opening_f, opening_b = (_layers_s(scenario, compute, chain.opening, phase, jitter) for phase in ("forward", "backward"))
+    closing_f, closing_b = (_layers_s(scenario, compute, chain.closing, phase, jitter) for phase in ("forward", "backward"))
     opt_per_param = OPTIMIZER_BYTES_PER_PARAM[tr.optimizer] * (32 / 28 if tr.precision == "fp32" else 1)
     step_ends: list[list[Task]] = []
     previous: list[Task | None] = [None] * p
     forward_end_s: list[Task] = []
+    loaded: Task | None = None  # this step's samples, loaded by rank 0 during the last step
     for k in range(scenario.simulation.steps):
         wgrads: list[list[Task]] = [[] for _ in range(p)]
         for mb in range(par.num_micro_batches):
             tag = f"step{k}.mb{mb}"
-            opening = solve.kernel(0, f"opening.F.{tag}", opening_f, [previous[0]])
+            opening = solve.kernel(0, f"opening.F.{tag}", opening_f, [previous[0], loaded if mb == 0 else None])
             states = solve.solve(True, opening, cfg.forward_iterations, f"F.{tag}")
             forward_end_s.append(states[-1])
             closing = solve.kernel(last, f"closing.FB.{tag}", closing_f + closing_b, [states[-1]])
@@ -424,6 +475,13 @@ def compile_mgrit(scenario, mode: str | None = None, detail: bool = False) -> Pl
                                   wgrads[r], "optimizer")
             previous[r] = update
             ends.append(update)
+        # rank 0 (the opening layers) loads the next step's samples beside this step, as spmd's first stage
+        # does (framework_terms.py): the load ends the step too, and the next step's first opening waits for it
+        loaded = input_task(scenario.accelerator.efficiency, solve.actors[0], par.micro_batch_size * par.num_micro_batches,
+                            f"input.next_batch.step{k}")
+        if loaded is not None:
+            streams[(solve.actors[0], "input")].append(loaded)
+            ends.append(loaded)
         step_ends.append(ends)
     serial_s = (par.num_micro_batches * (opening_f + opening_b + closing_f + closing_b
                                          + sum(chain.forward_s) + sum(chain.recompute_s) + sum(chain.adjoint_s)
@@ -440,11 +498,8 @@ def compile_mgrit(scenario, mode: str | None = None, detail: bool = False) -> Pl
 
     extra = {"mgrit_ranks": p, "mgrit_blocks": chain.blocks, "mgrit_coarse_points": coarse_points,
              "mgrit_layer_evaluations_per_step": solve.evaluations // scenario.simulation.steps,
-             "mgrit_sends_per_step": solve.sends // scenario.simulation.steps,
-             # the framework's step-level terms (simulator/strategies/framework_terms.py): the jitter is in the prices
-             **dropped_terms_extra(scenario.accelerator.efficiency, "layer_parallel_mgrit", {
-                 "host_dispatch_us_per_kernel": "the layer evaluations are priced without the eager host floor",
-                 "input_us_per_sample": "the input pipeline is not modelled"})}
+             "mgrit_sends_per_step": solve.sends // scenario.simulation.steps}
+    mark_interference(scenario.accelerator.efficiency, streams)  # kernels beside the state sends (framework_terms.py)
     return Plan(dict(streams), {a: r for r, a in enumerate(actors)}, {a: r for r, a in enumerate(actors)},
                 [per] * p, solve.topo, dict(compute_tasks), steps=scenario.simulation.steps, step_ends=step_ends,
                 extra=extra, after_run=measured, mode="full")  # every rank is an actor

@@ -29,6 +29,10 @@ backward; the head's activations while its pass (forward and backward, one task)
 group's and head's gradients from the step's first head pass to the update. The simulated peak
 is the analytic one. Statistical efficiency (local losses train worse than end-to-end
 backpropagation) is not modelled.
+The framework profile's step-level terms (simulator/strategies/framework_terms.py): the wait for the
+slowest rank, the host floors and the interference marks as spmd prices a stage's passes
+(:class:`StageTasks`); the input pipeline loads the first group's next step's samples beside its step
+(as spmd loads a first stage's), and that step's first forward waits for them.
 Optimizer fusion (``training.optimizer_fusion``, simulator/strategies/optimizer_fusion.py): each
 group's update (its own and its head's parameters) right after the step's last local backward
 (``backward``; with one micro-batch per step the head's pass and the group's backward each hold
@@ -51,12 +55,12 @@ from simulator.memory.analytic import (
     recompute_working_bytes,
 )
 from simulator.scenario import gradient_bytes
-from simulator.strategies.framework_terms import dropped_terms_extra
 from simulator.strategies.optimizer_fusion import FusedUpdates, unfused_gradient_bytes
 from simulator.strategies.registry import StrategyKind, register
 from simulator.strategies.spmd.plan import Planner
 from simulator.strategies.tasklists import StageTasks, require
 from workloads.counting import output_head_params, unsharded_graph
+from workloads.schema import TransformerSpec
 
 
 class LocalLearningConfig(BaseModel):
@@ -77,7 +81,10 @@ def _check(scenario) -> LocalLearningConfig:
     par = scenario.parallelism
     require(par.virtual_stages == 1, "parallelism.virtual_stages", "local_learning runs one group per stage")
     require(par.pp > 1, "parallelism.pp", "local_learning needs at least two groups (pp > 1)")
-    require(scenario.model.mla is None or scenario.strategy.aux_layers == 0, "strategy.aux_layers",
+    require(isinstance(scenario.model, TransformerSpec), "model",
+            f"local_learning's auxiliary heads are the model's own output layer and blocks, built for transformers; "
+            f"{scenario.model.name} is not one")
+    require(getattr(scenario.model, "mla", None) is None or scenario.strategy.aux_layers == 0, "strategy.aux_layers",
             "critic layers are built for standard attention only")
     return scenario.strategy
 
@@ -102,6 +109,7 @@ def compile_local_learning(scenario, mode: str | None = None, detail: bool = Fal
     steps = scenario.simulation.steps
     step_ends: dict[tuple[int, int], object] = {}
     forward = {}
+    inputs = {}  # (stage 0, step k) -> the load of step k + 1's samples
     fused = FusedUpdates(tasks, scenario)
     for s in range(p):
         has_head = s < p - 1
@@ -119,7 +127,9 @@ def compile_local_learning(scenario, mode: str | None = None, detail: bool = Fal
         for k in range(steps + 1):
             for j in range(m):
                 fused.before_forward(s)  # forward fusion: the last step's update just before this forward
-                forward[s, k, j] = tasks.kernel(s, f"F.step{k}.mb{j}", tasks.pass_s(s, "F"))
+                loaded = inputs.get((s, k - 1)) if j == 0 else None  # this step's samples, loaded during the last
+                forward[s, k, j] = tasks.kernel(s, f"F.step{k}.mb{j}", tasks.pass_s(s, "F"),
+                                                deps=(loaded,) if loaded is not None else ())
                 tasks.forward_memory(s, forward[s, k, j])
                 new_grads = grads if j == 0 else 0.0
                 if has_head:
@@ -135,6 +145,10 @@ def compile_local_learning(scenario, mode: str | None = None, detail: bool = Fal
                                                 aux_params if has_head else 0.0)
             step_ends[s, k] = fused.update(s, f"optimizer.step{k}", update_s, deps=(reduced,) if reduced else (),
                                            free_bytes=grads)
+            # the first group's next samples, loaded beside this step as spmd loads them (framework_terms.py)
+            loaded = tasks.input_load(s, f"input.next_batch.step{k}")
+            if loaded is not None:
+                inputs[s, k] = loaded
         fused.finish(s)
     for (s, k, j), task in forward.items():  # one-way: activations only
         if s + 1 < p:
@@ -143,15 +157,14 @@ def compile_local_learning(scenario, mode: str | None = None, detail: bool = Fal
         for k in range(1, steps + 1):
             for s in range(p):
                 forward[s, k, 0].deps.extend(step_ends[r, k - 1] for r in range(p))
-    window = ([step_ends[s, 0] for s in range(p)], [[step_ends[s, k] for s in range(p)] for k in range(1, steps + 1)])
+    def ends(k: int) -> list:  # every group's update, and the next step's samples loaded beside the step
+        return [step_ends[s, k] for s in range(p)] + ([inputs[0, k]] if (0, k) in inputs else [])
+
+    window = (ends(0), [ends(k) for k in range(1, steps + 1)])
     head_flops = sum(op.flops for op in head_ops)
     extra = {"aux_heads": p - 1,
              "aux_head_flops_per_step": head_flops * (p - 1) * m * scenario.parallelism.dp_degree
-             * scenario.parallelism.tp * scenario.parallelism.cp,
-             # the framework's step-level terms (simulator/strategies/framework_terms.py): the jitter and host
-             # floor are in the planner's pass prices; the input pipeline is not placed
-             **dropped_terms_extra(scenario.accelerator.efficiency, "local_learning", {
-                 "input_us_per_sample": "the input pipeline beside the first group's steps is not modelled"})}
+             * scenario.parallelism.tp * scenario.parallelism.cp}
     return tasks.plan(window, extra)
 
 

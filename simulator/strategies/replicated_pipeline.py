@@ -34,6 +34,13 @@ time, DESIGN.md "Symmetry is the speed"):
 reduce-scattered, the optimizer step on 1/r of the parameters, the weights all-gathered before the
 next step's first forward, as the spmd kind does); DAPPLE itself keeps ZeRO 0.
 
+The framework profile's step-level terms as spmd applies them (simulator/strategies/framework_terms.py):
+kernels wait for the slowest of the job's ranks (``sync_jitter``); each layer's passes take the host
+floors per layer and micro-batch (the eager issue floor, NeMo's fixed time per MoE layer, and on a stage
+whose neighbour stage is on another node the cross-node pipeline floor on its pipelined layers); the
+first stage's replicas load the next step's samples beside the step (``input_us_per_sample``, G / r_0
+samples each); kernels slow beside their stage's transfers (``overlap_compute_slowdown``).
+
 Not modelled: recompute, ZeRO 2/3, tensor parallelism inside a stage (DAPPLE has none either).
 """
 
@@ -52,7 +59,13 @@ from simulator.cost.topology import Topology
 from simulator.engine.engine import Task
 from simulator.memory.analytic import MemoryBreakdown, bytes_per_param, peak_stage
 from simulator.scenario import gradient_bytes, layer_graph_of
-from simulator.strategies.framework_terms import dropped_terms_extra, kernel_stretch
+from simulator.strategies.framework_terms import (
+    input_task,
+    is_moe_layer,
+    kernel_stretch,
+    layer_floor_stretch,
+    mark_interference,
+)
 from simulator.strategies.plan import Plan
 from simulator.strategies.registry import StrategyKind, register
 from simulator.strategies.spmd.plan import OPTIMIZER_BYTES_PER_PARAM, WEIGHT_BYTES
@@ -138,6 +151,7 @@ class StagePrices:
         self.micro_batch = scenario.parallelism.global_batch_size // cfg.micro_batches
         self.starts = [sum(s.layers for s in cfg.stages[:i]) for i in range(len(cfg.stages) + 1)]
         self.offsets = [sum(s.replicas for s in cfg.stages[:i]) for i in range(len(cfg.stages) + 1)]
+        self._cache: dict = {}
 
     def replica_batch(self, stage: int) -> int:
         return self.micro_batch // self.cfg.stages[stage].replicas
@@ -152,8 +166,32 @@ class StagePrices:
         return tuple(range(self.offsets[stage], self.offsets[stage + 1]))
 
     def layer_s(self, stage: int, phase: str) -> list[float]:
-        """Seconds of each of the stage's layers, "forward" or "backward", at its per-replica batch."""
-        return [self.compute.layer_time_s(layer, phase) * self.stretch for layer in self.layers(stage)]
+        """Seconds of each of the stage's layers, "forward" or "backward", at its per-replica batch (with the
+        framework's host floors, :meth:`host_factors`)."""
+        return [self.compute.layer_time_s(layer, phase) * self.stretch * factor
+                for layer, factor in zip(self.layers(stage), self.host_factors(stage), strict=True)]
+
+    def remote_neighbour(self, stage: int) -> bool:
+        """Whether the stage sends to or receives from a neighbour stage on another node."""
+        return any(0 <= b < len(self.cfg.stages) - 1 and self.boundary_link(b) == "nic" for b in (stage - 1, stage))
+
+    def host_factors(self, stage: int) -> list[float]:
+        """Each of the stage's layers' factor under the framework's host floors, as spmd applies them per
+        layer and micro-batch (:func:`layer_host_factor`): the eager issue floor, NeMo's fixed time per MoE
+        layer, and the cross-node pipeline floor on a stage whose neighbour is on another node."""
+        key = ("host", stage)
+        if key not in self._cache:
+            floor = self.sc.accelerator.efficiency.cross_node_pipeline_floor
+            remote_s = floor.per_layer_s(1) if floor is not None and self.remote_neighbour(stage) else 0.0
+            pipelined = {layer.name for layer in self.graph(stage).pipelined}
+            self._cache[key] = [layer_host_factor(self.compute, layer, self.stretch, self.sc.accelerator.efficiency,
+                                                  remote_s if layer.name in pipelined else 0.0)
+                                for layer in self.layers(stage)]
+        return self._cache[key]
+
+    def input_samples(self) -> int:
+        """Samples a replica of the first stage loads per step (its share of the global batch)."""
+        return self.sc.parallelism.global_batch_size // self.cfg.stages[0].replicas
 
     def params(self, stage: int) -> float:
         return float(sum(layer.params for layer in self.layers(stage)))
@@ -211,6 +249,19 @@ class StagePrices:
         return [(sum(self.layer_s(i, "forward")), sum(self.layer_s(i, "backward"))) for i in range(len(self.cfg.stages))]
 
 
+def layer_host_factor(compute: ComputeModel, layer, jitter: float, efficiency, remote_floor_s: float = 0.0) -> float:
+    """A layer's factor on its forward and backward under the framework's host floors (simulator/strategies/
+    framework_terms.py ``layer_floor_stretch``, spmd's rule per layer and micro-batch): the eager issue floor of
+    its passes (``host_dispatch_us_per_kernel``), their time plus ``moe_layer_fixed_us`` for an MoE layer, and
+    ``remote_floor_s`` (a cross-node pipeline floor); 1 for a profiled layer (measured times, no kernels)."""
+    host_us, moe_us = efficiency.host_dispatch_us_per_kernel, efficiency.moe_layer_fixed_us
+    if not (host_us or moe_us or remote_floor_s) or layer.measured_forward_s is not None:
+        return 1.0
+    passes = [[compute.time_s(op) * jitter for op in ops if op.kind != "collective"]
+              for ops in (layer.forward, layer.backward) if ops]
+    return layer_floor_stretch(passes, host_us, moe_us if is_moe_layer(layer.forward) else None, remote_floor_s)
+
+
 def _transfer(actor: str, peer: str, name: str, link: str, out_bytes: float, in_bytes: float, prices: StagePrices,
               stream: str = "pp") -> Task:
     links = prices.links
@@ -254,6 +305,7 @@ def compile_replicated_pipeline(scenario, mode: str | None = None, detail: bool 
         return task
 
     step_ends: list[list[Task]] = []
+    loaded: Task | None = None  # this step's samples, loaded by the first stage during the last step
     for step in range(steps):
         forward, backward = {}, {}
         ends = []
@@ -271,7 +323,8 @@ def compile_replicated_pipeline(scenario, mode: str | None = None, detail: bool 
             for phase, j, _ in early_backward(m, s_count, i, cfg.extra_warmup):
                 tag = f"s{step}.mb{j}"
                 if phase == "F":  # the compute stream runs in order: after the previous step's update
-                    forward[i, j] = kernel(i, f"F.{tag}", f_s, deps=(gather,) if gather and j == 0 else ())
+                    first = [t for t in (gather, loaded if i == 0 else None) if t is not None] if j == 0 else []
+                    forward[i, j] = kernel(i, f"F.{tag}", f_s, deps=first)
                     continue
                 if j < m - 1 or not overlap or cfg.stages[i].replicas == 1:
                     backward[i, j] = kernel(i, f"B.{tag}", b_s)
@@ -294,6 +347,12 @@ def compile_replicated_pipeline(scenario, mode: str | None = None, detail: bool 
                 backward[i, j, "entry"] = first_task
             update = kernel(i, f"optimizer.s{step}", prices.optimizer_s(i), "optimizer", deps=tuple(reductions))
             ends.append(update)
+        # the first stage's replicas load the next step's samples beside this step, as spmd's first stage does
+        # (framework_terms.py): the load ends the step too, and the next step's first forward waits for it
+        loaded = input_task(scenario.accelerator.efficiency, actors[0], prices.input_samples(), f"input.next_batch.s{step}")
+        if loaded is not None:
+            streams[(actors[0], "input")].append(loaded)
+            ends.append(loaded)
         for i in range(s_count):  # sends in the order each stage ran its passes
             for phase, j, _ in early_backward(m, s_count, i, cfg.extra_warmup):
                 tag = f"s{step}.mb{j}"
@@ -310,33 +369,13 @@ def compile_replicated_pipeline(scenario, mode: str | None = None, detail: bool 
                     streams[(actors[i], "pp")].append(send)
                     backward.get((i - 1, j, "entry"), backward[i - 1, j]).deps.append(send)
         step_ends.append(ends)
-    _mark_interference(scenario, streams)
+    mark_interference(scenario.accelerator.efficiency, streams)  # as spmd marks its streams (framework_terms.py)
     ranks = {a: prices.offsets[i] for i, a in enumerate(actors)}
     extra = {"stage_layers": [s.layers for s in cfg.stages], "stage_replicas": [s.replicas for s in cfg.stages],
              "micro_batches": m, "extra_warmup": cfg.extra_warmup, "stage_forward_s": [f for f, _ in prices.pass_s],
-             "stage_backward_s": [b for _, b in prices.pass_s],
-             # the framework's step-level terms (simulator/strategies/framework_terms.py): the jitter is in the prices
-             **dropped_terms_extra(scenario.accelerator.efficiency, "replicated_pipeline", {
-                 "host_dispatch_us_per_kernel": "the stages' layer times are priced without the eager host floor",
-                 "input_us_per_sample": "the input pipeline is not modelled"})}
+             "stage_backward_s": [b for _, b in prices.pass_s]}
     return Plan(dict(streams), ranks, {a: i for i, a in enumerate(actors)}, [s.layers for s in cfg.stages],
                 prices.topo, dict(compute), steps=steps, step_ends=step_ends, extra=extra, mode="symmetric")
-
-
-def _mark_interference(scenario, streams) -> None:
-    """The SPMD planner's interference marks (kernels slow while their rank's transfers run)."""
-    eff = scenario.accelerator.efficiency
-    slowdown, comm_slowdown = eff.overlap_compute_slowdown, eff.overlap_comm_slowdown
-    if slowdown <= 0 and comm_slowdown <= 0:
-        return
-    for (_actor, stream), tasks in streams.items():
-        for task in tasks:
-            if stream == "compute":
-                task.slowdown_while_contended = slowdown
-                task.slows_comm = comm_slowdown > 0
-            elif task.demands is not None:
-                task.contends = slowdown > 0
-                task.comm_slowdown_while_computing = comm_slowdown
 
 
 def stage_memory(prices: StagePrices, stage: int) -> MemoryBreakdown:

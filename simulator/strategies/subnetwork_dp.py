@@ -88,7 +88,15 @@ from simulator.engine.engine import Task
 from simulator.memory.analytic import MemoryBreakdown, bytes_per_param, peak_stage, rank_memory
 from simulator.memory.checkpoints import graph_kept_bytes, kept_per_layer, stage_bytes
 from simulator.scenario import gradient_bytes
-from simulator.strategies.framework_terms import eager_stretch, input_task, kernel_stretch
+from simulator.strategies.framework_terms import (
+    NO_PIPELINE,
+    dropped_terms_extra,
+    input_task,
+    is_moe_layer,
+    kernel_stretch,
+    layer_floor_stretch,
+    mark_interference,
+)
 from simulator.strategies.neuron_masks import (
     ATTENTION_STREAM_OPS,
     HEAD_AND_UNIT_TENSORS,
@@ -378,18 +386,21 @@ def worker_work(scenario, subnetwork: int, assign: Assignment | None = None) -> 
 
 
 def pass_seconds(compute: ComputeModel, work: WorkerWork, jitter: float,
-                 host_dispatch_us: float | None) -> tuple[float, float, float]:
+                 host_dispatch_us: float | None, moe_fixed_us: float | None = None) -> tuple[float, float, float]:
     """Seconds of a worker's forward, backward and recompute pass of one micro-batch: the kernels
-    stretched by the wait for the slowest rank (``jitter``) and, under an eager framework, each layer's
-    passes by its host issue floor (simulator/strategies/framework_terms.py, as spmd applies both)."""
+    stretched by the wait for the slowest rank (``jitter``) and each layer's passes by its host floor
+    under an eager framework (its issue floor) or NeMo's fixed time per MoE layer pass (``moe_fixed_us``,
+    for a layer whose masked forward still runs expert GEMMs: a masked-out MoE block runs nothing and pays
+    nothing), as spmd applies them (simulator/strategies/framework_terms.py)."""
     def kernels(ops) -> list[float]:
         return [compute.time_s(op) * jitter for op in ops if op.kind != "collective"]
 
-    if host_dispatch_us:
+    if host_dispatch_us or moe_fixed_us:
         f_s = b_s = r_s = 0.0
         for f, b, r in work.layer_passes:
             kf, kb, kr = kernels(f), kernels(b), kernels(r)
-            factor = eager_stretch([p for p in (kf, kb, kr) if p], host_dispatch_us)
+            factor = layer_floor_stretch([p for p in (kf, kb, kr) if p], host_dispatch_us,
+                                         moe_fixed_us if is_moe_layer(f) else None)
             f_s, b_s, r_s = f_s + sum(kf) * factor, b_s + sum(kb) * factor, r_s + sum(kr) * factor
     else:
         f_s, b_s, r_s = (compute.ops_time_s(ops) * jitter for ops in (work.forward, work.backward, work.recompute))
@@ -522,7 +533,8 @@ def compile_subnetwork_dp(scenario, mode: str | None = None, detail: bool = Fals
     everyone = tuple(range(n))
     efficiency = scenario.accelerator.efficiency
     jitter = kernel_stretch(efficiency, scenario.num_gpus)
-    seconds = [pass_seconds(compute, work, jitter, efficiency.host_dispatch_us_per_kernel) for work in works]
+    seconds = [pass_seconds(compute, work, jitter, efficiency.host_dispatch_us_per_kernel, efficiency.moe_layer_fixed_us)
+               for work in works]
     for k in range(scenario.simulation.steps):
         ends = []
         for j, (actor, work) in enumerate(zip(actors, works, strict=True)):
@@ -590,7 +602,9 @@ def compile_subnetwork_dp(scenario, mode: str | None = None, detail: bool = Fals
              "sdp_slice_group_size": n * assign.kept_slices // s,
              **memory_reductions(peak, dp),
              "sdp_flops_per_worker_fraction": worker_flops / full.flops if full.flops else 1.0,
-             "sdp_gradient_bytes_per_worker": sum(w.trained_params for w in works) / s * gb}
+             "sdp_gradient_bytes_per_worker": sum(w.trained_params for w in works) / s * gb,
+             **dropped_terms_extra(efficiency, "subnetwork_dp", {"cross_node_pipeline_floor": NO_PIPELINE})}
+    mark_interference(efficiency, streams)  # kernels beside the reductions (framework_terms.py)
     return Plan(dict(streams), {a: j for j, a in enumerate(actors)}, dict.fromkeys(actors, 0),
                 [len(scenario.layer_graph().pipelined)], topo, dict(compute_tasks),
                 steps=scenario.simulation.steps, step_ends=step_ends, extra=extra, mode="symmetric")

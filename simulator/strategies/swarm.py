@@ -46,6 +46,14 @@ Averaging (``averaging``): ``all_reduce`` is a ring all-reduce over the stage's 
 latency), which averages only partially (not modelled in convergence). A stage of one peer sends
 nothing.
 
+The framework profile's step-level terms (simulator/strategies/framework_terms.py): the kernels wait
+for the slowest of the job's ranks and a stage's passes take spmd's host floors (eager dispatch, NeMo's
+fixed time per MoE layer, and the cross-node pipeline floor on every stage of a pipeline of more than
+one stage: every peer is its own machine, so a stage's neighbours are always across the network); a
+stage-0 peer loads the samples of the micro-batches routed to it with its own input pipeline (one
+micro-batch after another, prefetching; :mod:`~simulator.strategies.swarm_parts.dispatch`); a pass is
+slowed beside its peer's transfers as spmd marks them (``overlap_compute_slowdown``).
+
 Memory: per peer, its stage's weights, gradients and optimizer state (no sharding) plus the
 activations of the micro-batches it holds between their forward and backward; the analytic peak
 counts, per stage, the share of the global batch its fastest peer expects (all micro-batches of a
@@ -78,7 +86,7 @@ from simulator.memory.analytic import (
     rank_memory,
 )
 from simulator.scenario import gradient_bytes
-from simulator.strategies.framework_terms import dropped_terms_extra
+from simulator.strategies.framework_terms import input_load_s, mark_interference
 from simulator.strategies.plan import MEMORY_COUNTER, Plan
 from simulator.strategies.registry import StrategyKind, register
 from simulator.strategies.spmd.plan import OPTIMIZER_BYTES_PER_PARAM, WEIGHT_BYTES, Planner
@@ -206,6 +214,7 @@ class SwarmPrices:
         self.scenario = scenario
         pricing = _pricing_scenario(scenario)
         self.planner = planner = Planner(pricing, mode="symmetric")
+        planner.remote_pipeline_neighbours = True  # every peer is its own machine: stages talk over the network
         topo = planner.topo
         topo.bind_actors({actor(p): p for p in range(peers)})  # each peer's ports at its own node's NIC
         stages = scenario.parallelism.pp
@@ -266,6 +275,9 @@ class SwarmPrices:
             latency_s=self.latency_s,
             averaging_bytes=self.averaging_bytes,
             averaging_steps=self.averaging_steps,
+            # each stage-0 peer's own input pipeline, one micro-batch at a time (framework_terms.py)
+            input_s=[input_load_s(scenario.rank_accelerator(p).efficiency, scenario.parallelism.micro_batch_size)
+                     for p in range(peers)],
         )
         self.averaging = cfg.averaging
         self.wan = topo if isinstance(topo, WanTopology) else None
@@ -396,14 +408,12 @@ def compile_swarm(scenario, mode: str | None = None, detail: bool = False) -> Pl
                 break
             horizon *= 2.0
     streams, tasks = _tasks(schedule.ops, prices.wan)
+    mark_interference(scenario.accelerator.efficiency, streams)  # a pass beside its peer's transfers
     actors = {actor(p): p for p in range(len(flat_speeds))}
     compute = {a: streams.get((a, "compute"), []) for a in actors}
     throughput = prices.pool_throughput_samples_per_s(stage_of_peer, flat_speeds)
     stats = schedule.stats
     extra = {
-        # the framework's step-level terms (simulator/strategies/framework_terms.py): jitter and host floor in the prices
-        **dropped_terms_extra(scenario.accelerator.efficiency, "swarm", {
-            "input_us_per_sample": "the first stage's peers' input pipeline is not modelled"}),
         "swarm_peers_per_stage": peers,
         "swarm_final_peers_per_stage": stats["final_peers_per_stage"],
         "swarm_micro_batches_per_step": micro_batches(scenario),

@@ -105,14 +105,18 @@ class StageTasks:
         self.compute[actor].append(task)
         return task
 
-    def input_load(self, stage: int, name: str) -> Task | None:
-        """The next step's samples loaded on a first stage's host beside this step (``input_us_per_sample``,
-        simulator/strategies/framework_terms.py; None on a later stage or without the term): the kind puts
-        it among the step's ends and makes the next step's first forward wait for it."""
+    def input_load(self, stage: int, name: str, samples: int | None = None) -> Task | None:
+        """The next step's samples (or ``samples`` of them) loaded on a first stage's host beside this step
+        (``input_us_per_sample``, simulator/strategies/framework_terms.py; None on a later stage or without
+        the term): the kind puts it among the step's ends and makes the next step's first forward wait for
+        it (or, loaded per micro-batch, the forward of that micro-batch). Loads queue on the actor's ``input``
+        stream in the order the kind asks for them, each after the one before (a prefetching loader)."""
         if stage != 0:
             return None
+        if samples is None:
+            samples = self.par.micro_batch_size * self.par.num_micro_batches
         task = input_task(self.planner.sc.rank_accelerator(self.ranks[stage]).efficiency, self.actors[stage],
-                          self.par.micro_batch_size * self.par.num_micro_batches, name)
+                          samples, name)
         if task is not None:
             self.streams[(self.actors[stage], "input")].append(task)
         return task

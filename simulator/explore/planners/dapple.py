@@ -86,6 +86,7 @@ from simulator.explore.planners import PlannerKind, PlanResult, check_options, i
 from simulator.explore.planners.dapple_schedules import choose_schedule, describe
 from simulator.explore.planners.oracle import Oracle, dropped_recompute_notes
 from simulator.scenario import build_scenario, gradient_bytes, layer_graph_of
+from simulator.strategies.replicated_pipeline import layer_host_factor
 from simulator.strategies.spmd.plan import OPTIMIZER_BYTES_PER_PARAM
 
 OPTIONS = {
@@ -157,8 +158,10 @@ class LayerTables:
         """Prefix sums of forward + backward seconds per layer at ``batch`` samples per replica."""
         if batch not in self._times:
             g = self.graph(batch)
+            eff = self.sc.accelerator.efficiency  # the host floors per layer as the kind prices them (not the
+            # cross-node pipeline floor, which depends on the placement: the simulation adds it)
             t = [(self.compute.layer_time_s(layer, "forward") + self.compute.layer_time_s(layer, "backward"))
-                 * self.stretch for layer in g.layers]
+                 * self.stretch * layer_host_factor(self.compute, layer, self.stretch, eff) for layer in g.layers]
             self._times[batch] = np.concatenate([[0.0], np.cumsum(t)])
         return self._times[batch]
 

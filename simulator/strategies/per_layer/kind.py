@@ -22,7 +22,11 @@ One step, per layer in topological order:
 - the framework profile's step-level terms as spmd applies them (simulator/strategies/framework_terms.py):
   kernels stretched by the wait for the slowest rank (``sync_jitter``) and by an eager host's issue
   floor per layer pass (``host_dispatch_us_per_kernel``, :mod:`.cost`), the next step's samples loaded
-  beside the step (``input_us_per_sample``, the first layer's batch cut on device 0);
+  beside the step (``input_us_per_sample``, the first layer's batch cut on device 0); a kernel slowed
+  while a reshard or all-reduce of its device runs beside it and the other way round
+  (``overlap_compute_slowdown`` / ``overlap_comm_slowdown``); NeMo's ``moe_layer_fixed_us`` never arises
+  (MoE models are refused: the splits have no expert axis); the cross-node pipeline floor is named in the
+  result as not applied (no pipeline stages);
 - the optimizer step over the device's parameter shards after every gradient all-reduce.
 
 ``simulation.steps`` steps are unrolled back to back. Time breakdown: reshards and halos count
@@ -44,7 +48,12 @@ from __future__ import annotations
 
 from simulator.engine.engine import Task
 from simulator.memory.analytic import MemoryBreakdown, bytes_per_param
-from simulator.strategies.framework_terms import input_task
+from simulator.strategies.framework_terms import (
+    NO_PIPELINE,
+    dropped_terms_extra,
+    input_task,
+    mark_interference,
+)
 from simulator.strategies.per_layer.config import MODEL_FIELDS, PerLayerConfig, Split
 from simulator.strategies.per_layer.cost import Pricer, pricer
 from simulator.strategies.per_layer.sharding import (
@@ -216,13 +225,16 @@ class PerLayerPlanner:
             if loaded is not None:
                 self.streams.setdefault((ACTOR, "input"), []).append(loaded)
             step_ends.append([previous] + ([loaded] if loaded is not None else []))
+        mark_interference(self.sc.accelerator.efficiency, self.streams)
         compute = self.streams[(ACTOR, "compute")]
         memory = per_layer_memory(self.sc)[1]
         base = memory.weights_bytes + memory.gradients_bytes + memory.optimizer_bytes + memory.other_bytes
         return Plan(dict(self.streams), {ACTOR: 0}, {ACTOR: 0}, [len(graph.layers)], p.topo, {ACTOR: compute},
                     steps=steps, step_ends=step_ends, memory_base_bytes={ACTOR: base}, mode="symmetric",
                     extra={"per_layer_devices_max": max(s.devices for s in splits),
-                           "per_layer_distinct_splits": len({s for s in splits})})
+                           "per_layer_distinct_splits": len({s for s in splits}),
+                           **dropped_terms_extra(self.sc.accelerator.efficiency, "per_layer",
+                                                 {"cross_node_pipeline_floor": NO_PIPELINE})})
 
 
 def compile_per_layer(scenario, mode: str | None = None, detail: bool = False) -> Plan:

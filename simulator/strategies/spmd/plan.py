@@ -92,6 +92,7 @@ class Planner:
         self.host_floor = scenario.accelerator.efficiency.cross_node_pipeline_floor
         self.host_dispatch_us = scenario.accelerator.efficiency.host_dispatch_us_per_kernel
         self.moe_fixed_us = scenario.accelerator.efficiency.moe_layer_fixed_us
+        self.remote_pipeline_neighbours = False  # a kind whose stages always talk over the network (swarm) sets it
         self._stretch_cache: dict[tuple[int, bool], float] = {}
         self.shard = scenario.shard
         self.graph = scenario.layer_graph()
@@ -398,7 +399,8 @@ class Planner:
         if hit is None:
             work = self.layer_works[kind]
             passes = [ops for ops in (work.forward, work.backward, self.layer_pass_ops(kind, "R")) if ops]
-            floor_s = max(floor_per_layer_s(self.host_floor, self.layout, self.topo, rank),
+            floor_s = max(floor_per_layer_s(self.host_floor, self.layout, self.topo, rank,
+                                            self.remote_pipeline_neighbours),
                           self.eager_floor_s(rank, passes), self.moe_fixed_floor_s(rank, kind, passes))
             hit = 1.0
             if floor_s > 0:

@@ -35,6 +35,12 @@ Rules played (what the paper describes, and the choices it leaves open, marked *
   that fall in a transfer, an averaging or an optimizer step take effect at its end (*ours*).
   A returning peer first downloads its stage's parameters from a live peer of its stage (again, if
   the stage stepped its optimizer meanwhile).
+- A stage-0 peer loads the samples of the micro-batches routed to it with its own input pipeline
+  (``input_us_per_sample``, the framework's time per sample): one micro-batch after another, ahead of its
+  GPU from the start (prefetching, *ours*); a forward waits for its micro-batch's load. As in spmd, the
+  first step's samples are there before the run and the last step loads the next step's beside it (as
+  many micro-batches per peer as it was fed in the last step; those loads end the step); a micro-batch
+  rerouted from a peer that left is loaded again where it goes.
 - Every ``rebalance_every_steps`` steps, when stage 0 ends the step, one peer moves from the stage
   with the highest pool throughput (sum of speeds / pass time) to the lowest, if that raises the
   lowest; it downloads its new stage's parameters first (Sec. 3.2 moves peers to the bottleneck).
@@ -100,6 +106,8 @@ class Item:
     input_op: Op | None = None    # the pass that produced the input (a send waits for it)
     grad_op: Op | None = None     # the pass that produced the output gradient
     wait_for: list[Op] = field(default_factory=list)  # rerouted: the preemption that sent it elsewhere
+    loaded: bool = False          # stage 0: its samples are on the peer it goes to (the first step's: before the run)
+    rerouted: bool = False        # sent elsewhere after a peer left
 
 
 @dataclass(eq=False)
@@ -125,6 +133,8 @@ class Peer:
     last_opt: Op | None = None
     outage: Outage | None = None
     accumulated: int = 0         # backward passes in its current gradient
+    input_free: float = 0.0      # when its input loader is free (a stage-0 peer loads its own micro-batches)
+    input_after: Op | None = None  # the outage its loader restarted after (its prefetched batches were lost)
 
 
 @dataclass
@@ -149,6 +159,7 @@ class Prices:
     wide_area: Any = None   # (src, dst) -> (pair bytes/s, one-way delay s) between regions, or None
     averaging_wide_area: Any = None  # (members, bytes each) -> (delay s, {pair port: bytes}, seconds on pairs)
     state_bytes: list[float] | None = None  # per stage: what a peer of it holds besides activations
+    input_s: list[float] | None = None  # per peer: its host's time to load one micro-batch (None: not modelled)
 
     def latency(self, a: int, b: int) -> float:
         return max(self.latency_s[a], self.latency_s[b])
@@ -201,6 +212,7 @@ class Dispatcher:
         self.stats = {"reroutes": 0, "aborted_passes": 0, "aborted_s": 0.0, "lost_samples": 0,
                       "preemptions": 0, "moves": [], "redone_forwards": 0}
         self.outage_ops: dict[int, int] = {}
+        self.fed: dict[tuple[int, int], int] = {}  # (step, stage-0 peer) -> micro-batches first routed to it
         self.stage0_ends: dict[int, list[Op]] = {}
 
     # -- bookkeeping ---------------------------------------------------------------------------
@@ -285,8 +297,32 @@ class Dispatcher:
             else:
                 arrivals.append(send.end_s)
                 deps.append(send)
+        if s == 0 and item.phase in ("F", "FB") and not item.loaded:
+            load = self._load(target, tag)
+            if load is not None:
+                arrivals.append(load.end_s)
+                deps.append(load)
+        if s == 0 and item.phase == "F" and not item.rerouted:  # first deliveries of the step's micro-batches
+            self.fed[item.step, target.index] = self.fed.get((item.step, target.index), 0) + 1
+        item.loaded = s == 0  # on the target now (lost again if it leaves before the pass)
         item.deps = deps
         self._at(max(arrivals), "arrive", item, target.index)
+
+    def _load(self, peer: Peer, tag: str, micro_batches: int = 1) -> Op | None:
+        """``micro_batches`` micro-batches' samples loaded by a stage-0 peer's own input pipeline (the
+        framework's ``input_us_per_sample``; None without it): its loader runs ahead of its GPU, one
+        micro-batch after another from the start (a prefetching loader, as spmd's loads the next step beside
+        the step), so this load starts when the loader finished the one before (earlier than now if it ran
+        ahead), and a peer back from an outage restarts its loader (what it had prefetched is gone with it)."""
+        seconds = micro_batches * self.prices.input_s[peer.index] if self.prices.input_s is not None else 0.0
+        if seconds <= 0:
+            return None
+        start = peer.input_free
+        op = self._op(peer=peer.index, stream="input", name=f"{tag}.input", category="input_wait", start_s=start,
+                      end_s=start + seconds, duration_s=seconds,
+                      deps=[peer.input_after] if peer.input_after is not None else [])
+        peer.input_free = op.end_s
+        return op
 
     # -- running passes ------------------------------------------------------------------------
 
@@ -419,6 +455,8 @@ class Dispatcher:
         source = next((p for p in self.peers if p.stage == low and p.alive and p.available), None)
         best.stage = low
         best.step = self.stage_step[low]
+        if low == 0:  # its loader starts now (it loaded nothing for stage 0 before)
+            best.input_free = max(best.input_free, now)
         self._download(best, source, now, f"s{step}.move_download.st{high}>{low}",
                        deps=list(self.stage0_ends.get(step - 1, [])))
         if self.prices.state_bytes is not None:  # its memory now holds the new stage's state
@@ -495,10 +533,12 @@ class Dispatcher:
         self.stats["lost_samples"] += peer.accumulated
         peer.accumulated = 0
         for item in lost:
+            item.loaded, item.rerouted = False, True  # its samples went with the peer
             self.stats["reroutes"] += 1
             item.seq = next(self._seq)
             item.wait_for = [peer.left_mark]
             self._route(item, now)
+        peer.input_free, peer.input_after = max(peer.input_free, up), mark  # its loader restarts on return
         self._at(up, "rejoin", peer.index, held)
 
     def _on_rejoin(self, peer: Peer, held_bytes: float, now: float) -> None:
@@ -529,8 +569,16 @@ class Dispatcher:
         if self.rebalance_every and step > 0 and step % self.rebalance_every == 0:
             self._rebalance(step, now)
         after = list(self.stage0_ends.get(step - 1, []))  # the previous step ended for all of stage 0
-        for mb in range(self.m):
-            self._route(Item(step, mb, 0, "F", now, next(self._seq), wait_for=after), now)
+        for mb in range(self.m):  # the first step's samples are loaded before the run (as spmd's)
+            self._route(Item(step, mb, 0, "F", now, next(self._seq), wait_for=after, loaded=step == 0), now)
+        if step == self.steps - 1:
+            # the last step loads the next step's samples beside it too, as spmd's last step does: each stage-0
+            # peer as many micro-batches as it was fed in this one; the loads end the step
+            for (k, index), count in sorted(self.fed.items()):
+                if k == step:
+                    load = self._load(self.peers[index], f"s{step + 1}.next", count)
+                    if load is not None:
+                        self.step_ends[step].append(load)
 
     # -- the loop ------------------------------------------------------------------------------
 
@@ -547,6 +595,7 @@ class Dispatcher:
                         item.phase == "B" and (item.step, item.mb) not in peer.held):
                     self.stats["reroutes"] += 1
                     item.wait_for = list(item.deps)  # the delivery that found no one (it ended now)
+                    item.loaded, item.rerouted = False, True  # its samples were loaded on a peer that is gone
                     if peer.left_mark is not None and not peer.alive:
                         item.wait_for.append(peer.left_mark)
                     self._route(item, now)
