@@ -179,3 +179,15 @@ def test_a_kind_that_drops_a_term_says_so():
         "neighbour stage is on another node, and this kind has no pipeline stages (spmd does not apply it at pp 1 "
         "either)"]
     assert "  framework      cross_node_pipeline_floor (set) not applied by per_layer" in render_table(result)
+
+
+def test_training_tf32_prices_dapple_as_spmd():
+    """replicated_pipeline (and DAPPLE's planner, which prices the same way) read ``training.tf32`` as spmd does:
+    fp32 ResNet-50 on 8 A100s with TF32 on, one stage replicated 8 times, was 2.29x spmd's step (plain fp32)."""
+    base = {"model": "resnet50", "cluster": {"node": "dgx-a100-80g", "num_gpus": 8},
+            "training": {"precision": "fp32", "tf32": True}}
+    spmd = load_scenario({**base, "parallelism": {"dp": 8, "micro_batch_size": 64, "global_batch_size": 512}})
+    layers = len(spmd.layer_graph().layers)
+    dapple = load_scenario({**base, "parallelism": {"global_batch_size": 512}, "strategy": {
+        "kind": "replicated_pipeline", "stages": [{"layers": layers, "replicas": 8}], "micro_batches": 1}})
+    assert simulate(dapple).step_time_s == pytest.approx(simulate(spmd).step_time_s, rel=0.01)

@@ -98,15 +98,17 @@ def layer_floor_stretch(passes_kernel_s: Sequence[Sequence[float]], host_dispatc
     return stretch(device_s, floor_s) if floor_s > 0 else 1.0
 
 
-def mark_interference(efficiency, streams) -> None:
+def mark_interference(efficiency, streams, efficiency_of=None) -> None:
     """Kernels slowed by ``overlap_compute_slowdown`` while a transfer of their actor runs beside them,
     transfers by ``overlap_comm_slowdown`` while a kernel runs (the engine applies both,
     simulator/engine/engine.py), as spmd marks its streams: compute-stream tasks without demands are
-    kernels, tasks with demands on other streams are transfers. Nothing without either slowdown."""
-    slowdown, comm_slowdown = efficiency.overlap_compute_slowdown, efficiency.overlap_comm_slowdown
-    if slowdown <= 0 and comm_slowdown <= 0:
-        return
-    for (_actor, stream), tasks in streams.items():
+    kernels, tasks with demands on other streams are transfers. ``efficiency_of(actor)``: an actor's own
+    efficiency block on a mixed cluster (default ``efficiency``). Nothing without either slowdown."""
+    for (actor, stream), tasks in streams.items():
+        eff = efficiency_of(actor) if efficiency_of is not None else efficiency
+        slowdown, comm_slowdown = eff.overlap_compute_slowdown, eff.overlap_comm_slowdown
+        if slowdown <= 0 and comm_slowdown <= 0:
+            continue
         for task in tasks:
             if stream == "compute":
                 if task.demands is None:

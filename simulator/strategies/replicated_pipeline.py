@@ -146,7 +146,7 @@ class StagePrices:
         self.topo = Topology(scenario.node, scenario.fabric, scenario.num_gpus)
         self.links = self.topo.links
         self.compute = ComputeModel(scenario.accelerator, scenario.training.precision, scenario.training.fp8_gemms,
-                                    scenario.training.fp8_recipe)
+                                    scenario.training.fp8_recipe, tf32=scenario.training.tf32)  # as spmd prices them
         self.stretch = kernel_stretch(scenario.accelerator.efficiency, scenario.num_gpus)  # framework_terms.py
         self.micro_batch = scenario.parallelism.global_batch_size // cfg.micro_batches
         self.starts = [sum(s.layers for s in cfg.stages[:i]) for i in range(len(cfg.stages) + 1)]

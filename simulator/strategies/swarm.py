@@ -408,8 +408,9 @@ def compile_swarm(scenario, mode: str | None = None, detail: bool = False) -> Pl
                 break
             horizon *= 2.0
     streams, tasks = _tasks(schedule.ops, prices.wan)
-    mark_interference(scenario.accelerator.efficiency, streams)  # a pass beside its peer's transfers
     actors = {actor(p): p for p in range(len(flat_speeds))}
+    mark_interference(scenario.accelerator.efficiency, streams,  # a pass beside its peer's transfers, on its accelerator
+                      lambda a: scenario.rank_accelerator(actors[a]).efficiency if a in actors else scenario.accelerator.efficiency)
     compute = {a: streams.get((a, "compute"), []) for a in actors}
     throughput = prices.pool_throughput_samples_per_s(stage_of_peer, flat_speeds)
     stats = schedule.stats

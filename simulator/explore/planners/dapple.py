@@ -133,7 +133,7 @@ class LayerTables:
     def __init__(self, scenario):
         self.sc = scenario
         self.compute = ComputeModel(scenario.accelerator, scenario.training.precision, scenario.training.fp8_gemms,
-                                    scenario.training.fp8_recipe)
+                                    scenario.training.fp8_recipe, tf32=scenario.training.tf32)  # as spmd prices them
         self.stretch = sync_stretch(scenario.accelerator.efficiency.sync_jitter, scenario.num_gpus)
         one = self.graph(1)
         self.layers = len(one.layers)
