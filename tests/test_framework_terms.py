@@ -191,3 +191,22 @@ def test_training_tf32_prices_dapple_as_spmd():
     dapple = load_scenario({**base, "parallelism": {"global_batch_size": 512}, "strategy": {
         "kind": "replicated_pipeline", "stages": [{"layers": layers, "replicas": 8}], "micro_batches": 1}})
     assert simulate(dapple).step_time_s == pytest.approx(simulate(spmd).step_time_s, rel=0.01)
+
+
+@pytest.mark.parametrize("case", range(12))
+def test_swarm_input_loads_keep_the_engine_behind_its_dispatcher(case):
+    """SWARM's stage-0 peers load their own micro-batches (simulator/strategies/swarm_parts/dispatch.py): with a
+    loader as slow as a pass, on the seeded random swarms of tests/test_swarm.py (preemptions, rebalancing), every
+    load the dispatcher waited for is a dependency the engine waits for too, so the engine never finishes first
+    (case 7 did, by 18%, when a peer moved into stage 0 loaded from time 0 in the engine)."""
+    import sys
+    from pathlib import Path
+
+    sys.path.insert(0, str(Path(__file__).parent))
+    from test_swarm import random_swarm
+
+    sc = load_scenario(random_swarm(case))
+    result = simulate(_with_efficiency(sc, input_us_per_sample=30_000.0))
+    assert result.makespan_s >= result.extra["swarm_dispatch_makespan_s"] * (1 - 1e-9)
+    assert len(result.step_times_s) == result.steps
+    assert any(e.stream == "input" for e in result.timeline)

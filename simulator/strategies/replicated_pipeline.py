@@ -180,8 +180,11 @@ class StagePrices:
         layer and micro-batch (:func:`layer_host_factor`): the eager issue floor, NeMo's fixed time per MoE
         layer, and the cross-node pipeline floor on a stage whose neighbour is on another node."""
         key = ("host", stage)
+        eff = self.sc.accelerator.efficiency
+        if not (eff.host_dispatch_us_per_kernel or eff.moe_layer_fixed_us or eff.cross_node_pipeline_floor):
+            return [1.0] * (self.starts[stage + 1] - self.starts[stage])
         if key not in self._cache:
-            floor = self.sc.accelerator.efficiency.cross_node_pipeline_floor
+            floor = eff.cross_node_pipeline_floor
             remote_s = floor.per_layer_s(1) if floor is not None and self.remote_neighbour(stage) else 0.0
             pipelined = {layer.name for layer in self.graph(stage).pipelined}
             self._cache[key] = [layer_host_factor(self.compute, layer, self.stretch, self.sc.accelerator.efficiency,

@@ -455,10 +455,10 @@ class Dispatcher:
         source = next((p for p in self.peers if p.stage == low and p.alive and p.available), None)
         best.stage = low
         best.step = self.stage_step[low]
-        if low == 0:  # its loader starts now (it loaded nothing for stage 0 before)
-            best.input_free = max(best.input_free, now)
         self._download(best, source, now, f"s{step}.move_download.st{high}>{low}",
                        deps=list(self.stage0_ends.get(step - 1, [])))
+        if low == 0:  # its loader starts once it holds stage 0 (it loaded nothing for stage 0 before)
+            best.input_free, best.input_after = max(best.input_free, best.gate.end_s), best.gate
         if self.prices.state_bytes is not None:  # its memory now holds the new stage's state
             change = self.prices.state_bytes[low] - self.prices.state_bytes[high]
             best.gate.alloc_bytes, best.gate.free_bytes = max(change, 0.0), best.gate.free_bytes + max(-change, 0.0)
