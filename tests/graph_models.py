@@ -6,7 +6,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from workloads.graph import ShardShape, _backward_of, _gemm
+from workloads.graph import ShardShape, _backward_of, _linear
 from workloads.layer_graph import Layer, LayerGraph
 from workloads.tensor_parallel import tensor_parallel_graph
 
@@ -29,9 +29,9 @@ class ChainSpec:
         m = self.rows * shard.micro_batch
         layers = []
         for i, k in enumerate(self.widths):
-            forward = (_gemm(f"fc{i}", m, self.out, k, elem),)
+            forward = (_linear(f"fc{i}", m, self.out, k, elem, bias=False),)   # holds its k x out weight
             backward = tuple(_backward_of(forward[0]))
-            layers.append(Layer(f"fc{i}", self.kind, forward, backward, params=k * self.out,
+            layers.append(Layer(f"fc{i}", self.kind, forward, backward,
                                 saved_bytes=float(m * k * elem), output_bytes=float(m * self.out * elem),
                                 inputs=(f"fc{i - 1}",) if i else ()))
         graph = LayerGraph(self.name, tuple(layers), shard.micro_batch, sample=self.sample)

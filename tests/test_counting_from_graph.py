@@ -1,8 +1,8 @@
 """A transformer's parameters and model FLOPs come from its layer graph and nothing else (issue 19:
-one description): change what the builder says a block holds, or the ops it runs, and every count
-follows — ``total_params``, ``active_params``, the simulated result's ``num_parameters``, its model
-and hardware FLOPs (MFU's numerator). And no runtime module reaches for the closed forms, which stay
-as test oracles in validation/closed_forms.py."""
+one description): change the weight shape of one op a block runs, or the ops themselves, and every
+count follows — the layer's parameters, ``total_params``, ``active_params``, the simulated result's
+``num_parameters``, its model and hardware FLOPs (MFU's numerator). And no runtime module reaches for
+the closed forms, which stay as test oracles in validation/closed_forms.py."""
 
 from __future__ import annotations
 
@@ -28,7 +28,7 @@ sys.path.insert(0, str(Path(__file__).parent))
 from test_simulate import TOY_PARAMS, L, S, toy_raw  # noqa: E402
 
 ROOT = Path(__file__).resolve().parents[1]
-EXTRA_PARAMS = 1_000            # what the perturbed builder adds to every block
+EXTRA_COLUMNS = 8               # what the perturbed builder adds to one GEMM's weight (its n)
 EXTRA_FLOPS = 2.0 * 64 * 64 * 64  # a 64^3 GEMM the perturbed builder adds to every block's forward
 
 
@@ -52,33 +52,46 @@ def fresh_caches():
     _clear_caches()
 
 
-def test_block_params_of_the_graph_are_the_model_count(monkeypatch, fresh_caches):
+def _widened(name: str):
+    """``transformer_graph.layer_work`` with op ``name``'s weight EXTRA_COLUMNS wider (its n)."""
+    stated = transformer_graph.layer_work
+
+    def work(*a, **kw):
+        built = stated(*a, **kw)
+        return replace(built, forward=tuple(replace(op, n=op.n + EXTRA_COLUMNS) if op.name == name else op
+                                            for op in built.forward))
+    return work
+
+
+def test_block_params_follow_one_ops_weight_shape(monkeypatch, fresh_caches):
     model = toy(1).model
     assert counting.total_params(model) == TOY_PARAMS
-    stated = transformer_graph.block_params_per_rank
-    monkeypatch.setattr(transformer_graph, "block_params_per_rank",
-                        lambda *a, **kw: (stated(*a, **kw)[0] + EXTRA_PARAMS, stated(*a, **kw)[1]))
+    graph = counting.unsharded_graph(model)
+    fc1 = next(op for op in graph.layers[1].forward if op.name == "fc1")
+    assert graph.layers[1].params == sum(op.params for op in graph.layers[1].forward)
+    monkeypatch.setattr(transformer_graph, "layer_work", _widened("fc1"))
     _clear_caches()
-    assert counting.total_params(model) == TOY_PARAMS + L * EXTRA_PARAMS
-    assert counting.active_params(model) == TOY_PARAMS + L * EXTRA_PARAMS
-    assert counting.layer_params(model) == closed_forms.layer_params(model).total + EXTRA_PARAMS
-    assert simulate(toy(1)).num_parameters == TOY_PARAMS + L * EXTRA_PARAMS
+    extra = fc1.k * EXTRA_COLUMNS   # the k x n weight of FC1, n + EXTRA_COLUMNS
+    assert counting.unsharded_graph(model).layers[1].params == graph.layers[1].params + extra
+    assert counting.total_params(model) == TOY_PARAMS + L * extra
+    assert counting.active_params(model) == TOY_PARAMS + L * extra
+    assert counting.layer_params(model) == closed_forms.layer_params(model).total + extra
+    assert simulate(toy(1)).num_parameters == TOY_PARAMS + L * extra
 
 
-def test_routed_expert_params_of_the_graph_set_the_active_count(monkeypatch, fresh_caches):
+def test_routed_expert_params_follow_the_expert_gemms(monkeypatch, fresh_caches):
     model = toy(1).model.model_copy(update={"moe": MoESpec(num_experts=4, top_k=1)})
     total, active = counting.total_params(model), counting.active_params(model)
     assert (total, active) == (closed_forms.total_params(model), closed_forms.active_params(model))
-    stated = transformer_graph.block_params_per_rank
-
-    def more_experts(*a, **kw):
-        dense, expert = stated(*a, **kw)
-        return dense, expert + 4 * EXTRA_PARAMS  # 4 routed experts, each EXTRA_PARAMS larger
-
-    monkeypatch.setattr(transformer_graph, "block_params_per_rank", more_experts)
+    block = counting.unsharded_graph(model).layers[1]
+    fc1 = next(op for op in block.forward if op.name == "expert_fc1")
+    assert fc1.batch == fc1.weights == 4   # one weight per routed expert
+    monkeypatch.setattr(transformer_graph, "layer_work", _widened("expert_fc1"))
     _clear_caches()
-    assert counting.total_params(model) == total + L * 4 * EXTRA_PARAMS
-    assert counting.active_params(model) == active + L * EXTRA_PARAMS  # top-1 of 4: one expert's share
+    extra = fc1.k * EXTRA_COLUMNS   # each expert's FC1 weight EXTRA_COLUMNS wider
+    assert counting.unsharded_graph(model).layers[1].expert_params == block.expert_params + 4 * extra
+    assert counting.total_params(model) == total + L * 4 * extra
+    assert counting.active_params(model) == active + L * extra  # top-1 of 4: one expert's share
 
 
 def test_model_flops_are_the_sum_of_the_graph_ops(monkeypatch, fresh_caches):
@@ -102,12 +115,15 @@ def test_model_flops_are_the_sum_of_the_graph_ops(monkeypatch, fresh_caches):
     assert flops == unsplit.step_flops(1, "full")
 
 
-def test_graph_sums_follow_a_changed_layer():
+def test_graph_sums_follow_a_changed_op():
     graph = toy(1).model.layer_graph(ShardShape(micro_batch=1, seq_length=S))
     counts = counting.counts_of(graph)
     block = graph.layers[2]
-    changed = replace(graph, layers=(*graph.layers[:2], replace(block, params=block.params + 7), *graph.layers[3:]))
-    assert counting.counts_of(changed).total == counts.total + 7
+    wider = tuple(replace(op, k=op.k + 7) if op.name == "attn_out" else op for op in block.forward)
+    changed = replace(graph, layers=(*graph.layers[:2], replace(block, forward=wider), *graph.layers[3:]))
+    h = next(op for op in block.forward if op.name == "attn_out").n
+    assert changed.layers[2].params == block.params + 7 * h
+    assert counting.counts_of(changed).total == counts.total + 7 * h
 
 
 def test_a_copied_graph_keeps_its_own_sums():
@@ -127,22 +143,31 @@ def test_a_copied_graph_keeps_its_own_sums():
 
 def test_the_tied_embedding_copy_is_the_graphs(monkeypatch, fresh_caches):
     # With tied embeddings and pp > 1 the last stage holds a copy of the word embedding for its LM head
-    # (Megatron): its size is the graph's word embedding, whatever the builder says that is.
+    # (Megatron): its size is the embedding lookup's word table, whatever shape the builder gives it.
     sc = toy(2, tied=True, pp=2, global_batch_size=2)
     before = stage_params(sc.model, sc.parallelism, 1), Planner(sc).stage_params_local(1)
-    stated = transformer_graph.word_embedding_params_per_rank
-    monkeypatch.setattr(transformer_graph, "word_embedding_params_per_rank", lambda *a: stated(*a) + EXTRA_PARAMS)
+    stated = transformer_graph.embedding_work
+    h = sc.model.hidden_size
+
+    def more_rows(*a, **kw):
+        built = stated(*a, **kw)
+        lookup = replace(built.forward[0], tables=((built.forward[0].tables[0][0] + EXTRA_COLUMNS, h),
+                                                   *built.forward[0].tables[1:]))
+        return replace(built, forward=(lookup, *built.forward[1:]))
+
+    monkeypatch.setattr(transformer_graph, "embedding_work", more_rows)
     _clear_caches()
     after = stage_params(sc.model, sc.parallelism, 1), Planner(sc).stage_params_local(1)
-    assert after == (before[0] + EXTRA_PARAMS, before[1] + EXTRA_PARAMS)
-    assert counting.total_params(sc.model) == closed_forms.total_params(sc.model) + EXTRA_PARAMS  # stage 0's
+    extra = EXTRA_COLUMNS * h
+    assert after == (before[0] + extra, before[1] + extra)
+    assert counting.total_params(sc.model) == closed_forms.total_params(sc.model) + extra  # stage 0's
 
 
 def test_only_the_builder_reads_whether_embeddings_are_tied():
     readers = [path for path in sorted((ROOT / "simulator").rglob("*.py")) + sorted((ROOT / "workloads").rglob("*.py"))
                if "tied_embeddings" in path.read_text()]
     assert [p.relative_to(ROOT).as_posix() for p in readers] == [
-        "workloads/hf_config.py", "workloads/schema.py", "workloads/transformer_graph.py"]
+        "workloads/graph.py", "workloads/hf_config.py", "workloads/schema.py"]
 
 
 def _imports(tree: ast.AST) -> set[str]:
@@ -174,7 +199,10 @@ def test_runtime_modules_do_not_use_the_closed_forms():
         assert defined & (oracles - graph_sums) == set(), path
 
 
-def test_layer_work_carries_no_parameter_count():
-    """The ops of a block (workloads/graph.py) say nothing about its parameters: the builder's Layer does."""
-    work = transformer_graph.layer_work(toy(1).model, ShardShape(micro_batch=1, seq_length=S))
+def test_the_ops_carry_the_parameter_count():
+    """A block's parameters are its ops' (the weight shapes of its GEMMs, biases and norms), stated
+    nowhere else: the LayerWork's own field is only the planner's copy of its layer's."""
+    model = toy(1).model
+    work = transformer_graph.layer_work(model, ShardShape(micro_batch=1, seq_length=S))
     assert isinstance(work, LayerWork) and work.params == 0
+    assert sum(op.params for op in work.forward) == counting.layer_params(model) == closed_forms.layer_params(model).total

@@ -16,13 +16,13 @@ from simulator.strategies.spmd.layout import Parallelism
 from simulator.strategies.spmd.plan import Planner
 from validation.closed_form_activations import mla_activation_bytes_per_layer
 from validation.closed_forms import layer_params as closed_form_layer_params
+from validation.closed_forms import mla_attention_params
 from workloads.catalog import MODELS
 from workloads.counting import active_params, layer_params, total_params
 from workloads.graph import ShardShape, layer_work
 from workloads.hf_config import spec_from_hf_config
 from workloads.layer_kinds import layer_kind_counts
 from workloads.schema import TransformerSpec
-from workloads.transformer_graph import mla_attention_params
 
 # Toy MLA: h = 64, 4 heads, query latent 16, kv latent 8, per head 8 (nope) + 4 (rope) for q/k, 8 for v.
 MLA = dict(q_lora_rank=16, kv_lora_rank=8, qk_nope_head_dim=8, qk_rope_head_dim=4, v_head_dim=8)

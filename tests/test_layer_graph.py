@@ -14,8 +14,8 @@ def _chain(*layers: Layer) -> LayerGraph:
 
 
 def test_totals_are_sums_over_the_layers():
-    fc = Op("fc", "gemm", flops=2.0 * 2 * 3 * 4, m=2, n=3, k=4)
-    g = _chain(Layer("a", "linear", (fc,), (fc, fc), params=12, saved_bytes=16.0, output_shape=(3,)),
+    fc = Op("fc", "gemm", flops=2.0 * 2 * 3 * 4, m=2, n=3, k=4, weights=1)   # holds a 4 x 3 weight
+    g = _chain(Layer("a", "linear", (fc,), (fc, fc), saved_bytes=16.0, output_shape=(3,)),
                Layer("b", "relu", saved_bytes=8.0, inputs=("a",), input_shape=(3,))).check()
     assert g.total_params() == 12
     assert g.forward_flops() == 48.0 and g.backward_flops() == 96.0

@@ -21,7 +21,7 @@ from simulator.simulate import simulate
 from simulator.strategies.layer_parallel_mgrit import LayerParallelMgritConfig, chain_of
 from simulator.strategies.residual_blocks import block_key, residual_chain, residual_steps
 from simulator.strategies.subnetwork_dp import assignment
-from workloads.graph import ShardShape, _backward_of, _gemm
+from workloads.graph import ShardShape, _backward_of, _linear
 from workloads.layer_graph import Layer, LayerGraph
 
 X = 10e-6  # the toy's NVLink latency
@@ -167,8 +167,8 @@ class ResidualChainSpec:
         out = float(m * width * elem)
 
         def linear(name, source):
-            gemm = _gemm(name, m, width, width, elem)
-            return Layer(name, "linear", (gemm,), tuple(_backward_of(gemm)), params=width * width, saved_bytes=out,
+            gemm = _linear(name, m, width, width, elem, bias=False)
+            return Layer(name, "linear", (gemm,), tuple(_backward_of(gemm)), saved_bytes=out,
                          output_bytes=out, inputs=(source,), input_shape=(width,), output_shape=(width,))
 
         layers = [Layer("input", "other", output_bytes=out, input_shape=(width,), output_shape=(width,))]

@@ -16,7 +16,6 @@ from dataclasses import dataclass
 
 from workloads.layer_kinds import layer_kind_counts
 from workloads.schema import TransformerSpec
-from workloads.transformer_graph import mla_attention_params
 
 
 @dataclass(frozen=True)
@@ -33,6 +32,24 @@ class LayerParams:
     @property
     def total(self) -> int:
         return self.attention + self.mlp_dense + self.mlp_experts + self.router + self.norms + self.attention_replicated
+
+
+def mla_attention_params(model: TransformerSpec) -> tuple[int, int]:
+    """(tensor-parallel, replicated) parameters of one MLA block (DeepSeek-V2 Sec. 2.1):
+    split by tp (per head): W_UQ q_lora x heads·(nope+rope) (or a full-rank W_Q h x
+    heads·(nope+rope)), W_UK/W_UV kv_lora x heads·(nope+v), W_O heads·v x h; replicated
+    (Megatron-LM's MLA keeps the down-projections whole on every TP rank): W_DQ h x q_lora
+    and its RMSNorm (q_lora), W_DKV h x (kv_lora + rope) incl. the shared RoPE key, and the
+    kv RMSNorm (kv_lora). LayerNorm instead of RMSNorm doubles the latent norms."""
+    mla, h, heads = model.mla, model.hidden_size, model.num_attention_heads
+    norm = 2 if model.norm == "layernorm" else 1
+    q_in = mla.q_lora_rank or h
+    split = q_in * heads * mla.qk_head_dim + mla.kv_lora_rank * heads * (mla.qk_nope_head_dim + mla.v_head_dim)
+    split += heads * mla.v_head_dim * h
+    replicated = h * (mla.kv_lora_rank + mla.qk_rope_head_dim) + norm * mla.kv_lora_rank
+    if mla.q_lora_rank:
+        replicated += h * mla.q_lora_rank + norm * mla.q_lora_rank
+    return split, replicated
 
 
 def _norm_params(model: TransformerSpec) -> int:

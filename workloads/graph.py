@@ -20,6 +20,7 @@ for what is approximated. Layers of one model may differ (dense or MoE FFN):
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass, replace
 from functools import cache
 from typing import Literal
@@ -63,6 +64,17 @@ class Op:
     that per-operation selective checkpointing re-runs (``recompute: selective_op``, torchtitan's
     policy; :func:`op_sac_recompute`): 1 for the whole op, a fraction for a fused GEMM of which
     only some projections are recomputed, 0 (default) for an op whose output is saved or unused.
+
+    Parameters (issue 19: a layer's are the sum of its forward ops', :attr:`params`; nothing states
+    them beside the ops): ``weights`` is how many k x n weight matrices the op holds — 1 for a linear
+    layer or a convolution as implicit GEMM, ``batch`` for a grouped GEMM whose groups have their own
+    (routed experts, convolution groups, three separate Q/K/V projections), 1 for a GEMM run ``batch``
+    times over one weight (an LSTM's per-step recurrent GEMM), 0 where B is an activation or another
+    op's weight (the attention core, a tied LM head, the later chunks of a pipelined TP GEMM), and a
+    fraction 1/tp where the rank runs the whole weight's shape but holds a tensor-parallel shard of it
+    (the shared experts, :func:`_moe_block`); ``bias`` the bias elements it adds; ``tables`` the
+    shapes of the learned tensors an op of another kind holds: a norm's γ (and β), an embedding's
+    V x h table, a learned position table or class token.
     """
 
     name: str
@@ -86,6 +98,17 @@ class Op:
     measured_s: float | None = None            # a profiled time that replaces the roofline (per-layer profiles)
     conv: tuple[str, int, int, int] | None = None  # a convolution pass: (fwd|dgrad|wgrad, kh, kw, stride)
     op_sac_share: float = 0.0                  # share re-run under recompute: selective_op (see above)
+    weights: float = 0.0                       # learned k x n weights (B of C = A·B) the op holds (see above)
+    bias: float = 0.0                          # learned bias elements it adds
+    tables: tuple[tuple[int, ...], ...] = ()   # learned tensors of another op kind, by shape (see above)
+
+    @property
+    def params(self) -> float:
+        """The learned parameters this op holds (one rank's): ``weights`` k x n matrices, the bias, the tables."""
+        held = self.weights * self.k * self.n + self.bias
+        for shape in self.tables:
+            held += math.prod(shape)
+        return held
 
     @property
     def gflop_per_gemm(self) -> float:
@@ -148,7 +171,7 @@ class LayerWork:
 
     forward: tuple[Op, ...]
     backward: tuple[Op, ...]
-    params: float = 0  # the planner copies its graph layer's (workloads/transformer_graph.py states them)
+    params: float = 0  # the planner copies its graph layer's (the sum of the layer's forward ops' params)
 
     @property
     def forward_flops(self) -> float:
@@ -218,15 +241,30 @@ def op_sac_recompute(forward: tuple[Op, ...]) -> tuple[Op, ...]:
 
 def _gemm(name: str, m: int, n: int, k: int, elem: int, batch: int = 1, kind: OpKind = "gemm",
           recompute_class: str | None = None) -> Op:
+    """A GEMM of two activations (the attention core): it holds no weights."""
     flops = 2.0 * m * n * k * batch
     bytes_moved = float(elem * batch * (m * k + k * n + m * n))
     return Op(name, kind, flops, bytes_moved, m, n, k, batch, recompute_class=recompute_class)
 
 
-def _memory(name: str, elements: float, reads: float, writes: float, elem: int,
+def _linear(name: str, m: int, n: int, k: int, elem: int, bias: bool, batch: int = 1, weights: float | None = None,
             recompute_class: str | None = None) -> Op:
+    """A linear layer's GEMM: ``batch`` of them, each with its own k x n weight (``weights`` otherwise)
+    and, with ``bias``, its own n biases (Op's parameter fields)."""
+    op = _gemm(name, m, n, k, elem, batch, recompute_class=recompute_class)
+    held = batch if weights is None else weights
+    return replace(op, weights=held, bias=held * n if bias else 0.0)
+
+
+def _memory(name: str, elements: float, reads: float, writes: float, elem: int,
+            recompute_class: str | None = None, tables: tuple[tuple[int, ...], ...] = ()) -> Op:
     return Op(name, "memory", flops=0.0, bytes_moved=elements * elem * (reads + writes),
-              recompute_class=recompute_class)
+              recompute_class=recompute_class, tables=tables)
+
+
+def norm_tables(model: TransformerSpec, width: int) -> tuple[tuple[int, ...], ...]:
+    """A norm's learned tensors over ``width`` features: γ, and β for a LayerNorm (RMSNorm has none)."""
+    return ((width,), (width,)) if model.norm == "layernorm" else ((width,),)
 
 
 def _tp_comm(name: str, collective: str, payload_bytes: float) -> Op:
@@ -283,7 +321,7 @@ def layer_work(model: TransformerSpec, shard: ShardShape, layer_index: int = 0) 
     moe_layer = is_moe_layer(model, layer_index)
     b, s, t = shard.micro_batch, shard.local_seq, shard.tp
     h, hd, elem = model.hidden_size, model.head_dim, shard.act_bytes
-    heads, kv = model.num_attention_heads // t, max(1, model.kv_heads // t)
+    heads, kv = model.num_attention_heads // t, max(1, model.kv_heads // t)  # KV heads replicated when tp > kv
     tokens = b * s
     norm_tokens = tokens // t if shard.sequence_parallel else tokens
     full_seq = shard.seq_length  # keys/values span the whole sequence (ring/all-gather under cp)
@@ -311,14 +349,16 @@ def layer_work(model: TransformerSpec, shard: ShardShape, layer_index: int = 0) 
 
     norm_rc = "selective" if model.mla is not None else None  # DeepSeek-V3 recomputes its RMSNorms
     fwd: list[Op] = []
-    fwd.append(_memory("ln1", norm_tokens * h, 1, 1, elem, recompute_class=norm_rc))
+    bias = model.linear_bias
+    fwd.append(_memory("ln1", norm_tokens * h, 1, 1, elem, recompute_class=norm_rc, tables=norm_tables(model, h)))
     if model.mla is not None:
         fwd += _mla_projections(model, shard, norm_tokens)
     else:
         fwd += tp_gather("attn_in")
-        fwd.append(column_parallel(_gemm("qkv", tokens, (heads + 2 * kv) * hd, h, elem)))
-        if model.qk_norm:  # per-head norm of q and k (Qwen3): read and write q and k once
-            fwd.append(_memory("qk_norm", tokens * (heads + kv) * hd, 1, 1, elem))
+        fwd.append(column_parallel(_linear("qkv", tokens, (heads + 2 * kv) * hd, h, elem, model.has_qkv_bias)))
+        if model.qk_norm:  # per-head norm of q and k (Qwen3): read and write q and k once; one γ (β) each
+            fwd.append(_memory("qk_norm", tokens * (heads + kv) * hd, 1, 1, elem,
+                               tables=norm_tables(model, hd) * 2))
     if shard.cp > 1:
         kv_bytes = float(2 * b * s * kv * hd * elem)
         if shard.cp_comm == "all_gather":
@@ -347,18 +387,18 @@ def layer_work(model: TransformerSpec, shard: ShardShape, layer_index: int = 0) 
         fwd.append(_gemm("attn_values", s, hd, full_seq, elem, batch=b * heads, kind="attention",
                          recompute_class="attention_core"))
     attn_width = heads * (model.mla.v_head_dim if model.mla is not None else hd)
-    fwd.append(_gemm("attn_out", tokens, h, attn_width, elem))
+    fwd.append(_linear("attn_out", tokens, h, attn_width, elem, bias))  # row-parallel: its bias replicated
     fwd += tp_boundary("attn_out")
     fwd.append(_memory("dropout_residual1", norm_tokens * h, 2, 1, elem))
-    fwd.append(_memory("ln2", norm_tokens * h, 1, 1, elem, recompute_class=norm_rc))
+    fwd.append(_memory("ln2", norm_tokens * h, 1, 1, elem, recompute_class=norm_rc, tables=norm_tables(model, h)))
     if moe_layer:
         fwd += _moe_block(model, shard, norm_tokens)
     else:
         fwd += tp_gather("mlp_in")
-        fwd.append(column_parallel(_gemm("fc1", tokens, ffn_out, h, elem)))
+        fwd.append(column_parallel(_linear("fc1", tokens, ffn_out, h, elem, bias)))
         fwd.append(_memory("swiglu" if model.gated_mlp else "gelu", tokens * ffn, 2 if model.gated_mlp else 1, 1,
                            elem))
-        fwd.append(_gemm("fc2", tokens, h, ffn, elem))
+        fwd.append(_linear("fc2", tokens, h, ffn, elem, bias))
         fwd += tp_boundary("mlp_out")
     fwd.append(_memory("dropout_residual2", norm_tokens * h, 2, 1, elem))
 
@@ -472,17 +512,19 @@ def _mla_projections(model: TransformerSpec, shard: ShardShape, norm_tokens: int
     q_in = mla.q_lora_rank or h
     ops: list[Op] = []
     if mla.q_lora_rank:
-        ops.append(_gemm("q_down", norm_tokens, mla.q_lora_rank, h, elem))
-        ops.append(_memory("q_norm", norm_tokens * mla.q_lora_rank, 1, 1, elem, recompute_class="selective"))
-    ops.append(_gemm("kv_down", norm_tokens, mla.kv_lora_rank + mla.qk_rope_head_dim, h, elem))
-    ops.append(_memory("kv_norm", norm_tokens * mla.kv_lora_rank, 1, 1, elem, recompute_class="selective"))
+        ops.append(_linear("q_down", norm_tokens, mla.q_lora_rank, h, elem, False))
+        ops.append(_memory("q_norm", norm_tokens * mla.q_lora_rank, 1, 1, elem, recompute_class="selective",
+                           tables=norm_tables(model, mla.q_lora_rank)))
+    ops.append(_linear("kv_down", norm_tokens, mla.kv_lora_rank + mla.qk_rope_head_dim, h, elem, False))
+    ops.append(_memory("kv_norm", norm_tokens * mla.kv_lora_rank, 1, 1, elem, recompute_class="selective",
+                       tables=norm_tables(model, mla.kv_lora_rank)))
     latent_width = q_in + mla.kv_lora_rank + mla.qk_rope_head_dim
     if t > 1 and shard.sequence_parallel:
         ops.append(_tp_comm("mla_latents.all_gather", "all_gather", float(tokens * latent_width * elem)))
-    q_up = _gemm("q_up" if mla.q_lora_rank else "q_proj", tokens, heads * mla.qk_head_dim, q_in, elem,
-                 recompute_class="selective")
-    kv_up = _gemm("kv_up", tokens, heads * (mla.qk_nope_head_dim + mla.v_head_dim), mla.kv_lora_rank, elem,
-                  recompute_class="selective")
+    q_up = _linear("q_up" if mla.q_lora_rank else "q_proj", tokens, heads * mla.qk_head_dim, q_in, elem, False,
+                   recompute_class="selective")
+    kv_up = _linear("kv_up", tokens, heads * (mla.qk_nope_head_dim + mla.v_head_dim), mla.kv_lora_rank, elem, False,
+                    recompute_class="selective")
     if t > 1:
         grad_comm = "reduce_scatter" if shard.sequence_parallel else "all_reduce"
         q_up = replace(q_up, input_grad_collective=grad_comm, input_grad_bytes=float(tokens * q_in * elem))
@@ -524,7 +566,10 @@ def _moe_block(model: TransformerSpec, shard: ShardShape, routed_tokens: int) ->
     (fc1 by columns, fc2 by rows); the partial outputs are reduce-scattered before the combine
     (Megatron-Core ``MoEAlltoAllTokenDispatcher`` with tp > 1 for experts). Tokens per local expert:
     routed·top_k·ep·etp/E, times ``moe_load_imbalance`` (busiest expert / mean), times the capacity
-    factor when one is set (Fedus et al. 2021)."""
+    factor when one is set (Fedus et al. 2021). Shared experts: each rank runs the tokens it routes
+    through the whole shared experts (under sequence parallelism its 1/tp of the tokens: the FLOPs of
+    Megatron-Core's TP-split ``SharedExpertMLP`` on all tokens, without its all-gather and
+    reduce-scatter; without SP t x those FLOPs, an over-count) and holds 1/tp of their weights."""
     moe = model.moe
     h, elem, ep, etp = model.hidden_size, shard.act_bytes, shard.ep, shard.etp
     experts_local = moe.num_experts // ep
@@ -535,16 +580,16 @@ def _moe_block(model: TransformerSpec, shard: ShardShape, routed_tokens: int) ->
     copies = routed_tokens * moe.top_k * capacity
     per_expert = max(1, round(copies * ep * etp / moe.num_experts * shard.moe_load_imbalance))
     payload = float(copies * h * elem)
-    ops: list[Op] = [_gemm("router", routed_tokens, moe.num_experts, h, elem),
+    ops: list[Op] = [_linear("router", routed_tokens, moe.num_experts, h, elem, False),
                      _memory("router_topk_permute", routed_tokens * h, 1, 1, elem)]
     if ep > 1:
         ops.append(Op("moe_dispatch.all_to_all", "collective", collective="all_to_all", group="ep", comm_bytes=payload))
     if etp > 1:  # the etp ranks' received tokens, gathered (payload: the gathered size, as every all-gather here)
         ops.append(Op("moe_etp.all_gather", "collective", collective="all_gather", group="etp",
                       comm_bytes=payload * etp))
-    ops.append(_gemm("expert_fc1", per_expert, width, h, elem, batch=experts_local))
+    ops.append(_linear("expert_fc1", per_expert, width, h, elem, model.linear_bias, batch=experts_local))
     ops.append(_memory("expert_act", per_expert * experts_local * ffn_rank, 2 if model.gated_mlp else 1, 1, elem))
-    ops.append(_gemm("expert_fc2", per_expert, h, ffn_rank, elem, batch=experts_local))
+    ops.append(_linear("expert_fc2", per_expert, h, ffn_rank, elem, model.linear_bias, batch=experts_local))
     if etp > 1:
         ops.append(Op("moe_etp.reduce_scatter", "collective", collective="reduce_scatter", group="etp",
                       comm_bytes=payload * etp))
@@ -552,9 +597,15 @@ def _moe_block(model: TransformerSpec, shard: ShardShape, routed_tokens: int) ->
         ops.append(Op("moe_combine.all_to_all", "collective", collective="all_to_all", group="ep", comm_bytes=payload))
     ops.append(_memory("unpermute_weighted_sum", routed_tokens * moe.top_k * h, 1, 1, elem))
     if moe.num_shared_experts:
+        # the rank runs its tokens through the whole shared experts but holds a tensor-parallel 1/tp of
+        # their weights, as Megatron-Core splits them (``SharedExpertMLP``): FC1 and its bias ÷tp, FC2 ÷tp
+        # with each shared expert's bias replicated (see the docstring for the compute approximation)
         shared = moe.num_shared_experts * ffn_e
-        ops.append(_gemm("shared_fc1", routed_tokens, 2 * shared if model.gated_mlp else shared, h, elem))
-        ops.append(_gemm("shared_fc2", routed_tokens, h, shared, elem))
+        share = 1 / shard.tp
+        ops.append(_linear("shared_fc1", routed_tokens, 2 * shared if model.gated_mlp else shared, h, elem,
+                           model.linear_bias, weights=share))
+        fc2 = _linear("shared_fc2", routed_tokens, h, shared, elem, False, weights=share)
+        ops.append(replace(fc2, bias=moe.num_shared_experts * h if model.linear_bias else 0.0))
     return ops
 
 
@@ -621,7 +672,8 @@ def _tp_chunks(gemm: Op, tp: int) -> tuple[Op, Op] | None:
     m = gemm.m // tp
     one = replace(gemm, name=f"{gemm.name}.tp_chunk", m=m, flops=gemm.flops / tp, bytes_moved=gemm.bytes_moved / tp)
     rest = replace(gemm, name=f"{gemm.name}.tp_chunks", m=m, batch=gemm.batch * (tp - 1),
-                   flops=gemm.flops * (tp - 1) / tp, bytes_moved=gemm.bytes_moved * (tp - 1) / tp)
+                   flops=gemm.flops * (tp - 1) / tp, bytes_moved=gemm.bytes_moved * (tp - 1) / tp,
+                   weights=0.0, bias=0.0)   # the same weight as the first chunk's, held there
     return one, rest
 
 
@@ -647,7 +699,11 @@ def embedding_work(model: TransformerSpec, shard: ShardShape) -> LayerWork:
     """Token (+ position) embedding on the first stage: a gather, and with a vocab-parallel
     embedding under TP an all-reduce (reduce-scatter with SP) of its output."""
     tokens, h, elem = shard.micro_batch * shard.local_seq, model.hidden_size, shard.act_bytes
-    fwd: list[Op] = [_memory("embedding_lookup", tokens * h, 1, 1, elem)]
+    # the word table vocab-parallel (V/tp rows on a rank), a learned position table replicated (Megatron-LM)
+    tables = ((model.vocab_size // shard.tp, h),)
+    if model.position_embedding == "learned":
+        tables += ((model.seq_length, h),)
+    fwd: list[Op] = [_memory("embedding_lookup", tokens * h, 1, 1, elem, tables=tables)]
     if shard.tp > 1:
         name = "reduce_scatter" if shard.sequence_parallel else "all_reduce"
         fwd.append(_tp_comm(f"embedding.{name}", name, float(tokens * h * elem)))
@@ -663,15 +719,16 @@ def head_work(model: TransformerSpec, shard: ShardShape) -> LayerWork:
     The logits are b·s·V/t; softmax cross-entropy reads them in fp32 (Megatron upcasts). Under
     TP the vocab-parallel cross-entropy all-reduces three fp32 values per token over tp: the
     logit maximum, the target logit and the sum of exponentials (Megatron-LM
-    ``_VocabParallelCrossEntropy``); its backward needs no communication."""
+    ``_VocabParallelCrossEntropy``); its backward needs no communication. With tied embeddings the
+    head GEMM's weight is the word embedding's (held by ``embedding_work``'s table, not by this op)."""
     b, s, t = shard.micro_batch, shard.local_seq, shard.tp
     h, elem, vocab = model.hidden_size, shard.act_bytes, model.vocab_size // t
     tokens = b * s
     norm_tokens = tokens // t if shard.sequence_parallel else tokens
-    fwd: list[Op] = [_memory("final_ln", norm_tokens * h, 1, 1, elem)]
+    fwd: list[Op] = [_memory("final_ln", norm_tokens * h, 1, 1, elem, tables=norm_tables(model, h))]
     if t > 1 and shard.sequence_parallel:
         fwd.append(_tp_comm("head_in.all_gather", "all_gather", float(tokens * h * elem)))
-    head = _gemm("lm_head", tokens, vocab, h, elem)
+    head = _linear("lm_head", tokens, vocab, h, elem, False, weights=0 if model.tied_embeddings else 1)
     if t > 1:  # vocab-parallel head: its input gradient is summed (scattered with SP) over tp ranks
         head = replace(head, input_grad_collective="reduce_scatter" if shard.sequence_parallel else "all_reduce",
                        input_grad_bytes=float(tokens * h * elem))

@@ -7,8 +7,12 @@ for one micro-batch on one rank after a layout's shard (a transformer builder ta
 - its kernels: ``forward`` and ``backward`` :class:`~workloads.graph.Op` s in execution order
   (GEMMs and convolutions as implicit GEMMs with M×N×K, memory-bound ops, attention, collectives
   of the layout), from which FLOPs and HBM bytes are summed;
-- ``params``: the parameters this rank holds for the layer (``expert_params`` of them routed
-  experts, sharded over the expert-parallel group and reduced over the expert-data-parallel one);
+- ``params``: the parameters this rank holds for the layer, the sum of its forward ops' (each op's
+  weight shape k x n, bias, norm or embedding tables: :attr:`workloads.graph.Op.params`; derived, never
+  stated beside the ops), plus ``stated_params``, what a measured per-layer profile states for a layer
+  whose kernels it does not know (0 for every built layer); ``expert_params`` of them routed experts
+  (the ops of the "experts" GEMM class), sharded over the expert-parallel group and reduced over the
+  expert-data-parallel one;
 - ``saved_bytes``: the activation bytes it keeps for its backward (per micro-batch) without
   recompute; ``saved_bytes_selective`` what it keeps under selective recompute (the attention
   core and, for MLA, the norms and up-projections dropped; None: nothing selective to drop),
@@ -68,7 +72,7 @@ from dataclasses import dataclass, field, replace
 from typing import Literal
 
 from simulator.errors import ConfigError
-from workloads.graph import ModelFlops, Op, recompute_ops_of
+from workloads.graph import ModelFlops, Op, gemm_class, recompute_ops_of
 
 GRADIENT_SUM = "gradient_sum"   # the op-name token (memory-kernel class) of a fan-out's gradient add
 
@@ -102,10 +106,9 @@ class Layer:
     kind: str
     forward: tuple[Op, ...] = ()
     backward: tuple[Op, ...] = ()
-    params: float = 0
+    stated_params: float = 0      # parameters no op carries: a profiled layer's, from its file (module docstring)
     saved_bytes: float = 0.0
     output_bytes: float = 0.0
-    expert_params: float = 0.0
     saved_bytes_selective: float | None = None
     saved_bytes_selective_op: float | None = None  # kept under recompute: selective_op (None: all of saved)
     checkpoint_bytes: float | None = None
@@ -122,6 +125,21 @@ class Layer:
     saved_input_bytes: float = 0.0               # of saved_bytes, the layer's own input (0: not saved, or an
                                                  # earlier layer saved that storage); set where it matters:
                                                  # an attention layer's input is the residual stream
+    params: float = field(init=False, default=0)          # the forward ops' parameters + stated_params
+    expert_params: float = field(init=False, default=0.0)  # of them, the routed experts' ("experts" GEMMs)
+
+    def __post_init__(self) -> None:
+        # summed once per layer (memory and the planner read them for every layout); a copy made by
+        # dataclasses.replace with other ops sums its own
+        params = expert = 0
+        for op in self.forward:
+            held = op.params
+            if held:
+                params += held
+                if gemm_class(op.name) == "experts":
+                    expert += held
+        object.__setattr__(self, "params", params + self.stated_params)
+        object.__setattr__(self, "expert_params", expert)
 
     @property
     def forward_flops(self) -> float:
@@ -294,7 +312,7 @@ class LayerGraph:
                 if source.output_shape is not None and source.output_shape != layer.input_shape:
                     raise ConfigError(where, f"expects input {list(layer.input_shape)} but {source.name} gives "
                                              f"{list(source.output_shape)}")
-            for number, label in ((layer.params, "params"), (layer.saved_bytes, "saved_bytes"),
+            for number, label in ((layer.params, "params"), (layer.stated_params, "stated_params"), (layer.saved_bytes, "saved_bytes"),
                                   (layer.output_bytes, "output_bytes"), (layer.expert_params, "expert_params"),
                                   (layer.measured_forward_s or 0.0, "measured_forward_s"),
                                   (layer.measured_backward_s or 0.0, "measured_backward_s")):

@@ -16,7 +16,7 @@ its last dimension: features, heads, vocabulary):
 - ``attention`` with a ``heads`` split (multi-head self-attention) runs heads/tp per rank: its
   first GEMM (Q, K, V) column-, its last (the output projection) row-parallel, the core between
   ÷tp, one forward all-reduce of the output and one backward all-reduce of the input gradient.
-  Parameters: 4h²/tp + 3h/tp + h (the output bias replicated). Heads must divide by tp.
+  Parameters (its ops'): 4h²/tp + 3h/tp + h (the output bias replicated). Heads must divide by tp.
 - ``activation``, ``relu``, ``dropout`` and views on a split input follow the split (÷tp).
 - ``loss`` on split logits is Megatron's vocab-parallel cross-entropy: its kernels ÷tp plus
   three fp32 all-reduces per token (maximum, target logit, sum of exponentials;
@@ -94,12 +94,20 @@ def _takes_split(layer: Layer, consumers: dict[str, list[Layer]]) -> bool:
 def _split_gemm(op: Op, tp: int, dim: str) -> Op:
     """A GEMM with one of its dimensions (``"m"``, ``"n"`` or ``"k"``) ÷tp, rounded up (Megatron
     pads a vocabulary to a multiple of tp); FLOPs from the new shape, HBM bytes scaled by the
-    operand sizes m·k + m·n + k·n (input, output, weight)."""
+    operand sizes m·k + m·n + k·n (input, output, weight). The weight it holds follows the split
+    (k x n ÷tp: where the dimension does not divide, the rank's mean share of it, not the rounded-up
+    shape); a column split (n) splits the bias, a row split (k) keeps it whole (added after the
+    all-reduce)."""
     dims = {"m": op.m, "n": op.n, "k": op.k}
-    dims[dim] = math.ceil(dims[dim] / tp)
+    whole = dims[dim]
+    dims[dim] = math.ceil(whole / tp)
     old = op.m * op.k + op.m * op.n + op.k * op.n
     new = dims["m"] * dims["k"] + dims["m"] * dims["n"] + dims["k"] * dims["n"]
-    return replace(op, **dims, flops=op.flops * dims[dim] / max(1, getattr(op, dim)),
+    held = {}
+    if dim in ("n", "k") and (op.weights or op.bias):
+        held = {"weights": op.weights * (whole / tp) / dims[dim] if whole % tp else op.weights,
+                "bias": op.bias / tp if dim == "n" else op.bias}
+    return replace(op, **dims, **held, flops=op.flops * dims[dim] / max(1, whole),
                    bytes_moved=op.bytes_moved * new / old if old else op.bytes_moved)
 
 
@@ -137,22 +145,23 @@ def _column_linear(layer: Layer, tp: int, input_bytes: float, whole: float) -> L
     dgrad = next((i for i, op in enumerate(bwd) if op.name.endswith(".dgrad")), None) if input_bytes else None
     bwd = _with_input_grad_comm(bwd, dgrad, _all_reduce(f"{layer.name}.input_grad.all_reduce", input_bytes, True))
     return replace(layer, forward=(_split_gemm(gemm, tp, "n"),), backward=tuple(bwd),
-                   params=layer.params / tp, saved_bytes=_split_saved(layer, tp, whole),
-                   output_bytes=layer.output_bytes / tp)
+                   saved_bytes=_split_saved(layer, tp, whole), output_bytes=layer.output_bytes / tp)
 
 
 def _row_linear(layer: Layer, tp: int) -> Layer:
     (gemm,) = layer.forward
-    weight = gemm.k * gemm.n * gemm.batch
-    bias = max(0.0, layer.params - weight)   # added once, after the all-reduce: replicated
     return replace(layer, forward=(_split_gemm(gemm, tp, "k"), _all_reduce(f"{layer.name}.all_reduce",
                                                                           layer.output_bytes)),
                    backward=tuple(_split_backward(op, tp, "k") for op in layer.backward),
-                   params=(layer.params - bias) / tp + bias, saved_bytes=layer.saved_bytes / tp)
+                   saved_bytes=layer.saved_bytes / tp)
 
 
 def _scaled(op: Op, tp: int) -> Op:
-    """A kernel over heads/tp (the attention core) or 1/tp of the features (element-wise)."""
+    """A kernel over heads/tp (the attention core) or 1/tp of the features (element-wise): one that
+    holds parameters is refused (no layer that follows a split holds any)."""
+    if op.params:
+        raise ConfigError("parallelism.tp", f"tensor parallelism is not modelled for {op.name!r}, which holds "
+                                            "parameters, on a split activation; use tp: 1")
     return replace(op, flops=op.flops / tp, bytes_moved=op.bytes_moved / tp,
                    batch=max(1, op.batch // tp) if op.kind == "attention" else op.batch)
 
@@ -182,14 +191,12 @@ def _attention(graph: LayerGraph, layer: Layer, tp: int, input_bytes: float, who
             core_seen = True
             bwd.append(_scaled(op, tp))
     bwd = _with_input_grad_comm(bwd, qkv_dgrad, _all_reduce(f"{layer.name}.input_grad.all_reduce", input_bytes, True))
-    h = last.n
-    return replace(layer, forward=tuple(fwd), backward=tuple(bwd), params=(layer.params - h) / tp + h,
-                   saved_bytes=_split_saved(layer, tp, whole))
+    return replace(layer, forward=tuple(fwd), backward=tuple(bwd), saved_bytes=_split_saved(layer, tp, whole))
 
 
 def _follow(layer: Layer, tp: int) -> Layer:
     return replace(layer, forward=tuple(_scaled(op, tp) for op in layer.forward),
-                   backward=tuple(_scaled(op, tp) for op in layer.backward), params=layer.params / tp,
+                   backward=tuple(_scaled(op, tp) for op in layer.backward),
                    saved_bytes=layer.saved_bytes / tp, output_bytes=layer.output_bytes / tp)
 
 
@@ -202,8 +209,15 @@ def _vocab_parallel_loss(layer: Layer, tp: int, micro_batch: int) -> Layer:
 
 
 def _vocab_parallel_embedding(layer: Layer, tp: int) -> Layer:
-    return replace(layer, params=layer.params / tp,
-                   forward=layer.forward + (_all_reduce(f"{layer.name}.all_reduce", layer.output_bytes),))
+    """The lookup's table split by rows (its mean share V/tp on a rank), its output all-reduced."""
+    ops = tuple(replace(op, tables=tuple((rows / tp, *rest) for rows, *rest in op.tables)) if op.tables else op
+                for op in layer.forward)
+    return replace(layer, forward=ops + (_all_reduce(f"{layer.name}.all_reduce", layer.output_bytes),))
+
+
+def _table_rows(layer: Layer) -> float:
+    """Rows of the first table the layer's kernels hold (an embedding's vocabulary or positions; 0: none)."""
+    return next((op.tables[0][0] for op in layer.forward if op.tables), 0)
 
 
 def tensor_parallel_graph(graph: LayerGraph, tp: int) -> LayerGraph:
@@ -234,9 +248,8 @@ def tensor_parallel_graph(graph: LayerGraph, tp: int) -> LayerGraph:
         elif kind == "attention" and "heads" in layer.splittable and not any_split:
             new, out_split = _attention(graph, layer, tp, input_bytes, whole), False
         elif kind == "embedding":
-            rows = layer.params / layer.output_shape[-1] if layer.output_shape else 0
             tokens = layer.output_shape[0] if layer.output_shape and len(layer.output_shape) > 1 else 1
-            new = _vocab_parallel_embedding(layer, tp) if rows > tokens else layer
+            new = _vocab_parallel_embedding(layer, tp) if _table_rows(layer) > tokens else layer
             out_split = False
         elif any_split and kind in FOLLOW_KINDS:
             new, out_split = _follow(layer, tp), True

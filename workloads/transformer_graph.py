@@ -2,15 +2,18 @@
 
 ``transformer_layer_graph(model, shard)`` (also ``TransformerSpec.layer_graph(shard)``) turns the
 ops of :mod:`workloads.graph` into a :class:`~workloads.layer_graph.LayerGraph`, and states here,
-once, what each layer holds and keeps:
+once, what each layer keeps:
 
-- parameters per rank (at tp = ep = 1 the model's own count: workloads/counting.py sums them for
-  ``total_params`` and the rest; validation/closed_forms.py states them a second way, as a test
-  oracle), split the Megatron way (Shoeybi 2019): Q/O and FFN matrices ÷tp, K/V ÷tp
-  (one KV head per rank, replicated, when tp > kv heads), column-parallel biases ÷tp, row-parallel
-  biases and norms replicated, MLA down-projections replicated, routed experts ÷ep and each one's FFN
-  ÷etp (expert tensor parallel), router replicated; the word embedding vocab-parallel (÷tp), learned positions
-  replicated; the LM head ÷tp (none of its own with tied embeddings);
+- parameters per rank are not stated here: each layer's are its ops' (the weight shapes of its GEMMs,
+  their biases, its norms' and embedding tables, ``workloads.graph.Op.params``; at tp = ep = 1 the
+  model's own count: workloads/counting.py sums them for ``total_params`` and the rest;
+  validation/closed_forms.py states them a second way, as a test oracle). The ops are split the
+  Megatron way (Shoeybi 2019): Q/O and FFN matrices ÷tp, K/V ÷tp (one KV head per rank, replicated,
+  when tp > kv heads), column-parallel biases ÷tp, row-parallel biases and norms replicated, MLA
+  down-projections replicated, routed experts ÷ep and each one's FFN ÷etp (expert tensor parallel),
+  router replicated; the word embedding vocab-parallel (÷tp), learned positions replicated; the LM
+  head ÷tp (none of its own with tied embeddings: its GEMM's weight is the embedding's table, and the
+  copy a pipeline's last stage keeps of it, ``tied_copy_params``, is that GEMM's k x n);
 - the activation tensors each layer saves for its backward (:func:`block_saved_tensors`), and
   which recompute drops them: selective recompute drops the attention core (Korthikanti et al.
   2022, arXiv:2205.05198 Sec. 4) and for MLA also the norms' outputs and the up-projections
@@ -71,80 +74,6 @@ def kv_heads_per_rank(model: TransformerSpec, tp: int) -> int:
     """KV heads held by one tensor-parallel rank: kv/tp, or 1 when tp > kv (Megatron replicates them)."""
     kv = model.kv_heads
     return kv // tp if kv % tp == 0 else 1
-
-
-def _norm_params(model: TransformerSpec) -> int:
-    return 2 * model.hidden_size if model.norm == "layernorm" else model.hidden_size
-
-
-def _ffn_params_per_rank(model: TransformerSpec, ffn: int, tp: int) -> float:
-    """FC1 (column-parallel, its bias split) and FC2 (row-parallel, its bias replicated) on one TP rank."""
-    h = model.hidden_size
-    mats = 3 if model.gated_mlp else 2
-    split = mats * h * ffn + (ffn * (2 if model.gated_mlp else 1) if model.linear_bias else 0)
-    replicated = h if model.linear_bias else 0
-    return split / tp + replicated
-
-
-def mla_attention_params(model: TransformerSpec) -> tuple[int, int]:
-    """(tensor-parallel, replicated) parameters of one MLA block (DeepSeek-V2 Sec. 2.1):
-    split by tp (per head): W_UQ q_lora x heads·(nope+rope) (or a full-rank W_Q h x
-    heads·(nope+rope)), W_UK/W_UV kv_lora x heads·(nope+v), W_O heads·v x h; replicated
-    (Megatron-LM's MLA keeps the down-projections whole on every TP rank): W_DQ h x q_lora
-    and its RMSNorm (q_lora), W_DKV h x (kv_lora + rope) incl. the shared RoPE key, and the
-    kv RMSNorm (kv_lora). LayerNorm instead of RMSNorm doubles the latent norms."""
-    mla, h, heads = model.mla, model.hidden_size, model.num_attention_heads
-    norm = 2 if model.norm == "layernorm" else 1
-    q_in = mla.q_lora_rank or h
-    split = q_in * heads * mla.qk_head_dim + mla.kv_lora_rank * heads * (mla.qk_nope_head_dim + mla.v_head_dim)
-    split += heads * mla.v_head_dim * h
-    replicated = h * (mla.kv_lora_rank + mla.qk_rope_head_dim) + norm * mla.kv_lora_rank
-    if mla.q_lora_rank:
-        replicated += h * mla.q_lora_rank + norm * mla.q_lora_rank
-    return split, replicated
-
-
-def block_params_per_rank(model: TransformerSpec, tp: int, ep: int, moe_layer: bool, etp: int = 1) -> tuple[float, float]:
-    """(dense, routed-expert) parameters of one block on one rank (module docstring)."""
-    h, d = model.hidden_size, model.head_dim
-    if model.mla is not None:  # up-projections and W_O per head ÷tp; down-projections replicated
-        split, replicated = mla_attention_params(model)
-        attn = split / tp + replicated
-    else:
-        g_rank, width = kv_heads_per_rank(model, tp), model.attention_width  # width = heads x head_dim
-        attn = 2 * h * width / tp + 2 * h * d * g_rank  # W_Q and W_O ÷tp by heads; W_K, W_V per KV head
-        if model.has_qkv_bias:
-            attn += width / tp + 2 * d * g_rank
-        if model.linear_bias:
-            attn += h
-    norms = 2 * _norm_params(model) + model.qk_norm_params  # replicated on every TP rank
-    if moe_layer and model.moe is not None:
-        expert_ffn = model.moe.expert_ffn_hidden_size or model.ffn_size
-        experts = model.moe.num_experts / ep * _ffn_params_per_rank(model, expert_ffn, etp)
-        dense = model.moe.num_shared_experts * _ffn_params_per_rank(model, expert_ffn, tp)
-        router = h * model.moe.num_experts
-        return attn + dense + router + norms, experts
-    return attn + _ffn_params_per_rank(model, model.ffn_size, tp) + norms, 0.0
-
-
-def word_embedding_params_per_rank(model: TransformerSpec, tp: int) -> float:
-    """The word embedding V x h ÷tp (vocab-parallel): also the LM head's weight when tied."""
-    return model.vocab_size * model.hidden_size / tp
-
-
-def embedding_params_per_rank(model: TransformerSpec, tp: int) -> float:
-    """Word embedding ÷tp (vocab-parallel) plus learned positions (replicated)."""
-    positions = model.seq_length * model.hidden_size if model.position_embedding == "learned" else 0
-    return word_embedding_params_per_rank(model, tp) + positions
-
-
-def head_params_per_rank(model: TransformerSpec, tp: int) -> float:
-    """Final norm plus the LM head ÷tp (none of its own with tied embeddings; the copy Megatron
-    keeps on the last stage when pp > 1 is a pipeline matter, added by memory and planner)."""
-    head = _norm_params(model)
-    if not model.tied_embeddings:
-        head += word_embedding_params_per_rank(model, tp)
-    return head
 
 
 def moe_ffn_width(model: TransformerSpec) -> int:
@@ -239,12 +168,12 @@ def block_saved_tensors(model: TransformerSpec, shard: ShardShape, moe_layer: bo
     return tuple(tensors)
 
 
-def _layer(name: str, kind: str, work: LayerWork, params: float, expert: float, saved: tuple[SavedTensor, ...],
+def _layer(name: str, kind: str, work: LayerWork, saved: tuple[SavedTensor, ...],
            checkpoint: float | None, output_bytes: float, inputs: tuple[str, ...], splittable: frozenset[str],
            ) -> Layer:
     total = sum(x.nbytes for x in saved)
     op_sac = sum(x.nbytes * x.op_sac_kept for x in saved) if kind == "transformer_block" else None
-    return Layer(name, kind, work.forward, work.backward, params=params, expert_params=expert, saved_bytes=total,
+    return Layer(name, kind, work.forward, work.backward, saved_bytes=total,
                  saved_bytes_selective=total - sum(x.nbytes for x in saved if x.selective_drops),
                  saved_bytes_selective_op=op_sac,
                  checkpoint_bytes=checkpoint, output_bytes=output_bytes, inputs=inputs, splittable=splittable)
@@ -262,26 +191,37 @@ def transformer_layer_graph(model: TransformerSpec, shard: ShardShape) -> LayerG
     embed_mask = (SavedTensor("embedding_dropout_mask", DROPOUT_MASK_BYTES * sb * h / sp_div * model.dropout),)
     # The embedding's output is the first block's input, counted there; it keeps its mask whatever
     # the recompute (Korthikanti 2022 Sec. 4.3).
-    layers = [_layer("embedding", "embedding", embedding_work(model, shard),
-                     embedding_params_per_rank(model, shard.tp), 0.0, embed_mask, embed_mask[0].nbytes,
+    layers = [_layer("embedding", "embedding", embedding_work(model, shard), embed_mask, embed_mask[0].nbytes,
                      hidden_out, (), splits)]
     kinds = layer_kinds(model)
     per_kind: dict[bool, tuple] = {}
     for i, moe_layer in enumerate(kinds):
         if moe_layer not in per_kind:
-            dense, expert = block_params_per_rank(model, shard.tp, shard.ep, moe_layer, shard.etp)
-            per_kind[moe_layer] = (layer_work(model, shard, kinds.index(moe_layer)), dense + expert, expert,
+            per_kind[moe_layer] = (layer_work(model, shard, kinds.index(moe_layer)),
                                    block_saved_tensors(model, shard, moe_layer, model.dropout))
-        work, params, expert, saved = per_kind[moe_layer]
-        layers.append(_layer(f"block{i}", "transformer_block", work, params, expert, saved,
+        work, saved = per_kind[moe_layer]
+        layers.append(_layer(f"block{i}", "transformer_block", work, saved,
                              e * sb * h / sp_div, hidden_out, (layers[-1].name,), splits))
     # Final-norm and LM-head inputs (÷t with SP) and the logits (÷t, vocab-parallel), whatever the
     # recompute (Korthikanti 2022 Sec. 4.3: 4·sbh/t·(1 + V/h) with SP and 4 B per logit).
     head_saved = (SavedTensor("norm_and_head_inputs", 2 * e * sb * h / sp_div),
                   SavedTensor("logits", (FUSED_LOGITS_BYTES_PER_ELEMENT if shard.fused_cross_entropy
                                           else LOGITS_BYTES_PER_ELEMENT) * sb * model.vocab_size / shard.tp))
-    layers.append(_layer("head", "lm_head", head_work(model, shard), head_params_per_rank(model, shard.tp), 0.0,
-                         head_saved, sum(x.nbytes for x in head_saved), 0.0, (layers[-1].name,), splits))
+    head = head_work(model, shard)
+    layers.append(_layer("head", "lm_head", head, head_saved, sum(x.nbytes for x in head_saved), 0.0,
+                         (layers[-1].name,), splits))
     return LayerGraph(model.name, tuple(layers), shard.micro_batch, sample="sequence",
                       seq_length=shard.seq_length, prologue=1, epilogue=1, model_flops_rule="three_forward",
-                      tied_copy_params=word_embedding_params_per_rank(model, shard.tp) if model.tied_embeddings else 0.0)
+                      tied_copy_params=tied_copy_params(layers[0], head))
+
+
+def tied_copy_params(embedding: Layer, head: LayerWork) -> float:
+    """The copy of the word embedding a pipeline's last stage keeps for its LM head (Megatron-LM,
+    pp > 1) when the head's GEMM holds no weight of its own (tied embeddings,
+    ``workloads.graph.head_work``): the embedding lookup's word table (its first), per rank; 0 where
+    the head holds its own weight."""
+    gemm = next(op for op in head.forward if op.name == "lm_head")
+    if gemm.weights:
+        return 0.0
+    lookup = next(op for op in embedding.forward if op.tables)
+    return float(math.prod(lookup.tables[0]))

@@ -2,8 +2,10 @@
 
 Family builders (ResNet, VGG, Inception, ViT, U-Net, LSTMs, BERT) and the PyTorch importer call
 one method per layer (``conv2d``, ``batchnorm``, ``relu``, ``linear``...) on :class:`Tensor` s;
-each call appends one :class:`~workloads.layer_graph.Layer` with its kernels, parameters, saved
-and output bytes, and returns the output tensor.
+each call appends one :class:`~workloads.layer_graph.Layer` with its kernels, saved and output
+bytes, and returns the output tensor. Its parameters are its kernels' (issue 19: one statement): a
+GEMM or convolution op holds its k x n weight(s) and bias, a norm's op its γ and β, an embedding's
+gather its table (:attr:`workloads.graph.Op.params`).
 
 Kernels. A convolution is an implicit GEMM (Chetlur et al. 2014, cuDNN, Sec. 3): M = N·H_out·W_out,
 N = C_out/groups, K = C_in·kh·kw/groups, ``groups`` of them; FLOPs 2·M·N·K. Its backward is a
@@ -98,7 +100,7 @@ class NetBuilder:
         self._saved_storages.add(t.storage)
 
     def _layer(self, name: str, kind: str, inputs: list[Tensor], out: Tensor, forward: list[Op],
-               backward: list[Op] | None = None, params: int = 0, saved: float = 0.0,
+               backward: list[Op] | None = None, saved: float = 0.0,
                splittable: frozenset[str] = frozenset({"batch"}),
                window: tuple[int, int, int, int, int, int] | None = None, saved_input: float = 0.0) -> Tensor:
         if name in self._names:
@@ -108,21 +110,25 @@ class NetBuilder:
             backward = [Op(f"{op.name}.grad", "memory", 0.0, 2 * op.bytes_moved) for op in forward]
         producers = tuple(dict.fromkeys(t.producer for t in inputs if t.producer is not None))
         self.layers.append(Layer(
-            name=name, kind=kind, forward=tuple(forward), backward=tuple(backward), params=int(params),
+            name=name, kind=kind, forward=tuple(forward), backward=tuple(backward),
             saved_bytes=saved, output_bytes=self._bytes(out), inputs=producers, splittable=splittable,
             input_shape=inputs[0].shape if len(inputs) == 1 else None, output_shape=out.shape, window=window,
             saved_input_bytes=saved_input))
         return out
 
-    def _memory_op(self, name: str, elements: float, reads: float, writes: float, elem: int | None = None) -> Op:
-        return Op(name, "memory", 0.0, float(elements * (self.elem if elem is None else elem) * (reads + writes)))
+    def _memory_op(self, name: str, elements: float, reads: float, writes: float, elem: int | None = None,
+                   tables: tuple[tuple[int, ...], ...] = ()) -> Op:
+        """A memory-bound kernel; ``tables``: the shapes of the learned tensors it holds (a norm's γ and β)."""
+        return Op(name, "memory", 0.0, float(elements * (self.elem if elem is None else elem) * (reads + writes)),
+                  tables=tables)
 
     def _gemm_ops(self, name: str, m: int, n: int, k: int, groups: int = 1, input_grad: bool = True,
-                  weight_elems: int = 0) -> tuple[Op, list[Op]]:
-        """A GEMM C[m,n] = A[m,k]·B[k,n] (``groups`` of them) and its backward (dgrad, wgrad)."""
+                  weight_elems: int = 0, weights: int = 0, bias: int = 0) -> tuple[Op, list[Op]]:
+        """A GEMM C[m,n] = A[m,k]·B[k,n] (``groups`` of them) and its backward (dgrad, wgrad); the
+        forward op holds ``weights`` learned k x n matrices and ``bias`` bias elements (Op.params)."""
         e = self.elem
         moved = float(e * groups * (m * k + m * n) + e * weight_elems)
-        fwd = Op(name, "gemm", 2.0 * m * n * k * groups, moved, m, n, k, groups)
+        fwd = Op(name, "gemm", 2.0 * m * n * k * groups, moved, m, n, k, groups, weights=weights, bias=bias)
         bwd = []
         if input_grad:
             bwd.append(Op(f"{name}.dgrad", "gemm", 2.0 * m * n * k * groups, moved, m, k, n, groups))
@@ -150,13 +156,14 @@ class NetBuilder:
             raise ConfigError(f"model.layers.{name}", f"input {list(x.shape)} is smaller than the kernel")
         weights = out_channels * (c // groups) * kh * kw
         fwd, bwd = self._gemm_ops(f"{name}.conv", self.batch * ho * wo, out_channels // groups,
-                                  c // groups * kh * kw, groups, self._needs_grad(x), weights)
+                                  c // groups * kh * kw, groups, self._needs_grad(x), weights,
+                                  weights=groups, bias=out_channels if bias else 0)
         out = self._new((out_channels, ho, wo), name)
         # implicit GEMM: each pass reads and writes the tensors themselves, not the im2col matrix
         fwd, bwd = _conv_passes(fwd, bwd, kh, kw, stride, self._bytes(x) + self._bytes(out) + self.elem * weights)
         if bias:
             bwd.append(self._memory_op(f"{name}.bias_grad", self.batch * out.numel, 1, 0))
-        return self._layer(name, kind, [x], out, [fwd], bwd, weights + (out_channels if bias else 0),
+        return self._layer(name, kind, [x], out, [fwd], bwd,
                            self._save(x), frozenset({"batch", "channels", "reduction", "spatial"}),
                            (kh, kw, stride, stride, ph, pw))
 
@@ -167,12 +174,11 @@ class NetBuilder:
         c, h, w = x.shape
         weights = c * out_channels * kernel * kernel
         fwd, bwd = self._gemm_ops(f"{name}.conv", self.batch * h * w, out_channels * kernel * kernel, c,
-                                  1, self._needs_grad(x), weights)
+                                  1, self._needs_grad(x), weights, weights=1, bias=out_channels if bias else 0)
         out = self._new((out_channels, (h - 1) * stride + kernel, (w - 1) * stride + kernel), name)
         if bias:
             bwd.append(self._memory_op(f"{name}.bias_grad", self.batch * out.numel, 1, 0))
-        return self._layer(name, "conv_transpose2d", [x], out, [fwd], bwd,
-                           weights + (out_channels if bias else 0), self._save(x),
+        return self._layer(name, "conv_transpose2d", [x], out, [fwd], bwd, self._save(x),
                            frozenset({"batch", "channels", "reduction", "spatial"}),
                            (kernel, kernel, stride, stride, 0, 0))
 
@@ -181,11 +187,11 @@ class NetBuilder:
         the gradient and the input twice and writes one gradient. Saves its input and the fp32
         mean and inverse deviation per channel."""
         n = self.batch * x.numel
-        fwd = [self._memory_op(f"{name}.bn", n, 2, 1)]
+        fwd = [self._memory_op(f"{name}.bn", n, 2, 1, tables=((x.shape[0],), (x.shape[0],)))]  # γ, β
         bwd = [self._memory_op(f"{name}.bn.grad", n, 3, 1)]
         saved = self._save(x) + 2 * x.shape[0] * FP32_BYTES
         out = self._new(x.shape, name)
-        return self._layer(name, "batchnorm", [x], out, fwd, bwd, 2 * x.shape[0], saved,
+        return self._layer(name, "batchnorm", [x], out, fwd, bwd, saved,
                            frozenset({"batch", "channels", "spatial"}))
 
     def relu(self, name: str, x: Tensor, inplace: bool = True) -> Tensor:
@@ -193,7 +199,7 @@ class NetBuilder:
         n = self.batch * x.numel
         out = Tensor(x.shape, name, x.storage, x.storage_numel) if inplace else self._new(x.shape, name)
         return self._layer(name, "relu", [x], out, [self._memory_op(f"{name}.relu", n, 1, 1)],
-                           [self._memory_op(f"{name}.relu.grad", n, 2, 1)], 0, self._save(out),
+                           [self._memory_op(f"{name}.relu.grad", n, 2, 1)], self._save(out),
                            frozenset({"batch", "channels", "spatial"}))
 
     def activation(self, name: str, x: Tensor, function: str = "gelu") -> Tensor:
@@ -202,7 +208,7 @@ class NetBuilder:
         out = self._new(x.shape, name)
         saved = self._save(out) if function in ("tanh", "sigmoid") else self._save(x)
         return self._layer(name, "activation", [x], out, [self._memory_op(f"{name}.{function}", n, 1, 1)],
-                           [self._memory_op(f"{name}.{function}.grad", n, 2, 1)], 0, saved,
+                           [self._memory_op(f"{name}.{function}.grad", n, 2, 1)], saved,
                            frozenset({"batch", "channels", "spatial", "sequence"}))
 
     def maxpool(self, name: str, x: Tensor, kernel: int, stride: int, padding: int = 0,
@@ -217,7 +223,7 @@ class NetBuilder:
         saved = self._save(x) + self._bytes(out, INDEX_BYTES)
         moved = float(self.elem * (n_in + n_out) + INDEX_BYTES * n_out)
         return self._layer(name, "maxpool", [x], out, [Op(f"{name}.maxpool", "memory", 0.0, moved)],
-                           [Op(f"{name}.maxpool.grad", "memory", 0.0, moved)], 0, saved,
+                           [Op(f"{name}.maxpool.grad", "memory", 0.0, moved)], saved,
                            frozenset({"batch", "channels", "spatial"}), (kernel, kernel, stride, stride, padding, padding))
 
     def avgpool(self, name: str, x: Tensor, kernel: int, stride: int, padding: int = 0,
@@ -228,7 +234,7 @@ class NetBuilder:
         out = self._new((c, ho, wo), name)
         n_in, n_out = self.batch * x.numel, self.batch * out.numel
         return self._layer(name, "avgpool", [x], out, [self._memory_op(f"{name}.avgpool", n_in + n_out, 1, 0)],
-                           [self._memory_op(f"{name}.avgpool.grad", n_out + n_in, 1, 0)], 0, self._save(x),
+                           [self._memory_op(f"{name}.avgpool.grad", n_out + n_in, 1, 0)], self._save(x),
                            frozenset({"batch", "channels", "spatial"}), (kernel, kernel, stride, stride, padding, padding))
 
     def adaptive_avgpool(self, name: str, x: Tensor, size: int = 1) -> Tensor:
@@ -241,13 +247,13 @@ class NetBuilder:
         saved = 0.0 if size == 1 else self._save(x)
         return self._layer(name, "adaptive_avgpool", [x], out,
                            [self._memory_op(f"{name}.adaptive_avgpool", n_in + n_out, 1, 0)],
-                           [self._memory_op(f"{name}.adaptive_avgpool.grad", n_out + n_in, 1, 0)], 0, saved,
+                           [self._memory_op(f"{name}.adaptive_avgpool.grad", n_out + n_in, 1, 0)], saved,
                            frozenset({"batch", "channels"}))
 
     def flatten(self, name: str, x: Tensor) -> Tensor:
         """A view: no kernel, nothing saved, the same storage."""
         out = Tensor((x.numel,), name, x.storage, x.storage_numel)
-        return self._layer(name, "flatten", [x], out, [], [], 0, 0.0)
+        return self._layer(name, "flatten", [x], out, [], [], 0.0)
 
     def linear(self, name: str, x: Tensor, out_features: int, bias: bool = True, kind: str = "linear",
                tied_weights: bool = False) -> Tensor:
@@ -258,12 +264,12 @@ class NetBuilder:
         convolution's bias gradient sums over batch and pixels."""
         *lead, k = x.shape
         rows = self.batch * math.prod(lead)
-        fwd, bwd = self._gemm_ops(f"{name}.gemm", rows, out_features, k, 1, self._needs_grad(x), k * out_features)
+        fwd, bwd = self._gemm_ops(f"{name}.gemm", rows, out_features, k, 1, self._needs_grad(x), k * out_features,
+                                  weights=0 if tied_weights else 1, bias=out_features if bias else 0)
         if bias:
             bwd.append(self._memory_op(f"{name}.bias_grad", rows * out_features, 1, 0))
         out = self._new((*lead, out_features), name)
-        params = (0 if tied_weights else k * out_features) + (out_features if bias else 0)
-        return self._layer(name, kind, [x], out, [fwd], bwd, params, self._save(x),
+        return self._layer(name, kind, [x], out, [fwd], bwd, self._save(x),
                            frozenset({"batch", "channels", "reduction", "sequence"}))
 
     def dropout(self, name: str, x: Tensor, p: float) -> Tensor:
@@ -273,7 +279,7 @@ class NetBuilder:
         n = self.batch * x.numel
         out = self._new(x.shape, name)
         return self._layer(name, "dropout", [x], out, [self._memory_op(f"{name}.dropout", n, 1, 1)],
-                           [self._memory_op(f"{name}.dropout.grad", n, 2, 1)], 0, self._bytes(x, MASK_BYTES),
+                           [self._memory_op(f"{name}.dropout.grad", n, 2, 1)], self._bytes(x, MASK_BYTES),
                            frozenset({"batch", "channels", "spatial", "sequence"}))
 
     def add(self, name: str, a: Tensor, b: Tensor, inplace: bool = False) -> Tensor:
@@ -285,7 +291,7 @@ class NetBuilder:
             raise ConfigError(f"model.layers.{name}", f"adds {list(a.shape)} to {list(b.shape)}")
         n = self.batch * a.numel
         out = Tensor(a.shape, name, a.storage) if inplace else self._new(a.shape, name)
-        return self._layer(name, "add", [a, b], out, [self._memory_op(f"{name}.add", n, 2, 1)], [], 0, 0.0,
+        return self._layer(name, "add", [a, b], out, [self._memory_op(f"{name}.add", n, 2, 1)], [], 0.0,
                            frozenset({"batch", "channels", "spatial", "sequence"}))
 
     def scale(self, name: str, x: Tensor, gate: Tensor) -> Tensor:
@@ -304,7 +310,7 @@ class NetBuilder:
         n, g = self.batch * x.numel, self.batch * gate.numel
         out = self._new(x.shape, name)
         return self._layer(name, "other", [x, gate], out, [self._memory_op(f"{name}.broadcast_mul", 2 * n + g, 1, 0)],
-                           [self._memory_op(f"{name}.broadcast_mul.grad", 6 * n + 2 * g, 1, 0)], 0,
+                           [self._memory_op(f"{name}.broadcast_mul.grad", 6 * n + 2 * g, 1, 0)],
                            self._save(x) + self._save(gate), frozenset({"batch", "channels", "spatial"}))
 
     def scale_parameter(self, name: str, x: Tensor, params: int) -> Tensor:
@@ -315,8 +321,9 @@ class NetBuilder:
         kernel where gamma is (C, 1, 1) (simulator/cost/memory_kernels.py ``BROADCAST_KERNELS``)."""
         n = self.batch * x.numel
         out = self._new(x.shape, name)
-        return self._layer(name, "other", [x], out, [self._memory_op(f"{name}.broadcast_mul", n, 1, 1)],
-                           [self._memory_op(f"{name}.broadcast_mul.grad", n, 3, 1)], params, self._save(x),
+        return self._layer(name, "other", [x], out,  # the op holds gamma (``params`` elements)
+                           [self._memory_op(f"{name}.broadcast_mul", n, 1, 1, tables=((params,),) if params else ())],
+                           [self._memory_op(f"{name}.broadcast_mul.grad", n, 3, 1)], self._save(x),
                            frozenset({"batch", "channels", "spatial", "sequence"}))
 
     def mean(self, name: str, x: Tensor, shape: tuple[int, ...]) -> Tensor:
@@ -327,7 +334,7 @@ class NetBuilder:
         n_in, n_out = self.batch * x.numel, self.batch * math.prod(shape)
         out = self._new(shape, name)
         return self._layer(name, "adaptive_avgpool", [x], out, [self._memory_op(f"{name}.mean", n_in + n_out, 1, 0)],
-                           [self._memory_op(f"{name}.mean.grad", n_out + n_in, 1, 0)], 0, 0.0,
+                           [self._memory_op(f"{name}.mean.grad", n_out + n_in, 1, 0)], 0.0,
                            frozenset({"batch", "channels"}))
 
     def copy(self, name: str, x: Tensor, shape: tuple[int, ...], piece_of: str | None = None) -> Tensor:
@@ -338,7 +345,7 @@ class NetBuilder:
         n = self.batch * x.numel
         out = self._new(shape, name)
         out = self._layer(name, "other", [x], out, [self._memory_op(f"{name}.copy", n, 1, 1)],
-                          [self._memory_op(f"{name}.copy.grad", n, 1, 1)], 0, 0.0,
+                          [self._memory_op(f"{name}.copy.grad", n, 1, 1)], 0.0,
                           frozenset({"batch", "channels", "spatial", "sequence"}))
         if piece_of:
             self.layers[-1] = replace(self.layers[-1], piece_of=piece_of)
@@ -364,7 +371,7 @@ class NetBuilder:
         backward += [self._memory_op(f"{name}.slices.{GRADIENT_SUM}", padded, 2, 1) for _ in range(3)]
         if pad:
             backward.append(self._memory_op(f"{name}.pad.grad", n + padded, 1, 0))
-        return self._layer(name, "other", [x], out, forward, backward, 0, 0.0,
+        return self._layer(name, "other", [x], out, forward, backward, 0.0,
                            frozenset({"batch", "channels", "spatial"}))
 
     def scale_constant(self, name: str, x: Tensor) -> Tensor:
@@ -372,7 +379,7 @@ class NetBuilder:
         n = self.batch * x.numel
         out = self._new(x.shape, name)
         return self._layer(name, "other", [x], out, [self._memory_op(f"{name}.mul", n, 1, 1)],
-                           [self._memory_op(f"{name}.mul.grad", n, 1, 1)], 0, 0.0,
+                           [self._memory_op(f"{name}.mul.grad", n, 1, 1)], 0.0,
                            frozenset({"batch", "channels", "spatial", "sequence"}))
 
     def softmax(self, name: str, x: Tensor) -> Tensor:
@@ -380,7 +387,7 @@ class NetBuilder:
         n = self.batch * x.numel
         out = self._new(x.shape, name)
         return self._layer(name, "softmax", [x], out, [self._memory_op(f"{name}.softmax", n, 1, 1)],
-                           [self._memory_op(f"{name}.softmax.grad", n, 2, 1)], 0, self._save(out),
+                           [self._memory_op(f"{name}.softmax.grad", n, 2, 1)], self._save(out),
                            frozenset({"batch", "heads", "sequence"}))
 
     def batched_matmul(self, name: str, a: Tensor, b: Tensor, m: int, n: int, k: int, batch: int,
@@ -395,7 +402,7 @@ class NetBuilder:
         bwd = [Op(f"{name}.bmm.grad_a", "attention", fwd.flops, moved, m, k, n, total),
                Op(f"{name}.bmm.grad_b", "attention", fwd.flops, moved, k, n, m, total)]
         out = self._new(shape, name)
-        return self._layer(name, "attention", [a, b], out, [fwd], bwd, 0, self._save(saved_a) + self._save(saved_b),
+        return self._layer(name, "attention", [a, b], out, [fwd], bwd, self._save(saved_a) + self._save(saved_b),
                            frozenset({"batch", "heads"}))
 
     def concat(self, name: str, parts: list[Tensor], dim: int = 0) -> Tensor:
@@ -409,7 +416,7 @@ class NetBuilder:
         out = self._new(tuple(shape), name)
         n = self.batch * out.numel
         return self._layer(name, "concat", parts, out, [self._memory_op(f"{name}.concat", n, 1, 1)],
-                           [self._memory_op(f"{name}.concat.grad", n, 1, 1)], 0, 0.0,
+                           [self._memory_op(f"{name}.concat.grad", n, 1, 1)], 0.0,
                            frozenset({"batch", "spatial", "sequence"}))
 
     def layernorm(self, name: str, x: Tensor) -> Tensor:
@@ -421,9 +428,11 @@ class NetBuilder:
         n = self.batch * x.numel
         out = self._new(x.shape, name)
         saved = self._save(x) + 2 * rows * FP32_BYTES
-        return self._layer(name, "layernorm", [x], out, [self._memory_op(f"{name}.ln", n, 1, 1)],
+        width = x.shape[-1]
+        return self._layer(name, "layernorm", [x], out,
+                           [self._memory_op(f"{name}.ln", n, 1, 1, tables=((width,), (width,)))],  # γ, β
                            [self._memory_op(f"{name}.ln.grad", n, 2, 1),
-                            self._memory_op(f"{name}.ln.grad_weight", n, 2, 0)], 2 * x.shape[-1], saved,
+                            self._memory_op(f"{name}.ln.grad_weight", n, 2, 0)], saved,
                            frozenset({"batch", "sequence"}))
 
     # -- sequence layers -----------------------------------------------------------------------------
@@ -432,7 +441,7 @@ class NetBuilder:
         """Feature map (C, H, W) as H·W tokens of C features: a view (flatten + permute)."""
         c, h, w = x.shape
         out = Tensor((h * w, c), name, x.storage, x.storage_numel)
-        return self._layer(name, "flatten", [x], out, [], [], 0, 0.0)
+        return self._layer(name, "flatten", [x], out, [], [], 0.0)
 
     def crop(self, x: Tensor, height: int, width: int) -> Tensor:
         """The centre height×width of a feature map: a view of the same storage, no layer."""
@@ -446,15 +455,15 @@ class NetBuilder:
         n, token = self.batch * x.numel, self.batch * out.numel
         return self._layer(name, "flatten", [x], out, [], [self._memory_op(f"{name}.select_backward_zeros", n, 0, 1),
                                                           self._memory_op(f"{name}.select_backward_copy", token, 1, 1)],
-                           0, 0.0)
+                           0.0)
 
     def prepend_token(self, name: str, x: Tensor) -> Tensor:
         """A learned token put before the sequence (ViT's class token): a copy, nothing saved."""
         s, e = x.shape
         out = self._new((s + 1, e), name)
         n = self.batch * out.numel
-        return self._layer(name, "concat", [x], out, [self._memory_op(f"{name}.cat", n, 1, 1)],
-                           [self._memory_op(f"{name}.cat.grad", n, 1, 1)], e, 0.0,
+        return self._layer(name, "concat", [x], out, [self._memory_op(f"{name}.cat", n, 1, 1, tables=((e,),))],
+                           [self._memory_op(f"{name}.cat.grad", n, 1, 1)], 0.0,
                            frozenset({"batch", "sequence"}))
 
     def add_parameter(self, name: str, x: Tensor, kind: str = "add", params: int | None = None) -> Tensor:
@@ -465,8 +474,9 @@ class NetBuilder:
         n = self.batch * x.numel
         p = x.numel if params is None else params
         out = self._new(x.shape, name)
-        return self._layer(name, kind, [x], out, [self._memory_op(f"{name}.add", n, 2, 1)],
-                           [self._memory_op(f"{name}.add.parameter_grad", n + p, 1, 0)], p,
+        table = x.shape if params is None else (p,)
+        return self._layer(name, kind, [x], out, [self._memory_op(f"{name}.add", n, 2, 1, tables=(table,))],
+                           [self._memory_op(f"{name}.add.parameter_grad", n + p, 1, 0)],
                            0.0, frozenset({"batch", "sequence"}))
 
     def embedding(self, name: str, tokens: int, vocab: int, dim: int, source: Tensor | None = None) -> Tensor:
@@ -474,8 +484,9 @@ class NetBuilder:
         n = self.batch * tokens * dim
         out = self._new((tokens, dim), name)
         ids = self.input(tokens) if source is None else source
-        return self._layer(name, "embedding", [ids], out, [self._memory_op(f"{name}.gather", n, 1, 1)],
-                           [self._memory_op(f"{name}.scatter_add", n, 2, 1)], vocab * dim,
+        return self._layer(name, "embedding", [ids], out,
+                           [self._memory_op(f"{name}.gather", n, 1, 1, tables=((vocab, dim),))],
+                           [self._memory_op(f"{name}.scatter_add", n, 2, 1)],
                            float(self.batch * tokens * INDEX_BYTES), frozenset({"batch", "sequence", "channels"}))
 
     def self_attention(self, name: str, x: Tensor, heads: int, kernel: str = "flash", dropout: float = 0.0,
@@ -496,8 +507,9 @@ class NetBuilder:
             raise ConfigError(f"model.layers.{name}", f"hidden size {e} not divisible by {heads} heads")
         d, b, el = e // heads, self.batch, self.elem
         rows, tokens_bytes = b * s, float(b * s * e * el)
-        qkv, qkv_b = self._gemm_ops(f"{name}.qkv", rows, 3 * e, e, 1, self._needs_grad(x), 3 * e * e)
-        proj, proj_b = self._gemm_ops(f"{name}.out_proj", rows, e, e, 1, True, e * e)
+        qkv, qkv_b = self._gemm_ops(f"{name}.qkv", rows, 3 * e, e, 1, self._needs_grad(x), 3 * e * e,
+                                    weights=1, bias=3 * e)
+        proj, proj_b = self._gemm_ops(f"{name}.out_proj", rows, e, e, 1, True, e * e, weights=1, bias=e)
         saved = saved_input = self._save(x)
         if kernel == "flash":
             core = Op(f"{name}.flash_attention", "attention", 4.0 * b * heads * s * s * d, 4 * tokens_bytes,
@@ -525,8 +537,8 @@ class NetBuilder:
         forward = [qkv, *core_f, proj]
         backward = [*proj_b, *core_b, *self._qkv_gradient_ops(name, rows * e, packed_qkv, self._needs_grad(x)), *qkv_b]
         if not packed_qkv:
-            forward[0] = Op(f"{name}.q_k_v", "gemm", qkv.flops, qkv.bytes_moved, rows, e, e, 3)
-        return self._layer(name, "attention", [x], out, forward, backward, 4 * e * e + 4 * e, saved,
+            forward[0] = Op(f"{name}.q_k_v", "gemm", qkv.flops, qkv.bytes_moved, rows, e, e, 3, weights=3, bias=3 * e)
+        return self._layer(name, "attention", [x], out, forward, backward, saved,
                            frozenset({"batch", "heads", "sequence"}), saved_input=saved_input)
 
     def _qkv_gradient_ops(self, name: str, elements: int, packed: bool, input_grad: bool = True) -> list[Op]:
@@ -551,7 +563,7 @@ class NetBuilder:
         return [self._memory_op(f"{name}.input.{GRADIENT_SUM}", elements, 2, 1) for _ in range(2)]
 
     def window_attention(self, name: str, x: Tensor, heads: int, window: tuple[int, int], shift: tuple[int, int],
-                         params: int) -> Tensor:
+                         qkv_bias: bool, proj_bias: bool, bias_table: int) -> Tensor:
         """Swin's (shifted) window attention (Liu et al. 2021, Sec. 3.2, Eq. 4), as torchvision's
         ``shifted_window_attention`` runs it on a (H, W, C) map: pad H and W to multiples of the
         window, roll by -shift (when the window is smaller than the padded map), partition into
@@ -563,7 +575,9 @@ class NetBuilder:
         the softmax output, v as copied for the second batched GEMM and the merged heads that the
         output projection reads: 5·T·C + B·nW·heads·L² elements (T = B·Hp·Wp tokens); when a
         single window holds a whole sample of one (B·nW = 1), kᵀ and v are views of the qkv
-        output, saved once (6·T·C in all)."""
+        output, saved once (6·T·C in all). Parameters: the qkv and output projections' weights (and
+        biases, ``qkv_bias`` / ``proj_bias``) and the relative position bias table (``bias_table``
+        elements, held by the bias-and-softmax kernel that reads it)."""
         h, w, c = x.shape
         if c % heads:
             raise ConfigError(f"model.layers.{name}", f"channels {c} not divisible by {heads} heads")
@@ -574,8 +588,9 @@ class NetBuilder:
         windows = (hp // wh) * (wp // ww)
         rows, groups = b * hp * wp, b * windows * heads
         probs = groups * length * length
-        qkv, qkv_b = self._gemm_ops(f"{name}.qkv", rows, 3 * c, c, 1, self._needs_grad(x), 3 * c * c)
-        proj, proj_b = self._gemm_ops(f"{name}.proj", rows, c, c, 1, True, c * c)
+        qkv, qkv_b = self._gemm_ops(f"{name}.qkv", rows, 3 * c, c, 1, self._needs_grad(x), 3 * c * c,
+                                    weights=1, bias=3 * c if qkv_bias else 0)
+        proj, proj_b = self._gemm_ops(f"{name}.proj", rows, c, c, 1, True, c * c, weights=1, bias=c if proj_bias else 0)
         scores = Op(f"{name}.scores", "attention", 2.0 * probs * d, el * (2 * rows * c + probs), length, length, d,
                     groups)
         values = Op(f"{name}.values", "attention", 2.0 * probs * d, el * (2 * rows * c + probs), length, d, length,
@@ -583,7 +598,8 @@ class NetBuilder:
         # pad and crop (when padded), two rolls (when shifted), partition, q scaled, k, v, heads and windows merged
         copies = (2 if hp * wp != h * w else 0) + (2 if shifted else 0) + 6
         layout = self._memory_op(f"{name}.pad_roll_partition_copies", rows * c, copies, copies)
-        bias = self._memory_op(f"{name}.bias_mask_softmax", probs, 2 + (1 if shifted else 0), 2 + (1 if shifted else 0))
+        bias = self._memory_op(f"{name}.bias_mask_softmax", probs, 2 + (1 if shifted else 0), 2 + (1 if shifted else 0),
+                               tables=((bias_table,),) if bias_table else ())
         forward = [layout, qkv, scores, bias, values, proj]
         backward = [*proj_b, Op(f"{name}.values.grad", "attention", 2 * values.flops, 2 * values.bytes_moved, length,
                                 d, length, groups),
@@ -596,7 +612,7 @@ class NetBuilder:
         # are views of it) and the two others: 6·T·C
         saved = float(el * ((6 if b * windows == 1 else 5) * tokens + probs))
         out = self._new(x.shape, name)
-        return self._layer(name, "attention", [x], out, forward, backward, params, saved,
+        return self._layer(name, "attention", [x], out, forward, backward, saved,
                            frozenset({"batch", "heads"}), saved_input=float(el * tokens))  # the partitioned input
 
     def lstm(self, name: str, x: Tensor, hidden: int, projection: int | None = None,
@@ -621,10 +637,12 @@ class NetBuilder:
         backward: list[Op] = []
         for direction in range(dirs):
             tag = f"{name}.{'reverse' if direction else 'forward'}"
+            # W_ih with b_ih; W_hh (one weight for the T steps) with b_hh (torch.nn.LSTM's parameters)
             inp, inp_b = self._gemm_ops(f"{tag}.input_gemm", b * t, 4 * hidden, n_in, 1, self._needs_grad(x),
-                                        4 * hidden * n_in)
+                                        4 * hidden * n_in, weights=1, bias=4 * hidden)
             rec = Op(f"{tag}.recurrent_gemm", "gemm", 2.0 * b * 4 * hidden * r * t,
-                     float(self.elem * t * (b * r + b * 4 * hidden + 4 * hidden * r)), b, 4 * hidden, r, t)
+                     float(self.elem * t * (b * r + b * 4 * hidden + 4 * hidden * r)), b, 4 * hidden, r, t,
+                     weights=1, bias=4 * hidden)
             gates = self._memory_op(f"{tag}.gates", b * t * hidden, 6, 2)
             forward += [inp, rec, gates]
             step_b = [Op(f"{tag}.recurrent_gemm.dgrad", "gemm", rec.flops, rec.bytes_moved, b, r, 4 * hidden, t),
@@ -633,15 +651,14 @@ class NetBuilder:
             if projection:
                 pr = Op(f"{tag}.projection", "gemm", 2.0 * b * projection * hidden * t,
                         float(self.elem * t * (b * hidden + b * projection + hidden * projection)),
-                        b, projection, hidden, t)
+                        b, projection, hidden, t, weights=1)   # W_hr, one for the T steps
                 forward.append(pr)
                 step_b += [Op(f"{tag}.projection.dgrad", "gemm", pr.flops, pr.bytes_moved, b, hidden, projection, t),
                            Op(f"{tag}.projection.wgrad", "gemm", pr.flops, pr.bytes_moved, hidden, projection, b, t)]
             backward += step_b + inp_b
-        params = dirs * (4 * hidden * (n_in + r) + 8 * hidden + (projection * hidden if projection else 0))
         out = self._new((t, dirs * r), name)
         saved = self._save(x) + dirs * float(b * t * (4 * hidden + hidden + r) * self.elem)
-        return self._layer(name, "lstm", [x], out, forward, backward, params, saved,
+        return self._layer(name, "lstm", [x], out, forward, backward, saved,
                            frozenset({"batch", "channels"}))
 
     def additive_attention(self, name: str, query: Tensor, keys: Tensor) -> Tensor:
@@ -650,15 +667,15 @@ class NetBuilder:
         pair tanh(q_i + k_j) weighted by v (memory-bound over Tq·Tk·H),
         softmax over the keys, and the context as a batched GEMM of the probabilities with the
         keys. Saves the two linear inputs, the tanh output (Tq·Tk·H per sample), the softmax
-        output and the keys again for the context GEMM. Parameters: 2·H² + H (PipeDream's profile
-        of GNMT-16 has exactly these)."""
+        output and the keys again for the context GEMM. Parameters (its ops'): W_q H x H, W_k Hk x H
+        and v (H), 2·H² + H where Hk = H (PipeDream's profile of GNMT-16 has exactly these)."""
         tq, h = query.shape
         tk, hk = keys.shape
         b, el = self.batch, self.elem
-        q, q_b = self._gemm_ops(f"{name}.linear_q", b * tq, h, h, 1, True, h * h)
-        k, k_b = self._gemm_ops(f"{name}.linear_k", b * tk, h, hk, 1, True, h * hk)
+        q, q_b = self._gemm_ops(f"{name}.linear_q", b * tq, h, h, 1, True, h * h, weights=1)
+        k, k_b = self._gemm_ops(f"{name}.linear_k", b * tk, h, hk, 1, True, h * hk, weights=1)
         pairs = b * tq * tk * h
-        score = self._memory_op(f"{name}.tanh_v", pairs, 1, 1)
+        score = self._memory_op(f"{name}.tanh_v", pairs, 1, 1, tables=((h,),))   # v
         soft = self._memory_op(f"{name}.softmax", b * tq * tk, 1, 1)
         context = Op(f"{name}.context", "gemm", 2.0 * b * tq * tk * hk, el * b * (tq * tk + tk * hk + tq * hk),
                      tq, hk, tk, b)
@@ -669,7 +686,7 @@ class NetBuilder:
         return self._layer(name, "attention", [query, keys], out, [q, k, score, soft, context],
                            [*context_b, self._memory_op(f"{name}.softmax.grad", b * tq * tk, 3, 1),
                             self._memory_op(f"{name}.tanh_v.grad", pairs, 3, 1), *k_b, *q_b],
-                           2 * h * h + h, saved, frozenset({"batch"}))
+                           saved, frozenset({"batch"}))
 
     def sampled_softmax(self, name: str, x: Tensor, vocab: int, num_sampled: int) -> Tensor:
         """Sampled softmax loss (Jean et al. 2015; Jozefowicz et al. 2016 Sec. 3.1): the rows of the
@@ -678,7 +695,8 @@ class NetBuilder:
         the gradient into those rows. Saves the input and the fp32 log-softmax output."""
         *lead, d = x.shape
         rows = self.batch * math.prod(lead)
-        gather = self._memory_op(f"{name}.gather", num_sampled * d + rows * d, 1, 1)
+        gather = self._memory_op(f"{name}.gather", num_sampled * d + rows * d, 1, 1,
+                                 tables=((vocab, d), (vocab,)))   # the output embedding and its bias
         logits, logits_b = self._gemm_ops(f"{name}.logits", rows, num_sampled + 1, d, 1, True, 0)
         loss = self._memory_op(f"{name}.log_softmax", rows * (num_sampled + 1), 1, 1, FP32_BYTES)
         out = self._new((1,), name)
@@ -686,7 +704,7 @@ class NetBuilder:
         return self._layer(name, "loss", [x], out, [gather, logits, loss],
                            [self._memory_op(f"{name}.log_softmax.grad", rows * (num_sampled + 1), 2, 1, FP32_BYTES),
                             *logits_b, self._memory_op(f"{name}.scatter_add", num_sampled * d, 2, 1)],
-                           vocab * d + vocab, saved, frozenset({"batch", "sequence"}))
+                           saved, frozenset({"batch", "sequence"}))
 
     def cross_entropy(self, name: str, logits: Tensor) -> Tensor:
         """Softmax cross-entropy over the last dimension (the loss): log-softmax in fp32 (autocast
@@ -697,7 +715,7 @@ class NetBuilder:
         n = self.batch * logits.numel
         out = self._new((1,), name)
         return self._layer(name, "loss", [logits], out, [self._memory_op(f"{name}.log_softmax", n, 1, 1, FP32_BYTES)],
-                           [self._memory_op(f"{name}.log_softmax.grad", n, 2, 1, FP32_BYTES)], 0,
+                           [self._memory_op(f"{name}.log_softmax.grad", n, 2, 1, FP32_BYTES)],
                            float(n * FP32_BYTES), frozenset({"batch", "sequence", "reduction"}))
 
     def output(self) -> LayerGraph:

@@ -33,6 +33,11 @@ file gives only forward+backward, the split is 1 : 2 (the FLOP ratio of a layer 
 an assumption. Times are as measured whatever ``precision`` the shard asks; bytes scale with it.
 Saved bytes of a profiled layer are its output bytes (PipeDream's activation stash) — an estimate.
 
+Parameters: a graph.txt states P for each node and names no kernel that could hold them, so its
+layers' parameters stay the file's (``Layer.stated_params``, the only source); a DeepPool line is
+built by the builder, whose ops hold its weights as every built layer's do (a bare line, with no
+shapes, holds none).
+
 The measured times are on the layer (``measured_forward_s``/``measured_backward_s``) and on its
 ops (``Op.measured_s``: the first op of each pass carries the pass's time, the others 0; a layer
 without kernels gets one ``<name>.measured`` op), so a planner that prices ops gets them too.
@@ -185,7 +190,8 @@ def pipedream_graph(text: str, name: str, profile_batch: int, shard: ShardShape,
             continue
         reads = tuple(dict.fromkeys("input" if p in inputs else p for p in preds[node.node_id])) or ("input",)
         out_bytes = node.activation_bytes * byte_scale
-        layer = Layer(name=node.node_id, kind=_kind(node, source), params=round(node.parameter_bytes / 4),
+        # the file states the parameters and names no kernels that could hold them: they stay stated
+        layer = Layer(name=node.node_id, kind=_kind(node, source), stated_params=round(node.parameter_bytes / 4),
                       saved_bytes=out_bytes, output_bytes=out_bytes, inputs=reads, flops_counted=False,
                       passes_gradient=not node.desc.startswith("Size"))   # x.size(): no gradient to x
         layers.append(_with_measured(layer, node.forward_ms * scale / 1e3, node.backward_ms * scale / 1e3))
@@ -301,7 +307,7 @@ def _bottleneck(net: NetBuilder, name: str, x: Tensor, p: dict, input_saved: boo
     sums = gradient_sum_ops(f"{name}.input", readers, float(net.batch * math.prod(x.shape) * net.elem))
     return Layer(name, "other", forward=tuple(op for part in parts for op in part.forward),
                  backward=tuple(op for part in reversed(parts) for op in part.backward) + sums,
-                 params=sum(part.params for part in parts), saved_bytes=sum(part.saved_bytes for part in parts),
+                 saved_bytes=sum(part.saved_bytes for part in parts),
                  output_bytes=parts[-1].output_bytes)
 
 

@@ -389,7 +389,7 @@ class _Mapper:
         if shape == x.shape:
             return x
         out = Tensor(shape, name, x.storage, max(x.storage_numel, x.numel))
-        return self.net._layer(name, "flatten", [x], out, [], [], 0, 0.0)
+        return self.net._layer(name, "flatten", [x], out, [], [], 0.0)
 
     VIEWS: ClassVar[set[str]] = {"flatten", "view", "reshape", "permute", "transpose", "contiguous", "squeeze",
                                  "unsqueeze", "expand", "__getitem__", "swapaxes"}
@@ -486,9 +486,11 @@ class _Mapper:
             raise self._unknown(node, "Swin V2's cosine window attention (logit_scale) is not supported")
         if kw.get("training", True) and (kw.get("attention_dropout") or kw.get("dropout")):
             raise self._unknown(node, "window attention with dropout is not supported")
-        params = sum(v.params for v in kw.values() if isinstance(v, _Param))
+        table = kw.get("relative_position_bias")
         return self.net.window_attention(name, x, int(kw["num_heads"]), tuple(kw["window_size"]),
-                                         tuple(kw["shift_size"]), params)
+                                         tuple(kw["shift_size"]), isinstance(kw.get("qkv_bias"), _Param),
+                                         isinstance(kw.get("proj_bias"), _Param),
+                                         table.params if isinstance(table, _Param) else 0)
 
     def _einsum(self, node, args) -> Tensor:
         """``einsum`` of two activations with a shared batch prefix (attention's "...ID,...JD->...IJ" and
@@ -560,7 +562,7 @@ class _Mapper:
         for i, meta in enumerate(metas):
             name = f"{base}.{i}"
             out = Tensor(tuple(int(d) for d in meta.shape[1:]), name, x.storage, total)
-            pieces.append(self.net._layer(name, "flatten", [x], out, [], [], 0, 0.0))
+            pieces.append(self.net._layer(name, "flatten", [x], out, [], [], 0.0))
             self.net.layers[-1] = replace(self.net.layers[-1], piece_of=base)  # one reader of x with its siblings
         return tuple(pieces)
 
