@@ -251,9 +251,9 @@ def _linear(name: str, m: int, n: int, k: int, elem: int, bias: bool, batch: int
             recompute_class: str | None = None) -> Op:
     """A linear layer's GEMM: ``batch`` of them, each with its own k x n weight (``weights`` otherwise)
     and, with ``bias``, its own n biases (Op's parameter fields)."""
-    op = _gemm(name, m, n, k, elem, batch, recompute_class=recompute_class)
     held = batch if weights is None else weights
-    return replace(op, weights=held, bias=held * n if bias else 0.0)
+    return Op(name, "gemm", 2.0 * m * n * k * batch, float(elem * batch * (m * k + k * n + m * n)), m, n, k, batch,
+              recompute_class=recompute_class, weights=held, bias=held * n if bias else 0.0)
 
 
 def _memory(name: str, elements: float, reads: float, writes: float, elem: int,

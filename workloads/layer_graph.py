@@ -98,6 +98,28 @@ LAYER_KINDS: frozenset[str] = frozenset({
 })
 
 
+#: (forward ops, params, expert params) by the ops tuple's id: a transformer's blocks of one kind share
+#: one tuple, summed once (the tuple is kept with its sums, so its id is not reused while cached)
+_PARAMS_OF_OPS: dict[int, tuple[tuple[Op, ...], float, float]] = {}
+_PARAMS_CACHE_SIZE = 4096
+
+
+def _forward_params(forward: tuple[Op, ...]) -> tuple[tuple[Op, ...], float, float]:
+    """(``forward``, the parameters its ops hold, those of them in routed-expert GEMMs), kept in
+    ``_PARAMS_OF_OPS``."""
+    params = expert = 0
+    for op in forward:
+        held = op.params
+        if held:
+            params += held
+            if gemm_class(op.name) == "experts":
+                expert += held
+    if len(_PARAMS_OF_OPS) >= _PARAMS_CACHE_SIZE:
+        _PARAMS_OF_OPS.clear()
+    hit = _PARAMS_OF_OPS[id(forward)] = (forward, params, expert)
+    return hit
+
+
 @dataclass(frozen=True)
 class Layer:
     """One layer of the graph for one micro-batch on one rank (see the module docstring)."""
@@ -125,21 +147,17 @@ class Layer:
     saved_input_bytes: float = 0.0               # of saved_bytes, the layer's own input (0: not saved, or an
                                                  # earlier layer saved that storage); set where it matters:
                                                  # an attention layer's input is the residual stream
-    params: float = field(init=False, default=0)          # the forward ops' parameters + stated_params
-    expert_params: float = field(init=False, default=0.0)  # of them, the routed experts' ("experts" GEMMs)
+    params: float = field(init=False)          # the forward ops' parameters + stated_params
+    expert_params: float = field(init=False)   # of them, the routed experts' ("experts" GEMMs)
 
     def __post_init__(self) -> None:
-        # summed once per layer (memory and the planner read them for every layout); a copy made by
-        # dataclasses.replace with other ops sums its own
-        params = expert = 0
-        for op in self.forward:
-            held = op.params
-            if held:
-                params += held
-                if gemm_class(op.name) == "experts":
-                    expert += held
-        object.__setattr__(self, "params", params + self.stated_params)
-        object.__setattr__(self, "expert_params", expert)
+        # summed when the layer is made (memory and the planner read them for every layout); a copy made
+        # by dataclasses.replace with other ops sums its own
+        hit = _PARAMS_OF_OPS.get(id(self.forward))
+        if hit is None or hit[0] is not self.forward:
+            hit = _forward_params(self.forward)
+        object.__setattr__(self, "params", hit[1] + self.stated_params if self.stated_params else hit[1])
+        object.__setattr__(self, "expert_params", hit[2])
 
     @property
     def forward_flops(self) -> float:
