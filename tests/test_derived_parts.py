@@ -172,6 +172,17 @@ def test_dle_inconsistent_efficientnet_table_rows_are_set_aside_or_flagged():
 
 
 @pytest.mark.slow
+@pytest.mark.parametrize("name", ["cnn_dle", "cnn_lambda"])
+def test_cached_derived_errors_are_current(derived_reports, name):
+    # the README table per accelerator reads validation/modern/heldout_errors.csv (tests/test_accelerator_table.py)
+    from validation.modern.by_accelerator import DERIVED_LINE, STALE_HINT, stale_rows
+
+    current = [(c["row"], c["relative_error"], c["fits"]) for c in _derived(derived_reports, name)["cases"]
+               if not c["set_aside"]]
+    assert not stale_rows(name, DERIVED_LINE, current), (STALE_HINT, stale_rows(name, DERIVED_LINE, current)[:5])
+
+
+@pytest.mark.slow
 def test_dle_dgx1_32g_rows_within_the_sets_targets(derived_reports):
     # DLE's DGX-1 V100 32 GB rows as a user naming dle-pytorch gets them: the V100 16 GB entries carried (one chip)
     block = _derived(derived_reports, "cnn_dle")

@@ -191,6 +191,15 @@ def test_report_splits_precisions_and_accelerators(reports):
     assert total == block["overall"]["cases"]
 
 
+@pytest.mark.parametrize("name", list(SETS))
+def test_cached_heldout_errors_are_current(reports, name):
+    # the README table per accelerator reads validation/modern/heldout_errors.csv (tests/test_accelerator_table.py)
+    from validation.modern.by_accelerator import SET_LINE, STALE_HINT, stale_rows
+
+    current = [(c["row"], c["relative_error"], c["fits"]) for c in _report(reports, name)["cases"]]
+    assert not stale_rows(name, SET_LINE, current), (STALE_HINT, stale_rows(name, SET_LINE, current)[:5])
+
+
 # --------------------------------------------------------------------------- mappings
 
 

@@ -53,3 +53,13 @@ def test_calibration_rows_are_not_validation_rows():
     assert "korthikanti2022_table4_layer_times.csv" in FITTED_ON
     for case_set in CASE_SETS.values():
         assert "table4" not in case_set.name
+
+
+@pytest.mark.parametrize("case_set", list(CASE_SETS))
+def test_cached_errors_are_current(results, case_set):
+    # the README table per accelerator reads validation/modern/heldout_errors.csv (tests/test_accelerator_table.py)
+    from validation.modern.by_accelerator import SET_LINE, STALE_HINT, stale_rows
+
+    names = [c.name for c in CASE_SETS[case_set].cases()]
+    current = [(row, results[(case_set, name)].relative_error, None) for row, name in enumerate(names)]
+    assert not stale_rows(case_set, SET_LINE, current), (STALE_HINT, stale_rows(case_set, SET_LINE, current)[:5])
