@@ -19,11 +19,12 @@ communication), while a pipeline send ran to ``pp_comm``, while another stage co
 
 from __future__ import annotations
 
+from operator import attrgetter
 from typing import Any
 
 from simulator.economics.convergence import convergence_results
 from simulator.economics.cost import training_economics
-from simulator.engine.engine import Engine, Task, cyclic_gc_paused, part_spans
+from simulator.engine.engine import Engine, Task, TaskPart, cyclic_gc_paused, part_spans
 from simulator.errors import ConfigError
 from simulator.memory.analytic import fits as memory_fits
 from simulator.report.result import BREAKDOWN_KEYS, SimulationResult, TimelineEvent
@@ -36,6 +37,7 @@ from workloads.graph import ModelFlops, ShardShape
 from workloads.schema import TransformerSpec
 
 _BUSY = {"compute": "compute", "recompute": "recompute", "host_stall": "host_stall", "optimizer": "optimizer"}
+_END = attrgetter("end_s")
 
 
 def _binding_dep(task: Task) -> Task | None:
@@ -105,11 +107,53 @@ def time_breakdown(plan: Plan, actor: str, step_time: float) -> dict[str, float]
             breakdown[_BUSY.get(task.category, "compute")] += task.end_s - task.start_s
         cursor = task.end_s
     if step_time > cursor:
-        # After its last kernel the rank waits for its DP reductions or for other stages.
-        tail = [t for (a, s), ts in plan.streams.items() if a == actor and s != "compute" for t in ts]
-        last = max(tail, key=lambda t: t.end_s, default=None)
-        _charge_gap(breakdown, cursor, step_time, last if last and last.end_s > cursor else None)
+        _charge_tail(breakdown, plan, actor, cursor, step_time)
     return breakdown
+
+
+def _charge_tail(breakdown: dict[str, float], plan: Plan, actor: str, cursor: float, step_time: float) -> None:
+    """After its last kernel (ending at ``cursor``) the rank waits for its DP reductions or for other stages."""
+    tail = [t for (a, s), ts in plan.streams.items() if a == actor and s != "compute" for t in ts]
+    last = max(tail, key=_END, default=None)
+    _charge_gap(breakdown, cursor, step_time, last if last and last.end_s > cursor else None)
+
+
+def pipeline_bubble_s(plan: Plan, actor: str, step_time: float) -> float:
+    """``time_breakdown(plan, actor, step_time)["pipeline_bubble"]``, to the bit, without the busy sums:
+    the bubble is added to by the gap charges alone, in the same order (and by a ``pipeline_bubble``
+    segment, which no spmd plan has, in its place). What :func:`_busiest_stage` compares across stages:
+    ~4x cheaper per stage than the whole breakdown (GPT-3 175B pp 16, 16 stages: 13.5 -> 3.6 ms)."""
+    breakdown = dict.fromkeys(BREAKDOWN_KEYS, 0.0)
+    cursor = 0.0
+    with_bubble: dict[int, bool] = {}  # id(parts or segments) -> whether a segment is charged to the bubble
+    for task in plan.compute_tasks[actor]:
+        if task.start_s - cursor > 0:
+            _charge_gap(breakdown, cursor, task.start_s, _binding_dep(task))
+        shape = task.parts if task.parts is not None else task.segments
+        if shape:
+            found = with_bubble.get(id(shape))
+            if found is None:
+                found = with_bubble[id(shape)] = _segments_charge_bubble(shape)
+            if found:
+                if task.parts is not None:
+                    for part in task.parts:
+                        for category, seconds in part.segments or ():
+                            if _BUSY.get(category, category) == "pipeline_bubble":
+                                breakdown["pipeline_bubble"] += seconds
+                else:
+                    for category, seconds in task.segments:
+                        if _BUSY.get(category, category) == "pipeline_bubble":
+                            breakdown["pipeline_bubble"] += seconds
+        cursor = task.end_s
+    if step_time > cursor:
+        _charge_tail(breakdown, plan, actor, cursor, step_time)
+    return breakdown["pipeline_bubble"]
+
+
+def _segments_charge_bubble(shape) -> bool:
+    """Whether a chain's parts or a task's segments put seconds on ``pipeline_bubble`` (time_breakdown's busy sums)."""
+    segments = [s for part in shape for s in (part.segments or ())] if isinstance(shape[0], TaskPart) else shape
+    return any(_BUSY.get(category, category) == "pipeline_bubble" for category, _ in segments)
 
 
 def window_breakdown(plan: Plan, actor: str) -> dict[str, float]:
@@ -139,7 +183,7 @@ def window_breakdown(plan: Plan, actor: str) -> dict[str, float]:
 
 
 def critical_actor(plan: Plan) -> str:
-    ends = {a: max((t.end_s for t in ts), default=0.0) for a, ts in plan.compute_tasks.items()}
+    ends = {a: max(map(_END, ts), default=0.0) for a, ts in plan.compute_tasks.items()}
     return max(ends, key=lambda a: (ends[a], -plan.stage_of[a]))
 
 
@@ -472,8 +516,19 @@ def least_waiting_stage(stages: dict[int, dict[str, float]],
 
 def _busiest_stage(plan: Plan, critical: str, critical_breakdown: dict[str, float],
                    makespan: float) -> tuple[int | None, dict[str, float]]:
-    """:func:`least_waiting_stage` of the plan's stages."""
-    return least_waiting_stage(stage_breakdowns(plan, critical, makespan), critical_breakdown)
+    """:func:`least_waiting_stage` of the plan's stages (:func:`stage_breakdowns`): the stages compared by
+    their bubbles alone (:func:`pipeline_bubble_s`, the same floats), the winner's whole breakdown after."""
+    first_actor: dict[int, str] = {}
+    for actor in plan.compute_tasks:
+        first_actor.setdefault(plan.stage_of[actor], actor)
+    if len(first_actor) < 2:
+        return None, {}
+    bubbles = {stage: {"pipeline_bubble": pipeline_bubble_s(plan, actor, makespan) / plan.steps}
+               for stage, actor in sorted(first_actor.items()) if actor != critical}
+    stage, _ = least_waiting_stage(bubbles, critical_breakdown)
+    if stage is None:
+        return None, {}
+    return stage, {k: v / plan.steps for k, v in time_breakdown(plan, first_actor[stage], makespan).items()}
 
 
 def run_identity(scenario: Scenario) -> dict[str, Any]:
