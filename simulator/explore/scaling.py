@@ -102,7 +102,7 @@ def scaling_curve(
     """One row per GPU count (see the module docstring); rows follow ``CSV_COLUMNS``. ``progress``:
     a tqdm bar over the GPU counts (and the searches' own bars) on stderr."""
     from simulator.explore.search import search
-    from simulator.explore.sweep import absolutize, parallel_map
+    from simulator.explore.sweep import absolutize, parallel_map, trace_imported_models
     from simulator.scenario import apply_overrides, load_raw
 
     if layout not in ("search", "fixed"):
@@ -138,6 +138,8 @@ def scaling_curve(
     if layout == "fixed":
         results: dict[int, dict[str, Any]] = {}
         items = [(p, simulate_fn) for p in points]
+        if not dask:  # Dask's workers are not forked from here
+            trace_imported_models(points)
         for idx, ok, result in parallel_map(_fixed_task, items, workers=workers, dask=dask):
             results[idx] = result if ok else {"fits": False, "infeasible_reason": str(result)}
         for idx, n in enumerate(counts):
