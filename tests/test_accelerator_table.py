@@ -57,13 +57,15 @@ def test_a_part_without_published_rows_says_none(readme_rows):
 
 def test_end_to_end_cell_counts_a_variant_under_its_part_and_names_it():
     rows = [{"set": "torchtitan", "line": table.SET_LINE, "row": i, "accelerator": "h100-96g-500w",
-             "precision": "bf16", "relative_error": e, "fits": True} for i, e in enumerate((0.1, -0.3, 0.2))]
+             "precision": p, "relative_error": e, "fits": True}
+            for i, (p, e) in enumerate((("bf16", 0.1), ("bf16", -0.3), ("fp8", 0.2)))]
     rows.append({"set": "nemo", "line": table.SET_LINE, "row": 0, "accelerator": "h100-sxm-80g",
                  "precision": "fp8", "relative_error": -0.05, "fits": False})
     rows.append({"set": "nemo", "line": table.SET_LINE, "row": 1, "accelerator": "h100-sxm-80g",
                  "precision": "fp8", "relative_error": None, "fits": False})
     assert table.end_to_end_cell("h100-sxm-80g", rows) == (
-        "nemo n=1 5.0 / 5.0% (1 predicted OOM) (1 not simulated); torchtitan (on h100-96g-500w) n=3 20.0 / 30.0%")
+        "nemo n=1 5.0 / 5.0% (1 predicted OOM) (1 not simulated); torchtitan (on h100-96g-500w) n=3 20.0 / 30.0% "
+        "(bf16 n=2 20.0 / 30.0%, fp8 n=1 20.0 / 20.0%)")
     assert table.end_to_end_cell("h200-sxm-141g", rows) == "none"
 
 

@@ -172,6 +172,12 @@ def end_to_end_cell(part: str, rows: list[dict]) -> str:
         if label != part:
             where += f" (on {label})"
         text = f"{where} n={len(errors)} {_pct(errors)}" if errors else f"{where} n=0"
+        precisions = sorted({r["precision"] for r in group})
+        if len(precisions) > 1:  # BF16 and FP8 (or TF32 and FP16) apart, as the sets report them
+            text += " (" + ", ".join(
+                f"{p} n={len(e)} {_pct(e)}" for p in precisions
+                if (e := [r["relative_error"] for r in group if r["precision"] == p and r["relative_error"] is not None])
+            ) + ")"
         oom = sum(1 for r in group if r["relative_error"] is not None and not r["fits"])
         missing = len(group) - len(errors)
         if oom:
@@ -315,7 +321,8 @@ def framework_entries(name: str) -> list[tuple[str, str, str]]:
         profile = framework_profile(framework)
         for entry in profile.entries if profile is not None else ():
             if catalog_part(entry.accelerator) == name and entry.fitted_on:
-                out.append((framework, "/".join(entry.precisions), entry.fitted_on))
+                recipes = f" {'/'.join(entry.fp8_recipes)}" if entry.fp8_recipes else ""
+                out.append((framework, "/".join(entry.precisions) + recipes, entry.fitted_on))
     return out
 
 
