@@ -121,7 +121,10 @@ def test_only_a_profile_states_parameters_beside_the_ops():
     the graph.txt reader states one (``stated_params``)."""
     stating = []
     for path in sorted((ROOT / "workloads").rglob("*.py")) + sorted((ROOT / "simulator").rglob("*.py")):
-        for node in ast.walk(ast.parse(path.read_text())):
+        text = path.read_text()
+        if "params=" not in text:   # no keyword of that name to look at
+            continue
+        for node in ast.walk(ast.parse(text)):
             if isinstance(node, ast.Call) and any(kw.arg in ("params", "stated_params", "expert_params")
                                                   for kw in node.keywords):
                 func = node.func
@@ -139,3 +142,35 @@ def test_a_layer_cannot_be_handed_a_parameter_count():
     assert fc.params == 15
     with pytest.raises(ValueError):
         replace(fc, params=1)
+
+
+def _rank_splits(model):
+    """The (tp, sequence parallel, ep, etp) a layout may give ``model`` (simulator/strategies/spmd/layout.py's
+    divisibility rules), a few of each."""
+    tps = [t for t in (1, 2, 4, 8) if model.num_attention_heads % t == 0 and model.ffn_size % t == 0
+           and (model.kv_heads % t == 0 or t % model.kv_heads == 0)]
+    eps = [e for e in (1, 2, 8) if model.moe and model.moe.num_experts % e == 0] or [1]
+    etps = [e for e in (1, 2) if model.moe and (model.moe.expert_ffn_hidden_size or model.ffn_size) % e == 0] or [1]
+    return [(t, sp, e, et) for t in tps for sp in ((False, True) if t > 1 else (False,)) for e in eps for et in etps]
+
+
+@pytest.mark.parametrize("name", sorted(MODELS.names()))
+def test_every_catalog_transformer_rank_holds_the_megatron_split(name):
+    """Every rank's view of every catalog transformer (dense, MoE, GQA, MLA, tied embeddings; tp, sequence
+    parallel, ep, etp): the ops' weight shapes hold what the Megatron split gives (the closed form,
+    validation/closed_forms.py ``params_per_rank``), block by block, embedding, head, tied copy."""
+    from validation.closed_forms import params_per_rank
+
+    model = MODELS.get(name)
+    for tp, sp, ep, etp in _rank_splits(model):
+        graph = model.layer_graph(ShardShape(micro_batch=1, seq_length=model.seq_length, tp=tp,
+                                             sequence_parallel=sp, ep=ep, etp=etp))
+        oracle = params_per_rank(model, tp, ep, etp)
+        where = (name, tp, sp, ep, etp)
+        assert graph.layers[0].params == pytest.approx(oracle.embedding, rel=1e-12), where
+        assert graph.layers[-1].params == pytest.approx(oracle.head, rel=1e-12), where
+        assert graph.tied_copy_params == pytest.approx(oracle.tied_copy, rel=1e-12), where
+        for block in graph.pipelined:
+            total, experts = oracle.block[block.expert_params > 0]
+            assert (block.params, block.expert_params) == (pytest.approx(total, rel=1e-12),
+                                                           pytest.approx(experts, rel=1e-12)), (where, block.name)

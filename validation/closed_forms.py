@@ -125,6 +125,54 @@ def active_params(model: TransformerSpec) -> int:
     return total
 
 
+@dataclass(frozen=True)
+class RankParams:
+    """What one tensor/expert-parallel rank holds of a transformer, split the Megatron way."""
+
+    embedding: float          # word table ÷tp (vocab-parallel) + learned positions (replicated)
+    block: dict[bool, tuple[float, float]]   # one block of each kind (False dense, True MoE): (all, routed experts)
+    head: float               # final norm + the untied LM head ÷tp
+    tied_copy: float          # the word table a last pipeline stage copies for a tied head (0 untied)
+
+
+def params_per_rank(model: TransformerSpec, tp: int = 1, ep: int = 1, etp: int = 1) -> RankParams:
+    """A rank's parameters by the Megatron-LM split (Shoeybi et al. 2019; Megatron-Core MoE): Q/O and
+    FFN matrices ÷tp, K/V per KV head (one per rank, replicated, when tp > kv heads), column-parallel
+    biases ÷tp, row-parallel biases and norms replicated, MLA down-projections and their norms
+    replicated, routed experts ÷ep with each one's FFN ÷etp, shared experts ÷tp, router replicated;
+    the word embedding and the untied head ÷tp, learned positions replicated. The simulator's runtime
+    states these only as its ops' weight shapes (workloads/graph.py); this is the oracle."""
+    h, d = model.hidden_size, model.head_dim
+    g_rank = model.kv_heads // tp if model.kv_heads % tp == 0 else 1
+
+    def ffn(width: int, split: int) -> float:
+        mats = 3 if model.gated_mlp else 2
+        bias = width * (2 if model.gated_mlp else 1) if model.linear_bias else 0
+        return (mats * h * width + bias) / split + (h if model.linear_bias else 0)
+
+    if model.mla is not None:
+        split, replicated = mla_attention_params(model)
+        attn = split / tp + replicated
+    else:
+        width = model.attention_width
+        attn = 2 * h * width / tp + 2 * h * d * g_rank
+        if model.has_qkv_bias:
+            attn += width / tp + 2 * d * g_rank
+        if model.linear_bias:
+            attn += h
+    norms = 2 * _norm_params(model) + model.qk_norm_params
+    block = {False: (attn + ffn(model.ffn_size, tp) + norms, 0.0)}
+    if model.moe is not None:
+        expert_ffn = model.moe.expert_ffn_hidden_size or model.ffn_size
+        experts = model.moe.num_experts / ep * ffn(expert_ffn, etp)
+        shared = model.moe.num_shared_experts * ffn(expert_ffn, tp)
+        block[True] = (attn + shared + h * model.moe.num_experts + norms + experts, experts)
+    word = model.vocab_size * h / tp
+    positions = model.seq_length * h if model.position_embedding == "learned" else 0
+    head = _norm_params(model) + (0 if model.tied_embeddings else word)
+    return RankParams(word + positions, block, head, word if model.tied_embeddings else 0.0)
+
+
 def narayanan_params(layers: int, hidden: int, vocab: int, seq: int) -> float:
     """Narayanan et al. 2021 Sec. 5.1: P = 12·l·h²·(1 + 13/(12h) + (V+s)/(12·l·h))."""
     return 12 * layers * hidden**2 * (1 + 13 / (12 * hidden) + (vocab + seq) / (12 * layers * hidden))
