@@ -84,6 +84,10 @@ def test_states_come_from_the_specs(readme_rows):
     assert "b200 x 1.00" in readme_rows["b300"][2] and readme_rows["b300"][1] == "none"
     # measured nowhere: the part's GEMM curves and collectives are assumed
     assert "gemm (fp16, fp32)" in readme_rows["t4"][6] and "intra_node_collectives (g4dn-12xlarge)" in readme_rows["t4"][6]
+    # a constant measured for some runs only: where it is, and assumed otherwise (B200's grouped kernel: torchtitan)
+    assert "grouped_gemm in bf16 torchtitan: gemm_microbench.csv" in readme_rows["b200"][1]
+    assert "grouped_gemm otherwise" in readme_rows["b200"][6]
+    assert "grouped_gemm," in readme_rows["h100-sxm-80g"][6]  # no grouped kernel measured on Hopper
     # a framework profile entry fitted on the part's rows is named with its rows
     assert "megatron-deepspeed fp16 (783 fit-half rows of vtrain2024_ground_truth_single.csv" in readme_rows["a100-sxm-80g"][1]
 

@@ -6,8 +6,10 @@ Every cell is generated, none typed:
 
 - *calibrated on / derived from / stated / still assumed*: the states :func:`simulator.cost.provenance.efficiency_provenance`
   gives (what ``clustersim simulate --json`` carries as ``efficiency_provenance`` / ``efficiency_states``) for a
-  transformer (gpt-1.7b) and a CNN (resnet50) at every precision the part runs, on every catalog node that holds
-  it, across two NVLink domains (so the cross-node constants are read too). Node constants (collectives) are
+  transformer (gpt-1.7b), a CNN (resnet50) and an MoE (mixtral-8x7b, also under torchtitan, the one framework with
+  a measured grouped kernel) at every precision and FP8 recipe the part runs, on every catalog node that holds
+  it, across two NVLink domains (so the cross-node constants are read too). A constant whose state differs between
+  those runs is listed per run ("grouped_gemm in bf16 torchtitan"), its assumed remainder as "otherwise". Node constants (collectives) are
   named with their node. A part no catalog node holds gets no collective entry: its collectives are those of
   the node a user writes.
 - *held-out error end to end*: the held-out rows of every ``python -m validation.modern`` set (the set's own
@@ -45,12 +47,16 @@ END = "<!-- end of the accelerator table -->"
 CACHE_FIELDS = ("set", "line", "row", "accelerator", "precision", "relative_error", "fits")
 SET_LINE, DERIVED_LINE = "set", "derived parts"
 
-#: The models whose layer graphs read the constants a run can use: attention (a transformer), convolutions and
-#: pooling (a CNN).
-MODELS = ("gpt-1.7b", "resnet50")
-#: (label, training settings) tried on every part; a precision the part lacks is a ConfigError and skipped.
-PRECISIONS = (("bf16", {"precision": "bf16"}), ("fp16", {"precision": "fp16"}), ("fp8", {"precision": "fp8"}),
-              ("fp32", {"precision": "fp32"}), ("tf32", {"precision": "fp32", "tf32": True}))
+#: (model, training.framework or None) whose runs read the constants a run can use: attention (a transformer),
+#: convolutions and pooling (a CNN), expert GEMMs (an MoE: dense GEMMs of an expert's shape by default, the grouped
+#: kernel measured for torchtitan where a part has one).
+MODELS = (("gpt-1.7b", None), ("resnet50", None), ("mixtral-8x7b", None), ("mixtral-8x7b", "torchtitan"))
+#: (label, training settings) tried on every part: each precision, and each FP8 recipe (the block-scaled ones have
+#: their own kernels: DeepGEMM, MXFP8, NVFP4); a setting the part cannot run is a ConfigError and skipped.
+PRECISIONS = (("bf16", {"precision": "bf16"}), ("fp16", {"precision": "fp16"}), ("fp32", {"precision": "fp32"}),
+              ("tf32", {"precision": "fp32", "tf32": True}),
+              *((f"fp8 {recipe}", {"precision": "fp8", "fp8_recipe": recipe})
+                for recipe in ("delayed", "current", "rowwise", "blockwise", "mxfp8", "nvfp4")))
 NODE_COMPONENTS = ("intra_node_collectives", "inter_node_collectives")
 
 
@@ -261,9 +267,9 @@ def part_nodes(name: str) -> tuple[str, ...]:
     return tuple(sorted(n for n, node in NODES.all().items() if node_accelerator(node).name == name))
 
 
-def _scenarios(name: str) -> Iterable[tuple[str | None, object]]:
-    """(catalog node or None, scenario) for every node holding ``name`` (or DGX H100's links with it where
-    none does), precision it runs and model of :data:`MODELS`, over two NVLink domains."""
+def _scenarios(name: str) -> Iterable[tuple[str | None, str, object]]:
+    """(catalog node or None, precision label, scenario) for every node holding ``name`` (or DGX H100's links
+    with it where none does), precision it runs and model of :data:`MODELS`, over two NVLink domains."""
     from hardware_specs.catalog import NODES
     from simulator.errors import ConfigError
     from simulator.scenario import load_scenario
@@ -273,12 +279,13 @@ def _scenarios(name: str) -> Iterable[tuple[str | None, object]]:
         nodes = [(None, {**NODES.get("dgx-h100").model_dump(exclude_none=True), "accelerator": name})]
     for label, node in nodes:
         domain = NODES.get(label).domain_gpus if label else 8
-        for _, training in PRECISIONS:
-            for model in MODELS:
+        for precision, training in PRECISIONS:
+            for model, framework in MODELS:
+                settings = dict(training, **({"framework": framework} if framework else {}))
                 try:
-                    yield label, load_scenario({"model": model, "cluster": {"node": node, "num_gpus": 2 * domain},
-                                                "parallelism": {"global_batch_size": 2 * domain},
-                                                "training": dict(training)})
+                    yield label, precision + (f" {framework}" if framework else ""), load_scenario(
+                        {"model": model, "cluster": {"node": node, "num_gpus": 2 * domain},
+                         "parallelism": {"global_batch_size": 2 * domain}, "training": settings})
                 except ConfigError:
                     continue  # a precision the part does not run
 
@@ -294,15 +301,29 @@ def part_provenance(name: str) -> PartProvenance:
         provenance_state,
     )
 
-    states: dict[str, tuple[str, str]] = {}
-    for node, scenario in _scenarios(name):
+    # component -> {(state, source): precision labels}: a constant one precision reads from a fit and another
+    # assumes (B200's grouped kernel: bf16 and MXFP8 measured, fp16 not) is listed per precision
+    seen: dict[str, dict[tuple[str, str], list[str]]] = {}
+    for node, precision, scenario in _scenarios(name):
         for component, where in efficiency_provenance(scenario).items():
+            if component == "framework_factors":
+                continue  # a framework profile's entries: listed apart (framework_entries)
             if component in NODE_COMPONENTS:
                 if node is None:
                     continue  # no catalog node: the collectives are those of the node the user writes
                 component = f"{component}[{node}]"
             state, source = provenance_state(where)
-            states[component] = (state, short_source(where) if state == CALIBRATED else short_derivation(source))
+            key = (state, short_source(where) if state == CALIBRATED else short_derivation(source))
+            labels = seen.setdefault(component, {}).setdefault(key, [])
+            if precision not in labels:
+                labels.append(precision)
+    states: dict[str, tuple[str, str]] = {}
+    for component, by_state in seen.items():
+        if len(by_state) == 1:
+            states[component] = next(iter(by_state))
+            continue
+        for key, labels in by_state.items():  # the assumed remainder is "otherwise" (every other run)
+            states[f"{component} otherwise" if key[0] == ASSUMED else f"{component} in {'/'.join(labels)}"] = key
     pick = lambda s: {c: v for c, (st, v) in sorted(states.items()) if st == s}  # noqa: E731
     frameworks = tuple(f"{framework} {precisions} ({_rows_of(short_source(fitted_on))})"
                        for framework, precisions, fitted_on in framework_entries(name))
