@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 import math
+import os
 from dataclasses import replace
 from pathlib import Path
 from unittest import mock
@@ -242,12 +243,24 @@ def test_cpu_when_no_cuda_and_clear_errors():
 
 
 def test_worker_initialises_nccl_on_its_own_gpu(tmp_path):
-    """The rank side of the GPU path: set the device, init NCCL bound to it, run, report."""
+    """The rank side of the GPU path: set the device, init NCCL bound to it, run, report.
+
+    ``_worker`` runs here in the test process, where a rank's process-wide settings would outlive
+    the test: its environment (MASTER_PORT, RANK, WORLD_SIZE ...) is restored after, torch's thread
+    count too, and its priority request is stubbed (a rank asks for nice -20: the test process, and
+    every test after it, would keep it)."""
     choice = launcher.DeviceChoice("nccl", "cuda", 2)
-    with mock.patch.object(torch.cuda, "set_device") as set_device, \
-         mock.patch.object(torch.distributed, "init_process_group") as init, \
-         mock.patch.object(torch.distributed, "is_initialized", return_value=False):
-        launcher._worker(1, _return_ctx, (), 2, choice, 12345, 1, str(tmp_path), 60.0)
+    threads = torch.get_num_threads()
+    try:
+        with mock.patch.object(torch.cuda, "set_device") as set_device, \
+             mock.patch.object(torch.distributed, "init_process_group") as init, \
+             mock.patch.object(torch.distributed, "is_initialized", return_value=False), \
+             mock.patch.object(launcher, "_raise_priority", return_value=True) as raise_priority, \
+             mock.patch.dict(os.environ):
+            launcher._worker(1, _return_ctx, (), 2, choice, 12345, 1, str(tmp_path), 60.0)
+    finally:
+        torch.set_num_threads(threads)
+    raise_priority.assert_called_once_with()
     set_device.assert_called_once_with(torch.device("cuda", 1))
     args, kwargs = init.call_args
     assert args[0] == "nccl" and kwargs["rank"] == 1 and kwargs["world_size"] == 2
