@@ -19,7 +19,10 @@ writes them here and in ``validation/profiles/``; never edited by hand):
   Megatron-Core's router and dispatcher bookkeeping), ``intra_node_latency_us``
   (the node's collective latency);
 - ``sync_jitter`` (the wait for the slowest rank, simulator/cost/jitter.py) and ``input_us_per_sample`` (the
-  framework's input pipeline: host time per sample beside the GPU's step, simulator/strategies/spmd/plan.py).
+  framework's input pipeline: host time per sample beside the GPU's step, simulator/strategies/spmd/plan.py);
+- ``conv_sm_cycles_per_byte``: work the framework runs beside each convolution pass, bound by the SMs'
+  instruction issue, in SM cycles per byte of the pass's operands (simulator/cost/compute.py): counted in SM
+  cycles, it carries to a part of other SM count and clock (Lambda's fp16 ResNet-50, validation/modern/cnn.py).
 
 Each entry records ``fitted_on`` (CSV and rows) and ``measured_on`` where the rows ran on a variant of
 the catalog part (torchtitan's H100s: 96 GB HBM2e at 500 W), and the profile its ``fitted_with``: the
@@ -48,7 +51,7 @@ DEFAULT_FRAMEWORK = "megatron-core"
 #: The constants an entry may set (the others stay at the catalog's).
 FACTOR_KEYS = ("gemm_scale", "gemm_tilt", "gemm_ceiling", "attention_scale", "kernel_launch_overhead_us",
                "host_dispatch_us_per_kernel", "moe_layer_fixed_us", "intra_node_latency_us", "sync_jitter",
-               "input_us_per_sample")
+               "input_us_per_sample", "conv_sm_cycles_per_byte")
 
 #: The held-out figures of an entry's group (the rows of the other half, with the entry's constants), where
 #: the fit computed them (validation/modern/registry.py ``fit``): what the output tells a user of the entry.
@@ -78,6 +81,10 @@ class FrameworkEntry(Spec):
     input_us_per_sample: float | None = Field(
         default=None, ge=0, description="the framework's time per sample beside the GPU's step (its input "
                                         "pipeline, on the hosts its rows ran on)")
+    conv_sm_cycles_per_byte: float | None = Field(
+        default=None, ge=0, description="SM cycles per byte of a convolution pass's operands the framework spends "
+                                        "beside the kernel, bound by the SMs' instruction issue "
+                                        "(simulator/cost/compute.py)")
     fit_cases: int = Field(gt=0, description="fit-half rows the factors were fitted on")
     fit_median_abs_error: float = Field(ge=0, description="median |error| on those rows after the fit")
     heldout_cases: int | None = Field(default=None, gt=0, description="held-out rows of the entry's group")

@@ -358,6 +358,15 @@ class ComputeEfficiency(Spec):
                     "(simulator/strategies/spmd/plan.py); 0 = the input never bounds the step. Set by a framework "
                     "profile (hardware_specs/frameworks/) fitted on that framework's runs")
     input_source: str | None = None
+    conv_sm_cycles_per_byte: float = Field(
+        default=0.0, ge=0,
+        description="SM clock cycles per byte of a convolution pass's operands that the framework spends beside "
+                    "the convolution kernel itself, in work bound by the SMs' instruction issue (neither the tensor "
+                    "cores nor HBM): a pass takes bytes x this / (sm_count x sm_clock) longer "
+                    "(simulator/cost/compute.py). Counted in SM cycles, so the same framework's constant carries to "
+                    "a part with more or fewer SMs at another clock. 0 = none. Set by a framework profile "
+                    "(hardware_specs/frameworks/) fitted on that framework's runs")
+    conv_sm_source: str | None = None
     optimizer_efficiency: float | None = Field(
         default=None, gt=0, le=1,
         description="achieved / peak HBM bandwidth of the (fused) optimizer step, which streams its states "
@@ -436,8 +445,32 @@ class Accelerator(Spec):
         default_factory=list, description="block-scaled formats the tensor cores take natively (datasheet)")
     sustained_clock: SustainedClock | None = Field(
         default=None, description="measured engine clock under the power limit (None: not measured)")
+    sm_count: int | None = Field(
+        default=None, gt=0, description="streaming multiprocessors enabled on the part (vendor architecture "
+                                        "whitepaper / datasheet); None: not recorded")
+    sm_clock_mhz: float | None = Field(
+        default=None, gt=0, description="the SM clock the datasheet's dense tensor peak assumes (peak = SMs x clock x "
+                                        "the architecture's dense FLOP per SM per clock); None: not recorded")
+    derived_from: str | None = Field(
+        default=None, description="the catalog part whose efficiency block this part's was derived from by rule "
+                                  "(validation/derive_parts.py): a framework profile's entry for that part corrects "
+                                  "the same kernel constants here (simulator/cost/framework.py); None: its own")
     source: str
     notes: str | None = None
+
+    @model_validator(mode="after")
+    def _sm_rate_for_sm_bound_work(self) -> Accelerator:
+        if self.efficiency.conv_sm_cycles_per_byte > 0 and (self.sm_count is None or self.sm_clock_mhz is None):
+            raise ValueError(f"efficiency.conv_sm_cycles_per_byte is set but {self.name} records no sm_count and "
+                             "sm_clock_mhz: work counted in SM cycles needs the part's SMs and clock")
+        return self
+
+    @property
+    def sm_cycles_per_s(self) -> float | None:
+        """SMs x clock (Hz): the rate at which the part runs work counted in SM cycles (None: not recorded)."""
+        if self.sm_count is None or self.sm_clock_mhz is None:
+            return None
+        return self.sm_count * self.sm_clock_mhz * 1e6
 
     @field_validator("peak_tflops")
     @classmethod

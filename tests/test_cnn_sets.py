@@ -21,7 +21,7 @@ from workloads.layer_graph import is_gradient_sum
 
 
 def test_only_lambdas_a100_sxm_fp16_rows_are_set_aside_having_one_fit_row():
-    # every Lambda fp16 group fits the harness's input cost on its fit half; the A100 80GB SXM one has one fit row
+    # every Lambda fp16 group fits its SM cycles per conv byte on its fit half; the A100 80GB SXM one has one fit row
     cases, skipped = lambda_cases()
     aside = [c for c in cases if c.set_aside]
     assert len(aside) == 4 and all(c.set_aside == LAMBDA_FEW_FIT_ROWS for c in aside)

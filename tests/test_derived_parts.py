@@ -115,17 +115,6 @@ from validation.modern.registry import (  # noqa: E402 - the validation half of 
     fit,
 )
 
-#: cnn_lambda's derived-parts line misses the set's targets: the figures and why (not tuned: a finding).
-LAMBDA_DERIVED_UNMET = (
-    "cnn_lambda derived parts, as a user naming lambda-pytorch gets them: median |error| 25.4% (target 10%), max "
-    "101.3% (target 25%) over 24 rows. GH200 6 rows median 1.9%, max 2.1% (the H100 SXM's entries carried, same "
-    "peak). A100 PCIe TF32 3 rows +1.0..+2.2% (the A100 SXM's entry). Misses: the 9 A100/H100 PCIe fp16 rows "
-    "+70..+101% -- Lambda's fp16 rate is its harness's per-image host cost, which framework.py carries only to a part "
-    "of the donor's own speed (none: no A100 fp16 entry, the H100 SXM is faster), so they get the GPU-only catalog "
-    "rate; with the H100 SXM host's 358.8 us they would still be +41..+52% (the PCIe hosts run 1,839-1,976 img/s, "
-    "~530 us per image); and the 6 H100 PCIe TF32 rows +19..+26% with the A100's TF32 factor (the only slower "
-    "donor), +2..+9% with the H100 SXM's (a what-if, not adopted)")
-
 
 def _derived(reports: dict, name: str) -> dict:
     if name not in reports:
@@ -156,7 +145,7 @@ def test_fit_never_sees_a_derived_row(monkeypatch):
 
     seen = []
     monkeypatch.setattr(registry, "fit_group", lambda cases, *a, **k: seen.extend(cases) or {})
-    monkeypatch.setattr(registry, "fit_input_only", lambda cases, *a, **k: seen.extend(cases) or {})
+    monkeypatch.setattr(registry, "fit_conv_sm_only", lambda cases, *a, **k: seen.extend(cases) or {})
     monkeypatch.setattr(registry, "fit_jitter_only", lambda cases, *a, **k: seen.extend(cases) or {})
     monkeypatch.setattr(registry, "heldout_figures", lambda *a, **k: {})
     fit("cnn_lambda", workers=1)
@@ -194,37 +183,45 @@ def test_dle_dgx1_32g_rows_within_the_sets_targets(derived_reports):
 
 
 @pytest.mark.slow
-@pytest.mark.xfail(strict=True, reason=LAMBDA_DERIVED_UNMET)
 def test_lambda_derived_part_rows_within_the_sets_targets(derived_reports):
+    # Lambda's H100/A100 PCIe and GH200 rows as a user naming lambda-pytorch gets them, no row fitted on: the fp16
+    # groups' SM cycles per convolution byte carried by each part's SMs x clock (a strict xfail until session 8:
+    # 25.4% / 101.3% with a per-part host input cost), the TF32 factor of the part each was derived from
     block = _derived(derived_reports, "cnn_lambda")
     o = block["overall"]
     print(o, [(s["label"], s["median_abs_error"], s["max_abs_error"]) for s in block["by_accelerator"]])
     assert o["cases"] == 24 and o["predicted_oom"] == 0
     assert o["median_abs_error"] <= SETS["cnn_lambda"].median_target
     assert o["max_abs_error"] <= SETS["cnn_lambda"].max_target
+    assert block["met"]
 
 
 @pytest.mark.slow
 def test_lambda_derived_line_figures_as_reported(derived_reports):
-    # the figures the strict xfail above names, so a change that moves them fails here and the reason is rewritten
+    # the figures the report and README give, per row group, so a change that moves them fails here
     block = _derived(derived_reports, "cnn_lambda")
-    by = {s["label"]: s for s in block["by_accelerator"]}
-    assert block["overall"]["median_abs_error"] == pytest.approx(0.254, abs=0.002)
-    assert block["overall"]["max_abs_error"] == pytest.approx(1.013, abs=0.003)
-    assert by["gh200"]["max_abs_error"] <= 0.025
+    assert block["overall"]["median_abs_error"] == pytest.approx(0.030, abs=0.002)
+    assert block["overall"]["max_abs_error"] == pytest.approx(0.085, abs=0.002)
     errors = {c["row"]: c["relative_error"] for c in block["cases"]}
-    assert all(0.69 <= errors[r] <= 1.02 for r in (1, 2, 4, 5, 13, 15, 24, 33, 92))  # PCIe fp16: the host bound
-    assert all(0.18 <= errors[r] <= 0.27 for r in (45, 46, 56, 65, 74, 180))        # H100 PCIe TF32
-    assert not block["met"]
+    entries = {c["row"]: c for c in block["cases"]}
+    print({r: round(e, 4) for r, e in errors.items()})
+    assert all(0.014 <= errors[r] <= 0.029 for r in (4, 5, 15, 24, 33))  # H100 PCIe fp16: the H100 SXM's SM cycles
+    assert -0.045 <= errors[92] <= -0.04                                  # the v2 host, 1,976 img/s
+    assert all(-0.056 <= errors[r] <= -0.032 for r in (1, 2, 13))         # A100 PCIe fp16: the V100's SM cycles
+    assert all(0.022 <= errors[r] <= 0.086 for r in (45, 46, 56, 65, 74, 180))  # H100 PCIe TF32: H100 SXM's factor
+    assert all(0.057 <= errors[r] <= 0.06 for r in (88, 89, 91))          # GH200 fp16 (H100's SMs and clock)
+    assert all(-0.02 <= errors[r] <= -0.009 for r in (176, 177, 179))     # GH200 TF32
+    assert all("h100-sxm-80g" in entries[r]["entry"] for r in (4, 45, 88, 176))
+    assert all("v100-sxm2-16g fp16" in entries[r]["entry"] for r in (1, 2, 13))
 
 
 @pytest.mark.slow
-def test_validation_cli_prints_the_derived_line_and_fails_on_its_miss():
+def test_validation_cli_prints_the_derived_line():
     run = subprocess.run([sys.executable, "-m", "validation.modern", "--set", "cnn_lambda", "--no-user-profile",
                           "--no-catalog-only"], capture_output=True, text=True, timeout=600)
-    assert run.returncode == 1, run.stderr
+    assert run.returncode == 0, run.stdout[-3000:] + run.stderr
     assert "target (median <= 10%, every row <= 25%): met" in run.stdout  # the set's own figures
-    assert "derived parts" in run.stdout and "NOT MET: on these boards" in run.stdout
+    assert "derived parts" in run.stdout and "gets them): target met" in run.stdout
     assert "row  180" in run.stdout and "h100-pcie-8" in run.stdout
     assert "the rule alone" in run.stdout
 
@@ -234,7 +231,8 @@ def test_validation_cli_prints_the_derived_line_and_fails_on_its_miss():
                          [("cnn_lambda", 12, 12, 0.038, 0.087), ("cnn_dle", 16, 0, 0.033, 0.096)])
 def test_the_rule_alone_predicts_each_board_over_its_sibling(name, pairs, skipped, median, worst):
     # the board's rate over its sibling's for the same configuration, catalog constants on both: the derivation rule
-    # without any framework factor. Lambda's fp16 pairs are skipped (the sibling's rows are host-bound); H100 PCIe
+    # without any framework factor. Lambda's fp16 pairs are skipped (the sibling's rows run a fitted SM-bound time
+    # that scales with each board's SMs and clock, which a ratio of catalog-only rates does not hold); H100 PCIe
     # over SXM in TF32 is measured 0.624-0.659, simulated 0.661-0.663 (peak ratio 0.764; HBM 2.0 vs 3.35 TB/s)
     check = board_ratio_check(name)
     assert len(check["pairs"]) == pairs and len(check["skipped"]) == skipped

@@ -52,15 +52,16 @@ def test_a_cnn_profile_on_a_transformer_is_derived_with_the_reason():
     assert data["efficiency_states"]["framework_factors"].startswith("derived: ")
 
 
-def test_a_cnn_profile_whose_only_factor_is_the_image_input_pipeline_gives_a_transformer_the_catalog():
-    # lambda-pytorch's H100 fp16 entry is Lambda's input pipeline alone (its time per image)
+def test_a_cnn_profile_whose_only_factor_is_conv_work_gives_a_transformer_the_catalog():
+    # lambda-pytorch's H100 fp16 entry is SM work beside each convolution alone (its SM cycles per conv byte)
     assert choose("lambda-pytorch", H100, "fp16", model=resolve_model("resnet50")).entry.factors.keys() == {
-        "input_us_per_sample"}
+        "conv_sm_cycles_per_byte"}
     on_llama = choose("lambda-pytorch", H100, "fp16", model=resolve_model("llama3-8b"))
     assert on_llama.state == ASSUMED and on_llama.entry is None and on_llama.factors == {}
     assert on_llama.note.startswith("lambda-pytorch's factors were fitted on CNN runs (resnet50); this model is a "
-                                    "decoder transformer: none of them carries here (its input_us_per_sample: an image "
-                                    "input pipeline's time per sample, not a token sequence's)")
+                                    "decoder transformer: none of them carries here (its conv_sm_cycles_per_byte: an "
+                                    "image input pipeline's time per sample, not a token sequence's; work beside "
+                                    "convolutions, of which this model has none)")
     tf32 = choose("lambda-pytorch", H100, "tf32", model=resolve_model("llama3-8b"))
     assert tf32.state == DERIVED and tf32.factors == {"gemm_scale": 0.7671}
 

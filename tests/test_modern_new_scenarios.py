@@ -98,8 +98,8 @@ def test_report_prints_the_new_scenario_line_and_lambdas_fp16_sentence(capsys):
     assert "(held-out met, new scenarios only met: the set meets it only if both do)" in out
     fp16 = next(line for line in out.splitlines() if line.strip().startswith("fp16 ("))
     assert "36 held-out rows, median |error| 1.0%, 4 of them new scenarios (median |error| 1.0%, max 1.0%)" in fp16
-    assert "one input cost per image per part (H100 " in fp16 and "+98.0% at the median" in fp16
-    assert "repeatable, not that the model predicts it" in fp16
+    assert "one constant per part, the SM cycles per convolution byte" in fp16 and "(H100 0.330, " in fp16
+    assert "+98.0% at the median" in fp16 and "whether the constant carries to a part no row fitted" in fp16
 
 
 def test_new_rows_of_one_scenario_count_once_in_the_per_scenario_figure():

@@ -120,11 +120,12 @@ def test_profiles_are_fitted_on_fit_half_rows_only(profile):
         in_fit_half = [c for (_, _), c in by_row.items() if c.profile_group == group and not c.heldout
                        and not c.set_aside and SETS[c.case_set].fitted and SETS[c.case_set].profile_name == profile]
         one_constant = "gemm_scale" not in entry and (
-            "attention_scale" in entry or "sync_jitter" in entry or "input_us_per_sample" in entry)
+            "attention_scale" in entry or "sync_jitter" in entry or "input_us_per_sample" in entry
+            or "conv_sm_cycles_per_byte" in entry)
         if "gemm_scale" not in entry and "sync_jitter" in entry:  # skew alone: fitted on the multi-GPU rows
             in_fit_half = [c for c in in_fit_half if c.scenario["cluster"]["num_gpus"] > 1]
-        # a group fitted on one constant alone (attention factor, skew or input cost; no GEMM factor) needs 2 rows,
-        # the others 3
+        # a group fitted on one constant alone (attention factor, skew, input cost or SM cycles per conv byte; no GEMM
+        # factor) needs 2 rows, the others 3
         least = MIN_ATTENTION_FIT_CASES if one_constant else 3
         assert entry["fit_cases"] == len(in_fit_half) >= least
         listed = entry["fitted_on"].split("rows (", 1)[1]

@@ -17,6 +17,10 @@ output channels, reduction length and window class), else as a GEMM on the curve
 concatenation kernel runs at the spec's ``memory_kernels`` efficiency for its class where it has one
 (simulator/cost/memory_kernels.py); a broadcast elementwise kernel is priced by its elements, at the
 bytes they take in fp32 (``element_bound_bytes``: PyTorch's non-vectorized broadcast loop).
+A convolution pass also takes ``bytes_moved x conv_sm_cycles_per_byte / (sm_count x sm_clock)`` where a framework
+profile sets that constant: work its framework runs beside the convolution kernel at the SMs' instruction rate,
+neither tensor-core- nor HBM-bound (Lambda's fp16 ResNet-50: the time per image beyond the catalog's kernels is
+the same count of SM cycles on V100, A100 and H100 fit rows; validation/modern/cnn.py).
 A dense GEMM (a linear layer) in a precision the spec lists in ``linear_as_pointwise_conv`` is priced as the
 1x1 convolution pass it is (M rows x N out features x K in features: the implicit GEMM of a 1x1 convolution
 over M pixels; Chetlur et al. 2014, Sec. 3) on that precision's ``conv_efficiency``: the A100's TF32, whose
@@ -198,6 +202,10 @@ class ComputeModel:
         # ... at the direct kernels' own bandwidth where the spec has one (hardware_specs.schema.DirectConvEfficiency)
         self.direct_conv_bw = (self.hbm_bw * eff.direct_conv.bandwidth_efficiency if eff.direct_conv is not None
                                else self.mem_bw)
+        # SM-bound work beside each convolution pass (a framework profile's conv_sm_cycles_per_byte), in seconds
+        # per byte of the pass's operands on this part's SMs and clock
+        self.conv_sm_s_per_byte = (eff.conv_sm_cycles_per_byte / accelerator.sm_cycles_per_s
+                                   if eff.conv_sm_cycles_per_byte > 0 else 0.0)
 
     def time_s(self, op: Op) -> float:
         """Seconds for one op (collectives are priced by the network, not here); an op of a measured
@@ -206,6 +214,12 @@ class ComputeModel:
             raise ValueError(f"{op.name} is a collective: the network model prices it")
         if op.measured_s is not None:
             return op.measured_s
+        if self.conv_sm_s_per_byte and op.conv is not None:
+            return self._kernel_time_s(op) + op.bytes_moved * self.conv_sm_s_per_byte
+        return self._kernel_time_s(op)
+
+    def _kernel_time_s(self, op: Op) -> float:
+        """:meth:`time_s` of the op's kernel alone."""
         if is_grouped(op):  # grouped / depthwise: not one dense implicit GEMM (simulator/cost/conv.py)
             dense_s = self._conv_time(op) if self.conv_model is not None else self._time(
                 "gemm", op.flops, op.bytes_moved, op.m, op.n, op.k, op.batch)

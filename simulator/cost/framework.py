@@ -10,7 +10,10 @@ and, from ``clustersim simulate``, ``framework_profile``: the entry, its factors
    own catalog node, ``measured_on_node``: grand-teton-h100);
 2. *derived*, other precision: an entry of this accelerator fitted in another precision (fp8 takes the
    bf16 entry and the other way round: a framework's loss is mostly outside the GEMMs' precision);
-3. *derived*, other accelerator: the entry of the same vendor's accelerator nearest in bf16 peak
+3. *derived*, the part this one was derived from: a part whose efficiency block was derived by rule from another's
+   (``derived_from``: validation/derive_parts.py, the H100/A100 PCIe from the SXM parts) takes that part's entry,
+   whatever their speeds: the factor was fitted against the same kernel constants (:func:`_from_derivation_base`);
+4. *derived*, other accelerator: the entry of the same vendor's accelerator nearest in bf16 peak
    among those *as fast or slower* (H200 and Blackwell take the H100 entry, MI325X/MI355X the MI300X
    one). The factor is then assumed hardware-independent: the kernels' own rates on the new part come
    from its specs and microbenchmarks, the framework's share of them from the older part (the entry's
@@ -26,7 +29,7 @@ and, from ``clustersim simulate``, ``framework_profile``: the entry, its factors
    catalog 49.3 / 56.1%): better than the catalog, not as good as a fit on the part;
    a factor also absorbs what the catalog assumed on its part (the H100's in-training GEMM factor is the
    A100's ratio, *assumed*), so carried to Blackwell it assumes the same there;
-4. *assumed*: no such entry: the catalog constants (the kernel rates Megatron-Core reaches), said to be
+5. *assumed*: no such entry: the catalog constants (the kernel rates Megatron-Core reaches), said to be
    assumed for that framework.
 
 The default framework, ``megatron-core``, is the catalog constants themselves: no factor, nothing changes.
@@ -67,10 +70,10 @@ SAME_SPEED = 1.05
 #: (a share of that part's best measured matmul) and the node's collective latency. Not carried to another part.
 PART_CONSTANTS = ("gemm_ceiling", "intra_node_latency_us")
 
-#: Constants carried only to a part of the donor's own speed (bf16 peak within :data:`SAME_SPEED`): Lambda's input
-#: cost per image is the same on H100 and H200 (their entries predict each other's held-out rows within 1.3% /
-#: 9.5%) and falls with each GPU generation (V100 1,243, A100 659 on its one row, H100 359 us;
-#: validation/modern/cnn.py), so carried to a faster part it would be a floor that part does not have.
+#: Constants carried only to a part of the donor's own speed (bf16 peak within :data:`SAME_SPEED`): a host input
+#: pipeline's time per sample is its host's, and a faster part's host is another machine (until session 8 Lambda's
+#: fp16 rows were fitted so, per part: V100 1,243, H100 359 us; they are now fitted in SM cycles per convolution
+#: byte, which carries to any part with an SM count and clock, validation/modern/cnn.py).
 SAME_SPEED_CONSTANTS = ("input_us_per_sample",)
 
 #: A precision no entry was fitted in takes an entry of these, in order (same accelerator first).
@@ -131,8 +134,9 @@ EFFICIENCY_FACTORS = ("gemm_scale", "kernel_launch_overhead_us", "attention_scal
 def efficiency_with_factors(efficiency: dict[str, Any], constants: dict[str, Any]) -> dict[str, Any] | None:
     """:func:`scaled_efficiency_block` with a profile entry's constants, and its ``sync_jitter`` (the wait for
     the slowest rank, simulator/cost/jitter.py), ``moe_layer_fixed_us`` (a fixed time per MoE layer and
-    micro-batch, simulator/cost/host_floor.py) and ``input_us_per_sample`` (the
-    input pipeline's host time per sample) where it has them; None when none of them is set."""
+    micro-batch, simulator/cost/host_floor.py), ``input_us_per_sample`` (the
+    input pipeline's host time per sample) and ``conv_sm_cycles_per_byte`` (SM-bound work beside each convolution
+    pass, simulator/cost/compute.py) where it has them; None when none of them is set."""
     eff = None
     if any(constants.get(k) is not None for k in EFFICIENCY_FACTORS):
         eff = scaled_efficiency_block(efficiency, constants.get("gemm_scale") or 1.0,
@@ -147,6 +151,10 @@ def efficiency_with_factors(efficiency: dict[str, Any], constants: dict[str, Any
         eff = eff if eff is not None else copy.deepcopy(efficiency)
         eff["moe_layer_fixed_us"] = constants["moe_layer_fixed_us"]
         eff["moe_layer_fixed_source"] = "framework profile (fitted on its set's fit half)"
+    if constants.get("conv_sm_cycles_per_byte") is not None:  # SM-bound work beside each convolution pass
+        eff = eff if eff is not None else copy.deepcopy(efficiency)
+        eff["conv_sm_cycles_per_byte"] = constants["conv_sm_cycles_per_byte"]
+        eff["conv_sm_source"] = "framework profile (fitted on its set's fit half)"
     if constants.get("input_us_per_sample") is not None:  # the input pipeline beside the step (spmd/plan.py)
         eff = eff if eff is not None else copy.deepcopy(efficiency)
         eff["input_us_per_sample"] = constants["input_us_per_sample"]
@@ -308,8 +316,11 @@ def _across_kinds(profile: FrameworkProfile, choice: FrameworkChoice, model: Any
 
     if profile.networks:
         fitted = f"fitted on CNN runs ({', '.join(profile.networks)})"
-        meaningless = ("input_us_per_sample",)  # DALI/JPEG decoding per image, not a token sequence's
-        why = "an image input pipeline's time per sample, not a token sequence's"
+        # DALI/JPEG decoding per image, not a token sequence's; SM work beside convolutions the model does not have
+        meaningless = ("input_us_per_sample",) + (() if graph_features(model).convolution
+                                                  else ("conv_sm_cycles_per_byte",))
+        why = ("an image input pipeline's time per sample, not a token sequence's; work beside convolutions, of which "
+               "this model has none")
     else:
         fitted = "fitted on decoder-transformer runs"
         meaningless = () if graph_features(model).attention else ("attention_scale",)
@@ -330,10 +341,35 @@ def _across_kinds(profile: FrameworkProfile, choice: FrameworkChoice, model: Any
                         f"of the kernel rates taken to be the same){left_out}; {choice.note}")
 
 
+#: Constants counted in SM cycles (hardware_specs.schema.ComputeEfficiency): a part that records no SM count and
+#: clock cannot run them, so they are left out there (said in the note).
+SM_CYCLE_CONSTANTS = ("conv_sm_cycles_per_byte",)
+
+
 def choose_in(profile: FrameworkProfile, accelerator: Accelerator, precision: str,
               fp8_recipe: str | None = None, node: str | None = None) -> FrameworkChoice:
     """:func:`choose` among ``profile``'s entries (the validation's carry-over check passes a profile without
-    the entries of the row's own part: what the rule gives where that part was never measured)."""
+    the entries of the row's own part: what the rule gives where that part was never measured). A constant
+    counted in SM cycles (:data:`SM_CYCLE_CONSTANTS`) is left out on a part without ``sm_count`` and
+    ``sm_clock_mhz``."""
+    choice = _choose_in(profile, accelerator, precision, fp8_recipe, node)
+    if choice.entry is None or accelerator.sm_cycles_per_s is not None:
+        return choice
+    uncountable = tuple(k for k in SM_CYCLE_CONSTANTS if k in choice.entry.factors and k not in choice.dropped)
+    if not uncountable:
+        return choice
+    if set(choice.entry.factors) <= {*choice.dropped, *uncountable}:  # nothing of it runs here: the catalog
+        return FrameworkChoice(profile.name, ASSUMED, None,
+                               f"{choice.note}; but its {', '.join(uncountable)} cannot run on {accelerator.name}, "
+                               "which records no sm_count and sm_clock_mhz: the catalog constants (Megatron-Core's "
+                               f"kernel rates), assumed for {profile.name}")
+    return replace(choice, dropped=(*choice.dropped, *uncountable),
+                   note=f"{choice.note}; its {', '.join(uncountable)} not applied ({accelerator.name} records no "
+                        "sm_count and sm_clock_mhz to run SM cycles at)")
+
+
+def _choose_in(profile: FrameworkProfile, accelerator: Accelerator, precision: str,
+               fp8_recipe: str | None = None, node: str | None = None) -> FrameworkChoice:
     name = profile.name
     here = [e for e in profile.entries if e.accelerator == accelerator.name]
     entry, exact = _in_precision(here, precision, fp8_recipe)
@@ -351,6 +387,9 @@ def choose_in(profile: FrameworkProfile, accelerator: Accelerator, precision: st
         return FrameworkChoice(name, DERIVED, entry,
                                f"no {name} run on {accelerator.name} in {precision} was measured: its "
                                f"{'/'.join(entry.precisions)} factors there carried over: {_fitted(entry)}")
+    derived = _from_derivation_base(profile, accelerator, precision, fp8_recipe)
+    if derived is not None:
+        return derived
     vendor, peak = _vendor_and_peak(accelerator)
     donors = sorted({e.accelerator for e in profile.entries if _vendor_and_peak(e.accelerator)[0] == vendor
                      and _vendor_and_peak(e.accelerator)[1] <= peak * SAME_SPEED},
@@ -374,6 +413,36 @@ def choose_in(profile: FrameworkProfile, accelerator: Accelerator, precision: st
                            f"no {name} entry for {accelerator.name} in {precision}, nor one of a {vendor} part as fast "
                            f"or slower that carries here, was fitted (fitted on: {', '.join(fitted)}): the catalog constants "
                            f"(Megatron-Core's kernel rates), assumed for {name}")
+
+
+def _from_derivation_base(profile: FrameworkProfile, accelerator: Accelerator, precision: str,
+                          fp8_recipe: str | None) -> FrameworkChoice | None:
+    """The entry of the part ``accelerator``'s efficiency block was derived from by rule (``derived_from``:
+    validation/derive_parts.py, e.g. the H100 PCIe from the H100 SXM), in ``precision`` or the nearest one; None
+    where that part has none. Taken before any other part's, whatever the two parts' speeds: a factor is fitted
+    against its part's kernel constants and absorbs what the catalog assumed there (the H100's TF32 convolution
+    model is the A100's, *assumed*, and Lambda's H100 TF32 factor 0.77 corrects it), and the derived part's
+    constants are the same fractions of its own peak, so the base's factor corrects them alike; another part's
+    factor corrects constants this part does not have (the A100's TF32 factor on the H100 PCIe: +19..+26% on
+    Lambda's rows, validation/modern/cnn.py). Constants of the base part itself (:data:`PART_CONSTANTS`) and those
+    carried only between parts of one speed stay behind, as for any other donor."""
+    base = accelerator.derived_from
+    if base is None:
+        return None
+    entry, _ = _in_precision([e for e in profile.entries if e.accelerator == base], precision, fp8_recipe)
+    if entry is None:
+        return None
+    same_speed = _vendor_and_peak(base)[1] <= _vendor_and_peak(accelerator)[1] * SAME_SPEED
+    kept_apart = PART_CONSTANTS if same_speed else (*PART_CONSTANTS, *SAME_SPEED_CONSTANTS)
+    dropped = tuple(k for k in kept_apart if k in entry.factors)
+    if len(dropped) == len(entry.factors):
+        return None
+    left_out = f"; its {', '.join(dropped)} (of {base} itself) not carried" if dropped else ""
+    return FrameworkChoice(
+        profile.name, DERIVED, entry,
+        f"no {profile.name} run on {accelerator.name} was measured: the {base} {'/'.join(entry.precisions)} factors "
+        f"carried over ({accelerator.name}'s kernel constants are derived from {base}'s by rule, so the factor "
+        f"fitted against them applies alike): {_fitted(entry)}{left_out}", dropped)
 
 
 def with_framework_settings(raw: dict[str, Any]) -> tuple[dict[str, Any], tuple[str, ...]]:

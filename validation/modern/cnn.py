@@ -49,27 +49,25 @@ Mapping (each assumption says so):
   fitted on that group's fit-half rows (validation/modern/profiles.py); groups with fewer than three
   fit rows keep the catalog curve and are reported as *catalog*.
 
-**Lambda's fp16 rows: the harness's input cost** (``lambda-pytorch`` fp16 groups, session 6). Lambda's AMP rows run
-at 0.64-0.74x NVIDIA's own DLE AMP rate for the same GPU and code (A100 80GB SXM 1,430-1,582 vs 2,078-2,470
-img/s; V100 16GB 772-833 vs 1,040-1,200) while its fp32/TF32 rows agree with DLE's within 1-14% (V100 352-369
-vs 357-367, A100 925-1,066 vs 906-938); its AMP/TF32 ratio is 1.47x on H100 and 1.48x on A100 where DLE's is
-2.63x on A100. Its per-GPU fp16 rate is flat over 1-8 GPUs (H100 SXM 2,755-2,791 median per GPU count, V100
-772-833), and below every simulated fp16 GPU step (H100 ~5,500 img/s), above every TF32 one (1,895): the
-shape of a per-rank input pipeline that runs beside the GPU (a prefetching loader: decoding, augmentation,
-copies) and bounds the step at ``images per rank x host time per image`` where the GPU is faster, and is
-hidden where it is slower (TF32, FP32). Lambda names neither its data nor its loader for these runs. So each
-``lambda-pytorch|<GPU>|fp16`` group fits ``input_us_per_sample`` alone (simulator/strategies/spmd/plan.py:
-the input task beside the step; validation/modern/profiles.py ``fit_input_only``), the GEMM curve kept as
-the catalog's (the GPU's own fp16 rate is not what these rows measure), on its fit-half rows (two at least,
-as any one-constant group); the TF32/FP32 groups fit their GEMM factor as before. Fitted per GPU: H100
-358.8 us per image (2,787 img/s per GPU), H200 365.6 (2,735), V100 1,243 (804). A user on another part of
-the same bf16 peak gets its cost, *derived*; on a faster part none (simulator/cost/framework.py
-``SAME_SPEED_CONSTANTS``: B200 and the A100 get the catalog, *assumed*). That the cost carries between parts
-of one generation was checked on held-out rows after the fact
-(``--framework-table``, third table): the H200 entry on H100's 32 held-out fp16 rows and the H100 entry on
-H200's 2 give 1.0% (max 1.3%) and 9.5% (not carried: +98% / +142%); across generations it does not hold (V100 1,243 vs
-H100 359 us; the A100's one fit row 659): whatever the harness does per image, it runs faster with the GPU
-generation (NCHW fp16 layout conversions on the GPU would; Lambda's hosts changed with its GPUs too).
+**Lambda's fp16 rows: SM-bound work beside the convolutions** (``lambda-pytorch`` fp16 groups; session 6 fitted
+them as a host input cost, session 8 as below). Lambda's AMP rows run at 0.64-0.74x NVIDIA's own DLE AMP rate for
+the same GPU and code (A100 80GB SXM 1,430-1,582 vs 2,078-2,470 img/s; V100 16GB 772-833 vs 1,040-1,200) while its
+fp32/TF32 rows agree with DLE's within 1-14% (V100 352-369 vs 357-367, A100 925-1,066 vs 906-938); its AMP/TF32
+ratio is 1.47x on H100 and 1.48x on A100 where DLE's is 2.63x on A100; its per-GPU fp16 rate is flat over 1-8 GPUs.
+It is not the input pipeline: the v2 rows say ``--data-backend synthetic`` (one tensor made on the GPU, no loader),
+and they run at the v1 rows' rate. Per image, the time beyond the catalog's kernels (the fitted groups' rate less
+the catalog-only rate) is, on the fit rows of three generations, the same count of *SM cycles*: V100 (80 SMs x
+1,530 MHz) 451 us, H100 SXM (132 x 1,830) 176 us, H200 (132 x 1,830, its 8-GPU hosts) 232 us: 55, 43 and 56 million
+SM cycles; as a time per HBM byte it spreads 2.7x (0.9, 3.35, 4.8 TB/s), as a time per tensor FLOP 4x, as a time
+alone 2.6x. Work that the SMs' instruction issue bounds (four warp instructions per clock per SM on Volta, Ampere
+and Hopper alike: NVIDIA's V100/A100/H100 whitepapers), neither the tensor cores nor HBM, beside the convolutions:
+what runs there Lambda does not say (an NCHW fp16 run's layout conversions around each cuDNN tensor-core kernel and
+PyTorch's indexed elementwise loops are such work). So each ``lambda-pytorch|<GPU>|fp16`` group fits
+``conv_sm_cycles_per_byte`` alone (SM cycles per byte of a convolution pass's operands, simulator/cost/compute.py;
+validation/modern/profiles.py ``fit_conv_sm_only``) on its fit-half rows (two at least), the GEMM curve kept as the
+catalog's: H100 0.330, H200 0.434, V100 0.426. Counted in SM cycles, the constant carries to a part of other SM
+count and clock (simulator/cost/framework.py): the derived-parts line (the H100/A100 PCIe and GH200 rows, never
+fitted) is where that is checked. The TF32/FP32 groups fit their GEMM factor as before.
 
 **Set aside** (``LAMBDA_FEW_FIT_ROWS``): Lambda's A100 80GB SXM fp16 rows. Only one of the four (x4) is in the
 fit half, too few to fit its host's input cost; they are simulated with the catalog constants and listed with
@@ -189,10 +187,10 @@ def _batch(row: Any) -> int:
 
 #: Lambda's fp16 rows of a GPU whose fit half holds too few rows to fit its host's input cost (module docstring).
 LAMBDA_FEW_FIT_ROWS_GPUS = ("A100 80GB SXM",)
-LAMBDA_FEW_FIT_ROWS = ("Lambda's A100 80GB SXM fp16 (AMP) rows (1,430-1,582 img/s per GPU) are bounded by the benchmark "
-                       "harness's input cost as its H100/H200/V100 fp16 rows are (0.64x DLE PyTorch AMP on the same GPU "
-                       "while its TF32 rows match DLE's), but only one of the four (x4) is in the fit half: too few to "
-                       "fit the cost on this host (two needed); simulated with the catalog constants")
+LAMBDA_FEW_FIT_ROWS = ("Lambda's A100 80GB SXM fp16 (AMP) rows (1,430-1,582 img/s per GPU) run the harness's SM-bound "
+                       "work beside the convolutions as its H100/H200/V100 fp16 rows do (0.64x DLE PyTorch AMP on the "
+                       "same GPU while its TF32 rows match DLE's), but only one of the four (x4) is in the fit half: too "
+                       "few to fit its constant on this part (two needed); simulated with the catalog constants")
 
 
 def _set_aside(source: str, gpu: str, training: dict[str, Any], row: Any = None) -> str:

@@ -113,9 +113,9 @@ def lambda_fp16_note(block: dict[str, Any]) -> str:
     fp16 = next((s for s in block["by_precision"] if s["label"] == "fp16"), None)
     if fp16 is None or not fp16["cases"]:
         return ""
-    costs = ", ".join(f"{g.split('|')[1].split('-')[0].upper()} {e['input_us_per_sample']:,.1f}"
+    costs = ", ".join(f"{g.split('|')[1].split('-')[0].upper()} {e['conv_sm_cycles_per_byte']:.3f}"
                       for g, e in sorted(load_groups("cnn_lambda").items())
-                      if g.endswith("|fp16") and e.get("input_us_per_sample") is not None)
+                      if g.endswith("|fp16") and e.get("conv_sm_cycles_per_byte") is not None)
     rows = [c for c in block["cases"] if c["precision"] == "fp16"]
     new = set(block.get("new_scenarios", {}).get("rows", []))
     fresh = sorted(abs(c["relative_error"]) for c in rows if c["row"] in new and c["relative_error"] is not None)
@@ -125,8 +125,9 @@ def lambda_fp16_note(block: dict[str, Any]) -> str:
     beside = (f"; with the catalog constants alone these rows come out {_signed(catalog['median_error'])} at the "
               f"median" if catalog and catalog["median_error"] is not None else "")
     return (f"fp16 ({fp16['cases']} held-out rows, median |error| {100 * fp16['median_abs_error']:.1f}%{of_new}): Lambda's fp16 rate per GPU is flat over 1-8 GPUs and repeats "
-            f"across hosts, and is fitted by one input cost per image per part ({costs} us) that no mechanism here "
-            f"explains{beside}: the figure says the rate is repeatable, not that the model predicts it")
+            f"across hosts, and is fitted by one constant per part, the SM cycles per convolution byte the framework spends "
+            f"beside the catalog's kernels ({costs}; simulator/cost/compute.py){beside}: the figure says the rate is "
+            f"repeatable; whether the constant carries to a part no row fitted, the derived-parts line says")
 
 
 def _median(values: list[float]) -> float:

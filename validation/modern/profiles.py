@@ -82,7 +82,7 @@ def with_constants(case: ModernCase, constants: dict[str, Any] | None) -> dict[s
     base, overrides = (node["base"], dict(node["overrides"])) if isinstance(node, dict) else (node, {})
     eff = None
     if any(constants.get(k) is not None for k in (*EFFICIENCY_FACTORS, "sync_jitter", "input_us_per_sample",
-                                                   "moe_layer_fixed_us")):
+                                                   "moe_layer_fixed_us", "conv_sm_cycles_per_byte")):
         accelerator = _catalog_yaml("nodes", base)["accelerator"]  # sync_jitter: the wait for the slowest rank
         eff = efficiency_with_factors(_catalog_yaml("accelerators", accelerator)["efficiency"], constants)
     if constants.get("intra_node_latency_us") is not None:
@@ -231,6 +231,20 @@ def fit_input_only(cases: list[ModernCase], simulate_many: Callable[[list[dict]]
     they measure, so no kernel constant is fitted on them."""
     bounds = (0.0, 2e6 / min(c.measured_rate_per_gpu for c in cases))
     return _fit_one_constant(cases, simulate_many, "input_us_per_sample", bounds, BISECTION_STEPS + 6, 2)
+
+
+#: Bounds of the SM cycles per convolution byte a conv-SM-only group fits (simulator/cost/compute.py): 0 to 4 SM
+#: cycles per byte (Lambda's fp16 groups fit 0.3-0.5; 4 would be an SM moving a quarter of a byte per clock).
+CONV_SM_BOUNDS = (0.0, 4.0)
+
+
+def fit_conv_sm_only(cases: list[ModernCase], simulate_many: Callable[[list[dict]], list[dict]]) -> dict[str, Any]:
+    """One ``conv_sm_cycles_per_byte`` (work the framework runs beside each convolution pass at the SMs' instruction
+    rate, simulator/cost/compute.py), the GEMM curve left as the catalog's: the value that makes the fit cases'
+    median log error 0 (bisection; the rate falls monotonically with it), 0 where the cases are too slow already.
+    For a group whose rows run slower than the catalog's kernels by a time the SMs' count and clock set (Lambda's
+    fp16 runs, validation/modern/cnn.py): counted in SM cycles, the constant carries to a part with other SMs."""
+    return _fit_one_constant(cases, simulate_many, "conv_sm_cycles_per_byte", CONV_SM_BOUNDS, BISECTION_STEPS + 6, 4)
 
 
 def write_profile(case_set: str, csv_name: str, source: str, groups: dict[str, dict[str, Any]]) -> Path:

@@ -19,8 +19,8 @@ from validation.modern.case import CaseOutcome, ModernCase, Summary, Unrepresent
 from validation.modern.profiles import (
     MIN_ATTENTION_FIT_CASES,
     fit_attention_only,
+    fit_conv_sm_only,
     fit_group,
-    fit_input_only,
     fit_jitter_only,
     load_groups,
     multi_gpu,
@@ -47,8 +47,8 @@ class ModernSet:
     attention_groups: tuple[str, ...] = ()  # groups fitted on the attention factor alone (profiles.fit_attention_only)
     fit_elsewhere: tuple[str, ...] = ()  # tags of groups whose one-GPU fit rows fit another calibration: no GEMM
     #                                      factor; their multi-GPU fit rows fit sync_jitter alone (profiles.fit_jitter_only)
-    input_precisions: tuple[str, ...] = ()  # groups of these precisions fit the host's input cost alone
-    #                                         (profiles.fit_input_only: Lambda's fp16 rows, validation/modern/cnn.py)
+    conv_sm_precisions: tuple[str, ...] = ()  # groups of these precisions fit the SM cycles per convolution byte
+    #                                         alone (profiles.fit_conv_sm_only: Lambda's fp16 rows, validation/modern/cnn.py)
     derived: Callable[[], list[ModernCase]] | None = None  # rows on boards whose efficiencies are derived by rule
     #                                         (never fitted on, not in the set's figures): :func:`derived_report`
 
@@ -110,7 +110,7 @@ SETS: dict[str, ModernSet] = {s.name: s for s in (
               derived=cnn.dle_derived_cases),
     ModernSet("cnn_lambda", "cnn_training_throughput_lambda.csv",
               "Lambda deeplearning-benchmark, DLE PyTorch ResNet-50 (A100, H100, H200)",
-              cnn.lambda_cases, FRAMEWORK_MEDIAN, FRAMEWORK_MAX, input_precisions=("fp16",),
+              cnn.lambda_cases, FRAMEWORK_MEDIAN, FRAMEWORK_MAX, conv_sm_precisions=("fp16",),
               derived=cnn.lambda_derived_cases),
 )}
 
@@ -389,12 +389,18 @@ def derived_report(name: str, catalog: list[CaseOutcome], user: tuple[list[UserO
     }
 
 
+#: A group's constants that add time outside the catalog's kernels in a way a ratio of two boards' catalog-only
+#: rates does not cancel: the host's input cost per sample, the SM cycles per convolution byte (they scale with
+#: each board's own SMs and clock, not as the kernels do).
+OUTSIDE_KERNEL_CONSTANTS = ("input_us_per_sample", "conv_sm_cycles_per_byte")
+
+
 def board_ratio_check(name: str, workers: int | None = 2) -> dict[str, Any]:
     """The derivation rule checked apart from any framework factor: each derived-parts row's measured rate over the
     median measured rate of the set's rows of the same configuration (network, precision, GPU count, framework) on
     its sibling board (cnn.BOARD_SIBLING), against the same ratio simulated with the catalog constants on both
-    boards (a factor applied alike to both would cancel). Pairs whose sibling rows are bounded outside the GPU (a
-    fitted host input cost, ``input_us_per_sample``, or set aside for it) measure the host, not the rule: listed as
+    boards (a factor applied alike to both would cancel). Pairs whose sibling rows run a fitted time outside the
+    catalog's kernels (:data:`OUTSIDE_KERNEL_CONSTANTS`, or set aside for it) are not the rule alone: listed as
     skipped with that reason. Not a target (the derived-parts line is): it says which part of a miss is the rule."""
     import statistics
 
@@ -413,10 +419,12 @@ def board_ratio_check(name: str, workers: int | None = 2) -> dict[str, Any]:
                     and config(c) == config(d)]
         if d.set_aside or not siblings:
             continue
-        host = [c for c in siblings if c.set_aside or (groups.get(c.profile_group) or {}).get("input_us_per_sample")]
+        host = [c for c in siblings if c.set_aside or any((groups.get(c.profile_group) or {}).get(k)
+                                                           for k in OUTSIDE_KERNEL_CONSTANTS)]
         if host:
-            skipped.append({"row": d.row, "why": f"the {host[0].accelerator} rows of this configuration are bounded by "
-                                                 "the host's input cost (fitted or set aside for it)"})
+            skipped.append({"row": d.row, "why": f"the {host[0].accelerator} rows of this configuration run a fitted "
+                                                 "time outside the catalog's kernels (or are set aside for it), which "
+                                                 "a ratio of catalog constants does not cancel"})
             continue
         pairs.append((d, siblings))
     results = simulate_many([d.scenario for d, _ in pairs] + [s[0].scenario for _, s in pairs], workers)
@@ -448,12 +456,12 @@ def fit(name: str, workers: int | None = 2) -> dict[str, dict[str, Any]]:
             entry["fitted_on"] = fit_half_note(members, cases, "; attention factor only (GEMMs: the catalog's)")
             groups[group] = entry
             continue
-        if group.split("|")[-1] in spec.input_precisions:
-            # a host-side bound (the framework's input pipeline) sets these rows: its time per sample alone
+        if group.split("|")[-1] in spec.conv_sm_precisions:
+            # SM-bound work beside the convolutions sets these rows: its SM cycles per convolution byte alone
             if len(cases) >= MIN_ATTENTION_FIT_CASES:
-                entry = fit_input_only(cases, lambda raws: simulate_many(raws, workers))
-                entry["fitted_on"] = fit_half_note(members, cases, "; input_us_per_sample only (the GPU's kernels: "
-                                                                   "the catalog's)")
+                entry = fit_conv_sm_only(cases, lambda raws: simulate_many(raws, workers))
+                entry["fitted_on"] = fit_half_note(members, cases, "; conv_sm_cycles_per_byte only (the GPU's "
+                                                                   "kernels: the catalog's)")
                 groups[group] = entry
             continue
         if any(tag in group for tag in spec.fit_elsewhere):

@@ -47,10 +47,10 @@ FRAMEWORKS: dict[str, tuple[str, str, str]] = {
     "dle-mxnet": ("cnn_dle", "dle-mxnet", "NVIDIA DeepLearningExamples MXNet ResNet-50 v1.5 (DALI input, Horovod "
                                           "or KVStore all-reduce)"),
     "lambda-pytorch": ("cnn_lambda", "lambda-pytorch", "Lambda deeplearning-benchmark: its fork of DLE's PyTorch "
-                                                       "ResNet-50 on Lambda's hosts; fp16 (AMP) runs bounded by the "
-                                                       "harness's input pipeline (input_us_per_sample: time per "
-                                                       "image beside the GPU's step), TF32 runs by a GEMM/convolution "
-                                                       "factor"),
+                                                       "ResNet-50 on Lambda's hosts; fp16 (AMP) runs by work beside "
+                                                       "each convolution at the SMs' instruction rate "
+                                                       "(conv_sm_cycles_per_byte: SM cycles per byte of a "
+                                                       "convolution pass), TF32 runs by a GEMM/convolution factor"),
 }
 
 #: Group accelerator labels that name a variant of a catalog part: (catalog accelerator, the variant in words).
