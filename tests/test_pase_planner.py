@@ -136,9 +136,20 @@ def test_the_cnn_with_the_largest_fully_connected_layers_gains_most(plans_32, no
 
 
 def test_a_plan_that_does_not_fit_is_a_result_with_the_reason():
-    found = get_planner("pase").run(scenario("biglstm", "gtx1080ti-server-8", 64), {})
-    assert found.step_time_s is None and "GiB" in found.reason
+    # VGG-16 at 8,192 images on 32 GTX 1080 Tis: the model state fits, the activations do not
+    found = get_planner("pase").run(scenario("vgg16", "gtx1080ti-server-8", 8192), {})
+    assert found.step_time_s is None and "needs 18.0 GiB of 9.0 GiB usable" in found.reason
     assert math.isnan(found.details["speedup_over_data_parallel"])
+
+
+def test_a_model_state_no_plan_can_hold_is_refused_before_planning():
+    # BigLSTM in fp32 on 32 GTX 1080 Tis: 26.5 GiB of model state a replica, 12.6 GiB a GPU at the most
+    # shards PaSE's splits allow (its LSTMs take no weight-sharding cut), 9.0 GiB usable
+    with pytest.raises(ConfigError) as err:
+        get_planner("pase").run(scenario("biglstm", "gtx1080ti-server-8", 64), {})
+    assert err.value.field == "model"
+    assert "is 26.5 GiB a replica, at least 12.6 GiB a GPU in any PaSE plan" in str(err.value)
+    assert "more than the 9.0 GiB usable on one gtx-1080ti" in str(err.value)
 
 
 def test_bad_dims_option_names_it():

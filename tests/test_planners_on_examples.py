@@ -50,13 +50,16 @@ def test_per_layer_planners_refuse_a_mixture_of_experts_by_name(planner):
     assert "do not split experts; use `clustersim search`" in str(err.value)
 
 
-def test_pase_says_its_plan_ignores_memory_when_it_does_not_fit():
-    # Llama-3-8B at 8K tokens on 64 H100s: every PaSE proposal and pure data parallelism need 174.6 GiB
-    result = get_planner("pase").run(_raw("llama3-8b-diloco-h100"), {})
-    assert result.step_time_s is None and "needs 174.6 GiB of 78.0 GiB" in result.reason
-    header = result.header()
-    assert "# the plan cannot run: needs 174.6 GiB" in header
-    assert "# PaSE's cost model ignores memory" in header and "does not fit on this cluster" in header
+def test_pase_refuses_a_model_state_that_no_split_of_its_can_shard():
+    # Llama-3-8B at 8K tokens on 64 H100s: its transformer blocks take no weight-sharding cut, so every
+    # PaSE plan holds one replica's 134.6 GiB of model state (pure data parallelism once returned,
+    # 174.6 GiB, exit 0); where a split can shard it, PaSE plans and says its cost ignores memory
+    # (tests/test_planner_model_state.py)
+    with pytest.raises(ConfigError) as err:
+        get_planner("pase").run(_raw("llama3-8b-diloco-h100"), {})
+    assert err.value.field == "model"
+    assert "llama3-8b's model state (weights + gradients + optimizer state) is 134.6 GiB a replica in any PaSE plan" \
+        in str(err.value)
 
 
 DROPPED = "does not model recompute; the scenario's recompute: full was dropped for this plan"
@@ -121,7 +124,7 @@ def test_each_planner_plans_or_refuses_in_one_line_with_a_real_reason(runs, exam
         assert done.returncode == 2 and "do not split experts" in done.stderr
     elif example.startswith("mixtral"):  # DAPPLE: 47B parameters on 64 H100s without expert parallelism
         assert done.returncode == 2 and "no DAPPLE plan of mixtral-8x7b fits" in done.stderr
-    elif example.startswith("llama3-8b-diloco") and planner == "pase":
-        assert done.returncode == 0 and "PaSE's cost model ignores memory" in done.stdout
+    elif example.startswith("llama3-8b-diloco") and planner in ("pase", "deeppool"):  # 134.6 GiB a replica
+        assert done.returncode == 2 and "llama3-8b's model state" in done.stderr
     else:
         assert done.returncode == 0, done.stderr

@@ -97,6 +97,10 @@ def run(args) -> int:
     result.extra["assumed_efficiencies"] = assumed_components(provenance)
     result.extra["efficiency_states"] = efficiency_states(provenance)
     result.extra["warnings"] = kernel_warnings(scenario) + framework_setting_warnings(scenario)
+    from simulator.strategies.optimizer_fusion import accumulation_notes
+
+    if notes := accumulation_notes(scenario):  # optimizer fusion accepted but changing no memory: said
+        result.extra["notes"] = notes
     if grouped := grouped_gemm_kernels(scenario):  # MoE experts: the grouped kernel per part, measured or assumed
         result.extra["grouped_gemm"] = grouped
     if scenario.frameworks:  # training.framework: the entry used, its factors and the rows they were fitted on

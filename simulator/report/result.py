@@ -471,4 +471,5 @@ def render_table(result: SimulationResult) -> str:
         lines.append(f"  {'grouped GEMM' if i == 0 else '':<14} {g['accelerator']} {g['precision']}, {g['framework']}: "
                      f"{g['note']}")
     lines += [f"  WARNING: {text}" for text in result.extra.get("warnings", ())]
+    lines += [f"  NOTE: {text}" for text in result.extra.get("notes", ())]
     return "\n".join(lines)

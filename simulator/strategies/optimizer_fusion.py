@@ -126,3 +126,25 @@ class FusedUpdates:
         actor = self.tasks.actors[stage]
         self.tasks.streams[(actor, "compute")].append(task)
         self.tasks.compute[actor].append(task)
+
+
+def accumulation_notes(scenario) -> list[str]:
+    """One line where ``training.optimizer_fusion`` is accepted but changes no memory: the step
+    accumulates gradients over more than one micro-batch per worker, so they stay whole until the
+    update (the module docstring; Jiang et al. 2021 Sec. 3 fuse the update into the backward of the
+    one pass that produces the gradients). PipeDream's (non-2BW) ``async_pipeline`` updates after
+    every micro-batch and accumulates nothing. Shown under ``clustersim simulate``'s result and in
+    its ``--json`` ``notes``: a setting must not be dropped without a word."""
+    mode = fusion_mode(scenario)
+    micro_batches = scenario.parallelism.num_micro_batches
+    if mode == "none" or micro_batches <= 1:
+        return []
+    if scenario.strategy_kind == "async_pipeline" and getattr(scenario.strategy, "variant", None) != "2bw":
+        return []
+    if mode == "backward":
+        return [f"{FIELD}=backward saves no memory here: the {micro_batches} micro-batches a step (per worker) "
+                "accumulate their gradients, which stay whole until each chunk's update (step in backward frees them "
+                "as they are computed only with one micro-batch a step)"]
+    return [f"{FIELD}=forward changes no memory: the {micro_batches} micro-batches a step (per worker) accumulate "
+            "their gradients, which stay whole until each chunk's update before the next forward, as without fusion "
+            "(forward fusion moves only where the update runs)"]

@@ -43,7 +43,8 @@ it does, exactly:
 Not done: a pipeline whose stages split their components other than by data parallelism (no
 strategy kind holds both), pipelines re-chosen at other batches and GPU counts (the ``batches``
 and ``gpus`` report covers the per-component choices), memory as a constraint of the search (a
-plan that does not fit is reported with the reason, as PaSE's planner does).
+plan that does not fit is reported with the reason, as PaSE's planner does; a model state that no
+choice can hold on one GPU is refused before planning, :mod:`.model_state`).
 """
 
 from __future__ import annotations
@@ -76,6 +77,12 @@ from simulator.explore.planners.components import (
     choices_for,
     component_splits,
     find_components,
+)
+from simulator.explore.planners.model_state import (
+    per_layer_least_bytes,
+    pipeline_least_bytes,
+    refuse_unless_state_fits,
+    weight_shards,
 )
 from simulator.explore.planners.oracle import (
     Oracle,
@@ -312,6 +319,27 @@ ALL_CHOICES = (*CHOICE_NAMES, "pipeline")
 PIPELINES_PER_STAGE_COUNT = 2
 
 
+def _refuse_unless_state_fits(scenario, pricer, names: tuple[str, ...], pipeline: bool, max_stages: int) -> None:
+    """Refuse before planning when no plan of the planner's choices holds the model state on one GPU
+    (:mod:`.model_state`): per-layer choices shard a layer's weights at most as its PaSE configurations
+    over all GPUs do (``tensor``, ``megatron`` and ``per_layer`` cut channels, heads or the reduction;
+    ``data`` and ``spatial`` replicate them), a pipeline spreads them over its stages with ZeRO-1."""
+    graph, batch, p = pricer.graph, pricer.batch, scenario.num_gpus
+    if {"tensor", "megatron", "per_layer"} & set(names):
+        def most(layer) -> int:
+            return max((weight_shards(s) for s in layer_configs(layer, batch, p, PER_LAYER_DIMS)), default=1)
+    else:
+        def most(layer) -> int:
+            return 1
+    least = per_layer_least_bytes(scenario, graph, most)
+    space = f"choices {', '.join(names)}"
+    if pipeline:
+        stages = min(max_stages, len(find_components(graph)), p)
+        least = min(least, pipeline_least_bytes(scenario, graph, stages, p))
+        space += f", pipelines of at most {stages} stages with ZeRO-1"
+    refuse_unless_state_fits(scenario, graph, least, "adaptive", space)
+
+
 def run_adaptive(raw: dict[str, Any], options: dict[str, Any]) -> PlanResult:
     check_options(ADAPTIVE, options)
     wanted = list_option(options, "choices", ALL_CHOICES, ALL_CHOICES, "choice")
@@ -322,6 +350,7 @@ def run_adaptive(raw: dict[str, Any], options: dict[str, Any]) -> PlanResult:
     max_stages = int_option(options, "max_stages", 4)
     started = time.perf_counter()
     scenario, pricer = per_layer_pricer(raw)
+    _refuse_unless_state_fits(scenario, pricer, names, "pipeline" in wanted, max_stages)
     shared = _Prices(pricer)
     plans = {bound: choose_on(scenario, pricer, names, hidden, shared) for bound, hidden in BOUNDS.items()}
     oracle = Oracle()

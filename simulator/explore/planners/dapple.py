@@ -256,6 +256,30 @@ class Estimator:
         return sum(work) + 2 * sum(sends) + (micro_batches - 1) * pivot + max(tails)
 
 
+def _plan_words(replicas: tuple[int, ...], micro_batches: int, zero: int, batch: int) -> str:
+    """A plan in words for a message: ``64 stages of 1 GPU each, 1 micro-batch of 256 samples`` (a
+    ragged replica vector is listed)."""
+    stages = len(replicas)
+    if len(set(replicas)) == 1:
+        shape = (f"data parallel over {replicas[0]} GPUs (one stage)" if stages == 1 else
+                 f"{stages} stages of {replicas[0]} GPU{'s' if replicas[0] > 1 else ''} each")
+    else:
+        shape = f"{stages} stages of {list(replicas)} GPUs"
+    return (f"{shape}, {micro_batches} micro-batch{'es' if micro_batches > 1 else ''} of {batch // micro_batches} "
+            f"samples{', ZeRO-1' if zero else ''}")
+
+
+def _stage_of(reason: str | None, stages: int) -> str:
+    """The memory check's reason with its pipeline stage said as ``stage i of S`` (a one-stage plan:
+    no stage), so a stage index is not read as a rank."""
+    import re
+
+    reason = reason or "does not fit"
+    if stages == 1:
+        return re.sub(r" on stage \d+$", "", reason)
+    return re.sub(r" on stage (\d+)$", lambda m: f" on stage {m.group(1)} of {stages} (stages count from 0)", reason)
+
+
 def plan_raw(raw: dict[str, Any], counts: list[int], replicas: tuple[int, ...], micro_batches: int,
              zero: int = 0, extra_warmup: int = 0) -> dict[str, Any]:
     """The scenario mapping of one plan (the input's, with the strategy and layout replaced)."""
@@ -423,7 +447,8 @@ def run_dapple(raw: dict[str, Any], options: dict[str, Any]) -> PlanResult:
                 continue
             seen.add(key)
             tried += 1
-            evaluation = last[0] = oracle.evaluate(plan_raw(raw, counts, replicas, m, zero))
+            evaluation = oracle.evaluate(plan_raw(raw, counts, replicas, m, zero))
+            last[0] = (evaluation, replicas, m, zero)
             if evaluation.fits:
                 fitted += 1
                 simulated.append((evaluation.step_time_s, estimate_s, evaluation))
@@ -443,8 +468,10 @@ def run_dapple(raw: dict[str, Any], options: dict[str, Any]) -> PlanResult:
         for zero in (0, 1) if max(vector) > 1 else (0,):
             simulate_in_order([item for item in ranked if item[3] == vector and item[5] == zero], 1, 4)
     if not simulated:
+        evaluation, replicas, m, zero = last[0]
         raise ConfigError("model", f"no DAPPLE plan of {scenario.model.name} fits on {n} GPUs "
-                                   f"(tried {oracle.simulated}; the last: {last[0].reason})")
+                                   f"(tried {oracle.simulated}; the last, {_plan_words(replicas, m, zero, g)}: "
+                                   f"{_stage_of(evaluation.reason, len(replicas))})")
     finalists: dict[tuple[int, ...], tuple] = {}  # the best simulated plan of the REFINED best replica vectors
     for item in sorted(simulated, key=lambda item: item[0]):
         vector = tuple(s["replicas"] for s in item[2].raw["strategy"]["stages"])

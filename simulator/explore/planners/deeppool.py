@@ -13,7 +13,8 @@ leaves idle serve a background job in DeepPool; here they are reported as GPU-se
 Costs: a layer on g GPUs is :mod:`simulator.strategies.per_layer.cost` 's ``{batch: g}`` price on
 the first g GPUs (kernels at G/g samples, the weight-gradient all-reduce over the g), an edge the
 reshard between the two device sets; the exact dynamic program is :mod:`.pase_dp`. The plan is a
-``per_layer`` strategy, simulated beside every layer on all GPUs.
+``per_layer`` strategy, simulated beside every layer on all GPUs. Every layer's whole weights sit on
+each of its GPUs, so a model state larger than one GPU is refused before planning (:mod:`.model_state`).
 """
 
 from __future__ import annotations
@@ -25,6 +26,7 @@ from typing import Any
 
 from simulator.errors import ConfigError
 from simulator.explore.planners import PlannerKind, PlanResult, check_options, register
+from simulator.explore.planners.model_state import per_layer_least_bytes, refuse_unless_state_fits
 from simulator.explore.planners.oracle import (
     Oracle,
     dropped_recompute_notes,
@@ -53,6 +55,8 @@ def run_deeppool(raw: dict[str, Any], options: dict[str, Any]) -> PlanResult:
     scenario, prices = per_layer_pricer(raw)
     p = scenario.num_gpus
     graph, batch = prices.graph, prices.batch
+    refuse_unless_state_fits(scenario, graph, per_layer_least_bytes(scenario, graph, lambda layer: 1), "DeepPool",
+                             "each layer data parallel over its GPUs, its whole weights on each")
     layers = {layer.name: layer for layer in graph.layers}
     counts = gpu_counts(p, batch)
     priced = [0]

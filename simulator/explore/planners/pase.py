@@ -12,7 +12,8 @@ replicas), an edge's cost t_x the reshard between the producer's and the consume
 (:mod:`.pase_dp`) returns the assignment of least total cost (PaSE's objective, Sec. III-B, eq. 1).
 
 PaSE's objective has no memory term (nor has the paper's): a plan that does not fit is returned
-with the reason. The plan is written as a ``per_layer`` strategy (the most common split as ``default``, the other
+with the reason; a model whose weights, gradients and optimizer state no split can shard onto one
+GPU is refused before planning (:mod:`.model_state`). The plan is written as a ``per_layer`` strategy (the most common split as ``default``, the other
 layers as index ranges) and simulated by the engine, with pure data parallelism (every layer
 ``{batch: p}``) simulated beside it for the speed-up PaSE reports.
 
@@ -49,6 +50,11 @@ from simulator.explore.planners import (
     int_option,
     list_option,
     register,
+)
+from simulator.explore.planners.model_state import (
+    per_layer_least_bytes,
+    refuse_unless_state_fits,
+    weight_shards,
 )
 from simulator.explore.planners.oracle import (
     Oracle,
@@ -151,6 +157,11 @@ def run_pase(raw: dict[str, Any], options: dict[str, Any]) -> PlanResult:
             raise ConfigError("parallelism.global_batch_size",
                               f"layer {name} has no split over {p} GPUs along {', '.join(dims)} that divides it "
                               f"(global batch {batch}; spatial cuts: --option dims=batch,rows,cols)")
+    most = {name: max(weight_shards(split) for split in splits) for name, splits in configs.items()}
+    refuse_unless_state_fits(scenario, graph, per_layer_least_bytes(scenario, graph, lambda layer: most[layer.name]),
+                             "PaSE", f"each layer split over {p} GPUs along {', '.join(dims)}: "
+                                     + (f"weights sharded at most {max(most.values())} ways" if max(most.values()) > 1
+                                        else "no layer can shard its weights"))
     edges = [(u, layer.name) for layer in graph.layers for u in dict.fromkeys(layer.inputs) if u in layers]
     needed = transitions_needed([layer.name for layer in graph.layers], edges, lambda name: len(configs[name]))
     if needed > max_transitions:
