@@ -39,3 +39,27 @@ def torchvision():
         return import_torchvision()
     except ImportError:
         pytest.skip("torchvision is not installed")
+
+
+# Under pytest-xdist (the README's test command: `-n 2 --dist loadfile --no-loadscope-reorder`) each
+# file runs whole on one worker (its module-scoped fixtures computed once), and files are handed out
+# in collection order as workers free up. The files below take longest (2026-12-05, `--durations`
+# of a 2-worker run): they are collected first, longest first, so that the two workers finish
+# together rather than one running the real-run harness (about a minute on 2 idle cores) alone at the
+# end. A file missing from the list only runs later; a name that no longer exists is ignored.
+LONGEST_FILES_FIRST = (
+    "test_harness_e2e.py", "test_search_bounds.py", "test_layout_ranking.py", "test_plan_cli.py",
+    "test_memory_framework_settings.py", "test_validation_exit_codes.py", "test_harness.py",
+    "test_torch_import.py", "test_pase_planner.py", "test_networks.py", "test_planners_on_examples.py",
+    "test_search_fast.py", "test_modern_validation.py", "test_pp_split_estimate.py", "test_search_checks.py",
+    "test_conv_calibration.py",
+)
+
+
+def pytest_collection_modifyitems(config, items):
+    """Longest files first, under pytest-xdist only (a plain run keeps the files' order); the sort
+    is stable, so tests keep their order inside a file and every worker collects the same list."""
+    if not os.environ.get("PYTEST_XDIST_WORKER"):
+        return
+    first = {name: i for i, name in enumerate(LONGEST_FILES_FIRST)}
+    items.sort(key=lambda item: first.get(item.path.name, len(first)))
