@@ -18,8 +18,14 @@ from hypothesis import strategies as st
 
 from simulator.engine.engine import Engine, Task
 from simulator.scenario import load_scenario
-from simulator.simulate import (_busiest_stage, critical_actor, least_waiting_stage, pipeline_bubble_s,
-                                stage_breakdowns, time_breakdown)
+from simulator.simulate import (
+    _busiest_stage,
+    critical_actor,
+    least_waiting_stage,
+    pipeline_bubble_s,
+    stage_breakdowns,
+    time_breakdown,
+)
 from simulator.strategies.plan import MEMORY_COUNTER
 from simulator.strategies.registry import get_kind
 from simulator.strategies.spmd import fast
@@ -130,3 +136,14 @@ def test_busiest_stage_compares_bubbles_to_the_bit(overrides):
     breakdown = time_breakdown(plan, critical, makespan)
     assert _busiest_stage(plan, critical, breakdown, makespan) == least_waiting_stage(
         stage_breakdowns(plan, critical, makespan), breakdown)
+
+
+@settings(max_examples=200, deadline=None, derandomize=True)
+@given(st.lists(st.tuples(st.floats(0, 10), st.floats(0, 3)), max_size=30))
+def test_overlapping_runs_are_the_runs_of_windows_starting_before_an_earlier_end(spans):
+    windows = sorted((start, start + length, k, length) for k, (start, length) in enumerate(spans))
+    late = [k for k in range(1, len(windows)) if windows[k][0] < max(w[1] for w in windows[:k])]
+    runs = []
+    for k in late:
+        runs = runs[:-1] + [(runs[-1][0], k + 1)] if runs and runs[-1][1] == k else runs + [(k - 1, k + 1)]
+    assert fast._overlapping_runs(windows) == runs

@@ -68,6 +68,7 @@ from contextlib import contextmanager
 from dataclasses import dataclass, field
 from heapq import heappop, heappush
 from itertools import count
+from operator import attrgetter
 from typing import NamedTuple
 
 from simulator.engine.network import FlowNetwork
@@ -183,6 +184,8 @@ def _fire(event: _Event) -> None:
 class _Stop(Exception):
     """Raised by the loop's stop entry (``run(until_done=...)``)."""
 
+
+_TRIGGERED, _END = attrgetter("done.triggered"), attrgetter("end_s")
 
 _URGENT, _NORMAL = 0, 1  # SimPy's priorities: a process starts before the normal events of its instant
 
@@ -344,11 +347,11 @@ class Engine:
                 for run in runs:
                     self._go(run)
                 self._loop()
-        unfinished = [t for t in required if not t.done.triggered]
-        if unfinished:
+        if not all(map(_TRIGGERED, required)):
+            unfinished = [t for t in required if not t.done.triggered]
             first = unfinished[0]
             raise RuntimeError(f"deadlock: {len(unfinished)} tasks never ran, first {first.actor}/{first.name}")
-        return max((t.end_s for t in required), default=0.0)
+        return max(map(_END, required), default=0.0)
 
     @staticmethod
     def _stop(_arg) -> None:
@@ -429,6 +432,9 @@ class Engine:
             self._count((task.actor, task.counter), task.alloc_bytes)
         if task.comm_slowdown_while_computing > 0:
             transfer = self._transfer([task], task.demands, task.latency_s)
+        elif not task.contends:  # nothing slows it, nothing else waits for it: the stream goes on at its last byte
+            self.network.transfer_then(task.demands, task.latency_s, run.after_wait)
+            return
         else:  # nothing slows it: straight onto the network (what _transfer does then)
             transfer = self.network.transfer(task.demands, task.latency_s)
         if task.contends:

@@ -69,6 +69,7 @@ class _Flow:
     weights: dict[str, float] = field(default_factory=dict)
     solo_rate: float = 0.0          # its rate with its ports to itself: min over ports of capacity / bytes
     factor: Callable[[], float] | None = None  # multiplies the fair rate (1 = the links' pace)
+    then: Callable[[None], None] | None = None  # called in ``done``'s place (:meth:`FlowNetwork.transfer_then`)
 
 
 class FlowNetwork:
@@ -105,6 +106,18 @@ class FlowNetwork:
             self._start(prepared[1], done, factor)
         return done
 
+    def transfer_then(self, demands: dict[str, float], latency_s: float, then: Callable[[None], None]) -> None:
+        """:meth:`transfer` for a waiter that is the event's only callback: ``then(None)`` is scheduled
+        where the event would be (``call_later(0, ...)`` at the last byte: the same place in the clock's
+        order as the event's processing), without an event between them."""
+        prepared = self._prepared.get(id(demands))
+        if prepared is None or prepared[0] is not demands:
+            prepared = self._prepared[id(demands)] = (demands, self._prepare(demands))
+        if latency_s > 0:
+            self.clock.call_later(latency_s, self._start_later, (prepared[1], None, None, then))
+        else:
+            self._start(prepared[1], None, None, then)
+
     def _prepare(self, demands: dict[str, float]):
         """A flow's constants from its demands: (ports with bytes, heaviest bytes, each port's share
         of the heaviest, its rate alone). Kept per demands mapping (the caller's, which it keeps
@@ -127,13 +140,16 @@ class FlowNetwork:
     def _start_later(self, args) -> None:
         self._start(*args)
 
-    def _start(self, prepared, done, factor: Callable[[], float] | None = None) -> None:
+    def _start(self, prepared, done, factor: Callable[[], float] | None = None, then=None) -> None:
         demands, heaviest, weights, solo_rate = prepared
         if not demands:
-            self.clock.succeed(done)
+            if then is None:
+                self.clock.succeed(done)
+            else:
+                self.clock.call_later(0.0, then, None)
             return
         self._advance()
-        flow = _Flow(demands, done, heaviest, 1.0, 0.0, weights, solo_rate, factor)
+        flow = _Flow(demands, done, heaviest, 1.0, 0.0, weights, solo_rate, factor, then)
         self._flows.append(flow)
         if factor is not None:
             self._factored += 1
@@ -256,5 +272,8 @@ class FlowNetwork:
                     self._shared_ports.discard(port)
                 elif n == 0:
                     del flows_on_port[port]
-            self.clock.succeed(flow.done)
+            if flow.then is None:
+                self.clock.succeed(flow.done)
+            else:
+                self.clock.call_later(0.0, flow.then, None)
         self._reallocate()

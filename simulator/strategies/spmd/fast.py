@@ -42,7 +42,8 @@ import math
 from bisect import bisect_left
 from collections import defaultdict
 from dataclasses import dataclass
-from itertools import accumulate
+from itertools import accumulate, compress, islice
+from operator import itemgetter, lt
 
 from simulator.engine.engine import Task, cyclic_gc_paused
 from simulator.scenario import Scenario
@@ -101,6 +102,8 @@ class DagTimes:
 # byte windows start after the earliest delayed transfer was ready, or they reach twice this share of the
 # tasks: then the whole walk is cheaper.
 RERUN_SHARE = 0.25
+
+_START, _END = itemgetter(0), itemgetter(1)  # of a byte window (start, end, task, seconds on the port)
 
 # Rounds of the contention correction (each re-times the DAG with the delays the last found; it
 # stops early at a fixed point, where the delays found equal those the round ran with: in the
@@ -438,8 +441,8 @@ def _overlapping_runs(intervals) -> list[tuple[int, int]]:
     in which every window but the first starts before an earlier one of the run has ended. A window in
     no run starts once every earlier window has ended, and every later one starts after it has: it
     overlaps none."""
-    reach = list(accumulate([w[1] for w in intervals], max))  # the latest end so far
-    late = [k for k in range(1, len(intervals)) if intervals[k][0] < reach[k - 1]]
+    reach = accumulate(map(_END, intervals), max)  # the latest end so far (up to the window before each)
+    late = list(compress(range(1, len(intervals)), map(lt, map(_START, islice(intervals, 1, None)), reach)))
     runs: list[tuple[int, int]] = []
     for k in late:
         if runs and runs[-1][1] == k:
