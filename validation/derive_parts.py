@@ -12,7 +12,10 @@ not carried here fails a test instead of drifting.
 - *Peaks, HBM capacity and bandwidth, TDP*: the part's datasheet (:data:`DERIVED_PARTS`, ``source``). The
   datasheet peak already holds the part's clock and SM count: H100 PCIe 114 SMs at a 1,755 MHz boost against
   the SXM5's 132 at 1,980 MHz is 0.766 of its peak (756 / 989 = 0.764); the A100 PCIe runs the SXM4's
-  108 SMs at the same 1,410 MHz boost (312 = 312).
+  108 SMs at the same 1,410 MHz boost (312 = 312). Each spec records its SMs and the clock its dense peak implies
+  (``sm_count``, ``sm_clock_mhz``: H100 PCIe 114 x 1,620 MHz, SXM5 132 x 1,830, the same 0.764), for work counted
+  in SM cycles (simulator/cost/compute.py), and ``derived_from`` names the sibling, whose framework entries the
+  part takes (simulator/cost/framework.py).
 - *Compute efficiencies* (the GEMM curves, convolutions by shape, attention kernels, the in-training and
   misaligned-GEMM factors) are fractions of the part's own peak, carried from the SXM sibling unchanged;
   a GEMM curve's size axis is scaled by the peak ratio, so a GEMM of the same *duration* keeps its

@@ -658,7 +658,8 @@ class Planner:
 
     def input_task(self, actor: str, rank: int) -> Task | None:
         """The framework's input pipeline on a first-stage rank (``efficiency.input_us_per_sample``, set by a
-        framework profile: Lambda's ResNet-50 harness, validation/modern/cnn.py): the next step's samples (the
+        framework profile; Lambda's ResNet-50 fp16 rows were fitted so in sessions 6-7, validation/modern/cnn.py
+        says why they no longer are): the next step's samples (the
         rank's micro-batches) loaded on the host beside this step's kernels, as a prefetching loader (PyTorch
         DataLoader workers, DALI) runs in steady state. The step ends no earlier than the load, and the next
         step's first kernel waits for it: a step takes max(GPU step, samples x time per sample)."""
