@@ -856,7 +856,10 @@ def efficiency_block(name: str) -> dict:
         curves["fp8_block"] = {"points": _curve(fit.levels[("h800-sxm-80g", "fp8_block")], accel.peak_tflops["fp8"]),
                                "source": "DeepGEMM FP8 1x128/128x128 block-scaled GEMMs on H800 (same tensor cores as "
                                          "H100); level on validation/calibrate_a100.py BASE_SHAPE",
-                               "fitted_on": fit.fitted_on[("h800-sxm-80g", "fp8_block")]}
+                               # measured on H800 only: on the other GH100 boards the level is the sibling's
+                               # (simulator/cost/provenance.py prints it as derived, not calibrated)
+                               "fitted_on": fit.fitted_on[("h800-sxm-80g", "fp8_block")]
+                               + ("" if name == "h800-sxm-80g" else " (sibling h800-sxm-80g)")}
     # The MXFP8 rows are torchao's *grouped* kernels (0.5 of the fp8 peak where dense cuBLAS FP8 reaches 0.77):
     # no mxfp8 curve is written (a dense MXFP8 GEMM runs on the fp8 curve, marked assumed); the grouped kernels
     # are B200's grouped_gemm entries (fit_grouped), for the framework that runs them.
