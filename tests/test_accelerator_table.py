@@ -45,7 +45,7 @@ def test_the_readme_table_is_the_generators_output():
     assert done.returncode == 0, done.stderr
     assert done.stdout.strip("\n") == table.readme_table(), (
         "README.md's accelerator table differs from `python -m validation.modern --by-accelerator`: run "
-        "`python -m validation.modern.by_accelerator --write`")
+        "`python -m validation.modern.by_accelerator --readme` (or `--write` where a figure moved)")
 
 
 def test_cache_holds_every_set_and_line():

@@ -24,8 +24,9 @@ Every cell is generated, none typed:
   attention kernels, the grouped GEMM), validation/calibrate_collectives.py (collectives inside a node) and
   validation/calibrate_collectives_cross.py (across nodes; set-aside rows counted apart), recomputed here (< 1 s).
 
-``python -m validation.modern.by_accelerator`` prints the rows; ``--markdown`` the README table; ``--write``
-re-simulates the held-out rows, writes the cache and replaces the README table (between its two marker lines).
+``python -m validation.modern.by_accelerator`` prints the rows; ``--markdown`` the README table (as does
+``python -m validation.modern --by-accelerator``); ``--write`` re-simulates the held-out rows, writes the cache and
+replaces the README table (between its two marker lines); ``--readme`` replaces the table from the cache alone.
 """
 
 from __future__ import annotations
@@ -472,8 +473,14 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--write", action="store_true",
                         help="simulate the held-out rows again (~40 CPU-s), write validation/modern/heldout_errors.csv "
                              "and replace the README table")
+    parser.add_argument("--readme", action="store_true",
+                        help="replace the README table from the cached errors, no simulation (a spec's provenance "
+                             "changed, no figure did)")
     parser.add_argument("--workers", type=int, default=2)
     args = parser.parse_args(argv)
+    if args.readme:
+        print(f"wrote {write_readme(markdown())}")
+        return 0
     if args.write:
         print(f"wrote {write_cache(heldout_errors(args.workers))}")
         print(f"wrote {write_readme(markdown())}")
