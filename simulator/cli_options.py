@@ -8,7 +8,8 @@ from simulator.errors import ConfigError
 def add_overrides(parser) -> None:
     """``--set key.path=value`` (repeatable): override a scenario field before validation."""
     parser.add_argument("--set", dest="overrides", action="append", default=[], metavar="KEY.PATH=VALUE",
-                        help="override a scenario field, e.g. --set parallelism.tp=4 (repeatable)")
+                        help="override a scenario field, e.g. --set parallelism.tp=4 (repeatable; YAML values: null unsets a field "
+                             "that cannot be null, so it takes its default)")
 
 
 def add_execution(parser, dask_help: str = "run on Dask: 'local' (a LocalCluster on 127.0.0.1) or tcp://host:port") -> None:

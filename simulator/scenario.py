@@ -399,8 +399,49 @@ def apply_overrides(raw: dict[str, Any], overrides: list[str]) -> dict[str, Any]
         path, value = item.split("=", 1)
         if not path.strip(".").strip():
             raise ConfigError("--set", f"empty key in {item!r}")
-        set_path(data, path, _parse_value(value), path.strip())
+        parsed = _parse_value(value)
+        if parsed is None and not _accepts_null(path):
+            unset_path(data, path)  # null/~/empty on a field that cannot be null: its default, as if not written
+        else:
+            set_path(data, path, parsed, path.strip())
     return data
+
+
+def _accepts_null(path: str) -> bool:
+    """Whether the scenario field at dotted ``path`` accepts null (YAML ``null``/``~``). A ``--set`` of null on
+    a field that does not (``training.framework``) unsets it: the field takes its default, as if the file did
+    not write it. A path the schema does not reach by model fields (a mapping, a list item, an unknown key)
+    counts as accepting null, so the value is set and validation names what is wrong."""
+    import types
+    import typing
+
+    from pydantic import BaseModel
+
+    model: Any = ScenarioFile
+    keys = [k for k in path.strip().split(".") if k]
+    for depth, key in enumerate(keys):
+        field = model.model_fields.get(key) if isinstance(model, type) and issubclass(model, BaseModel) else None
+        if field is None:
+            return True
+        options = typing.get_args(field.annotation) if isinstance(field.annotation, types.UnionType) or \
+            typing.get_origin(field.annotation) is typing.Union else (field.annotation,)
+        if depth == len(keys) - 1:
+            return type(None) in options or Any in options
+        models = [o for o in options if isinstance(o, type) and issubclass(o, BaseModel)]
+        if len(models) != 1:
+            return True
+        model = models[0]
+    return True
+
+
+def unset_path(raw: dict[str, Any], path: str) -> None:
+    """Remove ``a.b.c`` from a nested mapping in place (nothing when it is not there)."""
+    keys = [k for k in str(path).strip().split(".") if k]
+    node: Any = raw
+    for key in keys[:-1]:
+        node = node.get(key) if isinstance(node, dict) else None
+    if isinstance(node, dict):
+        node.pop(keys[-1], None)
 
 
 def load_raw(source: str | Path | dict[str, Any] | None) -> tuple[dict[str, Any], Path | None]:
@@ -411,7 +452,26 @@ def load_raw(source: str | Path | dict[str, Any] | None) -> tuple[dict[str, Any]
     data = read_yaml(path, "scenario", catalog=source is None)  # the package's own default: libyaml's parser
     if not isinstance(data, dict):
         raise ConfigError("scenario", f"{path} must hold a mapping at the top level")
+    if looks_like_sweep(data):
+        raise ConfigError("scenario", f"{path} is a sweep file (it has {', '.join(k + ':' for k in SWEEP_ONLY_KEYS if k in data)}"
+                                      f" and no model: or cluster:), not a scenario: run it with `clustersim sweep {path}`")
     return data, path.parent
+
+
+#: Top-level keys only a sweep file has (simulator/explore/sweep.py ``SweepFile``) and only a scenario has.
+SWEEP_ONLY_KEYS: tuple[str, ...] = ("base", "set", "grid", "zip", "show")
+SCENARIO_ONLY_KEYS: tuple[str, ...] = ("model", "cluster", "strategy", "parallelism", "training", "simulation",
+                                       "economics", "convergence", "co_located_jobs", "reliability")
+
+
+def looks_like_sweep(data: dict[str, Any]) -> bool:
+    """A mapping with a sweep file's keys and none of a scenario's: given where a scenario is expected."""
+    return any(k in data for k in SWEEP_ONLY_KEYS) and not any(k in data for k in SCENARIO_ONLY_KEYS)
+
+
+def looks_like_scenario(data: dict[str, Any]) -> bool:
+    """A mapping with a scenario's keys and none of a sweep file's: given where a sweep file is expected."""
+    return any(k in data for k in SCENARIO_ONLY_KEYS) and not any(k in data for k in SWEEP_ONLY_KEYS)
 
 
 def _relative(ref: Any, base: Path | None) -> Any:

@@ -285,6 +285,13 @@ def load_sweep(source: str | Path | dict[str, Any]) -> Sweep:
         data, folder = read_yaml(path, "sweep"), path.resolve().parent
     if not isinstance(data, dict):
         raise ConfigError("sweep", "a sweep file must hold a mapping at the top level")
+    from simulator.scenario import looks_like_scenario
+
+    if looks_like_scenario(data):
+        where = f"{source} is" if not isinstance(source, dict) else "this is"
+        raise ConfigError("sweep", f"{where} a scenario, not a sweep file: a sweep file has base: (a scenario) and "
+                                   "grid: (dotted fields and their values; see examples/sweeps/); run a scenario with "
+                                   "`clustersim simulate`")
     try:
         doc = SweepFile.model_validate(data)
     except ValidationError as exc:

@@ -6,10 +6,10 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Annotated, Any
 
-from pydantic import Field, RootModel
+from pydantic import Field, RootModel, ValidationError
 
 from hardware_specs.catalog import YamlCatalog
-from hardware_specs.yaml_io import validate_spec
+from simulator.errors import from_pydantic
 from workloads.networks.bert import BertSpec
 from workloads.networks.efficientnet import EfficientNetSpec
 from workloads.networks.inception import InceptionV3Spec
@@ -39,5 +39,8 @@ def network_names() -> list[str]:
 def get_network(ref: str | dict[str, Any], field: str = "model") -> NetworkSpec:
     """A network spec from a catalog name, a YAML path or a mapping with a ``family`` key."""
     if isinstance(ref, dict):
-        return validate_spec(NetworkEntry, ref, field).root
+        try:
+            return NetworkEntry.model_validate(ref).root
+        except ValidationError as exc:  # the family tag is not a key the user wrote: model.name, not model.profile.name
+            raise from_pydantic(exc, field, drop_tags=True) from None
     return NETWORKS.get(ref, field).root

@@ -46,6 +46,7 @@ without kernels gets one ``<name>.measured`` op), so a planner that prices ops g
 from __future__ import annotations
 
 import bisect
+import functools
 import json
 import math
 import re
@@ -377,6 +378,32 @@ def deeppool_graph(text: str, name: str, shard: ShardShape, sample: str = "image
     return with_gradient_sums(LayerGraph(name, tuple(layers), b, sample, seq_length).check())
 
 
+#: Layer names that say what a profiled network's sample is, most specific first: a recurrent network
+#: translates or models sentences (GNMT, BigLSTM), a network with token embeddings or attention reads
+#: sequences (BERT, XLNet), any other (convolutions) images.
+_SAMPLE_WORDS: tuple[tuple[str, tuple[str, ...]], ...] = (
+    ("sentence", ("lstm", "gru", "rnn(")),
+    ("sequence", ("embedding", "embed-", "embeddings", "attention", "input_ids")),
+)
+
+
+@functools.lru_cache(maxsize=64)
+def profile_sample_kind(path: str) -> str:
+    """What one sample of a profiled network is, from its layer names (:data:`_SAMPLE_WORDS`): a
+    PipeDream GNMT graph.txt (``EmuBidirLSTM``, ``Embedding``) is sentences, DAPPLE's BERT-24 sequences,
+    VGG or a DeepPool convolution profile images. A file that cannot be read says image (its layer
+    graph then names the missing file)."""
+    try:
+        text = Path(path).read_text().lower()
+    except OSError:
+        return "image"
+    names = [line.split(" -- ")[1] if " -- " in line else line.split("{", 1)[0] for line in text.splitlines()]
+    for kind, words in _SAMPLE_WORDS:
+        if any(word in name for name in names for word in words):
+            return kind
+    return "image"
+
+
 class ProfiledModelSpec(NetworkSpec):
     """A network known by a measured per-layer profile file (``format``: "pipedream" for PipeDream
     and DAPPLE graph.txt, "deeppool" for DeepPool's). ``profile_batch``: the minibatch a graph.txt
@@ -386,7 +413,9 @@ class ProfiledModelSpec(NetworkSpec):
     format: Literal["pipedream", "deeppool"]
     path: str = Field(min_length=1)
     profile_batch: int | None = Field(default=None, gt=0)
-    sample_kind: Literal["image", "sequence", "sentence"] = "image"
+    sample_kind: Literal["image", "sequence", "sentence"] | None = Field(
+        default=None, description="what one sample is (samples/s is said in it); default: read from the profile's "
+                                  "layers (an LSTM: sentence, an embedding or attention: sequence, else image)")
     sequence_length: int | None = Field(default=None, gt=0)
 
     @property
@@ -395,7 +424,7 @@ class ProfiledModelSpec(NetworkSpec):
 
     @property
     def sample(self) -> str:  # type: ignore[override]
-        return self.sample_kind
+        return self.sample_kind or profile_sample_kind(self.path)
 
     def layer_graph(self, shard: ShardShape) -> LayerGraph:
         refuse_split(self.name, shard)
@@ -407,6 +436,6 @@ class ProfiledModelSpec(NetworkSpec):
         if self.format == "pipedream":
             if self.profile_batch is None:
                 raise ConfigError("model.profile_batch", "a graph.txt does not say its minibatch: give profile_batch")
-            return pipedream_graph(text, self.name, self.profile_batch, shard, self.sample_kind,
+            return pipedream_graph(text, self.name, self.profile_batch, shard, self.sample,
                                    self.sequence_length, path.name)
-        return deeppool_graph(text, self.name, shard, self.sample_kind, self.sequence_length, path.name)
+        return deeppool_graph(text, self.name, shard, self.sample, self.sequence_length, path.name)
