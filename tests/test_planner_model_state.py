@@ -77,6 +77,14 @@ def test_adaptive_pipelines_with_zero1_could_hold_the_state_so_it_is_not_refused
     assert pipeline_least_bytes(scenario, graph, 4, 64) / 2**30 < 171.2
 
 
+def test_adaptive_says_when_no_plan_it_simulated_fits():
+    done = _plan(GB200, "--planner", "adaptive")
+    assert done.returncode == 0 and "Traceback" not in done.stderr, done.stderr
+    assert ("# no plan the adaptive planner simulated fits on this cluster (13 simulated; its cost model ignores "
+            "memory; the model state is 1182.7 GiB a replica): `clustersim search` (tensor/pipeline parallel, ZeRO) "
+            "prunes layouts by memory\n") in done.stdout
+
+
 def test_dapple_names_the_plan_and_counts_its_stages():
     # the last plan DAPPLE tried is the straight pipeline: its stage 63 is a stage (of 64), not a rank
     line = _one_line_error(_plan(GB200, "--planner", "dapple"))

@@ -82,6 +82,7 @@ from simulator.explore.planners.model_state import (
     per_layer_least_bytes,
     pipeline_least_bytes,
     refuse_unless_state_fits,
+    replica_state_bytes,
     weight_shards,
 )
 from simulator.explore.planners.oracle import (
@@ -426,6 +427,11 @@ def run_adaptive(raw: dict[str, Any], options: dict[str, Any]) -> PlanResult:
         "pipelines_estimated": pipelines_estimated,
         "returned": returned, "best_uniform": best_uniform, "re_chosen": re_chosen,
     }
+    if not best.fits:  # as PaSE's planner says it: the search has no memory term
+        state = replica_state_bytes(scenario, pricer.graph) / 2**30
+        notes.insert(0, f"no plan the adaptive planner simulated fits on this cluster ({oracle.simulated} simulated; "
+                        f"its cost model ignores memory; the model state is {state:.1f} GiB a replica): "
+                        "`clustersim search` (tensor/pipeline parallel, ZeRO) prunes layouts by memory")
     return PlanResult("adaptive", best.raw, best.step_time_s, best.samples_per_s, time.perf_counter() - started,
                       shared.priced + pipelines_estimated, oracle.simulated, summary,
                       details, estimated_what="layer and reshard costs and pipelines priced", reason=best.reason,
