@@ -6,7 +6,7 @@ A pipeline overlaps components on disjoint GPUs across micro-batches, which the 
 kind (one timeline for every layer) cannot, so this choice is made for the network as a whole:
 every component goes to one stage, and the stages meet only at component boundaries. For each
 stage count S dividing the GPUs (up to ``max_stages``) whose stages DAPPLE's placement accepts
-(inside a node or on whole nodes, :func:`.dapple.replica_vectors`), each micro-batch count M and
+(inside a node or on whole nodes, :func:`.dapple.placement_accepts`), each micro-batch count M and
 ZeRO 0/1, the components are cut into S contiguous runs minimising the slowest stage
 (:func:`.dapple.bottleneck_cut` on the components' compute at the stage's per-GPU batch) and the
 plan is estimated by DAPPLE's latency model (:class:`.dapple.Estimator`); the ``per_stage`` best
@@ -27,8 +27,8 @@ from simulator.explore.planners.dapple import (
     LayerTables,
     base_scenario,
     bottleneck_cut,
+    placement_accepts,
     plan_raw,
-    replica_vectors,
 )
 
 
@@ -71,7 +71,7 @@ def pipeline_candidates(raw: dict[str, Any], components: list[Component], max_st
         if p % stages:
             continue
         replicas = (p // stages,) * stages
-        if replicas not in replica_vectors(p, per_node, stages):
+        if not placement_accepts(replicas, per_node):
             continue
         for m in range(1, min(max_micro_batches, g) + 1):
             if g % m or (g // m) % replicas[0]:

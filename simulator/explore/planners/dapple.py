@@ -127,6 +127,23 @@ def replica_vectors(num_gpus: int, gpus_per_node: int, stages: int) -> list[tupl
     return out
 
 
+def placement_accepts(replicas: tuple[int, ...], gpus_per_node: int) -> bool:
+    """Whether stages of ``replicas`` GPUs each, laid on consecutive devices from device 0, keep each
+    stage inside one node or on whole nodes from a node boundary: membership in
+    :func:`replica_vectors` (for the GPUs they sum to) in O(stages), where the enumeration itself grows
+    exponentially with the GPU count (16,384 GPUs in 3 stages: 220 million calls)."""
+    offset = 0
+    for r in replicas:
+        if r < 1:
+            return False
+        within_node = r <= gpus_per_node - offset % gpus_per_node
+        whole_nodes = offset % gpus_per_node == 0 and r % gpus_per_node == 0
+        if not (within_node or whole_nodes):
+            return False
+        offset += r
+    return True
+
+
 class LayerTables:
     """Per-layer times (per replica batch), parameters and boundary bytes of the model."""
 
