@@ -33,6 +33,8 @@ CASES: dict[str, tuple[str, str, dict[str, str], int | None, tuple[str, ...]]] =
     "adaptive vgg16 8": ("examples/vgg16-adaptive-8xa100.yaml", "adaptive", {"batches": "256"}, None, ()),
     "adaptive bert-large 8": ("examples/bert-large-adaptive-8xt4.yaml", "adaptive", {}, None, ()),
     "adaptive resnet50-torchvision 8": ("examples/resnet50-torchvision-8xa100.yaml", "adaptive", {}, None, ()),
+    "pase vgg16 8": ("examples/vgg16-per-layer-8xa100.yaml", "pase", {}, None, ()),
+    "deeppool vgg16 8": ("examples/vgg16-per-layer-8xa100.yaml", "deeppool", {}, None, ()),
     "adaptive llama3-405b 256": (LLAMA, "adaptive", {}, 256, ()),
     "adaptive llama3-405b 16384": (LLAMA, "adaptive", {}, None, ()),
     "pase llama3-405b 16384": (LLAMA, "pase", {}, None, ()),

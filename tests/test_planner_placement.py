@@ -1,15 +1,21 @@
-"""DAPPLE's placement rule (each stage inside one node or on whole nodes from a node boundary) as a
+"""The planners' costs at 16,384 GPUs. DAPPLE's placement rule (each stage inside one node or on whole nodes from a node boundary) as a
 check of one replica vector, :func:`~simulator.explore.planners.dapple.placement_accepts`: the same
 answer as membership in the enumeration :func:`~simulator.explore.planners.dapple.replica_vectors`,
 which grows exponentially with the GPU count (the adaptive planner's pipeline choice enumerated it
-to test one vector and did not finish at 16,384 GPUs in 25 minutes)."""
+to test one vector and did not finish at 16,384 GPUs in 25 minutes); and the per_layer kind's exact
+reshard volumes counted in O(devices) (simulator/strategies/per_layer/sharding.py), equal to the
+(devices x devices) definition to the bit."""
 
 from __future__ import annotations
 
 import itertools
+from dataclasses import replace
 from pathlib import Path
+from types import SimpleNamespace
 
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from simulator.explore.planners.component_pipeline import pipeline_candidates
 from simulator.explore.planners.components import find_components
@@ -17,6 +23,14 @@ from simulator.explore.planners.dapple import placement_accepts, replica_vectors
 from simulator.explore.planners.oracle import per_layer_pricer
 from simulator.explore.sweep import absolutize
 from simulator.scenario import load_raw
+from simulator.strategies.per_layer.config import Split
+from simulator.strategies.per_layer.sharding import (
+    _dense_elements,
+    _exact_elements,
+    adjoint,
+    input_layout,
+    output_layout,
+)
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -46,3 +60,25 @@ def test_pipeline_candidates_at_16384_gpus():
     assert estimated == len(candidates) > 0
     # 3 stages do not divide 16,384 GPUs; 1, 2 and 4 equal stages are whole nodes each
     assert {c.replicas for c in candidates} == {(16384,), (8192,) * 2, (4096,) * 4}
+
+
+# --------------------------------------------------------------------------- reshard volumes in O(devices)
+
+_KINDS = ("attention", "conv2d", "linear", "relu", "batchnorm")
+_split = st.builds(Split, batch=st.sampled_from([1, 2, 3, 4]), sequence=st.sampled_from([1, 2]),
+                   rows=st.sampled_from([1, 2, 3]), cols=st.sampled_from([1, 2]),
+                   channels=st.sampled_from([1, 2, 4]), heads=st.sampled_from([1, 2]),
+                   reduction=st.sampled_from([1, 2, 3]))
+
+
+@settings(max_examples=150, deadline=None)
+@given(a=_split, b=_split, producer=st.sampled_from(_KINDS), consumer=st.sampled_from(_KINDS),
+       shape=st.sampled_from([(6, 5, 7), (7, 12), (10,), (4, 9, 9)]), batch=st.sampled_from([4, 5, 12]))
+def test_reshard_volumes_equal_the_dense_definition_to_the_bit(a, b, producer, consumer, shape, batch):
+    # the O(devices) counts of sharding._exact_elements against the (devices x devices) overlap matrix,
+    # forward (partial sums reduced first, as plan_reshard does) and backward (the adjoint)
+    src = output_layout(SimpleNamespace(kind=producer, output_shape=shape), a, batch, shape)
+    dst = input_layout(SimpleNamespace(kind=consumer), b, batch, shape)
+    grad_src, grad_dst = adjoint(src, dst)
+    for x, y in ((replace(src, partial=1), dst), (replace(grad_src, partial=1), grad_dst)):
+        assert _exact_elements.__wrapped__(x, y) == _dense_elements(x, y)

@@ -53,7 +53,7 @@ import copy
 import math
 import time
 from collections import Counter
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any
 
 from simulator.errors import ConfigError
@@ -127,17 +127,40 @@ class ComponentPlan:
     options_per_component: list[int] = field(default_factory=list)
 
 
+def layer_content(layer) -> Any:
+    """What the per_layer kind's prices and splits of ``layer`` depend on: the layer without its
+    name and inputs (its ops, shapes, parameters, kinds), so that the 126 blocks of Llama-3-405B are
+    one layer to price. Exact: the pricer reads a layer's name only to find a profiled layer's
+    measured time at another batch (kept here for such a layer), and op names stay (their
+    suffixes pick kernels: ``.dgrad``, ``out_proj``, GEMM classes). Layers of the catalog's and
+    traced networks name their ops after themselves, so each stays its own."""
+    if layer.measured_forward_s is not None or layer.measured_backward_s is not None:
+        return layer
+    return replace(layer, name="", inputs=())
+
+
+def _content_ids(layers) -> list[int]:
+    """Each layer's content (:func:`layer_content`) as a small integer: equal for equal contents
+    (hashed once here, not at every lookup)."""
+    ids: dict = {}
+    return [ids.setdefault(layer_content(layer), len(ids)) for layer in layers]
+
+
 class _Prices:
     """Memoized layer and reshard prices of one scenario, with a count of what was priced; views
-    for the two cost models (:meth:`bound`) share the memo."""
+    for the two cost models (:meth:`bound`) share the memo. A layer is priced once per content
+    (:func:`layer_content`) and split, not once per position: the cost grows with the distinct
+    layers and choices, not with the depth of a uniform stack."""
 
     def __init__(self, prices, hidden_gradients: bool = False, shared: _Prices | None = None):
         self.p = prices
         self.layers = prices.graph.layers
         self.hidden_gradients = hidden_gradients
+        self.content: list[int] = shared.content if shared else _content_ids(self.layers)
         self._layer: dict = shared._layer if shared else {}
         self._edge: dict = shared._edge if shared else {}
         self._count: list[int] = shared._count if shared else [0]
+        self.components: dict = shared.components if shared else {}  # see choose_on: options per component content
 
     def bound(self, hidden_gradients: bool) -> _Prices:
         return _Prices(self.p, hidden_gradients, self)
@@ -147,7 +170,7 @@ class _Prices:
         return self._count[0]
 
     def layer_s(self, index: int, split: Split) -> float:
-        key = (index, split)
+        key = (self.content[index], split)
         cost = self._layer.get(key)
         if cost is None:
             self._count[0] += 1
@@ -202,20 +225,28 @@ def choose_on(scenario, pricer, names: tuple[str, ...], hidden_gradients: bool =
     candidates = [c for c in choices_for(p, names) if c.name != "per_layer"]
     options: list[list[tuple[Choice, tuple[Split, ...]]]] = []
     for comp in comps:
-        seen: dict[tuple[Split, ...], Choice] = {}
-        for choice in candidates:
-            splits = component_splits(graph, comp, choice, batch, p)
-            if splits is not None and splits not in seen:
-                seen[splits] = choice
-        if "per_layer" in names:
-            splits = _per_layer_splits(graph, prices, comp, edges, batch, p)
-            if splits is not None and splits not in seen:
-                seen[splits] = Choice("per_layer")
-        if not seen:
+        # a component's options depend on its layers' contents and its inner edges, not on where it
+        # sits: found once for the components alike (a uniform stack's blocks), in the same order
+        content = (tuple(prices.content[i] for i in comp.indices),
+                   tuple((u - comp.first, v - comp.first) for u, v in edges if comp.first <= u and v <= comp.last),
+                   names, batch, p, prices.hidden_gradients)  # the per_layer choice's DP prices by the bound
+        found = prices.components.get(content)
+        if found is None:
+            seen: dict[tuple[Split, ...], Choice] = {}
+            for choice in candidates:
+                splits = component_splits(graph, comp, choice, batch, p)
+                if splits is not None and splits not in seen:
+                    seen[splits] = choice
+            if "per_layer" in names:
+                splits = _per_layer_splits(graph, prices, comp, edges, batch, p)
+                if splits is not None and splits not in seen:
+                    seen[splits] = Choice("per_layer")
+            found = prices.components[content] = [(choice, splits) for splits, choice in seen.items()]
+        if not found:
             raise ConfigError("parallelism.global_batch_size",
                               f"component {comp.name} (layers {comp.first}-{comp.last}) has no choice among "
                               f"{', '.join(names)} on {p} GPUs at global batch {batch}")
-        options.append([(choice, splits) for splits, choice in seen.items()])
+        options.append(found)
     inner = {k: [(u, v) for u, v in edges if comp_of[u] == comp_of[v] == k] for k in range(len(comps))}
     crossing: dict[tuple[int, int], list[tuple[int, int]]] = {}
     for u, v in edges:
