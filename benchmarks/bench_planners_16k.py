@@ -29,6 +29,9 @@ ROOT = Path(__file__).resolve().parents[1]
 #: name -> (scenario relative to the checkout, planner, options, GPUs or None for the scenario's, --set overrides)
 LLAMA = "examples/llama3-405b-16k-h100.yaml"
 BATCH_16K = ("parallelism.global_batch_size=16384",)  # one sequence per GPU: every planner has a plan to find
+#: the 405B example's layout, which the planners check before replacing it, made one a smaller model accepts
+SMALLER = ("parallelism.tp=1", "parallelism.pp=1", "parallelism.virtual_stages=1", "parallelism.schedule=1f1b",
+           "parallelism.sequence_parallel=false")
 CASES: dict[str, tuple[str, str, dict[str, str], int | None, tuple[str, ...]]] = {
     "adaptive vgg16 8": ("examples/vgg16-adaptive-8xa100.yaml", "adaptive", {"batches": "256"}, None, ()),
     "adaptive bert-large 8": ("examples/bert-large-adaptive-8xt4.yaml", "adaptive", {}, None, ()),
@@ -42,6 +45,11 @@ CASES: dict[str, tuple[str, str, dict[str, str], int | None, tuple[str, ...]]] =
     **{f"adaptive llama3-405b {n} gbs16384": (LLAMA, "adaptive", {}, n, BATCH_16K) for n in (256, 1024, 4096, 16384)},
     "pase llama3-405b 16384 gbs16384": (LLAMA, "pase", {}, None, BATCH_16K),
     "deeppool llama3-405b 16384 gbs16384": (LLAMA, "deeppool", {}, None, BATCH_16K),
+    # models whose state a plan of each planner can hold at 16,384 GPUs (the planners refuse
+    # Llama-3-405B's 6.8 TiB replica up front): the 405B example's cluster with another model
+    **{f"{planner} {model} {n} gbs16384": (LLAMA, planner, {}, n, (*BATCH_16K, *SMALLER, f"model={model}"))
+       for planner in ("adaptive", "pase", "deeppool") for model in ("llama3-8b", "gpt-1.7b")
+       for n in (1024, 4096, 16384)},
 }
 #: What it cost to find a plan: allowed to differ between checkouts.
 COST_KEYS = ("wall_s", "plans_estimated")
