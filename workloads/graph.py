@@ -241,7 +241,7 @@ def op_sac_recompute(forward: tuple[Op, ...]) -> tuple[Op, ...]:
 
 def _gemm(name: str, m: int, n: int, k: int, elem: int, batch: int = 1, kind: OpKind = "gemm",
           recompute_class: str | None = None) -> Op:
-    """A GEMM of two activations (the attention core): it holds no weights."""
+    """A GEMM that holds no weights: of two activations (the attention core), or a backward pass (dgrad, wgrad)."""
     flops = 2.0 * m * n * k * batch
     bytes_moved = float(elem * batch * (m * k + k * n + m * n))
     return Op(name, kind, flops, bytes_moved, m, n, k, batch, recompute_class=recompute_class)
