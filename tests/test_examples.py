@@ -21,6 +21,22 @@ def test_example_runs_and_fits(path):
     assert result.fits, result.infeasible_reason
     assert 0 < result.mfu < 1
     assert sum(result.time_breakdown_s.values()) == pytest.approx(result.step_time_s, rel=1e-9)
+    printed = header_step_time(path.read_text())
+    if printed is not None:
+        figure, unit = printed
+        decimals = len(figure.partition(".")[2])
+        scale = 1e3 if unit == "ms" else 1.0
+        assert f"{result.step_time_s * scale:.{decimals}f}" == figure, "the header's 'Simulated:' figure is stale"
+
+
+SIMULATED_FIGURE = re.compile(r"Simulated:\s+(?P<figure>[\d.,]+)\s+(?P<unit>ms|s)\b")
+
+
+def header_step_time(text):
+    """The step time an example's header comment states ("Simulated: 47.9 ms a step"), as printed, or None."""
+    header = "\n".join(line for line in text.splitlines() if line.startswith("#"))
+    match = SIMULATED_FIGURE.search(header)
+    return None if match is None else (match["figure"].replace(",", ""), match["unit"])
 
 
 KEY_LINE = re.compile(r"^(?P<indent>\s*)(?:-\s+)?(?P<key>[A-Za-z_][\w.\-]*)\s*:(?:\s+(?P<rest>.*))?$")
@@ -91,3 +107,9 @@ def test_comment_checker_flags_a_bare_leaf_and_accepts_commented_ones():
             "    - name: a  # first\n")
     assert uncommented_leaf_keys(text) == ["line 5: vocab_size: 50257", "line 6: name: 'gpt #1'",
                                            "line 7: dims:"]
+
+
+def test_header_step_time_reads_the_printed_figure():
+    assert header_step_time("# runs. Simulated: 0.083 s per step (3,097\n# more\nname: x\n") == ("0.083", "s")
+    assert header_step_time("# Simulated: 1,234.5 ms a step\n") == ("1234.5", "ms")
+    assert header_step_time("name: x  # Simulated: 3 ms\n") is None
