@@ -78,6 +78,7 @@ Each result row is ``{"parallelism": {...}, **simulate keys}`` (the keys of
 
 from __future__ import annotations
 
+import contextlib
 import copy
 import functools
 import math
@@ -478,20 +479,6 @@ def search(
         raise ConfigError("--top-k", f"must be at least 1, got {top_k}")
     if timed_by not in ("engine", "fast"):
         raise ConfigError("timed_by", f"must be engine or fast, got {timed_by!r}")
-    from simulator.engine.engine import cyclic_gc_paused
-
-    # Python's cyclic garbage collector paused for the whole search, here and in the local workers (forked
-    # with it paused): its passes over the heap the imports, the checks' caches and the plans leave
-    # found little (4-11 objects per layout checked, ~2,500 per engine run; DeepSeek-V3's 12,744 layouts:
-    # 140k objects, released when the workers exit) and cost GPT-3 175B's search ~0.055 CPU-s in this
-    # process and ~0.07 in each worker (of ~0.27 and ~1.9)
-    with cyclic_gc_paused():
-        return _search(source, overrides, num_gpus, space, constraints, workers, dask, simulate_fn, simulate,
-                       rank_by, top_k, progress, timed_by)
-
-
-def _search(source, overrides, num_gpus, space, constraints, workers, dask, simulate_fn, simulate, rank_by, top_k,
-            progress, timed_by) -> list[dict[str, Any]]:
     from simulator.simulate import run_identity
 
     space = space or SearchSpace()
@@ -515,7 +502,7 @@ def _search(source, overrides, num_gpus, space, constraints, workers, dask, simu
     points = [{**raw, "parallelism": cand} for cand in candidates]
     import simulator.explore.checks  # noqa: F401 - once here, not in each worker after the fork
 
-    with process_pool(workers, dask) as pool:
+    with _long_lived_frozen(), process_pool(workers, dask) as pool:
         # building each layout's scenario and pricing its memory and step-time bound is most of the
         # serial time of a search: the pool does it too (in this process on Dask, which would ship
         # every layout out and back)
@@ -559,6 +546,25 @@ def _search(source, overrides, num_gpus, space, constraints, workers, dask, simu
         first.update(row)
         out.append(first)
     return out
+
+
+@contextlib.contextmanager
+def _long_lived_frozen():
+    """Python's cyclic garbage collector told to leave what exists now alone (``gc.freeze``: the modules,
+    spec schemas and scenario a search has built before its checks) until the search ends, here and in
+    the workers forked from this process: its passes then visit only what the search makes (GPT-3 175B's
+    default search: ~0.055 CPU-s of collection in this process and ~0.07 in each worker, ~0.02 and ~0.03
+    frozen). Not where something else has frozen objects (it would thaw them)."""
+    import gc
+
+    if gc.get_freeze_count():
+        yield
+        return
+    gc.freeze()
+    try:
+        yield
+    finally:
+        gc.unfreeze()
 
 
 _LOCALITY = ("tp", "cp", "ep", "micro_batch_size", "sequence_parallel", "recompute", "global_batch_size")
