@@ -137,6 +137,7 @@ class Pricer:
         self.compute = ComputeModel(scenario.accelerator, tr.precision, tr.fp8_gemms, tr.fp8_recipe, tf32=tr.tf32)
         self.grad_elem_bytes = gradient_bytes(tr)
         self._collectives: dict = {}
+        self._placements: dict = {}
         # the framework profile's step-level terms, as spmd applies them (simulator/strategies/framework_terms.py):
         # every kernel waits for the slowest of the job's ranks; an eager framework's host issues each kernel
         efficiency = scenario.accelerator.efficiency
@@ -165,7 +166,9 @@ class Pricer:
     # -- pricing -----------------------------------------------------------------------------
 
     def collective(self, kind: str, payload_bytes: float, ranks: tuple[int, ...]) -> CollectiveCost:
-        placement = self.topo.placement(ranks)
+        placement = self._placements.get(ranks)
+        if placement is None:  # placing a group walks its ranks (16,384 of a burst): once per group
+            placement = self._placements[ranks] = self.topo.placement(ranks)
         key = (kind, payload_bytes, placement.size, placement.members_per_node, placement.num_nodes, placement.num_pods)
         hit = self._collectives.get(key)
         if hit is None:

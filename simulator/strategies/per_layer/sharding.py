@@ -346,6 +346,7 @@ class Collective:
     volume_bytes: float
 
 
+@functools.lru_cache(maxsize=4096)
 def subgroup(split: Split, fields: tuple[str, ...]) -> tuple[int, ...]:
     """The ranks of device 0's sub-communicator along ``fields`` (devices numbered mixed-radix
     over :data:`SPLIT_FIELDS`, outermost first)."""
