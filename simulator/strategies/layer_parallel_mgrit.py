@@ -511,7 +511,8 @@ def rank_memory_mgrit(scenario, chain: Chain, rank: int) -> MemoryBreakdown:
     cfg, tr = _config(scenario), scenario.training
     graph = scenario.layer_graph()
     recompute = scenario.parallelism.recompute
-    w, g, o = model_state_bytes(rank_params(chain, rank), 0, 1, tr.precision, tr.optimizer, gradient_bytes(tr))
+    w, g, o = model_state_bytes(rank_params(chain, rank), 0, 1, tr.precision, tr.optimizer, gradient_bytes(tr),
+                                tr.param_dtype == "fp32")
     per = chain.blocks // chain.ranks
     activations = sum(chain.kept_bytes[rank * per:(rank + 1) * per])
     kept = kept_per_layer(graph, recompute)

@@ -57,7 +57,7 @@ from simulator.cost.collectives import collective_cost
 from simulator.cost.compute import ComputeModel
 from simulator.cost.topology import Topology
 from simulator.engine.engine import Task
-from simulator.memory.analytic import MemoryBreakdown, bytes_per_param, peak_stage
+from simulator.memory.analytic import MIB, MemoryBreakdown, model_state_bytes, peak_stage
 from simulator.scenario import gradient_bytes, layer_graph_of
 from simulator.strategies.framework_terms import (
     input_task,
@@ -382,18 +382,23 @@ def compile_replicated_pipeline(scenario, mode: str | None = None, detail: bool 
 
 
 def stage_memory(prices: StagePrices, stage: int) -> MemoryBreakdown:
-    """Weights, gradients and optimizer state of the stage's layers (whole, ZeRO 0:
-    :func:`bytes_per_param`), plus the activations of the micro-batches the early backward keeps
-    in flight on stage i (min(S - i + e, M), DAPPLE Sec. 3.2: :func:`in_flight`), at the stage's
+    """Weights, gradients and optimizer state of the stage's layers (whole, ZeRO 0, or the optimizer
+    state over the stage's replicas, ZeRO 1: :func:`model_state_bytes`, as spmd counts them), plus the
+    activations of the micro-batches the early backward keeps in flight on stage i (min(S - i + e, M), DAPPLE Sec. 3.2: :func:`in_flight`), at the stage's
     per-replica batch."""
     sc = prices.sc
-    per = bytes_per_param(sc.training.precision, sc.training.optimizer)
+    tr = sc.training
     params = prices.params(stage)
     held = in_flight(prices.cfg, stage)
     saved = sum(layer.saved_bytes for layer in prices.layers(stage))
-    shards = prices.cfg.stages[stage].replicas if sc.parallelism.zero_stage == 1 else 1
-    return MemoryBreakdown(params * per["weights"], params * per["gradients"], params * per["optimizer"] / shards,
-                           held * saved, 0.0, stage)
+    # as spmd counts them: ``training.param_dtype`` (fp32 master weights) and ``grad_dtype`` (the
+    # bytes its all-reduce moves), ZeRO-1 over the stage's replicas
+    weights, grads, optim = model_state_bytes(params, sc.parallelism.zero_stage, prices.cfg.stages[stage].replicas,
+                                              tr.precision, tr.optimizer, gradient_bytes(tr), tr.param_dtype == "fp32")
+    # the gradient buckets of the stage's all-reduce, as spmd counts them (PyTorch DDP's bucket_cap_mb,
+    # in MiB; two buckets: one filling, one reducing); a stage of one replica reduces nothing
+    buckets = 2 * sc.parallelism.gradient_bucket_mb * MIB if prices.cfg.stages[stage].replicas > 1 else 0.0
+    return MemoryBreakdown(weights, grads, optim, held * saved, buckets, stage)
 
 
 def memory_replicated_pipeline(scenario):

@@ -35,7 +35,7 @@ as ``tp_comm`` (activation traffic of model and domain parallelism), the gradien
 
 Memory on device 0 (``memory``): weights, gradients and optimizer state of its parameter shard
 of every layer (``params / (channels·heads·reduction)``, bytes per parameter as
-:func:`simulator.memory.analytic.bytes_per_param`, gradients in ``training.grad_dtype``); the
+:func:`simulator.memory.analytic.model_state_bytes`, as spmd: ``training.param_dtype`` and ``grad_dtype``); the
 activations each layer keeps for its backward times its work ratio (its share of the batch and
 the feature map); other: the largest input a reshard or halo gathers. In the simulation each
 layer's forward allocates its saved activations and its backward frees them.
@@ -47,7 +47,7 @@ checkpoint would be resharded and re-run on its own split, which none of the sou
 from __future__ import annotations
 
 from simulator.engine.engine import Task
-from simulator.memory.analytic import MemoryBreakdown, bytes_per_param
+from simulator.memory.analytic import MemoryBreakdown, model_state_bytes
 from simulator.strategies.framework_terms import (
     NO_PIPELINE,
     dropped_terms_extra,
@@ -95,7 +95,6 @@ def per_layer_memory(scenario) -> tuple[int, MemoryBreakdown, list[MemoryBreakdo
     p = pricer(scenario)
     splits = layer_splits(scenario)
     tr = scenario.training
-    bpp = bytes_per_param(tr.precision, tr.optimizer)
     params = sum(_local_params(layer, s) for layer, s in zip(p.graph.layers, splits, strict=True))
     activations = sum(layer.saved_bytes * work_ratio(layer, s, p.batch)
                       for layer, s in zip(p.graph.layers, splits, strict=True))
@@ -106,8 +105,10 @@ def per_layer_memory(scenario) -> tuple[int, MemoryBreakdown, list[MemoryBreakdo
                 buffers = max(buffers, c.payload_bytes)
         for c in p.halo_collectives(layer, splits[i]):
             buffers = max(buffers, c.payload_bytes)
-    breakdown = MemoryBreakdown(params * bpp["weights"], params * p.grad_elem_bytes, params * bpp["optimizer"],
-                                activations, buffers, stage=0)
+    # weights/gradients/optimizer as spmd counts them (``training.param_dtype`` and ``grad_dtype``)
+    weights, grads, optim = model_state_bytes(params, 0, 1, tr.precision, tr.optimizer, p.grad_elem_bytes,
+                                              tr.param_dtype == "fp32")
+    breakdown = MemoryBreakdown(weights, grads, optim, activations, buffers, stage=0)
     return 0, breakdown, [breakdown]
 
 
