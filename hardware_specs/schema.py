@@ -267,6 +267,36 @@ class GroupedGemmEfficiency(Spec):
     fitted_on: str | None = None
 
 
+class GemmShapeRange(Spec):
+    """The forward GEMM shapes (M rows x N out features x K reduction; a convolution's implicit GEMM: M = N·H·W,
+    N = C_out, K = C_in·kh·kw) some evidence spans, each dimension between its least and greatest: where a rule
+    chosen on that evidence is applied and no further (simulator/cost/compute.py ``linear_as_pointwise_conv``)."""
+
+    m_min: int = Field(gt=0)
+    m_max: int = Field(gt=0)
+    n_min: int = Field(gt=0)
+    n_max: int = Field(gt=0)
+    k_min: int = Field(gt=0)
+    k_max: int = Field(gt=0)
+    source: str | None = None
+    fitted_on: str | None = Field(default=None, description="the rows whose shapes these bounds are")
+
+    @model_validator(mode="after")
+    def _ordered(self) -> GemmShapeRange:
+        for dim in "mnk":
+            if getattr(self, f"{dim}_min") > getattr(self, f"{dim}_max"):
+                raise ValueError(f"{dim}_min is above {dim}_max")
+        return self
+
+    def contains(self, m: int, n: int, k: int) -> bool:
+        """Whether a forward GEMM of M x N x K lies inside every dimension's bounds."""
+        return (self.m_min <= m <= self.m_max and self.n_min <= n <= self.n_max
+                and self.k_min <= k <= self.k_max)
+
+    def describe(self) -> str:
+        return f"M {self.m_min:,}..{self.m_max:,}, N {self.n_min:,}..{self.n_max:,}, K {self.k_min:,}..{self.k_max:,}"
+
+
 class ComputeEfficiency(Spec):
     """How close kernels get to the datasheet peaks.
 
@@ -305,6 +335,11 @@ class ComputeEfficiency(Spec):
                                 "evidence is convolutions the shape model that predicts them serves its linears "
                                 "(simulator/cost/compute.py)")
     linear_as_pointwise_conv_source: str | None = None
+    linear_as_pointwise_conv_range: dict[CurveKey, GemmShapeRange] = Field(
+        default_factory=dict,
+        description="per precision in linear_as_pointwise_conv, the forward GEMM shapes the rule was chosen on: a "
+                    "linear whose (M, N, K) lies outside is priced on the GEMM size curve (gemm_curves[precision]) "
+                    "instead; a precision without a range applies the rule at every shape")
     attention: AttentionEfficiency | None = Field(
         default=None, description="the fused attention kernel frameworks run by default (training.attention: flash, "
                                   "attention_kernel: auto); None: the GEMM curve times attention_efficiency_factor")
@@ -403,6 +438,9 @@ class ComputeEfficiency(Spec):
         missing = [key for key in self.linear_as_pointwise_conv if key not in self.conv_efficiency]
         if missing:
             raise ValueError(f"linear_as_pointwise_conv names {missing}, which conv_efficiency does not have")
+        stray = [key for key in self.linear_as_pointwise_conv_range if key not in self.linear_as_pointwise_conv]
+        if stray:
+            raise ValueError(f"linear_as_pointwise_conv_range names {stray}, which linear_as_pointwise_conv does not")
         return self
 
 

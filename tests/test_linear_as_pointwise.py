@@ -10,7 +10,7 @@ from pydantic import ValidationError
 
 from hardware_specs.catalog import ACCELERATORS
 from hardware_specs.schema import ComputeEfficiency
-from simulator.cost.compute import ComputeModel, kernel_gemm_efficiency
+from simulator.cost.compute import ComputeModel, as_pointwise_pass, kernel_gemm_efficiency
 from simulator.cost.provenance import ASSUMED, efficiency_provenance
 from simulator.scenario import load_scenario
 from workloads.networks.builder import NetBuilder
@@ -92,12 +92,77 @@ def test_naming_a_precision_without_a_convolution_model_is_refused():
         ComputeEfficiency.model_validate(data)
 
 
-def test_the_output_says_the_rule_is_assumed():
+def test_the_output_says_which_rule_priced_the_linears_and_that_each_is_assumed():
+    """Llama-3-8B's linears (4,096 wide and more) all lie outside the shapes the rule was chosen on: the size
+    curve prices them; ViT-B/16's 768 x 768 projection lies inside, its 2,304- and 3,072-wide ones outside."""
+    def linear_entries(scenario: dict) -> dict[str, str]:
+        return {k: v for k, v in efficiency_provenance(load_scenario(scenario)).items() if k.startswith("linear_")}
+
     llm = {"model": "llama3-8b", "cluster": {"node": "dgx-a100-80g", "num_gpus": 8},
            "training": {"precision": "fp32", "tf32": True}}
-    assert efficiency_provenance(load_scenario(llm))["linear_tf32"] == ASSUMED
+    assert linear_entries(llm) == {"linear_tf32_gemm_curve": ASSUMED}
+    vit = {**llm, "model": "vit-b-16"}
+    assert linear_entries(vit) == {"linear_tf32": ASSUMED, "linear_tf32_gemm_curve": ASSUMED}
     llm["training"] = {"precision": "bf16"}
-    assert not any(k.startswith("linear_") for k in efficiency_provenance(load_scenario(llm)))
+    assert linear_entries(llm) == {}
+
+
+def _priced_as_pointwise(ops, model: ComputeModel) -> list[bool]:
+    """Per pass, whether ``model`` prices it as the 1x1 convolution pass (not the size curve); where it says so,
+    the time is that pass's."""
+    out = [model.prices_linear_as_pointwise(op) for op in ops.values()]
+    for op, pointwise in zip(ops.values(), out, strict=True):
+        assert not pointwise or model.time_s(op) == model._conv_time(as_pointwise_pass(op))
+    return out
+
+
+@pytest.mark.parametrize(("batch", "tokens", "in_features", "out_features", "inside"), [
+    (1, 32, 512, 1536, True),      # the fewest rows and the widest output of the evidence
+    (1, 16, 512, 1536, False),     # fewer rows than any
+    (32, 257, 512, 1536, True),
+    (32, 257, 512, 1600, False),   # wider than DeepPool's ViT qkv (1,536)
+    (32, 257, 4608, 512, True),    # VGG's 3x3 x 512 reduction
+    (32, 257, 4672, 512, False),   # a longer reduction than any fitted convolution
+    (2, 2048, 4096, 4096, False),  # Llama-3-8B's attention projection
+])
+def test_the_rule_applies_only_within_the_shapes_it_was_chosen_on(batch, tokens, in_features, out_features, inside):
+    """Inside the spec's linear_as_pointwise_conv_range every pass of the linear is the 1x1 convolution pass;
+    outside, every pass is on the TF32 size curve, as on a spec without the rule."""
+    model = ComputeModel(A100, "fp32", tf32=True)
+    plain = ComputeModel(A100.model_copy(update={"efficiency": A100.efficiency.model_copy(
+        update={"linear_as_pointwise_conv": (), "linear_as_pointwise_conv_range": {}})}), "fp32", tf32=True)
+    ops = _linear_ops(batch, tokens, in_features, out_features)
+    assert _priced_as_pointwise(ops, model) == [inside] * 3
+    if not inside:
+        assert [model.time_s(op) for op in ops.values()] == [plain.time_s(op) for op in ops.values()]
+
+
+def test_without_a_range_the_rule_applies_at_every_shape():
+    unbounded = ComputeModel(A100.model_copy(update={"efficiency": A100.efficiency.model_copy(
+        update={"linear_as_pointwise_conv_range": {}})}), "fp32", tf32=True)
+    assert _priced_as_pointwise(_linear_ops(2, 2048, 4096, 4096), unbounded) == [True] * 3
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("part", ["a100-sxm-40g", "a100-sxm-80g", "a100-pcie-40g", "a100-pcie-80g"])
+def test_each_a100_range_is_the_span_of_the_rows_the_rule_was_chosen_on(part):
+    """The bounds are the least and greatest forward M, N, K of the conv_efficiency.tf32 fit rows and of DeepPool's
+    ViT linears (validation/deeppool_vit.py pointwise_rule_range), not numbers picked by hand."""
+    from validation.deeppool_vit import pointwise_rule_range
+
+    bounds = ACCELERATORS.get(part).efficiency.linear_as_pointwise_conv_range["tf32"]
+    assert bounds.model_dump(include=set(pointwise_rule_range())) == pointwise_rule_range()
+
+
+def test_a_range_for_a_precision_the_rule_does_not_name_or_with_min_above_max_is_refused():
+    data = A100.efficiency.model_dump()
+    data["linear_as_pointwise_conv_range"] = {"bf16": data["linear_as_pointwise_conv_range"]["tf32"]}
+    with pytest.raises(ValidationError, match="linear_as_pointwise_conv_range names \\['bf16'\\]"):
+        ComputeEfficiency.model_validate(data)
+    data = A100.efficiency.model_dump()
+    data["linear_as_pointwise_conv_range"]["tf32"]["n_min"] = 4096
+    with pytest.raises(ValidationError, match="n_min is above n_max"):
+        ComputeEfficiency.model_validate(data)
 
 
 def test_the_rows_of_a_linear_over_tokens_are_the_batch_times_the_tokens():

@@ -235,6 +235,28 @@ def op_table(batch: int) -> pd.DataFrame:
     return pd.DataFrame(out)
 
 
+def pointwise_rule_shapes() -> list[tuple[int, int, int]]:
+    """The forward (M, N, K) of every GEMM the TF32 1x1-convolution rule was chosen on: the implicit GEMMs of
+    the convolution rows that fitted ``conv_efficiency.tf32`` (validation/calibrate_conv.py, fit half) and the
+    linear layers of this ViT at :data:`BATCHES` (where the rule was checked)."""
+    shapes = [(op.m, op.n, op.k) for r in calibrate_conv.conv_rows() if not r.row.heldout
+              for op in calibrate_conv.deeppool_layer_ops(r.row) if op.conv is not None and op.conv[0] == "fwd"]
+    shapes += [(op.m, op.n, op.k) for batch in BATCHES for layer in graph(batch).layers for op in layer.forward
+               if op.kind == "gemm" and op.conv is None]
+    return shapes
+
+
+def pointwise_rule_range() -> dict[str, int]:
+    """Least and greatest of each dimension of :func:`pointwise_rule_shapes`: the A100 specs'
+    ``linear_as_pointwise_conv_range.tf32`` (tests/test_linear_as_pointwise.py checks they agree)."""
+    shapes = pointwise_rule_shapes()
+    out = {}
+    for i, dim in enumerate("mnk"):
+        out[f"{dim}_min"] = min(s[i] for s in shapes)
+        out[f"{dim}_max"] = max(s[i] for s in shapes)
+    return out
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m validation.deeppool_vit", description=__doc__.split("\n\n")[0])
     parser.add_argument("--rows", action="store_true", help="also print every DeepPool row, measured against simulated")
@@ -257,6 +279,10 @@ def main(argv: list[str] | None = None) -> int:
     flops = g.forward_flops() + g.backward_flops()
     print(f"model FLOPs per image (forward + backward): {flops / 128 / 1e9:.2f} GFLOP; parameters "
           f"{g.total_params():,}")
+    bounds = pointwise_rule_range()
+    print("TF32 linears priced as 1x1 convolutions within the shapes the rule was chosen on: " + ", ".join(
+        f"{d.upper()} {bounds[f'{d}_min']:,}..{bounds[f'{d}_max']:,}" for d in "mnk")
+        + " (outside: the TF32 GEMM size curve, assumed)")
     errors = whole_model_errors()
     median = statistics.median(abs(e) for e in errors.values())
     worst = max(abs(e) for e in errors.values())

@@ -25,7 +25,9 @@ A dense GEMM (a linear layer) in a precision the spec lists in ``linear_as_point
 1x1 convolution pass it is (M rows x N out features x K in features: the implicit GEMM of a 1x1 convolution
 over M pixels; Chetlur et al. 2014, Sec. 3) on that precision's ``conv_efficiency``: the A100's TF32, whose
 only GEMM evidence is DeepPool's convolution layers (module docstring of validation/deeppool_vit.py says why
-the shape model, not the size curve fitted on the same rows, is the one a linear reads).
+the shape model, not the size curve fitted on the same rows, is the one a linear reads), and only where the
+layer's forward (M, N, K) lies in ``linear_as_pointwise_conv_range`` (the shapes of the rows the rule was chosen
+on, each dimension between its least and greatest): outside it, the precision's GEMM size curve (assumed there).
 An op's ``executed_fraction`` scales the FLOPs its kernel runs (a causal fused attention kernel
 skips the masked tiles) while the counted FLOPs stay as they are. Likewise a fused attention kernel
 runs the head size it is compiled for (hardware_specs.schema.KERNEL_HEAD_DIMS: a head of 112 runs
@@ -150,6 +152,18 @@ def as_pointwise_pass(op: Op) -> Op:
     return replace(op, conv=(pass_, 1, 1, 1))
 
 
+def forward_shape(op: Op) -> tuple[int, int, int]:
+    """(M rows, N out features, K in features) of the linear layer a dense GEMM op belongs to, whichever pass it
+    is: a data gradient runs (m, n, k) = (M, K, N), a weight gradient (K, N, M) (workloads/graph.py
+    ``backward_gemms``; workloads/networks/builder.py ``_gemm_ops``), so all three passes of one layer fall on
+    the same side of a :class:`~hardware_specs.schema.GemmShapeRange`."""
+    if op.name.endswith(".dgrad"):
+        return op.m, op.k, op.n
+    if op.name.endswith(".wgrad"):
+        return op.k, op.n, op.m
+    return op.m, op.n, op.k
+
+
 class ComputeModel:
     """Prices ops for one accelerator and one precision (fp8 GEMMs use the fp8 peak, or the fp4 peak
     under the nvfp4 recipe, and pay their inputs' quantisation as memory-bound work). ``tf32``: an fp32
@@ -196,6 +210,8 @@ class ComputeModel:
         # dense GEMMs (linear layers) as 1x1 convolution passes where the spec says so (linear_as_pointwise_conv)
         self.linear_conv_model = (self.conv_model if self.conv_model is not None
                                   and self.gemm_key in eff.linear_as_pointwise_conv else None)
+        # ... only within the forward shapes the rule was chosen on, where the spec bounds it; outside, the size curve
+        self.linear_conv_range = eff.linear_as_pointwise_conv_range.get(self.gemm_key)
         self._conv_time = lru_cache(maxsize=None)(self._conv_time_uncached)
         # a direct (grouped / depthwise) convolution on the CUDA cores: the fp32 non-tensor peak (assumed)
         self.cuda_core_flops = accelerator.peak_tflops.get("fp32", accelerator.peak_tflops[precision]) * 1e12
@@ -218,6 +234,14 @@ class ComputeModel:
             return self._kernel_time_s(op) + op.bytes_moved * self.conv_sm_s_per_byte
         return self._kernel_time_s(op)
 
+    def prices_linear_as_pointwise(self, op: Op) -> bool:
+        """Whether a dense GEMM op (a linear layer's pass; not attention, not MoE experts) is priced as a 1x1
+        convolution pass (``linear_as_pointwise_conv``): only where its layer's forward (M, N, K) lies in the
+        spec's ``linear_as_pointwise_conv_range`` for this precision, when it has one; else on the GEMM curve."""
+        if op.conv is not None or op.kind != "gemm" or self.linear_conv_model is None or gemm_class(op.name) == "experts":
+            return False
+        return self.linear_conv_range is None or self.linear_conv_range.contains(*forward_shape(op))
+
     def _kernel_time_s(self, op: Op) -> float:
         """:meth:`time_s` of the op's kernel alone."""
         if is_grouped(op):  # grouped / depthwise: not one dense implicit GEMM (simulator/cost/conv.py)
@@ -227,8 +251,7 @@ class ComputeModel:
                                        on_cuda_cores=self.gemm_key == "fp32")
         if op.conv is not None and op.kind == "gemm" and self.conv_model is not None:
             return self._conv_time(op)
-        if (op.conv is None and op.kind == "gemm" and self.linear_conv_model is not None
-                and gemm_class(op.name) != "experts"):
+        if self.prices_linear_as_pointwise(op):
             return self._conv_time(as_pointwise_pass(op))
         if op.kind == "memory":
             moved = element_bound_bytes(op.name, op.bytes_moved, self.activation_bytes)

@@ -87,6 +87,24 @@ def graph_features(model) -> GraphFeatures:
                          memory_kernels=frozenset(memory_kernel_class(op.name) for op in ops if op.kind == "memory"))
 
 
+def linear_rule_split(scenario: Scenario, shapes) -> tuple[int, int]:
+    """(linear layers priced as 1x1 convolution passes, linear layers priced on the GEMM size curve) of the
+    scenario's graph at its layout's shard (``scenario.shard``), by their forward (M, N, K) against ``shapes``
+    (a GemmShapeRange; None: the rule applies at every shape). A graph that cannot be built here counts one of
+    each: both rules listed."""
+    from simulator.cost.compute import forward_shape
+    from workloads.graph import gemm_class
+
+    try:
+        graph = scenario.model.layer_graph(scenario.shard)
+    except Exception:  # noqa: BLE001 - listing more rules is the safe side
+        return 1, 1
+    linears = [op for layer in graph.layers for op in layer.forward
+               if op.kind == "gemm" and op.conv is None and gemm_class(op.name) != "experts"]
+    inside = sum(1 for op in linears if shapes is None or shapes.contains(*forward_shape(op)))
+    return inside, len(linears) - inside
+
+
 def efficiency_provenance(scenario: Scenario) -> dict[str, str]:
     """Component -> fitted_on (data and rows) or "assumed", for the constants this run uses (on a
     mixed cluster, each node group's, keyed ``<node>:<component>``)."""
@@ -117,8 +135,14 @@ def efficiency_provenance(scenario: Scenario) -> dict[str, str]:
         out[f"conv_{key}"] = conv_provenance(eff, key, out[f"gemm_{key}"])
     if key in eff.linear_as_pointwise_conv and scenario.training.precision != "fp8":
         # linear layers priced as 1x1 convolution passes (simulator/cost/compute.py): no GEMM of this precision
-        # is measured on this part, so the rule is an assumption whatever the convolution model was fitted on
-        out[f"linear_{key}"] = ASSUMED
+        # is measured on this part, so the rule is an assumption whatever the convolution model was fitted on;
+        # outside the shapes it was chosen on (linear_as_pointwise_conv_range) a linear is on the size curve
+        # instead, which no linear of this precision measures either: each rule listed where it prices a linear
+        inside, outside = linear_rule_split(scenario, eff.linear_as_pointwise_conv_range.get(key))
+        if inside:
+            out[f"linear_{key}"] = ASSUMED
+        if outside:
+            out[f"linear_{key}_gemm_curve"] = ASSUMED
     recipe = scenario.training.fp8_recipe
     if scenario.training.precision == "fp8" and key != RECIPE_CURVE[recipe]:
         # the recipe's kernel not measured: a block-scaled recipe runs the fp8 curve's fraction of peak on its own
