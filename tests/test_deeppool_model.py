@@ -84,13 +84,15 @@ def test_median_whole_model_error_within_the_target():
 
 
 @pytest.mark.xfail(strict=True, reason="stricter reading of issue 19's whole-model target (every block <= 5%) unmet at batch 32: held-out "
-                                       "rows Inception-v3 -8.7% (VGG-16 -4.7%, ResNet-34 -4.9%: met; batch 64/128: "
+                                       "rows Inception-v3 -8.7%, VGG-16 -6.1% (ResNet-34 -4.9%: met; batch 64/128: "
                                        "all six within 4.0%) with DeepPool's host time per kernel (9 us, fitted on the "
                                        "fit-half rows of the nine blocks, each pass issue-bound; concatenations priced as "
                                        "the simulator prices them: copies at the refitted concat class plus the layer "
                                        "graph's gradient sums); session 5 (streaming passes, 11 us) -6.0/-8.7/-4.8%, "
                                        "before the host time -7.0/-10.0/-5.5%; VGG-16 -6.2% until its fully connected "
-                                       "layers were priced as 1x1 convolution passes (session 7). What "
+                                       "layers were priced as 1x1 convolution passes (session 7), -4.7% then, -6.1% since its first two (N 4,096, "
+                                       "outside the shapes that rule was chosen on) are back on the TF32 size curve "
+                                       "(session 8). What "
                                        "is left is in GPU-bound rows: Inception's small convolutions, VGG's large "
                                        "convolutions and fully connected layers at batch 32")
 def test_every_block_within_the_whole_model_target():
