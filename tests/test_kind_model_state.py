@@ -7,15 +7,19 @@ Once per_layer, replicated_pipeline (DAPPLE) and layer_parallel_mgrit dropped ``
 (GPT-1.7B as plain DP on 8 A100s, bf16 + fp32 params: spmd 25.79 GiB, per_layer and DAPPLE 28.81)
 and DAPPLE dropped ``grad_dtype`` (28.81 vs spmd 31.94 GiB at bf16's default fp32 gradients).
 Each kind's configuration that is plain data parallelism is compared with spmd's DP plan
-(the configurations of tests/test_framework_terms.py)."""
+(the configurations of tests/test_framework_terms.py). per_layer, which does not shard model state,
+refuses a ZeRO stage in one line, and the planners that return per_layer plans say they dropped it."""
 
 from __future__ import annotations
 
+import subprocess
+import sys
 from pathlib import Path
 
 import pytest
 import yaml
 
+from simulator.explore.planners import get_planner
 from simulator.memory.analytic import MIB, model_state_bytes, rank_memory
 from simulator.scenario import gradient_bytes, load_scenario
 from simulator.strategies.layer_parallel_mgrit import chain_of, rank_memory_mgrit, rank_params
@@ -97,3 +101,28 @@ def test_mgrit_ranks_count_their_parameters_with_the_shared_helper(training):
         expected = model_state_bytes(rank_params(chain, rank), 0, 1, "bf16", sc.training.optimizer,
                                      gradient_bytes(sc.training), training["param_dtype"] == "fp32")
         assert _states(rank_memory_mgrit(sc, chain, rank)) == pytest.approx(expected, rel=1e-12)
+
+
+@pytest.mark.parametrize("zero_stage", [1, 2, 3])
+def test_per_layer_refuses_zero_in_one_line_naming_the_field(zero_stage):
+    # per_layer once took any ZeRO stage, printed it on its layout line ("zero=3") and held the same
+    # unsharded state: VGG-16's example 1.793 GiB at ZeRO 0, 1 and 3
+    done = subprocess.run([sys.executable, "-m", "simulator", "simulate", "examples/vgg16-per-layer-8xa100.yaml",
+                           "--set", f"parallelism.zero_stage={zero_stage}"], capture_output=True, text=True, cwd=ROOT)
+    assert done.returncode == 2 and "Traceback" not in done.stderr
+    assert done.stderr.strip() == (
+        f"clustersim: error: parallelism.zero_stage: per_layer does not shard model state over a layer's replicas "
+        f"(ZeRO), got {zero_stage}: each layer's weights, gradients and optimizer state are cut by its own split's "
+        "channel, head and reduction parts only; use 0, or the spmd kind for ZeRO")
+
+
+def test_a_per_layer_plan_drops_a_stated_zero_stage_and_says_so():
+    raw = yaml.safe_load((ROOT / "examples" / "vgg16-per-layer-8xa100.yaml").read_text())
+    raw["parallelism"]["zero_stage"] = 1
+    result = get_planner("pase").run(raw, {})
+    assert "zero_stage" not in result.scenario["parallelism"]
+    assert result.step_time_s is not None
+    assert ("# the per-layer kind does not shard model state (ZeRO); the scenario's zero_stage: 1 was dropped "
+            "for this plan\n") in result.header()
+    raw["parallelism"]["zero_stage"] = 0  # nothing dropped: no such line
+    assert "ZeRO" not in get_planner("pase").run(raw, {}).header()

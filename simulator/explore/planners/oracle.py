@@ -17,9 +17,9 @@ from simulator.errors import ConfigError
 #: replica (``etp*ep = 1*8 does not divide the 1 ranks``, a false reason).
 UNIFORM_LAYOUT_FIELDS: frozenset[str] = frozenset({"dp", "ep", "etp"})
 #: ``parallelism`` fields per_layer refuses (simulator/strategies/per_layer/kind.py: it does not
-#: recompute): dropped from every per-layer plan, and said so in the plan's header
-#: (:func:`dropped_recompute_notes`), so a scenario that states recompute still gets a plan that runs.
-PER_LAYER_REFUSED_FIELDS: frozenset[str] = frozenset({"recompute"})
+#: recompute, nor shard model state by ZeRO): dropped from every per-layer plan, and said so in the
+#: plan's header (:func:`dropped_recompute_notes`), so a scenario that states them still gets a plan that runs.
+PER_LAYER_REFUSED_FIELDS: frozenset[str] = frozenset({"recompute", "zero_stage"})
 
 
 def with_per_layer(raw: dict[str, Any], strategy: dict[str, Any]) -> dict[str, Any]:
@@ -27,8 +27,8 @@ def with_per_layer(raw: dict[str, Any], strategy: dict[str, Any]) -> dict[str, A
     data-parallel and expert degrees its layout states (``parallelism.dp``, ``ep``, ``etp``: a
     data-parallel, subnetwork-DP or expert-parallel scenario) are dropped: per_layer lays out each
     layer on its own split (a mixture of experts is then refused by name, :class:`Pricer`). So is
-    ``parallelism.recompute``, which per_layer does not model; the planners say so in the plan's
-    header (:func:`dropped_recompute_notes`)."""
+    ``parallelism.recompute`` and ``zero_stage``, which per_layer does not model; the planners say so
+    in the plan's header (:func:`dropped_recompute_notes`)."""
     import copy
 
     out = copy.deepcopy(raw)
@@ -49,15 +49,21 @@ _KIND_WORDS = {"per_layer": "the per-layer kind", "replicated_pipeline": "the re
 
 
 def dropped_recompute_notes(raw: dict[str, Any], plan: dict[str, Any]) -> list[str]:
-    """The header line saying the scenario's recompute was dropped for ``plan`` (a raw scenario
-    mapping a planner returns), or none when the scenario states no recompute or the plan keeps it.
+    """The header lines saying the scenario's recompute, and for a per_layer plan its ZeRO stage, were
+    dropped for ``plan`` (a raw scenario mapping a planner returns); none when the scenario states
+    neither or the plan keeps them.
     A plan must never change what the user asked for without a word."""
-    asked = stated_recompute(raw)
-    if asked == "none" or stated_recompute(plan) == asked:
-        return []
     kind = (plan.get("strategy") or {}).get("kind", "spmd")
     what = _KIND_WORDS.get(kind, f"strategy kind {kind}")
-    return [f"{what} does not model recompute; the scenario's recompute: {asked} was dropped for this plan"]
+    notes = []
+    asked = stated_recompute(raw)
+    if asked != "none" and stated_recompute(plan) != asked:
+        notes.append(f"{what} does not model recompute; the scenario's recompute: {asked} was dropped for this plan")
+    zero = int((raw.get("parallelism") or {}).get("zero_stage", 0))
+    if kind == "per_layer" and zero != 0 and "zero_stage" not in (plan.get("parallelism") or {}):
+        notes.append(f"{what} does not shard model state (ZeRO); the scenario's zero_stage: {zero} was dropped "
+                     "for this plan")
+    return notes
 
 
 def per_layer_pricer(raw: dict[str, Any]):

@@ -41,7 +41,9 @@ the feature map); other: the largest input a reshard or halo gathers. In the sim
 layer's forward allocates its saved activations and its backward frees them.
 
 Not modelled: recompute (``parallelism.recompute`` other than none is refused: a layer's
-checkpoint would be resharded and re-run on its own split, which none of the sources does).
+checkpoint would be resharded and re-run on its own split, which none of the sources does) and
+ZeRO (``parallelism.zero_stage`` other than 0 is refused: the model state of a layer's replicas is
+not sharded, and its gradients are all-reduced, not reduce-scattered).
 """
 
 from __future__ import annotations
@@ -84,14 +86,19 @@ def _local_params(layer, split: Split) -> float:
     return float(-(-layer.params // shards))
 
 
-def _refuse_recompute(scenario) -> None:
+def _refuse_unmodelled(scenario) -> None:
+    """One ConfigError for each layout field per_layer does not model (it never drops one silently)."""
     require(scenario.parallelism.recompute == "none", "parallelism.recompute",
             "per_layer does not recompute (each layer runs on its own split; use none)")
+    require(scenario.parallelism.zero_stage == 0, "parallelism.zero_stage",
+            f"per_layer does not shard model state over a layer's replicas (ZeRO), got {scenario.parallelism.zero_stage}: "
+            "each layer's weights, gradients and optimizer state are cut by its own split's channel, head and "
+            "reduction parts only; use 0, or the spmd kind for ZeRO")
 
 
 def per_layer_memory(scenario) -> tuple[int, MemoryBreakdown, list[MemoryBreakdown]]:
     """Device 0's peak memory (see the module docstring)."""
-    _refuse_recompute(scenario)
+    _refuse_unmodelled(scenario)
     p = pricer(scenario)
     splits = layer_splits(scenario)
     tr = scenario.training
@@ -239,7 +246,7 @@ class PerLayerPlanner:
 
 
 def compile_per_layer(scenario, mode: str | None = None, detail: bool = False) -> Plan:
-    _refuse_recompute(scenario)
+    _refuse_unmodelled(scenario)
     return PerLayerPlanner(scenario).build()
 
 
