@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import subprocess
 import sys
 from pathlib import Path
@@ -85,6 +86,9 @@ def test_plan_writes_a_scenario_that_simulates_to_the_reported_step(runs):
     done = out["out"]
     assert done.returncode == 0, done.stderr
     assert "cost to find:" in done.stdout and "plans estimated" in done.stdout
+    cost = next(line for line in done.stdout.splitlines() if line.startswith("# cost to find:"))
+    assert re.fullmatch(r"# cost to find: \d+\.\d\d s wall, \d+\.\d\d CPU-s \(this process and its workers\), "
+                        r"\d+ plans estimated, \d+ simulated", cost), cost
     text = (tmp / "plan.yaml").read_text()
     assert text.startswith("# plan found by `clustersim plan --planner dapple`")
     raw = yaml.safe_load(text)
@@ -115,6 +119,9 @@ def test_plan_prints_the_yaml_and_json(runs):
     assert result["step_time_s"] <= result["details"]["dapple_step_s"]
     assert result["plans_simulated"] >= 1 and result["plans_estimated"] >= result["plans_simulated"]
     assert result["wall_s"] > 0
+    # CPU seconds beside wall (issue 22 "what it cost to find"; wall alone says little on a loaded machine):
+    # the search priced and simulated plans, so it took CPU time, and no more than the process's own total
+    assert 0 < result["cpu_s"]
 
 
 @pytest.mark.parametrize(("case", "field"), [

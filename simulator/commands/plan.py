@@ -59,6 +59,15 @@ def register(subparsers) -> None:
     p.set_defaults(handler=run)
 
 
+def _cpu_s() -> float:
+    """CPU seconds (user + system) of this process and of its child processes that have ended and been
+    waited for (a planner's search workers, once their pool is shut down): ``os.times``."""
+    import os
+
+    t = os.times()
+    return t.user + t.system + t.children_user + t.children_system
+
+
 def run(args) -> int:
     import yaml
 
@@ -83,7 +92,9 @@ def run(args) -> int:
         if args.gpus < 1:
             raise ConfigError("--gpus", f"must be a positive integer, got {args.gpus}")
         raw.setdefault("cluster", {})["num_gpus"] = args.gpus
+    started_cpu_s = _cpu_s()
     result = planner.run(raw, options)
+    result.cpu_s = _cpu_s() - started_cpu_s
     class _NoAliases(yaml.SafeDumper):
         def ignore_aliases(self, data):  # write repeated splits out, not as YAML anchors
             return True
@@ -94,7 +105,7 @@ def run(args) -> int:
     if args.json:
         json.dump({"planner": result.planner, "step_time_s": result.step_time_s, "samples_per_s": result.samples_per_s,
                    "fits": result.step_time_s is not None, "reason": result.reason,
-                   "wall_s": result.wall_s, "plans_estimated": result.plans_estimated,
+                   "wall_s": result.wall_s, "cpu_s": result.cpu_s, "plans_estimated": result.plans_estimated,
                    "plans_simulated": result.plans_simulated, "summary": result.summary, "notes": result.notes,
                    "scenario": result.scenario, "details": result.details}, sys.stdout, indent=2, default=str)
         sys.stdout.write("\n")

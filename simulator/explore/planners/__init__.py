@@ -6,7 +6,8 @@ A planner is one module under this package that calls :func:`register` once at i
 line there). ``run(raw, options)`` takes the scenario as a raw mapping (file references made
 absolute) and the planner's options, and returns a :class:`PlanResult`: the plan as a scenario
 mapping the user can simulate, its simulated step time, and what it cost to find (wall seconds,
-plans priced by the planner's own estimate, plans simulated by the engine).
+plans priced by the planner's own estimate, plans simulated by the engine; and CPU seconds, this process's and its reaped worker processes', which
+``clustersim plan`` fills in: on a loaded machine wall seconds say little about the work).
 """
 
 from __future__ import annotations
@@ -45,6 +46,7 @@ class PlanResult:
     estimated_what: str = "plans estimated"  # what ``plans_estimated`` counts (a DP: costs priced)
     reason: str | None = None
     notes: list[str] = field(default_factory=list)  # more comment lines for the plan's YAML
+    cpu_s: float | None = None  # CPU seconds of the search, workers included (set by `clustersim plan`)
 
     def header(self) -> str:
         """Comment lines for the top of the plan's YAML: what was found and what it cost."""
@@ -52,7 +54,9 @@ class PlanResult:
                  self.summary,
                  (f"simulated step time {self.step_time_s:.6g} s, {self.samples_per_s:,.1f} samples/s"
                   if self.step_time_s is not None else f"the plan cannot run: {self.reason}"),
-                 f"cost to find: {self.wall_s:.2f} s wall, {self.plans_estimated} {self.estimated_what}, "
+                 f"cost to find: {self.wall_s:.2f} s wall"
+                 + (f", {self.cpu_s:.2f} CPU-s (this process and its workers)" if self.cpu_s is not None else "")
+                 + f", {self.plans_estimated} {self.estimated_what}, "
                  f"{self.plans_simulated} simulated", *self.notes]
         return "".join(f"# {line}\n" for line in lines)
 
