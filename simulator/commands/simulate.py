@@ -73,6 +73,8 @@ def run(args) -> int:
             framework_setting_warnings,
             grouped_gemm_kernels,
             kernel_warnings,
+            network_field_warnings,
+            runs_no_fp8_gemm,
         )
         from simulator.report.result import finite_json, render_table
         from simulator.scenario import load_scenario
@@ -96,7 +98,10 @@ def run(args) -> int:
     result.extra["efficiency_provenance"] = provenance
     result.extra["assumed_efficiencies"] = assumed_components(provenance)
     result.extra["efficiency_states"] = efficiency_states(provenance)
-    result.extra["warnings"] = kernel_warnings(scenario) + framework_setting_warnings(scenario)
+    result.extra["warnings"] = (kernel_warnings(scenario) + framework_setting_warnings(scenario)
+                                + network_field_warnings(scenario))
+    if not scenario.mixed and runs_no_fp8_gemm(scenario):  # fp8 asked, every GEMM priced in bf16: said
+        result.extra["precision_priced"] = "bf16"
     from simulator.strategies.optimizer_fusion import accumulation_notes
 
     if notes := accumulation_notes(scenario):  # optimizer fusion accepted but changing no memory: said

@@ -50,6 +50,8 @@ _PEAK_RULE = re.compile(r"\(derived: the (\w+) curve's fraction of peak on the (
 
 def gemm_curve_key(scenario: Scenario) -> str:
     """The curve the run's main GEMMs are priced on (see simulator/cost/compute.py)."""
+    if runs_no_fp8_gemm(scenario):
+        return "bf16"
     if scenario.training.precision == "fp8":
         return fp8_curve_key(scenario.accelerator, scenario.training.fp8_recipe)
     if scenario.training.tf32:
@@ -64,6 +66,14 @@ class GraphFeatures:
     attention: bool                    # ops of kind "attention" (a fused or GEMM-priced attention core)
     convolution: bool                  # GEMMs that are convolutions (``Op.conv``: priced by the conv model)
     memory_kernels: frozenset[str]     # memory-bound kernel classes (simulator/cost/memory_kernels.py)
+    # GEMM classes the graph's GEMMs carry (workloads/graph.py ``gemm_class``: what ``training.fp8_gemms`` selects);
+    # None: every class (a decoder transformer, or a graph that cannot be built here)
+    gemm_classes: frozenset[str] | None = None
+    # how the graph's attention core runs whatever ``training.attention`` says: "fused" (a network's
+    # scaled-dot-product kernel op, priced on the GEMM curve x attention_efficiency_factor), "eager" (scores,
+    # softmax and weighted sum as separate kernels, the scores materialised); None: the field decides (a decoder
+    # transformer: the FlashAttention kernel model or the materialised path), or no attention
+    fixed_attention: str | None = None
 
 
 @cache
@@ -71,7 +81,7 @@ def graph_features(model) -> GraphFeatures:
     """The kernel kinds of ``model``'s layer graph, read off a one-sample graph (the kinds do not depend on
     the batch); a decoder transformer has attention and no convolution or pooling. A graph that cannot be
     built here (an import that needs a package) counts as having every kind: nothing is left unlisted."""
-    from workloads.graph import ShardShape
+    from workloads.graph import ShardShape, gemm_class
     from workloads.schema import TransformerSpec
 
     if isinstance(model, TransformerSpec):
@@ -82,9 +92,28 @@ def graph_features(model) -> GraphFeatures:
         return GraphFeatures(attention=True, convolution=True,
                              memory_kernels=frozenset({"maxpool", "avgpool", "adaptive_avgpool", "concat"}))
     ops = [op for layer in graph.layers for op in (*layer.forward, *layer.backward)]
-    return GraphFeatures(attention=any(op.kind == "attention" for op in ops),
+    cores = [op.name for op in ops if op.kind == "attention"]
+    # simulator/cost/compute.py prices the FlashAttention kernel model only for ops named "flash_attention..."
+    fixed = None if not cores or any(n.split(".")[0] == "flash_attention" for n in cores) else (
+        "fused" if any(n.rsplit(".", 2)[-1] == "flash_attention" or n.endswith(".flash_attention.grad")
+                       for n in cores) else "eager")
+    return GraphFeatures(attention=bool(cores),
                          convolution=any(op.conv is not None for op in ops),
-                         memory_kernels=frozenset(memory_kernel_class(op.name) for op in ops if op.kind == "memory"))
+                         memory_kernels=frozenset(memory_kernel_class(op.name) for op in ops if op.kind == "memory"),
+                         gemm_classes=frozenset(c for op in ops if op.kind == "gemm" and (c := gemm_class(op.name))),
+                         fixed_attention=fixed)
+
+
+def runs_no_fp8_gemm(scenario: Scenario) -> bool:
+    """``precision: fp8`` on a model none of whose GEMMs is of a class in ``training.fp8_gemms``: every GEMM
+    and convolution then runs on the bf16 curve (simulator/cost/compute.py keeps a GEMM outside ``fp8_gemms``
+    in bf16, and has no fp8 convolution model) -- the step is a bf16 step. The layer-graph networks (CNNs,
+    BERT, ViT) tag no GEMM class: Transformer Engine runs no convolution in FP8, and their linears are not
+    wired to ``fp8_gemms`` here."""
+    if scenario.training.precision != "fp8":
+        return False
+    classes = graph_features(scenario.model).gemm_classes
+    return classes is not None and not classes & set(scenario.training.fp8_gemms)
 
 
 def linear_rule_split(scenario: Scenario, shapes) -> tuple[int, int]:
@@ -131,8 +160,10 @@ def efficiency_provenance(scenario: Scenario) -> dict[str, str]:
 
     key = gemm_curve_key(scenario)
     out[f"gemm_{key}"] = curve(key)
-    if features.convolution:
-        out[f"conv_{key}"] = conv_provenance(eff, key, out[f"gemm_{key}"])
+    no_fp8 = runs_no_fp8_gemm(scenario)  # fp8 asked, no GEMM of the model in fp8_gemms: a bf16 step
+    if features.convolution:  # under fp8 no convolution model is read: the bf16 GEMM curve prices them
+        out[f"conv_{key}"] = conv_provenance(eff if not no_fp8 else eff.model_copy(update={"conv_efficiency": {}}),
+                                             key, out[f"gemm_{key}"])
     if key in eff.linear_as_pointwise_conv and scenario.training.precision != "fp8":
         # linear layers priced as 1x1 convolution passes (simulator/cost/compute.py): no GEMM of this precision
         # is measured on this part, so the rule is an assumption whatever the convolution model was fitted on;
@@ -144,20 +175,20 @@ def efficiency_provenance(scenario: Scenario) -> dict[str, str]:
         if outside:
             out[f"linear_{key}_gemm_curve"] = ASSUMED
     recipe = scenario.training.fp8_recipe
-    if scenario.training.precision == "fp8" and key != RECIPE_CURVE[recipe]:
+    if scenario.training.precision == "fp8" and not no_fp8 and key != RECIPE_CURVE[recipe]:
         # the recipe's kernel not measured: a block-scaled recipe runs the fp8 curve's fraction of peak on its own
         # datasheet peak (a rule, simulator/cost/compute.py BLOCK_SCALED_PEAK); the others the fp8 curve, assumed
         out[f"gemm_{recipe}"] = (block_scaled_rule(key, BLOCK_SCALED_PEAK[recipe]) if recipe in BLOCK_SCALED_PEAK
                                  else ASSUMED)
         if BLOCK_SCALED_PEAK.get(recipe, "fp8") != "fp8":  # nvfp4: the fp4 peak, no fp8 run reads
             out[f"peak_{BLOCK_SCALED_PEAK[recipe]}"] = _stated(accel.source)  # the datasheet figure the rule scales
-    if scenario.training.precision == "fp8":
+    if scenario.training.precision == "fp8" and not no_fp8:
         out["gemm_bf16"] = curve("bf16")  # the GEMMs kept in higher precision
     if eff.in_training_gemm_factor != 1.0:
         out["in_training_gemm_factor"] = eff.in_training_gemm_factor_fitted_on or ASSUMED
     if not features.attention:
         pass  # no attention op in the graph (a CNN; GNMT's attention is GEMMs): neither constant is read
-    elif scenario.training.attention == "flash" and eff.attention is not None:
+    elif scenario.training.attention == "flash" and eff.attention is not None and features.fixed_attention is None:
         out["attention_kernel"] = eff.attention.fitted_on or ASSUMED
         if eff.attention.fitted_on is not None:  # a kernel measured nowhere (cudnn) is assumed whole: one entry
             for name in eff.attention.assumed:  # parts of the kernel no row measured (e.g. FlashAttention-3's backward)
@@ -395,3 +426,36 @@ def kernel_warnings(scenario: Scenario) -> list[str]:
         accel.name in BLOCKWISE_FP8_KERNELS else ""
     return [f"training.fp8_recipe={recipe}: no {recipe} GEMM was measured on {accel.name}{kernel}; its GEMMs "
             f"are priced on the per-tensor fp8 curve plus the recipe's scaling traffic (gemm_{recipe}: assumed)"]
+
+
+def network_field_warnings(scenario: Scenario) -> list[str]:
+    """Training fields a layer-graph network (CNN, BERT, ViT: workloads/networks/) does not act on, said in
+    words rather than printed as if applied (``clustersim simulate`` prints them; ``--json`` carries
+    ``warnings``): ``precision: fp8`` where no GEMM of the model is in ``training.fp8_gemms`` (the step is
+    priced in bf16, bit for bit), and ``training.attention`` where the graph fixes its attention kernel as the
+    model's own code runs it (Hugging Face BERT's eager attention, torchvision ViT's fused kernel)."""
+    if scenario.mixed:
+        return list(dict.fromkeys(w for group in scenario.groups for w in network_field_warnings(
+            dataclasses.replace(scenario, node=group.node, accelerator=group.accelerator, node_groups=()))))
+    training, model = scenario.training, scenario.model
+    name = getattr(model, "name", None) or "this model"
+    features = graph_features(model)
+    out = []
+    if runs_no_fp8_gemm(scenario):
+        out.append(
+            f"precision fp8: no GEMM of {name} runs in FP8 -- training.fp8_gemms {sorted(training.fp8_gemms)} "
+            f"names GEMM classes its layer graph does not tag ({'its convolutions: Transformer Engine runs none in FP8; ' if features.convolution else ''}"
+            f"its linears are not wired to fp8_gemms): every GEMM is priced on the bf16 curve with 16-bit "
+            f"activations, the step is a bf16 step (precision priced: bf16)")
+    fixed = features.fixed_attention
+    if fixed == "eager" and training.attention == "flash":
+        out.append(
+            f"training.attention=flash is not applied to {name}: its layer graph runs the model's own eager "
+            "attention (scores, softmax and the weighted sum as separate kernels, the scores materialised and "
+            "saved), priced so (attention_efficiency_factor); training.attention acts on decoder transformers")
+    elif fixed == "fused" and training.attention == "standard":
+        out.append(
+            f"training.attention=standard is not applied to {name}: its layer graph runs the model's fused "
+            "scaled-dot-product attention kernel (no scores saved), priced on the GEMM curve x "
+            "attention_efficiency_factor; training.attention acts on decoder transformers")
+    return out
