@@ -162,7 +162,8 @@ def with_tf32_curve(accel: Accelerator, level: float, shift: float, fitted_on: s
     curves["tf32"] = PrecisionCurve(points=tf32_curve(level, shift, accel), source="validation/calibrate_conv.py",
                                     fitted_on=fitted_on)
     eff = accel.efficiency.model_copy(update={"gemm_curves": curves, "in_training_gemm_factor": 1.0,
-                                              "conv_efficiency": {}, "linear_as_pointwise_conv": ()})
+                                              "conv_efficiency": {}, "linear_as_pointwise_conv": (),
+                                              "linear_as_pointwise_conv_range": {}})
     return accel.model_copy(update={"efficiency": ComputeEfficiency.model_validate(eff.model_dump())})
 
 
