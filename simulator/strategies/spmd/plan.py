@@ -47,7 +47,7 @@ from simulator.memory.analytic import (
 )
 from simulator.memory.checkpoints import plan_of
 from simulator.scenario import Scenario, gradient_bytes
-from simulator.strategies.framework_terms import eager_floor_s, input_task, kernel_stretch
+from simulator.strategies.framework_terms import eager_floor_s, input_task, kernel_stretch, mark_interference
 from simulator.strategies.plan import Plan
 from simulator.strategies.spmd.schedule import stage_order, zero_bubble
 from simulator.strategies.spmd.split import chunk_counts
@@ -696,17 +696,8 @@ class Planner:
         effs = [g.accelerator.efficiency for g in self.sc.groups]
         if all(e.overlap_compute_slowdown <= 0 and e.overlap_comm_slowdown <= 0 for e in effs):
             return
-        for (actor, stream), tasks in streams.items():
-            eff = self.sc.rank_accelerator(self.actor_ranks[actor]).efficiency if actor in self.actor_ranks else effs[0]
-            slowdown, comm_slowdown = eff.overlap_compute_slowdown, eff.overlap_comm_slowdown
-            for task in tasks:
-                if stream == "compute":
-                    if task.demands is None:
-                        task.slowdown_while_contended = slowdown
-                        task.slows_comm = comm_slowdown > 0
-                elif task.demands is not None:
-                    task.contends = slowdown > 0
-                    task.comm_slowdown_while_computing = comm_slowdown
+        mark_interference(effs[0], streams, efficiency_of=lambda actor: (
+            self.sc.rank_accelerator(self.actor_ranks[actor]).efficiency if actor in self.actor_ranks else effs[0]))
 
     def _exposure(self, rank: int, ops: tuple[Op, ...], i: int) -> float:
         """Fraction of collective ``ops[i]``'s isolated time left exposed: 1, or for a TP
