@@ -150,7 +150,7 @@ def test_lambdas_fp16_entries_are_sm_cycles_per_conv_byte_and_its_tf32_entries_a
         else:
             assert entry.gemm_scale and entry.conv_sm_cycles_per_byte is None and entry.input_us_per_sample is None
     fp16 = {e.accelerator: e.conv_sm_cycles_per_byte for e in profile.entries if e.precisions == ["fp16"]}
-    assert fp16.keys() == {"h100-sxm-80g", "h200-sxm-141g", "v100-sxm2-16g"}  # A100 80GB SXM: one fit row, set aside
+    assert fp16.keys() == {"h100-sxm-80g", "h200-sxm-141g", "v100-sxm2-16g"}  # A100 80GB SXM: one fit row, derived-parts line
     # three generations' fit rows, one count of SM cycles within +-14% (the form's evidence: validation/modern/cnn.py)
     assert max(fp16.values()) / min(fp16.values()) < 1.33
 

@@ -127,16 +127,18 @@ def derived_reports():
     return {}
 
 
-@pytest.mark.parametrize(("name", "rows"), [("cnn_dle", 22), ("cnn_lambda", 24)])
+@pytest.mark.parametrize(("name", "rows"), [("cnn_dle", 22), ("cnn_lambda", 28)])
 def test_derived_rows_are_apart_from_the_set_and_never_fitted_on(name, rows):
     derived = derived_cases(name)
     assert len(derived) == rows
     cases = built(name)[0]
     assert not {d.row for d in derived} & {c.row for c in cases}
     assert {d.accelerator for d in derived} <= {"v100-sxm-32g", "h100-pcie-80g", "a100-pcie-80g", "a100-pcie-40g",
-                                                "gh200"}
-    # the set's own cases are the ones it had before the boards were added (its figures cannot move)
-    assert len(cases) == {"cnn_dle": 111, "cnn_lambda": 234}[name]
+                                                "gh200", "a100-sxm-80g"}
+    assert all(d.derived_why for d in derived)
+    # the set's own cases are the ones it had before the boards were added, less Lambda's four A100 SXM fp16 rows
+    # (set aside until session 9, never counted nor fitted on: the set's figures cannot move)
+    assert len(cases) == {"cnn_dle": 111, "cnn_lambda": 230}[name]
     assert SETS[name].derived is not None
 
 
@@ -190,7 +192,7 @@ def test_lambda_derived_part_rows_within_the_sets_targets(derived_reports):
     block = _derived(derived_reports, "cnn_lambda")
     o = block["overall"]
     print(o, [(s["label"], s["median_abs_error"], s["max_abs_error"]) for s in block["by_accelerator"]])
-    assert o["cases"] == 24 and o["predicted_oom"] == 0
+    assert o["cases"] == 28 and o["predicted_oom"] == 0
     assert o["median_abs_error"] <= SETS["cnn_lambda"].median_target
     assert o["max_abs_error"] <= SETS["cnn_lambda"].max_target
     assert block["met"]
@@ -200,7 +202,7 @@ def test_lambda_derived_part_rows_within_the_sets_targets(derived_reports):
 def test_lambda_derived_line_figures_as_reported(derived_reports):
     # the figures the report and README give, per row group, so a change that moves them fails here
     block = _derived(derived_reports, "cnn_lambda")
-    assert block["overall"]["median_abs_error"] == pytest.approx(0.030, abs=0.002)
+    assert block["overall"]["median_abs_error"] == pytest.approx(0.032, abs=0.002)
     assert block["overall"]["max_abs_error"] == pytest.approx(0.085, abs=0.002)
     errors = {c["row"]: c["relative_error"] for c in block["cases"]}
     entries = {c["row"]: c for c in block["cases"]}
@@ -208,11 +210,14 @@ def test_lambda_derived_line_figures_as_reported(derived_reports):
     assert all(0.014 <= errors[r] <= 0.029 for r in (4, 5, 15, 24, 33))  # H100 PCIe fp16: the H100 SXM's SM cycles
     assert -0.045 <= errors[92] <= -0.04                                  # the v2 host, 1,976 img/s
     assert all(-0.056 <= errors[r] <= -0.032 for r in (1, 2, 13))         # A100 PCIe fp16: the V100's SM cycles
+    # A100 SXM fp16 (one fit row: none fitted on), the same V100 constant by the A100's SMs x clock: x1 x2 x4 x8
+    assert [round(errors[r], 3) for r in (3, 14, 23, 32)] == pytest.approx([-0.072, -0.033, -0.032, 0.027], abs=0.002)
     assert all(0.022 <= errors[r] <= 0.086 for r in (45, 46, 56, 65, 74, 180))  # H100 PCIe TF32: H100 SXM's factor
     assert all(0.057 <= errors[r] <= 0.06 for r in (88, 89, 91))          # GH200 fp16 (H100's SMs and clock)
     assert all(-0.02 <= errors[r] <= -0.009 for r in (176, 177, 179))     # GH200 TF32
     assert all("h100-sxm-80g" in entries[r]["entry"] for r in (4, 45, 88, 176))
-    assert all("v100-sxm2-16g fp16" in entries[r]["entry"] for r in (1, 2, 13))
+    assert all("v100-sxm2-16g fp16" in entries[r]["entry"] for r in (1, 2, 13, 3, 14, 23, 32))
+    assert all(entries[r]["state"] == "derived" for r in (3, 14, 23, 32))
 
 
 @pytest.mark.slow
@@ -223,6 +228,8 @@ def test_validation_cli_prints_the_derived_line():
     assert "target (median <= 10%, every row <= 25%): met" in run.stdout  # the set's own figures
     assert "derived parts" in run.stdout and "gets them): target met" in run.stdout
     assert "row  180" in run.stdout and "h100-pcie-8" in run.stdout
+    assert "on this line, 4 rows: rows 3, 14, 23, 32: Lambda's A100 80GB SXM fp16" in run.stdout
+    assert "set aside" not in run.stdout  # Lambda's A100 SXM fp16 rows were, until session 9
     assert "the rule alone" in run.stdout
 
 
@@ -231,8 +238,9 @@ def test_validation_cli_prints_the_derived_line():
                          [("cnn_lambda", 12, 12, 0.038, 0.087), ("cnn_dle", 16, 0, 0.033, 0.096)])
 def test_the_rule_alone_predicts_each_board_over_its_sibling(name, pairs, skipped, median, worst):
     # the board's rate over its sibling's for the same configuration, catalog constants on both: the derivation rule
-    # without any framework factor. Lambda's fp16 pairs are skipped (the sibling's rows run a fitted SM-bound time
-    # that scales with each board's SMs and clock, which a ratio of catalog-only rates does not hold); H100 PCIe
+    # without any framework factor. Lambda's fp16 pairs are skipped (the sibling's rows run a fitted SM-bound time, or
+    # on the A100 SXM the V100's carried one, that scales with each board's SMs and clock, which a ratio of
+    # catalog-only rates does not hold); H100 PCIe
     # over SXM in TF32 is measured 0.624-0.659, simulated 0.661-0.663 (peak ratio 0.764; HBM 2.0 vs 3.35 TB/s)
     check = board_ratio_check(name)
     assert len(check["pairs"]) == pairs and len(check["skipped"]) == skipped

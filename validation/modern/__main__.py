@@ -7,7 +7,8 @@ as a user gets them: ``training.framework`` naming the row's framework, whose sh
 (hardware_specs/frameworks/) gives the factors, fitted, carried over or assumed as for any run
 (the LLM framework sets; ``--no-user-profile`` skips it). A set with rows on boards none of its rows was fitted on
 (the CNN sets: DGX-1 V100 32 GB, H100/A100 PCIe and GH200 hosts, whose efficiencies validation/derive_parts.py
-derives from the SXM parts) prints them on their own "derived parts" line, every row held out and judged against
+derives from the SXM parts), or on a part and precision too few of its fit rows fitted (Lambda's A100 SXM fp16),
+prints them on their own "derived parts" line, every row held out and judged against
 the set's targets as a user naming the row's framework gets them; its figures never enter the set's. ``--framework-table``: that figure per
 framework x accelerator x precision as a Markdown table, and the choice on parts no row ran on.
 ``--override key.path=value``, repeatable: every case with that change, a what-if that is not the
@@ -22,6 +23,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import re
 import sys
 
 from simulator.errors import ConfigError
@@ -79,9 +81,15 @@ def _print_derived(block: dict, derived: dict) -> None:
     verdict = "met" if derived["met"] else (
         f"NOT MET: on these boards, which no row calibrated, a user is told rates {_pct(o['median_abs_error'])} off "
         f"at the median and up to {_pct(o['max_abs_error'])} off")
-    print(f"  derived parts (boards no row of this set was fitted on; efficiencies derived by rule from their SXM "
-          f"sibling, validation/derive_parts.py, or a new node; never fitted on, not counted above; as a user naming "
-          f"the row's framework gets them): target {verdict}")
+    print(f"  derived parts (boards, or a part's precision, no row of this set was fitted on; never fitted on, not "
+          f"counted above; as a user naming the row's framework gets them): target {verdict}")
+    whys: dict[str, list[int]] = {}
+    for r in derived["cases"]:
+        whys.setdefault(r.get("why") or "", []).append(r["row"])
+    for why, rows in whys.items():
+        if why:
+            listed = f": rows {', '.join(map(str, rows))}" if len(rows) <= 8 else ""
+            print(f"    on this line, {len(rows)} row{'s' if len(rows) > 1 else ''}{listed}: {why}")
     _print_breakdown(derived, oom=True, indent="    ")
     print(f"    catalog constants only (not a target): median |error| {_pct(c['median_abs_error'])} max "
           f"{_pct(c['max_abs_error'])} over {c['cases']} rows")
@@ -90,7 +98,8 @@ def _print_derived(block: dict, derived: dict) -> None:
         print(f"    the rule alone (rate over the same configuration's rate on the sibling board, measured vs simulated "
               f"with the catalog constants on both; not a target): {len(check['pairs'])} rows, median |error| "
               f"{_pct(check['median_abs_error'])}, max {_pct(check['max_abs_error'])}; {len(check['skipped'])} rows "
-              f"skipped (the sibling board's rows of that configuration run a fitted time outside the catalog's kernels)")
+              f"skipped (the sibling board's rows of that configuration run a fitted or carried time outside the "
+              f"catalog's kernels)")
         for p in check["pairs"]:
             print(f"      row {p['row']:>4} {p['accelerator']:<14} / {p['sibling']:<14} {p['precision']:<5} x{p['gpus']:<2} "
                   f"measured {p['measured_ratio']:.3f} simulated {p['simulated_ratio'] or 0:.3f} "
@@ -101,6 +110,21 @@ def _print_derived(block: dict, derived: dict) -> None:
         print(f"    row {r['row']:>4} {r['label'][:72]:<72} {r['node']:<16} measured {r['measured']:>8.1f} simulated "
               f"{r['simulated'] or 0:>8.1f} {_pct(r['relative_error']):>7}  {state:<46} catalog "
               f"{_pct(r['catalog_relative_error']):>7}{'' if r['fits'] else '  (predicted OOM)'}{aside}")
+
+
+def _print_assumed(assumed: dict) -> None:
+    """What the set's rows assume that their source does not state, the values, and the figures resting on it."""
+    r, o = assumed["resting_on_it"], assumed["the_others"]
+    values = ", ".join(f"{v['model'].replace('EfficientNet-', '')} {v['gpu']} {v['batch_size_per_gpu']}"
+                       for v in assumed["batch_size_per_gpu"])
+    halved = [f"row {x['row']} run at {m[1]} ({m[2]} does not fit)" for x in assumed["rows"]
+              if (m := re.search(r" bs(\d+) \(assumed (\d+), halved to fit\)", x["label"]))]
+    print(f"  assumed, not stated by the source: {assumed['what']}. Batch per GPU (TF32/FP32 and AMP alike): {values}"
+          f"{'; ' + ', '.join(halved) if halved else ''}. What the source states: {assumed['source_states']}. Also "
+          f"assumed: {assumed['image_size']}. {assumed['feeds'][0].upper() + assumed['feeds'][1:]}.")
+    print(f"    {r['cases']} counted rows rest on it: median |error| {_pct(r['median_abs_error'])} max "
+          f"{_pct(r['max_abs_error'])}; the other {o['cases']} (batch stated): median |error| "
+          f"{_pct(o['median_abs_error'])} max {_pct(o['max_abs_error'])}")
 
 
 def print_report(block: dict) -> None:
@@ -128,6 +152,9 @@ def print_report(block: dict) -> None:
         print(f"  target ({target}): {'met' if block['met'] else 'NOT MET'} ({judged})")
     else:
         print(f"  target ({target}): {'met' if block['met'] else 'NOT MET'}")
+    assumed = block.get("assumed")
+    if assumed is not None:
+        _print_assumed(assumed)
     if block["case_set"] == "cnn_lambda":
         note = lambda_fp16_note(block)
         if note:

@@ -56,6 +56,10 @@ class ModernCase:
                                   # with its error, not counted in the set's figures nor fitted on (HELPER rules)
     uncounted_flops_per_token: float = 0.0  # model FLOPs per token the source's ``measured_tflops`` count leaves
                                   # out that the simulator's includes (the causal half of the attention core)
+    assumed: str = ""             # what the row's scenario takes that its source does not state (the EfficientNet
+                                  # rows' batch and image size: validation/modern/cnn.py), empty where nothing is
+    derived_why: str = ""         # why the row is on its set's "derived parts" line (a board, or a part's precision,
+                                  # no row of the set was fitted on: registry.derived_report), empty for a set's case
 
     @property
     def heldout(self) -> bool:

@@ -14,8 +14,10 @@ Mapping (each assumption says so):
   EfficientNet-b0/b4 are ``efficientnet-b0`` (224x224) / ``efficientnet-b4`` (380x380, its native size:
   DLE may train B4 smaller, which its README table does not say); the "widese" variants are the same
   networks with DLE's squeeze width taken from the expanded channels (``se_on_expanded``).
-- **Batch**: the row's per-GPU batch; the EfficientNet rows give none, so :data:`ASSUMED_BATCH` is
-  used (*assumed*, said in each case's label), halved until the run fits its GPU where it would not
+- **Batch**: the row's per-GPU batch; the EfficientNet rows give none (:data:`ASSUMED_BATCH_SOURCE`: the table
+  states none, the CSV leaves it empty, configs.yml was not captured), so :data:`ASSUMED_BATCH` is used (*assumed*:
+  said in each case's label and ``assumed``, and in the set's ``assumed`` block of ``--json`` and printed report with
+  the held-out error of the rows resting on it), halved until the run fits its GPU where it would not
   (:func:`_batch_that_ran`: every row ran, so the batch it ran at fit; EfficientNet-B4 and widese-B4 in FP32
   on the V100 16 GB: 32 would need 19.7 GiB of 14 usable, 16 needs 10.0). The split key keeps the assumed
   batch (the published configuration has none), so no row changes half.
@@ -43,7 +45,8 @@ Mapping (each assumption says so):
   the SXM parts by one stated rule) and GH200 hosts (``gh200-1``) -- are not cases of the set: they are never
   fitted on, enter none of its figures, and are reported on their own "derived parts" line, every row held out,
   as a user naming the row's framework gets them (validation/modern/registry.py ``derived_report``). What a buyer
-  is told on a part nobody calibrated, judged against the set's targets.
+  is told on a part nobody calibrated, judged against the set's targets. Lambda's A100 80GB SXM fp16 rows join that
+  line (a part and precision no row of the set was fitted in: below).
 - **What a framework adds** (data loading, kernel choice, channels-last, fusion) is one factor on
   the GEMM (convolution) efficiency curve per ``source-framework|accelerator|precision`` group,
   fitted on that group's fit-half rows (validation/modern/profiles.py); groups with fewer than three
@@ -69,11 +72,20 @@ catalog's: H100 0.330, H200 0.434, V100 0.426. Counted in SM cycles, the constan
 count and clock (simulator/cost/framework.py): the derived-parts line (the H100/A100 PCIe and GH200 rows, never
 fitted) is where that is checked. The TF32/FP32 groups fit their GEMM factor as before.
 
-**Set aside** (``LAMBDA_FEW_FIT_ROWS``): Lambda's A100 80GB SXM fp16 rows. Only one of the four (x4) is in the
-fit half, too few to fit its host's input cost; they are simulated with the catalog constants and listed with
-their errors, not counted, not fitted on. (Until session 6 they and the V100 16GB fp16 rows were set aside as
-"bounded outside the GPU" while the H100/H200 fp16 rows were fitted with a GEMM factor of 0.15-0.16: the same
-bound, two treatments. The V100 fp16 group has two fit rows and is now fitted like the others.)
+**On the derived-parts line: Lambda's A100 80GB SXM fp16 rows** (``LAMBDA_UNFITTED_FP16_GPUS``, session 9). Only one
+of the four (x4, row 23) is in the fit half, too few to fit the part's own ``conv_sm_cycles_per_byte`` (two needed,
+as for every fp16 group), so no fp16 constant of this part exists. Until session 9 they were set aside (listed,
+catalog constants only: +97..+118%) while the A100 PCIe fp16 rows, whose kernel constants are the A100 SXM's by rule,
+were judged on the derived-parts line with the V100's constant carried in SM cycles: one part, two treatments. Now
+all four take the derived-parts footing: never fitted on (the fit-half x4 row included), not in the set's cases nor
+its figures, judged against the set's targets as a user naming ``lambda-pytorch`` gets them. The shipped profile has
+no A100 fp16 entry, so a user gets the V100's ``conv_sm_cycles_per_byte`` (0.426, fitted on the V100 rows' fit half),
+carried by the A100's 108 SMs x 1,410 MHz (simulator/cost/framework.py: the entry of the nearest part as fast or
+slower) -- the constant the A100 PCIe rows get by the same rule (their ``derived_from`` base, this part, has no fp16
+entry). No constant was chosen on these rows: the rule, the V100 constant and the SM figures are those shipped
+before. Said plainly, the move was decided knowing the last session's audit had read the shipped profile's
+prediction for the three held-out rows as within the targets (-8.9 / -5.1 / +0.7%; not reproduced: the shipped
+profile gives -7.2 / -3.3 / +2.7%, and -3.2% for x4, at this commit and at da4f9e5, where the constant was fitted).
 
 **Modelled: synchronisation skew** (session 5). Each group's multi-GPU fit rows fit ``sync_jitter`` sigma (every
 step waits sigma x E[max of N normals] for the slowest rank; simulator/cost/jitter.py): for the ResNet family on a
@@ -164,15 +176,49 @@ MODELS: dict[str, str | dict[str, Any]] = {
                                "source": "efficientnet-b4 with NVIDIA DLE's widese squeeze width"},
 }
 
-#: Per-GPU batch of the EfficientNet rows, which the DLE README table does not state (the CSV leaves it
-#: empty): *assumed* (DLE configs.yml sizes as recalled, not read from the source). (model prefix, GPU) -> batch;
-#: halved where the run would not fit (:func:`_batch_that_ran`).
+#: Per-GPU batch of the EfficientNet rows, which no source here states: *assumed* (this project's choice, not read
+#: from any file; :data:`ASSUMED_BATCH_SOURCE` says what the source does state). (model prefix, GPU) -> batch, the same
+#: for TF32/FP32 and AMP; halved where the run would not fit (:func:`_batch_that_ran`).
 ASSUMED_BATCH: tuple[tuple[str, str, int], ...] = (
     ("EfficientNet-b0", "A100", 256), ("EfficientNet-b0", "V100", 128),
     ("EfficientNet-widese-b0", "A100", 256), ("EfficientNet-widese-b0", "V100", 128),
     ("EfficientNet-b4", "A100", 64), ("EfficientNet-b4", "V100", 32),
     ("EfficientNet-widese-b4", "A100", 64), ("EfficientNet-widese-b4", "V100", 32),
 )
+#: What the source says of the EfficientNet rows' batch (../shared/published/modern/README.md and the CSV, read in
+#: session 9): nothing that gives a number.
+ASSUMED_BATCH_SOURCE = (
+    "DLE's EfficientNet README table (PyTorch/Classification/ConvNets/efficientnet/README.md @729963d, 'Training "
+    "performance results') gives images/s per GPU count and precision but no batch; cnn_training_throughput_dle.csv "
+    "leaves batch_size_per_gpu and batch_size_basis empty on all 64 EfficientNet rows, its note says 'batch size per "
+    "GPU not stated in table (see configs.yml)', and the packager's README says the PyTorch ConvNets batches come from "
+    "configs.yml at HEAD, which it did for the ResNet-50/ResNeXt-101/SE-ResNeXt-101 rows only (their "
+    "batch_size_basis: 'configs.yml default for platform/precision at repo HEAD'; those differ by precision on V100, "
+    "ResNet-50 FP32 112 vs AMP 256, ResNeXt-101 64 vs 128); configs.yml itself is not among the captured files")
+#: What else the EfficientNet rows' scenarios take that the source does not state.
+ASSUMED_IMAGE_SIZE = ("image size: each network's native resolution (B0 224x224, B4 380x380); DLE's README table does "
+                      "not state the training resolution (DLE may train B4 smaller)")
+#: What rests on the assumption besides the held-out rows' figures.
+ASSUMED_BATCH_FEEDS = ("the fit-half one-GPU EfficientNet rows fit direct_conv.bandwidth_efficiency "
+                       "(validation/calibrate_direct_conv.py) and the multi-GPU ones the EfficientNet groups' "
+                       "sync_jitter at these batches: those constants rest on it too")
+
+
+def assumed_statement() -> dict[str, Any]:
+    """What the DLE set's EfficientNet rows assume, for ``--json`` (``assumed``) and the printed report: the values,
+    what the source states instead, and what else rests on them (validation/modern/registry.py ``report`` adds the
+    rows and their errors)."""
+    return {"what": "per-GPU batch of the EfficientNet rows (and their image size)",
+            "batch_size_per_gpu": [{"model": m, "gpu": g, "batch_size_per_gpu": b} for m, g, b in ASSUMED_BATCH],
+            "source_states": ASSUMED_BATCH_SOURCE, "image_size": ASSUMED_IMAGE_SIZE, "feeds": ASSUMED_BATCH_FEEDS}
+
+
+def _assumed(model: str, batch: int, ran: int) -> str:
+    """The row's assumption in one line (empty: the source states the batch)."""
+    size = "380x380" if "b4" in model else "224x224"
+    halved = f", run at {ran} (the largest halving that fits the GPU)" if ran != batch else ""
+    return (f"per-GPU batch {batch} assumed (the source states none){halved}; image size {size} assumed (the "
+            "network's native resolution; the source does not state the training resolution)")
 
 
 def _batch(row: Any) -> int:
@@ -185,18 +231,30 @@ def _batch(row: Any) -> int:
     raise ValueError(f"no per-GPU batch for {row['model']} on {row['gpu']}")
 
 
-#: Lambda's fp16 rows of a GPU whose fit half holds too few rows to fit its host's input cost (module docstring).
-LAMBDA_FEW_FIT_ROWS_GPUS = ("A100 80GB SXM",)
-LAMBDA_FEW_FIT_ROWS = ("Lambda's A100 80GB SXM fp16 (AMP) rows (1,430-1,582 img/s per GPU) run the harness's SM-bound "
-                       "work beside the convolutions as its H100/H200/V100 fp16 rows do (0.64x DLE PyTorch AMP on the "
-                       "same GPU while its TF32 rows match DLE's), but only one of the four (x4) is in the fit half: too "
-                       "few to fit its constant on this part (two needed); simulated with the catalog constants")
+#: Lambda's fp16 rows of a GPU whose fit half holds too few fp16 rows to fit its own ``conv_sm_cycles_per_byte``
+#: (two needed: registry.MIN_ATTENTION_FIT_CASES; tests/test_cnn_sets.py checks this list is exactly those GPUs):
+#: on the derived-parts line, never fitted on, every row judged (module docstring).
+LAMBDA_UNFITTED_FP16_GPUS = ("A100 80GB SXM",)
+LAMBDA_UNFITTED_FP16 = ("Lambda's A100 80GB SXM fp16 (AMP) rows: one of the four (x4) is in the fit half, too few to fit "
+                        "this part's own conv_sm_cycles_per_byte (two needed), so none is fitted on; judged as a user "
+                        "naming lambda-pytorch gets them: the V100's SM cycles per convolution byte carried by the "
+                        "A100's SMs x clock, as on the A100 PCIe rows")
+#: Why a row on one of :data:`NEW_BOARDS` is on the derived-parts line.
+NEW_BOARD_WHY = ("a board no row of this set was fitted on: efficiencies derived by rule from its SXM sibling "
+                 "(validation/derive_parts.py) or a new node (hardware_specs/nodes/)")
+
+
+def _derived_why(source: str, gpu: str, training: dict[str, Any], new_board: bool) -> str:
+    """Why a row is on the derived-parts line (empty: a case of the set)."""
+    if new_board:
+        return NEW_BOARD_WHY
+    if source == "lambda" and training["precision"] == "fp16" and any(g in gpu for g in LAMBDA_UNFITTED_FP16_GPUS):
+        return LAMBDA_UNFITTED_FP16
+    return ""
 
 
 def _set_aside(source: str, gpu: str, training: dict[str, Any], row: Any = None) -> str:
     """The reason a row is set aside (empty: counted)."""
-    if source == "lambda" and training["precision"] == "fp16" and any(g in gpu for g in LAMBDA_FEW_FIT_ROWS_GPUS):
-        return LAMBDA_FEW_FIT_ROWS
     if source == "dle" and "section says 32GB" in gpu and row is not None and int(row["num_gpus"]) == 1 \
             and str(row["model"]) in DLE_V100_SLOW_ONE_GPU:
         return DLE_V100_SLOW_ONE_GPU_WHY
@@ -265,7 +323,8 @@ def _batch_that_ran(raw: dict[str, Any]) -> int:
 @cache
 def _all_cases(csv: str, source: str) -> tuple[tuple[ModernCase, ...], tuple[Unrepresentable, ...],
                                                   tuple[ModernCase, ...]]:
-    """(the set's cases, its unrepresentable rows, the rows on :data:`NEW_BOARDS`: the derived-parts line)."""
+    """(the set's cases, its unrepresentable rows, the derived-parts line's rows: those on :data:`NEW_BOARDS` and
+    Lambda's fp16 rows of :data:`LAMBDA_UNFITTED_FP16_GPUS`)."""
     df = read(csv)
     out: list[ModernCase] = []
     derived: list[ModernCase] = []
@@ -301,17 +360,20 @@ def _all_cases(csv: str, source: str) -> tuple[tuple[ModernCase, ...], tuple[Unr
         precision = "tf32" if training.get("tf32") else training["precision"]
         key = f"{set_name}|{framework}|{row['model']}|{gpu}|{n}|{row['precision']}|{batch}"
         raw = scenario(f"{set_name}-{index}", model, node, n, parallelism, training)
+        assumption = ""
         if assumed:
             ran = _batch_that_ran(raw)
             if ran != batch:
                 raw = scenario(f"{set_name}-{index}", model, node, n,
                                {**parallelism, "micro_batch_size": ran, "global_batch_size": ran * n}, training)
                 label = label.replace(f" bs{batch} (assumed)", f" bs{ran} (assumed {batch}, halved to fit)")
-        (derived if new_board else out).append(
+            assumption = _assumed(str(row["model"]), batch, ran)
+        why = _derived_why(source, gpu, training, new_board)
+        (derived if why else out).append(
             ModernCase(set_name, int(index), label, key, raw,
                        precision, accelerator, f"{framework}{_family_tag(model)}|{accelerator}|{precision}",
                        float(row["images_per_s_per_gpu"]), rate="samples_per_s",
-                       set_aside=_set_aside(source, gpu, training, row)))
+                       set_aside=_set_aside(source, gpu, training, row), derived_why=why, assumed=assumption))
     return tuple(out), tuple(skipped), tuple(derived)
 
 
@@ -334,6 +396,6 @@ def dle_derived_cases() -> list[ModernCase]:
 
 
 def lambda_derived_cases() -> list[ModernCase]:
-    """Lambda's rows on H100 PCIe, A100 PCIe 80/40 GB and GH200 hosts (:data:`NEW_BOARDS`): the derived-parts
-    line, never fitted on."""
+    """Lambda's rows on H100 PCIe, A100 PCIe 80/40 GB and GH200 hosts (:data:`NEW_BOARDS`) and its A100 80GB SXM fp16
+    rows (:data:`LAMBDA_UNFITTED_FP16_GPUS`): the derived-parts line, never fitted on."""
     return list(_all_cases("cnn_training_throughput_lambda.csv", "lambda")[2])

@@ -51,6 +51,8 @@ class ModernSet:
     #                                         alone (profiles.fit_conv_sm_only: Lambda's fp16 rows, validation/modern/cnn.py)
     derived: Callable[[], list[ModernCase]] | None = None  # rows on boards whose efficiencies are derived by rule
     #                                         (never fitted on, not in the set's figures): :func:`derived_report`
+    assumed: Callable[[], dict[str, Any]] | None = None  # what the set's rows assume that their source does not state
+    #                                         (cnn.assumed_statement): :func:`report`'s ``assumed`` block
 
     @property
     def profile_name(self) -> str:
@@ -107,7 +109,7 @@ SETS: dict[str, ModernSet] = {s.name: s for s in (
     ModernSet("cnn_dle", "cnn_training_throughput_dle.csv",
               "NVIDIA DeepLearningExamples CNN training throughput (ResNet-50 v1.5; A100, V100)",
               cnn.dle_cases, FRAMEWORK_MEDIAN, FRAMEWORK_MAX, JITTER_GRID, fit_elsewhere=cnn.FIT_ELSEWHERE,
-              derived=cnn.dle_derived_cases),
+              derived=cnn.dle_derived_cases, assumed=cnn.assumed_statement),
     ModernSet("cnn_lambda", "cnn_training_throughput_lambda.csv",
               "Lambda deeplearning-benchmark, DLE PyTorch ResNet-50 (A100, H100, H200)",
               cnn.lambda_cases, FRAMEWORK_MEDIAN, FRAMEWORK_MAX, conv_sm_precisions=("fp16",),
@@ -316,6 +318,8 @@ def report(name: str, outcomes: list[CaseOutcome], catalog: list[CaseOutcome] | 
             "cases": [{"row": u.outcome.case.row, "framework": u.framework, "state": u.state, "entry": u.entry,
                        "relative_error": u.outcome.relative_error, "fits": u.outcome.fits} for u in kept_user],
         }
+    if spec.assumed is not None:
+        extra["assumed"] = assumed_block(spec, outcomes)
     new = new_scenario_block(name, outcomes, spec.median_target, spec.max_target)
     return {
         "case_set": name, "source": spec.source, "csv": spec.csv,
@@ -335,12 +339,26 @@ def report(name: str, outcomes: list[CaseOutcome], catalog: list[CaseOutcome] | 
                    "measured": o.measured_rate_per_gpu,
                    "simulated": o.simulated_rate_per_gpu, "relative_error": o.relative_error,
                    "fits": o.fits, "reason": o.reason,
-                   "repeats_fit_row": fit_twin(o.case) if o.case.heldout else None} for o in outcomes],
+                   "repeats_fit_row": fit_twin(o.case) if o.case.heldout else None,
+                   **({"assumed": o.case.assumed} if o.case.assumed else {})} for o in outcomes],
         "set_aside": [{"label": o.case.label, "row": o.case.row, "why": o.case.set_aside,
                        "measured": o.measured_rate_per_gpu, "simulated": o.simulated_rate_per_gpu,
                        "relative_error": o.relative_error} for o in aside],
         **extra,
     }
+
+
+def assumed_block(spec: ModernSet, outcomes: list[CaseOutcome]) -> dict[str, Any]:
+    """The set's ``assumed`` block: what its rows take that their source does not state (``spec.assumed``), which of
+    the counted rows (``outcomes``, set-aside rows left out) rest on it, each row's assumption, and the figures of
+    those rows and of the others apart, so a reader sees how much of the set's figure stands on an assumption."""
+    resting = [o for o in outcomes if o.case.assumed]
+    others = [o for o in outcomes if not o.case.assumed]
+    return {**spec.assumed(),
+            "rows": [{"row": o.case.row, "label": o.case.label, "assumed": o.case.assumed,
+                      "relative_error": o.relative_error} for o in resting],
+            "resting_on_it": summarize("resting on the assumption", resting).as_dict(),
+            "the_others": summarize("stated by the source", others).as_dict()}
 
 
 @cache
@@ -363,7 +381,9 @@ def evaluate_derived(name: str, workers: int | None = 2) -> tuple[list[CaseOutco
 def derived_report(name: str, catalog: list[CaseOutcome], user: tuple[list[UserOutcome], int]) -> dict[str, Any]:
     """The "derived parts" line of a set: its rows on boards no row of the set was fitted on, whose
     efficiencies come from a sibling part by a stated rule (validation/derive_parts.py) or whose node is new
-    (hardware_specs/nodes/), as a user naming the row's framework gets them, judged against the set's own
+    (hardware_specs/nodes/), and its rows of a part and precision too few fit rows fitted (Lambda's A100 SXM fp16:
+    validation/modern/cnn.py; each case's ``why`` says which), as a user naming the row's framework gets them,
+    judged against the set's own
     targets (``met``) and reported apart from its figures; the catalog-only errors of the same rows beside
     (not a target). Set-aside rows are listed with their errors and reasons, not counted."""
     spec = SETS[name]
@@ -385,7 +405,8 @@ def derived_report(name: str, catalog: list[CaseOutcome], user: tuple[list[UserO
                    "measured": u.outcome.measured_rate_per_gpu, "simulated": u.outcome.simulated_rate_per_gpu,
                    "relative_error": u.outcome.relative_error, "fits": u.outcome.fits,
                    "catalog_relative_error": by_catalog[u.outcome.case.row].relative_error,
-                   "set_aside": u.outcome.case.set_aside} for u in user[0]],
+                   "why": u.outcome.case.derived_why, "set_aside": u.outcome.case.set_aside,
+                   **({"assumed": u.outcome.case.assumed} if u.outcome.case.assumed else {})} for u in user[0]],
     }
 
 
@@ -414,17 +435,20 @@ def board_ratio_check(name: str, workers: int | None = 2) -> dict[str, Any]:
                 c.profile_group.split("|")[0])
 
     pairs, skipped = [], []
+    # a sibling part's rows: the set's, and its own rows on the derived-parts line (Lambda's A100 SXM fp16, which run
+    # a constant carried from another part outside the catalog's kernels)
+    pool = [*built(name)[0], *(c for c in derived_cases(name) if c.accelerator in set(BOARD_SIBLING.values()))]
     for d in derived_cases(name):
-        siblings = [c for c in built(name)[0] if c.accelerator == BOARD_SIBLING.get(d.accelerator)
-                    and config(c) == config(d)]
+        siblings = [c for c in pool if c.accelerator == BOARD_SIBLING.get(d.accelerator) and config(c) == config(d)]
         if d.set_aside or not siblings:
             continue
-        host = [c for c in siblings if c.set_aside or any((groups.get(c.profile_group) or {}).get(k)
-                                                           for k in OUTSIDE_KERNEL_CONSTANTS)]
+        host = [c for c in siblings if c.set_aside or c.derived_why or any(
+            (groups.get(c.profile_group) or {}).get(k) for k in OUTSIDE_KERNEL_CONSTANTS)]
         if host:
             skipped.append({"row": d.row, "why": f"the {host[0].accelerator} rows of this configuration run a fitted "
-                                                 "time outside the catalog's kernels (or are set aside for it), which "
-                                                 "a ratio of catalog constants does not cancel"})
+                                                 "time outside the catalog's kernels (or one carried from another part, "
+                                                 "or are set aside), which a ratio of catalog constants does not "
+                                                 "cancel"})
             continue
         pairs.append((d, siblings))
     results = simulate_many([d.scenario for d, _ in pairs] + [s[0].scenario for _, s in pairs], workers)
