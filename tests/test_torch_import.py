@@ -251,11 +251,12 @@ def test_traced_maxvit_saved_bytes_equal_what_pytorch_saves(batch):
     assert graph.saved_bytes() == saved_activation_bytes(module, torch.randn(batch, 3, 224, 224))
 
 
-def test_cli_simulates_an_imported_model_as_the_catalogs(tmp_path):
+def test_cli_simulates_an_imported_model_as_the_catalogs(tmp_path, torchvision):
     """`clustersim simulate` on a traced torchvision model (the shipped example) prints the catalog model's
     figures; the run's provenance step caches by model spec, which a traced spec's ``kwargs`` dict must not
-    break (it raised ``TypeError: unhashable type: 'dict'`` before)."""
-    pytest.importorskip("torchvision")
+    break (it raised ``TypeError: unhashable type: 'dict'`` before). Skips only where torchvision is missing (the
+    ``torchvision`` fixture imports it as the importer does; ``pytest.importorskip`` raised torchvision's
+    RuntimeError beside torch 2.13.0+cpu when this test ran before any other had imported it)."""
     env = {**os.environ, "PYTHONPATH": str(TESTS.parent)}
     figures = {}
     for example in ("resnet50-torchvision-8xa100", "resnet50-8xa100"):
