@@ -32,7 +32,7 @@ from simulator.scenario import Scenario, load_scenario
 from simulator.strategies.plan import MEMORY_COUNTER, Plan, step_durations, step_end_times, window_step_times
 from simulator.strategies.registry import get_kind
 from simulator.strategies.spmd.split import chunk_counts, split_choice
-from workloads.counting import total_params
+from workloads.counting import padded_total_params, total_params
 from workloads.graph import ModelFlops, ShardShape
 from workloads.schema import TransformerSpec
 
@@ -389,6 +389,7 @@ def simulate(scenario: Scenario, mode: str | None = None, detail: bool = False,
         run=run_identity(scenario),
         num_gpus=scenario.num_gpus,
         num_parameters=_total_params(scenario),
+        num_parameters_padded=_held_params(scenario),
         parallelism=par.model_dump(),
         step_time_s=step_time,
         steps=steps_run,
@@ -455,10 +456,13 @@ def node_groups(scenario: Scenario) -> list[dict[str, Any]]:
 
 
 def _unsharded_graph(scenario: Scenario):
-    """The model's graph for one sample on one device (no split): what FLOPs and parameters count."""
+    """The model's graph for one sample on one device (no split): what FLOPs and parameters count; a
+    transformer's vocabulary padded as the layout's tp pads it (``TransformerSpec.padded_vocab_size``:
+    Megatron-LM counts the padded vocabulary in its FLOPs, and the padded rows are held)."""
     return scenario.model.layer_graph(ShardShape(micro_batch=1, seq_length=scenario.seq_length or 1,
                                                  precision=scenario.training.precision,
-                                                 flash_attention=scenario.training.attention == "flash"))
+                                                 flash_attention=scenario.training.attention == "flash",
+                                                 vocab_padding_tp=scenario.parallelism.tp))
 
 
 def _tokens_per_sample(scenario: Scenario) -> int | None:
@@ -469,10 +473,18 @@ def _tokens_per_sample(scenario: Scenario) -> int | None:
 
 def _total_params(scenario: Scenario) -> int:
     """The model's parameters: the sum over its unsplit layer graph (a transformer's cached per model,
-    workloads/counting.py)."""
+    workloads/counting.py; its own vocabulary, without Megatron's padding)."""
     if isinstance(scenario.model, TransformerSpec):
         return total_params(scenario.model)
     return int(round(_unsharded_graph(scenario).total_params()))
+
+
+def _held_params(scenario: Scenario) -> int:
+    """The parameters the layout holds over all its shards: a transformer's with the vocabulary padded
+    for the layout's tp (``TransformerSpec.make_vocab_size_divisible_by``); any other model's own count."""
+    if isinstance(scenario.model, TransformerSpec):
+        return padded_total_params(scenario.model, scenario.parallelism.tp)
+    return _total_params(scenario)
 
 
 def _step_flops(scenario: Scenario) -> ModelFlops:

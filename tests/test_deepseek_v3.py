@@ -27,7 +27,8 @@ from workloads.schema import TransformerSpec
 # Toy MLA: h = 64, 4 heads, query latent 16, kv latent 8, per head 8 (nope) + 4 (rope) for q/k, 8 for v.
 MLA = dict(q_lora_rank=16, kv_lora_rank=8, qk_nope_head_dim=8, qk_rope_head_dim=4, v_head_dim=8)
 TOY = dict(name="toy-mla", num_layers=2, hidden_size=64, num_attention_heads=4, vocab_size=32, seq_length=32,
-           norm="rmsnorm", linear_bias=False, position_embedding="rope", mla=MLA)
+           norm="rmsnorm", linear_bias=False, position_embedding="rope", mla=MLA,
+           make_vocab_size_divisible_by=1)   # the hand counts take V = 32 rows, unpadded
 S = 32
 EXAMPLE = Path(__file__).resolve().parents[1] / "examples" / "deepseek-v3-h800.yaml"
 # Split over tp (per head): W_UQ 16 x 4·12 = 768, W_UK/W_UV 8 x 4·(8+8) = 512, W_O 4·8 x 64 = 2048.

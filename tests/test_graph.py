@@ -12,6 +12,7 @@ from workloads.graph import Op, ShardShape, embedding_work, head_work, layer_wor
 from workloads.schema import TransformerSpec
 
 H, S, HEADS, V, LAYERS = 256, 128, 8, 1000, 4
+V_PADDED = 1024   # V as Megatron holds it at tp 1 and 2: rounded up to a multiple of 128 x tp
 GPT = TransformerSpec(name="g", num_layers=LAYERS, hidden_size=H, num_attention_heads=HEADS, vocab_size=V,
                       seq_length=S)
 # Llama-style: GQA (8 heads, 2 kv heads, head dim 32), SwiGLU with ffn 704, no biases, RMSNorm.
@@ -130,9 +131,9 @@ def test_recompute_ops():
 def test_head_and_embedding_ops():
     tp = 2
     head = _by_name(head_work(GPT, ShardShape(micro_batch=1, seq_length=S, tp=tp)).forward)
-    assert head["lm_head"].n == V // tp
+    assert head["lm_head"].n == V_PADDED // tp
     assert head["lm_head"].input_grad_collective == "all_reduce"
-    assert head["cross_entropy"].bytes_moved == S * (V // tp) * 4 * 3  # fp32 logits read 2, write 1
+    assert head["cross_entropy"].bytes_moved == S * (V_PADDED // tp) * 4 * 3  # fp32 logits read 2, write 1
     emb = embedding_work(GPT, ShardShape(micro_batch=1, seq_length=S, tp=tp))
     assert [op.collective for op in emb.forward if op.kind == "collective"] == ["all_reduce"]
 
@@ -140,11 +141,11 @@ def test_head_and_embedding_ops():
 def test_step_flops_equal_korthikanti_and_narayanan():
     B = 8
     f = step_flops(GPT, S, B, "none")
-    assert f.model_flops == pytest.approx(korthikanti_model_flops(B, LAYERS, S, H, V), rel=1e-12)
+    assert f.model_flops == pytest.approx(korthikanti_model_flops(B, LAYERS, S, H, V_PADDED), rel=1e-12)
     assert f.hardware_flops == f.model_flops
     full = step_flops(GPT, S, B, "full")
     assert full.model_flops == f.model_flops
-    assert full.hardware_flops == pytest.approx(narayanan_flops_with_recompute(B, LAYERS, S, H, V), rel=1e-12)
+    assert full.hardware_flops == pytest.approx(narayanan_flops_with_recompute(B, LAYERS, S, H, V_PADDED), rel=1e-12)
     # selective recompute re-runs QK^T and AV: + 4·b·s²·h per layer and sequence
     sel = step_flops(GPT, S, B, "selective")
     assert sel.hardware_flops - sel.model_flops == pytest.approx(B * LAYERS * 4 * S * S * H, rel=1e-12)

@@ -338,7 +338,8 @@ def test_schedule_bad_input(args):
 
 # --------------------------------------------------------------------------- parameters per stage
 
-TINY = dict(name="tiny", num_layers=6, hidden_size=64, num_attention_heads=4, vocab_size=1000, seq_length=128)
+TINY = dict(name="tiny", num_layers=6, hidden_size=64, num_attention_heads=4, vocab_size=1000, seq_length=128,
+            make_vocab_size_divisible_by=1)   # the hand counts below take V = 1000 rows (tp 1, 2, 4, 8 divide it)
 
 
 def _model(**kw) -> TransformerSpec:

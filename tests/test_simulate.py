@@ -46,7 +46,9 @@ def toy_raw(num_gpus: int, nvl_gb_per_s: float = 1e12, nvl_latency_us: float = 0
                                 collective_efficiency=1.0, source="toy"),
                 nics_per_node=8, nic_bandwidth_gbit_per_s=1e12, nic_efficiency=1.0, nic_latency_us=0,
                 host_memory_gib=1, source="toy")
-    model = dict(name="toy-gpt", num_layers=L, hidden_size=H, num_attention_heads=HEADS, vocab_size=V, seq_length=S)
+    # make_vocab_size_divisible_by 1: the tiny head's 8 rows unpadded (Megatron's 128 would make it a layer-size GEMM)
+    model = dict(name="toy-gpt", num_layers=L, hidden_size=H, num_attention_heads=HEADS, vocab_size=V, seq_length=S,
+                 make_vocab_size_divisible_by=1)
     par = dict(tp=1, pp=1, dp=1, micro_batch_size=1, global_batch_size=1)
     par.update(parallelism)
     return dict(model=model, cluster=dict(node=node, fabric=dict(name="toy-fabric", levels=1, switch_latency_us=0,
@@ -355,6 +357,7 @@ def test_moe_every_other_layer_is_simulated():
     # Layers 1 and 3 are MoE (two all-to-alls each way), layers 0 and 2 dense
     # (exact per-kind expectations: tests/test_heterogeneous_layers.py).
     raw = dict(model=dict(name="m", num_layers=4, hidden_size=256, num_attention_heads=4, vocab_size=100,
+                          make_vocab_size_divisible_by=1,
                           seq_length=128, moe=dict(num_experts=4, top_k=1, moe_layer_frequency=2)),
                cluster=dict(node="dgx-h100", num_gpus=8), parallelism=dict(ep=4, global_batch_size=8))
     r = simulate(load_scenario(raw))

@@ -140,7 +140,9 @@ def params_per_rank(model: TransformerSpec, tp: int = 1, ep: int = 1, etp: int =
     FFN matrices ÷tp, K/V per KV head (one per rank, replicated, when tp > kv heads), column-parallel
     biases ÷tp, row-parallel biases and norms replicated, MLA down-projections and their norms
     replicated, routed experts ÷ep with each one's FFN ÷etp, shared experts ÷tp, router replicated;
-    the word embedding and the untied head ÷tp, learned positions replicated. The simulator's runtime
+    the word embedding and the untied head ÷tp over the vocabulary Megatron pads to a multiple of
+    ``make_vocab_size_divisible_by`` x tp (``_vocab_size_with_padding``), learned positions
+    replicated. The simulator's runtime
     states these only as its ops' weight shapes (workloads/graph.py); this is the oracle."""
     h, d = model.hidden_size, model.head_dim
     g_rank = model.kv_heads // tp if model.kv_heads % tp == 0 else 1
@@ -167,7 +169,7 @@ def params_per_rank(model: TransformerSpec, tp: int = 1, ep: int = 1, etp: int =
         experts = model.moe.num_experts / ep * ffn(expert_ffn, etp)
         shared = model.moe.num_shared_experts * ffn(expert_ffn, tp)
         block[True] = (attn + shared + h * model.moe.num_experts + norms + experts, experts)
-    word = model.vocab_size * h / tp
+    word = model.padded_vocab_size(tp) * h / tp
     positions = model.seq_length * h if model.position_embedding == "learned" else 0
     head = _norm_params(model) + (0 if model.tied_embeddings else word)
     return RankParams(word + positions, block, head, word if model.tied_embeddings else 0.0)
@@ -194,12 +196,13 @@ def narayanan_flops_with_recompute(batch: int, layers: int, seq: int, hidden: in
     return 96 * batch * seq * layers * hidden**2 * (1 + seq / (6 * hidden) + vocab / (16 * layers * hidden))
 
 
-def forward_flops_per_sequence(model: TransformerSpec, seq: int) -> float:
+def forward_flops_per_sequence(model: TransformerSpec, seq: int, tp: int = 1) -> float:
     """Forward FLOPs of one sequence of ``seq`` tokens, 2 per multiply-add (no MLA): 2·s x each
     GEMM's weights — QKV h·(a·d + 2·g·d), the output projection a·d·h, a dense FFN's matrices, a MoE
     layer's router h·E, its top-k routed experts (k·s tokens spread evenly, no capacity padding) and
     shared experts — plus the attention core 4·s²·a·d (QK^T and AV over the full square, Korthikanti
-    2022's count) in every layer, and the LM head 2·s·V·h (tied or not)."""
+    2022's count) in every layer, and the LM head 2·s·V·h (tied or not) over the vocabulary padded as
+    a run at tensor parallelism ``tp`` pads it (Megatron-LM counts ``args.padded_vocab_size``)."""
     if model.mla is not None:
         raise NotImplementedError("the MLA layer's FLOPs are checked by hand in tests/test_deepseek_v3.py")
     h, width, kv_width = model.hidden_size, model.attention_width, model.kv_heads * model.head_dim
@@ -214,4 +217,4 @@ def forward_flops_per_sequence(model: TransformerSpec, seq: int) -> float:
         else:
             ffn = 2 * seq * mats * h * model.ffn_size
         total += n * (attention + ffn)
-    return total + 2 * seq * model.vocab_size * h
+    return total + 2 * seq * model.padded_vocab_size(tp) * h

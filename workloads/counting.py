@@ -32,9 +32,11 @@ class ParamCounts:
     block: dict[bool, int]   # one block of each kind (False dense, True MoE)
 
 
-def unsharded_graph(model: TransformerSpec) -> LayerGraph:
-    """The model's graph for one sequence on one device, nothing split: what its counts are read from."""
-    return model.layer_graph(ShardShape(micro_batch=1, seq_length=model.seq_length))
+def unsharded_graph(model: TransformerSpec, vocab_padding_tp: int = 0) -> LayerGraph:
+    """The model's graph for one sequence on one device, nothing split: what its counts are read from.
+    ``vocab_padding_tp`` 0 (default): the model's own vocabulary; t > 0: padded as a run at tp t holds it
+    (``TransformerSpec.padded_vocab_size``: Megatron's dummy rows, in memory and FLOPs)."""
+    return model.layer_graph(ShardShape(micro_batch=1, seq_length=model.seq_length, vocab_padding_tp=vocab_padding_tp))
 
 
 def counts_of(graph: LayerGraph, top_k: int = 1, num_experts: int = 1) -> ParamCounts:
@@ -52,15 +54,24 @@ def counts_of(graph: LayerGraph, top_k: int = 1, num_experts: int = 1) -> ParamC
 
 
 @cache
-def param_counts(model: TransformerSpec) -> ParamCounts:
-    """``model``'s parameter counts (cached per model)."""
+def param_counts(model: TransformerSpec, vocab_padding_tp: int = 0) -> ParamCounts:
+    """``model``'s parameter counts (cached per model): its own (``vocab_padding_tp`` 0), or as held by
+    a run at tp t with the vocabulary padded (``vocab_padding_tp`` t; :func:`unsharded_graph`)."""
     moe = model.moe
-    return counts_of(unsharded_graph(model), *((moe.top_k, moe.num_experts) if moe is not None else ()))
+    return counts_of(unsharded_graph(model, vocab_padding_tp),
+                     *((moe.top_k, moe.num_experts) if moe is not None else ()))
 
 
 def total_params(model: TransformerSpec) -> int:
-    """All parameters: the sum of the graph's layers."""
+    """All parameters: the sum of the graph's layers (the model's own vocabulary, no padding)."""
     return param_counts(model).total
+
+
+def padded_total_params(model: TransformerSpec, tp: int = 1) -> int:
+    """All parameters as a run at tensor parallelism ``tp`` holds them: the embedding table and an
+    untied LM head over the padded vocabulary (``TransformerSpec.make_vocab_size_divisible_by`` x tp,
+    Megatron's dummy rows). Equal to :func:`total_params` where the vocabulary needs no padding."""
+    return param_counts(model, tp).total
 
 
 def active_params(model: TransformerSpec) -> int:
@@ -87,9 +98,10 @@ def output_head_params(model: TransformerSpec) -> int:
 
 
 def step_flops(model: TransformerSpec, seq_length: int, global_batch: int, recompute: str,
-               flash_attention: bool = False) -> ModelFlops:
+               flash_attention: bool = False, tp: int = 1) -> ModelFlops:
     """Whole-model FLOPs per optimizer step, summed over the ops of the unsplit graph for one
     sequence of ``seq_length`` tokens (:meth:`LayerGraph.step_flops`: model FLOPs 3 x forward,
-    hardware FLOPs what the kernels run, recompute included)."""
-    shard = ShardShape(micro_batch=1, seq_length=seq_length, flash_attention=flash_attention)
+    hardware FLOPs what the kernels run, recompute included), the vocabulary padded as a run at
+    tensor parallelism ``tp`` pads it (Megatron-LM counts its padded vocabulary in its TFLOP/s)."""
+    shard = ShardShape(micro_batch=1, seq_length=seq_length, flash_attention=flash_attention, vocab_padding_tp=tp)
     return model.layer_graph(shard).step_flops(global_batch, recompute)

@@ -71,8 +71,9 @@ class Op:
     (routed experts, convolution groups, three separate Q/K/V projections), 1 for a GEMM run ``batch``
     times over one weight (an LSTM's per-step recurrent GEMM), 0 where B is an activation or another
     op's weight (the attention core, a tied LM head, the later chunks of a pipelined TP GEMM), and a
-    fraction 1/tp where the rank runs the whole weight's shape but holds a tensor-parallel shard of it
-    (the shared experts, :func:`_moe_block`); ``bias`` the bias elements it adds; ``tables`` the
+    fraction where the rank's GEMM is larger than the share it holds (a general graph's split of a
+    dimension that does not divide by tp, workloads/tensor_parallel.py); ``bias`` the bias elements
+    it adds; ``tables`` the
     shapes of the learned tensors an op of another kind holds: a norm's γ (and β), an embedding's
     V x h table, a learned position table or class token.
     """
@@ -138,6 +139,9 @@ class ShardShape:
     fp8_saved_inputs: frozenset[str] = frozenset()  # GEMM classes whose inputs the backward keeps quantized
     fp8_saved_element_bytes: float = 1.0  # bytes per element of such a kept input (FP8 + its block scales)
     fused_cross_entropy: bool = False  # the loss keeps the 16-bit logits only (TrainingSpec.fused_cross_entropy)
+    # the tp the vocabulary is padded for (TransformerSpec.padded_vocab_size): None = this shard's tp; 0 = not
+    # padded (the model's own count); the unsplit graph of a run at tp t takes t (its FLOPs and held parameters)
+    vocab_padding_tp: int | None = None
 
     @property
     def act_bytes(self) -> int:
@@ -314,6 +318,36 @@ def _backward_of(op: Op) -> list[Op]:
     return []  # g's all-reduce and f's all-gather: handled at the column-parallel GEMM
 
 
+def _act_payload(shard: ShardShape, hidden: int) -> float:
+    """Bytes of the b·s·h activation a TP collective of a block carries (the local sequence under cp)."""
+    return float(shard.micro_batch * shard.local_seq * hidden * shard.act_bytes)
+
+
+def _tp_boundary(name: str, shard: ShardShape, hidden: int) -> list[Op]:
+    """Megatron's "g" after a row-parallel GEMM: an all-reduce of the output over tp, a reduce-scatter
+    with sequence parallelism (none at tp 1)."""
+    if shard.tp == 1:
+        return []
+    if shard.sequence_parallel:
+        return [_tp_comm(f"{name}.reduce_scatter", "reduce_scatter", _act_payload(shard, hidden))]
+    return [_tp_comm(f"{name}.all_reduce", "all_reduce", _act_payload(shard, hidden))]
+
+
+def _tp_gather(name: str, shard: ShardShape, hidden: int) -> list[Op]:
+    """The all-gather of the sequence-parallel input before a column-parallel GEMM (none without SP)."""
+    if shard.tp > 1 and shard.sequence_parallel:
+        return [_tp_comm(f"{name}.all_gather", "all_gather", _act_payload(shard, hidden))]
+    return []
+
+
+def _column_parallel(op: Op, shard: ShardShape, hidden: int) -> Op:
+    """A column-parallel GEMM: Megatron's "f", its input gradient all-reduced (reduce-scattered with SP)."""
+    if shard.tp == 1:
+        return op
+    return replace(op, input_grad_collective="reduce_scatter" if shard.sequence_parallel else "all_reduce",
+                   input_grad_bytes=_act_payload(shard, hidden))
+
+
 @cache
 def layer_work(model: TransformerSpec, shard: ShardShape, layer_index: int = 0) -> LayerWork:
     """Ops of one transformer layer (the one at ``layer_index``: dense or MoE) for one
@@ -327,25 +361,15 @@ def layer_work(model: TransformerSpec, shard: ShardShape, layer_index: int = 0) 
     full_seq = shard.seq_length  # keys/values span the whole sequence (ring/all-gather under cp)
     ffn = model.ffn_size // t
     ffn_out = 2 * ffn if model.gated_mlp else ffn
-    act_payload = float(tokens * h * elem)
 
     def tp_boundary(name: str) -> list[Op]:
-        if t == 1:
-            return []
-        if shard.sequence_parallel:
-            return [_tp_comm(f"{name}.reduce_scatter", "reduce_scatter", act_payload)]
-        return [_tp_comm(f"{name}.all_reduce", "all_reduce", act_payload)]
+        return _tp_boundary(name, shard, h)
 
     def tp_gather(name: str) -> list[Op]:
-        if t > 1 and shard.sequence_parallel:
-            return [_tp_comm(f"{name}.all_gather", "all_gather", act_payload)]
-        return []
+        return _tp_gather(name, shard, h)
 
     def column_parallel(op: Op) -> Op:
-        if t == 1:
-            return op
-        return replace(op, input_grad_collective="reduce_scatter" if shard.sequence_parallel else "all_reduce",
-                       input_grad_bytes=act_payload)
+        return _column_parallel(op, shard, h)
 
     norm_rc = "selective" if model.mla is not None else None  # DeepSeek-V3 recomputes its RMSNorms
     fwd: list[Op] = []
@@ -566,10 +590,8 @@ def _moe_block(model: TransformerSpec, shard: ShardShape, routed_tokens: int) ->
     (fc1 by columns, fc2 by rows); the partial outputs are reduce-scattered before the combine
     (Megatron-Core ``MoEAlltoAllTokenDispatcher`` with tp > 1 for experts). Tokens per local expert:
     routed·top_k·ep·etp/E, times ``moe_load_imbalance`` (busiest expert / mean), times the capacity
-    factor when one is set (Fedus et al. 2021). Shared experts: each rank runs the tokens it routes
-    through the whole shared experts (under sequence parallelism its 1/tp of the tokens: the FLOPs of
-    Megatron-Core's TP-split ``SharedExpertMLP`` on all tokens, without its all-gather and
-    reduce-scatter; without SP t x those FLOPs, an over-count) and holds 1/tp of their weights."""
+    factor when one is set (Fedus et al. 2021). Shared experts after the combine: a tensor-parallel
+    MLP (:func:`_shared_experts`)."""
     moe = model.moe
     h, elem, ep, etp = model.hidden_size, shard.act_bytes, shard.ep, shard.etp
     experts_local = moe.num_experts // ep
@@ -597,16 +619,32 @@ def _moe_block(model: TransformerSpec, shard: ShardShape, routed_tokens: int) ->
         ops.append(Op("moe_combine.all_to_all", "collective", collective="all_to_all", group="ep", comm_bytes=payload))
     ops.append(_memory("unpermute_weighted_sum", routed_tokens * moe.top_k * h, 1, 1, elem))
     if moe.num_shared_experts:
-        # the rank runs its tokens through the whole shared experts but holds a tensor-parallel 1/tp of
-        # their weights, as Megatron-Core splits them (``SharedExpertMLP``): FC1 and its bias ÷tp, FC2 ÷tp
-        # with each shared expert's bias replicated (see the docstring for the compute approximation)
-        shared = moe.num_shared_experts * ffn_e
-        share = 1 / shard.tp
-        ops.append(_linear("shared_fc1", routed_tokens, 2 * shared if model.gated_mlp else shared, h, elem,
-                           model.linear_bias, weights=share))
-        fc2 = _linear("shared_fc2", routed_tokens, h, shared, elem, False, weights=share)
-        ops.append(replace(fc2, bias=moe.num_shared_experts * h if model.linear_bias else 0.0))
+        ops += _shared_experts(model, shard)
     return ops
+
+
+def _shared_experts(model: TransformerSpec, shard: ShardShape) -> list[Op]:
+    """The shared experts of a MoE block on one rank, as Megatron-Core runs them: one tensor-parallel
+    MLP of ``num_shared_experts`` x the expert FFN width (``SharedExpertMLP`` is an ``MLP`` built on the
+    tp group with ``ffn_hidden_size = moe_shared_expert_intermediate_size``: megatron-core 0.16.1
+    ``transformer/moe/shared_experts.py``). Like the dense MLP: under sequence parallelism the rank's
+    s/t tokens are all-gathered, FC1 (column-parallel) and the activation run every token of the
+    micro-batch through the rank's 1/tp of the width, FC2 (row-parallel) and a reduce-scatter; without
+    it an all-reduce after FC2 and one of FC1's input gradient (Megatron's f/g). Parameters: FC1 and
+    its bias ÷tp, FC2 ÷tp with each shared expert's bias replicated (Megatron-Core refuses biases on
+    shared experts: ``add_bias_linear`` must be false; kept for a biased model's count). The gate of
+    ``moe_shared_expert_gate`` (Qwen2-MoE) and ``moe_shared_expert_overlap`` (the experts on a side
+    stream beside the dispatch) are not modelled."""
+    moe, h, elem, t = model.moe, model.hidden_size, shard.act_bytes, shard.tp
+    tokens = shard.micro_batch * shard.local_seq
+    width = moe.num_shared_experts * (moe.expert_ffn_hidden_size or model.ffn_size) // t
+    ops = _tp_gather("shared_in", shard, h)
+    ops.append(_column_parallel(_linear("shared_fc1", tokens, 2 * width if model.gated_mlp else width, h, elem,
+                                        model.linear_bias), shard, h))
+    ops.append(_memory("shared_act", tokens * width, 2 if model.gated_mlp else 1, 1, elem))
+    fc2 = _linear("shared_fc2", tokens, h, width, elem, False)
+    ops.append(replace(fc2, bias=moe.num_shared_experts * h if model.linear_bias else 0.0))
+    return ops + _tp_boundary("shared_out", shard, h)
 
 
 def _tp_overlap(ops: list[Op], tp: int, pipelined: bool) -> list[Op]:
@@ -694,13 +732,22 @@ def _cp_comm_before_attention(bwd: list[Op]) -> list[Op]:
     return rest[:first_attention] + [early] + rest[first_attention:]
 
 
+def vocab_rows(model: TransformerSpec, shard: ShardShape) -> int:
+    """Rows of the word embedding, LM head and logits one rank holds: the vocabulary padded as
+    Megatron pads it (:meth:`TransformerSpec.padded_vocab_size` for ``shard.vocab_padding_tp``, by
+    default the shard's tp) ÷tp; unpadded (``vocab_padding_tp`` 0) the busiest rank's ceil(V/tp)."""
+    pad_tp = shard.tp if shard.vocab_padding_tp is None else shard.vocab_padding_tp
+    vocab = model.padded_vocab_size(pad_tp) if pad_tp else model.vocab_size
+    return -(-vocab // shard.tp)
+
+
 @cache
 def embedding_work(model: TransformerSpec, shard: ShardShape) -> LayerWork:
     """Token (+ position) embedding on the first stage: a gather, and with a vocab-parallel
     embedding under TP an all-reduce (reduce-scatter with SP) of its output."""
     tokens, h, elem = shard.micro_batch * shard.local_seq, model.hidden_size, shard.act_bytes
-    # the word table vocab-parallel (V/tp rows on a rank), a learned position table replicated (Megatron-LM)
-    tables = ((model.vocab_size // shard.tp, h),)
+    # the word table vocab-parallel (padded V/tp rows on a rank), a learned position table replicated (Megatron-LM)
+    tables = ((vocab_rows(model, shard), h),)
     if model.position_embedding == "learned":
         tables += ((model.seq_length, h),)
     fwd: list[Op] = [_memory("embedding_lookup", tokens * h, 1, 1, elem, tables=tables)]
@@ -719,10 +766,11 @@ def head_work(model: TransformerSpec, shard: ShardShape) -> LayerWork:
     The logits are b·s·V/t; softmax cross-entropy reads them in fp32 (Megatron upcasts). Under
     TP the vocab-parallel cross-entropy all-reduces three fp32 values per token over tp: the
     logit maximum, the target logit and the sum of exponentials (Megatron-LM
-    ``_VocabParallelCrossEntropy``); its backward needs no communication. With tied embeddings the
+    ``_VocabParallelCrossEntropy``); its backward needs no communication. The vocabulary is padded as
+    Megatron pads it (:func:`vocab_rows`). With tied embeddings the
     head GEMM's weight is the word embedding's (held by ``embedding_work``'s table, not by this op)."""
     b, s, t = shard.micro_batch, shard.local_seq, shard.tp
-    h, elem, vocab = model.hidden_size, shard.act_bytes, model.vocab_size // t
+    h, elem, vocab = model.hidden_size, shard.act_bytes, vocab_rows(model, shard)
     tokens = b * s
     norm_tokens = tokens // t if shard.sequence_parallel else tokens
     fwd: list[Op] = [_memory("final_ln", norm_tokens * h, 1, 1, elem, tables=norm_tables(model, h))]

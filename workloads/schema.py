@@ -72,6 +72,16 @@ class TransformerSpec(BaseModel):
     ffn_hidden_size: int | None = Field(default=None, gt=0, description="default: 4 x hidden")
     gated_mlp: bool = Field(default=False, description="SwiGLU-style: three FFN matrices")
     vocab_size: int = Field(gt=0)
+    make_vocab_size_divisible_by: int = Field(
+        default=128, gt=0,
+        description="the vocabulary the embedding table, the LM head and the logits hold is padded with dummy "
+                    "rows to a multiple of this x tp, as Megatron-LM, Megatron-Core, NeMo and Megatron-DeepSpeed "
+                    "do (--make-vocab-size-divisible-by, default 128; megatron-bridge utils/vocab_utils.py "
+                    "calculate_padded_vocab_size: ceil(V / (128·tp))·128·tp, e.g. GPT-2's 50,257 is 50,304 at "
+                    "tp 1 and 51,200 at tp 8). The padded rows cost memory and FLOPs (Megatron counts them in "
+                    "its TFLOP/s); the model's own parameter count leaves them out and both are reported where "
+                    "they differ. 1: pad only to a multiple of tp (frameworks that do not pad: llm-foundry, "
+                    "torchtitan, whose busiest TP rank holds ceil(V/tp) rows)")
     seq_length: int = Field(gt=0)
     tied_embeddings: bool = False
     position_embedding: Literal["learned", "rope", "alibi", "none"] = "learned"
@@ -133,6 +143,14 @@ class TransformerSpec(BaseModel):
         moe = self.moe
         return (moe is not None and layer_index >= moe.first_dense_layers
                 and (layer_index + 1) % moe.moe_layer_frequency == 0)
+
+    def padded_vocab_size(self, tp: int = 1) -> int:
+        """The vocabulary as held under tensor parallelism ``tp``: ``vocab_size`` rounded up to a multiple
+        of ``make_vocab_size_divisible_by`` x tp (Megatron-LM ``_vocab_size_with_padding``; megatron-bridge
+        0.3.1 ``utils/vocab_utils.py``: ``multiple = make_vocab_size_divisible_by * tensor_model_parallel_size;
+        ceil(vocab_size / multiple) * multiple``)."""
+        multiple = self.make_vocab_size_divisible_by * tp
+        return -(-self.vocab_size // multiple) * multiple
 
     @property
     def kv_heads(self) -> int:

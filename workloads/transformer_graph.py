@@ -11,7 +11,8 @@ once, what each layer keeps:
   Megatron way (Shoeybi 2019): Q/O and FFN matrices ÷tp, K/V ÷tp (one KV head per rank, replicated,
   when tp > kv heads), column-parallel biases ÷tp, row-parallel biases and norms replicated, MLA
   down-projections replicated, routed experts ÷ep and each one's FFN ÷etp (expert tensor parallel),
-  router replicated; the word embedding vocab-parallel (÷tp), learned positions replicated; the LM
+  router replicated; the word embedding vocab-parallel (÷tp, the vocabulary padded as Megatron pads
+  it: ``TransformerSpec.make_vocab_size_divisible_by``), learned positions replicated; the LM
   head ÷tp (none of its own with tied embeddings: its GEMM's weight is the embedding's table, and the
   copy a pipeline's last stage keeps of it, ``tied_copy_params``, is that GEMM's k x n);
 - the activation tensors each layer saves for its backward (:func:`block_saved_tensors`), and
@@ -36,7 +37,7 @@ import math
 from dataclasses import dataclass
 from functools import cache
 
-from workloads.graph import LayerWork, ShardShape, embedding_work, head_work, layer_work
+from workloads.graph import LayerWork, ShardShape, embedding_work, head_work, layer_work, vocab_rows
 from workloads.layer_graph import Layer, LayerGraph
 from workloads.layer_kinds import layer_kinds
 from workloads.schema import TransformerSpec
@@ -206,7 +207,7 @@ def transformer_layer_graph(model: TransformerSpec, shard: ShardShape) -> LayerG
     # recompute (Korthikanti 2022 Sec. 4.3: 4·sbh/t·(1 + V/h) with SP and 4 B per logit).
     head_saved = (SavedTensor("norm_and_head_inputs", 2 * e * sb * h / sp_div),
                   SavedTensor("logits", (FUSED_LOGITS_BYTES_PER_ELEMENT if shard.fused_cross_entropy
-                                          else LOGITS_BYTES_PER_ELEMENT) * sb * model.vocab_size / shard.tp))
+                                          else LOGITS_BYTES_PER_ELEMENT) * sb * vocab_rows(model, shard)))
     head = head_work(model, shard)
     layers.append(_layer("head", "lm_head", head, head_saved, sum(x.nbytes for x in head_saved), 0.0,
                          (layers[-1].name,), splits))

@@ -70,6 +70,9 @@ class SimulationResult:
     # whole): the counted FLOPs understate the model's, so TFLOP/s and MFU are n/a; None: all counted
     flops_counted_layers: tuple[int, int] | None = None
     run: dict[str, Any] = field(default_factory=dict)  # model, node, accelerator, sequence, precision
+    # the parameters the layout holds where they differ from the model's own ``num_parameters``: a
+    # transformer's vocabulary padded to make_vocab_size_divisible_by x tp (Megatron); None: the same
+    num_parameters_padded: int | None = None
     busiest_stage: int | None = None  # the stage that waits least, when not the critical rank's
     busiest_stage_breakdown_s: dict[str, float] = field(default_factory=dict)
     timeline_builder: Callable[[], list[TimelineEvent]] | None = field(default=None, repr=False)
@@ -81,6 +84,11 @@ class SimulationResult:
         if self._timeline_cache is None:
             self._timeline_cache = self.timeline_builder() if self.timeline_builder else []
         return self._timeline_cache
+
+    @property
+    def padded_differs(self) -> bool:
+        """Whether the layout holds more parameters than the model's own (a padded vocabulary)."""
+        return self.num_parameters_padded is not None and self.num_parameters_padded != self.num_parameters
 
     @property
     def tokens_per_s(self) -> float | None:
@@ -130,6 +138,7 @@ class SimulationResult:
             **{k: v for k, v in self.run.items() if k != "seq_length_source"},
             "num_gpus": self.num_gpus,
             "num_parameters": self.num_parameters,
+            **({"num_parameters_padded": self.num_parameters_padded} if self.padded_differs else {}),
             "parallelism": self.parallelism,
             "step_time_s": self.step_time_s,
             "steps": self.steps,
@@ -384,7 +393,10 @@ def render_table(result: SimulationResult) -> str:
         f"sp={par['sequence_parallel']} mbs={par['micro_batch_size']} gbs={par['global_batch_size']}",
         *([f"  strategy       {result.run['strategy']} (its `strategy:` block sets the rest; the layout line is "
            "what `parallelism:` resolves to)"] if result.run.get("strategy", "spmd") != "spmd" else []),
-        f"  parameters     {parameter_count(result.num_parameters)}",
+        f"  parameters     {parameter_count(result.num_parameters)}" + (
+            f" (held: {parameter_count(result.num_parameters_padded)}, "
+            f"+{parameter_count(result.num_parameters_padded - result.num_parameters)} of vocabulary padded to a "
+            f"multiple of make_vocab_size_divisible_by x tp, as Megatron pads it)" if result.padded_differs else ""),
         f"  layers/stage   {result.layers_per_stage}" + (
             f" (chunks: {result.layer_split})" if len(result.layer_split) != len(result.layers_per_stage) else "")
         + _split_note(result.extra.get("pp_split_choice")),

@@ -59,7 +59,7 @@ from simulator.strategies.optimizer_fusion import FusedUpdates, unfused_gradient
 from simulator.strategies.registry import StrategyKind, register
 from simulator.strategies.spmd.plan import Planner
 from simulator.strategies.tasklists import StageTasks, require
-from workloads.counting import output_head_params, unsharded_graph
+from workloads.counting import param_counts, unsharded_graph
 from workloads.schema import TransformerSpec
 
 
@@ -93,7 +93,7 @@ def head_params_local(scenario, planner) -> float:
     """Parameters of one auxiliary head on one rank: an output layer (final norm + V·h, split by
     tp like the model's) and ``aux_layers`` layers of the model's first kind."""
     cfg, model, tp = scenario.strategy, scenario.model, scenario.parallelism.tp
-    head = (output_head_params(model) + unsharded_graph(model).tied_copy_params) / tp
+    head = (param_counts(model, tp).head + unsharded_graph(model, tp).tied_copy_params) / tp  # padded vocabulary
     return head + cfg.aux_layers * planner.layer_params_local()
 
 
@@ -179,7 +179,7 @@ def head_largest_module_gradient_bytes(scenario, planner) -> float:
     """Gradient bytes of the head's largest module on one rank (its output layer or one critic
     layer): what step in backward keeps alive during the head's pass."""
     cfg, model, tp = scenario.strategy, scenario.model, scenario.parallelism.tp
-    output = (output_head_params(model) + unsharded_graph(model).tied_copy_params) / tp
+    output = (param_counts(model, tp).head + unsharded_graph(model, tp).tied_copy_params) / tp
     largest = max(output, planner.layer_params_local() if cfg.aux_layers else 0.0)
     return largest * gradient_bytes(scenario.training)
 
