@@ -13,6 +13,7 @@ from pathlib import Path
 
 import pytest
 
+from simulator.scenario import load_scenario
 from validation import ds3lab, ds3lab_dp
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -66,7 +67,10 @@ def test_the_scenario_follows_the_launch_scripts():
     assert par["schedule"] == "1f1b" and par["overlap_grad_reduce"] is False  # --DDP-impl local
     assert scenario["training"]["optimizer"] == "sgd"
     assert par["tp"] * par["pp"] * par["dp"] == scenario["cluster"]["num_gpus"]
-    assert scenario["model"]["vocab_size"] == ds3lab_dp.megatron_padded_vocab(par["tp"])
+    # the tokenizer's vocabulary, padded by the model to 128 x tp as Megatron-LM pads it
+    assert scenario["model"]["vocab_size"] == ds3lab_dp.BERT_LARGE_CASED_VOCAB
+    spec = load_scenario(scenario).model
+    assert spec.padded_vocab_size(par["tp"]) == ds3lab_dp.megatron_padded_vocab(par["tp"])
     assert scenario["model"]["tied_embeddings"] is True  # Megatron-LM's GPT output layer = word embeddings
     assert scenario["cluster"]["node"]["intra_node"]["collective_efficiency"] == 0.5
     curve = scenario["cluster"]["node"]["accelerator"]["efficiency"]["gemm_curves"][scenario["training"]["precision"]]

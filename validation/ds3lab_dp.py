@@ -76,6 +76,7 @@ from typing import Any
 import pandas as pd
 
 from validation import ds3lab
+from workloads.schema import padded_vocab
 
 DATA = Path(__file__).resolve().parent / "data"
 MEGATRON_CSV = DATA / "dfm_gpt3_xl_megatron.csv"
@@ -90,9 +91,9 @@ NVLINK_EFFICIENCY_GRID = tuple(round(0.1 * i, 1) for i in range(1, 9))  # 0.1 ..
 
 def megatron_padded_vocab(tp: int) -> int:
     """The vocabulary Megatron-LM builds: the tokenizer's, padded up to a multiple of 128 x tp
-    (megatron/tokenizer/tokenizer.py ``_vocab_size_with_padding``), so each TP rank holds an equal slice."""
-    multiple = MEGATRON_VOCAB_DIVISOR * tp
-    return -(-BERT_LARGE_CASED_VOCAB // multiple) * multiple
+    (megatron/tokenizer/tokenizer.py ``_vocab_size_with_padding``), so each TP rank holds an equal slice.
+    The scenario gives the tokenizer's and the model pads it (``TransformerSpec.make_vocab_size_divisible_by``)."""
+    return padded_vocab(BERT_LARGE_CASED_VOCAB, MEGATRON_VOCAB_DIVISOR, tp)
 
 
 def _parsed() -> pd.DataFrame:
@@ -184,8 +185,8 @@ def megatron_scenario(row, nvlink_efficiency: float | None = None,
     return {
         "name": f"ds3lab-megatron-gpt3-xl-tp{tp}-pp{pp}-dp{dp}",
         "model": {"name": "gpt3-xl-style", "num_layers": int(row["n_layers"]), "hidden_size": 2048,
-                  "num_attention_heads": 16, "vocab_size": megatron_padded_vocab(tp), "seq_length": 2048,
-                  "tied_embeddings": True},
+                  "num_attention_heads": 16, "vocab_size": BERT_LARGE_CASED_VOCAB, "seq_length": 2048,
+                  "make_vocab_size_divisible_by": MEGATRON_VOCAB_DIVISOR, "tied_embeddings": True},
         "cluster": {"node": _node(row, compute_factor, nvlink_efficiency), "num_gpus": gpus, "fabric": fabric},
         "parallelism": {"tp": tp, "pp": pp, "dp": dp, "schedule": "1f1b",
                         "micro_batch_size": int(row["micro_batch"]), "global_batch_size": int(row["global_batch"]),

@@ -13,6 +13,15 @@ from typing import Literal
 from pydantic import AliasChoices, BaseModel, ConfigDict, Field, model_validator
 
 
+def padded_vocab(vocab_size: int, divisible_by: int, tp: int) -> int:
+    """``vocab_size`` rounded up to a multiple of ``divisible_by`` x tp, as Megatron-LM pads a vocabulary
+    so each TP rank holds an equal slice (``_vocab_size_with_padding``; megatron-bridge 0.3.1
+    ``utils/vocab_utils.py`` ``calculate_padded_vocab_size``: ``multiple = make_vocab_size_divisible_by *
+    tensor_model_parallel_size; ceil(vocab_size / multiple) * multiple``)."""
+    multiple = divisible_by * tp
+    return -(-vocab_size // multiple) * multiple
+
+
 class MoESpec(BaseModel):
     """Mixture-of-experts feed-forward: ``num_experts`` routed experts, ``top_k`` per token."""
 
@@ -145,12 +154,8 @@ class TransformerSpec(BaseModel):
                 and (layer_index + 1) % moe.moe_layer_frequency == 0)
 
     def padded_vocab_size(self, tp: int = 1) -> int:
-        """The vocabulary as held under tensor parallelism ``tp``: ``vocab_size`` rounded up to a multiple
-        of ``make_vocab_size_divisible_by`` x tp (Megatron-LM ``_vocab_size_with_padding``; megatron-bridge
-        0.3.1 ``utils/vocab_utils.py``: ``multiple = make_vocab_size_divisible_by * tensor_model_parallel_size;
-        ceil(vocab_size / multiple) * multiple``)."""
-        multiple = self.make_vocab_size_divisible_by * tp
-        return -(-self.vocab_size // multiple) * multiple
+        """The vocabulary as held under tensor parallelism ``tp`` (:func:`padded_vocab`)."""
+        return padded_vocab(self.vocab_size, self.make_vocab_size_divisible_by, tp)
 
     @property
     def kv_heads(self) -> int:
