@@ -583,7 +583,8 @@ def _with_economics(scenario: Scenario, result: SimulationResult) -> SimulationR
     if scenario.reliability is not None and result.step_time_s:
         from simulator.economics.simulated_goodput import simulated_goodput
 
-        result.extra["reliability"] = simulated_goodput(scenario, result.step_time_s, result.num_parameters)
+        result.extra["reliability"] = simulated_goodput(scenario, result.step_time_s,
+                                                        result.num_parameters_padded or result.num_parameters)
     return result
 
 

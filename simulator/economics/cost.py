@@ -189,7 +189,8 @@ def training_economics(scenario: Scenario, result: dict[str, Any]) -> dict[str, 
     """Time/cost/energy to train ``scenario.training.tokens`` at the simulated throughput.
 
     ``result`` is a ``SimulationResult.to_dict()``-shaped mapping (``tokens_per_s``,
-    ``step_time_s``, ``time_breakdown_s``, ``hfu``, ``mfu``, ``fits``, ``num_parameters``).
+    ``step_time_s``, ``time_breakdown_s``, ``hfu``, ``mfu``, ``fits``, ``num_parameters``, and
+    ``num_parameters_padded`` where the layout holds a padded vocabulary).
     Returns every key of :data:`ECONOMICS_KEYS`; time/cost/energy are None when the layout does
     not fit, has no throughput, or no tokens are given.
     """
@@ -217,7 +218,8 @@ def training_economics(scenario: Scenario, result: dict[str, Any]) -> dict[str, 
     out["avg_power_kw"] = facility_watts / 1e3
 
     # Checkpoints and failures do not depend on throughput either.
-    params = _number(result, "num_parameters")
+    # a checkpoint holds what the ranks hold: the padded vocabulary's rows too (Megatron saves them)
+    params = _number(result, "num_parameters_padded") or _number(result, "num_parameters")
     if params is None:
         from workloads.counting import total_params
 
