@@ -232,7 +232,9 @@ def pipeline_scenario(row, factor: float) -> dict[str, Any]:
     return {
         "name": f"ds3lab-gpt3-xl-pp{pp}",
         "model": {"name": "gpt3-xl-style", "num_layers": int(row["layers"]), "hidden_size": 2048,
-                  "num_attention_heads": 16, "vocab_size": 50257, "seq_length": 2048},
+                  "num_attention_heads": 16, "vocab_size": 50257, "seq_length": 2048,
+                  # DT-FM's own GPT stages hold GPT-2's 50,257 rows as they are (no Megatron padding)
+                  "make_vocab_size_divisible_by": 1},
         "cluster": {"node": node, "num_gpus": pp,
                     "fabric": shaped_fabric(pp, delay, rate, fitted_transports()["NCCL"])},
         "parallelism": {"tp": 1, "pp": pp, "dp": 1, "schedule": "gpipe", "micro_batch_size": int(row["micro_batch"]),
