@@ -33,8 +33,9 @@ from simulator.errors import no_bool_numbers
 Precision = Literal["fp64", "fp32", "tf32", "bf16", "fp16", "fp8", "fp4"]
 # GEMM curves are kept per precision and, for FP8/FP4, per scaling recipe's kernel: fp8 (per-tensor
 # scaled, torch._scaled_mm / cuBLASLt), fp8_block (1x128 / 128x128 block-scaled, DeepGEMM),
-# mxfp8 (32-element blocks, Blackwell), nvfp4 (16-element blocks, Blackwell).
-CurveKey = Literal["fp64", "fp32", "tf32", "bf16", "fp16", "fp8", "fp4", "fp8_block", "mxfp8", "nvfp4"]
+# mxfp8 (32-element blocks, Blackwell), nvfp4 (16-element blocks, Blackwell), fp8_rowwise (one scale per row,
+# torchao's rowwise recipe: no curve of its own is measured, it runs on fp8's; a grouped_gemm entry may name it).
+CurveKey = Literal["fp64", "fp32", "tf32", "bf16", "fp16", "fp8", "fp4", "fp8_block", "fp8_rowwise", "mxfp8", "nvfp4"]
 
 
 class Spec(BaseModel):
@@ -249,18 +250,19 @@ class GroupedGemmEfficiency(Spec):
         t = G · t_dense(group) / level + G · per_group_us + launch (+ the recipe's quantisation / quantise_efficiency)
 
     ``level``: the grouped kernel's rate over the dense curve's at the group's shape; ``per_group_us``: the
-    kernel's scheduling cost per group; ``quantise_efficiency``: for a block-scaled recipe (MXFP8), the rate of
+    kernel's scheduling cost per group; ``quantise_efficiency``: for an FP8 recipe (MXFP8 measured), the rate of
     the library's quantise kernels over the memory-bound rate the recipe's bytes are priced at (its scale
     layout, column-wise casts for the weight gradient and group padding included). Kernel-library specific:
     an entry applies to the frameworks in ``frameworks`` only (``training.framework``); the others run their
     experts as dense GEMMs of the group's shape. Fitted on the fit half of a microbenchmark's grouped rows
-    (validation/calibrate_microbench.py ``fit_grouped``)."""
+    (validation/calibrate_microbench.py ``fit_grouped``), or carried from the part and recipe they were measured
+    on by that module's ``GROUPED_CARRY_RULE`` (``fitted_on`` marked "(derived by rule from ...)")."""
 
     level: float = Field(gt=0, le=2, description="grouped kernel rate / dense curve rate at one group's shape")
     per_group_us: NonNegativeFloat = Field(default=0.0, description="scheduling cost per group")
     quantise_efficiency: float | None = Field(
         default=None, gt=0, le=1, description="the recipe's quantise kernels' share of the memory-bound rate "
-                                              "(block-scaled recipes); None: at the memory-bound rate")
+                                              "(FP8 recipes); None: at the memory-bound rate")
     kernel: str = Field(description="the kernel library measured")
     frameworks: list[str] = Field(min_length=1, description="training.framework values that run this kernel")
     source: str

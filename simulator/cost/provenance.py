@@ -239,13 +239,14 @@ def efficiency_provenance(scenario: Scenario) -> dict[str, str]:
 
 def grouped_gemm_kernels(scenario: Scenario) -> list[dict]:
     """How an MoE run's expert GEMMs are priced on each accelerator of the run (empty without MoE): as one grouped
-    kernel measured for the run's framework (``state`` calibrated, or derived from a sibling part: its ``level``
-    over the dense curve at one expert's shape, per-group cost, kernel and rows) or, where no grouped kernel of
-    that framework was measured on the part, as dense GEMMs of one expert's shape (``state`` assumed). The
-    parts that hold a grouped kernel of the framework are named (``parts_with_kernel``): a comparison between
-    one of them and an assumed part sets a measured kernel against an assumed one (torchtitan's
-    ``torch._grouped_mm`` has B200 rows and no H100 row). ``clustersim simulate`` prints it; ``--json`` carries it
-    as ``grouped_gemm``."""
+    kernel of the run's framework (``state`` calibrated: measured on the part; derived: from a sibling die, or
+    carried from the part it was measured on by validation/calibrate_microbench.py ``GROUPED_CARRY_RULE`` --
+    torchtitan's ``torch._grouped_mm`` was measured on B200 only and H100 carries its level; its ``level`` over
+    the dense curve at one expert's shape, per-group cost, kernel and rows) or, where the part holds no grouped
+    kernel of that framework, as dense GEMMs of one expert's shape (``state`` assumed). The parts that hold a
+    grouped kernel of the framework in this precision are named (``parts_with_kernel``): a comparison between one
+    of them and an assumed part sets a kernel priced from rows against an assumed one. ``clustersim simulate``
+    prints it; ``--json`` carries it as ``grouped_gemm``."""
     from hardware_specs.catalog import ACCELERATORS
 
     if getattr(scenario.model, "moe", None) is None:
@@ -261,11 +262,15 @@ def grouped_gemm_kernels(scenario: Scenario) -> list[dict]:
         entry = accel.efficiency.grouped_gemm.get(key)
         row = {"accelerator": accel.name, "framework": framework, "precision": key, "parts_with_kernel": measured}
         if entry is None:
+            # the same framework's grouped kernels of this part in other precisions / recipes (a recipe comparison)
+            others = sorted(k for k, e in accel.efficiency.grouped_gemm.items() if framework in e.frameworks)
             row.update(state=ASSUMED, note=(
-                f"no {framework} grouped-GEMM kernel was measured on {accel.name} in {key}: the experts run as dense "
-                f"GEMMs of one expert's shape (assumed)" + (
+                f"no {framework} grouped-GEMM kernel was measured on {accel.name} in {key} or carried to it: the "
+                f"experts run as dense GEMMs of one expert's shape (assumed)" + (
                     f"; beside {', '.join(measured)} (grouped kernel measured there or carried from it) a comparison "
-                    "sets a measured kernel against an assumed one" if measured else "")))
+                    "sets a measured kernel against an assumed one" if measured else "") + (
+                    f"; this part's {framework} experts in {', '.join(others)} run a grouped kernel priced from rows: "
+                    f"a comparison of {key} with those sets an assumed kernel against a priced one" if others else "")))
         else:
             state, source = provenance_state(entry.fitted_on or ASSUMED)
             extra = f", quantisation at {entry.quantise_efficiency:g} of the memory-bound rate" \
@@ -274,9 +279,12 @@ def grouped_gemm_kernels(scenario: Scenario) -> list[dict]:
                        quantise_efficiency=entry.quantise_efficiency, fitted_on=entry.fitted_on, note=(
                            f"{entry.kernel}: {entry.level:g} of the dense curve at one expert's shape, "
                            f"+{entry.per_group_us:g} us per expert{extra} ({state}"
-                           + (f": {source}" if source else "") + f"; {entry.fitted_on}); every other part runs "
-                           f"{framework}'s experts as dense GEMMs (assumed): beside one of them (an H100, say) a "
-                           "comparison sets this measured kernel against an assumed one"))
+                           + (f": {source}" if source else "") + f"; {entry.fitted_on})"
+                           + ("; carried by rule, not measured here: beside the part it was measured on a "
+                              "comparison sets the kernel against itself, as good as the rule (its source)"
+                              if state == DERIVED else "")
+                           + f"; a part with no {framework} grouped kernel in {key} runs the experts as dense GEMMs "
+                           "(assumed): beside one of them a comparison sets this kernel against an assumed one"))
         out.append(row)
     return out
 
