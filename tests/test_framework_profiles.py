@@ -13,7 +13,7 @@ import pytest
 
 from hardware_specs.catalog import ACCELERATORS
 from hardware_specs.framework import DEFAULT_FRAMEWORK, FOLDER, framework_names, framework_profile
-from simulator.cost.framework import ASSUMED, CALIBRATED, DEFAULT, DERIVED, choose
+from simulator.cost.framework import ASSUMED, CALIBRATED, DEFAULT, DERIVED, choose, with_grouped_gemm_kernels
 from simulator.errors import ConfigError
 from simulator.scenario import load_scenario
 from simulator.simulate import simulate_point
@@ -53,7 +53,12 @@ def test_every_entry_names_fit_half_rows_of_its_framework():
 def test_default_framework_is_the_catalog():
     plain = load_scenario(_small())
     named = load_scenario(_small(framework="megatron-core"))
-    assert plain.accelerator == named.accelerator == ACCELERATORS.get("h100-sxm-80g")
+    catalog = ACCELERATORS.get("h100-sxm-80g")
+    # the catalog's constants, less the grouped kernels Megatron-Core does not run (torchtitan's, carried from B200)
+    assert plain.accelerator == named.accelerator == with_grouped_gemm_kernels(catalog, "megatron-core")
+    assert not plain.accelerator.efficiency.grouped_gemm and catalog.efficiency.grouped_gemm
+    assert plain.accelerator.model_copy(update={"efficiency": plain.accelerator.efficiency.model_copy(
+        update={"grouped_gemm": catalog.efficiency.grouped_gemm})}) == catalog
     assert plain.frameworks[0].state == DEFAULT and plain.frameworks[0].entry is None
 
 

@@ -145,3 +145,20 @@ def test_torchtitan_mixtral_on_blackwell_is_judged_like_for_like():
     assert b200.parts_min / bs.RATIO_MARGIN <= b200.ratio_vs_h100 <= b200.parts_max * bs.RATIO_MARGIN
     assert b200.ratio_vs_h100 > 2
     assert rows.verdict.str.startswith("consistent").all(), rows.verdict.tolist()
+
+
+B200_PARTS = {"gemm_bf16": 2.20, "gemm_fp8": 2.45, "attention": 1.87, "hbm": 2.39, "nvls_all_reduce": 1.77,
+              "nvlink_p2p": 1.98}
+
+
+@pytest.mark.parametrize(("ratio", "same_fabric", "nic", "flags"), [
+    (2.15, True, None, []),
+    (2.6, True, None, ["ratio>parts"]),
+    (2.6, False, None, []),                     # IB -> NVLink: no upper bound holds
+    (1.5, True, None, ["ratio<parts"]),         # one node: slower than every part it is made of
+    (1.5, True, 1.0, []),                       # across nodes: the NICs are the same 400 Gb/s per GPU
+    (0.9, False, 1.0, ["ratio<parts"]),         # slower than H100 although no part is
+])
+def test_the_dense_table_flags_a_ratio_out_of_its_parts_either_way(ratio, same_fabric, nic, flags):
+    assert bs.part_flags(ratio, B200_PARTS, "bf16", same_fabric, nic) == flags
+    assert bs.nic_ratio("B200") == 1.0

@@ -100,6 +100,21 @@ def part_ratios(part: str) -> dict[str, float]:
             / _cell("collectives_bandwidth.csv", 116, "busbw_gb_per_s")}
 
 
+def part_flags(ratio: float, r: dict[str, float], peak_key: str, same_fabric: bool, nic: float | None) -> list[str]:
+    """``ratio>parts`` / ``ratio<parts`` of one Blackwell ÷ H100 ratio against the part ratios ``r``
+    (:func:`part_ratios`): above the largest compute ratio of the precision (GEMM, attention, HBM; only where the
+    traffic stays on the same kind of fabric), below the smallest of those and the NVLink ratios, and ``nic`` (the
+    NIC ratio, for a run that spans nodes); 5% margin either way."""
+    compute = [r["gemm_bf16" if peak_key == "bf16" else "gemm_fp8"], r["attention"], r["hbm"]]
+    links = [r["nvls_all_reduce"], r["nvlink_p2p"], *([nic] if nic is not None else [])]
+    flags = []
+    if same_fabric and ratio > max(compute) * RATIO_MARGIN:
+        flags.append("ratio>parts")
+    if ratio < min(compute + links) / RATIO_MARGIN:
+        flags.append("ratio<parts")
+    return flags
+
+
 def nic_ratio(part: str) -> float:
     """``part``'s node's NIC line rate per GPU over DGX H100's (datasheets: both 400 Gb/s per GPU, ratio 1)."""
     def per_gpu(node: str) -> float:
@@ -188,15 +203,9 @@ def table() -> pd.DataFrame:
                 same_fabric = NODES.get(PARTS[part][0]).domain_gpus >= raw["cluster"]["num_gpus"] or \
                     NODES.get(PARTS[part][0]).domain_gpus == NODES.get(PARTS["H100"][0]).domain_gpus
                 if ratio_fa3 is not None and part != "H100":
-                    r = part_ratios(part)
-                    compute = [r["gemm_bf16" if peak_key == "bf16" else "gemm_fp8"], r["attention"], r["hbm"]]
-                    links = [r["nvls_all_reduce"], r["nvlink_p2p"]]
-                    if raw["cluster"]["num_gpus"] > NODES.get(PARTS["H100"][0]).domain_gpus:
-                        links.append(nic_ratio(part))  # the run spans H100 nodes: some traffic rides the NICs
-                    if same_fabric and ratio_fa3 > max(compute) * RATIO_MARGIN:
-                        flags.append("ratio>parts")
-                    if ratio_fa3 < min(compute + links) / RATIO_MARGIN:
-                        flags.append("ratio<parts")
+                    spans = raw["cluster"]["num_gpus"] > NODES.get(PARTS["H100"][0]).domain_gpus
+                    flags += part_flags(ratio_fa3, part_ratios(part), peak_key, same_fabric,
+                                        nic_ratio(part) if spans else None)
                 rows.append({"run": label, "precision": prec_label, "part": part, "num_gpus": raw["cluster"]["num_gpus"],
                              "tflops": _rounded(tflops, 1), "mfu": _rounded(mfu, 3),
                              "mamf_eff": round(mamf_efficiency(part, peak_key), 3),

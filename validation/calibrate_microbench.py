@@ -32,8 +32,10 @@ quantisation at ``quantise_efficiency`` of the memory-bound rate. ``fit_grouped`
 per-group cost on the bf16 fit rows, MXFP8's level on its kernel fit row (over the fp8 curve it is priced on)
 and its quantisation rate and per-group cost on the MXFP8 fit rows; the held-out rows and the MXFP8-over-bf16
 speedup of every pair with a held-out row are the check. DeepGEMM's dense and grouped fit rows on H800 check the
-"dense curve at a group's shape" premise on Hopper (nothing is written for Hopper: no grouped bf16 kernel of it
-was measured, and DeepGEMM's grouped rows run at its dense level).
+"dense curve at a group's shape" premise on Hopper (DeepGEMM's grouped rows run at its dense level). No grouped
+kernel of torchtitan was measured on Hopper: the Hopper parts, and the FP8 recipes B200 has no row of, carry the
+B200 fit by ``GROUPED_CARRY_RULE`` (marked derived), so that a comparison across parts sets the kernel against
+itself.
 
 ``in_training_gemm_factor``: the A100 curve (a100-sxm-80g, fitted on Korthikanti 2022 Table 4
 layer times) over the A100 kernel curve that the A100 MAMF row implies gives how far a step's
