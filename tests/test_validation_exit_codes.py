@@ -198,10 +198,11 @@ def test_calibrate_conv_exits_1_past_its_per_layer_target(monkeypatch, capsys):
 
 def test_blackwell_sanity_exits_1_when_a_prediction_is_flagged(monkeypatch, capsys):
     """Stand-in TFLOP/s for the table's simulations (the torchtitan MoE rows are simulated: ~1 CPU-s);
-    its own flags: MFU above the part's MAMF efficiency, a ratio over H100 above the parts' ratios."""
+    its own flags: MFU above the part's MAMF efficiency, a ratio over H100 above or below the parts' ratios."""
     from validation import blackwell_sanity as bs
 
-    tflops = {"H100": 300.0, "B200": 300.0, "GB200": 300.0}
+    # B200 2.0x and GB200 2.2x H100: within every part ratio (GEMM, attention, HBM, NVLink: 1.77-2.58x)
+    tflops = {"H100": 300.0, "B200": 600.0, "GB200": 660.0}
     monkeypatch.setattr(bs, "simulate_run", lambda raw, part, training: {"model_tflops_per_gpu": tflops[part],
                                                                           "fits": True})
     assert bs.main([]) == 0
@@ -210,7 +211,11 @@ def test_blackwell_sanity_exits_1_when_a_prediction_is_flagged(monkeypatch, caps
     assert bs.main([]) == 1
     out = capsys.readouterr().out
     assert "FLAG ratio>parts" in out and "on B200" in out and out.rstrip().endswith("FLAGGED")
-    tflops["B200"] = 300.0
+    tflops["B200"] = 300.0                    # B200 as fast as H100: below every ratio of the parts
+    assert bs.main([]) == 1
+    out = capsys.readouterr().out
+    assert "FLAG ratio<parts" in out and "on B200" in out and out.rstrip().endswith("FLAGGED")
+    tflops["B200"] = 600.0
     monkeypatch.setattr(bs, "mamf_efficiency", lambda part, key: 0.01)
     assert bs.main([]) == 1
     assert "FLAG mfu>mamf" in capsys.readouterr().out
