@@ -70,9 +70,10 @@ def run(args) -> int:
     constraints = parse_assignments(args.constraint, SearchConstraints, "--constraint", lists=False)
     if args.no_cache:
         os.environ["CLUSTERSIM_CACHE"] = "0"  # read by the workers too (they inherit the environment)
+    notes: list[str] = []
     rows = search(args.scenario, overrides=args.overrides, num_gpus=args.gpus, space=space,
                   constraints=constraints, workers=args.workers, dask=args.dask, rank_by=args.rank_by,
-                  top_k=args.top_k, progress=sys.stderr.isatty())
+                  top_k=args.top_k, progress=sys.stderr.isatty(), notes=notes)
     if args.csv:
         from simulator.explore.search import write_csv
 
@@ -81,8 +82,12 @@ def run(args) -> int:
         shown = rows if args.top is None else rows[: args.top]
         json.dump(_finite(shown), sys.stdout, indent=2, default=str, allow_nan=False)
         sys.stdout.write("\n")
+        for note in notes:  # stdout holds the JSON list alone
+            print(f"NOTE: {note}", file=sys.stderr)
     else:
         print(render_table(rows, top=args.top or 10))
+        for note in notes:
+            print(f"  NOTE: {note}")
         if args.rank_by == "time_to_target_s" and rows and rows[0].get("convergence_source"):
             best = rows[0]
             print(f"\nranked by time to target: best {best['time_to_target_s']:,.0f} s = "

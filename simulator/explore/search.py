@@ -400,11 +400,59 @@ def _rank_key(item: tuple[int, dict[str, Any]], metric: str = "tokens_per_s") ->
     return (3 if not reason.startswith("invalid layout") else 4, 0.0, idx)
 
 
+#: The layout constraints of :class:`SearchConstraints` and the layout field each limits.
+_CONSTRAINED_FIELD = {"tp_within_node": "tp", "max_tp": "tp", "max_pp": "pp", "max_ep": "ep", "min_dp": "dp",
+                      "max_dp": "dp"}
+
+
+def kind_candidates(kind, config, base_par, space: SearchSpace, constraints: SearchConstraints,
+                    notes: list[str] | None = None) -> list[dict[str, Any]] | None:
+    """The candidate layouts of a strategy kind that reads only some of the search's fields
+    (``StrategyKind.searched_layout_fields``; None for a kind that reads them all: spmd's enumeration).
+
+    Every field the kind does not read is kept at the scenario's value: varying it would report copies
+    of one plan as distinct layouts (per_layer on VGG-16 listed 20 such rows, pp 4 and 8, micro-batches
+    2 to 32, all 11,809.8 samples/s). A ``--space`` listing another value for such a field, or a
+    ``--constraint`` on one (tp, pp, ep, dp), is refused naming it. A field the kind reads takes the
+    space's values where it lists them, else the scenario's; the candidates are their product, each
+    the scenario's whole ``parallelism`` with those fields set. ``notes`` gets one line saying so."""
+    if kind.searched_layout_fields is None:
+        return None
+    read = tuple(kind.searched_layout_fields(config))
+    own = base_par.model_dump()
+    given = space.model_fields_set
+    for name in SearchSpace.model_fields:
+        values = getattr(space, name)
+        if name in read or name not in given or values is None or all(v == own[name] for v in values):
+            continue
+        raise ConfigError(f"--space {name}", f"strategy kind {kind.name} does not read parallelism.{name}: every "
+                                             f"value runs the scenario's plan ({name} {own[name]!r}); it searches "
+                                             f"{', '.join(read) or 'nothing'}")
+    for name in constraints.model_fields_set & set(_CONSTRAINED_FIELD):
+        raise ConfigError(f"--constraint {name}", f"strategy kind {kind.name} does not read parallelism."
+                                                  f"{_CONSTRAINED_FIELD[name]}: it limits nothing")
+    out = [dict(own)]
+    for name in read:
+        values = getattr(space, name) if name in SearchSpace.model_fields else None
+        if values:
+            out = [{**cand, name: value} for cand in out for value in dict.fromkeys(values)]
+    if notes is not None:
+        kept = [name for name in SearchSpace.model_fields if name not in read]
+        notes.append(f"strategy kind {kind.name} reads {', '.join(read) or 'none'} of the search's layout fields; "
+                     f"{', '.join(kept)} are kept at the scenario's values (they would run the same plan): "
+                     f"{len(out)} layout{'s' if len(out) != 1 else ''}"
+                     + (". Its per-layer splits are what `clustersim plan SCENARIO --planner pase|deeppool|adaptive` "
+                        "searches" if kind.name == "per_layer" else ""))
+    return out
+
+
 def prepare(source, overrides, num_gpus, space: SearchSpace, constraints: SearchConstraints,
-            rank_by: str = "tokens_per_s") -> tuple[dict[str, Any], Any, list[dict[str, Any]]]:
+            rank_by: str = "tokens_per_s", notes: list[str] | None = None
+            ) -> tuple[dict[str, Any], Any, list[dict[str, Any]]]:
     """The scenario mapping (overrides applied, paths absolute, ``num_gpus`` set), its scenario
     with a trivial layout (checks that it is well-formed apart from the layout), and the candidate
-    ``parallelism`` mappings (:func:`enumerate_layouts`)."""
+    ``parallelism`` mappings (:func:`enumerate_layouts`; for a strategy kind that reads only some of
+    the layout's fields, :func:`kind_candidates`, which adds a line to ``notes``)."""
     from simulator.explore.sweep import absolutize
     from simulator.scenario import apply_overrides, build_scenario, cluster_gpus, load_raw
     from simulator.strategies.spmd.layout import Parallelism
@@ -430,6 +478,11 @@ def prepare(source, overrides, num_gpus, space: SearchSpace, constraints: Search
     n_probe = (probe.get("cluster") or {}).get("num_gpus") or cluster_gpus(probe)
     probe["parallelism"] = {"global_batch_size": n_probe if isinstance(n_probe, int) and n_probe > 0 else 1}
     scenario = build_scenario(probe)
+    from simulator.strategies.registry import get_kind
+
+    own = kind_candidates(get_kind(scenario.strategy_kind), scenario.strategy, base_par, space, constraints, notes)
+    if own is not None:
+        return raw, scenario, own
     graph = scenario.layer_graph()
     layers = len(graph.pipelined)  # what a pipeline splits (a transformer's blocks)
     if "selective" in space.recompute and not any(op.recompute_class in ("attention_core", "selective")
@@ -463,6 +516,7 @@ def search(
     top_k: int = 20,
     progress: bool = False,
     timed_by: str = "engine",
+    notes: list[str] | None = None,
 ) -> list[dict[str, Any]]:
     """Rows for every candidate layout, best first (see the module docstring): most ``tokens_per_s``,
     or least ``time_to_target_s`` (needs the scenario's ``convergence:`` block).
@@ -474,7 +528,8 @@ def search(
     fast path in the engine's place, so the ranking is the fast path's alone (benchmarks/
     bench_search_ranking.py compares it with the engine's; exact for the fast path's top k, since the
     step-time bound is never above the fast path's step either: both are the same chain of tasks,
-    each transfer alone, which contention only lengthens)."""
+    each transfer alone, which contention only lengthens). ``notes``: gets the lines the search says
+    about its space (a strategy kind that reads only some layout fields, :func:`kind_candidates`)."""
     if top_k < 1:
         raise ConfigError("--top-k", f"must be at least 1, got {top_k}")
     if timed_by not in ("engine", "fast"):
@@ -485,7 +540,7 @@ def search(
     constraints = constraints or SearchConstraints()
     if rank_by not in RANK_METRICS:
         raise ConfigError("--rank-by", f"must be one of {', '.join(RANK_METRICS)}, got {rank_by!r}")
-    raw, scenario, candidates = prepare(source, overrides, num_gpus, space, constraints, rank_by)
+    raw, scenario, candidates = prepare(source, overrides, num_gpus, space, constraints, rank_by, notes)
     n = scenario.num_gpus
 
     identity = {k: v for k, v in run_identity(scenario).items() if k != "seq_length_source"}
@@ -902,13 +957,23 @@ def write_csv(rows: list[dict[str, Any]], path: str) -> None:
         raise ConfigError("--csv", f"cannot write {path}: {exc.strerror or exc}") from None
 
 
+#: Searched layout fields the table shows only where the rows shown differ in them, and their headers.
+_VARIED_COLUMNS = {"global_batch_size": "gbs", "overlap_grad_reduce": "ogr", "overlap_param_gather": "opg",
+                   "overlap_tp_grad_comm": "otgc", "overlap_p2p_comm": "op2p", "tp_comm_overlap": "tpco"}
+
+
+def _yes_no(value: Any) -> str:
+    return ("y" if value else "n") if isinstance(value, bool) else str(value if value is not None else "-")
+
+
 def render_table(rows: list[dict[str, Any]], top: int = 10) -> str:
     """Best-first table of the feasible layouts, then a summary of what was pruned. ``engine s`` is
     the discrete-event engine's step time, ``fast s`` the fast path's (``-`` where that path did not
     time the layout; the ranking and the other figures are the engine's where it ran). The last six
     columns are the step's time breakdown in seconds (``time_breakdown_s``): compute, tensor-,
     expert- (all-to-all), data- and pipeline-parallel communication, and the pipeline bubble. ``split``
-    (``pp_split``: even or balanced) is shown where a row shown is balanced."""
+    (``pp_split``: even or balanced) is shown where a row shown is balanced; the global batch and the overlap
+    switches (:data:`_VARIED_COLUMNS`) where the rows shown differ in them."""
     with_split = any(r.get("fits") and _rate(r) and (r.get("parallelism") or {}).get("pp_split") == "balanced"
                      for r in rows[:top])
     head = (f"{'#':>3} {'tp':>3} {'pp':>3} {'dp':>5} {'cp':>3} {'ep':>3} {'vp':>3} {'sched':<11} {'zero':>4} {'recomp':<9} "
@@ -918,6 +983,12 @@ def render_table(rows: list[dict[str, Any]], top: int = 10) -> str:
     with_target = any(r.get("time_to_target_s") for r in rows)
     if with_target:  # the convergence block's steps to target x step time, and the batch it depends on
         head += f" {'gbs':>6} {'target s':>10}"
+    # the searched fields the columns above omit, where the rows shown differ in them (else two rows could
+    # read as one layout: a global batch or an overlap switch searched)
+    shown_rows = [r for r in rows[:top] if r.get("fits") and _rate(r)]
+    varied = [k for k in _VARIED_COLUMNS if not (k == "global_batch_size" and with_target)
+              and len({repr((r.get("parallelism") or {}).get(k)) for r in shown_rows}) > 1]
+    head += "".join(f" {_VARIED_COLUMNS[k]:>5}" for k in varied)
     lines = [head]
     shown = 0
     for row in rows:
@@ -939,7 +1010,8 @@ def render_table(rows: list[dict[str, Any]], top: int = 10) -> str:
             + " ".join(f"{_fmt(b.get(k), '.3f'):>{w}}" for k, w in
                        (("compute", 8), ("tp_comm", 7), ("ep_comm", 7), ("dp_comm", 7), ("pp_comm", 7), ("pipeline_bubble", 7)))
             + (f" {p.get('global_batch_size', '-'):>6} {_fmt(row.get('time_to_target_s'), ',.0f'):>10}" if with_target
-               else ""))
+               else "")
+            + "".join(f" {_yes_no(p.get(k)):>5}" for k in varied))
     s = summarize(rows)
     if shown == 0:
         lines.append("  (no layout fits)")

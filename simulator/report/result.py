@@ -376,6 +376,21 @@ def _summed_activation_lines(summed: dict[str, float] | None) -> list[str]:
             f"{summed['data_parallel_max']:.2f} GiB)"]
 
 
+def _per_layer_split_lines(report: dict | None) -> list[str]:
+    """per_layer (simulator/strategies/per_layer/kind.py, ``split_report``): what each layer really splits,
+    and where a cut of the default folded into batch on layers that cannot make it."""
+    if not report:
+        return []
+    runs = list(report["runs"].items())
+    lines = ["  splits         " + ", ".join(f"{label} on {n} layer{'s' if n != 1 else ''}" for label, n in runs)]
+    for fold in report["folded"]:
+        total = sum(fold["layers"].values())
+        kinds = ", ".join(f"{kind} x{n}" for kind, n in fold["layers"].items())
+        lines.append(f"                 strategy.default {fold['default']} runs as {fold['runs']} on {total} "
+                     f"layer{'s' if total != 1 else ''} that cannot make its cut: {kinds}")
+    return lines
+
+
 def parameter_count(params: float) -> str:
     """A parameter count as people say it: billions from 1 B up ("6.74 B"), millions below ("25.6 M")."""
     return f"{params / 1e9:.2f} B" if params >= 1e9 else f"{params / 1e6:.1f} M"
@@ -393,6 +408,7 @@ def render_table(result: SimulationResult) -> str:
         f"sp={par['sequence_parallel']} mbs={par['micro_batch_size']} gbs={par['global_batch_size']}",
         *([f"  strategy       {result.run['strategy']} (its `strategy:` block sets the rest; the layout line is "
            "what `parallelism:` resolves to)"] if result.run.get("strategy", "spmd") != "spmd" else []),
+        *_per_layer_split_lines(result.extra.get("per_layer_splits")),
         f"  parameters     {parameter_count(result.num_parameters)}" + (
             f" (held: {parameter_count(result.num_parameters_padded)}, "
             f"+{parameter_count(result.num_parameters_padded - result.num_parameters)} of vocabulary padded to a "

@@ -64,7 +64,12 @@ class StrategyKind:
     inferred from them); absent: ``cluster.num_gpus``. A kind whose GPUs are not a product of the
     layout's degrees says so here (swarm: the layout is one pipeline, its pools of peers are its own).
     ``optimizer_fusion``: the ``training.optimizer_fusion`` modes ("backward", "forward") the kind models; a
-    scenario asking another is refused naming the field and the kind (simulator/scenario.py), never ignored."""
+    scenario asking another is refused naming the field and the kind (simulator/scenario.py), never ignored.
+    ``searched_layout_fields(config)`` (optional): the fields of ``clustersim search``'s space
+    (:class:`simulator.explore.search.SearchSpace`) that change what the kind simulates; ``search`` keeps
+    every other at the scenario's value (one layout, not copies of it under other names) and refuses a
+    ``--space`` that lists other values for one (simulator/explore/search.py, :func:`kind_space`); absent:
+    every field (the kind runs spmd's layout)."""
 
     name: str
     config: type[BaseModel]
@@ -75,6 +80,7 @@ class StrategyKind:
     step_flops: Callable[..., Any] | None = None
     layout_gpus: Callable[[BaseModel, Any, int], int] | None = None
     optimizer_fusion: tuple[str, ...] = ()  # the training.optimizer_fusion modes the kind models; others refused
+    searched_layout_fields: Callable[[BaseModel], tuple[str, ...]] | None = None  # None: all of search's space
 
 
 _KINDS: dict[str, StrategyKind] = {}

@@ -40,11 +40,16 @@ it does, exactly:
    re-solved at each of those global batches and GPU counts (priced, not simulated), and the
    planner reports which components change their choice, and to what.
 
+Memory: the pipeline candidates are checked by the memory model before they are simulated, best
+estimate first (:func:`.component_pipeline.pick_to_simulate`: the ``replicated_pipeline`` kind's memory
+against HBM, the check the engine run would make first), and those that cannot run are pruned and
+counted in the plan's header, so each stage count's simulations go to plans that can run.
+
 Not done: a pipeline whose stages split their components other than by data parallelism (no
 strategy kind holds both), pipelines re-chosen at other batches and GPU counts (the ``batches``
-and ``gpus`` report covers the per-component choices), memory as a constraint of the search (a
-plan that does not fit is reported with the reason, as PaSE's planner does; a model state that no
-choice can hold on one GPU is refused before planning, :mod:`.model_state`).
+and ``gpus`` report covers the per-component choices), memory as a constraint of the per-component
+dynamic program (a plan that does not fit is reported with the reason, as PaSE's planner does; a model
+state that no choice can hold on one GPU is refused before planning, :mod:`.model_state`).
 """
 
 from __future__ import annotations
@@ -78,6 +83,7 @@ from simulator.explore.planners.components import (
     component_splits,
     find_components,
 )
+from simulator.explore.planners.dapple import _stage_of
 from simulator.explore.planners.model_state import (
     per_layer_least_bytes,
     pipeline_least_bytes,
@@ -397,10 +403,11 @@ def run_adaptive(raw: dict[str, Any], options: dict[str, Any]) -> PlanResult:
     serial = plans["serial"]
     uniform = {label: simulated(splits) for label, (_, splits) in sorted(serial.uniform.items(),
                                                                           key=lambda item: item[1][0])}
-    pipelines, pipelines_estimated = {}, 0
+    pipelines, pipelines_estimated, pruned = {}, 0, []
     if "pipeline" in wanted:
         candidates, pipelines_estimated = pipeline_candidates(raw, serial.components, max_stages)
-        for candidate in pick_to_simulate(candidates, PIPELINES_PER_STAGE_COUNT):
+        picked, pruned = pick_to_simulate(candidates, PIPELINES_PER_STAGE_COUNT, raw)
+        for candidate in picked:
             pipelines[candidate.label()] = (candidate, oracle.evaluate(candidate.raw(raw)))
             uniform[candidate.label()] = pipelines[candidate.label()][1]
     fits = lambda e: e.step_time_s if e.fits else math.inf  # noqa: E731
@@ -427,6 +434,14 @@ def run_adaptive(raw: dict[str, Any], options: dict[str, Any]) -> PlanResult:
     if returned != "adaptive":
         notes.append(f"the per-component choice ({family_summary(plan)}) simulated slower: the uniform {returned} "
                      "is returned")
+    by_memory = sum(1 for _, (why, _) in pruned if why == "memory")
+    if pruned:
+        last, (_, last_reason) = pruned[-1]
+        notes.append(f"pipelines: {by_memory} pruned by the memory model"
+                     + (f" and {len(pruned) - by_memory} refused by the scenario check" if len(pruned) > by_memory else "")
+                     + f" before simulating (best estimate first, of the {pipelines_estimated} estimated; "
+                     f"{len(pipelines)} simulated); the last pruned, {last.label()}: "
+                     f"{_stage_of(last_reason, len(last.replicas))}")
     re_chosen = []
     for what, values in (("batch", batches), ("gpus", gpus)):
         for value in values:
@@ -456,12 +471,16 @@ def run_adaptive(raw: dict[str, Any], options: dict[str, Any]) -> PlanResult:
                          "stage_of_component": stage_of_components(c, serial.components)}
                      for k, (c, e) in pipelines.items()},
         "pipelines_estimated": pipelines_estimated,
+        "pipelines_pruned_by_memory": by_memory,
+        "pipelines_pruned_invalid": len(pruned) - by_memory,
         "returned": returned, "best_uniform": best_uniform, "re_chosen": re_chosen,
     }
     if not best.fits:  # as PaSE's planner says it: the search has no memory term
         state = replica_state_bytes(scenario, pricer.graph) / 2**30
         notes.insert(0, f"no plan the adaptive planner simulated fits on this cluster ({oracle.simulated} simulated; "
-                        f"its cost model ignores memory; the model state is {state:.1f} GiB a replica): "
+                        "its per-component cost model ignores memory"
+                        + (f", {by_memory} pipelines pruned by memory before simulating" if by_memory else "")
+                        + f"; the model state is {state:.1f} GiB a replica): "
                         "`clustersim search` (tensor/pipeline parallel, ZeRO) prunes layouts by memory")
     return PlanResult("adaptive", best.raw, best.step_time_s, best.samples_per_s, time.perf_counter() - started,
                       shared.priced + pipelines_estimated, oracle.simulated, summary,

@@ -10,7 +10,8 @@ stage count S dividing the GPUs (up to ``max_stages``) whose stages DAPPLE's pla
 ZeRO 0/1, the components are cut into S contiguous runs minimising the slowest stage
 (:func:`.dapple.bottleneck_cut` on the components' compute at the stage's per-GPU batch) and the
 plan is estimated by DAPPLE's latency model (:class:`.dapple.Estimator`); the ``per_stage`` best
-estimates of each S are simulated by the engine. S = 1 is data parallelism over all GPUs in that
+estimates of each S that the memory model lets run (:func:`memory_reason`: checked best estimate first, the
+others counted as pruned) are simulated by the engine. S = 1 is data parallelism over all GPUs in that
 kind (with ZeRO-1 on offer, which the ``per_layer`` kind does not model).
 """
 
@@ -89,14 +90,46 @@ def pipeline_candidates(raw: dict[str, Any], components: list[Component], max_st
     return out, len(out)
 
 
-def pick_to_simulate(candidates: list[PipelinePlan], per_stage: int) -> list[PipelinePlan]:
-    """The ``per_stage`` best estimates of every stage count."""
+def memory_reason(raw: dict[str, Any]) -> tuple[str, str] | None:
+    """Why the plan ``raw`` (a scenario mapping) cannot run before any simulation, as ``("memory", reason)``
+    or ``("invalid", the ConfigError)``, or None where it can: the check the
+    oracle makes before it simulates (:meth:`.oracle.Oracle.evaluate` through
+    :func:`simulator.simulate.simulate`): the strategy kind's memory model (``replicated_pipeline``: every
+    stage's weights, gradients, optimizer state and in-flight activations) against HBM less the reserve
+    (:func:`simulator.memory.analytic.fits`), or the scenario's ConfigError. Built, not simulated."""
+    from simulator.errors import ConfigError
+    from simulator.memory.analytic import fits
+    from simulator.scenario import build_scenario
+    from simulator.strategies.registry import get_kind
+
+    try:
+        scenario = build_scenario(raw)
+        _, peak, per_stage = get_kind(scenario.strategy_kind).memory(scenario)
+    except ConfigError as exc:
+        return "invalid", str(exc)
+    ok, reason = fits(scenario, peak, per_stage)
+    return None if ok else ("memory", str(reason))
+
+
+def pick_to_simulate(candidates: list[PipelinePlan], per_stage: int,
+                     raw: dict[str, Any] | None = None
+                     ) -> tuple[list[PipelinePlan], list[tuple[PipelinePlan, tuple[str, str]]]]:
+    """The ``per_stage`` best estimates of every stage count that can run, and the candidates pruned on the
+    way (with the reason): with ``raw`` (the user's scenario), each candidate is checked by
+    :func:`memory_reason` best estimate first before it is picked, so that a stage count's slots go to
+    plans the engine can time; each pruned one comes with :func:`memory_reason`'s verdict. Without
+    ``raw``, nothing is pruned."""
     kept: dict[int, list[PipelinePlan]] = {}
+    pruned: list[tuple[PipelinePlan, tuple[str, str]]] = []
     for plan in candidates:
         chosen = kept.setdefault(len(plan.replicas), [])
         if len(chosen) < per_stage:
-            chosen.append(plan)
-    return [plan for plans in kept.values() for plan in plans]
+            reason = memory_reason(plan.raw(raw)) if raw is not None else None
+            if reason is None:
+                chosen.append(plan)
+            else:
+                pruned.append((plan, reason))
+    return [plan for plans in kept.values() for plan in plans], pruned
 
 
 def stage_of_components(plan: PipelinePlan, components: list[Component]) -> dict[str, int]:

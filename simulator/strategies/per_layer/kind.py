@@ -61,6 +61,8 @@ from simulator.strategies.per_layer.cost import Pricer, pricer
 from simulator.strategies.per_layer.sharding import (
     Collective,
     check_rules_name_layers,
+    default_folds,
+    refuse_default_cut_no_layer_takes,
     resolve_split,
     work_ratio,
 )
@@ -73,10 +75,24 @@ ACTOR = "device0"
 
 
 def layer_splits(scenario) -> list[Split]:
-    """Every layer's split, in graph order (checked: ConfigError naming the rule's field)."""
+    """Every layer's split, in graph order (checked: ConfigError naming the rule's field, or the default's
+    cut that no layer taking the default can make)."""
     p = pricer(scenario)
     check_rules_name_layers(p.graph, scenario.strategy)
+    refuse_default_cut_no_layer_takes(p.graph, scenario.strategy)
     return [resolve_split(p.graph, scenario.strategy, i, scenario.num_gpus) for i in range(len(p.graph.layers))]
+
+
+def split_report(graph, cfg: PerLayerConfig, splits: list[Split]) -> dict:
+    """What each layer really splits, for the result (``per_layer_splits`` in ``--json``, the ``splits``
+    lines of the table): ``runs`` = split label -> layers, in graph order of first use; ``folded`` = one
+    entry per default cut that some layers taking the default cannot make and run as batch instead
+    (:func:`.sharding.default_folds`): the default's label, the split run, the layers by kind."""
+    runs: dict[str, int] = {}
+    for split in splits:
+        runs[split.label()] = runs.get(split.label(), 0) + 1
+    _, folded = default_folds(graph, cfg)
+    return {"runs": runs, "folded": [{"default": d, "runs": r, "layers": kinds} for (d, r), kinds in folded.items()]}
 
 
 def _local_params(layer, split: Split) -> float:
@@ -241,6 +257,7 @@ class PerLayerPlanner:
                     steps=steps, step_ends=step_ends, memory_base_bytes={ACTOR: base}, mode="symmetric",
                     extra={"per_layer_devices_max": max(s.devices for s in splits),
                            "per_layer_distinct_splits": len({s for s in splits}),
+                           "per_layer_splits": split_report(graph, self.cfg, splits),
                            **dropped_terms_extra(self.sc.accelerator.efficiency, "per_layer",
                                                  {"cross_node_pipeline_floor": NO_PIPELINE})})
 
@@ -257,6 +274,16 @@ def per_layer_layout_gpus(config: PerLayerConfig, parallelism, num_gpus: int) ->
     return parallelism.tp * parallelism.cp * parallelism.pp
 
 
+def per_layer_searched_fields(config: PerLayerConfig) -> tuple[str, ...]:
+    """The fields of ``clustersim search``'s space that change a per_layer run: the global batch (each layer
+    splits it), and ``overlap_grad_reduce`` where the strategy block leaves ``overlap_gradient_reduction``
+    unset. tp, pp, cp, ep, virtual stages, schedule, micro-batch, sequence parallelism and the pipeline split
+    are not read (each layer runs on its own split; there are no stages and no micro-batches); recompute and
+    ZeRO have one accepted value (:func:`_refuse_unmodelled`). The splits themselves are what
+    ``clustersim plan --planner pase|deeppool|adaptive`` searches."""
+    return ("global_batch_size",) + (("overlap_grad_reduce",) if config.overlap_gradient_reduction is None else ())
+
+
 PER_LAYER = register(StrategyKind(
     name="per_layer",
     config=PerLayerConfig,
@@ -266,4 +293,5 @@ PER_LAYER = register(StrategyKind(
     compile=compile_per_layer,
     memory=per_layer_memory,
     layout_gpus=per_layer_layout_gpus,
+    searched_layout_fields=per_layer_searched_fields,
 ))

@@ -96,18 +96,74 @@ def layer_sizes(layer: Layer, batch: int) -> dict[str, int]:
     return sizes
 
 
+def rule_of(graph: LayerGraph, cfg: PerLayerConfig, index: int) -> int | None:
+    """The index of the last rule of ``strategy.layers`` that names layer ``index`` (None: the default)."""
+    layer, found = graph.layers[index], None
+    for i, rule in enumerate(cfg.layers):
+        if (rule.match is not None and fnmatch.fnmatchcase(layer.name, rule.match)) or (
+                rule.range is not None and rule.range[0] <= index <= rule.range[1]):
+            found = i
+    return found
+
+
 def resolve_split(graph: LayerGraph, cfg: PerLayerConfig, index: int, num_gpus: int) -> Split:
     """The split of layer ``index``: the last rule that names it, else the default (dimensions the
     layer cannot cut folded into batch); checked against the layer and the cluster."""
     layer = graph.layers[index]
-    chosen, where = cfg.default, "strategy.default"
-    for i, rule in enumerate(cfg.layers):
-        if (rule.match is not None and fnmatch.fnmatchcase(layer.name, rule.match)) or (
-                rule.range is not None and rule.range[0] <= index <= rule.range[1]):
-            chosen, where = rule.resolved, f"strategy.layers.{i}"
-    if where == "strategy.default":
-        chosen = _fold_into_batch(chosen, layer, graph.micro_batch)
+    rule = rule_of(graph, cfg, index)
+    if rule is None:
+        chosen, where = _fold_into_batch(cfg.default, layer, graph.micro_batch), "strategy.default"
+    else:
+        chosen, where = cfg.layers[rule].resolved, f"strategy.layers.{rule}"
     return check_split(layer, chosen, graph.micro_batch, num_gpus, cfg.uneven, where)
+
+
+def default_folds(graph: LayerGraph, cfg: PerLayerConfig) -> tuple[int, dict[tuple[str, str], dict[str, int]]]:
+    """How the default split lands: the number of layers no rule names (they take ``strategy.default``),
+    and for those on which a cut of the default folds into batch (:func:`_fold_into_batch`: the layer
+    cannot make it), ``(default label, split run) -> {layer kind: count}``. What the plan says it runs
+    (simulator/strategies/per_layer/kind.py, :func:`split_report`)."""
+    takers, folded = 0, {}
+    for index, layer in enumerate(graph.layers):
+        if rule_of(graph, cfg, index) is not None:
+            continue
+        takers += 1
+        run = _fold_into_batch(cfg.default, layer, graph.micro_batch)
+        if run != cfg.default:
+            kinds = folded.setdefault((cfg.default.label(), run.label()), {})
+            kinds[layer.kind] = kinds.get(layer.kind, 0) + 1
+    return takers, folded
+
+
+def refuse_default_cut_no_layer_takes(graph: LayerGraph, cfg: PerLayerConfig) -> None:
+    """A cut of ``strategy.default`` (other than batch) that no layer taking the default can make is
+    refused, naming the field: folded into batch on every such layer, it would run a different plan
+    than the one written without a word (``default: {heads: 8}`` on a decoder LLM, whose transformer
+    blocks have no shapes in the graph, ran batch-split on every layer). A cut some of those layers make
+    stays, folded on the others (Gholami et al. 2018 Sec. 3.4's integrated layout), and the plan says
+    where (:func:`default_folds`)."""
+    cuts = {f: n for f, n in cfg.default.cuts().items() if f != "batch"}
+    if not cuts:
+        return
+    takers = [i for i in range(len(graph.layers)) if rule_of(graph, cfg, i) is None]
+    if not takers:
+        return
+    for field, n in cuts.items():
+        if any(getattr(_fold_into_batch(cfg.default, graph.layers[i], graph.micro_batch), field) > 1 for i in takers):
+            continue
+        kinds: dict[str, int] = {}
+        for i in takers:
+            kinds[graph.layers[i].kind] = kinds.get(graph.layers[i].kind, 0) + 1
+        shapeless = all(graph.layers[i].output_shape is None for i in takers)
+        why = ("they have no shapes in the graph (a transformer builder's blocks) and split by batch only"
+               if shapeless else f"{'it' if len(kinds) == 1 else 'they'} cannot be split by {field}")
+        folded = _fold_into_batch(cfg.default, graph.layers[takers[0]], graph.micro_batch)
+        raise ConfigError(f"strategy.default.{field}",
+                          f"no layer of {graph.name} that takes the default can be split by {field} "
+                          f"({len(takers)} layers: {', '.join(f'{k} x{c}' for k, c in kinds.items())}; {why}): "
+                          f"{field} {n} would fold into batch and every such layer run {folded.label()}; give "
+                          f"{{batch: {folded.batch}}} to mean that"
+                          + (", or the spmd kind's tp for Megatron's split" if shapeless else ""))
 
 
 def check_rules_name_layers(graph: LayerGraph, cfg: PerLayerConfig) -> None:
