@@ -80,9 +80,10 @@ def test_adaptive_pipelines_with_zero1_could_hold_the_state_so_it_is_not_refused
 def test_adaptive_says_when_no_plan_it_simulated_fits():
     done = _plan(GB200, "--planner", "adaptive")
     assert done.returncode == 0 and "Traceback" not in done.stderr, done.stderr
-    assert ("# no plan the adaptive planner simulated fits on this cluster (13 simulated; its cost model ignores "
-            "memory; the model state is 1182.7 GiB a replica): `clustersim search` (tensor/pipeline parallel, ZeRO) "
-            "prunes layouts by memory\n") in done.stdout
+    # its 24 pipeline candidates are pruned by the memory model before simulation (13 simulated before)
+    assert ("# no plan the adaptive planner simulated fits on this cluster (7 simulated; its per-component cost model "
+            "ignores memory, 24 pipelines pruned by memory before simulating; the model state is 1182.7 GiB a "
+            "replica): `clustersim search` (tensor/pipeline parallel, ZeRO) prunes layouts by memory\n") in done.stdout
 
 
 def test_dapple_names_the_plan_and_counts_its_stages():

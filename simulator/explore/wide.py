@@ -168,6 +168,13 @@ def wide_search(source: str | dict[str, Any] | None = None, *, overrides: list[s
                                    space.model_copy(update=dict.fromkeys(SWITCHES)), constraints)
     if scenario.simulation.stragglers is not None:
         raise ConfigError("simulation.stragglers", "a wide search ranks by bounds that know nothing of straggler draws")
+    from simulator.strategies.registry import get_kind
+
+    kind = get_kind(scenario.strategy_kind)
+    if kind.searched_layout_fields is not None:  # its switches' inertness and bounds are spmd's layout's
+        raise ConfigError("strategy.kind", f"a wide search enumerates spmd's layouts; strategy kind {kind.name} reads "
+                                           f"only {', '.join(kind.searched_layout_fields(scenario.strategy))} of them: "
+                                           "use `clustersim search`")
     values = {name: list(dict.fromkeys(switches.get(name, [getattr(scenario.parallelism, name)])))
               for name in SWITCHES}
     tail_combos = list(itertools.product(values["overlap_grad_reduce"], values["overlap_param_gather"],
