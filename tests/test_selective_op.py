@@ -214,6 +214,38 @@ def test_eager_elementwise_moves_the_composite_bytes_and_adds_rope():
         gpt, ShardShape(micro_batch=2, seq_length=64))
 
 
+def test_eager_elementwise_prices_mla_norms_rope_and_the_experts_swiglu():
+    # an MLA model (DeepSeek-V3's attention) has four RMSNorms a block and RoPE on its rope part; the routed
+    # experts' SwiGLU is eager too (session 9 audit gap 9: the field did nothing on MLA models, silently)
+    from workloads.schema import MLASpec
+
+    mla = MLASpec(q_lora_rank=96, kv_lora_rank=64, qk_nope_head_dim=32, qk_rope_head_dim=16, v_head_dim=32)
+    ds = TransformerSpec.model_validate({**LLAMA_LIKE.model_dump(), "num_kv_heads": None, "linear_bias": False,
+                                         "mla": mla.model_dump(), "moe": MoESpec(
+        num_experts=4, top_k=2, expert_ffn_hidden_size=128, first_dense_layers=1).model_dump()})
+    shard = ShardShape(micro_batch=2, seq_length=64, flash_attention=True)
+    eager_shard = ShardShape(micro_batch=2, seq_length=64, flash_attention=True, eager_elementwise=True)
+    tokens, h = 128, 256
+    for layer in (0, 1):  # dense, MoE
+        fused = {op.name: op for op in layer_work(ds, shard, layer).forward}
+        eager = layer_work(ds, eager_shard, layer).forward
+        by_name = {op.name: op for op in eager}
+        for norm, width in (("ln1", h), ("ln2", h), ("q_norm", 96), ("kv_norm", 64)):
+            assert fused[norm].bytes_moved == tokens * width * 4
+            assert by_name[norm].bytes_moved == tokens * width * 36
+        names = [op.name for op in eager]
+        assert names[names.index("kv_up") + 1] == "rope"
+        assert by_name["rope"].bytes_moved == tokens * (8 + 1) * 16 * 20  # q's rope part per head + the shared k_R
+        act = "swiglu" if layer == 0 else "expert_act"
+        assert by_name[act].bytes_moved == fused[act].bytes_moved / 6 * 10
+    raw = toy_raw(1)
+    raw["model"] = ds.model_dump(exclude_none=True)
+    raw["training"]["attention"] = "flash"
+    fused_s = simulate(load_scenario(raw)).step_time_s
+    raw["training"]["elementwise_kernels"] = "eager"
+    assert simulate(load_scenario(raw)).step_time_s > fused_s
+
+
 def test_eager_step_is_longer_by_exactly_the_extra_bytes():
     raw = toy_raw(1)
     raw["model"] = LLAMA_LIKE.model_dump(exclude_none=True)

@@ -428,8 +428,12 @@ def layer_work(model: TransformerSpec, shard: ShardShape, layer_index: int = 0) 
 
     if shard.flash_attention:
         fwd = [replace(op, executed_fraction=shard.causal_fraction) if op.kind == "attention" else op for op in fwd]
-    if shard.eager_elementwise and model.mla is None:
-        fwd = _eager_elementwise(fwd, model, tokens * (heads + kv) * hd, elem)
+    if shard.eager_elementwise:
+        if model.mla is not None:  # RoPE on each head's rope part of q and on the one shared rope key k_R
+            fwd = _eager_elementwise(fwd, model, tokens * (heads + 1) * model.mla.qk_rope_head_dim, elem, "kv_up")
+        else:
+            fwd = _eager_elementwise(fwd, model, tokens * (heads + kv) * hd, elem,
+                                     "qk_norm" if model.qk_norm else "qkv")
     if model.mla is None and not moe_layer:
         fwd = _mark_op_sac(fwd, heads, kv, model.gated_mlp)
     bwd: list[Op] = []
@@ -463,19 +467,28 @@ def eager_bytes_per_element(kernel: str, elem: int) -> float:
     return {"rmsnorm": 4 * elem + 28, "swiglu": 5 * elem, "rope": 2 * elem + 16}[kernel]
 
 
-def _eager_elementwise(fwd: list[Op], model: TransformerSpec, rope_elements: int, elem: int) -> list[Op]:
+#: A block's RMSNorm ops: the two per block, Qwen3's per-head q/k norm and MLA's norms of its two latents
+#: (DeepSeek-V2 Sec. 2.1.2; torchtitan's DeepSeek-V3 writes all four as the same RMSNorm module as its Llama's).
+_RMSNORM_OPS = ("ln1", "ln2", "qk_norm", "q_norm", "kv_norm")
+
+
+def _eager_elementwise(fwd: list[Op], model: TransformerSpec, rope_elements: int, elem: int,
+                       rope_after: str) -> list[Op]:
     """A block's memory-bound ops as PyTorch eager runs them (:func:`eager_bytes_per_element`): the
-    RMSNorms (a LayerNorm is one native kernel either way) and SwiGLU at their eager bytes, and RoPE as
-    its own op after the Q/K projection (fused into a kernel under torch.compile it moves 2e per
-    element, which the fused graph leaves out)."""
+    RMSNorms (:data:`_RMSNORM_OPS`; a LayerNorm is one native kernel either way) and SwiGLU (a dense block's,
+    and the routed experts' ``expert_act``: torchtitan's GroupedExperts writes ``silu(x @ w1) * (x @ w3)`` as
+    its Llama FFN does) at their eager bytes, and RoPE as its own op of ``rope_elements`` after the op
+    ``rope_after`` (the Q/K projection; MLA's last up-projection, for its rope part of q and the shared rope
+    key: fused into a kernel under torch.compile it moves 2e per element, which the fused graph leaves out).
+    Shared experts have no activation op in the graph (_moe_block), so none is priced for them."""
     out: list[Op] = []
     for op in fwd:
-        if op.name in ("ln1", "ln2", "qk_norm") and model.norm == "rmsnorm":
+        if op.name in _RMSNORM_OPS and model.norm == "rmsnorm":
             op = replace(op, bytes_moved=op.bytes_moved / (2 * elem) * eager_bytes_per_element("rmsnorm", elem))
-        elif op.name == "swiglu":
+        elif op.name == "swiglu" or (op.name == "expert_act" and model.gated_mlp):
             op = replace(op, bytes_moved=op.bytes_moved / (3 * elem) * eager_bytes_per_element("swiglu", elem))
         out.append(op)
-        if model.position_embedding == "rope" and op.name == ("qk_norm" if model.qk_norm else "qkv"):
+        if model.position_embedding == "rope" and op.name == rope_after:
             out.append(Op("rope", "memory", 0.0, rope_elements * eager_bytes_per_element("rope", elem)))
     return out
 
