@@ -41,7 +41,8 @@ EXPECTED = {
 }
 PEAK_RULE = (DERIVED, "fp8 curve by rule")  # simulator/cost/compute.py BLOCK_SCALED_PEAK: fp8 curve on the recipe's peak
 EVERY_BLACKWELL_NODE = {"in_training_gemm_factor": RULE_A100, "memory_bound": RULE_H100, "gemm_mxfp8": PEAK_RULE,
-                        **{f"attention_kernel.{name}": (A, "") for name in FA4_PARTS_NOT_MEASURED}}
+                        **{f"attention_kernel.{name}": (A, "") for name in FA4_PARTS_NOT_MEASURED},
+                        "framework_factors": (A, "")}  # the step names no training.framework (default_framework.py)
 
 
 def _provenance(node: str) -> dict[str, str]:

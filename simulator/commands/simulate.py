@@ -66,6 +66,7 @@ def run(args) -> int:
     from simulator.startup import paused_gc
 
     with paused_gc():  # imports, validators, catalogs, the scenario: long-lived, no garbage
+        from simulator.cost.default_framework import default_framework_block, default_framework_warning
         from simulator.cost.provenance import (
             assumed_components,
             efficiency_provenance,
@@ -73,6 +74,7 @@ def run(args) -> int:
             framework_setting_warnings,
             grouped_gemm_kernels,
             kernel_warnings,
+            moe_field_notes,
             network_field_warnings,
             runs_no_fp8_gemm,
         )
@@ -100,11 +102,15 @@ def run(args) -> int:
     result.extra["efficiency_states"] = efficiency_states(provenance)
     result.extra["warnings"] = (kernel_warnings(scenario) + framework_setting_warnings(scenario)
                                 + network_field_warnings(scenario))
+    if (default := default_framework_block(scenario)) is not None:  # no training.framework named: how far off
+        result.extra["default_framework"] = default
+        result.extra["warnings"].append(default_framework_warning(default))
     if not scenario.mixed and runs_no_fp8_gemm(scenario):  # fp8 asked, every GEMM priced in bf16: said
         result.extra["precision_priced"] = "bf16"
     from simulator.strategies.optimizer_fusion import accumulation_notes
 
-    if notes := accumulation_notes(scenario):  # optimizer fusion accepted but changing no memory: said
+    # optimizer fusion accepted but changing no memory; MoE-only fields on a model without experts: said
+    if notes := accumulation_notes(scenario) + moe_field_notes(scenario):
         result.extra["notes"] = notes
     if grouped := grouped_gemm_kernels(scenario):  # MoE experts: the grouped kernel per part, measured or assumed
         result.extra["grouped_gemm"] = grouped

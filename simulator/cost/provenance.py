@@ -26,6 +26,7 @@ from dataclasses import dataclass
 from functools import cache
 
 from simulator.cost.compute import BLOCK_SCALED_PEAK, RECIPE_CURVE, fp8_curve_key
+from simulator.cost.default_framework import framework_named
 from simulator.cost.framework import DEFAULT, FrameworkChoice
 from simulator.cost.memory_kernels import memory_kernel_class
 from simulator.scenario import BLOCKWISE_FP8_KERNELS, Scenario
@@ -150,6 +151,11 @@ def efficiency_provenance(scenario: Scenario) -> dict[str, str]:
     out: dict[str, str] = {}
     if scenario.frameworks and scenario.frameworks[0].state != DEFAULT:
         out["framework_factors"] = framework_provenance(scenario.frameworks[0])
+    elif not framework_named(scenario):
+        # no training.framework named: the catalog constants stand for whatever the run's framework loses to
+        # them, fitted for no framework of this run (simulator/cost/default_framework.py says how far that was
+        # from held-out runs of named frameworks)
+        out["framework_factors"] = ASSUMED
 
     def curve(key: str) -> str:
         if key in eff.gemm_curves:
@@ -467,3 +473,21 @@ def network_field_warnings(scenario: Scenario) -> list[str]:
             "scaled-dot-product attention kernel (no scores saved), priced on the GEMM curve x "
             "attention_efficiency_factor; training.attention acts on decoder transformers")
     return out
+
+
+#: Parallelism fields that act only on a model with routed experts (workloads/graph.py ``_moe_block``).
+MOE_ONLY_FIELDS = ("etp", "moe_load_imbalance", "overlap_moe_comm", "moe_dispatch")
+
+
+def moe_field_notes(scenario: Scenario) -> list[str]:
+    """MoE-only ``parallelism`` fields (:data:`MOE_ONLY_FIELDS`) written for a model without experts: accepted and
+    changing nothing (no expert GEMM, dispatch or combine to act on), said rather than left silent (a NOTE:
+    nothing is mispriced). ``parallelism.ep`` > 1 on such a model is already an error."""
+    if getattr(scenario.model, "is_moe", False):
+        return []
+    given = [f"parallelism.{name}" for name in MOE_ONLY_FIELDS if name in scenario.parallelism.model_fields_set]
+    if not given:
+        return []
+    name = getattr(scenario.model, "name", None) or "this model"
+    return [f"{', '.join(given)} {'acts' if len(given) == 1 else 'act'} only on a mixture-of-experts model; {name} "
+            "has no experts, so the step does not change"]

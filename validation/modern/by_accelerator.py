@@ -472,7 +472,8 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--markdown", action="store_true", help="print the README table")
     parser.add_argument("--write", action="store_true",
                         help="simulate the held-out rows again (~40 CPU-s), write validation/modern/heldout_errors.csv "
-                             "and replace the README table")
+                             "and replace the README table; and write hardware_specs/frameworks/default_heldout.csv "
+                             "(validation/modern/default_framework.py: the same rows with the catalog constants alone)")
     parser.add_argument("--readme", action="store_true",
                         help="replace the README table from the cached errors, no simulation (a spec's provenance "
                              "changed, no figure did)")
@@ -482,8 +483,12 @@ def main(argv: list[str] | None = None) -> int:
         print(f"wrote {write_readme(markdown())}")
         return 0
     if args.write:
+        from validation.modern import default_framework
+
         print(f"wrote {write_cache(heldout_errors(args.workers))}")
         print(f"wrote {write_readme(markdown())}")
+        # the same rows with the catalog constants alone: what a run naming no training.framework is told
+        print(f"wrote {default_framework.write(default_framework.catalog_only_lines(args.workers))}")
         return 0
     if args.markdown:
         print(markdown())

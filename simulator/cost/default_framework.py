@@ -1,0 +1,203 @@
+"""What a run that names no ``training.framework`` is told: the default used and how far that default was
+from held-out runs of named frameworks on the run's accelerator and model family.
+
+Without ``training.framework`` a scenario runs as ``megatron-core``: the catalog constants (kernel
+microbenchmarks; the rates Megatron-Core with Transformer Engine reaches), no framework factor
+(simulator/cost/framework.py). Whether a real run reaches them depends on its framework: on held-out rows of
+``python -m validation.modern`` predicted with these constants alone, NeMo's H100 rows are within a few per
+cent, torchtitan's H100 rows come out about a third too fast, vTrain's Megatron-DeepSpeed A100 rows 37% and
+Lambda's ResNet-50 rows 60% (session 9 audit, gap 3). So the output says, as a WARNING and under ``--json``'s
+``default_framework``, which default was used and those held-out errors, per framework, for the run's
+accelerator and model family, and the provenance block lists ``framework_factors`` as assumed.
+
+The errors are data, not code: ``hardware_specs/frameworks/default_heldout.csv`` (:data:`SHIPPED`), one line
+per held-out row, written by ``python -m validation.modern.default_framework --write`` (its docstring says how
+they are simulated). Which rows a run is told about, in this order:
+
+1. the rows that ran on the run's catalog accelerator (a variant board counts under its part), in the run's
+   model family (``llm``: a decoder transformer; ``cnn``: any layer-graph network -- the held-out network rows
+   are all CNNs, said so for a network without convolutions);
+2. a part whose efficiency block was derived by rule from another (``derived_from``, the PCIe boards): that
+   part's rows, named;
+3. none on either: the family's rows on every part, said to be from other parts (a B200's predictions come from
+   specs and microbenchmarks alone; what the same constants did on the measured parts is the evidence there is).
+
+``--set training.framework=null`` unsets the field (simulator/scenario.py ``apply_overrides``), so it is told
+the same as a file that leaves the field out; naming ``megatron-core`` is naming a framework: no warning.
+"""
+
+from __future__ import annotations
+
+import csv
+import statistics
+from dataclasses import dataclass
+from functools import cache
+from pathlib import Path
+from typing import Any
+
+from hardware_specs.framework import DEFAULT_FRAMEWORK, FOLDER
+
+SHIPPED: Path = FOLDER / "default_heldout.csv"
+#: Model families of the shipped rows.
+LLM, CNN = "llm", "cnn"
+FAMILY_WORDS = {LLM: "decoder-transformer runs", CNN: "CNN runs"}
+
+
+@dataclass(frozen=True)
+class HeldoutRow:
+    """One held-out row predicted with the catalog constants alone."""
+
+    set: str
+    row: int
+    framework: str         # the framework the row ran with (its fitted group's tag)
+    accelerator: str       # the catalog part
+    board: str             # the row's board (a variant of the part, or the part)
+    family: str            # llm | cnn
+    precision: str
+    relative_error: float | None   # simulated rate / measured - 1; None: not simulated
+    fits: bool
+
+
+@cache
+def _load(path: str) -> tuple[HeldoutRow, ...]:
+    with open(path, newline="") as f:
+        return tuple(HeldoutRow(r["set"], int(r["row"]), r["framework"], r["accelerator"], r["board"], r["family"],
+                                r["precision"], float(r["relative_error"]) if r["relative_error"] else None,
+                                r["fits"] == "1")
+                     for r in csv.DictReader(f))
+
+
+def load(path: Path = SHIPPED) -> tuple[HeldoutRow, ...]:
+    return _load(str(path))
+
+
+@dataclass(frozen=True)
+class FrameworkSummary:
+    """The catalog-only errors of one framework's held-out rows in a (part, family) cell."""
+
+    framework: str
+    rows: int
+    median_error: float
+    median_abs_error: float
+    max_abs_error: float
+    precisions: tuple[str, ...]
+
+    def as_dict(self) -> dict[str, Any]:
+        return {"framework": self.framework, "rows": self.rows, "precisions": list(self.precisions),
+                "median_error": round(self.median_error, 5), "median_abs_error": round(self.median_abs_error, 5),
+                "max_abs_error": round(self.max_abs_error, 5)}
+
+    def text(self) -> str:
+        return (f"{self.framework} n={self.rows} median {100 * self.median_error:+.1f}% "
+                f"(max |error| {100 * self.max_abs_error:.1f}%)")
+
+
+#: Precisions reported together: 16-bit mixed precision (BF16 or FP16 on the same tensor cores), FP8, 32-bit
+#: (FP32 or TF32) -- a framework's loss differs between them (Lambda's ResNet-50 on H100: fp16 rows +98%, TF32 +15%
+#: with the catalog alone), so a run is told its own group's rows where there are any.
+PRECISION_GROUPS = {"bf16": "16-bit", "fp16": "16-bit", "fp8": "fp8", "fp32": "32-bit", "tf32": "32-bit"}
+
+
+def summaries(rows: tuple[HeldoutRow, ...], part: str | None, family: str,
+              precision_group: str | None = None) -> list[FrameworkSummary]:
+    """Per framework (by name) the errors of its rows on ``part`` (None: every part) in ``family`` (and, given,
+    in ``precision_group``: :data:`PRECISION_GROUPS`)."""
+    by: dict[str, list[HeldoutRow]] = {}
+    for r in rows:
+        if r.family == family and (part is None or r.accelerator == part) and r.relative_error is not None and (
+                precision_group is None or PRECISION_GROUPS.get(r.precision) == precision_group):
+            by.setdefault(r.framework, []).append(r)
+    out = []
+    for framework, group in sorted(by.items()):
+        errors = [r.relative_error for r in group]
+        out.append(FrameworkSummary(framework, len(group), statistics.median(errors),
+                                    statistics.median(abs(e) for e in errors), max(abs(e) for e in errors),
+                                    tuple(sorted({r.precision for r in group}))))
+    return out
+
+
+def framework_named(scenario) -> bool:
+    """Whether the scenario names ``training.framework`` (written in the file or set by ``--set``; a ``--set`` of
+    null unsets it)."""
+    return "framework" in scenario.training.model_fields_set
+
+
+def _family(model) -> str:
+    from simulator.cost.framework import _network_name
+
+    return LLM if _network_name(model) is None else CNN
+
+
+def _has_convolution(model) -> bool:
+    from simulator.cost.provenance import graph_features
+
+    return graph_features(model).convolution
+
+
+def part_block(accelerator, model, precision: str, rows: tuple[HeldoutRow, ...]) -> dict[str, Any]:
+    """What the default's held-out errors are for one accelerator, the run's model family and precision
+    (``precision``: :func:`simulator.cost.framework.precision_key`), in the module docstring's order of parts;
+    on each part the rows of the run's precision group where there are any, else every precision (said)."""
+    family, group = _family(model), PRECISION_GROUPS.get(precision)
+    candidates = [(accelerator.name, "this part")]
+    if accelerator.derived_from:
+        candidates.append((accelerator.derived_from, f"{accelerator.derived_from} (this part's efficiencies were "
+                                                     "derived from it)"))
+    candidates.append((None, "other parts (no held-out run on this part)"))
+    part, where, precision_group, found = next(
+        ((part, where, precision_group, found) for part, where in candidates for precision_group in (group, None)
+         if (found := summaries(rows, part, family, precision_group))),
+        (None, candidates[-1][1], None, []))
+    parts = sorted({r.accelerator for r in rows if r.family == family and (part is None or r.accelerator == part)
+                    and r.relative_error is not None and (precision_group is None
+                                                          or PRECISION_GROUPS.get(r.precision) == precision_group)})
+    block: dict[str, Any] = {"accelerator": accelerator.name, "family": family, "precision": precision,
+                             "rows_precisions": precision_group or "all (none in this run's precision)",
+                             "rows_from": where, "rows_on": parts, "by_framework": [s.as_dict() for s in found]}
+    if family == CNN and not _has_convolution(model):
+        block["family_note"] = "the held-out network rows are CNNs; this network has no convolution"
+    return block
+
+
+def default_framework_block(scenario) -> dict[str, Any] | None:
+    """``--json``'s ``default_framework``: None where the scenario names a framework; else the default used and,
+    per accelerator of the run, the catalog-only held-out errors of named frameworks' runs (:func:`part_block`)."""
+    if framework_named(scenario):
+        return None
+    from simulator.cost.framework import precision_key
+
+    rows = load()
+    precision = precision_key(scenario.training.precision, scenario.training.tf32)
+    seen: dict[str, Any] = {}
+    for group in scenario.groups:
+        if group.accelerator.name not in seen:
+            seen[group.accelerator.name] = part_block(group.accelerator, scenario.model, precision, rows)
+    from hardware_specs.framework import framework_names, framework_profile
+
+    cnn = _family(scenario.model) == CNN  # the shipped profiles of the run's kind: fitted on networks or not
+    return {"named": False, "used": DEFAULT_FRAMEWORK,
+            "meaning": "the catalog constants: kernel microbenchmarks, the rates Megatron-Core with Transformer "
+                       "Engine reaches; no framework factor",
+            "heldout_catalog_only": list(seen.values()),
+            "error_sign": "simulated rate / measured - 1: positive = predicted faster than the run measured",
+            "shipped_profiles": [n for n in framework_names()
+                                 if n != DEFAULT_FRAMEWORK and bool(framework_profile(n).networks) == cnn],
+            "source": f"{SHIPPED.relative_to(FOLDER.parents[1])} (python -m validation.modern.default_framework)"}
+
+
+def default_framework_warning(block: dict[str, Any]) -> str:
+    """The WARNING line of :func:`default_framework_block`."""
+    parts = []
+    for p in block["heldout_catalog_only"]:
+        figures = "; ".join(FrameworkSummary(s["framework"], s["rows"], s["median_error"], s["median_abs_error"],
+                                             s["max_abs_error"], tuple(s["precisions"])).text()
+                            for s in p["by_framework"]) or "none"
+        on = "" if p["rows_from"] == "this part" else f", from {p['rows_from']}: {', '.join(p['rows_on'])}"
+        note = f" ({p['family_note']})" if p.get("family_note") else ""
+        precisions = f"{p['rows_precisions']} " if p["rows_precisions"] in PRECISION_GROUPS.values() else ""
+        parts.append(f"held-out {precisions}{FAMILY_WORDS[p['family']]} on {p['accelerator']}{on}{note}, predicted "
+                     f"with these constants alone: {figures}")
+    return (f"no training.framework named: priced as {block['used']} ({block['meaning']}). How far that default was "
+            f"from runs of named frameworks -- {' | '.join(parts)} (error = simulated / measured rate - 1; positive: "
+            f"too optimistic). Name the run's framework (training.framework: {', '.join(block['shipped_profiles'])}) "
+            "for its fitted factors")
