@@ -39,8 +39,6 @@ from simulator.cost.default_framework import SHIPPED
 FIELDS = ("set", "row", "framework", "accelerator", "board", "family", "precision", "relative_error", "fits")
 #: Sets whose rows are CNNs (family ``cnn``); the other framework sets are decoder transformers (``llm``).
 CNN_SETS = ("cnn_dle", "cnn_lambda")
-#: How far a shipped error may sit from a fresh run's (five decimals are written).
-TOLERANCE = 1e-4
 STALE_HINT = (f"{SHIPPED.relative_to(FOLDER.parents[1])} is stale: run `python -m validation.modern.default_framework "
               "--write` (or `python -m validation.modern.by_accelerator --write`, which writes it too)")
 
@@ -103,22 +101,14 @@ def write(lines: list[dict], path: Path = SHIPPED) -> Path:
 
 def stale_lines(name: str, current: list[tuple[int, float | None, bool]], path: Path = SHIPPED) -> list[str]:
     """What differs between the shipped lines of set ``name`` and ``current`` (row, relative error, fits) from a
-    fresh catalog-only run of its held-out rows: missing or extra rows, errors apart by more than
-    :data:`TOLERANCE`, a changed fit. Empty when the shipped file is current."""
+    fresh catalog-only run of its held-out rows (:func:`validation.modern.by_accelerator.stale_rows`'s check:
+    missing or extra rows, errors apart by more than its tolerance, a changed fit). Empty when current."""
     from simulator.cost.default_framework import load
+    from validation.modern.by_accelerator import SET_LINE, stale_rows
 
-    have = {r.row: r for r in load(path) if r.set == name}
-    out, seen = [], set()
-    for row, error, fits in current:
-        seen.add(row)
-        shipped = have.get(row)
-        if shipped is None:
-            out.append(f"{name} row {row}: not shipped")
-        elif (error is None) != (shipped.relative_error is None) or (
-                error is not None and abs(error - shipped.relative_error) > TOLERANCE) or bool(fits) != shipped.fits:
-            out.append(f"{name} row {row}: shipped {shipped.relative_error} fits {shipped.fits}, now {error} fits {fits}")
-    out += [f"{name} row {row}: shipped, no longer a held-out row" for row in sorted(set(have) - seen)]
-    return out
+    shipped = [{"set": r.set, "line": SET_LINE, "row": r.row, "relative_error": r.relative_error, "fits": r.fits}
+               for r in load(path) if r.set == name]
+    return stale_rows(name, SET_LINE, current, shipped)
 
 
 def main(argv: list[str] | None = None) -> int:
