@@ -222,7 +222,7 @@ def test_eager_elementwise_prices_mla_norms_rope_and_the_experts_swiglu():
     mla = MLASpec(q_lora_rank=96, kv_lora_rank=64, qk_nope_head_dim=32, qk_rope_head_dim=16, v_head_dim=32)
     ds = TransformerSpec.model_validate({**LLAMA_LIKE.model_dump(), "num_kv_heads": None, "linear_bias": False,
                                          "mla": mla.model_dump(), "moe": MoESpec(
-        num_experts=4, top_k=2, expert_ffn_hidden_size=128, first_dense_layers=1).model_dump()})
+        num_experts=4, top_k=2, num_shared_experts=1, expert_ffn_hidden_size=128, first_dense_layers=1).model_dump()})
     shard = ShardShape(micro_batch=2, seq_length=64, flash_attention=True)
     eager_shard = ShardShape(micro_batch=2, seq_length=64, flash_attention=True, eager_elementwise=True)
     tokens, h = 128, 256
@@ -236,8 +236,8 @@ def test_eager_elementwise_prices_mla_norms_rope_and_the_experts_swiglu():
         names = [op.name for op in eager]
         assert names[names.index("kv_up") + 1] == "rope"
         assert by_name["rope"].bytes_moved == tokens * (8 + 1) * 16 * 20  # q's rope part per head + the shared k_R
-        act = "swiglu" if layer == 0 else "expert_act"
-        assert by_name[act].bytes_moved == fused[act].bytes_moved / 6 * 10
+        for act in ("swiglu",) if layer == 0 else ("expert_act", "shared_act"):
+            assert by_name[act].bytes_moved == fused[act].bytes_moved / 6 * 10
     raw = toy_raw(1)
     raw["model"] = ds.model_dump(exclude_none=True)
     raw["training"]["attention"] = "flash"

@@ -476,16 +476,16 @@ def _eager_elementwise(fwd: list[Op], model: TransformerSpec, rope_elements: int
                        rope_after: str) -> list[Op]:
     """A block's memory-bound ops as PyTorch eager runs them (:func:`eager_bytes_per_element`): the
     RMSNorms (:data:`_RMSNORM_OPS`; a LayerNorm is one native kernel either way) and SwiGLU (a dense block's,
-    and the routed experts' ``expert_act``: torchtitan's GroupedExperts writes ``silu(x @ w1) * (x @ w3)`` as
-    its Llama FFN does) at their eager bytes, and RoPE as its own op of ``rope_elements`` after the op
-    ``rope_after`` (the Q/K projection; MLA's last up-projection, for its rope part of q and the shared rope
-    key: fused into a kernel under torch.compile it moves 2e per element, which the fused graph leaves out).
-    Shared experts have no activation op in the graph (_moe_block), so none is priced for them."""
+    the routed experts' ``expert_act`` and the shared experts' ``shared_act``: torchtitan's GroupedExperts and
+    its shared FeedForward write ``silu(x @ w1) * (x @ w3)`` as its Llama FFN does) at their eager bytes, and
+    RoPE as its own op of ``rope_elements`` after the op ``rope_after`` (the Q/K projection; MLA's last
+    up-projection, for its rope part of q and the shared rope key: fused into a kernel under torch.compile it
+    moves 2e per element, which the fused graph leaves out)."""
     out: list[Op] = []
     for op in fwd:
         if op.name in _RMSNORM_OPS and model.norm == "rmsnorm":
             op = replace(op, bytes_moved=op.bytes_moved / (2 * elem) * eager_bytes_per_element("rmsnorm", elem))
-        elif op.name == "swiglu" or (op.name == "expert_act" and model.gated_mlp):
+        elif op.name == "swiglu" or (op.name in ("expert_act", "shared_act") and model.gated_mlp):
             op = replace(op, bytes_moved=op.bytes_moved / (3 * elem) * eager_bytes_per_element("swiglu", elem))
         out.append(op)
         if model.position_embedding == "rope" and op.name == rope_after:
