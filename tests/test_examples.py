@@ -252,7 +252,8 @@ def test_most_example_headers_state_a_checked_figure():
 # (example, overrides, pattern over header_text() capturing the figure as ``v``, quantity): each is
 # simulated once; the figure is read from the header (a pattern that no longer matches fails the test,
 # so a reworded sentence is re-pointed here), and checked with the tolerance above. "extra:KEY" reads
-# result.extra[KEY] (the strategy kind's own keys; ``ms`` after the figure: seconds printed in ms).
+# result.extra[KEY] (the strategy kind's own keys; ``ms`` after the figure: seconds printed in ms); a
+# first override "file=NAME" runs examples/NAME.yaml instead (a header quoting another file's run).
 _DP16 = ["strategy.micro_batches=1", "parallelism.zero_stage=0"]
 OTHER_RUNS = [
     ("bert-large-deeppool-8xa100", ["strategy.layers=[]", "strategy.default={batch: 8}"],
@@ -314,8 +315,12 @@ OTHER_RUNS = [
      "tokens_per_s"),
     ("llama3-8b-torchtitan-sac-h100", ["cluster.node=dgx-h100"], r"HBM3; (?P<v>[\d,]+) tokens/s/GPU",
      "tokens_per_s_per_gpu"),
-    ("mixtral-8x7b-mxfp8-dgx-b200", ["training.fp8_recipe=current"], r"prints (?P<v>[\d,]+) tokens/s, FASTER",
-     "tokens_per_s"),
+    ("mixtral-8x7b-mxfp8-dgx-b200", ["training.fp8_recipe=current"],
+     r"fp8_recipe=current`\) prints (?P<v>[\d,]+) tokens/s", "tokens_per_s"),
+    ("mixtral-8x7b-mxfp8-dgx-b200", ["file=mixtral-8x7b-ep8-h100", "training.framework=torchtitan", "cluster.node=dgx-b200"],
+     r"B200 prints (?P<v>[\d,]+) tokens/s against H100", "tokens_per_s"),
+    ("mixtral-8x7b-mxfp8-dgx-b200", ["file=mixtral-8x7b-ep8-h100", "training.framework=torchtitan"],
+     r"against H100's (?P<v>[\d,]+):", "tokens_per_s"),
     ("llama3-70b-gb200-nvl72", ["cluster.node=dgx-h100", "parallelism.tp=4", "parallelism.pp=8"],
      r"H100 layout\) (?P<v>[\d,]+) tokens/s", "tokens_per_s"),
     ("llama3-70b-gb200-nvl72", ["cluster.node={base: gb200-nvl72, overrides: {nvlink_domain_gpus: 4}}"],
@@ -335,6 +340,8 @@ def test_example_header_figures_of_other_runs(example, overrides, pattern, quant
     path = EXAMPLES / f"{example}.yaml"
     match = re.search(pattern, header_text(path.read_text()))
     assert match, f"{example}: the header no longer says {pattern!r}"
+    if overrides and overrides[0].startswith("file="):  # a figure of another example's file under --set
+        path, overrides = EXAMPLES / f"{overrides[0].partition('=')[2]}.yaml", overrides[1:]
     result = simulated(path) if not overrides else simulate(load_scenario(path, overrides))
     figure = match["v"].replace(",", "")
     if quantity.startswith("extra:"):
