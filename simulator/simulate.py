@@ -589,11 +589,14 @@ def _with_economics(scenario: Scenario, result: SimulationResult) -> SimulationR
 
 
 def simulate_point(raw: dict[str, Any], overrides: list[str] | None = None, run_if_oom: bool = False,
-                   engine: str = "full") -> dict[str, Any]:
+                   engine: str = "full", messages: bool = False) -> dict[str, Any]:
     """Simulate a raw scenario mapping; bad input becomes a row with the reason (for sweeps).
     ``engine``: as for :func:`simulate`, or ``full+fast``: the engine's row with the fast path's
     ``fast_step_time_s`` and ``fast_path_lower_bound_s`` from the same plans
-    (:func:`simulator.strategies.spmd.fast.fast_beside_engine`; None where it does not apply)."""
+    (:func:`simulator.strategies.spmd.fast.fast_beside_engine`; None where it does not apply).
+    ``messages``: the row also carries the scenario's ``warnings`` and ``notes`` (lists, as
+    ``clustersim simulate --json`` has them; :func:`simulator.report.messages.scenario_messages`),
+    which search, sweep and scale print once each."""
     try:
         scenario = load_scenario(raw, overrides)
         if engine == "full+fast":
@@ -605,7 +608,13 @@ def simulate_point(raw: dict[str, Any], overrides: list[str] | None = None, run_
             row["fast_path_lower_bound_s"] = estimate.lower_bound_s if estimate is not None else None
             if estimate is not None and estimate.approximation:
                 row["fast_path_approximation"] = estimate.approximation
-            return row
-        return simulate(scenario, run_if_oom=run_if_oom, engine=engine).to_dict()
+        else:
+            row = simulate(scenario, run_if_oom=run_if_oom, engine=engine).to_dict()
+        if messages:
+            from simulator.report.messages import scenario_messages
+
+            said = scenario_messages(scenario)
+            row["warnings"], row["notes"] = said["warnings"], said["notes"]
+        return row
     except ConfigError as exc:
         return {"fits": False, "infeasible_reason": str(exc), "step_time_s": None}

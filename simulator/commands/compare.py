@@ -98,6 +98,9 @@ def run(args) -> int:
     if mismatch:
         print(f"clustersim: warning: {mismatch}", file=sys.stderr)
     result = simulate(scenario)
+    from simulator.report.messages import message_lines, scenario_messages
+
+    said = scenario_messages(scenario)  # what `clustersim simulate` says of the scenario
     par = scenario.parallelism
     rank_class = args.rank_class or stage_of_rank(trace_rank(doc), scenario.num_gpus, par.pp)
     simulated = simulated_breakdown(result, rank_class, par.zero_stage)
@@ -109,7 +112,8 @@ def run(args) -> int:
         from simulator.report.result import finite_json
 
         print(json.dumps(finite_json({"trace": str(trace), "scenario": described, "measured_step": measured.step,
-                                      "simulated_rank_class": simulated.step, "rows": rows, "notes": measured.notes}),
+                                      "simulated_rank_class": simulated.step, "rows": rows, "notes": measured.notes,
+                                      "warnings": said["warnings"], "scenario_notes": said["notes"]}),
                          indent=2, allow_nan=False))
         return 0
     print(f"trace     {trace} ({measured.step})")
@@ -120,6 +124,8 @@ def run(args) -> int:
         print(f"{r['category']:<24s} {r['measured_s'] * 1e3:9.2f}ms {r['simulated_s'] * 1e3:9.2f}ms {err:>8s}")
     for note in measured.notes:
         print(f"  note: {note}")
+    for line in message_lines(said["warnings"], said["notes"]):
+        print(line)
     if args.plot:
         print(f"\n  timeline written to {args.plot}")
     return 0

@@ -100,6 +100,7 @@ def run(args) -> int:
             return True
 
     text = result.header() + yaml.dump(result.scenario, Dumper=_NoAliases, sort_keys=False)
+    warnings, notes = _plan_messages(result)
     if args.out:
         Path(args.out).write_text(text)
     if args.json:
@@ -107,11 +108,31 @@ def run(args) -> int:
                    "fits": result.step_time_s is not None, "reason": result.reason,
                    "wall_s": result.wall_s, "cpu_s": result.cpu_s, "plans_estimated": result.plans_estimated,
                    "plans_simulated": result.plans_simulated, "summary": result.summary, "notes": result.notes,
-                   "scenario": result.scenario, "details": result.details}, sys.stdout, indent=2, default=str)
+                   "scenario": result.scenario, "details": result.details,
+                   "warnings": warnings, "scenario_notes": notes}, sys.stdout, indent=2, default=str)
         sys.stdout.write("\n")
     elif args.out:
         sys.stdout.write(result.header())
         print(f"# written to {args.out}")
     else:
         sys.stdout.write(text)
+    from simulator.report.messages import message_lines
+
+    for line in message_lines(warnings, notes, indent=""):  # stdout holds the plan (YAML or JSON) alone
+        print(line, file=sys.stderr)
     return 0
+
+
+def _plan_messages(result) -> tuple[list[str], list[str]]:
+    """The WARNINGs and NOTEs ``clustersim simulate`` prints for the plan's scenario
+    (simulator/report/messages.py), for a plan that was simulated; none for one that cannot run."""
+    if result.step_time_s is None:
+        return [], []
+    from simulator.report.messages import scenario_messages
+    from simulator.scenario import load_scenario
+
+    try:
+        said = scenario_messages(load_scenario(result.scenario))
+    except ConfigError:  # a planner's scenario that does not load as a file would: nothing to say of it
+        return [], []
+    return said["warnings"], said["notes"]

@@ -50,13 +50,22 @@ def run(args) -> int:
     mode = "weak" if args.weak else "strong"
     paths = write_outputs(rows, args.out, title=f"{args.scenario or 'default scenario'}: {mode} scaling, "
                           f"{'fixed layout' if args.fixed else 'best layout per GPU count'}")
+    from simulator.report.messages import distinct_messages, message_lines
+
+    # what `clustersim simulate` says of each GPU count's run, each distinct message once (the rows' warnings
+    # and notes, in --json and scaling.csv, hold them per GPU count)
+    said = distinct_messages(rows)
     if args.json:
         from simulator.commands.search import _finite
 
         json.dump(_finite(rows), sys.stdout, indent=2, default=str, allow_nan=False)
         sys.stdout.write("\n")
+        for line in message_lines(*said, indent=""):  # stdout holds the JSON list alone
+            print(line, file=sys.stderr)
     else:
         print(render_table(rows))
+        for line in message_lines(*said):
+            print(line)
     for path in paths:
         print(path, file=sys.stderr)
     return 0

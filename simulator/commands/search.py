@@ -78,16 +78,25 @@ def run(args) -> int:
         from simulator.explore.search import write_csv
 
         write_csv(rows, args.csv)
+    from simulator.report.messages import distinct_messages, message_lines
+
+    # what `clustersim simulate` says of the layouts simulated, each distinct message once (each row's
+    # warnings and notes, in --json and --csv, hold them per layout)
+    said = distinct_messages(rows)
     if args.json:
         shown = rows if args.top is None else rows[: args.top]
         json.dump(_finite(shown), sys.stdout, indent=2, default=str, allow_nan=False)
         sys.stdout.write("\n")
         for note in notes:  # stdout holds the JSON list alone
             print(f"NOTE: {note}", file=sys.stderr)
+        for line in message_lines(*said, indent=""):
+            print(line, file=sys.stderr)
     else:
         print(render_table(rows, top=args.top or 10))
         for note in notes:
             print(f"  NOTE: {note}")
+        for line in message_lines(*said):
+            print(line)
         if args.rank_by == "time_to_target_s" and rows and rows[0].get("convergence_source"):
             best = rows[0]
             print(f"\nranked by time to target: best {best['time_to_target_s']:,.0f} s = "

@@ -66,18 +66,14 @@ def run(args) -> int:
     from simulator.startup import paused_gc
 
     with paused_gc():  # imports, validators, catalogs, the scenario: long-lived, no garbage
-        from simulator.cost.default_framework import default_framework_block, default_framework_warning
         from simulator.cost.provenance import (
             assumed_components,
             efficiency_provenance,
             efficiency_states,
-            framework_setting_warnings,
             grouped_gemm_kernels,
-            kernel_warnings,
-            moe_field_notes,
-            network_field_warnings,
             runs_no_fp8_gemm,
         )
+        from simulator.report.messages import scenario_messages
         from simulator.report.result import finite_json, render_table
         from simulator.scenario import load_scenario
         from simulator.simulate import simulate
@@ -100,18 +96,15 @@ def run(args) -> int:
     result.extra["efficiency_provenance"] = provenance
     result.extra["assumed_efficiencies"] = assumed_components(provenance)
     result.extra["efficiency_states"] = efficiency_states(provenance)
-    result.extra["warnings"] = (kernel_warnings(scenario) + framework_setting_warnings(scenario)
-                                + network_field_warnings(scenario))
-    if (default := default_framework_block(scenario)) is not None:  # no training.framework named: how far off
-        result.extra["default_framework"] = default
-        result.extra["warnings"].append(default_framework_warning(default))
+    # the WARNINGs and NOTEs every command that simulates this scenario says (simulator/report/messages.py)
+    messages = scenario_messages(scenario)
+    result.extra["warnings"] = messages["warnings"]
+    if messages["default_framework"] is not None:  # no training.framework named: how far off
+        result.extra["default_framework"] = messages["default_framework"]
     if not scenario.mixed and runs_no_fp8_gemm(scenario):  # fp8 asked, every GEMM priced in bf16: said
         result.extra["precision_priced"] = "bf16"
-    from simulator.strategies.optimizer_fusion import accumulation_notes
-
-    # optimizer fusion accepted but changing no memory; MoE-only fields on a model without experts: said
-    if notes := accumulation_notes(scenario) + moe_field_notes(scenario):
-        result.extra["notes"] = notes
+    if messages["notes"]:
+        result.extra["notes"] = messages["notes"]
     if grouped := grouped_gemm_kernels(scenario):  # MoE experts: the grouped kernel per part, measured or assumed
         result.extra["grouped_gemm"] = grouped
     if scenario.frameworks:  # training.framework: the entry used, its factors and the rows they were fitted on

@@ -39,6 +39,14 @@ def run(args) -> int:
     done = counts["ok"] + counts["infeasible"] + counts["error"]
     print(f"{done} points run ({counts['ok']} ok, {counts['infeasible']} infeasible, {counts['error']} errors), "
           f"{counts['skipped']} already done -> {out}", file=sys.stderr)
+    results = read_results(out) if out.exists() or sweep.doc.show else None
+    if results is not None and "warnings" in results:
+        from simulator.report.messages import distinct_messages, message_lines
+
+        # what `clustersim simulate` says of the points' scenarios, each distinct message once (the
+        # file's warnings and notes columns hold them per point)
+        for line in message_lines(*distinct_messages(results[["warnings", "notes"]].to_dict("records"))):
+            print(line, file=sys.stderr)
     if sweep.doc.show:  # the sweep file's `show` columns, one line per point
-        print(summary_table(sweep, read_results(out)))
+        print(summary_table(sweep, results))
     return 0

@@ -482,10 +482,15 @@ MOE_ONLY_FIELDS = ("etp", "moe_load_imbalance", "overlap_moe_comm", "moe_dispatc
 def moe_field_notes(scenario: Scenario) -> list[str]:
     """MoE-only ``parallelism`` fields (:data:`MOE_ONLY_FIELDS`) written for a model without experts: accepted and
     changing nothing (no expert GEMM, dispatch or combine to act on), said rather than left silent (a NOTE:
-    nothing is mispriced). ``parallelism.ep`` > 1 on such a model is already an error."""
+    nothing is mispriced). ``parallelism.ep`` > 1 on such a model is already an error. A field written at its
+    default value is not noted: it changes no model's step, and search, scale and the planners write every
+    field of the scenario's ``parallelism`` into each layout they try (so a dense search is not told on
+    every layout about fields its user never wrote)."""
     if getattr(scenario.model, "is_moe", False):
         return []
-    given = [f"parallelism.{name}" for name in MOE_ONLY_FIELDS if name in scenario.parallelism.model_fields_set]
+    par = scenario.parallelism
+    given = [f"parallelism.{name}" for name in MOE_ONLY_FIELDS
+             if name in par.model_fields_set and getattr(par, name) != type(par).model_fields[name].default]
     if not given:
         return []
     name = getattr(scenario.model, "name", None) or "this model"

@@ -85,21 +85,22 @@ def store(key: str, result: dict[str, Any]) -> None:
 
 
 def cached_point(raw: dict[str, Any], engine: str = "full") -> dict[str, Any]:
-    """``simulate_point(raw, engine=...)`` through the cache. Bad input is not cached (it is cheap)."""
+    """``simulate_point(raw, engine=..., messages=True)`` through the cache (the row carries the scenario's
+    ``warnings`` and ``notes``). Bad input is not cached (it is cheap)."""
     from simulator.errors import ConfigError
     from simulator.scenario import load_scenario
     from simulator.simulate import simulate_point
 
     if not enabled():
-        return simulate_point(raw, engine=engine)
+        return simulate_point(raw, engine=engine, messages=True)
     try:
         scenario = load_scenario(raw)
     except ConfigError:
-        return simulate_point(raw, engine=engine)
+        return simulate_point(raw, engine=engine, messages=True)
     key = point_key(scenario, engine)
     hit = load(key)
     if hit is not None:
         return hit
-    result = simulate_point(raw, engine=engine)
+    result = simulate_point(raw, engine=engine, messages=True)
     store(key, result)
     return result

@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import copy
 import csv
+import json
 import math
 import sys
 from collections.abc import Sequence
@@ -32,7 +33,7 @@ CSV_COLUMNS = (
     "recompute", "sequence_parallel", "micro_batch_size", "fits", "step_time_s", "samples_per_s",
     "samples_per_s_per_gpu", "tokens_per_s", "tokens_per_s_per_gpu", "mfu", "hfu", "peak_memory_gib",
     "ideal_samples_per_s", "ideal_tokens_per_s", "ideal_mfu",
-    "scaling_efficiency", "layouts_tried", "infeasible_reason",
+    "scaling_efficiency", "layouts_tried", "infeasible_reason", "warnings", "notes",
 )
 
 
@@ -81,7 +82,9 @@ def _row(n: int, gbs: int, result: dict[str, Any] | None, tried: int) -> dict[st
            "tokens_per_s": tokens, "tokens_per_s_per_gpu": tokens / n if tokens else None,
            "mfu": result.get("mfu") if ok else None, "hfu": result.get("hfu") if ok else None,
            "peak_memory_gib": result.get("peak_memory_gib"),
-           "infeasible_reason": None if ok else (result.get("infeasible_reason") or "no feasible layout")}
+           "infeasible_reason": None if ok else (result.get("infeasible_reason") or "no feasible layout"),
+           # what `clustersim simulate` says of the row's run (simulator/report/messages.py); None: not simulated
+           "warnings": result.get("warnings"), "notes": result.get("notes")}
     return row
 
 
@@ -183,7 +186,8 @@ def write_csv(rows: list[dict[str, Any]], path: Path) -> Path:
         writer = csv.DictWriter(fh, fieldnames=list(CSV_COLUMNS))
         writer.writeheader()
         for r in rows:
-            writer.writerow({k: ("" if r.get(k) is None else r.get(k)) for k in CSV_COLUMNS})
+            writer.writerow({k: ("" if r.get(k) is None else json.dumps(r[k]) if isinstance(r[k], list) else r[k])
+                             for k in CSV_COLUMNS})
     return path
 
 

@@ -935,20 +935,28 @@ SEARCH_COLUMNS = ("rank", "evaluated_by", "engine_step_time_s", "fast_step_time_
 def write_csv(rows: list[dict[str, Any]], path: str) -> None:
     """Every row of a search as CSV, best first: ``rank`` (1, 2, ... for the timed rows, empty for the
     rest), who timed it (``evaluated_by``) and each path's step time (:func:`labelled`), the bound,
-    then the columns ``clustersim sweep`` writes (simulator/explore/sweep.py, ``extra_json`` last)."""
+    then the columns ``clustersim sweep`` writes (simulator/explore/sweep.py: the result's, its ``warnings``
+    and ``notes``, ``extra_json`` last)."""
     import csv
 
-    from simulator.explore.sweep import RESULT_COLUMNS, _csv_text, flatten_result
+    from simulator.explore.sweep import (
+        MESSAGE_COLUMNS,
+        RESULT_COLUMNS,
+        _csv_text,
+        flatten_result,
+        message_cells,
+    )
 
-    columns = [*SEARCH_COLUMNS, *RESULT_COLUMNS, "extra_json"]
+    columns = [*SEARCH_COLUMNS, *RESULT_COLUMNS, *MESSAGE_COLUMNS, "extra_json"]
     try:
         with open(path, "w", newline="") as fh:
             writer = csv.writer(fh)
             writer.writerow(columns)
             rank = 0
             for row in rows:
-                flat = flatten_result({k: v for k, v in row.items() if k not in SEARCH_COLUMNS})
+                flat = flatten_result({k: v for k, v in row.items() if k not in (*SEARCH_COLUMNS, *MESSAGE_COLUMNS)})
                 flat.update({k: row.get(k) for k in SEARCH_COLUMNS})
+                flat.update(message_cells(row))
                 timed = bool(row.get("fits") and _rate(row))
                 rank += timed
                 flat["rank"] = rank if timed else None

@@ -118,8 +118,12 @@ PROVENANCE_COLUMNS = ("efficiencies_calibrated", "efficiencies_derived", "effici
 (names joined by ", "; what ``clustersim simulate`` prints under "efficiencies"), so a sweep over parts
 keeps each part's measured / derived / stated / ASSUMED verdict beside its figures."""
 
+MESSAGE_COLUMNS = ("warnings", "notes")
+"""Per point, the WARNINGs and NOTEs ``clustersim simulate`` prints for its scenario (JSON lists of text;
+simulator/report/messages.py); ``clustersim sweep`` prints each distinct one once when the sweep ends."""
+
 META_COLUMNS = ("point_id", "status", "error", "elapsed_s")
-_STRING_COLUMNS = {*PROVENANCE_COLUMNS, "scenario", "model", "node", "accelerator", "precision", "infeasible_reason", "layer_split", "step_times_s", "layers_per_stage", "memory_per_stage_gib",
+_STRING_COLUMNS = {*PROVENANCE_COLUMNS, *MESSAGE_COLUMNS, "scenario", "model", "node", "accelerator", "precision", "infeasible_reason", "layer_split", "step_times_s", "layers_per_stage", "memory_per_stage_gib",
                    "simulation_mode",
                    "extra_json", "point_id", "status", "error", "layout.schedule", "layout.recompute"}
 _BOOL_COLUMNS = {"fits", "layout.sequence_parallel"}
@@ -341,6 +345,12 @@ def provenance_columns(raw: dict[str, Any]) -> dict[str, str]:
     for component, where in provenance.items():
         names[f"efficiencies_{provenance_state(where)[0]}"].append(component)
     return {column: ", ".join(found) or "none" for column, found in names.items()}
+
+
+def message_cells(result: dict[str, Any]) -> dict[str, str | None]:
+    """The :data:`MESSAGE_COLUMNS` of a result row: its ``warnings`` and ``notes`` as JSON text (None where
+    the point was not simulated and so carries none)."""
+    return {c: json.dumps(result[c]) if result.get(c) is not None else None for c in MESSAGE_COLUMNS}
 
 
 def with_economics(raw: dict[str, Any], result: dict[str, Any]) -> dict[str, Any]:
@@ -736,7 +746,8 @@ def _infer_type(values: Iterable[Any]) -> str:
 def sweep_columns(sweep: Sweep) -> tuple[list[str], dict[str, str]]:
     """Column order and Parquet types of a sweep's output."""
     point_cols = [c for c in sweep.columns if c not in META_COLUMNS and c not in RESULT_COLUMNS]
-    columns = ["point_id", *point_cols, "status", "error", *RESULT_COLUMNS, *PROVENANCE_COLUMNS, "extra_json", "elapsed_s"]
+    columns = ["point_id", *point_cols, "status", "error", *RESULT_COLUMNS, *PROVENANCE_COLUMNS, *MESSAGE_COLUMNS, "extra_json",
+               "elapsed_s"]
     types = {c: ("bool" if c in _BOOL_COLUMNS else "str" if c in _STRING_COLUMNS else "float") for c in columns}
     for col in ("num_gpus", "peak_memory_stage", *[f"layout.{k}" for k in LAYOUT_KEYS]):
         if types[col] == "float":
@@ -818,9 +829,10 @@ def run_sweep(
                 row = {"point_id": pid, **{c: values.get(c) for c in sweep.columns},
                        "status": result.get("status"), "error": result.get("error"),
                        "elapsed_s": result.get("elapsed_s")}
-                row.update(flatten_result({k: v for k, v in result.items()
-                                           if k not in ("status", "error", "elapsed_s", *PROVENANCE_COLUMNS)}))
+                row.update(flatten_result({k: v for k, v in result.items() if k not in
+                                           ("status", "error", "elapsed_s", *PROVENANCE_COLUMNS, *MESSAGE_COLUMNS)}))
                 row.update({c: result.get(c) for c in PROVENANCE_COLUMNS})
+                row.update(message_cells(result))
                 writer.write(row)
                 counts[row["status"] if row["status"] in counts else "error"] += 1
                 bar.update(1)

@@ -500,6 +500,7 @@ def render_table(result: SimulationResult) -> str:
     for i, g in enumerate(result.extra.get("grouped_gemm", ())):  # MoE experts (simulator/cost/provenance.py)
         lines.append(f"  {'grouped GEMM' if i == 0 else '':<14} {g['accelerator']} {g['precision']}, {g['framework']}: "
                      f"{g['note']}")
-    lines += [f"  WARNING: {text}" for text in result.extra.get("warnings", ())]
-    lines += [f"  NOTE: {text}" for text in result.extra.get("notes", ())]
+    from simulator.report.messages import message_lines
+
+    lines += message_lines(result.extra.get("warnings", ()), result.extra.get("notes", ()))
     return "\n".join(lines)
