@@ -238,7 +238,45 @@ def _chunk_count_in_flight(schedule: str, pp: int, stage: int, m: int, v: int, c
     if schedule != "interleaved":
         return _chunk_microbatches_in_flight(schedule, pp, stage, m, v)
     n = _chunk_microbatches_in_flight(schedule, pp, stage, m, v)
-    return sum(1 for k in range(n) if (k % (pp * v)) // pp == chunk)
+    rounds, rest = divmod(n, pp * v)  # each round of p·v forwards runs p on every chunk, in chunk order
+    return rounds * pp + min(max(rest - chunk * pp, 0), pp)
+
+
+def chunks_in_flight_at_peak(schedule: str, pp: int, stage: int, m: int, v: int,
+                             chunk_bytes: list[float]) -> list[int]:
+    """Micro-batches of each local chunk (0..v-1) in flight on rank ``stage`` at the moment its saved
+    activations peak, where one micro-batch of chunk c keeps ``chunk_bytes[c]``.
+
+    Not interleaved: one chunk, :func:`_chunk_microbatches_in_flight` (the first backward).
+    Interleaved (Narayanan et al. 2021 Sec. 2.2.2; Megatron-LM ``forward_backward_pipelining_with_
+    interleaving``, as simulator/strategies/spmd/schedule.py orders it): W = (p-i-1)·2 + (v-1)·p
+    warm-up forwards, then forward W+j before backward j, then the cool-down backwards. Forward k
+    runs chunk (k mod p·v) // p and backward k chunk v-1 - (k mod p·v) // p, so just before backward
+    j, min(W+1+j, m·v) forwards and j backwards have run: from one such state to the next, forward
+    W+1+j joins (while any is left) and backward j leaves. The peak is the largest of those states by
+    bytes: at the first backward when every chunk keeps the same bytes, later when the chunks differ
+    (a chunk with more layers, or the embedding or head, runs again before an earlier, smaller chunk's
+    backward frees its micro-batch). The states repeat with period p·v in the steady state and only
+    shrink in the cool-down, so backwards 0..min(p·v, m·v)-1 are all that need looking at. Ties go to
+    the earliest backward."""
+    n0 = _chunk_microbatches_in_flight(schedule, pp, stage, m, v)
+    if schedule != "interleaved":
+        return [n0] * v
+    total, period = m * v, pp * v
+    held = [_chunk_count_in_flight(schedule, pp, stage, m, v, c) for c in range(v)]
+    size = sum(n * b for n, b in zip(held, chunk_bytes, strict=True))
+    best, best_held = size, list(held)
+    for j in range(min(period, total) - 1):
+        if n0 + j < total:
+            c = ((n0 + j) % period) // pp
+            held[c] += 1
+            size += chunk_bytes[c]
+        c = v - 1 - (j % period) // pp
+        held[c] -= 1
+        size -= chunk_bytes[c]
+        if size > best + 1e-12 * abs(best):
+            best, best_held = size, list(held)
+    return best_held
 
 
 # --------------------------------------------------------------------------- parameters per stage
@@ -385,18 +423,31 @@ def rank_memory(scenario, stage: int) -> MemoryBreakdown:
     layers = [graph.layers[i] for i in indices]
     every = kept_per_layer(graph, recompute)
 
-    in_flight = microbatches_in_flight(par.schedule, pp, stage, m, v)
     # What the stage's layers keep (full recompute: the checkpoints of the graph's units,
     # simulator/memory/checkpoints.py), and the rematerialisation working set: the backward
     # re-creates one unit's activations (full) or one attention core (selective) on top of them.
+    # Each chunk's layers count its own micro-batches in flight (interleaved: chunks may differ in
+    # layers and in micro-batches in flight; one chunk otherwise, the same as microbatches_in_flight).
     kept, working = stage_bytes(graph, recompute, indices)
-    stored = sum(kept) * in_flight
+    per_chunk, start = [], 0
+    for c in range(v):
+        n = counts[c * pp + stage]
+        per_chunk.append(sum(kept[start:start + n]))
+        start += n
+    prologue = sum(every[:graph.prologue]) if stage == 0 else 0.0
+    epilogue = sum(every[len(graph.layers) - graph.epilogue:]) if stage == pp - 1 else 0.0
+    chunk_bytes = list(per_chunk)
+    chunk_bytes[0] += prologue
+    chunk_bytes[-1] += epilogue
+    held = chunks_in_flight_at_peak(par.schedule, pp, stage, m, v, chunk_bytes)
+    stored = 0.0
+    for c in range(v):
+        stored += per_chunk[c] * held[c]
     activations = stored + working
     if stage == 0:
-        activations += sum(every[:graph.prologue]) * _chunk_count_in_flight(par.schedule, pp, stage, m, v, 0)
+        activations += prologue * held[0]
     if stage == pp - 1:
-        activations += sum(every[len(graph.layers) - graph.epilogue:]) * \
-            _chunk_count_in_flight(par.schedule, pp, stage, m, v, v - 1)
+        activations += epilogue * held[-1]
 
     # Communication buffers.
     wbytes = bytes_per_param(tr.precision, tr.optimizer)["weights"]

@@ -24,6 +24,7 @@ from simulator.memory.analytic import (
     _check_schedule,
     _chunk_count_in_flight,
     bytes_per_param,
+    chunks_in_flight_at_peak,
     model_state_bytes,
     peak_stage,
 )
@@ -133,23 +134,42 @@ def stage_memories(scenario) -> list[MemoryBreakdown]:
             if sizes:
                 grads[stage] = max(sizes) * gb
 
-    # Activations: kept bytes × micro-batches in flight, the working set, the two ends.
-    in_flight = _in_flight(par.schedule, pp, m, v)
+    # Activations: kept bytes × micro-batches in flight, the working set, the two ends. Interleaved:
+    # each chunk's layers times that chunk's own micro-batches in flight (rank_memory's count).
     if "unit" in arrays:
         kept, working = _unit_parts(arrays, stage_of, pp)
-        stored = np.bincount(stage_of, weights=kept, minlength=pp) * in_flight
     else:
-        stored = np.bincount(stage_of, weights=arrays["kept"], minlength=pp) * in_flight
+        kept = arrays["kept"]
+    prologue_held = epilogue_held = _chunk_count_in_flight(par.schedule, pp, 0, m, v, 0)
+    if v == 1:
+        stored = np.bincount(stage_of, weights=kept, minlength=pp) * _in_flight(par.schedule, pp, m, v)
+        epilogue_held = _chunk_count_in_flight(par.schedule, pp, pp - 1, m, v, 0)
+    else:  # each chunk's micro-batches in flight at the rank's peak (chunks_in_flight_at_peak)
+        chunk_kept = np.bincount(np.repeat(np.arange(pp * v), counts), weights=kept, minlength=pp * v)
+        stored = np.zeros(pp)
+        for stage in range(pp):
+            own = chunk_kept[stage::pp]
+            sizes = own.copy()
+            if stage == 0:
+                sizes[0] += arrays["prologue_kept"]
+            if stage == pp - 1:
+                sizes[-1] += arrays["epilogue_kept"]
+            held = chunks_in_flight_at_peak(par.schedule, pp, stage, m, v, sizes.tolist())
+            stored[stage] = float(own @ np.asarray(held, dtype=float))
+            if stage == 0:
+                prologue_held = held[0]
+            if stage == pp - 1:
+                epilogue_held = held[-1]
+    if "unit" not in arrays:
         if par.recompute == "none":
             working = np.zeros(pp)
         else:
             working = np.where(layers_per_stage > 0, _stage_max(arrays["working"], stage_of, pp), 0.0)
     activations = stored + working
     if graph.prologue:
-        activations[0] += arrays["prologue_kept"] * _chunk_count_in_flight(par.schedule, pp, 0, m, v, 0)
+        activations[0] += arrays["prologue_kept"] * prologue_held
     if graph.epilogue:
-        activations[pp - 1] += arrays["epilogue_kept"] * _chunk_count_in_flight(par.schedule, pp, pp - 1, m, v,
-                                                                               v - 1)
+        activations[pp - 1] += arrays["epilogue_kept"] * epilogue_held
 
     # Communication buffers.
     other = np.full(pp, 0.0 + 2 * par.gradient_bucket_mb * MIB)

@@ -14,8 +14,12 @@ sends to the neighbouring stage).
 
 Memory over time: each chunk's forward allocates the activations one micro-batch saves
 (:func:`simulator.memory.analytic.chunk_activation_bytes`) and the end of its backward frees them;
-the first backward of a chunk in a step allocates its gradients (freed after the optimizer step,
-``zero_grad(set_to_none=True)``); a backward's recompute working set lives while it runs; weights,
+the rank's first backward of a step allocates the gradients of all its chunks (freed after the
+optimizer step, ``zero_grad(set_to_none=True)``): under the interleaved schedule, Megatron-Core wraps
+every model chunk in its own DistributedDataParallel whose gradient buffer (``ParamAndGradBuffer``) is
+allocated at construction, so at the rank's activation peak -- its first backward, on its last chunk --
+every chunk's gradients are held, not only the last chunk's; a backward's recompute working set lives
+while it runs; weights,
 optimizer state and buffers are the plan's base (``Plan.memory_base_bytes``).
 
 Granularity: by default one compute task (and one task per kind of collective) for a whole
@@ -899,7 +903,7 @@ class Planner:
             add(Task(f"B.{tag}.grad_accumulate", actor, "compute", "compute",
                      duration_s=compute.add_into_s(nbytes)))
 
-        grads_held: dict[int, float] = {}  # chunk -> its gradient bytes, allocated at its first backward
+        grads_held: dict[int, float] = {}  # chunk -> its gradient bytes, all allocated at the rank's first backward
         fusion = sc.training.optimizer_fusion
         optimizer_bytes = OPTIMIZER_BYTES_PER_PARAM[sc.training.optimizer] * (32 / 28 if self.precision == "fp32" else 1)
         fused: list[Task] = []  # per-chunk updates (optimizer fusion)
@@ -930,8 +934,8 @@ class Planner:
         pending_forward = self._forward_updates.pop(actor, {}) if fusion == "forward" else {}
 
         def backward_memory(g: int, entry: Task, exit_task: Task) -> None:
-            """Memory over time of a backward pass: its recompute working set (and, on the chunk's first
-            backward of the step, the chunk's gradients) from its start; the working set and the
+            """Memory over time of a backward pass: its recompute working set (and, on the rank's first
+            backward of the step, every chunk's gradients) from its start; the working set and the
             chunk's saved activations freed at its end. Zero bubble's deferred W pass keeps only part of
             them (the linear layers' inputs); counted as freed with B, as the analytic count does (ZB-H1
             keeps 1F1B's peak, Qi et al. 2024 Sec. 3.1) -- an approximation."""
@@ -943,9 +947,11 @@ class Planner:
                 entry.alloc_bytes += transient
                 exit_task.free_bytes += transient
                 grads_held[g] = 0.0
-            elif g not in grads_held:
-                grads_held[g] = self.gradient_bytes_of_chunk(stage, g)
-                entry.alloc_bytes += grads_held[g]
+            elif not grads_held:  # every chunk's gradient buffer (Megatron-Core: one per chunk, all alive)
+                for c in range(par.virtual_stages):
+                    chunk = c * par.pp + stage
+                    grads_held[chunk] = self.gradient_bytes_of_chunk(stage, chunk)
+                    entry.alloc_bytes += grads_held[chunk]
             exit_task.free_bytes += working + self.activation_bytes(g)
 
         # Gradient buckets (ZeRO 0/1: once, on the last micro-batch; ZeRO 2/3: every micro-batch).
