@@ -85,6 +85,7 @@ from simulator.engine.engine import Task
 from simulator.errors import ConfigError
 from simulator.memory.analytic import MemoryBreakdown, model_state_bytes, peak_stage
 from simulator.memory.checkpoints import kept_per_layer, stage_bytes
+from simulator.memory.over_time import MemoryLedger
 from simulator.scenario import gradient_bytes
 from simulator.strategies.framework_terms import (
     input_task,
@@ -451,14 +452,25 @@ def compile_mgrit(scenario, mode: str | None = None, detail: bool = False) -> Pl
     previous: list[Task | None] = [None] * p
     forward_end_s: list[Task] = []
     loaded: Task | None = None  # this step's samples, loaded by rank 0 during the last step
+    # memory over time from each rank's analytic breakdown (simulator/memory/over_time.py): a micro-batch's
+    # kept activations and coarse states from the rank's first task of its forward solve to the end of its
+    # weight gradients, the working set from the rank's first task of the backward solve (the adjoint
+    # evaluations re-create blocks) to the same end
+    ledgers = []
+    for r in range(p):
+        breakdown = rank_memory_mgrit(scenario, chain, r)
+        working = rank_working_bytes(scenario, chain, r)
+        ledgers.append(MemoryLedger(breakdown, breakdown.activations_bytes - working, working))
     for k in range(scenario.simulation.steps):
         wgrads: list[list[Task]] = [[] for _ in range(p)]
         for mb in range(par.num_micro_batches):
             tag = f"step{k}.mb{mb}"
+            before = [len(compute_tasks[a]) for a in solve.actors]
             opening = solve.kernel(0, f"opening.F.{tag}", opening_f, [previous[0], loaded if mb == 0 else None])
             states = solve.solve(True, opening, cfg.forward_iterations, f"F.{tag}")
             forward_end_s.append(states[-1])
             closing = solve.kernel(last, f"closing.FB.{tag}", closing_f + closing_b, [states[-1]])
+            between = [len(compute_tasks[a]) for a in solve.actors]
             adjoints = solve.solve(False, closing, cfg.backward_iterations, f"B.{tag}")
             solve.kernel(0, f"opening.B.{tag}", opening_b, [adjoints[-1]])
             for r in range(p):  # weight gradients from the stored states and the adjoints
@@ -469,10 +481,14 @@ def compile_mgrit(scenario, mode: str | None = None, detail: bool = False) -> Pl
                 if again > 0:  # the activations were dropped again after each adjoint evaluation
                     deps = [solve.kernel(r, f"wgrad.{tag}.recompute", again, deps, "recompute")]
                 wgrads[r].append(solve.kernel(r, f"wgrad.{tag}", seconds, deps))
+                own = compute_tasks[solve.actors[r]]
+                ledgers[r].forward(own[before[r]])
+                ledgers[r].backward(own[between[r]], wgrads[r][-1])
         ends = []
         for r in range(p):
             update = solve.kernel(r, f"optimizer.step{k}", compute.optimizer_step_s(rank_params(chain, r), opt_per_param),
                                   wgrads[r], "optimizer")
+            ledgers[r].update(update)
             previous[r] = update
             ends.append(update)
         # rank 0 (the opening layers) loads the next step's samples beside this step, as spmd's first stage
@@ -502,7 +518,8 @@ def compile_mgrit(scenario, mode: str | None = None, detail: bool = False) -> Pl
     mark_interference(scenario.accelerator.efficiency, streams)  # kernels beside the state sends (framework_terms.py)
     return Plan(dict(streams), {a: r for r, a in enumerate(actors)}, {a: r for r, a in enumerate(actors)},
                 [per] * p, solve.topo, dict(compute_tasks), steps=scenario.simulation.steps, step_ends=step_ends,
-                extra=extra, after_run=measured, mode="full")  # every rank is an actor
+                extra=extra, after_run=measured, mode="full",  # every rank is an actor
+                memory_base_bytes={a: ledgers[r].base_bytes for r, a in enumerate(actors)})
 
 
 def rank_memory_mgrit(scenario, chain: Chain, rank: int) -> MemoryBreakdown:
@@ -521,19 +538,27 @@ def rank_memory_mgrit(scenario, chain: Chain, rank: int) -> MemoryBreakdown:
         activations += sum(kept[index[layer.name]] for layer in chain.opening)
     if rank == chain.ranks - 1:
         activations += sum(kept[index[layer.name]] for layer in chain.closing)
-    # the rematerialisation working set: the backward re-creates one block's activations (full:
-    # each block a checkpoint unit, simulator/memory/checkpoints.py) on top of the kept inputs
-    working = list(chain.working_bytes[rank * per:(rank + 1) * per])
-    for ends, holder in ((chain.opening, 0), (chain.closing, chain.ranks - 1)):
-        if rank == holder and ends:
-            working.append(stage_bytes(graph, recompute, [index[layer.name] for layer in ends])[1])
-    activations += max(working, default=0.0)
+    activations += rank_working_bytes(scenario, chain, rank)
     c = cfg.coarsening_factor
     for level in range(1, cfg.levels):
         stride = c ** level
         activations += 2 * sum(chain.state_bytes[j] for j in range(0, chain.blocks + 1, stride)
                                if chain.owner(j) == rank)
     return MemoryBreakdown(w, g, o, activations, 0.0, stage=rank)
+
+
+def rank_working_bytes(scenario, chain: Chain, rank: int) -> float:
+    """The rank's rematerialisation working set: the backward re-creates one block's activations (full:
+    each block a checkpoint unit, simulator/memory/checkpoints.py) on top of the kept inputs; the
+    largest over its blocks and its end layers (0 without recompute)."""
+    graph, recompute = scenario.layer_graph(), scenario.parallelism.recompute
+    index = {layer.name: i for i, layer in enumerate(graph.layers)}
+    per = chain.blocks // chain.ranks
+    working = list(chain.working_bytes[rank * per:(rank + 1) * per])
+    for ends, holder in ((chain.opening, 0), (chain.closing, chain.ranks - 1)):
+        if rank == holder and ends:
+            working.append(stage_bytes(graph, recompute, [index[layer.name] for layer in ends])[1])
+    return max(working, default=0.0)
 
 
 def memory_mgrit(scenario):

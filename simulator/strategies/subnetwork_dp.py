@@ -87,6 +87,7 @@ from simulator.cost.topology import Topology
 from simulator.engine.engine import Task
 from simulator.memory.analytic import MemoryBreakdown, bytes_per_param, peak_stage, rank_memory
 from simulator.memory.checkpoints import graph_kept_bytes, kept_per_layer, stage_bytes
+from simulator.memory.over_time import MemoryLedger
 from simulator.scenario import gradient_bytes
 from simulator.strategies.framework_terms import (
     NO_PIPELINE,
@@ -446,14 +447,13 @@ def unmasked_work(scenario) -> WorkerWork:
 
 def worker_memory(scenario, work: WorkerWork, subnetwork: int) -> MemoryBreakdown:
     """Bytes one worker holds: held weights, trained gradients and optimizer state, its kept
-    activations (plus data parallelism's recompute working set and buffers)."""
+    activations of one micro-batch and its recompute working set (a worker runs each micro-batch's
+    forward and backward before the next one's forward, :func:`compile_subnetwork_dp`, whatever
+    ``parallelism.schedule`` says), and data parallelism's buffers."""
     tr = scenario.training
     base = rank_memory(scenario, 0)
     per = bytes_per_param(tr.precision, tr.optimizer, tr.param_dtype == "fp32")  # as data parallelism's
-    graph, recompute = scenario.layer_graph(), scenario.parallelism.recompute
-    full_kept = graph_kept_bytes(graph, recompute)
-    full_working = stage_bytes(graph, recompute, list(range(len(graph.layers))))[1]
-    activations = base.activations_bytes - full_kept - full_working + work.kept_activation_bytes + work.working_bytes
+    activations = work.kept_activation_bytes + work.working_bytes
     return MemoryBreakdown(work.held_params * per["weights"], work.trained_params * gradient_bytes(tr),
                            work.trained_params * per["optimizer"], activations, base.other_bytes,
                            stage=subnetwork)
@@ -535,6 +535,9 @@ def compile_subnetwork_dp(scenario, mode: str | None = None, detail: bool = Fals
     jitter = kernel_stretch(efficiency, scenario.num_gpus)
     seconds = [pass_seconds(compute, work, jitter, efficiency.host_dispatch_us_per_kernel, efficiency.moe_layer_fixed_us)
                for work in works]
+    # memory over time from each worker's analytic breakdown (simulator/memory/over_time.py)
+    ledgers = [MemoryLedger(worker_memory(scenario, work, j), work.kept_activation_bytes, work.working_bytes)
+               for j, work in enumerate(works)]
     for k in range(scenario.simulation.steps):
         ends = []
         for j, (actor, work) in enumerate(zip(actors, works, strict=True)):
@@ -542,9 +545,12 @@ def compile_subnetwork_dp(scenario, mode: str | None = None, detail: bool = Fals
             passes = []
             for mb in range(m):
                 passes.append(Task(f"F.step{k}.mb{mb}", actor, "compute", "compute", duration_s=f_s))
+                ledgers[j].forward(passes[-1])
+                entry = None
                 if r_s > 0:  # full recompute: the masked forward again before the backward
-                    passes.append(Task(f"R.step{k}.mb{mb}", actor, "compute", "recompute", duration_s=r_s))
+                    passes.append(entry := Task(f"R.step{k}.mb{mb}", actor, "compute", "recompute", duration_s=r_s))
                 passes.append(Task(f"B.step{k}.mb{mb}", actor, "compute", "compute", duration_s=b_s))
+                ledgers[j].backward(entry or passes[-1], passes[-1])
             if actor in previous:
                 passes[0].deps.append(previous[actor])
             if actor in loaded:  # this step's samples, loaded during the last one
@@ -575,6 +581,7 @@ def compile_subnetwork_dp(scenario, mode: str | None = None, detail: bool = Fals
                           deps=list(reduces))
             streams[(actor, "compute")].append(update)
             compute_tasks[actor].append(update)
+            ledgers[j].update(update)
             last = update
             if cfg.masking == "backward" and assign.kept_slices < s:
                 # every slice's new weights go from its owners to the others: all take part
@@ -607,7 +614,8 @@ def compile_subnetwork_dp(scenario, mode: str | None = None, detail: bool = Fals
     mark_interference(efficiency, streams)  # kernels beside the reductions (framework_terms.py)
     return Plan(dict(streams), {a: j for j, a in enumerate(actors)}, dict.fromkeys(actors, 0),
                 [len(scenario.layer_graph().pipelined)], topo, dict(compute_tasks),
-                steps=scenario.simulation.steps, step_ends=step_ends, extra=extra, mode="symmetric")
+                steps=scenario.simulation.steps, step_ends=step_ends, extra=extra, mode="symmetric",
+                memory_base_bytes={a: ledgers[j].base_bytes for j, a in enumerate(actors)})
 
 
 def step_flops_subnetwork_dp(scenario) -> ModelFlops:
