@@ -213,3 +213,40 @@ def test_a_batch_smaller_than_the_gpu_count_is_laid_out_by_the_stages():
     with pytest.raises(ConfigError, match="do not divide") as err:
         simulate(load_scenario(raw))
     assert err.value.field.startswith("strategy")
+
+
+def test_inter_stage_buffers_of_a_profile_by_hand(tmp_path):
+    """A micro-batch of 6 samples (2 micro-batches of a batch of 12): stage 0 (input + layer a) on one GPU,
+    stage 1 (layer b) on 3 replicas of 2 samples each. The toy profile states 1 MB per sample for each
+    layer's output (4 MB at its batch of 4, fp32), which a profiled layer keeps as its saved activation.
+    Stage 0 keeps K_0 = 2 micro-batches of layer a's 6 MB and sends a, which it already keeps: 12 MB.
+    Stage 1 keeps K_1 = 1 micro-batch of layer b's 2 MB and the 2 MB of a's output it received (its
+    backward's input, kept on stage 0 only as stage 0's own): 4 MB, 2 MB of them the inter-stage buffer."""
+    from simulator.strategies.replicated_pipeline import stage_memory
+    raw = scenario({"micro_batches": 2, "stages": [{"layers": 2, "replicas": 1}, {"layers": 1, "replicas": 3}]},
+                   {"global_batch_size": 12, "micro_batch_size": 1}, gpus=4, model=_toy_profile(tmp_path))
+    sc = load_scenario(raw)
+    prices = StagePrices(sc, sc.strategy)
+    assert [prices.inter_stage_bytes(i) for i in (0, 1)] == [0.0, 2e6]
+    assert [stage_memory(prices, i).activations_bytes for i in (0, 1)] == [pytest.approx(12e6), pytest.approx(4e6)]
+    r = simulate(sc)
+    assert [r.simulated_peak_memory_gib[f"stage{i}"] for i in (0, 1)] == pytest.approx(r.memory_per_stage_gib, rel=1e-12)
+
+
+@pytest.mark.parametrize("cut,sent", [(15, 2 * 256 * 56 * 56 * 2), (16, 0)])
+def test_inter_stage_buffers_of_a_built_network_by_hand(cut, sent):
+    """ResNet-50 (fp16) in two stages of one GPU, 2 micro-batches of 2 images. Cut after layer1.0.add
+    (15 layers): the add saves nothing and the next stage's ReLU reads its output, so stage 0 keeps the
+    sent (256, 56, 56) tensor of each of its K_0 = 2 micro-batches itself: 2 images x 256·56·56 x 2 B.
+    Cut one layer later, after layer1.0.relu3: the in-place ReLU saves its input, which is its output,
+    so the sent tensor is already among stage 0's saved bytes: nothing to add. The last stage sends
+    nothing, and what it receives its first layer (a convolution or the ReLU) saves."""
+    from simulator.strategies.replicated_pipeline import stage_memory
+    raw = scenario({"micro_batches": 2, "stages": [{"layers": cut, "replicas": 1}, {"layers": 175 - cut, "replicas": 1}]},
+                   {"global_batch_size": 4, "micro_batch_size": 1}, gpus=2, model="resnet50")
+    raw["training"] = {"precision": "fp16"}
+    sc = load_scenario(raw)
+    prices = StagePrices(sc, sc.strategy)
+    saved = sum(layer.saved_bytes for layer in prices.layers(0))
+    assert prices.inter_stage_bytes(0) == sent and prices.inter_stage_bytes(1) == 0.0
+    assert stage_memory(prices, 0).activations_bytes == 2 * (saved + sent)

@@ -41,6 +41,11 @@ whose neighbour stage is on another node the cross-node pipeline floor on its pi
 first stage's replicas load the next step's samples beside the step (``input_us_per_sample``, G / r_0
 samples each); kernels slow beside their stage's transfers (``overlap_compute_slowdown``).
 
+Memory per stage (:func:`stage_memory`): model state as spmd counts it, and for each of the K_i micro-batches in
+flight the stage's layers' saved activations plus the boundary activations it keeps for the micro-batch that no
+layer counts (:meth:`StagePrices.inter_stage_bytes`); over time from the same bytes (simulator/memory/over_time.py:
+a forward allocates its micro-batch's, the backward frees them), so the simulated peak is the analytic one.
+
 Not modelled: recompute, ZeRO 2/3, tensor parallelism inside a stage (DAPPLE has none either).
 """
 
@@ -58,6 +63,7 @@ from simulator.cost.compute import ComputeModel
 from simulator.cost.topology import Topology
 from simulator.engine.engine import Task
 from simulator.memory.analytic import MIB, MemoryBreakdown, model_state_bytes, peak_stage
+from simulator.memory.over_time import MemoryLedger
 from simulator.scenario import gradient_bytes, layer_graph_of
 from simulator.strategies.framework_terms import (
     input_task,
@@ -206,6 +212,44 @@ class StagePrices:
         later_inputs = {name for layer in layers[cut:] for name in layer.inputs}
         return float(sum(layer.output_bytes for layer in layers[:cut] if layer.name in later_inputs))
 
+    def inter_stage_bytes(self, stage: int) -> float:
+        """Bytes of one micro-batch's boundary activations that a replica of ``stage`` keeps from the
+        micro-batch's forward to its backward and that none of its layers counts as saved. The pipeline
+        runtime keeps what a stage received and what it sent for every micro-batch in flight (the backward
+        starts from the sent outputs with the gradients that come back for them and ends with the received
+        inputs' gradients, which it sends back; DAPPLE Sec. 3.2-3.3, PipeDream's runtime, Megatron-LM's
+        ``input_tensors`` / ``output_tensors``). The layer graph already counts a tensor where a layer of
+        the stage saves it: a layer built from its kernels saves its input (workloads/networks/builder.py),
+        so a tensor read on the stage by such a layer is counted; a producer whose saved bytes are at least
+        its output keeps its output (an in-place ReLU, whose input is its output; every layer of a measured
+        profile, PipeDream's graph.txt, whose stated activation is its output: workloads/networks/
+        profiles.py). Every other tensor received or sent is added once: a profiled stage's received
+        inputs (saved by their producers on the stage before), outputs nothing on the stage saves, and
+        tensors the stage only passes on (a U-Net skip crossing it). At the replica's batch (split or
+        gathered between unequal stages, Sec. 3.3, as :meth:`boundary_bytes`); 0 for a single stage."""
+        layers = self.graph(stage).layers
+        start, end = self.starts[stage], self.starts[stage + 1]
+        read_here = {name for layer in layers[start:end] for name in layer.inputs}
+        saved_as_input = {name for layer in layers[start:end] if layer.measured_forward_s is None
+                          for name in layer.inputs}
+        read_later = {name for layer in layers[end:] for name in layer.inputs}
+        total = 0.0
+        for index, layer in enumerate(layers[:end]):
+            received = index < start and (layer.name in read_here or layer.name in read_later)
+            if not (received or layer.name in read_later):  # not on a boundary of the stage
+                continue
+            if index >= start and layer.saved_bytes >= layer.output_bytes:  # its producer here keeps it
+                continue
+            if layer.name in saved_as_input:  # a reader here keeps it
+                continue
+            total += layer.output_bytes
+        return total
+
+    def micro_batch_bytes(self, stage: int) -> float:
+        """What one micro-batch's forward on a replica of ``stage`` keeps until its backward: its layers'
+        saved activations plus :meth:`inter_stage_bytes`."""
+        return sum(layer.saved_bytes for layer in self.layers(stage)) + self.inter_stage_bytes(stage)
+
     def boundary_link(self, stage: int) -> str:
         """"nvl" when every pair of replicas of ``stage`` and ``stage+1`` that share samples shares a
         node, else "nic" (and "up" is added by :meth:`send_demands` across pods)."""
@@ -309,6 +353,8 @@ def compile_replicated_pipeline(scenario, mode: str | None = None, detail: bool 
 
     step_ends: list[list[Task]] = []
     loaded: Task | None = None  # this step's samples, loaded by the first stage during the last step
+    # memory over time from the stages' analytic breakdowns (simulator/memory/over_time.py)
+    ledgers = [MemoryLedger(stage_memory(prices, i), prices.micro_batch_bytes(i)) for i in range(s_count)]
     for step in range(steps):
         forward, backward = {}, {}
         ends = []
@@ -328,9 +374,11 @@ def compile_replicated_pipeline(scenario, mode: str | None = None, detail: bool 
                 if phase == "F":  # the compute stream runs in order: after the previous step's update
                     first = [t for t in (gather, loaded if i == 0 else None) if t is not None] if j == 0 else []
                     forward[i, j] = kernel(i, f"F.{tag}", f_s, deps=first)
+                    ledgers[i].forward(forward[i, j])
                     continue
                 if j < m - 1 or not overlap or cfg.stages[i].replicas == 1:
                     backward[i, j] = kernel(i, f"B.{tag}", b_s)
+                    ledgers[i].backward(backward[i, j])
                     if j == m - 1:
                         reduced = all_reduce(i, f"grad_all_reduce.s{step}", prices.gradient_bytes(i), backward[i, j])
                         reductions = [reduced] if reduced else []
@@ -348,7 +396,9 @@ def compile_replicated_pipeline(scenario, mode: str | None = None, detail: bool 
                         pending = 0.0
                 backward[i, j] = task
                 backward[i, j, "entry"] = first_task
+                ledgers[i].backward(first_task, task)
             update = kernel(i, f"optimizer.s{step}", prices.optimizer_s(i), "optimizer", deps=tuple(reductions))
+            ledgers[i].update(update)
             ends.append(update)
         # the first stage's replicas load the next step's samples beside this step, as spmd's first stage does
         # (framework_terms.py): the load ends the step too, and the next step's first forward waits for it
@@ -378,19 +428,21 @@ def compile_replicated_pipeline(scenario, mode: str | None = None, detail: bool 
              "micro_batches": m, "extra_warmup": cfg.extra_warmup, "stage_forward_s": [f for f, _ in prices.pass_s],
              "stage_backward_s": [b for _, b in prices.pass_s]}
     return Plan(dict(streams), ranks, {a: i for i, a in enumerate(actors)}, [s.layers for s in cfg.stages],
-                prices.topo, dict(compute), steps=steps, step_ends=step_ends, extra=extra, mode="symmetric")
+                prices.topo, dict(compute), steps=steps, step_ends=step_ends, extra=extra, mode="symmetric",
+                memory_base_bytes={a: ledgers[i].base_bytes for i, a in enumerate(actors)})
 
 
 def stage_memory(prices: StagePrices, stage: int) -> MemoryBreakdown:
     """Weights, gradients and optimizer state of the stage's layers (whole, ZeRO 0, or the optimizer
     state over the stage's replicas, ZeRO 1: :func:`model_state_bytes`, as spmd counts them), plus the
-    activations of the micro-batches the early backward keeps in flight on stage i (min(S - i + e, M), DAPPLE Sec. 3.2: :func:`in_flight`), at the stage's
-    per-replica batch."""
+    activations of the micro-batches the early backward keeps in flight on stage i (min(S - i + e, M),
+    DAPPLE Sec. 3.2: :func:`in_flight`), at the stage's per-replica batch: each its layers' saved bytes
+    and the boundary activations the stage keeps for it (:meth:`StagePrices.inter_stage_bytes`)."""
     sc = prices.sc
     tr = sc.training
     params = prices.params(stage)
     held = in_flight(prices.cfg, stage)
-    saved = sum(layer.saved_bytes for layer in prices.layers(stage))
+    saved = prices.micro_batch_bytes(stage)
     # as spmd counts them: ``training.param_dtype`` (fp32 master weights) and ``grad_dtype`` (the
     # bytes its all-reduce moves), ZeRO-1 over the stage's replicas
     weights, grads, optim = model_state_bytes(params, sc.parallelism.zero_stage, prices.cfg.stages[stage].replicas,
