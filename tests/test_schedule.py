@@ -59,7 +59,7 @@ TOY_FABRIC = dict(name="toy-fabric", levels=1, switch_latency_us=0, source="toy"
 
 def toy_pipeline(layers: int, pp: int, m: int, schedule: str, v: int = 1):
     model = dict(name="toy-gpt", num_layers=layers, hidden_size=H, num_attention_heads=HEADS, vocab_size=V,
-                 seq_length=S)
+                 seq_length=S, make_vocab_size_divisible_by=1)  # V = 8 as is: the hand counts assume no padding
     raw = dict(model=model, cluster=dict(node=TOY_NODE, fabric=TOY_FABRIC, num_gpus=pp),
                parallelism=dict(tp=1, pp=pp, dp=1, schedule=schedule, virtual_stages=v, micro_batch_size=1,
                                 global_batch_size=m),
