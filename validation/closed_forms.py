@@ -76,12 +76,14 @@ def layer_params(model: TransformerSpec, moe_layer: bool | None = None) -> Layer
             attn += q_dim + 2 * kv_dim
         if model.linear_bias:
             attn += h
+        if model.attention_sinks:  # one learned logit per head (GPT-OSS)
+            attn += model.num_attention_heads
     moe_layer = model.is_moe if moe_layer is None else moe_layer
     if moe_layer and model.moe is not None:
         expert_ffn = model.moe.expert_ffn_hidden_size or model.ffn_size
         experts = model.moe.num_experts * _ffn_matrix_params(model, expert_ffn)
         dense = model.moe.num_shared_experts * _ffn_matrix_params(model, expert_ffn)
-        router = h * model.moe.num_experts
+        router = (h + model.moe.router_bias) * model.moe.num_experts
     else:
         experts, router = 0, 0
         dense = _ffn_matrix_params(model, model.ffn_size)
@@ -139,7 +141,8 @@ def params_per_rank(model: TransformerSpec, tp: int = 1, ep: int = 1, etp: int =
     """A rank's parameters by the Megatron-LM split (Shoeybi et al. 2019; Megatron-Core MoE): Q/O and
     FFN matrices ÷tp, K/V per KV head (one per rank, replicated, when tp > kv heads), column-parallel
     biases ÷tp, row-parallel biases and norms replicated, MLA down-projections and their norms
-    replicated, routed experts ÷ep with each one's FFN ÷etp, shared experts ÷tp, router replicated;
+    replicated, routed experts ÷ep with each one's FFN ÷etp, shared experts ÷tp, router (and its bias)
+    replicated, attention sinks ÷tp with their heads;
     the word embedding and the untied head ÷tp over the vocabulary Megatron pads to a multiple of
     ``make_vocab_size_divisible_by`` x tp (``_vocab_size_with_padding``), learned positions
     replicated. The simulator's runtime
@@ -162,13 +165,16 @@ def params_per_rank(model: TransformerSpec, tp: int = 1, ep: int = 1, etp: int =
             attn += width / tp + 2 * d * g_rank
         if model.linear_bias:
             attn += h
+        if model.attention_sinks:  # one per head: ÷tp with the heads
+            attn += model.num_attention_heads / tp
     norms = 2 * _norm_params(model) + model.qk_norm_params
     block = {False: (attn + ffn(model.ffn_size, tp) + norms, 0.0)}
     if model.moe is not None:
         expert_ffn = model.moe.expert_ffn_hidden_size or model.ffn_size
         experts = model.moe.num_experts / ep * ffn(expert_ffn, etp)
         shared = model.moe.num_shared_experts * ffn(expert_ffn, tp)
-        block[True] = (attn + shared + h * model.moe.num_experts + norms + experts, experts)
+        router = (h + model.moe.router_bias) * model.moe.num_experts
+        block[True] = (attn + shared + router + norms + experts, experts)
     word = model.padded_vocab_size(tp) * h / tp
     positions = model.seq_length * h if model.position_embedding == "learned" else 0
     head = _norm_params(model) + (0 if model.tied_embeddings else word)

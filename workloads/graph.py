@@ -395,19 +395,24 @@ def layer_work(model: TransformerSpec, shard: ShardShape, layer_index: int = 0) 
             # travels cp-1 hops around the cp ring while the attention of the chunk in hand runs.
             fwd.append(Op("cp_ring_kv", "collective", collective="ring_pass", group="cp", comm_bytes=kv_bytes,
                           overlaps_next=True))
+    window = model.sliding_window_tokens if model.is_window_layer(layer_index) else None
+    sinks = ((heads,),) if model.attention_sinks else ()  # one learned logit per head of the rank
     if model.mla is not None:
         fwd += _mla_core(model, shard)
+    elif window is not None:
+        fwd += _window_core(model, shard, window, heads, kv, sinks)
     elif shard.flash_attention:
         # FlashAttention (Dao et al. 2022): QK^T, softmax and AV fused in SRAM; HBM traffic is
         # q, k, v, o only; the backward recomputes the scores: 5 matmuls vs 2 forward (2.5x).
         flash = _gemm("flash_attention", s, full_seq, hd, elem, batch=b * heads, kind="attention",
                       recompute_class="attention_core")
         fwd.append(replace(flash, flops=2 * flash.flops, backward_flops_factor=2.5,
-                           bytes_moved=float(elem * b * (2 * s * heads * hd + 2 * full_seq * kv * hd))))
+                           bytes_moved=float(elem * b * (2 * s * heads * hd + 2 * full_seq * kv * hd)), tables=sinks))
     else:
         fwd.append(_gemm("attn_scores", s, full_seq, hd, elem, batch=b * heads, kind="attention",
                          recompute_class="attention_core"))
-        fwd.append(_memory("softmax_dropout", b * heads * s * full_seq, 1, 2, elem, recompute_class="attention_core"))
+        fwd.append(replace(_memory("softmax_dropout", b * heads * s * full_seq, 1, 2, elem,
+                                   recompute_class="attention_core"), tables=sinks))
         fwd.append(_gemm("attn_values", s, hd, full_seq, elem, batch=b * heads, kind="attention",
                          recompute_class="attention_core"))
     attn_width = heads * (model.mla.v_head_dim if model.mla is not None else hd)
@@ -426,7 +431,7 @@ def layer_work(model: TransformerSpec, shard: ShardShape, layer_index: int = 0) 
         fwd += tp_boundary("mlp_out")
     fwd.append(_memory("dropout_residual2", norm_tokens * h, 2, 1, elem))
 
-    if shard.flash_attention:
+    if shard.flash_attention and window is None:  # a window's core carries its own executed share
         fwd = [replace(op, executed_fraction=shard.causal_fraction) if op.kind == "attention" else op for op in fwd]
     if shard.eager_elementwise:
         if model.mla is not None:  # RoPE on each head's rope part of q and on the one shared rope key k_R
@@ -447,6 +452,67 @@ def layer_work(model: TransformerSpec, shard: ShardShape, layer_index: int = 0) 
         pipelined = shard.tp_overlap == "async_tp"
         fwd, bwd = _tp_overlap(fwd, t, pipelined), _tp_overlap(bwd, t, pipelined)
     return LayerWork(tuple(fwd), tuple(bwd))
+
+
+def window_pairs(seq: int, window: int) -> int:
+    """(query, key) pairs of causal sliding-window attention over one sequence of ``seq`` tokens: query i
+    (0-based) attends keys max(0, i - w + 1) .. i, min(i + 1, w) of them. Summed: 1 + 2 + ... + w for the
+    first w queries and w for each of the s - w others, w(w + 1)/2 + (s - w)·w = s·w - w(w - 1)/2 (s >= w);
+    the causal triangle s(s + 1)/2 when s <= w (the same formula with w = s)."""
+    w = min(window, seq)
+    return seq * w - w * (w - 1) // 2
+
+
+def window_tiles(seq: int, window: int, tile: int = FLASH_TILE) -> tuple[int, int]:
+    """(tiles run, most key tiles one query tile visits) of a FlashAttention kernel with a causal window
+    (FlashAttention-2's ``window_size`` (w - 1, 0), Dao 2023; the tile ``FLASH_TILE``): query tile q
+    (rows qT .. qT + T - 1) visits key tiles floor(max(0, qT - w + 1) / T) .. q, the tiles that hold any
+    pair of the band, each computed whole (masked inside), as the causal kernel does its diagonal tiles.
+    For w = T and s = nT: 1 tile for the first query tile and 2 for each other, 2n - 1."""
+    n = max(1, -(-seq // tile))
+    counts = [q - max(0, q * tile - window + 1) // tile + 1 for q in range(n)]
+    return sum(counts), max(counts)
+
+
+def _window_core(model: TransformerSpec, shard: ShardShape, window: int, heads: int, kv: int,
+                 sinks: tuple[tuple[int, ...], ...]) -> list[Op]:
+    """The attention core of a sliding-window layer (``TransformerSpec.sliding_window_tokens``) per rank.
+
+    Counted FLOPs (model FLOPs, MFU): the pairs the window holds, exactly (:func:`window_pairs`), 2·d FLOPs
+    each for Q·K^T and 2·d for P·V, b·heads times: 4·b·a·d·pairs. A window is causal by construction, so
+    unlike a full layer (counted at s x s, Korthikanti 2022) nothing uncausal is counted. (Megatron-Bridge
+    0.3.1's ``flop_utils`` counts GPT-OSS's every layer as full causal attention: its TFLOP/s are not this
+    count; the validation compares tokens per second.)
+
+    FlashAttention (Dao 2023; Transformer Engine's fused attention with ``window_size``): one kernel over
+    the tiles of the band (:func:`window_tiles`), each computed whole: executed share = tiles x T² / pairs
+    (about 2 for w = T = 128). Priced as the non-causal kernel over the keys a query tile visits (its
+    ``n``: the efficiency curve's key length is the inner loop the kernel amortises its per-tile-row work
+    over; assumed, no windowed kernel is in attention_kernels.csv). HBM traffic q, k, v, o once, as the
+    full kernel (the band's K/V tiles are re-read from L2 by the next query tile). Backward 2.5x forward.
+
+    Without a fused kernel (eager / Megatron's unfused softmax) the whole s x s score matrix is computed
+    and the window applied as a mask: the three ops of a full layer, executed share s² / pairs.
+
+    Attention sinks (``sinks``: one learned logit per head, ``TransformerSpec.attention_sinks``) are held
+    by the core op; their exp-and-add per query and head is not counted (negligible, see the field).
+    Context parallelism with a window is refused (simulator/strategies/spmd/layout.py)."""
+    b, s, hd, elem = shard.micro_batch, shard.local_seq, model.head_dim, shard.act_bytes
+    pairs = window_pairs(s, window)
+    counted = 4.0 * b * heads * hd * pairs
+    if shard.flash_attention:
+        tiles, widest = window_tiles(s, window)
+        span = min(s, widest * FLASH_TILE)
+        return [Op("flash_attention", "attention", counted, float(elem * b * (2 * s * heads * hd + 2 * s * kv * hd)),
+                   s, span, hd, b * heads, recompute_class="attention_core", backward_flops_factor=2.5,
+                   executed_fraction=tiles * FLASH_TILE ** 2 / pairs, tables=sinks)]
+    full = s * s / pairs
+    scores = _gemm("attn_scores", s, s, hd, elem, batch=b * heads, kind="attention", recompute_class="attention_core")
+    values = _gemm("attn_values", s, hd, s, elem, batch=b * heads, kind="attention", recompute_class="attention_core")
+    return [replace(scores, flops=counted / 2, executed_fraction=full),
+            replace(_memory("softmax_dropout", b * heads * s * s, 1, 2, elem, recompute_class="attention_core"),
+                    tables=sinks),
+            replace(values, flops=counted / 2, executed_fraction=full)]
 
 
 BIASED_LINEARS = ("qkv", "attn_out", "fc1", "fc2")  # a layer's linears that carry a bias with linear_bias
@@ -615,7 +681,7 @@ def _moe_block(model: TransformerSpec, shard: ShardShape, routed_tokens: int) ->
     copies = routed_tokens * moe.top_k * capacity
     per_expert = max(1, round(copies * ep * etp / moe.num_experts * shard.moe_load_imbalance))
     payload = float(copies * h * elem)
-    ops: list[Op] = [_linear("router", routed_tokens, moe.num_experts, h, elem, False),
+    ops: list[Op] = [_linear("router", routed_tokens, moe.num_experts, h, elem, moe.router_bias),
                      _memory("router_topk_permute", routed_tokens * h, 1, 1, elem)]
     if ep > 1:
         ops.append(Op("moe_dispatch.all_to_all", "collective", collective="all_to_all", group="ep", comm_bytes=payload))

@@ -1,7 +1,9 @@
 """Model schemas: a decoder-only transformer (GPT, Llama, Mixtral shapes).
 
 Covers multi-head and grouped-query attention (``num_kv_heads``), multi-head latent
-attention (``mla``, DeepSeek-V2/V3), plain and gated (SwiGLU) MLPs, learned or rotary
+attention (``mla``, DeepSeek-V2/V3), causal sliding-window attention on every layer or on
+alternating ones (``sliding_window_tokens``, ``window_every``: Mistral 7B, GPT-OSS) and learned
+attention sinks (``attention_sinks``, GPT-OSS), plain and gated (SwiGLU) MLPs, learned or rotary
 positions, tied or untied embeddings, and mixture-of-experts feed-forward blocks, on every
 layer or on some (``moe_layer_frequency``, ``first_dense_layers``).
 """
@@ -32,6 +34,8 @@ class MoESpec(BaseModel):
     num_shared_experts: int = Field(default=0, ge=0)
     expert_ffn_hidden_size: int | None = Field(default=None, gt=0, description="default: ffn_hidden_size")
     capacity_factor: float | None = Field(default=None, gt=0)
+    router_bias: bool = Field(default=False, description="the router's linear layer adds a bias per expert "
+                                                         "(GPT-OSS: HF GptOssTopKRouter's ``bias``)")
     moe_layer_frequency: int = Field(
         default=1, gt=0, description="every k-th layer is MoE: 0-based layer i when (i + 1) % k == 0")
     first_dense_layers: int = Field(
@@ -118,6 +122,25 @@ class TransformerSpec(BaseModel):
                                   "Mixtral, Qwen, DeepSeek, Nemotron-4). Default true (Megatron-LM's --hidden-dropout and "
                                   "--attention-dropout 0.1); every catalog model states its own with the source, and a HF "
                                   "config.json import reads its dropout probabilities (workloads/hf_config.py)")
+    sliding_window_tokens: int | None = Field(
+        default=None, gt=0,
+        description="causal sliding-window attention: a query attends to itself and the w - 1 tokens before it "
+                    "(w keys at most; HF ``sliding_window``, whose mask keeps keys k > q - w: GPT-OSS 128, "
+                    "Mistral 7B 4096) on the layers ``window_every`` picks; the others attend to the whole causal "
+                    "prefix. None: every layer full (workloads/graph.py prices the windowed core)")
+    window_every: int = Field(
+        default=1, gt=0,
+        description="which layers are windowed: 0-based layer i when (i + 1) % window_every != 0, every layer "
+                    "when 1. 2: layers 0, 2, 4, ... windowed and 1, 3, 5, ... full, GPT-OSS's alternation "
+                    "(HF GptOssConfig ``layer_types``: 'sliding_attention' if (i + 1) % 2 else 'full_attention'; "
+                    "Megatron-Core ``window_attn_skip_freq = 2``: 1-based layer n full when n % 2 == 0)")
+    attention_sinks: bool = Field(
+        default=False,
+        description="a learned logit per attention head added to every softmax denominator (GPT-OSS model card, "
+                    "arXiv:2508.10925 Sec. 2; Megatron-Core ``softmax_type: learnable``): one parameter per head "
+                    "per layer, one exp and add per query and head inside the fused kernel, which is negligible "
+                    "beside the 4·d·keys FLOPs of the same query and head (1 in 32,768 for d 64 and 128 keys): "
+                    "counted as parameters, not as FLOPs or time")
     moe: MoESpec | None = None
     mla: MLASpec | None = Field(default=None, description="multi-head latent attention instead of MHA/GQA")
     source: str = "user"
@@ -138,6 +161,11 @@ class TransformerSpec(BaseModel):
                 raise ValueError("mla: qk_norm is not modelled with latent attention; leave it false")
             if self.attention_head_dim is not None:
                 raise ValueError("mla: head sizes come from mla (qk_nope/qk_rope/v_head_dim); leave head_dim unset")
+        if self.sliding_window_tokens is None and self.window_every != 1:
+            raise ValueError("window_every picks the windowed layers: set sliding_window_tokens too")
+        if self.sliding_window_tokens is not None and self.mla is not None:
+            raise ValueError("mla: sliding-window attention is not modelled with latent attention; leave "
+                             "sliding_window_tokens unset")
         if self.moe is not None:
             if self.moe.first_dense_layers >= self.num_layers:
                 raise ValueError("moe.first_dense_layers must be less than num_layers")
@@ -152,6 +180,11 @@ class TransformerSpec(BaseModel):
         moe = self.moe
         return (moe is not None and layer_index >= moe.first_dense_layers
                 and (layer_index + 1) % moe.moe_layer_frequency == 0)
+
+    def is_window_layer(self, layer_index: int) -> bool:
+        """Whether 0-based layer ``layer_index`` attends through the sliding window (``window_every``)."""
+        return self.sliding_window_tokens is not None and (
+            self.window_every == 1 or (layer_index + 1) % self.window_every != 0)
 
     def padded_vocab_size(self, tp: int = 1) -> int:
         """The vocabulary as held under tensor parallelism ``tp`` (:func:`padded_vocab`)."""

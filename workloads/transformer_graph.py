@@ -39,7 +39,7 @@ from functools import cache
 
 from workloads.graph import LayerWork, ShardShape, embedding_work, head_work, layer_work, vocab_rows
 from workloads.layer_graph import Layer, LayerGraph
-from workloads.layer_kinds import layer_kinds
+from workloads.layer_kinds import layer_kind_keys
 from workloads.schema import TransformerSpec
 
 #: Bytes per dropout-mask element (Korthikanti 2022 Sec. 4.1 counts masks as 1 byte).
@@ -194,13 +194,16 @@ def transformer_layer_graph(model: TransformerSpec, shard: ShardShape) -> LayerG
     # the recompute (Korthikanti 2022 Sec. 4.3).
     layers = [_layer("embedding", "embedding", embedding_work(model, shard), embed_mask, embed_mask[0].nbytes,
                      hidden_out, (), splits)]
-    kinds = layer_kinds(model)
-    per_kind: dict[bool, tuple] = {}
-    for i, moe_layer in enumerate(kinds):
-        if moe_layer not in per_kind:
-            per_kind[moe_layer] = (layer_work(model, shard, kinds.index(moe_layer)),
-                                   block_saved_tensors(model, shard, moe_layer, model.dropout))
-        work, saved = per_kind[moe_layer]
+    kinds = layer_kind_keys(model)  # dense / MoE (and windowed / full under a sliding window)
+    per_kind: dict[object, tuple] = {}
+    for i, kind in enumerate(kinds):
+        if kind not in per_kind:
+            first = kinds.index(kind)
+            # a windowed block keeps the same tensors: FlashAttention stores no core, and a materialised
+            # core is the whole s x s matrix, masked
+            per_kind[kind] = (layer_work(model, shard, first),
+                              block_saved_tensors(model, shard, model.is_moe_layer(first), model.dropout))
+        work, saved = per_kind[kind]
         layers.append(_layer(f"block{i}", "transformer_block", work, saved,
                              e * sb * h / sp_div, hidden_out, (layers[-1].name,), splits))
     # Final-norm and LM-head inputs (÷t with SP) and the logits (÷t, vocab-parallel), whatever the

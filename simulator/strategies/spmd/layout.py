@@ -245,6 +245,9 @@ def resolve_layout(par: Parallelism, model: TransformerSpec, num_gpus: int) -> P
                                                    "dense transformer blocks (MHA/GQA, no MoE, no MLA) only")
     if getattr(model, "mla", None) is not None and par.cp > 1:
         raise ConfigError("parallelism.cp", "multi-head latent attention with context parallelism is not simulated yet")
+    if getattr(model, "sliding_window_tokens", None) is not None and par.cp > 1:
+        raise ConfigError("parallelism.cp", "sliding-window attention with context parallelism is not simulated "
+                                            "(a rank's window reaches only its neighbour's chunk); use cp 1")
     if par.pp_split == "balanced" and (par.first_stage_layers is not None or par.last_stage_layers is not None):
         raise ConfigError("parallelism.pp_split", "balanced sets the layers per stage itself: leave "
                                                   "first_stage_layers / last_stage_layers unset")

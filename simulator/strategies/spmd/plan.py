@@ -57,6 +57,7 @@ from simulator.strategies.spmd.schedule import stage_order, zero_bubble
 from simulator.strategies.spmd.split import chunk_counts
 from workloads.graph import LayerWork, Op, gemm_class
 from workloads.layer_graph import LayerGraph
+from workloads.layer_kinds import layer_kind_keys as transformer_kind_keys
 from workloads.layer_kinds import layer_kind_runs
 from workloads.schema import TransformerSpec
 
@@ -1361,9 +1362,10 @@ class Planner:
 
 def layer_kind_keys(model, graph: LayerGraph) -> tuple:
     """A key per pipelined layer, equal for layers that do the same work (priced once): a
-    transformer's dense / MoE flag, else the index of the first layer with the same ops and params."""
+    transformer's dense / MoE flag (with its windowed flag under a sliding window:
+    workloads.layer_kinds.layer_kind_key), else the index of the first layer with the same ops and params."""
     if isinstance(model, TransformerSpec):
-        return tuple(model.is_moe_layer(i) for i in range(model.num_layers))
+        return transformer_kind_keys(model)
     first: dict[tuple, int] = {}
     keys = []
     for i, layer in enumerate(graph.pipelined):
