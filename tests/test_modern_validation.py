@@ -32,14 +32,15 @@ ROWS = {"nemo": 73, "torchtitan": 57, "llmfoundry": 216, "other": 65, "vtrain_si
 
 #: Held-out targets not met today: the measured figure and why (see README "How far off it is").
 UNMET: dict[str, str] = {
-    "nemo": "held-out time errors met: median |error| 5.9%, max 16.1% (DeepSeek-V3 row 69, -16.1%; Qwen3-30B-A3B "
+    "nemo": "FP8 held-out time errors met: median |error| 5.9%, max 16.1% (DeepSeek-V3 row 69, -16.1%; Qwen3-30B-A3B "
             "pp2 ep8 row 52 +36.4 -> -5.7%, row 71 +22.2 -> -1.3%, Qwen3-235B row 72 +18.7 -> -1.4%; "
             "test_nemo_heldout_time_errors_within_target) since the Megatron-Bridge rows' Qwen3 MoE dispatch is DeepEP "
             "and the profile carries a fixed 3.0 ms per MoE layer and micro-batch (fitted on the fit half; "
             "validation/modern/nemo.py). Not met on memory: Nemotron-340B tp8 pp8 vp12 (row 7) is predicted OOM "
             "(85.7 of 78 GiB: 64.6 GiB of Megatron-Core distributed-optimizer states at dp 2, 6 + 12/2 B per "
             "parameter, and 103 one-layer chunks in flight on stage 0; 75.0 with bf16 gradients, which NeMo 2's "
-            "performance recipe for the model sets but no source here shows NeMo 24.07's launcher recipe used)",
+            "performance recipe for the model sets but no source here shows NeMo 24.07's launcher recipe used). "
+            "Not met on BF16: see NEMO_BF16",
     "llmfoundry": "held-out median |error| 3.7% over 108 rows (target 10%: met; 4.0% over 110 before MPT-760m's A100 "
                   "80 GB s1024/s512 rows 119/120 were set aside: +25.8/+31.7%, 11/16% below the A100 40 GB table's "
                   "same model and sequences, listed with their reasons), max 32.5% (target 25%): A100 80 GB MPT-30b "
@@ -59,13 +60,23 @@ UNMET: dict[str, str] = {
 }
 
 
+#: NeMo's BF16 rows (GPT-OSS-120B, 64 H100, tp1 pp4 ep8; sliding window and sinks simulated; all held out, no fit
+#: row in their group): the set's figure with the catalog constants, and as a user naming nemo gets it.
+NEMO_BF16 = (
+    "GPT-OSS-120B BF16, held out, catalog constants (no fit row in nemo|h100-sxm-80g|bf16): rows 41/46/51/57 "
+    "+56.7/+57.1/+52.5/+52.3%, row 63 (mbs 4) +38.5% and predicted OOM (106.2 of 80 GiB; it ran): median 52.5%, "
+    "max 57.1%. As a user naming nemo gets it (its H100 FP8 entry carried to BF16, derived: gemm_scale 0.9756 and "
+    "moe_layer_fixed_us 3.0 ms): +24.0/+24.3/+20.7/+20.5/+27.5%, median 24.0%, max 27.5%: still fast. Every "
+    "layer at full attention instead of the alternating window: +18.9% (row 41, FP8 entry); nothing here says "
+    "what the remaining ~2.7 s a 14.1 s step is (no GPT-OSS kernel or recipe figure in shared/)")
 #: The sets also judged as a user gets them: each row with ``training.framework`` naming its framework (the
 #: shipped profile, fitted / carried over / assumed as for any run; validation/modern/registry.py user_profile).
 USER_SETS = ("nemo", "torchtitan", "llmfoundry", "other", "vtrain_single", "vtrain_multi", "cnn_dle", "cnn_lambda")
 #: Held-out targets not met as a user gets them: the figure and why.
 UNMET_USER: dict[str, str] = {
-    "nemo": "as a user naming nemo gets it: 5.9% / 16.1%, 1 row predicted OOM: the fitted figure (every held-out row "
-            "is H100 FP8, NeMo's one fitted entry); see UNMET['nemo']",
+    "nemo": "as a user naming nemo gets it: FP8 5.9% / 16.1%, 1 row predicted OOM: the fitted figure (NeMo's one "
+            "fitted entry, H100 FP8); BF16 (GPT-OSS-120B, the FP8 entry carried) 24.0% / 27.5%, 1 row predicted "
+            "OOM; see UNMET['nemo'] and NEMO_BF16",
     "llmfoundry": "as a user naming llm-foundry gets it: 3.7% / 32.5%: the fitted figure (every row's accelerator and "
                   "precision has its entry); see UNMET['llmfoundry']",
 }
@@ -226,7 +237,17 @@ def test_nemo_unrepresentable_rows_say_why():
     assert "LoRA" in reasons[13]
     assert "layout not given" in reasons[16]
     assert "Mamba" in reasons[36]
-    assert "sliding-window" in reasons[41] and 43 not in reasons  # Qwen3-235B EP 32 over TP 2 x DP 16: a case
+    assert 43 not in reasons  # Qwen3-235B EP 32 over TP 2 x DP 16: a case
+    assert not {41, 46, 51, 57, 63} & set(reasons)  # GPT-OSS-120B: sliding window and sinks are simulated
+
+
+def test_nemo_bf16_rows_are_gpt_oss_held_out_and_never_fitted():
+    # the table's only BF16 rows: GPT-OSS-120B, 64 H100, tp1 pp4 ep8; both configurations' keys have an odd md5
+    bf16 = [c for c in built("nemo")[0] if c.precision == "bf16"]
+    assert sorted(c.row for c in bf16) == [41, 46, 51, 57, 63]
+    assert all(c.heldout and c.scenario["model"] == "gpt-oss-120b" for c in bf16)
+    assert all(c.scenario["parallelism"]["moe_dispatch"] == "deepep" for c in bf16)  # bridge 0.3.1 recipe
+    assert bf16[0].profile_group == "nemo|h100-sxm-80g|bf16" not in load_groups("nemo")  # no fit row: catalog
 
 
 def test_nemo_qwen3_rows_use_the_decoupled_head_width():
@@ -330,14 +351,27 @@ def test_nemo_profile_fits_a_fixed_time_per_moe_layer():
 def test_nemo_heldout_time_errors_within_target(reports):
     # the time targets alone (median <= 10%, every row <= 25%): met since the MoE rows dispatch as their scripts
     # say and carry the fixed time per MoE layer; the set as a whole still misses on memory (UNMET["nemo"])
+    # on FP8, the precision its fit half holds; the BF16 rows (GPT-OSS-120B, no fit row) are judged apart below
     block = _report(reports, "nemo")
-    errors = [abs(c["relative_error"]) for c in block["cases"] if c["relative_error"] is not None]
-    assert len(errors) == block["overall"]["cases"] >= 20
+    fp8 = {c["row"] for c in block["cases"] if c["precision"] == "fp8"}
+    errors = [abs(c["relative_error"]) for c in block["cases"] if c["relative_error"] is not None and c["row"] in fp8]
+    (by_fp8,) = [p for p in block["by_precision"] if p["label"] == "fp8"]
+    assert len(errors) == by_fp8["cases"] >= 20
     assert statistics.median(errors) <= block["median_target"]
     assert max(errors) <= block["max_target"]
-    new = block["new_scenarios"]  # and on the rows whose simulated scenario no fit row has
-    assert new["cases"] >= 20 and new["median_abs_error"] <= block["median_target"]
-    assert new["max_abs_error"] <= block["max_target"]
+    new = [abs(c["relative_error"]) for c in block["cases"]  # and on the rows whose scenario no fit row has
+           if c["row"] in set(block["new_scenarios"]["rows"]) & fp8 and c["relative_error"] is not None]
+    assert len(new) >= 20 and statistics.median(new) <= block["median_target"]
+    assert max(new) <= block["max_target"]
+
+
+@pytest.mark.xfail(strict=True, reason=NEMO_BF16)
+def test_nemo_bf16_heldout_time_errors_within_target(reports):
+    block = _report(reports, "nemo")
+    (bf16,) = [p for p in block["by_precision"] if p["label"] == "bf16"]
+    print(bf16, [(c["row"], c["relative_error"]) for c in block["cases"] if c["row"] in (41, 46, 51, 57, 63)])
+    assert bf16["cases"] == 5 and bf16["predicted_oom"] == 0
+    assert bf16["median_abs_error"] <= block["median_target"] and bf16["max_abs_error"] <= block["max_target"]
 
 
 def test_automodel_recompute_is_the_least_that_fits():

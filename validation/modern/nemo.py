@@ -40,6 +40,12 @@ dispatch: Megatron-Core's MoE layer has a fixed cost beyond its GEMMs, all-to-al
 the layer graph prices (the router's and dispatcher's bookkeeping kernels, the token-count all-gather, the
 host's wait for the counts). The profile fits it as ``moe_layer_fixed_us`` on the fit half
 (validation/modern/registry.py ``NEMO_GRID``); DeepSeek-V3's rows (25.09, held out) are simulated with it too.
+GPT-OSS-120B's BF16 rows (25.11 and later, the table's only BF16 rows) use the catalog's ``gpt-oss-120b``
+(alternating 128-token sliding-window and full layers, attention sinks: workloads/models/gpt-oss-120b.yaml)
+and DeepEP as the Qwen3 rows do: megatron-bridge 0.3.1's library recipe ``recipes/gpt_oss/gpt_oss.py`` sets
+``moe_flex_dispatcher_backend = "deepep"``. Their profile group (``nemo|h100-sxm-80g|bf16``) has no fit row
+(the BF16 rows' keys fall where md5 puts them; a group under ``MIN_FIT_CASES`` fit rows keeps the catalog
+constants, as any group does), so they are judged with the catalog constants: nothing is fitted on them.
 Two Qwen3-30B-A3B pp2 ep8 rows (26.02, 25.11) are set aside (:data:`SET_ASIDE`): the same configuration
 ran 1.8-2x faster in the neighbouring release, and the faster figures agree with the pp1 ep16 rows.
 """
@@ -62,6 +68,7 @@ MODELS = {
     "LLAMA3.1_405B": "llama3-405b", "Nemotron-340B": "nemotron4-340b", "DeepSeekV3 (dropless)": "deepseek-v3",
     "Qwen3_30B_a3B": "qwen3-30b-a3b", "Qwen3_30B_a3B (tokendrop)": "qwen3-30b-a3b",
     "Qwen3_235B_a22B": "qwen3-235b-a22b", "Qwen3_235B_a22B (tokendrop)": "qwen3-235b-a22b",
+    "GPT OSS 120B": "gpt-oss-120b",
 }
 UNREPRESENTABLE_MODELS = {
     "Nemotron-8B": "architecture not in any source this project carries (NeMo's nemotron 8B config not in "
@@ -69,8 +76,6 @@ UNREPRESENTABLE_MODELS = {
     "Nemotron-22B": "architecture not in any source this project carries (NeMo's nemotron 22B config not in "
                     "shared/); not added to the catalog without one",
     "Nemotron_3_Nano": "hybrid Mamba-2 / attention / MoE model: state-space layers are not simulated",
-    "GPT OSS 120B": "alternating sliding-window attention and attention sinks are not simulated (its head "
-                    "width, 64 heads x 64 on hidden 2880, is representable)",
 }
 
 
@@ -166,8 +171,9 @@ def cases() -> tuple[list[ModernCase], list[Unrepresentable]]:
             parallelism["etp"] = 1
         if model == "deepseek-v3":  # NeMo's DeepSeek-V3 H100 recipe: Megatron's flex dispatcher with DeepEP
             parallelism["moe_dispatch"] = "deepep"
-        if model.startswith("qwen3") and ep > 1 and release_number(row["release"]) >= BRIDGE_DEEPEP_FROM:
-            parallelism["moe_dispatch"] = "deepep"  # Megatron-Bridge's Qwen3 MoE recipe on Hopper (docstring)
+        if (model.startswith("qwen3") or model == "gpt-oss-120b") and ep > 1 \
+                and release_number(row["release"]) >= BRIDGE_DEEPEP_FROM:
+            parallelism["moe_dispatch"] = "deepep"  # Megatron-Bridge's Qwen3 / GPT-OSS recipes on Hopper (docstring)
         training = with_run_kernel({"seq_length": seq, "precision": precision, "attention": "flash"},
                                    run_kernel("nemo", "nemo", "H100"))
         variant = "" if str(row["variant"]) in ("nan", "primary value") else f"|{row['variant']}"
