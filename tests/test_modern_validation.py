@@ -64,7 +64,7 @@ UNMET: dict[str, str] = {
 #: row in their group): the set's figure with the catalog constants, and as a user naming nemo gets it.
 NEMO_BF16 = (
     "GPT-OSS-120B BF16, held out, catalog constants (no fit row in nemo|h100-sxm-80g|bf16): rows 41/46/51/57 "
-    "+56.7/+57.1/+52.5/+52.3%, row 63 (mbs 4) +38.5% and predicted OOM (106.2 of 80 GiB; it ran): median 52.5%, "
+    "+56.7/+57.1/+52.5/+52.3%, row 63 (mbs 4) +38.5% and predicted OOM (106.2 of 78 GiB usable; it ran; memory_rows.UNEXPLAINED_OOM): median 52.5%, "
     "max 57.1%. As a user naming nemo gets it (its H100 FP8 entry carried to BF16, derived: gemm_scale 0.9756 and "
     "moe_layer_fixed_us 3.0 ms): +24.0/+24.3/+20.7/+20.5/+27.5%, median 24.0%, max 27.5%: still fast. Every "
     "layer at full attention instead of the alternating window: +18.9% (row 41, FP8 entry); nothing here says "
