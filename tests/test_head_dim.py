@@ -150,9 +150,12 @@ def test_tiny_qwen3_dense_counts_as_transformers():
     # per layer: q 64x96, k and v 64x48 each, o 96x64, q/k norms 2x24, SwiGLU 3x64x96, two RMSNorms 2x64
     layer = 64 * 96 + 2 * 64 * 48 + 96 * 64 + 2 * 24 + 3 * 64 * 96 + 2 * 64
     assert total_params(spec) == 2 * layer + 2 * 100 * 64 + 64 == _transformers_count(config)
-    graph = spec.layer_graph(ShardShape(micro_batch=1, seq_length=16))
+    graph = spec.layer_graph(ShardShape(micro_batch=1, seq_length=16, vocab_padding_tp=0))  # the model's own rows
     assert graph.total_params() == total_params(spec)
     assert any(op.name == "qk_norm" for op in graph.layers[1].forward)
+    # a run at tp 1 holds Megatron's padded vocabulary: 100 rows -> 128, twice (embedding and untied head)
+    padded = spec.layer_graph(ShardShape(micro_batch=1, seq_length=16))
+    assert padded.total_params() == total_params(spec) + 2 * 28 * 64
 
 
 @pytest.mark.parametrize("key, value", [("decoder_sparse_step", 2), ("mlp_only_layers", [0])])
