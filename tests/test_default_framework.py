@@ -163,3 +163,23 @@ def test_moe_only_fields_on_a_dense_model_are_noted_and_change_nothing():
     mixtral = json.loads(_cli(str(ROOT / "examples" / "mixtral-8x7b-mxfp8-dgx-b200.yaml"),
                               "--set", "parallelism.moe_load_imbalance=1.2", "--json").stdout)
     assert not any("mixture-of-experts" in n for n in mixtral.get("notes", ()))
+
+
+def test_a_measured_profile_is_not_called_a_network_without_convolution(tmp_path):
+    """A PipeDream graph.txt names no kernels, so the warning must not say the network has no convolution (the
+    session-9 audit's gap 10c), and a framework of the published rows that `training.framework` cannot name
+    (DLE's TensorFlow rows) says so."""
+    scenario = tmp_path / "pd.yaml"
+    scenario.write_text(yaml.safe_dump({
+        "model": {"family": "profile", "name": "vgg16-pipedream", "profile_batch": 128, "format": "pipedream",
+                  "path": str(ROOT / "validation" / "data" / "profiles" / "pipedream_vgg16_graph.txt")},
+        "cluster": {"node": "dgx-a100-40g", "num_gpus": 8},
+        "parallelism": {"dp": 8, "micro_batch_size": 128, "global_batch_size": 1024},
+        "training": {"precision": "fp32"}}))
+    doc = json.loads(_cli(str(scenario), "--json").stdout)
+    block = doc["default_framework"]["heldout_catalog_only"][0]
+    assert block["family_note"].endswith("a measured profile names no kernels")
+    warning = next(w for w in doc["warnings"] if w.startswith(PREFIX))
+    assert "has no convolution" not in warning
+    assert "dle-tf1-xla (no shipped training.framework profile)" in warning
+    assert "dle-pytorch n=" not in warning or "dle-pytorch (no shipped" not in warning

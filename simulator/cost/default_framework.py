@@ -88,7 +88,11 @@ class FrameworkSummary:
                 "max_abs_error": round(self.max_abs_error, 5)}
 
     def text(self) -> str:
-        return (f"{self.framework} n={self.rows} median {100 * self.median_error:+.1f}% "
+        from hardware_specs.framework import framework_names
+
+        # a framework of the published rows that training.framework cannot name (DLE's TensorFlow rows) says so
+        shipped = "" if self.framework in framework_names() else " (no shipped training.framework profile)"
+        return (f"{self.framework}{shipped} n={self.rows} median {100 * self.median_error:+.1f}% "
                 f"(max |error| {100 * self.max_abs_error:.1f}%)")
 
 
@@ -154,7 +158,10 @@ def part_block(accelerator, model, precision: str, rows: tuple[HeldoutRow, ...])
     block: dict[str, Any] = {"accelerator": accelerator.name, "family": family, "precision": precision,
                              "rows_precisions": precision_group or "all (none in this run's precision)",
                              "rows_from": where, "rows_on": parts, "by_framework": [s.as_dict() for s in found]}
-    if family == CNN and not _has_convolution(model):
+    if family == CNN and getattr(model, "family", None) == "profile":
+        # a PipeDream/DAPPLE graph.txt or DeepPool profile names no kernels: whether it convolves is not known here
+        block["family_note"] = "the held-out network rows are CNNs; a measured profile names no kernels"
+    elif family == CNN and not _has_convolution(model):
         block["family_note"] = "the held-out network rows are CNNs; this network has no convolution"
     return block
 
