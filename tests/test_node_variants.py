@@ -51,7 +51,14 @@ def test_inline_variant_in_cluster_node_merges_nested_values_key_by_key():
     assert sc.node.intra_node.latency_us == 4
     assert sc.node.intra_node.bandwidth_per_gpu_gb_per_s == base.intra_node.bandwidth_per_gpu_gb_per_s
     assert sc.accelerator.hbm_gib == 96 and sc.accelerator.name == "h100-sxm-80g"
-    assert sc.accelerator.efficiency == ACCELERATORS.get("h100-sxm-80g").efficiency
+    # the variant keeps the part's efficiencies; the scenario then keeps the grouped-GEMM kernels of its own
+    # framework only (simulator/scenario.py with_grouped_gemm_kernels: H100's are torchtitan's, this run names none)
+    catalog = ACCELERATORS.get("h100-sxm-80g").efficiency
+    assert catalog.grouped_gemm and not sc.accelerator.efficiency.grouped_gemm
+    assert sc.accelerator.efficiency.model_dump(exclude={"grouped_gemm"}) == catalog.model_dump(exclude={"grouped_gemm"})
+    torchtitan = load_scenario(_scenario({"base": "dgx-h100", "overrides": {"accelerator": {"hbm_gib": 96}}})
+                               | {"training": {"precision": "bf16", "framework": "torchtitan"}})
+    assert torchtitan.accelerator.efficiency.grouped_gemm == catalog.grouped_gemm
 
 
 @pytest.mark.parametrize(("node", "field", "words"), [
