@@ -96,13 +96,14 @@ def test_resnet50_saved_bytes_equal_what_pytorch_saves():
 
 
 def test_vit_saved_bytes_equal_what_pytorch_saves():
-    """A small ViT (torchvision's encoder block: ``nn.MultiheadAttention`` on the fused kernel)."""
+    """A small ViT (torchvision's encoder block: ``nn.MultiheadAttention`` on the fused kernel, what
+    ``training.attention: flash`` asks for)."""
     pytest.importorskip("torch")
     from torch_nets import VisionTransformer
     measured = _torch_saved(VisionTransformer(64, 16, 2, 4, 64, 128, 10), 3, size=64)
     spec = resolve_model({"name": "vit-tiny", "family": "vit", "image_size": 64, "num_layers": 2, "num_heads": 4,
                           "hidden_dim": 64, "mlp_dim": 128, "num_classes": 10})
-    assert spec.layer_graph(shard(3)).saved_bytes() == measured
+    assert spec.layer_graph(shard(3, flash_attention=True)).saved_bytes() == measured
 
 
 def test_unet_saved_bytes_equal_what_pytorch_saves():

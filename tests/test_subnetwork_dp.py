@@ -493,15 +493,19 @@ def test_layerwise_transformers_keeping_every_unit_hold_what_data_parallelism_ho
         assert getattr(worker, field) == pytest.approx(getattr(dp, field), rel=1e-12, abs=1e-3), field
 
 
-def test_a_layerwise_attention_layers_stream_ops_run_whole():
-    # BERT's three projections of one input: the input-gradient sums are as wide as the stream
-    sc = load_scenario(_layerwise("bert-large", 8, 0.25))
+@pytest.mark.parametrize(("attention", "core"), [("standard", ("scores", "softmax", "values")),
+                                               ("flash", ("flash_attention",))])
+def test_a_layerwise_attention_layers_stream_ops_run_whole(attention, core):
+    # BERT's three projections of one input: the input-gradient sums are as wide as the stream; its attention
+    # core as training.attention asks (Hugging Face's eager kernels, or the fused SDPA kernel)
+    raw = _layerwise("bert-large", 8, 0.25)
+    sc = load_scenario({**raw, "training": {**raw["training"], "attention": attention}})
     layer = sc.layer_graph().layer("encoder.layer.0.attention")
     work = worker_work(sc, 0)
     full = {op.name: op.bytes_moved for op in layer.forward + layer.backward}
     masked = {op.name: op.bytes_moved for op in work.forward + work.backward if op.name in full}
     assert masked["encoder.layer.0.attention.input.gradient_sum"] == full["encoder.layer.0.attention.input.gradient_sum"]
-    for name in ("q_k_v", "scores", "softmax", "values", "out_proj"):
+    for name in ("q_k_v", *core, "out_proj"):
         key = f"encoder.layer.0.attention.{name}"
         assert masked[key] == pytest.approx(full[key] / 4, rel=1e-12)
 

@@ -41,9 +41,24 @@ GEMM_CLASS = {
 }
 
 
-def gemm_class(op_name: str) -> str | None:
-    """The class of a GEMM op ("fc1.dgrad" -> "mlp"); None for attention-core and other ops."""
-    return GEMM_CLASS.get(op_name.split(".", 1)[0])
+def gemm_class(op: Op | str) -> str | None:
+    """The class of a GEMM op: its ``op_class`` where the builder set one (a layer-graph network's linears,
+    workloads/networks/builder.py), else read off a decoder-transformer op's name ("fc1.dgrad" -> "mlp");
+    None for attention-core and other ops. A bare name is read by its prefix alone."""
+    if isinstance(op, Op):
+        return op.op_class or GEMM_CLASS.get(op.name.split(".", 1)[0])
+    return GEMM_CLASS.get(op.split(".", 1)[0])
+
+
+#: The name (one dot-separated part of an op's name) of a fused attention kernel's op: the decoder builder's
+#: ``flash_attention`` and a network's ``<layer>.flash_attention`` (workloads/networks/builder.py), each with
+#: its ``.grad``; simulator/cost/compute.py prices them on the FlashAttention kernel model.
+FUSED_ATTENTION = "flash_attention"
+
+
+def is_fused_attention(op: Op) -> bool:
+    """Whether ``op`` is a fused (FlashAttention / SDPA) attention kernel, forward or backward."""
+    return op.kind == "attention" and FUSED_ATTENTION in op.name.split(".")
 
 
 FLASH_TILE = 128  # FlashAttention-2's query/key block (Dao 2023), for the causal-skip share
@@ -76,6 +91,11 @@ class Op:
     it adds; ``tables`` the
     shapes of the learned tensors an op of another kind holds: a norm's γ (and β), an embedding's
     V x h table, a learned position table or class token.
+
+    ``op_class``: the GEMM class (``GEMM_CLASS``'s values: what ``training.fp8_gemms`` selects) of a GEMM
+    whose name does not carry it, set once where the layer is described: a layer-graph network's attention
+    projections, MLP linears and vocabulary decoder (workloads/networks/builder.py); None for a decoder
+    transformer's ops (their names say it) and for GEMMs of no class.
     """
 
     name: str
@@ -102,6 +122,7 @@ class Op:
     weights: float = 0.0                       # learned k x n weights (B of C = A·B) the op holds (see above)
     bias: float = 0.0                          # learned bias elements it adds
     tables: tuple[tuple[int, ...], ...] = ()   # learned tensors of another op kind, by shape (see above)
+    op_class: str | None = None                # GEMM class where the name does not say it (see gemm_class)
 
     @property
     def params(self) -> float:

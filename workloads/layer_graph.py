@@ -112,7 +112,7 @@ def _forward_params(forward: tuple[Op, ...]) -> tuple[tuple[Op, ...], float, flo
         held = op.params
         if held:
             params += held
-            if gemm_class(op.name) == "experts":
+            if gemm_class(op) == "experts":
                 expert += held
     if len(_PARAMS_OF_OPS) >= _PARAMS_CACHE_SIZE:
         _PARAMS_OF_OPS.clear()

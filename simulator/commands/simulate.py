@@ -71,6 +71,7 @@ def run(args) -> int:
             efficiency_provenance,
             efficiency_states,
             grouped_gemm_kernels,
+            network_fields_not_applied,
             runs_no_fp8_gemm,
         )
         from simulator.report.messages import scenario_messages
@@ -103,6 +104,8 @@ def run(args) -> int:
         result.extra["default_framework"] = messages["default_framework"]
     if not scenario.mixed and runs_no_fp8_gemm(scenario):  # fp8 asked, every GEMM priced in bf16: said
         result.extra["precision_priced"] = "bf16"
+    if fields := network_fields_not_applied(scenario):  # a network's training fields not acted on as asked
+        result.extra["training_fields_not_applied"] = fields
     if messages["notes"]:
         result.extra["notes"] = messages["notes"]
     if grouped := grouped_gemm_kernels(scenario):  # MoE experts: the grouped kernel per part, measured or assumed

@@ -49,7 +49,7 @@ from functools import lru_cache
 from hardware_specs.schema import Accelerator, kernel_head_dim
 from simulator.cost.conv import conv_efficiency, grouped_conv_time_s, is_grouped
 from simulator.cost.memory_kernels import element_bound_bytes, memory_kernel_class
-from workloads.graph import BYTES_PER_ELEMENT, Op, gemm_class
+from workloads.graph import BYTES_PER_ELEMENT, Op, gemm_class, is_fused_attention
 
 #: The kernel whose compiled head sizes a fused attention priced by the GEMM curve (no measured kernel on the
 #: part) is taken to run: FlashAttention-2, what PyTorch SDPA and most frameworks call (assumed).
@@ -238,7 +238,7 @@ class ComputeModel:
         """Whether a dense GEMM op (a linear layer's pass; not attention, not MoE experts) is priced as a 1x1
         convolution pass (``linear_as_pointwise_conv``): only where its layer's forward (M, N, K) lies in the
         spec's ``linear_as_pointwise_conv_range`` for this precision, when it has one; else on the GEMM curve."""
-        if op.conv is not None or op.kind != "gemm" or self.linear_conv_model is None or gemm_class(op.name) == "experts":
+        if op.conv is not None or op.kind != "gemm" or self.linear_conv_model is None or gemm_class(op) == "experts":
             return False
         return self.linear_conv_range is None or self.linear_conv_range.contains(*forward_shape(op))
 
@@ -261,16 +261,16 @@ class ComputeModel:
             if moved != op.bytes_moved:  # a broadcast kernel: element-bound (simulator/cost/memory_kernels.py)
                 return moved / self.mem_bw + self.launch_s
         kind = op.kind
-        if kind == "gemm" and self.fp8 and gemm_class(op.name) not in self.fp8_gemms:
+        if kind == "gemm" and self.fp8 and gemm_class(op) not in self.fp8_gemms:
             kind = "gemm_bf16"  # a GEMM kept in higher precision in an fp8 run
         flops, k = op.flops * op.executed_fraction, op.k
-        if kind == "attention" and op.name.split(".")[0] == "flash_attention":
+        if kind == "attention" and is_fused_attention(op):
             if self.attention is not None:
                 kind = "flash_" + attention_pass(op.name) + ("_causal" if op.executed_fraction < 1 else "")
             else:  # the GEMM-curve estimate of a fused kernel: FlashAttention-2's compiled head sizes (assumed)
                 k = kernel_head_dim(FALLBACK_ATTENTION_KERNEL, op.k)
                 flops *= k / op.k
-        grouped = kind.startswith("gemm") and bool(self.grouped) and gemm_class(op.name) == "experts"
+        grouped = kind.startswith("gemm") and bool(self.grouped) and gemm_class(op) == "experts"
         return self._time(kind, flops, op.bytes_moved, op.m, op.n, k, op.batch, op.name.endswith(".wgrad"), grouped)
 
     def _time_uncached(self, kind: str, flops: float, bytes_moved: float, m: int, n: int, k: int, batch: int,

@@ -70,11 +70,27 @@ class GraphFeatures:
     # GEMM classes the graph's GEMMs carry (workloads/graph.py ``gemm_class``: what ``training.fp8_gemms`` selects);
     # None: every class (a decoder transformer, or a graph that cannot be built here)
     gemm_classes: frozenset[str] | None = None
-    # how the graph's attention core runs whatever ``training.attention`` says: "fused" (a network's
-    # scaled-dot-product kernel op, priced on the GEMM curve x attention_efficiency_factor), "eager" (scores,
-    # softmax and weighted sum as separate kernels, the scores materialised); None: the field decides (a decoder
-    # transformer: the FlashAttention kernel model or the materialised path), or no attention
+    # how the graph's attention core runs whatever ``training.attention`` says: "fused" (a scaled-dot-product
+    # kernel op, workloads/graph.py ``is_fused_attention``), "eager" (scores, softmax and weighted sum as separate
+    # kernels, the scores materialised: Swin's window attention, an einsum); None: the field decides (a decoder
+    # transformer, BERT, ViT, an imported nn.MultiheadAttention), or no attention
     fixed_attention: str | None = None
+    # whether a graph's bias gradients are kernels of their own (``<layer>.bias_grad``: a network runs them as its
+    # PyTorch code does, whatever ``training.unfused_eager_kernels`` says); False for a decoder transformer, whose
+    # builder adds them under that field
+    bias_grad_kernels: bool = False
+    # whether the graph has a softmax cross-entropy loss layer over a vocabulary or classes (what
+    # ``training.fused_cross_entropy`` acts on); True for a decoder transformer
+    cross_entropy: bool = True
+
+    def attention_paths(self, attention: str) -> frozenset[str]:
+        """How the attention core runs under ``training.attention`` = ``attention``: {"fused"}, {"eager"}, both
+        (a graph with attention of each kind), or none (no attention op)."""
+        if not self.attention:
+            return frozenset()
+        if self.fixed_attention is not None:
+            return frozenset({self.fixed_attention})
+        return frozenset({"fused" if attention == "flash" else "eager"})
 
 
 @cache
@@ -82,35 +98,42 @@ def graph_features(model) -> GraphFeatures:
     """The kernel kinds of ``model``'s layer graph, read off a one-sample graph (the kinds do not depend on
     the batch); a decoder transformer has attention and no convolution or pooling. A graph that cannot be
     built here (an import that needs a package) counts as having every kind: nothing is left unlisted."""
-    from workloads.graph import ShardShape, gemm_class
+    from workloads.graph import ShardShape, gemm_class, is_fused_attention
     from workloads.schema import TransformerSpec
 
     if isinstance(model, TransformerSpec):
         return GraphFeatures(attention=True, convolution=False, memory_kernels=frozenset())
+    shard = ShardShape(micro_batch=1, seq_length=model.seq_length or 1, flash_attention=True)
     try:
-        graph = model.layer_graph(ShardShape(micro_batch=1, seq_length=model.seq_length or 1))
+        graph = model.layer_graph(shard)
+        standard = model.layer_graph(dataclasses.replace(shard, flash_attention=False))
     except Exception:  # noqa: BLE001 - listing more constants is the safe side
         return GraphFeatures(attention=True, convolution=True,
                              memory_kernels=frozenset({"maxpool", "avgpool", "adaptive_avgpool", "concat"}))
     ops = [op for layer in graph.layers for op in (*layer.forward, *layer.backward)]
-    cores = [op.name for op in ops if op.kind == "attention"]
-    # simulator/cost/compute.py prices the FlashAttention kernel model only for ops named "flash_attention..."
-    fixed = None if not cores or any(n.split(".")[0] == "flash_attention" for n in cores) else (
-        "fused" if any(n.rsplit(".", 2)[-1] == "flash_attention" or n.endswith(".flash_attention.grad")
-                       for n in cores) else "eager")
+    cores = [op for op in ops if op.kind == "attention"]
+    # the field decides where the graph's attention ops differ between the two settings (BERT, ViT, an imported
+    # nn.MultiheadAttention: workloads/networks/builder.py ``attention_kernel``); else the graph fixes them
+    follows = [op.name for op in cores] != [op.name for layer in standard.layers
+                                             for op in (*layer.forward, *layer.backward) if op.kind == "attention"]
+    fixed = None if not cores or follows else "fused" if any(is_fused_attention(op) for op in cores) else "eager"
     return GraphFeatures(attention=bool(cores),
                          convolution=any(op.conv is not None for op in ops),
                          memory_kernels=frozenset(memory_kernel_class(op.name) for op in ops if op.kind == "memory"),
-                         gemm_classes=frozenset(c for op in ops if op.kind == "gemm" and (c := gemm_class(op.name))),
-                         fixed_attention=fixed)
+                         gemm_classes=frozenset(c for op in ops if op.kind == "gemm" and (c := gemm_class(op))),
+                         fixed_attention=fixed,
+                         bias_grad_kernels=any(op.name.endswith(".bias_grad") for layer in graph.layers
+                                               for op in layer.backward),
+                         cross_entropy=any(layer.kind == "loss" for layer in graph.layers))
 
 
 def runs_no_fp8_gemm(scenario: Scenario) -> bool:
     """``precision: fp8`` on a model none of whose GEMMs is of a class in ``training.fp8_gemms``: every GEMM
     and convolution then runs on the bf16 curve (simulator/cost/compute.py keeps a GEMM outside ``fp8_gemms``
-    in bf16, and has no fp8 convolution model) -- the step is a bf16 step. The layer-graph networks (CNNs,
-    BERT, ViT) tag no GEMM class: Transformer Engine runs no convolution in FP8, and their linears are not
-    wired to ``fp8_gemms`` here."""
+    in bf16, and has no fp8 convolution model) -- the step is a bf16 step. A CNN tags no GEMM class
+    (Transformer Engine runs no convolution in FP8, and no FP8 convolution is measured), nor does an imported
+    model's linear (its role is not known); BERT's and ViT's attention projections and MLP linears are tagged
+    (workloads/networks/bert.py, vit.py)."""
     if scenario.training.precision != "fp8":
         return False
     classes = graph_features(scenario.model).gemm_classes
@@ -130,7 +153,7 @@ def linear_rule_split(scenario: Scenario, shapes) -> tuple[int, int]:
     except Exception:  # noqa: BLE001 - listing more rules is the safe side
         return 1, 1
     linears = [op for layer in graph.layers for op in layer.forward
-               if op.kind == "gemm" and op.conv is None and gemm_class(op.name) != "experts"]
+               if op.kind == "gemm" and op.conv is None and gemm_class(op) != "experts"]
     inside = sum(1 for op in linears if shapes is None or shapes.contains(*forward_shape(op)))
     return inside, len(linears) - inside
 
@@ -167,9 +190,12 @@ def efficiency_provenance(scenario: Scenario) -> dict[str, str]:
     key = gemm_curve_key(scenario)
     out[f"gemm_{key}"] = curve(key)
     no_fp8 = runs_no_fp8_gemm(scenario)  # fp8 asked, no GEMM of the model in fp8_gemms: a bf16 step
-    if features.convolution:  # under fp8 no convolution model is read: the bf16 GEMM curve prices them
-        out[f"conv_{key}"] = conv_provenance(eff if not no_fp8 else eff.model_copy(update={"conv_efficiency": {}}),
-                                             key, out[f"gemm_{key}"])
+    if features.convolution and scenario.training.precision == "fp8":
+        # no convolution runs in FP8 (no class; no fp8 convolution model): the bf16 GEMM curve prices them,
+        # no convolution model is read (simulator/cost/compute.py)
+        out["conv_bf16"] = conv_provenance(eff.model_copy(update={"conv_efficiency": {}}), "bf16", curve("bf16"))
+    elif features.convolution:
+        out[f"conv_{key}"] = conv_provenance(eff, key, out[f"gemm_{key}"])
     if key in eff.linear_as_pointwise_conv and scenario.training.precision != "fp8":
         # linear layers priced as 1x1 convolution passes (simulator/cost/compute.py): no GEMM of this precision
         # is measured on this part, so the rule is an assumption whatever the convolution model was fitted on;
@@ -192,14 +218,16 @@ def efficiency_provenance(scenario: Scenario) -> dict[str, str]:
         out["gemm_bf16"] = curve("bf16")  # the GEMMs kept in higher precision
     if eff.in_training_gemm_factor != 1.0:
         out["in_training_gemm_factor"] = eff.in_training_gemm_factor_fitted_on or ASSUMED
-    if not features.attention:
-        pass  # no attention op in the graph (a CNN; GNMT's attention is GEMMs): neither constant is read
-    elif scenario.training.attention == "flash" and eff.attention is not None and features.fixed_attention is None:
+    # no attention op in the graph (a CNN; GNMT's attention is GEMMs): neither constant is read; a fused kernel
+    # on the FlashAttention kernel model where the spec has one, else (and the materialised path) on the GEMM
+    # curve x attention_efficiency_factor (simulator/cost/compute.py)
+    paths = features.attention_paths(scenario.training.attention)
+    if "fused" in paths and eff.attention is not None:
         out["attention_kernel"] = eff.attention.fitted_on or ASSUMED
         if eff.attention.fitted_on is not None:  # a kernel measured nowhere (cudnn) is assumed whole: one entry
             for name in eff.attention.assumed:  # parts of the kernel no row measured (e.g. FlashAttention-3's backward)
                 out[f"attention_kernel.{name}"] = ASSUMED
-    else:
+    if "eager" in paths or ("fused" in paths and eff.attention is None):
         out["attention_efficiency_factor"] = ASSUMED  # no run of this project has measured it
     if getattr(scenario.model, "moe", None) is not None:  # expert GEMMs as one grouped kernel (simulator/cost/compute.py)
         grouped = eff.grouped_gemm.get(RECIPE_CURVE[scenario.training.fp8_recipe]
@@ -442,37 +470,91 @@ def kernel_warnings(scenario: Scenario) -> list[str]:
             f"are priced on the per-tensor fp8 curve plus the recipe's scaling traffic (gemm_{recipe}: assumed)"]
 
 
-def network_field_warnings(scenario: Scenario) -> list[str]:
-    """Training fields a layer-graph network (CNN, BERT, ViT: workloads/networks/) does not act on, said in
-    words rather than printed as if applied (``clustersim simulate`` prints them; ``--json`` carries
-    ``warnings``): ``precision: fp8`` where no GEMM of the model is in ``training.fp8_gemms`` (the step is
-    priced in bf16, bit for bit), and ``training.attention`` where the graph fixes its attention kernel as the
-    model's own code runs it (Hugging Face BERT's eager attention, torchvision ViT's fused kernel)."""
+def network_field_notes(scenario: Scenario) -> list[tuple[str, str]]:
+    """(field, warning) for each training setting a layer-graph network (CNN, BERT, ViT, an imported or
+    profiled model: not a decoder transformer) does not act on as asked, said in words rather than printed
+    as if applied (``clustersim simulate`` prints the warnings; ``--json`` carries them in ``warnings`` and
+    the fields in ``training_fields_not_applied``):
+
+    - ``training.precision``: fp8 where no GEMM of the model is in ``training.fp8_gemms`` (the step is priced
+      in bf16, bit for bit), or where some are but the graph has convolutions (they stay in bf16: no FP8
+      convolution is measured on any part, and Transformer Engine runs none);
+    - ``training.attention`` where the graph fixes its attention kernel as the model's own code runs it
+      (Swin's window attention, an einsum: eager whatever the field); BERT, ViT and an imported
+      ``nn.MultiheadAttention`` follow the field (workloads/networks/builder.py ``attention_kernel``);
+    - ``training.unfused_eager_kernels`` set false where the graph has bias gradients: a network runs them
+      as separate reductions, as its PyTorch code does (the gradient-accumulation add follows the field);
+    - ``training.elementwise_kernels: eager``: it expands RMSNorm, SwiGLU and RoPE, which no network graph
+      has (its LayerNorm, BatchNorm and activations are one PyTorch kernel each either way);
+    - ``training.fused_cross_entropy`` where the graph has no cross-entropy layer (a CNN's or ViT's loss is
+      left out of its graph).
+
+    Acted on (no note): ``training.fp8_gemms`` and ``fp8_recipe`` on BERT's and ViT's tagged linears,
+    ``training.fp8_saved_inputs`` (their saved inputs quantized), ``training.attention`` on their
+    self-attention, ``training.fused_cross_entropy`` on a graph's loss (workloads/networks/builder.py)."""
     if scenario.mixed:
-        return list(dict.fromkeys(w for group in scenario.groups for w in network_field_warnings(
-            dataclasses.replace(scenario, node=group.node, accelerator=group.accelerator, node_groups=()))))
+        notes = [n for group in scenario.groups for n in network_field_notes(
+            dataclasses.replace(scenario, node=group.node, accelerator=group.accelerator, node_groups=()))]
+        return list(dict.fromkeys(notes))
+    from workloads.schema import TransformerSpec
+
     training, model = scenario.training, scenario.model
+    if isinstance(model, TransformerSpec):
+        return []
     name = getattr(model, "name", None) or "this model"
     features = graph_features(model)
-    out = []
+    out: list[tuple[str, str]] = []
+    fp8_classes = sorted((features.gemm_classes or frozenset()) & set(training.fp8_gemms))
     if runs_no_fp8_gemm(scenario):
-        out.append(
+        out.append(("training.precision",
             f"precision fp8: no GEMM of {name} runs in FP8 -- training.fp8_gemms {sorted(training.fp8_gemms)} "
-            f"names GEMM classes its layer graph does not tag ({'its convolutions: Transformer Engine runs none in FP8; ' if features.convolution else ''}"
-            f"its linears are not wired to fp8_gemms): every GEMM is priced on the bf16 curve with 16-bit "
-            f"activations, the step is a bf16 step (precision priced: bf16)")
+            f"names GEMM classes its layer graph does not tag ({'its convolutions: Transformer Engine runs none in FP8 and no FP8 convolution is measured; ' if features.convolution else ''}"
+            f"its linears carry no class: a classifier, or an imported model's whose role is not known): every "
+            f"GEMM is priced on the bf16 curve with 16-bit activations, the step is a bf16 step (precision "
+            f"priced: bf16)"))
+    elif training.precision == "fp8" and features.convolution:
+        out.append(("training.precision",
+            f"precision fp8: {name}'s convolutions run in bf16 (conv_bf16: Transformer Engine runs no convolution "
+            f"in FP8 and no FP8 convolution is measured on any part); its GEMMs of class {fp8_classes} run in FP8"))
     fixed = features.fixed_attention
     if fixed == "eager" and training.attention == "flash":
-        out.append(
+        out.append(("training.attention",
             f"training.attention=flash is not applied to {name}: its layer graph runs the model's own eager "
             "attention (scores, softmax and the weighted sum as separate kernels, the scores materialised and "
-            "saved), priced so (attention_efficiency_factor); training.attention acts on decoder transformers")
+            "saved), priced so (attention_efficiency_factor); the field acts on decoder transformers and on "
+            "BERT's, ViT's and nn.MultiheadAttention's self-attention"))
     elif fixed == "fused" and training.attention == "standard":
-        out.append(
+        out.append(("training.attention",
             f"training.attention=standard is not applied to {name}: its layer graph runs the model's fused "
-            "scaled-dot-product attention kernel (no scores saved), priced on the GEMM curve x "
-            "attention_efficiency_factor; training.attention acts on decoder transformers")
+            "scaled-dot-product attention kernel (no scores saved), priced as such; the field acts on decoder "
+            "transformers and on BERT's, ViT's and nn.MultiheadAttention's self-attention"))
+    if "unfused_eager_kernels" in training.model_fields_set and not training.unfused_eager_kernels \
+            and features.bias_grad_kernels:
+        out.append(("training.unfused_eager_kernels",
+            f"training.unfused_eager_kernels=false is not applied to {name}'s bias gradients: its layer graph "
+            "runs each as its own reduction of the output gradient, as the model's PyTorch code does (the "
+            "gradient-accumulation add does follow the field)"))
+    if training.elementwise_kernels == "eager":
+        out.append(("training.elementwise_kernels",
+            f"training.elementwise_kernels=eager has nothing to act on in {name}: it expands RMSNorm, SwiGLU "
+            "and RoPE into PyTorch's composite kernels, and the layer graph has none of them (its norms and "
+            "activations run one PyTorch kernel each either way)"))
+    if training.fused_cross_entropy and not features.cross_entropy:
+        out.append(("training.fused_cross_entropy",
+            f"training.fused_cross_entropy has nothing to act on in {name}: its layer graph has no cross-entropy "
+            "layer (the classifier's loss is left out of it)"))
     return out
+
+
+def network_field_warnings(scenario: Scenario) -> list[str]:
+    """The warnings of :func:`network_field_notes`."""
+    return [warning for _, warning in network_field_notes(scenario)]
+
+
+def network_fields_not_applied(scenario: Scenario) -> list[str]:
+    """The training fields :func:`network_field_notes` names, once each (``--json``
+    ``training_fields_not_applied``)."""
+    return list(dict.fromkeys(field for field, _ in network_field_notes(scenario)))
 
 
 #: Parallelism fields that act only on a model with routed experts (workloads/graph.py ``_moe_block``).

@@ -82,7 +82,7 @@ def eager_stretch(passes_kernel_s: Sequence[Sequence[float]], host_dispatch_us: 
 
 def is_moe_layer(forward_ops) -> bool:
     """Whether a layer's forward runs expert GEMMs (an MoE layer: ``moe_layer_fixed_us`` applies to it)."""
-    return any(gemm_class(op.name) == "experts" for op in forward_ops)
+    return any(gemm_class(op) == "experts" for op in forward_ops)
 
 
 def layer_floor_stretch(passes_kernel_s: Sequence[Sequence[float]], host_dispatch_us: float | None,

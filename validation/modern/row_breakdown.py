@@ -41,7 +41,7 @@ from simulator.scenario import load_scenario
 from simulator.simulate import simulate_point
 from validation.modern.profiles import load_groups, resolved_scenario
 from validation.modern.registry import SETS, built
-from workloads.graph import gemm_class
+from workloads.graph import gemm_class, is_fused_attention
 
 PHASES = ("fwd", "bwd", "rec")
 
@@ -69,9 +69,9 @@ class RowBreakdown:
 
 
 def _op_class(op) -> str:
-    if op.name.split(".")[0] == "flash_attention":
+    if is_fused_attention(op):
         return "fused attention"
-    return "gemm:" + gemm_class(op.name) if op.kind == "gemm" else op.kind
+    return "gemm:" + gemm_class(op) if op.kind == "gemm" else op.kind
 
 
 def breakdown(case_set: str, row: int) -> RowBreakdown:

@@ -1,15 +1,25 @@
 """BERT encoders (Devlin et al. 2019, arXiv:1810.04805, Sec. 3; BERT-large: 24 layers, hidden
 1024, 16 heads, 340M parameters) as Hugging Face's ``BertForPreTraining`` builds them: word,
 position and token-type embeddings summed, layer norm and dropout; ``num_layers`` post-norm
-encoder layers (self-attention with Q, K, V and output projections, the eager kernel with
-attention-probability dropout, dropout, residual add and layer norm; a GELU MLP of 4× the hidden
-size, dropout, residual add and layer norm); with ``pretraining_heads`` the masked-LM head (dense,
+encoder layers (self-attention with Q, K, V and output projections and the attention core as
+``training.attention`` asks: under ``standard`` the eager kernels ``BertSelfAttention`` runs, scores,
+softmax, attention-probability dropout and the weighted sum with the scores materialised; under
+``flash`` the fused scaled-dot-product kernel that ``BertSdpaSelfAttention`` calls (transformers'
+default ``attn_implementation`` where PyTorch has SDPA); then dropout, residual add and layer norm; a
+GELU MLP of 4× the hidden size, dropout, residual add and layer norm); with ``pretraining_heads`` the masked-LM head (dense,
 GELU, layer norm, a decoder to the vocabulary tied to the word embeddings, over every position)
 with its cross-entropy, and the next-sentence classifier on the pooler's output (a tanh dense
 layer on the first token, part of ``BertModel``). ``pooler: false`` is ``BertForMaskedLM``'s layout
 (``BertModel(add_pooling_layer=False)``: no pooler, no next-sentence head, the masked LM only).
 Parameter counts equal transformers' (bert-base: BertForPreTraining 110,106,428, BertForMaskedLM
-109,514,298, BertModel 109,482,240; tests/test_hf_config.py)."""
+109,514,298, BertModel 109,482,240; tests/test_hf_config.py).
+
+Under ``precision: fp8`` the GEMM classes of ``training.fp8_gemms`` run in FP8 as a decoder
+transformer's do (workloads/graph.py ``Op.op_class``; simulator/cost/compute.py prices the FP8 peak and
+the inputs' cast and amax traffic): the Q, K, V and output projections are ``attention_proj``, the
+intermediate and output dense layers ``mlp``, the masked-LM decoder ``lm_head`` (bf16 by default, as a
+decoder's LM head); the pooler, the prediction transform and the next-sentence classifier are of no class
+and stay in bf16, as do the attention core and the embeddings."""
 
 from __future__ import annotations
 
@@ -61,13 +71,13 @@ class BertSpec(NetworkSpec):
         x = net.dropout("embeddings.dropout", net.layernorm("embeddings.LayerNorm", x), p)
         for i in range(self.num_layers):
             name = f"encoder.layer.{i}"
-            y = net.self_attention(f"{name}.attention", x, self.num_attention_heads, kernel="eager", dropout=p,
-                                   packed_qkv=False)
+            y = net.self_attention(f"{name}.attention", x, self.num_attention_heads, dropout=p, packed_qkv=False,
+                                   proj_class="attention_proj")
             x = net.layernorm(f"{name}.attention.LayerNorm",
                               net.add(f"{name}.attention.residual", net.dropout(f"{name}.attention.dropout", y, p), x))
             y = net.activation(f"{name}.intermediate.gelu", net.linear(f"{name}.intermediate.dense", x,
-                                                                       self.intermediate_size))
-            y = net.dropout(f"{name}.output.dropout", net.linear(f"{name}.output.dense", y, h), p)
+                                                                       self.intermediate_size, op_class="mlp"))
+            y = net.dropout(f"{name}.output.dropout", net.linear(f"{name}.output.dense", y, h, op_class="mlp"), p)
             x = net.layernorm(f"{name}.output.LayerNorm", net.add(f"{name}.output.residual", y, x))
         if self.pooler:
             pooled = net.select_token("pooler.first_token", x)
@@ -76,7 +86,7 @@ class BertSpec(NetworkSpec):
             return
         y = net.activation("cls.predictions.transform.gelu", net.linear("cls.predictions.transform.dense", x, h))
         y = net.layernorm("cls.predictions.transform.LayerNorm", y)
-        logits = net.linear("cls.predictions.decoder", y, self.vocab_size, tied_weights=True)
+        logits = net.linear("cls.predictions.decoder", y, self.vocab_size, tied_weights=True, op_class="lm_head")
         net.cross_entropy("cls.predictions.loss", logits)
         if self.pooler:
             net.linear("cls.seq_relationship", pooled, 2)

@@ -32,7 +32,7 @@ from dataclasses import dataclass, replace
 from itertools import count
 
 from simulator.errors import ConfigError
-from workloads.graph import Op
+from workloads.graph import Op, ShardShape
 from workloads.layer_graph import GRADIENT_SUM, Layer, LayerGraph, with_gradient_sums
 
 FP32_BYTES = 4
@@ -61,19 +61,32 @@ def conv_out(size: int, kernel: int, stride: int, padding: int, dilation: int = 
 
 
 class NetBuilder:
-    """Appends layers for ``micro_batch`` samples with ``elem_bytes`` bytes per activation element."""
+    """Appends layers for ``micro_batch`` samples with ``elem_bytes`` bytes per activation element.
+
+    ``shard``: the run's shard (simulator/scenario.py ``Scenario.shard``), whose training settings a layer
+    honours where the model's code has the choice: the attention kernel of a self-attention that asks for
+    :attr:`attention_kernel` (``training.attention``: ``shard.flash_attention``), the loss's saved logits
+    (``training.fused_cross_entropy``). None (a builder of a profile or a validation script): the fused
+    attention kernel and PyTorch's cross-entropy."""
 
     def __init__(self, name: str, micro_batch: int, elem_bytes: int, sample: str = "image",
-                 seq_length: int | None = None):
+                 seq_length: int | None = None, shard: ShardShape | None = None):
         self.name = name
         self.batch = micro_batch
         self.elem = elem_bytes
         self.sample = sample
         self.seq_length = seq_length
+        self.shard = shard
         self.layers: list[Layer] = []
         self._saved_storages: set[int] = set()
         self._storage_ids = count()
         self._names: set[str] = set()
+
+    @property
+    def attention_kernel(self) -> str:
+        """The self-attention kernel the run asks for: "flash" (a fused scaled-dot-product kernel) under
+        ``training.attention: flash`` or without a shard, "eager" (scores materialised) under standard."""
+        return "flash" if self.shard is None or self.shard.flash_attention else "eager"
 
     # -- bookkeeping -------------------------------------------------------------------------------
 
@@ -93,6 +106,17 @@ class NetBuilder:
             return 0.0
         self._saved_storages.add(t.storage)
         return float(self.batch * max(t.numel, t.storage_numel) * self.elem)
+
+    def _save_input(self, t: Tensor, op_class: str | None) -> float:
+        """Bytes a linear layer of GEMM class ``op_class`` keeps of its input ``t`` for its backward: under
+        FP8 with ``training.fp8_saved_inputs`` (the shard's ``fp8_saved_inputs`` names the class) a quantized
+        copy of its own, ``fp8_saved_element_bytes`` per element (FP8 and the recipe's scales; Transformer
+        Engine's ``Linear`` saves the quantized input, ctx.save_for_backward), a tensor apart from the 16-bit
+        storage (which another layer may keep); else ``t``'s storage (:meth:`_save`). As the decoder
+        transformer's saved tensors count them (workloads/transformer_graph.py ``block_saved_tensors``)."""
+        if op_class is not None and self.shard is not None and op_class in self.shard.fp8_saved_inputs:
+            return float(self.batch * t.numel * self.shard.fp8_saved_element_bytes)
+        return self._save(t)
 
     def mark_saved(self, t: Tensor) -> None:
         """Count ``t`` as saved by a layer outside this builder (a profile's block built on a builder
@@ -123,16 +147,22 @@ class NetBuilder:
                   tables=tables)
 
     def _gemm_ops(self, name: str, m: int, n: int, k: int, groups: int = 1, input_grad: bool = True,
-                  weight_elems: int = 0, weights: int = 0, bias: int = 0) -> tuple[Op, list[Op]]:
+                  weight_elems: int = 0, weights: int = 0, bias: int = 0,
+                  op_class: str | None = None) -> tuple[Op, list[Op]]:
         """A GEMM C[m,n] = A[m,k]·B[k,n] (``groups`` of them) and its backward (dgrad, wgrad); the
-        forward op holds ``weights`` learned k x n matrices and ``bias`` bias elements (Op.params)."""
+        forward op holds ``weights`` learned k x n matrices and ``bias`` bias elements (Op.params). The
+        three carry ``op_class`` (workloads/graph.py ``gemm_class``: which of them ``training.fp8_gemms``
+        runs in FP8, priced with their inputs' quantisation by simulator/cost/compute.py as a decoder
+        transformer's)."""
         e = self.elem
         moved = float(e * groups * (m * k + m * n) + e * weight_elems)
-        fwd = Op(name, "gemm", 2.0 * m * n * k * groups, moved, m, n, k, groups, weights=weights, bias=bias)
+        fwd = Op(name, "gemm", 2.0 * m * n * k * groups, moved, m, n, k, groups, weights=weights, bias=bias,
+                 op_class=op_class)
         bwd = []
         if input_grad:
-            bwd.append(Op(f"{name}.dgrad", "gemm", 2.0 * m * n * k * groups, moved, m, k, n, groups))
-        bwd.append(Op(f"{name}.wgrad", "gemm", 2.0 * m * n * k * groups, moved, k, n, m, groups))
+            bwd.append(Op(f"{name}.dgrad", "gemm", 2.0 * m * n * k * groups, moved, m, k, n, groups,
+                          op_class=op_class))
+        bwd.append(Op(f"{name}.wgrad", "gemm", 2.0 * m * n * k * groups, moved, k, n, m, groups, op_class=op_class))
         return fwd, bwd
 
     @staticmethod
@@ -256,20 +286,22 @@ class NetBuilder:
         return self._layer(name, "flatten", [x], out, [], [], 0.0)
 
     def linear(self, name: str, x: Tensor, out_features: int, bias: bool = True, kind: str = "linear",
-               tied_weights: bool = False) -> Tensor:
+               tied_weights: bool = False, op_class: str | None = None) -> Tensor:
         """A linear layer over the last dimension (tokens × features GEMM); saves its input.
-        ``tied_weights``: the weight is another layer's (an embedding's), only the bias is new. With a
+        ``tied_weights``: the weight is another layer's (an embedding's), only the bias is new.
+        ``op_class``: its GEMM class ("mlp", "lm_head": what ``training.fp8_gemms`` selects). With a
         bias, the backward also sums the output's gradient over the rows into the bias's (one
         reduction kernel: ``derivatives.yaml`` ``addmm``, the bias's ``sum_to_size``), as a
         convolution's bias gradient sums over batch and pixels."""
         *lead, k = x.shape
         rows = self.batch * math.prod(lead)
         fwd, bwd = self._gemm_ops(f"{name}.gemm", rows, out_features, k, 1, self._needs_grad(x), k * out_features,
-                                  weights=0 if tied_weights else 1, bias=out_features if bias else 0)
+                                  weights=0 if tied_weights else 1, bias=out_features if bias else 0,
+                                  op_class=op_class)
         if bias:
             bwd.append(self._memory_op(f"{name}.bias_grad", rows * out_features, 1, 0))
         out = self._new((*lead, out_features), name)
-        return self._layer(name, kind, [x], out, [fwd], bwd, self._save(x),
+        return self._layer(name, kind, [x], out, [fwd], bwd, self._save_input(x, op_class),
                            frozenset({"batch", "channels", "reduction", "sequence"}))
 
     def dropout(self, name: str, x: Tensor, p: float) -> Tensor:
@@ -489,10 +521,12 @@ class NetBuilder:
                            [self._memory_op(f"{name}.scatter_add", n, 2, 1)],
                            float(self.batch * tokens * INDEX_BYTES), frozenset({"batch", "sequence", "channels"}))
 
-    def self_attention(self, name: str, x: Tensor, heads: int, kernel: str = "flash", dropout: float = 0.0,
-                       packed_qkv: bool = True) -> Tensor:
+    def self_attention(self, name: str, x: Tensor, heads: int, kernel: str | None = None, dropout: float = 0.0,
+                       packed_qkv: bool = True, proj_class: str | None = None) -> Tensor:
         """Multi-head self-attention (Vaswani et al. 2017): Q, K, V projections with bias, the
-        attention core, the output projection with bias, as one layer.
+        attention core, the output projection with bias, as one layer. ``kernel`` None: the run's
+        (:attr:`attention_kernel`); ``proj_class``: the GEMM class of the four projections
+        ("attention_proj": in FP8 under ``training.fp8_gemms``' default, as a decoder transformer's).
 
         ``kernel="flash"``: a fused kernel (FlashAttention, Dao 2022; PyTorch's
         ``scaled_dot_product_attention``) with 2 matmuls forward and 2.5× backward; saves q, k, v
@@ -505,19 +539,26 @@ class NetBuilder:
         s, e = x.shape
         if e % heads:
             raise ConfigError(f"model.layers.{name}", f"hidden size {e} not divisible by {heads} heads")
+        kernel = kernel or self.attention_kernel
         d, b, el = e // heads, self.batch, self.elem
         rows, tokens_bytes = b * s, float(b * s * e * el)
         qkv, qkv_b = self._gemm_ops(f"{name}.qkv", rows, 3 * e, e, 1, self._needs_grad(x), 3 * e * e,
-                                    weights=1, bias=3 * e)
-        proj, proj_b = self._gemm_ops(f"{name}.out_proj", rows, e, e, 1, True, e * e, weights=1, bias=e)
-        saved = saved_input = self._save(x)
+                                    weights=1, bias=3 * e, op_class=proj_class)
+        proj, proj_b = self._gemm_ops(f"{name}.out_proj", rows, e, e, 1, True, e * e, weights=1, bias=e,
+                                      op_class=proj_class)
+        saved = saved_input = self._save_input(x, proj_class)
+        # the output projection's input: the core's output (token-major), kept 16-bit by a fused kernel for its
+        # own backward; under FP8 saved inputs the projection keeps a quantized copy beside it (flash) or
+        # instead of the 16-bit context copy (eager)
+        fp8_out = (proj_class is not None and self.shard is not None and proj_class in self.shard.fp8_saved_inputs)
+        out_copy = rows * e * self.shard.fp8_saved_element_bytes if fp8_out else 0.0
         if kernel == "flash":
             core = Op(f"{name}.flash_attention", "attention", 4.0 * b * heads * s * s * d, 4 * tokens_bytes,
                       s, s, d, b * heads, backward_flops_factor=2.5)
             core_f = [core]
             core_b = [Op(f"{name}.flash_attention.grad", "attention", 2.5 * core.flops, 2 * core.bytes_moved,
                          s, s, d, b * heads)]
-            saved += 3 * tokens_bytes + tokens_bytes + b * heads * s * FP32_BYTES
+            saved += 3 * tokens_bytes + tokens_bytes + b * heads * s * FP32_BYTES + out_copy
         else:
             probs = b * heads * s * s
             scores = Op(f"{name}.scores", "attention", 2.0 * b * heads * s * s * d, el * (2 * rows * e + probs),
@@ -530,14 +571,15 @@ class NetBuilder:
                          b * heads), self._memory_op(f"{name}.softmax.grad", probs, 3, 1),
                       Op(f"{name}.scores.grad", "attention", 2 * scores.flops, 2 * scores.bytes_moved, s, s, d,
                          b * heads)]
-            saved += 3 * tokens_bytes + probs * el + tokens_bytes
+            saved += 3 * tokens_bytes + probs * el + (out_copy if fp8_out else tokens_bytes)
             if dropout:
                 saved += probs * (MASK_BYTES + el)
         out = self._new((s, e), name)
         forward = [qkv, *core_f, proj]
         backward = [*proj_b, *core_b, *self._qkv_gradient_ops(name, rows * e, packed_qkv, self._needs_grad(x)), *qkv_b]
         if not packed_qkv:
-            forward[0] = Op(f"{name}.q_k_v", "gemm", qkv.flops, qkv.bytes_moved, rows, e, e, 3, weights=3, bias=3 * e)
+            forward[0] = Op(f"{name}.q_k_v", "gemm", qkv.flops, qkv.bytes_moved, rows, e, e, 3, weights=3, bias=3 * e,
+                            op_class=proj_class)
         return self._layer(name, "attention", [x], out, forward, backward, saved,
                            frozenset({"batch", "heads", "sequence"}), saved_input=saved_input)
 
@@ -711,12 +753,22 @@ class NetBuilder:
         runs it in fp32), saves its fp32 output. Splittable over the classes too (``reduction``):
         the vocabulary-parallel cross-entropy of Megatron-LM (Shoeybi et al. 2019 Sec. 3), each
         device on its slice of the logits, per-token statistics all-reduced (priced by the
-        per-layer kind: simulator/strategies/per_layer/cost.py)."""
+        per-layer kind: simulator/strategies/per_layer/cost.py).
+
+        Under ``training.fused_cross_entropy`` (the shard's) the loss is one fused kernel that keeps the
+        16-bit logits and one fp32 log-sum-exp per row for its backward instead of the fp32 log-softmax
+        (flash-attn's Triton ``CrossEntropyLoss``; the decoder transformer's head counts the same 2 B per
+        logit, workloads/transformer_graph.py ``FUSED_LOGITS_BYTES_PER_ELEMENT``); its kernels' traffic is
+        left as it is (the field is memory only, as on decoder transformers)."""
         n = self.batch * logits.numel
         out = self._new((1,), name)
+        if self.shard is not None and self.shard.fused_cross_entropy:
+            saved = self._save(logits) + float(n // logits.shape[-1] * FP32_BYTES)
+        else:
+            saved = float(n * FP32_BYTES)
         return self._layer(name, "loss", [logits], out, [self._memory_op(f"{name}.log_softmax", n, 1, 1, FP32_BYTES)],
                            [self._memory_op(f"{name}.log_softmax.grad", n, 2, 1, FP32_BYTES)],
-                           float(n * FP32_BYTES), frozenset({"batch", "sequence", "reduction"}))
+                           saved, frozenset({"batch", "sequence", "reduction"}))
 
     def output(self) -> LayerGraph:
         """The graph built so far, checked, with autograd's gradient sums at its fan-outs

@@ -54,7 +54,7 @@ class NetworkSpec(BaseModel):
     def layer_graph(self, shard: ShardShape) -> LayerGraph:
         """The network's layers for ``shard.micro_batch`` samples at ``shard.precision``."""
         refuse_split(self.name, shard, tensor_parallel=True)
-        builder = NetBuilder(self.name, shard.micro_batch, shard.act_bytes, self.sample, self.seq_length)
+        builder = NetBuilder(self.name, shard.micro_batch, shard.act_bytes, self.sample, self.seq_length, shard)
         self._build(builder)
         return tensor_parallel_graph(builder.output(), shard.tp)
 

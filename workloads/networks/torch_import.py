@@ -10,7 +10,8 @@ Scenario syntax::
 
 Leaf modules mapped: Conv2d, ConvTranspose2d (stride = kernel), BatchNorm2d, LayerNorm, ReLU, ReLU6,
 GELU/SiLU/Tanh/Sigmoid/Hardswish/Hardsigmoid, MaxPool2d, AvgPool2d, AdaptiveAvgPool2d, Linear, Dropout, Flatten,
-Identity, MultiheadAttention (self-attention). Functions: residual adds (tensor + tensor, or a
+Identity, MultiheadAttention (self-attention: the fused scaled-dot-product kernel it calls, or under
+``training.attention: standard`` the math path with the scores materialised). Functions: residual adds (tensor + tensor, or a
 learned tensor such as position embeddings), ``torch.cat`` (a learned token before a sequence too),
 views (flatten, view, reshape, permute, transpose, contiguous, indexing; ``x[:, 0]`` keeps the
 whole storage alive), ReLU/GELU/tanh/sigmoid, pooling and dropout in functional form, a feature map
@@ -83,12 +84,12 @@ class TorchModelSpec(NetworkSpec):
         all with the same key, and its workers fork from the process that traced it (0.18 CPU-s a
         trace of ResNet-50, 7 ms a mapping)."""
         refuse_split(self.name, shard)
-        key = (self.trace_key(), self.name, shard.micro_batch, shard.act_bytes)
+        key = (self.trace_key(), self.name, shard.micro_batch, shard.act_bytes, shard.flash_attention)
         graph = _GRAPHS.get(key)
         if graph is None:
             traced = traced_module(self)
             sample = "image" if len(self.input_shape) == 3 else "sequence"
-            net = NetBuilder(self.name, shard.micro_batch, shard.act_bytes, sample, self.seq_length)
+            net = NetBuilder(self.name, shard.micro_batch, shard.act_bytes, sample, self.seq_length, shard)
             _Mapper(net, traced, _torch()).run()
             graph = _GRAPHS[key] = net.output()
         return graph

@@ -2,8 +2,14 @@
 ``vision_transformer.py`` builds them: a patch×patch/stride-patch convolution to the hidden size,
 the patches as tokens, a learned class token before them and learned position embeddings added;
 ``num_layers`` pre-norm encoder blocks (layer norm, ``nn.MultiheadAttention`` on the fused
-scaled-dot-product kernel, residual add, layer norm, MLP of two linears with GELU, residual add);
-a final layer norm and a linear head on the class token. Dropouts default to 0 (identity)."""
+scaled-dot-product kernel under ``training.attention: flash``, or with the scores materialised under
+``standard``, SDPA's math path; residual add, layer norm, MLP of two linears with GELU, residual add);
+a final layer norm and a linear head on the class token. Dropouts default to 0 (identity).
+
+Under ``precision: fp8`` the attention projections (``attention_proj``) and the MLP's two linears
+(``mlp``) run in FP8 where ``training.fp8_gemms`` names their class, priced as a decoder transformer's
+(workloads/graph.py ``Op.op_class``); the patch convolution stays in bf16 (no FP8 convolution is
+measured, and Transformer Engine runs none) and so does the classifier head (no class)."""
 
 from __future__ import annotations
 
@@ -48,11 +54,13 @@ class ViTSpec(NetworkSpec):
         x = net.dropout("encoder.dropout", net.add_parameter("encoder.pos_embedding", x), self.dropout)
         for i in range(self.num_layers):
             name = f"encoder.layers.{i}"
-            y = net.self_attention(f"{name}.self_attention", net.layernorm(f"{name}.ln_1", x), self.num_heads)
+            y = net.self_attention(f"{name}.self_attention", net.layernorm(f"{name}.ln_1", x), self.num_heads,
+                                   proj_class="attention_proj")
             x = net.add(f"{name}.add_1", net.dropout(f"{name}.dropout", y, self.dropout), x)
-            y = net.linear(f"{name}.mlp.0", net.layernorm(f"{name}.ln_2", x), self.mlp_dim)
+            y = net.linear(f"{name}.mlp.0", net.layernorm(f"{name}.ln_2", x), self.mlp_dim, op_class="mlp")
             y = net.dropout(f"{name}.mlp.2", net.activation(f"{name}.mlp.1", y, "gelu"), self.dropout)
-            y = net.dropout(f"{name}.mlp.4", net.linear(f"{name}.mlp.3", y, self.hidden_dim), self.dropout)
+            y = net.dropout(f"{name}.mlp.4", net.linear(f"{name}.mlp.3", y, self.hidden_dim, op_class="mlp"),
+                            self.dropout)
             x = net.add(f"{name}.add_2", x, y)
         x = net.select_token("class_token_out", net.layernorm("encoder.ln", x))
         net.linear("heads.head", x, self.num_classes)

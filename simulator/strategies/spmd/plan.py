@@ -430,7 +430,7 @@ class Planner:
         """The floor of an MoE layer's passes (forward, backward, recompute) on ``rank``: their isolated time
         plus ``moe_layer_fixed_us`` (a fixed time per MoE layer and micro-batch; simulator/cost/host_floor.py).
         0 for a dense layer or without the constant."""
-        if not self.moe_fixed_us or not any(gemm_class(op.name) == "experts" for op in self.layer_works[kind].forward):
+        if not self.moe_fixed_us or not any(gemm_class(op) == "experts" for op in self.layer_works[kind].forward):
             return 0.0
         return sum(sum(self.pass_cost_s(rank, ops)) for ops in passes) + self.moe_fixed_us * 1e-6
 
