@@ -76,7 +76,9 @@ def with_constants(case: ModernCase, constants: dict[str, Any] | None) -> dict[s
     becomes a plain mapping either way."""
     node = case.scenario["cluster"]["node"]
     if not constants and not isinstance(node, dict):
-        return case.scenario
+        # a copy: a caller that edits the mapping must not edit the case (tests/test_nemo_moe_audit.py set row 52's
+        # parallelism in place and the catalog-only nemo check run after it in the same process read pp 1, ep 16)
+        return copy.deepcopy(case.scenario)
     constants = constants or {}
     raw = copy.deepcopy(case.scenario)
     base, overrides = (node["base"], dict(node["overrides"])) if isinstance(node, dict) else (node, {})
