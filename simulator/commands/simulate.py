@@ -106,8 +106,14 @@ def run(args) -> int:
         result.extra["precision_priced"] = "bf16"
     if fields := network_fields_not_applied(scenario):  # a network's training fields not acted on as asked
         result.extra["training_fields_not_applied"] = fields
-    if messages["notes"]:
-        result.extra["notes"] = messages["notes"]
+    from simulator.strategies.registry import unread_layout_fields, unread_layout_note
+
+    notes = list(messages["notes"])
+    if unread := unread_layout_fields(scenario):  # layout fields the kind never reads (per_layer's pp): said
+        result.extra["unread_layout_fields"] = unread
+        notes.append(unread_layout_note(scenario, unread))
+    if notes:
+        result.extra["notes"] = notes
     if grouped := grouped_gemm_kernels(scenario):  # MoE experts: the grouped kernel per part, measured or assumed
         result.extra["grouped_gemm"] = grouped
     if scenario.frameworks:  # training.framework: the entry used, its factors and the rows they were fitted on

@@ -81,6 +81,7 @@ from __future__ import annotations
 import contextlib
 import copy
 import functools
+import json
 import math
 import os
 import sys
@@ -405,21 +406,10 @@ _CONSTRAINED_FIELD = {"tp_within_node": "tp", "max_tp": "tp", "max_pp": "pp", "m
                       "max_dp": "dp"}
 
 
-def kind_candidates(kind, config, base_par, space: SearchSpace, constraints: SearchConstraints,
-                    notes: list[str] | None = None) -> list[dict[str, Any]] | None:
-    """The candidate layouts of a strategy kind that reads only some of the search's fields
-    (``StrategyKind.searched_layout_fields``; None for a kind that reads them all: spmd's enumeration).
-
-    Every field the kind does not read is kept at the scenario's value: varying it would report copies
-    of one plan as distinct layouts (per_layer on VGG-16 listed 20 such rows, pp 4 and 8, micro-batches
-    2 to 32, all 11,809.8 samples/s). A ``--space`` listing another value for such a field, or a
-    ``--constraint`` on one (tp, pp, ep, dp), is refused naming it. A field the kind reads takes the
-    space's values where it lists them, else the scenario's; the candidates are their product, each
-    the scenario's whole ``parallelism`` with those fields set. ``notes`` gets one line saying so."""
-    if kind.searched_layout_fields is None:
-        return None
-    read = tuple(kind.searched_layout_fields(config))
-    own = base_par.model_dump()
+def _refuse_unread(kind, read: tuple[str, ...], own: dict[str, Any], space: SearchSpace,
+                   constraints: SearchConstraints, dp_read: bool) -> None:
+    """A ``--space`` listing another value for a field the kind does not read, or a ``--constraint`` on one
+    (tp, pp, ep; dp unless ``dp_read``), is refused naming it: every value would run the scenario's plan."""
     given = space.model_fields_set
     for name in SearchSpace.model_fields:
         values = getattr(space, name)
@@ -428,22 +418,87 @@ def kind_candidates(kind, config, base_par, space: SearchSpace, constraints: Sea
         raise ConfigError(f"--space {name}", f"strategy kind {kind.name} does not read parallelism.{name}: every "
                                              f"value runs the scenario's plan ({name} {own[name]!r}); it searches "
                                              f"{', '.join(read) or 'nothing'}")
-    for name in constraints.model_fields_set & set(_CONSTRAINED_FIELD):
+    for name in sorted(constraints.model_fields_set & set(_CONSTRAINED_FIELD)):
+        field = _CONSTRAINED_FIELD[name]
+        if field in read or (field == "dp" and dp_read):
+            continue
         raise ConfigError(f"--constraint {name}", f"strategy kind {kind.name} does not read parallelism."
-                                                  f"{_CONSTRAINED_FIELD[name]}: it limits nothing")
+                                                  f"{field}: it limits nothing")
+
+
+def _kind_note(kind, read: tuple[str, ...], layouts: int) -> str:
+    kept = [name for name in SearchSpace.model_fields if name not in read]
+    return (f"strategy kind {kind.name} reads {', '.join(read) or 'none'} of the search's layout fields; "
+            f"{', '.join(kept)} are kept at the scenario's values (they would run the same plan): "
+            f"{layouts} layout{'s' if layouts != 1 else ''}"
+            + (". Its per-layer splits are what `clustersim plan SCENARIO --planner pase|deeppool|adaptive` "
+               "searches" if kind.name == "per_layer" else ""))
+
+
+def kind_candidates(kind, config, base_par, space: SearchSpace, constraints: SearchConstraints,
+                    notes: list[str] | None = None) -> list[dict[str, Any]] | None:
+    """The candidate layouts of a strategy kind that reads only some of the search's fields
+    (``StrategyKind.searched_layout_fields``) and lays out its own GPUs or stages
+    (``derives_layout`` false); None for a kind that reads them all (spmd's enumeration) or whose read
+    fields are derived as spmd's are (:func:`fold_unread`).
+
+    Every field the kind does not read is kept at the scenario's value: varying it would report copies
+    of one plan as distinct layouts (per_layer on VGG-16 listed 20 such rows, pp 4 and 8, micro-batches
+    2 to 32, all 11,809.8 samples/s). A ``--space`` listing another value for such a field, or a
+    ``--constraint`` on one (tp, pp, ep, dp), is refused naming it. A field the kind reads takes the
+    space's values where it lists them, else the scenario's; the candidates are their product, each
+    the scenario's whole ``parallelism`` with those fields set. ``notes`` gets one line saying so."""
+    if kind.searched_layout_fields is None or kind.derives_layout:
+        return None
+    read = tuple(kind.searched_layout_fields(config))
+    own = base_par.model_dump()
+    _refuse_unread(kind, read, own, space, constraints, dp_read=False)
     out = [dict(own)]
     for name in read:
         values = getattr(space, name) if name in SearchSpace.model_fields else None
         if values:
             out = [{**cand, name: value} for cand in out for value in dict.fromkeys(values)]
     if notes is not None:
-        kept = [name for name in SearchSpace.model_fields if name not in read]
-        notes.append(f"strategy kind {kind.name} reads {', '.join(read) or 'none'} of the search's layout fields; "
-                     f"{', '.join(kept)} are kept at the scenario's values (they would run the same plan): "
-                     f"{len(out)} layout{'s' if len(out) != 1 else ''}"
-                     + (". Its per-layer splits are what `clustersim plan SCENARIO --planner pase|deeppool|adaptive` "
-                        "searches" if kind.name == "per_layer" else ""))
+        notes.append(_kind_note(kind, read, len(out)))
     return out
+
+
+def pinned_space(kind, config, base_par, space: SearchSpace, constraints: SearchConstraints) -> SearchSpace:
+    """For a kind that ``derives_layout``: the space with every field the kind does not read pinned to the
+    scenario's value (after refusing a ``--space`` or ``--constraint`` on one); the others as given or
+    derived as for spmd."""
+    read = tuple(kind.searched_layout_fields(config))
+    own = base_par.model_dump()
+    _refuse_unread(kind, read, own, space, constraints, dp_read=True)
+    return space.model_copy(update={name: [own[name]] for name in SearchSpace.model_fields if name not in read})
+
+
+def fold_unread(kind, config, base_par, candidates: list[dict[str, Any]],
+                notes: list[str] | None = None) -> list[dict[str, Any]]:
+    """spmd's candidates (:func:`enumerate_layouts` over :func:`pinned_space`) with every field the kind does
+    not read set to the scenario's value, copies dropped (the enumeration sets some fields itself: the
+    schedule 1f1b without a pipeline), in their order. ``notes`` gets one line saying so."""
+    read = set(kind.searched_layout_fields(config))
+    own = base_par.model_dump()
+    unread = {name: own[name] for name in SearchSpace.model_fields if name not in read}
+    seen: dict[str, dict[str, Any]] = {}
+    for cand in candidates:
+        folded = {**cand, **unread}
+        seen.setdefault(json.dumps(folded, sort_keys=True, default=str), folded)
+    out = list(seen.values())
+    if notes is not None:
+        notes.append(_kind_note(kind, tuple(kind.searched_layout_fields(config)), len(out)))
+    return out
+
+
+def _without_selective(space: SearchSpace, graph) -> SearchSpace:
+    """``space`` with recompute "selective" read as "none" where the graph has nothing to re-run selectively
+    (a CNN has no attention core)."""
+    if "selective" in space.recompute and not any(op.recompute_class in ("attention_core", "selective")
+                                                  for layer in graph.layers for op in layer.forward):
+        return space.model_copy(update={"recompute": list(dict.fromkeys(
+            "none" if r == "selective" else r for r in space.recompute))})
+    return space
 
 
 def prepare(source, overrides, num_gpus, space: SearchSpace, constraints: SearchConstraints,
@@ -480,16 +535,18 @@ def prepare(source, overrides, num_gpus, space: SearchSpace, constraints: Search
     scenario = build_scenario(probe)
     from simulator.strategies.registry import get_kind
 
-    own = kind_candidates(get_kind(scenario.strategy_kind), scenario.strategy, base_par, space, constraints, notes)
+    kind = get_kind(scenario.strategy_kind)
+    own = kind_candidates(kind, scenario.strategy, base_par,
+                          space if kind.searched_layout_fields is None or "recompute" not in
+                          kind.searched_layout_fields(scenario.strategy) else
+                          _without_selective(space, scenario.layer_graph()), constraints, notes)
     if own is not None:
         return raw, scenario, own
+    if kind.searched_layout_fields is not None:  # derives_layout: spmd's enumeration of the fields it reads
+        space = pinned_space(kind, scenario.strategy, base_par, space, constraints)
     graph = scenario.layer_graph()
     layers = len(graph.pipelined)  # what a pipeline splits (a transformer's blocks)
-    if "selective" in space.recompute and not any(op.recompute_class in ("attention_core", "selective")
-                                                  for layer in graph.layers for op in layer.forward):
-        # nothing to re-run selectively (a CNN has no attention core): "selective" is "none" here
-        space = space.model_copy(update={"recompute": list(dict.fromkeys(
-            "none" if r == "selective" else r for r in space.recompute))})
+    space = _without_selective(space, graph)
     # the NVLink reach (the node, or an NVL72 rack; on a mixed cluster the smallest group's)
     per_node, n = min(g.node.domain_gpus for g in scenario.groups), scenario.num_gpus
     # Everything of the scenario's layout that the search does not vary is kept (batch, buckets, overlap knobs).
@@ -497,8 +554,11 @@ def prepare(source, overrides, num_gpus, space: SearchSpace, constraints: Search
                 "sequence_parallel", "pp_split"}
     keep = {k: v for k, v in base_par.model_dump().items() if k not in searched}
     experts = scenario.model.moe.num_experts if getattr(scenario.model, "is_moe", False) else 0
-    return raw, scenario, enumerate_layouts(keep, n, layers, per_node, space, constraints, experts,
-                                            base_par.micro_batch_size, derived_splits(scenario, base_par))
+    candidates = enumerate_layouts(keep, n, layers, per_node, space, constraints, experts,
+                                   base_par.micro_batch_size, derived_splits(scenario, base_par))
+    if kind.searched_layout_fields is not None:
+        candidates = fold_unread(kind, scenario.strategy, base_par, candidates, notes)
+    return raw, scenario, candidates
 
 
 def search(

@@ -176,6 +176,15 @@ def memory_async_pipeline(scenario):
     return peak_stage(stages)
 
 
+#: The fields of ``clustersim search``'s space that change what async_pipeline simulates (``StrategyKind.searched_layout_fields``;
+#: tests/test_kind_layout_fields.py): its stages are priced by spmd's planner (passes, TP collectives), so those
+#: fields; not ``virtual_stages`` or ``zero_stage`` (refused unless 1 and 0), nor the overlap switches of the
+#: data-parallel and pipeline streams (``overlap_grad_reduce``, ``overlap_param_gather``, ``overlap_p2p_comm``): the
+#: kind builds its own weight-version updates and sends.
+ASYNC_PIPELINE_SEARCHED_FIELDS: tuple[str, ...] = ("tp", "pp", "cp", "ep", "micro_batch_size", "recompute",
+    "sequence_parallel", "schedule", "global_batch_size", "pp_split", "overlap_tp_grad_comm", "tp_comm_overlap")
+
+
 ASYNC_PIPELINE = register(StrategyKind(
     name="async_pipeline",
     config=AsyncPipelineConfig,
@@ -184,4 +193,6 @@ ASYNC_PIPELINE = register(StrategyKind(
     compile=compile_async_pipeline,
     memory=memory_async_pipeline,
     optimizer_fusion=("backward", "forward"),
+    searched_layout_fields=lambda config: ASYNC_PIPELINE_SEARCHED_FIELDS,
+    derives_layout=True,
 ))

@@ -185,6 +185,15 @@ def memory_cyclic_dp(scenario):
     return 0, delayed, [delayed]
 
 
+#: The fields of ``clustersim search``'s space that change what cyclic_dp simulates (``StrategyKind.searched_layout_fields``;
+#: tests/test_kind_layout_fields.py): a worker's passes are priced by spmd's planner, so those fields (``schedule``
+#: through spmd's memory model: GPipe holds every micro-batch's activations); not ``pp``, ``virtual_stages``,
+#: ``pp_split``, ``overlap_p2p_comm`` (no pipeline: pp is refused unless 1), ``zero_stage`` (refused unless 0),
+#: ``overlap_grad_reduce`` and ``overlap_param_gather`` (the kind builds its own delayed reduction).
+CYCLIC_DP_SEARCHED_FIELDS: tuple[str, ...] = ("tp", "cp", "ep", "micro_batch_size", "recompute", "sequence_parallel",
+    "schedule", "global_batch_size", "overlap_tp_grad_comm", "tp_comm_overlap")
+
+
 CYCLIC_DP = register(StrategyKind(
     name="cyclic_dp",
     config=CyclicDpConfig,
@@ -193,4 +202,6 @@ CYCLIC_DP = register(StrategyKind(
     compile=compile_cyclic_dp,
     memory=memory_cyclic_dp,
     optimizer_fusion=("backward", "forward"),
+    searched_layout_fields=lambda config: CYCLIC_DP_SEARCHED_FIELDS,
+    derives_layout=True,
 ))

@@ -566,6 +566,14 @@ def memory_mgrit(scenario):
     return peak_stage([rank_memory_mgrit(scenario, chain, r) for r in range(chain.ranks)])
 
 
+#: The fields of ``clustersim search``'s space that change what layer_parallel_mgrit simulates (``StrategyKind.searched_layout_fields``;
+#: tests/test_kind_layout_fields.py): the ranks (``pp``), the micro-batches and the recompute (chain_of,
+#: compile_mgrit, rank_memory_mgrit); tp, cp, ep, dp and ``virtual_stages`` are refused unless 1; ``zero_stage``,
+#: ``schedule``, ``pp_split``, ``sequence_parallel`` and the overlap switches are never read (the V-cycles are the
+#: schedule; state is whole per rank). ``search`` varies the ranks over ``--space pp=...`` (each needs its GPUs).
+LAYER_PARALLEL_MGRIT_SEARCHED_FIELDS: tuple[str, ...] = ("pp", "micro_batch_size", "global_batch_size", "recompute")
+
+
 LAYER_PARALLEL_MGRIT = register(StrategyKind(
     name="layer_parallel_mgrit",
     config=LayerParallelMgritConfig,
@@ -573,4 +581,6 @@ LAYER_PARALLEL_MGRIT = register(StrategyKind(
             "solved by MGRIT V-cycles (F/FCF relaxation, neighbour state exchange, serial coarse level)",
     compile=compile_mgrit,
     memory=memory_mgrit,
+    searched_layout_fields=lambda config: LAYER_PARALLEL_MGRIT_SEARCHED_FIELDS,
+    derives_layout=False,
 ))

@@ -231,6 +231,15 @@ def memory_local_learning(scenario):
     return peak_stage(stages)
 
 
+#: The fields of ``clustersim search``'s space that change what local_learning simulates (``StrategyKind.searched_layout_fields``;
+#: tests/test_kind_layout_fields.py): its groups are priced by spmd's planner (passes, TP collectives, ZeRO state), so
+#: those fields; not ``virtual_stages`` (refused unless 1), nor ``overlap_grad_reduce``, ``overlap_param_gather`` and
+#: ``overlap_p2p_comm``: the kind builds its own reductions and sends.
+LOCAL_LEARNING_SEARCHED_FIELDS: tuple[str, ...] = ("tp", "pp", "cp", "ep", "micro_batch_size", "zero_stage",
+    "recompute", "sequence_parallel", "schedule", "global_batch_size", "pp_split", "overlap_tp_grad_comm",
+    "tp_comm_overlap")
+
+
 LOCAL_LEARNING = register(StrategyKind(
     name="local_learning",
     config=LocalLearningConfig,
@@ -239,4 +248,6 @@ LOCAL_LEARNING = register(StrategyKind(
     compile=compile_local_learning,
     memory=memory_local_learning,
     optimizer_fusion=("backward", "forward"),
+    searched_layout_fields=lambda config: LOCAL_LEARNING_SEARCHED_FIELDS,
+    derives_layout=True,
 ))

@@ -195,6 +195,15 @@ def local_sgd_convergence_inputs(scenario) -> dict[str, float]:
     return {"local_steps": cfg.local_steps, "staleness_steps": float(cfg.overlap_inner_steps)}
 
 
+#: The fields of ``clustersim search``'s space that change what local_sgd simulates (``StrategyKind.searched_layout_fields``;
+#: tests/test_kind_layout_fields.py): each replica runs spmd's layout (its planner), so every field of it but:
+#: ``zero_stage`` and ``cp`` (refused unless 0 and 1), ``overlap_grad_reduce`` (no per-step gradient reduction:
+#: ``sync_gradients`` is off) and ``overlap_param_gather`` (spmd gathers weights only under ZeRO).
+LOCAL_SGD_SEARCHED_FIELDS: tuple[str, ...] = ("tp", "pp", "ep", "virtual_stages", "micro_batch_size", "recompute",
+    "sequence_parallel", "schedule", "global_batch_size", "pp_split", "overlap_tp_grad_comm", "overlap_p2p_comm",
+    "tp_comm_overlap")
+
+
 LOCAL_SGD = register(StrategyKind(
     name="local_sgd",
     config=LocalSgdConfig,
@@ -204,4 +213,6 @@ LOCAL_SGD = register(StrategyKind(
     memory=local_sgd_memory,
     optimizer_fusion=("backward", "forward"),
     convergence_inputs=local_sgd_convergence_inputs,
+    searched_layout_fields=lambda config: LOCAL_SGD_SEARCHED_FIELDS,
+    derives_layout=True,
 ))

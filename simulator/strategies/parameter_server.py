@@ -267,6 +267,15 @@ def parameter_server_convergence_inputs(scenario) -> dict[str, float]:
     return {"staleness_steps": 0.0 if scenario.strategy.mode == "sync" else (dp - 1) / dp}
 
 
+#: The fields of ``clustersim search``'s space that change what parameter_server simulates (``StrategyKind.searched_layout_fields``;
+#: tests/test_kind_layout_fields.py): each worker runs spmd's layout (its planner), so every field of it but:
+#: ``zero_stage`` and ``cp`` (refused unless 0 and 1), ``overlap_grad_reduce`` (the push to the servers replaces the
+#: gradient all-reduce: ``sync_gradients`` is off) and ``overlap_param_gather`` (spmd gathers weights only under ZeRO).
+PARAMETER_SERVER_SEARCHED_FIELDS: tuple[str, ...] = ("tp", "pp", "ep", "virtual_stages", "micro_batch_size",
+    "recompute", "sequence_parallel", "schedule", "global_batch_size", "pp_split", "overlap_tp_grad_comm",
+    "overlap_p2p_comm", "tp_comm_overlap")
+
+
 PARAMETER_SERVER = register(StrategyKind(
     name="parameter_server",
     config=ParameterServerConfig,
@@ -275,6 +284,8 @@ PARAMETER_SERVER = register(StrategyKind(
     compile=compile_parameter_server,
     memory=parameter_server_memory,
     convergence_inputs=parameter_server_convergence_inputs,
+    searched_layout_fields=lambda config: PARAMETER_SERVER_SEARCHED_FIELDS,
+    derives_layout=True,
 ))
 
 

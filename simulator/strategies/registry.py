@@ -69,7 +69,14 @@ class StrategyKind:
     (:class:`simulator.explore.search.SearchSpace`) that change what the kind simulates; ``search`` keeps
     every other at the scenario's value (one layout, not copies of it under other names) and refuses a
     ``--space`` that lists other values for one (simulator/explore/search.py, :func:`kind_space`); absent:
-    every field (the kind runs spmd's layout)."""
+    every field (the kind runs spmd's layout). Each kind's declaration is checked by
+    tests/test_kind_layout_fields.py: changing a field it leaves out keeps the step and peak bit-identical.
+    ``derives_layout``: with ``searched_layout_fields``, whether ``search`` derives the values of the read
+    fields as it does for spmd (tp, pp, dp from the GPUs, micro-batches from the batch:
+    :func:`simulator.explore.search.enumerate_layouts`) and folds the rest onto the scenario's values (a kind
+    that runs spmd's layout inside: local SGD, a parameter server, an asynchronous pipeline); False: the
+    scenario's layout with the read fields over ``--space`` lists alone (a kind whose GPUs or stages its own
+    block lays out: per_layer, DAPPLE's stages, MGRIT's ranks, SWARM's pools)."""
 
     name: str
     config: type[BaseModel]
@@ -81,6 +88,42 @@ class StrategyKind:
     layout_gpus: Callable[[BaseModel, Any, int], int] | None = None
     optimizer_fusion: tuple[str, ...] = ()  # the training.optimizer_fusion modes the kind models; others refused
     searched_layout_fields: Callable[[BaseModel], tuple[str, ...]] | None = None  # None: all of search's space
+    derives_layout: bool = False  # search derives the read fields' values as for spmd (True) or takes --space's
+
+
+#: The layout fields ``clustersim search`` varies (:class:`simulator.explore.search.SearchSpace`'s fields;
+#: tests/test_kind_layout_fields.py checks they are the same), named here so that ``simulate`` can say which
+#: of them a kind leaves unread without importing the search.
+SEARCHED_LAYOUT_FIELDS: tuple[str, ...] = (
+    "tp", "pp", "cp", "ep", "virtual_stages", "micro_batch_size", "zero_stage", "recompute", "sequence_parallel",
+    "schedule", "global_batch_size", "pp_split", "overlap_grad_reduce", "overlap_param_gather",
+    "overlap_tp_grad_comm", "overlap_p2p_comm", "tp_comm_overlap")
+
+
+def unread_layout_fields(scenario) -> dict[str, Any]:
+    """The fields of ``scenario.parallelism`` among :data:`SEARCHED_LAYOUT_FIELDS` that its strategy kind
+    does not read (``StrategyKind.searched_layout_fields``) and that differ from the layout's default: field ->
+    value. The run is the same whatever their values (tests/test_kind_layout_fields.py), so ``simulate`` names
+    them in a NOTE rather than refusing them (three per_layer examples state a ``micro_batch_size``). Empty for
+    a kind that reads every field (spmd)."""
+    kind = get_kind(scenario.strategy_kind)
+    if kind.searched_layout_fields is None:
+        return {}
+    read = set(kind.searched_layout_fields(scenario.strategy))
+    par = scenario.parallelism
+    fields = type(par).model_fields
+    return {name: getattr(par, name) for name in SEARCHED_LAYOUT_FIELDS
+            if name not in read and getattr(par, name) != fields[name].default}
+
+
+def unread_layout_note(scenario, unread: dict[str, Any]) -> str:
+    """The NOTE ``simulate`` prints for :func:`unread_layout_fields`' result."""
+    kind = get_kind(scenario.strategy_kind)
+    read = kind.searched_layout_fields(scenario.strategy) if kind.searched_layout_fields else ()
+    given = ", ".join(f"parallelism.{name} ({value})" for name, value in unread.items())
+    return (f"strategy kind {kind.name} does not read {given}: the run is the same whatever "
+            f"{'its value' if len(unread) == 1 else 'their values'} (of the layout it reads "
+            f"{', '.join(read) or 'nothing'})")
 
 
 _KINDS: dict[str, StrategyKind] = {}

@@ -459,6 +459,13 @@ def memory_replicated_pipeline(scenario):
     return peak_stage([stage_memory(prices, i) for i in range(len(cfg.stages))])
 
 
+#: The fields of ``clustersim search``'s space that change what replicated_pipeline simulates (``StrategyKind.searched_layout_fields``;
+#: tests/test_kind_layout_fields.py): the batch, ZeRO-1 over a stage's replicas and the overlap of the replicas'
+#: all-reduce; its stages, replicas and micro-batches are the strategy block's (tp, pp, cp refused unless 1;
+#: ``micro_batch_size`` and ``schedule`` not read; recompute refused).
+REPLICATED_PIPELINE_SEARCHED_FIELDS: tuple[str, ...] = ("global_batch_size", "zero_stage", "overlap_grad_reduce")
+
+
 REPLICATED_PIPELINE = register(StrategyKind(
     name="replicated_pipeline",
     config=ReplicatedPipelineConfig,
@@ -469,4 +476,6 @@ REPLICATED_PIPELINE = register(StrategyKind(
     # the stages' replicas are the kind's own data parallelism (it checks its own batch divisibility);
     # parallelism: lays out only tp x cp x pp, so dp: auto is 1 and a batch of 2 on 8 GPUs is not refused
     layout_gpus=lambda config, parallelism, num_gpus: parallelism.tp * parallelism.cp * parallelism.pp,
+    searched_layout_fields=lambda config: REPLICATED_PIPELINE_SEARCHED_FIELDS,
+    derives_layout=False,
 ))

@@ -633,6 +633,14 @@ def step_flops_subnetwork_dp(scenario) -> ModelFlops:
     return ModelFlops(model, model * (1 + again / full) if full else model)
 
 
+#: The fields of ``clustersim search``'s space that change what subnetwork_dp simulates (``StrategyKind.searched_layout_fields``;
+#: tests/test_kind_layout_fields.py): a worker is data parallelism's (tp, pp, cp and ep refused unless 1,
+#: ``zero_stage`` unless 0), so the batch, its micro-batches, the recompute and ``schedule`` (through spmd's memory
+#: model beside the masked one: GPipe holds every micro-batch's activations); not the TP switches (no TP), nor the
+#: overlap switches: the kind builds its own per-block reductions.
+SUBNETWORK_DP_SEARCHED_FIELDS: tuple[str, ...] = ("micro_batch_size", "recompute", "schedule", "global_batch_size")
+
+
 SUBNETWORK_DP = register(StrategyKind(
     name="subnetwork_dp",
     config=SubnetworkDpConfig,
@@ -641,4 +649,6 @@ SUBNETWORK_DP = register(StrategyKind(
     compile=compile_subnetwork_dp,
     memory=memory_subnetwork_dp,
     step_flops=step_flops_subnetwork_dp,
+    searched_layout_fields=lambda config: SUBNETWORK_DP_SEARCHED_FIELDS,
+    derives_layout=True,
 ))

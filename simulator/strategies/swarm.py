@@ -491,6 +491,14 @@ def swarm_layout_gpus(config: SwarmConfig, parallelism, num_gpus: int) -> int:
     return parallelism.tp * parallelism.cp * parallelism.pp
 
 
+#: The fields of ``clustersim search``'s space that change what swarm simulates (``StrategyKind.searched_layout_fields``;
+#: tests/test_kind_layout_fields.py): the stages (``pp``, with one pool per stage in the strategy block), their cut
+#: (``pp_split``), the micro-batch, the batch and the recompute; tp, cp, ep, ``virtual_stages`` and ``zero_stage`` are
+#: refused unless 1 and 0; ``schedule`` is set to GPipe for the prices and the memory (_pricing_scenario,
+#: swarm_memory); the overlap switches are not read (the dispatcher builds its own sends and averaging).
+SWARM_SEARCHED_FIELDS: tuple[str, ...] = ("pp", "micro_batch_size", "global_batch_size", "recompute", "pp_split")
+
+
 SWARM = register(StrategyKind(
     name="swarm",
     config=SwarmConfig,
@@ -500,4 +508,6 @@ SWARM = register(StrategyKind(
     compile=compile_swarm,
     memory=swarm_memory,
     layout_gpus=swarm_layout_gpus,
+    searched_layout_fields=lambda config: SWARM_SEARCHED_FIELDS,
+    derives_layout=False,
 ))
