@@ -10,8 +10,9 @@ timed, 5 distinct), and ``simulate`` accepted and ignored them without a word (p
 2. search keeps the unread fields at the scenario's values (the rows are distinct plans) and derives the
    read ones as for spmd where the kind runs spmd's layout inside (``derives_layout``);
 3. ``simulate`` names the unread fields that differ from the default in a NOTE (and ``--json``);
-4. search's step-time lower bound is spmd's layout's and is no bound on the other kinds (above the simulated
-   step of DAPPLE, per_layer, async pipelines, local learning, ...): it is 0 for them.
+4. search's step-time lower bound is spmd's layout's and is no bound on most other kinds (above the simulated
+   step of DAPPLE, per_layer, async pipelines, local learning, ...): it is 0 for them; local SGD and the
+   parameter server, which run spmd's passes in spmd's schedule, are bounded by spmd's pipeline chain.
 """
 
 from __future__ import annotations
@@ -274,8 +275,27 @@ def test_spmds_bound_is_no_bound_on_other_kinds_so_search_uses_none(name):
     raw = absolutize(raw, base)
     sc = build_scenario(copy.deepcopy(raw))
     assert step_lower_bound_s(sc) > simulate(sc).step_time_s
-    checked = check_layout(raw, None, True, True)
-    assert checked["bound_s"] == 0.0
+    assert check_layout(raw, None, True, True)["bound_s"] == 0.0
+
+
+@pytest.mark.parametrize("name", ["llama3-8b-diloco-h100.yaml", "gpt3-xl-parameter-server-v100.yaml"])
+def test_local_sgd_and_the_parameter_server_are_bounded_by_spmds_chain(name):
+    """Their steps run spmd's passes in spmd's schedule: spmd's pipeline chain (the bound without the step's
+    tail) stays below their step on the example and on random layouts of its search (30 each when measured:
+    at most 0.997 and 0.999 of the step), so their searches still prune (DiLoCo: 992 layouts fit)."""
+    import random
+
+    from simulator.explore.checks import kind_step_bound_s
+    from simulator.explore.search import prepare
+
+    rows = search(str(EX / name), workers=1, simulate=False)
+    fitting = [r["parallelism"] for r in rows if r.get("fits")]
+    raw, _, _ = prepare(str(EX / name), [], None, SearchSpace(), SearchConstraints())
+    for par in random.Random(5).sample(fitting, 4):
+        point = {**copy.deepcopy(raw), "parallelism": par}
+        sc = build_scenario(copy.deepcopy(point))
+        bound = kind_step_bound_s(sc, point)
+        assert 0 < bound <= simulate(sc).step_time_s, par
 
 
 def test_spmd_keeps_its_bound():

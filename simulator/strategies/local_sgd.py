@@ -215,4 +215,5 @@ LOCAL_SGD = register(StrategyKind(
     convergence_inputs=local_sgd_convergence_inputs,
     searched_layout_fields=lambda config: LOCAL_SGD_SEARCHED_FIELDS,
     derives_layout=True,
+    spmd_chain_bound=True,
 ))

@@ -286,6 +286,7 @@ PARAMETER_SERVER = register(StrategyKind(
     convergence_inputs=parameter_server_convergence_inputs,
     searched_layout_fields=lambda config: PARAMETER_SERVER_SEARCHED_FIELDS,
     derives_layout=True,
+    spmd_chain_bound=True,
 ))
 
 

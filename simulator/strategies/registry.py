@@ -76,7 +76,12 @@ class StrategyKind:
     :func:`simulator.explore.search.enumerate_layouts`) and folds the rest onto the scenario's values (a kind
     that runs spmd's layout inside: local SGD, a parameter server, an asynchronous pipeline); False: the
     scenario's layout with the read fields over ``--space`` lists alone (a kind whose GPUs or stages its own
-    block lays out: per_layer, DAPPLE's stages, MGRIT's ranks, SWARM's pools)."""
+    block lays out: per_layer, DAPPLE's stages, MGRIT's ranks, SWARM's pools).
+    ``spmd_chain_bound``: whether ``search`` may prune the kind's layouts by spmd's pipeline chain (the
+    step-time bound without the step's tail: simulator/explore/checks.py), for a kind whose every step runs
+    spmd's passes in spmd's schedule on spmd's planner (local SGD's inner steps, a parameter server's
+    workers); otherwise no bound (every feasible layout timed): spmd's bound is above the simulated step of
+    most other kinds' examples."""
 
     name: str
     config: type[BaseModel]
@@ -89,6 +94,7 @@ class StrategyKind:
     optimizer_fusion: tuple[str, ...] = ()  # the training.optimizer_fusion modes the kind models; others refused
     searched_layout_fields: Callable[[BaseModel], tuple[str, ...]] | None = None  # None: all of search's space
     derives_layout: bool = False  # search derives the read fields' values as for spmd (True) or takes --space's
+    spmd_chain_bound: bool = False  # search may bound the step by spmd's pipeline chain (simulator/explore/checks.py)
 
 
 #: The layout fields ``clustersim search`` varies (:class:`simulator.explore.search.SearchSpace`'s fields;
