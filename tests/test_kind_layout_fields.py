@@ -90,7 +90,6 @@ EVIDENCE = {
               },
     "subnetwork_dp": {"micro_batch_size": ({}, {"parallelism.micro_batch_size": 1}),
                       "recompute": ({}, {"parallelism.recompute": "full"}),
-                      "schedule": ({}, {"parallelism.schedule": "gpipe"}),
                       "global_batch_size": ({}, {"parallelism.global_batch_size": 64})},
 }
 _SPMD_INSIDE = {  # the kinds that run spmd's layout inside: the same evidence shapes

@@ -635,10 +635,10 @@ def step_flops_subnetwork_dp(scenario) -> ModelFlops:
 
 #: The fields of ``clustersim search``'s space that change what subnetwork_dp simulates (``StrategyKind.searched_layout_fields``;
 #: tests/test_kind_layout_fields.py): a worker is data parallelism's (tp, pp, cp and ep refused unless 1,
-#: ``zero_stage`` unless 0), so the batch, its micro-batches, the recompute and ``schedule`` (through spmd's memory
-#: model beside the masked one: GPipe holds every micro-batch's activations); not the TP switches (no TP), nor the
-#: overlap switches: the kind builds its own per-block reductions.
-SUBNETWORK_DP_SEARCHED_FIELDS: tuple[str, ...] = ("micro_batch_size", "recompute", "schedule", "global_batch_size")
+#: ``zero_stage`` unless 0), so the batch, its micro-batches and the recompute; not ``schedule`` (a worker runs one
+#: micro-batch at a time whatever it says), nor the TP switches (no TP), nor the overlap switches: the kind builds
+#: its own per-block reductions.
+SUBNETWORK_DP_SEARCHED_FIELDS: tuple[str, ...] = ("micro_batch_size", "recompute", "global_batch_size")
 
 
 SUBNETWORK_DP = register(StrategyKind(
