@@ -17,6 +17,7 @@ from simulator.cost.calibration import (
     build_profile,
     error_summary,
     fit_alpha_beta,
+    gemm_speed_dips,
     load_profile_specs,
     predict_runs,
     read_microbench,
@@ -333,7 +334,8 @@ def test_calibrate_and_validate_runs_cli_on_recorded_files(tmp_path, capsys):
     folder = synthetic_microbench(tmp_path / "m")
     out = tmp_path / "profile.yaml"
     assert main(["calibrate", "--from", str(folder), "--out", str(out)]) == 0
-    assert "all_reduce" in capsys.readouterr().out
+    captured = capsys.readouterr()
+    assert "all_reduce" in captured.out and "WARNING" not in captured.err  # a steady sweep: nothing flagged
     assert yaml.safe_load(out.read_text())["node"]["intra_node"]["kind"] == "shm"
     runs = _runs_doc(tmp_path / "r")
     png = tmp_path / "vr.png"
@@ -445,3 +447,36 @@ def test_optimizer_step_time_uses_the_optimizer_efficiency_when_given():
     tuned = ComputeModel(accelerator(optimizer_efficiency=0.5), "fp32")
     assert tuned.optimizer_step_s(params, per_param) == pytest.approx(0.064 + 10e-6)
     assert tuned.add_into_s(1e9) == pytest.approx(3e9 / 20e9 + 10e-6)  # other memory-bound kernels unchanged
+
+
+def test_a_large_gemm_slower_than_a_smaller_one_is_flagged():
+    """Efficiency rises with GEMM size until it saturates; a large shape below 70% of a smaller one's says the
+    host slowed during the sweep (session 9: 1024^3 at 0.48 of peak after 512^3 at 0.98, both ranks)."""
+    steady = [{"gflop": 0.0005, "efficiency": 0.6}, {"gflop": 0.27, "efficiency": 0.9},
+              {"gflop": 2.1, "efficiency": 0.85}, {"gflop": 4.3, "efficiency": 0.99}]
+    assert gemm_speed_dips(steady) == []  # a 6% dip is a shape's own wave quantisation, not flagged
+    slowed = [{"gflop": 0.0005, "efficiency": 0.6}, {"gflop": 0.27, "efficiency": 0.977},
+              {"gflop": 1.07, "efficiency": 0.482}, {"gflop": 4.3, "efficiency": 0.7}]
+    dips = gemm_speed_dips(slowed)
+    assert len(dips) == 1 and dips[0].startswith("1.07 GFLOP at efficiency 0.482") and "0.977" in dips[0]
+    assert len(gemm_speed_dips(list(reversed(slowed)))) == 1  # read in size order whatever the list's order
+
+
+def test_calibrate_warns_on_stderr_when_the_sweep_slowed(tmp_path, capsys):
+    folder = synthetic_microbench(tmp_path / "m")
+    gemm = folder / "microbench" / "gemm.csv" if (folder / "microbench").is_dir() else folder / "gemm.csv"
+    rows = list(csv.DictReader(gemm.open()))
+    largest = max((r for r in rows if r.get("kind", "mm") == "mm"),
+                  key=lambda r: int(r["m"]) * int(r["n"]) * int(r["k"]))
+    shape = (largest["m"], largest["n"], largest["k"])
+    for r in rows:  # the largest shape measured at a third of its speed on every rank
+        if (r["m"], r["n"], r["k"]) == shape and r.get("kind", "mm") == "mm":
+            r["median_s"] = str(3 * float(r["median_s"]))
+    with gemm.open("w", newline="") as f:
+        writer = csv.DictWriter(f, fieldnames=list(rows[0]))
+        writer.writeheader()
+        writer.writerows(rows)
+    assert main(["calibrate", "--from", str(folder), "--out", str(tmp_path / "p.yaml"), "--json"]) == 0
+    captured = capsys.readouterr()
+    json.loads(captured.out)  # --json stays one document
+    assert captured.err.startswith("WARNING: 1 GEMM size(s) ran markedly slower than a smaller GEMM")

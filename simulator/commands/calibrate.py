@@ -9,6 +9,7 @@ Training runs are never used here (``clustersim validate-runs`` checks against t
 from __future__ import annotations
 
 import os
+import sys
 from pathlib import Path
 
 from simulator.errors import ConfigError
@@ -72,6 +73,13 @@ def run(args) -> int:
     validate_profile(profile)
     out = Path(args.out) if args.out else (Path(folder) / "profile.yaml")
     write_profile(profile, out)
+    from simulator.cost.calibration import gemm_speed_dips
+
+    dips = gemm_speed_dips(profile["node"]["accelerator"]["efficiency"]["gemm_curve"])
+    if dips:  # stderr, so that --json stays one JSON document
+        print(f"WARNING: {len(dips)} GEMM size(s) ran markedly slower than a smaller GEMM of the same sweep "
+              f"({'; '.join(dips)}): the machine's speed likely changed while measuring (other work, throttling); "
+              "the profile keeps these rows - measure again on a quiet machine", file=sys.stderr)
     if args.json:
         print(json.dumps(profile, indent=2))
         return 0

@@ -384,6 +384,31 @@ def fit_compute(data: dict[str, Any], file_label: str) -> tuple[dict[str, float]
     return peaks, efficiency, notes
 
 
+#: a GEMM measured below this share of the best efficiency of any smaller GEMM in the same sweep is flagged
+SLOWER_THAN_SMALLER = 0.7
+
+
+def gemm_speed_dips(curve: list[dict[str, float]], share: float = SLOWER_THAN_SMALLER) -> list[str]:
+    """Sizes of a fitted ``gemm_curve`` that ran markedly slower than a smaller GEMM of the same sweep.
+
+    A GEMM's efficiency rises with its size until it saturates (more tiles per core to hide latency; the
+    curve this module fits assumes it), so a large shape measured below ``share`` of a smaller shape's
+    efficiency says the host's speed changed during the sweep rather than anything about the kernel: on a
+    2-vCPU VM (session 9, two back-to-back `python -m validation.harness` runs) the second sweep measured
+    the 1024^3 fp32 GEMM at 0.088 TFLOP/s on both ranks where the first had 0.171, while 512^3 stayed at
+    0.146-0.164; the profile it gave predicted every training run 14-39% slow. The calibration keeps the rows
+    (nothing here is refitted); ``clustersim calibrate`` prints the lines so the user measures again."""
+    dips = []
+    best_below = 0.0
+    for point in sorted(curve, key=lambda p: p["gflop"]):
+        eff = float(point["efficiency"])
+        if best_below > 0 and eff < share * best_below:
+            dips.append(f"{point['gflop']:g} GFLOP at efficiency {eff:.3f}, below {share:.0%} of a smaller "
+                        f"GEMM's {best_below:.3f}")
+        best_below = max(best_below, eff)
+    return dips
+
+
 def fit_collectives(data: dict[str, Any], file_label: str) -> dict[str, dict[str, Any]]:
     rows = data.get("collectives") or []
     out: dict[str, dict[str, Any]] = {}
