@@ -110,12 +110,17 @@ def _cache_row(name: str, line: str, o) -> dict:
             "fits": int(bool(o.fits))}
 
 
-def write_cache(rows: list[dict], path: Path = CACHE) -> Path:
+def write_csv(rows: list[dict], fields: list[str] | tuple[str, ...], path: Path) -> Path:
+    """``rows`` as a CSV with ``fields`` as its header (LF line ends: the files are committed and diffed)."""
     with path.open("w", newline="") as f:
-        writer = csv.DictWriter(f, fieldnames=CACHE_FIELDS, lineterminator="\n")
+        writer = csv.DictWriter(f, fieldnames=list(fields), lineterminator="\n")
         writer.writeheader()
         writer.writerows(rows)
     return path
+
+
+def write_cache(rows: list[dict], path: Path = CACHE) -> Path:
+    return write_csv(rows, CACHE_FIELDS, path)
 
 
 def load_cache(path: Path = CACHE) -> list[dict]:

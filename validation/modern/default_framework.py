@@ -29,7 +29,6 @@ compares it with the rows its own catalog-only runs compute, so it cannot go sta
 from __future__ import annotations
 
 import argparse
-import csv
 import sys
 from pathlib import Path
 
@@ -92,11 +91,9 @@ def catalog_only_lines(workers: int | None = 2) -> list[dict]:
 
 
 def write(lines: list[dict], path: Path = SHIPPED) -> Path:
-    with path.open("w", newline="") as f:
-        writer = csv.DictWriter(f, fieldnames=FIELDS, lineterminator="\n")
-        writer.writeheader()
-        writer.writerows(lines)
-    return path
+    from validation.modern.by_accelerator import write_csv
+
+    return write_csv(lines, FIELDS, path)
 
 
 def stale_lines(name: str, current: list[tuple[int, float | None, bool]], path: Path = SHIPPED) -> list[str]:
