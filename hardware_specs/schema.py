@@ -255,8 +255,8 @@ class GroupedGemmEfficiency(Spec):
     layout, column-wise casts for the weight gradient and group padding included). Kernel-library specific:
     an entry applies to the frameworks in ``frameworks`` only (``training.framework``); the others run their
     experts as dense GEMMs of the group's shape. Fitted on the fit half of a microbenchmark's grouped rows
-    (validation/calibrate_microbench.py ``fit_grouped``), or carried from the part and recipe they were measured
-    on by that module's ``GROUPED_CARRY_RULE`` (``fitted_on`` marked "(derived by rule from ...)")."""
+    (validation/calibrate_microbench.py ``fit_grouped``), or carried from the recipe they were measured in on the
+    same die by that module's ``GROUPED_CARRY_RULE`` (``fitted_on`` marked "(derived by rule from ...)")."""
 
     level: float = Field(gt=0, le=2, description="grouped kernel rate / dense curve rate at one group's shape")
     per_group_us: NonNegativeFloat = Field(default=0.0, description="scheduling cost per group")
@@ -355,6 +355,12 @@ class ComputeEfficiency(Spec):
         description="MoE expert GEMMs run as one grouped kernel, per GEMM curve key (bf16, mxfp8, ...), for the "
                     "frameworks that run that kernel; a key not listed prices the experts as dense GEMMs of a "
                     "group's shape")
+    grouped_gemm_not_carried: dict[str, str] = Field(
+        default_factory=dict,
+        description="per training.framework whose grouped kernel was measured on another die and is deliberately "
+                    "not carried to this one: why (its experts run as dense GEMMs of a group's shape, assumed; "
+                    "clustersim simulate prints the reason beside the grouped-GEMM line: "
+                    "simulator/cost/provenance.py grouped_gemm_kernels)")
     memory_bound_efficiency: float = Field(gt=0, le=1)
     memory_bound_efficiency_source: str | None = None
     memory_kernels: MemoryKernelEfficiency | None = Field(

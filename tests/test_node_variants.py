@@ -51,14 +51,18 @@ def test_inline_variant_in_cluster_node_merges_nested_values_key_by_key():
     assert sc.node.intra_node.latency_us == 4
     assert sc.node.intra_node.bandwidth_per_gpu_gb_per_s == base.intra_node.bandwidth_per_gpu_gb_per_s
     assert sc.accelerator.hbm_gib == 96 and sc.accelerator.name == "h100-sxm-80g"
-    # the variant keeps the part's efficiencies; the scenario then keeps the grouped-GEMM kernels of its own
-    # framework only (simulator/scenario.py with_grouped_gemm_kernels: H100's are torchtitan's, this run names none)
+    # the variant keeps the part's efficiencies (H100's: no grouped kernel, and why torchtitan's is not carried)
     catalog = ACCELERATORS.get("h100-sxm-80g").efficiency
-    assert catalog.grouped_gemm and not sc.accelerator.efficiency.grouped_gemm
-    assert sc.accelerator.efficiency.model_dump(exclude={"grouped_gemm"}) == catalog.model_dump(exclude={"grouped_gemm"})
-    torchtitan = load_scenario(_scenario({"base": "dgx-h100", "overrides": {"accelerator": {"hbm_gib": 96}}})
-                               | {"training": {"precision": "bf16", "framework": "torchtitan"}})
-    assert torchtitan.accelerator.efficiency.grouped_gemm == catalog.grouped_gemm
+    assert sc.accelerator.efficiency == catalog and catalog.grouped_gemm_not_carried
+    # the scenario then keeps the grouped-GEMM kernels of its own framework only (simulator/scenario.py
+    # with_grouped_gemm_kernels: B200's are torchtitan's; this run names none)
+    b200 = ACCELERATORS.get("b200").efficiency
+    variant = {"base": "dgx-b200", "overrides": {"accelerator": {"hbm_gib": 96}}}
+    plain = load_scenario(_scenario(variant))
+    assert b200.grouped_gemm and not plain.accelerator.efficiency.grouped_gemm
+    assert plain.accelerator.efficiency.model_dump(exclude={"grouped_gemm"}) == b200.model_dump(exclude={"grouped_gemm"})
+    torchtitan = load_scenario(_scenario(variant) | {"training": {"precision": "bf16", "framework": "torchtitan"}})
+    assert torchtitan.accelerator.efficiency.grouped_gemm == b200.grouped_gemm
 
 
 @pytest.mark.parametrize(("node", "field", "words"), [

@@ -31,16 +31,18 @@ Flags (the exit code is 1 when any is raised):
 in BF16, per-tensor FP8 and MXFP8 (over H100's FP8: judged as the FP8 ratio times the part's own MXFP8-over-FP8
 gain, which the recipes' quantisation bytes bound), whose expert GEMMs run ``torch._grouped_mm`` / ``torch._scaled_grouped_mm``
 (torchao's MXFP8 and FP8 MoE path). Those kernels were measured on B200 only (torchao's benchmark,
-gemm_microbench.csv rows 57-75: bf16 at 0.37 of the dense curve at a group's shape; B300/GB200/GB300 carry it);
-H100 carries the same level over its own dense curve by a stated rule (*derived*,
-validation/calibrate_microbench.py ``GROUPED_CARRY_RULE``: the level is the library's; no H100 row), so the
-ratio a user gets sets the same kernel against itself. Each ratio is judged against the parts' ratios
-(``parts_min``: the GEMM, attention, HBM, NVLink all-reduce and copy ratios the experts' all-to-alls and the
-gradients ride on, ÷ 1.05; ``parts_max``: the GEMM, attention and HBM ratios of the precision, × 1.05) and flagged
-(``FLAG ratio<parts`` / ``ratio>parts``) when out of them. A comparison whose grouped kernel is priced from rows on
-one part and assumed (dense) on the other is not like for like and is flagged too (``FLAG measured-vs-assumed``):
-no such pair is left among these parts; it guards the rule. Beside each stands ``ratio_both_dense``: both parts'
-experts as dense GEMMs (the reading if ``torch._grouped_mm`` ran at its dense level on both), a bracket, not judged.
+gemm_microbench.csv rows 57-75: bf16 at 0.37 of the dense curve at a group's shape; B300/GB200/GB300 carry it;
+per-tensor FP8 carries the MXFP8 path by validation/calibrate_microbench.py ``GROUPED_CARRY_RULE``). H100 does not
+carry them (``grouped_not_carried``: PyTorch's grouped GEMM is a per-architecture build, and B200's 0.37 with one
+group is its sm100 build's): its experts are dense GEMMs, *assumed*. Each ratio whose grouped kernel is priced from
+rows on both parts, or assumed on both, is judged against the parts' ratios (``parts_min``: the GEMM, attention,
+HBM, NVLink all-reduce and copy ratios the experts' all-to-alls and the gradients ride on, ÷ 1.05; ``parts_max``:
+the GEMM, attention and HBM ratios of the precision, × 1.05) and flagged (``FLAG ratio<parts`` / ``ratio>parts``)
+when out of them. A comparison whose grouped kernel is priced from rows on one part and assumed (dense) on the
+other is **not judged** (``NOT JUDGED (evidence asymmetric: one side measured, one assumed)``): neither a pass
+nor a failure, and no exit 1 on its account; an MXFP8 row's own recipe gain (the part against itself) is still
+judged. Beside each stands ``ratio_both_dense``: both parts' experts as dense GEMMs (the reading if
+``torch._grouped_mm`` ran at its dense level on both), a bracket, not judged.
 
 ``python -m validation.blackwell_sanity`` prints the tables (``--json`` for the rows).
 """
@@ -322,21 +324,30 @@ def _out_of_parts(ratio: float | None, low: float, high: float) -> str:
     return ""
 
 
+#: the verdict of a comparison that sets a kernel priced from rows on one part against an assumed one on the other
+NOT_JUDGED = "NOT JUDGED (evidence asymmetric: one side measured, one assumed)"
+
+
 def _titan_verdict(row: dict) -> str:
-    """``consistent`` or ``FLAG <kind>``: ``measured-vs-assumed`` where the grouped kernel is priced from rows
-    (measured, or carried by the stated rule) on one part and assumed dense on the other -- not like for like, so
-    not judged -- else ``ratio<parts`` / ``ratio>parts`` where the ratio is out of the parts' ratios. An MXFP8 row
-    (over H100's per-tensor FP8: two recipes) is judged as the part's FP8 ratio (like for like) times its own
-    MXFP8-over-FP8 gain, which must lie between 1 and what the recipes' quantisation bytes allow
-    (``recipe-gain``); the reason is printed."""
-    if (row["grouped"] == "assumed") != (row["grouped_h100"] == "assumed"):
-        return (f"FLAG measured-vs-assumed: the grouped kernel is {row['grouped']} on {row['part']} and "
-                f"{row['grouped_h100']} on H100: not like for like ({row['ratio_vs_h100']}x)")
+    """``consistent``, ``FLAG <kind>`` or :data:`NOT_JUDGED`. Where the grouped kernel is priced from rows
+    (measured, or carried by a stated rule) on one part and assumed dense on the other the ratio is not like for
+    like: :data:`NOT_JUDGED`, with both states and the both-dense bracket (no flag, no exit 1). Else ``ratio<parts``
+    / ``ratio>parts`` where the ratio is out of the parts' ratios. An MXFP8 row (over H100's per-tensor FP8: two
+    recipes) is judged as the part's FP8 ratio (like for like) times its own MXFP8-over-FP8 gain, which must lie
+    between 1 and what the recipes' quantisation bytes allow (``recipe-gain``, judged on the part itself even where
+    the cross-part ratio is not); the reason is printed."""
+    asymmetric = (row["grouped"] == "assumed") != (row["grouped_h100"] == "assumed")
+    not_judged = (f"{NOT_JUDGED}: the grouped kernel is {row['grouped']} on {row['part']} and "
+                  f"{row['grouped_h100']} on H100 ({row['ratio_vs_h100']}x; both dense {row['ratio_both_dense']}x, "
+                  "a bracket)")
     if row.get("recipe_gain") is not None:  # MXFP8 over H100's FP8: two recipes; judged as FP8 x the part's own gain
         gain, like = row["recipe_gain"], row["ratio_like_for_like"]
         if not 1 / RATIO_MARGIN <= gain <= _max_recipe_gain() * RATIO_MARGIN:
             return (f"FLAG recipe-gain: MXFP8 {gain}x per-tensor FP8 on {row['part']} itself, outside 1-"
                     f"{_max_recipe_gain():.2f}x (the recipes' quantisation bytes; 5% margin)")
+        if asymmetric:
+            return (f"{not_judged}; MXFP8 {gain}x per-tensor FP8 on {row['part']} itself, within 1-"
+                    f"{_max_recipe_gain():.2f}x")
         miss = _out_of_parts(like, row["parts_min"], row["parts_max"])
         if miss:
             return f"FLAG {miss}: per-tensor FP8 like for like {like}x against the parts' {row['parts_min']}-" \
@@ -344,6 +355,8 @@ def _titan_verdict(row: dict) -> str:
         return (f"consistent: {row['ratio_vs_h100']}x over H100's per-tensor FP8 = {like}x like for like (FP8 on "
                 f"both, within the parts' ratios) x {gain}x MXFP8 over per-tensor FP8 on {row['part']} itself (its "
                 f"quantisation moves fewer bytes: 3.03 against 5 per element)")
+    if asymmetric:
+        return not_judged
     miss = _out_of_parts(row["ratio_vs_h100"], row["parts_min"], row["parts_max"])
     if miss:
         return (f"FLAG {miss}: {row['ratio_vs_h100']}x against the parts' {row['parts_min']}-{row['parts_max']}x "
@@ -355,16 +368,22 @@ def titan_summary(titan: pd.DataFrame) -> str:
     """The written verdict on torchtitan's MoE rows."""
     rows = titan[titan.part != "H100"]
     flagged = rows[rows.verdict.str.startswith("FLAG")]
+    not_judged = rows[rows.verdict.str.startswith(NOT_JUDGED)]
+    judged = len(rows) - len(not_judged)
     dense = rows.ratio_both_dense.dropna()
     states = ", ".join(sorted({f"{r.part} {r.precision} {r.grouped} / H100 {r.grouped_h100}"
                                for r in rows.itertuples()}))
-    head = (f"  summary: {len(rows) - len(flagged)} of {len(rows)} Blackwell ÷ H100 ratios of torchtitan's MoE runs "
-            f"consistent with the parts' ratios ({rows.ratio_vs_h100.min():.2f}-{rows.ratio_vs_h100.max():.2f}x as a "
-            f"user gets them; MXFP8 through its stated recipe gain); grouped kernel states: {states}. torchtitan's grouped kernels were measured on B200 only "
-            "(torchao's benchmark on a PyTorch 2.10 nightly: bf16 torch._grouped_mm at 0.37 of B200's dense curve at "
-            "each row's per-expert shape); H100 carries the same level over its own dense curve (derived, "
-            "validation/calibrate_microbench.py GROUPED_CARRY_RULE), so each ratio sets the kernel against itself. ")
-    return head + (f"With both parts' experts dense instead (not measured either) the ratios are "
+    verdict = (f"{judged - len(flagged)} of {judged} judged Blackwell ÷ H100 ratios of torchtitan's MoE runs "
+               "consistent with the parts' ratios" if judged else
+               "no Blackwell ÷ H100 ratio of torchtitan's MoE runs judged")
+    head = (f"  summary: {verdict}; {len(not_judged)} of {len(rows)} not judged (evidence asymmetric: "
+            f"one side measured, one assumed; {rows.ratio_vs_h100.min():.2f}-{rows.ratio_vs_h100.max():.2f}x as a "
+            f"user gets them); grouped kernel states: {states}. torchtitan's grouped kernels were measured on B200 "
+            "only (torchao's benchmark on a PyTorch 2.10 nightly: bf16 torch._grouped_mm at 0.37 of B200's dense "
+            "curve at each row's per-expert shape, its sm100 build); H100 does not carry that level (no Hopper "
+            "measurement of torch._grouped_mm: validation/calibrate_microbench.py grouped_not_carried) and prices "
+            "its experts as dense GEMMs (assumed). ")
+    return head + (f"With both parts' experts dense (like for like, neither measured) the ratios are "
                    f"{dense.min():.2f}-{dense.max():.2f}x." if not dense.empty else "")
 
 
@@ -395,8 +414,8 @@ def main(argv: list[str] | None = None) -> int:
         for _, row in t[t.reason != ""].iterrows():
             print(f"  note: {row.run} {row.precision} {row.part}: {row.reason}")
         print("\ntorchtitan's MoE runs (training.framework: torchtitan; experts as torch._grouped_mm / "
-              "torch._scaled_grouped_mm, measured on B200, carried to H100 by rule; MXFP8 over H100 FP8; "
-              "ratio_both_dense: both parts' experts dense):\n" + titan.drop(columns=["verdict"]).to_string(index=False))
+              "torch._scaled_grouped_mm, measured on B200, not carried to H100 (dense there, assumed); MXFP8 over "
+              "H100 FP8; ratio_both_dense: both parts' experts dense):\n" + titan.drop(columns=["verdict"]).to_string(index=False))
         for _, row in titan[titan.part != "H100"].iterrows():
             print(f"  verdict {row.run} {row.precision} {row.part}: {row.verdict}")
         print(titan_summary(titan))
@@ -409,6 +428,9 @@ def main(argv: list[str] | None = None) -> int:
     for _, row in titan_flagged.iterrows():
         print(f"{row.verdict}: torchtitan {row.run} {row.precision} on {row.part} (both dense "
               f"{row.ratio_both_dense})", file=out)
+    for _, row in titan[titan.verdict.fillna("").str.startswith(NOT_JUDGED)].iterrows():
+        print(f"{NOT_JUDGED}: torchtitan {row.run} {row.precision} on {row.part} ({row.ratio_vs_h100}x: grouped kernel "
+              f"{row.grouped} there, {row.grouped_h100} on H100; both dense {row.ratio_both_dense}x)", file=out)
     any_flag = len(flagged) + len(titan_flagged)
     print("FLAGGED" if any_flag else "CONSISTENT", file=out)
     return 1 if any_flag else 0

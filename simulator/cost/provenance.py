@@ -274,13 +274,14 @@ def efficiency_provenance(scenario: Scenario) -> dict[str, str]:
 def grouped_gemm_kernels(scenario: Scenario) -> list[dict]:
     """How an MoE run's expert GEMMs are priced on each accelerator of the run (empty without MoE): as one grouped
     kernel of the run's framework (``state`` calibrated: measured on the part; derived: from a sibling die, or
-    carried from the part it was measured on by validation/calibrate_microbench.py ``GROUPED_CARRY_RULE`` --
-    torchtitan's ``torch._grouped_mm`` was measured on B200 only and H100 carries its level; its ``level`` over
-    the dense curve at one expert's shape, per-group cost, kernel and rows) or, where the part holds no grouped
-    kernel of that framework, as dense GEMMs of one expert's shape (``state`` assumed). The parts that hold a
-    grouped kernel of the framework in this precision are named (``parts_with_kernel``): a comparison between one
-    of them and an assumed part sets a kernel priced from rows against an assumed one. ``clustersim simulate``
-    prints it; ``--json`` carries it as ``grouped_gemm``."""
+    carried from another recipe of the same die by validation/calibrate_microbench.py ``GROUPED_CARRY_RULE``; its
+    ``level`` over the dense curve at one expert's shape, per-group cost, kernel and rows) or, where the part holds
+    no grouped kernel of that framework, as dense GEMMs of one expert's shape (``state`` assumed), with the spec's
+    reason where the kernel measured on another die is deliberately not carried to this one (``not_carried``, from
+    ``grouped_gemm_not_carried``: torchtitan's ``torch._grouped_mm`` was measured on B200's sm100 build only, and
+    Hopper does not carry its level). The parts that hold a grouped kernel of the framework in this precision are
+    named (``parts_with_kernel``): a comparison between one of them and an assumed part sets a kernel priced from
+    rows against an assumed one. ``clustersim simulate`` prints it; ``--json`` carries it as ``grouped_gemm``."""
     from hardware_specs.catalog import ACCELERATORS
 
     if getattr(scenario.model, "moe", None) is None:
@@ -298,9 +299,13 @@ def grouped_gemm_kernels(scenario: Scenario) -> list[dict]:
         if entry is None:
             # the same framework's grouped kernels of this part in other precisions / recipes (a recipe comparison)
             others = sorted(k for k, e in accel.efficiency.grouped_gemm.items() if framework in e.frameworks)
+            reason = accel.efficiency.grouped_gemm_not_carried.get(framework)
+            if reason:
+                row["not_carried"] = reason
             row.update(state=ASSUMED, note=(
                 f"no {framework} grouped-GEMM kernel was measured on {accel.name} in {key} or carried to it: the "
-                f"experts run as dense GEMMs of one expert's shape (assumed)" + (
+                f"experts run as dense GEMMs of one expert's shape (assumed)"
+                + (f" -- not carried here: {reason}" if reason else "") + (
                     f"; beside {', '.join(measured)} (grouped kernel measured there or carried from it) a comparison "
                     "sets a measured kernel against an assumed one" if measured else "") + (
                     f"; this part's {framework} experts in {', '.join(others)} run a grouped kernel priced from rows: "
