@@ -101,9 +101,9 @@ class FlowNetwork:
         if prepared is None or prepared[0] is not demands:
             prepared = self._prepared[id(demands)] = (demands, self._prepare(demands))
         if latency_s > 0:
-            self.clock.call_later(latency_s, self._start_later, (prepared[1], done, factor))
+            self.clock.call_later(latency_s, self._start, (prepared[1], done, factor, None))
         else:
-            self._start(prepared[1], done, factor)
+            self._start((prepared[1], done, factor, None))
         return done
 
     def transfer_then(self, demands: dict[str, float], latency_s: float, then: Callable[[None], None]) -> None:
@@ -114,9 +114,9 @@ class FlowNetwork:
         if prepared is None or prepared[0] is not demands:
             prepared = self._prepared[id(demands)] = (demands, self._prepare(demands))
         if latency_s > 0:
-            self.clock.call_later(latency_s, self._start_later, (prepared[1], None, None, then))
+            self.clock.call_later(latency_s, self._start, (prepared[1], None, None, then))
         else:
-            self._start(prepared[1], None, None, then)
+            self._start((prepared[1], None, None, then))
 
     def _prepare(self, demands: dict[str, float]):
         """A flow's constants from its demands: (ports with bytes, heaviest bytes, each port's share
@@ -137,10 +137,10 @@ class FlowNetwork:
 
     # -- internals -------------------------------------------------------------------------
 
-    def _start_later(self, args) -> None:
-        self._start(*args)
-
-    def _start(self, prepared, done, factor: Callable[[], float] | None = None, then=None) -> None:
+    def _start(self, args) -> None:
+        """Start a flow: ``args`` = (its prepared constants, its done event, its factor, its ``then``)
+        (one tuple: the clock calls it with one argument)."""
+        prepared, done, factor, then = args
         demands, heaviest, weights, solo_rate = prepared
         if not demands:
             if then is None:
@@ -148,9 +148,15 @@ class FlowNetwork:
             else:
                 self.clock.call_later(0.0, then, None)
             return
-        self._advance()
+        flows = self._flows
+        now = self.clock.now  # _advance, inlined (once per flow start)
+        elapsed = now - self._last_update
+        if elapsed > 0:
+            for other in flows:
+                other.remaining -= other.rate * elapsed
+        self._last_update = now
         flow = _Flow(demands, done, heaviest, 1.0, 0.0, weights, solo_rate, factor, then)
-        self._flows.append(flow)
+        flows.append(flow)
         if factor is not None:
             self._factored += 1
         flows_on_port = self._flows_on_port
@@ -256,8 +262,13 @@ class FlowNetwork:
     def _on_timer(self, version: int) -> None:
         if version != self._version:
             return  # a newer allocation superseded this timer
-        self._advance()
         flows = self._flows
+        now = self.clock.now  # _advance, inlined (once per timer)
+        elapsed = now - self._last_update
+        if elapsed > 0:
+            for flow in flows:
+                flow.remaining -= flow.rate * elapsed
+        self._last_update = now
         finished = [f for f in flows if f.remaining <= 1e-9]
         if not finished:  # float round-off: finish the closest one
             finished = [min(flows, key=lambda f: f.remaining / f.rate)]
