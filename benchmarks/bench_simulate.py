@@ -14,6 +14,11 @@ time measures the load, not the simulator) over repeats for:
   ``search`` runs through the engine after the fast path; the search itself is not timed);
 - with ``--parts``, where one folded Megatron-1T point goes: the plan build, the engine run and the
   time breakdowns (critical rank and every stage) at the first fold point, and its task and event counts;
+- with ``--phases``, instead: where a whole folded Megatron-1T ``simulate`` goes (both fold points): the plan
+  builds (``Planner.build``), the engine runs (``Engine.run``), the breakdowns (``time_breakdown`` and
+  ``stage_breakdowns``, the critical rank's and every stage's), the fold's insertion check and the rest (the
+  scenario at each point, the points' figures, the result), CPU ms, median of ``--repeats`` in one process;
+  with ``--baseline DIR`` too, the same in DIR's code and this one, alternately (``--rounds`` pairs);
 - with ``--baseline DIR``, instead: the issue-24 cases (Megatron-1T folded, GPT-3 175B at pp 8 and 16,
   Llama-3-405B at dp 8 and 128) simulated by the code in DIR (an older checkout, e.g. a git worktree of
   the commit to compare with) and by this one, alternately, each in a fresh process (imports not
@@ -22,6 +27,7 @@ time measures the load, not the simulator) over repeats for:
 
     python benchmarks/bench_simulate.py [--repeats 5] [--resim] [--parts]
     python benchmarks/bench_simulate.py --baseline /path/to/old/checkout [--repeats 5] [--rounds 3]
+    python benchmarks/bench_simulate.py --phases [--baseline /path/to/old/checkout] [--repeats 5] [--rounds 3]
 """
 
 from __future__ import annotations
@@ -81,6 +87,77 @@ for name, (source, overrides) in cases.items():
     out[name] = statistics.median(times)
 print(json.dumps(out))
 """
+
+# The phases of one folded Megatron-1T simulate, in a fresh process (either checkout: only APIs both have).
+# Each phase's function is wrapped to add its CPU time (an inner call of a wrapped one is not counted twice).
+_PHASES = """
+import collections, json, statistics, sys, time
+import simulator.simulate as S
+import simulator.strategies.spmd.fold as F
+from simulator.engine.engine import Engine
+from simulator.scenario import load_scenario
+from simulator.strategies.spmd.plan import Planner
+repeats, overrides = int(sys.argv[1]), json.loads(sys.argv[2])
+spent, depth = collections.defaultdict(float), [0]
+def wrap(owner, name, phase):
+    inner = getattr(owner, name)
+    def timed(*args, **kwargs):
+        if depth[0]:
+            return inner(*args, **kwargs)
+        depth[0] += 1
+        start = time.process_time()
+        try:
+            return inner(*args, **kwargs)
+        finally:
+            spent[phase] += time.process_time() - start
+            depth[0] -= 1
+    setattr(owner, name, timed)
+wrap(Planner, "build", "build")
+wrap(Engine, "run", "engine")
+wrap(S, "time_breakdown", "breakdowns")
+wrap(S, "stage_breakdowns", "breakdowns")
+wrap(F, "_one_period_later", "fold check")
+scenario = load_scenario(None, overrides)
+first = S.simulate(scenario)  # warm: pricing caches, lazy imports
+phases = collections.defaultdict(list)
+for _ in range(repeats):
+    spent.clear()
+    start = time.process_time()
+    result = S.simulate(scenario)
+    total = time.process_time() - start
+    assert result.step_time_s == first.step_time_s
+    for phase in ("build", "engine", "breakdowns", "fold check"):
+        phases[phase].append(spent[phase])
+    phases["rest"].append(total - sum(spent.values()))
+    phases["total"].append(total)
+print(json.dumps({phase: statistics.median(v) for phase, v in phases.items()}))
+"""
+
+
+def phases_process(code: Path, repeats: int) -> dict[str, float]:
+    """Median CPU seconds per phase of a folded Megatron-1T simulate by the checkout at ``code``, in a fresh process."""
+    env = {**os.environ, "PYTHONPATH": str(code)}
+    done = subprocess.run([sys.executable, "-c", _PHASES, str(repeats), json.dumps(MEGATRON_1T)],
+                          env=env, cwd=code, capture_output=True, text=True, check=True)
+    return json.loads(done.stdout.splitlines()[-1])
+
+
+def compare_phases(baseline: Path | None, repeats: int, rounds: int) -> None:
+    here = Path(__file__).resolve().parents[1]
+    codes = {"before": baseline, "after": here} if baseline else {"this code": here}
+    runs: dict[str, list[dict[str, float]]] = {label: [] for label in codes}
+    for _ in range(rounds if baseline else 1):
+        for label, code in codes.items():
+            runs[label].append(phases_process(code, repeats))
+    print(f"megatron-1t 3072 A100 tp8 pp64 1f1b, engine folded: CPU ms per simulate (both fold points), median of "
+          f"{repeats} per process" + (f", median over {rounds} alternating pairs ({baseline} / {here})" if baseline else ""))
+    print(f"{'phase':<12}" + "".join(f"{label:>12}" for label in codes) + (f"{'after/before':>14}" if baseline else ""))
+    for phase in ("build", "engine", "breakdowns", "fold check", "rest", "total"):
+        values = [statistics.median(r[phase] for r in runs[label]) for label in codes]
+        line = f"{phase:<12}" + "".join(f"{v * 1e3:>12.1f}" for v in values)
+        if baseline:
+            line += f"{values[1] / values[0]:>14.2f}"
+        print(line)
 
 
 def one_process(code: Path, repeats: int) -> dict[str, float]:
@@ -184,7 +261,12 @@ def main() -> None:
     parser.add_argument("--baseline", type=Path, help="an older checkout: time the issue-24 cases by it and by "
                                                           "this code, alternately (module docstring)")
     parser.add_argument("--rounds", type=int, default=3, help="with --baseline: alternating pairs of processes")
+    parser.add_argument("--phases", action="store_true", help="where a folded Megatron-1T simulate goes, by phase "
+                                                              "(with --baseline: before and after)")
     args = parser.parse_args()
+    if args.phases:
+        compare_phases(args.baseline.resolve() if args.baseline else None, args.repeats, args.rounds)
+        return
     if args.baseline:
         compare_with_baseline(args.baseline.resolve(), args.repeats, args.rounds)
         return
