@@ -1001,15 +1001,19 @@ class Planner:
 
         last_chunk = self.chunks - 1
         recompute = par.recompute
+        # the same for every pass (read once: the loop runs once per pass, 8,448 on a Megatron-1T fold point)
+        per_layer_gathers = zero >= 3 and dp_size > 1
+        zero_bubble = par.schedule == "zb-h1"
+        reduces_every_pass = dp_size > 1 and (par.overlap_grad_reduce or zero >= 2)
+        accumulates = sc.training.unfused_eager_kernels  # accumulate_grads adds a task only then
+        pp, layers_per_chunk = par.pp, self.layers_per_chunk
         for phase, mb, chunk in order:
-            g = chunk * par.pp + stage
-            n_layers = self.layers_per_chunk[g]
+            g = chunk * pp + stage
+            n_layers = layers_per_chunk[g]
             tag = f"mb{mb}.c{g}"
             reduce_now = (mb == m_total - 1) if zero < 2 else True
             pass_start = len(compute_list)
-            per_layer_gathers = zero >= 3 and dp_size > 1
-            zero_bubble = par.schedule == "zb-h1"
-            overlapped_reduce = reduce_now and dp_size > 1 and (par.overlap_grad_reduce or zero >= 2)
+            overlapped_reduce = reduce_now and reduces_every_pass
             if phase == "F":
                 if mb == 0 and g in pending_forward:  # optimizer fusion "forward": last step's update first
                     update, waits_for = pending_forward.pop(g)
@@ -1060,11 +1064,13 @@ class Planner:
                     host_floor(f"B.{tag}", "B", self.chunk_runs(g))
                     if self.chains:
                         prev[0] = self._chain_pass(compute_list, pass_start, streams[(actor, "compute")])
-                accumulate_grads(g, mb, tag)
+                if accumulates:
+                    accumulate_grads(g, mb, tag)
                 backward_memory(g, compute_list[pass_start], prev[0])
                 lookup[("B_entry", actor, mb, g)] = compute_list[pass_start]
                 lookup[("B_exit", actor, mb, g)] = prev[0]
-                fused_backward_update(g, mb)
+                if mb == m_total - 1:  # fused_backward_update acts on the last micro-batch only
+                    fused_backward_update(g, mb)
                 continue
             if g == last_chunk:
                 run_ops(self.head.backward, f"B.{tag}.head", "compute", layer=self.epilogue_name)
@@ -1317,6 +1323,15 @@ class Planner:
         """The chain task of a backward pass with recompute (its recompute, then its backward: one engine
         task, simulator/engine/engine.py) built directly, or None where the pass has no recompute or a
         host-floor stall (then its tasks are built one by one and chained by :meth:`_chain_pass`)."""
+        chain = self._time_cache.get(("backward_chain_of", g, rank), False)  # asked once per backward pass
+        if chain is False:
+            chain = self._time_cache[("backward_chain_of", g, rank)] = self._backward_chain_parts(rank, g)
+        if chain is None:
+            return None
+        return Task(f"B.{tag}", actor, "compute", "compute", duration_s=chain[0], parts=chain[1])
+
+    def _backward_chain_parts(self, rank: int, g: int) -> tuple[float, tuple[TaskPart, ...]] | None:
+        """(duration, parts) of the chain task of chunk ``g``'s backward on ``rank``, or None (:meth:`_backward_chain`)."""
         recompute_ops = self._chunk_ops("R", g)
         if not recompute_ops:
             return None
@@ -1330,7 +1345,7 @@ class Planner:
             b_s, b_segments = self._fused_pass(rank, self._chunk_ops("B", g), "compute")
             hit = self._time_cache[key] = (r_s + b_s, (TaskPart(".recompute", "recompute", r_s, r_segments),
                                                        TaskPart("", "compute", b_s, b_segments)))
-        return Task(f"B.{tag}", actor, "compute", "compute", duration_s=hit[0], parts=hit[1])
+        return hit
 
     def _chain_pass(self, compute_list: list[Task], pass_start: int, stream: list[Task]) -> Task:
         """Make the pass's compute tasks (``compute_list[pass_start:]``, the tail of the compute ``stream``)
