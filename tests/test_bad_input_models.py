@@ -8,6 +8,7 @@ naming the field or layer, no traceback, and no file left behind.
 from __future__ import annotations
 
 import json
+import re
 import shutil
 from pathlib import Path
 
@@ -39,6 +40,11 @@ def _files(d: Path) -> None:
     first_relu = graph.index("ReLU(inplace)")
     (d / "frob_graph.txt").write_text(graph[:first_relu] + "FrobnicateLayer(7)" + graph[first_relu + 13:])
     (d / "frob_graph.yaml").write_text(_profile("pipedream", "frob_graph.txt", ", profile_batch: 64"))
+    # node12 says 255 output channels: its 411,041,792 output bytes are not 4 x 128 x 255 x whole pixels
+    (d / "conv255_graph.txt").write_text(graph.replace("node12 -- Conv2d(128, 256,", "node12 -- Conv2d(128, 255,"))
+    (d / "conv255_graph.yaml").write_text(_profile("pipedream", "conv255_graph.txt", ", profile_batch: 128"))
+    (d / "bare_graph.yaml").write_text(_profile("pipedream", str(PROFILES / "dapple_amoeba-18-pbs-8.txt"),
+                                                ", profile_batch: 8"))
     deeppool = (PROFILES / "deeppool_vggLayerGpuProfileA100.txt").read_text()
     (d / "frob_pool.txt").write_text(deeppool.replace("maxPool2d", "frobPool2d", 1))
     (d / "frob_pool.yaml").write_text(_profile("deeppool", "frob_pool.txt"))
@@ -65,6 +71,7 @@ CASES: dict[str, list[str]] = {
     "torch input_shape zero": ["simulate", "zero_shape.yaml"],
     "torch input_shape one dim": ["simulate", "flat_shape.yaml"],
     "graph.txt unknown layer kind": ["simulate", "frob_graph.yaml"],
+    "pipedream layer string against its output": ["simulate", "conv255_graph.yaml"],
     "deeppool unknown layer kind": ["simulate", "frob_pool.yaml"],
     "deeppool in_channels against its input": ["simulate", "conv65.yaml"],
     "deeppool shapes that do not chain": ["simulate", "chain65.yaml"],
@@ -84,6 +91,7 @@ NAMES = {
     "torch input_shape zero": "model.input_shape.1",
     "torch input_shape one dim": "at layer conv1: RuntimeError: Expected 3D",
     "graph.txt unknown layer kind": "unknown layer kind 'FrobnicateLayer'",
+    "pipedream layer string against its output": "model.layers.node12: conv255_graph.txt: 'Conv2d(128, 255,",
     "deeppool unknown layer kind": "model.layers.2.frobPool2d: frob_pool.txt: unknown DeepPool layer kind 'frobPool2d'",
     "deeppool in_channels against its input": "model.layers.1.conv2d: conv65.txt: shapes do not chain: in_channels 65",
     "deeppool shapes that do not chain": "model.layers.1.conv2d: chain65.txt: shapes do not chain",
@@ -100,6 +108,8 @@ OUTPUT_OPTIONS = {"--out", "--plot", "--trace", "--dir", "--memory-series"}
 GOOD: dict[str, list[str]] = {
     "profile --json": ["simulate", "good_graph.yaml", "--json"],
     "profile table": ["simulate", "good_graph.yaml"],
+    "bare profile --json": ["simulate", "bare_graph.yaml", "--json"],
+    "bare profile table": ["simulate", "bare_graph.yaml"],
     "pipedream --json memory series": ["simulate", str(ROOT / "examples" / "gpt-1.7b-pipedream-a100.yaml"), "--json"],
     "vit --json": ["simulate", "resnet50.yaml", "--set", "model=vit-b-16", "--set", "parallelism.micro_batch_size=8",
                    "--set", "parallelism.global_batch_size=64", "--json"],
@@ -126,16 +136,32 @@ def test_bad_model_is_one_line_naming_it_and_exit_2(outcomes, case):
     assert not left, f"left behind: {sorted(left)}"
 
 
-def test_a_measured_profile_prints_na_not_a_zero_mfu(outcomes):
-    """A graph.txt counts no FLOPs: TFLOP/s and MFU are n/a (null in --json), never 0.0."""
+def test_a_measured_profile_prints_the_mfu_of_its_layer_strings(outcomes):
+    """PipeDream's ResNet-50 graph.txt names every module with its sizes: TFLOP/s and MFU are figures
+    (issue 19: MFU from counted FLOPs for all), every layer counted, no NOTE about uncounted layers."""
     proc, _ = outcomes["profile --json"]
     assert proc.returncode == 0, proc.stderr[-2000:]
     out = json.loads(proc.stdout)
     assert out["step_time_s"] > 0 and out["samples_per_s"] > 0
-    assert [out[k] for k in ("model_tflops_per_gpu", "hardware_tflops_per_gpu", "mfu", "hfu")] == [None] * 4
+    assert all(out[k] > 0 for k in ("model_tflops_per_gpu", "hardware_tflops_per_gpu", "mfu", "hfu"))
+    assert out["flops_counted_layers"] is None and not any("FLOPs counted" in n for n in out.get("notes", ()))
     table, _ = outcomes["profile table"]
-    assert "TFLOP/s/GPU    n/a (the model counts no FLOPs" in table.stdout
-    assert "MFU / HFU      n/a" in table.stdout and "0.0%" not in table.stdout
+    assert re.search(r"MFU / HFU +\d+\.\d% / \d+\.\d%", table.stdout), table.stdout
+
+
+def test_a_profile_of_bare_block_names_prints_na_not_a_zero_mfu(outcomes):
+    """DAPPLE's AmoebaNet graph.txt names its cells without shapes: no FLOPs counted, so TFLOP/s and MFU
+    are n/a (null in --json), never 0.0, and the table says why."""
+    proc, _ = outcomes["bare profile --json"]
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    out = json.loads(proc.stdout)
+    assert out["step_time_s"] > 0 and out["samples_per_s"] > 0
+    assert [out[k] for k in ("model_tflops_per_gpu", "hardware_tflops_per_gpu", "mfu", "hfu")] == [None] * 4
+    table, _ = outcomes["bare profile table"]
+    assert "TFLOP/s/GPU    n/a (the model counts no FLOPs: no layer of the measured per-layer profile gives its " \
+           "shapes" in table.stdout
+    (mfu,) = [line for line in table.stdout.splitlines() if line.startswith("  MFU / HFU")]
+    assert mfu.strip() == "MFU / HFU      n/a"
 
 
 def test_a_vit_gives_tokens_per_s_of_its_197_token_sequence(outcomes):

@@ -1,8 +1,8 @@
 """Issue 19, "one layer is described once": a layer's parameters are its ops' — each GEMM's or
 convolution's k x n weight(s) and bias, a norm's γ and β, an embedding's table (``Op.params``) — and
 no builder states a second number beside them. Perturb one op's weight shape and the layer's and the
-model's parameters follow; only a measured profile that names no kernels (a graph.txt) states its
-layers' parameters, from the file."""
+model's parameters follow; only a measured profile's layers that name no kernels (a graph.txt's bare
+block names) state their parameters, from the file."""
 
 from __future__ import annotations
 
@@ -107,13 +107,21 @@ def test_a_tied_lm_head_holds_no_weight_and_its_pipeline_copy_is_the_table():
     assert graph.tied_copy_params == model.vocab_size // 2 * model.hidden_size
 
 
-def test_a_graph_txt_states_its_layers_parameters_from_the_file():
+def test_a_graph_txt_states_only_the_parameters_its_layer_strings_do_not_give():
+    """PipeDream's VGG-16 names every module with its sizes: its ops hold all 138,357,544 parameters
+    (each node's equal to its parameter_size / 4, checked as it is read); DAPPLE's AmoebaNet names its
+    cells without shapes: they stay the file's."""
     from workloads.networks.profiles import ProfiledModelSpec
 
-    spec = ProfiledModelSpec(name="vgg16-graph", format="pipedream", profile_batch=8,
-                             path=str(ROOT / "validation/data/profiles/pipedream_vgg16_graph.txt"))
+    profiles = ROOT / "validation/data/profiles"
+    spec = ProfiledModelSpec(name="vgg16-graph", format="pipedream", profile_batch=128,
+                             path=str(profiles / "pipedream_vgg16_graph.txt"))
     graph = spec.layer_graph(ShardShape(micro_batch=8, seq_length=1, precision="fp32"))
-    assert graph.total_params() == 138_357_544 == sum(layer.stated_params for layer in graph.layers)
+    assert graph.total_params() == 138_357_544 and sum(layer.stated_params for layer in graph.layers) == 0
+    cells = ProfiledModelSpec(name="amoeba", format="pipedream", profile_batch=8,
+                              path=str(profiles / "dapple_amoeba-18-pbs-8.txt"))
+    graph = cells.layer_graph(ShardShape(micro_batch=8, seq_length=1, precision="fp32"))
+    assert graph.total_params() == sum(layer.stated_params for layer in graph.layers) > 0
 
 
 def test_only_a_profile_states_parameters_beside_the_ops():

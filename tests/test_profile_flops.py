@@ -1,11 +1,12 @@
 """Counted FLOPs of a DeepPool profile whose lines are whole ResNet bottlenecks (issue 19): a bottleneck
-with its shapes counts torchvision's Bottleneck kernels, so MFU is a figure; one without shapes leaves
-its FLOPs uncounted and the CLI prints MFU as n/a naming how many layers were counted (null in --json),
-never an understated percentage."""
+with its shapes counts torchvision's Bottleneck kernels, so MFU is a figure; one without shapes counts 0
+and the run says so once in a NOTE naming how many layers were counted (MFU then counts the others, a
+lower bound). PipeDream/DAPPLE graph.txt profiles: tests/test_graph_txt_flops.py."""
 
 from __future__ import annotations
 
 import json
+import re
 import subprocess
 import sys
 from pathlib import Path
@@ -70,14 +71,20 @@ def test_cli_prints_the_mfu_of_counted_bottlenecks(tmp_path):
     assert out["mfu"] == pytest.approx(out["model_tflops_per_gpu"] / 312, rel=1e-9)
 
 
-def test_cli_prints_na_naming_the_counted_layers_when_a_block_has_no_shapes(tmp_path):
-    """The plain bottleneck without inplanes/planes: 7 of the 8 lines counted, MFU n/a, null in --json."""
+def test_a_block_without_shapes_counts_0_and_a_note_says_so_once(tmp_path):
+    """The plain bottleneck without inplanes/planes: 7 of the 8 lines counted, the eighth 0; TFLOP/s and
+    MFU are the counted FLOPs' (a lower bound), and one NOTE names the uncounted layer (issue 19: never
+    silently)."""
     partial = tmp_path / "partial.prof"
     partial.write_text(EXCERPT.read_text().replace(',"inplanes":256,"planes":64}', "}"))
     out = json.loads(_simulate(tmp_path, partial, "--json").stdout)
     assert out["flops_counted_layers"] == [7, 8]
-    assert [out[k] for k in ("model_tflops_per_gpu", "hardware_tflops_per_gpu", "mfu", "hfu")] == [None] * 4
-    assert out["step_time_s"] > 0 and out["samples_per_s"] > 0
+    graph = deeppool_graph(partial.read_text(), "wrn", _shard(32), source=partial.name)
+    model_flops = (_gemm_flops(graph, "forward") + _gemm_flops(graph, "backward")) * 256 / 32
+    assert out["model_tflops_per_gpu"] == pytest.approx(model_flops / (out["step_time_s"] * 8) / 1e12, rel=1e-9)
+    assert out["mfu"] == pytest.approx(out["model_tflops_per_gpu"] / 312, rel=1e-9)
+    (note,) = [n for n in out["notes"] if "FLOPs counted for" in n]
+    assert note.startswith("FLOPs counted for 7 of 8 layers of the profile: 1 count 0") and "ResnetBottleneck" in note
     table = _simulate(tmp_path, partial).stdout
-    assert "TFLOP/s/GPU    n/a (FLOPs counted for 7 of 8 layers" in table
-    assert "MFU / HFU      n/a (FLOPs counted for 7 of 8 layers)" in table and "%" not in table.split("MFU")[1][:40]
+    assert table.count("FLOPs counted for 7 of 8 layers") == 1 and "  NOTE: FLOPs counted for 7 of 8" in table
+    assert re.search(r"MFU / HFU +\d+\.\d% / \d+\.\d%", table), table

@@ -62,10 +62,11 @@ def test_one_stage_is_data_parallelism():
 
 def _toy_profile(tmp_path) -> dict:
     """Two layers: 3 ms / 6 ms and 5 ms / 10 ms forward / backward at batch 4, 4 MB between them,
-    no parameters (so no all-reduce and an empty optimizer step)."""
+    no parameters (so no all-reduce and an empty optimizer step). Bare names: blocks measured as a whole
+    (a ``Linear(...)`` must give its sizes, workloads/networks/profiles.py)."""
     text = ("node1 -- Input0 -- forward_compute_time=0.0, backward_compute_time=0.0, activation_size=0.0, parameter_size=0.0\n"
-            "node2 -- Linear(a) -- forward_compute_time=3.0, backward_compute_time=6.0, activation_size=4000000.0, parameter_size=0.0\n"
-            "node3 -- Linear(b) -- forward_compute_time=5.0, backward_compute_time=10.0, activation_size=4000000.0, parameter_size=0.0\n"
+            "node2 -- layer_a -- forward_compute_time=3.0, backward_compute_time=6.0, activation_size=4000000.0, parameter_size=0.0\n"
+            "node3 -- layer_b -- forward_compute_time=5.0, backward_compute_time=10.0, activation_size=4000000.0, parameter_size=0.0\n"
             "\tnode1 -- node2\n\tnode2 -- node3\n")
     path = tmp_path / "toy.txt"
     path.write_text(text)

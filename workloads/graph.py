@@ -900,6 +900,6 @@ class ModelFlops:
     model_flops: float
     hardware_flops: float
     # layers whose FLOPs are counted, and all layers (None: every layer counted); fewer counted than
-    # all: the counted FLOPs understate the model's, so TFLOP/s and MFU are n/a (simulator/report/result.py)
+    # all: the others count 0 and the run says so in a NOTE (workloads/networks/profiles.py)
     layers_counted: int | None = None
     layers_total: int | None = None

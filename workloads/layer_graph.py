@@ -25,8 +25,10 @@ for one micro-batch on one rank after a layout's shard (a transformer builder ta
 - ``splittable``: which dimensions of its iteration space may be split over devices (batch,
   channels, heads, reduction, spatial, sequence, experts), for per-layer parallelism;
 - ``flops_counted``: False for a layer whose kernels are unknown (a block measured as a whole in
-  a per-layer profile), so the model's counted FLOPs leave it out and MFU is n/a
-  (:meth:`LayerGraph.flops_counted_layers`); True where its ops are its kernels (none, for a view);
+  a per-layer profile, whose line gives no shapes), so the model's counted FLOPs leave it out (it
+  counts 0) and the run says so in a NOTE (:meth:`LayerGraph.flops_counted_layers`,
+  workloads/networks/profiles.py ``uncounted_flops_note``); True where its ops are its kernels (none,
+  for a view);
 - ``window``: for a sliding-window layer (convolution, pooling), ``(kernel_h, kernel_w, stride_h,
   stride_w, padding_h, padding_w)``, from which a spatial split's halo widths follow
   (simulator/strategies/per_layer/halo.py); None for every other layer;

@@ -15,7 +15,9 @@ or point. What each message says and why is documented where it is produced:
 - :func:`simulator.cost.default_framework.default_framework_warning`: no ``training.framework`` named,
   with the held-out errors of the named frameworks on the run's part;
 - :func:`simulator.strategies.optimizer_fusion.accumulation_notes` and
-  :func:`simulator.cost.provenance.moe_field_notes`: settings accepted and changing nothing (NOTEs).
+  :func:`simulator.cost.provenance.moe_field_notes`: settings accepted and changing nothing (NOTEs);
+- :func:`workloads.networks.profiles.profile_flops_notes`: a measured profile's layers whose FLOPs count 0
+  (their lines give no shapes), so TFLOP/s and MFU are a lower bound (a NOTE).
 """
 
 from __future__ import annotations
@@ -36,13 +38,15 @@ def scenario_messages(scenario) -> dict[str, Any]:
         network_field_warnings,
     )
     from simulator.strategies.optimizer_fusion import accumulation_notes
+    from workloads.networks.profiles import profile_flops_notes
 
     warnings = kernel_warnings(scenario) + framework_setting_warnings(scenario) + network_field_warnings(scenario)
     default = default_framework_block(scenario)  # no training.framework named: how far off the named ones are
     if default is not None:
         warnings.append(default_framework_warning(default))
-    # optimizer fusion accepted but changing no memory; MoE-only fields on a model without experts
-    notes = accumulation_notes(scenario) + moe_field_notes(scenario)
+    # optimizer fusion accepted but changing no memory; MoE-only fields on a model without experts; a
+    # measured profile's layers whose lines give no shapes (their FLOPs count 0)
+    notes = accumulation_notes(scenario) + moe_field_notes(scenario) + profile_flops_notes(scenario)
     return {"warnings": warnings, "notes": notes, "default_framework": default}
 
 

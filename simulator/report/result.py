@@ -67,7 +67,8 @@ class SimulationResult:
     actor_stage: dict[str, int] = field(default_factory=dict, repr=False)  # rank class -> pipeline stage
     extra: dict[str, Any] = field(default_factory=dict)
     # (layers whose FLOPs are counted, all layers) where some are not (a profile's blocks measured as a
-    # whole): the counted FLOPs understate the model's, so TFLOP/s and MFU are n/a; None: all counted
+    # whole, whose lines give no shapes): they count 0, so TFLOP/s and MFU count the others (a lower
+    # bound, said in a NOTE: workloads/networks/profiles.py uncounted_flops_note); None: all counted
     flops_counted_layers: tuple[int, int] | None = None
     run: dict[str, Any] = field(default_factory=dict)  # model, node, accelerator, sequence, precision
     # the parameters the layout holds where they differ from the model's own ``num_parameters``: a
@@ -101,9 +102,10 @@ class SimulationResult:
         return self.samples_per_step / self.step_time_s if self.step_time_s else None
 
     def _tflops_per_gpu(self, flops: float) -> float | None:
-        """None where there is no step time, no counted FLOPs (a measured profile counts none:
-        a 0.0 would read as a result) or FLOPs counted for only some layers (an understated figure)."""
-        if not self.step_time_s or not flops or self.flops_counted_layers is not None:
+        """None where there is no step time or no counted FLOPs (a measured profile none of whose
+        layers gives its shapes: a 0.0 would read as a result). FLOPs counted for only some layers
+        give a figure over those (the others count 0; the run's NOTE says which)."""
+        if not self.step_time_s or not flops:
             return None
         return flops / (self.step_time_s * self.num_gpus) / 1e12
 
@@ -343,13 +345,9 @@ def _reliability_lines(rel: dict[str, Any]) -> list[str]:
 def _flop_lines(result: SimulationResult) -> list[str]:
     """TFLOP/s and MFU, or n/a with the reason where the model counts no FLOPs."""
     if result.step_time_s and not result.model_flops_per_step:
-        why = "n/a (the model counts no FLOPs: a measured per-layer profile gives times only)"
+        why = ("n/a (the model counts no FLOPs: no layer of the measured per-layer profile gives its shapes, "
+               "blocks named without them)")
         return [f"  TFLOP/s/GPU    {why}", "  MFU / HFU      n/a"]
-    if result.step_time_s and result.flops_counted_layers is not None:
-        counted, total = result.flops_counted_layers
-        why = (f"n/a (FLOPs counted for {counted} of {total} layers: the others are blocks measured as a whole "
-               "whose shapes the profile does not give)")
-        return [f"  TFLOP/s/GPU    {why}", f"  MFU / HFU      n/a (FLOPs counted for {counted} of {total} layers)"]
     return [f"  TFLOP/s/GPU    {_fmt(result.model_tflops_per_gpu, '.1f')} model, "
             f"{_fmt(result.hardware_tflops_per_gpu, '.1f')} hardware (peak {result.peak_tflops_per_gpu:g})",
             f"  MFU / HFU      {_fmt(result.mfu and result.mfu * 100, '.1f', '%')} / "

@@ -24,7 +24,7 @@ the files the tests use are in ``validation/data/profiles/``):
   then the add and the last ReLU — merged into one layer, whose backward ends with autograd's sum
   of the two gradients of the block's input (workloads/layer_graph.py). A bottleneck line without ``inplanes`` and
   ``planes`` has no shapes to count: its FLOPs stay uncounted (``Layer.flops_counted`` False), and
-  the result prints MFU as n/a naming how many layers were counted.
+  the run's NOTE names it (TFLOP/s and MFU count the others).
 
 Times at another micro-batch than profiled: PipeDream's are scaled in proportion to the batch
 (PipeDream's own assumption); DeepPool's come from the block of that batch, or are interpolated
@@ -33,10 +33,52 @@ file gives only forward+backward, the split is 1 : 2 (the FLOP ratio of a layer 
 an assumption. Times are as measured whatever ``precision`` the shard asks; bytes scale with it.
 Saved bytes of a profiled layer are its output bytes (PipeDream's activation stash) — an estimate.
 
-Parameters: a graph.txt states P for each node and names no kernel that could hold them, so its
-layers' parameters stay the file's (``Layer.stated_params``, the only source); a DeepPool line is
-built by the builder, whose ops hold its weights as every built layer's do (a bare line, with no
-shapes, holds none).
+**Kernels of a graph.txt node** (issue 19: MFU from counted FLOPs for every workload). A node's
+description is the PyTorch module's ``repr`` (PipeDream's profiler writes ``str(module)``), which gives
+the layer's sizes but not its input's; its ``activation_size`` is its output's fp32 bytes for the
+``profile_batch`` samples, so the missing dimension is ``activation_size / (4 · profile_batch · width)``
+(e.g. VGG-16 node12 ``Conv2d(128, 256, kernel_size=(3, 3), ...)``: 411,041,792 / (4 · 128 · 256) = 3,136 =
+56² output pixels). From these the builder (workloads/networks/builder.py) makes the node's kernels,
+as it does a catalog network's, at the micro-batch asked:
+
+- ``Conv2d(in, out, kernel_size, stride, padding, groups, bias)``: an implicit GEMM of M = batch ·
+  H_out·W_out (from the output bytes), N = out/groups, K = in/groups · kh·kw (Chetlur et al. 2014);
+  its backward a data and a weight gradient of the same M·N·K, so 2× the forward (the builder's
+  convolution; none for the data gradient of a node that reads the network's input, which PyTorch
+  skips, as the catalog networks count it);
+- ``Linear(in_features, out_features, bias)``: a GEMM of batch · rows × out × in, rows per sample =
+  output bytes / (4 · profile_batch · out); backward dgrad + wgrad = 2× the forward;
+- ``LSTM(in, hidden[, num_layers][, bidirectional=True])``: the builder's LSTM (per direction and
+  step the input and recurrent GEMMs, gates memory-bound; backward each GEMM's two gradients), over
+  T = first output's bytes / (4 · profile_batch · directions · hidden) steps; ``EmuBidirLSTM`` (GNMT's
+  encoder, whose ``layer1``/``layer2`` share the ``bidir`` LSTM's weights: the file's parameter_size is
+  that one bidirectional LSTM's) is its ``bidir`` LSTM; ``RecurrentAttention`` is its ``rnn`` LSTM and
+  the builder's additive (Bahdanau) attention over T_k = the scores' bytes (its last output, batch ·
+  T_q · T_k) / (4 · profile_batch · T_q) encoder steps; a container whose one leaf with weights is a
+  ``Linear`` (GNMT's ``Classifier``) is that linear layer;
+- ``Embedding(num, dim)`` (a gather: no FLOPs) and ``BatchNorm2d(C)`` (memory-bound) hold their tables
+  (V·D; γ and β);
+- ReLU, pooling, dropout, Add, Concat, views (``View``, ``Size``, ``__getitem__``), softmax, layer
+  norm and other activations run no GEMM: 0 model FLOPs, as every network's memory-bound ops count
+  (workloads/layer_graph.py ``FLOPS_KINDS``); so does a node with no time, no parameters and no output
+  (GNMT's ``hidden``: an input).
+
+A node whose description gives no shapes — a bare name (DAPPLE's ``cell_3``, ``layer_12``,
+``Conv2d_1_1``, ``embeddings``) or a container whose leaves are not the above — counts 0 FLOPs
+(``Layer.flops_counted`` False), and the run says so once in a NOTE naming how many layers and which
+(:func:`uncounted_flops_note`): TFLOP/s and MFU then count the other layers (a lower bound). A graph
+none of whose layers count (the DAPPLE AmoebaNet, BERT, XLNet and VGG-19 files: bare names only)
+prints them n/a. A description of a known module whose arguments do not parse, or whose sizes
+disagree with the node's ``activation_size`` (not a whole number of pixels, steps or rows: a wrong
+``profile_batch`` shows this way) or with its ``parameter_size`` is refused, naming the node (exit 2):
+the profiler writes these strings, so a mismatch is a broken or edited file, and counting it 0 would
+hide that. These counts are the model FLOPs only: the times stay the measured ones.
+
+Parameters: a node whose kernels are built holds its parameters in its ops, as every built layer
+does, and they must equal the file's ``parameter_size`` / 4 (the PipeDream VGG-16 file: 138,357,544,
+the catalog ``vgg16``'s); any other node's stay the file's (``Layer.stated_params``: a bare name
+names no kernel that could hold them). A DeepPool line is built by the builder, whose ops hold its
+weights as every built layer's do (a bare line, with no shapes, holds none).
 
 The measured times are on the layer (``measured_forward_s``/``measured_backward_s``) and on its
 ops (``Op.measured_s``: the first op of each pass carries the pass's time, the others 0; a layer
@@ -45,6 +87,7 @@ without kernels gets one ``<name>.measured`` op), so a planner that prices ops g
 
 from __future__ import annotations
 
+import ast
 import bisect
 import functools
 import json
@@ -58,8 +101,8 @@ from pydantic import Field
 
 from simulator.errors import ConfigError
 from workloads.graph import Op, ShardShape
-from workloads.layer_graph import Layer, LayerGraph, gradient_sum_ops, with_gradient_sums
-from workloads.networks.builder import NetBuilder, Tensor
+from workloads.layer_graph import FLOPS_KINDS, Layer, LayerGraph, gradient_sum_ops, with_gradient_sums
+from workloads.networks.builder import NetBuilder, Tensor, conv_out
 from workloads.networks.spec import NetworkSpec, refuse_split
 
 _NODE = re.compile(r"^(?P<id>node\d+) -- (?P<desc>.*) -- forward_compute_time=(?P<f>[-\d.e]+), "
@@ -97,6 +140,7 @@ class ProfiledNode:
     backward_ms: float
     activation_bytes: float
     parameter_bytes: float
+    activation_sizes: tuple[float, ...] = ()   # each output's bytes where the node has several (``[a; b]``)
 
 
 def parse_graph_txt(text: str, source: str) -> tuple[list[ProfiledNode], list[tuple[str, str]]]:
@@ -114,8 +158,9 @@ def parse_graph_txt(text: str, source: str) -> tuple[list[ProfiledNode], list[tu
         if not node:
             raise ConfigError("model.profile", f"{source} line {number}: not a graph.txt node or edge line")
         sizes = node["a"].strip("[]").split(";")
+        outputs = tuple(float(s) for s in sizes if s.strip())
         nodes.append(ProfiledNode(node["id"], node["desc"].strip(), float(node["f"]), float(node["b"]),
-                                  sum(float(s) for s in sizes if s.strip()), float(node["p"])))
+                                  sum(outputs), float(node["p"]), outputs))
     known = {n.node_id for n in nodes}
     for src, dst in edges:
         for end in (src, dst):
@@ -175,6 +220,207 @@ def _kind(node: ProfiledNode, source: str) -> str:
     return "other"
 
 
+#: graph.txt layer kinds that run no GEMM: 0 model FLOPs by kind (workloads/layer_graph.py ``FLOPS_KINDS``)
+_NO_GEMM_KINDS = frozenset({"relu", "maxpool", "avgpool", "adaptive_avgpool", "dropout", "add", "concat", "flatten",
+                            "softmax", "layernorm", "activation"})
+_SUBMODULE_AT = re.compile(r"\((?P<attr>\w+)\): (?P<kind>[A-Za-z_]\w*)\(")
+
+
+def _closing(text: str, start: int) -> int:
+    """The index of the parenthesis that closes the one at ``text[start]`` (-1: none)."""
+    depth = 0
+    for i in range(start, len(text)):
+        depth += {"(": 1, ")": -1}.get(text[i], 0)
+        if depth == 0:
+            return i
+    return -1
+
+
+def _submodules(desc: str) -> list[tuple[str, str]]:
+    """A container module's repr's direct children as (attribute, repr): ``EmuBidirLSTM(  (bidir):
+    LSTM(1024, 1024, bidirectional=True)  (layer1): ...)`` -> [("bidir", "LSTM(1024, ...)"), ...]."""
+    children, i = [], desc.find("(") + 1
+    while (match := _SUBMODULE_AT.search(desc, i)) is not None:
+        end = _closing(desc, match.end() - 1)
+        if end < 0:
+            break
+        children.append((match["attr"], desc[match.start("kind"):end + 1]))
+        i = end + 1
+    return children
+
+
+class _Unparsed(ValueError):
+    """A known module's description whose arguments do not parse."""
+
+
+def _call(desc: str) -> tuple[str, list, dict]:
+    """A leaf module's repr ``Name(a, b, key=value)`` as (name, positional, keyword) values; bare names
+    (``ReLU(inplace)``) read as strings."""
+    try:
+        call = ast.parse(desc, mode="eval").body
+    except SyntaxError:
+        raise _Unparsed(f"{desc!r} is not a module call") from None
+    if not isinstance(call, ast.Call) or not isinstance(call.func, ast.Name):
+        raise _Unparsed(f"{desc!r} is not a module call")
+
+    def value(node: ast.AST):
+        try:
+            return ast.literal_eval(node)
+        except ValueError:
+            return ast.unparse(node)
+    return call.func.id, [value(a) for a in call.args], {k.arg: value(k.value) for k in call.keywords}
+
+
+def _int(value, what: str) -> int:
+    if isinstance(value, bool) or not isinstance(value, int) or value < 1:
+        raise _Unparsed(f"{what} is {value!r}, not a positive whole number")
+    return value
+
+
+def _pair(value, what: str, least: int = 1) -> tuple[int, int]:
+    pair = value if isinstance(value, tuple) else (value, value)
+    if len(pair) != 2 or any(isinstance(v, bool) or not isinstance(v, int) or v < least for v in pair):
+        raise _Unparsed(f"{what} is {value!r}, not one or two whole numbers")
+    return pair
+
+
+def _arg(args: list, kwargs: dict, index: int, key: str, default=None):
+    if key in kwargs:
+        return kwargs[key]
+    if index < len(args):
+        return args[index]
+    if default is None:
+        raise _Unparsed(f"it gives no {key}")
+    return default
+
+
+class _Sizes:
+    """Per-sample sizes from a node's output bytes: fp32 (PipeDream profiles in fp32) for
+    ``profile_batch`` samples (module docstring)."""
+
+    def __init__(self, node: ProfiledNode, profile_batch: int):
+        self.node, self.batch = node, profile_batch
+        self.outputs = node.activation_sizes or (node.activation_bytes,)
+
+    def per_sample(self, width: int, what: str, output: int = 0) -> int:
+        size = self.outputs[output]
+        elements = size / (4.0 * self.batch * width)
+        whole = round(elements)
+        if whole < 1 or abs(elements - whole) > 1e-9 * elements:
+            raise _Unparsed(f"its output of {size:,.0f} bytes is not 4 (fp32) x profile_batch {self.batch} x {width} "
+                            f"{what} x a whole number (is profile_batch right?)")
+        return whole
+
+
+def _leaf(net: NetBuilder, name: str, desc: str, x_producer: str | None, sizes: _Sizes) -> bool:
+    """Build the kernels of a leaf module's repr on ``net`` (module docstring); False: a kind whose
+    kernels are not derived here."""
+    kind, args, kwargs = _call(desc)
+
+    def tensor(*shape: int) -> Tensor:
+        return Tensor(shape, x_producer, -1 - len(net.layers))
+    if kind == "Conv2d":
+        cin, cout = _int(_arg(args, kwargs, 0, "in_channels"), "in_channels"), \
+            _int(_arg(args, kwargs, 1, "out_channels"), "out_channels")
+        kh, kw = _pair(_arg(args, kwargs, 2, "kernel_size"), "kernel_size")
+        stride = _pair(_arg(args, kwargs, 3, "stride", 1), "stride")
+        ph, pw = _pair(_arg(args, kwargs, 4, "padding", 0), "padding", least=0)
+        groups = _int(_arg(args, kwargs, 6, "groups", 1), "groups")
+        pixels = sizes.per_sample(cout, "output channels")
+        ho = math.isqrt(pixels)
+        ho, wo = (ho, ho) if ho * ho == pixels else (pixels, 1)   # only H_out x W_out enters the FLOPs
+        # an input that gives (ho, wo) at this window and stride (the builder takes one stride)
+        hin, win = (ho - 1) * stride[0] + kh - 2 * ph, (wo - 1) * stride[0] + kw - 2 * pw
+        if hin < 1 or win < 1 or conv_out(hin, kh, stride[0], ph) != ho or conv_out(win, kw, stride[0], pw) != wo:
+            raise _Unparsed(f"no input gives its {ho}x{wo} output pixels at this kernel and padding")
+        net.conv2d(name, tensor(cin, hin, win), cout, (kh, kw), stride[0], (ph, pw), groups,
+                   bias=kwargs.get("bias", True) is True)
+    elif kind == "Linear":
+        fin, fout = _int(_arg(args, kwargs, 0, "in_features"), "in_features"), \
+            _int(_arg(args, kwargs, 1, "out_features"), "out_features")
+        rows = sizes.per_sample(fout, "out_features")
+        net.linear(name, tensor(rows, fin), fout, bias=kwargs.get("bias", True) is True)
+    elif kind.startswith("BatchNorm"):
+        channels = _int(_arg(args, kwargs, 0, "num_features"), "num_features")
+        if kwargs.get("affine", True) is not True:
+            return True   # no γ, β; memory-bound: nothing to count
+        net.batchnorm(name, tensor(channels, sizes.per_sample(channels, "channels"), 1))
+    elif kind == "Embedding":
+        vocab, dim = _int(_arg(args, kwargs, 0, "num_embeddings"), "num_embeddings"), \
+            _int(_arg(args, kwargs, 1, "embedding_dim"), "embedding_dim")
+        net.embedding(name, sizes.per_sample(dim, "embedding_dim"), vocab, dim)
+    elif kind == "LSTM":
+        fin, hidden = _int(_arg(args, kwargs, 0, "input_size"), "input_size"), \
+            _int(_arg(args, kwargs, 1, "hidden_size"), "hidden_size")
+        layers = _int(_arg(args, kwargs, 2, "num_layers", 1), "num_layers")
+        if kwargs.get("bias", True) is not True or kwargs.get("proj_size", 0):
+            return False   # the builder's LSTM has both biases and no projection here
+        directions = 2 if kwargs.get("bidirectional", False) is True else 1
+        steps = sizes.per_sample(directions * hidden, "directions x hidden_size")
+        x = tensor(steps, fin)
+        for i in range(layers):
+            x = net.lstm(name if layers == 1 else f"{name}.l{i}", x, hidden, bidirectional=directions == 2)
+    else:
+        return False
+    return True
+
+
+def _node_kernels(net: NetBuilder, node: ProfiledNode, kind: str, x_producer: str | None, profile_batch: int,
+                  source: str) -> tuple[tuple[Op, ...], tuple[Op, ...], int] | None:
+    """The forward and backward kernels of a graph.txt node built from its description and output
+    bytes, and the parameters its description does not show (a container's bare ``nn.Parameter`` s);
+    ((), (), stated) for a node that runs no GEMM; None where the description gives no shapes
+    (module docstring). A known module whose arguments do not parse, or disagree with the node's
+    sizes, is a ConfigError naming the node."""
+    stated = round(node.parameter_bytes / 4)
+    desc = node.desc
+    if kind in _NO_GEMM_KINDS or desc.startswith("__getitem__") or \
+            not (node.forward_ms or node.backward_ms or node.parameter_bytes or node.activation_bytes):
+        return (), (), stated
+    sizes = _Sizes(node, profile_batch)
+    start = len(net.layers)
+    children = _submodules(desc)
+    try:
+        if not children:
+            if not _MODULE_CALL.match(desc) or not _leaf(net, node.node_id, desc, x_producer, sizes):
+                return None
+        elif desc.startswith("EmuBidirLSTM"):
+            bidir = dict(children).get("bidir", "")
+            if not bidir.startswith("LSTM(") or not _leaf(net, node.node_id, bidir, x_producer, sizes):
+                return None
+        elif desc.startswith("RecurrentAttention"):
+            parts = dict(children)
+            attention = dict(_submodules(parts.get("attn", "")))
+            if not parts.get("rnn", "").startswith("LSTM(") or not {"linear_q", "linear_k"} <= set(attention):
+                return None
+            _, rnn_args, rnn_kwargs = _call(parts["rnn"])
+            if rnn_kwargs.get("bidirectional") is True or _arg(rnn_args, rnn_kwargs, 2, "num_layers", 1) != 1:
+                return None
+            _leaf(net, f"{node.node_id}.rnn", parts["rnn"], x_producer, sizes)
+            query = Tensor(net.layers[-1].output_shape, f"{node.node_id}.rnn", -1 - len(net.layers))
+            _, k_args, k_kwargs = _call(attention["linear_k"])
+            keys_width = _int(_arg(k_args, k_kwargs, 0, "in_features"), "linear_k in_features")
+            key_steps = sizes.per_sample(query.shape[0], "query steps (the scores, its last output)", output=-1)
+            net.additive_attention(f"{node.node_id}.attn", query, Tensor((key_steps, keys_width), "keys", -2))
+        else:   # a container whose one leaf with weights is a Linear (GNMT's Classifier)
+            leaves = [child for _, child in children if not child.startswith(("Dropout(", "ReLU(", "Identity("))]
+            if len(leaves) != 1 or not leaves[0].startswith("Linear(") or _submodules(leaves[0]):
+                return None
+            _leaf(net, node.node_id, leaves[0], x_producer, sizes)
+    except (_Unparsed, ConfigError) as why:
+        raise ConfigError(f"model.layers.{node.node_id}",
+                          f"{source}: {desc[:80]!r}: {getattr(why, 'message', why)}") from None
+    parts = net.layers[start:]
+    forward = tuple(op for part in parts for op in part.forward)
+    backward = tuple(op for part in reversed(parts) for op in part.backward)
+    derived = sum(part.params for part in parts)
+    if derived != stated and (not children or derived > stated):
+        raise ConfigError(f"model.layers.{node.node_id}",
+                          f"{source}: {desc[:80]!r} holds {derived:,} parameters but its parameter_size says "
+                          f"{stated:,} ({node.parameter_bytes:,.0f} bytes / 4)")
+    return forward, backward, stated - derived
+
+
 def pipedream_graph(text: str, name: str, profile_batch: int, shard: ShardShape, sample: str = "image",
                     seq_length: int | None = None, source: str = "graph.txt") -> LayerGraph:
     """A graph.txt as a layer graph for ``shard.micro_batch`` samples (see the module docstring)."""
@@ -185,15 +431,21 @@ def pipedream_graph(text: str, name: str, profile_batch: int, shard: ShardShape,
     inputs = {n.node_id for n in nodes if n.desc.startswith("Input")}
     scale = shard.micro_batch / profile_batch
     byte_scale = scale * shard.act_bytes / 4.0   # PipeDream sizes are fp32
-    layers = [Layer("input", "other", output_bytes=0.0, flops_counted=False)]  # a graph.txt names no kernels
+    layers = [Layer("input", "other", output_bytes=0.0)]   # the data loading, dropped: no kernel
+    net = NetBuilder(name, shard.micro_batch, shard.act_bytes, sample, seq_length)
     for node in _topological(nodes, edges, source):
         if node.node_id in inputs:
             continue
         reads = tuple(dict.fromkeys("input" if p in inputs else p for p in preds[node.node_id])) or ("input",)
         out_bytes = node.activation_bytes * byte_scale
-        # the file states the parameters and names no kernels that could hold them: they stay stated
-        layer = Layer(name=node.node_id, kind=_kind(node, source), stated_params=round(node.parameter_bytes / 4),
-                      saved_bytes=out_bytes, output_bytes=out_bytes, inputs=reads, flops_counted=False,
+        kind = _kind(node, source)
+        # kernels from the description (module docstring); a node that reads only the network's input
+        # computes no data gradient, as PyTorch skips it
+        kernels = _node_kernels(net, node, kind, None if reads == ("input",) else "previous", profile_batch, source)
+        forward, backward, stated = kernels or ((), (), round(node.parameter_bytes / 4))
+        # parameters the kernels hold are theirs; what they do not show (all of a bare name's) stay stated
+        layer = Layer(name=node.node_id, kind=kind, forward=forward, backward=backward, stated_params=stated,
+                      saved_bytes=out_bytes, output_bytes=out_bytes, inputs=reads, flops_counted=kernels is not None,
                       passes_gradient=not node.desc.startswith("Size"))   # x.size(): no gradient to x
         layers.append(_with_measured(layer, node.forward_ms * scale / 1e3, node.backward_ms * scale / 1e3))
     return with_gradient_sums(LayerGraph(name, tuple(layers), shard.micro_batch, sample, seq_length).check())
@@ -376,6 +628,36 @@ def deeppool_graph(text: str, name: str, shard: ShardShape, sample: str = "image
         layers.append(_with_measured(replace(built, inputs=(layers[-1].name,) if layers else (), input_shape=None,
                                              output_shape=None), forward, backward))
     return with_gradient_sums(LayerGraph(name, tuple(layers), b, sample, seq_length).check())
+
+
+def uncounted_flops_note(graph: LayerGraph, descriptions: dict[str, str] | None = None) -> str | None:
+    """The NOTE a run on a profile with layers whose FLOPs are not counted prints once: how many and
+    which (``descriptions``: a graph.txt node's description by layer name; else the layer's name),
+    None where every layer is counted or none is (then TFLOP/s and MFU are n/a, the table says why)."""
+    uncounted = [layer for layer in graph.layers if not layer.flops_counted]
+    counted_flops = any(op.flops for layer in graph.layers if layer.flops_counted
+                        for op in layer.forward if op.kind in FLOPS_KINDS)
+    if not uncounted or not counted_flops:
+        return None
+    names = list(dict.fromkeys((descriptions or {}).get(layer.name, layer.name)[:40] for layer in uncounted))
+    shown = ", ".join(names[:6]) + (f" and {len(names) - 6} more" if len(names) > 6 else "")
+    total = len(graph.layers)
+    return (f"FLOPs counted for {total - len(uncounted)} of {total} layers of the profile: {len(uncounted)} "
+            f"count 0, their lines giving no shapes ({shown}); TFLOP/s and MFU count the others (a lower bound)")
+
+
+def profile_flops_notes(scenario) -> list[str]:
+    """:func:`uncounted_flops_note` of a scenario whose model is a measured profile ([] otherwise)."""
+    model = scenario.model
+    if getattr(model, "family", None) != "profile":
+        return []
+    graph = scenario.layer_graph()
+    descriptions = None
+    if model.format == "pipedream":
+        nodes, _ = parse_graph_txt(Path(model.path).read_text(), Path(model.path).name)
+        descriptions = {node.node_id: node.desc for node in nodes}
+    text = uncounted_flops_note(graph, descriptions)
+    return [text] if text else []
 
 
 #: Layer names that say what a profiled network's sample is, most specific first: a recurrent network
