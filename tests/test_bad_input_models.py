@@ -151,7 +151,7 @@ def test_a_measured_profile_prints_the_mfu_of_its_layer_strings(outcomes):
 
 def test_a_profile_of_bare_block_names_prints_na_not_a_zero_mfu(outcomes):
     """DAPPLE's AmoebaNet graph.txt names its cells without shapes: no FLOPs counted, so TFLOP/s and MFU
-    are n/a (null in --json), never 0.0, and the table says why."""
+    are n/a (null in --json), never 0.0, the table says why and one NOTE names the layers."""
     proc, _ = outcomes["bare profile --json"]
     assert proc.returncode == 0, proc.stderr[-2000:]
     out = json.loads(proc.stdout)
@@ -162,6 +162,9 @@ def test_a_profile_of_bare_block_names_prints_na_not_a_zero_mfu(outcomes):
            "shapes" in table.stdout
     (mfu,) = [line for line in table.stdout.splitlines() if line.startswith("  MFU / HFU")]
     assert mfu.strip() == "MFU / HFU      n/a"
+    (note,) = [line for line in table.stdout.splitlines() if "FLOPs counted for" in line]
+    assert note.startswith("  NOTE: FLOPs counted for no layer of the profile: 25 of its 26 layers give no shapes "
+                           "(stem, cell_stem_0, cell_stem_1, cell_0, cell_1, cell_2 and 19 more)")
 
 
 def test_a_vit_gives_tokens_per_s_of_its_197_token_sequence(outcomes):

@@ -92,7 +92,7 @@ def test_graph_txt_counts_the_catalog_builders_flops_and_parameters(profile, cat
 def test_every_graph_txt_prints_mfu_or_says_why_not(profile):
     """Each shipped graph.txt simulated on one A100 at its profiled minibatch: a number for MFU and
     FLOPs > 0 wherever the nodes are module reprs; the four DAPPLE files of bare block names count none,
-    so MFU is None (printed n/a, with the reason), never 0."""
+    so MFU is None (printed n/a, with the reason), never 0, and one NOTE names their layers."""
     batch = _batch(profile)
     scenario = load_scenario({
         "name": "p", "model": {"name": "p", "family": "profile", "format": "pipedream", "path": str(DATA / profile),
@@ -101,13 +101,15 @@ def test_every_graph_txt_prints_mfu_or_says_why_not(profile):
         "parallelism": {"global_batch_size": batch, "micro_batch_size": batch}, "training": {"precision": "fp32"}})
     result = simulate(scenario)
     assert result.step_time_s > 0
+    notes = [note for note in scenario_messages(scenario)["notes"] if "FLOPs counted for" in note]
     if profile in BARE_NAMES:
         assert result.model_flops_per_step == 0 and result.mfu is None and result.model_tflops_per_gpu is None
+        (note,) = notes
+        assert note.startswith("FLOPs counted for no layer of the profile: ") and note.endswith("MFU are n/a")
     else:
         assert result.model_flops_per_step > 0 and result.hardware_flops_per_step > 0
         assert isinstance(result.mfu, float) and 0 < result.mfu
-        assert result.flops_counted_layers is None
-    assert not any("FLOPs counted for" in note for note in scenario_messages(scenario)["notes"])
+        assert result.flops_counted_layers is None and not notes
 
 
 def _vgg16_with(old: str, new: str) -> str:
@@ -164,5 +166,5 @@ def test_a_block_named_without_shapes_counts_0_and_one_note_names_it(tmp_path):
     result = simulate(scenario)
     assert result.flops_counted_layers == (40, 41) and 0 < result.mfu
     (note,) = [n for n in scenario_messages(scenario)["notes"] if "FLOPs counted" in n]
-    assert note == ("FLOPs counted for 40 of 41 layers of the profile: 1 count 0, their lines giving no shapes "
-                    "(conv3_2); TFLOP/s and MFU count the others (a lower bound)")
+    assert note == ("FLOPs counted for 40 of 41 layers of the profile: 1 gives no shapes and counts 0 (conv3_2); "
+                    "TFLOP/s and MFU count the others (a lower bound)")

@@ -84,7 +84,8 @@ def test_a_block_without_shapes_counts_0_and_a_note_says_so_once(tmp_path):
     assert out["model_tflops_per_gpu"] == pytest.approx(model_flops / (out["step_time_s"] * 8) / 1e12, rel=1e-9)
     assert out["mfu"] == pytest.approx(out["model_tflops_per_gpu"] / 312, rel=1e-9)
     (note,) = [n for n in out["notes"] if "FLOPs counted for" in n]
-    assert note.startswith("FLOPs counted for 7 of 8 layers of the profile: 1 count 0") and "ResnetBottleneck" in note
+    assert note.startswith("FLOPs counted for 7 of 8 layers of the profile: 1 gives no shapes and counts 0 (") \
+        and "ResnetBottleneck" in note
     table = _simulate(tmp_path, partial).stdout
     assert table.count("FLOPs counted for 7 of 8 layers") == 1 and "  NOTE: FLOPs counted for 7 of 8" in table
     assert re.search(r"MFU / HFU +\d+\.\d% / \d+\.\d%", table), table

@@ -68,7 +68,7 @@ A node whose description gives no shapes — a bare name (DAPPLE's ``cell_3``, `
 (``Layer.flops_counted`` False), and the run says so once in a NOTE naming how many layers and which
 (:func:`uncounted_flops_note`): TFLOP/s and MFU then count the other layers (a lower bound). A graph
 none of whose layers count (the DAPPLE AmoebaNet, BERT, XLNet and VGG-19 files: bare names only)
-prints them n/a. A description of a known module whose arguments do not parse, or whose sizes
+prints them n/a, the NOTE naming its layers. A description of a known module whose arguments do not parse, or whose sizes
 disagree with the node's ``activation_size`` (not a whole number of pixels, steps or rows: a wrong
 ``profile_batch`` shows this way) or with its ``parameter_size`` is refused, naming the node (exit 2):
 the profiler writes these strings, so a mismatch is a broken or edited file, and counting it 0 would
@@ -633,17 +633,26 @@ def deeppool_graph(text: str, name: str, shard: ShardShape, sample: str = "image
 def uncounted_flops_note(graph: LayerGraph, descriptions: dict[str, str] | None = None) -> str | None:
     """The NOTE a run on a profile with layers whose FLOPs are not counted prints once: how many and
     which (``descriptions``: a graph.txt node's description by layer name; else the layer's name),
-    None where every layer is counted or none is (then TFLOP/s and MFU are n/a, the table says why)."""
+    and what TFLOP/s and MFU then are (a lower bound, or n/a where no layer counts a FLOP); None where
+    every layer is counted."""
     uncounted = [layer for layer in graph.layers if not layer.flops_counted]
-    counted_flops = any(op.flops for layer in graph.layers if layer.flops_counted
-                        for op in layer.forward if op.kind in FLOPS_KINDS)
-    if not uncounted or not counted_flops:
+    if not uncounted:
         return None
     names = list(dict.fromkeys((descriptions or {}).get(layer.name, layer.name)[:40] for layer in uncounted))
     shown = ", ".join(names[:6]) + (f" and {len(names) - 6} more" if len(names) > 6 else "")
-    total = len(graph.layers)
-    return (f"FLOPs counted for {total - len(uncounted)} of {total} layers of the profile: {len(uncounted)} "
-            f"count 0, their lines giving no shapes ({shown}); TFLOP/s and MFU count the others (a lower bound)")
+    total, missing = len(graph.layers), len(uncounted)
+    if not any(op.kind in FLOPS_KINDS and op.flops for layer in graph.layers for op in layer.forward):
+        return (f"FLOPs counted for no layer of the profile: {missing} of its {total} layers give no shapes ({shown}) "
+                "and the others run no GEMM; TFLOP/s and MFU are n/a")
+    return (f"FLOPs counted for {total - missing} of {total} layers of the profile: {missing} "
+            f"give{'s' if missing == 1 else ''} no shapes and count{'s' if missing == 1 else ''} 0 ({shown}); "
+            "TFLOP/s and MFU count the others (a lower bound)")
+
+
+@functools.lru_cache(maxsize=64)
+def _descriptions(path: str) -> dict[str, str]:
+    nodes, _ = parse_graph_txt(Path(path).read_text(), Path(path).name)
+    return {node.node_id: node.desc for node in nodes}
 
 
 def profile_flops_notes(scenario) -> list[str]:
@@ -652,13 +661,10 @@ def profile_flops_notes(scenario) -> list[str]:
     if getattr(model, "family", None) != "profile":
         return []
     graph = scenario.layer_graph()
-    descriptions = None
-    if model.format == "pipedream":
-        nodes, _ = parse_graph_txt(Path(model.path).read_text(), Path(model.path).name)
-        descriptions = {node.node_id: node.desc for node in nodes}
-    text = uncounted_flops_note(graph, descriptions)
+    if graph.flops_counted_layers() == len(graph.layers):
+        return []
+    text = uncounted_flops_note(graph, _descriptions(model.path) if model.format == "pipedream" else None)
     return [text] if text else []
-
 
 #: Layer names that say what a profiled network's sample is, most specific first: a recurrent network
 #: translates or models sentences (GNMT, BigLSTM), a network with token embeddings or attention reads
