@@ -64,7 +64,9 @@ as it does a catalog network's, at the micro-batch asked:
   (GNMT's ``hidden``: an input).
 
 A node whose description gives no shapes — a bare name (DAPPLE's ``cell_3``, ``layer_12``,
-``Conv2d_1_1``, ``embeddings``) or a container whose leaves are not the above — counts 0 FLOPs
+``Conv2d_1_1``, ``embeddings``), a container whose leaves are not the above, or a module whose
+kernels are not derived here (``ConvTranspose2d``, ``EmbeddingBag``, an LSTM without biases or with a
+projection) — counts 0 FLOPs
 (``Layer.flops_counted`` False), and the run says so once in a NOTE naming how many layers and which
 (:func:`uncounted_flops_note`): TFLOP/s and MFU then count the other layers (a lower bound). A graph
 none of whose layers count (the DAPPLE AmoebaNet, BERT, XLNet and VGG-19 files: bare names only)
@@ -258,7 +260,7 @@ def _call(desc: str) -> tuple[str, list, dict]:
     (``ReLU(inplace)``) read as strings."""
     try:
         call = ast.parse(desc, mode="eval").body
-    except SyntaxError:
+    except (SyntaxError, ValueError, RecursionError):
         raise _Unparsed(f"{desc!r} is not a module call") from None
     if not isinstance(call, ast.Call) or not isinstance(call.func, ast.Name):
         raise _Unparsed(f"{desc!r} is not a module call")
@@ -266,8 +268,8 @@ def _call(desc: str) -> tuple[str, list, dict]:
     def value(node: ast.AST):
         try:
             return ast.literal_eval(node)
-        except ValueError:
-            return ast.unparse(node)
+        except (ValueError, TypeError, SyntaxError, RecursionError):
+            return ast.unparse(node)   # a name (``inplace``, ``same``) or an expression: as written
     return call.func.id, [value(a) for a in call.args], {k.arg: value(k.value) for k in call.keywords}
 
 
@@ -324,7 +326,11 @@ def _leaf(net: NetBuilder, name: str, desc: str, x_producer: str | None, sizes: 
             _int(_arg(args, kwargs, 1, "out_channels"), "out_channels")
         kh, kw = _pair(_arg(args, kwargs, 2, "kernel_size"), "kernel_size")
         stride = _pair(_arg(args, kwargs, 3, "stride", 1), "stride")
-        ph, pw = _pair(_arg(args, kwargs, 4, "padding", 0), "padding", least=0)
+        padding = _arg(args, kwargs, 4, "padding", 0)
+        # PyTorch's padding="same" (stride 1: the output is the input's size) / "valid" (none)
+        padding = {"same": ((kh - 1) // 2, (kw - 1) // 2), "valid": 0}.get(padding, padding) \
+            if isinstance(padding, str) else padding
+        ph, pw = _pair(padding, "padding", least=0)
         groups = _int(_arg(args, kwargs, 6, "groups", 1), "groups")
         pixels = sizes.per_sample(cout, "output channels")
         ho = math.isqrt(pixels)
@@ -409,7 +415,7 @@ def _node_kernels(net: NetBuilder, node: ProfiledNode, kind: str, x_producer: st
             _leaf(net, node.node_id, leaves[0], x_producer, sizes)
     except (_Unparsed, ConfigError) as why:
         raise ConfigError(f"model.layers.{node.node_id}",
-                          f"{source}: {desc[:80]!r}: {getattr(why, 'message', why)}") from None
+                          f"{source}: {desc[:80]!r}: {getattr(why, 'reason', why)}") from None
     parts = net.layers[start:]
     forward = tuple(op for part in parts for op in part.forward)
     backward = tuple(op for part in reversed(parts) for op in part.backward)
