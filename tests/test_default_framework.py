@@ -165,21 +165,36 @@ def test_moe_only_fields_on_a_dense_model_are_noted_and_change_nothing():
     assert not any("mixture-of-experts" in n for n in mixtral.get("notes", ()))
 
 
-def test_a_measured_profile_is_not_called_a_network_without_convolution(tmp_path):
-    """A PipeDream graph.txt names no kernels, so the warning must not say the network has no convolution (the
-    session-9 audit's gap 10c), and a framework of the published rows that `training.framework` cannot name
-    (DLE's TensorFlow rows) says so."""
-    scenario = tmp_path / "pd.yaml"
+def _profile_run(tmp_path, file_name: str, fmt: str, batch: int) -> dict:
+    scenario = tmp_path / f"{file_name}.yaml"
     scenario.write_text(yaml.safe_dump({
-        "model": {"family": "profile", "name": "vgg16-pipedream", "profile_batch": 128, "format": "pipedream",
-                  "path": str(ROOT / "validation" / "data" / "profiles" / "pipedream_vgg16_graph.txt")},
+        "model": {"family": "profile", "name": file_name, "profile_batch": batch, "format": fmt,
+                  "path": str(ROOT / "validation" / "data" / "profiles" / file_name)},
         "cluster": {"node": "dgx-a100-40g", "num_gpus": 8},
-        "parallelism": {"dp": 8, "micro_batch_size": 128, "global_batch_size": 1024},
+        "parallelism": {"dp": 8, "micro_batch_size": batch, "global_batch_size": 8 * batch},
         "training": {"precision": "fp32"}}))
-    doc = json.loads(_cli(str(scenario), "--json").stdout)
+    return json.loads(_cli(str(scenario), "--json").stdout)
+
+
+def test_a_measured_profile_is_not_called_a_network_without_convolution(tmp_path):
+    """A DAPPLE graph.txt of bare block names gives no kernels, so the warning must not say the network has no
+    convolution (the session-9 audit's gap 10c), and a framework of the published rows that `training.framework`
+    cannot name (DLE's TensorFlow rows) says so."""
+    doc = _profile_run(tmp_path, "dapple_vgg-19-pbs-32.txt", "pipedream", 32)
     block = doc["default_framework"]["heldout_catalog_only"][0]
     assert block["family_note"].endswith("a measured profile names no kernels")
     warning = next(w for w in doc["warnings"] if w.startswith(PREFIX))
     assert "has no convolution" not in warning
     assert "dle-tf1-xla (no shipped training.framework profile)" in warning
     assert "dle-pytorch n=" not in warning or "dle-pytorch (no shipped" not in warning
+
+
+def test_a_profile_whose_layers_give_kernels_is_judged_by_them(tmp_path):
+    """PipeDream's graph.txt names each layer's PyTorch module, so its kernels are known (session 10): VGG-16's
+    convolutions make it a CNN like the held-out rows (no family note); GNMT's LSTMs make it a network without
+    convolution, said as for a catalog GNMT."""
+    vgg = _profile_run(tmp_path, "pipedream_vgg16_graph.txt", "pipedream", 128)
+    assert "family_note" not in vgg["default_framework"]["heldout_catalog_only"][0]
+    gnmt = _profile_run(tmp_path, "pipedream_gnmt_large_graph.txt", "pipedream", 128)
+    assert gnmt["default_framework"]["heldout_catalog_only"][0]["family_note"].endswith(
+        "this network has no convolution")

@@ -138,6 +138,22 @@ def _has_convolution(model) -> bool:
     return graph_features(model).convolution
 
 
+def _counts_no_kernel(model) -> bool:
+    """A measured per-layer profile no layer of which counts a FLOP (its layer strings give no shapes: DAPPLE's
+    bare block names; :func:`workloads.networks.profiles.uncounted_flops_note`'s "counted for no layer" case); a
+    catalog or traced network never."""
+    if getattr(model, "family", None) != "profile":
+        return False
+    from workloads.graph import ShardShape
+    from workloads.layer_graph import FLOPS_KINDS
+
+    try:
+        graph = model.layer_graph(ShardShape(micro_batch=1, seq_length=model.seq_length or 1, flash_attention=True))
+    except Exception:  # noqa: BLE001 - unknown: the cautious wording
+        return True
+    return not any(op.kind in FLOPS_KINDS and op.flops for layer in graph.layers for op in layer.forward)
+
+
 def part_block(accelerator, model, precision: str, rows: tuple[HeldoutRow, ...]) -> dict[str, Any]:
     """What the default's held-out errors are for one accelerator, the run's model family and precision
     (``precision``: :func:`simulator.cost.framework.precision_key`), in the module docstring's order of parts;
@@ -158,11 +174,12 @@ def part_block(accelerator, model, precision: str, rows: tuple[HeldoutRow, ...])
     block: dict[str, Any] = {"accelerator": accelerator.name, "family": family, "precision": precision,
                              "rows_precisions": precision_group or "all (none in this run's precision)",
                              "rows_from": where, "rows_on": parts, "by_framework": [s.as_dict() for s in found]}
-    if family == CNN and getattr(model, "family", None) == "profile":
-        # a PipeDream/DAPPLE graph.txt or DeepPool profile names no kernels: whether it convolves is not known here
-        block["family_note"] = "the held-out network rows are CNNs; a measured profile names no kernels"
-    elif family == CNN and not _has_convolution(model):
-        block["family_note"] = "the held-out network rows are CNNs; this network has no convolution"
+    if family == CNN and not _has_convolution(model):
+        # a measured profile whose layer strings give no shapes (DAPPLE's bare block names) counts no kernel:
+        # whether it convolves is not known, so it is not called a network without convolution
+        block["family_note"] = ("the held-out network rows are CNNs; "
+                                + ("a measured profile names no kernels" if _counts_no_kernel(model)
+                                   else "this network has no convolution"))
     return block
 
 
