@@ -54,9 +54,11 @@ def _bus(name: str, size: float, world: int = 2) -> float:
     return size
 
 
-def synthetic_microbench(folder: Path, world: int = 2, adam_slowdown: float | None = None) -> Path:
+def synthetic_microbench(folder: Path, world: int = 2, adam_slowdown: float | None = None,
+                         warm_memory: bool = False) -> Path:
     """Harness-format files whose numbers follow known laws exactly (with ``adam_slowdown``, also
-    fused-Adam rows that stream at COPY_BW / adam_slowdown)."""
+    fused-Adam rows that stream at COPY_BW / adam_slowdown). The memory-bound rows carry the
+    harness's ``operand_copies`` column unless ``warm_memory`` (files from before 2026-12-06)."""
     micro = folder / "microbench"
     micro.mkdir(parents=True)
     gemm = []
@@ -75,11 +77,14 @@ def synthetic_microbench(folder: Path, world: int = 2, adam_slowdown: float | No
                 nbytes = 8 * n
                 t = LAUNCH + nbytes * slow / COPY_BW
                 memory.append({"kernel": kernel, "precision": "fp32", "elements": n, "bytes": nbytes,
+                               **({} if warm_memory else {"operand_copies": 8}),
                                **_rows_with_stats(t), "gb_per_s": nbytes / t / 1e9, "rank": rank})
         memory.append({"kernel": "tiny_add", "precision": "fp32", "elements": 1, "bytes": 12,
+                       **({} if warm_memory else {"operand_copies": 1}),
                        **_rows_with_stats(LAUNCH), "gb_per_s": 0.0, "rank": rank})
         for name, t in (("tiny_linear_fwd_bwd", EAGER_SUM + 3 * EAGER_KERNEL), ("tiny_sum_bwd", EAGER_SUM)):
             memory.append({"kernel": name, "precision": "fp32", "elements": 1, "bytes": 0,
+                           **({} if warm_memory else {"operand_copies": 1}),
                            **_rows_with_stats(t), "gb_per_s": 0.0, "rank": rank})
     coll = []
     for name, (alpha, beta) in LAWS.items():
@@ -480,3 +485,25 @@ def test_calibrate_warns_on_stderr_when_the_sweep_slowed(tmp_path, capsys):
     captured = capsys.readouterr()
     json.loads(captured.out)  # --json stays one document
     assert captured.err.startswith("WARNING: 1 GEMM size(s) ran markedly slower than a smaller GEMM")
+
+
+def test_calibrate_says_when_memory_rows_were_timed_on_one_warm_set(tmp_path, capsys):
+    """Memory-bound rows timed back to back on one operand set (harness files from before
+    2026-12-06) over-rate those kernels on a CPU whose L2 holds the set: the fit says which
+    kind of rows it used, and calibrate warns on stderr for warm ones only."""
+    cold = synthetic_microbench(tmp_path / "cold")
+    warm = synthetic_microbench(tmp_path / "warm", warm_memory=True)
+    assert main(["calibrate", "--from", str(cold), "--out", str(tmp_path / "c.yaml"), "--json"]) == 0
+    out = capsys.readouterr()
+    assert "memory-bound row" not in out.err
+    assert "timed on rotating operand copies" in json.loads(out.out)["node"]["accelerator"]["efficiency"]["fitted_on"]
+    assert main(["calibrate", "--from", str(warm), "--out", str(tmp_path / "w.yaml"), "--json"]) == 0
+    out = capsys.readouterr()
+    assert out.err.startswith("WARNING: 8 memory-bound row(s) were timed back to back on one warm operand set")
+    assert "one warm operand set" in json.loads(out.out)["node"]["accelerator"]["efficiency"]["fitted_on"]
+    # the same rows with cold_memory_operands turned off in the run's settings count as warm
+    from simulator.cost.calibration import warm_memory_rows
+
+    rows = read_microbench(cold)["memory"]
+    assert warm_memory_rows(rows, {"cold_memory_operands": True}) == 0
+    assert warm_memory_rows(rows, {"cold_memory_operands": False}) == 8

@@ -110,6 +110,9 @@ def test_quick_microbenchmarks_write_files_with_expected_fields(tmp_path):
         assert row["tflops"] > 0 and row["reps"] == 3
     kernels = {r["kernel"] for r in doc["memory"]}
     assert kernels == {"copy", "gelu", "adam", "tiny_add", "tiny_linear_fwd_bwd", "tiny_sum_bwd"}
+    # memory-bound kernels cycle through operand copies, as the GEMMs do (the tiny rows: one set)
+    assert all(r["operand_copies"] > 1 for r in doc["memory"] if not r["kernel"].startswith("tiny_"))
+    assert all(r["operand_copies"] > 1 for r in gemm if r["kind"] == "mm")
     eager = {r["kernel"]: r["median_s"] for r in doc["memory"] if r["kernel"].startswith("tiny_") and r["rank"] == 0}
     assert eager["tiny_linear_fwd_bwd"] > eager["tiny_sum_bwd"] > eager["tiny_add"] > 0  # autograd costs more
     coll = doc["collectives"]
@@ -317,6 +320,36 @@ def test_gpu_microbench_precisions_default_to_half_types():
     assert [r["precision"] for r in rows] == ["fp32", "bf16", "fp16"]
     # operands cycle through copies that fill twice the (here: mocked 50 MiB) L2
     assert rows[0]["operand_copies"] == 64 and rows[1]["operand_copies"] == 64
+
+
+def test_memory_kernels_cycle_through_warmed_operand_copies():
+    """Each call of a cold memory-bound kernel runs on the next set (inputs, outputs, Adam
+    states), every set touched once before timing; one set when cold is off or one fills the cache."""
+    from validation.harness import microbench
+
+    made = []
+    real = microbench._memory_kernel
+
+    def recording(name, n, device, dtype):
+        fn, nbytes = real(name, n, device, dtype)
+        index = len(made)
+        calls = []
+        made.append(calls)
+        return (lambda: (calls.append(index), fn())[1]), nbytes
+
+    with mock.patch.object(microbench, "_memory_kernel", recording):
+        fn, nbytes, copies = microbench.memory_kernel_copies("add", 2**14, "cpu", torch.float32, 2**20)
+        assert nbytes == 3 * 2**14 * 4 and copies == microbench.operand_copies(nbytes, 2**20) == 11
+        assert [len(c) for c in made] == [1] * copies  # each set touched once already
+        for _ in range(copies + 2):
+            fn()
+        assert [len(c) for c in made] == [3, 3] + [2] * (copies - 2)  # in turn
+        made.clear()
+        fn, _, copies = microbench.memory_kernel_copies("adam", 2**10, "cpu", torch.float32, 2**20, cold=False)
+        assert copies == 1 and len(made) == 1
+        made.clear()
+        _, _, copies = microbench.memory_kernel_copies("copy", 2**10, "cpu", torch.float32, 1)
+        assert copies == 1 and len(made) == 1
 
 
 def test_operand_copies_fill_twice_the_cache_within_bounds():

@@ -80,6 +80,15 @@ def run(args) -> int:
         print(f"WARNING: {len(dips)} GEMM size(s) ran markedly slower than a smaller GEMM of the same sweep "
               f"({'; '.join(dips)}): the machine's speed likely changed while measuring (other work, throttling); "
               "the profile keeps these rows - measure again on a quiet machine", file=sys.stderr)
+    from simulator.cost.calibration import warm_memory_rows
+
+    warm = warm_memory_rows(data["memory"], data.get("settings"))
+    if warm:
+        print(f"WARNING: {warm} memory-bound row(s) were timed back to back on one warm operand set (harness "
+              "files from before 2026-12-06, or cold_memory_operands off): a training step meets these kernels' "
+              "operands out of cache, and on a CPU whose L2 holds them the fit over-rates them (2026-12-06: "
+              "2.2x for GELU and LayerNorm; every training step predicted 16-33% short) - measure again with this harness",
+              file=sys.stderr)
     if args.json:
         print(json.dumps(profile, indent=2))
         return 0

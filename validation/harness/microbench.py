@@ -4,7 +4,9 @@
   each call on the next of several operand copies, so its operands come from memory as in a
   training step and not from the cache a back-to-back loop leaves warm (:func:`operand_copies`),
   plus batched attention-shaped GEMMs (``bmm``);
-- memory-bound kernels (copy, add, GELU, LayerNorm, softmax) over tensor sizes, and tiny ops
+- memory-bound kernels (copy, add, GELU, LayerNorm, softmax, log-softmax, fused Adam) over tensor
+  sizes, each call on the next of several operand copies as the GEMMs are (a training step's
+  elementwise kernels read activations and states written long before), and tiny ops
   whose time is the per-kernel (launch / dispatch) overhead: a one-element add, and a
   one-element linear layer's forward and backward under autograd (the eager overhead);
 - collectives (all_reduce, all_gather, reduce_scatter, broadcast, send_recv) over message sizes;
@@ -62,6 +64,7 @@ class MicrobenchConfig:
     reps: int = 15
     min_sample_s: float = 2e-3  # short ops are repeated inside one sample to reach this
     cold_gemm_operands: bool = True  # GEMMs cycle through operand copies > 2x the LLC (see operand_copies)
+    cold_memory_operands: bool = True  # memory-bound kernels cycle through copies too (memory_kernel_copies)
     sync_skew: bool = True      # run the synchronisation-skew benchmark (validation/harness/skew.py)
     overlap: bool = True        # run the overlap benchmark (compute slowed by communication)
     collectives_after_compute: bool = True  # also time each collective issued right after a kernel
@@ -243,18 +246,47 @@ def _memory_kernel(name: str, n: int, device, dtype):
     raise ValueError(f"unknown memory kernel {name!r}")
 
 
+def memory_kernel_copies(name: str, n: int, device, dtype, llc_bytes: int, cold: bool = True):
+    """``_memory_kernel`` on ``operand_copies`` independent sets (inputs, outputs, Adam states),
+    one call each in turn, and the bytes one call moves, and the number of copies.
+
+    A training step's memory-bound kernels do not find their operands in cache: the GELU reads
+    what the MLP GEMM wrote, the backward kernels read activations saved a whole pass earlier,
+    the optimizer streams every parameter and state. Back to back on one set (the harness before
+    2026-12-06) a set that fits the core's L2 (2 MiB on the 2-vCPU VM of 2026-12-06) stays there:
+    in a 2-rank job, each row's one-set and rotating samples alternated, minimum of 9, rotating
+    sets took 2.2x as long for add on 2^18 fp32 elements, 1.5-1.8x GELU on 2^20, 1.6x LayerNorm
+    and 1.4x softmax on 2^18, 1.4x fused Adam on 2^18, and 0.93-1.07x on 2^22 elements (sets of
+    16-112 MiB, in no cache either way). In one process beside the harness GPT's own step, that
+    step's GELU (2^19 elements) took 2.2x the one-set row's time and 1.2x the rotating one's,
+    its LayerNorm (2^17) 2.3x and 1.1x. The GEMMs were already timed this way."""
+    fn, nbytes = _memory_kernel(name, n, device, dtype)
+    copies = operand_copies(nbytes, llc_bytes) if cold else 1
+    if copies == 1:
+        return fn, nbytes, 1
+    fns = [fn] + [_memory_kernel(name, n, device, dtype)[0] for _ in range(copies - 1)]
+    for each in fns:  # touch every set once: outputs' first pages and Adam's lazily made states
+        each()
+    turn = itertools.cycle(fns)
+    return (lambda: next(turn)()), nbytes, copies
+
+
 def bench_memory(ctx: RankContext, cfg: MicrobenchConfig, after_row=None) -> list[dict]:
-    """Memory-bound kernel rows; ``after_row()`` (the speed probe) runs after each."""
+    """Memory-bound kernel rows; ``after_row()`` (the speed probe) runs after each. Each kernel
+    cycles through operand copies (:func:`memory_kernel_copies`) unless ``cold_memory_operands``
+    is off; the tiny rows (per-kernel overhead) stay on one set."""
     rows = []
+    llc = last_level_cache_bytes(ctx.is_cuda, ctx.device)
     for precision in ["fp32"] + (["bf16"] if ctx.is_cuda else []):
         dtype = DTYPES[precision]
         for kernel in cfg.memory_kernels:
             for n in cfg.memory_elements:
-                fn, nbytes = _memory_kernel(kernel, n, ctx.device, dtype)
+                fn, nbytes, copies = memory_kernel_copies(kernel, n, ctx.device, dtype, llc, cfg.cold_memory_operands)
                 inner = _inner_count(fn, ctx.sync, cfg.min_sample_s)
                 st = _rows_stats(time_op(fn, cfg.warmup, cfg.reps, ctx.sync, inner))
-                rows.append({"kernel": kernel, "precision": precision, "elements": n, "bytes": nbytes, **st,
-                             "gb_per_s": nbytes / st["median_s"] / 1e9})
+                del fn  # free the copies before the next row allocates its own
+                rows.append({"kernel": kernel, "precision": precision, "elements": n, "bytes": nbytes,
+                             "operand_copies": copies, **st, "gb_per_s": nbytes / st["median_s"] / 1e9})
                 if after_row is not None:
                     after_row()
         # per-kernel overhead: ops on one element, where the time is all dispatch/launch
