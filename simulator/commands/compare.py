@@ -35,6 +35,9 @@ def register(subparsers) -> None:
     p.add_argument("--rank-class", help="simulated rank class (default: the pipeline stage of the trace's rank)")
     p.add_argument("--profile", metavar="PROFILE.yaml", help="hardware profile for a harness trace without SCENARIO")
     p.add_argument("--plot", metavar="PNG", help="write the measured-above-simulated timeline")
+    p.add_argument("--op-classes", action="store_true",
+                   help="also split the step by op class (GEMM forward/backward, attention, cross-entropy, "
+                        "elementwise/norm, optimizer, framework): a host (CPU) trace only")
     p.add_argument("--json", action="store_true", help="print one JSON object")
     p.set_defaults(handler=run)
 
@@ -105,6 +108,14 @@ def run(args) -> int:
     rank_class = args.rank_class or stage_of_rank(trace_rank(doc), scenario.num_gpus, par.pp)
     simulated = simulated_breakdown(result, rank_class, par.zero_stage)
     rows = compare_rows(measured, simulated)
+    op_rows = None
+    if args.op_classes:
+        from simulator.report.op_classes import measured_op_classes, op_class_rows, simulated_op_classes
+
+        measured_classes = measured_op_classes(trace, step=args.step)
+        detailed = simulate(scenario, detail=True)  # one timeline event per kernel (as `simulate --trace`)
+        sim_class = rank_class or sorted({e.rank_class for e in detailed.timeline})[0]
+        op_rows = op_class_rows(measured_classes, simulated_op_classes(detailed, sim_class))
     if args.plot:
         plot_timelines(measured, simulated, args.plot,
                        f"{trace.name} ({measured.step}) vs {scenario.name} ({simulated.step})")
@@ -113,6 +124,7 @@ def run(args) -> int:
 
         print(json.dumps(finite_json({"trace": str(trace), "scenario": described, "measured_step": measured.step,
                                       "simulated_rank_class": simulated.step, "rows": rows, "notes": measured.notes,
+                                      **({"op_classes": op_rows} if op_rows is not None else {}),
                                       "warnings": said["warnings"], "scenario_notes": said["notes"]}),
                          indent=2, allow_nan=False))
         return 0
@@ -122,6 +134,11 @@ def run(args) -> int:
     for r in rows:
         err = "" if r["relative_error"] is None else f"{r['relative_error'] * 100:+7.1f}%"
         print(f"{r['category']:<24s} {r['measured_s'] * 1e3:9.2f}ms {r['simulated_s'] * 1e3:9.2f}ms {err:>8s}")
+    if op_rows is not None:
+        print(f"{'op class':<24s} {'measured':>11s} {'simulated':>11s} {'error':>8s}  (self times, main thread)")
+        for r in op_rows:
+            err = "" if r["relative_error"] is None else f"{r['relative_error'] * 100:+7.1f}%"
+            print(f"{r['op_class']:<24s} {r['measured_s'] * 1e3:9.2f}ms {r['simulated_s'] * 1e3:9.2f}ms {err:>8s}")
     for note in measured.notes:
         print(f"  note: {note}")
     for line in message_lines(said["warnings"], said["notes"]):
