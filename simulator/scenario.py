@@ -41,6 +41,8 @@ from simulator.strategies.spmd.layout import Parallelism, resolve_layout
 from workloads.catalog import resolve_model
 from workloads.graph import ShardShape
 from workloads.layer_graph import LayerGraph
+from workloads.lora import TARGET_OPS, LoraShape
+from workloads.lora import check_model as check_lora_model
 from workloads.schema import TransformerSpec
 
 DEFAULT_SCENARIO = Path(__file__).parent / "scenarios" / "default.yaml"
@@ -96,6 +98,23 @@ class NodeGroup:
     @property
     def label(self) -> str:
         return f"{self.num_nodes}x {self.node.name}"
+
+
+class FinetuneSpec(_Strict):
+    """``training.finetune``: fine-tune a frozen base with LoRA adapters (workloads/lora.py)."""
+
+    method: Literal["lora"] = Field(
+        description="lora: low-rank adapters on a frozen base (Hu et al. 2021, arXiv:2106.09685); the only method "
+                    "priced (QLoRA's 4-bit base is not)")
+    rank: int = Field(gt=0, le=65536, description="the adapters' rank r (NeMo/PEFT 'dim' / 'r')")
+    alpha: float | None = Field(
+        default=None, gt=0, description="the adapters' scale numerator (alpha / r scales B's output); recorded, no "
+                                        "effect on time or memory (folded into B's epilogue)")
+    target_modules: list[Literal["linear_qkv", "linear_proj", "linear_fc1", "linear_fc2"]] = Field(
+        default_factory=lambda: ["linear_qkv", "linear_proj", "linear_fc1", "linear_fc2"], min_length=1,
+        description="the linear layers that get an adapter, in NeMo / Megatron-Bridge's names: linear_qkv (the "
+                    "fused QKV projection), linear_proj (the attention output projection), linear_fc1 (the MLP's "
+                    "first, gate and up, linear), linear_fc2; default all four (Megatron-Bridge's LoRA default)")
 
 
 class TrainingSpec(_Strict):
@@ -184,6 +203,12 @@ class TrainingSpec(_Strict):
                     "LayerNormLinear and LayerNormMLP save the quantized input (Megatron-Core, NeMo, llm-foundry "
                     "amp_fp8). False: the 16-bit input is kept (torchao Float8Linear, torchtitan, saves the "
                     "high-precision input and re-quantizes it in the backward). Memory only")
+    finetune: FinetuneSpec | None = Field(
+        default=None,
+        description="fine-tune a frozen base with LoRA adapters (workloads/lora.py): the base's weight-gradient "
+                    "GEMMs, gradients and optimizer state vanish (its weights held in 16 bits), the adapters' GEMMs, "
+                    "parameters and optimizer state are added, and data parallelism reduces the adapters' gradients "
+                    "alone. Decoder transformers with dense MLPs, spmd kind; None: every parameter is trained")
     fused_cross_entropy: bool = Field(
         default=False,
         description="the loss is one fused kernel that keeps the 16-bit logits and a log-sum-exp per token (2 B "
@@ -211,6 +236,13 @@ class TrainingSpec(_Strict):
 #: elements (OCP MX v1.0): 1/32; NVFP4: half a byte plus one E4M3 byte per 16 elements.
 FP8_SAVED_ELEMENT_BYTES = {"delayed": 1.0, "current": 1.0, "rowwise": 1.0, "blockwise": 1.0 + 4 / 128, "mxfp8": 1.0 + 1 / 32,
                            "nvfp4": 0.5 + 1 / 16}
+
+
+def lora_shape(finetune: FinetuneSpec | None) -> LoraShape | None:
+    """The layer graph's view of ``training.finetune`` (workloads/lora.py), None without one."""
+    if finetune is None:
+        return None
+    return LoraShape(finetune.rank, frozenset(TARGET_OPS[m] for m in finetune.target_modules))
 
 
 def gradient_bytes(training: TrainingSpec) -> int:
@@ -331,7 +363,7 @@ class Scenario:
             eager_elementwise=tr.elementwise_kernels == "eager",
             fp8_saved_inputs=frozenset(tr.fp8_gemms) if tr.precision == "fp8" and tr.fp8_saved_inputs else frozenset(),
             fp8_saved_element_bytes=FP8_SAVED_ELEMENT_BYTES[tr.fp8_recipe],
-            fused_cross_entropy=tr.fused_cross_entropy)
+            fused_cross_entropy=tr.fused_cross_entropy, lora=lora_shape(tr.finetune))
 
     def layer_graph(self) -> LayerGraph:
         """The model's layer graph for one micro-batch on one rank (the one description memory,
@@ -719,6 +751,14 @@ class LayoutVariants:
 
 def _layout(doc: ScenarioFile, model, num_gpus: int, strategy) -> Parallelism:
     kind = get_kind(getattr(strategy, "kind", DEFAULT_KIND))
+    if doc.training.finetune is not None:
+        check_lora_model(model)
+        if kind.name != DEFAULT_KIND:  # the other kinds read every parameter as trained
+            raise ConfigError("training.finetune", f"LoRA is priced by the {DEFAULT_KIND} kind only, got strategy kind "
+                                                   f"{kind.name}")
+        if doc.training.optimizer_fusion != "none":
+            raise ConfigError("training.finetune", "LoRA with training.optimizer_fusion is not priced (the fused "
+                                                   "update's gradient buffer is sized by whole modules); use none")
     if doc.training.optimizer_fusion not in ("none", *kind.optimizer_fusion):
         fusion = doc.training.optimizer_fusion
         modelled = ", ".join(name for name, other in load_kinds().items() if fusion in other.optimizer_fusion)

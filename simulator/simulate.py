@@ -390,6 +390,8 @@ def simulate(scenario: Scenario, mode: str | None = None, detail: bool = False,
         num_gpus=scenario.num_gpus,
         num_parameters=_total_params(scenario),
         num_parameters_padded=_held_params(scenario),
+        num_trained_parameters=(int(round(_unsharded_graph(scenario).trained_params()))
+                                if scenario.training.finetune is not None else None),
         parallelism=par.model_dump(),
         step_time_s=step_time,
         steps=steps_run,
@@ -462,7 +464,8 @@ def _unsharded_graph(scenario: Scenario):
     return scenario.model.layer_graph(ShardShape(micro_batch=1, seq_length=scenario.seq_length or 1,
                                                  precision=scenario.training.precision,
                                                  flash_attention=scenario.training.attention == "flash",
-                                                 vocab_padding_tp=scenario.parallelism.tp))
+                                                 vocab_padding_tp=scenario.parallelism.tp,
+                                                 lora=scenario.shard.lora))
 
 
 def _tokens_per_sample(scenario: Scenario) -> int | None:

@@ -14,8 +14,10 @@ conjugates of Megatron). FLOPs count 2 per multiply-add.
 
 Multi-head latent attention (``model.mla``, DeepSeek-V2/V3) replaces LN -> QKV by the latent
 projections of :func:`_mla_projections` and the attention core by :func:`_mla_core`; see there
-for what is approximated. Layers of one model may differ (dense or MoE FFN):
-``layer_work(model, shard, layer_index)`` builds the layer at that index.
+for what is approximated. LoRA fine-tuning (``shard.lora``) freezes every learned op and adds
+the adapters' GEMMs (workloads/lora.py); a frozen GEMM's backward is its input gradient alone.
+Layers of one model may differ (dense or MoE FFN): ``layer_work(model, shard, layer_index)``
+builds the layer at that index.
 """
 
 from __future__ import annotations
@@ -26,6 +28,7 @@ from functools import cache
 from typing import Literal
 
 from workloads.layer_kinds import is_moe_layer
+from workloads.lora import LoraShape, with_adapters
 from workloads.schema import TransformerSpec
 
 OpKind = Literal["gemm", "attention", "memory", "collective"]
@@ -38,6 +41,7 @@ GEMM_CLASS = {
     "fc1": "mlp", "fc2": "mlp", "shared_fc1": "mlp", "shared_fc2": "mlp",
     "expert_fc1": "experts", "expert_fc2": "experts",
     "router": "router", "lm_head": "lm_head",
+    "lora_a": "adapter", "lora_b": "adapter",   # LoRA adapters (workloads/lora.py): 16-bit under FP8 training
 }
 
 
@@ -123,6 +127,8 @@ class Op:
     bias: float = 0.0                          # learned bias elements it adds
     tables: tuple[tuple[int, ...], ...] = ()   # learned tensors of another op kind, by shape (see above)
     op_class: str | None = None                # GEMM class where the name does not say it (see gemm_class)
+    frozen: bool = False                       # its learned tensors are frozen (LoRA's base, workloads/lora.py):
+                                               # no weight gradient, no gradient or optimizer state
 
     @property
     def params(self) -> float:
@@ -160,6 +166,7 @@ class ShardShape:
     fp8_saved_inputs: frozenset[str] = frozenset()  # GEMM classes whose inputs the backward keeps quantized
     fp8_saved_element_bytes: float = 1.0  # bytes per element of such a kept input (FP8 + its block scales)
     fused_cross_entropy: bool = False  # the loss keeps the 16-bit logits only (TrainingSpec.fused_cross_entropy)
+    lora: LoraShape | None = None  # LoRA fine-tuning (TrainingSpec.finetune): frozen base + adapters, workloads/lora.py
     # the tp the vocabulary is padded for (TransformerSpec.padded_vocab_size): None = this shard's tp; 0 = not
     # padded (the model's own count); the unsplit graph of a run at tp t takes t (its FLOPs and held parameters)
     vocab_padding_tp: int | None = None
@@ -308,14 +315,17 @@ def _backward_of(op: Op) -> list[Op]:
     """
     if op.kind == "gemm":
         # dX = dY·W^T  (m x k = m x n · n x k) and dW = X^T·dY (k x n = k x m · m x n)
+        # A frozen weight (LoRA's base) has no weight gradient: dgrad alone, and the TP collective of its
+        # input gradient has no wgrad kernel to hide behind.
         dgrad = replace(_gemm(f"{op.name}.dgrad", op.m, op.k, op.n, 1, op.batch), bytes_moved=op.bytes_moved)
-        wgrad = replace(_gemm(f"{op.name}.wgrad", op.k, op.n, op.m, 1, op.batch), bytes_moved=op.bytes_moved)
+        wgrad = [] if op.frozen else [replace(_gemm(f"{op.name}.wgrad", op.k, op.n, op.m, 1, op.batch),
+                                              bytes_moved=op.bytes_moved)]
         if op.input_grad_collective:
             comm = Op(f"{op.name}.input_grad.{op.input_grad_collective}", "collective",
                       collective=op.input_grad_collective, group="tp", comm_bytes=op.input_grad_bytes,
-                      overlaps_next=True)
-            return [dgrad, comm, wgrad]
-        return [dgrad, wgrad]
+                      overlaps_next=not op.frozen)
+            return [dgrad, comm, *wgrad]
+        return [dgrad, *wgrad]
     if op.kind == "attention":
         return [Op(f"{op.name}.grad", "attention", op.backward_flops_factor * op.flops, 2 * op.bytes_moved,
                    op.m, op.n, op.k, op.batch, executed_fraction=op.executed_fraction)]
@@ -462,6 +472,8 @@ def layer_work(model: TransformerSpec, shard: ShardShape, layer_index: int = 0) 
                                      "qk_norm" if model.qk_norm else "qkv")
     if model.mla is None and not moe_layer:
         fwd = _mark_op_sac(fwd, heads, kv, model.gated_mlp)
+    if shard.lora is not None:  # frozen base, low-rank adapters on the targeted GEMMs (workloads/lora.py)
+        fwd = with_adapters(fwd, shard.lora, t, elem)
     bwd: list[Op] = []
     for op in reversed(fwd):
         bwd += _backward_of(op)
@@ -857,6 +869,8 @@ def embedding_work(model: TransformerSpec, shard: ShardShape) -> LayerWork:
     bwd = [_memory("embedding_grad", tokens * h, 2, 1, elem)]
     if shard.tp > 1 and shard.sequence_parallel:  # the reduce-scatter's conjugate
         bwd.insert(0, _tp_comm("embedding.grad.all_gather", "all_gather", float(tokens * h * elem)))
+    if shard.lora is not None:  # a frozen table: no gradient reaches it (workloads/lora.py)
+        return LayerWork(tuple(replace(op, frozen=True) if op.params else op for op in fwd), ())
     return LayerWork(tuple(fwd), tuple(bwd))
 
 
@@ -885,6 +899,8 @@ def head_work(model: TransformerSpec, shard: ShardShape) -> LayerWork:
     if t > 1:
         fwd += [_tp_comm(f"cross_entropy.{what}.all_reduce", "all_reduce", float(tokens * 4))
                 for what in ("logits_max", "target_logit", "sum_exp")]
+    if shard.lora is not None:  # a frozen final norm and head: input gradients only (workloads/lora.py)
+        fwd = [replace(op, frozen=True) if op.params else op for op in fwd]
     bwd: list[Op] = []
     for op in reversed(fwd):
         bwd += _backward_of(op)

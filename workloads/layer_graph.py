@@ -12,7 +12,8 @@ for one micro-batch on one rank after a layout's shard (a transformer builder ta
   stated beside the ops), plus ``stated_params``, what a measured per-layer profile states for a layer
   whose kernels it does not know (0 for every built layer); ``expert_params`` of them routed experts
   (the ops of the "experts" GEMM class), sharded over the expert-parallel group and reduced over the
-  expert-data-parallel one;
+  expert-data-parallel one; ``frozen_params`` of them frozen (ops marked ``Op.frozen``: LoRA's base,
+  workloads/lora.py), held but without gradients or optimizer state (``trained_params`` the rest);
 - ``saved_bytes``: the activation bytes it keeps for its backward (per micro-batch) without
   recompute; ``saved_bytes_selective`` what it keeps under selective recompute (the attention
   core and, for MLA, the norms and up-projections dropped; None: nothing selective to drop),
@@ -102,23 +103,25 @@ LAYER_KINDS: frozenset[str] = frozenset({
 
 #: (forward ops, params, expert params) by the ops tuple's id: a transformer's blocks of one kind share
 #: one tuple, summed once (the tuple is kept with its sums, so its id is not reused while cached)
-_PARAMS_OF_OPS: dict[int, tuple[tuple[Op, ...], float, float]] = {}
+_PARAMS_OF_OPS: dict[int, tuple[tuple[Op, ...], float, float, float]] = {}
 _PARAMS_CACHE_SIZE = 4096
 
 
-def _forward_params(forward: tuple[Op, ...]) -> tuple[tuple[Op, ...], float, float]:
-    """(``forward``, the parameters its ops hold, those of them in routed-expert GEMMs), kept in
-    ``_PARAMS_OF_OPS``."""
-    params = expert = 0
+def _forward_params(forward: tuple[Op, ...]) -> tuple[tuple[Op, ...], float, float, float]:
+    """(``forward``, the parameters its ops hold, those of them in routed-expert GEMMs, those of them
+    frozen: ``Op.frozen``, LoRA's base), kept in ``_PARAMS_OF_OPS``."""
+    params = expert = frozen = 0
     for op in forward:
         held = op.params
         if held:
             params += held
             if gemm_class(op) == "experts":
                 expert += held
+            if op.frozen:
+                frozen += held
     if len(_PARAMS_OF_OPS) >= _PARAMS_CACHE_SIZE:
         _PARAMS_OF_OPS.clear()
-    hit = _PARAMS_OF_OPS[id(forward)] = (forward, params, expert)
+    hit = _PARAMS_OF_OPS[id(forward)] = (forward, params, expert, frozen)
     return hit
 
 
@@ -151,6 +154,7 @@ class Layer:
                                                  # an attention layer's input is the residual stream
     params: float = field(init=False)          # the forward ops' parameters + stated_params
     expert_params: float = field(init=False)   # of them, the routed experts' ("experts" GEMMs)
+    frozen_params: float = field(init=False)   # of them, frozen ones (Op.frozen: LoRA's base): held, never trained
 
     def __post_init__(self) -> None:
         # summed when the layer is made (memory and the planner read them for every layout); a copy made
@@ -160,6 +164,12 @@ class Layer:
             hit = _forward_params(self.forward)
         object.__setattr__(self, "params", hit[1] + self.stated_params if self.stated_params else hit[1])
         object.__setattr__(self, "expert_params", hit[2])
+        object.__setattr__(self, "frozen_params", hit[3])
+
+    @property
+    def trained_params(self) -> float:
+        """The parameters that get gradients and optimizer state: all but the frozen ones (stated ones are trained)."""
+        return self.params - self.frozen_params
 
     @property
     def forward_flops(self) -> float:
@@ -229,6 +239,10 @@ class LayerGraph:
     def total_params(self) -> int:
         return sum(layer.params for layer in self.layers)
 
+    def trained_params(self) -> float:
+        """The parameters that are trained (all but LoRA's frozen base, workloads/lora.py)."""
+        return sum(layer.trained_params for layer in self.layers)
+
     def forward_flops(self) -> float:
         return sum(layer.forward_flops for layer in self.layers)
 
@@ -263,13 +277,15 @@ class LayerGraph:
         for i, layer in enumerate(self.layers):
             group = groups.setdefault((id(layer.forward), id(layer.backward), first <= i < last), [layer, 0])
             group[1] += 1
-        forward = backward = recomputed = 0.0
+        forward = backward = recomputed = frozen = 0.0
         for (_, _, pipelined), (layer, count) in groups.items():
             forward += count * flops(layer.forward)
             backward += count * flops(layer.backward)
+            # a frozen GEMM (LoRA's base, workloads/lora.py) runs no weight gradient: its forward FLOPs' worth
+            frozen += count * sum(op.flops for op in layer.forward if op.frozen and op.kind == "gemm")
             if pipelined:
                 recomputed += count * flops(layer.recompute_ops(recompute))
-        model = 3 * forward if self.model_flops_rule == "three_forward" else forward + backward
+        model = 3 * forward - frozen if self.model_flops_rule == "three_forward" else forward + backward
         return model, forward + backward + recomputed
 
     def flops_counted_layers(self) -> int:

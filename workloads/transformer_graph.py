@@ -40,6 +40,7 @@ from functools import cache
 from workloads.graph import LayerWork, ShardShape, embedding_work, head_work, layer_work, vocab_rows
 from workloads.layer_graph import Layer, LayerGraph
 from workloads.layer_kinds import layer_kind_keys
+from workloads.lora import adapter_saved_elements
 from workloads.schema import TransformerSpec
 
 #: Bytes per dropout-mask element (Korthikanti 2022 Sec. 4.1 counts masks as 1 byte).
@@ -57,6 +58,21 @@ FUSED_LOGITS_BYTES_PER_ELEMENT = 2
 
 #: Layer kinds whose ops carry their own tensor-parallel split (a graph of other kinds runs at tp 1).
 TENSOR_PARALLEL_KINDS = frozenset({"embedding", "transformer_block", "lm_head"})
+
+
+#: The tensors of a transformer block (:func:`block_saved_tensors`) that only a weight gradient reads, by the
+#: GEMM whose weight gradient reads them: the inputs of its QKV (or MLA's down-projections: the norm output) and
+#: FC1 (the norms' outputs), MLA's normalised latents (the up-projections' input) and FC2's input. A block whose
+#: weights are frozen does not keep them: PyTorch saves a linear layer's input only when its weight needs a
+#: gradient (measured, torch 2.13 with saved_tensors_hooks: a GPT block with frozen weights saves 12.0 elements
+#: per token and hidden unit instead of 18.0, the QKV, FC1 and FC2 inputs; a frozen nn.Conv2d still saves its
+#: input and weight, so a CNN block keeps all). The attention output stays: FlashAttention's backward reads it.
+#: Read by subnetwork data parallelism's frozen blocks (simulator/strategies/subnetwork_dp.py) and by LoRA's
+#: frozen base, where an adapter on the GEMM keeps its input (workloads/lora.py).
+WEIGHT_GRADIENT_ONLY_TENSORS_BY_GEMM = {"qkv": frozenset({"qkv_input", "ln1_output", "latents_normed"}),
+                                        "fc1": frozenset({"fc1_input", "ln2_output"}),
+                                        "fc2": frozenset({"fc2_input"})}
+WEIGHT_GRADIENT_ONLY_TENSORS = frozenset().union(*WEIGHT_GRADIENT_ONLY_TENSORS_BY_GEMM.values())
 
 
 @dataclass(frozen=True)
@@ -89,6 +105,23 @@ def moe_ffn_width(model: TransformerSpec) -> int:
 
 
 def block_saved_tensors(model: TransformerSpec, shard: ShardShape, moe_layer: bool,
+                        dropout: bool = True) -> tuple[SavedTensor, ...]:
+    """The tensors one block keeps for its backward (:func:`_base_saved_tensors`), under LoRA
+    (``shard.lora``, workloads/lora.py) less the inputs only a frozen GEMM's weight gradient would read
+    (:data:`WEIGHT_GRADIENT_ONLY_TENSORS_BY_GEMM`, kept where an adapter sits on the GEMM) and with each
+    adapter's x·A (b·s·r elements, whole on every tp rank)."""
+    tensors = _base_saved_tensors(model, shard, moe_layer, dropout)
+    lora = shard.lora
+    if lora is None:
+        return tensors
+    dropped = frozenset().union(*(names for gemm, names in WEIGHT_GRADIENT_ONLY_TENSORS_BY_GEMM.items()
+                                  if gemm not in lora.targets))
+    tokens = shard.micro_batch * shard.seq_length // shard.cp
+    adapters = SavedTensor("lora_adapter_inputs", shard.act_bytes * adapter_saved_elements(model, lora, tokens))
+    return tuple(x for x in tensors if x.name not in dropped) + (adapters,)
+
+
+def _base_saved_tensors(model: TransformerSpec, shard: ShardShape, moe_layer: bool,
                         dropout: bool = True) -> tuple[SavedTensor, ...]:
     """The tensors one block keeps for its backward without recompute, per micro-batch on one
     rank (e bytes per element, m = 1-byte dropout masks, s = seq/cp local tokens, b micro-batch,
@@ -208,7 +241,8 @@ def transformer_layer_graph(model: TransformerSpec, shard: ShardShape) -> LayerG
                              e * sb * h / sp_div, hidden_out, (layers[-1].name,), splits))
     # Final-norm and LM-head inputs (÷t with SP) and the logits (÷t, vocab-parallel), whatever the
     # recompute (Korthikanti 2022 Sec. 4.3: 4·sbh/t·(1 + V/h) with SP and 4 B per logit).
-    head_saved = (SavedTensor("norm_and_head_inputs", 2 * e * sb * h / sp_div),
+    # (a frozen head, LoRA: its input is read by no weight gradient, only the final norm's input is kept)
+    head_saved = (SavedTensor("norm_and_head_inputs", (1 if shard.lora else 2) * e * sb * h / sp_div),
                   SavedTensor("logits", (FUSED_LOGITS_BYTES_PER_ELEMENT if shard.fused_cross_entropy
                                           else LOGITS_BYTES_PER_ELEMENT) * sb * vocab_rows(model, shard)))
     head = head_work(model, shard)

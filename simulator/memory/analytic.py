@@ -306,20 +306,23 @@ def _params_graph(model, par: Parallelism) -> LayerGraph:
 
 
 def _stage_param_split(model, par: Parallelism, stage: int, graph: LayerGraph | None = None,
-                       counts: list[int] | None = None) -> tuple[float, float, list[float]]:
-    """(dense, expert) parameters of one rank of ``stage`` and the size of each module (for
-    ZeRO-3 prefetch), read off the layer graph: the stage's pipelined layers, the prologue
-    (embedding) on the first stage, the epilogue (final norm, head) on the last; with tied
-    embeddings and pp > 1 the last stage also holds a copy of the word embedding (Megatron)."""
+                       counts: list[int] | None = None) -> tuple[float, float, list[float], float]:
+    """(dense, expert) trained parameters of one rank of ``stage``, the size of each module (every
+    parameter it holds, for ZeRO-3 prefetch) and the frozen parameters it holds (LoRA's base,
+    workloads/lora.py: dense ones, LoRA refuses routed experts), read off the layer graph: the stage's
+    pipelined layers, the prologue (embedding) on the first stage, the epilogue (final norm, head) on the
+    last; with tied embeddings and pp > 1 the last stage also holds a copy of the word embedding (Megatron),
+    frozen where the embedding is."""
     graph = graph or _params_graph(model, par)
     pipelined = graph.pipelined
-    dense = expert = 0.0
+    dense = expert = frozen = 0.0
     modules: list[float] = []
     counts = counts or chunk_layer_counts(par, len(pipelined))
     for idx in stage_layer_indices(len(pipelined), par.pp, par.virtual_stages, stage, counts):
         layer = pipelined[idx]
-        dense += layer.params - layer.expert_params
+        dense += layer.params - layer.expert_params - layer.frozen_params
         expert += layer.expert_params
+        frozen += layer.frozen_params
         modules.append(layer.params)
     ends = []
     if stage == 0:
@@ -327,19 +330,30 @@ def _stage_param_split(model, par: Parallelism, stage: int, graph: LayerGraph | 
     if stage == par.pp - 1:
         ends += list(graph.layers[len(graph.layers) - graph.epilogue:])
     for layer in ends:
-        size = layer.params
+        size, tied = layer.params, 0.0
         if layer is graph.layers[-1] and par.pp > 1 and graph.tied_copy_params:
-            size += graph.tied_copy_params
-        dense += size
-        modules.append(size)
-    return dense, expert, modules
+            tied = graph.tied_copy_params
+        tied_frozen = tied if graph.layers[0].frozen_params else 0.0
+        dense += size - layer.frozen_params + tied - tied_frozen
+        frozen += layer.frozen_params + tied_frozen
+        modules.append(size + tied)
+    return dense, expert, modules, frozen
+
+
+def frozen_weight_bytes(frozen: float, precision: str, zero_stage: int, shard: int) -> float:
+    """Bytes of ``frozen`` parameters one rank holds (LoRA's base, workloads/lora.py): the weights alone, in the
+    16 bits the forward reads (4 bytes under fp32 training), no fp32 master copy, gradient or optimizer state
+    whatever ``param_dtype`` says (nothing updates them); sharded over ``shard`` ranks under ZeRO-3 (FSDP shards
+    every parameter, frozen or not)."""
+    held = frozen * (4 if precision == "fp32" else 2)
+    return held / shard if zero_stage >= 3 else held
 
 
 def stage_params(model, parallelism: Parallelism, stage: int) -> int:
     """Parameters held by one rank of pipeline stage ``stage`` (0-based) after the TP split (and
     the EP split of routed experts), from the layer graph (see :func:`_stage_param_split`)."""
-    dense, expert, _ = _stage_param_split(model, parallelism, stage)
-    return int(round(dense + expert))
+    dense, expert, _, frozen = _stage_param_split(model, parallelism, stage)
+    return int(round(dense + expert + frozen))
 
 
 # --------------------------------------------------------------------------- one rank
@@ -399,7 +413,7 @@ def rank_memory(scenario, stage: int) -> MemoryBreakdown:
     # Model states.
     graph = scenario.layer_graph()
     counts = chunk_counts(scenario, graph)
-    dense, expert, modules = _stage_param_split(scenario.model, par, stage, graph, counts)
+    dense, expert, modules, frozen = _stage_param_split(scenario.model, par, stage, graph, counts)
     zdp = par.zero_shard_size or dp * cp  # hybrid sharding shards over its group only
     gb = gradient_bytes(tr)
     fp32_params = tr.param_dtype == "fp32"
@@ -408,6 +422,8 @@ def rank_memory(scenario, stage: int) -> MemoryBreakdown:
     edp = zdp // par.ep if not par.experts_folded else par.expert_data_parallel_size
     w2, g2, o2 = model_state_bytes(expert, par.zero_stage, edp, tr.precision, tr.optimizer, gb, fp32_params)
     weights, grads, optim = w1 + w2, g1 + g2, o1 + o2
+    if frozen:
+        weights += frozen_weight_bytes(frozen, tr.precision, par.zero_stage, zdp)
     if getattr(tr, "optimizer_fusion", "none") == "backward" and m == 1 and modules:
         # optimizer step in backward with no gradient accumulation: each module's gradients are
         # freed by its update right after they are computed, so at most the largest is alive

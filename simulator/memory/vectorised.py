@@ -25,6 +25,7 @@ from simulator.memory.analytic import (
     _chunk_count_in_flight,
     bytes_per_param,
     chunks_in_flight_at_peak,
+    frozen_weight_bytes,
     model_state_bytes,
     peak_stage,
 )
@@ -55,7 +56,9 @@ def _graph_arrays(graph, recompute: str) -> dict:
         every = kept_per_layer(graph, recompute)
         kept_bytes = list(every[first:last])
         arrays = per_mode[recompute] = {
-            "dense": np.array([layer.params - layer.expert_params for layer in pipelined], dtype=float),
+            "dense": np.array([layer.params - layer.expert_params - layer.frozen_params for layer in pipelined],
+                              dtype=float),
+            "frozen": np.array([layer.frozen_params for layer in pipelined], dtype=float),
             "expert": np.array([layer.expert_params for layer in pipelined], dtype=float),
             "params": [layer.params for layer in pipelined],
             "kept": np.array(kept_bytes, dtype=float),
@@ -102,14 +105,17 @@ def stage_memories(scenario) -> list[MemoryBreakdown]:
     # Model states (rank_memory: _stage_param_split, then model_state_bytes).
     dense = np.bincount(stage_of, weights=arrays["dense"], minlength=pp)
     expert = np.bincount(stage_of, weights=arrays["expert"], minlength=pp)
+    frozen = np.bincount(stage_of, weights=arrays["frozen"], minlength=pp)
     tied_extra = graph.tied_copy_params if pp > 1 else 0.0
     last_layer = graph.layers[-1]
     end_modules: dict[int, list[float]] = {}
     for stage, ends in ((0, arrays["prologue"]), (pp - 1, arrays["epilogue"])):
         for layer in ends:
-            size = layer.params + (tied_extra if layer is last_layer else 0.0)
-            dense[stage] += size
-            end_modules.setdefault(stage, []).append(size)
+            tied = tied_extra if layer is last_layer else 0.0
+            tied_frozen = tied if graph.layers[0].frozen_params else 0.0
+            dense[stage] += layer.params - layer.frozen_params + tied - tied_frozen
+            frozen[stage] += layer.frozen_params + tied_frozen
+            end_modules.setdefault(stage, []).append(layer.params + tied)
     zdp = par.zero_shard_size or dp * cp
     gb = gradient_bytes(tr)
     fp32_params = tr.param_dtype == "fp32"
@@ -117,6 +123,8 @@ def stage_memories(scenario) -> list[MemoryBreakdown]:
     w1, g1, o1 = _states(dense, par.zero_stage, zdp, tr.precision, tr.optimizer, gb, fp32_params)
     w2, g2, o2 = _states(expert, par.zero_stage, edp, tr.precision, tr.optimizer, gb, fp32_params)
     weights, grads, optim = w1 + w2, g1 + g2, o1 + o2
+    if frozen.any():
+        weights = weights + frozen_weight_bytes(frozen, tr.precision, par.zero_stage, zdp)
 
     def modules(stage: int) -> list[float]:
         """The stage's module sizes, as _stage_param_split lists them (layers, then the ends)."""

@@ -74,6 +74,9 @@ class SimulationResult:
     # the parameters the layout holds where they differ from the model's own ``num_parameters``: a
     # transformer's vocabulary padded to make_vocab_size_divisible_by x tp (Megatron); None: the same
     num_parameters_padded: int | None = None
+    # the parameters trained where not all are: LoRA's adapters (training.finetune, workloads/lora.py), the base
+    # frozen; None: every parameter is trained
+    num_trained_parameters: int | None = None
     busiest_stage: int | None = None  # the stage that waits least, when not the critical rank's
     busiest_stage_breakdown_s: dict[str, float] = field(default_factory=dict)
     timeline_builder: Callable[[], list[TimelineEvent]] | None = field(default=None, repr=False)
@@ -141,6 +144,8 @@ class SimulationResult:
             "num_gpus": self.num_gpus,
             "num_parameters": self.num_parameters,
             **({"num_parameters_padded": self.num_parameters_padded} if self.padded_differs else {}),
+            **({"num_trained_parameters": self.num_trained_parameters}
+               if self.num_trained_parameters is not None else {}),
             "parallelism": self.parallelism,
             "step_time_s": self.step_time_s,
             "steps": self.steps,
@@ -410,7 +415,9 @@ def render_table(result: SimulationResult) -> str:
         f"  parameters     {parameter_count(result.num_parameters)}" + (
             f" (held: {parameter_count(result.num_parameters_padded)}, "
             f"+{parameter_count(result.num_parameters_padded - result.num_parameters)} of vocabulary padded to a "
-            f"multiple of make_vocab_size_divisible_by x tp, as Megatron pads it)" if result.padded_differs else ""),
+            f"multiple of make_vocab_size_divisible_by x tp, as Megatron pads it)" if result.padded_differs else "") + (
+            f"; trained: {parameter_count(result.num_trained_parameters)} (LoRA adapters; the base frozen)"
+            if result.num_trained_parameters is not None else ""),
         f"  layers/stage   {result.layers_per_stage}" + (
             f" (chunks: {result.layer_split})" if len(result.layer_split) != len(result.layers_per_stage) else "")
         + _split_note(result.extra.get("pp_split_choice")),

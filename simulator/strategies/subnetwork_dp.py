@@ -37,10 +37,10 @@ Masking (``strategy.masking``), per masked unit of a worker:
   (``*.wgrad``) of masked units and keeps their input-gradient GEMMs (the gradient still flows
   through them to the kept units before); activations are those of data parallelism, less what
   only the weight gradients of a frozen (block-masked) transformer block read, its linear layers'
-  inputs (WEIGHT_GRADIENT_ONLY_TENSORS: measured, PyTorch keeps them only for a weight that needs a
-  gradient; a frozen convolution keeps its input, so a CNN's block keeps all). The worker
-  holds every weight (its forward reads them) but gradients and optimizer state only of what it
-  trains. Masked weights change on the workers that train them, so after the update each worker
+  inputs (WEIGHT_GRADIENT_ONLY_TENSORS, workloads/transformer_graph.py, the rule LoRA's frozen base
+  follows too: measured, PyTorch keeps them only for a weight that needs a gradient; a frozen
+  convolution keeps its input, so a CNN's block keeps all). The worker holds every weight (its
+  forward reads them) but gradients and optimizer state only of what it trains. Masked weights change on the workers that train them, so after the update each worker
   receives every masked slice's new weights (a broadcast of the slice's weights over the N
   workers; our completion: the paper does not say how a backward-masked replica refreshes them);
 - ``forward_backward``: masked units are not run at all (a block becomes the identity; a layer
@@ -115,7 +115,7 @@ from simulator.strategies.tasklists import require
 from workloads.graph import ModelFlops, Op
 from workloads.layer_graph import Layer
 from workloads.schema import TransformerSpec
-from workloads.transformer_graph import SavedTensor, block_saved_tensors
+from workloads.transformer_graph import WEIGHT_GRADIENT_ONLY_TENSORS, SavedTensor, block_saved_tensors
 
 
 class SubnetworkDpConfig(BaseModel):
@@ -409,16 +409,6 @@ def pass_seconds(compute: ComputeModel, work: WorkerWork, jitter: float,
             r_s + work.measured_recompute_s * jitter)
 
 
-#: The tensors of a transformer block (workloads/transformer_graph.py ``block_saved_tensors``) that
-#: only its weight gradients read: the inputs of its QKV (or MLA's down-projections) and FC1 (the norms'
-#: outputs), MLA's normalised latents (the up-projections' input) and FC2's input. A worker that
-#: masks the block in the backward only does not keep them: PyTorch saves a linear layer's input
-#: only when its weight needs a gradient (measured, torch 2.13 with saved_tensors_hooks: a GPT
-#: block with frozen weights saves 12.0 elements per token and hidden unit instead of 18.0, the
-#: QKV, FC1 and FC2 inputs; a frozen nn.Conv2d still saves its input and weight, so a CNN block
-#: keeps all). The attention output stays: FlashAttention's backward reads it.
-WEIGHT_GRADIENT_ONLY_TENSORS = frozenset({"qkv_input", "fc1_input", "fc2_input", "ln1_output", "ln2_output",
-                                          "latents_normed"})
 
 
 def _block_tensors(scenario, layer: Layer) -> tuple[SavedTensor, ...] | None:

@@ -110,19 +110,28 @@ class Planner:
         # of equal kind it holds, in order (a dense transformer: one run per chunk).
         self.layer_kinds = layer_kind_keys(scenario.model, self.graph)
         self.layer_works = {}
+        # a layer's trained parameters (dense, routed-expert): what has gradients, reduced over dp, and optimizer
+        # state; all of them but LoRA's frozen base (workloads/lora.py: frozen parameters are dense). ZeRO-3
+        # gathers every held parameter (``_held``).
         self._params_split: dict = {}
+        self._held: dict = {}
         for kind, layer in zip(self.layer_kinds, self.pipelined, strict=True):
             if kind not in self.layer_works:
                 self.layer_works[kind] = LayerWork(layer.forward, layer.backward, params=layer.params)
-                self._params_split[kind] = (layer.params - layer.expert_params, layer.expert_params)
+                self._params_split[kind] = (layer.params - layer.expert_params - layer.frozen_params,
+                                            layer.expert_params)
+                self._held[kind] = layer.params
         self.layer = self.layer_works[self.layer_kinds[0]]  # the first layer's work (calibration reads it)
         self.chunk_starts = [sum(self.layers_per_chunk[:g]) for g in range(self.chunks)]
         prologue = self.graph.layers[:self.graph.prologue]
         epilogue = self.graph.layers[len(self.graph.layers) - self.graph.epilogue:]
         self.embedding = _joined(prologue)
         self.head = _joined(epilogue)
-        self.prologue_params = sum(layer.params for layer in prologue)
-        self.epilogue_params = sum(layer.params for layer in epilogue)
+        self.prologue_params = sum(layer.trained_params for layer in prologue)  # trained, as _params_split
+        self.epilogue_params = sum(layer.trained_params for layer in epilogue)
+        # the tied embedding's copy on the last stage: trained (its gradient summed with the first stage's) unless
+        # the embedding is frozen (LoRA)
+        self.tied_trained_params = 0.0 if self.graph.layers[0].frozen_params else self.graph.tied_copy_params
         self._cost_cache: dict = {}
         self._payload_cache: dict[int, float] = {}
         self._time_cache: dict = {}
@@ -489,7 +498,12 @@ class Planner:
         return self._params_split[self.layer_kinds[0] if kind is None else kind]
 
     def layer_params_local(self, kind=None) -> float:
+        """The trained parameters one rank holds of a layer of ``kind`` (see :meth:`layer_params_split`)."""
         return sum(self.layer_params_split(kind))
+
+    def layer_params_held(self, kind=None) -> float:
+        """Every parameter one rank holds of a layer of ``kind``, frozen ones too (what ZeRO-3 gathers)."""
+        return self._held[self.layer_kinds[0] if kind is None else kind]
 
     def chunk_runs(self, global_chunk: int) -> tuple[tuple[bool, int], ...]:
         """The chunk's layers as runs of equal kind, in order: ((moe_layer, count), ...) (cached:
@@ -573,8 +587,8 @@ class Planner:
             params += self.prologue_params
         if global_chunk == self.chunks - 1:
             params += self.epilogue_params
-            if self.graph.tied_copy_params and self.chunks > 1 and self.par.pp > 1:
-                params += self.graph.tied_copy_params
+            if self.tied_trained_params and self.chunks > 1 and self.par.pp > 1:
+                params += self.tied_trained_params
         return params
 
     def stage_params_local(self, stage: int) -> float:
@@ -1026,7 +1040,7 @@ class Planner:
                         label = f"F.{tag}.L{layer}"
                         kind = self.chunk_layer_kind(g, layer)
                         done = run_ops(self.layer_works[kind].forward, label, "compute",
-                                       gather_params(label, self.layer_params_local(kind)),
+                                       gather_params(label, self.layer_params_held(kind)),
                                        layer=self.layer_name(g, layer))
                         layer_ends.append(host_floor(label, "F", ((kind, 1),)) or done)
                     if g == last_chunk:
@@ -1087,7 +1101,7 @@ class Planner:
                 label = f"B.{tag}.L{layer}"
                 kind = self.chunk_layer_kind(g, layer)
                 work, lp = self.layer_works[kind], self.layer_params_local(kind)
-                gathered = gather_params(label, lp)
+                gathered = gather_params(label, self.layer_params_held(kind))
                 if waiting_reduce:
                     flush_bucket(*waiting_reduce.pop())
                 rc_ops, rc_runs = self.unit_recompute(g, layer, recompute)
@@ -1130,9 +1144,9 @@ class Planner:
             bucket["expert"] = self._layers_params(stage_kinds.items(), expert_only=True) * grad_bytes
             flush_bucket(end_of_backward, "grads")
         # Tied embeddings across pipeline stages: sum the two copies' gradients (Megatron).
-        if self.graph.tied_copy_params and par.pp > 1 and stage in (0, par.pp - 1):
+        if self.tied_trained_params and par.pp > 1 and stage in (0, par.pp - 1):
             task = self.comm_task(actor, "dp", "dp_comm", "embedding_grad_all_reduce", rank,
-                                  [("embedding", "all_reduce", self.graph.tied_copy_params * grad_bytes)],
+                                  [("embedding", "all_reduce", self.tied_trained_params * grad_bytes)],
                                   key="embedding_grad")
             if task is not None:
                 task.deps.append(end_of_backward)
