@@ -184,7 +184,7 @@ def test_table1_csv_has_all_ten_rows():
     ("mixtral-8x7b", 46.7, 0.02), ("mixtral-8x22b", 141.0, 0.02),
     ("gpt3-175b", 175.0, 0.01), ("gpt-22b", 22.0, 0.01),
     ("llama-13b", 13.0, 0.02), ("llama-30b", 32.5, 0.02), ("llama-65b", 65.2, 0.02),
-    ("llama-1b", 1.24, 0.02), ("llama-3b", 3.21, 0.02),
+    ("llama-1b", 1.24, 0.02), ("llama-3b", 3.21, 0.02), ("qwen2.5-7b", 7.61, 0.002),
 ])
 def test_published_param_counts(name, billions, rel):
     assert total_params(MODELS.get(name)) / 1e9 == pytest.approx(billions, rel=rel)

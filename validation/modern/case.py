@@ -21,7 +21,9 @@ attention counted"), the mapper gives the FLOPs per token its count leaves out
 **The split** (as validation/layout_ranking.py): a case is *held out* when the md5 of its key is
 odd, in the *fit* half when even. The key is the run's configuration without the software release
 (model, GPUs, layout, batch, precision and settings), so repeated measurements of one configuration
-across releases fall in the same half.
+across releases fall in the same half. A row made representable after its set's profiles were fitted
+(``ModernCase.added_after_fit``: the LoRA rows of the NeMo and other sets) is held out whatever its key's
+half: it was never fitted on, and the fit stays the one the profiles record.
 """
 
 from __future__ import annotations
@@ -60,10 +62,13 @@ class ModernCase:
                                   # rows' batch and image size: validation/modern/cnn.py), empty where nothing is
     derived_why: str = ""         # why the row is on its set's "derived parts" line (a board, or a part's precision,
                                   # no row of the set was fitted on: registry.derived_report), empty for a set's case
+    added_after_fit: str = ""     # why the row is held out whatever its key's half: made representable after the set's
+                                  # profiles were fitted (the LoRA rows), so never fitted on; empty for every other row
 
     @property
     def heldout(self) -> bool:
-        return is_heldout(self.key)
+        """Odd md5 of the key (module docstring), or a row added after the fit (``added_after_fit``)."""
+        return is_heldout(self.key) or bool(self.added_after_fit)
 
 
 @dataclass(frozen=True)

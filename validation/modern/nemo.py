@@ -11,7 +11,10 @@ its communication buffers: no copy kernels; the next layer's gather prefetched),
 with VP > 1, MoE routing force-balanced (the table's footnote), DeepSeek-V3's tokens dispatched with
 DeepEP (NeMo's H100 performance recipe for it: the flex dispatcher; once per node over InfiniBand). FP8 in every flavour the table
 names (delayed / current scaling, blockwise) is the simulator's FP8 (linear layers in FP8).
-SFT rows are packed sequences of the given length: the same step as pre-training.
+SFT rows are packed sequences of the given length: the same step as pre-training. LoRA rows are that step with
+the base frozen and adapters on it (``training.finetune``, workloads/lora.py) as the release's LoRA defaults set
+them (:func:`lora_recipe`, assumed: the table does not print them); they are held out whatever their key's half
+(``ModernCase.added_after_fit``: made representable after the profiles were fitted, never fitted on).
 Every MoE row gives ``parallelism.etp: 1`` (Megatron-Bridge's expert tensor parallel 1), so its expert
 groups fold over a stage's TP x DP ranks in Megatron-Core's order: Qwen3-235B's EP 32 over TP 2 x DP 16
 is one group of a stage's 32 ranks; DeepSeek-V3's EP 64 over TP 2 x DP 64 spans 64 consecutive ranks (8
@@ -142,10 +145,6 @@ def cases() -> tuple[list[ModernCase], list[Unrepresentable]]:
             reason = UNREPRESENTABLE_MODELS.get(name) or UNREPRESENTABLE_MODELS[base_name]
             skipped.append(Unrepresentable("nemo", int(index), label, reason))
             continue
-        if task == "LoRA":
-            skipped.append(Unrepresentable("nemo", int(index), label,
-                                           "LoRA: frozen base weights with low-rank adapters are not simulated"))
-            continue
         tp, pp = cell_int(row["tp"]), cell_int(row["pp"])
         if tp is None or pp is None:
             skipped.append(Unrepresentable("nemo", int(index), label,
@@ -174,8 +173,11 @@ def cases() -> tuple[list[ModernCase], list[Unrepresentable]]:
         if (model.startswith("qwen3") or model == "gpt-oss-120b") and ep > 1 \
                 and release_number(row["release"]) >= BRIDGE_DEEPEP_FROM:
             parallelism["moe_dispatch"] = "deepep"  # Megatron-Bridge's Qwen3 / GPT-OSS recipes on Hopper (docstring)
-        training = with_run_kernel({"seq_length": seq, "precision": precision, "attention": "flash"},
-                                   run_kernel("nemo", "nemo", "H100"))
+        training = {"seq_length": seq, "precision": precision, "attention": "flash"}
+        lora = lora_recipe(row["release"]) if task == "LoRA" else None
+        if lora is not None:
+            training["finetune"] = lora
+        training = with_run_kernel(training, run_kernel("nemo", "nemo", "H100"))
         variant = "" if str(row["variant"]) in ("nan", "primary value") else f"|{row['variant']}"
         variant += "|tokendrop" if "tokendrop" in name else ""
         key = (f"nemo|{model}|{task}|{n}|{precision}|tp{tp}|pp{pp}|cp{cp}|vp{vp}|ep{ep}|fsdp{fsdp}|gbs{gbs}|"
@@ -185,5 +187,24 @@ def cases() -> tuple[list[ModernCase], list[Unrepresentable]]:
             "nemo", int(index), f"{label} tp{tp} pp{pp} cp{cp} vp{vp} ep{ep} {precision}", key,
             scenario(f"nemo-{index}", model, NODE, n, parallelism, training), precision, ACCELERATOR,
             f"nemo|{ACCELERATOR}|{precision}", tokens,
-            None if tokens is not None else cell_float(row["model_tflops_per_gpu"]), set_aside=set_aside(row)))
+            None if tokens is not None else cell_float(row["model_tflops_per_gpu"]), set_aside=set_aside(row),
+            added_after_fit=LORA_ADDED_AFTER_FIT if lora else "",
+            assumed=(f"LoRA rank {lora['rank']} on {', '.join(lora['target_modules'])} (the release's default; the "
+                     f"table does not say)" if lora else "")))
     return out, skipped
+
+
+def lora_recipe(release: str) -> dict:
+    """``training.finetune`` for a LoRA row: the release's LoRA defaults, which the table does not print (assumed).
+    NeMo 24.07 (NeMo 1 PEFT, ``megatron_gpt_finetuning_config.yaml``'s ``lora_tuning``): ``adapter_dim: 32``,
+    ``target_modules: [attention_qkv]``, the fused QKV projection alone; Megatron-Bridge (the 26.xx rows,
+    ``peft.LoRA``): ``dim: 32``, ``alpha: 32``, ``target_modules: [linear_qkv, linear_proj, linear_fc1,
+    linear_fc2]``."""
+    if release_number(release) < (25, 0):
+        return {"method": "lora", "rank": 32, "alpha": 32, "target_modules": ["linear_qkv"]}
+    return {"method": "lora", "rank": 32, "alpha": 32,
+            "target_modules": ["linear_qkv", "linear_proj", "linear_fc1", "linear_fc2"]}
+
+
+LORA_ADDED_AFTER_FIT = ("a LoRA row, made representable (training.finetune) after this set's profiles were fitted: "
+                        "held out whatever its key's half, never fitted on")

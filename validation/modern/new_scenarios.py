@@ -31,11 +31,13 @@ from validation.modern.case import CaseOutcome, ModernCase
 def scenario_key(case: ModernCase) -> str:
     """What a row simulates, without the labels that do not change it: its profile group (the fitted
     constants it gets), the cluster (node and GPU count), the model, the sequence length, the precision
-    as simulated and the whole parallelism block."""
+    as simulated and the whole parallelism block; and a LoRA fine-tune's adapters where the row has them
+    (``training.finetune``: a frozen base runs other kernels than the same layout pre-training)."""
     raw = case.scenario
     training = raw["training"]
+    lora = [training["finetune"]] if training.get("finetune") else []
     return json.dumps([case.profile_group, raw["cluster"], raw["model"], training.get("seq_length"),
-                       training.get("precision"), raw["parallelism"]], sort_keys=True, default=str)
+                       training.get("precision"), raw["parallelism"], *lora], sort_keys=True, default=str)
 
 
 @cache

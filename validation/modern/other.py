@@ -8,8 +8,11 @@
   on 1,024 GPUs: selective; on 256: full).
   Qwen3 MoE 30B (FSDP 8 x EP 8) too, since models carry `head_dim`: it is predicted out of memory
   (83.3 of 78 GiB usable even under full recompute) and counted with its time error like any row.
-  Its hybrid Mamba (Nemotron V3), Kimi K2 and GPT-OSS models and its LoRA rows are not (GPT-OSS-120B is in
-  the catalog now; its rows here are not mapped yet: the reason says why).
+  Its LoRA rows (Llama 3 8B and 70B, Qwen2.5 7B) are the same FSDP2 step with the base frozen and adapters of
+  rank 8 on every block linear (``training.finetune``; AutoModel's PEFT recipes, assumed: the rows do not say),
+  held out whatever their key's half (made representable after the fit, never fitted on); Qwen2.5-32B's are
+  not (no config of it is carried). Its hybrid Mamba (Nemotron V3), Kimi K2 and GPT-OSS models are not
+  (GPT-OSS-120B is in the catalog now; its rows here are not mapped yet: the reason says why).
 - **IBM fms-fsdp** (PyTorch FSDP1, FlashAttention-2 through SDPA): Llama 2 7B/13B/70B and the
   34B (Code Llama shape) at 2 sequences of 4096 per GPU; FSDP = ZeRO-3 with prefetch, the gathered
   and reduced buffers FSDP1's FlatParameter views (no copy kernels, unlike FSDP2); AC "No" =
@@ -153,10 +156,50 @@ def _least_recompute_that_fits(build) -> str:
     return "full"
 
 
+#: NeMo AutoModel's LoRA (``training.finetune``): its PEFT recipes' settings, which the rows do not print (assumed):
+#: ``peft: match_all_linear: True, dim: 8, alpha: 32, use_triton: True`` (the rows' "kernels: TE + triton"), i.e.
+#: an adapter of rank 8 on every linear layer of a block (the LM head has none).
+AUTOMODEL_LORA = {"method": "lora", "rank": 8, "alpha": 32,
+                  "target_modules": ["linear_qkv", "linear_proj", "linear_fc1", "linear_fc2"]}
+AUTOMODEL_LORA_MODELS = {"Llama3 8B": "llama3-8b", "Llama3 70B": "llama3-70b", "Llama3 70B 2-node": "llama3-70b",
+                         "Qwen2.5 7B": "qwen2.5-7b"}
+ADDED_AFTER_FIT = ("a LoRA row, made representable (training.finetune) after this set's profiles were fitted: held "
+                   "out whatever its key's half, never fitted on")
+
+
+def _automodel_lora(index: int, row, label: str) -> ModernCase | Unrepresentable:
+    """A LoRA fine-tuning row of NeMo AutoModel: the pre-training rows' FSDP2 mapping (:func:`_automodel`) with the
+    base frozen and :data:`AUTOMODEL_LORA`'s adapters (workloads/lora.py)."""
+    model = str(row["model"])
+    name = AUTOMODEL_LORA_MODELS.get(model)
+    if name is None:
+        return _skip(index, label, f"LoRA on {model}: the model is not in the catalog (no config of Qwen2.5-32B is "
+                                   "carried; Qwen2.5-7B's shape is tests/data/hf/qwen2-7b.json's)")
+    n = int(row["num_gpus"])
+    tp = cell_int(row["tp"]) or 1
+    mbs, gbs, seq = int(row["mbs"]), int(row["gbs"]), int(row["seq_len"])
+    training = with_run_kernel({"seq_length": seq, "precision": "bf16", "attention": "flash", "param_dtype": "fp32",
+                                "finetune": AUTOMODEL_LORA}, run_kernel("other", "automodel", "H100"))
+
+    def build(recompute: str) -> dict:
+        parallelism = {"tp": tp, "pp": 1, "dp": "auto", "zero_stage": 3, "micro_batch_size": mbs,
+                       "global_batch_size": gbs, "recompute": recompute, "overlap_grad_reduce": True,
+                       "overlap_param_gather": True}
+        return scenario(f"other-{index}", name, "dgx-h100", n, parallelism, training)
+
+    recompute = _least_recompute_that_fits(build)
+    key = f"other|automodel|lora|{name}|{n}|tp{tp}|{mbs}|{gbs}|{seq}"
+    return ModernCase("other", index, f"{label} tp{tp} LoRA r{AUTOMODEL_LORA['rank']} {recompute}", key,
+                      build(recompute), "bf16", "h100-sxm-80g", "automodel|h100-sxm-80g|bf16",
+                      float(row["tokens_per_s_per_gpu"]), added_after_fit=ADDED_AFTER_FIT,
+                      assumed=f"LoRA rank {AUTOMODEL_LORA['rank']} on every block linear (AutoModel's PEFT recipes; "
+                              "the row does not say)")
+
+
 def _automodel(index: int, row, label: str) -> ModernCase | Unrepresentable:
     model = str(row["model"])
     if "LoRA" in str(row["parallelism"]):
-        return _skip(index, label, "LoRA: frozen base weights with low-rank adapters are not simulated")
+        return _automodel_lora(index, row, label)
     if model == "Llama3 70B":
         name = "llama3-70b"
     elif model == "DeepSeek V3 671B":
