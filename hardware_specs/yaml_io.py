@@ -69,13 +69,25 @@ def parse_yaml(text: str, field: str, where: str = "input", catalog: bool = Fals
     try:
         return yaml.load(text, Loader=_StrictCLoader if catalog else _StrictLoader)  # noqa: S506 - SafeLoader subclasses
     except yaml.YAMLError as exc:
-        mark = getattr(exc, "problem_mark", None)
-        at = f" at line {mark.line + 1}" if mark is not None else ""
-        problem = getattr(exc, "problem", None)
-        detail = f": {problem}" if problem and "duplicate key" in problem else ""
-        raise ConfigError(field, f"invalid YAML in {where}{at}{detail}") from None
+        raise ConfigError(field, f"invalid YAML in {where}{_yaml_problem(exc)}") from None
     except RecursionError:
         raise ConfigError(field, f"{where} is nested too deeply") from None
+
+
+def _yaml_problem(exc) -> str:
+    """Where and what the parser found wrong, on one line: " at line L, column C: PROBLEM (CONTEXT
+    started at line K)". Until the tenth session only the line was said (and the problem only for a
+    duplicate key), so ``parallelism`` missing its colon read "invalid YAML ... at line 23" -- the line
+    after the mistake -- with no reason; PyYAML's context mark points at the line that opened the
+    construct (here line 22, the key without its ':')."""
+    mark = getattr(exc, "problem_mark", None)
+    at = f" at line {mark.line + 1}, column {mark.column + 1}" if mark is not None else ""
+    problem = " ".join(str(getattr(exc, "problem", None) or "").split())
+    context = " ".join(str(getattr(exc, "context", None) or "").split())
+    context_mark = getattr(exc, "context_mark", None)
+    if context and context_mark is not None and (mark is None or context_mark.line != mark.line):
+        context += f" started at line {context_mark.line + 1}"
+    return at + (f": {problem}" if problem else "") + (f" ({context})" if problem and context else "")
 
 
 def read_yaml(path: Path, field: str, catalog: bool = False) -> Any:

@@ -183,6 +183,25 @@ def test_missing_and_invalid_files(tmp_path):
     assert exc.value.field == "scenario"
 
 
+def test_invalid_yaml_says_what_the_parser_found_and_where(tmp_path):
+    """A key missing its colon: the error names the line and column the parser stopped at, the
+    problem, and the line the construct started on (the key itself); until the tenth session it said
+    only "invalid YAML in FILE at line 3" -- the line after the mistake -- with no reason."""
+    bad = tmp_path / "bad.yaml"
+    bad.write_text("model: gpt-1.7b\nparallelism\n  tp: 2\n")
+    with pytest.raises(ConfigError) as exc:
+        load_scenario(str(bad))
+    assert exc.value.field == "scenario"
+    assert exc.value.reason == (f"invalid YAML in {bad} at line 3, column 5: could not find expected ':' "
+                                "(while scanning a simple key started at line 2)")
+    flow = tmp_path / "flow.yaml"
+    flow.write_text("model: gpt-1.7b\ncluster: {node: dgx-a100-80g, num_gpus: 8\n")
+    with pytest.raises(ConfigError) as exc:
+        load_scenario(str(flow))
+    assert "while parsing a flow mapping started at line 2" in exc.value.reason
+    assert "\n" not in str(exc.value)
+
+
 def test_from_pydantic_messages():
     from pydantic import ValidationError
 
