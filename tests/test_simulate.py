@@ -415,3 +415,25 @@ def test_context_parallel_gradients_are_reduced_over_the_cp_group():
     r = simulate(toy(2, nvl_gb_per_s=100, nvl_latency_us=1, cp=2, dp=1, global_batch_size=1,
                      overlap_grad_reduce=False))
     assert r.time_breakdown_s["dp_comm"] == pytest.approx(t_grad, rel=1e-6)
+
+
+def test_table_prints_a_short_step_time_to_four_significant_digits():
+    """A step under a second is printed with four significant digits (a 3.85 ms VGG-16 step printed
+    "0.004 s" until the tenth session); from a second up, three decimals as before. The per-step list of
+    a multi-step run follows the mean's format."""
+    from pathlib import Path
+
+    from simulator.report.result import render_table
+
+    examples = Path(__file__).resolve().parents[1] / "examples"
+    short = simulate(load_scenario(str(examples / "vgg16-adaptive-8xa100.yaml")))
+    line = next(x for x in render_table(short).splitlines() if x.strip().startswith("step time"))
+    assert line.split()[2] == f"{short.step_time_s:.4g}" and 0.001 < short.step_time_s < 0.01
+    assert len(line.split()[2].lstrip("0.")) == 4
+    long = simulate(load_scenario(None))
+    line = next(x for x in render_table(long).splitlines() if x.strip().startswith("step time"))
+    assert line.split()[2] == f"{long.step_time_s:.3f}" and long.step_time_s > 1
+    steps = simulate(load_scenario(str(examples / "resnet50-8xa100.yaml"), overrides=["simulation.steps=2"]))
+    line = next(x for x in render_table(steps).splitlines() if x.strip().startswith("step time"))
+    assert line.split()[2] == f"{steps.step_time_s:.4g}"
+    assert f"mean of 2 steps: {steps.step_times_s[0]:.4g}, {steps.step_times_s[1]:.4g} s" in line

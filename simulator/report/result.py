@@ -231,6 +231,13 @@ def _fmt(value: float | None, spec: str, unit: str = "") -> str:
     return f"{value:{spec}}{unit}"
 
 
+def _seconds_spec(value: float | None) -> str:
+    """The format of a step time in the table: three decimals from one second up, else four significant
+    digits. Three decimals alone printed a 3.85 ms VGG-16 step as "0.004 s" (and the per-step list of a
+    40-step run as "0.008, 0.008, ..."), one significant digit where the header and --json say 3.849 ms."""
+    return ".3f" if value is None or not math.isfinite(value) or abs(value) >= 1 else ".4g"
+
+
 def _split_note(choice: dict | None) -> str:
     """``pp_split: balanced``: which cut the schedule estimate took, with the even cut's estimate."""
     if not choice:
@@ -422,8 +429,9 @@ def render_table(result: SimulationResult) -> str:
             f" (chunks: {result.layer_split})" if len(result.layer_split) != len(result.layers_per_stage) else "")
         + _split_note(result.extra.get("pp_split_choice")),
         "",
-        f"  step time      {_fmt(result.step_time_s, '.3f', ' s')}" + (
-            f" (mean of {result.steps} steps: {', '.join(f'{t:.3f}' for t in result.step_times_s[:8])}"
+        f"  step time      {_fmt(result.step_time_s, _seconds_spec(result.step_time_s), ' s')}" + (
+            f" (mean of {result.steps} steps: "
+            f"{', '.join(_fmt(t, _seconds_spec(result.step_time_s)) for t in result.step_times_s[:8])}"
             f"{', ...' if result.steps > 8 else ''} s)" if result.steps > 1 else ""),
         *_steps_rounded_lines(result),
         f"  samples/s      {_fmt(result.samples_per_s, ',.1f')} ({result.sample}s)",
