@@ -15,7 +15,7 @@ from typing import Any, Generic
 from hardware_specs.schema import FABRIC_TYPES, Accelerator, Fabric, Node
 from hardware_specs.variants import resolve_variant
 from hardware_specs.yaml_io import SpecT, read_yaml, validate_spec
-from simulator.errors import ConfigError
+from simulator.errors import ConfigError, did_you_mean
 
 _HERE = Path(__file__).parent
 
@@ -77,7 +77,8 @@ class YamlCatalog(CatalogFolder, Generic[SpecT]):
         path = Path(ref)
         if path.suffix in (".yaml", ".yml") or path.exists():
             return self.validate(read_yaml(path, field), field)
-        raise ConfigError(field, f"unknown {self.kind} {ref!r} (known: {', '.join(self.names())})")
+        raise ConfigError(field, f"unknown {self.kind} {ref!r}{did_you_mean(ref, self.names())} "
+                                f"(known: {', '.join(self.names())})")
 
     def all(self) -> dict[str, SpecT]:
         return {name: self.get(name) for name in self.names()}

@@ -40,7 +40,7 @@ from pydantic import Field
 
 from hardware_specs.catalog import YamlCatalog
 from hardware_specs.schema import Precision, Spec
-from simulator.errors import ConfigError
+from simulator.errors import ConfigError, did_you_mean
 
 FOLDER = Path(__file__).parent / "frameworks"
 
@@ -131,5 +131,6 @@ def framework_profile(name: str, field: str = "training.framework") -> Framework
     if name == DEFAULT_FRAMEWORK:
         return None
     if not FRAMEWORKS.has(name):
-        raise ConfigError(field, f"unknown framework {name!r} (known: {', '.join(framework_names())})")
+        raise ConfigError(field, f"unknown framework {name!r}{did_you_mean(name, framework_names())} "
+                                f"(known: {', '.join(framework_names())})")
     return FRAMEWORKS.get(name, field)

@@ -18,6 +18,19 @@ class ConfigError(ValueError):
         super().__init__(f"{field}: {reason}" if field else reason)
 
 
+def did_you_mean(name: object, known) -> str:
+    """``"; did you mean 'x'?"`` when one of ``known`` is a close spelling of ``name`` (difflib's ratio
+    >= 0.75, the closest first; up to two), else "". Said before the list of known names, so a typo in
+    a 60-name catalog (``resnet51``) or a 32-key section (``micro_bach_size``) is answered at the start
+    of the line, not by reading the list."""
+    if not isinstance(name, str) or not name:
+        return ""
+    import difflib  # only on an error: the default run's start-up imports stay as tests/test_startup.py lists
+
+    close = difflib.get_close_matches(name, [str(k) for k in known], n=2, cutoff=0.75)
+    return f"; did you mean {' or '.join(repr(c) for c in close)}?" if close else ""
+
+
 def from_pydantic(exc, prefix: str = "", drop_tags: bool = False, schema=None,
                   hints: dict[str, str] | None = None) -> ConfigError:
     """Turn a pydantic ``ValidationError`` into one ConfigError: it names the first bad field, and
@@ -33,9 +46,11 @@ def from_pydantic(exc, prefix: str = "", drop_tags: bool = False, schema=None,
         msg = err.get("msg", "invalid value")
         if err.get("type") == "extra_forbidden":
             msg = "unknown key"
+            known = _known_keys(schema, parts[:-1]) if schema is not None else None
             if hints and loc in hints:
                 msg += f": {hints[loc]}"
-            known = _known_keys(schema, parts[:-1]) if schema is not None else None
+            elif known and parts:
+                msg += did_you_mean(str(parts[-1]), known)
             if known:
                 msg += f" (known here: {', '.join(known)})"
         elif err.get("type") == "missing":

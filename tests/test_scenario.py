@@ -162,6 +162,33 @@ def test_errors_name_the_field(change, field, words):
     assert str(err).startswith(f"{field}: ")
 
 
+@pytest.mark.parametrize(("change", "field", "suggestion"), [
+    (dict(model="resnet51"), "model", "did you mean 'resnet50'"),
+    (dict(model="gpt3-175"), "model", "did you mean 'gpt3-175b'"),
+    (dict(cluster=dict(node="dgx-a100-80gb", num_gpus=8)), "cluster.node", "did you mean 'dgx-a100-80g'"),
+    (dict(cluster=dict(node="dgx-a100-80g", fabric="fat-tre", num_gpus=8)), "cluster.fabric",
+     "did you mean 'fat-tree'"),
+    (dict(parallelism=dict(micro_bach_size=1)), "parallelism.micro_bach_size", "did you mean 'micro_batch_size'"),
+    (dict(trainig=dict(precision="bf16")), "trainig", "did you mean 'training'"),
+    (dict(training=dict(framework="dle-pytorh")), "training.framework", "did you mean 'dle-pytorch'"),
+    (dict(strategy=dict(kind="spdm")), "strategy.kind", "did you mean 'spmd'"),
+])
+def test_a_misspelt_name_is_answered_with_the_close_one_first(change, field, suggestion):
+    """A typo in a catalog name, a key or a kind: the close spelling is said before the list of known
+    names (until the tenth session the line listed 60 models or 32 keys and left the reader to find it)."""
+    err = _err(dict(RAW, **change))
+    assert err.field == field
+    assert suggestion in err.reason
+    assert err.reason.index(suggestion) < err.reason.index("(known")
+
+
+def test_no_suggestion_for_a_name_nothing_resembles():
+    err = _err(dict(RAW, model="no-such-model"))
+    assert "did you mean" not in err.reason and "unknown model 'no-such-model' (known: " in err.reason
+    err = _err(dict(RAW, parallelism=dict(xyz=1)))
+    assert err.reason.startswith("unknown key (known here: ")
+
+
 def test_missing_model_key():
     err = _err({"cluster": {"node": "dgx-a100-80g", "num_gpus": 8}})
     assert err.field == "model" and "required" in err.reason

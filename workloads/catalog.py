@@ -16,7 +16,7 @@ from typing import TYPE_CHECKING, Any
 
 from hardware_specs.catalog import CatalogFolder, YamlCatalog
 from hardware_specs.yaml_io import validate_spec
-from simulator.errors import ConfigError
+from simulator.errors import ConfigError, did_you_mean
 from workloads.schema import TransformerSpec
 
 if TYPE_CHECKING:
@@ -62,6 +62,6 @@ def resolve_model(ref: str | dict[str, Any] | TransformerSpec | NetworkSpec,
         config = read_json(path, field)
         return spec_from_hf_config(config, name=path.parent.name or path.stem, field=field)
     if isinstance(ref, str) and not MODELS.has(ref) and not Path(ref).suffix and not Path(ref).exists():
-        known = ", ".join(sorted(MODELS.names() + _NETWORK_FILES.names()))
-        raise ConfigError(field, f"unknown model {ref!r} (known: {known})")
+        names = sorted(MODELS.names() + _NETWORK_FILES.names())
+        raise ConfigError(field, f"unknown model {ref!r}{did_you_mean(ref, names)} (known: {', '.join(names)})")
     return MODELS.get(ref, field)

@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import json
 
-from simulator.errors import ConfigError
+from simulator.errors import ConfigError, did_you_mean
 
 KINDS = ("accelerator", "fabric", "framework", "model", "network", "node")
 
@@ -88,7 +88,9 @@ def run_show(args) -> int:
     kinds = [args.kind] if args.kind else list(CATALOGS)
     found = [(k, CATALOGS[k].get(args.name)) for k in kinds if args.name in CATALOGS[k].names()]
     if not found:
-        raise ConfigError("name", f"no catalog entry {args.name!r} (see `clustersim specs list`)")
+        names = [name for k in kinds for name in CATALOGS[k].names()]
+        raise ConfigError("name", f"no catalog entry {args.name!r}{did_you_mean(args.name, names)} "
+                                  "(see `clustersim specs list`)")
     kind, spec = found[0]
     data = spec.model_dump(mode="json", exclude_none=True)
     print(json.dumps(data, indent=2) if args.json else f"# {kind}\n" + yaml.safe_dump(data, sort_keys=False))

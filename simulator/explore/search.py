@@ -92,7 +92,7 @@ from typing import Any
 import yaml
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
-from simulator.errors import ConfigError, from_pydantic
+from simulator.errors import ConfigError, did_you_mean, from_pydantic
 from simulator.explore.sweep import empty_result, parallel_map, process_pool, run_point
 
 _SCHEDULES = ("gpipe", "1f1b", "interleaved", "zb-h1")
@@ -187,7 +187,8 @@ def parse_assignments(items: list[str], schema: type[BaseModel], flag: str, list
             raise ConfigError(flag, f"expected key=value, got {item!r}")
         key, text = (part.strip() for part in item.split("=", 1))
         if key not in schema.model_fields:
-            raise ConfigError(f"{flag} {key}", f"unknown key (known: {', '.join(schema.model_fields)})")
+            raise ConfigError(f"{flag} {key}", f"unknown key{did_you_mean(key, schema.model_fields)} "
+                                               f"(known: {', '.join(schema.model_fields)})")
         try:
             if lists:
                 value: Any = [yaml.safe_load(v.strip()) for v in text.split(",") if v.strip()]

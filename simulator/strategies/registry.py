@@ -20,7 +20,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Annotated, Any, Union
 
-from simulator.errors import ConfigError, from_pydantic
+from simulator.errors import ConfigError, did_you_mean, from_pydantic
 
 if TYPE_CHECKING:  # pydantic is imported where it is used: --help reads this module without it
     from pydantic import BaseModel
@@ -201,7 +201,8 @@ def get_kind(name: str) -> StrategyKind:
         return _KINDS[name]
     kinds = load_kinds()
     if name not in kinds:
-        raise ConfigError("strategy.kind", f"unknown kind {name!r}; known: {', '.join(sorted(kinds))}")
+        raise ConfigError("strategy.kind", f"unknown kind {name!r}{did_you_mean(name, kinds)} "
+                                           f"(known: {', '.join(sorted(kinds))})")
     return kinds[name]
 
 
