@@ -53,7 +53,9 @@ class _TopParser(_Parser):
             from simulator.explore.planners import planner_summaries
             from simulator.strategies.registry import kind_summaries  # read, not imported: --help stays light
 
-            kinds = "\n".join(f"  {name:<18} {summary}" for name, summary in sorted(kind_summaries().items()))
+            summaries = sorted(kind_summaries().items())
+            width = max(len(name) for name, _ in summaries)  # one column however long a kind's name is
+            kinds = "\n".join(f"  {name:<{width}}  {summary}" for name, summary in summaries)
             planners = ", ".join(sorted(planner_summaries()))
             self.epilog = (f"strategy kinds (a scenario's strategy: {{kind: ...}}):\n{kinds}\n\n"
                            f"planners (clustersim plan SCENARIO --planner NAME; each one's options: clustersim plan "

@@ -137,6 +137,20 @@ def test_help_lists_the_commands(runs):
         assert f"  {kind} " in r.stdout
 
 
+def test_help_lists_every_strategy_kind_in_one_column(runs):
+    """The kinds' summaries start in one column: with a fixed 18-character name field,
+    layer_parallel_mgrit and replicated_pipeline (20 and 19 characters) ran into their summaries with
+    one space, out of line with the others (until the tenth session)."""
+    from simulator.strategies.registry import kind_summaries
+
+    text = runs["help"].stdout
+    lines = [line for line in text.splitlines() if line.split()[:1] and line.split()[0] in kind_summaries()]
+    assert {line.split()[0] for line in lines} == set(kind_summaries())
+    columns = {line.index(summary[:20]) for line in lines for name, summary in kind_summaries().items()
+               if line.split()[0] == name}
+    assert len(columns) == 1 and all(line[min(columns) - 2:min(columns)] == "  " for line in lines)
+
+
 def test_out_of_memory_layout_is_a_result(runs):
     # GPT-3 175B unsharded (tp 1, pp 1) on A100 80GB: ~2.6 TiB of model state per GPU.
     r = runs["oom"]
