@@ -557,6 +557,13 @@ UNKNOWN_KEY_HINTS = {
                   "or an inline cluster.node mapping) or to a calibrated profile (cluster.profile), not the scenario",
 }
 
+# a file with no cluster: most often a co-located job's file run on its own (examples/jobs/), which said only
+# "cluster: required field is missing" until the tenth session
+MISSING_CLUSTER_HINT = (": the GPUs the run uses, e.g. cluster: {node: dgx-a100-80g, num_gpus: 8} (a file without "
+                        "one is a co-located job, as examples/jobs/ holds: it runs only inside a scenario's "
+                        "co_located_jobs:)")
+
+
 
 def build_scenario(raw: dict[str, Any], base: Path | None = None) -> Scenario:
     """Validate a raw mapping and resolve every reference."""
@@ -564,7 +571,10 @@ def build_scenario(raw: dict[str, Any], base: Path | None = None) -> Scenario:
     try:
         doc = ScenarioFile.model_validate(raw)
     except ValidationError as exc:
-        raise from_pydantic(exc, schema=ScenarioFile, hints=UNKNOWN_KEY_HINTS) from None
+        error = from_pydantic(exc, schema=ScenarioFile, hints=UNKNOWN_KEY_HINTS)
+        if error.field == "cluster" and error.reason.startswith(MISSING := "required field is missing"):
+            error = ConfigError("cluster", error.reason.replace(MISSING, MISSING + MISSING_CLUSTER_HINT, 1))
+        raise error from None
     model = resolve_model(relative_profile(_relative(doc.model, base), base), "model")
     if doc.training.seq_length:
         if not isinstance(model, TransformerSpec):

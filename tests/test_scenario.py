@@ -253,3 +253,18 @@ def test_build_scenario_equals_load_scenario():
     a = build_scenario(RAW)
     b = load_scenario(RAW)
     assert a == b
+
+
+def test_a_file_without_a_cluster_is_told_what_one_is_and_about_co_located_jobs():
+    """examples/jobs/resnet50-background.yaml run on its own (a newcomer runs every example): until the tenth
+    session it said only "cluster: required field is missing"."""
+    from pathlib import Path
+
+    job = Path(__file__).resolve().parents[1] / "examples" / "jobs" / "resnet50-background.yaml"
+    with pytest.raises(ConfigError) as exc:
+        load_scenario(str(job))
+    assert exc.value.field == "cluster"
+    assert exc.value.reason.startswith("required field is missing: the GPUs the run uses, e.g. cluster: {node: ")
+    assert "co_located_jobs:" in exc.value.reason
+    err = _err({"model": "gpt-1.7b", "parallelism": {"tp": "x"}})  # the other errors still listed after it
+    assert err.field == "cluster" and "(and 1 more: parallelism.tp:" in err.reason
