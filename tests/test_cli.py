@@ -233,6 +233,25 @@ def test_specs_list_and_show(capsys):
     spec = yaml.safe_load(shown)
     assert spec["name"] == "a100-sxm-80g"
     assert spec["peak_tflops"]["bf16"] == 312
+
+
+def test_specs_list_puts_each_kinds_summaries_in_one_column(capsys):
+    """Names of 18 characters and more (megatron-deepspeed, rtx3090-nvlink-workstation, ds3lab-case3-two-regions,
+    se-resnext101-32x4d) ran into their summaries with one space under a fixed 18-character field (until the
+    tenth session); each kind's summaries now start in one column, two spaces after its longest name."""
+    assert main(["specs", "list"]) == 0
+    blocks = capsys.readouterr().out.split("\n\n")[0].split("\n")
+    kinds: dict[str, list[str]] = {}
+    for line in blocks:
+        if line and not line.startswith(" "):
+            kind = line
+            kinds[kind] = []
+        elif line.strip():
+            kinds[kind].append(line)
+    assert {"accelerators:", "nodes:", "fabrics:", "frameworks:"} <= set(kinds)
+    for kind, lines in kinds.items():
+        width = max(len(line.split()[0]) for line in lines)
+        assert all(line[2 + width:4 + width] == "  " and line[4 + width] != " " for line in lines), kind
     assert main(["specs", "show", "a100-sxm-80g", "--json"]) == 0
     assert json.loads(capsys.readouterr().out)["hbm_gib"] == 80
 

@@ -75,9 +75,10 @@ def run_list(args) -> int:
         return 0
     for kind in kinds:
         print(f"{kind}s:")
+        width = max((len(row["name"]) for row in rows if row["kind"] == kind), default=0)  # one column per kind
         for row in rows:
             if row["kind"] == kind:
-                print(f"  {row['name']:<18} {row['summary']}")
+                print(f"  {row['name']:<{width}}  {row['summary']}")
     return 0
 
 
