@@ -87,6 +87,16 @@ def test_bad_sweep_files_name_the_field(doc, field):
     assert info.value.field == field, info.value
 
 
+def test_a_misspelt_grid_key_is_answered_with_the_close_one_as_simulate_answers_it():
+    """A sweep point's unknown key says what ``clustersim simulate --set`` says of it (the close spelling, the
+    keys known at that level), then the point; until the tenth session only "unknown key (point {...})"."""
+    with pytest.raises(ConfigError) as info:
+        _sweep(**{"parallelism.micro_bach_size": [1, 2]}).points()
+    assert info.value.field == "grid.parallelism.micro_bach_size"
+    assert info.value.reason.startswith("unknown key; did you mean 'micro_batch_size'? (known here: tp, pp, dp, ")
+    assert info.value.reason.endswith("(point {'parallelism.micro_bach_size': 1})")
+
+
 def test_flatten_keeps_unknown_keys():
     row = flatten_result(fake_simulate({"parallelism": {"micro_batch_size": 1}, "cluster": {"num_gpus": 8}}))
     assert set(RESULT_COLUMNS) <= set(row)

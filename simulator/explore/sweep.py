@@ -268,7 +268,7 @@ class Sweep:
             try:
                 ScenarioFile.model_validate(raw)
             except ValidationError as exc:
-                err = from_pydantic(exc)
+                err = from_pydantic(exc, schema=ScenarioFile)  # a misspelt key: the close one, the keys known there
                 section = next((s for s in ("grid", "zip") if any(
                     err.field == p or err.field.startswith(p + ".") for p in getattr(self.doc, s))), None)
                 field = f"{section}.{err.field}" if section else err.field
