@@ -56,6 +56,19 @@ def test_unknown_kind_and_unknown_field_name_the_field():
         parse_strategy("spmd")
 
 
+def test_a_key_of_another_kind_names_the_kind_it_belongs_to():
+    """``strategy.local_steps`` on an spmd scenario (a newcomer trying DiLoCo on an example): the error names
+    the kind that has the field and the keys this kind has; until the tenth session it said "unknown key"."""
+    with pytest.raises(ConfigError) as exc:
+        parse_strategy({"kind": "spmd", "local_steps": 4})
+    assert exc.value.field == "strategy.local_steps"
+    assert exc.value.reason == ("unknown key: a field of strategy kind local_sgd, not spmd (set strategy.kind) "
+                                "(known here: kind)")
+    with pytest.raises(ConfigError) as exc:  # a key no kind has: the kind's own keys only
+        parse_strategy({"kind": "local_sgd", "local_steps": 4, "xyz": 1})
+    assert exc.value.reason.startswith("unknown key (known here: kind, local_steps, ")
+
+
 def test_the_union_dispatches_on_kind():
     config = TypeAdapter(strategy_union()).validate_python({"kind": "spmd"})
     assert config.kind == "spmd"

@@ -227,4 +227,19 @@ def parse_strategy(raw: Any) -> BaseModel:
     try:  # what the union would dispatch to, so that errors name strategy.<field> without the tag
         return kind.config.model_validate(raw)
     except ValidationError as exc:
-        raise from_pydantic(exc, "strategy") from None
+        raise _strategy_error(exc, kind) from None
+
+
+def _strategy_error(exc, kind: StrategyKind) -> ConfigError:
+    """A kind's validation error; an unknown top-level key also lists the kind's own keys and names the kinds
+    that have it (``strategy.local_steps`` on an spmd scenario: "a field of strategy kind local_sgd, not
+    spmd"; until the tenth session the line said "unknown key" and nothing else)."""
+    error = from_pydantic(exc, "strategy", schema=kind.config)
+    key = error.field.removeprefix("strategy.")
+    if error.reason.startswith("unknown key") and "." not in key:
+        owners = [name for name, other in load_kinds().items() if key in other.config.model_fields]
+        if owners:
+            error = ConfigError(error.field, error.reason.replace(
+                "unknown key", f"unknown key: a field of strategy kind {' and '.join(owners)}, not {kind.name} "
+                               f"(set strategy.kind)", 1))
+    return error
