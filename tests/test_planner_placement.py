@@ -44,6 +44,27 @@ def test_placement_accepts_exactly_the_enumerated_vectors(gpus_per_node):
             assert {v for v in every if placement_accepts(v, gpus_per_node)} == enumerated
 
 
+@pytest.mark.parametrize("gpus_per_node", [1, 3, 4, 8])
+def test_replica_vectors_dividing_the_batch_are_the_enumeration_filtered(gpus_per_node):
+    # DAPPLE enumerates only the vectors whose counts divide the global batch (no other yields a plan):
+    # the same vectors in the same order as the whole enumeration filtered, so its estimates and their
+    # order (the serial that breaks ties) are unchanged
+    for gpus in (1, 6, 12, 16, 24, 40):
+        for stages in range(1, 5):
+            every = replica_vectors(gpus, gpus_per_node, stages)
+            for batch in (1, 2, 6, 8, 12, 16, 24, 64, 96, 120):
+                kept = [v for v in every if all(batch % r == 0 for r in v)]
+                assert replica_vectors(gpus, gpus_per_node, stages, dividing=batch) == kept
+
+
+def test_replica_vectors_dividing_the_batch_at_16384_gpus():
+    # the whole enumeration has 1,427,508,223 vectors of 4 stages here; those dividing 32,768 are few
+    vectors = replica_vectors(16384, 8, 4, dividing=32768)
+    assert 0 < len(vectors) < 10_000
+    assert all(sum(v) == 16384 and placement_accepts(v, 8) and all(32768 % r == 0 for r in v) for v in vectors)
+    assert (4096,) * 4 in vectors and (8, 8, 8192, 8176) not in vectors
+
+
 def test_placement_rule_by_hand():
     assert placement_accepts((8, 8), 8) and placement_accepts((16, 16), 8)     # whole nodes
     assert placement_accepts((2, 6, 8), 8)                                     # inside node 0, then node 1
@@ -60,6 +81,21 @@ def test_pipeline_candidates_at_16384_gpus():
     assert estimated == len(candidates) > 0
     # 3 stages do not divide 16,384 GPUs; 1, 2 and 4 equal stages are whole nodes each
     assert {c.replicas for c in candidates} == {(16384,), (8192,) * 2, (4096,) * 4}
+
+
+def test_dapple_plans_16384_gpus():
+    # before the enumeration was restricted to vectors dividing the batch, DAPPLE's planner walked every
+    # placement-valid vector (1.4 billion of 4 stages here) and did not finish; now ~1.2 CPU-s
+    from simulator.explore.planners.dapple import run_dapple
+
+    raw, base = load_raw(ROOT / "examples" / "vgg16-dapple-v100.yaml")
+    raw = absolutize(raw, base)
+    raw["cluster"]["num_gpus"] = 16384
+    raw["parallelism"]["global_batch_size"] = 16384
+    result = run_dapple(raw, {})
+    stages = result.scenario["strategy"]["stages"]
+    assert result.step_time_s is not None and sum(s["replicas"] for s in stages) == 16384
+    assert sum(s["layers"] for s in stages) == 40 and 0 < result.plans_estimated < 1000
 
 
 # --------------------------------------------------------------------------- reshard volumes in O(devices)

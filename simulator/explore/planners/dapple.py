@@ -104,10 +104,19 @@ OPTIONS = {
 _KEPT = ("overlap_grad_reduce", "gradient_bucket_mb")  # parallelism knobs the plan keeps from the scenario
 
 
-def replica_vectors(num_gpus: int, gpus_per_node: int, stages: int) -> list[tuple[int, ...]]:
+def replica_vectors(num_gpus: int, gpus_per_node: int, stages: int,
+                    dividing: int | None = None) -> list[tuple[int, ...]]:
     """Ordered replica counts of ``stages`` stages on consecutive devices, each stage inside one
-    node or over whole nodes from a node boundary (DAPPLE Sec. 4.2's placement)."""
+    node or over whole nodes from a node boundary (DAPPLE Sec. 4.2's placement).
+
+    ``dividing``: only the vectors whose every count divides it (the global batch: a stage's
+    replicas split each micro-batch, and every micro-batch divides the batch, so no other vector
+    yields a plan), in the same order as the unrestricted enumeration filtered. The restriction is
+    applied while enumerating, not after, because the unrestricted enumeration grows exponentially
+    with the GPUs (16,384 GPUs of 8 per node: 2,094,095 vectors of 3 stages, 1,427,508,223 of 4), while
+    those dividing a power-of-two batch are a few hundred (tests/test_planner_placement.py)."""
     out: list[tuple[int, ...]] = []
+    ok = (lambda r: True) if dividing is None else (lambda r: dividing % r == 0)
 
     def extend(prefix: tuple[int, ...], offset: int) -> None:
         left = num_gpus - offset
@@ -115,12 +124,16 @@ def replica_vectors(num_gpus: int, gpus_per_node: int, stages: int) -> list[tupl
             if left == 0:
                 out.append(prefix)
             return
+        if len(prefix) == stages - 1:  # the last stage takes what is left, if the placement allows it
+            if ok(left) and placement_accepts(prefix + (left,), gpus_per_node):
+                out.append(prefix + (left,))
+            return
         in_node = gpus_per_node - offset % gpus_per_node
         sizes = list(range(1, min(in_node, left) + 1))
         if offset % gpus_per_node == 0:
             sizes += [k * gpus_per_node for k in range(2, left // gpus_per_node + 1)]
         for r in sizes:
-            if left - r >= stages - len(prefix) - 1:
+            if left - r >= stages - len(prefix) - 1 and ok(r):
                 extend(prefix + (r,), offset + r)
 
     extend((), 0)
@@ -429,7 +442,7 @@ def run_dapple(raw: dict[str, Any], options: dict[str, Any]) -> PlanResult:
     if "max_stages" not in options and n <= tables.layers and n not in depths:
         depths.append(n)  # the straight pipeline (one GPU per stage), a baseline of DAPPLE's (Sec. 4.3)
     for stages in depths:
-        for replicas in replica_vectors(n, per_node, stages):
+        for replicas in replica_vectors(n, per_node, stages, dividing=g):  # no other yields a plan
             lcm = math.lcm(*replicas)
             for m in micro_options:
                 if (g // m) % lcm:
