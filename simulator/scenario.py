@@ -308,6 +308,9 @@ class Scenario:
     reliability: ReliabilitySpec | None = None
     node_groups: tuple[NodeGroup, ...] = ()  # a mixed cluster's groups in rank order; () = one group (node)
     frameworks: tuple[FrameworkChoice, ...] = ()  # training.framework resolved per node group (simulator/cost/framework.py)
+    # pipelined layers per global chunk, fixed by the caller (simulator/strategies/spmd/split.py ``chunk_counts``):
+    # the engine fold and the fast path run a ``balanced`` plan at fewer micro-batches with the whole step's cut
+    pipeline_cut: tuple[int, ...] | None = None
 
     @property
     def groups(self) -> tuple[NodeGroup, ...]:

@@ -139,12 +139,40 @@ def kind_step_bound_s(sc, point: dict[str, Any], reference: bool = False) -> flo
     return dataclasses.replace(parts, tail=False).bound_s(par.overlap_grad_reduce, par.overlap_param_gather)
 
 
+def effective_zero_stage(par) -> int:
+    """The ZeRO stage a resolved spmd layout acts on: 0 for ZeRO-1/2 where nothing is sharded (one data-parallel
+    rank, ``dp x cp = 1``, and one rank per routed-expert shard): every gradient reduction, weight all-gather and
+    optimizer-state split of the planner (simulator/strategies/spmd/plan.py: gated on ``dp x cp > 1``, shards of
+    ``shard_size`` 1) and of the memory model (simulator/memory/analytic.py: states divided by 1) is the same as
+    ZeRO 0's. ZeRO-3 is kept (the memory model holds its gathered-module buffers whatever the shard)."""
+    if par.zero_stage in (1, 2) and par.dp_degree * par.cp == 1 and par.expert_data_parallel_size == 1:
+        return 0
+    return par.zero_stage
+
+
+def plan_key(sc) -> str | None:
+    """What makes an spmd layout's plan: its resolved ``parallelism`` with ``pp_split`` replaced by the pipelined
+    layers of each chunk it cuts (:func:`simulator.strategies.spmd.split.chunk_counts`, the only place the label
+    is read: a ``balanced`` cut equal to the ``even`` one builds the same plan) and ``zero_stage`` by
+    :func:`effective_zero_stage`. Two layouts with one key simulate to the same step and peak, bit for bit
+    (tests/test_search_fold.py): ``search`` keeps the first and folds the other into it. None for other kinds."""
+    if sc.strategy_kind != DEFAULT_KIND:
+        return None
+    from simulator.strategies.spmd.split import chunk_counts
+
+    par = sc.parallelism
+    fields = par.model_dump()
+    fields.update(pp_split=chunk_counts(sc, sc.layer_graph()), zero_stage=effective_zero_stage(par))
+    return json.dumps(fields, sort_keys=True, default=str)
+
+
 def check_layout(point: dict[str, Any], max_memory_gib: float | None, simulate: bool, want_bound: bool,
                  reference: bool = False) -> dict[str, Any]:
     """Build one layout's scenario and check its memory (search steps 1-2). Returns ``{"invalid":
     reason}``, ``{"row": row}`` (out of memory, or not to be timed), or, for a layout to time, its
     ``work`` estimate, ``tokens`` per step, step-time lower bound ``bound_s`` (if ``want_bound``) and the
-    ``template`` row it gets if it is not timed. Runs in the search's worker processes."""
+    ``template`` row it gets if it is not timed; both with its ``plan_key`` (:func:`plan_key`). Runs in the search's
+    worker processes."""
     from simulator.explore.search import _work_estimate, rows_template, steps_to_target_floor
     from simulator.explore.sweep import empty_result
     from simulator.simulate import run_identity
@@ -154,6 +182,7 @@ def check_layout(point: dict[str, Any], max_memory_gib: float | None, simulate: 
         # a layout the model refuses only when its graph is split (bert-large's layers under sequence
         # parallelism) raises here, not while building
         stage, peak, per_stage = layout_memory(sc, reference)
+        key = plan_key(sc)
     except ConfigError as exc:
         return {"invalid": str(exc)}
     ok, reason = layout_fits(sc, peak, per_stage)
@@ -167,11 +196,11 @@ def check_layout(point: dict[str, Any], max_memory_gib: float | None, simulate: 
                    infeasible_reason=reason, peak_memory_gib=peak.total_gib, peak_memory_stage=stage,
                    memory_gib=peak.gib(), memory_per_stage_gib=[b.total_gib for b in per_stage],
                    hbm_gib=sc.accelerator.hbm_gib)
-        return {"row": row}
+        return {"row": row, "plan_key": key}
     bound_s = None
     if want_bound:
         bound_s = (step_lower_bound_s(sc) if reference and sc.strategy_kind == DEFAULT_KIND
                    else kind_step_bound_s(sc, point, reference))
     return {"work": _work_estimate(sc), "tokens": sc.parallelism.global_batch_size * (sc.seq_length or 1),
             "bound_s": bound_s, "steps_floor": steps_to_target_floor(sc) if want_bound else None,
-            "template": rows_template(sc, (stage, peak, per_stage))}
+            "template": rows_template(sc, (stage, peak, per_stage)), "plan_key": key}

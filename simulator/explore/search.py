@@ -26,7 +26,12 @@ The space (each a list; ``None`` means "derive it from the model and the cluster
   :func:`simulator.explore.wide.wide_search` counts every candidate and returns only the top k.
 
 Combinations that are the same layout under another name are not enumerated (sequence
-parallel without tp, virtual stages or a schedule without pp). Everything else is a row:
+parallel without tp, virtual stages or a schedule without pp). Those that turn out to be the same
+plan once built are folded before anything is priced: ZeRO-1 or -2 without data parallelism (nothing
+to shard) and a ``balanced`` cut equal to the ``even`` one (the plan key,
+:func:`simulator.explore.checks.plan_key`); the first in enumeration order (ZeRO 0, ``even``) is kept
+and lists the others in ``folded_layouts``, and :func:`summarize` counts them
+(``folded_as_same_plan``). Everything else is a row:
 
 1. invalid layouts (``resolve_layout`` raises: tp does not divide heads, tp·cp·pp does not
    divide N, the global batch is not divisible by dp × micro-batch, ...) get ``fits: false`` and
@@ -630,9 +635,17 @@ def search(
                                             for i in local],
                               workers=1 if dask else workers, pool=pool,
                               chunk_size=max(1, len(points) // (n_workers * 8)))
+        first_of: dict[str, int] = {}  # plan key -> the first candidate with it (simulator/explore/checks.py)
+        folded: dict[int, list[dict[str, Any]]] = {}
         for i, ok, result in sorted(((local[j], ok, result) for j, ok, result in checks), key=lambda item: item[0]):
             if not ok:
                 raise RuntimeError(f"checking layout {candidates[i]}: {result}")
+            key = result.get("plan_key")
+            if key is not None:
+                if key in first_of:  # the same plan as an earlier candidate: folded into it, never priced
+                    folded.setdefault(first_of[key], []).append(dict(candidates[i]))
+                    continue
+                first_of[key] = i
             if "invalid" in result:
                 row = empty_result()
                 row.update(identity, num_gpus=scenario.num_gpus)
@@ -653,6 +666,8 @@ def search(
         else:
             _branch_and_bound(rows, to_simulate, raws, checked, candidates, n, top_k, workers, dask, progress,
                               pool, timed_by, rank_by)
+    for i, same in folded.items():
+        rows[i]["folded_layouts"] = same
     ranked = sorted(enumerate(r for r in rows if r is not None), key=lambda item: _rank_key(item, rank_by))
     out = []
     for _, row in ranked:
@@ -960,7 +975,8 @@ def summarize(rows: list[dict[str, Any]]) -> dict[str, Any]:
     reasons = Counter(_invalid_reason(r["infeasible_reason"]) for r in invalid)
     by = Counter(r.get("evaluated_by") for r in rows if r.get("fits"))
     priced = sum(1 for r in rows if r.get("fits") and r.get("fast_step_time_s") is not None)
-    return {"layouts": len(rows), "simulated": simulated, "out_of_memory": len(oom), "invalid": len(invalid),
+    folded = sum(len(r.get("folded_layouts") or ()) for r in rows)
+    return {"layouts": len(rows), "folded_as_same_plan": folded, "simulated": simulated, "out_of_memory": len(oom), "invalid": len(invalid),
             "failed": len(failed), "invalid_reasons": reasons.most_common(3),
             "by_engine": by.get("engine", 0), "by_fast_path": by.get("fast", 0), "skipped_by_bound": by.get("bound", 0),
             "evaluated": len(rows), "pruned_by_memory": len(oom), "pruned_by_bound": by.get("bound", 0),
@@ -972,7 +988,10 @@ def counts_line(s: dict[str, Any]) -> str:
     return (f"{s['evaluated']:,} layouts evaluated: {s['invalid']:,} invalid, {s['pruned_by_memory']:,} pruned by "
             f"memory, {s['pruned_by_bound']:,} pruned by the step-time lower bound, {s['engine_resimulated']:,} "
             f"timed by the engine, {s['priced_by_fast_path']:,} by the fast path"
-            + (f", {s['failed']:,} failed" if s["failed"] else ""))
+            + (f", {s['failed']:,} failed" if s["failed"] else "")
+            + (f"; {s['folded_as_same_plan']:,} more folded as the same plan as one of them (ZeRO-1/2 without data "
+               f"parallelism, a balanced cut equal to the even one: each row's folded_layouts)"
+               if s.get("folded_as_same_plan") else ""))
 
 
 def _engine_s(row: dict[str, Any]) -> float | None:
@@ -1087,7 +1106,9 @@ def render_table(rows: list[dict[str, Any]], top: int = 10) -> str:
     lines.append("")
     lines.append(f"{s['layouts']} layouts: {s['simulated']} simulated, {s['out_of_memory']} out of memory, "
                  f"{s['invalid']} invalid" + (f", {s['failed']} failed" if s["failed"] else "")
-                 + (f", {s['skipped_by_bound']} skipped by the step-time lower bound" if s["skipped_by_bound"] else ""))
+                 + (f", {s['skipped_by_bound']} skipped by the step-time lower bound" if s["skipped_by_bound"] else "")
+                 + (f" ({s['folded_as_same_plan']} more folded: the same plan as a layout listed)"
+                    if s["folded_as_same_plan"] else ""))
     lines.append("  " + counts_line(s))
     for reason, count in s["invalid_reasons"]:
         lines.append(f"  invalid ({count}): {reason}")

@@ -467,9 +467,20 @@ def _any_overlap(busy, step_s: float) -> bool:
 
 
 def _with_micro_batches(scenario: Scenario, micro_batches: int) -> Scenario:
+    """``scenario`` at ``micro_batches`` per replica (the fold's and the fast path's points), with the pipeline
+    cut of ``scenario`` itself: a ``balanced`` cut is chosen by a schedule estimate that reads the
+    micro-batch count (simulator/strategies/spmd/split.py), and re-chosen at the points it could cut another
+    way (GPT-3 5B, pp 4, 32 micro-batches: [6, 6, 6, 6], at 6 and 7: [7, 6, 6, 5]), so the fold
+    extrapolated another plan's figures (0.69312 s against the unrolled plan's 0.69411 s;
+    tests/test_search_fold.py)."""
+    from simulator.strategies.spmd.split import chunk_counts
+
     par = scenario.parallelism
     batch = micro_batches * par.dp_degree * par.micro_batch_size
-    return dataclasses.replace(scenario, parallelism=par.model_copy(update={"global_batch_size": batch}))
+    cut = {}
+    if scenario.pipeline_cut is None and par.pp_split == "balanced" and par.pp * par.virtual_stages > 1:
+        cut = {"pipeline_cut": tuple(chunk_counts(scenario, scenario.layer_graph()))}
+    return dataclasses.replace(scenario, parallelism=par.model_copy(update={"global_batch_size": batch}), **cut)
 
 
 def _dag_times(scenario: Scenario, mode: str | None = None, detail: bool = False):

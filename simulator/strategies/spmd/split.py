@@ -94,7 +94,10 @@ def describe_split(choice: dict) -> str:
 
 
 def chunk_counts(scenario, graph: LayerGraph) -> list[int]:
-    """Pipelined layers per global chunk (chunk c of pipeline rank i is c·pp + i)."""
+    """Pipelined layers per global chunk (chunk c of pipeline rank i is c·pp + i); ``scenario.pipeline_cut``
+    where the caller fixed it (:func:`simulator.strategies.spmd.fast._with_micro_batches`)."""
+    if getattr(scenario, "pipeline_cut", None) is not None:
+        return list(scenario.pipeline_cut)
     par = scenario.parallelism
     if getattr(par, "pp_split", "even") == "even" or par.pp * par.virtual_stages == 1:
         return chunk_layer_counts(par, len(graph.pipelined))
