@@ -215,16 +215,17 @@ def _additive(planner, phase: str, kind) -> bool:
     return not any(op.collective == "all_to_all" for op in planner.layer_pass_ops(kind, phase))
 
 
-def bound_parts(scenario, planner=None, key: str | None = None, tail: tuple[str, str] | None = None) -> BoundParts:
-    """The bound's terms for ``scenario`` (priced by ``planner``, built if not given and something is
-    not yet priced). ``key``: its :func:`passes_key`, to price its chunk passes once for every layout of
-    a search that shares them; ``tail``: its :func:`tail_key`, to price the step's tail once for them."""
+def chunk_pass_prices(scenario, planner=None, key: str | None = None) -> tuple[dict[int, dict[str, float]], object]:
+    """Per global chunk, the seconds of each of its passes ("F", "R", "B", and "W" under ZB-H1): kernels plus
+    the exposed share of their collectives, as :meth:`Planner.chunk_pass_s` prices them (each transfer alone),
+    shared over a search's layouts by ``key`` (:func:`passes_key`). Returns them and the planner (None where
+    every price came from the cache). The pipeline chain of :func:`bound_parts` and the kinds' own bounds
+    (``StrategyKind.step_lower_bound``) are sums of them."""
     from simulator.strategies.spmd.plan import Planner
 
     par = scenario.parallelism
-    pp, v, m = par.pp, par.virtual_stages, par.num_micro_batches
-    zero_bubble = par.schedule == "zb-h1"
-    phases = ("F", "R", "B", "W") if zero_bubble else ("F", "R", "B")
+    pp, v = par.pp, par.virtual_stages
+    phases = ("F", "R", "B", "W") if par.schedule == "zb-h1" else ("F", "R", "B")
     # A search's layouts (a key) on one kind of GPU: stages that hold the same chunks (the same runs of
     # layers, the ends or not) have the same passes and tail, priced once per layout; the passes are
     # shared with every layout of the same shape (_shared_pass_s). Otherwise every stage on its own.
@@ -259,6 +260,28 @@ def bound_parts(scenario, planner=None, key: str | None = None, tail: tuple[str,
             if len(_PASSES) >= _PASSES_KEPT:
                 _PASSES.clear()
             _PASSES[key] = per_chunk
+    return per_chunk, planner
+
+
+def bound_parts(scenario, planner=None, key: str | None = None, tail: tuple[str, str] | None = None) -> BoundParts:
+    """The bound's terms for ``scenario`` (priced by ``planner``, built if not given and something is
+    not yet priced). ``key``: its :func:`passes_key`, to price its chunk passes once for every layout of
+    a search that shares them; ``tail``: its :func:`tail_key`, to price the step's tail once for them."""
+    from simulator.strategies.spmd.plan import Planner
+
+    par = scenario.parallelism
+    pp, v, m = par.pp, par.virtual_stages, par.num_micro_batches
+    zero_bubble = par.schedule == "zb-h1"
+    per_chunk, planner = chunk_pass_prices(scenario, planner, key)
+    shared = key is not None and not scenario.mixed
+    reps: dict[int, int] = {}
+
+    def rep(stage: int) -> int:
+        hit = reps.get(stage)
+        if hit is None:
+            hit = reps[stage] = planner.stage_representative(stage)
+        return hit
+
     chains = []
     fill, drain = 0.0, 0.0
     for stage in range(pp):

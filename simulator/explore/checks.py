@@ -30,7 +30,14 @@ from typing import Any
 
 from hardware_specs.framework import DEFAULT_FRAMEWORK
 from simulator.errors import ConfigError
-from simulator.explore.bounds import bound_parts, passes_key, step_lower_bound_s, tail_key
+from simulator.explore.bounds import (
+    ROUND_OFF,
+    bound_parts,
+    chunk_pass_prices,
+    passes_key,
+    step_lower_bound_s,
+    tail_key,
+)
 from simulator.memory.analytic import fits as memory_fits
 from simulator.memory.analytic import peak_rank_memory
 from simulator.memory.vectorised import peak_memory
@@ -123,16 +130,27 @@ def kind_step_bound_s(sc, point: dict[str, Any], reference: bool = False) -> flo
       step's tail (optimizer step, gradient reduction: the kind replaces them). On 30 random layouts of each
       example's search (DiLoCo Llama-3-8B, GPT-3 XL parameter server) it stays below the step (at most 0.997
       and 0.999 of it; tests/test_kind_layout_fields.py);
-    - any other kind: 0, nothing pruned. spmd's bound is above the simulated step on 29 of the 38 examples of
-      the other kinds (DAPPLE's GNMT 99x, per_layer's Inception 50x: their own stages or splits, not the
-      layout's; async pipelines 1.05-1.27x, cyclic_dp 1.004x; MGRIT 0.71-0.91 but its V-cycles are not spmd's
-      chain). Pruning by it dropped better layouts: local learning's search on GPT-1.7B returned 58.25
-      samples/s at best, 60.37 with every layout timed."""
+    - a kind with its own ``step_lower_bound`` (local_learning, cyclic_dp, async_pipeline: a stage's compute
+      stream runs a known count of spmd's chunk passes between the tasks that open and close the kind's
+      measured window; each kind's module says why that count is inside the window): that bound, over spmd's
+      chunk pass prices (:func:`simulator.explore.bounds.chunk_pass_prices`; tests/test_kind_bounds.py checks it
+      never exceeds the engine's step on random layouts of each kind's examples);
+    - any other kind: 0, nothing pruned, every feasible layout timed: subnetwork_dp (its workers' passes are
+      masked, not spmd's), per_layer, layer_parallel_mgrit, swarm and replicated_pipeline (their stages,
+      splits, V-cycles and pools are their own: no pass price of spmd's bounds them). spmd's bound is above the
+      simulated step on 29 of the 38 examples of the other kinds (DAPPLE's GNMT 99x, per_layer's Inception 50x:
+      their own stages or splits, not the layout's; async pipelines 1.05-1.27x, cyclic_dp 1.004x; MGRIT
+      0.71-0.91 but its V-cycles are not spmd's chain). Pruning by it dropped better layouts: local learning's
+      search on GPT-1.7B returned 58.25 samples/s at best, 60.37 with every layout timed."""
     from simulator.strategies.registry import get_kind
 
     if sc.strategy_kind == DEFAULT_KIND:
         return step_lower_bound_s(sc, key=passes_key(point), tail=tail_key(point))
-    if not get_kind(sc.strategy_kind).spmd_chain_bound:
+    kind = get_kind(sc.strategy_kind)
+    if kind.step_lower_bound is not None:
+        passes, _ = chunk_pass_prices(sc, key=None if reference else passes_key(point))
+        return kind.step_lower_bound(sc, passes) * (1 - ROUND_OFF)
+    if not kind.spmd_chain_bound:
         return 0.0
     par = sc.parallelism
     parts = bound_parts(sc) if reference else bound_parts(sc, key=passes_key(point), tail=tail_key(point))

@@ -185,6 +185,28 @@ ASYNC_PIPELINE_SEARCHED_FIELDS: tuple[str, ...] = ("tp", "pp", "cp", "ep", "micr
     "sequence_parallel", "schedule", "global_batch_size", "pp_split", "overlap_tp_grad_comm", "tp_comm_overlap")
 
 
+def step_lower_bound_async_pipeline(scenario, passes) -> float:
+    """A lower bound on the simulated step (seconds) from spmd's chunk pass prices ``passes``
+    (:func:`simulator.explore.bounds.chunk_pass_prices`): the first stage's passes inside the measured window,
+    kernels alone (without updates, host floors or waits), over the window's steps.
+
+    The window (:func:`compile_async_pipeline`) opens at the end of the first stage's task after micro-batch
+    p - 1's backward and closes, step k, at its task after micro-batch p - 1 + k m's backward: both on the first
+    stage's compute stream, so every pass between them in its 1F1B order (``one_f_one_b``: m forwards and m
+    backwards per step in the steady state) starts after the window opens and ends by its close. A stream runs
+    its tasks one at a time and the engine never runs a fixed-duration task in less than its ``duration_s``
+    (simulator/engine/engine.py); each pass task lasts at least its price here (``StageTasks.pass_s`` adds the
+    host floor's stall). tests/test_kind_bounds.py checks it against the engine on random layouts."""
+    par = scenario.parallelism
+    p, m, steps = par.pp, par.num_micro_batches, scenario.simulation.steps
+    order = [(phase, j) for phase, j, _ in one_f_one_b(p + steps * m + p, p, 0)]
+    first, last = order.index(("B", p - 1)), order.index(("B", p - 1 + steps * m))
+    inside = order[first + 1:last + 1]
+    forwards = sum(1 for phase, _ in inside if phase == "F")
+    f_s, b_s = passes[0]["F"], passes[0]["R"] + passes[0]["B"]
+    return (forwards * f_s + (len(inside) - forwards) * b_s) / steps
+
+
 ASYNC_PIPELINE = register(StrategyKind(
     name="async_pipeline",
     config=AsyncPipelineConfig,
@@ -195,4 +217,5 @@ ASYNC_PIPELINE = register(StrategyKind(
     optimizer_fusion=("backward", "forward"),
     searched_layout_fields=lambda config: ASYNC_PIPELINE_SEARCHED_FIELDS,
     derives_layout=True,
+    step_lower_bound=step_lower_bound_async_pipeline,
 ))

@@ -194,6 +194,20 @@ CYCLIC_DP_SEARCHED_FIELDS: tuple[str, ...] = ("tp", "cp", "ep", "micro_batch_siz
     "schedule", "global_batch_size", "overlap_tp_grad_comm", "tp_comm_overlap")
 
 
+def step_lower_bound_cyclic_dp(scenario, passes) -> float:
+    """A lower bound on the simulated step (seconds) from spmd's chunk pass prices ``passes``
+    (:func:`simulator.explore.bounds.chunk_pass_prices`): m x (F + R + B) of the one stage, its kernels alone
+    (without the update, the host floors or any wait). The step is measured from the later of step 0's update
+    and the load of step 1's samples to the end of step N's update (or load), over N (the plan's window); every
+    pass of steps 1..N comes after that update on the worker's compute stream (step 1's first forward waits for
+    the load) and before step N's update. A stream runs its tasks one at a time and the engine never runs a
+    fixed-duration task in less than its ``duration_s`` (simulator/engine/engine.py), and each pass task lasts at
+    least its price here (``StageTasks.pass_s`` adds the host floor's stall). tests/test_kind_bounds.py checks
+    it against the engine on random layouts."""
+    par = scenario.parallelism
+    return par.num_micro_batches * (passes[0]["F"] + passes[0]["R"] + passes[0]["B"])
+
+
 CYCLIC_DP = register(StrategyKind(
     name="cyclic_dp",
     config=CyclicDpConfig,
@@ -204,4 +218,5 @@ CYCLIC_DP = register(StrategyKind(
     optimizer_fusion=("backward", "forward"),
     searched_layout_fields=lambda config: CYCLIC_DP_SEARCHED_FIELDS,
     derives_layout=True,
+    step_lower_bound=step_lower_bound_cyclic_dp,
 ))

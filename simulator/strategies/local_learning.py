@@ -240,6 +240,26 @@ LOCAL_LEARNING_SEARCHED_FIELDS: tuple[str, ...] = ("tp", "pp", "cp", "ep", "micr
     "tp_comm_overlap")
 
 
+def step_lower_bound_local_learning(scenario, passes) -> float:
+    """A lower bound on the simulated step (seconds) from spmd's chunk pass prices ``passes``
+    (:func:`simulator.explore.bounds.chunk_pass_prices`): the least over the groups of m x (F + R + B) of the
+    group's chunk, its kernels alone (without its head's pass, the update, the host floors or any wait).
+
+    Why it bounds the step: the step is measured over the window from the latest end among the opening tasks
+    (every group's step-0 update, and the load of step 1's samples on group 0) to the latest end among the
+    step-N updates, divided by N (simulator/strategies/plan.py ``window_step_times``). Let the opener that ends
+    last be group s's update (or the load, then s = 0). Every pass of steps 1..N on group s comes after that
+    task on its compute stream, or, after the load, waits for it (step 1's first forward), and before or at the
+    group's step-N update, which ends by the window's close. A stream runs its tasks one at a time, and the
+    engine never runs a fixed-duration task in less than its ``duration_s`` (interference only slows it;
+    simulator/engine/engine.py); each pass task lasts at least its price here (``StageTasks.pass_s`` adds the
+    host floor's stall). So the window holds N x m x (F + R + B) of group s, at least N x the least over the
+    groups. tests/test_kind_bounds.py checks it against the engine on random layouts."""
+    par = scenario.parallelism
+    m = par.num_micro_batches
+    return min(m * (passes[s]["F"] + passes[s]["R"] + passes[s]["B"]) for s in range(par.pp))
+
+
 LOCAL_LEARNING = register(StrategyKind(
     name="local_learning",
     config=LocalLearningConfig,
@@ -250,4 +270,5 @@ LOCAL_LEARNING = register(StrategyKind(
     optimizer_fusion=("backward", "forward"),
     searched_layout_fields=lambda config: LOCAL_LEARNING_SEARCHED_FIELDS,
     derives_layout=True,
+    step_lower_bound=step_lower_bound_local_learning,
 ))
