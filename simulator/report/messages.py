@@ -38,7 +38,6 @@ def scenario_messages(scenario) -> dict[str, Any]:
         network_field_warnings,
     )
     from simulator.strategies.optimizer_fusion import accumulation_notes
-    from workloads.networks.profiles import profile_flops_notes
 
     warnings = kernel_warnings(scenario) + framework_setting_warnings(scenario) + network_field_warnings(scenario)
     default = default_framework_block(scenario)  # no training.framework named: how far off the named ones are
@@ -46,7 +45,11 @@ def scenario_messages(scenario) -> dict[str, Any]:
         warnings.append(default_framework_warning(default))
     # optimizer fusion accepted but changing no memory; MoE-only fields on a model without experts; a
     # measured profile's layers whose lines give no shapes (their FLOPs count 0)
-    notes = accumulation_notes(scenario) + moe_field_notes(scenario) + profile_flops_notes(scenario)
+    notes = accumulation_notes(scenario) + moe_field_notes(scenario)
+    if getattr(scenario.model, "family", None) == "profile":  # the network builder loads only for a profile
+        from workloads.networks.profiles import profile_flops_notes
+
+        notes += profile_flops_notes(scenario)
     return {"warnings": warnings, "notes": notes, "default_framework": default}
 
 
