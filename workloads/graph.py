@@ -100,6 +100,13 @@ class Op:
     whose name does not carry it, set once where the layer is described: a layer-graph network's attention
     projections, MLP linears and vocabulary decoder (workloads/networks/builder.py); None for a decoder
     transformer's ops (their names say it) and for GEMMs of no class.
+
+    ``kernels``: how many launches a memory-bound op stands for, its bytes spread over them (a framework's
+    Python loop over experts issues one small kernel per expert: Megatron-Core's weighted expert bias,
+    :func:`_expert_bias_and_clamp`); each launch pays the kernel launch overhead. ``backward_bytes`` /
+    ``backward_kernels``: a memory op's backward traffic and launches where they are not the default (one
+    kernel reading the output gradient and the saved input and writing the input gradient: 2 x the forward's
+    bytes). The eager host-issue floor (simulator/strategies/framework_terms.py) counts such an op as one issue.
     """
 
     name: str
@@ -129,6 +136,9 @@ class Op:
     op_class: str | None = None                # GEMM class where the name does not say it (see gemm_class)
     frozen: bool = False                       # its learned tensors are frozen (LoRA's base, workloads/lora.py):
                                                # no weight gradient, no gradient or optimizer state
+    kernels: int = 1                           # memory op: launches it stands for (a Python loop's kernels)
+    backward_bytes: float | None = None        # memory op: its backward's HBM traffic (None: 2 x bytes_moved)
+    backward_kernels: int | None = None        # memory op: its backward's launches (None: as ``kernels``)
 
     @property
     def params(self) -> float:
@@ -335,7 +345,8 @@ def _backward_of(op: Op) -> list[Op]:
         return [replace(op, name=f"{op.name}.regather"),
                 replace(op, name=f"{op.name}.grad_reduce_scatter", collective="reduce_scatter")]
     if op.kind == "memory":
-        return [Op(f"{op.name}.grad", "memory", 0.0, 2 * op.bytes_moved)]
+        moved = 2 * op.bytes_moved if op.backward_bytes is None else op.backward_bytes
+        return [Op(f"{op.name}.grad", "memory", 0.0, moved, kernels=op.backward_kernels or op.kernels)]
     if op.collective == "all_gather" and op.group == "etp":
         # expert tensor parallel: the gathered tokens' gradients are reduce-scattered back (Megatron's f/g)
         return [replace(op, name=f"{op.name}.grad_reduce_scatter", collective="reduce_scatter")]
@@ -721,9 +732,12 @@ def _moe_block(model: TransformerSpec, shard: ShardShape, routed_tokens: int) ->
     if etp > 1:  # the etp ranks' received tokens, gathered (payload: the gathered size, as every all-gather here)
         ops.append(Op("moe_etp.all_gather", "collective", collective="all_gather", group="etp",
                       comm_bytes=payload * etp))
+    clamp, fc2_bias = _expert_bias_and_clamp(model, per_expert * experts_local, ffn_rank, experts_local, elem)
     ops.append(_linear("expert_fc1", per_expert, width, h, elem, model.linear_bias, batch=experts_local))
+    ops += clamp
     ops.append(_memory("expert_act", per_expert * experts_local * ffn_rank, 2 if model.gated_mlp else 1, 1, elem))
     ops.append(_linear("expert_fc2", per_expert, h, ffn_rank, elem, model.linear_bias, batch=experts_local))
+    ops += fc2_bias
     if etp > 1:
         ops.append(Op("moe_etp.reduce_scatter", "collective", collective="reduce_scatter", group="etp",
                       comm_bytes=payload * etp))
@@ -733,6 +747,51 @@ def _moe_block(model: TransformerSpec, shard: ShardShape, routed_tokens: int) ->
     if moe.num_shared_experts:
         ops += _shared_experts(model, shard)
     return ops
+
+
+#: Bytes per element of the routing probabilities the experts weigh their outputs with: fp32 (Megatron-Core's
+#: flex dispatcher: "DeepEP only supports float32 probs", token_dispatcher.py; taken for every dispatcher).
+PROB_BYTES = 4
+
+
+def _expert_bias_and_clamp(model: TransformerSpec, rows: int, ffn: int, experts: int,
+                           elem: int) -> tuple[list[Op], list[Op]]:
+    """The memory-bound kernels Megatron-Core's ``TEGroupedMLP`` adds for clamped GLU inputs and for biased
+    experts (megatron-core 0.16.1 and 0.19.2, the same code: ``transformer/moe/experts.py``,
+    ``fusions/fused_bias_geglu.py``), beside the grouped GEMMs and the fused activation (``expert_act``), over
+    the ``rows`` token copies a rank's ``experts`` local experts receive, ``ffn`` their FFN width on this rank.
+
+    Clamp (``moe.activation_clamp``; GPT-OSS ``swiglu_limit``, Megatron ``activation_func_clamp_value``):
+    ``weighted_bias_quick_geglu_impl`` clamps the gate half (above) and the linear half (both sides) as two
+    eager kernels and concatenates them (``torch.cat``) before its fused kernel: 3 launches reading and writing
+    2·rows·ffn elements each way, 8·rows·ffn·e bytes. Backward: each clamp's gradient (read the gradient and the
+    saved input, write: 3·rows·ffn·e each; the cat's backward is two views) and ``chunk``'s backward, which
+    concatenates the halves' gradients into fc1's output gradient (4·rows·ffn·e): 10·rows·ffn·e in 3 launches.
+
+    Expert biases (``linear_bias`` on an MoE model): fc1's bias is added inside its grouped GEMM (TE
+    ``GroupedLinear``, no kernel of its own); fc2's, returned apart (``skip_bias_add``), must be weighted by each
+    token's routing probability, and ``_apply_bias`` does it in a Python loop over the local experts:
+    ``t + b * p`` per expert (``b * p`` an fp32 rows_e x h tensor since the probabilities are fp32
+    (:data:`PROB_BYTES`); the sum fp32), ``torch.cat`` of the experts' fp32 pieces and ``.to`` the activation
+    type. Forward, with h the hidden width: per expert write 4·h, read e·h + 4·h, write 4·h per row; the cat
+    8·h; the cast (4 + e)·h: (24 + 2e)·rows·h bytes in 2·experts + 2 launches. Backward (autograd of the
+    same): the cast's gradient to fp32 (4 + e), per expert the sum's gradient cast to the activation type
+    (4 + e), the bias gradient (g·p: 8, its column sum: 4) and the probability gradient (g·b: 8, its row sum:
+    4), and the split's gradient, a cat of the experts' pieces (2e): (32 + 4e)·rows·h bytes in 5·experts + 2
+    launches. Megatron-Core's router, attention and norms are unchanged by either. Other frameworks' expert
+    bias and clamp code is priced the same (assumed). Not priced: the host synchronisation of
+    ``torch.tensor(linear_offset, device=...)`` in the same function (one per forward)."""
+    h = model.hidden_size
+    clamp: list[Op] = []
+    if model.moe.activation_clamp is not None:
+        clamp.append(Op("expert_act_clamp", "memory", 0.0, 8.0 * rows * ffn * elem, kernels=3,
+                        backward_bytes=10.0 * rows * ffn * elem, backward_kernels=3))
+    bias: list[Op] = []
+    if model.linear_bias:
+        bias.append(Op("expert_fc2_bias", "memory", 0.0, (6 * PROB_BYTES + 2 * elem) * rows * h,
+                       kernels=2 * experts + 2, backward_bytes=(8 * PROB_BYTES + 4 * elem) * rows * h,
+                       backward_kernels=5 * experts + 2))
+    return clamp, bias
 
 
 def _shared_experts(model: TransformerSpec, shard: ShardShape) -> list[Op]:

@@ -71,7 +71,7 @@ _ARCH_DEFAULTS: dict[str, dict[str, Any]] = {
     # GptOssAttention.sinks (one logit per head), GptOssTopKRouter's bias, GptOssExperts' gate_up / down biases
     # (attention_bias covers q/k/v/o only in the config; the experts always carry theirs)
     "gpt_oss": {"tie_word_embeddings": False, "attention_bias": True, "head_dim": 64, "sliding_window": 128,
-                "num_local_experts": 128, "num_experts_per_tok": 4, "rms_norm_eps": 1e-5,
+                "num_local_experts": 128, "num_experts_per_tok": 4, "rms_norm_eps": 1e-5, "swiglu_limit": 7.0,
                 "_attention_sinks": True, "_router_bias": True},
 }
 
@@ -228,6 +228,8 @@ def spec_from_hf_config(config: dict[str, Any], name: str = "hf-model", field: s
         }
         if config.get("_router_bias"):
             data["moe"]["router_bias"] = True
+        if model_type == "gpt_oss":  # GptOssExperts clamps its GLU inputs at swiglu_limit
+            data["moe"]["activation_clamp"] = config.get("swiglu_limit", 7.0)
         if _pick(config, "decoder_sparse_step", default=1) != 1:
             raise ConfigError(f"{field}.decoder_sparse_step", "only 1 is imported (every layer MoE)")
         if config.get("mlp_only_layers"):

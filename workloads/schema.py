@@ -36,6 +36,12 @@ class MoESpec(BaseModel):
     capacity_factor: float | None = Field(default=None, gt=0)
     router_bias: bool = Field(default=False, description="the router's linear layer adds a bias per expert "
                                                          "(GPT-OSS: HF GptOssTopKRouter's ``bias``)")
+    activation_clamp: float | None = Field(
+        default=None, gt=0, description="the experts' GLU inputs clamped to this limit before the activation: the "
+                                        "gate half from above, the linear half on both sides (GPT-OSS: HF "
+                                        "GptOssConfig ``swiglu_limit`` 7.0; Megatron-Core "
+                                        "``activation_func_clamp_value``). No parameters or FLOPs; Megatron-Core "
+                                        "runs the clamps as kernels of their own (workloads/graph.py)")
     moe_layer_frequency: int = Field(
         default=1, gt=0, description="every k-th layer is MoE: 0-based layer i when (i + 1) % k == 0")
     first_dense_layers: int = Field(

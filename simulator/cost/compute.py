@@ -232,6 +232,8 @@ class ComputeModel:
             return op.measured_s
         if self.conv_sm_s_per_byte and op.conv is not None:
             return self._kernel_time_s(op) + op.bytes_moved * self.conv_sm_s_per_byte
+        if op.kernels > 1:  # a loop's launches (Op.kernels): the bytes once, the launch overhead each time
+            return self._kernel_time_s(op) + (op.kernels - 1) * self.launch_s
         return self._kernel_time_s(op)
 
     def prices_linear_as_pointwise(self, op: Op) -> bool:
