@@ -70,3 +70,14 @@ def test_gpt_oss_clamps_at_its_swiglu_limit():
     assert spec_from_hf_config({**hf, "swiglu_limit": 5.5}).moe.activation_clamp == 5.5
     with pytest.raises(ValidationError):
         TransformerSpec.model_validate({**TINY, "moe": {"num_experts": 8, "top_k": 2, "activation_clamp": 0}})
+
+
+def test_the_clamped_concatenation_is_kept_for_the_backward():
+    from workloads.transformer_graph import block_saved_tensors
+
+    shard = ShardShape(micro_batch=1, seq_length=128, ep=2, flash_attention=True)
+    clamped = {x.name: x.nbytes for x in block_saved_tensors(TransformerSpec.model_validate(TINY), shard, True, False)}
+    plain = {x.name: x.nbytes for x in block_saved_tensors(
+        TransformerSpec.model_validate({**TINY, "moe": {"num_experts": 8, "top_k": 2}}), shard, True, False)}
+    assert clamped.pop("expert_act_clamped_input") == 2 * 2 * 128 * (2 * 96)  # 2e x tokens x top-2 x ffn 96
+    assert clamped == plain

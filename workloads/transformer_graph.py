@@ -131,7 +131,9 @@ def _base_saved_tensors(model: TransformerSpec, shard: ShardShape, moe_layer: bo
       mask, LN2 input, FC1 input, MLP mask, (4e + 2m)·sbh, ÷t with sequence parallel; Q e·sbh/t,
       K and V 2e·sb·d·g (g KV heads per rank), the output projection's input e·sbh/t; FC1 output
       e·sbf/t (2f wide when gated: Megatron's fused ``bias_swiglu`` keeps its input and recomputes
-      the SiLU) and FC2 input e·sbf/t; the attention core (softmax output, mask, dropout output,
+      the SiLU) and FC2 input e·sbf/t (a MoE block whose experts clamp their GLU inputs,
+      ``moe.activation_clamp``, keeps the clamped halves' concatenation too, 2e·sb per routed width);
+      the attention core (softmax output, mask, dropout output,
       (2e + m)·a·s²b/t; absent with FlashAttention) is what selective recompute drops.
     - MLA (DeepSeek-V2/V3): LN inputs and masks as above, the LN outputs (dropped by DeepSeek-V3's
       selective recompute, like the latents after their RMSNorms and Q, K, V of the up-projections),
@@ -153,6 +155,13 @@ def _base_saved_tensors(model: TransformerSpec, shard: ShardShape, moe_layer: bo
     proj_fp8 = "attention_proj" in shard.fp8_saved_inputs
     mlp = [SavedTensor("fc1_output", (2 * e if model.gated_mlp else e) * sb * f / t),
            SavedTensor("fc2_input", (q8 if mlp_fp8 else e) * sb * f / t)]
+    if moe_layer and model.moe is not None and model.moe.activation_clamp is not None:
+        # Megatron-Core's clamped GLU (workloads/graph.py _expert_bias_and_clamp): the clamps keep their input
+        # (FC1's output, counted) and the fused kernel keeps its own input, the clamped halves' concatenation
+        # (fused_bias_geglu.py ctx.save_for_backward): 2e per routed expert width beside FC1's output
+        routed = model.moe.top_k * (model.moe.expert_ffn_hidden_size or model.ffn_size) * (
+            model.moe.capacity_factor or 1.0)
+        mlp.append(SavedTensor("expert_act_clamped_input", 2 * e * sb * routed / t, op_sac_kept=0.0))
     core_bytes = (e + m + (e if dropout else 0.0)) * heads_rank * s * s * shard.micro_batch
     masks = [SavedTensor("attn_dropout_mask", m * sb * h / sp_div), SavedTensor("mlp_dropout_mask", m * sb * h / sp_div)]
     if model.mla is None:
@@ -181,7 +190,7 @@ def _base_saved_tensors(model: TransformerSpec, shard: ShardShape, moe_layer: bo
             tensors.append(SavedTensor("qk_norm_input", e * sb * (width / t + d * g),
                                        op_sac_kept=(width / t) / (width / t + d * g)))
         tensors += [SavedTensor("fc1_output", mlp[0].nbytes, op_sac_kept=0.5 if model.gated_mlp else 1.0),
-                    SavedTensor("fc2_input", mlp[1].nbytes, op_sac_kept=0.0)]
+                    SavedTensor("fc2_input", mlp[1].nbytes, op_sac_kept=0.0), *mlp[2:]]
         if not shard.flash_attention:
             tensors.append(SavedTensor("attention_core", core_bytes, selective_drops=True, op_sac_kept=0.0))
         return tuple(tensors)

@@ -45,13 +45,16 @@ UNEXPLAINED_OOM: dict[tuple[str, int], str] = {
                  "recipes/nemotron.py nemotron_trainer DistributedDataParallelConfig(grad_reduce_in_fp32=True, "
                  "overlap_grad_reduce=True, overlap_param_gather=True), their performance mode leaving it; 2.2.0 "
                  "(2025-03) is the first whose pretrain_performance_optimizations sets grad_reduce_in_fp32 = False",
-    ("nemo", 63): "GPT-OSS-120B tp1 pp4 ep8 on 64 H100s, GBS 512, MBS 4, BF16, no recompute (NeMo 25.11): 106.2 of 78 "
+    ("nemo", 63): "GPT-OSS-120B tp1 pp4 ep8 on 64 H100s, GBS 512, MBS 4, BF16, no recompute (NeMo 25.11): 131.5 of 78 "
                   "GiB on stage 0 (bf16 weights 8.2, fp32 main gradients 16.4, distributed-optimizer states 20.6, "
-                  "activations 60.8: 4 micro-batches of 4 x 4,096 tokens in flight, 9 MoE layers of top-4 x 2,880-wide "
-                  "experts). bf16 gradients: 98.0 (OOM); selective recompute the same (FlashAttention keeps no core); "
-                  "full recompute 66.4 fits. Its mbs-1 twins (rows 41/46/51/57) fit at 60.5. The 25.11 performance "
-                  "config that ran it is in no package here (megatron-bridge 0.3.1's library recipe, tp2 pp4 ep4 with "
-                  "recompute None, is not the table's layout), so the mapping keeps no recompute",
+                  "activations 86.1: 4 micro-batches of 4 x 4,096 tokens in flight, 9 MoE layers of top-4 x 2,880-wide "
+                  "experts, whose clamped GLU keeps the clamped halves' concatenation beside FC1's output: 25.3 of "
+                  "it). bf16 gradients: 123.3 (OOM); selective recompute the same (FlashAttention keeps no core); "
+                  "full recompute 67.1 fits. Its mbs-1 twins (rows 41/46/51/57) fit at 66.8. Megatron-Bridge 0.6.2's "
+                  "performance recipe for the mbs-1 rows recomputes ['layernorm', 'moe_act'] (not represented: "
+                  "validation/modern/nemo.py), which would drop the concatenation and FC2's input (37.9 GiB here) "
+                  "and the pre-MLP norm's output (3.2): about 90 GiB, still out of memory; the 25.11 configuration that ran this row is in no package here, so "
+                  "the mapping keeps no recompute",
     ("nemo", 12): "LLAMA2-70B SFT tp4 pp4 on 16 H100s (dp 1): 91.0 of 78 GiB (92.3 with dropout masks). Nothing to "
                   "shard the optimizer over: 18 B per parameter of 4.35e9 per rank is 72.9 GiB before any activation "
                   "(18.1 GiB: 4 micro-batches of 20 layers in flight on stage 0). bf16 gradients alone: 82.9; Apex's "

@@ -49,6 +49,16 @@ and DeepEP as the Qwen3 rows do: megatron-bridge 0.3.1's library recipe ``recipe
 ``moe_flex_dispatcher_backend = "deepep"``. Their profile group (``nemo|h100-sxm-80g|bf16``) has no fit row
 (the BF16 rows' keys fall where md5 puts them; a group under ``MIN_FIT_CASES`` fit rows keeps the catalog
 constants, as any group does), so they are judged with the catalog constants: nothing is fitted on them.
+The recipe that produced rows 41-57 is megatron-bridge 0.6.2's (PyPI) ``perf_recipes/gpt_oss/h100/gpt_oss.py``
+``gpt_oss_120b_pretrain_64gpu_h100_bf16_config`` ("64x H100, BF16, PP=4 EP=8, GBS=1280": tp 1, no sequence
+parallelism, force-balanced routing, router fusion) on the library recipe (``recipes/gpt_oss/h100``: 9 layers a
+stage, the embedding and loss not counted in the split, as simulated; DeepEP). The model's experts run
+Megatron-Core's clamped quick-GELU GLU and biases (``models/gpt_oss/gpt_oss_bridge.py``: clamp 7.0, offset 1.0,
+``add_bias_linear``, ``bias_activation_fusion``), whose extra kernels the layer graph prices (workloads/graph.py
+``_expert_bias_and_clamp``). Not represented: the recipe's selective recompute of ``["layernorm", "moe_act"]``
+(Megatron-Core ``recompute_modules``; the simulator's ``selective`` is the attention core): it would re-run the
+norms, the clamps and the activation (about 0.4 ms per MoE layer and micro-batch by the same byte counts) and
+drop their outputs from memory; the rows are mapped without recompute.
 Two Qwen3-30B-A3B pp2 ep8 rows (26.02, 25.11) are set aside (:data:`SET_ASIDE`): the same configuration
 ran 1.8-2x faster in the neighbouring release, and the faster figures agree with the pp1 ep16 rows.
 """
