@@ -5,7 +5,8 @@ Understands the keys of Llama/Mistral/Mixtral (``hidden_size``, ``num_hidden_lay
 (``n_embd``, ``n_layer``, ``n_head``, ``n_inner``, ``n_positions``) and DeepSeek-V2/V3
 (``n_routed_experts``, ``n_shared_experts``, ``first_k_dense_replace``, and the MLA keys
 ``q_lora_rank``, ``kv_lora_rank``, ``qk_nope_head_dim``, ``qk_rope_head_dim``, ``v_head_dim``) and
-GPT-OSS (``gpt_oss``: biases on q/k/v/o and the experts, a router bias, a learned attention sink per head).
+GPT-OSS (``gpt_oss``: biases on q/k/v/o and the experts, a router bias, a learned attention sink per head,
+the experts' GLU inputs clamped at ``swiglu_limit``: ``moe.activation_clamp``).
 The multi-token-prediction layers of DeepSeek-V3 (``num_nextn_predict_layers``) are not imported.
 
 Sliding-window attention (:func:`window_layout`) is read as transformers builds its masks: the window
