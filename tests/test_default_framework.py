@@ -198,3 +198,21 @@ def test_a_profile_whose_layers_give_kernels_is_judged_by_them(tmp_path):
     gnmt = _profile_run(tmp_path, "pipedream_gnmt_large_graph.txt", "pipedream", 128)
     assert gnmt["default_framework"]["heldout_catalog_only"][0]["family_note"].endswith(
         "this network has no convolution")
+
+
+def test_a_calibrated_profile_of_the_users_machine_gets_no_default_framework_warning(tmp_path):
+    """A ``cluster.profile`` written by ``clustersim calibrate`` prices the kernels from that machine's own
+    microbenchmarks, so the held-out errors of the catalog constants do not describe the run (the session-10
+    newcomer walk: ``clustersim compare`` on a harness trace printed them); a catalog node still warns."""
+    scenario = tmp_path / "own.yaml"
+    scenario.write_text(yaml.safe_dump({
+        "model": "gpt3-5b", "cluster": {"profile": str(ROOT / "tests" / "data" / "harness" / "profile.yaml"),
+                                        "num_gpus": 2},
+        "parallelism": {"dp": 2, "micro_batch_size": 1, "global_batch_size": 2},
+        "training": {"precision": "fp32"}}))
+    own = json.loads(_cli(str(scenario), "--json").stdout)
+    assert own.get("default_framework") is None
+    assert not any(w.startswith(PREFIX) for w in own.get("warnings", ()))
+    catalog = json.loads(_cli(str(scenario), "--set", "cluster.profile=null", "--set", "cluster.node=dgx-a100-80g",
+                              "--json").stdout)
+    assert any(w.startswith(PREFIX) for w in catalog["warnings"])

@@ -126,6 +126,12 @@ def framework_named(scenario) -> bool:
     return "framework" in scenario.training.model_fields_set
 
 
+def _calibrated_here(accelerator) -> bool:
+    """An accelerator fitted by ``clustersim calibrate`` on the user's own machine (a ``cluster.profile``): its
+    kernels are priced from that machine's microbenchmarks, not from the catalog constants the WARNING is about."""
+    return str(getattr(accelerator.efficiency, "source", "") or "").startswith("clustersim calibrate")
+
+
 def _family(model) -> str:
     from simulator.cost.framework import _network_name
 
@@ -186,7 +192,7 @@ def part_block(accelerator, model, precision: str, rows: tuple[HeldoutRow, ...])
 def default_framework_block(scenario) -> dict[str, Any] | None:
     """``--json``'s ``default_framework``: None where the scenario names a framework; else the default used and,
     per accelerator of the run, the catalog-only held-out errors of named frameworks' runs (:func:`part_block`)."""
-    if framework_named(scenario):
+    if framework_named(scenario) or all(_calibrated_here(group.accelerator) for group in scenario.groups):
         return None
     from simulator.cost.framework import precision_key
 
