@@ -215,6 +215,20 @@ def _additive(planner, phase: str, kind) -> bool:
     return not any(op.collective == "all_to_all" for op in planner.layer_pass_ops(kind, phase))
 
 
+class _Representatives:
+    """Each stage's representative rank (:meth:`Planner.stage_representative`), asked of the planner once per
+    stage: called as ``rep(stage)``."""
+
+    def __init__(self, planner) -> None:
+        self.planner, self.ranks = planner, {}
+
+    def __call__(self, stage: int) -> int:
+        rank = self.ranks.get(stage)
+        if rank is None:
+            rank = self.ranks[stage] = self.planner.stage_representative(stage)
+        return rank
+
+
 def chunk_pass_prices(scenario, planner=None, key: str | None = None) -> tuple[dict[int, dict[str, float]], object]:
     """Per global chunk, the seconds of each of its passes ("F", "R", "B", and "W" under ZB-H1): kernels plus
     the exposed share of their collectives, as :meth:`Planner.chunk_pass_s` prices them (each transfer alone),
@@ -230,13 +244,6 @@ def chunk_pass_prices(scenario, planner=None, key: str | None = None) -> tuple[d
     # layers, the ends or not) have the same passes and tail, priced once per layout; the passes are
     # shared with every layout of the same shape (_shared_pass_s). Otherwise every stage on its own.
     shared = key is not None and not scenario.mixed
-    reps: dict[int, int] = {}
-
-    def rep(stage: int) -> int:
-        hit = reps.get(stage)
-        if hit is None:
-            hit = reps[stage] = planner.stage_representative(stage)
-        return hit
 
     def pass_s(phase: str, chunk: int) -> float:
         ops = planner._chunk_ops(phase, chunk)
@@ -245,6 +252,7 @@ def chunk_pass_prices(scenario, planner=None, key: str | None = None) -> tuple[d
     per_chunk = _PASSES.get(key) if key is not None else None
     if per_chunk is None:
         planner = planner or Planner(scenario)
+        rep = _Representatives(planner)
         if shared:
             shape, alike = shape_key(key), {}
             per_chunk = {}
@@ -274,14 +282,6 @@ def bound_parts(scenario, planner=None, key: str | None = None, tail: tuple[str,
     zero_bubble = par.schedule == "zb-h1"
     per_chunk, planner = chunk_pass_prices(scenario, planner, key)
     shared = key is not None and not scenario.mixed
-    reps: dict[int, int] = {}
-
-    def rep(stage: int) -> int:
-        hit = reps.get(stage)
-        if hit is None:
-            hit = reps[stage] = planner.stage_representative(stage)
-        return hit
-
     chains = []
     fill, drain = 0.0, 0.0
     for stage in range(pp):
@@ -293,7 +293,7 @@ def bound_parts(scenario, planner=None, key: str | None = None, tail: tuple[str,
     ends = _TAILS.get(tail) if shared and tail is not None else None
     if ends is None:
         planner = planner or Planner(scenario)
-        ends = _tail_parts(scenario, planner, shared, rep)
+        ends = _tail_parts(scenario, planner, shared, _Representatives(planner))
         if shared and tail is not None:
             if len(_TAILS) >= _TAILS_KEPT:
                 _TAILS.clear()
