@@ -89,15 +89,16 @@ def with_adapters(fwd: list, lora: LoraShape, tp: int, elem: int) -> list:
             out.append(base)
             continue
         m, n, k, r = op.m, op.n, op.k, lora.rank
+        # A is k x r and B r x n on this rank, k and n the base's own (already ÷tp where W is split): a
+        # row-parallel base splits A like W (k ÷ tp) and keeps B whole; a column-parallel one keeps A whole
+        # and splits B like W (n ÷ tp)
+        a = replace(_gemm(f"{ADAPTER_A}.{name}", m, r, k, elem), weights=1.0)
+        b = replace(_gemm(f"{ADAPTER_B}.{name}", m, n, r, elem), weights=1.0)
         if name in ROW_PARALLEL:
-            a = replace(_gemm(f"{ADAPTER_A}.{name}", m, r, k, elem), weights=1.0)   # k (÷tp) x r: split like W
-            b = replace(_gemm(f"{ADAPTER_B}.{name}", m, n, r, elem), weights=1.0)   # r x n, whole
             gather = ([Op(f"{ADAPTER_A}.{name}.all_reduce", "collective", collective="all_reduce", group="tp",
                           comm_bytes=float(m * r * elem))] if tp > 1 else [])
             out += [a, *gather, b, base]
         else:
-            a = replace(_gemm(f"{ADAPTER_A}.{name}", m, r, op.k, elem), weights=1.0)   # k x r, whole
-            b = replace(_gemm(f"{ADAPTER_B}.{name}", m, n, r, elem), weights=1.0)      # r x n (÷tp)
             if tp > 1:  # B column-parallel over a replicated input: its input gradient summed over tp
                 b = replace(b, input_grad_collective="all_reduce", input_grad_bytes=float(m * r * elem))
             out += [base, a, b]
