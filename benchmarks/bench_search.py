@@ -13,7 +13,8 @@ import argparse
 import os
 import time
 
-from simulator.explore.search import SearchSpace, search, summarize
+from simulator.explore.search import SearchSpace, search
+from simulator.report.search_table import summarize
 
 CASES = {
     # name: (overrides, GPUs, space)

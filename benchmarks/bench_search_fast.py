@@ -38,7 +38,8 @@ import sys
 import time
 from pathlib import Path
 
-from simulator.explore.search import counts_line, search, summarize
+from simulator.explore.search import search
+from simulator.report.search_table import counts_line, summarize
 from simulator.scenario import load_scenario
 from simulator.simulate import simulate
 
@@ -92,7 +93,8 @@ _ONE_SEARCH = """
 import json, os, resource, sys, time
 os.environ["CLUSTERSIM_CACHE"] = "0"
 import simulator.explore.search as searching
-from simulator.explore.search import search, summarize
+from simulator.explore.search import search
+from simulator.report.search_table import summarize
 if len(sys.argv) > 3 and sys.argv[3] == "reference":  # this code with the per-candidate checks as they were
     import functools
     import simulator.explore.checks as checks

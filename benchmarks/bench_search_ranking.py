@@ -158,7 +158,8 @@ def margin_runs(path: Path, workers: int, top: int, say) -> None:
     is at most U, the k-th smallest of the greatest possible ones fast_j / (1 - tol_j); those are counted
     (the fast path's ranking is grown until the next fast time is past U·1.03), beside the engine runs the
     search's lower-bound rule needed."""
-    from simulator.explore.search import search, summarize
+    from simulator.explore.search import search
+    from simulator.report.search_table import summarize
 
     space, constraints, _ = space_of(path)
     engine = search(str(path), space=space, constraints=constraints, top_k=top, workers=workers)

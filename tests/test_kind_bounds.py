@@ -12,7 +12,8 @@ from pathlib import Path
 import pytest
 
 from simulator.explore.checks import build_layout, check_layout, kind_step_bound_s
-from simulator.explore.search import SearchConstraints, SearchSpace, prepare, search, summarize
+from simulator.explore.search import SearchConstraints, SearchSpace, prepare, search
+from simulator.report.search_table import summarize
 from simulator.simulate import simulate
 
 EXAMPLES = Path(__file__).resolve().parents[1] / "examples"

@@ -18,7 +18,8 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from simulator.explore.bounds import step_lower_bound_s
-from simulator.explore.search import SearchSpace, counts_line, search, summarize
+from simulator.explore.search import SearchSpace, search
+from simulator.report.search_table import counts_line, summarize
 from simulator.scenario import load_scenario
 from simulator.simulate import simulate
 

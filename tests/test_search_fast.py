@@ -7,7 +7,8 @@ from __future__ import annotations
 
 import pytest
 
-from simulator.explore.search import SearchSpace, search, summarize
+from simulator.explore.search import SearchSpace, search
+from simulator.report.search_table import summarize
 
 SMALL = (["model=gpt-1.7b", "training.seq_length=1024", "parallelism.global_batch_size=64"], 16,
          SearchSpace(micro_batch_size=[1, 2], zero_stage=[1], recompute=["none", "full"]))

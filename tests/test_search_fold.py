@@ -13,8 +13,9 @@ import pytest
 
 from simulator.cli import main
 from simulator.explore.checks import effective_zero_stage
-from simulator.explore.search import SearchConstraints, SearchSpace, counts_line, prepare, search, summarize
+from simulator.explore.search import SearchConstraints, SearchSpace, prepare, search
 from simulator.explore.sweep import default_simulate
+from simulator.report.search_table import counts_line, summarize
 
 LLAMA = ["model=llama-1b", "cluster.node=dgx-h100", "training.seq_length=1024", "parallelism.global_batch_size=8",
          "parallelism.virtual_stages=1", "parallelism.schedule=1f1b", "parallelism.tp=1", "parallelism.pp=1"]

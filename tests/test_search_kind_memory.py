@@ -21,9 +21,10 @@ import pytest
 
 import simulator.explore.checks as checks
 from simulator.errors import ConfigError
-from simulator.explore.search import SearchConstraints, SearchSpace, prepare, search, summarize
+from simulator.explore.search import SearchConstraints, SearchSpace, prepare, search
 from simulator.memory.analytic import fits as memory_fits
 from simulator.memory.vectorised import peak_memory
+from simulator.report.search_table import summarize
 from simulator.scenario import build_scenario
 from simulator.strategies.local_sgd import local_sgd_memory
 

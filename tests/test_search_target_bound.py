@@ -8,7 +8,8 @@ import copy
 import pytest
 
 from simulator.explore.bounds import step_lower_bound_s
-from simulator.explore.search import SearchSpace, search, steps_to_target_floor, summarize
+from simulator.explore.search import SearchSpace, search, steps_to_target_floor
+from simulator.report.search_table import summarize
 from simulator.scenario import load_scenario
 from simulator.simulate import simulate
 

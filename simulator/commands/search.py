@@ -55,13 +55,8 @@ def _finite(value):
 
 
 def run(args) -> int:
-    from simulator.explore.search import (
-        SearchConstraints,
-        SearchSpace,
-        parse_assignments,
-        render_table,
-        search,
-    )
+    from simulator.explore.search import SearchConstraints, SearchSpace, parse_assignments, search
+    from simulator.report.search_table import render_table
 
     if args.top is not None and args.top < 1:
         raise ConfigError("--top", f"must be at least 1, got {args.top}")
@@ -75,7 +70,7 @@ def run(args) -> int:
                   constraints=constraints, workers=args.workers, dask=args.dask, rank_by=args.rank_by,
                   top_k=args.top_k, progress=sys.stderr.isatty(), notes=notes)
     if args.csv:
-        from simulator.explore.search import write_csv
+        from simulator.report.search_table import write_csv
 
         write_csv(rows, args.csv)
     from simulator.report.messages import distinct_messages, message_lines

@@ -30,8 +30,8 @@ parallel without tp, virtual stages or a schedule without pp). Those that turn o
 plan once built are folded before anything is priced: ZeRO-1 or -2 without data parallelism (nothing
 to shard) and a ``balanced`` cut equal to the ``even`` one (the plan key,
 :func:`simulator.explore.checks.plan_key`); the first in enumeration order (ZeRO 0, ``even``) is kept
-and lists the others in ``folded_layouts``, and :func:`summarize` counts them
-(``folded_as_same_plan``). Everything else is a row:
+and lists the others in ``folded_layouts``, and :func:`simulator.report.search_table.summarize` counts
+them (``folded_as_same_plan``). Everything else is a row:
 
 1. invalid layouts (``resolve_layout`` raises: tp does not divide heads, tp·cp·pp does not
    divide N, the global batch is not divisible by dp × micro-batch, ...) get ``fits: false`` and
@@ -60,8 +60,8 @@ and lists the others in ``folded_layouts``, and :func:`summarize` counts them
    rest are skipped: rows that fit, with ``evaluated_by: bound`` and the bound. Since the step-time
    bound ≤ the engine's step (tests/test_search_bounds.py), the top k are the same, in the same order,
    as with the engine everywhere (tests/test_search_fast.py, tests/test_search_bounds.py).
-   :func:`summarize` counts every candidate: invalid, pruned by memory, pruned by the bound, priced by
-   the fast path, timed by the engine. (The fast path used to time candidates first and the engine
+   :func:`simulator.report.search_table.summarize` counts every candidate: invalid, pruned by memory,
+   pruned by the bound, priced by the fast path, timed by the engine. (The fast path used to time candidates first and the engine
    only those whose fast-path lower bound could still reach the top k; but a fast-path run costs as
    much as an engine run -- both build the same plans and fold the same steady state -- and its
    bound sits within ~0.02% of the engine, so near the top nearly every candidate cost both.)
@@ -79,6 +79,9 @@ cached on disk (simulator/explore/cache.py).
 Constraints (:class:`SearchConstraints`) narrow the space before anything is built.
 Each result row is ``{"parallelism": {...}, **simulate keys}`` (the keys of
 ``clustersim simulate --json``).
+
+The counts, the table ``clustersim search`` prints and its ``--csv`` are in
+:mod:`simulator.report.search_table`.
 """
 
 from __future__ import annotations
@@ -90,7 +93,6 @@ import json
 import math
 import os
 import sys
-from collections import Counter
 from collections.abc import Callable
 from typing import Any
 
@@ -949,167 +951,3 @@ def rows_template(sc, memory: tuple | None = None) -> dict[str, Any]:
                peak_memory_gib=peak.total_gib, peak_memory_stage=stage, memory_gib=peak.gib(),
                memory_per_stage_gib=[b.total_gib for b in per_stage], hbm_gib=sc.accelerator.hbm_gib)
     return row
-
-
-def _invalid_reason(reason: str) -> str:
-    """An invalid row's reason without ``invalid layout:``, the field and any parenthesis: ``parallelism.
-    zero_stage: local_sgd keeps each replica's optimizer whole: needs 0`` -> its message whole."""
-    text = str(reason).split(" (")[0].removeprefix("invalid layout:").strip()
-    field, sep, message = text.partition(": ")
-    return (message if sep else field).strip()[:70]
-
-
-def summarize(rows: list[dict[str, Any]]) -> dict[str, Any]:
-    """Counts of what happened to every candidate, and the commonest invalid reasons.
-
-    Every candidate is ``evaluated`` (considered): it is ``invalid`` (divisibility), ``pruned_by_memory``
-    (out of memory), ``pruned_by_bound`` (its step-time lower bound per token was above the k-th best
-    step time: never priced), ``failed``, or timed: ``engine_resimulated`` counts the layouts the engine
-    timed (every one whose bound could reach the top k; with a replacement simulator or straggler draws,
-    every feasible layout), ``priced_by_fast_path`` those the fast path timed (the top k, beside
-    the engine)."""
-    simulated = sum(1 for r in rows if r.get("fits") and _rate(r))
-    invalid = [r for r in rows if str(r.get("infeasible_reason") or "").startswith("invalid layout")]
-    failed = [r for r in rows if str(r.get("infeasible_reason") or "").startswith("simulation failed")]
-    oom = [r for r in rows if not r.get("fits") and r not in invalid and r not in failed]
-    reasons = Counter(_invalid_reason(r["infeasible_reason"]) for r in invalid)
-    by = Counter(r.get("evaluated_by") for r in rows if r.get("fits"))
-    priced = sum(1 for r in rows if r.get("fits") and r.get("fast_step_time_s") is not None)
-    folded = sum(len(r.get("folded_layouts") or ()) for r in rows)
-    return {"layouts": len(rows), "folded_as_same_plan": folded, "simulated": simulated, "out_of_memory": len(oom), "invalid": len(invalid),
-            "failed": len(failed), "invalid_reasons": reasons.most_common(3),
-            "by_engine": by.get("engine", 0), "by_fast_path": by.get("fast", 0), "skipped_by_bound": by.get("bound", 0),
-            "evaluated": len(rows), "pruned_by_memory": len(oom), "pruned_by_bound": by.get("bound", 0),
-            "priced_by_fast_path": priced, "engine_resimulated": by.get("engine", 0)}
-
-
-def counts_line(s: dict[str, Any]) -> str:
-    """One line with every count of :func:`summarize`, as the table and the benchmarks print it."""
-    return (f"{s['evaluated']:,} layouts evaluated: {s['invalid']:,} invalid, {s['pruned_by_memory']:,} pruned by "
-            f"memory, {s['pruned_by_bound']:,} pruned by the step-time lower bound, {s['engine_resimulated']:,} "
-            f"timed by the engine, {s['priced_by_fast_path']:,} by the fast path"
-            + (f", {s['failed']:,} failed" if s["failed"] else "")
-            + (f"; {s['folded_as_same_plan']:,} more folded as the same plan as one of them (ZeRO-1/2 without data "
-               f"parallelism, a balanced cut equal to the even one: each row's folded_layouts)"
-               if s.get("folded_as_same_plan") else ""))
-
-
-def _engine_s(row: dict[str, Any]) -> float | None:
-    """The engine's step time of a row (a row from a replacement simulator, without the key: its step)."""
-    if "engine_step_time_s" in row:
-        return row["engine_step_time_s"]
-    return row.get("step_time_s") if row.get("evaluated_by", "engine") == "engine" else None
-
-
-def _fmt(value: Any, spec: str) -> str:
-    if value is None or (isinstance(value, float) and not math.isfinite(value)):
-        return "-"
-    return format(value, spec)
-
-
-SEARCH_COLUMNS = ("rank", "evaluated_by", "engine_step_time_s", "fast_step_time_s", "fast_path_lower_bound_s",
-                  "step_time_lower_bound_s")
-"""The columns a search's CSV puts before a sweep row's (:func:`write_csv`)."""
-
-
-def write_csv(rows: list[dict[str, Any]], path: str) -> None:
-    """Every row of a search as CSV, best first: ``rank`` (1, 2, ... for the timed rows, empty for the
-    rest), who timed it (``evaluated_by``) and each path's step time (:func:`labelled`), the bound,
-    then the columns ``clustersim sweep`` writes (simulator/explore/sweep.py: the result's, its ``warnings``
-    and ``notes``, ``extra_json`` last)."""
-    import csv
-
-    from simulator.explore.sweep import (
-        MESSAGE_COLUMNS,
-        RESULT_COLUMNS,
-        _csv_text,
-        flatten_result,
-        message_cells,
-    )
-
-    columns = [*SEARCH_COLUMNS, *RESULT_COLUMNS, *MESSAGE_COLUMNS, "extra_json"]
-    try:
-        with open(path, "w", newline="") as fh:
-            writer = csv.writer(fh)
-            writer.writerow(columns)
-            rank = 0
-            for row in rows:
-                flat = flatten_result({k: v for k, v in row.items() if k not in (*SEARCH_COLUMNS, *MESSAGE_COLUMNS)})
-                flat.update({k: row.get(k) for k in SEARCH_COLUMNS})
-                flat.update(message_cells(row))
-                timed = bool(row.get("fits") and _rate(row))
-                rank += timed
-                flat["rank"] = rank if timed else None
-                writer.writerow([_csv_text(flat.get(c)) for c in columns])
-    except OSError as exc:
-        raise ConfigError("--csv", f"cannot write {path}: {exc.strerror or exc}") from None
-
-
-#: Searched layout fields the table shows only where the rows shown differ in them, and their headers.
-_VARIED_COLUMNS = {"global_batch_size": "gbs", "overlap_grad_reduce": "ogr", "overlap_param_gather": "opg",
-                   "overlap_tp_grad_comm": "otgc", "overlap_p2p_comm": "op2p", "tp_comm_overlap": "tpco"}
-
-
-def _yes_no(value: Any) -> str:
-    return ("y" if value else "n") if isinstance(value, bool) else str(value if value is not None else "-")
-
-
-def render_table(rows: list[dict[str, Any]], top: int = 10) -> str:
-    """Best-first table of the feasible layouts, then a summary of what was pruned. ``engine s`` is
-    the discrete-event engine's step time, ``fast s`` the fast path's (``-`` where that path did not
-    time the layout; the ranking and the other figures are the engine's where it ran). The last six
-    columns are the step's time breakdown in seconds (``time_breakdown_s``): compute, tensor-,
-    expert- (all-to-all), data- and pipeline-parallel communication, and the pipeline bubble. ``split``
-    (``pp_split``: even or balanced) is shown where a row shown is balanced; the global batch and the overlap
-    switches (:data:`_VARIED_COLUMNS`) where the rows shown differ in them."""
-    with_split = any(r.get("fits") and _rate(r) and (r.get("parallelism") or {}).get("pp_split") == "balanced"
-                     for r in rows[:top])
-    head = (f"{'#':>3} {'tp':>3} {'pp':>3} {'dp':>5} {'cp':>3} {'ep':>3} {'vp':>3} {'sched':<11} {'zero':>4} {'recomp':<9} "
-            + (f"{'split':<8} " if with_split else "") +
-            f"{'sp':<3} {'mbs':>3} {'samples/s':>10} {'tokens/s':>12} {'MFU':>6} {'engine s':>8} {'fast s':>8} {'mem GiB':>8} "
-            f"{'compute':>8} {'tp':>7} {'ep':>7} {'dp':>7} {'pp':>7} {'bubble':>7}")
-    with_target = any(r.get("time_to_target_s") for r in rows)
-    if with_target:  # the convergence block's steps to target x step time, and the batch it depends on
-        head += f" {'gbs':>6} {'target s':>10}"
-    # the searched fields the columns above omit, where the rows shown differ in them (else two rows could
-    # read as one layout: a global batch or an overlap switch searched)
-    shown_rows = [r for r in rows[:top] if r.get("fits") and _rate(r)]
-    varied = [k for k in _VARIED_COLUMNS if not (k == "global_batch_size" and with_target)
-              and len({repr((r.get("parallelism") or {}).get(k)) for r in shown_rows}) > 1]
-    head += "".join(f" {_VARIED_COLUMNS[k]:>5}" for k in varied)
-    lines = [head]
-    shown = 0
-    for row in rows:
-        if shown >= top or not (row.get("fits") and _rate(row)):
-            break
-        shown += 1
-        p = row["parallelism"]
-        b = row.get("time_breakdown_s") or {}
-        lines.append(
-            f"{shown:>3} {p['tp']:>3} {p['pp']:>3} {p['dp']:>5} {p['cp']:>3} {p.get('ep', 1):>3} {p['virtual_stages']:>3} "
-            f"{p['schedule']:<11} {p['zero_stage']:>4} {p['recompute']:<9} "
-            + (f"{p.get('pp_split', 'even'):<8} " if with_split else "")
-            + f"{'y' if p['sequence_parallel'] else 'n':<3} "
-            f"{p['micro_batch_size']:>3} {_fmt(row.get('samples_per_s'), ',.1f'):>10} "
-            f"{_fmt(row.get('tokens_per_s'), ',.0f'):>12} "
-            f"{_fmt(row.get('mfu') and 100 * row['mfu'], '.1f'):>5}% {_fmt(_engine_s(row), '.3f'):>8} "
-            f"{_fmt(row.get('fast_step_time_s'), '.3f'):>8} "
-            f"{_fmt(row.get('peak_memory_gib'), '.1f'):>8} "
-            + " ".join(f"{_fmt(b.get(k), '.3f'):>{w}}" for k, w in
-                       (("compute", 8), ("tp_comm", 7), ("ep_comm", 7), ("dp_comm", 7), ("pp_comm", 7), ("pipeline_bubble", 7)))
-            + (f" {p.get('global_batch_size', '-'):>6} {_fmt(row.get('time_to_target_s'), ',.0f'):>10}" if with_target
-               else "")
-            + "".join(f" {_yes_no(p.get(k)):>5}" for k in varied))
-    s = summarize(rows)
-    if shown == 0:
-        lines.append("  (no layout fits)")
-    lines.append("")
-    lines.append(f"{s['layouts']} layouts: {s['simulated']} simulated, {s['out_of_memory']} out of memory, "
-                 f"{s['invalid']} invalid" + (f", {s['failed']} failed" if s["failed"] else "")
-                 + (f", {s['skipped_by_bound']} skipped by the step-time lower bound" if s["skipped_by_bound"] else "")
-                 + (f" ({s['folded_as_same_plan']} more folded: the same plan as a layout listed)"
-                    if s["folded_as_same_plan"] else ""))
-    lines.append("  " + counts_line(s))
-    for reason, count in s["invalid_reasons"]:
-        lines.append(f"  invalid ({count}): {reason}")
-    return "\n".join(lines)
