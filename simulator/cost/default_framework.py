@@ -215,19 +215,33 @@ def default_framework_block(scenario) -> dict[str, Any] | None:
             "source": f"{SHIPPED.relative_to(FOLDER.parents[1])} (python -m validation.modern.default_framework)"}
 
 
+#: Columns a line of the no-framework WARNING is wrapped at (the WARNING prefix and indents keep it under 110).
+WIDTH = 96
+
+
+def _wrapped(text: str, first: str = "", rest: str = "") -> list[str]:
+    import textwrap
+
+    return textwrap.wrap(text, WIDTH, initial_indent=first, subsequent_indent=rest, break_on_hyphens=False,
+                         break_long_words=False)
+
+
 def default_framework_warning(block: dict[str, Any]) -> str:
-    """The WARNING line of :func:`default_framework_block`."""
-    parts = []
+    """The WARNING of :func:`default_framework_block`, in lines (``\\n``): what was used and what to name instead;
+    then, for each accelerator of the run, which rows it is told about and one line per framework of them.
+    :func:`simulator.report.messages.message_lines` indents the lines after the first under the WARNING (it was
+    one line of 900-2,100 characters until session 11)."""
+    lines = _wrapped(
+        f"no training.framework named: priced as {block['used']} ({block['meaning']}). Name the run's framework "
+        f"for its fitted factors (training.framework: {', '.join(block['shipped_profiles'])}). How far that "
+        "default was from held-out runs of named frameworks, predicted with these constants alone (error: "
+        "simulated/measured rate-1, positive: too optimistic):")
     for p in block["heldout_catalog_only"]:
-        figures = "; ".join(FrameworkSummary(s["framework"], s["rows"], s["median_error"], s["median_abs_error"],
-                                             s["max_abs_error"], tuple(s["precisions"])).text()
-                            for s in p["by_framework"]) or "none"
         on = "" if p["rows_from"] == "this part" else f", from {p['rows_from']}: {', '.join(p['rows_on'])}"
         note = f" ({p['family_note']})" if p.get("family_note") else ""
         precisions = f"{p['rows_precisions']} " if p["rows_precisions"] in PRECISION_GROUPS.values() else ""
-        parts.append(f"held-out {precisions}{FAMILY_WORDS[p['family']]} on {p['accelerator']}{on}{note}, predicted "
-                     f"with these constants alone: {figures}")
-    return (f"no training.framework named: priced as {block['used']} ({block['meaning']}). How far that default was "
-            f"from runs of named frameworks -- {' | '.join(parts)} (error = simulated / measured rate - 1; positive: "
-            f"too optimistic). Name the run's framework (training.framework: {', '.join(block['shipped_profiles'])}) "
-            "for its fitted factors")
+        lines += _wrapped(f"{precisions}{FAMILY_WORDS[p['family']]} on {p['accelerator']}{on}{note}:", "- ", "  ")
+        summaries_ = [FrameworkSummary(s["framework"], s["rows"], s["median_error"], s["median_abs_error"],
+                                       s["max_abs_error"], tuple(s["precisions"])) for s in p["by_framework"]]
+        lines += [f"    {s.text()}" for s in summaries_] or ["    none"]
+    return "\n".join(lines)

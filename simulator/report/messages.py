@@ -77,5 +77,12 @@ def _listed(value: Any) -> list[str]:
 
 
 def message_lines(warnings: Iterable[str], notes: Iterable[str], indent: str = "  ") -> list[str]:
-    """The lines that say them (``clustersim simulate``'s table ends with these)."""
-    return [f"{indent}WARNING: {text}" for text in warnings] + [f"{indent}NOTE: {text}" for text in notes]
+    """The lines that say them (``clustersim simulate``'s table ends with these). A message of several lines
+    (the no-framework WARNING's one line per framework) has the lines after its first indented under it."""
+    return [line for kind, texts in (("WARNING", warnings), ("NOTE", notes)) for text in texts
+            for line in _said(kind, text, indent)]
+
+
+def _said(kind: str, text: str, indent: str) -> list[str]:
+    first, *rest = str(text).split("\n")
+    return [f"{indent}{kind}: {first}", *(f"{indent}    {line}" for line in rest)]
