@@ -264,7 +264,8 @@ CASES: dict[str, list[str]] = {
     # specs and validate
     "specs show unknown": ["specs", "show", "no-such-gpu"],
     "specs --kind bogus": ["specs", "list", "--kind", "bogus"],
-    "validate unknown set": ["validate", "--set", "nope"],
+    "validate unknown set": ["validate", "--case-set", "nope"],
+    "validate --set KEY=VALUE": ["validate", "--set", "training.precision=fp8"],
     "validate --workers 0": ["validate", "--workers", "0"],
 }
 

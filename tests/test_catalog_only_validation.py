@@ -93,7 +93,7 @@ def test_the_report_carries_the_catalog_only_figures_beside_the_fitted_ones(monk
 
 @pytest.mark.slow
 @pytest.mark.parametrize("command", [["-m", "validation.modern", "--set", "other"],
-                                     ["-m", "simulator", "validate", "--set", "other"]])
+                                     ["-m", "simulator", "validate", "--case-set", "other"]])
 def test_the_validation_commands_print_both_figures(command):
     import subprocess
     import sys

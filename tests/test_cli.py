@@ -400,4 +400,21 @@ def test_version_and_a_light_help():
 
 
 def test_validate_unknown_case_set(capsys):
+    assert _bad(capsys, ["validate", "--case-set", "nope"]).startswith(
+        "clustersim: error: --case-set: no case set 'nope'")
+    # --set NAME, its name before session 11, still works (named as given); a KEY=VALUE there is refused
     assert _bad(capsys, ["validate", "--set", "nope"]).startswith("clustersim: error: --set: no case set 'nope'")
+    assert _bad(capsys, ["validate", "--set", "parallelism.tp=2"]).startswith(
+        "clustersim: error: --set: validate sets no scenario field (got 'parallelism.tp=2')")
+
+
+def test_validate_old_set_flag_runs_the_case_set_with_a_note(monkeypatch, capsys):
+    import simulator.commands.validate as validate
+
+    ran = []
+    monkeypatch.setattr(validate, "_ds3lab", lambda names: ran.extend(names) or [])
+    assert main(["validate", "--set", "ds3lab_p2p", "--case-set", "ds3lab_gpt3xl_pipeline"]) == 0
+    assert ran == ["ds3lab_gpt3xl_pipeline", "ds3lab_p2p"]
+    err = capsys.readouterr().err
+    assert err.startswith("NOTE: validate --set NAME is now --case-set NAME") and err.count("\n") == 1
+    assert main(["validate", "--case-set", "ds3lab_p2p"]) == 0 and capsys.readouterr().err == ""

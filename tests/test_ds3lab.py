@@ -63,7 +63,7 @@ def test_gpt3_xl_parameter_servers_under_shaped_links_within_15_percent():
 
 
 def test_validate_runs_the_ds3lab_p2p_set_and_exits_0_when_met():
-    done = subprocess.run([sys.executable, "-m", "simulator.cli", "validate", "--set", "ds3lab_p2p"], cwd=ROOT,
+    done = subprocess.run([sys.executable, "-m", "simulator.cli", "validate", "--case-set", "ds3lab_p2p"], cwd=ROOT,
                           capture_output=True, text=True, timeout=300, stdin=subprocess.DEVNULL)
     assert done.returncode == 0, done.stdout + done.stderr
     assert "held-out median |error|" in done.stdout and "MET" in done.stdout
