@@ -271,6 +271,54 @@ def chunk_pass_prices(scenario, planner=None, key: str | None = None) -> tuple[d
     return per_chunk, planner
 
 
+_KIND_OPS: dict[tuple, float] = {}
+_KIND_OPS_KEPT = 65536
+
+
+class KindPrices:
+    """What a strategy kind's own step-time bound (``StrategyKind.step_lower_bound(scenario, prices)``) prices
+    with, each price asked for only when the kind reads it: ``passes``, spmd's chunk pass prices
+    (:func:`chunk_pass_prices`: global chunk -> phase -> seconds, kernels plus exposed collectives, each transfer
+    alone), and :meth:`stage_ops_s`, other op tuples (an auxiliary head's pass) on a stage's representative rank,
+    priced as ``planner.pass_cost_s`` prices them. ``key`` (:func:`passes_key`, None: nothing shared) shares both
+    over a search's layouts that build the same passes; a kind with its own cost model (per_layer, MGRIT, ...)
+    reads ``scenario`` alone."""
+
+    def __init__(self, scenario, key: str | None = None, planner=None) -> None:
+        self.scenario, self.key, self._planner, self._passes = scenario, key, planner, None
+
+    @property
+    def passes(self) -> dict[int, dict[str, float]]:
+        if self._passes is None:
+            self._passes, planner = chunk_pass_prices(self.scenario, self._planner, self.key)
+            self._planner = self._planner or planner
+        return self._passes
+
+    def planner(self):
+        """The scenario's :class:`Planner` (built once, where nothing cached answers)."""
+        if self._planner is None:
+            from simulator.strategies.spmd.plan import Planner
+
+            self._planner = Planner(self.scenario)
+        return self._planner
+
+    def stage_ops_s(self, name: str, stage: int, ops_of: Callable[[object], tuple]) -> float:
+        """Seconds of the ops ``ops_of(planner)`` (kernels plus exposed collectives, ``Planner.pass_cost_s``) on
+        ``stage``'s representative rank (:meth:`Planner.stage_representative`), cached under ``name`` for the
+        layouts sharing ``key``; ``name`` must say everything ``ops_of`` reads beyond the scenario's passes."""
+        cache = self.key is not None
+        hit = _KIND_OPS.get((self.key, name, stage)) if cache else None
+        if hit is None:
+            planner = self.planner()
+            ops = ops_of(planner)
+            hit = sum(planner.pass_cost_s(planner.stage_representative(stage), ops)) if ops else 0.0
+            if cache:
+                if len(_KIND_OPS) >= _KIND_OPS_KEPT:
+                    _KIND_OPS.clear()
+                _KIND_OPS[(self.key, name, stage)] = hit
+        return hit
+
+
 def bound_parts(scenario, planner=None, key: str | None = None, tail: tuple[str, str] | None = None) -> BoundParts:
     """The bound's terms for ``scenario`` (priced by ``planner``, built if not given and something is
     not yet priced). ``key``: its :func:`passes_key`, to price its chunk passes once for every layout of

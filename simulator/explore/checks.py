@@ -32,8 +32,8 @@ from hardware_specs.framework import DEFAULT_FRAMEWORK
 from simulator.errors import ConfigError
 from simulator.explore.bounds import (
     ROUND_OFF,
+    KindPrices,
     bound_parts,
-    chunk_pass_prices,
     passes_key,
     step_lower_bound_s,
     tail_key,
@@ -130,26 +130,25 @@ def kind_step_bound_s(sc, point: dict[str, Any], reference: bool = False) -> flo
       step's tail (optimizer step, gradient reduction: the kind replaces them). On 30 random layouts of each
       example's search (DiLoCo Llama-3-8B, GPT-3 XL parameter server) it stays below the step (at most 0.997
       and 0.999 of it; tests/test_kind_layout_fields.py);
-    - a kind with its own ``step_lower_bound`` (local_learning, cyclic_dp, async_pipeline: a stage's compute
-      stream runs a known count of spmd's chunk passes between the tasks that open and close the kind's
-      measured window; each kind's module says why that count is inside the window): that bound, over spmd's
-      chunk pass prices (:func:`simulator.explore.bounds.chunk_pass_prices`; tests/test_kind_bounds.py checks it
-      never exceeds the engine's step on random layouts of each kind's examples);
-    - any other kind: 0, nothing pruned, every feasible layout timed: subnetwork_dp (its workers' passes are
-      masked, not spmd's), per_layer, layer_parallel_mgrit, swarm and replicated_pipeline (their stages,
-      splits, V-cycles and pools are their own: no pass price of spmd's bounds them). spmd's bound is above the
-      simulated step on 29 of the 38 examples of the other kinds (DAPPLE's GNMT 99x, per_layer's Inception 50x:
-      their own stages or splits, not the layout's; async pipelines 1.05-1.27x, cyclic_dp 1.004x; MGRIT
-      0.71-0.91 but its V-cycles are not spmd's chain). Pruning by it dropped better layouts: local learning's
-      search on GPT-1.7B returned 58.25 samples/s at best, 60.37 with every layout timed."""
+    - a kind with its own ``step_lower_bound`` (``StrategyKind.step_lower_bound(scenario, prices)``, each kind's
+      module says why it holds; tests/test_kind_bounds.py checks it never exceeds the engine's step on random
+      layouts of each kind's examples): local_learning, cyclic_dp, async_pipeline (a stage's compute stream runs a
+      known count of spmd's chunk passes, and local learning's heads, inside the kind's measured window: priced by
+      :class:`simulator.explore.bounds.KindPrices`, shared over a search's layouts); subnetwork_dp, per_layer,
+      layer_parallel_mgrit, replicated_pipeline, swarm (the fixed-duration tasks their own cost models put on one
+      compute stream, or a pipeline chain of them; swarm's pools' passes and NIC bytes, 0 with preemptions);
+    - any other kind: 0, nothing pruned, every feasible layout timed. spmd's bound is no bound for the kinds
+      above: it is above the simulated step on 29 of the 38 examples of the other kinds (DAPPLE's GNMT 99x,
+      per_layer's Inception 50x: their own stages or splits, not the layout's; async pipelines 1.05-1.27x,
+      cyclic_dp 1.004x). Pruning by it dropped better layouts: local learning's search on GPT-1.7B returned
+      58.25 samples/s at best, 60.37 with every layout timed."""
     from simulator.strategies.registry import get_kind
 
     if sc.strategy_kind == DEFAULT_KIND:
         return step_lower_bound_s(sc, key=passes_key(point), tail=tail_key(point))
     kind = get_kind(sc.strategy_kind)
     if kind.step_lower_bound is not None:
-        passes, _ = chunk_pass_prices(sc, key=None if reference else passes_key(point))
-        return kind.step_lower_bound(sc, passes) * (1 - ROUND_OFF)
+        return kind.step_lower_bound(sc, KindPrices(sc, key=None if reference else passes_key(point))) * (1 - ROUND_OFF)
     if not kind.spmd_chain_bound:
         return 0.0
     par = sc.parallelism

@@ -185,9 +185,9 @@ ASYNC_PIPELINE_SEARCHED_FIELDS: tuple[str, ...] = ("tp", "pp", "cp", "ep", "micr
     "sequence_parallel", "schedule", "global_batch_size", "pp_split", "overlap_tp_grad_comm", "tp_comm_overlap")
 
 
-def step_lower_bound_async_pipeline(scenario, passes) -> float:
-    """A lower bound on the simulated step (seconds) from spmd's chunk pass prices ``passes``
-    (:func:`simulator.explore.bounds.chunk_pass_prices`): the first stage's passes inside the measured window,
+def step_lower_bound_async_pipeline(scenario, prices) -> float:
+    """A lower bound on the simulated step (seconds) from spmd's chunk pass prices ``prices.passes``
+    (:class:`simulator.explore.bounds.KindPrices`): the first stage's passes inside the measured window,
     kernels alone (without updates, host floors or waits), over the window's steps.
 
     The window (:func:`compile_async_pipeline`) opens at the end of the first stage's task after micro-batch
@@ -203,6 +203,7 @@ def step_lower_bound_async_pipeline(scenario, passes) -> float:
     first, last = order.index(("B", p - 1)), order.index(("B", p - 1 + steps * m))
     inside = order[first + 1:last + 1]
     forwards = sum(1 for phase, _ in inside if phase == "F")
+    passes = prices.passes
     f_s, b_s = passes[0]["F"], passes[0]["R"] + passes[0]["B"]
     return (forwards * f_s + (len(inside) - forwards) * b_s) / steps
 

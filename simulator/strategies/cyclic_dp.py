@@ -194,9 +194,9 @@ CYCLIC_DP_SEARCHED_FIELDS: tuple[str, ...] = ("tp", "cp", "ep", "micro_batch_siz
     "schedule", "global_batch_size", "overlap_tp_grad_comm", "tp_comm_overlap")
 
 
-def step_lower_bound_cyclic_dp(scenario, passes) -> float:
-    """A lower bound on the simulated step (seconds) from spmd's chunk pass prices ``passes``
-    (:func:`simulator.explore.bounds.chunk_pass_prices`): m x (F + R + B) of the one stage, its kernels alone
+def step_lower_bound_cyclic_dp(scenario, prices) -> float:
+    """A lower bound on the simulated step (seconds) from spmd's chunk pass prices ``prices.passes``
+    (:class:`simulator.explore.bounds.KindPrices`): m x (F + R + B) of the one stage, its kernels alone
     (without the update, the host floors or any wait). The step is measured from the later of step 0's update
     and the load of step 1's samples to the end of step N's update (or load), over N (the plan's window); every
     pass of steps 1..N comes after that update on the worker's compute stream (step 1's first forward waits for
@@ -205,6 +205,7 @@ def step_lower_bound_cyclic_dp(scenario, passes) -> float:
     least its price here (``StageTasks.pass_s`` adds the host floor's stall). tests/test_kind_bounds.py checks
     it against the engine on random layouts."""
     par = scenario.parallelism
+    passes = prices.passes
     return par.num_micro_batches * (passes[0]["F"] + passes[0]["R"] + passes[0]["B"])
 
 

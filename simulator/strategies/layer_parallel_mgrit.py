@@ -566,6 +566,54 @@ def memory_mgrit(scenario):
     return peak_stage([rank_memory_mgrit(scenario, chain, r) for r in range(chain.ranks)])
 
 
+def step_lower_bound_mgrit(scenario, prices) -> float:
+    """A lower bound on the simulated step (seconds), compute alone: the largest over the ranks of the fixed-duration
+    work its compute stream runs per step. Per micro-batch, in each forward V-cycle (``forward_iterations`` of them)
+    step j of level l (block j·c^l, evaluated by its owner) is evaluated, on every level but the coarsest, in the
+    F-relaxation and in the interpolation's F-relaxation where it is an F-point (j mod c != c - 1; once more under
+    FCF), in the FAS residual where it ends at a C-point (j mod c = c - 1; and in the C-relaxation under FCF), once
+    on the coarsest level's serial sweep, and, below the finest, once more as the coarse step of the level above's
+    FAS right-hand side (:meth:`_Solve._vcycle`); the adjoint V-cycles (``backward_iterations``) alike over block
+    N - 1 - j·c^l, each evaluation after its recompute; then the rank's weight gradients (and their recompute); the
+    opening layers' forward and backward on rank 0, the closing layers' on the last; after the micro-batches the
+    rank's optimizer step. The sends, the joins and the norm all-reduces only add (not counted), and so do the
+    waits of the serial coarse sweep and of the relaxations' chains (a critical path is not taken).
+
+    Why it bounds the step: the step is the run's end over ``simulation.steps`` (no window, simulator/simulate.py);
+    every one of these is a fixed-duration task on the rank's compute stream (:class:`_Solve`, ``evaluate``: the
+    block's owner runs it), a stream runs its tasks one at a time, and the engine never runs one in less than its
+    ``duration_s`` (interference only slows it; simulator/engine/engine.py). ``prices``
+    (:class:`simulator.explore.bounds.KindPrices`) is not read. tests/test_kind_bounds.py checks it against the
+    engine."""
+    cfg, par = _config(scenario), scenario.parallelism
+    chain = chain_of(scenario)
+    tr = scenario.training
+    compute = ComputeModel(scenario.accelerator, tr.precision, tr.fp8_gemms, tr.fp8_recipe, tf32=tr.tf32)
+    jitter = kernel_stretch(scenario.accelerator.efficiency, scenario.num_gpus)
+    c, n, p = cfg.coarsening_factor, chain.blocks, chain.ranks
+    fcf = 1 if cfg.relaxation == "FCF" else 0
+    per_rank = [0.0] * p
+    for level in range(cfg.levels):
+        for j in range(n // c ** level):
+            # evaluations of step j of the level per V-cycle: relaxations and the FAS residual, or the coarsest
+            # level's serial sweep; plus, below the finest, the coarse step of the FAS right-hand side (tau)
+            own = 1 if level == cfg.levels - 1 else (2 + fcf) if j % c != c - 1 else (1 + fcf)
+            times = own + (1 if level else 0)
+            fine = j * c ** level
+            per_rank[chain.owner(fine)] += cfg.forward_iterations * times * chain.forward_s[fine]
+            back = n - 1 - fine
+            per_rank[chain.owner(back)] += (cfg.backward_iterations * times
+                                            * (chain.adjoint_s[back] + chain.recompute_s[back]))
+    for b in range(n):
+        per_rank[chain.owner(b)] += chain.wgrad_s[b] + chain.recompute_s[b]
+    per_rank[0] += sum(_layers_s(scenario, compute, chain.opening, phase, jitter) for phase in ("forward", "backward"))
+    per_rank[p - 1] += sum(_layers_s(scenario, compute, chain.closing, phase, jitter)
+                           for phase in ("forward", "backward"))
+    opt_per_param = OPTIMIZER_BYTES_PER_PARAM[tr.optimizer] * (32 / 28 if tr.precision == "fp32" else 1)
+    return max(par.num_micro_batches * work + compute.optimizer_step_s(rank_params(chain, r), opt_per_param)
+               for r, work in enumerate(per_rank))
+
+
 #: The fields of ``clustersim search``'s space that change what layer_parallel_mgrit simulates (``StrategyKind.searched_layout_fields``;
 #: tests/test_kind_layout_fields.py): the ranks (``pp``), the micro-batches and the recompute (chain_of,
 #: compile_mgrit, rank_memory_mgrit); tp, cp, ep, dp and ``virtual_stages`` are refused unless 1; ``zero_stage``,
@@ -583,4 +631,5 @@ LAYER_PARALLEL_MGRIT = register(StrategyKind(
     memory=memory_mgrit,
     searched_layout_fields=lambda config: LAYER_PARALLEL_MGRIT_SEARCHED_FIELDS,
     derives_layout=False,
+    step_lower_bound=step_lower_bound_mgrit,
 ))

@@ -102,9 +102,7 @@ def compile_local_learning(scenario, mode: str | None = None, detail: bool = Fal
     tasks = StageTasks(scenario)
     planner = tasks.planner
     p, m = scenario.parallelism.pp, scenario.parallelism.num_micro_batches
-    work = planner.layer_works[planner.layer_kinds[0]]
-    head_ops = (planner.head.forward + planner.head.backward
-                + (work.forward + work.backward) * cfg.aux_layers)
+    head_ops = aux_head_ops(scenario, planner)
     aux_params = head_params_local(scenario, planner)
     steps = scenario.simulation.steps
     step_ends: dict[tuple[int, int], object] = {}
@@ -240,24 +238,50 @@ LOCAL_LEARNING_SEARCHED_FIELDS: tuple[str, ...] = ("tp", "pp", "cp", "ep", "micr
     "tp_comm_overlap")
 
 
-def step_lower_bound_local_learning(scenario, passes) -> float:
-    """A lower bound on the simulated step (seconds) from spmd's chunk pass prices ``passes``
-    (:func:`simulator.explore.bounds.chunk_pass_prices`): the least over the groups of m x (F + R + B) of the
-    group's chunk, its kernels alone (without its head's pass, the update, the host floors or any wait).
+def aux_head_ops(scenario, planner) -> tuple:
+    """One micro-batch's auxiliary-head pass on a group (one task of :func:`compile_local_learning`): the model's
+    output layer forward and backward, and ``aux_layers`` critic layers of its first kind forward and backward."""
+    work = planner.layer_works[planner.layer_kinds[0]]
+    return (planner.head.forward + planner.head.backward
+            + (work.forward + work.backward) * scenario.strategy.aux_layers)
+
+
+def step_lower_bound_local_learning(scenario, prices) -> float:
+    """A lower bound on the simulated step (seconds) from spmd's chunk pass prices ``prices.passes`` and the
+    auxiliary heads' passes (:class:`simulator.explore.bounds.KindPrices`), kernels plus exposed collectives alone
+    (without the update, the host floors, the sends or any wait). With W_r = m x (F + R + B + H) of group r (H the
+    head's pass, none on the last group) and F_r its forward: the least over groups s of
+    max over r >= s of (F_s + ... + F_(r-1) + N x W_r), over N.
 
     Why it bounds the step: the step is measured over the window from the latest end among the opening tasks
     (every group's step-0 update, and the load of step 1's samples on group 0) to the latest end among the
-    step-N updates, divided by N (simulator/strategies/plan.py ``window_step_times``). Let the opener that ends
-    last be group s's update (or the load, then s = 0). Every pass of steps 1..N on group s comes after that
-    task on its compute stream, or, after the load, waits for it (step 1's first forward), and before or at the
-    group's step-N update, which ends by the window's close. A stream runs its tasks one at a time, and the
-    engine never runs a fixed-duration task in less than its ``duration_s`` (interference only slows it;
-    simulator/engine/engine.py); each pass task lasts at least its price here (``StageTasks.pass_s`` adds the
-    host floor's stall). So the window holds N x m x (F + R + B) of group s, at least N x the least over the
-    groups. tests/test_kind_bounds.py checks it against the engine on random layouts."""
+    step-N updates, over N (simulator/strategies/plan.py ``window_step_times``). Let the opener that ends last
+    be group s's update (or the load, then s = 0): group s's step-1 first forward comes after it on s's compute
+    stream (or waits for the load). For every group r >= s, r's step-1 first forward waits for the activations
+    of the forwards of steps 1 of groups s..r-1 (one-way sends, each forward after the one before it), so it
+    starts at least F_s + ... + F_(r-1) after the window opens, and every pass of r's steps 1..N (forward, head,
+    backward per micro-batch) comes after it on r's compute stream and before r's step-N update, which ends by
+    the window's close (the update held for the next forward under forward fusion is issued at the run's end).
+    A stream runs its tasks one at a time and the engine never runs a fixed-duration task in less than its
+    ``duration_s`` (interference only slows it; simulator/engine/engine.py); each pass task lasts at least its
+    price here (``StageTasks.pass_s`` adds the host floor's stall; the head's task is ``StageTasks.ops_s`` of
+    :func:`aux_head_ops`). A barrier (``sync_steps``) only adds waits. Which group opens is not known: the
+    least over s. tests/test_kind_bounds.py checks it against the engine on random layouts (with and without
+    critic layers)."""
     par = scenario.parallelism
-    m = par.num_micro_batches
-    return min(m * (passes[s]["F"] + passes[s]["R"] + passes[s]["B"]) for s in range(par.pp))
+    p, m, steps = par.pp, par.num_micro_batches, scenario.simulation.steps
+    passes = prices.passes
+    work = [m * (passes[r]["F"] + passes[r]["R"] + passes[r]["B"]
+                 + (prices.stage_ops_s("local_learning.aux_head", r, lambda planner: aux_head_ops(scenario, planner))
+                    if r < p - 1 else 0.0)) for r in range(p)]
+    best = float("inf")
+    for s in range(p):
+        fill, longest = 0.0, 0.0
+        for r in range(s, p):
+            longest = max(longest, fill + steps * work[r])
+            fill += passes[r]["F"]
+        best = min(best, longest)
+    return best / steps
 
 
 LOCAL_LEARNING = register(StrategyKind(

@@ -82,11 +82,13 @@ class StrategyKind:
     spmd's passes in spmd's schedule on spmd's planner (local SGD's inner steps, a parameter server's
     workers); otherwise no bound (every feasible layout timed): spmd's bound is above the simulated step of
     most other kinds' examples.
-    ``step_lower_bound(scenario, passes)`` (optional): a lower bound on the kind's simulated step (seconds) from
-    spmd's chunk pass prices ``passes`` (global chunk -> phase -> seconds, kernels plus exposed collectives, each
-    transfer alone: :func:`simulator.explore.bounds.chunk_pass_prices`), by which ``search`` orders and prunes the
-    kind's layouts as it does spmd's (simulator/explore/checks.py). Sound only as the kind's own argument says
-    (each kind's docstring), and checked against the engine on random layouts (tests/test_kind_bounds.py).
+    ``step_lower_bound(scenario, prices)`` (optional): a lower bound on the kind's simulated step (seconds), by
+    which ``search`` orders and prunes the kind's layouts as it does spmd's (simulator/explore/checks.py).
+    ``prices`` (:class:`simulator.explore.bounds.KindPrices`) gives spmd's chunk pass prices (``prices.passes``:
+    global chunk -> phase -> seconds, kernels plus exposed collectives, each transfer alone) and other op tuples
+    on a stage (``prices.stage_ops_s``), shared over a search's layouts; a kind with a cost model of its own prices
+    from ``scenario`` alone. Sound only as the kind's own argument says (each kind's docstring), and checked
+    against the engine on random layouts (tests/test_kind_bounds.py).
     Absent, and not ``spmd_chain_bound``: every feasible layout is timed."""
 
     name: str
@@ -101,7 +103,7 @@ class StrategyKind:
     searched_layout_fields: Callable[[BaseModel], tuple[str, ...]] | None = None  # None: all of search's space
     derives_layout: bool = False  # search derives the read fields' values as for spmd (True) or takes --space's
     spmd_chain_bound: bool = False  # search may bound the step by spmd's pipeline chain (simulator/explore/checks.py)
-    step_lower_bound: Callable[[Any, dict[int, dict[str, float]]], float] | None = None  # the kind's own bound
+    step_lower_bound: Callable[[Any, Any], float] | None = None  # the kind's own bound (scenario, KindPrices)
 
 
 #: The layout fields ``clustersim search`` varies (:class:`simulator.explore.search.SearchSpace`'s fields;

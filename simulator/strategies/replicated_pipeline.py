@@ -459,6 +459,43 @@ def memory_replicated_pipeline(scenario):
     return peak_stage([stage_memory(prices, i) for i in range(len(cfg.stages))])
 
 
+def step_lower_bound_replicated_pipeline(scenario, prices) -> float:
+    """A lower bound on the simulated step (seconds), from compute and the sends between stages, as spmd's pipeline
+    chain (simulator/explore/bounds.py): with f_i, b_i stage i's forward and backward of one micro-batch
+    (:attr:`StagePrices.pass_s`), s_i the send across the cut after stage i alone on its link
+    (:meth:`StagePrices.send_s`), F_i = (f_0 + s_0) + ... + (f_(i-1) + s_(i-1)) and
+    B_i = (b_0 + s_0) + ... + (b_(i-1) + s_(i-1)), o_i its optimizer step, M micro-batches and N steps: the largest
+    over the stages of [F_i + N·(M·(f_i + b_i) + o_i)] / N and (i > 0) F_i + M·(f_i + b_i) + B_i + o_0.
+
+    Why it bounds the step: the step is the run's end over N (no window, simulator/simulate.py). Stage i's first
+    forward of a step waits for micro-batch 0's forwards of the step on the stages before it (each send after its
+    forward), and stage 0's comes after its update of the step before on its compute stream; stage i's compute
+    stream runs the step's M forwards and M backwards (the last one cut into its layers, the same seconds) and
+    its update one at a time (:func:`compile_replicated_pipeline`); after its last backward, that micro-batch's
+    backward runs on stage i - 1 (its first layer's task waits for the gradient sent back), then on i - 2, ...,
+    stage 0, whose update comes after it on its stream. So stage i's own stream holds the first term, and each
+    step ends stage 0's update at least F_i + M·(f_i + b_i) + B_i + o_0 after the one before (or after time 0). Every pass and update is a fixed-duration
+    task that the engine never runs in less (interference only slows it; simulator/engine/engine.py); a send
+    (:func:`_transfer`: its bytes on the sender's and the receiver's ports of the link, whose capacities are the
+    ones ``send_s`` divides by, ``Topology.port_capacity``) waits its latency and then moves at a max-min fair rate
+    never above a port's capacity (simulator/engine/network.py), so it lasts at least ``send_s``. All-reduces,
+    gathers and loads only add (not counted). ``prices`` (:class:`simulator.explore.bounds.KindPrices`)
+    is not read. tests/test_kind_bounds.py checks it against the engine."""
+    cfg = check(scenario)
+    stage_prices = StagePrices(scenario, cfg)
+    m, steps = cfg.micro_batches, scenario.simulation.steps
+    passes = stage_prices.pass_s
+    updates = [stage_prices.optimizer_s(i) for i in range(len(passes))]
+    best, fill, drain = 0.0, 0.0, 0.0
+    for i, (f_s, b_s) in enumerate(passes):
+        best = max(best, (fill + steps * (m * (f_s + b_s) + updates[i])) / steps,
+                   fill + m * (f_s + b_s) + drain + updates[0] if i else 0.0)
+        send_s = stage_prices.send_s(i) if i + 1 < len(passes) else 0.0
+        fill += f_s + send_s
+        drain += b_s + send_s
+    return best
+
+
 #: The fields of ``clustersim search``'s space that change what replicated_pipeline simulates (``StrategyKind.searched_layout_fields``;
 #: tests/test_kind_layout_fields.py): the batch, ZeRO-1 over a stage's replicas and the overlap of the replicas'
 #: all-reduce; its stages, replicas and micro-batches are the strategy block's (tp, pp, cp refused unless 1;
@@ -478,4 +515,5 @@ REPLICATED_PIPELINE = register(StrategyKind(
     layout_gpus=lambda config, parallelism, num_gpus: parallelism.tp * parallelism.cp * parallelism.pp,
     searched_layout_fields=lambda config: REPLICATED_PIPELINE_SEARCHED_FIELDS,
     derives_layout=False,
+    step_lower_bound=step_lower_bound_replicated_pipeline,
 ))

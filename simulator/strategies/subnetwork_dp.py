@@ -502,19 +502,49 @@ def _kept_pieces(assign: Assignment, subnetwork: int) -> list[tuple[int, int]]:
     return [(a, b) for a in kept for b in kept if a != b]
 
 
+def worker_prices(scenario, assign: Assignment) -> tuple[ComputeModel, list[WorkerWork], list, list[float]]:
+    """(the compute model, each subnetwork's work, its (forward, backward, recompute) seconds of one micro-batch
+    (:func:`pass_seconds`, the framework's stretch and floors), its optimizer step's seconds): the durations of a
+    worker's compute tasks in :func:`compile_subnetwork_dp`."""
+    tr = scenario.training
+    compute = ComputeModel(scenario.accelerator, tr.precision, tr.fp8_gemms, tr.fp8_recipe, tf32=tr.tf32)
+    opt_per_param = OPTIMIZER_BYTES_PER_PARAM[tr.optimizer] * (32 / 28 if tr.precision == "fp32" else 1)
+    works = [worker_work(scenario, j, assign) for j in range(assign.subnetworks)]
+    efficiency = scenario.accelerator.efficiency
+    jitter = kernel_stretch(efficiency, scenario.num_gpus)
+    seconds = [pass_seconds(compute, work, jitter, efficiency.host_dispatch_us_per_kernel, efficiency.moe_layer_fixed_us)
+               for work in works]
+    return compute, works, seconds, [compute.optimizer_step_s(work.trained_params, opt_per_param) for work in works]
+
+
+def step_lower_bound_subnetwork_dp(scenario, prices) -> float:
+    """A lower bound on the simulated step (seconds), compute alone: the largest over the subnetworks of
+    m x (F + R + B) + the optimizer step, its worker's masked passes of one micro-batch (:func:`worker_prices`).
+
+    Why it bounds the step: the step is the run's end over ``simulation.steps`` (no window: steps from time 0,
+    simulator/simulate.py), and each subnetwork's actor runs, every step, its m forward, recompute and backward
+    tasks and its optimizer step one after another on its compute stream (:func:`compile_subnetwork_dp`), each
+    a fixed-duration task of exactly these seconds; the engine never runs one in less (interference only slows
+    it; simulator/engine/engine.py). The reductions, weight refreshes and input loads only add (not counted:
+    their flow time was not argued here). ``prices`` (:class:`simulator.explore.bounds.KindPrices`) is not read.
+    tests/test_kind_bounds.py checks it against the engine."""
+    _check(scenario)
+    m = scenario.parallelism.num_micro_batches
+    _, _, seconds, updates = worker_prices(scenario, assignment(scenario))
+    return max(m * sum(passes) + update for passes, update in zip(seconds, updates, strict=True))
+
+
 def compile_subnetwork_dp(scenario, mode: str | None = None, detail: bool = False) -> Plan:
     cfg = _config(scenario)
     assign = assignment(scenario)
     par, tr = scenario.parallelism, scenario.training
     s, n, m = assign.subnetworks, assign.workers, par.num_micro_batches
-    compute = ComputeModel(scenario.accelerator, tr.precision, tr.fp8_gemms, tr.fp8_recipe, tf32=tr.tf32)
+    compute, works, seconds, updates = worker_prices(scenario, assign)
     topo = Topology(scenario.node, scenario.fabric, scenario.num_gpus)
     comms = _Comms(scenario, topo)
     gb = gradient_bytes(tr)
     wb = bytes_per_param(tr.precision, tr.optimizer, tr.param_dtype == "fp32")["weights"]
-    opt_per_param = OPTIMIZER_BYTES_PER_PARAM[tr.optimizer] * (32 / 28 if tr.precision == "fp32" else 1)
     actors = [f"subnet{j}" for j in range(s)]
-    works = [worker_work(scenario, j, assign) for j in range(s)]
     streams: dict[tuple[str, str], list[Task]] = defaultdict(list)
     compute_tasks: dict[str, list[Task]] = defaultdict(list)
     step_ends: list[list[Task]] = []
@@ -522,15 +552,12 @@ def compile_subnetwork_dp(scenario, mode: str | None = None, detail: bool = Fals
     loaded: dict[str, Task] = {}
     everyone = tuple(range(n))
     efficiency = scenario.accelerator.efficiency
-    jitter = kernel_stretch(efficiency, scenario.num_gpus)
-    seconds = [pass_seconds(compute, work, jitter, efficiency.host_dispatch_us_per_kernel, efficiency.moe_layer_fixed_us)
-               for work in works]
     # memory over time from each worker's analytic breakdown (simulator/memory/over_time.py)
     ledgers = [MemoryLedger(worker_memory(scenario, work, j), work.kept_activation_bytes, work.working_bytes)
                for j, work in enumerate(works)]
     for k in range(scenario.simulation.steps):
         ends = []
-        for j, (actor, work) in enumerate(zip(actors, works, strict=True)):
+        for j, actor in enumerate(actors):
             f_s, b_s, r_s = seconds[j]
             passes = []
             for mb in range(m):
@@ -566,8 +593,7 @@ def compile_subnetwork_dp(scenario, mode: str | None = None, detail: bool = Fals
             for t in reduces:
                 t.deps.append(passes[-1])
             streams[(actor, "dp")].extend(reduces)
-            update = Task(f"optimizer.step{k}", actor, "compute", "optimizer",
-                          duration_s=compute.optimizer_step_s(work.trained_params, opt_per_param),
+            update = Task(f"optimizer.step{k}", actor, "compute", "optimizer", duration_s=updates[j],
                           deps=list(reduces))
             streams[(actor, "compute")].append(update)
             compute_tasks[actor].append(update)
@@ -641,4 +667,5 @@ SUBNETWORK_DP = register(StrategyKind(
     step_flops=step_flops_subnetwork_dp,
     searched_layout_fields=lambda config: SUBNETWORK_DP_SEARCHED_FIELDS,
     derives_layout=True,
+    step_lower_bound=step_lower_bound_subnetwork_dp,
 ))

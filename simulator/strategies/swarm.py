@@ -491,6 +491,51 @@ def swarm_layout_gpus(config: SwarmConfig, parallelism, num_gpus: int) -> int:
     return parallelism.tp * parallelism.cp * parallelism.pp
 
 
+def step_lower_bound_swarm(scenario, prices) -> float:
+    """A lower bound on the simulated step (seconds), compute alone, without preemptions and given outages (0
+    with them: a preempted peer's micro-batches may be lost, so no count of passes holds). With M micro-batches
+    a step, N steps and c(p, s) = (F + B of stage s on peer p's accelerator) / p's speed
+    (:attr:`SwarmPrices.peer_passes`, what the dispatcher gives each pass): without rebalancing, the largest over
+    the stages of N·M / Σ_(p in s's pool) 1 / c(p, s), over N; with it (peers change stages), N·M·Σ_s min_p
+    c(p, s) / P over N (P peers). Beside it, the sends: each micro-batch's activation leaves a peer of stage s
+    for stage s + 1 and its gradient a peer of stage s + 1 for stage s, ``boundary_bytes[s]`` each on the sender's
+    NIC transmit port, which the engine's flows share max-min fairly and never run above its capacity
+    (simulator/engine/network.py): a pool's ports carry N·M·(its stage's out and back bytes) at most at the sum of
+    their capacities (all the peers' ports, where peers move); without rebalancing, every peer of a pool of k > 1
+    also sends its share of each step's gradient averaging (``averaging_bytes``) on the same port.
+
+    Why it bounds the step: the step is the run's end over N (no window, simulator/simulate.py). Without
+    preemptions every micro-batch of every step passes forward and backward through every stage once, each pass
+    on one peer of the stage's pool (:mod:`simulator.strategies.swarm_parts.dispatch`), a fixed-duration task
+    of c's seconds on that peer's compute stream, which runs its tasks one at a time; the engine never runs one
+    in less (interference only slows it; simulator/engine/engine.py). So in a run of length T a peer passes at
+    most T / c(p, s) micro-batches of stage s: the pool's N·M need T >= N·M / Σ 1 / c(p, s); where peers move,
+    the peers' busy time (at most P·T) holds every stage's passes at their cheapest peer. Optimizer steps, loads,
+    moves, latencies (and, where peers move, the averaging) only add (not counted). ``prices`` (:class:`simulator.explore.bounds.KindPrices`)
+    is not read. tests/test_kind_bounds.py checks it against the engine."""
+    cfg = _check(scenario)
+    if cfg.preemptions_per_hour > 0 or cfg.outages:
+        return 0.0
+    peers, speeds = pools(scenario)
+    swarm_prices = SwarmPrices(scenario, sum(peers))
+    stage_of_peer = [s for s, count in enumerate(peers) for _ in range(count)]
+    flat_speeds = [v for row in speeds for v in row]
+    m, stages = micro_batches(scenario), scenario.parallelism.pp
+    cost = [[(swarm_prices.peer_passes[p][s]["F"] + swarm_prices.peer_passes[p][s]["B"]) / v for s in range(stages)]
+            for p, v in enumerate(flat_speeds)]
+    # bytes each stage's peers send per micro-batch: its output forward, its input's gradient back
+    boundary = swarm_prices.prices.boundary_bytes
+    sent = [(boundary[s] if s < stages - 1 else 0.0) + (boundary[s - 1] if s > 0 else 0.0) for s in range(stages)]
+    port = swarm_prices.link_bytes_per_s
+    if cfg.rebalance_every_steps is None:
+        pool = [[p for p in range(len(cost)) if stage_of_peer[p] == s] for s in range(stages)]
+        averaged = [len(pool[s]) * swarm_prices.averaging_bytes(s, len(pool[s])) if len(pool[s]) > 1 else 0.0
+                    for s in range(stages)]
+        return max(max(m / sum(1.0 / cost[p][s] for p in pool[s]),
+                       (m * sent[s] + averaged[s]) / sum(port[p] for p in pool[s])) for s in range(stages))
+    return max(m * sum(min(row[s] for row in cost) for s in range(stages)) / len(cost), m * sum(sent) / sum(port))
+
+
 #: The fields of ``clustersim search``'s space that change what swarm simulates (``StrategyKind.searched_layout_fields``;
 #: tests/test_kind_layout_fields.py): the stages (``pp``, with one pool per stage in the strategy block), their cut
 #: (``pp_split``), the micro-batch, the batch and the recompute; tp, cp, ep, ``virtual_stages`` and ``zero_stage`` are
@@ -510,4 +555,5 @@ SWARM = register(StrategyKind(
     layout_gpus=swarm_layout_gpus,
     searched_layout_fields=lambda config: SWARM_SEARCHED_FIELDS,
     derives_layout=False,
+    step_lower_bound=step_lower_bound_swarm,
 ))

@@ -187,9 +187,17 @@ class PerLayerPlanner:
         self.streams[(ACTOR, "compute")].append(task)
         return task
 
-    def build(self) -> Plan:
+    def compute_seconds(self) -> tuple[list, float]:
+        """(each layer's cost on its split, in graph order; the optimizer step's seconds): the durations of the
+        device's compute tasks of one step."""
         p, graph, splits = self.p, self.p.graph, self.splits
         costs = [p.layer_cost(layer, s) for layer, s in zip(graph.layers, splits, strict=True)]
+        params = sum(_local_params(layer, s) for layer, s in zip(graph.layers, splits, strict=True))
+        return costs, p.compute.optimizer_step_s(params, OPTIMIZER_BYTES_PER_PARAM[self.sc.training.optimizer])
+
+    def build(self) -> Plan:
+        p, graph, splits = self.p, self.p.graph, self.splits
+        costs, optimizer_s = self.compute_seconds()
         saved = [layer.saved_bytes * work_ratio(layer, s, p.batch) for layer, s in zip(graph.layers, splits, strict=True)]
         reshards = {i: list(_input_reshards(p, splits, i)) for i in range(len(graph.layers))}
         halos = [p.halo_collectives(layer, s) for layer, s in zip(graph.layers, splits, strict=True)]
@@ -199,8 +207,6 @@ class PerLayerPlanner:
             for name in layer.inputs:
                 consumers[graph._index[name]].append(i)
         flat_reduces = _flat_gradient_reduces(grads)
-        params = sum(_local_params(layer, s) for layer, s in zip(graph.layers, splits, strict=True))
-        optimizer_s = p.compute.optimizer_step_s(params, OPTIMIZER_BYTES_PER_PARAM[self.sc.training.optimizer])
         steps = self.sc.simulation.steps
         step_ends: list[list[Task]] = []
         previous: Task | None = None
@@ -267,6 +273,22 @@ def compile_per_layer(scenario, mode: str | None = None, detail: bool = False) -
     return PerLayerPlanner(scenario).build()
 
 
+def step_lower_bound_per_layer(scenario, prices) -> float:
+    """A lower bound on the simulated step (seconds), compute alone: every layer's forward and backward on its
+    split, plus the optimizer step (:meth:`PerLayerPlanner.compute_seconds`).
+
+    Why it bounds the step: the step is the run's end over ``simulation.steps`` (no window, simulator/simulate.py),
+    and the one actor's compute stream runs, every step, each layer's forward and backward task and the optimizer
+    step one after another (:meth:`PerLayerPlanner.build`), fixed-duration tasks of exactly these seconds that the
+    engine never runs in less (interference only slows them; simulator/engine/engine.py). The reshards, halos and
+    gradient all-reduces only add (not counted: their flow time was not argued here). ``prices``
+    (:class:`simulator.explore.bounds.KindPrices`) is not read. tests/test_kind_bounds.py checks it against the
+    engine."""
+    _refuse_unmodelled(scenario)
+    costs, optimizer_s = PerLayerPlanner(scenario).compute_seconds()
+    return sum(c.forward_s + c.backward_s for c in costs) + optimizer_s
+
+
 def per_layer_layout_gpus(config: PerLayerConfig, parallelism, num_gpus: int) -> int:
     """``parallelism:`` gives only the global batch (``global_batch_size``, fixed across layers); the GPUs
     of each layer are its split's product, so the spmd layout check sees one replica (dp resolves to 1)
@@ -294,4 +316,5 @@ PER_LAYER = register(StrategyKind(
     memory=per_layer_memory,
     layout_gpus=per_layer_layout_gpus,
     searched_layout_fields=per_layer_searched_fields,
+    step_lower_bound=step_lower_bound_per_layer,
 ))
