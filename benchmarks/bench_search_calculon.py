@@ -79,7 +79,9 @@ def main() -> None:
     feasible = c["evaluated"] - c["invalid"] - c["pruned_by_memory"]
     assert c["pruned_by_bound"] + c["timed"] == feasible
     print(f"GPT-3 175B on 1,024 A100s, Calculon-size space, {args.workers} workers, cache off")
-    print(f"  {c['evaluated']:,} candidates ({c['bases']:,} layouts x overlap switches): {c['invalid']:,} invalid, "
+    candidates = c["evaluated"] + c["folded_as_same_plan"]
+    print(f"  {candidates:,} candidates ({c['bases']:,} layouts x overlap switches): {c['folded_as_same_plan']:,} "
+          f"folded as the same plan as one kept (not priced), {c['invalid']:,} invalid, "
           f"{c['pruned_by_memory']:,} pruned by memory, {c['pruned_by_bound']:,} pruned by the step-time lower bound, "
           f"{c['timed']:,} timed: {c['engine_resimulated']:,} by the engine ({c['engine_runs']:,} runs: candidates "
           f"differing only in inert switches share one), {c['priced_by_fast_path']:,} by the fast path too "
@@ -87,7 +89,7 @@ def main() -> None:
     print(f"  bounds priced by a planner: {c['bounds_priced']:,} (the rest combined from their parts)")
     print(f"  wall {wall:.1f} s, CPU {cpu:.1f} s (this process and its workers), load average "
           f"{os.getloadavg()[0]:.1f} at the end; "
-          f"{c['evaluated'] / wall:,.0f} candidates evaluated per wall second, "
+          f"{candidates / wall:,.0f} candidates evaluated per wall second, "
           f"{c['priced_by_fast_path'] / wall:,.1f} priced per wall second")
     print("  phases (wall): " + ", ".join(f"{k} {v:.1f} s" for k, v in result.seconds.items()))
     for i, row in enumerate(result.top[:5], 1):

@@ -183,6 +183,32 @@ def plan_key(sc) -> str | None:
     return json.dumps(fields, sort_keys=True, default=str)
 
 
+class PlanFolds:
+    """Candidates folded by plan (:func:`plan_key`), as ``search`` and ``wide_search`` fold them: the first
+    candidate seen with a key is kept, each later one with the same key is folded into it (never priced; the
+    kept row lists it in ``folded_layouts``). Feed candidates in enumeration order."""
+
+    def __init__(self) -> None:
+        self.first_of: dict[str, Any] = {}
+        self.folded: dict[Any, list[dict[str, Any]]] = {}
+
+    def fold(self, kept: Any, key: str | None, layout: dict[str, Any]) -> bool:
+        """True where ``key`` was seen before: ``layout`` is recorded under the first candidate's ``kept`` id;
+        False (the candidate ``kept`` is the first of its plan, or has no key: not an spmd layout or invalid)."""
+        if key is None:
+            return False
+        first = self.first_of.setdefault(key, kept)
+        if first == kept:
+            return False
+        self.folded.setdefault(first, []).append(dict(layout))
+        return True
+
+    @property
+    def count(self) -> int:
+        """Candidates folded so far (``folded_as_same_plan``)."""
+        return sum(len(same) for same in self.folded.values())
+
+
 def check_layout(point: dict[str, Any], max_memory_gib: float | None, simulate: bool, want_bound: bool,
                  reference: bool = False) -> dict[str, Any]:
     """Build one layout's scenario and check its memory (search steps 1-2). Returns ``{"invalid":

@@ -623,7 +623,7 @@ def search(
     # the candidates share the scenario's other sections (read only: building a scenario copies its
     # mapping), and so does each chunk the pool pickles
     points = [{**raw, "parallelism": cand} for cand in candidates]
-    import simulator.explore.checks  # noqa: F401 - once here, not in each worker after the fork
+    from simulator.explore.checks import PlanFolds  # once here, not in each worker after the fork
 
     with _long_lived_frozen(), process_pool(workers, dask) as pool:
         # building each layout's scenario and pricing its memory and step-time bound is most of the
@@ -637,17 +637,12 @@ def search(
                                             for i in local],
                               workers=1 if dask else workers, pool=pool,
                               chunk_size=max(1, len(points) // (n_workers * 8)))
-        first_of: dict[str, int] = {}  # plan key -> the first candidate with it (simulator/explore/checks.py)
-        folded: dict[int, list[dict[str, Any]]] = {}
+        folds = PlanFolds()  # by plan key, the first candidate kept (simulator/explore/checks.py)
         for i, ok, result in sorted(((local[j], ok, result) for j, ok, result in checks), key=lambda item: item[0]):
             if not ok:
                 raise RuntimeError(f"checking layout {candidates[i]}: {result}")
-            key = result.get("plan_key")
-            if key is not None:
-                if key in first_of:  # the same plan as an earlier candidate: folded into it, never priced
-                    folded.setdefault(first_of[key], []).append(dict(candidates[i]))
-                    continue
-                first_of[key] = i
+            if folds.fold(i, result.get("plan_key"), candidates[i]):
+                continue  # the same plan as an earlier candidate: folded into it, never priced
             if "invalid" in result:
                 row = empty_result()
                 row.update(identity, num_gpus=scenario.num_gpus)
@@ -668,7 +663,7 @@ def search(
         else:
             _branch_and_bound(rows, to_simulate, raws, checked, candidates, n, top_k, workers, dask, progress,
                               pool, timed_by, rank_by)
-    for i, same in folded.items():
+    for i, same in folds.folded.items():
         rows[i]["folded_layouts"] = same
     ranked = sorted(enumerate(r for r in rows if r is not None), key=lambda item: _rank_key(item, rank_by))
     out = []

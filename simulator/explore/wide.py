@@ -27,7 +27,12 @@ overlap option, Isaev et al. SC'23 Sec. 5) has on the order of a million, too ma
    no pipeline to block on sends, no data parallelism or ZeRO stage the gather/reduction switches
    act on, no tensor parallelism) are one plan, timed once.
 
-Counts: ``evaluated`` (every candidate), ``invalid``, ``pruned_by_memory``, ``pruned_by_bound``
+Candidates that build one plan are folded as ``search`` folds them (:class:`simulator.explore.checks.PlanFolds`
+by :func:`~simulator.explore.checks.plan_key`: ZeRO-1/2 without data parallelism, a balanced cut equal to the even
+one): per ``tp_comm_overlap`` slice, a base whose plan an earlier base builds is folded into it switch for switch,
+never bounded nor priced; a top row lists its folded candidates in ``folded_layouts``.
+
+Counts: ``evaluated`` (every candidate not folded), ``folded_as_same_plan``, ``invalid``, ``pruned_by_memory``, ``pruned_by_bound``
 (never priced), ``timed`` (by the engine), ``priced_by_fast_path`` (the top k, beside the engine),
 ``engine_resimulated`` (candidates), ``fast_path_runs`` and ``engine_runs`` (distinct plans timed; an
 engine run with the fast path beside it counts once in each); plus ``bases``, the
@@ -46,6 +51,7 @@ from collections.abc import Callable
 from typing import Any
 
 from simulator.errors import ConfigError
+from simulator.explore.checks import PlanFolds
 from simulator.explore.search import BESIDE_FIRST, SWITCHES
 
 
@@ -63,11 +69,11 @@ def _check_base(args: tuple[dict[str, Any], list[bool], list[bool], float | None
     """One base layout: per ``tp_comm_overlap`` value, invalid (reason), out of memory, or the
     bound's parts per ``overlap_tp_grad_comm`` value. Runs in the worker pool."""
     from simulator.explore.bounds import bound_parts, passes_key
-    from simulator.explore.checks import build_layout, layout_fits, layout_memory
+    from simulator.explore.checks import build_layout, layout_fits, layout_memory, plan_key
 
     point, tco_values, otgc_values, max_memory_gib = args
     par = point["parallelism"]
-    out: dict[str, Any] = {"slices": {}}
+    out: dict[str, Any] = {"slices": {}, "plan_keys": {}}
     for tco in tco_values:
         if tco and not par.get("sequence_parallel"):
             out["slices"][tco] = ("invalid", "tp_comm_overlap needs sequence_parallel")
@@ -77,6 +83,7 @@ def _check_base(args: tuple[dict[str, Any], list[bool], list[bool], float | None
         try:
             sc = build_layout(sliced)
             stage, peak, per_stage = layout_memory(sc)  # may refuse a split the graph cannot take
+            out["plan_keys"][tco] = plan_key(sc)
         except ConfigError as exc:
             out["slices"][tco] = ("invalid", str(exc))
             continue
@@ -190,6 +197,7 @@ def wide_search(source: str | dict[str, Any] | None = None, *, overrides: list[s
     keys: list[tuple[int, bool, bool, bool, bool, bool]] = []
     tokens: dict[int, int] = {}
     inert: dict[int, frozenset[str]] = {}  # per base: the switches that cannot change its plan
+    folds = PlanFolds()  # (base, tp_comm_overlap) slices that build one plan (simulator/explore/checks.py)
     n_workers = workers or os.cpu_count() or 1
     clock = time.perf_counter()
     with process_pool(workers) as pool:
@@ -200,11 +208,14 @@ def wide_search(source: str | dict[str, Any] | None = None, *, overrides: list[s
             points.append(point)
         items = [(p, values["tp_comm_overlap"], values["overlap_tp_grad_comm"], constraints.max_memory_gib)
                  for p in points]
-        for b, ok, result in parallel_map(_check_base, items, workers=workers, pool=pool,
-                                          chunk_size=max(1, len(items) // (n_workers * 16))):
+        checked = sorted(parallel_map(_check_base, items, workers=workers, pool=pool,
+                                      chunk_size=max(1, len(items) // (n_workers * 16))), key=lambda item: item[0])
+        for b, ok, result in checked:  # in enumeration order: the first of a plan is kept, as search keeps it
             if not ok:
                 raise RuntimeError(f"checking layout {bases[b]}: {result}")
             for tco, (status, detail) in result["slices"].items():
+                if folds.fold((b, tco), result["plan_keys"].get(tco), {**bases[b], "tp_comm_overlap": tco}):
+                    continue  # the same plan as an earlier base's slice, switch for switch: folded into it
                 if status == "invalid":
                     counts["invalid"] += per_slice
                 elif status == "memory":
@@ -237,14 +248,22 @@ def wide_search(source: str | dict[str, Any] | None = None, *, overrides: list[s
                                                                                     strict=True)))
 
         clock = time.perf_counter()
+        def folded_of(pos: int) -> list[dict[str, Any]]:
+            """The candidates folded into ``pos``: its slice's folded bases with its switch values."""
+            b, tco, *switch_values = keys[pos]
+            return [{**layout, **dict(zip(_KEY_SWITCHES[1:], switch_values, strict=True))}
+                    for layout in folds.folded.get((b, tco), [])]
+
         top, priced, engined, timed, runs = _branch_and_bound(bounds, keys, tokens, point_of, plan_of, top_k,
-                                                              workers, pool, n_workers, log)
+                                                              workers, pool, n_workers, log, folded_of)
         seconds["price"] = time.perf_counter() - clock
     counts["priced_by_fast_path"] = priced
     counts["engine_resimulated"] = engined
     counts["timed"] = timed
     counts["fast_path_runs"], counts["engine_runs"] = runs
     counts["pruned_by_bound"] = len(bounds) - timed
+    counts["folded_as_same_plan"] = folds.count * per_slice
+    counts["evaluated"] -= counts["folded_as_same_plan"]
     return WideResult(counts, top, seconds)
 
 
@@ -253,11 +272,11 @@ _KEY_SWITCHES = ("tp_comm_overlap", "overlap_tp_grad_comm", "overlap_grad_reduce
 """The switches of a candidate's key, after its base index, in order."""
 
 
-def _branch_and_bound(bounds, keys, tokens, point_of, plan_of, top_k, workers, pool, n_workers, log):
+def _branch_and_bound(bounds, keys, tokens, point_of, plan_of, top_k, workers, pool, n_workers, log, folded_of):
     """The engine best bound first until the top k cannot change, the fast path beside it on the
     2k smallest bounds and then on the top k that lack it (module docstring, step 4). Candidates that are
     one plan (``plan_of`` equal: they differ only in inert switches, :func:`inert_switches`) are timed
-    once and share the result. Returns (the top k engine rows, candidates priced by the fast path, by
+    once and share the result; ``folded_of(pos)``: the candidates folded into a row (its ``folded_layouts``). Returns (the top k engine rows, candidates priced by the fast path, by
     the engine, by either, (fast-path runs, engine runs))."""
     from simulator.explore.bounds import engine_branch_and_bound
     from simulator.explore.sweep import parallel_map
@@ -311,6 +330,8 @@ def _branch_and_bound(bounds, keys, tokens, point_of, plan_of, top_k, workers, p
         row = dict(engine[pos])
         row["engine_step_time_s"] = row.get("step_time_s")
         row["step_time_lower_bound_s"] = bounds[pos] * tokens[keys[pos][0]]
+        if folded_of(pos):
+            row["folded_layouts"] = folded_of(pos)
         top.append(row)
     fast = sum(1 for row in engine.values() if row.get("fast_step_time_s") is not None)
     return top, fast, len(engine), len(done), (runs["fast"], runs["engine"])
