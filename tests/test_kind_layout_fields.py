@@ -11,8 +11,9 @@ timed, 5 distinct), and ``simulate`` accepted and ignored them without a word (p
    read ones as for spmd where the kind runs spmd's layout inside (``derives_layout``);
 3. ``simulate`` names the unread fields that differ from the default in a NOTE (and ``--json``);
 4. search's step-time lower bound is spmd's layout's and is no bound on most other kinds (above the simulated
-   step of DAPPLE, per_layer, async pipelines, local learning, ...): it is 0 for them; local SGD and the
-   parameter server, which run spmd's passes in spmd's schedule, are bounded by spmd's pipeline chain.
+   step of DAPPLE, per_layer, async pipelines, local learning, ...): they are bounded by their own
+   (tests/test_kind_bounds.py); local SGD and the parameter server, which run spmd's passes in spmd's schedule,
+   are bounded by spmd's pipeline chain.
 """
 
 from __future__ import annotations

@@ -80,8 +80,8 @@ class StrategyKind:
     ``spmd_chain_bound``: whether ``search`` may prune the kind's layouts by spmd's pipeline chain (the
     step-time bound without the step's tail: simulator/explore/checks.py), for a kind whose every step runs
     spmd's passes in spmd's schedule on spmd's planner (local SGD's inner steps, a parameter server's
-    workers); otherwise no bound (every feasible layout timed): spmd's bound is above the simulated step of
-    most other kinds' examples.
+    workers); otherwise not spmd's (the kind's own ``step_lower_bound`` where it has one, else every feasible
+    layout timed): spmd's bound is above the simulated step of most other kinds' examples.
     ``step_lower_bound(scenario, prices)`` (optional): a lower bound on the kind's simulated step (seconds), by
     which ``search`` orders and prunes the kind's layouts as it does spmd's (simulator/explore/checks.py).
     ``prices`` (:class:`simulator.explore.bounds.KindPrices`) gives spmd's chunk pass prices (``prices.passes``:
