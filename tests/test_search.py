@@ -114,7 +114,7 @@ def test_cli_json_with_the_real_simulator(capsys):
     table_args = [a for a in args if a != "--json"] + ["--top", "3"]
     assert main(table_args) == 0
     out = capsys.readouterr().out
-    assert "tokens/s" in out and "8 layouts: 8 simulated" in out
+    assert "tokens/s" in out and "\n8 layouts evaluated: 0 invalid, 0 pruned by memory, " in out
 
 
 @pytest.mark.parametrize(

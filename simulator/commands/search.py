@@ -42,7 +42,8 @@ def register(subparsers) -> None:
     p.add_argument("--csv", metavar="FILE", help="also write every row to FILE as CSV, best first (columns as "
                    "`clustersim sweep` writes them; engine_step_time_s and fast_step_time_s name which path timed what)")
     p.add_argument("--no-cache", action="store_true",
-                   help="do not read or write the on-disk cache of finished points ($CLUSTERSIM_CACHE_DIR)")
+                   help="do not read or write the on-disk cache of finished points ($CLUSTERSIM_CACHE_DIR, "
+                        "default ~/.cache/clustersim/points)")
     add_execution(p)
     p.set_defaults(handler=run)
 

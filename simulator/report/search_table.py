@@ -165,12 +165,8 @@ def render_table(rows: list[dict[str, Any]], top: int = 10) -> str:
     if shown == 0:
         lines.append("  (no layout fits)")
     lines.append("")
-    lines.append(f"{s['layouts']} layouts: {s['simulated']} simulated, {s['out_of_memory']} out of memory, "
-                 f"{s['invalid']} invalid" + (f", {s['failed']} failed" if s["failed"] else "")
-                 + (f", {s['skipped_by_bound']} skipped by the step-time lower bound" if s["skipped_by_bound"] else "")
-                 + (f" ({s['folded_as_same_plan']} more folded: the same plan as a layout listed)"
-                    if s["folded_as_same_plan"] else ""))
-    lines.append("  " + counts_line(s))
+    # one line of counts (until session 11 a shorter line said the same counts above it)
+    lines.append(counts_line(s))
     for reason, count in s["invalid_reasons"]:
-        lines.append(f"  invalid ({count}): {reason}")
+        lines.append(f"  invalid ({count:,}): {reason}")
     return "\n".join(lines)
