@@ -282,7 +282,7 @@ def choose(name: str, accelerator: Accelerator, precision: str, fp8_recipe: str 
             return FrameworkChoice(DEFAULT_FRAMEWORK, DEFAULT, None, no_profile_note(network), network=True)
         return FrameworkChoice(DEFAULT_FRAMEWORK, DEFAULT, None,
                                "the catalog constants (kernel microbenchmarks; the rates Megatron-Core with "
-                               "Transformer Engine reaches: NeMo's fitted H100 factor is within 2% of them)")
+                               "Transformer Engine reaches)")
     choice = choose_in(profile, accelerator, precision, fp8_recipe, node)
     if choice.entry is not None and bool(profile.networks) != (network is not None):  # fitted on the other kind
         return _across_kinds(profile, choice, model, network)
