@@ -31,7 +31,9 @@ def register(subparsers) -> None:
                               description="Run every published case set (Narayanan 2021 Table 1, Korthikanti "
                                           "2022 Tables 3/5) and report per-case and per-set error; then the current "
                                           "hardware and framework sets (NeMo, torchtitan, llm-foundry, other "
-                                          "frameworks, vTrain) on their held-out half.")
+                                          "frameworks, vTrain) and the CNN sets (DeepLearningExamples, Lambda) on "
+                                          "their held-out half, and DS3Lab's runs under tc-shaped links. Exits 1 "
+                                          "when a case or set misses its tolerance or target.")
     p.add_argument("--case-set", dest="case_sets", action="append", metavar="NAME",
                    help="only this case set (repeatable): the published sets (narayanan2021_table1, "
                         "korthikanti2022_table3_5) or " + ", ".join(MODERN_SETS + DS3LAB_SETS))
