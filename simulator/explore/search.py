@@ -620,6 +620,9 @@ def search(
     # a replacement simulator (tests), or straggler draws the bounds know nothing of: every feasible
     # layout through it (or the engine)
     everything = simulate_fn is not None or stragglers
+    if stragglers and notes is not None:  # why nothing is pruned by the bound, and the search takes its time
+        notes.append("simulation.stragglers: the step-time lower bound knows nothing of the draws, so the engine "
+                     "times every layout that fits (none is pruned by the bound)")
     # the candidates share the scenario's other sections (read only: building a scenario copies its
     # mapping), and so does each chunk the pool pickles
     points = [{**raw, "parallelism": cand} for cand in candidates]
