@@ -15,8 +15,8 @@ time measures the load, not the simulator) over repeats for:
 - with ``--parts``, where one folded Megatron-1T point goes: the plan build, the engine run and the
   time breakdowns (critical rank and every stage) at the first fold point, and its task and event counts;
 - with ``--phases``, instead: where a whole folded Megatron-1T ``simulate`` goes (both fold points): the plan
-  builds (``Planner.build``), the engine runs (``Engine.run``), the breakdowns (``time_breakdown`` and
-  ``stage_breakdowns``, the critical rank's and every stage's), the fold's insertion check and the rest (the
+  builds (``Planner.build``), the engine runs (``Engine.run``), the breakdowns (``time_breakdown``,
+  ``stage_breakdowns`` and ``pipeline_bubble_s``: the critical rank's, every stage's bubble, the busiest's), the fold's insertion check and the rest (the
   scenario at each point, the points' figures, the result), CPU ms, median of ``--repeats`` in one process;
   with ``--baseline DIR`` too, the same in DIR's code and this one, alternately (``--rounds`` pairs);
 - with ``--baseline DIR``, instead: the issue-24 cases (Megatron-1T folded, GPT-3 175B at pp 8 and 16,
@@ -116,6 +116,7 @@ wrap(Planner, "build", "build")
 wrap(Engine, "run", "engine")
 wrap(S, "time_breakdown", "breakdowns")
 wrap(S, "stage_breakdowns", "breakdowns")
+wrap(S, "pipeline_bubble_s", "breakdowns")
 wrap(F, "_one_period_later", "fold check")
 scenario = load_scenario(None, overrides)
 first = S.simulate(scenario)  # warm: pricing caches, lazy imports

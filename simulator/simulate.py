@@ -349,7 +349,7 @@ def simulate(scenario: Scenario, mode: str | None = None, detail: bool = False,
         memory_peaks = {a: b / 2**30 for a, b in folded.memory_peak_bytes.items()}
         actor_stage = dict(folded.stage_of)
         mode = folded.mode or mode
-        busiest_stage, busiest = least_waiting_stage(folded.stage_breakdowns, breakdown)
+        busiest_stage, busiest = folded.busiest_stage, dict(folded.busiest)
         extra.update({"engine": "full", "engine_fold": {
             "micro_batches_evaluated": list(folded.micro_batches_evaluated),
             "note": "steady state folded: figures extrapolated from the engine at these micro-batch counts "
