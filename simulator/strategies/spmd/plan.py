@@ -1021,8 +1021,63 @@ class Planner:
         reduces_every_pass = dp_size > 1 and (par.overlap_grad_reduce or zero >= 2)
         accumulates = sc.training.unfused_eager_kernels  # accumulate_grads adds a task only then
         pp, layers_per_chunk = par.pp, self.layers_per_chunk
+        # The passes most plans are made of, built inline (8,448 on a Megatron-1T fold point): a forward as one
+        # fused task (no trace detail, TP on links of its own, no per-layer gathers, no host-floor stall) and
+        # a backward as one chain task (its recompute and its backward; no reduction inside the pass, no
+        # gradient accumulation kernel). Each builds the tasks, deps and bytes the general path below does:
+        # per chunk (duration, segments, saved activation bytes) or (duration, parts, activation bytes).
+        fast_forward: dict[int, tuple | None] = {} if not (self.detail or per_layer_gathers) and self.tp_exclusive else None
+        fast_backward: dict[int, tuple | None] = ({} if self.chains and not (zero_bubble or self.detail or per_layer_gathers
+                                                                               or accumulates) else None)
+        working = None  # the stage's recompute working set, asked for at its first backward
         for phase, mb, chunk in order:
             g = chunk * pp + stage
+            if phase == "F" and fast_forward is not None and not pending_forward:
+                hit = fast_forward.get(g, False)
+                if hit is False:
+                    hit = fast_forward[g] = (None if self.host_floor_stall_s(rank, "F", self.chunk_runs(g)) > 0 else
+                                             (*self._fused_pass(rank, self._chunk_ops("F", g), "compute"),
+                                              self.activation_bytes(g)))
+                if hit is not None:  # run_ops' fused task, add(), the saved activations (+=, as below)
+                    entry = Task(f"F.mb{mb}.c{g}", actor, "compute", "compute", duration_s=hit[0], segments=hit[1],
+                                 alloc_bytes=0.0 + hit[2])
+                    if prev[0] is not None:
+                        entry.deps.append(prev[0])
+                    if carry:
+                        entry.deps.extend(carry)
+                        carry.clear()
+                    streams[(actor, "compute")].append(entry)
+                    compute_list.append(entry)
+                    prev[0] = entry
+                    if mb == 0 and g in start_gathers:
+                        entry.deps.append(start_gathers[g])
+                    lookup[("F_entry", actor, mb, g)] = entry
+                    lookup[("F_exit", actor, mb, g)] = entry
+                    continue
+            elif (phase == "B" and fast_backward is not None and grads_held and not (fusion == "backward" and m_total == 1)
+                  and not (reduces_every_pass and (zero >= 2 or mb == m_total - 1))):  # not overlapped_reduce
+                hit = fast_backward.get(g, False)
+                if hit is False:
+                    chain = self._backward_chain_of(rank, g)
+                    hit = fast_backward[g] = None if chain is None else (*chain, self.activation_bytes(g))
+                if hit is not None:  # _backward_chain's task, add(), backward_memory's bytes (+=, as below)
+                    if working is None:
+                        working = self.working_bytes(stage)
+                    task = Task(f"B.mb{mb}.c{g}", actor, "compute", "compute", duration_s=hit[0], parts=hit[1],
+                                alloc_bytes=0.0 + working, free_bytes=0.0 + (working + hit[2]))
+                    if prev[0] is not None:
+                        task.deps.append(prev[0])
+                    if carry:
+                        task.deps.extend(carry)
+                        carry.clear()
+                    streams[(actor, "compute")].append(task)
+                    compute_list.append(task)
+                    prev[0] = task
+                    lookup[("B_entry", actor, mb, g)] = task
+                    lookup[("B_exit", actor, mb, g)] = task
+                    if mb == m_total - 1:
+                        fused_backward_update(g, mb)
+                    continue
             n_layers = layers_per_chunk[g]
             tag = f"mb{mb}.c{g}"
             reduce_now = (mb == m_total - 1) if zero < 2 else True
@@ -1337,12 +1392,17 @@ class Planner:
         """The chain task of a backward pass with recompute (its recompute, then its backward: one engine
         task, simulator/engine/engine.py) built directly, or None where the pass has no recompute or a
         host-floor stall (then its tasks are built one by one and chained by :meth:`_chain_pass`)."""
-        chain = self._time_cache.get(("backward_chain_of", g, rank), False)  # asked once per backward pass
-        if chain is False:
-            chain = self._time_cache[("backward_chain_of", g, rank)] = self._backward_chain_parts(rank, g)
+        chain = self._backward_chain_of(rank, g)
         if chain is None:
             return None
         return Task(f"B.{tag}", actor, "compute", "compute", duration_s=chain[0], parts=chain[1])
+
+    def _backward_chain_of(self, rank: int, g: int) -> tuple[float, tuple[TaskPart, ...]] | None:
+        """:meth:`_backward_chain_parts`, cached per (chunk, rank) (asked once per backward pass)."""
+        chain = self._time_cache.get(("backward_chain_of", g, rank), False)
+        if chain is False:
+            chain = self._time_cache[("backward_chain_of", g, rank)] = self._backward_chain_parts(rank, g)
+        return chain
 
     def _backward_chain_parts(self, rank: int, g: int) -> tuple[float, tuple[TaskPart, ...]] | None:
         """(duration, parts) of the chain task of chunk ``g``'s backward on ``rank``, or None (:meth:`_backward_chain`)."""
