@@ -772,6 +772,13 @@ def _layout(doc: ScenarioFile, model, num_gpus: int, strategy) -> Parallelism:
         if doc.training.optimizer_fusion != "none":
             raise ConfigError("training.finetune", "LoRA with training.optimizer_fusion is not priced (the fused "
                                                    "update's gradient buffer is sized by whole modules); use none")
+    if doc.parallelism.recompute_modules is not None:
+        if kind.name != DEFAULT_KIND:  # the other kinds read parallelism.recompute alone
+            raise ConfigError("parallelism.recompute_modules", f"Megatron-Core's module list is priced by the "
+                                                               f"{DEFAULT_KIND} kind only, got strategy kind {kind.name}")
+        if doc.training.finetune is not None:
+            raise ConfigError("parallelism.recompute_modules", "with training.finetune (LoRA) is not priced (the "
+                                                               "adapters' saved inputs inside a recomputed module)")
     if doc.training.optimizer_fusion not in ("none", *kind.optimizer_fusion):
         fusion = doc.training.optimizer_fusion
         modelled = ", ".join(name for name, other in load_kinds().items() if fusion in other.optimizer_fusion)

@@ -496,7 +496,7 @@ def _step_flops(scenario: Scenario) -> ModelFlops:
     forward + backward by the graph's rule (a transformer's 3 x forward), hardware FLOPs with the
     recomputed forward. The same sum for every network."""
     par = scenario.parallelism
-    return _unsharded_graph(scenario).step_flops(par.global_batch_size, par.recompute)
+    return _unsharded_graph(scenario).step_flops(par.global_batch_size, par.recompute_mode)
 
 
 def stage_breakdowns(plan: Plan, critical: str, makespan: float) -> dict[int, dict[str, float]]:

@@ -246,7 +246,95 @@ def recompute_ops_of(forward: tuple[Op, ...], recompute: str) -> tuple[Op, ...]:
         return tuple(op for op in forward if op.recompute_class in ("attention_core", "selective"))
     if recompute == "selective_op":
         return op_sac_recompute(forward)
+    if recompute.startswith(MODULES_PREFIX):
+        return module_recompute_ops(forward, modules_of_mode(recompute))
     return ()
+
+
+#: Megatron-Core's ``recompute_modules`` (``transformer/transformer_config.py``, ``TransformerConfig``; with
+#: ``recompute_granularity: selective``), in the order its docstring lists them.
+RECOMPUTE_MODULES = ("core_attn", "moe_act", "layernorm", "mla_up_proj", "mlp", "moe", "shared_experts")
+#: The recompute mode string of a module list (``Parallelism.recompute_mode``): ``selective:`` and the modules in
+#: :data:`RECOMPUTE_MODULES` order, comma-separated. The layer graph reads it (``recompute_ops_of``,
+#: ``workloads.layer_graph.Layer.kept_bytes``) where the other modes are their plain names.
+MODULES_PREFIX = "selective:"
+
+
+def modules_mode(modules) -> str:
+    """The recompute mode string of the module list ``modules`` (:data:`MODULES_PREFIX`)."""
+    listed = set(modules)
+    return MODULES_PREFIX + ",".join(m for m in RECOMPUTE_MODULES if m in listed)
+
+
+def modules_of_mode(recompute: str) -> frozenset[str]:
+    """The modules a :func:`modules_mode` string names (empty for the other modes)."""
+    if not recompute.startswith(MODULES_PREFIX):
+        return frozenset()
+    return frozenset(recompute[len(MODULES_PREFIX):].split(","))
+
+
+#: By op-name stem (the op name's first dot-separated part: ``fc1.tp_chunk`` is ``fc1``'s), the ops of a block
+#: each Megatron-Core module re-runs. Where each is honoured (megatron-core 0.16.1):
+#:
+#: - ``mlp``: ``transformer/transformer_layer.py`` ``TransformerLayer._forward_mlp`` checkpoints ``self.mlp`` of a
+#:   dense layer (``recompute_mlp`` is set only ``if not self.is_moe_layer``). Under the Transformer Engine layer
+#:   spec a dense layer's pre-MLP norm is fused into ``linear_fc1`` (``models/gpt/gpt_layer_specs.py``
+#:   ``get_gpt_layer_with_transformer_engine_spec``: ``pre_mlp_layernorm=IdentityOp`` without experts;
+#:   ``TELayerNormColumnParallelLinear``), so the checkpointed MLP runs ln2, the sequence-parallel all-gather
+#:   inside fc1, fc1, the activation, fc2 and its TP reduction;
+#: - ``moe``: ``transformer/moe/moe_layer.py`` ``MoELayer.forward`` checkpoints ``custom_forward``: the shared
+#:   experts, the router, the permutation, the dispatch and combine all-to-alls, the experts (their bias and clamp
+#:   kernels too) and the unpermute: everything of the MoE block after its norm;
+#: - ``moe_act``: ``transformer/moe/experts.py`` ``TEGroupedMLP.forward`` runs ``bias_act_func`` (the clamps and
+#:   the fused weighted GLU) under ``CheckpointWithoutOutput``;
+#: - ``shared_experts``: ``MoELayer.shared_experts_compute`` checkpoints ``self.shared_experts``;
+#: - ``mla_up_proj``: ``transformer/multi_latent_attention.py`` ``MLASelfAttention.get_query_key_value_tensors``
+#:   runs ``qkv_up_proj_and_rope_apply`` (the latents' norms fused into the up-projections, the up-projections,
+#:   RoPE) under ``CheckpointWithoutOutput``;
+#: - ``core_attn`` (:func:`module_recompute_ops`: the ops marked ``attention_core`` and the context-parallel K/V
+#:   exchange inside the fused attention) and ``layernorm`` (by the layer's kind) are not stems alone.
+MODULE_OP_STEMS = {
+    "mlp": frozenset({"ln2", "mlp_in", "fc1", "swiglu", "gelu", "fc2", "mlp_out"}),
+    "moe": frozenset({"router", "router_topk_permute", "moe_dispatch", "moe_etp", "expert_fc1", "expert_act_clamp",
+                      "expert_act", "expert_fc2", "expert_fc2_bias", "moe_combine", "unpermute_weighted_sum",
+                      "shared_in", "shared_fc1", "shared_act", "shared_fc2", "shared_out"}),
+    "moe_act": frozenset({"expert_act_clamp", "expert_act"}),
+    "shared_experts": frozenset({"shared_in", "shared_fc1", "shared_act", "shared_fc2", "shared_out"}),
+    "mla_up_proj": frozenset({"q_norm", "kv_norm", "q_up", "q_proj", "kv_up", "rope"}),
+}
+
+
+def module_recompute_ops(forward: tuple[Op, ...], modules: frozenset[str]) -> tuple[Op, ...]:
+    """The ops of one block's ``forward`` that Megatron-Core re-runs before the block's backward under
+    ``recompute_granularity: selective`` with ``recompute_modules`` = ``modules`` (:data:`MODULE_OP_STEMS` says
+    where each is honoured), each op once however many listed modules hold it (``moe`` holds ``moe_act``'s and
+    ``shared_experts``' ops; Megatron would re-run a nested ``moe_act`` a second time inside a recomputed ``moe``:
+    not priced). In forward order.
+
+    - ``core_attn`` (``transformer/attention.py`` ``Attention._checkpointed_attention_forward``): the attention
+      core (the ops marked ``attention_core``: the fused kernel, or the scores, softmax/dropout and values) and,
+      under context parallelism, its K/V exchange (Transformer Engine's attention runs the ring inside);
+    - ``layernorm`` (``transformer/transformer_layer.py``: ``input_layernorm`` and ``pre_mlp_layernorm`` under
+      ``CheckpointWithoutOutput`` where they are not ``IdentityOp``): under the Transformer Engine spec the input
+      norm is a module of its own only with MLA (GQA/MHA fuse it into ``linear_qkv``) and the pre-MLP norm only in
+      a MoE layer (a dense layer fuses it into ``linear_fc1``), so ``ln1`` re-runs in an MLA block and ``ln2`` in a
+      MoE block. A block is MoE when it has a ``router`` op, MLA when it has ``kv_down``."""
+    if not modules:
+        return ()
+    names = {op.name.split(".", 1)[0] for op in forward}
+    moe_layer, mla = "router" in names, "kv_down" in names
+    stems: set[str] = set()
+    for module in modules:
+        stems |= MODULE_OP_STEMS.get(module, frozenset())
+    if "mlp" in modules and moe_layer:   # a MoE layer's MLP is the moe module (recompute_mlp: not is_moe_layer)
+        stems -= MODULE_OP_STEMS["mlp"]
+    if "layernorm" in modules:
+        stems |= {"ln1"} if mla else set()
+        stems |= {"ln2"} if moe_layer else set()
+    core = "core_attn" in modules
+    return tuple(op for op in forward
+                 if op.name.split(".", 1)[0] in stems
+                 or (core and (op.recompute_class == "attention_core" or (op.kind == "collective" and op.group == "cp"))))
 
 
 def op_sac_recompute(forward: tuple[Op, ...]) -> tuple[Op, ...]:

@@ -75,7 +75,7 @@ from dataclasses import dataclass, field, replace
 from typing import Literal
 
 from simulator.errors import ConfigError
-from workloads.graph import ModelFlops, Op, gemm_class, recompute_ops_of
+from workloads.graph import MODULES_PREFIX, ModelFlops, Op, gemm_class, modules_of_mode, recompute_ops_of
 
 GRADIENT_SUM = "gradient_sum"   # the op-name token (memory-kernel class) of a fan-out's gradient add
 
@@ -138,6 +138,9 @@ class Layer:
     output_bytes: float = 0.0
     saved_bytes_selective: float | None = None
     saved_bytes_selective_op: float | None = None  # kept under recompute: selective_op (None: all of saved)
+    # (bytes, ((module, share dropped), ...)) of each saved tensor a Megatron-Core recompute module drops
+    # (recompute_modules; workloads/transformer_graph.py _module_drops); () for a layer none drops
+    module_drops: tuple[tuple[float, tuple[tuple[str, float], ...]], ...] = ()
     checkpoint_bytes: float | None = None
     inputs: tuple[str, ...] = ()
     splittable: frozenset[str] = frozenset({"batch"})
@@ -181,7 +184,8 @@ class Layer:
 
     def kept_bytes(self, recompute: str, input_bytes: float = 0.0) -> float:
         """Activation bytes the layer keeps for its backward under ``recompute`` ("none",
-        "selective", "selective_op", "full"); ``input_bytes``: what its inputs hand it (the
+        "selective", "selective_op", "full", or a Megatron-Core module list "selective:<modules>",
+        workloads/graph.py ``modules_mode``); ``input_bytes``: what its inputs hand it (the
         full-recompute checkpoint when the layer states none). Full recompute of a layer that is
         its own checkpoint unit (a transformer block); a graph of smaller layers checkpoints
         groups of them (simulator/memory/checkpoints.py)."""
@@ -191,6 +195,13 @@ class Layer:
             return self.saved_bytes_selective
         if recompute == "selective_op" and self.saved_bytes_selective_op is not None:
             return self.saved_bytes_selective_op
+        if self.module_drops and recompute.startswith(MODULES_PREFIX):
+            # Megatron-Core recompute_modules: each tensor loses the share its listed modules drop (shares of
+            # nested modules overlap: capped at the whole tensor)
+            modules = modules_of_mode(recompute)
+            dropped = sum(nbytes * min(1.0, sum(share for module, share in drops if module in modules))
+                          for nbytes, drops in self.module_drops)
+            return self.saved_bytes - dropped
         return self.saved_bytes
 
     def recompute_ops(self, recompute: str) -> tuple[Op, ...]:

@@ -34,7 +34,7 @@ blocks and pins those two to the first and last chunk (Megatron-LM).
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from functools import cache
 
 from workloads.graph import LayerWork, ShardShape, embedding_work, head_work, layer_work, vocab_rows
@@ -85,6 +85,9 @@ class SavedTensor:
     nbytes: float
     selective_drops: bool = False
     op_sac_kept: float = 1.0   # share kept under torchtitan's per-op selective checkpointing (selective_op)
+    # Megatron-Core recompute modules that drop it, each with the share it drops (recompute_modules: see
+    # :func:`_module_drops`); the shares of modules that are parts of one another (moe holds moe_act) overlap
+    drops: tuple[tuple[str, float], ...] = ()
 
 
 def kv_heads_per_rank(model: TransformerSpec, tp: int) -> int:
@@ -110,7 +113,7 @@ def block_saved_tensors(model: TransformerSpec, shard: ShardShape, moe_layer: bo
     (``shard.lora``, workloads/lora.py) less the inputs only a frozen GEMM's weight gradient would read
     (:data:`WEIGHT_GRADIENT_ONLY_TENSORS_BY_GEMM`, kept where an adapter sits on the GEMM) and with each
     adapter's x·A (b·s·r elements, whole on every tp rank)."""
-    tensors = _base_saved_tensors(model, shard, moe_layer, dropout)
+    tensors = _module_drops(model, moe_layer, _base_saved_tensors(model, shard, moe_layer, dropout))
     lora = shard.lora
     if lora is None:
         return tensors
@@ -211,6 +214,50 @@ def _base_saved_tensors(model: TransformerSpec, shard: ShardShape, moe_layer: bo
     return tuple(tensors)
 
 
+def _module_drops(model: TransformerSpec, moe_layer: bool, tensors: tuple[SavedTensor, ...]) -> tuple[SavedTensor, ...]:
+    """``tensors`` with the Megatron-Core recompute modules that drop each (``recompute_granularity:
+    selective`` with ``recompute_modules``; the ops each re-runs: workloads/graph.py ``MODULE_OP_STEMS``).
+    A module run under ``tensor_parallel.checkpoint`` (core_attn, mlp, moe, shared_experts) keeps its inputs
+    and drops what its ops save inside it; one run under ``CheckpointWithoutOutput`` (layernorm, moe_act,
+    mla_up_proj; megatron-core 0.16.1 ``tensor_parallel/random.py``) keeps its inputs and frees its output's
+    storage after the next module's forward, dropping the copy that module saved for its backward:
+
+    - core_attn: the materialised core (:func:`_base_saved_tensors`' ``attention_core``; nothing with a
+      fused kernel: q, k, v are its inputs and its output is the output projection's saved input);
+    - layernorm: the norm output the next GEMM saved: ``ln2``'s in a MoE block (``fc1_input``, the router's
+      input; MLA: ``ln2_output``) and with MLA ``ln1``'s (``ln1_output``, the down-projections' input); the
+      GQA/MHA input norm and a dense block's pre-MLP norm are fused into their GEMMs (no module to recompute);
+    - mlp (dense blocks): the norm output (``fc1_input`` / ``ln2_output``: the norm runs inside the fused
+      fc1), FC1's output and FC2's input; its input, the residual, stays as ``ln2_input``;
+    - moe (MoE blocks): everything the experts and shared experts save (``fc1_output``, ``fc2_input``, the
+      clamped GLU input); its input, the norm output, stays;
+    - moe_act: the activation's output, the routed part of ``fc2_input`` (share routed / (routed + shared
+      widths)), and the clamped GLU input the fused kernel saved; FC1's output, its input, stays;
+    - shared_experts: the shared part of ``fc1_output`` and ``fc2_input`` (share shared / (routed + shared));
+    - mla_up_proj: the normalised latents and Q, K, V (``latents_normed``, ``q_k_v``); the latents before
+      their norms and the RoPE key, its inputs, stay.
+
+    Not counted (as without recompute): the routed experts' permuted inputs, the norms' fp32 statistics."""
+    shared_share = 0.0
+    if moe_layer and model.moe is not None and model.moe.num_shared_experts:
+        shared_share = (model.moe.num_shared_experts * (model.moe.expert_ffn_hidden_size or model.ffn_size)
+                        / moe_ffn_width(model))
+    norm2 = "moe" if moe_layer else "mlp"
+    rules: dict[str, tuple[tuple[str, float], ...]] = {
+        "attention_core": (("core_attn", 1.0),),
+        "fc1_input": (("layernorm", 1.0),) if moe_layer else (("mlp", 1.0),),
+        "ln2_output": (("layernorm", 1.0),) if moe_layer else (("mlp", 1.0),),
+        "ln1_output": (("layernorm", 1.0),),
+        "latents_normed": (("mla_up_proj", 1.0),),
+        "q_k_v": (("mla_up_proj", 1.0),),
+        "fc1_output": ((norm2, 1.0),) + ((("shared_experts", shared_share),) if shared_share else ()),
+        "fc2_input": ((norm2, 1.0),) + ((("moe_act", 1.0 - shared_share), ("shared_experts", shared_share))
+                                        if moe_layer else ()),
+        "expert_act_clamped_input": (("moe", 1.0), ("moe_act", 1.0)),
+    }
+    return tuple(replace(x, drops=rules[x.name]) if x.name in rules else x for x in tensors)
+
+
 def _layer(name: str, kind: str, work: LayerWork, saved: tuple[SavedTensor, ...],
            checkpoint: float | None, output_bytes: float, inputs: tuple[str, ...], splittable: frozenset[str],
            ) -> Layer:
@@ -219,6 +266,7 @@ def _layer(name: str, kind: str, work: LayerWork, saved: tuple[SavedTensor, ...]
     return Layer(name, kind, work.forward, work.backward, saved_bytes=total,
                  saved_bytes_selective=total - sum(x.nbytes for x in saved if x.selective_drops),
                  saved_bytes_selective_op=op_sac,
+                 module_drops=tuple((x.nbytes, x.drops) for x in saved if x.drops),
                  checkpoint_bytes=checkpoint, output_bytes=output_bytes, inputs=inputs, splittable=splittable)
 
 

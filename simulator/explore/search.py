@@ -281,6 +281,7 @@ def enumerate_layouts(
                                                             "dp": "auto", "virtual_stages": v, "schedule": schedule,
                                                             "micro_batch_size": mbs, "zero_stage": zero,
                                                             "recompute": rc, "sequence_parallel": sp,
+                                                            **_modules_for(base, rc),
                                                             **({"pp_split": split} if split else {})})
     if space.global_batch_size:
         out = [{**cand, "global_batch_size": gbs} for gbs in space.global_batch_size for cand in out
@@ -290,6 +291,16 @@ def enumerate_layouts(
         if values:
             out = [{**cand, switch: value} for cand in out for value in dict.fromkeys(values)]
     return out
+
+
+def _modules_for(base: dict[str, Any], rc: str) -> dict[str, Any]:
+    """The scenario's ``recompute_modules`` (Megatron-Core's module list) for a candidate of recompute ``rc``:
+    module lists do not join the space (seven modules would multiply it by up to 127); "selective" in the
+    space is the scenario's own list where it gives one, and the other modes drop the list (it is read with
+    selective alone)."""
+    if rc != "selective" and base.get("recompute_modules") is not None:
+        return {"recompute_modules": None}
+    return {}
 
 
 def _splits(space: SearchSpace, split_values, pp: int, v: int, rc: str) -> list[str | None]:
@@ -334,8 +345,9 @@ def derived_splits(scenario, base_par) -> Callable[[int, int, str], list[str]]:
         if key not in memo:
             memo[key] = ["even"]
             if not fixed_ends and 1 < pp * v <= n:
-                if rc not in costs:
-                    costs[rc] = layer_costs(scenario, graph, rc)
+                if rc not in costs:  # "selective" with the scenario's module list (_modules_for) is that list's mode
+                    mode = base_par.recompute_mode if rc == "selective" and base_par.recompute_modules else rc
+                    costs[rc] = layer_costs(scenario, graph, mode)
                 layer_s, first_s, last_s = costs[rc]
                 even = split_layers(n, pp * v)
                 if balanced_split(layer_s, pp * v, first_s, last_s, prefer=even) != even:

@@ -378,7 +378,7 @@ def recompute_working_bytes(scenario, stage: int) -> float:
     recompute). Approximation: under sequence parallelism the re-gathered norm outputs count ÷t
     (Megatron's accounting) though torchtitan re-gathers them whole."""
     graph, indices = _stage_indices(scenario, stage)
-    return stage_bytes(graph, scenario.parallelism.recompute, indices)[1]
+    return stage_bytes(graph, scenario.parallelism.recompute_mode, indices)[1]
 
 
 def chunk_activation_bytes(scenario, global_chunk: int) -> float:
@@ -389,7 +389,7 @@ def chunk_activation_bytes(scenario, global_chunk: int) -> float:
     forward and frees at the end of its backward (memory over time)."""
     graph = scenario.layer_graph()
     counts = chunk_counts(scenario, graph)
-    recompute = scenario.parallelism.recompute
+    recompute = scenario.parallelism.recompute_mode
     start = graph.prologue + sum(counts[:global_chunk])
     kept, _ = stage_bytes(graph, recompute, list(range(start, start + counts[global_chunk])))
     every = kept_per_layer(graph, recompute)
@@ -434,7 +434,7 @@ def rank_memory(scenario, stage: int) -> MemoryBreakdown:
     # recompute mode, times the micro-batches in flight; the prologue (embedding) and epilogue
     # (head) times those of the first and last chunk.
     pipelined = graph.pipelined
-    recompute = par.recompute
+    recompute = par.recompute_mode
     indices = [graph.prologue + i for i in stage_layer_indices(len(pipelined), pp, v, stage, counts)]
     layers = [graph.layers[i] for i in indices]
     every = kept_per_layer(graph, recompute)

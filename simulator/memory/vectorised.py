@@ -97,7 +97,7 @@ def stage_memories(scenario) -> list[MemoryBreakdown]:
 
     graph = scenario.layer_graph()
     counts = chunk_counts(scenario, graph)
-    arrays = _graph_arrays(graph, par.recompute)
+    arrays = _graph_arrays(graph, par.recompute_mode)
     # the stage of every pipelined layer: global chunk k sits on pipeline rank k mod pp
     stage_of = np.repeat(np.arange(pp * v) % pp, counts)
     layers_per_stage = np.bincount(stage_of, minlength=pp)

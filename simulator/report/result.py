@@ -414,7 +414,8 @@ def render_table(result: SimulationResult) -> str:
         f"{'fast path' if result.extra.get('engine') == 'fast' else 'engine'})",
         *_run_lines(result),
         f"  layout         tp={par['tp']} pp={par['pp']} dp={par['dp']} cp={par['cp']} ep={par.get('ep', 1)} "
-        f"vp={par['virtual_stages']} {par['schedule']} zero={par['zero_stage']} recompute={par['recompute']} "
+        f"vp={par['virtual_stages']} {par['schedule']} zero={par['zero_stage']} recompute={par['recompute']}"
+        f"{'[' + ','.join(par['recompute_modules']) + ']' if par.get('recompute_modules') else ''} "
         f"sp={par['sequence_parallel']} mbs={par['micro_batch_size']} gbs={par['global_batch_size']}",
         *([f"  strategy       {result.run['strategy']} (its `strategy:` block sets the rest; the layout line is "
            "what `parallelism:` resolves to)"] if result.run.get("strategy", "spmd") != "spmd" else []),

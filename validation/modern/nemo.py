@@ -55,10 +55,19 @@ parallelism, force-balanced routing, router fusion) on the library recipe (``rec
 stage, the embedding and loss not counted in the split, as simulated; DeepEP). The model's experts run
 Megatron-Core's clamped quick-GELU GLU and biases (``models/gpt_oss/gpt_oss_bridge.py``: clamp 7.0, offset 1.0,
 ``add_bias_linear``, ``bias_activation_fusion``), whose extra kernels the layer graph prices (workloads/graph.py
-``_expert_bias_and_clamp``). Not represented: the recipe's selective recompute of ``["layernorm", "moe_act"]``
-(Megatron-Core ``recompute_modules``; the simulator's ``selective`` is the attention core): it would re-run the
-norms, the clamps and the activation (about 0.4 ms per MoE layer and micro-batch by the same byte counts) and
-drop their outputs from memory; the rows are mapped without recompute.
+``_expert_bias_and_clamp``). The recipe's selective recompute of ``["layernorm", "moe_act"]`` (Megatron-Core
+``recompute_modules``: ``parallelism.recompute_modules``, :data:`GPT_OSS_RECOMPUTE_MODULES`) re-runs each MoE
+block's pre-MLP norm and its experts' clamps and GLU before the backward and drops their outputs from memory
+(workloads/transformer_graph.py ``_module_drops``). Row 63 (25.11: mbs 4, gbs 512) is not that recipe's layout
+and no source for its own recipe is carried: it takes the same modules, said in its ``assumed``.
+Recipes of the other rows (megatron-bridge 0.6.2 ``perf_recipes/*/h100/``): Qwen3-30B-A3B and Qwen3-235B-A22B
+set no recompute (``qwen/h100/qwen3_moe.py``; only its BF16 ``_hybridep_dev`` config, a layout no row has, sets
+``["moe_act", "layernorm"]``); DeepSeek-V3's 1,024-GPU configs set ``["mla_up_proj", "mlp"]``
+(``deepseek/h100/deepseek_v3.py``), but rows 69/70 are 25.09, run by NeMo 2.5.0's
+``scripts/performance/llm/pretrain_deepseek_v3.py``, which clears the recipe's recompute unless its recommended-
+config CSV (not in the wheel) names modules: unknown, mapped without; Llama 3 8B and 70B LoRA use full recompute of
+some layers (``recompute_method: block``, ``llama/h100/llama3.py``; not a module list, not represented: a
+per-layer count of full recompute is not modelled).
 Two Qwen3-30B-A3B pp2 ep8 rows (26.02, 25.11) are set aside (:data:`SET_ASIDE`): the same configuration
 ran 1.8-2x faster in the neighbouring release, and the faster figures agree with the pp1 ep16 rows.
 """
@@ -106,6 +115,13 @@ SET_ASIDE = {
         "the identical layout and batch (vp24, gbs 512, mbs 2) ran 10,494 in 25.09 (row 71; token-drop, the same step "
         "once routing is force-balanced): 1.99x apart",
 }
+
+
+#: Megatron-Core ``recompute_modules`` of megatron-bridge 0.6.2's ``perf_recipes/gpt_oss/h100/gpt_oss.py``
+#: ``gpt_oss_120b_pretrain_64gpu_h100_bf16_config`` (with ``recompute_granularity = "selective"``), and the
+#: (micro, global) batch that recipe runs.
+GPT_OSS_RECOMPUTE_MODULES = ("layernorm", "moe_act")
+GPT_OSS_RECIPE_BATCH = (1, 1280)
 
 
 #: The first release whose rows ran Megatron-Bridge's performance scripts with force-balanced dropless MoE routing
@@ -183,6 +199,14 @@ def cases() -> tuple[list[ModernCase], list[Unrepresentable]]:
         if (model.startswith("qwen3") or model == "gpt-oss-120b") and ep > 1 \
                 and release_number(row["release"]) >= BRIDGE_DEEPEP_FROM:
             parallelism["moe_dispatch"] = "deepep"  # Megatron-Bridge's Qwen3 / GPT-OSS recipes on Hopper (docstring)
+        assumed = ""
+        if model == "gpt-oss-120b":  # Megatron-Bridge's GPT-OSS H100 recipe: selective recompute by module list
+            parallelism["recompute"] = "selective"
+            parallelism["recompute_modules"] = list(GPT_OSS_RECOMPUTE_MODULES)
+            if (mbs, gbs) != GPT_OSS_RECIPE_BATCH:
+                assumed = (f"recompute_modules {list(GPT_OSS_RECOMPUTE_MODULES)} of megatron-bridge 0.6.2's recipe for "
+                           f"mbs {GPT_OSS_RECIPE_BATCH[0]} gbs {GPT_OSS_RECIPE_BATCH[1]}; this row's own recipe is "
+                           "not carried")
         training = {"seq_length": seq, "precision": precision, "attention": "flash"}
         lora = lora_recipe(row["release"]) if task == "LoRA" else None
         if lora is not None:
@@ -200,7 +224,7 @@ def cases() -> tuple[list[ModernCase], list[Unrepresentable]]:
             None if tokens is not None else cell_float(row["model_tflops_per_gpu"]), set_aside=set_aside(row),
             added_after_fit=LORA_ADDED_AFTER_FIT if lora else "",
             assumed=(f"LoRA rank {lora['rank']} on {', '.join(lora['target_modules'])} (the release's default; the "
-                     f"table does not say)" if lora else "")))
+                     f"table does not say)" if lora else assumed)))
     return out, skipped
 
 

@@ -85,7 +85,7 @@ def breakdown(case_set: str, row: int) -> RowBreakdown:
     flops: dict[tuple[str, str], float] = defaultdict(float)
     head_dims = set()
     for layer in sc.layer_graph().layers:
-        for phase, ops in zip(PHASES, (layer.forward, layer.backward, layer.recompute_ops(par.recompute)), strict=True):
+        for phase, ops in zip(PHASES, (layer.forward, layer.backward, layer.recompute_ops(par.recompute_mode)), strict=True):
             for op in ops:
                 if op.kind == "collective":
                     continue

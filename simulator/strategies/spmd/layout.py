@@ -8,18 +8,20 @@ the GPU count (torchtitan's ``-1``).
 
 from __future__ import annotations
 
-from typing import Literal
+from typing import Literal, get_args
 
-from pydantic import BaseModel, ConfigDict, Field, field_validator
+from pydantic import BaseModel, ConfigDict, Field, field_validator, model_serializer
 
 from simulator.errors import ConfigError, no_bool_numbers
-from workloads.graph import ShardShape
+from workloads.graph import RECOMPUTE_MODULES, ShardShape, modules_mode
 from workloads.schema import TransformerSpec
 from workloads.tensor_parallel import tensor_parallel_graph
 from workloads.transformer_graph import TENSOR_PARALLEL_KINDS
 
 Schedule = Literal["gpipe", "1f1b", "interleaved", "zb-h1"]
 Recompute = Literal["none", "selective", "selective_op", "full"]
+RecomputeModule = Literal["core_attn", "moe_act", "layernorm", "mla_up_proj", "mlp", "moe", "shared_experts"]
+assert get_args(RecomputeModule) == RECOMPUTE_MODULES  # one list (workloads/graph.py), spelled for the schema
 
 
 class Parallelism(BaseModel):
@@ -70,6 +72,15 @@ class Parallelism(BaseModel):
                     "selective checkpointing (saves the mm outputs but every second, the attention and the "
                     "TP reduce-scatters; re-runs the norms, wk, w3 and the TP all-gathers; dense blocks); "
                     "full: the whole layer")
+    recompute_modules: tuple[RecomputeModule, ...] | None = Field(
+        default=None,
+        description="with recompute: selective, Megatron-Core's recompute_modules (--recompute-modules): the "
+                    "modules re-run in the backward, in place of the default: core_attn (the attention core), "
+                    "layernorm (the norms that are modules of their own: a MoE block's pre-MLP norm, MLA's input "
+                    "norm), mlp (a dense block's MLP), moe (a MoE block's experts, router and dispatch), moe_act "
+                    "(the routed experts' activation), shared_experts, mla_up_proj (MLA's up-projections); each "
+                    "keeps its input and drops what it saved (workloads/transformer_graph.py _module_drops). "
+                    "Unset: selective as described under recompute")
     micro_batch_size: int = Field(default=1, gt=0, description="sequences per micro-batch per replica")
     global_batch_size: int = Field(default=512, gt=0, description="sequences per optimizer step")
     moe_load_imbalance: float = Field(default=1.0, ge=1.0, description="tokens of the busiest expert / mean")
@@ -135,6 +146,30 @@ class Parallelism(BaseModel):
                     "Engine: the collective beside the whole GEMM) or async_tp (PyTorch AsyncTP, torchtitan: the "
                     "GEMM in tp chunks of m/tp rows, one chunk exposed, the reduce-scatter's partial chunks summed "
                     "by a kernel)")
+
+    @field_validator("recompute_modules", mode="before")
+    @classmethod
+    def _a_list(cls, value):
+        if isinstance(value, str):
+            raise ValueError(f"a list of module names (e.g. [layernorm, moe_act]), got the string {value!r}")
+        return value
+
+    @model_serializer(mode="wrap")
+    def _without_unset_modules(self, handler):
+        """Dumps (``--json``, search rows, sweeps) leave ``recompute_modules`` out when it is unset: a run that
+        does not set it dumps as before the field existed."""
+        data = handler(self)
+        if self.recompute_modules is None and isinstance(data, dict):
+            data.pop("recompute_modules", None)
+        return data
+
+    @property
+    def recompute_mode(self) -> str:
+        """The recompute mode the layer graph reads: ``recompute``, or with ``recompute_modules`` the module
+        list's mode string (workloads/graph.py ``modules_mode``: "selective:layernorm,moe_act")."""
+        if self.recompute_modules is None:
+            return self.recompute
+        return modules_mode(self.recompute_modules)
 
     @property
     def dp_degree(self) -> int:
@@ -239,6 +274,7 @@ def resolve_layout(par: Parallelism, model: TransformerSpec, num_gpus: int) -> P
     if par.tp_comm_overlap and not par.sequence_parallel:
         raise ConfigError("parallelism.tp_comm_overlap",
                           "needs sequence_parallel: true (it pipelines the all-gather / reduce-scatter pair)")
+    _check_recompute_modules(par, model)
     if par.recompute == "selective_op" and (not isinstance(model, TransformerSpec) or model.mla is not None
                                             or model.moe is not None):
         raise ConfigError("parallelism.recompute", "selective_op (torchtitan's per-op policy) is modelled for "
@@ -271,6 +307,43 @@ def resolve_layout(par: Parallelism, model: TransformerSpec, num_gpus: int) -> P
             f"interleaved schedule needs micro-batches per replica ({micro_batches}) divisible by pp ({par.pp})",
         )
     return par.model_copy(update={"dp": dp})
+
+
+def _check_recompute_modules(par: Parallelism, model) -> None:
+    """Refuse a ``recompute_modules`` list that Megatron-Core refuses or that names a module the model lacks
+    (megatron-core 0.16.1 ``transformer/transformer_config.py`` ``__post_init__``: mla_up_proj needs
+    multi-latent attention, moe_act needs grouped-GEMM experts; a module the model has none of would re-run
+    nothing: the same run as without it under another name)."""
+    modules = par.recompute_modules
+    if modules is None:
+        return
+    field = "parallelism.recompute_modules"
+    if par.recompute != "selective":
+        raise ConfigError(field, f"is read with recompute: selective (Megatron-Core recompute_granularity "
+                                 f"selective), got recompute: {par.recompute}")
+    if not modules:
+        raise ConfigError(field, "an empty list re-runs nothing: use recompute: none")
+    if len(set(modules)) != len(modules):
+        raise ConfigError(field, f"lists a module twice: {list(modules)}")
+    if not isinstance(model, TransformerSpec):
+        raise ConfigError(field, f"names Megatron-Core transformer modules; {model.name} is not a decoder transformer")
+    moe, mla = model.moe, model.mla
+    dense_layers = moe is None or any(not model.is_moe_layer(i) for i in range(model.num_layers))
+    missing = {
+        "mla_up_proj": None if mla is not None else "has no multi-latent attention (Megatron-Core: mla_up_proj "
+                                                     "needs multi_latent_attention)",
+        "moe_act": None if moe is not None else "has no mixture-of-experts layer (Megatron-Core: moe_act needs "
+                                                "moe_grouped_gemm)",
+        "moe": None if moe is not None else "has no mixture-of-experts layer",
+        "shared_experts": None if moe is not None and moe.num_shared_experts else "has no shared experts",
+        "mlp": None if dense_layers else "has no dense MLP layer (every layer is MoE: list moe or moe_act)",
+        "layernorm": None if moe is not None or mla is not None else
+        "fuses both norms into its GEMMs (Megatron-Core's Transformer Engine spec: the input norm into linear_qkv, "
+        "a dense layer's pre-MLP norm into linear_fc1), so no norm is recomputed: list mlp",
+    }
+    for module in modules:
+        if missing.get(module):
+            raise ConfigError(field, f"{module}: {model.name} {missing[module]}")
 
 
 def _check_expert_layout(par: Parallelism, model, dp: int) -> None:

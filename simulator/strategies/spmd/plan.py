@@ -399,7 +399,7 @@ class Planner:
             elif phase == "W":
                 ops = work.weight_grad_ops()
             else:
-                ops = work.recompute_ops(self.par.recompute)
+                ops = work.recompute_ops(self.par.recompute_mode)
             self._pass_ops[key] = ops
         return ops
 
@@ -1014,7 +1014,7 @@ class Planner:
                     start_gathers[g] = task
 
         last_chunk = self.chunks - 1
-        recompute = par.recompute
+        recompute = par.recompute_mode
         # the same for every pass (read once: the loop runs once per pass, 8,448 on a Megatron-1T fold point)
         per_layer_gathers = zero >= 3 and dp_size > 1
         zero_bubble = par.schedule == "zb-h1"
@@ -1361,7 +1361,7 @@ class Planner:
                 ops = ((self.head.backward if last else ()) + layers(lambda w: w.backward, backward)
                        + (self.embedding.backward if first else ()))
             else:
-                ops = layers(lambda w: w.recompute_ops(self.par.recompute), backward)
+                ops = layers(lambda w: w.recompute_ops(self.par.recompute_mode), backward)
             self._pass_ops[key] = ops
         return ops
 

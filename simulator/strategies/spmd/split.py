@@ -112,18 +112,18 @@ def split_choice(scenario, graph: LayerGraph) -> SplitChoice:
     par = scenario.parallelism
     t = scenario.training
     key = (id(graph), id(scenario.accelerator), repr((t.precision, t.fp8_gemms, t.fp8_recipe, t.tf32)),
-           par.recompute, par.tp, par.cp, par.dp, par.pp, par.virtual_stages, par.schedule, par.num_micro_batches,
+           par.recompute_mode, par.tp, par.cp, par.dp, par.pp, par.virtual_stages, par.schedule, par.num_micro_batches,
            id(scenario.node), scenario.num_gpus)
     hit = _BALANCED.get(key)
     if hit is not None and hit[0] is graph and hit[1] is scenario.accelerator:
         return hit[2]
-    costs_key = (id(graph), id(scenario.accelerator), key[2], par.recompute)
+    costs_key = (id(graph), id(scenario.accelerator), key[2], par.recompute_mode)
     costs_hit = _PASS_COSTS.get(costs_key)
     if costs_hit is None or costs_hit[0] is not graph or costs_hit[1] is not scenario.accelerator:
         if len(_PASS_COSTS) >= _BALANCED_KEPT:
             _PASS_COSTS.clear()
         costs_hit = _PASS_COSTS[costs_key] = (graph, scenario.accelerator,
-                                              layer_pass_costs(scenario, graph, par.recompute))
+                                              layer_pass_costs(scenario, graph, par.recompute_mode))
     forward, backward, (first_f, first_b), (last_f, last_b) = costs_hit[2]
     chunks = par.pp * par.virtual_stages
     n = len(forward)
