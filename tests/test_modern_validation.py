@@ -64,23 +64,24 @@ UNMET: dict[str, str] = {
 #: NeMo's BF16 rows (GPT-OSS-120B, 64 H100, tp1 pp4 ep8; sliding window and sinks simulated; all held out, no fit
 #: row in their group): the set's figure with the catalog constants, and as a user naming nemo gets it.
 NEMO_BF16 = (
-    "GPT-OSS-120B BF16, held out, catalog constants (no fit row in nemo|h100-sxm-80g|bf16): rows 41/46/51/57 "
-    "+31.5/+31.8/+28.0/+27.8%, row 63 (mbs 4) +16.9% and predicted OOM (131.5 of 78 GiB usable; it ran; "
-    "memory_rows.UNEXPLAINED_OOM): median 28.0%, max 31.8% (52.5% / 57.1% before Megatron-Core's clamp and "
+    "GPT-OSS-120B BF16, held out, catalog constants (no fit row in nemo|h100-sxm-80g|bf16), with the recipe's "
+    "selective recompute of layernorm and moe_act (megatron-bridge 0.6.2 perf_recipes; parallelism.recompute_modules): "
+    "rows 41/46/51/57 +27.7/+28.0/+24.3/+24.1%, row 63 (mbs 4; the recipe's modules assumed) +13.3% and predicted OOM "
+    "(91.5 of 78 GiB usable, 131.5 without the recompute; it ran; memory_rows.UNEXPLAINED_OOM): median 24.3%, max "
+    "28.0% (+31.5/+31.8/+28.0/+27.8/+16.9% without the recompute; 52.5% / 57.1% before Megatron-Core's clamp and "
     "per-expert bias kernels were priced: workloads/graph.py _expert_bias_and_clamp). As a user naming nemo gets "
     "it (its H100 FP8 entry carried to BF16, derived: gemm_scale 0.9756 and moe_layer_fixed_us 3.0 ms): "
-    "+7.7/+7.9/+4.8/+4.6/+9.0%, median 7.7%, max 9.0%: the catalog constants lack the fixed time per MoE layer "
+    "+5.1/+5.4/+2.3/+2.2/+5.8%, median 5.1%, max 5.8%: the catalog constants lack the fixed time per MoE layer "
     "and micro-batch that every NeMo MoE row shows (fitted on the FP8 half; the set's rule keeps a group without "
-    "fit rows on the catalog). Every layer at full attention instead of the alternating window: +25.7% (row 41); "
-    "the recipe's selective recompute of layernorm and moe_act (megatron-bridge 0.6.2 perf_recipes) is not "
-    "represented (about 0.4 ms per MoE layer and micro-batch)")
+    "fit rows on the catalog). Every layer at full attention instead of the alternating window: +25.7% (row 41, "
+    "before the recompute)")
 #: The sets also judged as a user gets them: each row with ``training.framework`` naming its framework (the
 #: shipped profile, fitted / carried over / assumed as for any run; validation/modern/registry.py user_profile).
 USER_SETS = ("nemo", "torchtitan", "llmfoundry", "other", "vtrain_single", "vtrain_multi", "cnn_dle", "cnn_lambda")
 #: Held-out targets not met as a user gets them: the figure and why.
 UNMET_USER: dict[str, str] = {
     "nemo": "as a user naming nemo gets it: FP8 6.6% / 19.5%, 1 row predicted OOM: the fitted figure (NeMo's one "
-            "fitted entry, H100 FP8); BF16 (GPT-OSS-120B, the FP8 entry carried) 7.7% / 9.0%, 1 row predicted "
+            "fitted entry, H100 FP8); BF16 (GPT-OSS-120B, the FP8 entry carried) 5.1% / 5.8%, 1 row predicted "
             "OOM; see UNMET['nemo'] and NEMO_BF16",
     "llmfoundry": "as a user naming llm-foundry gets it: 3.7% / 32.5%: the fitted figure (every row's accelerator and "
                   "precision has its entry); see UNMET['llmfoundry']",
