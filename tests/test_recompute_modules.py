@@ -135,20 +135,37 @@ def _toy_moe_raw(modules, **par) -> dict:
     return raw
 
 
-def test_recompute_time_is_the_rerun_kernels_exactly():
-    # one GPU, one micro-batch: the recompute category is L x the listed modules' kernels of one block, and the
-    # step is the step without recompute plus that
-    sc = load_scenario(_toy_moe_raw(["layernorm", "moe_act"]))
+def _toy_dense_raw(modules) -> dict:
+    raw = _toy_moe_raw(modules)
+    raw["model"].pop("moe")
+    return raw
+
+
+@pytest.mark.parametrize(("make", "modules", "names"), [
+    (_toy_moe_raw, ["layernorm", "moe_act"], ["ln2", "expert_act_clamp", "expert_act"]),
+    (_toy_moe_raw, ["layernorm"], ["ln2"]),
+    (_toy_moe_raw, ["moe_act"], ["expert_act_clamp", "expert_act"]),
+    (_toy_moe_raw, ["shared_experts"], ["shared_fc1", "shared_act", "shared_fc2"]),
+    (_toy_moe_raw, ["moe"], ["router", "router_topk_permute", "expert_fc1", "expert_act_clamp", "expert_act",
+                             "expert_fc2", "expert_fc2_bias", "unpermute_weighted_sum", "shared_fc1", "shared_act",
+                             "shared_fc2"]),
+    (_toy_moe_raw, ["core_attn"], ["attn_scores", "softmax_dropout", "attn_values"]),
+    (_toy_dense_raw, ["mlp"], ["ln2", "fc1", "swiglu", "fc2"]),
+])
+def test_recompute_time_is_the_rerun_kernels_exactly(make, modules, names):
+    # one GPU, one micro-batch: the recompute category is L x the listed modules' kernels of one block, the step
+    # is the step without recompute plus that, and the hardware FLOPs add the re-run GEMMs' FLOPs
+    sc = load_scenario(make(modules))
     result = simulate(sc)
     compute = ComputeModel(sc.accelerator, "bf16")
     ops = sc.layer_graph().layers[1].recompute_ops(sc.parallelism.recompute_mode)
-    assert [op.name for op in ops] == ["ln2", "expert_act_clamp", "expert_act"]
+    assert [op.name for op in ops] == names
     assert result.time_breakdown_s["recompute"] == pytest.approx(L * sum(compute.time_s(op) for op in ops),
                                                                  rel=1e-9)
-    none = simulate(load_scenario(_toy_moe_raw(None)))
+    none = simulate(load_scenario(make(None)))
     assert result.step_time_s == pytest.approx(none.step_time_s + result.time_breakdown_s["recompute"], rel=1e-9)
-    # hardware FLOPs add the re-run GEMMs only: none of these three ops is a GEMM
-    assert result.hardware_flops_per_step == pytest.approx(none.hardware_flops_per_step)
+    rerun = sum(op.flops for op in ops if op.kind in ("gemm", "attention"))
+    assert result.hardware_flops_per_step - none.hardware_flops_per_step == pytest.approx(L * rerun, rel=1e-9)
 
 
 def test_peak_memory_drops_the_listed_modules_bytes():
