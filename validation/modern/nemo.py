@@ -65,9 +65,10 @@ set no recompute (``qwen/h100/qwen3_moe.py``; only its BF16 ``_hybridep_dev`` co
 ``["moe_act", "layernorm"]``); DeepSeek-V3's 1,024-GPU configs set ``["mla_up_proj", "mlp"]``
 (``deepseek/h100/deepseek_v3.py``), but rows 69/70 are 25.09, run by NeMo 2.5.0's
 ``scripts/performance/llm/pretrain_deepseek_v3.py``, which clears the recipe's recompute unless its recommended-
-config CSV (not in the wheel) names modules: unknown, mapped without; Llama 3 8B and 70B LoRA use full recompute of
-some layers (``recompute_method: block``, ``llama/h100/llama3.py``; not a module list, not represented: a
-per-layer count of full recompute is not modelled).
+config CSV (not in the wheel) names modules: unknown, mapped without. Llama 3 (``llama/h100/llama3.py``,
+``llama31.py``): no module list; the 70B pretrain/SFT, the 70B LoRA FP8 config (row 38) and 405B set no recompute;
+the 8B FP8 pretrain config recomputes 5 whole layers a stage (``recompute_method: block``), but rows 60/66 are
+25.11/25.09 runs of other scripts, and a count of fully recomputed layers is not modelled.
 Two Qwen3-30B-A3B pp2 ep8 rows (26.02, 25.11) are set aside (:data:`SET_ASIDE`): the same configuration
 ran 1.8-2x faster in the neighbouring release, and the faster figures agree with the pp1 ep16 rows.
 """
