@@ -48,9 +48,10 @@ memory). The engine keeps each counter's value over time and its peak (:attr:`En
 :attr:`Engine.counter_peaks`); it gives them no meaning. Frees at an instant are applied before the
 allocations of the tasks they release (a stream's next task starts after its previous one ends).
 
-The core: one event loop over a heap of (time, priority, sequence, callback, argument), no process
-per stream and no generator resumed per task: a stream is a position in its task list and a few
-continuations. It processes events in exactly SimPy's order (time, then urgent before normal, then
+The core: one event loop over a heap of (time, priority, sequence, callback, argument), beside it a
+FIFO of the normal events scheduled for the current instant (merged by sequence: the same order, half the
+events without a heap push and pop), no process per stream and no generator resumed per task: a stream is
+a position in its task list and a few continuations. It processes events in exactly SimPy's order (time, then urgent before normal, then
 the order they were scheduled; a waiting stream resumes in the callbacks of the event it waits on, in
 the order it registered; a wait on several events resumes one scheduling step after the last one), so
 it reproduces the SimPy engine (simulator/engine/simpy_engine.py, the reference it replaced) task for
