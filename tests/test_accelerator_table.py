@@ -1,4 +1,4 @@
-"""The README table per accelerator (issue 23: "calibrated on what, held-out error, and what is still assumed") is
+"""The table per accelerator in docs/validation.md (issue 23: "calibrated on what, held-out error, and what is still assumed") is
 the output of validation/modern/by_accelerator.py and has a row for every catalog accelerator.
 
 The end-to-end column reads the cached per-row errors (validation/modern/heldout_errors.csv): simulating the
@@ -26,26 +26,26 @@ ROOT = Path(__file__).resolve().parents[1]
 
 
 @pytest.fixture(scope="module")
-def readme_rows() -> dict[str, list[str]]:
-    lines = table.readme_table().splitlines()
+def doc_rows() -> dict[str, list[str]]:
+    lines = table.doc_table().splitlines()
     assert lines[0].startswith("| accelerator |") and set(lines[1]) <= set("|-")
     return {cells[0]: cells for cells in ([c.strip() for c in line.strip("|").split(" | ")] for line in lines[2:])}
 
 
-def test_every_catalog_accelerator_has_one_row(readme_rows):
-    assert sorted(readme_rows) == sorted(ACCELERATORS.names())
-    assert len(readme_rows) >= 28
-    assert all(len(cells) == len(table.HEADER) for cells in readme_rows.values())
+def test_every_catalog_accelerator_has_one_row(doc_rows):
+    assert sorted(doc_rows) == sorted(ACCELERATORS.names())
+    assert len(doc_rows) >= 28
+    assert all(len(cells) == len(table.HEADER) for cells in doc_rows.values())
 
 
-def test_the_readme_table_is_the_generators_output():
-    # end to end, as the README says to run it
+def test_the_doc_table_is_the_generators_output():
+    # end to end, as docs/validation.md says to run it
     done = subprocess.run([sys.executable, "-m", "validation.modern", "--by-accelerator"], capture_output=True,
                           text=True, cwd=ROOT, check=False)
     assert done.returncode == 0, done.stderr
-    assert done.stdout.strip("\n") == table.readme_table(), (
-        "README.md's accelerator table differs from `python -m validation.modern --by-accelerator`: run "
-        "`python -m validation.modern.by_accelerator --readme` (or `--write` where a figure moved)")
+    assert done.stdout.strip("\n") == table.doc_table(), (
+        "docs/validation.md's accelerator table differs from `python -m validation.modern --by-accelerator`: run "
+        "`python -m validation.modern.by_accelerator --doc` (or `--write` where a figure moved)")
 
 
 def test_cache_holds_every_set_and_line():
@@ -55,14 +55,14 @@ def test_cache_holds_every_set_and_line():
     assert len({(r["set"], r["line"], r["row"]) for r in rows}) == len(rows)
 
 
-def test_a_part_without_published_rows_says_none(readme_rows):
+def test_a_part_without_published_rows_says_none(doc_rows):
     # no training run on these parts is in the data: the cell says so, it does not borrow a sibling's figure
     for part in ("t4", "l4", "a10g", "a40", "rtx-3090", "rtx-4090", "gtx-1080ti", "rtx-2080ti", "mi250x-gcd",
                  "v100-pcie-16g", "b200", "b300", "gb200", "gb300", "h800-sxm-80g", "mi325x", "mi355x"):
-        assert readme_rows[part][4] == "none", part
+        assert doc_rows[part][4] == "none", part
     # the derived boards carry only their own derived-parts rows
-    assert readme_rows["h100-pcie-80g"][4].startswith("cnn_lambda derived-parts line n=12 ")
-    assert "cnn_dle derived-parts line n=16 " in readme_rows["v100-sxm-32g"][4]
+    assert doc_rows["h100-pcie-80g"][4].startswith("cnn_lambda derived-parts line n=12 ")
+    assert "cnn_dle derived-parts line n=16 " in doc_rows["v100-sxm-32g"][4]
 
 
 def test_end_to_end_cell_counts_a_variant_under_its_part_and_names_it():
@@ -79,20 +79,20 @@ def test_end_to_end_cell_counts_a_variant_under_its_part_and_names_it():
     assert table.end_to_end_cell("h200-sxm-141g", rows) == "none"
 
 
-def test_states_come_from_the_specs(readme_rows):
+def test_states_come_from_the_specs(doc_rows):
     # derived from the sibling, by the spec's own marker; never listed as calibrated
-    assert "b200 x 1.00" in readme_rows["b300"][2] and readme_rows["b300"][1] == "none"
+    assert "b200 x 1.00" in doc_rows["b300"][2] and doc_rows["b300"][1] == "none"
     # measured nowhere: the part's GEMM curves and collectives are assumed
-    assert "gemm (fp16, fp32)" in readme_rows["t4"][6] and "intra_node_collectives (g4dn-12xlarge)" in readme_rows["t4"][6]
+    assert "gemm (fp16, fp32)" in doc_rows["t4"][6] and "intra_node_collectives (g4dn-12xlarge)" in doc_rows["t4"][6]
     # a constant measured for some runs only: where it is, and assumed otherwise (B200's grouped kernel: torchtitan)
-    assert "grouped_gemm in bf16 torchtitan: gemm_microbench.csv" in readme_rows["b200"][1]
-    assert "grouped_gemm otherwise" in readme_rows["b200"][6]
+    assert "grouped_gemm in bf16 torchtitan: gemm_microbench.csv" in doc_rows["b200"][1]
+    assert "grouped_gemm otherwise" in doc_rows["b200"][6]
     # no grouped kernel measured on Hopper and B200's not carried there: assumed for every framework, none derived
-    assert "grouped_gemm" not in readme_rows["h100-sxm-80g"][2] and "b200 by rule" not in readme_rows["h100-sxm-80g"][2]
-    assert "grouped_gemm," in readme_rows["h100-sxm-80g"][6]
-    assert "grouped_gemm," in readme_rows["a100-sxm-80g"][6]  # nothing carried outside Hopper and Blackwell
+    assert "grouped_gemm" not in doc_rows["h100-sxm-80g"][2] and "b200 by rule" not in doc_rows["h100-sxm-80g"][2]
+    assert "grouped_gemm," in doc_rows["h100-sxm-80g"][6]
+    assert "grouped_gemm," in doc_rows["a100-sxm-80g"][6]  # nothing carried outside Hopper and Blackwell
     # a framework profile entry fitted on the part's rows is named with its rows
-    assert "megatron-deepspeed fp16 (783 fit-half rows of vtrain2024_ground_truth_single.csv" in readme_rows["a100-sxm-80g"][1]
+    assert "megatron-deepspeed fp16 (783 fit-half rows of vtrain2024_ground_truth_single.csv" in doc_rows["a100-sxm-80g"][1]
 
 
 def test_provenance_matches_what_simulate_reports():

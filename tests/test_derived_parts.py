@@ -165,7 +165,7 @@ def test_dle_inconsistent_efficientnet_table_rows_are_set_aside_or_flagged():
 @pytest.mark.slow
 @pytest.mark.parametrize("name", ["cnn_dle", "cnn_lambda"])
 def test_cached_derived_errors_are_current(derived_reports, name):
-    # the README table per accelerator reads validation/modern/heldout_errors.csv (tests/test_accelerator_table.py)
+    # the table per accelerator (docs/validation.md) reads validation/modern/heldout_errors.csv (tests/test_accelerator_table.py)
     from validation.modern.by_accelerator import DERIVED_LINE, STALE_HINT, stale_rows
 
     current = [(c["row"], c["relative_error"], c["fits"]) for c in _derived(derived_reports, name)["cases"]

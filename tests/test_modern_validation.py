@@ -211,7 +211,7 @@ def test_report_splits_precisions_and_accelerators(reports):
 
 @pytest.mark.parametrize("name", list(SETS))
 def test_cached_heldout_errors_are_current(reports, name):
-    # the README table per accelerator reads validation/modern/heldout_errors.csv (tests/test_accelerator_table.py)
+    # the table per accelerator (docs/validation.md) reads validation/modern/heldout_errors.csv (tests/test_accelerator_table.py)
     from validation.modern.by_accelerator import SET_LINE, STALE_HINT, stale_rows
 
     current = [(c["row"], c["relative_error"], c["fits"]) for c in _report(reports, name)["cases"]]

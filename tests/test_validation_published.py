@@ -57,7 +57,7 @@ def test_calibration_rows_are_not_validation_rows():
 
 @pytest.mark.parametrize("case_set", list(CASE_SETS))
 def test_cached_errors_are_current(results, case_set):
-    # the README table per accelerator reads validation/modern/heldout_errors.csv (tests/test_accelerator_table.py)
+    # the table per accelerator (docs/validation.md) reads validation/modern/heldout_errors.csv (tests/test_accelerator_table.py)
     from validation.modern.by_accelerator import SET_LINE, STALE_HINT, stale_rows
 
     names = [c.name for c in CASE_SETS[case_set].cases()]

@@ -15,8 +15,8 @@ framework x accelerator x precision as a Markdown table, and the choice on parts
 validation result. ``--fit``: fit the framework
 constants of each set on its fit half (``--write`` saves them to validation/profiles/ and the shipped
 framework profiles to hardware_specs/frameworks/; ``--ship`` writes the latter again from the former). Exit code 1
-when a reported set, or its derived-parts line, misses its target. ``--by-accelerator``: the README table per
-catalog accelerator (validation/modern/by_accelerator.py).
+when a reported set, or its derived-parts line, misses its target. ``--by-accelerator``: the table per
+catalog accelerator in docs/validation.md (validation/modern/by_accelerator.py).
 """
 
 from __future__ import annotations
@@ -198,10 +198,10 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--no-user-profile", dest="user_profile", action="store_false",
                         help="skip the pass with the shipped profile of each row's framework (training.framework)")
     parser.add_argument("--framework-table", action="store_true",
-                        help="print the README table of training.framework: held-out error per framework x "
+                        help="print the table of training.framework: held-out error per framework x "
                              "accelerator x precision as a user gets it, and the choice on unmeasured parts")
     parser.add_argument("--by-accelerator", action="store_true",
-                        help="print the README table per catalog accelerator: calibrated on what, held-out error end "
+                        help="print the table per catalog accelerator (docs/validation.md): calibrated on what, held-out error end "
                              "to end and on microbenchmarks, what is still assumed (validation/modern/by_accelerator.py; "
                              "its end-to-end column from the cached per-row errors)")
     parser.add_argument("--ship", action="store_true",

@@ -24,9 +24,10 @@ Every cell is generated, none typed:
   attention kernels, the grouped GEMM), validation/calibrate_collectives.py (collectives inside a node) and
   validation/calibrate_collectives_cross.py (across nodes; set-aside rows counted apart), recomputed here (< 1 s).
 
-``python -m validation.modern.by_accelerator`` prints the rows; ``--markdown`` the README table (as does
+``python -m validation.modern.by_accelerator`` prints the rows; ``--markdown`` the table (as does
 ``python -m validation.modern --by-accelerator``); ``--write`` re-simulates the held-out rows, writes the cache and
-replaces the README table (between its two marker lines); ``--readme`` replaces the table from the cache alone.
+replaces the table in docs/validation.md (between its two marker lines; it lived in README.md until the eleventh
+session); ``--doc`` (alias ``--readme``) replaces the table from the cache alone.
 """
 
 from __future__ import annotations
@@ -42,7 +43,8 @@ from functools import cache
 from pathlib import Path
 
 CACHE = Path(__file__).with_name("heldout_errors.csv")
-README = Path(__file__).resolve().parents[2] / "README.md"
+#: The document that holds the table (between BEGIN and END); README.md until the eleventh session.
+TABLE_DOC = Path(__file__).resolve().parents[2] / "docs" / "validation.md"
 BEGIN = "<!-- accelerator table: python -m validation.modern.by_accelerator --write generates it; not edited by hand -->"
 END = "<!-- end of the accelerator table -->"
 CACHE_FIELDS = ("set", "line", "row", "accelerator", "precision", "relative_error", "fits")
@@ -133,7 +135,7 @@ def load_cache(path: Path = CACHE) -> list[dict]:
 #: How far a cached error may sit from a fresh run's (the cache keeps 5 decimals).
 CACHE_TOLERANCE = 1e-4
 STALE_HINT = ("validation/modern/heldout_errors.csv is stale: run `python -m validation.modern.by_accelerator --write` "
-              "(re-simulates the held-out rows, rewrites the cache and the README table per accelerator)")
+              "(re-simulates the held-out rows, rewrites the cache and the table per accelerator in docs/validation.md)")
 
 
 def stale_rows(name: str, line: str, current: Iterable[tuple[int, float | None, bool | None]],
@@ -457,14 +459,14 @@ def markdown(cached: list[dict] | None = None) -> str:
     return "\n".join(lines)
 
 
-def readme_table(text: str | None = None) -> str:
-    """The table between the README's two marker lines."""
-    text = README.read_text() if text is None else text
+def doc_table(text: str | None = None) -> str:
+    """The table between docs/validation.md's two marker lines."""
+    text = TABLE_DOC.read_text() if text is None else text
     start, end = text.index(BEGIN) + len(BEGIN), text.index(END)
     return text[start:end].strip("\n")
 
 
-def write_readme(table: str, path: Path = README) -> Path:
+def write_doc(table: str, path: Path = TABLE_DOC) -> Path:
     text = path.read_text()
     start, end = text.index(BEGIN) + len(BEGIN), text.index(END)
     path.write_text(text[:start] + "\n" + table + "\n" + text[end:])
@@ -474,24 +476,24 @@ def write_readme(table: str, path: Path = README) -> Path:
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m validation.modern.by_accelerator",
                                      description=__doc__.split("\n\n")[0])
-    parser.add_argument("--markdown", action="store_true", help="print the README table")
+    parser.add_argument("--markdown", action="store_true", help="print the table (as docs/validation.md holds it)")
     parser.add_argument("--write", action="store_true",
                         help="simulate the held-out rows again (~40 CPU-s), write validation/modern/heldout_errors.csv "
-                             "and replace the README table; and write hardware_specs/frameworks/default_heldout.csv "
+                             "and replace the table in docs/validation.md; and write hardware_specs/frameworks/default_heldout.csv "
                              "(validation/modern/default_framework.py: the same rows with the catalog constants alone)")
-    parser.add_argument("--readme", action="store_true",
-                        help="replace the README table from the cached errors, no simulation (a spec's provenance "
+    parser.add_argument("--doc", "--readme", dest="doc", action="store_true",
+                        help="replace the table in docs/validation.md from the cached errors, no simulation (a spec's provenance "
                              "changed, no figure did)")
     parser.add_argument("--workers", type=int, default=2)
     args = parser.parse_args(argv)
-    if args.readme:
-        print(f"wrote {write_readme(markdown())}")
+    if args.doc:
+        print(f"wrote {write_doc(markdown())}")
         return 0
     if args.write:
         from validation.modern import default_framework
 
         print(f"wrote {write_cache(heldout_errors(args.workers))}")
-        print(f"wrote {write_readme(markdown())}")
+        print(f"wrote {write_doc(markdown())}")
         # the same rows with the catalog constants alone: what a run naming no training.framework is told
         print(f"wrote {default_framework.write(default_framework.catalog_only_lines(args.workers))}")
         return 0

@@ -1,4 +1,4 @@
-"""The README table of ``training.framework``: framework x accelerator x precision, the profile entry a user
+"""The table of ``training.framework``: framework x accelerator x precision, the profile entry a user
 gets there (calibrated, derived, assumed) and the held-out error as a user gets it, beside the catalog
 constants alone; then what a user gets on the parts no row of the framework ran on (Blackwell, H200,
 AMD), from the shipped profiles alone (nothing simulated).
