@@ -8,7 +8,10 @@ repeated slugs), so renaming a heading without its links fails here.
 
 from __future__ import annotations
 
+import os
 import re
+import subprocess
+import sys
 from pathlib import Path
 
 import pytest
@@ -90,3 +93,18 @@ def test_readme_validation_summary_states_docs_figures():
                    for line in lines):
             missing.append((cells[0], figures))
     assert not missing, missing
+
+
+def test_readme_quickstart_is_the_default_runs_output():
+    # the README shows `clustersim simulate`'s output as printed: a change to the default or to its figures that
+    # leaves the README behind fails here
+    readme = (ROOT / "README.md").read_text()
+    block = re.search(r"```text\n\$ clustersim simulate\n(.+?)\n```", readme, re.S)
+    assert block, "the README's quickstart output block is missing"
+    shown = block.group(1).splitlines()
+    done = subprocess.run([sys.executable, "-m", "simulator", "simulate"], capture_output=True, text=True, cwd=ROOT,
+                          env={**os.environ, "PYTHONPATH": str(ROOT)}, timeout=300, check=False)
+    assert done.returncode == 0, done.stderr
+    printed = done.stdout.splitlines()
+    assert len(shown) >= 30 and printed[:len(shown)] == shown
+    assert printed[len(shown)].startswith("  WARNING:")  # what the README says it cut
