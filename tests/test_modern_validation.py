@@ -30,7 +30,7 @@ from validation.modern.registry import SETS, built, derived_cases, evaluate, rep
 ROWS = {"nemo": 73, "torchtitan": 57, "llmfoundry": 216, "other": 65, "vtrain_single": 1440, "vtrain_multi": 109,
         "cnn_dle": 140, "cnn_lambda": 258}
 
-#: Held-out targets not met today: the measured figure and why (see README "How far off it is").
+#: Held-out targets not met today: the measured figure and why (see docs/validation.md).
 UNMET: dict[str, str] = {
     "nemo": "FP8 held-out time errors met: median |error| 6.6%, max 19.5% over 26 rows with the four LoRA rows (13-15, "
             "38: -17.7, -19.5, -9.7, -14.6%; 5.9% / 16.1% over the 22 others) (DeepSeek-V3 row 69, -16.1%; Qwen3-30B-A3B "
