@@ -779,6 +779,9 @@ def _layout(doc: ScenarioFile, model, num_gpus: int, strategy) -> Parallelism:
         if doc.training.finetune is not None:
             raise ConfigError("parallelism.recompute_modules", "with training.finetune (LoRA) is not priced (the "
                                                                "adapters' saved inputs inside a recomputed module)")
+    if doc.parallelism.recompute_method is not None and kind.name != DEFAULT_KIND:  # the others read recompute alone
+        raise ConfigError("parallelism.recompute_method", f"Megatron-Core's partial full recompute is priced by the "
+                                                          f"{DEFAULT_KIND} kind only, got strategy kind {kind.name}")
     if doc.training.optimizer_fusion not in ("none", *kind.optimizer_fusion):
         fusion = doc.training.optimizer_fusion
         modelled = ", ".join(name for name, other in load_kinds().items() if fusion in other.optimizer_fusion)

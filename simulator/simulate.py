@@ -496,7 +496,11 @@ def _step_flops(scenario: Scenario) -> ModelFlops:
     forward + backward by the graph's rule (a transformer's 3 x forward), hardware FLOPs with the
     recomputed forward. The same sum for every network."""
     par = scenario.parallelism
-    return _unsharded_graph(scenario).step_flops(par.global_batch_size, par.recompute_mode)
+    graph = _unsharded_graph(scenario)
+    if getattr(par, "recompute_method", None) is None:
+        return graph.step_flops(par.global_batch_size, par.recompute_mode)
+    # partial full recompute: which layers are re-run depends on the chunks' layers
+    return graph.step_flops(par.global_batch_size, par.recompute_mode, tuple(chunk_counts(scenario, graph)))
 
 
 def stage_breakdowns(plan: Plan, critical: str, makespan: float) -> dict[int, dict[str, float]]:

@@ -240,7 +240,7 @@ class LayerWork:
 def recompute_ops_of(forward: tuple[Op, ...], recompute: str) -> tuple[Op, ...]:
     """The ops of ``forward`` re-run before the backward under ``recompute`` (see
     :meth:`LayerWork.recompute_ops`)."""
-    if recompute == "full":
+    if recompute == "full" or recompute.startswith(PARTIAL_FULL_PREFIX):  # a layer that is re-run at all
         return forward
     if recompute == "selective":
         return tuple(op for op in forward if op.recompute_class in ("attention_core", "selective"))
@@ -258,6 +258,52 @@ RECOMPUTE_MODULES = ("core_attn", "moe_act", "layernorm", "mla_up_proj", "mlp", 
 #: :data:`RECOMPUTE_MODULES` order, comma-separated. The layer graph reads it (``recompute_ops_of``,
 #: ``workloads.layer_graph.Layer.kept_bytes``) where the other modes are their plain names.
 MODULES_PREFIX = "selective:"
+
+
+#: Megatron-Core's partial full recompute (``recompute_granularity: full`` with ``recompute_method`` and
+#: ``recompute_num_layers``, megatron-core 0.16.1 ``transformer/transformer_config.py``): the mode string
+#: ``full:<method>:<N>`` (``Parallelism.recompute_mode``). Per layer it reads as ``full`` (a layer that is re-run
+#: re-runs its whole forward and keeps its input); which layers of a chunk are re-run and which inputs are kept is
+#: :func:`full_units`'.
+PARTIAL_FULL_PREFIX = "full:"
+
+
+def partial_full_mode(method: str, num_layers: int) -> str:
+    """The recompute mode string of ``recompute_method`` / ``recompute_num_layers`` (:data:`PARTIAL_FULL_PREFIX`)."""
+    return f"{PARTIAL_FULL_PREFIX}{method}:{num_layers}"
+
+
+def partial_full_of(recompute: str) -> tuple[str, int] | None:
+    """(method, num_layers) of a :func:`partial_full_mode` string; None for the other modes."""
+    if not recompute.startswith(PARTIAL_FULL_PREFIX):
+        return None
+    method, num_layers = recompute[len(PARTIAL_FULL_PREFIX):].split(":")
+    return method, int(num_layers)
+
+
+def full_units(recompute: str, count: int) -> tuple[tuple[int, int], ...]:
+    """The checkpoint units ((first, end) positions, end exclusive) of a model chunk of ``count`` layers under
+    a full recompute mode; a position in no unit is run plainly and keeps what it saves. Megatron-Core 0.16.1
+    ``transformer/transformer_block.py`` ``TransformerBlock._checkpointed_forward``, over the block's own
+    layers (``num_layers_per_pipeline_rank = len(self.layers)``: one virtual-pipeline chunk's with interleaving):
+
+    - ``uniform`` N: ``checkpoint_handler(custom(i, i + N))`` for i = 0, N, 2N, ...: units of N consecutive
+      layers, each keeping only its first layer's input and re-running all N forwards before the backward of
+      its last (N must divide the chunk's layers: ``custom`` indexes ``self.layers`` up to i + N);
+    - ``block`` N: ``checkpoint_handler(custom(i, i + 1))`` for the chunk's first N layers (``layer_idx <
+      recompute_num_layers``), the rest run plainly (all of them where the chunk has fewer);
+    - ``full`` (every layer its own unit): ``uniform`` 1, what the simulator priced before the fields existed.
+
+    Not modelled: under FP8 ``block`` skips a layer whose input needs no gradient
+    (``recompute_skip_num_layers``); a block's input always does (``make_viewless_tensor(requires_grad=True)``
+    in ``TransformerBlock.forward``)."""
+    spec = partial_full_of(recompute)
+    if spec is None:
+        return tuple((i, i + 1) for i in range(count)) if recompute == "full" else ()
+    method, n = spec
+    if method == "block":
+        return tuple((i, i + 1) for i in range(min(n, count)))
+    return tuple((i, min(i + n, count)) for i in range(0, count, n))
 
 
 def modules_mode(modules) -> str:

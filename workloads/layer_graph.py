@@ -75,7 +75,17 @@ from dataclasses import dataclass, field, replace
 from typing import Literal
 
 from simulator.errors import ConfigError
-from workloads.graph import MODULES_PREFIX, ModelFlops, Op, gemm_class, modules_of_mode, recompute_ops_of
+from workloads.graph import (
+    MODULES_PREFIX,
+    PARTIAL_FULL_PREFIX,
+    ModelFlops,
+    Op,
+    full_units,
+    gemm_class,
+    modules_of_mode,
+    partial_full_of,
+    recompute_ops_of,
+)
 
 GRADIENT_SUM = "gradient_sum"   # the op-name token (memory-kernel class) of a fan-out's gradient add
 
@@ -189,7 +199,7 @@ class Layer:
         full-recompute checkpoint when the layer states none). Full recompute of a layer that is
         its own checkpoint unit (a transformer block); a graph of smaller layers checkpoints
         groups of them (simulator/memory/checkpoints.py)."""
-        if recompute == "full":
+        if recompute == "full" or recompute.startswith(PARTIAL_FULL_PREFIX):  # a layer that is checkpointed
             return self.checkpoint_bytes if self.checkpoint_bytes is not None else min(self.saved_bytes, input_bytes)
         if recompute == "selective" and self.saved_bytes_selective is not None:
             return self.saved_bytes_selective
@@ -263,7 +273,7 @@ class LayerGraph:
     def saved_bytes(self) -> float:
         return sum(layer.saved_bytes for layer in self.layers)
 
-    def step_flops(self, global_batch: int, recompute: str) -> ModelFlops:
+    def step_flops(self, global_batch: int, recompute: str, chunk_layers: tuple[int, ...] | None = None) -> ModelFlops:
         """FLOPs per optimizer step of ``global_batch`` samples, summed over this graph's ops
         (:data:`FLOPS_KINDS`; per micro-batch of ``micro_batch`` samples, scaled): model FLOPs
         forward + backward by ``model_flops_rule`` (MFU's numerator), hardware FLOPs forward +
@@ -271,15 +281,18 @@ class LayerGraph:
         the pipelined layers are re-run: a prologue and epilogue (a transformer's embedding and LM head)
         keep their activations (Narayanan et al. 2021 Eq. 3 counts no recomputed head). Layers that
         share their kernels (a transformer's blocks of one kind) are summed once and counted n times.
-        Cached on the graph per recompute mode (a search asks for every layout)."""
-        sums = self._flops.get(recompute)
+        Cached on the graph per recompute mode (a search asks for every layout). Under a partial full recompute
+        (``full:<method>:<N>``, workloads/graph.py :func:`~workloads.graph.full_units`) ``chunk_layers``, the
+        pipelined layers of every model chunk in order, says which layers are re-run."""
+        key = recompute if partial_full_of(recompute) is None else (recompute, tuple(chunk_layers))
+        sums = self._flops.get(key)
         if sums is None:
-            sums = self._flops[recompute] = self._flops_per_micro_batch(recompute)
+            sums = self._flops[key] = self._flops_per_micro_batch(recompute, chunk_layers)
         model, hardware = sums
         return ModelFlops(model * global_batch / self.micro_batch, hardware * global_batch / self.micro_batch,
                           self.flops_counted_layers(), len(self.layers))
 
-    def _flops_per_micro_batch(self, recompute: str) -> tuple[float, float]:
+    def _flops_per_micro_batch(self, recompute: str, chunk_layers=None) -> tuple[float, float]:
         def flops(ops: tuple[Op, ...]) -> float:
             return sum(op.flops for op in ops if op.kind in FLOPS_KINDS)
 
@@ -296,6 +309,12 @@ class LayerGraph:
             frozen += count * sum(op.flops for op in layer.forward if op.frozen and op.kind == "gemm")
             if pipelined:
                 recomputed += count * flops(layer.recompute_ops(recompute))
+        if partial_full_of(recompute) is not None:  # the layers of the chunks' checkpoint units alone
+            recomputed, start = 0.0, first
+            for count in chunk_layers:
+                for unit_first, unit_end in full_units(recompute, count):
+                    recomputed += sum(flops(self.layers[start + i].forward) for i in range(unit_first, unit_end))
+                start += count
         model = 3 * forward - frozen if self.model_flops_rule == "three_forward" else forward + backward
         return model, forward + backward + recomputed
 

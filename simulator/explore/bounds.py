@@ -123,7 +123,8 @@ def passes_key(point: dict) -> str:
 # micro-batch, the recompute and sequence parallelism change, and with the cut the parameters of every
 # stage (BERT-large on 8 A100s: a tail shared across recompute modes put bounds 4e-4 above the engine's
 # or below the bound's own, as the candidates happened to come).
-_TAIL_INERT = ("micro_batch_size", "recompute", "recompute_modules", "sequence_parallel", "global_batch_size")
+_TAIL_INERT = ("micro_batch_size", "recompute", "recompute_modules", "recompute_method", "recompute_num_layers",
+               "sequence_parallel", "global_batch_size")
 _TAILS: dict[tuple[str, str], tuple] = {}
 _TAILS_KEPT = 4096
 _REST: dict[str, object] = {}  # the sections of the last point but its layout, and their JSON

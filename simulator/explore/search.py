@@ -297,10 +297,15 @@ def _modules_for(base: dict[str, Any], rc: str) -> dict[str, Any]:
     """The scenario's ``recompute_modules`` (Megatron-Core's module list) for a candidate of recompute ``rc``:
     module lists do not join the space (seven modules would multiply it by up to 127); "selective" in the
     space is the scenario's own list where it gives one, and the other modes drop the list (it is read with
-    selective alone)."""
+    selective alone). Likewise Megatron-Core's partial full recompute (``recompute_method`` /
+    ``recompute_num_layers``): "full" in the space is the scenario's own where it gives one, the other modes
+    drop it."""
+    out: dict[str, Any] = {}
     if rc != "selective" and base.get("recompute_modules") is not None:
-        return {"recompute_modules": None}
-    return {}
+        out["recompute_modules"] = None
+    if rc != "full" and (base.get("recompute_method") is not None or base.get("recompute_num_layers") is not None):
+        out["recompute_method"] = out["recompute_num_layers"] = None  # read with full alone
+    return out
 
 
 def _splits(space: SearchSpace, split_values, pp: int, v: int, rc: str) -> list[str | None]:
@@ -344,7 +349,8 @@ def derived_splits(scenario, base_par) -> Callable[[int, int, str], list[str]]:
         key = (pp, v, rc)
         if key not in memo:
             memo[key] = ["even"]
-            if not fixed_ends and 1 < pp * v <= n:
+            if not fixed_ends and 1 < pp * v <= n and not (rc == "full" and base_par.recompute_method):
+                # (a partial full recompute is priced on even cuts only: layout.py _check_partial_full)
                 if rc not in costs:  # "selective" with the scenario's module list (_modules_for) is that list's mode
                     mode = base_par.recompute_mode if rc == "selective" and base_par.recompute_modules else rc
                     costs[rc] = layer_costs(scenario, graph, mode)

@@ -44,6 +44,7 @@ import math
 from dataclasses import dataclass
 
 from simulator.strategies.residual_blocks import BLOCK_LAYER_KINDS, residual_chain
+from workloads.graph import full_units, partial_full_of
 from workloads.layer_graph import LayerGraph
 
 _PLANS: dict[int, tuple[LayerGraph, CheckpointPlan]] = {}
@@ -161,9 +162,12 @@ def stage_bytes(graph: LayerGraph, recompute: str, indices: list[int],
     Without recompute the working set is 0; selective modes re-create one layer's dropped tensors
     (the largest ``saved - kept`` over the layers); full recompute one unit's part on a chunk (the
     largest ``saved - kept`` over the parts), where a part that continues a unit from before the
-    chunk also keeps what its first layer reads from that unit."""
+    chunk also keeps what its first layer reads from that unit. Megatron-Core's partial full recompute
+    (``full:<method>:<N>``): :func:`_partial_full_bytes`."""
     layers = graph.layers
     saved_scale = saved_scale if saved_scale is not None else scale
+    if partial_full_of(recompute) is not None:
+        return _partial_full_bytes(graph, recompute, indices, scale, saved_scale)
     if recompute != "full":
         kept = [layers[i].kept_bytes(recompute, graph.input_bytes(layers[i])) for i in indices]
         saved = [layers[i].saved_bytes for i in indices]
@@ -203,4 +207,46 @@ def stage_bytes(graph: LayerGraph, recompute: str, indices: list[int],
         previous = i
     if previous is not None:
         working = max(working, max(0.0, part_saved - part_kept))
+    return kept, working
+
+
+def _partial_full_bytes(graph: LayerGraph, recompute: str, indices: list[int], scale: list[float] | None,
+                        saved_scale: list[float] | None) -> tuple[list[float], float]:
+    """:func:`stage_bytes` under Megatron-Core's partial full recompute (``recompute_method`` /
+    ``recompute_num_layers``; a transformer builder's graph, every layer a block): each run of consecutive
+    ``indices`` is a model chunk, cut into the checkpoint units of :func:`workloads.graph.full_units`. A unit's
+    first layer keeps its input (:meth:`Layer.kept_bytes`, as under ``full``), its other layers keep nothing
+    (``tensor_parallel.checkpoint`` saves only the unit's inputs); a layer in no unit (``block``: past the
+    chunk's first N) keeps what it saves. The working set is the largest unit's re-created activations, the
+    sum of what its layers save less its kept input (uniform N: N layers' worth at once)."""
+    layers = graph.layers
+    working = 0.0
+    runs: list[list[int]] = []  # positions in ``indices`` of each chunk
+    for n, i in enumerate(indices):
+        if n == 0 or i != indices[n - 1] + 1:
+            runs.append([])
+        runs[-1].append(n)
+    kept = [0.0] * len(indices)
+    for run in runs:
+        in_unit = [False] * len(run)
+        for first, end in full_units(recompute, len(run)):
+            part_saved = part_kept = 0.0
+            for position in range(first, end):
+                n = run[position]
+                layer = layers[indices[n]]
+                k = layer.kept_bytes(recompute, graph.input_bytes(layer)) if position == first else 0.0
+                saved = layer.saved_bytes
+                if scale is not None:
+                    k *= scale[n]
+                if saved_scale is not None:
+                    saved *= saved_scale[n]
+                kept[n] = k
+                part_saved += saved
+                part_kept += k
+                in_unit[position] = True
+            working = max(working, max(0.0, part_saved - part_kept))
+        for position, n in enumerate(run):
+            if not in_unit[position]:
+                k = layers[indices[n]].saved_bytes
+                kept[n] = k * scale[n] if scale is not None else k
     return kept, working

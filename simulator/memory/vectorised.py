@@ -29,9 +29,10 @@ from simulator.memory.analytic import (
     model_state_bytes,
     peak_stage,
 )
-from simulator.memory.checkpoints import kept_per_layer, plan_of
+from simulator.memory.checkpoints import kept_per_layer, plan_of, stage_bytes
 from simulator.scenario import gradient_bytes
 from simulator.strategies.spmd.split import chunk_counts
+from workloads.graph import partial_full_of
 
 _GRAPH_ARRAYS: dict[int, tuple] = {}
 _KEPT = 64
@@ -144,7 +145,10 @@ def stage_memories(scenario) -> list[MemoryBreakdown]:
 
     # Activations: kept bytes × micro-batches in flight, the working set, the two ends. Interleaved:
     # each chunk's layers times that chunk's own micro-batches in flight (rank_memory's count).
-    if "unit" in arrays:
+    partial = partial_full_of(par.recompute_mode) is not None
+    if partial:
+        kept, working = _partial_parts(graph, par.recompute_mode, counts, pp)
+    elif "unit" in arrays:
         kept, working = _unit_parts(arrays, stage_of, pp)
     else:
         kept = arrays["kept"]
@@ -168,7 +172,7 @@ def stage_memories(scenario) -> list[MemoryBreakdown]:
                 prologue_held = held[0]
             if stage == pp - 1:
                 epilogue_held = held[-1]
-    if "unit" not in arrays:
+    if "unit" not in arrays and not partial:
         if par.recompute == "none":
             working = np.zeros(pp)
         else:
@@ -194,6 +198,20 @@ def stage_memories(scenario) -> list[MemoryBreakdown]:
     return [MemoryBreakdown(float(w), float(g), float(o), float(a), float(x), stage=stage)
             for stage, (w, g, o, a, x) in enumerate(zip(weights.tolist(), grads.tolist(), optim.tolist(),
                                                          activations.tolist(), other.tolist(), strict=True))]
+
+
+def _partial_parts(graph, recompute: str, counts: list[int], pp: int) -> tuple[np.ndarray, np.ndarray]:
+    """Megatron-Core's partial full recompute (simulator/memory/checkpoints.py ``_partial_full_bytes``, the
+    units cut per model chunk): (kept bytes of every pipelined layer, the working set of every stage)."""
+    kept: list[float] = []
+    working = np.zeros(pp)
+    start = graph.prologue
+    for k, count in enumerate(counts):
+        chunk_kept, chunk_working = stage_bytes(graph, recompute, list(range(start, start + count)))
+        kept.extend(chunk_kept)
+        working[k % pp] = max(working[k % pp], chunk_working)
+        start += count
+    return np.array(kept, dtype=float), working
 
 
 def _unit_parts(arrays: dict, stage_of: np.ndarray, pp: int) -> tuple[np.ndarray, np.ndarray]:

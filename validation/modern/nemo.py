@@ -66,9 +66,15 @@ set no recompute (``qwen/h100/qwen3_moe.py``; only its BF16 ``_hybridep_dev`` co
 (``deepseek/h100/deepseek_v3.py``), but rows 69/70 are 25.09, run by NeMo 2.5.0's
 ``scripts/performance/llm/pretrain_deepseek_v3.py``, which clears the recipe's recompute unless its recommended-
 config CSV (not in the wheel) names modules: unknown, mapped without. Llama 3 (``llama/h100/llama3.py``,
-``llama31.py``): no module list; the 70B pretrain/SFT, the 70B LoRA FP8 config (row 38) and 405B set no recompute;
-the 8B FP8 pretrain config recomputes 5 whole layers a stage (``recompute_method: block``), but rows 60/66 are
-25.11/25.09 runs of other scripts, and a count of fully recomputed layers is not modelled.
+``llama31.py``): no module list; the 70B pretrain/SFT, the 70B LoRA FP8 config (row 38) and 405B set no recompute.
+Two configs set Megatron-Core's partial full recompute (``parallelism.recompute_method`` /
+``recompute_num_layers``), for layouts no row has: ``llama3_8b_pretrain_8gpu_h100_fp8cs_config`` (block 5: the
+first 5 of the 32 layers re-run; tp 1, pp 1, no FSDP, gbs 128) and ``llama3_70b_peft_8gpu_h100_bf16_config``
+(block 1, pp 4 vp 20; BF16: row 38 is the FP8 config). Rows 60/66 (Llama 3 8B, FSDP over 8 GPUs) are 25.11/25.09
+runs of other scripts: NeMo 2.5.0's ``scripts/performance/llm/pretrain_llama3_8b.py`` takes its
+``recompute_layers`` (block) from the recommended-config CSV that is not in the wheel (``helpers.py``
+``get_user_configs``, ``set_recompute_configs``; 0 when absent), and 25.11's Megatron-Bridge scripts are not
+carried (megatron-bridge 0.2.0rc6 on PyPI has no performance recipes): unknown, mapped without.
 Two Qwen3-30B-A3B pp2 ep8 rows (26.02, 25.11) are set aside (:data:`SET_ASIDE`): the same configuration
 ran 1.8-2x faster in the neighbouring release, and the faster figures agree with the pp1 ep16 rows.
 """

@@ -13,7 +13,7 @@ from typing import Literal, get_args
 from pydantic import BaseModel, ConfigDict, Field, field_validator, model_serializer
 
 from simulator.errors import ConfigError, no_bool_numbers
-from workloads.graph import RECOMPUTE_MODULES, ShardShape, modules_mode
+from workloads.graph import RECOMPUTE_MODULES, ShardShape, modules_mode, partial_full_mode
 from workloads.schema import TransformerSpec
 from workloads.tensor_parallel import tensor_parallel_graph
 from workloads.transformer_graph import TENSOR_PARALLEL_KINDS
@@ -81,6 +81,18 @@ class Parallelism(BaseModel):
                     "(the routed experts' activation), shared_experts, mla_up_proj (MLA's up-projections); each "
                     "keeps its input and drops what it saved (workloads/transformer_graph.py _module_drops). "
                     "Unset: selective as described under recompute")
+    recompute_method: Literal["uniform", "block"] | None = Field(
+        default=None,
+        description="with recompute: full, Megatron-Core's recompute_method (--recompute-method) with "
+                    "recompute_num_layers N, per model chunk (a pipeline stage, or each virtual stage of one): "
+                    "block = the chunk's first N layers are re-run and keep only their inputs, the rest keep "
+                    "their activations; uniform = the chunk's layers in units of N, each keeping only its first "
+                    "layer's input and re-running its N forwards before its backward (N must divide the chunk). "
+                    "Unset: every layer re-run, keeping its input (uniform 1)")
+    recompute_num_layers: int | None = Field(
+        default=None, gt=0,
+        description="with recompute_method, Megatron-Core's recompute_num_layers (--recompute-num-layers): the "
+                    "layers re-run per chunk (block) or per checkpoint unit (uniform)")
     micro_batch_size: int = Field(default=1, gt=0, description="sequences per micro-batch per replica")
     global_batch_size: int = Field(default=512, gt=0, description="sequences per optimizer step")
     moe_load_imbalance: float = Field(default=1.0, ge=1.0, description="tokens of the busiest expert / mean")
@@ -157,16 +169,21 @@ class Parallelism(BaseModel):
     @model_serializer(mode="wrap")
     def _without_unset_modules(self, handler):
         """Dumps (``--json``, search rows, sweeps) leave ``recompute_modules`` out when it is unset: a run that
-        does not set it dumps as before the field existed."""
+        does not set it dumps as before the field existed; so do ``recompute_method`` / ``recompute_num_layers``."""
         data = handler(self)
-        if self.recompute_modules is None and isinstance(data, dict):
-            data.pop("recompute_modules", None)
+        if isinstance(data, dict):
+            for name in ("recompute_modules", "recompute_method", "recompute_num_layers"):
+                if getattr(self, name) is None:
+                    data.pop(name, None)
         return data
 
     @property
     def recompute_mode(self) -> str:
         """The recompute mode the layer graph reads: ``recompute``, or with ``recompute_modules`` the module
-        list's mode string (workloads/graph.py ``modules_mode``: "selective:layernorm,moe_act")."""
+        list's mode string (workloads/graph.py ``modules_mode``: "selective:layernorm,moe_act"), or with
+        ``recompute_method`` the partial full recompute's (``partial_full_mode``: "full:block:5")."""
+        if self.recompute_method is not None and self.recompute_num_layers is not None:
+            return partial_full_mode(self.recompute_method, self.recompute_num_layers)
         if self.recompute_modules is None:
             return self.recompute
         return modules_mode(self.recompute_modules)
@@ -287,7 +304,8 @@ def resolve_layout(par: Parallelism, model: TransformerSpec, num_gpus: int) -> P
     if par.pp_split == "balanced" and (par.first_stage_layers is not None or par.last_stage_layers is not None):
         raise ConfigError("parallelism.pp_split", "balanced sets the layers per stage itself: leave "
                                                   "first_stage_layers / last_stage_layers unset")
-    chunk_layer_counts(par, num_layers)  # checks first_stage_layers / last_stage_layers
+    counts = chunk_layer_counts(par, num_layers)  # checks first_stage_layers / last_stage_layers
+    _check_partial_full(par, model, counts)
     replica_batch = dp * par.micro_batch_size
     if par.global_batch_size % replica_batch:
         raise ConfigError(
@@ -344,6 +362,40 @@ def _check_recompute_modules(par: Parallelism, model) -> None:
     for module in modules:
         if missing.get(module):
             raise ConfigError(field, f"{module}: {model.name} {missing[module]}")
+
+
+def _check_partial_full(par: Parallelism, model, counts: list[int]) -> None:
+    """Refuse ``recompute_method`` / ``recompute_num_layers`` as Megatron-Core 0.16.1 does, or where it would fail
+    or the simulator does not price them (``transformer/transformer_config.py`` ``__post_init__``: the number is
+    needed with full granularity and refused with selective; ``transformer/transformer_block.py``
+    ``_checkpointed_forward``: uniform indexes the chunk's layers up to i + N). ``counts``: layers per chunk."""
+    method, n = par.recompute_method, par.recompute_num_layers
+    if method is None and n is None:
+        return
+    if method is None:
+        raise ConfigError("parallelism.recompute_num_layers", "is read with recompute_method (uniform or block)")
+    if n is None:
+        raise ConfigError("parallelism.recompute_num_layers", f"is needed with recompute_method: {method} "
+                                                              "(Megatron-Core: the layers re-run per chunk or unit)")
+    field = "parallelism.recompute_method"
+    if par.recompute != "full":
+        raise ConfigError(field, f"is read with recompute: full (Megatron-Core recompute_granularity full), got "
+                                 f"recompute: {par.recompute}")
+    if not isinstance(model, TransformerSpec):
+        raise ConfigError(field, f"counts Megatron-Core transformer layers; {model.name} is not a decoder transformer")
+    if par.pp_split == "balanced":
+        raise ConfigError(field, "with pp_split: balanced is not priced (the balanced cut prices every layer "
+                                 "as re-run); use even")
+    largest = max(counts)
+    if n > largest:
+        raise ConfigError("parallelism.recompute_num_layers", f"{n} exceeds the {largest} layers of the largest "
+                                                              f"model chunk (layers per pipeline stage / virtual stage)")
+    if method == "uniform":
+        uneven = sorted({c for c in counts if c % n})
+        if uneven:
+            raise ConfigError("parallelism.recompute_num_layers",
+                              f"uniform units of {n} layers do not divide a chunk of {uneven[0]} layers "
+                              f"(Megatron-Core's _checkpointed_forward would index past the chunk)")
 
 
 def _check_expert_layout(par: Parallelism, model, dp: int) -> None:

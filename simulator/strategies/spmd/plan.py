@@ -55,7 +55,7 @@ from simulator.strategies.framework_terms import eager_floor_s, input_task, kern
 from simulator.strategies.plan import Plan
 from simulator.strategies.spmd.schedule import stage_order, zero_bubble
 from simulator.strategies.spmd.split import chunk_counts
-from workloads.graph import LayerWork, Op, gemm_class
+from workloads.graph import LayerWork, Op, full_units, gemm_class, partial_full_of
 from workloads.layer_graph import LayerGraph
 from workloads.layer_kinds import layer_kind_keys as transformer_kind_keys
 from workloads.layer_kinds import layer_kind_runs
@@ -447,6 +447,8 @@ class Planner:
         """Seconds a pass over ``runs`` ((layer kind, count), ...) waits for the host floor."""
         if (self.host_floor is None or self.par.pp == 1) and not self.host_dispatch_us and not self.moe_fixed_us:
             return 0.0
+        if phase == "R" and partial_full_of(self.par.recompute_mode) is not None:
+            runs = self._rerun_runs(runs)  # the layers a partial full recompute re-runs
         stall = 0.0
         for kind, count in runs:
             factor = self.layer_stretch(rank, kind)
@@ -522,6 +524,18 @@ class Planner:
         Other modes: the layer's own selected ops. Approximation under ZeRO-3: the unit's
         recompute waits for its last layer's gather only. Cached per (chunk, layer)."""
         kind = self.chunk_layer_kind(global_chunk, layer)
+        if partial_full_of(recompute) is not None:  # Megatron-Core's units, per chunk (workloads/graph.py full_units)
+            key = ("partial_R", global_chunk, layer)
+            hit = self._pass_ops.get(key)
+            if hit is None:
+                hit = ((), ())
+                for first, end in full_units(recompute, self.layers_per_chunk[global_chunk]):
+                    if layer == end - 1:  # re-run before the backward of the unit's last layer
+                        kinds = [self.chunk_layer_kind(global_chunk, i) for i in range(first, end)]
+                        hit = (tuple(op for k in kinds for op in self.layer_works[k].forward),
+                               tuple((k, 1) for k in kinds))
+                self._pass_ops[key] = hit
+            return hit
         plan = plan_of(self.graph) if recompute == "full" else None
         if plan is None or plan.per_layer:
             return self.layer_works[kind].recompute_ops(recompute), ((kind, 1),)
@@ -1360,10 +1374,33 @@ class Planner:
             elif phase == "B":
                 ops = ((self.head.backward if last else ()) + layers(lambda w: w.backward, backward)
                        + (self.embedding.backward if first else ()))
+            elif partial_full_of(self.par.recompute_mode) is not None:
+                ops = self._partial_recompute_ops(runs)
             else:
                 ops = layers(lambda w: w.recompute_ops(self.par.recompute_mode), backward)
             self._pass_ops[key] = ops
         return ops
+
+    def _rerun_runs(self, runs: tuple[tuple[bool, int], ...]) -> tuple[tuple[bool, int], ...]:
+        """The runs of layer kinds a chunk of ``runs`` re-runs under a partial full recompute (its checkpoint
+        units' layers, workloads/graph.py ``full_units``), in layer order."""
+        kinds = [kind for kind, count in runs for _ in range(count)]
+        out: list[list] = []
+        for first, end in full_units(self.par.recompute_mode, len(kinds)):
+            for position in range(first, end):
+                if out and out[-1][0] == kinds[position]:
+                    out[-1][1] += 1
+                else:
+                    out.append([kinds[position], 1])
+        return tuple((kind, count) for kind, count in out)
+
+    def _partial_recompute_ops(self, runs: tuple[tuple[bool, int], ...]) -> tuple[Op, ...]:
+        """The forwards a chunk of ``runs`` re-runs under Megatron-Core's partial full recompute: its checkpoint
+        units' layers (workloads/graph.py ``full_units``: block N the first N, uniform N all), last to first."""
+        kinds = [kind for kind, count in runs for _ in range(count)]
+        rerun = [position for first, end in full_units(self.par.recompute_mode, len(kinds))
+                 for position in range(first, end)]
+        return sum((self.layer_works[kinds[p]].forward for p in reversed(rerun)), ())
 
     def _copy_in(self, actor: str, after: Task, label: str, grad_bytes: float, zero: int, add) -> Task:
         """ZeRO-2/3 copy the bucket's gradients into the flat reduce-scatter input first
