@@ -124,15 +124,40 @@ def test_optimizer_step_unsharded():
 
 def test_zero3_gathers_every_layer_twice_per_micro_batch():
     # ZeRO-3, dp 8, m = 2: each layer's weights are all-gathered for its forward and its backward of
-    # each micro-batch: 2·2·4 = 16 gathers of (n-1)/n · 2·P_layer; gradients reduce-scattered every
-    # micro-batch: 2 · (n-1)/n · 2P in total.
+    # each micro-batch: 2·2·4 = 16 gathers of (n-1)/n · 2·P_layer; the root's (embedding and head,
+    # FSDP2's root fully_shard, not resharded after forward) once per forward: 2 gathers of
+    # (n-1)/n · 2·(P_embed + P_head); gradients reduce-scattered every micro-batch: 2 · (n-1)/n · 2P.
     plan = Planner(a100(8, tp=1, pp=1, dp=8, zero_stage=3)).build()
     dp = _tasks(plan, "stage0", "dp")
-    gathers = [t for t in dp if "zero3_gather" in t.name]
+    gathers = [t for t in dp if "zero3_gather" in t.name and ".L" in t.name]
     assert len(gathers) == 16
     assert all(t.demands["stage0:nvl_tx"] == pytest.approx(7 / 8 * 2 * P_LAYER) for t in gathers)
+    root = [t for t in dp if "zero3_gather" in t.name and ".L" not in t.name]
+    assert [t.name for t in root] == ["F.mb0.c0.embedding.zero3_gather", "F.mb1.c0.embedding.zero3_gather"]
+    assert all(t.demands["stage0:nvl_tx"] == pytest.approx(7 / 8 * 2 * (P_EMBED + P_HEAD)) for t in root)
     rs = [t for t in dp if "reduce_scatter" in t.name]
     assert sum(t.demands["stage0:nvl_tx"] for t in rs) == pytest.approx(2 * 7 / 8 * 2 * P_TOTAL)
+
+
+def test_zero3_fsdp2_copy_kernels_move_the_bytes_its_source_copies():
+    # FSDP2 (torch 2.13 _fsdp_collectives.py): all_gather_copy_in copies this rank's shard (P/n) into
+    # the all-gather input; split_with_sizes_copy copies the whole output (all n shards, P) into the
+    # parameters; chunk_cat copies every unsharded gradient into the reduce-scatter input. FSDP1 /
+    # Megatron-FSDP (zero_buffer_copies off): none of them.
+    planner = Planner(a100(8, tp=1, pp=1, dp=8, zero_stage=3))
+    plan = planner.build()
+    copy_s = planner.compute_of(0).copy_s
+    tasks = {t.name: t for stream in ("compute", "dp") for t in _tasks(plan, "stage0", stream)}
+    assert tasks["F.mb0.c0.L1.zero3_copy_in"].duration_s == pytest.approx(copy_s(2 * P_LAYER / 8), rel=1e-12)
+    assert tasks["F.mb0.c0.L1.zero3_copy_in"].stream == "dp"  # FSDP2's all-gather copy-in stream
+    assert tasks["F.mb0.c0.L1.zero3_copy_out"].duration_s == pytest.approx(copy_s(2 * P_LAYER), rel=1e-12)
+    assert tasks["F.mb0.c0.embedding.zero3_copy_out"].duration_s == pytest.approx(
+        copy_s(2 * (P_EMBED + P_HEAD)), rel=1e-12)
+    host = Planner(a100(8, tp=1, pp=1, dp=8, zero_stage=3, overlap_param_gather=False)).build()
+    assert {t.name for t in _tasks(host, "stage0", "compute")} >= {"F.mb0.c0.L1.zero3_copy_in",
+                                                                   "B.mb0.c0.L1.zero3_copy_in"}
+    views = Planner(a100(8, tp=1, pp=1, dp=8, zero_stage=3, zero_buffer_copies=False)).build()
+    assert not [t for s in ("compute", "dp") for t in _tasks(views, "stage0", s) if "copy" in t.name]
 
 
 def test_zero3_gathers_prefetch_one_layer_ahead_or_block():
@@ -143,14 +168,24 @@ def test_zero3_gathers_prefetch_one_layer_ahead_or_block():
 
     def gathers(sc):
         plan = Planner(sc).build()
-        return [t for t in _tasks(plan, "stage0", "dp") if "zero3_gather" in t.name]
+        return [t for t in _tasks(plan, "stage0", "dp") if "zero3_gather" in t.name and ".L" in t.name]
+
+    def issue_deps(gather):
+        # FSDP2's copy-in of the local shard runs first (its own stream when prefetched, the host
+        # when blocking); the gather waits for it and for the issue point, as the copy-in does
+        (copy_in,) = [d for d in gather.deps if d.name.endswith("zero3_copy_in")]
+        assert copy_in.name == gather.name.replace("zero3_gather", "zero3_copy_in")
+        rest = [d.name for d in gather.deps if d is not copy_in]
+        assert all(name in [d.name for d in copy_in.deps] for name in rest)
+        return rest
 
     prefetched = gathers(a100(8, tp=1, pp=1, dp=8, zero_stage=3))
     blocking = gathers(a100(8, tp=1, pp=1, dp=8, zero_stage=3, overlap_param_gather=False))
     assert [t.name for t in prefetched] == [t.name for t in blocking]
-    assert [d.name for d in prefetched[2].deps] == ["F.mb0.c0.L0"]
-    assert [d.name for d in blocking[2].deps] == ["F.mb0.c0.L1"]
-    assert not prefetched[0].deps and not blocking[0].deps
+    assert issue_deps(prefetched[2]) == ["F.mb0.c0.L0"]
+    assert prefetched[2].deps[0].stream == "dp" and blocking[2].deps[0].stream == "compute"
+    assert issue_deps(blocking[2]) == ["F.mb0.c0.L1"]
+    assert issue_deps(prefetched[0]) == [] and issue_deps(blocking[0]) == []
     fast = simulate(a100(8, tp=1, pp=1, dp=8, zero_stage=3))
     slow = simulate(a100(8, tp=1, pp=1, dp=8, zero_stage=3, overlap_param_gather=False))
     assert slow.step_time_s > fast.step_time_s
@@ -178,7 +213,7 @@ def test_zero3_backward_prefetch_post_waits_for_the_layer_just_done():
     def deps(**par):
         plan = Planner(a100(8, tp=1, pp=1, dp=8, zero_stage=3, **par)).build()
         by_name = {t.name: t for t in _tasks(plan, "stage0", "dp")}
-        return {name: [d.name for d in by_name[name].deps]
+        return {name: [d.name for d in by_name[name].deps if not d.name.endswith("zero3_copy_in")]
                 for name in ("B.mb0.c0.L1.zero3_gather", "F.mb0.c0.L2.zero3_gather")}
 
     assert deps() == {"B.mb0.c0.L1.zero3_gather": ["B.mb0.c0.L3"], "F.mb0.c0.L2.zero3_gather": ["F.mb0.c0.L0"]}

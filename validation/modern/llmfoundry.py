@@ -25,7 +25,8 @@ A100 80 GB median |error| goes 4.3% -> 6.6% (A100 40 GB 2.6% -> 2.4%, the set 3.
 +10-13%). MPT-30B's 64 heads of 112 run the 128 kernel, zero-padded (FlashAttention-2, FlashAttention-3 and
 the Triton kernel alike: hardware_specs.schema.KERNEL_HEAD_DIMS), so its attention costs 128/112 of its counted
 FLOPs (the catalog had 56 heads of 128 until the seventh session). The worst row, MPT-30B at 8K on A100 80 GB
-(+32.5%; +37.1% before the padding), is priced with 84 TFLOP/s of causal attention on the padded FLOPs (73 on
+(+32.2%; +32.5% before the ZeRO-3 root gather and FSDP2's full copy kernels, +37.1% before the padding), is
+priced with 84 TFLOP/s of causal attention on the padded FLOPs (73 on
 the counted ones), the Triton kernel's own benchmark rate at 8K (83 TFLOP/s at head size 128), and its H100
 twin (fit half) is +16.4%. Neither is an attention-rate gap: fitted on the same model's 512-4K rows, one factor
 on fused attention and one on the other kernels predict the 8K rows 29% (A100 80 GB) and 27% (H100) fast,

@@ -128,9 +128,11 @@ class Parallelism(BaseModel):
                     "MosaicML Composer's default): the next layer waits for its gather")
     zero_buffer_copies: bool = Field(
         default=True,
-        description="ZeRO-2/3 copy kernels: each gathered flat buffer is copied out into the layer's parameters "
-                    "and each gradient bucket copied into the reduce-scatter input (PyTorch FSDP2 "
-                    "foreach_all_gather_copy_out / foreach_reduce, DeepSpeed's partition and ipg buckets); off: "
+        description="ZeRO-2/3 copy kernels, as PyTorch FSDP2 runs them (torch 2.13 _fsdp_collectives.py): before "
+                    "each all-gather the rank's shard is copied into the gather input (all_gather_copy_in, "
+                    "P/n), after it the whole gathered buffer is copied out into the layer's parameters "
+                    "(split_with_sizes_copy, P) and each gradient bucket is copied into the reduce-scatter "
+                    "input (chunk_cat, P); DeepSpeed's partition and ipg buckets priced alike; off: "
                     "parameters and gradients are views of persistent communication buffers and nothing is "
                     "copied (Megatron-FSDP's parameter/gradient buffers, PyTorch FSDP1's FlatParameter)")
     overlap_p2p_comm: bool = Field(

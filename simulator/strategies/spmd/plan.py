@@ -907,19 +907,48 @@ class Planner:
             if task is None:
                 return ()
             task.deps.extend(after)  # the weights the previous step's optimizer updated
+            if par.zero_buffer_copies:
+                # Copy-in of this rank's shard of the layer's parameters into the all-gather input
+                # (FSDP2 ``foreach_all_gather`` -> ``all_gather_copy_in``: ``torch._foreach_copy_`` of
+                # the local shards, all_gather_input_numel = params / shard; torch 2.13
+                # distributed/fsdp/_fully_shard/_fsdp_collectives.py). With overlapped gathers it runs
+                # on FSDP2's all-gather copy-in stream (FSDPCommContext.get_all_gather_streams: forward
+                # and pre-backward), which the gather waits for; with host-blocking gathers (gloo) on
+                # the host before the gather.
+                nbytes = params * weight_bytes / shard
+                if par.overlap_param_gather:
+                    copy_in = Task(f"{label}.zero3_copy_in", actor, "dp", "compute", duration_s=compute.copy_s(nbytes))
+                    streams[(actor, "dp")].append(copy_in)
+                    task.deps.append(copy_in)
+                    copy_in.deps.extend(after)
+                    first = copy_in
+                else:
+                    first = add(Task(f"{label}.zero3_copy_in", actor, "compute", "compute",
+                                     duration_s=compute.copy_s(nbytes)))
+                    task.deps.append(first)
+            else:
+                first = task
             post = par.zero3_backward_prefetch == "post" and label.startswith("B.")
+            issue = None
             if par.overlap_param_gather and not post and len(layer_ends) >= 2:
-                task.deps.append(layer_ends[-2])  # prefetch: starts once the layer before the previous ends
+                issue = layer_ends[-2]  # prefetch: starts once the layer before the previous ends
             elif (post or not par.overlap_param_gather) and layer_ends:
-                task.deps.append(layer_ends[-1])  # blocking: starts when the layer before ends, compute waits
+                issue = layer_ends[-1]  # blocking: starts when the layer before ends, compute waits
+            if issue is not None:
+                task.deps.append(issue)
+                if first is not task and issue not in first.deps:
+                    first.deps.append(issue)  # the copy-in is issued with the gather
             streams[(actor, "dp")].append(task)
             dp_tasks.append(task)
             if not par.zero_buffer_copies:  # the layer's parameters are views of the gathered buffer
                 return (task,)
-            # Copy-out of the gathered flat buffer into the layer's parameters (PyTorch FSDP
-            # ``foreach_all_gather_copy_out``; DeepSpeed's partition copy): read + write, memory-bound.
+            # Copy-out of the gathered flat buffer into the layer's parameters, on the compute stream
+            # after the gather (FSDP2 ``foreach_all_gather_copy_out`` -> ``split_with_sizes_copy`` of
+            # the whole all-gather output, every rank's shard including this rank's own: shard x
+            # params / shard elements; torch 2.13 _fsdp_collectives.py): read + write, memory-bound.
+            # DeepSpeed ZeRO-3 is priced the same (not checked against its source).
             add(Task(f"{label}.zero3_copy_out", actor, "compute", "compute",
-                     duration_s=compute.copy_s(params * weight_bytes * (shard - 1) / shard)), (task,))
+                     duration_s=compute.copy_s(params * weight_bytes)), (task,))
             return ()
 
         def accumulate_grads(g: int, mb: int, tag: str) -> None:
@@ -1103,8 +1132,16 @@ class Planner:
                     add(update, waits_for)
                     pass_start = len(compute_list)
                 if self.detail or per_layer_gathers:
+                    # ZeRO-3: the parameters outside the layers (embedding, final norm, untied head) are
+                    # gathered too, once per forward pass, and kept until the backward has run: FSDP2's
+                    # root fully_shard holds them and is not resharded after forward
+                    # (torch 2.13 fully_shard: reshard_after_forward is set False for the root). On one
+                    # stage that is one gather before the embedding; on a pipeline, the first and the
+                    # last stage gather their own part.
                     if g == 0:
-                        run_ops(self.embedding.forward, f"F.{tag}.embedding", "compute", layer=self.prologue_name)
+                        root = self.prologue_params + (self.epilogue_params if g == last_chunk else 0)
+                        run_ops(self.embedding.forward, f"F.{tag}.embedding", "compute",
+                                gather_params(f"F.{tag}.embedding", root) if root else (), layer=self.prologue_name)
                     for layer in range(n_layers):
                         label = f"F.{tag}.L{layer}"
                         kind = self.chunk_layer_kind(g, layer)
@@ -1113,7 +1150,9 @@ class Planner:
                                        layer=self.layer_name(g, layer))
                         layer_ends.append(host_floor(label, "F", ((kind, 1),)) or done)
                     if g == last_chunk:
-                        run_ops(self.head.forward, f"F.{tag}.head", "compute", layer=self.epilogue_name)
+                        root = self.epilogue_params if g != 0 else 0
+                        run_ops(self.head.forward, f"F.{tag}.head", "compute",
+                                gather_params(f"F.{tag}.head", root) if root else (), layer=self.epilogue_name)
                 else:  # one compute and one TP task for the whole chunk pass
                     label = f"F.{tag}"
                     run_ops(self._chunk_ops("F", g), label, "compute", layer=self.chunk_layers(g))
@@ -1404,7 +1443,9 @@ class Planner:
 
     def _copy_in(self, actor: str, after: Task, label: str, grad_bytes: float, zero: int, add) -> Task:
         """ZeRO-2/3 copy the bucket's gradients into the flat reduce-scatter input first
-        (FSDP ``foreach_reduce`` copy-in; DeepSpeed's ipg bucket): a memory-bound kernel."""
+        (FSDP2 ``foreach_reduce`` -> ``foreach_reduce_scatter_copy_in`` -> ``chunk_cat`` of the
+        unsharded gradients, every element once; torch 2.13 _fsdp_collectives.py; DeepSpeed's ipg
+        bucket): a memory-bound kernel on the compute stream."""
         if zero < 2 or not self.par.zero_buffer_copies:
             return after
         compute = self.compute_of(self.actor_ranks[actor])
