@@ -51,7 +51,7 @@ def test_the_dle_benchmarks_are_frameworks_a_scenario_can_name():
 @pytest.mark.parametrize("case_set", ["cnn_dle", "cnn_lambda"])
 def test_the_heldout_figures_an_entry_prints_are_its_groups_heldout_rows_today(case_set):
     # what the output tells a user of a CNN entry is recomputed here: a cost-model change that moves the
-    # held-out rows without a refit (python -m validation.modern --set <set> --fit --write) fails this
+    # held-out rows without a refit (python -m validation.modern --case-set <set> --fit --write) fails this
     stored = {g: {k: v for k, v in e.items() if k.startswith("heldout_")} for g, e in load_groups(case_set).items()}
     assert heldout_figures(case_set) == {g: f for g, f in stored.items() if f}
 

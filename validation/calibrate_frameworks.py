@@ -42,7 +42,7 @@ mean |log(predicted / measured tokens/s)| over the fit half's finished runs
 (:func:`fit_hagemann_compute`); then, those held, the speed of the intra-node reduce-scatter
 and all-gather (:func:`fit_hagemann_sequence_parallel`).
 
-``python -m validation.calibrate_frameworks [--write] [--set hagemann|ultrascale|both]`` prints
+``python -m validation.calibrate_frameworks [--write] [--case-set hagemann|ultrascale|both]`` prints
 the fits (and writes the YAMLs). The nanotron compute fit simulates ~30 single-node runs ~100
 times (about two minutes on two cores), its latency fit ~240 runs ~15 times (15 s), its pipeline
 floor ~370 runs ~40 times (about 12 minutes); the Hagemann compute fit ~190 runs ~160 times (about 45
@@ -62,6 +62,7 @@ import yaml
 from scipy.optimize import minimize, minimize_scalar, nnls
 
 from validation import layout_ranking as lr
+from validation.case_set_option import add_case_set_option
 
 PLAYBOOK_FIT_ON = ("HF Ultra-Scale Playbook sweep (validation/data/ultrascale_playbook_config_sweep.csv.gz), "
                    "fit half (md5 of 'model|gpus|tp|pp|dp|zero|mbs' even; validation/layout_ranking.py is_heldout)")
@@ -578,7 +579,7 @@ def _main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--write", action="store_true", help="write validation/profiles/*.yaml")
     parser.add_argument("--skip-compute", action="store_true", help="keep the written compute block (memory only)")
-    parser.add_argument("--set", choices=("hagemann", "ultrascale", "both"), default="both",
+    add_case_set_option(parser, "set", ("hagemann", "ultrascale", "both"), repeatable=False, default="both",
                         help="which profile to refit (the other is left as written)")
     parser.add_argument("--only-sequence-parallel", action="store_true",
                         help="Hagemann: refit only the reduce-scatter/all-gather factor on the written constants")

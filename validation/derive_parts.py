@@ -7,7 +7,7 @@ its base's current spec, so a refit of the SXM part (validation/calibrate_microb
 not carried here fails a test instead of drifting.
 
 **The rule** (chosen before any row of these parts was simulated; the rows are held-out checks of it,
-``python -m validation.modern --set cnn_lambda`` "derived parts"; nothing is fitted on them):
+``python -m validation.modern --case-set cnn_lambda`` "derived parts"; nothing is fitted on them):
 
 - *Peaks, HBM capacity and bandwidth, TDP*: the part's datasheet (:data:`DERIVED_PARTS`, ``source``). The
   datasheet peak already holds the part's clock and SM count: H100 PCIe 114 SMs at a 1,755 MHz boost against

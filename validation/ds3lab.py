@@ -413,13 +413,15 @@ def print_report(block: dict[str, Any]) -> None:
 
 
 def main(argv: list[str] | None = None) -> int:
-    """Every report (or those named by ``--set``); exit 1 when a held-out median is past its target (as every
+    """Every report (or those named by ``--case-set``); exit 1 when a held-out median is past its target (as every
     validation check does)."""
     import argparse
 
+    from validation.case_set_option import add_case_set_option
+
     parser = argparse.ArgumentParser(prog="python -m validation.ds3lab", description=main.__doc__)
-    parser.add_argument("--set", dest="sets", action="append", choices=sorted(REPORTS), metavar="NAME",
-                        help=f"a case set to run (repeatable; default: all of {', '.join(REPORTS)})")
+    add_case_set_option(parser, "sets", sorted(REPORTS), repeatable=True,
+                        help="a case set to run (repeatable; default: all)")
     args = parser.parse_args([] if argv is None else argv)
     blocks = [fn() for name, fn in REPORTS.items() if not args.sets or name in args.sets]
     for block in blocks:

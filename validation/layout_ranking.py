@@ -153,7 +153,7 @@ at 32 nodes and most at 64; and at 64 nodes pp 1 runs too fall into a fast mode 
 one for the same layout (1B tp 2 dp 256 on 64 nodes: 697 tokens/s/GPU against 15,700 for tp 1
 dp 256 on 32). Held-out median |error| at 32 / 64 nodes: 18% / 254%.
 
-Run ``python -m validation.layout_ranking [--set both] [--sample N] [--workers N] [--uncalibrated]``.
+Run ``python -m validation.layout_ranking [--case-set both] [--sample N] [--workers N] [--uncalibrated]``.
 """
 
 from __future__ import annotations
@@ -169,6 +169,8 @@ from typing import Any
 
 import pandas as pd
 import yaml
+
+from validation.case_set_option import add_case_set_option
 
 DATA = Path(__file__).resolve().parent / "data"
 PROFILES = Path(__file__).resolve().parent / "profiles"
@@ -698,7 +700,7 @@ def _main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--sample", type=int, default=None, help="simulate a stratified sample of N runs per set")
     parser.add_argument("--workers", type=int, default=None)
-    parser.add_argument("--set", choices=("hagemann", "ultrascale", "both"), default="both")
+    add_case_set_option(parser, "set", ("hagemann", "ultrascale", "both"), repeatable=False, default="both")
     parser.add_argument("--split", choices=("heldout", "fit", "all"), default="heldout",
                         help="which half the ranking/throughput figures use (OOM is printed for all three)")
     parser.add_argument("--uncalibrated", action="store_true",

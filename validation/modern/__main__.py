@@ -1,4 +1,4 @@
-"""``python -m validation.modern [--set NAME] [--half heldout|fit|all] [--fit [--write]] [--json] [--override K=V]``.
+"""``python -m validation.modern [--case-set NAME] [--half heldout|fit|all] [--fit [--write]] [--json] [--override K=V]``.
 
 Without ``--fit``: simulate the chosen half of each set with its fitted profile and print the
 errors (overall, BF16/FP8 apart, per accelerator) against the targets, then the same cases with the
@@ -27,6 +27,7 @@ import re
 import sys
 
 from simulator.errors import ConfigError
+from validation.case_set_option import add_case_set_option
 from validation.modern.framework_table import FRAMEWORK_SETS
 from validation.modern.new_scenarios import lambda_fp16_note
 from validation.modern.registry import (
@@ -183,7 +184,8 @@ def print_report(block: dict) -> None:
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m validation.modern", description=__doc__.split("\n\n")[1])
-    parser.add_argument("--set", dest="sets", action="append", choices=sorted(SETS), help="only this set (repeatable)")
+    add_case_set_option(parser, "sets", sorted(SETS), repeatable=True, help="only this set (repeatable)",
+                        what_if=", or --override KEY=VALUE for a what-if")
     parser.add_argument("--half", choices=("heldout", "fit", "all"), default="heldout")
     parser.add_argument("--fit", action="store_true", help="fit the framework constants on the fit half")
     parser.add_argument("--write", action="store_true", help="with --fit: write validation/profiles/modern-*.yaml")

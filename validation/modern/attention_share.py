@@ -15,7 +15,7 @@ step pin it down. This is the analysis behind the framework profiles' ``attentio
 (validation/modern/profiles.py): on H100, llm-foundry's and torchtitan's 16K-256K-token rows imply
 0.5-0.6 of the FA2-paper kernel, NeMo's long-context rows 0.9-1.0.
 
-    python -m validation.modern.attention_share --set llmfoundry --accelerator h100 --min-share 0.3
+    python -m validation.modern.attention_share --case-set llmfoundry --accelerator h100 --min-share 0.3
 """
 
 from __future__ import annotations
@@ -25,6 +25,7 @@ import statistics
 from dataclasses import dataclass
 from typing import Any
 
+from validation.case_set_option import add_case_set_option, require_case_set
 from validation.modern.case import ModernCase, outcome
 from validation.modern.profiles import load_groups, with_constants
 from validation.modern.registry import SETS, built, simulate_many
@@ -69,12 +70,13 @@ def _fmt(value: float | None, spec: str) -> str:
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("--set", dest="case_set", required=True, choices=sorted(SETS))
+    add_case_set_option(parser, "case_set", sorted(SETS), repeatable=False)
     parser.add_argument("--accelerator", default="", help="only cases whose accelerator name contains this")
     parser.add_argument("--half", choices=("heldout", "fit", "all"), default="all")
     parser.add_argument("--min-share", type=float, default=0.3, help="attention share the summary needs")
     parser.add_argument("--workers", type=int, default=2)
     args = parser.parse_args(argv)
+    require_case_set(parser, args.case_set)
     cases = [c for c in built(args.case_set)[0] if args.accelerator in c.accelerator
              and (args.half == "all" or (args.half == "heldout") == c.heldout)]
     rows = attention_shares(cases, load_groups(SETS[args.case_set].profile_name), args.workers)

@@ -31,7 +31,7 @@ the counted ones), the Triton kernel's own benchmark rate at 8K (83 TFLOP/s at h
 twin (fit half) is +16.4%. Neither is an attention-rate gap: fitted on the same model's 512-4K rows, one factor
 on fused attention and one on the other kernels predict the 8K rows 29% (A100 80 GB) and 27% (H100) fast,
 where the same fit on MPT-13B's 1K-8K rows predicts its 16K rows within 0.6% on both GPUs
-(``python -m validation.modern.row_breakdown --set llmfoundry --trend 83,82,81,80 --predict 79``).
+(``python -m validation.modern.row_breakdown --case-set llmfoundry --trend 83,82,81,80 --predict 79``).
 
 **What the released packages say** (looked for in the eighth session, issue 23). The benchmark's own configs
 (``scripts/train/benchmarking/submit_benchmarks.py``, its yaml template, ``scripts/train/yamls/pretrain/mpt-30b.yaml``)
@@ -49,7 +49,7 @@ does not say; it is kept, marked assumed (no FlashAttention-1 H100 fit is in the
 the 8K cliff: the published kernel rates at head size 128 do not fall from 4K to 8K (causal forward+backward,
 FlashAttention-2 paper Figs 4-7: A100 FlashAttention-1 87 -> 91, Triton 80 -> 83, H100 FlashAttention-1 104 -> 135
 TFLOP/s), and the trend fit above already absorbs any rate that is constant in sequence length. The
-measurements localise it (``python -m validation.modern.row_breakdown --set llmfoundry --marginal 82,81,80,79``):
+measurements localise it (``python -m validation.modern.row_breakdown --case-set llmfoundry --marginal 82,81,80,79``):
 the time per token each longer sequence adds, against the attention FLOPs per token it adds, is one rate for
 every head-128 MPT at every doubling from 4K to 64K (87-119 TFLOP/s counted on A100, close to the Triton
 kernel's 94-98 for the same passes and far below FlashAttention-2's 162-166, which supports ``attn_impl:

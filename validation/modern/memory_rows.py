@@ -1,6 +1,6 @@
 """Predicted peak memory against usable HBM for every row of the modern sets, fit AND held-out half.
 
-``python -m validation.modern.memory_rows [--set NAME] [--all-rows]``: every published row ran, so a
+``python -m validation.modern.memory_rows [--case-set NAME] [--all-rows]``: every published row ran, so a
 row predicted out of memory is a layout ``clustersim search`` would prune although it runs. Memory is
 not fitted here (the profiles change kernel speeds only), so both halves are checks. Prints the rows
 predicted OOM (``--all-rows``: every row) with the breakdown of the peak stage (weights, gradients,
@@ -16,6 +16,7 @@ from dataclasses import dataclass
 
 from simulator.memory.analytic import GIB, peak_rank_memory, usable_hbm_bytes
 from simulator.scenario import load_scenario
+from validation.case_set_option import add_case_set_option
 from validation.modern.profiles import load_groups, resolved_scenario
 from validation.modern.registry import SETS, built
 
@@ -102,7 +103,7 @@ def _line(r: MemoryRow) -> str:
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m validation.modern.memory_rows",
                                      description=__doc__.split("\n\n")[0])
-    parser.add_argument("--set", dest="sets", action="append", choices=sorted(SETS), help="only this set (repeatable)")
+    add_case_set_option(parser, "sets", sorted(SETS), repeatable=True, help="only this set (repeatable)")
     parser.add_argument("--all-rows", action="store_true", help="print every row, not only the OOM ones")
     args = parser.parse_args(argv)
     unexplained = 0

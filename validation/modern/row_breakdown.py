@@ -1,6 +1,6 @@
 """Where a modern row's simulated step goes, and whether the row follows its own model's sequence trend.
 
-``python -m validation.modern.row_breakdown --set llmfoundry --rows 79,81`` prints, per row, what the
+``python -m validation.modern.row_breakdown --case-set llmfoundry --rows 79,81`` prints, per row, what the
 simulator assumes (layout, micro and global batch, precision, ZeRO stage / FSDP sharding, recompute, the
 attention kernel and the head size it runs) and one micro-batch's kernel seconds by op class (fused
 attention, each GEMM class, memory-bound kernels) in its forward, backward and recompute, with the rate
@@ -39,6 +39,7 @@ from hardware_specs.schema import kernel_head_dim
 from simulator.cost.compute import FALLBACK_ATTENTION_KERNEL, ComputeModel
 from simulator.scenario import load_scenario
 from simulator.simulate import simulate_point
+from validation.case_set_option import add_case_set_option, require_case_set
 from validation.modern.profiles import load_groups, resolved_scenario
 from validation.modern.registry import SETS, built
 from workloads.graph import gemm_class, is_fused_attention
@@ -171,13 +172,14 @@ def print_breakdown(b: RowBreakdown) -> None:
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("--set", dest="case_set", required=True, choices=sorted(SETS))
+    add_case_set_option(parser, "case_set", sorted(SETS), repeatable=False)
     parser.add_argument("--rows", default="", help="comma-separated CSV rows (0-based) to break down")
     parser.add_argument("--trend", default="", help="comma-separated rows of one model and GPU to fit g and f on")
     parser.add_argument("--predict", type=int, help="with --trend: the row to predict")
     parser.add_argument("--marginal", default="", help="comma-separated rows of one model and GPU: the rate each "
                         "longer sequence paid its added attention at, from the measurements")
     args = parser.parse_args(argv)
+    require_case_set(parser, args.case_set)
     for row in (int(r) for r in args.rows.split(",") if r):
         print_breakdown(breakdown(args.case_set, row))
     if args.trend and args.predict is not None:
