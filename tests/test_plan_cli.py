@@ -65,7 +65,8 @@ def runs(tmp_path_factory):
         "bad_batch": py + ["--planner", "dapple", "--option", "max_stages=1",
                            "--set", "parallelism.global_batch_size=12"],
         "pase": [sys.executable, "-m", "simulator", "plan", str(ROOT / "examples" / "vgg16-pase-32x1080ti.yaml"),
-                 "--planner", "pase", "--out", str(tmp / "pase.yaml")],
+                 "--planner", "pase", "--out", str(tmp / "pase.yaml"),
+                 "--set", "parallelism.micro_batch_size=8"],  # per_layer reads none: the plan must not state it
         "pase_bad_dims": py + ["--planner", "pase", "--option", "dims=batch,depth"],
         "adaptive": [sys.executable, "-m", "simulator", "plan", str(ROOT / "examples" / "vgg16-adaptive-8xa100.yaml"),
                      "--planner", "adaptive", "--option", "gpus=4", "--out", str(tmp / "adaptive.yaml")],
@@ -145,6 +146,9 @@ def test_pase_writes_the_example_plan(runs):
     example = yaml.safe_load((ROOT / "examples" / "vgg16-pase-32x1080ti.yaml").read_text())
     assert found["strategy"] == example["strategy"]
     assert "layer and reshard costs priced" in out["pase"].stdout
+    # the input's micro_batch_size (8) is not written: per_layer does not read it, so simulate would only NOTE it
+    assert found["parallelism"] == example["parallelism"] == {"global_batch_size": 256}
+    assert "does not read" not in out["pase"].stderr
 
 
 def test_adaptive_writes_the_example_plan_that_simulates_to_its_step(runs):

@@ -95,6 +95,7 @@ def run(args) -> int:
     started_cpu_s = _cpu_s()
     result = planner.run(raw, options)
     result.cpu_s = _cpu_s() - started_cpu_s
+    _drop_unread_layout_fields(result.scenario)
     class _NoAliases(yaml.SafeDumper):
         def ignore_aliases(self, data):  # write repeated splits out, not as YAML anchors
             return True
@@ -121,6 +122,31 @@ def run(args) -> int:
     for line in message_lines(warnings, notes, indent=""):  # stdout holds the plan (YAML or JSON) alone
         print(line, file=sys.stderr)
     return 0
+
+
+def _drop_unread_layout_fields(scenario: dict) -> None:
+    """Remove from the plan's ``parallelism`` the layout fields its strategy kind does not read
+    (``StrategyKind.searched_layout_fields``; :func:`simulator.strategies.registry.unread_layout_fields`): the run is
+    the same whatever their values, so a plan stating them would only earn simulate's NOTE that they do nothing
+    (the per_layer planners kept the input's ``micro_batch_size``). A plan whose scenario does not load is written
+    as the planner gave it."""
+    from simulator.scenario import load_scenario
+    from simulator.strategies.registry import SEARCHED_LAYOUT_FIELDS, get_kind
+
+    par = scenario.get("parallelism")
+    if not par:
+        return
+    try:
+        loaded = load_scenario(scenario)
+    except ConfigError:
+        return
+    kind = get_kind(loaded.strategy_kind)
+    if kind.searched_layout_fields is None:  # spmd and the kinds that read every field
+        return
+    read = set(kind.searched_layout_fields(loaded.strategy))
+    for name in SEARCHED_LAYOUT_FIELDS:
+        if name not in read:
+            par.pop(name, None)
 
 
 def _plan_messages(result) -> tuple[list[str], list[str]]:

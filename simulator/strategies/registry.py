@@ -119,8 +119,8 @@ def unread_layout_fields(scenario) -> dict[str, Any]:
     """The fields of ``scenario.parallelism`` among :data:`SEARCHED_LAYOUT_FIELDS` that its strategy kind
     does not read (``StrategyKind.searched_layout_fields``) and that differ from the layout's default: field ->
     value. The run is the same whatever their values (tests/test_kind_layout_fields.py), so ``simulate`` names
-    them in a NOTE rather than refusing them (three per_layer examples state a ``micro_batch_size``). Empty for
-    a kind that reads every field (spmd)."""
+    them in a NOTE rather than refusing them (a per_layer scenario may state a ``micro_batch_size``; plans written
+    by ``clustersim plan`` state none). Empty for a kind that reads every field (spmd)."""
     kind = get_kind(scenario.strategy_kind)
     if kind.searched_layout_fields is None:
         return {}
