@@ -15,6 +15,7 @@ import pytest
 
 from simulator.cost.compute import ComputeModel
 from simulator.cost.provenance import ASSUMED, CALIBRATED, DERIVED, efficiency_provenance, provenance_state
+from simulator.report.result import unwrap_table
 from simulator.scenario import load_scenario
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -70,7 +71,7 @@ def test_the_cli_prints_bf16_convolutions_under_derived(tmp_path):
     proc = subprocess.run([sys.executable, "-m", "simulator", "simulate", str(path)], capture_output=True,
                           text=True, env=env, timeout=120, stdin=subprocess.DEVNULL)
     assert proc.returncode == 0, proc.stderr
-    lines = proc.stdout.splitlines()
+    lines = unwrap_table(proc.stdout)  # one line per state, as printed before wrapping at 110 columns
     derived = next(line for line in lines if "derived (from another part or a ratio):" in line)
     calibrated = next(line for line in lines if "calibrated (fitted on rows measured on this part):" in line)
     assert "conv_bf16 (the bf16 GEMM curve at each convolution's implicit-GEMM shape; no bf16 convolution " \

@@ -12,6 +12,7 @@ from pathlib import Path
 
 from hardware_specs.catalog import ACCELERATORS
 from simulator.cost.framework import ASSUMED, CALIBRATED, DERIVED, choose
+from simulator.report.result import unwrap_table
 from workloads.catalog import resolve_model
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -22,10 +23,11 @@ H100 = ACCELERATORS.get("h100-sxm-80g")
 
 
 def _simulate(example: Path, *sets: str) -> tuple[str, dict]:
+    """The table (its wrapped lines joined back: one line per field, as the checks below read it) and --json."""
     args = [sys.executable, "-m", "simulator.cli", "simulate", str(example)]
     for item in sets:
         args += ["--set", item]
-    text = subprocess.run(args, capture_output=True, text=True, cwd=ROOT, check=True).stdout
+    text = "\n".join(unwrap_table(subprocess.run(args, capture_output=True, text=True, cwd=ROOT, check=True).stdout))
     data = json.loads(subprocess.run([*args, "--json"], capture_output=True, text=True, cwd=ROOT, check=True).stdout)
     return text, data
 

@@ -14,6 +14,7 @@ import pytest
 from hardware_specs.catalog import ACCELERATORS
 from simulator.cost.compute import ComputeModel
 from simulator.cost.provenance import efficiency_provenance
+from simulator.report.result import unwrap_table
 from simulator.scenario import load_scenario
 from validation import calibrate_microbench as cm
 from workloads.graph import Op
@@ -126,7 +127,7 @@ def test_simulate_says_which_efficiencies_are_assumed(tmp_path):
     assert "gemm_fp8" not in doc["assumed_efficiencies"]
     table = subprocess.run([sys.executable, "-m", "simulator", "simulate", "examples/gpt3-175b-fp8-512-h100.yaml"],
                            capture_output=True, text=True, check=True).stdout
-    assumed_line = next(line for line in table.splitlines() if "ASSUMED (not measured):" in line)
+    assumed_line = next(line for line in unwrap_table(table) if "ASSUMED (not measured):" in line)
     # the example names no training.framework, so framework_factors leads the list (the no-framework WARNING)
     assert "in_training_gemm_factor" in [name.strip() for name in assumed_line.split("ASSUMED (not measured):")[1].split(",")]
 

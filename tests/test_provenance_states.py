@@ -20,6 +20,7 @@ from simulator.cost.provenance import (
     provenance_state,
 )
 from simulator.errors import ConfigError
+from simulator.report.result import unwrap_table
 from simulator.scenario import load_scenario
 
 DERIVATION_MARKERS = ("(sibling ", "(transferred from ", "; x", "(derived by rule from ")
@@ -103,7 +104,7 @@ def test_datasheet_collectives_are_stated_not_calibrated(node):
 def test_simulate_prints_the_three_states():
     out = subprocess.run([sys.executable, "-m", "simulator", "simulate", "examples/gpt3-175b-fp8-512-h100.yaml"],
                          capture_output=True, text=True, check=True).stdout
-    lines = {line.split(":")[0].strip(): line for line in out.splitlines()
+    lines = {line.split(":")[0].strip(): line for line in unwrap_table(out)
              if "calibrated (" in line or "derived (" in line or "ASSUMED (" in line}
     calibrated = next(v for k, v in lines.items() if k.endswith("calibrated (fitted on rows measured on this part)"))
     derived = next(v for k, v in lines.items() if k.startswith("derived"))

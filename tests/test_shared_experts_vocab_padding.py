@@ -18,6 +18,7 @@ from pathlib import Path
 
 import pytest
 
+from simulator.report.result import unwrap_table
 from validation import closed_forms
 from workloads import counting
 from workloads.graph import ShardShape, embedding_work, head_work, layer_work
@@ -149,7 +150,7 @@ def test_simulate_reports_both_counts_where_they_differ(tmp_path):
     assert out["num_parameters_padded"] - own == 2 * (50688 - 50257) * 768
     text = subprocess.run([sys.executable, "-m", "simulator", "simulate", str(path)], cwd=ROOT,
                           capture_output=True, text=True, check=True).stdout
-    assert "vocabulary padded to a multiple of make_vocab_size_divisible_by x tp" in text
+    assert "vocabulary padded to a multiple of make_vocab_size_divisible_by x tp" in "\n".join(unwrap_table(text))
     scenario["model"]["vocab_size"] = 51200            # a multiple of 128 x 4: nothing padded
     path.write_text(json.dumps(scenario))
     run = subprocess.run([sys.executable, "-m", "simulator", "simulate", "--json", str(path)], cwd=ROOT,

@@ -10,6 +10,8 @@ Definitions (DESIGN.md, "Definitions that must not drift"):
 from __future__ import annotations
 
 import math
+import re
+import textwrap
 from collections.abc import Callable
 from dataclasses import asdict, dataclass, field
 from typing import Any
@@ -516,5 +518,50 @@ def render_table(result: SimulationResult) -> str:
                      f"{g['note']}")
     from simulator.report.messages import message_lines
 
+    lines = [piece for line in lines for piece in wrap_table_line(line)]
     lines += message_lines(result.extra.get("warnings", ()), result.extra.get("notes", ()))
     return "\n".join(lines)
+
+
+#: Widest line of ``clustersim simulate``'s table (the no-framework WARNING's lines are at most 102 wide).
+TABLE_WIDTH = 110
+#: A table line's label: up to 28 columns of indent and words, then two or more spaces before its value.
+_LABEL = re.compile(r"( *\S+(?: \S+)*? {2,})(?=\S)")
+
+
+def wrap_table_line(line: str, width: int = TABLE_WIDTH) -> list[str]:
+    """``line`` as lines of at most ``width`` columns where it has spaces to break at: the first keeps its label
+    (``  efficiencies   ``, ``    simulated peak      ``), the rest are indented 2 past the column its value starts
+    at (the leading spaces of a line without a label), as the no-framework WARNING's lines are under it. Words are
+    never cut: a word longer than the width stays whole. Only the table is wrapped (``--json``, CSV and the
+    messages after the table are not); a phrase may run across two lines, which :func:`unwrap_table` joins."""
+    if len(line) <= width:
+        return [line]
+    start = _value_start(line)
+    return textwrap.wrap(line[start:], width=width, initial_indent=line[:start],
+                         subsequent_indent=" " * (start + 2), break_long_words=False, break_on_hyphens=False)
+
+
+def _value_start(line: str) -> int:
+    label = _LABEL.match(line)
+    return label.end() if label and label.end() <= 28 else len(line) - len(line.lstrip(" "))
+
+
+def unwrap_table(text: str, width: int = TABLE_WIDTH) -> list[str]:
+    """The lines of a table :func:`render_table` printed, each wrapped line joined back into one (what a script
+    that reads one line per field wants). A line continues the one above when it is indented 2 past that one's
+    value column and its first word would not have fitted on the line above (how :func:`wrap_table_line` breaks);
+    from the first WARNING or NOTE on, lines are kept as printed."""
+    out: list[str] = []
+    last = ""  # the physical line above
+    messages = False  # the WARNINGs and NOTEs after the table keep their own lines (simulator/report/messages.py)
+    for line in text.splitlines():
+        body = line.lstrip(" ")
+        messages = messages or body.startswith(("WARNING: ", "NOTE: "))
+        if (not messages and out and body and len(line) - len(body) == _value_start(out[-1]) + 2
+                and len(last) + 1 + len(body.split(" ")[0]) > width):
+            out[-1] += " " + body
+        else:
+            out.append(line)
+        last = line
+    return out
