@@ -12,6 +12,7 @@ import pytest
 
 from simulator.colocation.run import alone
 from simulator.errors import ConfigError
+from simulator.report.result import unwrap_table
 from simulator.scenario import load_scenario
 from simulator.simulate import simulate
 
@@ -158,8 +159,9 @@ def test_cli_end_to_end(tmp_path):
     cmd = [sys.executable, "-m", "simulator.cli", "simulate", str(tmp_path / "fg.yaml")]
     table = subprocess.run(cmd, capture_output=True, text=True, cwd=ROOT, timeout=120)
     assert table.returncode == 0, table.stderr
-    assert "co-located jobs on the same 2 GPUs" in table.stdout
-    assert "the-background" in table.stdout and "source: my measurement" in table.stdout
+    text = "\n".join(unwrap_table(table.stdout))  # the interference line is wrapped at 110 columns
+    assert "co-located jobs on the same 2 GPUs" in text
+    assert "the-background" in text and "source: my measurement" in text
     out = subprocess.run([*cmd, "--json"], capture_output=True, text=True, cwd=ROOT, timeout=120)
     data = json.loads(out.stdout)
     info = data["co_location"]

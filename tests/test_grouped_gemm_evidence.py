@@ -18,6 +18,7 @@ import pytest
 from hardware_specs.catalog import ACCELERATORS
 from simulator.cost.compute import kernel_gemm_efficiency
 from simulator.cost.provenance import ASSUMED, CALIBRATED, DERIVED, grouped_gemm_kernels, provenance_state
+from simulator.report.result import unwrap_table
 from simulator.scenario import load_scenario
 from validation import blackwell_sanity as bs
 from validation.calibrate_microbench import (
@@ -124,7 +125,7 @@ def test_the_text_output_prints_the_grouped_kernel_of_each_part():
                               f"cluster.node={node}", "--set", "training.framework=torchtitan"],
                              capture_output=True, text=True, cwd=ROOT)
         assert out.returncode == 0, out.stderr
-        line = next(x for x in out.stdout.splitlines() if x.startswith("  grouped GEMM"))
+        line = next(x for x in unwrap_table(out.stdout) if x.startswith("  grouped GEMM"))
         assert words in line
 
 

@@ -162,9 +162,9 @@ def test_a_default_some_layers_take_is_kept_and_the_result_says_where_it_folded(
     assert report["runs"] == {"batch2xrows2xcols2": 172, "batch8": 3}
     assert report["folded"] == [{"default": "batch2xrows2xcols2", "runs": "batch8",
                                  "layers": {"adaptive_avgpool": 1, "flatten": 1, "linear": 1}}]
-    from simulator.report.result import render_table
+    from simulator.report.result import render_table, unwrap_table
 
-    table = render_table(result)
+    table = "\n".join(unwrap_table(render_table(result)))  # its lines wrapped at 110 columns joined back
     assert "  splits         batch2xrows2xcols2 on 172 layers, batch8 on 3 layers\n" in table
     assert ("strategy.default batch2xrows2xcols2 runs as batch8 on 3 layers that cannot make its cut: "
             "adaptive_avgpool x1, flatten x1, linear x1") in table
