@@ -43,6 +43,7 @@ from workloads.graph import ShardShape
 from workloads.layer_graph import LayerGraph
 from workloads.lora import TARGET_OPS, LoraShape
 from workloads.lora import check_model as check_lora_model
+from workloads.packing import check as check_packing
 from workloads.schema import TransformerSpec
 
 DEFAULT_SCENARIO = Path(__file__).parent / "scenarios" / "default.yaml"
@@ -115,6 +116,16 @@ class FinetuneSpec(_Strict):
         description="the linear layers that get an adapter, in NeMo / Megatron-Bridge's names: linear_qkv (the "
                     "fused QKV projection), linear_proj (the attention output projection), linear_fc1 (the MLP's "
                     "first, gate and up, linear), linear_fc2; default all four (Megatron-Bridge's LoRA default)")
+
+
+class PackingSpec(_Strict):
+    """``training.packing``: several documents packed into each sequence, attention per document
+    (workloads/packing.py)."""
+
+    document_tokens: int = Field(
+        gt=0, description="tokens of each document in a packed sequence (the length-weighted mean, sum of d^2 / sum "
+                          "of d, where lengths vary): a sequence of seq_length tokens holds seq_length // "
+                          "document_tokens documents and one of the rest; attention runs per document")
 
 
 class TrainingSpec(_Strict):
@@ -209,6 +220,14 @@ class TrainingSpec(_Strict):
                     "GEMMs, gradients and optimizer state vanish (its weights held in 16 bits), the adapters' GEMMs, "
                     "parameters and optimizer state are added, and data parallelism reduces the adapters' gradients "
                     "alone. Decoder transformers with dense MLPs, spmd kind; None: every parameter is trained")
+    packing: PackingSpec | None = Field(
+        default=None,
+        description="packed sequences (fine-tuning recipes pack short examples to the sequence length: NeMo's and "
+                    "Megatron-Bridge's SFT and LoRA recipes pack SQuAD): the attention core runs per document "
+                    "(FlashAttention varlen / Transformer Engine's thd layout with cu_seqlens), its FLOPs and time "
+                    "scale with the sum of the documents' squared lengths instead of seq_length^2; the GEMMs, memory "
+                    "kernels and activations are per token as unpacked. Decoder transformers without MLA, attention "
+                    "flash, cp 1 (workloads/packing.py). None: one document per sequence")
     fused_cross_entropy: bool = Field(
         default=False,
         description="the loss is one fused kernel that keeps the 16-bit logits and a log-sum-exp per token (2 B "
@@ -366,7 +385,8 @@ class Scenario:
             eager_elementwise=tr.elementwise_kernels == "eager",
             fp8_saved_inputs=frozenset(tr.fp8_gemms) if tr.precision == "fp8" and tr.fp8_saved_inputs else frozenset(),
             fp8_saved_element_bytes=FP8_SAVED_ELEMENT_BYTES[tr.fp8_recipe],
-            fused_cross_entropy=tr.fused_cross_entropy, lora=lora_shape(tr.finetune))
+            fused_cross_entropy=tr.fused_cross_entropy, lora=lora_shape(tr.finetune),
+            document_tokens=tr.packing.document_tokens if tr.packing is not None else None)
 
     def layer_graph(self) -> LayerGraph:
         """The model's layer graph for one micro-batch on one rank (the one description memory,
@@ -635,6 +655,9 @@ def _resolved(doc: ScenarioFile, raw: dict[str, Any], base: Path | None, model, 
     num_gpus = sum(g.num_gpus for g in groups)
     strategy = parse_strategy(doc.strategy)
     parallelism = _layout(doc, model, num_gpus, strategy)
+    if training.packing is not None:  # attention per document (workloads/packing.py); refused where not priced
+        check_packing(training.packing.document_tokens, getattr(model, "seq_length", None), model,
+                      training.attention, parallelism.cp)
     if doc.reliability is not None:
         resolve_processes(doc.reliability)  # names an unknown failure component (ConfigError)
     if len(groups) == 1:

@@ -465,7 +465,8 @@ def _unsharded_graph(scenario: Scenario):
                                                  precision=scenario.training.precision,
                                                  flash_attention=scenario.training.attention == "flash",
                                                  vocab_padding_tp=scenario.parallelism.tp,
-                                                 lora=scenario.shard.lora))
+                                                 lora=scenario.shard.lora,
+                                                 document_tokens=scenario.shard.document_tokens))
 
 
 def _tokens_per_sample(scenario: Scenario) -> int | None:
@@ -568,6 +569,8 @@ def run_identity(scenario: Scenario) -> dict[str, Any]:
            "num_nodes": scenario.num_nodes, "seq_length": scenario.seq_length,
            "precision": scenario.training.precision + (" (TF32 tensor cores)" if scenario.training.tf32 else ""),
            "strategy": scenario.strategy_kind, "seq_length_source": source}
+    if scenario.training.packing is not None:  # attention per document (workloads/packing.py)
+        out["document_tokens"] = scenario.training.packing.document_tokens
     if scenario.frameworks:  # training.framework and whether its factors were fitted here (simulator/cost/framework.py)
         out["framework"] = scenario.frameworks[0].name
         out["framework_state"] = " + ".join(dict.fromkeys(c.state for c in scenario.frameworks))

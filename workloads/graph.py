@@ -29,6 +29,8 @@ from typing import Literal
 
 from workloads.layer_kinds import is_moe_layer
 from workloads.lora import LoraShape, with_adapters
+from workloads.packing import causal_fraction as packed_causal_fraction
+from workloads.packing import document_lengths, squared_tokens
 from workloads.schema import TransformerSpec
 
 OpKind = Literal["gemm", "attention", "memory", "collective"]
@@ -177,6 +179,9 @@ class ShardShape:
     fp8_saved_element_bytes: float = 1.0  # bytes per element of such a kept input (FP8 + its block scales)
     fused_cross_entropy: bool = False  # the loss keeps the 16-bit logits only (TrainingSpec.fused_cross_entropy)
     lora: LoraShape | None = None  # LoRA fine-tuning (TrainingSpec.finetune): frozen base + adapters, workloads/lora.py
+    # packed sequences (TrainingSpec.packing): documents of this many tokens, attention per document
+    # (workloads/packing.py); None: one document per sequence
+    document_tokens: int | None = None
     # the tp the vocabulary is padded for (TransformerSpec.padded_vocab_size): None = this shard's tp; 0 = not
     # padded (the model's own count); the unsplit graph of a run at tp t takes t (its FLOPs and held parameters)
     vocab_padding_tp: int | None = None
@@ -198,8 +203,11 @@ class ShardShape:
         i and 2cp-1-i; Megatron-LM, Llama 3) every rank runs that share of its s/cp x s block;
         without it the last rank attends to all cp-1 earlier chunks plus its own diagonal one:
         (cp - 1 + 1/2 + 1/(2 n_local)) / cp. The FLOPs reported (model FLOPs, MFU) stay the
-        non-causal count, as in Megatron-LM and Narayanan et al. 2021; this scales time only."""
+        non-causal count, as in Megatron-LM and Narayanan et al. 2021; this scales time only.
+        Packed sequences (``document_tokens``, cp 1): the same rule per document (workloads/packing.py)."""
         tile = FLASH_TILE
+        if self.document_tokens is not None:
+            return packed_causal_fraction(self.seq_length, self.document_tokens, tile)
         if self.cp == 1 or self.cp_load_balance:
             n = max(1, -(-self.seq_length // tile))
             return 0.5 + 0.5 / n
@@ -582,6 +590,10 @@ def layer_work(model: TransformerSpec, shard: ShardShape, layer_index: int = 0) 
         # q, k, v, o only; the backward recomputes the scores: 5 matmuls vs 2 forward (2.5x).
         flash = _gemm("flash_attention", s, full_seq, hd, elem, batch=b * heads, kind="attention",
                       recompute_class="attention_core")
+        if shard.document_tokens is not None:  # packed: one causal attention per document (workloads/packing.py)
+            d = shard.document_tokens
+            flash = replace(flash, m=d, n=d, batch=b * heads * len(document_lengths(s, d)),
+                            flops=2.0 * b * heads * hd * squared_tokens(s, d))
         fwd.append(replace(flash, flops=2 * flash.flops, backward_flops_factor=2.5,
                            bytes_moved=float(elem * b * (2 * s * heads * hd + 2 * full_seq * kv * hd)), tables=sinks))
     else:
@@ -674,16 +686,21 @@ def _window_core(model: TransformerSpec, shard: ShardShape, window: int, heads: 
 
     Attention sinks (``sinks``: one learned logit per head, ``TransformerSpec.attention_sinks``) are held
     by the core op; their exp-and-add per query and head is not counted (negligible, see the field).
-    Context parallelism with a window is refused (simulator/strategies/spmd/layout.py)."""
+    Context parallelism with a window is refused (simulator/strategies/spmd/layout.py).
+
+    Packed sequences (``shard.document_tokens``, workloads/packing.py): the window within each document,
+    pairs and tiles summed over the documents, the kernel's key span the widest of theirs."""
     b, s, hd, elem = shard.micro_batch, shard.local_seq, model.head_dim, shard.act_bytes
-    pairs = window_pairs(s, window)
+    documents = (s,) if shard.document_tokens is None else document_lengths(s, shard.document_tokens)
+    pairs = sum(window_pairs(d, window) for d in documents)
     counted = 4.0 * b * heads * hd * pairs
     if shard.flash_attention:
-        tiles, widest = window_tiles(s, window)
-        span = min(s, widest * FLASH_TILE)
+        per_document = [window_tiles(d, window) for d in documents]
+        tiles = sum(t for t, _ in per_document)
+        span = max(min(d, widest * FLASH_TILE) for d, (_, widest) in zip(documents, per_document, strict=True))
         return [Op("flash_attention", "attention", counted, float(elem * b * (2 * s * heads * hd + 2 * s * kv * hd)),
-                   s, span, hd, b * heads, recompute_class="attention_core", backward_flops_factor=2.5,
-                   executed_fraction=tiles * FLASH_TILE ** 2 / pairs, tables=sinks)]
+                   documents[0], span, hd, b * heads * len(documents), recompute_class="attention_core",
+                   backward_flops_factor=2.5, executed_fraction=tiles * FLASH_TILE ** 2 / pairs, tables=sinks)]
     full = s * s / pairs
     scores = _gemm("attn_scores", s, s, hd, elem, batch=b * heads, kind="attention", recompute_class="attention_core")
     values = _gemm("attn_values", s, hd, s, elem, batch=b * heads, kind="attention", recompute_class="attention_core")

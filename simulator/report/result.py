@@ -258,6 +258,9 @@ def _run_lines(result: SimulationResult) -> list[str]:
         seq = f", sequence {run['seq_length']:,}"
         if run.get("seq_length_source") not in (None, "training.seq_length", "the model's seq_length"):
             seq += f" (from {run['seq_length_source']}; set training.seq_length to change it)"
+        if run.get("document_tokens"):  # training.packing: the attention core and its model FLOPs per document
+            seq += (f" packed with documents of {run['document_tokens']:,} tokens (attention per document; model "
+                    "FLOPs count each document's square)")
     priced = result.extra.get("precision_priced")  # fp8 asked, no GEMM of the model in fp8_gemms (a WARNING says)
     precision = run["precision"] + (f" (priced as {priced}: no GEMM in fp8_gemms)" if priced else "")
     return [f"  model          {run['model']}{seq}, {precision}",

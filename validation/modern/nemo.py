@@ -11,10 +11,17 @@ its communication buffers: no copy kernels; the next layer's gather prefetched),
 with VP > 1, MoE routing force-balanced (the table's footnote), DeepSeek-V3's tokens dispatched with
 DeepEP (NeMo's H100 performance recipe for it: the flex dispatcher; once per node over InfiniBand). FP8 in every flavour the table
 names (delayed / current scaling, blockwise) is the simulator's FP8 (linear layers in FP8).
-SFT rows are packed sequences of the given length: the same step as pre-training. LoRA rows are that step with
-the base frozen and adapters on it (``training.finetune``, workloads/lora.py) as the release's LoRA defaults set
-them (:func:`lora_recipe`, assumed: the table does not print them); they are held out whatever their key's half
-(``ModernCase.added_after_fit``: made representable after the profiles were fitted, never fitted on).
+SFT and LoRA rows fine-tune on SQuAD packed to the sequence length (the 24.07 rows' notes: "fine-tuning on
+SQuAD-v1.1 packed to 4096 tokens"; the 26.06 rows' layouts are megatron-bridge 0.6.2's
+``perf_recipes/llama/h100/llama3.py`` ``llama3_70b_sft_32gpu_h100_fp8cs_config`` (tp 4 pp 4 vp 5) and
+``llama3_70b_peft_8gpu_h100_fp8cs_config`` (tp 2 pp 4 vp 20), on ``recipes/common.py`` ``_sft_common`` /
+``_peft_common``: ``default_squad_config(enable_offline_packing=True)``, packed to ``seq_length``). A packed
+batch attends per document (``cu_seqlens``, the ``thd`` layout: NeMo 2.0.0rc1 ``MegatronGPTModel``, Megatron-Bridge
+``training/gpt_step.py``), so these rows set ``training.packing`` (workloads/packing.py) with SQuAD's documents
+(:data:`SQUAD_DOCUMENT_TOKENS`, assumed); otherwise an SFT row is the pre-training step. LoRA rows are that step
+with the base frozen and adapters on it (``training.finetune``, workloads/lora.py) as the release's recipe sets
+them (:func:`lora_recipe`); they are held out whatever their key's half (``ModernCase.added_after_fit``: made
+representable after the profiles were fitted, never fitted on).
 Every MoE row gives ``parallelism.etp: 1`` (Megatron-Bridge's expert tensor parallel 1), so its expert
 groups fold over a stage's TP x DP ranks in Megatron-Core's order: Qwen3-235B's EP 32 over TP 2 x DP 16
 is one group of a stage's 32 ranks; DeepSeek-V3's EP 64 over TP 2 x DP 64 spans 64 consecutive ranks (8
@@ -215,6 +222,8 @@ def cases() -> tuple[list[ModernCase], list[Unrepresentable]]:
                            f"mbs {GPT_OSS_RECIPE_BATCH[0]} gbs {GPT_OSS_RECIPE_BATCH[1]}; this row's own recipe is "
                            "not carried")
         training = {"seq_length": seq, "precision": precision, "attention": "flash"}
+        if task in PACKED_TASKS:  # SQuAD packed to the sequence length, attention per document (docstring)
+            training["packing"] = {"document_tokens": SQUAD_DOCUMENT_TOKENS}
         lora = lora_recipe(row["release"]) if task == "LoRA" else None
         if lora is not None:
             training["finetune"] = lora
@@ -230,21 +239,43 @@ def cases() -> tuple[list[ModernCase], list[Unrepresentable]]:
             f"nemo|{ACCELERATOR}|{precision}", tokens,
             None if tokens is not None else cell_float(row["model_tflops_per_gpu"]), set_aside=set_aside(row),
             added_after_fit=LORA_ADDED_AFTER_FIT if lora else "",
-            assumed=(f"LoRA rank {lora['rank']} on {', '.join(lora['target_modules'])} (the release's default; the "
-                     f"table does not say)" if lora else assumed)))
+            assumed="; ".join(part for part in (assumed, _assumed(task, lora)) if part)))
     return out, skipped
 
 
 def lora_recipe(release: str) -> dict:
-    """``training.finetune`` for a LoRA row: the release's LoRA defaults, which the table does not print (assumed).
-    NeMo 24.07 (NeMo 1 PEFT, ``megatron_gpt_finetuning_config.yaml``'s ``lora_tuning``): ``adapter_dim: 32``,
-    ``target_modules: [attention_qkv]``, the fused QKV projection alone; Megatron-Bridge (the 26.xx rows,
-    ``peft.LoRA``): ``dim: 32``, ``alpha: 32``, ``target_modules: [linear_qkv, linear_proj, linear_fc1,
-    linear_fc2]``."""
+    """``training.finetune`` for a LoRA row: the release's LoRA settings, which the table does not print.
+    NeMo 24.07 (NeMo 1 PEFT): the fused QKV projection alone (nemo_toolkit 2.0.0rc1
+    ``nemo/collections/nlp/parts/peft_config.py`` ``get_target_modules(lora_cfg, default=("attention_qkv",))``)
+    at ``adapter_dim: 32`` (``megatron_gpt_finetuning_config.yaml``'s ``lora_tuning``, not carried: assumed);
+    the 26.xx rows (Megatron-Bridge): megatron-bridge 0.6.2 ``perf_recipes/llama/h100/llama3.py``
+    ``llama3_70b_peft_8gpu_h100_fp8cs_config`` sets ``cfg.peft.target_modules = ["linear_qkv"]`` on
+    ``recipes/llama/h100/llama3.py`` ``llama3_70b_peft_8gpu_h100_bf16_config``'s ``dim = 16, alpha = 32``
+    (``_peft_common``'s all-four default overridden)."""
     if release_number(release) < (25, 0):
         return {"method": "lora", "rank": 32, "alpha": 32, "target_modules": ["linear_qkv"]}
-    return {"method": "lora", "rank": 32, "alpha": 32,
-            "target_modules": ["linear_qkv", "linear_proj", "linear_fc1", "linear_fc2"]}
+    return {"method": "lora", "rank": 16, "alpha": 32, "target_modules": ["linear_qkv"]}
+
+
+#: Rows that fine-tune on packed SQuAD (module docstring).
+PACKED_TASKS = ("SFT", "LoRA")
+#: Tokens of one SQuAD v1.1 example as the recipes format it (``Context: {context} Question: {question} Answer:``
+#: and the answer, megatron-bridge 0.6.2 ``data/sources/hf_adapters.py`` ``_squad_adapter``; NeMo 1's SQuAD
+#: SFT template likewise), assumed: a Wikipedia paragraph of about 120 words, a question of about 10 and an answer
+#: of about 3, at about 1.4 Llama tokens per word, plus the template, BOS and EOS: about 200. No SQuAD file is
+#: carried to count it. The rows hardly depend on it: 100 to 400 tokens move every SFT and LoRA row by at most
+#: 2.2 points (the attention core is 3-5% of their step at any such length, against 12-26% at a full 4,096).
+SQUAD_DOCUMENT_TOKENS = 200
+
+
+def _assumed(task: str, lora: dict | None) -> str:
+    """What an SFT or LoRA row assumes that the table does not print."""
+    parts = []
+    if task in PACKED_TASKS:
+        parts.append(f"SQuAD packed to the sequence, documents of {SQUAD_DOCUMENT_TOKENS} tokens (SQUAD_DOCUMENT_TOKENS)")
+    if lora is not None and lora["rank"] == 32:
+        parts.append("LoRA rank 32 (NeMo 1's adapter_dim default; the table does not say)")
+    return "; ".join(parts)
 
 
 LORA_ADDED_AFTER_FIT = ("a LoRA row, made representable (training.finetune) after this set's profiles were fitted: "
