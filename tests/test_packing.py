@@ -133,3 +133,17 @@ def test_packing_is_refused_where_it_is_not_priced():
     with pytest.raises(ConfigError, match="decoder transformers") as err:
         load_scenario(raw)
     assert err.value.field == "training.packing"
+
+
+def test_nemo_fine_tuning_rows_pack_squad_and_automodel_rows_do_not():
+    # NeMo's SFT and LoRA rows fine-tune on SQuAD packed to the sequence (the 24.07 notes; Megatron-Bridge 0.6.2's
+    # _sft_common / _peft_common); AutoModel's LoRA rows ran its mock data, one full sequence a sample
+    from validation.modern.nemo import SQUAD_DOCUMENT_TOKENS
+    from validation.modern.registry import built
+
+    packed = {c.row: c.scenario["training"]["packing"] for c in built("nemo")[0] if "packing" in c.scenario["training"]}
+    assert set(packed) == {10, 11, 12, 13, 14, 15, 37, 38}   # SFT 10-12, 37; LoRA 13-15, 38
+    assert all(p == {"document_tokens": SQUAD_DOCUMENT_TOKENS} for p in packed.values())
+    row38 = next(c for c in built("nemo")[0] if c.row == 38).scenario["training"]["finetune"]
+    assert (row38["rank"], row38["target_modules"]) == (16, ["linear_qkv"])   # the 0.6.2 perf recipe
+    assert not any("packing" in c.scenario["training"] for c in built("other")[0])
