@@ -100,7 +100,8 @@ def test_each_module_drops_its_bytes_counted_by_hand():
     assert dropped("layernorm") == ln2_out
     assert dropped("moe_act") == act_out_routed + clamped
     assert dropped("shared_experts") == pytest.approx(fc1_out_shared + act_out_shared)
-    moe_all = 2 * E_ * TOKENS * (routed + shared) + E_ * TOKENS * (routed + shared) + clamped
+    permuted = E_ * TOKENS * TOP_K * H                          # the routed experts' permuted input (fc1's saved)
+    moe_all = 2 * E_ * TOKENS * (routed + shared) + E_ * TOKENS * (routed + shared) + clamped + permuted
     assert dropped("moe") == moe_all
     assert dropped("moe", "moe_act", "shared_experts") == moe_all          # nested modules: counted once
     assert dropped("layernorm", "moe_act") == ln2_out + act_out_routed + clamped

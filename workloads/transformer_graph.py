@@ -165,6 +165,16 @@ def _base_saved_tensors(model: TransformerSpec, shard: ShardShape, moe_layer: bo
         routed = model.moe.top_k * (model.moe.expert_ffn_hidden_size or model.ffn_size) * (
             model.moe.capacity_factor or 1.0)
         mlp.append(SavedTensor("expert_act_clamped_input", 2 * e * sb * routed / t, op_sac_kept=0.0))
+    if moe_layer and model.moe is not None:
+        # The routed experts' input: Megatron-Core 0.16.1 transformer/moe/experts.py TEGroupedMLP.forward runs
+        # linear_fc1 (Transformer Engine GroupedLinear, which saves its input for the weight gradient, quantized
+        # under FP8) on permuted_local_hidden_states, the tokens dispatched to the rank's experts
+        # (token_dispatcher.py MoEAlltoAllTokenDispatcher: permute, all-to-all, sort_chunks_by_idxs; with
+        # etp > 1 all-gathered over the etp ranks): top_k copies of each of the rank's routed tokens (its
+        # sequence-parallel share), times the capacity factor, h wide. The permutes and unpermute save only
+        # index maps; the probabilities the weighted activation saves (top_k per token) are not counted.
+        routed_tokens = model.moe.top_k * (model.moe.capacity_factor or 1.0) * sb / sp_div * shard.etp
+        mlp.append(SavedTensor("expert_fc1_input", (q8 if mlp_fp8 else e) * routed_tokens * h, op_sac_kept=0.0))
     core_bytes = (e + m + (e if dropout else 0.0)) * heads_rank * s * s * shard.micro_batch
     masks = [SavedTensor("attn_dropout_mask", m * sb * h / sp_div), SavedTensor("mlp_dropout_mask", m * sb * h / sp_div)]
     if model.mla is None:
@@ -230,14 +240,15 @@ def _module_drops(model: TransformerSpec, moe_layer: bool, tensors: tuple[SavedT
     - mlp (dense blocks): the norm output (``fc1_input`` / ``ln2_output``: the norm runs inside the fused
       fc1), FC1's output and FC2's input; its input, the residual, stays as ``ln2_input``;
     - moe (MoE blocks): everything the experts and shared experts save (``fc1_output``, ``fc2_input``, the
-      clamped GLU input); its input, the norm output, stays;
+      clamped GLU input, the routed experts' permuted input ``expert_fc1_input``); its input, the norm output,
+      stays;
     - moe_act: the activation's output, the routed part of ``fc2_input`` (share routed / (routed + shared
       widths)), and the clamped GLU input the fused kernel saved; FC1's output, its input, stays;
     - shared_experts: the shared part of ``fc1_output`` and ``fc2_input`` (share shared / (routed + shared));
     - mla_up_proj: the normalised latents and Q, K, V (``latents_normed``, ``q_k_v``); the latents before
       their norms and the RoPE key, its inputs, stay.
 
-    Not counted (as without recompute): the routed experts' permuted inputs, the norms' fp32 statistics."""
+    Not counted (as without recompute): the norms' fp32 statistics."""
     shared_share = 0.0
     if moe_layer and model.moe is not None and model.moe.num_shared_experts:
         shared_share = (model.moe.num_shared_experts * (model.moe.expert_ffn_hidden_size or model.ffn_size)
@@ -254,6 +265,7 @@ def _module_drops(model: TransformerSpec, moe_layer: bool, tensors: tuple[SavedT
         "fc2_input": ((norm2, 1.0),) + ((("moe_act", 1.0 - shared_share), ("shared_experts", shared_share))
                                         if moe_layer else ()),
         "expert_act_clamped_input": (("moe", 1.0), ("moe_act", 1.0)),
+        "expert_fc1_input": (("moe", 1.0),),
     }
     return tuple(replace(x, drops=rules[x.name]) if x.name in rules else x for x in tensors)
 
