@@ -171,8 +171,15 @@ def _base_saved_tensors(model: TransformerSpec, shard: ShardShape, moe_layer: bo
         # under FP8) on permuted_local_hidden_states, the tokens dispatched to the rank's experts
         # (token_dispatcher.py MoEAlltoAllTokenDispatcher: permute, all-to-all, sort_chunks_by_idxs; with
         # etp > 1 all-gathered over the etp ranks): top_k copies of each of the rank's routed tokens (its
-        # sequence-parallel share), times the capacity factor, h wide. The permutes and unpermute save only
-        # index maps; the probabilities the weighted activation saves (top_k per token) are not counted.
+        # sequence-parallel share), times the capacity factor (padded to capacity, as this model reads it
+        # throughout: moe_pad_expert_input_to_capacity), h wide. Not a second count of ``fc1_input``: that is
+        # the norm output, one copy per token, which the router's gating GEMM keeps (moe_utils.py
+        # RouterGatingLinearFunction.forward saves inp; the shared experts' FC1 keeps the same storage). The
+        # flex dispatcher (DeepEP / HybridEP, token_dispatcher.py MoEFlexTokenDispatcher) gives the same count:
+        # its fused dispatch saves a handle only (fused_a2a.py) and the local permute builds the top_k copies.
+        # The permutes, all-to-alls, etp all-gather and unpermute (called without probs) save only index maps
+        # or split sizes; the probabilities the weighted activation saves (top_k fp32 per token) and the
+        # router's scores (num_experts per token) are not counted.
         routed_tokens = model.moe.top_k * (model.moe.capacity_factor or 1.0) * sb / sp_div * shard.etp
         mlp.append(SavedTensor("expert_fc1_input", (q8 if mlp_fp8 else e) * routed_tokens * h, op_sac_kept=0.0))
     core_bytes = (e + m + (e if dropout else 0.0)) * heads_rank * s * s * shard.micro_batch

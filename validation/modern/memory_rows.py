@@ -48,12 +48,14 @@ UNEXPLAINED_OOM: dict[tuple[str, int], str] = {
                  "(2025-03) is the first whose pretrain_performance_optimizations sets grad_reduce_in_fp32 = False",
     ("nemo", 63): "GPT-OSS-120B tp1 pp4 ep8 on 64 H100s, GBS 512, MBS 4, BF16 (NeMo 25.11), mapped with Megatron-"
                   "Bridge 0.6.2's selective recompute of ['layernorm', 'moe_act'] (its recipe for the mbs-1 rows; "
-                  "this row's own is in no package here: assumed): 91.5 of 78 GiB on stage 0 (bf16 weights 8.2, fp32 "
-                  "main gradients 16.4, distributed-optimizer states 20.6, activations 46.1: 4 micro-batches of 4 x "
+                  "this row's own is in no package here: assumed): 104.2 of 78 GiB on stage 0 (bf16 weights 8.2, fp32 "
+                  "main gradients 16.4, distributed-optimizer states 20.6, activations 58.7: 4 micro-batches of 4 x "
                   "4,096 tokens in flight over 9 MoE layers, the recomputed modules' outputs dropped (the clamped GLU "
                   "input, FC2's routed input and the pre-MLP norm's output: 40.0 GiB, the one layer re-created in "
-                  "the backward counted). Without the recompute 131.5 (activations 86.1); full recompute 67.1 fits. "
-                  "Its mbs-1 twins (rows 41/46/51/57) fit at 56.8 with the recipe's recompute",
+                  "the backward counted; the routed experts' permuted input, top-4 copies of each token that FC1 keeps, "
+                  "stays: megatron-core 0.16.1 experts.py TEGroupedMLP.forward). Without the recompute 144.2 "
+                  "(activations 98.8); full recompute 67.5 fits. "
+                  "Its mbs-1 twins (rows 41/46/51/57) fit at 60.0 with the recipe's recompute",
     ("nemo", 12): "LLAMA2-70B SFT tp4 pp4 on 16 H100s (dp 1): 91.0 of 78 GiB (92.3 with dropout masks). Nothing to "
                   "shard the optimizer over: 18 B per parameter of 4.35e9 per rank is 72.9 GiB before any activation "
                   "(18.1 GiB: 4 micro-batches of 20 layers in flight on stage 0). bf16 gradients alone: 82.9; Apex's "

@@ -5,9 +5,12 @@
   over the data-parallel ranks, FlashAttention, MoE routing balanced, DeepEP dispatch where the row
   names it. No activation checkpointing is stated: the least recompute (none, selective, full) under
   which the layout fits in 80 GB, as the run did fit (Llama 3 70B: full, 114 GiB without; DeepSeek-V3
-  on 1,024 GPUs: selective; on 256: full).
-  Qwen3 MoE 30B (FSDP 8 x EP 8) too, since models carry `head_dim`: it is predicted out of memory
-  (83.3 of 78 GiB usable even under full recompute) and counted with its time error like any row.
+  on 1,024 and on 256 GPUs: full; on 1,024, selective needs 79.9 GiB with the routed experts' permuted
+  inputs counted, 55.4 without them. AutoModel's grouped experts keep that input too: nemo-automodel 0.7.0
+  ``components/moe/experts.py`` GroupedExpertsDeepEP runs torch._grouped_mm on the permuted tokens. The row's
+  benchmark recipe is in neither the 0.7.0 wheel nor its sdist, so its checkpointing stays unknown).
+  Qwen3 MoE 30B (FSDP 8 x EP 8) too, since models carry `head_dim`: it fits only under full recompute
+  (76.8 of 78 GiB usable) and is counted with its time error like any row.
   Its LoRA rows (Llama 3 8B and 70B, Qwen2.5 7B) are the same FSDP2 step with the base frozen and adapters of
   rank 8 on every block linear (``training.finetune``; AutoModel's PEFT recipes, assumed: the rows do not say),
   held out whatever their key's half (made representable after the fit, never fitted on); Qwen2.5-32B's are
