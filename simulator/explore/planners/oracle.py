@@ -19,7 +19,10 @@ UNIFORM_LAYOUT_FIELDS: frozenset[str] = frozenset({"dp", "ep", "etp"})
 #: ``parallelism`` fields per_layer refuses (simulator/strategies/per_layer/kind.py: it does not
 #: recompute, nor shard model state by ZeRO): dropped from every per-layer plan, and said so in the
 #: plan's header (:func:`dropped_recompute_notes`), so a scenario that states them still gets a plan that runs.
-PER_LAYER_REFUSED_FIELDS: frozenset[str] = frozenset({"recompute", "zero_stage"})
+#: Megatron-Core's recompute fields (``recompute_modules``, ``recompute_method``, ``recompute_num_layers``: read
+#: with ``recompute``, refused by every kind but spmd, simulator/scenario.py ``_layout``) go with it.
+PER_LAYER_REFUSED_FIELDS: frozenset[str] = frozenset({"recompute", "recompute_modules", "recompute_method",
+                                                      "recompute_num_layers", "zero_stage"})
 
 
 def with_per_layer(raw: dict[str, Any], strategy: dict[str, Any]) -> dict[str, Any]:
