@@ -4,10 +4,8 @@ input exits 2 naming the field."""
 
 from __future__ import annotations
 
-import subprocess
-import sys
-
 import pytest
+from test_lora import _cli  # simulate the LoRA example (packed, row 38) with --set overrides
 
 from simulator.errors import ConfigError
 from simulator.scenario import load_scenario
@@ -93,13 +91,6 @@ def test_sliding_window_pairs_per_document_by_hand():
                 if op.name == "flash_attention")
     # a 300-token document: 300·128 - 128·127/2 = 30,272 pairs; the 100-token one its causal triangle 5,050
     assert core.flops == 4 * HEADS * HD * (3 * 30_272 + 5_050)
-
-
-def _cli(*sets: str) -> subprocess.CompletedProcess:
-    args = [sys.executable, "-m", "simulator", "simulate", "examples/llama3-70b-lora-nemo-8xh100.yaml"]
-    for s in sets:
-        args += ["--set", s]
-    return subprocess.run(args, capture_output=True, text=True)
 
 
 @pytest.mark.parametrize("setting, field", [
