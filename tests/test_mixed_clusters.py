@@ -18,6 +18,7 @@ import pytest
 import yaml
 
 from simulator.errors import ConfigError
+from simulator.report.result import unwrap_table
 from simulator.scenario import gradient_bytes, load_scenario
 from simulator.simulate import simulate
 from simulator.strategies.spmd.plan import Planner
@@ -299,3 +300,21 @@ def test_symmetric_mode_is_an_upper_bound_when_replicas_differ():
     symmetric = simulate(sc, mode="symmetric").step_time_s
     assert full < symmetric < 1.1 * full
     assert simulate(sc, mode="symmetric", engine="fast").step_time_s == pytest.approx(symmetric, rel=1e-9)
+
+
+def test_framework_line_once_when_the_groups_agree_else_per_accelerator():
+    # one framework entry per node group: the table prints one line when they say the same (the catalog
+    # default on both), else each after its group's accelerator (dle-pytorch: fitted on A100, assumed on T4)
+    def framework_lines(*sets: str) -> list[str]:
+        args = [sys.executable, "-m", "simulator", "simulate", str(EXAMPLE)]
+        for s in sets:
+            args += ["--set", s]
+        run = subprocess.run(args, capture_output=True, text=True, cwd=ROOT)
+        assert run.returncode == 0, run.stderr
+        return [line for line in unwrap_table(run.stdout) if line.startswith("  framework ")]
+
+    default = framework_lines()
+    assert len(default) == 1 and "megatron-core (default)" in default[0]
+    named = framework_lines("training.framework=dle-pytorch")
+    assert [line.split()[1] for line in named] == ["a100-sxm-80g:", "t4:"]
+    assert "(assumed)" in named[1] and "(assumed)" not in named[0]

@@ -264,16 +264,24 @@ def _run_lines(result: SimulationResult) -> list[str]:
     priced = result.extra.get("precision_priced")  # fp8 asked, no GEMM of the model in fp8_gemms (a WARNING says)
     precision = run["precision"] + (f" (priced as {priced}: no GEMM in fp8_gemms)" if priced else "")
     return [f"  model          {run['model']}{seq}, {precision}",
-            _hardware_line(run, result), *_framework_lines(run, result.extra.get("framework_profile"))]
+            _hardware_line(run, result), *_framework_lines(run, result.extra.get("framework_profile"),
+                                                           result.extra.get("node_groups"))]
 
 
-def _framework_lines(run: dict[str, Any], profile: dict[str, Any] | list | None) -> list[str]:
+def _framework_lines(run: dict[str, Any], profile: dict[str, Any] | list | None,
+                     groups: list[dict[str, Any]] | None = None) -> list[str]:
     """``training.framework``: the profile, whether its factors were fitted here, carried over or assumed
-    (with the command's ``framework_profile``: in words, with the factors and rows)."""
+    (with the command's ``framework_profile``: in words, with the factors and rows). A mixed cluster has one
+    entry per node group: printed once when every group's is the same, else each after its accelerator."""
     if profile:
         choices = profile if isinstance(profile, list) else [profile]
-        lines = [f"  framework      none named: {c['note']}" if c.get("profile_applies") is False
-                 else f"  framework      {c['name']} ({c['state']}): {c['note']}" for c in choices]
+        texts = [f"none named: {c['note']}" if c.get("profile_applies") is False
+                 else f"{c['name']} ({c['state']}): {c['note']}" for c in choices]
+        if len(set(texts)) == 1:
+            texts = texts[:1]
+        elif groups and len(groups) == len(texts):
+            texts = [f"{g['accelerator']}: {t}" for g, t in zip(groups, texts, strict=True)]
+        lines = [f"  framework      {t}" for t in texts]
         if choices[0].get("settings_applied"):
             lines.append(f"                 its settings (the scenario left them out): "
                          f"{', '.join(choices[0]['settings_applied'])}")
