@@ -1082,16 +1082,8 @@ class Planner:
                                              (*self._fused_pass(rank, self._chunk_ops("F", g), "compute"),
                                               self.activation_bytes(g)))
                 if hit is not None:  # run_ops' fused task, add(), the saved activations (+=, as below)
-                    entry = Task(f"F.mb{mb}.c{g}", actor, "compute", "compute", duration_s=hit[0], segments=hit[1],
-                                 alloc_bytes=0.0 + hit[2])
-                    if prev[0] is not None:
-                        entry.deps.append(prev[0])
-                    if carry:
-                        entry.deps.extend(carry)
-                        carry.clear()
-                    streams[(actor, "compute")].append(entry)
-                    compute_list.append(entry)
-                    prev[0] = entry
+                    entry = add(Task(f"F.mb{mb}.c{g}", actor, "compute", "compute", duration_s=hit[0],
+                                     segments=hit[1], alloc_bytes=0.0 + hit[2]))
                     if mb == 0 and g in start_gathers:
                         entry.deps.append(start_gathers[g])
                     lookup[("F_entry", actor, mb, g)] = entry
@@ -1106,16 +1098,8 @@ class Planner:
                 if hit is not None:  # _backward_chain's task, add(), backward_memory's bytes (+=, as below)
                     if working is None:
                         working = self.working_bytes(stage)
-                    task = Task(f"B.mb{mb}.c{g}", actor, "compute", "compute", duration_s=hit[0], parts=hit[1],
-                                alloc_bytes=0.0 + working, free_bytes=0.0 + (working + hit[2]))
-                    if prev[0] is not None:
-                        task.deps.append(prev[0])
-                    if carry:
-                        task.deps.extend(carry)
-                        carry.clear()
-                    streams[(actor, "compute")].append(task)
-                    compute_list.append(task)
-                    prev[0] = task
+                    task = add(Task(f"B.mb{mb}.c{g}", actor, "compute", "compute", duration_s=hit[0], parts=hit[1],
+                                    alloc_bytes=0.0 + working, free_bytes=0.0 + (working + hit[2])))
                     lookup[("B_entry", actor, mb, g)] = task
                     lookup[("B_exit", actor, mb, g)] = task
                     if mb == m_total - 1:
