@@ -160,6 +160,46 @@ def test_zero3_fsdp2_copy_kernels_move_the_bytes_its_source_copies():
     assert not [t for s in ("compute", "dp") for t in _tasks(views, "stage0", s) if "copy" in t.name]
 
 
+def test_zero3_fsdp1_copy_kernels_move_the_bytes_its_source_copies():
+    # FSDP1 (torch fsdp/_flat_param.py, _runtime_utils.py; zero_buffer_copies: fsdp1): the shard's
+    # low-precision cast before each gather (P/n, on the gather's stream, as FSDP2's copy-in), no copy-out
+    # (the layer's parameters are views of the flat parameter); in the backward the views' gradients
+    # concatenated into the flat gradient (split's backward: P in the parameters' dtype, compute stream),
+    # then on the reduce stream the cast to the reduce dtype where it differs and the in-place predivide
+    # (P in the reduce dtype), each reduce-scatter waiting for them.
+    def planned(grad_dtype: str):
+        par = dict(micro_batch_size=1, global_batch_size=16, tp=1, pp=1, dp=8, zero_stage=3, zero_buffer_copies="fsdp1")
+        planner = Planner(load_scenario(dict(model=SMALL, cluster=dict(node="dgx-a100-80g", fabric="fat-tree", num_gpus=8),
+                                             parallelism=par, training=dict(grad_dtype=grad_dtype, attention="standard"))))
+        return planner, planner.build()
+
+    planner, plan = planned("bf16")
+    copy_s = planner.compute_of(0).copy_s
+    tasks = {t.name: t for stream in ("compute", "dp") for t in _tasks(plan, "stage0", stream)}
+    assert tasks["F.mb0.c0.L1.zero3_copy_in"].duration_s == pytest.approx(copy_s(2 * P_LAYER / 8), rel=1e-12)
+    assert tasks["F.mb0.c0.L1.zero3_copy_in"].stream == "dp"
+    assert not [n for n in tasks if "copy_out" in n or "grad_copy_in" in n]
+    cats = [t for n, t in tasks.items() if n.endswith(".grad_cat")]
+    divides = [t for n, t in tasks.items() if n.endswith(".grad_predivide")]
+    rs = [t for t in _tasks(plan, "stage0", "dp") if "reduce_scatter" in t.name]
+    assert len(cats) == len(divides) == len(rs) > 0
+    assert all(t.stream == "compute" for t in cats) and all(t.stream == "dp" for t in divides)
+    assert all(d in r.deps for d, r in zip(divides, rs, strict=True))
+    # every gradient element once per micro-batch (2 micro-batches: gbs 16 over dp 8, mbs 1)
+    total = sum(t.duration_s - planner.compute_of(0).launch_s for t in cats)
+    assert total == pytest.approx(2 * 2 * 2 * P_TOTAL / planner.compute_of(0).mem_bw, rel=1e-9)
+    assert [t.duration_s for t in divides] == pytest.approx([t.duration_s for t in cats], rel=1e-12)
+    # fp32 reduction (Composer's mixed_precision DEFAULT from 0.16.4): the cast (read 2 B, write 4 B) and a
+    # 4-byte predivide on the reduce stream; the concatenation stays in bf16
+    planner32, plan32 = planned("fp32")
+    t32 = {t.name: t for stream in ("compute", "dp") for t in _tasks(plan32, "stage0", stream)}
+    name = next(n for n in t32 if n.endswith(".grad_predivide"))
+    cat = t32[name.replace("grad_predivide", "grad_cat")]
+    launch, bw = planner32.compute_of(0).launch_s, planner32.compute_of(0).mem_bw
+    elements = (cat.duration_s - launch) * bw / 4  # bf16: read + write 2 B
+    assert t32[name].duration_s == pytest.approx(2 * launch + elements * (2 + 4 + 8) / bw, rel=1e-9)
+
+
 def test_zero3_gathers_prefetch_one_layer_ahead_or_block():
     # Prefetched (default), a layer's gather waits for the layer two back (overlapping the one
     # before); with overlap_param_gather off (FSDP2 over gloo: host-blocking collectives) it waits

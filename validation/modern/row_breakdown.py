@@ -12,7 +12,8 @@ attention, are fitted by least squares so that ``g·other + f·attention + the s
 matches the measured seconds per micro-batch of the ``ROWS``, and the ``ROW`` is predicted with them.
 A row that only a kernel rate misprices comes out close (MPT-13B's 16K rows from its 1K-8K rows: -0.6%
 on A100 80 GB, +0.5% on H100); a row that carries a cost no rate of the others explains does not
-(MPT-30B's 8K rows from its 512-4K rows: +29% on both).
+(MPT-30B's 8K rows from its 512-4K rows: +25% on A100 80 GB, +20% on H100; +30% / +28% with FSDP2's copy
+kernels priced).
 
 ``--marginal ROWS`` reads the measurements alone: for rows of one model and GPU taken pairwise by sequence
 length, the measured seconds per token the longer sequence adds against the fused-attention FLOPs per token

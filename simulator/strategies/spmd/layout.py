@@ -126,15 +126,22 @@ class Parallelism(BaseModel):
                     "prefetch, Megatron-FSDP), so it runs beside that layer's kernels; post = issued when the "
                     "current layer's backward ends, ahead of its gradient reduce-scatter (FSDP BACKWARD_POST, "
                     "MosaicML Composer's default): the next layer waits for its gather")
-    zero_buffer_copies: bool = Field(
+    zero_buffer_copies: bool | Literal["fsdp1"] = Field(
         default=True,
-        description="ZeRO-2/3 copy kernels, as PyTorch FSDP2 runs them (torch 2.13 _fsdp_collectives.py): before "
-                    "each all-gather the rank's shard is copied into the gather input (all_gather_copy_in, "
+        description="ZeRO-2/3 copy kernels. true: as PyTorch FSDP2 runs them (torch 2.13 _fsdp_collectives.py): "
+                    "before each all-gather the rank's shard is copied into the gather input (all_gather_copy_in, "
                     "P/n), after it the whole gathered buffer is copied out into the layer's parameters "
                     "(split_with_sizes_copy, P) and each gradient bucket is copied into the reduce-scatter "
-                    "input (chunk_cat, P); DeepSpeed's partition and ipg buckets priced alike; off: "
-                    "parameters and gradients are views of persistent communication buffers and nothing is "
-                    "copied (Megatron-FSDP's parameter/gradient buffers, PyTorch FSDP1's FlatParameter)")
+                    "input (chunk_cat, P); DeepSpeed's partition and ipg buckets priced alike. fsdp1: as PyTorch "
+                    "FSDP1's FlatParameter runs them (torch fsdp/_flat_param.py, _runtime_utils.py): the "
+                    "low-precision cast of the shard before the gather (_use_low_precision_shard, P/n), no "
+                    "copy-out (the layer's parameters are views of the gathered flat parameter), and in the "
+                    "backward the views' gradients concatenated into the flat gradient (split's backward, P, "
+                    "compute stream), then on the reduce stream its cast to the reduce dtype where that "
+                    "differs and the pre-division by the gradient predivide factor (_div_if_needed, P) "
+                    "before the reduce-scatter (MosaicML Composer, IBM fms-fsdp). false: parameters and "
+                    "gradients are views of persistent communication buffers and nothing is copied "
+                    "(Megatron-FSDP's parameter/gradient buffers)")
     overlap_p2p_comm: bool = Field(
         default=True,
         description="pipeline sends run beside the sender's next kernels (Megatron-LM --overlap-p2p-communication); "

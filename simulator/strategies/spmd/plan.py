@@ -907,14 +907,17 @@ class Planner:
             if task is None:
                 return ()
             task.deps.extend(after)  # the weights the previous step's optimizer updated
-            if par.zero_buffer_copies:
+            if par.zero_buffer_copies:  # FSDP2's copy-in; FSDP1's low-precision cast of the shard, alike
                 # Copy-in of this rank's shard of the layer's parameters into the all-gather input
                 # (FSDP2 ``foreach_all_gather`` -> ``all_gather_copy_in``: ``torch._foreach_copy_`` of
                 # the local shards, all_gather_input_numel = params / shard; torch 2.13
                 # distributed/fsdp/_fully_shard/_fsdp_collectives.py). With overlapped gathers it runs
                 # on FSDP2's all-gather copy-in stream (FSDPCommContext.get_all_gather_streams: forward
                 # and pre-backward), which the gather waits for; with host-blocking gathers (gloo) on
-                # the host before the gather.
+                # the host before the gather. FSDP1 (``fsdp1``) casts its fp32 shard to the
+                # low-precision ``_mp_shard`` it all-gathers from, on the unshard stream
+                # (FlatParamHandle.pre_unshard -> _use_low_precision_shard; torch fsdp/_flat_param.py):
+                # the same P/n elements at the same place.
                 nbytes = params * weight_bytes / shard
                 if par.overlap_param_gather:
                     copy_in = Task(f"{label}.zero3_copy_in", actor, "dp", "compute", duration_s=compute.copy_s(nbytes))
@@ -940,8 +943,8 @@ class Planner:
                     first.deps.append(issue)  # the copy-in is issued with the gather
             streams[(actor, "dp")].append(task)
             dp_tasks.append(task)
-            if not par.zero_buffer_copies:  # the layer's parameters are views of the gathered buffer
-                return (task,)
+            if par.zero_buffer_copies is not True:  # the layer's parameters are views of the gathered buffer
+                return (task,)  # (FSDP1's FlatParameter, Megatron-FSDP's buffers)
             # Copy-out of the gathered flat buffer into the layer's parameters, on the compute stream
             # after the gather (FSDP2 ``foreach_all_gather_copy_out`` -> ``split_with_sizes_copy`` of
             # the whole all-gather output, every rank's shard including this rank's own: shard x
@@ -1433,7 +1436,25 @@ class Planner:
         if zero < 2 or not self.par.zero_buffer_copies:
             return after
         compute = self.compute_of(self.actor_ranks[actor])
-        return add(Task(f"{label}.grad_copy_in", actor, "compute", "compute", duration_s=compute.copy_s(grad_bytes)))
+        if self.par.zero_buffer_copies is True:
+            return add(Task(f"{label}.grad_copy_in", actor, "compute", "compute",
+                            duration_s=compute.copy_s(grad_bytes)))
+        # FSDP1 (torch fsdp/_flat_param.py, _runtime_utils.py): the layers' parameters are views split
+        # from the flat parameter (FlatParamHandle._use_unsharded_views, as tensors in forward), so
+        # autograd's split backward concatenates their gradients into the flat gradient, in the
+        # parameters' dtype, on the compute stream; the post-backward hook then, on its own stream ahead
+        # of the reduce-scatter, casts it to the reduce dtype where that differs
+        # (``flat_param.grad.to(handle._reduce_dtype)``) and divides it in place by the predivide factor
+        # (_reduce_grad -> _div_if_needed; _get_gradient_predivide_factor is > 1 for every world size >= 2).
+        weight_bytes, reduce_bytes = WEIGHT_BYTES[self.precision], gradient_bytes(self.sc.training)
+        elements = grad_bytes / reduce_bytes
+        gathered = add(Task(f"{label}.grad_cat", actor, "compute", "compute",
+                            duration_s=compute.copy_s(elements * weight_bytes)))
+        cast = compute.copy_s(elements * (weight_bytes + reduce_bytes) / 2) if reduce_bytes != weight_bytes else 0.0
+        divide = Task(f"{label}.grad_predivide", actor, "dp", "compute", duration_s=cast + compute.copy_s(grad_bytes))
+        divide.deps.append(gathered)
+        self._streams_ref[(actor, "dp")].append(divide)
+        return divide
 
     def _pp_stream(self, actor: str) -> list[Task]:
         return self._streams_ref[(actor, "pp")]
