@@ -30,7 +30,7 @@ from simulator.memory.analytic import fits as memory_fits
 from simulator.report.result import BREAKDOWN_KEYS, SimulationResult, TimelineEvent
 from simulator.scenario import Scenario, load_scenario
 from simulator.strategies.plan import MEMORY_COUNTER, Plan, step_durations, step_end_times, window_step_times
-from simulator.strategies.registry import get_kind
+from simulator.strategies.registry import get_kind, layout_fields_read
 from simulator.strategies.spmd.split import chunk_counts, split_choice
 from workloads.counting import padded_total_params, total_params
 from workloads.graph import ModelFlops, ShardShape
@@ -387,6 +387,7 @@ def simulate(scenario: Scenario, mode: str | None = None, detail: bool = False,
     result = SimulationResult(
         scenario_name=scenario.name,
         run=run_identity(scenario),
+        layout_fields_read=layout_fields_read(get_kind(scenario.strategy_kind), scenario.strategy),
         num_gpus=scenario.num_gpus,
         num_parameters=_total_params(scenario),
         num_parameters_padded=_held_params(scenario),

@@ -63,7 +63,9 @@ def run(args) -> int:
         for line in message_lines(*said, indent=""):  # stdout holds the JSON list alone
             print(line, file=sys.stderr)
     else:
-        print(render_table(rows))
+        from simulator.commands.search import layout_read
+
+        print(render_table(rows, read=layout_read(args.scenario, args.overrides)))
         for line in message_lines(*said):
             print(line)
     for path in paths:

@@ -55,6 +55,19 @@ def _finite(value):
     return finite_json(value)
 
 
+def layout_read(scenario, overrides):
+    """The ``parallelism:`` fields the strategy kind of ``scenario`` (a path; None: the default) with ``--set``
+    ``overrides`` reads: ``search``'s and ``scale``'s tables show those layout columns alone
+    (:func:`simulator.strategies.registry.layout_fields_read`); None for spmd. Called after the search, which has
+    checked the scenario, so its strategy block parses."""
+    from simulator.scenario import apply_overrides, load_raw
+    from simulator.strategies.registry import get_kind, layout_fields_read, parse_strategy
+
+    raw, _ = load_raw(scenario)
+    config = parse_strategy(apply_overrides(raw, overrides or []).get("strategy"))
+    return layout_fields_read(get_kind(config.kind), config)
+
+
 def run(args) -> int:
     from simulator.explore.search import SearchConstraints, SearchSpace, parse_assignments, search
     from simulator.report.search_table import render_table
@@ -88,7 +101,7 @@ def run(args) -> int:
         for line in message_lines(*said, indent=""):
             print(line, file=sys.stderr)
     else:
-        print(render_table(rows, top=args.top or 10))
+        print(render_table(rows, top=args.top or 10, read=layout_read(args.scenario, args.overrides)))
         for note in notes:
             print(f"  NOTE: {note}")
         for line in message_lines(*said):

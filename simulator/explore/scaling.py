@@ -254,20 +254,30 @@ def write_outputs(rows: list[dict[str, Any]], out_dir: str | Path, title: str = 
     return paths
 
 
-def render_table(rows: list[dict[str, Any]]) -> str:
+#: The layout columns of :func:`render_table`: (field, header, width, align).
+_LAYOUT_COLUMNS: tuple[tuple[str, str, int, str], ...] = (
+    ("tp", "tp", 3, ">"), ("pp", "pp", 3, ">"), ("dp", "dp", 5, ">"), ("virtual_stages", "vp", 3, ">"),
+    ("micro_batch_size", "mbs", 3, ">"), ("zero_stage", "zero", 4, ">"), ("recompute", "recomp", 9, "<"))
+
+
+def render_table(rows: list[dict[str, Any]], read: frozenset[str] | None = None) -> str:
+    """One line per GPU count: its batch, layout, rates, MFU and scaling efficiency. ``read``: the ``parallelism:``
+    fields the strategy kind reads (:func:`simulator.strategies.registry.layout_fields_read`); the layout columns
+    of the others are left out (subnetwork DP's rows printed tp, pp, vp and zero it never reads); None: all."""
     def f(v, spec):
         return "-" if v is None or (isinstance(v, float) and not math.isfinite(v)) else format(v, spec)
 
-    lines = [f"{'GPUs':>6} {'gbs':>6} {'tp':>3} {'pp':>3} {'dp':>5} {'vp':>3} {'mbs':>3} {'zero':>4} {'recomp':<9} "
-             f"{'samples/s':>11} {'tokens/s':>13} {'tok/s/GPU':>10} {'MFU':>6} {'eff':>6}"]
+    columns = [c for c in _LAYOUT_COLUMNS if read is None or c[0] in read]
+    lines = [f"{'GPUs':>6} {'gbs':>6} " + "".join(f"{header:{align}{width}} " for _, header, width, align in columns)
+             + f"{'samples/s':>11} {'tokens/s':>13} {'tok/s/GPU':>10} {'MFU':>6} {'eff':>6}"]
     for r in rows:
         if not _rate(r):
             lines.append(f"{r['num_gpus']:>6} {r['global_batch_size']:>6}  -- {r['infeasible_reason']}")
             continue
         lines.append(
-            f"{r['num_gpus']:>6} {r['global_batch_size']:>6} {r['tp']:>3} {r['pp']:>3} {r['dp']:>5} "
-            f"{r['virtual_stages']:>3} {r['micro_batch_size']:>3} {r['zero_stage']:>4} {r['recompute']:<9} "
-            f"{f(r['samples_per_s'], ',.1f'):>11} {f(r['tokens_per_s'], ',.0f'):>13} "
+            f"{r['num_gpus']:>6} {r['global_batch_size']:>6} "
+            + "".join(f"{r[name]!s:{align}{width}} " for name, _, width, align in columns)
+            + f"{f(r['samples_per_s'], ',.1f'):>11} {f(r['tokens_per_s'], ',.0f'):>13} "
             f"{f(r['tokens_per_s_per_gpu'], ',.0f'):>10} "
             f"{f(r['mfu'] and 100 * r['mfu'], '.1f'):>5}% {f(r['scaling_efficiency'] and 100 * r['scaling_efficiency'], '.0f'):>5}%")
     return "\n".join(lines)

@@ -79,6 +79,9 @@ class SimulationResult:
     # the parameters trained where not all are: LoRA's adapters (training.finetune, workloads/lora.py), the base
     # frozen; None: every parameter is trained
     num_trained_parameters: int | None = None
+    # the ``parallelism:`` fields the strategy kind reads (simulator/strategies/registry.py, layout_fields_read),
+    # which the table's layout line shows; None: every field (spmd). Not in --json (its ``parallelism`` is whole)
+    layout_fields_read: frozenset[str] | None = field(default=None, repr=False)
     busiest_stage: int | None = None  # the stage that waits least, when not the critical rank's
     busiest_stage_breakdown_s: dict[str, float] = field(default_factory=dict)
     timeline_builder: Callable[[], list[TimelineEvent]] | None = field(default=None, repr=False)
@@ -414,6 +417,42 @@ def _per_layer_split_lines(report: dict | None) -> list[str]:
     return lines
 
 
+#: The ``parallelism:`` fields the layout line shows, in order, each with its label (None: the value alone).
+LAYOUT_LINE: tuple[tuple[str, str | None], ...] = (
+    ("tp", "tp"), ("pp", "pp"), ("dp", "dp"), ("cp", "cp"), ("ep", "ep"), ("virtual_stages", "vp"), ("schedule", None),
+    ("zero_stage", "zero"), ("recompute", "recompute"), ("sequence_parallel", "sp"), ("micro_batch_size", "mbs"),
+    ("global_batch_size", "gbs"))
+
+
+def layout_text(par: dict[str, Any], read: frozenset[str] | None = None) -> str:
+    """The layout line's ``tp=8 pp=8 dp=16 ... gbs=1536``: every field of :data:`LAYOUT_LINE` for spmd (``read``
+    None), else only those the strategy kind reads (:func:`simulator.strategies.registry.layout_fields_read`):
+    swarm runs GPipe whatever ``parallelism.schedule`` says, so its line has no schedule."""
+    parts = []
+    for name, label in LAYOUT_LINE:
+        if read is not None and name not in read:
+            continue
+        value = par.get(name, 1) if name == "ep" else par[name]
+        if name == "recompute" and par.get("recompute_modules"):
+            value = f"{value}[{','.join(par['recompute_modules'])}]"
+        parts.append(f"{label}={value}" if label else str(value))
+    return " ".join(parts)
+
+
+def _stage_lines(result: SimulationResult) -> list[str]:
+    """The layers of each pipeline stage: spmd's cut of ``parallelism.pp`` (its chunks under the interleaved
+    schedule), or DAPPLE's stages and their replicas (replicated_pipeline: its strategy block's, not ``pp``); none
+    for a kind that reads no ``pp`` (per_layer, subnetwork DP, cyclic DP: one stage, the whole model)."""
+    extra = result.extra
+    if extra.get("stage_layers") is not None and extra.get("stage_replicas") is not None:
+        return [f"  layers/stage   {extra['stage_layers']} (replicas: {extra['stage_replicas']})"]
+    if result.layout_fields_read is not None and "pp" not in result.layout_fields_read:
+        return []
+    return [f"  layers/stage   {result.layers_per_stage}" + (
+        f" (chunks: {result.layer_split})" if len(result.layer_split) != len(result.layers_per_stage) else "")
+        + _split_note(extra.get("pp_split_choice"))]
+
+
 def parameter_count(params: float) -> str:
     """A parameter count as people say it: billions from 1 B up ("6.74 B"), millions below ("25.6 M")."""
     return f"{params / 1e9:.2f} B" if params >= 1e9 else f"{params / 1e6:.1f} M"
@@ -426,12 +465,9 @@ def render_table(result: SimulationResult) -> str:
         f"clustersim: {result.scenario_name} on {result.num_gpus} GPUs ({result.mode} mode, "
         f"{'fast path' if result.extra.get('engine') == 'fast' else 'engine'})",
         *_run_lines(result),
-        f"  layout         tp={par['tp']} pp={par['pp']} dp={par['dp']} cp={par['cp']} ep={par.get('ep', 1)} "
-        f"vp={par['virtual_stages']} {par['schedule']} zero={par['zero_stage']} recompute={par['recompute']}"
-        f"{'[' + ','.join(par['recompute_modules']) + ']' if par.get('recompute_modules') else ''} "
-        f"sp={par['sequence_parallel']} mbs={par['micro_batch_size']} gbs={par['global_batch_size']}",
-        *([f"  strategy       {result.run['strategy']} (its `strategy:` block sets the rest; the layout line is "
-           "what `parallelism:` resolves to)"] if result.run.get("strategy", "spmd") != "spmd" else []),
+        f"  layout         {layout_text(par, result.layout_fields_read)}",
+        *([f"  strategy       {result.run['strategy']} (the layout line shows the `parallelism:` fields it reads; its "
+           "`strategy:` block sets the rest)"] if result.run.get("strategy", "spmd") != "spmd" else []),
         *_per_layer_split_lines(result.extra.get("per_layer_splits")),
         f"  parameters     {parameter_count(result.num_parameters)}" + (
             f" (held: {parameter_count(result.num_parameters_padded)}, "
@@ -439,9 +475,7 @@ def render_table(result: SimulationResult) -> str:
             f"multiple of make_vocab_size_divisible_by x tp, as Megatron pads it)" if result.padded_differs else "") + (
             f"; trained: {parameter_count(result.num_trained_parameters)} (LoRA adapters; the base frozen)"
             if result.num_trained_parameters is not None else ""),
-        f"  layers/stage   {result.layers_per_stage}" + (
-            f" (chunks: {result.layer_split})" if len(result.layer_split) != len(result.layers_per_stage) else "")
-        + _split_note(result.extra.get("pp_split_choice")),
+        *_stage_lines(result),
         "",
         f"  step time      {_fmt(result.step_time_s, _seconds_spec(result.step_time_s), ' s')}" + (
             f" (mean of {result.steps} steps: "

@@ -115,19 +115,39 @@ def _yes_no(value: Any) -> str:
     return ("y" if value else "n") if isinstance(value, bool) else str(value if value is not None else "-")
 
 
-def render_table(rows: list[dict[str, Any]], top: int = 10) -> str:
+#: The layout columns of the table: (field, header, width, align); a strategy kind's table keeps those it reads.
+_LAYOUT_COLUMNS: tuple[tuple[str, str, int, str], ...] = (
+    ("tp", "tp", 3, ">"), ("pp", "pp", 3, ">"), ("dp", "dp", 5, ">"), ("cp", "cp", 3, ">"), ("ep", "ep", 3, ">"),
+    ("virtual_stages", "vp", 3, ">"), ("schedule", "sched", 11, "<"), ("zero_stage", "zero", 4, ">"),
+    ("recompute", "recomp", 9, "<"), ("pp_split", "split", 8, "<"), ("sequence_parallel", "sp", 3, "<"),
+    ("micro_batch_size", "mbs", 3, ">"))
+
+
+def _layout_cell(p: dict[str, Any], name: str) -> Any:
+    if name == "ep":
+        return p.get("ep", 1)
+    if name == "pp_split":
+        return p.get("pp_split", "even")
+    if name == "sequence_parallel":
+        return "y" if p["sequence_parallel"] else "n"
+    return p[name]
+
+
+def render_table(rows: list[dict[str, Any]], top: int = 10, read: frozenset[str] | None = None) -> str:
     """Best-first table of the feasible layouts, then a summary of what was pruned. ``engine s`` is
     the discrete-event engine's step time, ``fast s`` the fast path's (``-`` where that path did not
     time the layout; the ranking and the other figures are the engine's where it ran). The last six
     columns are the step's time breakdown in seconds (``time_breakdown_s``): compute, tensor-,
     expert- (all-to-all), data- and pipeline-parallel communication, and the pipeline bubble. ``split``
     (``pp_split``: even or balanced) is shown where a row shown is balanced; the global batch and the overlap
-    switches (:data:`_VARIED_COLUMNS`) where the rows shown differ in them."""
+    switches (:data:`_VARIED_COLUMNS`) where the rows shown differ in them. ``read``: the ``parallelism:`` fields
+    the strategy kind reads (:func:`simulator.strategies.registry.layout_fields_read`); the layout columns of the
+    others are left out (swarm's table had a ``sched`` column saying 1f1b: it runs GPipe); None: all (spmd)."""
     with_split = any(r.get("fits") and _rate(r) and (r.get("parallelism") or {}).get("pp_split") == "balanced"
                      for r in rows[:top])
-    head = (f"{'#':>3} {'tp':>3} {'pp':>3} {'dp':>5} {'cp':>3} {'ep':>3} {'vp':>3} {'sched':<11} {'zero':>4} {'recomp':<9} "
-            + (f"{'split':<8} " if with_split else "") +
-            f"{'sp':<3} {'mbs':>3} {'samples/s':>10} {'tokens/s':>12} {'MFU':>6} {'engine s':>8} {'fast s':>8} {'mem GiB':>8} "
+    columns = [c for c in _LAYOUT_COLUMNS if (read is None or c[0] in read) and (c[0] != "pp_split" or with_split)]
+    head = (f"{'#':>3} " + "".join(f"{header:{align}{width}} " for _, header, width, align in columns) +
+            f"{'samples/s':>10} {'tokens/s':>12} {'MFU':>6} {'engine s':>8} {'fast s':>8} {'mem GiB':>8} "
             f"{'compute':>8} {'tp':>7} {'ep':>7} {'dp':>7} {'pp':>7} {'bubble':>7}")
     with_target = any(r.get("time_to_target_s") for r in rows)
     if with_target:  # the convergence block's steps to target x step time, and the batch it depends on
@@ -147,11 +167,8 @@ def render_table(rows: list[dict[str, Any]], top: int = 10) -> str:
         p = row["parallelism"]
         b = row.get("time_breakdown_s") or {}
         lines.append(
-            f"{shown:>3} {p['tp']:>3} {p['pp']:>3} {p['dp']:>5} {p['cp']:>3} {p.get('ep', 1):>3} {p['virtual_stages']:>3} "
-            f"{p['schedule']:<11} {p['zero_stage']:>4} {p['recompute']:<9} "
-            + (f"{p.get('pp_split', 'even'):<8} " if with_split else "")
-            + f"{'y' if p['sequence_parallel'] else 'n':<3} "
-            f"{p['micro_batch_size']:>3} {_fmt(row.get('samples_per_s'), ',.1f'):>10} "
+            f"{shown:>3} " + "".join(f"{_layout_cell(p, name)!s:{align}{width}} " for name, _, width, align in columns)
+            + f"{_fmt(row.get('samples_per_s'), ',.1f'):>10} "
             f"{_fmt(row.get('tokens_per_s'), ',.0f'):>12} "
             f"{_fmt(row.get('mfu') and 100 * row['mfu'], '.1f'):>5}% {_fmt(_engine_s(row), '.3f'):>8} "
             f"{_fmt(row.get('fast_step_time_s'), '.3f'):>8} "

@@ -115,6 +115,19 @@ SEARCHED_LAYOUT_FIELDS: tuple[str, ...] = (
     "overlap_tp_grad_comm", "overlap_p2p_comm", "tp_comm_overlap")
 
 
+def layout_fields_read(kind: StrategyKind, config: BaseModel) -> frozenset[str] | None:
+    """The ``parallelism:`` fields a kind reads, for what ``simulate``'s layout line and ``search``'s table show
+    (simulator/report/result.py, simulator/report/search_table.py): its ``searched_layout_fields``, plus ``dp``
+    where the kind runs spmd's layout inside (``derives_layout``: its replicas or workers are ``dp``, inferred
+    from the GPUs as for spmd). None: every field (spmd, and a kind that declares no list). A kind that lays out
+    its own GPUs (swarm's pools, DAPPLE's stages, per_layer's splits, MGRIT's ranks) does not read ``dp``, nor a
+    field it refuses unless at its default (swarm's tp, its ``schedule`` set to GPipe by the kind): showing them
+    printed ``1f1b`` for swarm, which runs GPipe."""
+    if kind.searched_layout_fields is None:
+        return None
+    return frozenset(kind.searched_layout_fields(config)) | ({"dp"} if kind.derives_layout else frozenset())
+
+
 def unread_layout_fields(scenario) -> dict[str, Any]:
     """The fields of ``scenario.parallelism`` among :data:`SEARCHED_LAYOUT_FIELDS` that its strategy kind
     does not read (``StrategyKind.searched_layout_fields``) and that differ from the layout's default: field ->
