@@ -122,9 +122,12 @@ def search(scenario_or_path: Any = None, *, num_gpus: int | None = None, space: 
 
     try:
         space_spec = SearchSpace.model_validate(space or {})
+    except ValidationError as exc:
+        raise from_pydantic(exc, "space", schema=SearchSpace) from None
+    try:
         limits = SearchConstraints.model_validate(constraints or {})
     except ValidationError as exc:
-        raise from_pydantic(exc, "search") from None
+        raise from_pydantic(exc, "constraints", schema=SearchConstraints) from None
     raw, base = _raw(scenario_or_path, overrides)
     if base is not None:
         from simulator.explore.sweep import absolutize

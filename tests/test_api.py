@@ -71,7 +71,7 @@ def test_bad_input_is_a_config_error_naming_the_field():
         clustersim.simulate(MIXTRAL, parallelism__tp="many")
     with pytest.raises(ConfigError, match="cluster.num_gpus"):
         clustersim.load_scenario(MIXTRAL, cluster__num_gpus=-1)
-    with pytest.raises(ConfigError, match="search.tp"):
+    with pytest.raises(ConfigError, match="space.tp"):
         clustersim.search(MIXTRAL, space={"tp": "eight"})
 
 

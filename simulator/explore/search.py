@@ -554,7 +554,7 @@ def prepare(source, overrides, num_gpus, space: SearchSpace, constraints: Search
     try:
         base_par = Parallelism.model_validate(raw.get("parallelism") or {})
     except ValidationError as exc:
-        raise from_pydantic(exc, "parallelism") from None
+        raise from_pydantic(exc, "parallelism", schema=Parallelism) from None
     probe = copy.deepcopy(raw)
     n_probe = (probe.get("cluster") or {}).get("num_gpus") or cluster_gpus(probe)
     probe["parallelism"] = {"global_batch_size": n_probe if isinstance(n_probe, int) and n_probe > 0 else 1}

@@ -299,7 +299,7 @@ def load_sweep(source: str | Path | dict[str, Any]) -> Sweep:
     try:
         doc = SweepFile.model_validate(data)
     except ValidationError as exc:
-        raise from_pydantic(exc) from None
+        raise from_pydantic(exc, schema=SweepFile) from None
     if isinstance(doc.base, str):
         base_path = Path(doc.base)
         if not base_path.is_absolute() and folder is not None:
