@@ -141,3 +141,19 @@ def test_spmds_search_table_is_unchanged_by_the_filter(results):
     every = frozenset(name for name, _ in LAYOUT_LINE) | {"pp_split"}
     assert search_table([row]) == search_table([row], read=every)
     assert re.match(r" +# +tp +pp +dp +cp +ep +vp +sched +zero +recomp +sp +mbs +samples/s", search_table([row]))
+
+
+def test_a_folded_run_says_so_in_the_first_line():
+    # docs/engine.md's Megatron-1T: the engine folds it (two runs at 66 and 67 micro-batches); until the twelfth
+    # session only --json's engine_fold said so
+    mega = ["model=gpt-1t", "cluster.num_gpus=3072", "parallelism.tp=8", "parallelism.pp=64",
+            "parallelism.virtual_stages=1", "parallelism.schedule=1f1b", "parallelism.global_batch_size=3072",
+            "parallelism.micro_batch_size=1", "parallelism.recompute=full", "training.seq_length=2048"]
+    result = simulate(load_scenario(None, overrides=mega))
+    counts = result.extra["engine_fold"]["micro_batches_evaluated"]
+    first = unwrap_table(render_table(result))[0]
+    assert first.endswith(f"(symmetric mode, engine, folded from {counts[0]} and {counts[1]} micro-batches)")
+
+
+def test_an_unfolded_run_says_nothing_of_folding(results):
+    assert all("folded" not in unwrap_table(render_table(r))[0] for r in results.values())

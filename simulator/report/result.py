@@ -439,6 +439,17 @@ def layout_text(par: dict[str, Any], read: frozenset[str] | None = None) -> str:
     return " ".join(parts)
 
 
+def _folded_note(result: SimulationResult) -> str:
+    """", folded from 66 and 67 micro-batches" where the engine ran a long pipeline folded
+    (simulator/strategies/spmd/fold.py; ``engine_fold`` in --json): the table said nothing of it, though a folded
+    result has no memory-over-time series and no timeline."""
+    fold = result.extra.get("engine_fold")
+    if not fold:
+        return ""
+    counts = fold["micro_batches_evaluated"]
+    return f", folded from {' and '.join(str(m) for m in counts)} micro-batches"
+
+
 def _stage_lines(result: SimulationResult) -> list[str]:
     """The layers of each pipeline stage: spmd's cut of ``parallelism.pp`` (its chunks under the interleaved
     schedule), or DAPPLE's stages and their replicas (replicated_pipeline: its strategy block's, not ``pp``); none
@@ -463,7 +474,7 @@ def render_table(result: SimulationResult) -> str:
     par = result.parallelism
     lines = [
         f"clustersim: {result.scenario_name} on {result.num_gpus} GPUs ({result.mode} mode, "
-        f"{'fast path' if result.extra.get('engine') == 'fast' else 'engine'})",
+        f"{'fast path' if result.extra.get('engine') == 'fast' else 'engine'}{_folded_note(result)})",
         *_run_lines(result),
         f"  layout         {layout_text(par, result.layout_fields_read)}",
         *([f"  strategy       {result.run['strategy']} (the layout line shows the `parallelism:` fields it reads; its "
@@ -595,8 +606,9 @@ def _value_start(line: str) -> int:
 def unwrap_table(text: str, width: int = TABLE_WIDTH) -> list[str]:
     """The lines of a table :func:`render_table` printed, each wrapped line joined back into one (what a script
     that reads one line per field wants). A line continues the one above when it is indented 2 past that one's
-    value column and its first word would not have fitted on the line above (how :func:`wrap_table_line` breaks);
-    from the first WARNING or NOTE on, lines are kept as printed."""
+    value column and its first word would not have fitted on the line above (how :func:`wrap_table_line` breaks),
+    except a labelled line (``  model          ...``) under the title line, whose value column is 0 (a folded run's
+    107-column title took the model line in); from the first WARNING or NOTE on, lines are kept as printed."""
     out: list[str] = []
     last = ""  # the physical line above
     messages = False  # the WARNINGs and NOTEs after the table keep their own lines (simulator/report/messages.py)
@@ -604,7 +616,8 @@ def unwrap_table(text: str, width: int = TABLE_WIDTH) -> list[str]:
         body = line.lstrip(" ")
         messages = messages or body.startswith(("WARNING: ", "NOTE: "))
         if (not messages and out and body and len(line) - len(body) == _value_start(out[-1]) + 2
-                and len(last) + 1 + len(body.split(" ")[0]) > width):
+                and len(last) + 1 + len(body.split(" ")[0]) > width
+                and not (_value_start(out[-1]) == 0 and _LABEL.match(line))):  # the title, then a field's line
             out[-1] += " " + body
         else:
             out.append(line)
