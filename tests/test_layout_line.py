@@ -157,3 +157,14 @@ def test_a_folded_run_says_so_in_the_first_line():
 
 def test_an_unfolded_run_says_nothing_of_folding(results):
     assert all("folded" not in unwrap_table(render_table(r))[0] for r in results.values())
+
+
+def test_the_memory_heading_names_a_stage_only_where_there_are_several(results):
+    for kind, result in results.items():
+        heading = next(x for x in render_table(result).splitlines() if x.startswith("  memory per GPU"))
+        if len(result.memory_per_stage_gib) > 1:
+            assert heading == f"  memory per GPU (stage {result.peak_memory_stage}, the highest peak)", kind
+        else:  # vgg16-per-layer, subnetwork DP, cyclic DP, ...: one stage
+            assert heading == "  memory per GPU", kind
+    assert any(len(r.memory_per_stage_gib) == 1 for r in results.values())
+    assert any(len(r.memory_per_stage_gib) > 1 for r in results.values())

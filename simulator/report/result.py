@@ -540,7 +540,10 @@ def render_table(result: SimulationResult) -> str:
             if value > 0:
                 lines.append(f"    {key:<16} {value:10.3f} s  {100 * value / busy_total:5.1f}%")
     lines += _co_location_lines(result)
-    lines += ["", f"  memory per GPU (stage {result.peak_memory_stage}, the highest peak)"]
+    # which stage holds the most, where there are several (one stage: nothing to choose; "stage 0" on per_layer,
+    # subnetwork DP or data parallelism named a stage the run does not have)
+    lines += ["", "  memory per GPU" + (f" (stage {result.peak_memory_stage}, the highest peak)"
+                                      if len(result.memory_per_stage_gib) > 1 else "")]
     for key, value in result.memory_gib.items():
         lines.append(f"    {key:<16} {value:10.2f} GiB")
     verdict = "fits" if result.fits else f"DOES NOT FIT: {result.infeasible_reason}"
