@@ -36,8 +36,8 @@ increments wander without a period) and runs unrolled.
 
 Not folded: several steps, traces (``detail``), stragglers (per-device draws), GPipe (its memory
 grows with m: no steady peak), ZB-H1 (a list schedule, not periodic), and plans where the points
-tried would not at least halve the engine's work (so no example in ``examples/`` folds: their output
-stays that of the unrolled plan, bit for bit). A folded result has no memory-over-time series and no
+tried would not at least halve the engine's work (of ``examples/``, only llama3-70b-gb200-nvl72 and
+gpt-oss-120b-nemo-64xh100 fold). A folded result has no memory-over-time series and no
 timeline (the result says ``engine_fold``).
 """
 
