@@ -11,7 +11,9 @@ from __future__ import annotations
 import argparse
 import importlib
 import pkgutil
+import shutil
 import sys
+import textwrap
 
 from simulator import commands
 from simulator.errors import ConfigError
@@ -55,11 +57,15 @@ class _TopParser(_Parser):
 
             summaries = sorted(kind_summaries().items())
             width = max(len(name) for name, _ in summaries)  # one column however long a kind's name is
-            kinds = "\n".join(f"  {name:<{width}}  {summary}" for name, summary in summaries)
+            # each summary wrapped to the terminal as argparse wraps the options (they ran to 240 columns)
+            columns = max(shutil.get_terminal_size().columns - 2, width + 40)
+            kinds = "\n".join(textwrap.fill(summary, columns, initial_indent=f"  {name:<{width}}  ",
+                                             subsequent_indent=" " * (width + 4), break_on_hyphens=False)
+                               for name, summary in summaries)
             planners = ", ".join(sorted(planner_summaries()))
-            self.epilog = (f"strategy kinds (a scenario's strategy: {{kind: ...}}):\n{kinds}\n\n"
-                           f"planners (clustersim plan SCENARIO --planner NAME; each one's options: clustersim plan "
-                           f"--help): {planners}")
+            self.epilog = (f"strategy kinds (a scenario's strategy: {{kind: ...}}):\n{kinds}\n\n" + textwrap.fill(
+                f"planners (clustersim plan SCENARIO --planner NAME; each one's options: clustersim plan --help): "
+                f"{planners}", columns, break_on_hyphens=False))
         return super().format_help()
 
 

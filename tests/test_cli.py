@@ -418,3 +418,19 @@ def test_validate_old_set_flag_runs_the_case_set_with_a_note(monkeypatch, capsys
     err = capsys.readouterr().err
     assert err.startswith("NOTE: validate --set NAME is now --case-set NAME") and err.count("\n") == 1
     assert main(["validate", "--case-set", "ds3lab_p2p"]) == 0 and capsys.readouterr().err == ""
+
+
+@pytest.mark.parametrize("columns", [80, 120])
+def test_help_fits_the_terminal(monkeypatch, columns):
+    """The strategy kinds' summaries and the planners' line wrap to the terminal as argparse's own text does
+    (they ran to 240 columns on one line each until the twelfth session), each summary's first words still on
+    its name's line (test_help_lists_every_strategy_kind_in_one_column)."""
+    from simulator.cli import build_parser
+    from simulator.strategies.registry import kind_summaries
+
+    monkeypatch.setenv("COLUMNS", str(columns))
+    text = build_parser().format_help()
+    assert max(len(line) for line in text.splitlines()) <= columns - 2
+    for name, summary in kind_summaries().items():
+        assert any(line.split()[:1] == [name] and summary[:20] in line for line in text.splitlines()), name
+    assert "adaptive, dapple, deeppool, pase" in " ".join(text.split())
