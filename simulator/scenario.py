@@ -165,7 +165,9 @@ class TrainingSpec(_Strict):
         default=False,
         description="the separate kernels of a framework that runs PyTorch eager ops (the harness): each biased "
                     "linear's bias gradient as its own reduction of the output gradient, and gradient accumulation "
-                    "as an add into the gradients after every micro-batch but the first. Off (Megatron-LM, "
+                    "as an add into the gradients after every micro-batch but the first, and under TP the hand-written "
+                    "vocab-parallel cross-entropy as its eager ops (validation/harness/model.py: 7 kernels, 12 passes "
+                    "over the logits; workloads/graph.py EAGER_VOCAB_CE_PASSES). Off (Megatron-LM, "
                     "Transformer Engine): the wgrad GEMM's epilogue gives the bias gradient and accumulates into "
                     "main_grad (gradient_accumulation_fusion)")
     elementwise_kernels: Literal["fused", "eager"] = Field(

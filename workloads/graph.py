@@ -1084,6 +1084,27 @@ def embedding_work(model: TransformerSpec, shard: ShardShape) -> LayerWork:
     return LayerWork(tuple(fwd), tuple(bwd))
 
 
+#: The harness's hand-written vocab-parallel cross-entropy (validation/harness/model.py
+#: ``_VocabParallelCrossEntropy``) as PyTorch eager runs it: one kernel per tensor op over the b·s·V/t fp32 logits.
+#: Forward: max (read), logits - max (read, write), exp (read, write), sum (read), exp / sum (read, write): 5 kernels,
+#: 5 reads and 3 writes; the gather of the target logits, log and mean touch b·s values only. Backward: softmax.clone()
+#: (read, write) and the multiply by grad / tokens (read, write): 2 kernels, 4 passes; the scatter_add_ of -1 at the
+#: targets touches b·s values only. A fused loss (Megatron-LM's, the default) is priced as 3 passes forward, 6 back.
+EAGER_VOCAB_CE_PASSES = {"forward_reads": 5, "forward_writes": 3, "forward_kernels": 5,
+                         "backward_passes": 4, "backward_kernels": 2}
+
+
+def eager_vocab_parallel_cross_entropy(elements: float) -> Op:
+    """The harness's eager vocab-parallel cross-entropy over ``elements`` fp32 logits on a rank
+    (:data:`EAGER_VOCAB_CE_PASSES`, counted from validation/harness/model.py): under TP with
+    ``training.unfused_eager_kernels`` (PyTorch eager ops, the harness), where the fused loss's
+    3 + 6 passes in 2 kernels would under-count its 8 + 4 passes in 7 kernels."""
+    c = EAGER_VOCAB_CE_PASSES
+    op = _memory("cross_entropy", elements, c["forward_reads"], c["forward_writes"], 4)
+    return replace(op, kernels=c["forward_kernels"], backward_bytes=c["backward_passes"] * elements * 4,
+                   backward_kernels=c["backward_kernels"])
+
+
 @cache
 def head_work(model: TransformerSpec, shard: ShardShape) -> LayerWork:
     """Final norm, LM head GEMM (vocab-parallel under TP) and cross-entropy on the last stage.
@@ -1105,7 +1126,10 @@ def head_work(model: TransformerSpec, shard: ShardShape) -> LayerWork:
         head = replace(head, input_grad_collective="reduce_scatter" if shard.sequence_parallel else "all_reduce",
                        input_grad_bytes=float(tokens * h * elem))
     fwd.append(head)
-    fwd.append(_memory("cross_entropy", tokens * vocab, 2, 1, 4))
+    if t > 1 and shard.unfused_eager_kernels:
+        fwd.append(eager_vocab_parallel_cross_entropy(tokens * vocab))
+    else:
+        fwd.append(_memory("cross_entropy", tokens * vocab, 2, 1, 4))
     if t > 1:
         fwd += [_tp_comm(f"cross_entropy.{what}.all_reduce", "all_reduce", float(tokens * 4))
                 for what in ("logits_max", "target_logit", "sum_exp")]
