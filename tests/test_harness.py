@@ -135,9 +135,20 @@ def test_quick_microbenchmarks_write_files_with_expected_fields(tmp_path):
     assert {"collective", "size_bytes", "bus_bytes", "median_s", "p10_s", "p90_s"} <= set(header)
     assert meta["kind"] == "clustersim-harness-microbench"
     skew = doc["skew"]  # one row per segment length: the slowest rank's lead over the mean
-    assert (folder / "skew.csv").is_file() and len(skew) == 2
+    assert (folder / "skew.csv").is_file() and len(skew) == 2 + 2  # 2 barrier segments, 2 all-reduce cadences
     for row in skew:
         assert row["world_size"] == 2 and row["segment_mean_s"] > 0 and 0 <= row["relative_wait"] < 1
+    cadence = [r for r in skew if r.get("method") == "collective_cadence"]  # arrivals at all-reduces every 4, 16 ms
+    assert [r["segment_target_s"] for r in cadence] == [0.004, 0.016] and all(r["reps"] == 12 for r in cadence)
+    for row in cadence:
+        assert row["wait_mean_s"] >= 0 and row["wait_median_s"] >= 0 and row["size_bytes"] == 512 * 1024
+    dispatch = doc["dispatch"]  # one row per rank: the harness GPT's fwd + bwd at a tiny shape (eager dispatch)
+    assert (folder / "dispatch.csv").is_file() and sorted(r["rank"] for r in dispatch) == [0, 1]
+    for row in dispatch:
+        model = json.loads(row["model"])
+        assert row["kernel"] == "gpt_fwd_bwd" and model["hidden_size"] == 16 and model["num_layers"] == 4
+        # ~140 simulated kernels, each dispatched at least as a bare add is
+        assert row["median_s"] > 100 * eager["tiny_add"] and row["p10_s"] <= row["median_s"] <= row["p90_s"]
     probe = doc["speed_probe"]  # one sample after each mm row (2 shapes x 2 layouts) and memory row (2 x 3)
     assert probe["samples"] == 2 * (2 * 2 + 2 * 3) and probe["shape_mnk"] == [512, 1024, 256]
     assert 0 < probe["p10_s"] <= probe["median_s"] <= probe["p90_s"]

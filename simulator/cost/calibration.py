@@ -8,7 +8,9 @@ and :class:`hardware_specs.schema.FatTree`. What is fitted, and from what:
 - ``kernel_launch_overhead_us``: on a GPU the median time of a one-element add (``memory.csv``,
   tiny_add), the launch cost; on a CPU what an eager autograd step pays per kernel beyond its
   work (a one-element linear's forward + backward less its driver, over its 3 kernels; see
-  :func:`eager_kernel_overhead_s`). The fits below subtract the bare add from the timed rows;
+  :func:`eager_kernel_overhead_s`); where ``dispatch.csv`` is there (CPU), the overhead per simulated
+  kernel that makes the simulator's forward + backward of the harness GPT at a tiny shape take its
+  measured time (:func:`fit_eager_dispatch`). The fits below subtract the bare add from the timed rows;
 - ``gemm_curve``: efficiency vs GFLOP of one GEMM, ``flops / (peak · (t - launch))`` per shape
   (median over ranks, and over shapes of equal size), in the simulator's roofline convention;
 - ``attention_efficiency_factor``: batched (``bmm``) GEMMs' efficiency over the curve at the
@@ -32,7 +34,10 @@ and :class:`hardware_specs.schema.FatTree`. What is fitted, and from what:
 - ``overlap_comm_slowdown``: the other direction, from the same rows: how much slower the
   all-reduces move while the GEMMs run (the engine slows overlapped collectives by it);
 - ``sync_jitter``: how long ranks wait for the slowest after equal work (``skew.csv``), as the
-  relative standard deviation σ of a rank's time (simulator/cost/jitter.py).
+  relative standard deviation σ of a rank's time (simulator/cost/jitter.py), from the barrier rows;
+- on a CPU host, where ``skew.csv`` has the collective-cadence rows (ranks' arrivals at all-reduces
+  issued every few ms), the mean wait for the group's last rank, added to each group collective's
+  law (:func:`fit_collective_wait`).
 
 Each fitted value records ``fitted_on:`` naming the file and rows. Training runs are never
 read here: fit and check stay on different data.
@@ -138,13 +143,13 @@ def read_microbench(folder: str | Path) -> dict[str, Any]:
             raise ConfigError("--from", f"{meta_path}: invalid JSON ({exc.msg})") from None
     data: dict[str, Any] = {"folder": str(micro), "machine": meta.get("machine", {}), "settings": meta.get("settings", {}),
                             "started": meta.get("started"), "speed_probe": meta.get("speed_probe")}
-    for name in ("gemm", "memory", "collectives", "overlap", "skew"):
+    for name in ("gemm", "memory", "collectives", "overlap", "skew", "dispatch"):
         path = micro / f"{name}.csv"
         if path.is_file():
             data[name] = _read_csv(path)
         elif name in meta:
             data[name] = meta[name]
-        elif name in ("overlap", "skew"):  # optional: files from harness versions without these benchmarks
+        elif name in ("overlap", "skew", "dispatch"):  # optional: files from harness versions without these
             data[name] = []
         else:
             raise ConfigError("--from", f"no {name}.csv under {micro} (run `python -m validation.harness --out DIR`)")
@@ -170,13 +175,20 @@ def fit_overlap_slowdown(overlap: list[dict], file_label: str) -> tuple[float, s
 MAX_SYNC_JITTER = 1.0  # σ = 1: the slowest of two ranks ~56% behind on equal work (the spec's bound)
 
 
+#: ``skew.csv`` rows of validation/harness/skew.py ``bench_collective_cadence``: the waits at all-reduces
+#: issued every few ms (rows without a ``method`` are the barrier benchmark's).
+CADENCE_METHOD = "collective_cadence"
+
+
 def fit_sync_jitter(skew: list[dict], file_label: str) -> tuple[float, str]:
     """``sync_jitter`` σ from the skew benchmark (validation/harness/skew.py): each row's mean
     relative wait for the slowest rank over e_n (the expected maximum of n standard normals,
     simulator/cost/jitter.py), median over the segment lengths; capped at :data:`MAX_SYNC_JITTER`
-    (the spec's bound), with the measured value kept in the source."""
+    (the spec's bound), with the measured value kept in the source. The barrier rows only (the
+    segments' own spread); the collective-cadence rows give :func:`fit_collective_wait`."""
     from simulator.cost.jitter import expected_max_of_normals
 
+    skew = [r for r in skew if r.get("method") in (None, "", "barrier")]
     values = []
     for r in skew:
         try:
@@ -195,6 +207,49 @@ def fit_sync_jitter(skew: list[dict], file_label: str) -> tuple[float, str]:
     return value, (f"{capped}clustersim calibrate: median over {len(values)} segment lengths ({segments}) of the mean "
                    f"relative wait for the slowest of {int(skew[0]['world_size'])} ranks over E[max of n normals] "
                    f"(per segment: {', '.join(f'{x:.4f}' for x in values)}); fitted on {file_label}/skew.csv")
+
+
+#: The collectives a rank waits at for the group's last arrival: all but send_recv (a point-to-point transfer,
+#: whose receiver waits for its sender by the schedule's own dependency, which the simulator already plays).
+WAITED_COLLECTIVES = ("all_reduce", "all_gather", "reduce_scatter", "broadcast", "all_to_all")
+
+
+def fit_collective_wait(skew: list[dict], file_label: str) -> tuple[float, str] | None:
+    """The mean time (s) a rank waits at a blocking group collective for the group's last rank to arrive, from
+    the collective-cadence rows of ``skew.csv`` (validation/harness/skew.py ``bench_collective_cadence``: equal
+    GEMM segments of 4-32 ms each followed by an all-reduce, every rank's arrival on the host's one clock),
+    median over the cadences; None where the file has no such rows.
+
+    On the 2-vCPU VM of 2026-12-06 the wait came out nearly the same at every cadence (0.7-1.3 ms at 2-20 ms
+    segments) where the barrier rows' spread of the segments themselves is 0.04-0.2 ms: it is not a share of
+    the work between synchronisations (``sync_jitter``'s model) but a cost of each synchronisation -- the
+    ranks leave a gloo collective when the scheduler next runs their main threads, sliced a few ms at a time
+    among the ranks' main, gloo and transport threads. So it is charged per collective, as a latency added to
+    each group collective's law (:func:`add_collective_wait`); the segments' own spread stays in
+    ``sync_jitter`` (the overlap of the two, that spread at a collective, is the barrier rows' 0.04-0.2 ms)."""
+    rows = [r for r in skew if r.get("method") == CADENCE_METHOD and r.get("wait_mean_s") is not None]
+    waits = [float(r["wait_mean_s"]) for r in rows if float(r["wait_mean_s"]) >= 0]
+    if not waits:
+        return None
+    wait = float(np.median(waits))
+    per = ", ".join(f"{float(r['segment_mean_s']) * 1e3:.1f} ms: {float(r['wait_mean_s']) * 1e3:.3f} ms" for r in rows)
+    size = rows[0].get("size_bytes")
+    return wait, (f"+ {wait * 1e6:.1f} us waiting for the group's last rank (median over {len(waits)} cadences of the "
+                  f"mean wait at an all-reduce{f' of {int(size)} B' if size else ''} after equal GEMM segments: {per}; "
+                  f"{file_label}/skew.csv rows method={CADENCE_METHOD})")
+
+
+def add_collective_wait(collectives: dict[str, dict[str, Any]], wait_s: float, source: str) -> None:
+    """Add ``wait_s`` to every waited collective's law (:data:`WAITED_COLLECTIVES`): its latency and, where it
+    keeps them, each measured point (the collective as a rank's step meets it: the others' arrival, then the
+    transfer the microbenchmark timed)."""
+    for name, law in collectives.items():
+        if name not in WAITED_COLLECTIVES:
+            continue
+        law["latency_us"] = round(law["latency_us"] + wait_s * 1e6, 3)
+        if law.get("measured_points"):
+            law["measured_points"] = [[b, round(t + wait_s * 1e6, 3)] for b, t in law["measured_points"]]
+        law["source"] += f"; {source}"
 
 
 MAX_COMM_SLOWDOWN = 20.0  # a collective at 1/21 of its pace beside compute: as good as stalled
@@ -296,6 +351,77 @@ def eager_kernel_overhead_s(memory: list[dict], settings: dict[str, Any], launch
     if not math.isfinite(per_kernel) or per_kernel <= launch_s:
         return launch_s, "kernel=tiny_add"
     return per_kernel, "kernel=tiny_linear_fwd_bwd minus kernel=tiny_sum_bwd, over 3 kernels"
+
+
+#: The per-kernel overhead the dispatch fit simulates its step at besides 0 (any positive value: the step is
+#: linear in it, its slope the simulator's kernel count).
+DISPATCH_SLOPE_US = 10.0
+
+
+def _dispatch_run(model: dict[str, Any], micro_batch: int) -> dict[str, Any]:
+    """A harness-style run record of one rank's forward + backward of ``model`` (what dispatch.csv times)."""
+    return {"strategy": "dispatch", "model": model, "precision": "fp32", "optimizer": "adam", "device_type": "cpu",
+            "layout": {"num_gpus": 1, "tp": 1, "pp": 1, "dp": 1, "zero_stage": 0, "schedule": "1f1b",
+                       "micro_batch_size": micro_batch, "global_batch_size": micro_batch}}
+
+
+def _simulated_fwd_bwd_s(profile: dict[str, Any], run: dict[str, Any], launch_us: float) -> float:
+    """The simulated step of ``run`` less its optimizer step, with ``launch_us`` per kernel."""
+    import copy
+    import tempfile
+
+    from simulator.scenario import load_scenario
+    from simulator.simulate import simulate
+
+    trial = copy.deepcopy(profile)
+    trial["node"]["accelerator"]["efficiency"]["kernel_launch_overhead_us"] = launch_us
+    with tempfile.TemporaryDirectory() as tmp:
+        path = Path(tmp) / "profile.yaml"
+        path.write_text(yaml.safe_dump(trial, sort_keys=False))
+        result = simulate(load_scenario(scenario_for_run(run, path)))
+    return float(result.step_time_s) - float(result.time_breakdown_s.get("optimizer", 0.0))
+
+
+def fit_eager_dispatch(profile: dict[str, Any], rows: list[dict], file_label: str, floor_us: float = 0.0) -> None:
+    """Set the profile's ``kernel_launch_overhead_us`` from ``dispatch.csv`` (CPU; validation/harness/dispatch.py).
+
+    The rows time the harness GPT's forward + loss + backward at a tiny shape (the model in the row), where
+    the kernels do almost nothing and the time is eager dispatch: module calls, the dispatcher, autograd
+    nodes, allocation, and the views / splits / transposes the simulator does not count as kernels. The
+    simulator's step of the same run is linear in the per-kernel overhead L: S(L) = S(0) + K·L, K its own
+    kernel count (two simulations give S(0) and K). The fit is the L with S(L) = the measured time (median
+    over ranks): L = (T - S(0)) / K, so the ops the simulator does not model one by one are carried by the
+    kernels it does, in the proportion this model's code runs them. It replaces the one-element linear
+    layer's estimate (``memory.csv`` tiny_linear_fwd_bwd), which counts a bare op's dispatch only; never
+    below ``floor_us`` (the bare add's, ``tiny_add``). Nothing is read from the training runs."""
+    eff = profile["node"]["accelerator"]["efficiency"]
+    by_model: dict[tuple[str, int], list[float]] = {}
+    for r in rows:
+        if r.get("kernel") != "gpt_fwd_bwd" or r.get("median_s") is None:
+            continue
+        by_model.setdefault((str(r["model"]), int(r["micro_batch_size"])), []).append(float(r["median_s"]))
+    if not by_model:
+        return
+    (model_json, micro_batch), times = next(iter(by_model.items()))
+    try:
+        model = json.loads(model_json)
+    except json.JSONDecodeError:
+        raise ConfigError("--from", f"{file_label}/dispatch.csv: column 'model' is not a JSON mapping") from None
+    measured_s = float(np.median(times))
+    run = _dispatch_run(model, micro_batch)
+    base_s = _simulated_fwd_bwd_s(profile, run, 0.0)
+    kernels = (_simulated_fwd_bwd_s(profile, run, DISPATCH_SLOPE_US) - base_s) / (DISPATCH_SLOPE_US * 1e-6)
+    if kernels <= 0:
+        return
+    before_us = eff["kernel_launch_overhead_us"]
+    per_kernel_us = max((measured_s - base_s) / kernels * 1e6, floor_us)
+    eff["kernel_launch_overhead_us"] = round(per_kernel_us, 3)
+    eff["fitted_on"] += (
+        f"; kernel_launch_overhead_us then from {file_label}/dispatch.csv rows kernel=gpt_fwd_bwd ({len(times)} "
+        f"rank(s), model {model.get('name')} hidden {model.get('hidden_size')}, vocab {model.get('vocab_size')}, "
+        f"{micro_batch}x{model.get('seq_length')} tokens: forward + loss + backward {measured_s * 1e3:.3f} ms, "
+        f"the simulator's {base_s * 1e3:.3f} ms of work at no overhead and {kernels:.0f} kernels -> "
+        f"{per_kernel_us:.2f} us per kernel; the one-element linear's estimate was {before_us:.2f} us)")
 
 
 def fit_compute(data: dict[str, Any], file_label: str) -> tuple[dict[str, float], dict[str, Any], dict[str, str]]:
@@ -500,6 +626,9 @@ def build_profile(data: dict[str, Any], source_label: str | None = None, intra_n
     efficiency["overlap_comm_slowdown"] = round(comm_slowdown, 4)
     efficiency["overlap_comm_slowdown_source"] = comm_slowdown_source
     collectives = fit_collectives(data, label)
+    waited = fit_collective_wait(data.get("skew") or [], label) if device_type == "cpu" else None
+    if waited is not None and collectives:
+        add_collective_wait(collectives, *waited)
     host = machine.get("hostname", "unknown-host")
     mem_gib = (machine.get("memory_bytes") or 16 * 2**30) / 2**30
     if device_type == "cuda" and machine.get("gpus"):
@@ -563,6 +692,11 @@ def build_profile(data: dict[str, Any], source_label: str | None = None, intra_n
         "switch_latency_us": 0.0,
         "source": "clustersim calibrate: one host, no switch",
     }
+    if device_type == "cpu" and data.get("dispatch"):
+        tiny = [float(r["median_s"]) for r in data["memory"] if r["kernel"] == "tiny_add"
+                and r.get("precision", "fp32") == "fp32"]
+        fit_eager_dispatch({"node": node, "fabric": fabric}, data["dispatch"], label,
+                           float(np.median(tiny)) * 1e6 if tiny else 0.0)
     calibration = {"from": str(data.get("folder")), "machine": machine, "settings": {
         k: v for k, v in settings.items() if isinstance(v, str | int | float | bool)}}
     if (data.get("speed_probe") or {}).get("median_s"):

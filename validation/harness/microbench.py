@@ -11,7 +11,10 @@
   one-element linear layer's forward and backward under autograd (the eager overhead);
 - collectives (all_reduce, all_gather, reduce_scatter, broadcast, send_recv) over message sizes;
 - a GEMM with and without all-reduces running beside it (:mod:`validation.harness.overlap`);
-- how long ranks wait for each other after equal work (:mod:`validation.harness.skew`).
+- how long ranks wait for each other after equal work, between barriers and, on a CPU, at all-reduces
+  issued every few ms (:mod:`validation.harness.skew`);
+- on a CPU, the harness GPT's forward and backward at a tiny shape: the eager dispatch between
+  kernels (:mod:`validation.harness.dispatch`).
 
 All ranks run the compute benchmarks at the same time (as in a training job, where every rank
 computes), so contention for cores / memory bandwidth is part of what is measured. Each row
@@ -68,6 +71,7 @@ class MicrobenchConfig:
     sync_skew: bool = True      # run the synchronisation-skew benchmark (validation/harness/skew.py)
     overlap: bool = True        # run the overlap benchmark (compute slowed by communication)
     collectives_after_compute: bool = True  # also time each collective issued right after a kernel
+    eager_dispatch: bool = True  # time the harness GPT's step at a tiny shape (validation/harness/dispatch.py; CPU)
 
     @classmethod
     def quick(cls) -> MicrobenchConfig:
@@ -459,13 +463,25 @@ def run_microbenchmarks(ctx: RankContext, cfg: MicrobenchConfig) -> dict:
 
         dist.barrier()
         overlap = bench_overlap(ctx, OverlapConfig.for_device(ctx.is_cuda, quick=cfg.reps < 10))
+    dispatch = []
+    if cfg.eager_dispatch and not ctx.is_cuda:
+        from validation.harness.dispatch import bench_eager_dispatch
+
+        dist.barrier()
+        dispatch = bench_eager_dispatch(ctx, cfg.warmup, cfg.reps, cfg.min_sample_s)
     skew = []
     if cfg.sync_skew:
         from validation.harness.skew import SkewConfig, bench_sync_skew
 
         dist.barrier()
         skew = bench_sync_skew(ctx, SkewConfig.for_device(ctx.is_cuda, quick=cfg.reps < 10))
+        if not ctx.is_cuda:  # the waits at all-reduces every few ms (gloo on a CPU host)
+            from validation.harness.skew import CADENCES_S, bench_collective_cadence
+
+            dist.barrier()
+            skew += bench_collective_cadence(ctx, reps=15 if cfg.reps < 10 else 40,
+                                             cadences_s=CADENCES_S[::2] if cfg.reps < 10 else CADENCES_S)
     for row in gemm + memory:
         row["rank"] = ctx.rank
     return {"gemm": gemm, "memory": memory, "collectives": collectives, "overlap": overlap, "skew": skew,
-            "probe_samples_s": probe.samples_s, "probe_shape": list(probe.shape)}
+            "dispatch": dispatch, "probe_samples_s": probe.samples_s, "probe_shape": list(probe.shape)}

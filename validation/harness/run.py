@@ -8,6 +8,7 @@ Layout of the output folder::
     DIR/microbench/collectives.csv one row per (collective, size)
     DIR/microbench/overlap.csv    one row per rank: a GEMM alone and beside all-reduces
     DIR/microbench/skew.csv       one row per segment length: how long ranks wait for the slowest
+    DIR/microbench/dispatch.csv   one row per rank (CPU): the harness GPT's fwd+bwd at a tiny shape
     DIR/microbench/microbench.json the same rows + the settings and machine
     DIR/training/runs.json        one record per strategy (layout, model spec, step times, losses, memory)
     DIR/training/runs.csv         the headline numbers of runs.json
@@ -126,6 +127,7 @@ def run_microbench_files(out: Path, world_size: int, quick: bool, device: str | 
     collectives = per_rank[0]["collectives"]
     overlap = [row for r in per_rank for row in r.get("overlap", [])]
     skew = per_rank[0].get("skew", [])
+    dispatch = [row for r in per_rank for row in r.get("dispatch", [])]
     folder = out / MICRO_DIR
     write_csv(folder / "gemm.csv", gemm)
     write_csv(folder / "memory.csv", memory)
@@ -134,6 +136,8 @@ def run_microbench_files(out: Path, world_size: int, quick: bool, device: str | 
         write_csv(folder / "overlap.csv", overlap)
     if skew:
         write_csv(folder / "skew.csv", skew)
+    if dispatch:
+        write_csv(folder / "dispatch.csv", dispatch)
     meta = {
         "format_version": FORMAT_VERSION,
         "kind": "clustersim-harness-microbench",
@@ -143,8 +147,10 @@ def run_microbench_files(out: Path, world_size: int, quick: bool, device: str | 
         "settings": {"world_size": world_size, "backend": choice.backend, "device_type": choice.device_type,
                      "threads_per_rank": threads_per_rank, "quick": quick, **cfg.to_dict()},
         "files": {"gemm": "gemm.csv", "memory": "memory.csv", "collectives": "collectives.csv",
-                  **({"overlap": "overlap.csv"} if overlap else {}), **({"skew": "skew.csv"} if skew else {})},
+                  **({"overlap": "overlap.csv"} if overlap else {}), **({"skew": "skew.csv"} if skew else {}),
+                  **({"dispatch": "dispatch.csv"} if dispatch else {})},
         "gemm": gemm, "memory": memory, "collectives": collectives, "overlap": overlap, "skew": skew,
+        "dispatch": dispatch,
         "speed_probe": probe_summary([x for r in per_rank for x in r["probe_samples_s"]], per_rank[0]["probe_shape"]),
     }
     write_json(folder / "microbench.json", meta)

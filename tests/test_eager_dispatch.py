@@ -1,0 +1,145 @@
+"""The harness's eager-PyTorch mechanisms, priced only where the run says eager (``unfused_eager_kernels``, the
+harness) or the profile was fitted on a CPU with the dispatch row: the per-kernel dispatch fitted from the harness
+GPT's step at a tiny shape (``dispatch.csv``, simulator/cost/calibration.py ``fit_eager_dispatch``) and the
+hand-written vocab-parallel cross-entropy's eager kernels (workloads/graph.py ``EAGER_VOCAB_CE_PASSES``)."""
+
+from __future__ import annotations
+
+import csv
+import json
+
+import pytest
+
+from simulator.cost.calibration import _dispatch_run, _simulated_fwd_bwd_s, build_profile, read_microbench
+from tests.test_calibration import EAGER_KERNEL, LAUNCH, synthetic_microbench
+from workloads.graph import EAGER_VOCAB_CE_PASSES, ShardShape, head_work
+from workloads.schema import TransformerSpec
+
+HARNESS = {"name": "harness-gpt-4l-256h", "num_layers": 4, "hidden_size": 256, "num_attention_heads": 4,
+           "vocab_size": 4096, "seq_length": 128, "tied_embeddings": True, "position_embedding": "learned",
+           "norm": "layernorm", "linear_bias": True}
+TINY = {**HARNESS, "name": "harness-gpt-dispatch", "hidden_size": 16, "vocab_size": 64, "seq_length": 8}
+
+
+def _with_dispatch(folder, times_s, model=TINY, device_type="cpu"):
+    micro = folder / "microbench"
+    with (micro / "dispatch.csv").open("w", newline="") as fh:
+        w = csv.DictWriter(fh, fieldnames=["kernel", "precision", "micro_batch_size", "tokens", "model", "median_s",
+                                           "p10_s", "p90_s", "reps", "rank"])
+        w.writeheader()
+        for rank, t in enumerate(times_s):
+            w.writerow({"kernel": "gpt_fwd_bwd", "precision": "fp32", "micro_batch_size": 1, "tokens": 8,
+                        "model": json.dumps(model), "median_s": t, "p10_s": t, "p90_s": t, "reps": 5, "rank": rank})
+    if device_type != "cpu":
+        meta = json.loads((micro / "microbench.json").read_text())
+        meta["settings"]["device_type"] = device_type
+        (micro / "microbench.json").write_text(json.dumps(meta))
+    return folder
+
+
+def test_the_fitted_overhead_makes_the_simulated_tiny_step_the_measured_one(tmp_path):
+    folder = _with_dispatch(synthetic_microbench(tmp_path / "m"), [2.0e-3, 3.0e-3])  # median 2.5 ms
+    profile = build_profile(read_microbench(folder), source_label="microbench")
+    eff = profile["node"]["accelerator"]["efficiency"]
+    fitted_us = eff["kernel_launch_overhead_us"]
+    assert fitted_us > EAGER_KERNEL * 1e6  # more than the one-element linear's bare op
+    assert "dispatch.csv" in eff["fitted_on"] and "harness-gpt-dispatch" in eff["fitted_on"]
+    # the simulator's forward + backward of the row's model at the fitted value is the measured median
+    assert _simulated_fwd_bwd_s(profile, _dispatch_run(TINY, 1), fitted_us) == pytest.approx(2.5e-3, rel=1e-3)
+    # and it scales with the measured time: the step is linear in the overhead, the slope the kernel count
+    other = build_profile(read_microbench(_with_dispatch(synthetic_microbench(tmp_path / "n"), [5.0e-3])))
+    base = _simulated_fwd_bwd_s(profile, _dispatch_run(TINY, 1), 0.0)
+    kernels = (2.5e-3 - base) / (fitted_us * 1e-6)
+    assert 100 < kernels < 200  # the tiny GPT's ~140 simulated kernels
+    assert other["node"]["accelerator"]["efficiency"]["kernel_launch_overhead_us"] == pytest.approx(
+        (5.0e-3 - base) / kernels * 1e6, rel=1e-3)
+
+
+def test_without_the_row_or_on_a_gpu_the_one_element_linear_gives_it(tmp_path):
+    plain = build_profile(read_microbench(synthetic_microbench(tmp_path / "a")))
+    assert plain["node"]["accelerator"]["efficiency"]["kernel_launch_overhead_us"] == pytest.approx(EAGER_KERNEL * 1e6)
+    gpu = build_profile(read_microbench(_with_dispatch(synthetic_microbench(tmp_path / "b"), [3e-3],
+                                                       device_type="cuda")))
+    eff = gpu["node"]["accelerator"]["efficiency"]
+    assert "dispatch.csv" not in eff["fitted_on"]
+    assert eff["kernel_launch_overhead_us"] == pytest.approx(LAUNCH * 1e6)  # a GPU keeps the bare launch
+
+
+def test_a_step_faster_than_its_work_floors_at_the_bare_add(tmp_path):
+    profile = build_profile(read_microbench(_with_dispatch(synthetic_microbench(tmp_path / "m"), [1e-9])))
+    assert profile["node"]["accelerator"]["efficiency"]["kernel_launch_overhead_us"] == pytest.approx(LAUNCH * 1e6)
+
+
+def test_a_dispatch_row_without_a_json_model_is_a_config_error(tmp_path):
+    from simulator.errors import ConfigError
+
+    folder = _with_dispatch(synthetic_microbench(tmp_path / "m"), [3e-3])
+    path = folder / "microbench" / "dispatch.csv"
+    path.write_text(path.read_text().replace(json.dumps(TINY).replace('"', '""'), "not-json"))
+    with pytest.raises(ConfigError, match="dispatch.csv"):
+        build_profile(read_microbench(folder))
+
+
+def _ce(tp: int, eager: bool):
+    work = head_work(TransformerSpec.model_validate(HARNESS),
+                     ShardShape(micro_batch=4, seq_length=128, tp=tp, precision="fp32", unfused_eager_kernels=eager,
+                                vocab_padding_tp=0))
+    fwd = next(op for op in work.forward if op.name == "cross_entropy")
+    bwd = next(op for op in work.backward if op.name == "cross_entropy.grad")
+    return fwd, bwd
+
+
+def test_the_eager_vocab_parallel_cross_entropy_counts_the_harness_ops():
+    elements = 4 * 128 * 4096 // 2  # b·s·V/t fp32 logits on a rank
+    fwd, bwd = _ce(2, True)
+    c = EAGER_VOCAB_CE_PASSES
+    assert fwd.bytes_moved == (c["forward_reads"] + c["forward_writes"]) * elements * 4 == 8 * elements * 4
+    assert (fwd.kernels, bwd.kernels) == (5, 2)
+    assert bwd.bytes_moved == 4 * elements * 4
+    # a fused loss (Megatron-LM) and the single-rank F.cross_entropy keep 3 passes forward, 6 backward, one kernel each
+    for tp, eager in ((2, False), (1, True), (1, False)):
+        f, b = _ce(tp, eager)
+        assert (f.bytes_moved, b.bytes_moved) == (3 * 4 * 4 * 128 * 4096 // tp, 6 * 4 * 4 * 128 * 4096 // tp)
+        assert (f.kernels, b.kernels) == (1, 1)
+
+
+def test_the_wait_at_all_reduces_is_added_to_each_group_collective_where_measured(tmp_path):
+    """Rows of the collective-cadence benchmark (validation/harness/skew.py): the median wait for the last rank
+    is added to every group collective's law (latency and measured points), not to send_recv; sync_jitter stays
+    the barrier rows'; a GPU profile (NCCL: host clocks say nothing of device arrival) takes none."""
+    import math
+
+    folder = synthetic_microbench(tmp_path / "m")
+    barrier = [{"world_size": 2, "segment_target_s": t, "gemms": 1, "segment_mean_s": t, "wait_mean_s": 0.01 * t,
+                "relative_wait": 0.01, "reps": 10} for t in (0.004, 0.02, 0.08)]
+    cadence = [{"method": "collective_cadence", "world_size": 2, "segment_target_s": t, "gemms": 4,
+                "segment_mean_s": t, "wait_mean_s": w, "wait_median_s": 0.0, "relative_wait": w / t, "reps": 37,
+                "collective": "all_reduce", "size_bytes": 524288}
+               for t, w in ((0.004, 1.1e-3), (0.008, 1.2e-3), (0.016, 0.7e-3), (0.032, 1.3e-3))]
+    fields = list(cadence[0])
+
+    def write(rows, device_type="cpu"):
+        with (folder / "microbench" / "skew.csv").open("w", newline="") as fh:
+            writer = csv.DictWriter(fh, fieldnames=fields)
+            writer.writeheader()
+            writer.writerows(rows)
+        meta = json.loads((folder / "microbench" / "microbench.json").read_text())
+        meta["settings"]["device_type"] = device_type
+        (folder / "microbench" / "microbench.json").write_text(json.dumps(meta))
+        return build_profile(read_microbench(folder))["node"]
+
+    before = write(barrier)  # files from before: no wait added
+    after = write(barrier + cadence)
+    wait_us = 1150.0  # the median of 1.1, 1.2, 0.7, 1.3 ms
+    for node in (before, after):
+        assert node["accelerator"]["efficiency"]["sync_jitter"] == pytest.approx(0.01 * math.sqrt(math.pi), abs=1e-4)
+    laws0, laws1 = before["intra_node"]["collectives"], after["intra_node"]["collectives"]
+    for name in ("all_reduce", "all_gather", "reduce_scatter", "broadcast"):
+        assert laws1[name]["latency_us"] == pytest.approx(laws0[name]["latency_us"] + wait_us, abs=1e-3)
+        assert "method=collective_cadence" in laws1[name]["source"]
+        if laws0[name].get("measured_points"):
+            assert [t for _, t in laws1[name]["measured_points"]] == pytest.approx(
+                [t + wait_us for _, t in laws0[name]["measured_points"]], abs=1e-3)
+    assert laws1["send_recv"] == laws0["send_recv"]  # the pipeline's own dependency, already played
+    gpu = write(barrier + cadence, device_type="cuda")["intra_node"]["collectives"]
+    assert gpu["all_reduce"]["latency_us"] == pytest.approx(laws0["all_reduce"]["latency_us"])
