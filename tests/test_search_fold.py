@@ -7,6 +7,7 @@ kept one's step and memory, bit for bit."""
 from __future__ import annotations
 
 import json
+import re
 from types import SimpleNamespace
 
 import pytest
@@ -126,3 +127,65 @@ def test_the_engine_fold_keeps_a_balanced_plan_s_cut():
     assert folded.extra.get("engine_fold") and not unrolled.extra.get("engine_fold")
     assert folded.step_time_s == pytest.approx(unrolled.step_time_s, rel=1e-9)
     assert simulate(sc, engine="fast").step_time_s == pytest.approx(unrolled.step_time_s, rel=1e-6)  # its points too
+
+
+# A strategy kind's rows are folded after timing (simulator/explore/checks.py ``fold_timed_twins``): its balanced
+# cut may be chosen anew on the scenarios it derives (another schedule or micro-batch count), so only the run
+# tells that both names ran one cut. Local learning on GPT-1.7B, 8 A100s: at pp 2 ``balanced`` cuts [12, 12] as
+# ``even`` does (the slowest-stage cut [13, 11] made the search try it); at pp 4 it cuts [6, 7, 8, 3].
+LOCAL_LEARNING = "examples/gpt-1.7b-local-learning-a100.yaml"
+LL_SPACE = SearchSpace(tp=[1], pp=[2, 4], micro_batch_size=[16], zero_stage=[1], recompute=["none"],
+                       sequence_parallel=[False], pp_split=["even", "balanced"])
+
+
+def test_a_kind_s_balanced_cut_run_as_the_even_one_is_one_row():
+    rows = search(LOCAL_LEARNING, workers=1, space=LL_SPACE)
+    listed = sorted((r["parallelism"]["pp"], r["parallelism"]["pp_split"], r["layer_split"]) for r in rows)
+    assert listed == [(2, "even", [12, 12]), (4, "balanced", [6, 7, 8, 3]), (4, "even", [6, 6, 6, 6])]
+    (kept,) = [r for r in rows if r["parallelism"]["pp"] == 2]
+    assert [f["pp_split"] for f in kept["folded_layouts"]] == ["balanced"] and kept["folded_after_timing"] == 1
+    assert all("folded_layouts" not in r for r in rows if r["parallelism"]["pp"] == 4)
+    s = summarize(rows)
+    assert (s["folded_as_same_plan"], s["folded_after_timing"], s["layouts"], s["engine_resimulated"]) == (1, 1, 3, 3)
+    assert "; 1 more folded as the same plan" in counts_line(s) and ", 1 of them timed first" in counts_line(s)
+    # sound: the folded layout simulated alone gives the kept row's figures
+    raw, _, _ = prepare(LOCAL_LEARNING, None, None, LL_SPACE, SearchConstraints())
+    kept_run = default_simulate({**raw, "parallelism": kept["parallelism"]})
+    other = default_simulate({**raw, "parallelism": kept["folded_layouts"][0]})
+    for key in ("fits", "step_time_s", "peak_memory_gib", "memory_per_stage_gib", "time_breakdown_s", "layer_split"):
+        assert other[key] == kept_run[key], key
+
+
+def test_the_table_lists_a_kind_s_plan_once(capsys):
+    args = ["search", LOCAL_LEARNING, "--workers", "1", "--space", "tp=1", "--space", "pp=2",
+            "--space", "micro_batch_size=16", "--space", "zero_stage=1", "--space", "recompute=none",
+            "--space", "sequence_parallel=false", "--space", "pp_split=even,balanced"]
+    assert main(args) == 0
+    out = capsys.readouterr().out
+    table = [line for line in out.splitlines() if re.match(r"\s+\d+\s+1\s+2\s+4\s", line)]  # rank, tp 1 pp 2 dp 4
+    assert len(table) == 1 and "60.4" in table[0]  # was two rows, even and balanced, 60.4 samples/s each
+    assert "1 layouts evaluated" in out and "1 more folded as the same plan" in out
+
+
+def _timed(pp_split, step=1.0, split=(12, 12), **layout):
+    return {"parallelism": {"tp": 1, "pp": 2, "pp_split": pp_split, **layout}, "fits": True, "evaluated_by": "engine",
+            "step_time_s": step, "samples_per_s": 64 / step, "layer_split": list(split), "peak_memory_gib": 40.0,
+            "memory_per_stage_gib": [40.0, 30.0], "time_breakdown_s": {"compute": step}}
+
+
+@pytest.mark.parametrize("other, folds", [
+    (_timed("balanced"), 1),
+    (_timed("balanced", step=1.0 + 1e-12), 0),           # another step: another plan, whatever its cut says
+    (_timed("balanced", split=(13, 11)), 0),              # another cut
+    (_timed("balanced", micro_batch_size=8), 0),          # another layout field
+    ({**_timed("balanced"), "evaluated_by": "bound"}, 0),  # not timed
+    ({**_timed("balanced"), "fits": False}, 0),
+])
+def test_fold_timed_twins_needs_the_same_cut_step_memory_and_layout(other, folds):
+    from simulator.explore.checks import fold_timed_twins
+
+    rows = [_timed("even"), other]
+    candidates = [dict(r["parallelism"]) for r in rows]
+    assert fold_timed_twins(rows, candidates) == folds
+    assert (rows[1] is None) == bool(folds)
+    assert rows[0].get("folded_layouts", []) == candidates[1:] * folds

@@ -209,6 +209,57 @@ class PlanFolds:
         return sum(len(same) for same in self.folded.values())
 
 
+TIMED_TWIN_FIELDS = ("fits", "evaluated_by", "layer_split", "step_time_s", "peak_memory_gib", "memory_per_stage_gib",
+                     "time_breakdown_s")
+"""What two timed rows of a strategy kind's search must share, besides their layout but for ``pp_split``, to be
+one plan (:func:`fold_timed_twins`): the cut the run took (``layer_split``, pipelined layers per chunk), and
+the step, its breakdown and the memory the run reported, bit for bit."""
+
+
+def timed_twin_key(row: dict[str, Any] | None) -> str | None:
+    """What makes a timed row of a strategy kind other than spmd one plan: its ``parallelism`` without
+    ``pp_split`` and the figures of :data:`TIMED_TWIN_FIELDS`. None for a row that was not timed (invalid, out
+    of memory, skipped by the bound) or has no pipeline cut to tell."""
+    if not (row and row.get("fits") and row.get("evaluated_by") in ("engine", "fast") and row.get("step_time_s")
+            and row.get("layer_split")):
+        return None
+    layout = {k: v for k, v in (row.get("parallelism") or {}).items() if k != "pp_split"}
+    return json.dumps([layout, *(row.get(k) for k in TIMED_TWIN_FIELDS)], sort_keys=True, default=str)
+
+
+def fold_timed_twins(rows: list[dict[str, Any] | None], candidates: list[dict[str, Any]]) -> int:
+    """Fold the timed rows of a strategy kind's search that differ only in ``pp_split`` and ran one cut
+    (:func:`timed_twin_key`): the first in enumeration order (``even``) is kept, the others become None and
+    are listed in its ``folded_layouts`` (their candidate layouts, as :class:`PlanFolds` lists them), and the
+    kept row counts them in ``folded_after_timing``. Returns how many were folded.
+
+    Why after timing, where spmd's layouts are folded before (:func:`plan_key`): a kind reads the cut not
+    only on the layout's own scenario but on scenarios it derives with another schedule or micro-batch
+    count (local learning's and the asynchronous pipelines' memory at 1F1B with the in-flight batch, SWARM's
+    prices at GPipe with one micro-batch, the step-in-backward gradients with one micro-batch), where a
+    ``balanced`` cut is chosen anew and may differ from the even one while the layout's own does not
+    (simulator/strategies/spmd/split.py: the cut minimises the schedule's estimate, which depends on both).
+    Only the run tells which cut every part took; two rows that report the same cut and the same step, step
+    breakdown and memory, bit for bit, with everything else of their layout equal, are one plan listed
+    twice (local learning on GPT-1.7B, pp 2: ``even`` and ``balanced`` both [12, 12], 60.4 samples/s)."""
+    first_of: dict[str, int] = {}
+    folded = 0
+    for i, row in enumerate(rows):
+        key = timed_twin_key(row)
+        if key is None:
+            continue
+        kept = first_of.setdefault(key, i)
+        if kept == i:
+            continue
+        keeper = rows[kept]
+        keeper.setdefault("folded_layouts", []).append(dict(candidates[i]))
+        keeper.setdefault("folded_layouts", []).extend(row.get("folded_layouts") or [])
+        keeper["folded_after_timing"] = keeper.get("folded_after_timing", 0) + 1
+        rows[i] = None
+        folded += 1
+    return folded
+
+
 def check_layout(point: dict[str, Any], max_memory_gib: float | None, simulate: bool, want_bound: bool,
                  reference: bool = False) -> dict[str, Any]:
     """Build one layout's scenario and check its memory (search steps 1-2). Returns ``{"invalid":

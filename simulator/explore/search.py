@@ -644,7 +644,11 @@ def search(
     # the candidates share the scenario's other sections (read only: building a scenario copies its
     # mapping), and so does each chunk the pool pickles
     points = [{**raw, "parallelism": cand} for cand in candidates]
-    from simulator.explore.checks import PlanFolds  # once here, not in each worker after the fork
+    from simulator.explore.checks import (  # once here, not in each worker after the fork
+        PlanFolds,
+        fold_timed_twins,
+    )
+    from simulator.strategies.registry import DEFAULT_KIND
 
     with _long_lived_frozen(), process_pool(workers, dask) as pool:
         # building each layout's scenario and pricing its memory and step-time bound is most of the
@@ -686,6 +690,8 @@ def search(
                               pool, timed_by, rank_by)
     for i, same in folds.folded.items():
         rows[i]["folded_layouts"] = same
+    if scenario.strategy_kind != DEFAULT_KIND:  # a kind's rows that ran one cut under two pp_split names
+        fold_timed_twins(rows, candidates)
     ranked = sorted(enumerate(r for r in rows if r is not None), key=lambda item: _rank_key(item, rank_by))
     out = []
     for _, row in ranked:

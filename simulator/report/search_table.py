@@ -28,7 +28,9 @@ def summarize(rows: list[dict[str, Any]]) -> dict[str, Any]:
     step time: never priced), ``failed``, or timed: ``engine_resimulated`` counts the layouts the engine
     timed (every one whose bound could reach the top k; with a replacement simulator or straggler draws,
     every feasible layout), ``priced_by_fast_path`` those the fast path timed (the top k, beside
-    the engine)."""
+    the engine). ``folded_as_same_plan``: candidates not counted above, each the same plan as a row
+    (its ``folded_layouts``); ``folded_after_timing``: how many of those a strategy kind's search timed before
+    folding them (:func:`simulator.explore.checks.fold_timed_twins`)."""
     simulated = sum(1 for r in rows if r.get("fits") and _rate(r))
     invalid = [r for r in rows if str(r.get("infeasible_reason") or "").startswith("invalid layout")]
     failed = [r for r in rows if str(r.get("infeasible_reason") or "").startswith("simulation failed")]
@@ -37,7 +39,8 @@ def summarize(rows: list[dict[str, Any]]) -> dict[str, Any]:
     by = Counter(r.get("evaluated_by") for r in rows if r.get("fits"))
     priced = sum(1 for r in rows if r.get("fits") and r.get("fast_step_time_s") is not None)
     folded = sum(len(r.get("folded_layouts") or ()) for r in rows)
-    return {"layouts": len(rows), "folded_as_same_plan": folded, "simulated": simulated, "out_of_memory": len(oom), "invalid": len(invalid),
+    return {"layouts": len(rows), "folded_as_same_plan": folded,
+            "folded_after_timing": sum(r.get("folded_after_timing") or 0 for r in rows), "simulated": simulated, "out_of_memory": len(oom), "invalid": len(invalid),
             "failed": len(failed), "invalid_reasons": reasons.most_common(3),
             "by_engine": by.get("engine", 0), "by_fast_path": by.get("fast", 0), "skipped_by_bound": by.get("bound", 0),
             "evaluated": len(rows), "pruned_by_memory": len(oom), "pruned_by_bound": by.get("bound", 0),
@@ -52,7 +55,9 @@ def counts_line(s: dict[str, Any]) -> str:
             + (f", {s['failed']:,} failed" if s["failed"] else "")
             + (f"; {s['folded_as_same_plan']:,} more folded as the same plan as one of them (ZeRO-1/2 without data "
                f"parallelism, a balanced cut equal to the even one: each row's folded_layouts)"
-               if s.get("folded_as_same_plan") else ""))
+               if s.get("folded_as_same_plan") else "")
+            + (f", {s['folded_after_timing']:,} of them timed first (the strategy kind ran the balanced cut as the "
+               f"even one: same layers per stage, same step and memory)" if s.get("folded_after_timing") else ""))
 
 
 def _engine_s(row: dict[str, Any]) -> float | None:
