@@ -168,7 +168,8 @@ def test_the_table_lists_a_kind_s_plan_once(capsys):
 
 
 def _timed(pp_split, step=1.0, split=(12, 12), **layout):
-    return {"parallelism": {"tp": 1, "pp": 2, "pp_split": pp_split, **layout}, "fits": True, "evaluated_by": "engine",
+    layout = {"tp": 1, "pp": 2, "dp": 4, "cp": 1, "ep": 1, "zero_stage": 0, "pp_split": pp_split, **layout}
+    return {"parallelism": layout, "fits": True, "evaluated_by": "engine",
             "step_time_s": step, "samples_per_s": 64 / step, "layer_split": list(split), "peak_memory_gib": 40.0,
             "memory_per_stage_gib": [40.0, 30.0], "time_breakdown_s": {"compute": step}}
 
@@ -180,6 +181,7 @@ def _timed(pp_split, step=1.0, split=(12, 12), **layout):
     (_timed("balanced", micro_batch_size=8), 0),          # another layout field
     ({**_timed("balanced"), "evaluated_by": "bound"}, 0),  # not timed
     ({**_timed("balanced"), "fits": False}, 0),
+    (_timed("even", dp=1, zero_stage=1), 0),             # the kept row is dp 4: another layout
 ])
 def test_fold_timed_twins_needs_the_same_cut_step_memory_and_layout(other, folds):
     from simulator.explore.checks import fold_timed_twins
@@ -189,3 +191,26 @@ def test_fold_timed_twins_needs_the_same_cut_step_memory_and_layout(other, folds
     assert fold_timed_twins(rows, candidates) == folds
     assert (rows[1] is None) == bool(folds)
     assert rows[0].get("folded_layouts", []) == candidates[1:] * folds
+
+
+@pytest.mark.parametrize("dp, folds", [(1, 1), (2, 0)])
+def test_a_kind_s_zero_1_without_data_parallelism_is_folded_when_it_ran_zero_0_s_plan(dp, folds):
+    from simulator.explore.checks import fold_timed_twins
+
+    rows = [_timed("even", dp=dp, zero_stage=0), _timed("even", dp=dp, zero_stage=1)]
+    candidates = [dict(r["parallelism"]) for r in rows]
+    assert fold_timed_twins(rows, candidates) == folds
+    assert [f["zero_stage"] for f in rows[0].get("folded_layouts", [])] == [1] * folds
+
+
+def test_a_kind_s_zero_1_without_data_parallelism_is_one_row():
+    # local learning, tp 2 pp 4 on 8 GPUs: dp 1, ZeRO-1 shards nothing; both were listed, 51.2 samples/s each
+    space = SearchSpace(tp=[2], pp=[4], micro_batch_size=[16], zero_stage=[0, 1], recompute=["none"],
+                        sequence_parallel=[False], pp_split=["even"])
+    rows = search(LOCAL_LEARNING, workers=1, space=space)
+    assert [(r["parallelism"]["zero_stage"], [f["zero_stage"] for f in r["folded_layouts"]]) for r in rows] == [(0, [1])]
+    raw, _, _ = prepare(LOCAL_LEARNING, None, None, space, SearchConstraints())
+    kept = default_simulate({**raw, "parallelism": rows[0]["parallelism"]})
+    other = default_simulate({**raw, "parallelism": rows[0]["folded_layouts"][0]})
+    for key in ("fits", "step_time_s", "peak_memory_gib", "memory_per_stage_gib", "time_breakdown_s"):
+        assert other[key] == kept[key], key

@@ -211,37 +211,49 @@ class PlanFolds:
 
 TIMED_TWIN_FIELDS = ("fits", "evaluated_by", "layer_split", "step_time_s", "peak_memory_gib", "memory_per_stage_gib",
                      "time_breakdown_s")
-"""What two timed rows of a strategy kind's search must share, besides their layout but for ``pp_split``, to be
-one plan (:func:`fold_timed_twins`): the cut the run took (``layer_split``, pipelined layers per chunk), and
-the step, its breakdown and the memory the run reported, bit for bit."""
+"""What two timed rows of a strategy kind's search must share, besides their layout up to :func:`_plan_layout`, to
+be one plan (:func:`fold_timed_twins`): the cut the run took (``layer_split``, pipelined layers per chunk), and the
+step, its breakdown and the memory the run reported, bit for bit."""
+
+
+def _plan_layout(layout: dict[str, Any]) -> dict[str, Any]:
+    """A timed row's resolved ``parallelism`` without the two names that may run one plan: ``pp_split`` (the cut
+    the run took is compared instead) and ZeRO-1/2 read as 0 where nothing is sharded (dp, cp and ep 1, as
+    :func:`effective_zero_stage` reads spmd's; a kind's own sharding that the stage changes shows in the memory
+    compared beside it)."""
+    out = {k: v for k, v in layout.items() if k != "pp_split"}
+    if out.get("zero_stage") in (1, 2) and out.get("dp") == 1 and out.get("cp", 1) == 1 and out.get("ep", 1) == 1:
+        out["zero_stage"] = 0
+    return out
 
 
 def timed_twin_key(row: dict[str, Any] | None) -> str | None:
-    """What makes a timed row of a strategy kind other than spmd one plan: its ``parallelism`` without
-    ``pp_split`` and the figures of :data:`TIMED_TWIN_FIELDS`. None for a row that was not timed (invalid, out
-    of memory, skipped by the bound) or has no pipeline cut to tell."""
-    if not (row and row.get("fits") and row.get("evaluated_by") in ("engine", "fast") and row.get("step_time_s")
-            and row.get("layer_split")):
+    """What makes a timed row of a strategy kind other than spmd one plan: its ``parallelism`` read by
+    :func:`_plan_layout` and the figures of :data:`TIMED_TWIN_FIELDS`. None for a row that was not timed (invalid,
+    out of memory, skipped by the bound)."""
+    if not (row and row.get("fits") and row.get("evaluated_by") in ("engine", "fast") and row.get("step_time_s")):
         return None
-    layout = {k: v for k, v in (row.get("parallelism") or {}).items() if k != "pp_split"}
+    layout = _plan_layout(row.get("parallelism") or {})
     return json.dumps([layout, *(row.get(k) for k in TIMED_TWIN_FIELDS)], sort_keys=True, default=str)
 
 
 def fold_timed_twins(rows: list[dict[str, Any] | None], candidates: list[dict[str, Any]]) -> int:
-    """Fold the timed rows of a strategy kind's search that differ only in ``pp_split`` and ran one cut
-    (:func:`timed_twin_key`): the first in enumeration order (``even``) is kept, the others become None and
-    are listed in its ``folded_layouts`` (their candidate layouts, as :class:`PlanFolds` lists them), and the
-    kept row counts them in ``folded_after_timing``. Returns how many were folded.
+    """Fold the timed rows of a strategy kind's search that differ only in ``pp_split``, or in a ZeRO stage that
+    shards nothing, and ran one plan (:func:`timed_twin_key`): the first in enumeration order (``even``, ZeRO 0) is
+    kept, the others become None and are listed in its ``folded_layouts`` (their candidate layouts, as
+    :class:`PlanFolds` lists them), and the kept row counts them in ``folded_after_timing``. Returns how many were
+    folded.
 
     Why after timing, where spmd's layouts are folded before (:func:`plan_key`): a kind reads the cut not
     only on the layout's own scenario but on scenarios it derives with another schedule or micro-batch
     count (local learning's and the asynchronous pipelines' memory at 1F1B with the in-flight batch, SWARM's
     prices at GPipe with one micro-batch, the step-in-backward gradients with one micro-batch), where a
     ``balanced`` cut is chosen anew and may differ from the even one while the layout's own does not
-    (simulator/strategies/spmd/split.py: the cut minimises the schedule's estimate, which depends on both).
-    Only the run tells which cut every part took; two rows that report the same cut and the same step, step
-    breakdown and memory, bit for bit, with everything else of their layout equal, are one plan listed
-    twice (local learning on GPT-1.7B, pp 2: ``even`` and ``balanced`` both [12, 12], 60.4 samples/s)."""
+    (simulator/strategies/spmd/split.py: the cut minimises the schedule's estimate, which depends on both);
+    and what a kind does with a ZeRO stage is its own. Only the run tells; two rows that report the same cut
+    and the same step, step breakdown and memory, bit for bit, with everything else of their layout equal, are
+    one plan listed twice (local learning on GPT-1.7B, pp 2: ``even`` and ``balanced`` both [12, 12], 60.4
+    samples/s; tp 2 pp 4: ZeRO 0 and 1 without data parallelism)."""
     first_of: dict[str, int] = {}
     folded = 0
     for i, row in enumerate(rows):
@@ -253,7 +265,7 @@ def fold_timed_twins(rows: list[dict[str, Any] | None], candidates: list[dict[st
             continue
         keeper = rows[kept]
         keeper.setdefault("folded_layouts", []).append(dict(candidates[i]))
-        keeper.setdefault("folded_layouts", []).extend(row.get("folded_layouts") or [])
+        keeper["folded_layouts"].extend(row.get("folded_layouts") or [])
         keeper["folded_after_timing"] = keeper.get("folded_after_timing", 0) + 1
         rows[i] = None
         folded += 1

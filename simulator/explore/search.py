@@ -690,7 +690,7 @@ def search(
                               pool, timed_by, rank_by)
     for i, same in folds.folded.items():
         rows[i]["folded_layouts"] = same
-    if scenario.strategy_kind != DEFAULT_KIND:  # a kind's rows that ran one cut under two pp_split names
+    if scenario.strategy_kind != DEFAULT_KIND:  # a kind's rows that ran one plan under two names
         fold_timed_twins(rows, candidates)
     ranked = sorted(enumerate(r for r in rows if r is not None), key=lambda item: _rank_key(item, rank_by))
     out = []
