@@ -147,7 +147,7 @@ def test_a_kind_s_balanced_cut_run_as_the_even_one_is_one_row():
     assert all("folded_layouts" not in r for r in rows if r["parallelism"]["pp"] == 4)
     s = summarize(rows)
     assert (s["folded_as_same_plan"], s["folded_after_timing"], s["layouts"], s["engine_resimulated"]) == (1, 1, 3, 3)
-    assert "; 1 more folded as the same plan" in counts_line(s) and ", 1 of them timed first" in counts_line(s)
+    assert "; 1 more folded as the same plan" in counts_line(s) and ", 1 of them timed first (a strategy kind's" in counts_line(s)
     # sound: the folded layout simulated alone gives the kept row's figures
     raw, _, _ = prepare(LOCAL_LEARNING, None, None, LL_SPACE, SearchConstraints())
     kept_run = default_simulate({**raw, "parallelism": kept["parallelism"]})

@@ -56,8 +56,8 @@ def counts_line(s: dict[str, Any]) -> str:
             + (f"; {s['folded_as_same_plan']:,} more folded as the same plan as one of them (ZeRO-1/2 without data "
                f"parallelism, a balanced cut equal to the even one: each row's folded_layouts)"
                if s.get("folded_as_same_plan") else "")
-            + (f", {s['folded_after_timing']:,} of them timed first (a strategy kind's balanced cut run as the even "
-               f"one, or its ZeRO-1/2 without data parallelism: the same layers per stage, step and memory)" if s.get("folded_after_timing") else ""))
+            + (f", {s['folded_after_timing']:,} of them timed first (a strategy kind's: told by the same layers per "
+               f"stage, step and memory)" if s.get("folded_after_timing") else ""))
 
 
 def _engine_s(row: dict[str, Any]) -> float | None:
