@@ -138,6 +138,32 @@ GPT_OSS_RECOMPUTE_MODULES = ("layernorm", "moe_act")
 GPT_OSS_RECIPE_BATCH = (1, 1280)
 
 
+#: The first release of the table whose rows ran NeMo 2's or Megatron-Bridge's performance scripts, which reduce
+#: and keep gradients in bf16 (Megatron-Core ``grad_reduce_in_fp32 = False``: the DDP grad buffer, every
+#: parameter's ``main_grad``, is the parameter dtype; megatron-core 0.16.1 ``distributed/distributed_data_parallel.py``
+#: ``grad_dtype = torch.float if self.ddp_config.grad_reduce_in_fp32 else param.dtype``):
+#: - 25.09 (nemo_toolkit 2.5.0 on PyPI): ``scripts/performance/helpers.py`` ``set_primary_perf_configs`` ->
+#:   ``set_perf_optimization_configs`` -> ``set_precision_configs``: ``recipe.trainer.plugins.grad_reduce_in_fp32 =
+#:   False`` whatever the compute dtype, for every ``scripts/performance/llm/pretrain_*.py``; the plugin's value
+#:   overrides the DDP config (``nemo/lightning/pytorch/strategies/megatron_strategy.py``
+#:   ``update_config_with_dtype_overrides(dtype_config, self.ddp_config)``).
+#: - 26.xx (megatron-bridge 0.6.2 on PyPI): ``perf_recipes/_common.py`` ``_perf_precision`` ("Identical to
+#:   ``scripts/performance/utils/precision.get_precision_config``": ``grad_reduce_in_fp32 = False``) and
+#:   ``_benchmark_common`` (``cfg.ddp.grad_reduce_in_fp32 = False``), which every H100 recipe of a row's model
+#:   calls (``perf_recipes/{llama,qwen,deepseek,gpt_oss}/h100``; the Llama 3 SFT / PEFT configs set it again).
+#: - 25.11: Megatron-Bridge's performance scripts of that release are not carried (megatron-bridge 0.2.0rc6 has
+#:   none); the releases on either side set it, so 25.11 is mapped the same way.
+#: The same scripts fuse the loss into Transformer Engine's cross entropy (``cross_entropy_fusion_impl = "te"``:
+#: nemo_toolkit 2.5.0 ``helpers.py`` ``set_perf_optimization_configs``, megatron-bridge 0.6.2 ``_benchmark_common``;
+#: ``cross_entropy_loss_fusion`` defaults to True in both: ``GPTConfig``, ``GPTModelProvider``), which writes the
+#: gradient into the 16-bit logits in place and keeps only them (``training.fused_cross_entropy``: 2 B per logit,
+#: the last stage's memory only).
+#: NeMo 24.07 and 24.03 ran NeMo 1 (NeMo-Framework-Launcher YAML, in no package): ``optim.grad_sync_dtype``
+#: defaults to fp32 there (nemo_toolkit 2.0.0rc1 ``megatron_gpt_model.py`` ``setup_mcore_distributed_parallel``),
+#: so those rows keep fp32 gradients.
+BF16_GRADS_FROM = (25, 9)
+
+
 #: The first release whose rows ran Megatron-Bridge's performance scripts with force-balanced dropless MoE routing
 #: (the table's footnote): its Qwen3 MoE rows dispatch with DeepEP (module docstring).
 BRIDGE_DEEPEP_FROM = (25, 11)
@@ -222,6 +248,9 @@ def cases() -> tuple[list[ModernCase], list[Unrepresentable]]:
                            f"mbs {GPT_OSS_RECIPE_BATCH[0]} gbs {GPT_OSS_RECIPE_BATCH[1]}; this row's own recipe is "
                            "not carried")
         training = {"seq_length": seq, "precision": precision, "attention": "flash"}
+        if release_number(row["release"]) >= BF16_GRADS_FROM:  # the performance scripts' bf16 gradients
+            training["grad_dtype"] = "bf16"
+            training["fused_cross_entropy"] = True
         if task in PACKED_TASKS:  # SQuAD packed to the sequence length, attention per document (docstring)
             training["packing"] = {"document_tokens": SQUAD_DOCUMENT_TOKENS}
         lora = lora_recipe(row["release"]) if task == "LoRA" else None
