@@ -28,8 +28,9 @@ FLOPs (the catalog had 56 heads of 128 until the seventh session). The worst row
 (+35.3% with FSDP1's own copy kernels and the profile refitted; +32.2% with FSDP2's, +32.5% before the ZeRO-3
 root gather and FSDP2's full copy kernels, +37.1% before the padding), is priced with 84 TFLOP/s of causal attention on the padded FLOPs (73 on
 the counted ones), the Triton kernel's own benchmark rate at 8K (83 TFLOP/s at head size 128), and its H100
-twin (fit half) is +18.0% (+16.0% with FSDP2's copies). Neither is an attention-rate gap: fitted on the same model's 512-4K rows, one factor
-on fused attention and one on the other kernels predict the 8K rows 25% (A100 80 GB) and 20% (H100) fast
+twin (fit half) is +17.9% (+18.0% before the fp32 shard, +16.0% with FSDP2's copies). Neither is an attention-rate
+gap: fitted on the same model's 512-4K rows, one factor on fused attention and one on the other kernels predict the
+8K rows 25% (A100 80 GB) and 20% (H100) fast
 (30% and 28% with FSDP2's copy kernels priced),
 where the same fit on MPT-13B's 1K-8K rows predicts its 16K rows within 0.6% on both GPUs
 (``python -m validation.modern.row_breakdown --case-set llmfoundry --trend 83,82,81,80 --predict 79``).
@@ -58,8 +59,8 @@ triton`` on A100; 160-186 on H100), and MPT-30B's is that rate from 1K to 2K (92
 padded heads predict) but falls to 46 and 25 (A100), 114 and 76 (H100) at 2K -> 4K and 4K -> 8K: about 3.1 s
 (A100) and 0.7 s (H100) per 8K micro-batch beyond any attention rate its own shorter rows show. The drop is
 already there at 2K -> 4K (where the micro-batch also goes from 3 to 1 sequences), and the 4K row's simulated
-peak (68.8 GiB) is below the 2K rows' (70.8), so running near full memory alone does not fit it; what MPT-30b
-alone of these models has is its head size of 112.
+peak (62.1 GiB; 68.8 with a bf16 shard counted) is below the 2K rows' (64.1; 70.8), so running near full
+memory alone does not fit it; what MPT-30b alone of these models has is its head size of 112.
 
 **FSDP1, and what Composer sets** (issue 23, twelfth session; the mosaicml wheels 0.15.1, 0.16.3, 0.16.4 and
 0.17.0 read; llm-foundry 0.3.0 and 0.4.0 pin ``mosaicml<0.17,>=0.16.3``). Composer wraps the model in PyTorch FSDP1
@@ -84,6 +85,22 @@ checkpointing, ``use_orig_params``. ``get_mixed_precision``: DEFAULT sets param 
 precision and, up to 0.16.3, no ``reduce_dtype``, which FSDP1 then takes from ``param_dtype`` (bf16
 reductions, as PURE); ``reduce_dtype: float32`` only from 0.16.4. The rows keep DEFAULT -> fp32 reductions;
 which Composer ran them the table does not say.
+
+**Parameter dtype** (issue 23, twelfth session). MPT is built in fp32 (llm-foundry 0.4.0 modeling_mpt.py: no
+dtype on any module, nothing casts the model), and Composer's FSDP mixed precision (mosaicml 0.16.3
+mosaic_fsdp_utils.py ``get_mixed_precision``: DEFAULT and PURE set ``MixedPrecision(param_dtype=bf16)``) makes
+FSDP1 keep the fp32 FlatParameter shard as the only persistent parameter and cast it to the bf16 ``_mp_shard``
+per gather, freed after it (torch 2.13 fsdp/_flat_param.py ``pre_unshard`` -> ``_use_low_precision_shard``,
+``_free_low_precision_sharded_param``); the reduced gradient shard is cast back to fp32
+(_runtime_utils.py ``_cast_grad_to_param_dtype``). So the FULL_SHARD rows run ``training.param_dtype: fp32``
+(4 + 8 B of weights and Adam state per parameter over the shard, no 16-bit weight copy beside the fp32 master:
+row 79, MPT-30B on 8 A100 80 GB, 72.8 -> 66.1 GiB: weights 7.0 -> 14.0, optimizer state 41.9 -> 28.0, the gathered
+layers' buffers 2.1 -> 2.3) and their copy-in casts a 4-byte shard
+(spmd/plan.py ``zero3_copy_in_s``). The SHARD_GRAD_OP rows keep the default: the simulator's ZeRO-2 holds the
+weights whole, and 2 B whole + 12 B / n (16-bit weights, fp32 master and moments sharded) is what FSDP1's
+SHARD_GRAD_OP holds between forward and backward (the gathered bf16 parameters kept, the fp32 shard, the
+moments), where ``fp32`` would count 4 B whole. Not counted: PURE rows' sharded gradient is fp32 after that
+cast (4 B / n), counted at the 2 B of ``grad_dtype: bf16`` (simulator/memory).
 
 **Set aside** (:data:`SET_ASIDE`): MPT-760m on 8 A100 80 GB at s1024 / s512 (rows 119, 120). The same model
 at the same sequences on 8 A100 40 GB (rows 192, 193: half the micro-batch, slower HBM) ran 11-16% faster,
@@ -154,6 +171,8 @@ def cases() -> tuple[list[ModernCase], list[Unrepresentable]]:
         training = {"seq_length": seq, "precision": precision, "attention": "flash",
                     "grad_dtype": "bf16" if row["mp_mode"] == "PURE" else "fp32",
                     "fused_cross_entropy": True}  # MPT's loss_fn default: fused_crossentropy (flash-attn Triton)
+        if zero == 3:  # FSDP1 keeps the fp32 shard only and casts it per gather (see "Parameter dtype" above)
+            training["param_dtype"] = "fp32"
         training = with_run_kernel(training, run_kernel("llmfoundry", "llmfoundry", str(row["gpu"])[:4].upper()))
         key = (f"llmfoundry|{model}|{row['gpu']}|{n}|{seq}|{mbs}|{gbs}|{row['precision']}|{row['mp_mode']}|"
                f"{row['sharding_strategy']}|{recompute}")

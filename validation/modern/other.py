@@ -17,8 +17,15 @@
   not (no config of it is carried). Its hybrid Mamba (Nemotron V3), Kimi K2 and GPT-OSS models are not
   (GPT-OSS-120B is in the catalog now; its rows here are not mapped yet: the reason says why).
 - **IBM fms-fsdp** (PyTorch FSDP1, FlashAttention-2 through SDPA): Llama 2 7B/13B/70B and the
-  34B (Code Llama shape) at 2 sequences of 4096 per GPU; FSDP = ZeRO-3 with prefetch, the gathered
-  and reduced buffers FSDP1's FlatParameter views (no copy kernels, unlike FSDP2); AC "No" =
+  34B (Code Llama shape) at 2 sequences of 4096 per GPU; FSDP = ZeRO-3 with prefetch and FSDP1's own
+  kernels (``zero_buffer_copies: fsdp1``, simulator/strategies/spmd/layout.py: the fp32 shard cast to bf16
+  before each gather, no copy-out, the views' gradients concatenated, cast and predivided before each
+  reduce-scatter) over fp32 parameters (``param_dtype: fp32``). fms-fsdp's trainer is not on PyPI; the same
+  team's ibm-fms (1.13.1, fms/models/__init__.py ``_fsdp_wrap``, what ``get_model(distributed_strategy=
+  "fsdp")`` runs) wraps its models in FSDP1 ``FullyShardedDataParallel`` (FULL_SHARD, ``limit_all_gathers``)
+  with ``MixedPrecision(param_dtype=bf16, reduce_dtype=bf16, buffer_dtype=bf16)`` over parameters created in
+  fp32, and the CSV's rows say FSDP1 (the gradient reduction dtype stays the default fp32 here: the
+  trainer's own policy is not in any source read); AC "No" =
   none, "Selective"/"selective" = selective, "Yes" = full. A100 cluster: DGX A100 80GB with 400 Gb/s
   per node (2 NICs); the 96-H100 cluster 800 Gb/s per node (2 NICs); the 464-H100 cluster 3.2 Tb/s
   (8 NICs, the catalog DGX H100). MFU-only rows are converted with the model FLOPs per token and
@@ -85,7 +92,7 @@ def _fms(index: int, row, label: str) -> ModernCase | Unrepresentable:
     def build(recompute: str, node=node) -> dict:
         parallelism = {"tp": 1, "pp": 1, "dp": n, "zero_stage": 3, "recompute": recompute, "micro_batch_size": local,
                        "global_batch_size": local * n, "overlap_grad_reduce": True, "overlap_param_gather": True,
-                       "zero_buffer_copies": False}  # FSDP1: FlatParameter views of the gathered flat buffer
+                       "zero_buffer_copies": "fsdp1"}  # FSDP1's FlatParameter kernels (module docstring)
         return scenario(f"other-{index}", model, node, n, parallelism, training)
 
     # fms-fsdp's "selective" AC checkpoints a share p of the blocks whole (fms-fsdp policies/ac_handler.py

@@ -24,6 +24,20 @@ A sequence length the file does not give is torchtitan's train_configs default,
 amax and cast passes; the GEMMs on the per-tensor fp8 curve): it runs slower than tensorwise, more than
 its scaling traffic says, and no rowwise GEMM kernel was measured.
 
+Parameters (issue 23, twelfth session): ``training.param_dtype: fp32``. torchtitan builds the model in fp32
+(``training.dtype`` float32 by default: 0.3.0 config/configs.py; 0.1.0 train.py ``to_empty`` +
+``init_weights`` on the meta-built model) and gives fully_shard ``MixedPrecisionPolicy(param_dtype=bf16,
+reduce_dtype=fp32)`` (``training.mixed_precision_param`` / ``_reduce``: 0.1.0 models/llama3/infra/parallelize.py
+``apply_fsdp``, 0.3.0 models/llama3/parallelize.py ``apply_fsdp_to_decoder``), so FSDP2 keeps the fp32 shard as
+the only persistent parameter and casts it per gather (torch 2.13 _fully_shard/_fsdp_collectives.py
+``_get_param_all_gather_inputs``: ``_foreach_copy_`` into a flat bf16 buffer, then ``all_gather_copy_in``; the
+reduced fp32 gradient is already the parameter's dtype): 4 + 8 B of weights and Adam state per parameter over
+the shard, no 16-bit copy beside the fp32 master. HSDP is the same fully_shard over a 2-D mesh. A run that
+shards over nothing keeps fp32 parameters too: 0.1.0 runs DDP (``replicate``) under ``torch.autocast``
+(distributed/utils.py ``maybe_enable_amp``), and TP/PP without FSDP or CP with mixed precision off (fp32
+throughout, a logged warning); 0.3.0 applies fully_shard with shard degree 1 for its policy. Every row here
+shards (FSDP over dp_shard x cp, CP alone included: ParallelDims ``fsdp_enabled`` = dp_shard or cp).
+
 MI300X: no attention kernel of it was measured (the catalog prices SDPA's fused attention from the
 GEMM curve, *assumed*), and torchao's four MI300X rows are one configuration (Llama 3 8B, FSDP2 on 8
 GPUs, per-op SAC) in bf16 and in three float8 recipes: the recipes change the GEMMs only, so bf16 and
@@ -132,7 +146,8 @@ def cases() -> tuple[list[ModernCase], list[Unrepresentable]]:
             "overlap_grad_reduce": True, "overlap_param_gather": True}
         training = {"seq_length": seq, "precision": precision, "attention": "flash",
                     "elementwise_kernels": "eager" if eager else "fused",
-                    "fp8_saved_inputs": False}  # torchao Float8Linear keeps the bf16 input for its backward
+                    "fp8_saved_inputs": False,  # torchao Float8Linear keeps the bf16 input for its backward
+                    "param_dtype": "fp32"}  # fully_shard keeps the fp32 shard only (module docstring)
         gpu = next(g for g in GPUS if str(row["gpu"]).startswith(g))
         training = with_run_kernel(training, run_kernel("torchtitan", "torchtitan", gpu))
         if rowwise:  # torchao's rowwise recipe: per-row scales from this step's amax (the tensorwise rows keep

@@ -64,6 +64,10 @@ from workloads.schema import TransformerSpec
 WEIGHT_BYTES = {"fp32": 4, "bf16": 2, "fp16": 2, "fp8": 2}
 # Adam step, mixed precision: read fp32 master+m+v and the 16-bit grad, write master+m+v and the
 # 16-bit weight: 12 + 2 + 12 + 2 = 28 bytes per parameter (fp32 training: 4+8 read/write + 4 + 4 = 32).
+# ``training.param_dtype: fp32`` (PyTorch FSDP1/FSDP2 MixedPrecision) is 28 too: the parameter is the fp32
+# master and its sharded gradient is cast back to the parameter's dtype after the reduce-scatter (torch 2.13
+# fsdp/_runtime_utils.py _cast_grad_to_param_dtype; _fully_shard/_fsdp_collectives.py foreach_reduce
+# ``_to_dtype_if_needed(reduce_output, orig_dtype)``), so read param+m+v+grad 16, write param+m+v 12.
 OPTIMIZER_BYTES_PER_PARAM = {"adam": 28.0, "adamw": 28.0, "sgd": 12.0}
 
 
@@ -918,16 +922,15 @@ class Planner:
                 # low-precision ``_mp_shard`` it all-gathers from, on the unshard stream
                 # (FlatParamHandle.pre_unshard -> _use_low_precision_shard; torch fsdp/_flat_param.py):
                 # the same P/n elements at the same place.
-                nbytes = params * weight_bytes / shard
+                copy_in_s = self.zero3_copy_in_s(compute, params, shard, weight_bytes)
                 if par.overlap_param_gather:
-                    copy_in = Task(f"{label}.zero3_copy_in", actor, "dp", "compute", duration_s=compute.copy_s(nbytes))
+                    copy_in = Task(f"{label}.zero3_copy_in", actor, "dp", "compute", duration_s=copy_in_s)
                     streams[(actor, "dp")].append(copy_in)
                     task.deps.append(copy_in)
                     copy_in.deps.extend(after)
                     first = copy_in
                 else:
-                    first = add(Task(f"{label}.zero3_copy_in", actor, "compute", "compute",
-                                     duration_s=compute.copy_s(nbytes)))
+                    first = add(Task(f"{label}.zero3_copy_in", actor, "compute", "compute", duration_s=copy_in_s))
                     task.deps.append(first)
             else:
                 first = task
@@ -1427,6 +1430,30 @@ class Planner:
         rerun = [position for first, end in full_units(self.par.recompute_mode, len(kinds))
                  for position in range(first, end)]
         return sum((self.layer_works[kinds[p]].forward for p in reversed(rerun)), ())
+
+    def zero3_copy_in_s(self, compute, params: float, shard: int, gathered_bytes: float) -> float:
+        """Seconds of the kernels that fill a ZeRO-3 all-gather's input from this rank's shard (``params /
+        shard`` elements) of a layer's parameters, gathered at ``gathered_bytes`` each. The shard is held at
+        ``training.param_dtype``: 4 bytes (fp32) under ``param_dtype: fp32`` with mixed precision, else the
+        gathered width.
+
+        - FSDP1 (``zero_buffer_copies: fsdp1``): one cast of the shard to the low-precision ``_mp_shard`` it
+          gathers from (torch 2.13 fsdp/_flat_param.py FlatParamHandle._use_low_precision_shard:
+          ``_mp_shard.copy_(_local_shard)``, which casts): read the shard, write the gathered width.
+        - FSDP2 (``true``): where the shard's dtype differs from the gathered one (MixedPrecisionPolicy
+          param_dtype), _fsdp_collectives.py ``_get_param_all_gather_inputs`` first casts every shard into one
+          flat low-precision buffer (``torch._foreach_copy_``), then ``all_gather_copy_in`` copies that into the
+          all-gather input (``torch._foreach_copy_``): the cast, then a plain copy. Shard in the gathered dtype:
+          the copy-in alone (FSDPParam.all_gather_inputs returns the shard itself)."""
+        held = 4.0 if self.sc.training.param_dtype == "fp32" and self.precision in ("bf16", "fp16", "fp8") \
+            else gathered_bytes
+        if held == gathered_bytes:
+            return compute.copy_s(params * gathered_bytes / shard)
+        elements = params / shard
+        cast_s = compute.copy_s(elements * (held + gathered_bytes) / 2)  # read held, write gathered
+        if self.par.zero_buffer_copies == "fsdp1":
+            return cast_s
+        return cast_s + compute.copy_s(elements * gathered_bytes)
 
     def _copy_in(self, actor: str, after: Task, label: str, grad_bytes: float, zero: int, add) -> Task:
         """ZeRO-2/3 copy the bucket's gradients into the flat reduce-scatter input first
