@@ -60,7 +60,7 @@ UNEXPLAINED_OOM: dict[tuple[str, int], str] = {
                   "recompute 47.0 fits. The row's own columns disagree: GA 2, but GBS 512 / (MBS 4 x DP 16) is 8 "
                   "micro-batches; with GA 2 (GBS 128, 2 micro-batches in flight on stage 0) it fits at 67.2, at "
                   "MBS 1 (GBS 512) at 51.8. Its mbs-1 twins (rows 41/46/51/57) fit at 51.8 with the recipe's "
-                  "recompute",
+                  "recompute. Set aside from the set's figures for that disagreement (nemo.py batch_contradiction)",
     ("nemo", 12): "LLAMA2-70B SFT tp4 pp4 on 16 H100s (dp 1): 91.0 of 78 GiB (92.3 with dropout masks). Nothing to "
                   "shard the optimizer over: 18 B per parameter of 4.35e9 per rank is 72.9 GiB before any activation "
                   "(18.1 GiB: 4 micro-batches of 20 layers in flight on stage 0). bf16 gradients alone: 82.9; Apex's "

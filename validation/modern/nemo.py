@@ -83,7 +83,8 @@ runs of other scripts: NeMo 2.5.0's ``scripts/performance/llm/pretrain_llama3_8b
 ``get_user_configs``, ``set_recompute_configs``; 0 when absent), and 25.11's Megatron-Bridge scripts are not
 carried (megatron-bridge 0.2.0rc6 on PyPI has no performance recipes): unknown, mapped without.
 Two Qwen3-30B-A3B pp2 ep8 rows (26.02, 25.11) are set aside (:data:`SET_ASIDE`): the same configuration
-ran 1.8-2x faster in the neighbouring release, and the faster figures agree with the pp1 ep16 rows.
+ran 1.8-2x faster in the neighbouring release, and the faster figures agree with the pp1 ep16 rows. A row whose
+gradient-accumulation column disagrees with its batch columns is set aside too (:func:`batch_contradiction`: row 63).
 """
 
 from __future__ import annotations
@@ -176,8 +177,33 @@ def release_number(release: str) -> tuple[int, ...]:
     return tuple(int(part) for part in text.split("."))
 
 
+#: A row whose gradient-accumulation column disagrees with its own batch columns: GA = GBS / (MBS x DP), DP =
+#: GPUs / (TP x PP x CP) (expert parallelism shares the data-parallel ranks). Of the table's 13 rows that give GA,
+#: one disagrees (row 63, GPT-OSS 120B in 25.11: GA 2 where GBS 512 / (MBS 4 x DP 16) = 8), so the step the figure
+#: measured is not determined: GA 2 at MBS 4 is GBS 128 (fits, 67.2 GiB simulated), GBS 512 at MBS 4 is 8
+#: micro-batches (96.0 GiB simulated: OOM on 80 GB; tests/test_nemo_recipe_grads.py).
+_BATCH_CONTRADICTS = ("the row's own batch columns disagree: GA {ga} where GBS {gbs} / (MBS {mbs} x DP {dp}) = {calc:g} "
+                      "micro-batches, so which step the figure measured is not known; simulated as GBS {gbs}, MBS {mbs}")
+
+
+def batch_contradiction(row) -> str:
+    """The :data:`_BATCH_CONTRADICTS` reason when the row gives GA and it is not GBS / (MBS x DP), else empty."""
+    ga = cell_float(row["ga"])
+    if ga is None:
+        return ""
+    gbs, mbs = int(row["gbs"]), int(row["mbs"])
+    dp = int(row["num_gpus"]) // (int(row["tp"]) * int(row["pp"]) * (cell_int(row["cp"]) or 1))
+    calc = gbs / (mbs * dp)
+    if calc == ga:
+        return ""
+    return _BATCH_CONTRADICTS.format(ga=int(ga), gbs=gbs, mbs=mbs, dp=dp, calc=calc)
+
+
 def set_aside(row) -> str:
-    """Why a row is set aside (empty: counted); see :data:`SET_ASIDE`."""
+    """Why a row is set aside (empty: counted); see :data:`SET_ASIDE` and :func:`batch_contradiction`."""
+    contradiction = batch_contradiction(row)
+    if contradiction:
+        return contradiction
     twin = SET_ASIDE.get((str(row["model"]), str(row["release"])), "")
     if not twin:
         return ""
