@@ -401,7 +401,7 @@ def _tail_parts(scenario, planner, shared: bool, rep) -> tuple:
         parts alone, one after the other on the dp stream. Overlapped reduction fills buckets layer
         by layer, last layer first, flushes one once it holds ``gradient_bucket_mb``, and the rest
         (with the embedding's gradients on the first chunk) when the pass ends
-        (simulator/strategies/spmd/plan.py): the last bucket is that rest, or, where nothing is left,
+        (simulator/strategies/spmd/plan_tasks.py): the last bucket is that rest, or, where nothing is left,
         the one flushed after the chunk's first layer, its last kernel (not on the first chunk, whose
         embedding backward comes after it)."""
         limit = par.gradient_bucket_mb * 1e6

@@ -30,7 +30,7 @@ def _stream_tid(stream: str) -> int:
 
 def _pass_of(event: TimelineEvent) -> tuple[str, str] | None:
     """(the layer pass an event belongs to, its layer), or None. Planner names start with the pass:
-    ``{phase}.mb{m}.c{chunk}.`` (simulator/strategies/spmd/plan.py); with the layer arg that names
+    ``{phase}.mb{m}.c{chunk}.`` (simulator/strategies/spmd/plan_tasks.py); with the layer arg that names
     one layer's forward, backward or recompute in one micro-batch."""
     layer = dict(event.args).get("layer")
     parts = event.name.split(".")

@@ -88,7 +88,7 @@ def is_moe_layer(forward_ops) -> bool:
 def layer_floor_stretch(passes_kernel_s: Sequence[Sequence[float]], host_dispatch_us: float | None,
                         moe_fixed_us: float | None = None, other_floor_s: float = 0.0) -> float:
     """The factor on each of a layer's passes (forward, backward, recompute: their kernels' seconds) under
-    the host floors as spmd applies them (simulator/strategies/spmd/plan.py ``layer_stretch``): the floor
+    the host floors as spmd applies them (simulator/strategies/spmd/plan_costs.py ``layer_stretch``): the floor
     is the largest of the eager-dispatch floor (:func:`eager_floor_s`), the passes' device time plus
     ``moe_fixed_us`` (give it only for an MoE layer, :func:`is_moe_layer`) and ``other_floor_s`` (a
     cross-node pipeline floor); the factor max(1, floor / device time) (simulator/cost/host_floor.py)."""

@@ -27,7 +27,7 @@ the next inner step waits for it. The last period's all-reduce has no inner step
 behind (a finite run).
 
 Optimizer fusion (``training.optimizer_fusion``) applies to the inner steps as in the spmd kind
-(simulator/strategies/spmd/plan.py); with ``forward`` an inner step that ends a period applies its
+(simulator/strategies/spmd/plan_tasks.py); with ``forward`` an inner step that ends a period applies its
 update before the delta against the anchor is taken. The delta, outer all-reduce and outer step stay.
 
 Many steps: the plan holds ``simulation.steps`` inner steps rounded up to whole periods of H.

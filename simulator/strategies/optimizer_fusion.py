@@ -1,7 +1,7 @@
 """Optimizer fusion (``training.optimizer_fusion``; Jiang et al. 2021, "Optimizer Fusion: Efficient
 Training with Better Locality and Parallelism", arXiv:2104.00237, Sec. 3) for the strategy kinds
 that build their own task lists (simulator/strategies/tasklists.py): the same meaning as the spmd
-kind's (simulator/strategies/spmd/plan.py, ``_build_actor``), at the granularity those kinds
+kind's (simulator/strategies/spmd/plan_tasks.py, ``_build_actor``), at the granularity those kinds
 simulate, one task per stage pass.
 
 - ``backward`` ("backward-fusion"): a parameter group's update is issued as memory-bound kernels
