@@ -136,7 +136,10 @@ class TrainingSpec(_Strict):
     grad_dtype: Literal["auto", "fp32", "bf16", "fp16"] = Field(
         default="auto",
         description="gradient accumulation/reduction dtype; auto: fp32 for bf16/fp8 training (Megatron-LM "
-                    "sets accumulate_allreduce_grads_in_fp32 for bf16; nanotron likewise), fp16 for fp16, fp32 for fp32")
+                    "sets accumulate_allreduce_grads_in_fp32 for bf16; nanotron likewise), fp16 for fp16, fp32 for fp32. "
+                    "With param_dtype fp32 it is only the reduce dtype (FSDP's reduce_dtype): the gradient held "
+                    "for the optimizer is cast back to the fp32 parameter's dtype (simulator/memory/analytic.py "
+                    "held_gradient_bytes)")
     param_dtype: Literal["auto", "fp32"] = Field(
         default="auto",
         description="dtype the (sharded) parameters are held in, spmd kind: auto = 16-bit weights beside the fp32 "

@@ -20,13 +20,13 @@ P_LAYER = 789_760
 P_TOTAL = 3_749_376
 
 
-def fsdp_row(param_dtype: str, copies="fsdp1", grad_dtype="fp32"):
+def fsdp_row(param_dtype: str, copies="fsdp1", grad_dtype="fp32", precision="bf16"):
     """A toy FSDP row as validation/modern/llmfoundry.py maps a FULL_SHARD row: ZeRO-3 over 8 A100s, bf16."""
     return load_scenario(dict(
         model=SMALL, cluster=dict(node="dgx-a100-80g", fabric="fat-tree", num_gpus=8),
         parallelism=dict(tp=1, pp=1, dp=8, zero_stage=3, micro_batch_size=1, global_batch_size=8,
                          zero_buffer_copies=copies),
-        training=dict(precision="bf16", grad_dtype=grad_dtype, param_dtype=param_dtype, attention="standard")))
+        training=dict(precision=precision, grad_dtype=grad_dtype, param_dtype=param_dtype, attention="standard")))
 
 
 def test_toy_fsdp_row_memory_hand_counted():
@@ -99,3 +99,42 @@ def test_mpt30b_8k_row_holds_no_bf16_shard():
     assert peak.weights_bytes == pytest.approx(4 * params / 8, rel=1e-9)
     assert peak.optimizer_bytes == pytest.approx(8 * params / 8, rel=1e-9)
     assert 65 < peak.total_gib < 67  # 72.8 GiB with a bf16 shard beside the fp32 master
+
+
+@pytest.mark.parametrize("precision, grad_dtype", [("bf16", "bf16"), ("bf16", "fp32"), ("bf16", "auto"),
+                                                   ("fp16", "auto"), ("fp16", "fp16")])
+def test_fsdp_keeps_the_sharded_gradient_in_the_parameters_dtype(precision, grad_dtype):
+    # Composer's PURE / FSDP's reduce_dtype=bf16 reduces in bf16, then casts the shard back to the fp32 parameter's
+    # dtype before accumulating it for the optimizer (torch 2.13 fsdp/_runtime_utils.py _accumulate_sharded_grad ->
+    # _cast_grad_to_param_dtype; FSDP2 _fsdp_collectives.py foreach_reduce: _to_dtype_if_needed(reduce_output,
+    # orig_dtype)). Toy row, hand counted: 3,749,376 parameters on 8 ranks of ZeRO-3 hold 4 B / 8 each of fp32
+    # gradient = 1,874,688 B, whatever grad_dtype says (it only sets what the reduce-scatter moves)
+    from simulator.memory.vectorised import stage_memories
+
+    row = fsdp_row("fp32", grad_dtype=grad_dtype, precision=precision)
+    analytic = rank_memory(row, 0)
+    assert analytic.gradients_bytes == 4 * P_TOTAL / 8 == 1_874_688
+    assert analytic.weights_bytes == 4 * P_TOTAL / 8 and analytic.optimizer_bytes == 8 * P_TOTAL / 8
+    vectorised = stage_memories(row)[0]
+    assert vectorised.gradients_bytes == analytic.gradients_bytes
+    assert vectorised.total_bytes == pytest.approx(analytic.total_bytes, rel=1e-12)
+    # the 16-bit default (Megatron-LM / DeepSpeed) holds the gradient in grad_dtype: bf16 or fp16 at 2 B / 8
+    auto = fsdp_row("auto", grad_dtype=grad_dtype, precision=precision)
+    held = 2 if grad_dtype in ("bf16", "fp16") or (grad_dtype == "auto" and precision == "fp16") else 4
+    assert rank_memory(auto, 0).gradients_bytes == held * P_TOTAL / 8
+    # the reduce-scatter still moves grad_dtype's bytes (the planner's copy-out / reduce pricing reads it)
+    from simulator.scenario import gradient_bytes
+    assert gradient_bytes(row.training) == held
+
+
+def test_held_gradient_bytes_param_dtype_wins():
+    from simulator.memory.analytic import bytes_per_param, held_gradient_bytes, model_state_bytes
+
+    assert bytes_per_param("bf16", "adam", fp32_params=True) == {"weights": 4, "gradients": 4, "optimizer": 8}
+    assert bytes_per_param("bf16", "adam") == {"weights": 2, "gradients": 2, "optimizer": 12}
+    for grad in (None, 2, 4):
+        assert held_gradient_bytes(grad, "bf16", "adam", fp32_params=True) == 4
+    assert held_gradient_bytes(2, "bf16", "adam") == 2 and held_gradient_bytes(None, "bf16", "adam") == 2
+    # 1,000 parameters, ZeRO-2 over 4: gradients 4 B / 4 with fp32 parameters even when bf16 is reduced
+    assert model_state_bytes(1000, 2, 4, "bf16", "adam", 2, fp32_params=True) == (4000, 1000, 2000)
+    assert model_state_bytes(1000, 2, 4, "bf16", "adam", 2) == (2000, 500, 3000)

@@ -63,7 +63,7 @@ def scenarios(draw):
     if draw(st.integers(0, 5)) == 0:
         extra.append("training.param_dtype=fp32")
     if draw(st.integers(0, 5)) == 0:
-        extra.append("training.grad_dtype=fp32")
+        extra.append(f"training.grad_dtype={draw(st.sampled_from(['fp32', 'bf16']))}")
     if draw(st.integers(0, 5)) == 0 and layout["pp"] > 1 and layout["virtual_stages"] == 1:
         layout["first_stage_layers"] = draw(st.integers(0, 3))
     if draw(st.integers(0, 5)) == 0:

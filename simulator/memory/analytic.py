@@ -119,24 +119,53 @@ def bytes_per_param(precision: str = "bf16", optimizer: str = "adam", fp32_param
 
     - ``fp32_params`` (``TrainingSpec.param_dtype: fp32``) with mixed precision: the parameters are
       the fp32 master weights (PyTorch FSDP/FSDP2 ``MixedPrecisionPolicy(param_dtype=bf16)`` keeps
-      the sharded parameters in fp32 and casts the gathered copy; torch.autocast): 4 / 2 / 8 with
-      Adam, 4 / 2 / 4 with SGD -- no separate 16-bit weight copy.
+      the sharded parameters in fp32 and casts the gathered copy; torch.autocast): 4 / 4 / 8 with
+      Adam, 4 / 4 / 4 with SGD -- no separate 16-bit weight copy, and the gradient the optimizer
+      reads is in the parameter's dtype, fp32: see :func:`held_gradient_bytes`.
 
-    Gradients are counted at 2 B as in ZeRO; ``model_state_bytes(grad_bytes=4)`` models the fp32
-    ``main_grad`` buffer that Megatron-LM (and nanotron) keep for bf16 training
+    Otherwise gradients are counted at 2 B as in ZeRO; ``model_state_bytes(grad_bytes=4)`` models
+    the fp32 ``main_grad`` buffer that Megatron-LM (and nanotron) keep for bf16 training
     (``TrainingSpec.grad_dtype``).
     """
     if optimizer not in _OPTIMIZERS:
         raise ConfigError("training.optimizer", f"unknown optimizer {optimizer!r} (known: {', '.join(_OPTIMIZERS)})")
     if precision in _MIXED:
         if fp32_params:
-            return {"weights": 4, "gradients": 2, "optimizer": 8 if optimizer in ("adam", "adamw") else 4}
+            return {"weights": 4, "gradients": 4, "optimizer": 8 if optimizer in ("adam", "adamw") else 4}
         opt = 12 if optimizer in ("adam", "adamw") else 8
         return {"weights": 2, "gradients": 2, "optimizer": opt}
     if precision == "fp32":
         opt = 8 if optimizer in ("adam", "adamw") else 4
         return {"weights": 4, "gradients": 4, "optimizer": opt}
     raise ConfigError("training.precision", f"unknown precision {precision!r} (known: fp32, bf16, fp16, fp8)")
+
+
+def held_gradient_bytes(grad_bytes: float | None, precision: str = "bf16", optimizer: str = "adam",
+                        fp32_params: bool = False) -> float:
+    """Bytes per parameter of the gradient held for the optimizer (per shard under ZeRO-2/3).
+
+    ``grad_bytes`` is ``TrainingSpec.grad_dtype``'s element size (:func:`gradient_bytes`: the dtype
+    gradients are accumulated and reduced in); None counts :func:`bytes_per_param`'s.
+
+    With ``fp32_params`` (``param_dtype: fp32``) the held gradient is the parameter's dtype, 4 B,
+    whatever ``grad_dtype`` says: ``grad_dtype`` is then FSDP's ``reduce_dtype`` (the bytes the
+    reduce-scatter / all-reduce moves, priced by the planner from :func:`gradient_bytes`), and
+    PyTorch casts the reduced gradient back to the parameter's dtype before the optimizer sees it.
+    torch 2.13 FSDP1 ``fsdp/_runtime_utils.py`` ``_accumulate_sharded_grad`` calls
+    ``_cast_grad_to_param_dtype`` ("Casts ``sharded_grad`` back to the full parameter dtype so that
+    the optimizer step runs with that dtype") on every reduce-scattered shard and accumulates it in
+    ``_saved_grad_shard``; FSDP2 ``_fully_shard/_fsdp_collectives.py`` ``foreach_reduce`` does
+    ``reduce_output = _to_dtype_if_needed(reduce_output, orig_dtype)`` (``orig_dtype`` = the sharded
+    parameter's dtype, ``_fsdp_param.py``) before viewing it into ``sharded_param.grad``; under
+    torch.autocast the leaf is fp32, so its ``.grad`` is fp32. So the parameter's dtype wins over an
+    explicit ``grad_dtype: bf16``: no PyTorch path keeps the optimizer's gradient below the
+    parameter's dtype except FSDP1 with a low-precision communication hook (``bf16_compress_hook``:
+    the cast is left to the hook) or NO_SHARD with ``keep_low_precision_grads``, neither modelled.
+    The transient 16-bit unsharded gradient of the module being reduced is not counted here.
+    """
+    if fp32_params:
+        return 4.0
+    return float(bytes_per_param(precision, optimizer)["gradients"] if grad_bytes is None else grad_bytes)
 
 
 def model_state_bytes(
@@ -154,7 +183,7 @@ def model_state_bytes(
         raise ConfigError("parallelism.dp", f"must be a positive integer, got {dp!r}")
     bpp = bytes_per_param(precision, optimizer, fp32_params)
     w = bpp["weights"] * num_params
-    g = (bpp["gradients"] if grad_bytes is None else grad_bytes) * num_params
+    g = held_gradient_bytes(grad_bytes, precision, optimizer, fp32_params) * num_params
     o = bpp["optimizer"] * num_params
     if zero_stage >= 1:
         o /= dp
@@ -428,7 +457,7 @@ def rank_memory(scenario, stage: int) -> MemoryBreakdown:
         # optimizer step in backward with no gradient accumulation: each module's gradients are
         # freed by its update right after they are computed, so at most the largest is alive
         # (PyTorch tutorial "How to save memory by fusing the optimizer step into the backward pass").
-        grads = max(modules) * gb
+        grads = max(modules) * held_gradient_bytes(gb, tr.precision, tr.optimizer, fp32_params)
 
     # Activations, read off the layer graph: what each of the stage's layers keeps under the
     # recompute mode, times the micro-batches in flight; the prologue (embedding) and epilogue

@@ -26,6 +26,7 @@ from simulator.memory.analytic import (
     bytes_per_param,
     chunks_in_flight_at_peak,
     frozen_weight_bytes,
+    held_gradient_bytes,
     model_state_bytes,
     peak_stage,
 )
@@ -141,7 +142,7 @@ def stage_memories(scenario) -> list[MemoryBreakdown]:
         for stage in range(pp):
             sizes = modules(stage)
             if sizes:
-                grads[stage] = max(sizes) * gb
+                grads[stage] = max(sizes) * held_gradient_bytes(gb, tr.precision, tr.optimizer, fp32_params)
 
     # Activations: kept bytes × micro-batches in flight, the working set, the two ends. Interleaved:
     # each chunk's layers times that chunk's own micro-batches in flight (rank_memory's count).
@@ -268,7 +269,7 @@ def _states(params: np.ndarray, zero_stage: int, dp: int, precision: str, optimi
         raise ConfigError("num_params", f"must be a non-negative finite number, got {bad}")
     bpp = bytes_per_param(precision, optimizer, fp32_params)
     w = bpp["weights"] * params
-    g = (bpp["gradients"] if grad_bytes is None else grad_bytes) * params
+    g = held_gradient_bytes(grad_bytes, precision, optimizer, fp32_params) * params
     o = bpp["optimizer"] * params
     if zero_stage >= 1:
         o = o / dp

@@ -85,7 +85,13 @@ from simulator.cost.collectives import collective_cost
 from simulator.cost.compute import ComputeModel
 from simulator.cost.topology import Topology
 from simulator.engine.engine import Task
-from simulator.memory.analytic import MemoryBreakdown, bytes_per_param, peak_stage, rank_memory
+from simulator.memory.analytic import (
+    MemoryBreakdown,
+    bytes_per_param,
+    held_gradient_bytes,
+    peak_stage,
+    rank_memory,
+)
 from simulator.memory.checkpoints import graph_kept_bytes, kept_per_layer, stage_bytes
 from simulator.memory.over_time import MemoryLedger
 from simulator.scenario import gradient_bytes
@@ -444,7 +450,8 @@ def worker_memory(scenario, work: WorkerWork, subnetwork: int) -> MemoryBreakdow
     base = rank_memory(scenario, 0)
     per = bytes_per_param(tr.precision, tr.optimizer, tr.param_dtype == "fp32")  # as data parallelism's
     activations = work.kept_activation_bytes + work.working_bytes
-    return MemoryBreakdown(work.held_params * per["weights"], work.trained_params * gradient_bytes(tr),
+    held_grad = held_gradient_bytes(gradient_bytes(tr), tr.precision, tr.optimizer, tr.param_dtype == "fp32")
+    return MemoryBreakdown(work.held_params * per["weights"], work.trained_params * held_grad,
                            work.trained_params * per["optimizer"], activations, base.other_bytes,
                            stage=subnetwork)
 

@@ -15,7 +15,8 @@ layer l's ``params / shards`` weights, gradients and optimizer state on device 0
 layer, whatever its split), so the least sum is each layer at its most shards; activations only
 add to it. Bytes per parameter are ZeRO's (Rajbhandari 2020, Sec. 3: 2 + 2 + 12 with mixed
 precision and Adam; :func:`simulator.memory.analytic.bytes_per_param`), the gradients at
-``training.grad_dtype`` (:func:`simulator.memory.analytic.gradient_bytes`).
+``training.grad_dtype`` (:func:`simulator.memory.analytic.gradient_bytes`), fp32 with ``param_dtype: fp32``
+(:func:`simulator.memory.analytic.held_gradient_bytes`).
 """
 
 from __future__ import annotations
@@ -36,11 +37,13 @@ def weight_shards(split: Split) -> int:
 
 def state_bytes_per_param(scenario) -> tuple[float, float]:
     """``(weights + gradients, optimizer state)`` bytes of one parameter, as the per_layer kind counts them."""
-    from simulator.memory.analytic import bytes_per_param, gradient_bytes
+    from simulator.memory.analytic import bytes_per_param, gradient_bytes, held_gradient_bytes
 
     tr = scenario.training
-    per = bytes_per_param(tr.precision, tr.optimizer, getattr(tr, "param_dtype", "auto") == "fp32")
-    return per["weights"] + gradient_bytes(tr), float(per["optimizer"])
+    fp32_params = getattr(tr, "param_dtype", "auto") == "fp32"
+    per = bytes_per_param(tr.precision, tr.optimizer, fp32_params)
+    return per["weights"] + held_gradient_bytes(gradient_bytes(tr), tr.precision, tr.optimizer, fp32_params), \
+        float(per["optimizer"])
 
 
 def replica_state_bytes(scenario, graph) -> float:
