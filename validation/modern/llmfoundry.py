@@ -99,8 +99,10 @@ layers' buffers 2.1 -> 2.3) and their copy-in casts a 4-byte shard
 (spmd/plan.py ``zero3_copy_in_s``). The SHARD_GRAD_OP rows keep the default: the simulator's ZeRO-2 holds the
 weights whole, and 2 B whole + 12 B / n (16-bit weights, fp32 master and moments sharded) is what FSDP1's
 SHARD_GRAD_OP holds between forward and backward (the gathered bf16 parameters kept, the fp32 shard, the
-moments), where ``fp32`` would count 4 B whole. Not counted: PURE rows' sharded gradient is fp32 after that
-cast (4 B / n), counted at the 2 B of ``grad_dtype: bf16`` (simulator/memory).
+moments), where ``fp32`` would count 4 B whole. PURE FULL_SHARD rows reduce in bf16 (``grad_dtype: bf16``, the
+reduce-scatter's bytes) and hold the sharded gradient in fp32 after that cast, 4 B / n (simulator/memory/analytic.py
+``held_gradient_bytes``: MPT-13B on 8 A100 40 GB, rows 142-150, 27.4 -> 30.4 GiB); no row is PURE SHARD_GRAD_OP
+(the default ``param_dtype`` would count that gradient at 2 B / n).
 
 **Set aside** (:data:`SET_ASIDE`): MPT-760m on 8 A100 80 GB at s1024 / s512 (rows 119, 120). The same model
 at the same sequences on 8 A100 40 GB (rows 192, 193: half the micro-batch, slower HBM) ran 11-16% faster,
