@@ -246,7 +246,7 @@ def test_block_masks_save_k_of_the_identity_blocks_share_on_average(keep):
 def test_keeping_every_unit_holds_what_data_parallelism_holds(model, mask, masking, precision, optimizer, param_dtype,
                                                               recompute):
     # keep_fraction 1: every worker trains the whole model, so each term is data parallelism's
-    # (param_dtype fp32: PyTorch AMP / FSDP's fp32 parameters, 4 / 2 / 8 B with Adam)
+    # (param_dtype fp32: PyTorch AMP / FSDP's fp32 parameters, 4 / 4 / 8 B with Adam; the gradient in the parameter's dtype)
     raw = _example(model)
     raw["strategy"] = {"kind": "subnetwork_dp", "mask": mask, "masking": masking, "keep_fraction": 1.0,
                        "subnetworks": 2}
