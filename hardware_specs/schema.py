@@ -187,9 +187,13 @@ class MemoryKernelEfficiency(Spec):
     backward of one layer, on the bytes the layer graph counts; simulator/cost/memory_kernels.py):
     PyTorch's NCHW pooling backward kernels gather over every window that covers an input
     element, and a concatenation copies strided slices, so they reach a fraction of what an
-    elementwise kernel does. Kernel classes not listed run at ``memory_bound_efficiency``."""
+    elementwise kernel does. Kernel classes not listed run at ``memory_bound_efficiency``.
+    ``cross_entropy``: the softmax cross-entropy loss (workloads/graph.py ``head_work``, forward and
+    backward), set by ``clustersim calibrate`` on an eager CPU profile from the harness's
+    ``loss.csv`` (simulator/cost/calibration.py ``fit_loss_kernel``): there its exp and log per
+    element make it slower than the streaming kernels."""
 
-    by_kernel: dict[Literal["maxpool", "avgpool", "adaptive_avgpool", "concat"], float] = Field(
+    by_kernel: dict[Literal["maxpool", "avgpool", "adaptive_avgpool", "concat", "cross_entropy"], float] = Field(
         description="efficiency per kernel class (0, 1]")
     source: str
     fitted_on: str | None = None

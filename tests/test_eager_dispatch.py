@@ -84,8 +84,9 @@ def _ce(tp: int, eager: bool):
     work = head_work(TransformerSpec.model_validate(HARNESS),
                      ShardShape(micro_batch=4, seq_length=128, tp=tp, precision="fp32", unfused_eager_kernels=eager,
                                 vocab_padding_tp=0))
-    fwd = next(op for op in work.forward if op.name == "cross_entropy")
-    bwd = next(op for op in work.backward if op.name == "cross_entropy.grad")
+    name = "vocab_parallel_cross_entropy" if tp > 1 and eager else "cross_entropy"
+    fwd = next(op for op in work.forward if op.name == name)
+    bwd = next(op for op in work.backward if op.name == f"{name}.grad")
     return fwd, bwd
 
 
@@ -143,3 +144,77 @@ def test_the_wait_at_all_reduces_is_added_to_each_group_collective_where_measure
     assert laws1["send_recv"] == laws0["send_recv"]  # the pipeline's own dependency, already played
     gpu = write(barrier + cadence, device_type="cuda")["intra_node"]["collectives"]
     assert gpu["all_reduce"]["latency_us"] == pytest.approx(laws0["all_reduce"]["latency_us"])
+
+
+LOSS_RATE = 10e9  # bytes/s: F.cross_entropy forward + backward on the simulator's 3 + 6 passes (synthetic)
+LOG_SOFTMAX_RATE = 20e9  # bytes/s: memory.csv's log_softmax rows (synthetic)
+
+
+def _with_loss(folder, slow: float = 1.0, gauge: bool = True, device_type: str = "cpu"):
+    """loss.csv rows (validation/harness/loss.py) at the harness's shapes, the loss at LOSS_RATE and memory.csv's
+    log_softmax at LOG_SOFTMAX_RATE; ``slow``: the host ran the loss rows (and their gauge) that much slower."""
+    micro = folder / "microbench"
+    rows = []
+    for b in (1, 2, 4, 8):
+        e = b * 128 * 4096
+        loss_s, gauge_s = (2 * LAUNCH + 36 * e / LOSS_RATE) * slow, (LAUNCH + 8 * e / LOG_SOFTMAX_RATE) * slow
+        for rank in (0, 1):
+            rows.append({"kernel": "cross_entropy_fwd_bwd", "precision": "fp32", "micro_batch_size": b,
+                         "elements": e, "bytes": "", "median_s": loss_s,
+                         "over_gauge_median": loss_s / gauge_s if gauge else "", "rank": rank})
+            if gauge:
+                rows.append({"kernel": "log_softmax_gauge", "precision": "fp32", "micro_batch_size": b,
+                             "elements": e, "bytes": 8 * e, "median_s": gauge_s, "over_gauge_median": "",
+                             "rank": rank})
+    with (micro / "loss.csv").open("w", newline="") as fh:
+        w = csv.DictWriter(fh, fieldnames=list(rows[0]))
+        w.writeheader()
+        w.writerows(rows)
+    with (micro / "memory.csv").open() as fh:
+        reader = csv.DictReader(fh)
+        fields, memory = reader.fieldnames, list(reader)
+    for n in (2**16, 2**20, 2**24):
+        memory.append({**memory[0], "kernel": "log_softmax", "elements": n, "bytes": 8 * n, "median_s":
+                       LAUNCH + 8 * n / LOG_SOFTMAX_RATE})
+    with (micro / "memory.csv").open("w", newline="") as fh:
+        w = csv.DictWriter(fh, fieldnames=fields)
+        w.writeheader()
+        w.writerows(memory)
+    meta = json.loads((micro / "microbench.json").read_text())
+    meta.pop("memory", None)
+    meta["settings"]["device_type"] = device_type
+    (micro / "microbench.json").write_text(json.dumps(meta))
+    return folder
+
+
+def test_the_loss_kernel_runs_at_the_rate_loss_csv_measured(tmp_path):
+    """loss.csv (F.cross_entropy forward + backward at the harness's logits shapes) sets the loss op's own
+    efficiency: the simulated single-rank step at micro-batch 4 moves by exactly the loss's 36 bytes per logit
+    at the measured rate instead of the memory-bound one; a host twice as slow while it timed the rows, as its
+    log_softmax gauge says, fits the same rate; without the gauge the rows' own times count."""
+    plain = build_profile(read_microbench(_with_loss(synthetic_microbench(tmp_path / "a"), gauge=False)))
+    acc = plain["node"]["accelerator"]
+    assert acc["efficiency"]["memory_kernels"]["by_kernel"]["cross_entropy"] == pytest.approx(
+        LOSS_RATE / (acc["hbm_bandwidth_gb_per_s"] * 1e9), rel=2e-3)
+    assert "loss.csv" in acc["efficiency"]["memory_kernels"]["fitted_on"]
+    loaded = build_profile(read_microbench(_with_loss(synthetic_microbench(tmp_path / "b"), slow=2.0)))
+    assert loaded["node"]["accelerator"]["efficiency"]["memory_kernels"]["by_kernel"]["cross_entropy"] == \
+        pytest.approx(acc["efficiency"]["memory_kernels"]["by_kernel"]["cross_entropy"], rel=2e-3)
+    unscaled = build_profile(read_microbench(_with_loss(synthetic_microbench(tmp_path / "c"), slow=2.0, gauge=False)))
+    assert unscaled["node"]["accelerator"]["efficiency"]["memory_kernels"]["by_kernel"]["cross_entropy"] == \
+        pytest.approx(acc["efficiency"]["memory_kernels"]["by_kernel"]["cross_entropy"] / 2, rel=2e-3)
+
+    same_memory = _with_loss(synthetic_microbench(tmp_path / "d"), gauge=False)
+    (same_memory / "microbench" / "loss.csv").unlink()
+    without = build_profile(read_microbench(same_memory))
+    assert "memory_kernels" not in without["node"]["accelerator"]["efficiency"]
+    run = _dispatch_run(HARNESS, 4)
+    launch_us = acc["efficiency"]["kernel_launch_overhead_us"]
+    eff = without["node"]["accelerator"]["efficiency"]
+    mem_bw = without["node"]["accelerator"]["hbm_bandwidth_gb_per_s"] * 1e9 * eff["memory_bound_efficiency"]
+    e = 4 * 128 * 4096
+    assert _simulated_fwd_bwd_s(plain, run, launch_us) - _simulated_fwd_bwd_s(without, run, launch_us) == \
+        pytest.approx(36 * e / LOSS_RATE - 36 * e / mem_bw, rel=5e-3)
+
+    gpu = build_profile(read_microbench(_with_loss(synthetic_microbench(tmp_path / "g"), device_type="cuda")))
+    assert "memory_kernels" not in gpu["node"]["accelerator"]["efficiency"]  # a GPU's fused loss streams

@@ -149,6 +149,13 @@ def test_quick_microbenchmarks_write_files_with_expected_fields(tmp_path):
         assert row["kernel"] == "gpt_fwd_bwd" and model["hidden_size"] == 16 and model["num_layers"] == 4
         # ~140 simulated kernels, each dispatched at least as a bare add is
         assert row["median_s"] > 100 * eager["tiny_add"] and row["p10_s"] <= row["median_s"] <= row["p90_s"]
+    loss = doc["loss"]  # F.cross_entropy fwd + bwd at the harness's logits shapes, each beside a log_softmax gauge
+    assert (folder / "loss.csv").is_file() and len(loss) == 2 * 2 * 4  # 2 ranks x 4 micro-batches x (loss, gauge)
+    for ce, gauge in zip(loss[::2], loss[1::2], strict=True):
+        assert (ce["kernel"], gauge["kernel"]) == ("cross_entropy_fwd_bwd", "log_softmax_gauge")
+        assert ce["elements"] == gauge["elements"] == ce["micro_batch_size"] * 128 * 4096
+        # 9 passes (priced) against the gauge's 2 over the same elements, plus the exp and log: never faster
+        assert ce["over_gauge_median"] > 1 and gauge["bytes"] == 8 * gauge["elements"]
     probe = doc["speed_probe"]  # one sample after each mm row (2 shapes x 2 layouts) and memory row (2 x 3)
     assert probe["samples"] == 2 * (2 * 2 + 2 * 3) and probe["shape_mnk"] == [512, 1024, 256]
     assert 0 < probe["p10_s"] <= probe["median_s"] <= probe["p90_s"]

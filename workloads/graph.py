@@ -1100,7 +1100,8 @@ def eager_vocab_parallel_cross_entropy(elements: float) -> Op:
     ``training.unfused_eager_kernels`` (PyTorch eager ops, the harness), where the fused loss's
     3 + 6 passes in 2 kernels would under-count its 8 + 4 passes in 7 kernels."""
     c = EAGER_VOCAB_CE_PASSES
-    op = _memory("cross_entropy", elements, c["forward_reads"], c["forward_writes"], 4)
+    # its own name: a calibrated ``cross_entropy`` kernel rate (F.cross_entropy's) is not this code's
+    op = _memory("vocab_parallel_cross_entropy", elements, c["forward_reads"], c["forward_writes"], 4)
     return replace(op, kernels=c["forward_kernels"], backward_bytes=c["backward_passes"] * elements * 4,
                    backward_kernels=c["backward_kernels"])
 

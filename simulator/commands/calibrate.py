@@ -100,6 +100,9 @@ def run(args) -> int:
           f"{min(p['efficiency'] for p in eff['gemm_curve']):.2f}..{max(p['efficiency'] for p in eff['gemm_curve']):.2f}")
     print(f"  memory            {acc['hbm_bandwidth_gb_per_s']:.4g} GB/s x {eff['memory_bound_efficiency']:.3f}; "
           f"launch {eff['kernel_launch_overhead_us']:.3g} us")
+    loss_eff = ((eff.get("memory_kernels") or {}).get("by_kernel") or {}).get("cross_entropy")
+    if loss_eff is not None:  # loss.csv (CPU): F.cross_entropy at its own rate (calibration.fit_loss_kernel)
+        print(f"  loss kernel       {acc['hbm_bandwidth_gb_per_s'] * loss_eff:.4g} GB/s (cross-entropy, loss.csv)")
     for name, law in (profile["node"]["intra_node"].get("collectives") or {}).items():
         print(f"  {name:<16s}  {law['latency_us']:9.1f} us + bytes / {law['bus_bandwidth_gb_per_s']:.4g} GB/s")
     return 0

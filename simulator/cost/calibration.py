@@ -143,13 +143,13 @@ def read_microbench(folder: str | Path) -> dict[str, Any]:
             raise ConfigError("--from", f"{meta_path}: invalid JSON ({exc.msg})") from None
     data: dict[str, Any] = {"folder": str(micro), "machine": meta.get("machine", {}), "settings": meta.get("settings", {}),
                             "started": meta.get("started"), "speed_probe": meta.get("speed_probe")}
-    for name in ("gemm", "memory", "collectives", "overlap", "skew", "dispatch"):
+    for name in ("gemm", "memory", "collectives", "overlap", "skew", "dispatch", "loss"):
         path = micro / f"{name}.csv"
         if path.is_file():
             data[name] = _read_csv(path)
         elif name in meta:
             data[name] = meta[name]
-        elif name in ("overlap", "skew", "dispatch"):  # optional: files from harness versions without these
+        elif name in ("overlap", "skew", "dispatch", "loss"):  # optional: files from harness versions without these
             data[name] = []
         else:
             raise ConfigError("--from", f"no {name}.csv under {micro} (run `python -m validation.harness --out DIR`)")
@@ -424,6 +424,72 @@ def fit_eager_dispatch(profile: dict[str, Any], rows: list[dict], file_label: st
         f"{per_kernel_us:.2f} us per kernel; the one-element linear's estimate was {before_us:.2f} us)")
 
 
+def fit_loss_kernel(accelerator: dict[str, Any], rows: list[dict], memory: list[dict], launch_s: float,
+                    file_label: str) -> None:
+    """Set ``efficiency.memory_kernels.by_kernel.cross_entropy`` from ``loss.csv`` (CPU; validation/harness/loss.py).
+
+    The rows time ``F.cross_entropy`` forward + backward on (b·s, V) fp32 logits, the harness's loss at
+    its own shapes. The simulator prices that loss as one memory-bound op of 3 passes over the logits
+    forward and 6 backward, one kernel each (workloads/graph.py ``head_work``); a class in
+    ``memory_kernels`` runs at bytes / (hbm_bandwidth · efficiency) + launch. Per size: the loss's time
+    net of the bare op's dispatch (``tiny_add``, inside every timed call, as the other fits subtract it)
+    for its 2 kernels, put on the scale of ``memory.csv`` by the ``log_softmax_gauge`` rows timed beside
+    it (their samples alternate): the loss row's ``over_gauge_median`` (median over adjacent pairs of
+    loss / gauge; else the ratio of the medians) times memory.csv's log_softmax time for the gauge's
+    bytes (seconds per byte interpolated in log elements), so a host whose load moved between the
+    memory rows and these compares like with like (the loss's own time where either is missing); then
+    the bytes the simulator counts over that time, averaged as seconds per byte over the sizes (each alike, as :func:`fit_memory`),
+    over the copy peak. On a CPU the log-softmax's exp and log per element make the loss slower than
+    the streaming kernels ``memory_bound_efficiency`` averages. Nothing is read from the training runs."""
+    from workloads.graph import _memory
+
+    def by_size(kernel: str) -> dict[int, list[dict]]:
+        out: dict[int, list[dict]] = {}
+        for r in rows:
+            if r.get("kernel") == kernel and r.get("median_s") not in (None, ""):
+                out.setdefault(int(r["elements"]), []).append(r)
+        return out
+
+    loss, gauge = by_size("cross_entropy_fwd_bwd"), by_size("log_softmax_gauge")
+    if not loss:
+        return
+    ref = _median_by([r for r in memory if r["kernel"] == "log_softmax" and r.get("precision", "fp32") == "fp32"],
+                     lambda r: int(r["elements"]))
+    ref_bytes = {int(r["elements"]): float(r["bytes"]) for r in memory if r["kernel"] == "log_softmax"}
+    ref_x = sorted(ref)
+    ref_y = [max(ref[n] - launch_s, 0.05 * ref[n]) / ref_bytes[n] for n in ref_x]
+    s_per_byte, scales = [], []
+    for elements, loss_rows in sorted(loss.items()):
+        t = float(np.median([float(r["median_s"]) for r in loss_rows]))
+        scale = 1.0
+        if ref_x and gauge.get(elements):
+            ratios = [float(r["over_gauge_median"]) for r in loss_rows if r.get("over_gauge_median") not in (None, "")]
+            g = float(np.median([float(r["median_s"]) for r in gauge[elements]]))
+            g_bytes = float(gauge[elements][0]["bytes"])
+            ref_s = float(np.interp(math.log2(elements), [math.log2(n) for n in ref_x], ref_y)) * g_bytes + launch_s
+            # the loss as memory.csv's host would have run it: the pairs' median ratio times the reference gauge
+            scale = (float(np.median(ratios)) * ref_s if ratios else t * ref_s / g) / t
+        scales.append(scale)
+        op = _memory("cross_entropy", elements, 2, 1, 4)  # head_work's loss; its backward moves 2x (graph._backward_of)
+        t *= scale
+        s_per_byte.append(max(t - 2 * launch_s, 0.05 * t) / (op.bytes_moved * 3))
+    rate = 1.0 / float(np.mean(s_per_byte))
+    eff = accelerator["efficiency"]
+    hbm = accelerator["hbm_bandwidth_gb_per_s"] * 1e9
+    value = round(float(min(1.0, max(1e-3, rate / hbm))), 4)
+    kernels = eff.get("memory_kernels") or {"by_kernel": {}, "source": "", "fitted_on": ""}
+    kernels["by_kernel"]["cross_entropy"] = value
+    sizes = sorted(loss)
+    note = (f"cross_entropy from {file_label}/loss.csv rows kernel=cross_entropy_fwd_bwd ({len(sizes)} sizes, "
+            f"{sizes[0]}..{sizes[-1]} fp32 logits, median over ranks): F.cross_entropy forward + backward at "
+            f"{rate / 1e9:.2f} GB/s on the simulator's 3 + 6 passes over the logits, net of the bare add's dispatch "
+            f"per kernel, scaled to memory.csv by the log_softmax_gauge rows (x"
+            + ", ".join(f"{x:.3f}" for x in scales) + f"), over kernel=copy's best {hbm / 1e9:.2f} GB/s")
+    kernels["source"] = "; ".join(x for x in (kernels.get("source"), "clustersim calibrate (the harness's loss)") if x)
+    kernels["fitted_on"] = "; ".join(x for x in (kernels.get("fitted_on"), note) if x)
+    eff["memory_kernels"] = kernels
+
+
 def fit_compute(data: dict[str, Any], file_label: str) -> tuple[dict[str, float], dict[str, Any], dict[str, str]]:
     """Peaks per precision and the efficiency block of the accelerator."""
     memory = data["memory"]
@@ -692,6 +758,10 @@ def build_profile(data: dict[str, Any], source_label: str | None = None, intra_n
         "switch_latency_us": 0.0,
         "source": "clustersim calibrate: one host, no switch",
     }
+    if device_type == "cpu" and data.get("loss"):  # before the dispatch fit, which simulates the loss too
+        tiny = [float(r["median_s"]) for r in data["memory"] if r["kernel"] == "tiny_add"
+                and r.get("precision", "fp32") == "fp32"]
+        fit_loss_kernel(accelerator, data["loss"], data["memory"], float(np.median(tiny)) if tiny else 0.0, label)
     if device_type == "cpu" and data.get("dispatch"):
         tiny = [float(r["median_s"]) for r in data["memory"] if r["kernel"] == "tiny_add"
                 and r.get("precision", "fp32") == "fp32"]

@@ -72,6 +72,7 @@ class MicrobenchConfig:
     overlap: bool = True        # run the overlap benchmark (compute slowed by communication)
     collectives_after_compute: bool = True  # also time each collective issued right after a kernel
     eager_dispatch: bool = True  # time the harness GPT's step at a tiny shape (validation/harness/dispatch.py; CPU)
+    loss_kernel: bool = True  # time F.cross_entropy fwd+bwd at the harness's logits shapes (validation/harness/loss.py; CPU)
 
     @classmethod
     def quick(cls) -> MicrobenchConfig:
@@ -469,6 +470,13 @@ def run_microbenchmarks(ctx: RankContext, cfg: MicrobenchConfig) -> dict:
 
         dist.barrier()
         dispatch = bench_eager_dispatch(ctx, cfg.warmup, cfg.reps, cfg.min_sample_s)
+    loss = []
+    if cfg.loss_kernel and not ctx.is_cuda:
+        from validation.harness.loss import bench_cross_entropy
+
+        dist.barrier()
+        loss = bench_cross_entropy(ctx, cfg.warmup, cfg.reps, cfg.min_sample_s,
+                                   last_level_cache_bytes(ctx.is_cuda, ctx.device))
     skew = []
     if cfg.sync_skew:
         from validation.harness.skew import SkewConfig, bench_sync_skew
@@ -484,4 +492,4 @@ def run_microbenchmarks(ctx: RankContext, cfg: MicrobenchConfig) -> dict:
     for row in gemm + memory:
         row["rank"] = ctx.rank
     return {"gemm": gemm, "memory": memory, "collectives": collectives, "overlap": overlap, "skew": skew,
-            "dispatch": dispatch, "probe_samples_s": probe.samples_s, "probe_shape": list(probe.shape)}
+            "dispatch": dispatch, "loss": loss, "probe_samples_s": probe.samples_s, "probe_shape": list(probe.shape)}
