@@ -438,8 +438,9 @@ def fit_loss_kernel(accelerator: dict[str, Any], rows: list[dict], memory: list[
     loss / gauge; else the ratio of the medians) times memory.csv's log_softmax time for the gauge's
     bytes (seconds per byte interpolated in log elements), so a host whose load moved between the
     memory rows and these compares like with like (the loss's own time where either is missing); then
-    the bytes the simulator counts over that time, averaged as seconds per byte over the sizes (each alike, as :func:`fit_memory`),
-    over the copy peak. On a CPU the log-softmax's exp and log per element make the loss slower than
+    the bytes the simulator counts over that time as seconds per byte, the median over every rank's row
+    of every size (one rank's burst of load in one size moves a mean: at load 6-8 on the 2-core host of
+    2026-12-06 single (rank, size) ratios read 2-15 where the rest read 3-5), over the copy peak. On a CPU the log-softmax's exp and log per element make the loss slower than
     the streaming kernels ``memory_bound_efficiency`` averages. Nothing is read from the training runs."""
     from workloads.graph import _memory
 
@@ -460,20 +461,23 @@ def fit_loss_kernel(accelerator: dict[str, Any], rows: list[dict], memory: list[
     ref_y = [max(ref[n] - launch_s, 0.05 * ref[n]) / ref_bytes[n] for n in ref_x]
     s_per_byte, scales = [], []
     for elements, loss_rows in sorted(loss.items()):
-        t = float(np.median([float(r["median_s"]) for r in loss_rows]))
-        scale = 1.0
+        op = _memory("cross_entropy", elements, 2, 1, 4)  # head_work's loss; its backward moves 2x (graph._backward_of)
+        ref_s = None
         if ref_x and gauge.get(elements):
-            ratios = [float(r["over_gauge_median"]) for r in loss_rows if r.get("over_gauge_median") not in (None, "")]
-            g = float(np.median([float(r["median_s"]) for r in gauge[elements]]))
             g_bytes = float(gauge[elements][0]["bytes"])
             ref_s = float(np.interp(math.log2(elements), [math.log2(n) for n in ref_x], ref_y)) * g_bytes + launch_s
-            # the loss as memory.csv's host would have run it: the pairs' median ratio times the reference gauge
-            scale = (float(np.median(ratios)) * ref_s if ratios else t * ref_s / g) / t
-        scales.append(scale)
-        op = _memory("cross_entropy", elements, 2, 1, 4)  # head_work's loss; its backward moves 2x (graph._backward_of)
-        t *= scale
-        s_per_byte.append(max(t - 2 * launch_s, 0.05 * t) / (op.bytes_moved * 3))
-    rate = 1.0 / float(np.mean(s_per_byte))
+            g_median = float(np.median([float(r["median_s"]) for r in gauge[elements]]))
+        for r in loss_rows:  # each rank's row: one value per (rank, size)
+            t = float(r["median_s"])
+            scale = 1.0
+            if ref_s is not None:
+                # the loss as memory.csv's host would have run it: the pairs' median ratio times the reference gauge
+                ratio = r.get("over_gauge_median")
+                scale = (float(ratio) * ref_s if ratio not in (None, "") else t * ref_s / g_median) / t
+            scales.append(scale)
+            t *= scale
+            s_per_byte.append(max(t - 2 * launch_s, 0.05 * t) / (op.bytes_moved * 3))
+    rate = 1.0 / float(np.median(s_per_byte))
     eff = accelerator["efficiency"]
     hbm = accelerator["hbm_bandwidth_gb_per_s"] * 1e9
     value = round(float(min(1.0, max(1e-3, rate / hbm))), 4)
@@ -481,10 +485,10 @@ def fit_loss_kernel(accelerator: dict[str, Any], rows: list[dict], memory: list[
     kernels["by_kernel"]["cross_entropy"] = value
     sizes = sorted(loss)
     note = (f"cross_entropy from {file_label}/loss.csv rows kernel=cross_entropy_fwd_bwd ({len(sizes)} sizes, "
-            f"{sizes[0]}..{sizes[-1]} fp32 logits, median over ranks): F.cross_entropy forward + backward at "
+            f"{sizes[0]}..{sizes[-1]} fp32 logits, median over ranks and sizes): F.cross_entropy forward + backward at "
             f"{rate / 1e9:.2f} GB/s on the simulator's 3 + 6 passes over the logits, net of the bare add's dispatch "
             f"per kernel, scaled to memory.csv by the log_softmax_gauge rows (x"
-            + ", ".join(f"{x:.3f}" for x in scales) + f"), over kernel=copy's best {hbm / 1e9:.2f} GB/s")
+            + ", ".join(f"{x:.2f}" for x in scales) + f"), over kernel=copy's best {hbm / 1e9:.2f} GB/s")
     kernels["source"] = "; ".join(x for x in (kernels.get("source"), "clustersim calibrate (the harness's loss)") if x)
     kernels["fitted_on"] = "; ".join(x for x in (kernels.get("fitted_on"), note) if x)
     eff["memory_kernels"] = kernels
