@@ -226,6 +226,13 @@ class Topology:
         per_node = max(1, len(ranks) // len(nodes))
         return Placement(tuple(ranks), per_node, len(nodes), len(pods))
 
+    def send_links(self, src: int, dst: int) -> tuple[str, ...]:
+        """The link classes a point-to-point send from rank ``src`` to rank ``dst`` crosses: NVLink inside
+        one NVLink domain; across domains the NICs, and the spine (``up``) between pods."""
+        if self.node_of(src) == self.node_of(dst):
+            return ("nvl",)
+        return ("nic", "up") if self.pod_of(src) != self.pod_of(dst) else ("nic",)
+
     def intra_slowdown(self, ranks: tuple[int, ...]) -> float:
         """Factor on the intra-node bytes of a group whose node joins its GPUs by per-pair links
         (hybrid cube mesh, NVLink bridges): the ring over the members on the first member's node
@@ -318,3 +325,13 @@ def build_topology(node: Node, fabric, num_gpus: int, groups: Sequence[tuple[Nod
 
         return wan_topology(node, fabric, num_gpus, groups)
     return Topology(node, fabric, num_gpus, groups=groups)
+
+
+def send_demands(sender: str, receiver: str, links: tuple[str, ...], nbytes: float) -> dict[str, float]:
+    """The flow network's demands of one point-to-point send over ``links`` (:meth:`Topology.send_links`):
+    ``nbytes`` on the sender's transmit and the receiver's receive side of each, link by link."""
+    demands = {}
+    for link in links:
+        demands[f"{sender}:{link}_tx"] = nbytes
+        demands[f"{receiver}:{link}_rx"] = nbytes
+    return demands

@@ -80,7 +80,7 @@ from pydantic import BaseModel, ConfigDict, Field
 
 from simulator.cost.collectives import collective_cost
 from simulator.cost.compute import ComputeModel
-from simulator.cost.topology import Topology
+from simulator.cost.topology import Topology, send_demands
 from simulator.engine.engine import Task
 from simulator.errors import ConfigError
 from simulator.memory.analytic import MemoryBreakdown, model_state_bytes, peak_stage
@@ -259,16 +259,9 @@ class _Solve:
     def send(self, src: int, dst: int, name: str, nbytes: float, after: Task | None) -> Task:
         """A state from rank ``src`` to ``dst`` (as a pipeline send: NVLink inside a node, NIC across)."""
         a, b = self.actors[src], self.actors[dst]
-        if self.topo.node_of(src) == self.topo.node_of(dst):
-            links, latency = ["nvl"], self.links.intra_latency_s
-        else:
-            links, latency = ["nic"], self.links.inter_latency_s
-            if self.topo.pod_of(src) != self.topo.pod_of(dst):
-                links.append("up")
-        demands = {}
-        for link in links:
-            demands[f"{a}:{link}_tx"] = nbytes
-            demands[f"{b}:{link}_rx"] = nbytes
+        links = self.topo.send_links(src, dst)
+        latency = self.links.intra_latency_s if links == ("nvl",) else self.links.inter_latency_s
+        demands = send_demands(a, b, links, nbytes)
         task = Task(name, a, "pp", "pp_comm", demands=demands, latency_s=latency, deps=[after] if after else [])
         self.streams[(a, "pp")].append(task)
         self.sends += 1

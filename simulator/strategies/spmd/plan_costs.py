@@ -19,6 +19,7 @@ from simulator.cost.compute import ComputeModel
 from simulator.cost.host_floor import floor_per_layer_s, stretch
 from simulator.cost.interference import exposed_comm_share
 from simulator.cost.moe_dispatch import node_dedup_all_to_all
+from simulator.cost.topology import send_demands
 from simulator.engine.engine import Task
 from simulator.strategies.framework_terms import eager_floor_s
 from workloads.graph import Op, gemm_class, partial_full_of
@@ -177,17 +178,13 @@ class PlanCosts:
         if hit is not None:
             return Task(name, actor, "pp", "pp_comm", demands=hit[0], latency_s=hit[1])
         pair = self.topo.links_for((src_rank, dst_rank))
-        if self.topo.node_of(src_rank) == self.topo.node_of(dst_rank):
-            links, latency = ["nvl"], pair.intra_latency_s
+        links = self.topo.send_links(src_rank, dst_rank)
+        if links == ("nvl",):
+            latency = pair.intra_latency_s
             payload *= self.topo.intra_slowdown((src_rank, dst_rank))  # a pair without a direct link
         else:
-            links, latency = ["nic"], pair.inter_latency_s
-            if self.topo.pod_of(src_rank) != self.topo.pod_of(dst_rank):
-                links.append("up")
-        demands = {}
-        for link in links:
-            demands[f"{actor}:{link}_tx"] = payload
-            demands[f"{dst}:{link}_rx"] = payload
+            latency = pair.inter_latency_s
+        demands = send_demands(actor, dst, links, payload)
         self._send_cache[key] = (demands, latency)  # shared by the tasks: nothing writes a task's demands
         return Task(name, actor, "pp", "pp_comm", demands=demands, latency_s=latency)
 
