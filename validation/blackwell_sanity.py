@@ -44,6 +44,14 @@ nor a failure, and no exit 1 on its account; an MXFP8 row's own recipe gain (the
 judged. Beside each stands ``ratio_both_dense``: both parts' experts as dense GEMMs (the reading if
 ``torch._grouped_mm`` ran at its dense level on both), a bracket, not judged.
 
+**Other current parts** (``--other-parts``, :func:`other_parts_table`): the same runs on HGX H200, 8x MI300X and
+8x MI355X (MXFP8 on MI355X, whose CDNA4 matrix cores take OCP MX formats), with model TFLOP/s, MFU, tokens/s per
+GPU and the ratio over H100, beside the one GEMM ratio the data measures for the part (MAMF, gemm_microbench.csv
+rows 19/21, 13/6, 11/6). Printed, not judged: no attention, NVLS or p2p row of these parts exists (MI300X and MI355X
+price attention as their GEMM curve x 0.7, assumed), and an AMD run keeps NeMo's H100 layout, whose TP group
+drives only its peers' links of the Infinity Fabric mesh. NeMo's ``attention_kernel: cudnn`` (NVIDIA's library) is
+left to the part's default on AMD.
+
 ``python -m validation.blackwell_sanity`` prints the tables (``--json`` for the rows).
 """
 
@@ -387,10 +395,62 @@ def titan_summary(titan: pd.DataFrame) -> str:
                    f"{dense.min():.2f}-{dense.max():.2f}x." if not dense.empty else "")
 
 
+#: parts of the ``--other-parts`` table: (node, accelerator), and the MAMF row of each precision the data has
+OTHER_PARTS = {"H200": ("hgx-h200", "h200-sxm-141g"), "MI300X": ("mi300x-8", "mi300x"), "MI355X": ("mi355x-8", "mi355x")}
+OTHER_MAMF = {("H200", "fp8"): 19, ("MI300X", "bf16"): 13, ("MI355X", "bf16"): 11}
+
+
+def _other_run(raw: dict, node: str, training: dict) -> dict:
+    from simulator.simulate import simulate_point
+
+    run = copy.deepcopy(raw)
+    run["cluster"]["node"] = node
+    run["training"] = {**run.get("training", {}), **training}
+    if ACCELERATORS.get(NODES.get(node).accelerator).vendor != "nvidia":
+        run["training"].pop("attention_kernel", None)  # cuDNN fused attention is NVIDIA's: the part's default
+    return simulate_point(run, run_if_oom=True)
+
+
+def other_parts_table(runs: list | None = None) -> pd.DataFrame:
+    """One row per (run, precision, part) of :data:`OTHER_PARTS` and H100 (the module docstring's *Other current
+    parts*): model TFLOP/s, MFU, tokens/s per GPU, the ratio over H100 (MXFP8 over H100's FP8) and the part's
+    MAMF GEMM ratio over H100's in that precision where a row measures it. Not judged."""
+    rows = []
+    for label, source in runs or RUNS:
+        raw = _h100_scenario(source)
+        h100: dict[str, float | None] = {}
+        for prec_label, training in PRECISIONS:
+            peak_key = "bf16" if training["precision"] == "bf16" else "fp8"
+            for part, (node, accel_name) in {"H100": PARTS["H100"], **OTHER_PARTS}.items():
+                accel = ACCELERATORS.get(accel_name)
+                if prec_label == "MXFP8" and "mxfp8" not in accel.block_scaled_formats:
+                    continue
+                result = _other_run(raw, node, training)
+                tflops, tokens = result.get("model_tflops_per_gpu"), result.get("tokens_per_s")
+                if part == "H100":
+                    h100[prec_label] = tflops
+                base = h100.get("FP8" if prec_label == "MXFP8" else prec_label)
+                mamf = OTHER_MAMF.get((part, peak_key))
+                gemm = (_cell("gemm_microbench.csv", mamf, "achieved_tflops")
+                        / _cell("gemm_microbench.csv", GEMM_MAMF[("H100", peak_key)], "achieved_tflops")) if mamf else None
+                num_gpus = raw["cluster"]["num_gpus"]
+                rows.append({"run": label, "precision": prec_label, "part": part, "num_gpus": num_gpus,
+                             "tflops": _rounded(tflops, 1),
+                             "mfu": _rounded(tflops / accel.peak_tflops[peak_key] if tflops else None, 3),
+                             "tokens_per_s_per_gpu": _rounded(tokens / num_gpus if tokens else None, 1),
+                             "ratio_vs_h100": _rounded(tflops / base if tflops and base else None, 2),
+                             "gemm_mamf_ratio": _rounded(gemm, 2) if part != "H100" else None,
+                             "fits": bool(result.get("fits"))})
+    return pd.DataFrame(rows)
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--json", action="store_true", help="print the rows as JSON")
+    parser.add_argument("--other-parts", action="store_true",
+                        help="also print the runs on H200, MI300X and MI355X against H100 (not judged)")
     args = parser.parse_args(argv)
+    other = other_parts_table() if args.other_parts else None
     t = table()
     titan = titan_moe_table()
     ratios = {part: part_ratios(part) for part in ("B200", "GB200")}
@@ -398,7 +458,9 @@ def main(argv: list[str] | None = None) -> int:
     if args.json:
         print(json.dumps({"rows": t.to_dict(orient="records"), "part_ratios_vs_h100": ratios,
                           "simulated_ratios_vs_h100": simulated,
-                          "torchtitan_moe_rows": titan.to_dict(orient="records")}, indent=1))
+                          "torchtitan_moe_rows": titan.to_dict(orient="records"),
+                          **({"other_parts_rows": other.to_dict(orient="records")} if other is not None else {})},
+                         indent=1))
     else:
         pd.set_option("display.width", 200)
         print("Predicted model TFLOP/s per GPU (catalog constants; ratio: over the same run on H100, MXFP8 over "
@@ -419,6 +481,11 @@ def main(argv: list[str] | None = None) -> int:
         for _, row in titan[titan.part != "H100"].iterrows():
             print(f"  verdict {row.run} {row.precision} {row.part}: {row.verdict}")
         print(titan_summary(titan))
+        if other is not None:
+            print("\nOther current parts (not judged: no attention, NVLS or p2p row of them; attention on MI300X / "
+                  "MI355X is their GEMM curve x 0.7, assumed; NeMo's H100 layouts; ratio: over H100, MXFP8 over "
+                  "H100 FP8; gemm_mamf_ratio: the part's best measured GEMM over H100's, where a row exists):\n"
+                  + other.to_string(index=False))
     flagged = t[t["flag"] != ""]
     out = sys.stderr if args.json else sys.stdout  # --json: stdout stays one JSON document
     for _, row in flagged.iterrows():
