@@ -73,3 +73,19 @@ def test_infinity_fabric_nodes_at_mi300x_all_reduce_row(name):
     gpu, busbw = _busbw(110)
     assert gpu == "MI300X"
     assert NODES.get(name).intra_node.collective_efficiency == round(busbw / 448, 2) == 0.70
+
+
+@pytest.mark.parametrize(("name", "nic_gbit"), [("gb200-nvl72", 400), ("gb300-nvl72", 800)])
+def test_nvl72_racks_are_18_trays_of_4_in_one_72_gpu_nvlink_domain(name, nic_gbit):
+    # GB200 / GB300 NVL72 datasheets: 36 Grace : 72 Blackwell GPUs, 18 compute trays of 4 GPUs behind the NVLink
+    # switch trays (1.8 TB/s bidirectional per GPU); 4 ConnectX-7 (GB200) / ConnectX-8 (GB300) NICs per tray
+    node = NODES.get(name)
+    assert (node.gpus_per_node, node.domain_gpus, node.domain_gpus // node.gpus_per_node) == (4, 72, 18)
+    assert node.intra_node.bandwidth_per_gpu_gb_per_s * 2 == 1800
+    assert (node.nics_per_node, node.nic_bandwidth_gbit_per_s) == (4, nic_gbit)
+
+
+@pytest.mark.parametrize(("name", "per_link_bidir_gb_per_s"), [("mi300x-8", 128), ("mi325x-8", 128), ("mi355x-8", 153.6)])
+def test_infinity_fabric_is_seven_links_per_gpu(name, per_link_bidir_gb_per_s):
+    # AMD datasheets: 896 GB/s (MI300X, MI325X) and 1,075 GB/s (MI355X) aggregate bidirectional over 7 links
+    assert NODES.get(name).intra_node.bandwidth_per_gpu_gb_per_s == pytest.approx(7 * per_link_bidir_gb_per_s / 2)
