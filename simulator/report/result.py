@@ -243,6 +243,62 @@ def _seconds_spec(value: float | None) -> str:
     return ".3f" if value is None or not math.isfinite(value) or abs(value) >= 1 else ".4g"
 
 
+def _breakdown_unit(step_time_s: float | None) -> tuple[float, str]:
+    """Scale and unit of the time-breakdown lines: seconds from a one-second step up, else milliseconds.
+    In seconds with three decimals a 0.126 s ResNet-50 step printed its 0.225 ms gradient all-reduce as
+    "dp_comm 0.000 s 0.2%" (and an 8.3 ms VGG-16 step every line as 0.00x s), while `plot` and --json
+    give 0.000225 s."""
+    if step_time_s is None or not math.isfinite(step_time_s) or abs(step_time_s) >= 1:
+        return 1.0, "s"
+    return 1e3, "ms"
+
+
+def _breakdown_lines(breakdown: dict[str, float], total: float, scale: float, unit: str) -> list[str]:
+    """One line per kind of work with time: its time in ``unit`` and its share of ``total``."""
+    lines = []
+    for key in BREAKDOWN_KEYS:
+        value = breakdown.get(key) or 0.0
+        if value > 0:
+            lines.append(f"    {key:<16} {scale * value:10.3f} {unit:<2} {100 * value / total:5.1f}%")
+    return lines
+
+
+def _step_list(result: SimulationResult) -> str:
+    """The ``(mean of N steps: t1, t2, ... s)`` after the step time of a run of several steps. Past eight steps
+    the slowest is named too when it is not among the eight shown: DiLoCo's outer step (the 16th of 16) used to
+    hide behind "1.262, 1.262, ..." under a mean of 1.265."""
+    if result.steps <= 1:
+        return ""
+    spec = _seconds_spec(result.step_time_s)
+    times = list(result.step_times_s)
+    text = f" (mean of {result.steps} steps: {', '.join(_fmt(t, spec) for t in times[:8])}"
+    if len(times) > 8:
+        text += ", ..."
+        slowest = max(range(len(times)), key=lambda i: times[i])
+        if slowest >= 8 and _fmt(times[slowest], spec) != _fmt(max(times[:8]), spec):
+            return text + f" s; slowest: step {slowest + 1}, {_fmt(times[slowest], spec)} s)"
+    elif result.steps > 8:
+        text += ", ..."
+    return text + " s)"
+
+
+def _economics_inputs_line(extra: dict[str, Any]) -> str:
+    """What the "with failures" line's cost, energy and goodput rest on (simulator/economics/cost.py). The
+    price and PUE are the ``economics:`` block's, by default assumptions (2 USD a GPU-hour, PUE 1.2); the
+    interruptions Llama 3's Table 5 rates unless the block gives its own. Before this line the dollars
+    appeared with no word of the price they came from."""
+    gpu_hours = extra.get("gpu_hours")
+    price = extra["cost_usd"] / gpu_hours if gpu_hours else None
+    mtbf = extra.get("job_mtbf_hours")
+    failures = (f"one interruption every {mtbf:,.1f} h" if mtbf is not None and math.isfinite(mtbf)
+                else "no interruptions")
+    interval = extra.get("checkpoint_interval_min")
+    checkpoints = f", a checkpoint every {interval:,.0f} min" if interval is not None and math.isfinite(interval) else ""
+    return (f"                 from {_fmt(price, ',.2f')} USD per GPU-hour, {_fmt(extra.get('avg_power_kw'), ',.0f')} kW "
+            f"average with cooling (PUE), {failures}{checkpoints} (an economics: block sets each; unset, "
+            "assumed: docs/commands.md)")
+
+
 def _split_note(choice: dict | None) -> str:
     """``pp_split: balanced``: which cut the schedule estimate took, with the even cut's estimate."""
     if not choice:
@@ -488,10 +544,7 @@ def render_table(result: SimulationResult) -> str:
             if result.num_trained_parameters is not None else ""),
         *_stage_lines(result),
         "",
-        f"  step time      {_fmt(result.step_time_s, _seconds_spec(result.step_time_s), ' s')}" + (
-            f" (mean of {result.steps} steps: "
-            f"{', '.join(_fmt(t, _seconds_spec(result.step_time_s)) for t in result.step_times_s[:8])}"
-            f"{', ...' if result.steps > 8 else ''} s)" if result.steps > 1 else ""),
+        f"  step time      {_fmt(result.step_time_s, _seconds_spec(result.step_time_s), ' s')}{_step_list(result)}",
         *_steps_rounded_lines(result),
         f"  samples/s      {_fmt(result.samples_per_s, ',.1f')} ({result.sample}s)",
         *([f"  tokens/s       {_fmt(result.tokens_per_s, ',.0f')}" + (
@@ -510,6 +563,7 @@ def render_table(result: SimulationResult) -> str:
             lines.append(f"  with failures  {extra['effective_time_to_train_days']:.1f} days (analytic goodput "
                          f"{100 * extra['goodput']:.1f}%), {extra['gpu_hours']:,.0f} GPU-hours, "
                          f"${extra['cost_usd']:,.0f}, {extra['energy_mwh']:,.0f} MWh")
+            lines.append(_economics_inputs_line(extra))
     if result.extra.get("steps_to_target") is not None:
         extra = result.extra
         lines.append(f"  time to target {_fmt(extra.get('time_to_target_s'), ',.0f', ' s')} = "
@@ -526,19 +580,14 @@ def render_table(result: SimulationResult) -> str:
     total = sum(v for v in result.time_breakdown_s.values() if v) or 1.0
     if not any(result.time_breakdown_s.values()):
         lines.append("    - (not simulated)")
-    for key in BREAKDOWN_KEYS:
-        value = result.time_breakdown_s.get(key) or 0.0
-        if value > 0:
-            lines.append(f"    {key:<16} {value:10.3f} s  {100 * value / total:5.1f}%")
+    scale, unit = _breakdown_unit(result.step_time_s)
+    lines += _breakdown_lines(result.time_breakdown_s, total, scale, unit)
     if result.busiest_stage is not None and result.busiest_stage_breakdown_s:
         b = result.busiest_stage_breakdown_s
         busy_total = sum(v for v in b.values() if v) or 1.0
         lines += ["", f"  stage {result.busiest_stage}, the one that waits least (what bounds the pipeline: the "
                       "critical rank's bubble is its work)"]
-        for key in BREAKDOWN_KEYS:
-            value = b.get(key) or 0.0
-            if value > 0:
-                lines.append(f"    {key:<16} {value:10.3f} s  {100 * value / busy_total:5.1f}%")
+        lines += _breakdown_lines(b, busy_total, scale, unit)
     lines += _co_location_lines(result)
     # which stage holds the most, where there are several (one stage: nothing to choose; "stage 0" on per_layer,
     # subnetwork DP or data parallelism named a stage the run does not have)
