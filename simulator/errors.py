@@ -22,12 +22,18 @@ def did_you_mean(name: object, known) -> str:
     """``"; did you mean 'x'?"`` when one of ``known`` is a close spelling of ``name`` (difflib's ratio
     >= 0.75, the closest first; up to two), else "". Said before the list of known names, so a typo in
     a 60-name catalog (``resnet51``) or a 32-key section (``micro_bach_size``) is answered at the start
-    of the line, not by reading the list."""
+    of the line, not by reading the list. With no close spelling, up to three names that contain what was
+    typed (three characters or more, the shortest first): ``cluster.node: h100`` is answered with
+    'dgx-h100', 'h100-pcie-8', 'p5-h100-efa' (difflib's ratio finds none of them), ``batch`` with the
+    two batch sizes."""
     if not isinstance(name, str) or not name:
         return ""
     import difflib  # only on an error: the default run's start-up imports stay as tests/test_startup.py lists
 
-    close = difflib.get_close_matches(name, [str(k) for k in known], n=2, cutoff=0.75)
+    names = [str(k) for k in known]
+    close = difflib.get_close_matches(name, names, n=2, cutoff=0.75)
+    if not close and len(name) >= 3:
+        close = sorted((k for k in names if name.lower() in k.lower() and k != name), key=lambda k: (len(k), k))[:3]
     return f"; did you mean {' or '.join(repr(c) for c in close)}?" if close else ""
 
 
@@ -55,12 +61,47 @@ def from_pydantic(exc, prefix: str = "", drop_tags: bool = False, schema=None,
                 msg += f" (known here: {', '.join(known)})"
         elif err.get("type") == "missing":
             msg = "required field is missing"
+        elif err.get("type") in ("float_parsing", "int_parsing") and isinstance(err.get("input"), str):
+            msg += unit_hint(err["input"], str(parts[-1]) if parts else "", err.get("type") == "int_parsing")
         problems.append((field or prefix or "input", msg))
     field, reason = problems[0]
     others = [f"{f}: {m}" for f, m in problems[1:]]
     if others:
         reason += f" (and {len(others)} more: " + "; ".join(others) + ")"
     return ConfigError(field, reason)
+
+
+#: A field name's unit suffix -> the unit its number is in (the project's rule: units in field names).
+_FIELD_UNITS = (("_gib", "GiB"), ("_gb", "GB"), ("_mb", "MB"), ("_gb_per_s", "GB/s"), ("_gbit_per_s", "Gb/s"),
+                ("_us", "microseconds"), ("_ms", "milliseconds"), ("_s", "seconds"), ("_minutes", "minutes"),
+                ("_min", "minutes"), ("_hours", "hours"), ("_watts", "W"), ("_usd", "USD"), ("_tflops", "TFLOP/s"))
+#: Magnitude suffixes people write on counts (``tokens: 300B``, ``seq_length: 8k``): their powers of ten.
+_MAGNITUDES = {"k": 3, "K": 3, "M": 6, "B": 9, "G": 9, "T": 12}
+
+
+def unit_hint(text: str, field_name: str, integer: bool = False) -> str:
+    """``": '300B' has a unit; write the plain number 300e9"`` for a number written with a magnitude or unit
+    where the field takes a plain number; pydantic's "unable to parse string as a number" alone did not say
+    what to write (``training.tokens: 300B``, ``simulation.hbm_reserve_gib: 2GiB``, ``training.seq_length:
+    8k``: an integer field, so the digits, and 8192 beside 8000 since a "k" of tokens is often 1024)."""
+    import re
+
+    match = re.fullmatch(r"\s*([0-9]*\.?[0-9]+(?:[eE][+-]?[0-9]+)?)\s*([A-Za-z/]+)\s*", text)
+    if not match:
+        return ""
+    number, suffix = match.groups()
+    unit = next((u for end, u in sorted(_FIELD_UNITS, key=lambda e: -len(e[0])) if field_name.endswith(end)), None)
+    if suffix in _MAGNITUDES and unit is None:
+        exponent = _MAGNITUDES[suffix]
+        if not integer:
+            return f": {text!r} has a unit; write the plain number {number}e{exponent}"
+        value = float(number) * 10 ** exponent
+        binary = float(number) * 1024 if suffix in "kK" else None
+        return f": {text!r} has a unit; write the plain number {value:.0f}" + (
+            f" (or {binary:.0f} if k meant 1024)" if binary is not None and binary.is_integer() else "")
+    if unit is not None:
+        return f": {text!r} has a unit; write the plain number {number} (the field is in {unit}, as its name says)"
+    return f": {text!r} has a unit; write the plain number"
 
 
 def _known_keys(schema, parents: list) -> list[str] | None:
