@@ -44,4 +44,29 @@ def check_output_folder(path: str | Path, field: str) -> Path:
         raise ConfigError(field, f"cannot create {out}: {folder} is not a folder")
     if not os.access(folder, os.W_OK | os.X_OK):
         raise ConfigError(field, f"cannot write to {folder}: permission denied")
+    _try_creating(out, folder, field)
     return out
+
+
+def _try_creating(out: Path, existing: Path, field: str) -> None:
+    """Create the folders from ``existing`` down to ``out`` and remove them again, so that a folder the access
+    check passes but the system refuses (``--out /proc/figures`` as root: os.access says writable, mkdir says
+    no such file) is one line here, not a FileNotFoundError traceback after the simulation; nothing is left."""
+    missing = []
+    folder = out
+    while folder != existing:
+        missing.append(folder)
+        folder = folder.parent
+    made = []
+    try:
+        for folder in reversed(missing):
+            folder.mkdir()
+            made.append(folder)
+    except OSError as exc:
+        raise ConfigError(field, f"cannot create {out}: {exc.strerror or exc}") from None
+    finally:
+        for folder in reversed(made):
+            try:
+                folder.rmdir()
+            except OSError:
+                pass
