@@ -191,4 +191,8 @@ def render_table(rows: list[dict[str, Any]], top: int = 10, read: frozenset[str]
     lines.append(counts_line(s))
     for reason, count in s["invalid_reasons"]:
         lines.append(f"  invalid ({count:,}): {reason}")
+    if shown:  # the header's tp ... pp come twice: the layout's degrees, then seconds of each one's communication
+        lines.append("  columns: engine s / fast s: the step time by the engine / by the fast path; compute, tp, ep, "
+                     "dp, pp, bubble (after mem GiB): seconds of the step on the critical rank: compute, exposed "
+                     "tp/ep/dp/pp communication, pipeline bubble")
     return "\n".join(lines)
