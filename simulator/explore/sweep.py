@@ -585,6 +585,21 @@ def _csv_text(value: Any) -> str:
     return str(value)
 
 
+def column_difference(found: list[str], expected: list[str]) -> str:
+    """``": missing 'point_id'; not this sweep's: 'foo'"``: which columns differ between a results file's header
+    and the sweep's (up to three named each; the order where the names agree). A header that lost one
+    column used to be told only "other columns than this sweep"."""
+    def names(items: list[str]) -> str:
+        return ", ".join(repr(c) for c in items[:3]) + (f" and {len(items) - 3} more" if len(items) > 3 else "")
+
+    missing = [c for c in expected if c not in found]
+    extra = [c for c in found if c not in expected]
+    parts = ([f"missing {names(missing)}"] if missing else []) + ([f"not this sweep's: {names(extra)}"] if extra else [])
+    if not parts:
+        return ": the same columns in another order"
+    return ": " + "; ".join(parts)
+
+
 class CsvResults:
     """Append-only CSV: the header once, then one flushed row per finished point."""
 
@@ -597,7 +612,8 @@ class CsvResults:
             with path.open(newline="") as fh:
                 reader = csv.DictReader(fh)
                 if reader.fieldnames != columns:
-                    raise ConfigError("--resume", f"{path} has other columns than this sweep (a different sweep file?)")
+                    raise ConfigError("--resume", f"{path} has other columns than this sweep (a different sweep file?)"
+                                                  f"{column_difference(reader.fieldnames or [], columns)}")
                 for row in reader:
                     if row.get("point_id"):
                         self.done[row["point_id"]] = row.get("status", "")
