@@ -437,6 +437,20 @@ class ComputeEfficiency(Spec):
                     "the token-count exchange and host waits of Megatron-Core's MoE layer): the layer's passes are "
                     "stretched to their isolated time plus this (simulator/cost/host_floor.py); None = 0")
     moe_layer_fixed_source: str | None = None
+    zero3_gather_host_us: float | None = Field(
+        default=None, ge=0, le=100_000,
+        description="host time of one ZeRO-3 / FSDP parameter all-gather beyond its collective law and the copy-in "
+                    "and copy-out kernels priced beside it (the framework's Python and small kernels around the "
+                    "collective: FSDP2's unshard / reshard), on the compute stream after the gather "
+                    "(simulator/strategies/spmd/plan_tasks.py); set by `clustersim calibrate` from the harness's "
+                    "fsdp.csv on an eager CPU/gloo host, where the host blocks in the collective; None = 0")
+    zero3_reduce_host_us: float | None = Field(
+        default=None, ge=0, le=100_000,
+        description="host time of one ZeRO-3 / FSDP gradient reduce-scatter beyond its collective law and the "
+                    "gradient copy-in priced beside it (FSDP2's post_backward / foreach_reduce), on the compute "
+                    "stream before the reduce; from the same rows as zero3_gather_host_us; None = 0")
+    zero3_host_source: str | None = None
+    zero3_host_fitted_on: str | None = None
     source: str
     fitted_on: str | None = None
 

@@ -156,6 +156,18 @@ def test_quick_microbenchmarks_write_files_with_expected_fields(tmp_path):
         assert ce["elements"] == gauge["elements"] == ce["micro_batch_size"] * 128 * 4096
         # 9 passes (priced) against the gauge's 2 over the same elements, plus the exp and log: never faster
         assert ce["over_gauge_median"] > 1 and gauge["bytes"] == 8 * gauge["elements"]
+    fsdp = {r["op"]: r for r in doc["fsdp"]}  # FSDP2's gather / reduce round trips beside the bare collectives
+    assert (folder / "fsdp.csv").is_file() and set(fsdp) == {
+        "fsdp_gather_round_trip", "bare_all_gather", "fsdp_fwd_bwd", "plain_fwd_bwd", "bare_reduce_scatter",
+        "bare_all_reduce", "dispatch_gauge", "fsdp_gather_host", "fsdp_reduce_host"}
+    block = fsdp["fsdp_gather_host"]  # the harness default's block: 12 tensors, 12h^2 + 13h parameters (h = 256)
+    assert block["block_param_tensors"] == 12 and block["block_params"] == 12 * 256**2 + 13 * 256
+    assert block["bytes"] == 4 * block["padded_elements"] and block["layers"] == 4 and block["reps"] == 5 * 3
+    assert json.loads(fsdp["dispatch_gauge"]["model"]) == json.loads(dispatch[0]["model"])  # the dispatch row's step
+    for name in ("fsdp_gather_round_trip", "bare_all_gather", "fsdp_fwd_bwd", "plain_fwd_bwd", "dispatch_gauge"):
+        assert 0 < fsdp[name]["p10_s"] <= fsdp[name]["median_s"] <= fsdp[name]["p90_s"]
+    # the sharded blocks run the unsharded ones' kernels and 8 gathers and 4 reduces besides
+    assert fsdp["fsdp_fwd_bwd"]["median_s"] > fsdp["plain_fwd_bwd"]["median_s"]
     probe = doc["speed_probe"]  # one sample after each mm row (2 shapes x 2 layouts) and memory row (2 x 3)
     assert probe["samples"] == 2 * (2 * 2 + 2 * 3) and probe["shape_mnk"] == [512, 1024, 256]
     assert 0 < probe["p10_s"] <= probe["median_s"] <= probe["p90_s"]
@@ -392,7 +404,7 @@ def test_output_folder_layout_is_documented():
     from validation.harness import run
 
     doc = run.__doc__
-    for name in ("manifest.json", "gemm.csv", "collectives.csv", "runs.json", "traces"):
+    for name in ("manifest.json", "gemm.csv", "collectives.csv", "fsdp.csv", "runs.json", "traces"):
         assert name in doc
     assert Path(run.__file__).is_file()
 

@@ -103,6 +103,9 @@ def run(args) -> int:
     loss_eff = ((eff.get("memory_kernels") or {}).get("by_kernel") or {}).get("cross_entropy")
     if loss_eff is not None:  # loss.csv (CPU): F.cross_entropy at its own rate (calibration.fit_loss_kernel)
         print(f"  loss kernel       {acc['hbm_bandwidth_gb_per_s'] * loss_eff:.4g} GB/s (cross-entropy, loss.csv)")
+    if eff.get("zero3_gather_host_us") is not None:  # fsdp.csv (CPU): calibration.fit_fsdp_host
+        print(f"  FSDP host         {eff['zero3_gather_host_us'] / 1e3:.3g} ms per gather, "
+              f"{eff['zero3_reduce_host_us'] / 1e3:.3g} ms per reduce (fsdp.csv)")
     for name, law in (profile["node"]["intra_node"].get("collectives") or {}).items():
         print(f"  {name:<16s}  {law['latency_us']:9.1f} us + bytes / {law['bus_bandwidth_gb_per_s']:.4g} GB/s")
     return 0

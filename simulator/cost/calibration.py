@@ -35,6 +35,9 @@ and :class:`hardware_specs.schema.FatTree`. What is fitted, and from what:
   all-reduces move while the GEMMs run (the engine slows overlapped collectives by it);
 - ``sync_jitter``: how long ranks wait for the slowest after equal work (``skew.csv``), as the
   relative standard deviation σ of a rank's time (simulator/cost/jitter.py), from the barrier rows;
+- ``zero3_gather_host_us`` / ``zero3_reduce_host_us`` (CPU, where ``fsdp.csv`` is there): FSDP2's host work per
+  parameter all-gather / gradient reduce-scatter beyond the bare collective and the copies priced beside it
+  (:func:`fit_fsdp_host`);
 - on a CPU host, where ``skew.csv`` has the collective-cadence rows (ranks' arrivals at all-reduces
   issued every few ms), the mean wait for the group's last rank, added to each group collective's
   law (:func:`fit_collective_wait`).
@@ -143,13 +146,13 @@ def read_microbench(folder: str | Path) -> dict[str, Any]:
             raise ConfigError("--from", f"{meta_path}: invalid JSON ({exc.msg})") from None
     data: dict[str, Any] = {"folder": str(micro), "machine": meta.get("machine", {}), "settings": meta.get("settings", {}),
                             "started": meta.get("started"), "speed_probe": meta.get("speed_probe")}
-    for name in ("gemm", "memory", "collectives", "overlap", "skew", "dispatch", "loss"):
+    for name in ("gemm", "memory", "collectives", "overlap", "skew", "dispatch", "loss", "fsdp"):
         path = micro / f"{name}.csv"
         if path.is_file():
             data[name] = _read_csv(path)
         elif name in meta:
             data[name] = meta[name]
-        elif name in ("overlap", "skew", "dispatch", "loss"):  # optional: files from harness versions without these
+        elif name in ("overlap", "skew", "dispatch", "loss", "fsdp"):  # optional: files from harness versions without these
             data[name] = []
         else:
             raise ConfigError("--from", f"no {name}.csv under {micro} (run `python -m validation.harness --out DIR`)")
@@ -494,6 +497,81 @@ def fit_loss_kernel(accelerator: dict[str, Any], rows: list[dict], memory: list[
     eff["memory_kernels"] = kernels
 
 
+#: The bytes per parameter of fsdp.csv's blocks (fp32, as the harness trains) when a row does not say.
+FSDP_ROW_BYTES = {"fp32": 4, "bf16": 2, "fp16": 2}
+
+
+def fsdp_gauge_scale(rows: list[dict], dispatch: list[dict]) -> tuple[float, str]:
+    """(scale, how) that puts ``fsdp.csv`` on the host speed of ``dispatch.csv``: the dispatch row's time (median
+    over ranks) over the ``dispatch_gauge`` row's (the same step, timed between fsdp.csv's samples); 1 where
+    either is missing or they ran different models."""
+    gauge = next((r for r in rows if r.get("op") == "dispatch_gauge" and r.get("median_s") not in (None, "")), None)
+    ref = [r for r in dispatch if r.get("kernel") == "gpt_fwd_bwd" and r.get("median_s") not in (None, "")]
+    if gauge is None or not ref or float(gauge["median_s"]) <= 0:
+        return 1.0, "not scaled (no dispatch_gauge row or no dispatch.csv)"
+    if gauge.get("model") and any(str(r.get("model")) != str(gauge["model"]) for r in ref):
+        return 1.0, "not scaled (dispatch.csv timed another model than the gauge)"
+    ref_s = float(np.median([float(r["median_s"]) for r in ref]))
+    scale = ref_s / float(gauge["median_s"])
+    return scale, (f"x{scale:.3f} = dispatch.csv's gpt_fwd_bwd {ref_s * 1e3:.3f} ms / the dispatch_gauge beside these "
+                   f"rows {float(gauge['median_s']) * 1e3:.3f} ms")
+
+
+def fit_fsdp_host(accelerator: dict[str, Any], rows: list[dict], file_label: str,
+                  dispatch: list[dict] | None = None) -> None:
+    """Set ``efficiency.zero3_gather_host_us`` / ``zero3_reduce_host_us`` from ``fsdp.csv`` (CPU; validation/harness/
+    fsdp_host.py).
+
+    The rows time FSDP2 (``fully_shard``) around its collectives on the harness model's block, beside the bare
+    collectives of the same bytes, every sample starting at a barrier and the kinds alternating per repetition:
+    ``fsdp_gather_host`` is the median over repetitions of (``unshard()`` + ``reshard()`` - ``all_gather_into_tensor``),
+    ``fsdp_reduce_host`` that of ((forward + backward of L sharded blocks - the same unsharded - 2·L gather round
+    trips) / L - ``reduce_scatter_tensor``). What the simulator prices beside each collective is taken off, so
+    nothing is counted twice (simulator/strategies/spmd/plan_tasks.py, FSDP2's copies, ``zero_buffer_copies``
+    true): per gather the copy-in of the rank's shard (P/n) and the copy-out of the gathered buffer (P), per
+    reduce the gradients' copy-in (P), each a memory-bound copy at this profile's rate (read + write at
+    ``hbm_bandwidth_gb_per_s`` x ``memory_bound_efficiency``, plus the per-kernel overhead, as
+    simulator/cost/compute.py ``copy_s``); the rest, never below 0, is the framework's host work per gather /
+    reduce. Before that the two medians are put on the host speed of ``dispatch`` (dispatch.csv) by the
+    ``dispatch_gauge`` row timed between their samples (:func:`fsdp_gauge_scale`): FSDP's host work is Python
+    and dispatch as that step is, and rows run later on a busier host would otherwise carry the load (at load
+    1.5-2 on the 2-core host of 2026-12-06 the gauge read 2.07 ms where the quiet loops' dispatch rows read
+    1.44-1.58). Call it after the dispatch fit (the overhead per kernel is then final). The collective itself
+    stays with its law (``collectives.csv`` times the same gloo calls). Nothing is read from the training runs."""
+    by_op = {r.get("op"): r for r in rows if r.get("median_s") not in (None, "")}
+    gather, reduce = by_op.get("fsdp_gather_host"), by_op.get("fsdp_reduce_host")
+    if gather is None or reduce is None:
+        return
+    eff = accelerator["efficiency"]
+    mem_bw = accelerator["hbm_bandwidth_gb_per_s"] * 1e9 * eff["memory_bound_efficiency"]
+    launch_s = eff["kernel_launch_overhead_us"] * 1e-6
+
+    def copy_s(nbytes: float) -> float:
+        return 2 * nbytes / mem_bw + launch_s if nbytes > 0 else 0.0
+
+    params = float(gather["block_params"])
+    nbytes = params * FSDP_ROW_BYTES.get(str(gather.get("dtype") or "fp32"), 4)
+    world = int(gather["world_size"])
+    priced_gather = copy_s(nbytes / world) + copy_s(nbytes)
+    priced_reduce = copy_s(nbytes)
+    scale, scaled = fsdp_gauge_scale(rows, dispatch or [])
+    gather_s, reduce_s = float(gather["median_s"]) * scale, float(reduce["median_s"]) * scale
+    gather_us = round(max(0.0, gather_s - priced_gather) * 1e6, 3)
+    reduce_us = round(max(0.0, reduce_s - priced_reduce) * 1e6, 3)
+    eff["zero3_gather_host_us"] = gather_us
+    eff["zero3_reduce_host_us"] = reduce_us
+    eff["zero3_host_source"] = (
+        "clustersim calibrate: FSDP2's host work per all-gather and per reduce-scatter beyond the bare collective "
+        "of the same bytes (validation/harness/fsdp_host.py), less the copies the simulator prices beside them")
+    eff["zero3_host_fitted_on"] = (
+        f"{file_label}/fsdp.csv rows op=fsdp_gather_host, op=fsdp_reduce_host ({int(gather.get('reps') or 0)} "
+        f"repetitions, world size {world}, the harness block of {int(params)} parameters in "
+        f"{gather.get('block_param_tensors')} tensors, {gather.get('layers')} blocks, {gather.get('tokens')} tokens; "
+        f"{scaled}): gather {gather_s * 1e3:.3f} ms over the bare all-gather less copy-in + copy-out {priced_gather * 1e3:.3f} ms "
+        f"-> {gather_us / 1e3:.3f} ms; reduce {reduce_s * 1e3:.3f} ms over the bare reduce-scatter less the "
+        f"gradients' copy-in {priced_reduce * 1e3:.3f} ms -> {reduce_us / 1e3:.3f} ms")
+
+
 def fit_compute(data: dict[str, Any], file_label: str) -> tuple[dict[str, float], dict[str, Any], dict[str, str]]:
     """Peaks per precision and the efficiency block of the accelerator."""
     memory = data["memory"]
@@ -771,6 +849,8 @@ def build_profile(data: dict[str, Any], source_label: str | None = None, intra_n
                 and r.get("precision", "fp32") == "fp32"]
         fit_eager_dispatch({"node": node, "fabric": fabric}, data["dispatch"], label,
                            float(np.median(tiny)) * 1e6 if tiny else 0.0)
+    if device_type == "cpu" and data.get("fsdp"):  # after the dispatch fit: the copies it takes off use its overhead
+        fit_fsdp_host(accelerator, data["fsdp"], label, data.get("dispatch") or [])
     calibration = {"from": str(data.get("folder")), "machine": machine, "settings": {
         k: v for k, v in settings.items() if isinstance(v, str | int | float | bool)}}
     if (data.get("speed_probe") or {}).get("median_s"):

@@ -199,6 +199,10 @@ class ComputeModel:
         self.optimizer_bw = accelerator.hbm_bandwidth_gb_per_s * 1e9 * (
             eff.optimizer_efficiency if eff.optimizer_efficiency is not None else eff.memory_bound_efficiency)
         self.launch_s = eff.kernel_launch_overhead_us * 1e-6
+        # ZeRO-3 / FSDP host work per parameter gather and per gradient reduce beyond the priced collective and
+        # copies (an eager CPU/gloo profile fitted by `clustersim calibrate`; hardware_specs.schema); 0 elsewhere
+        self.zero3_gather_host_s = (eff.zero3_gather_host_us or 0.0) * 1e-6
+        self.zero3_reduce_host_s = (eff.zero3_reduce_host_us or 0.0) * 1e-6
         # expert GEMMs as one grouped kernel, per the curve key of the recipe they run in (mxfp8, not the fp8
         # curve it is priced on): hardware_specs.schema.GroupedGemmEfficiency
         self.grouped = eff.grouped_gemm

@@ -42,12 +42,9 @@ def dispatch_spec(base: dict | None = None) -> dict:
             "source": "validation/harness/dispatch.py: the harness default's structure at a tiny shape"}
 
 
-def bench_eager_dispatch(ctx: RankContext, warmup: int, reps: int, min_sample_s: float) -> list[dict]:
-    """One row (this rank): the tiny GPT's forward + loss + backward, gradients reset to None
-    before each call (so no accumulation kernels), fp32. Every rank runs it at once, as in a job."""
-    if ctx.is_cuda:
-        return []
-    from validation.harness.microbench import _inner_count
+def tiny_gpt_step(ctx: RankContext):
+    """(the tiny GPT's forward + loss + backward as a call, its model mapping): what the rows time; also the
+    gauge of the host's eager speed beside other rows (validation/harness/fsdp_host.py)."""
     from validation.harness.model import GPT
     from workloads.schema import TransformerSpec
 
@@ -66,6 +63,18 @@ def bench_eager_dispatch(ctx: RankContext, warmup: int, reps: int, min_sample_s:
             p.grad = None
         model(tokens, targets).backward()
 
+    return fwd_bwd, spec_map
+
+
+def bench_eager_dispatch(ctx: RankContext, warmup: int, reps: int, min_sample_s: float) -> list[dict]:
+    """One row (this rank): the tiny GPT's forward + loss + backward, gradients reset to None
+    before each call (so no accumulation kernels), fp32. Every rank runs it at once, as in a job."""
+    if ctx.is_cuda:
+        return []
+    from validation.harness.microbench import _inner_count
+
+    fwd_bwd, spec_map = tiny_gpt_step(ctx)
+    b, s = DISPATCH_MICRO_BATCH, DISPATCH_SHAPE["seq_length"]
     inner = _inner_count(fwd_bwd, ctx.sync, min_sample_s)
     st = summarize(time_op(fwd_bwd, warmup, reps, ctx.sync, inner))
     return [{"kernel": "gpt_fwd_bwd", "precision": "fp32", "micro_batch_size": b, "tokens": b * s,

@@ -14,7 +14,9 @@
 - how long ranks wait for each other after equal work, between barriers and, on a CPU, at all-reduces
   issued every few ms (:mod:`validation.harness.skew`);
 - on a CPU, the harness GPT's forward and backward at a tiny shape: the eager dispatch between
-  kernels (:mod:`validation.harness.dispatch`).
+  kernels (:mod:`validation.harness.dispatch`);
+- on a CPU, FSDP2's all-gather and reduce-scatter round trips on the harness's block beside the bare
+  collectives of the same bytes: its host work per gather / reduce (:mod:`validation.harness.fsdp_host`).
 
 All ranks run the compute benchmarks at the same time (as in a training job, where every rank
 computes), so contention for cores / memory bandwidth is part of what is measured. Each row
@@ -73,6 +75,7 @@ class MicrobenchConfig:
     collectives_after_compute: bool = True  # also time each collective issued right after a kernel
     eager_dispatch: bool = True  # time the harness GPT's step at a tiny shape (validation/harness/dispatch.py; CPU)
     loss_kernel: bool = True  # time F.cross_entropy fwd+bwd at the harness's logits shapes (validation/harness/loss.py; CPU)
+    fsdp_host: bool = True  # time FSDP2's gather / reduce beside the bare collectives (validation/harness/fsdp_host.py; CPU)
 
     @classmethod
     def quick(cls) -> MicrobenchConfig:
@@ -477,6 +480,12 @@ def run_microbenchmarks(ctx: RankContext, cfg: MicrobenchConfig) -> dict:
         dist.barrier()
         loss = bench_cross_entropy(ctx, cfg.warmup, cfg.reps, cfg.min_sample_s,
                                    last_level_cache_bytes(ctx.is_cuda, ctx.device))
+    fsdp = []
+    if cfg.fsdp_host and not ctx.is_cuda:
+        from validation.harness.fsdp_host import FSDP_REPS_PER_REP, bench_fsdp_host
+
+        dist.barrier()
+        fsdp = bench_fsdp_host(ctx, cfg.warmup, FSDP_REPS_PER_REP * cfg.reps, cfg.min_sample_s)
     skew = []
     if cfg.sync_skew:
         from validation.harness.skew import SkewConfig, bench_sync_skew
@@ -492,4 +501,4 @@ def run_microbenchmarks(ctx: RankContext, cfg: MicrobenchConfig) -> dict:
     for row in gemm + memory:
         row["rank"] = ctx.rank
     return {"gemm": gemm, "memory": memory, "collectives": collectives, "overlap": overlap, "skew": skew,
-            "dispatch": dispatch, "loss": loss, "probe_samples_s": probe.samples_s, "probe_shape": list(probe.shape)}
+            "dispatch": dispatch, "loss": loss, "fsdp": fsdp, "probe_samples_s": probe.samples_s, "probe_shape": list(probe.shape)}

@@ -10,6 +10,7 @@ Layout of the output folder::
     DIR/microbench/skew.csv       one row per segment length: how long ranks wait for the slowest
     DIR/microbench/dispatch.csv   one row per rank (CPU): the harness GPT's fwd+bwd at a tiny shape
     DIR/microbench/loss.csv       F.cross_entropy fwd+bwd at the harness's logits shapes, per rank (CPU)
+    DIR/microbench/fsdp.csv       FSDP2's gather / reduce round trips beside the bare collectives (CPU)
     DIR/microbench/microbench.json the same rows + the settings and machine
     DIR/training/runs.json        one record per strategy (layout, model spec, step times, losses, memory)
     DIR/training/runs.csv         the headline numbers of runs.json
@@ -130,6 +131,7 @@ def run_microbench_files(out: Path, world_size: int, quick: bool, device: str | 
     skew = per_rank[0].get("skew", [])
     dispatch = [row for r in per_rank for row in r.get("dispatch", [])]
     loss = [row for r in per_rank for row in r.get("loss", [])]
+    fsdp = per_rank[0].get("fsdp", [])  # folded over the ranks already (each sample its slowest rank's)
     folder = out / MICRO_DIR
     write_csv(folder / "gemm.csv", gemm)
     write_csv(folder / "memory.csv", memory)
@@ -142,6 +144,8 @@ def run_microbench_files(out: Path, world_size: int, quick: bool, device: str | 
         write_csv(folder / "dispatch.csv", dispatch)
     if loss:
         write_csv(folder / "loss.csv", loss)
+    if fsdp:
+        write_csv(folder / "fsdp.csv", fsdp)
     meta = {
         "format_version": FORMAT_VERSION,
         "kind": "clustersim-harness-microbench",
@@ -152,9 +156,10 @@ def run_microbench_files(out: Path, world_size: int, quick: bool, device: str | 
                      "threads_per_rank": threads_per_rank, "quick": quick, **cfg.to_dict()},
         "files": {"gemm": "gemm.csv", "memory": "memory.csv", "collectives": "collectives.csv",
                   **({"overlap": "overlap.csv"} if overlap else {}), **({"skew": "skew.csv"} if skew else {}),
-                  **({"dispatch": "dispatch.csv"} if dispatch else {}), **({"loss": "loss.csv"} if loss else {})},
+                  **({"dispatch": "dispatch.csv"} if dispatch else {}), **({"loss": "loss.csv"} if loss else {}),
+                  **({"fsdp": "fsdp.csv"} if fsdp else {})},
         "gemm": gemm, "memory": memory, "collectives": collectives, "overlap": overlap, "skew": skew,
-        "dispatch": dispatch, "loss": loss,
+        "dispatch": dispatch, "loss": loss, "fsdp": fsdp,
         "speed_probe": probe_summary([x for r in per_rank for x in r["probe_samples_s"]], per_rank[0]["probe_shape"]),
     }
     write_json(folder / "microbench.json", meta)

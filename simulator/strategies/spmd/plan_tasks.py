@@ -239,7 +239,15 @@ class PlanTasks:
                     first.deps.append(issue)  # the copy-in is issued with the gather
             streams[(actor, "dp")].append(task)
             dp_tasks.append(task)
+            # the framework's host work around the gather beyond the law and the copies (FSDP2's unshard /
+            # reshard in Python; an eager CPU/gloo profile carries it: ComputeModel.zero3_gather_host_s). The
+            # host is the device there, so it counts as compute, as that profile's eager dispatch does
+            host = (Task(f"{label}.zero3_gather_host", actor, "compute", "compute",
+                         duration_s=compute.zero3_gather_host_s) if compute.zero3_gather_host_s > 0 else None)
             if par.zero_buffer_copies is not True:  # the layer's parameters are views of the gathered buffer
+                if host is not None:
+                    add(host, (task,))
+                    return ()
                 return (task,)  # (FSDP1's FlatParameter, Megatron-FSDP's buffers)
             # Copy-out of the gathered flat buffer into the layer's parameters, on the compute stream
             # after the gather (FSDP2 ``foreach_all_gather_copy_out`` -> ``split_with_sizes_copy`` of
@@ -248,6 +256,7 @@ class PlanTasks:
             # DeepSpeed ZeRO-3 is priced the same (not checked against its source).
             add(Task(f"{label}.zero3_copy_out", actor, "compute", "compute",
                      duration_s=compute.copy_s(params * weight_bytes)), (task,))
+            add(host)
             return ()
 
         def accumulate_grads(g: int, mb: int, tag: str) -> None:
@@ -322,6 +331,11 @@ class PlanTasks:
             if dense + expert <= 0 or dp_size == 1:
                 return
             after = self._copy_in(actor, after, label, dense + expert, zero, add)
+            if zero >= 3 and compute.zero3_reduce_host_s > 0:
+                # the framework's host work around the reduce beyond the law and the copy-in (FSDP2's
+                # post_backward / foreach_reduce in Python; an eager CPU/gloo profile carries it)
+                after = add(Task(f"{label}.zero3_reduce_host", actor, "compute", "compute",
+                                 duration_s=compute.zero3_reduce_host_s), (after,))
             # Dense gradients are reduced over dp (x cp); expert gradients over the expert-data-
             # parallel group (dp / ep ranks holding the same experts).
             steps = [(self.shard_group if zero >= 1 else self.grad_group, reduce_kind, dense), ("edp", reduce_kind, expert)]
