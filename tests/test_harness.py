@@ -114,7 +114,7 @@ def test_quick_microbenchmarks_write_files_with_expected_fields(tmp_path):
     assert all(r["operand_copies"] > 1 for r in doc["memory"] if not r["kernel"].startswith("tiny_"))
     assert all(r["operand_copies"] > 1 for r in gemm if r["kind"] == "mm")
     eager = {r["kernel"]: r["median_s"] for r in doc["memory"] if r["kernel"].startswith("tiny_") and r["rank"] == 0}
-    assert eager["tiny_linear_fwd_bwd"] > eager["tiny_sum_bwd"] > eager["tiny_add"] > 0  # autograd costs more
+    assert min(eager.values()) > 0  # (autograd costs more, but rows timed apart are not compared: load reorders them)
     coll = doc["collectives"]
     assert {r["collective"] for r in coll} == {"all_reduce", "all_gather", "reduce_scatter", "broadcast", "send_recv"}
     assert {r["context"] for r in coll} == {"back_to_back", "after_compute"}
@@ -137,7 +137,8 @@ def test_quick_microbenchmarks_write_files_with_expected_fields(tmp_path):
     skew = doc["skew"]  # one row per segment length: the slowest rank's lead over the mean
     assert (folder / "skew.csv").is_file() and len(skew) == 2 + 2  # 2 barrier segments, 2 all-reduce cadences
     for row in skew:
-        assert row["world_size"] == 2 and row["segment_mean_s"] > 0 and 0 <= row["relative_wait"] < 1
+        # the lead over the mean is a load-dependent measurement: only its sign is behaviour (it exceeded 1 at load ~10)
+        assert row["world_size"] == 2 and row["segment_mean_s"] > 0 and row["relative_wait"] >= 0
     cadence = [r for r in skew if r.get("method") == "collective_cadence"]  # arrivals at all-reduces every 4, 16 ms
     assert [r["segment_target_s"] for r in cadence] == [0.004, 0.016] and all(r["reps"] == 12 for r in cadence)
     for row in cadence:
@@ -147,15 +148,16 @@ def test_quick_microbenchmarks_write_files_with_expected_fields(tmp_path):
     for row in dispatch:
         model = json.loads(row["model"])
         assert row["kernel"] == "gpt_fwd_bwd" and model["hidden_size"] == 16 and model["num_layers"] == 4
-        # ~140 simulated kernels, each dispatched at least as a bare add is
-        assert row["median_s"] > 100 * eager["tiny_add"] and row["p10_s"] <= row["median_s"] <= row["p90_s"]
+        # ~140 simulated kernels (each dispatched at least as a bare add is; not compared: timed apart)
+        assert 0 < row["p10_s"] <= row["median_s"] <= row["p90_s"]
     loss = doc["loss"]  # F.cross_entropy fwd + bwd at the harness's logits shapes, each beside a log_softmax gauge
     assert (folder / "loss.csv").is_file() and len(loss) == 2 * 2 * 4  # 2 ranks x 4 micro-batches x (loss, gauge)
     for ce, gauge in zip(loss[::2], loss[1::2], strict=True):
         assert (ce["kernel"], gauge["kernel"]) == ("cross_entropy_fwd_bwd", "log_softmax_gauge")
         assert ce["elements"] == gauge["elements"] == ce["micro_batch_size"] * 128 * 4096
-        # 9 passes (priced) against the gauge's 2 over the same elements, plus the exp and log: never faster
-        assert ce["over_gauge_median"] > 1 and gauge["bytes"] == 8 * gauge["elements"]
+        # 9 passes (priced) against the gauge's 2 over the same elements, plus the exp and log: slower on a quiet host,
+        # but the two are timed apart, so on a loaded one the ratio can fall below 1 (0.98 at load ~10): only > 0 here
+        assert ce["over_gauge_median"] > 0 and gauge["bytes"] == 8 * gauge["elements"]
     fsdp = {r["op"]: r for r in doc["fsdp"]}  # FSDP2's gather / reduce round trips beside the bare collectives
     assert (folder / "fsdp.csv").is_file() and set(fsdp) == {
         "fsdp_gather_round_trip", "bare_all_gather", "fsdp_fwd_bwd", "plain_fwd_bwd", "bare_reduce_scatter",
@@ -166,8 +168,8 @@ def test_quick_microbenchmarks_write_files_with_expected_fields(tmp_path):
     assert json.loads(fsdp["dispatch_gauge"]["model"]) == json.loads(dispatch[0]["model"])  # the dispatch row's step
     for name in ("fsdp_gather_round_trip", "bare_all_gather", "fsdp_fwd_bwd", "plain_fwd_bwd", "dispatch_gauge"):
         assert 0 < fsdp[name]["p10_s"] <= fsdp[name]["median_s"] <= fsdp[name]["p90_s"]
-    # the sharded blocks run the unsharded ones' kernels and 8 gathers and 4 reduces besides
-    assert fsdp["fsdp_fwd_bwd"]["median_s"] > fsdp["plain_fwd_bwd"]["median_s"]
+    # the sharded blocks run the unsharded ones' kernels and 8 gathers and 4 reduces besides: slower on any quiet host,
+    # but timed apart, so not asserted (no timing comparison between separately timed rows: a loaded CI host reorders them)
     probe = doc["speed_probe"]  # one sample after each mm row (2 shapes x 2 layouts) and memory row (2 x 3)
     assert probe["samples"] == 2 * (2 * 2 + 2 * 3) and probe["shape_mnk"] == [512, 1024, 256]
     assert 0 < probe["p10_s"] <= probe["median_s"] <= probe["p90_s"]
