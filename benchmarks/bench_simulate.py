@@ -7,14 +7,14 @@ time measures the load, not the simulator) over repeats for:
 - DeepSeek-V3 at pp 32 (480 micro-batches), the deep pipeline that the flow network's
   unshared-port shortcut is for;
 - Megatron-1T on 3,072 A100s (tp 8, pp 64, 512 micro-batches), which the engine runs folded
-  (simulator/strategies/spmd/fold.py: three runs at 65-67 micro-batches), and unrolled;
+  (simulator/strategies/spmd/fold.py: one run at 69 micro-batches; two at 66 and 67 until 2026-12-06), and unrolled;
 - the same 405B layout at dp 8, 32, 128 and 512, as ratios to dp 8, to show that symmetric mode
   does not grow with the data-parallel degree;
 - with ``--resim``, the engine's re-simulation of the default GPT-3 search's top 20 (the layouts
   ``search`` runs through the engine after the fast path; the search itself is not timed);
 - with ``--parts``, where one folded Megatron-1T point goes: the plan build, the engine run and the
   time breakdowns (critical rank and every stage) at the first fold point, and its task and event counts;
-- with ``--phases``, instead: where a whole folded Megatron-1T ``simulate`` goes (both fold points): the plan
+- with ``--phases``, instead: where a whole folded Megatron-1T ``simulate`` goes (every fold run): the plan
   builds (``Planner.build``), the engine runs (``Engine.run``), the breakdowns (``time_breakdown``,
   ``stage_breakdowns`` and ``pipeline_bubble_s``: the critical rank's, every stage's bubble, the busiest's), the fold's insertion check and the rest (the
   scenario at each point, the points' figures, the result), CPU ms, median of ``--repeats`` in one process;
@@ -117,7 +117,9 @@ wrap(Engine, "run", "engine")
 wrap(S, "time_breakdown", "breakdowns")
 wrap(S, "stage_breakdowns", "breakdowns")
 wrap(S, "pipeline_bubble_s", "breakdowns")
-wrap(F, "_one_period_later", "fold check")
+for name in ("_one_period_later", "_periodic_window"):  # the fold's check: two runs compared, or one run's window
+    if hasattr(F, name):
+        wrap(F, name, "fold check")
 scenario = load_scenario(None, overrides)
 first = S.simulate(scenario)  # warm: pricing caches, lazy imports
 phases = collections.defaultdict(list)
@@ -150,7 +152,7 @@ def compare_phases(baseline: Path | None, repeats: int, rounds: int) -> None:
     for _ in range(rounds if baseline else 1):
         for label, code in codes.items():
             runs[label].append(phases_process(code, repeats))
-    print(f"megatron-1t 3072 A100 tp8 pp64 1f1b, engine folded: CPU ms per simulate (both fold points), median of "
+    print(f"megatron-1t 3072 A100 tp8 pp64 1f1b, engine folded: CPU ms per simulate (every fold run), median of "
           f"{repeats} per process" + (f", median over {rounds} alternating pairs ({baseline} / {here})" if baseline else ""))
     print(f"{'phase':<12}" + "".join(f"{label:>12}" for label in codes) + (f"{'after/before':>14}" if baseline else ""))
     for phase in ("build", "engine", "breakdowns", "fold check", "rest", "total"):

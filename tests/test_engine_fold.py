@@ -72,12 +72,13 @@ def _toy(num_gpus: int, slowdown: float = 0.0, comm_slowdown: float = 0.0, jitte
 
 def test_toy_1f1b_folds_exactly():
     # pp 4, 120 micro-batches: the toy's step grows by one of two amounts, repeating every 4
-    # micro-batches (below), so the period of one micro-batch (6, 7) is refused and the period
-    # of p = 4 (12, 16) folds; every figure is the unrolled run's.
+    # micro-batches (below), so the period of one micro-batch (the run at 9) is refused and the
+    # period of p = 4 (the run at 24: points 12, 16 and two periods more) folds; every figure is the
+    # unrolled run's.
     scenario = _toy(4, pp=4, global_batch_size=120)
     assert engine_fold_points(scenario) == ((6, 7), (12, 16))
     folded, _ = _check(scenario)
-    assert folded.extra["engine_fold"]["micro_batches_evaluated"] == [12, 16]
+    assert folded.extra["engine_fold"]["micro_batches_evaluated"] == [24]
 
 
 def test_a_pipeline_periodic_over_several_micro_batches_is_not_folded():
@@ -151,6 +152,35 @@ def test_real_layouts_fold_exactly(case):
     scenario = load_scenario(None, REAL[case])
     folded, _ = _check(scenario)
     assert folded.busiest_stage is None or folded.busiest_stage_breakdown_s
+
+
+@pytest.mark.parametrize("scenario", [
+    _toy(8, pp=4, dp=2, global_batch_size=240, zero_stage=2), _toy(8, mode="full", pp=4, dp=2, global_batch_size=240),
+    _toy(4, pp=4, virtual_stages=2, schedule="interleaved", global_batch_size=96),
+    load_scenario(None, REAL["llama-1b 1f1b"]), load_scenario(None, REAL["gpt-1.7b interleaved"]),
+    load_scenario(None, ["model=llama-1b", "cluster.node=dgx-h100", "cluster.num_gpus=16", "training.seq_length=512",
+                         "parallelism.tp=2", "parallelism.pp=2", "parallelism.virtual_stages=2",
+                         "parallelism.schedule=interleaved", "parallelism.overlap_grad_reduce=true",
+                         "parallelism.global_batch_size=944"]),
+], ids=["zero2", "full", "toy interleaved", "llama 1f1b", "gpt interleaved", "llama interleaved overlapped"])
+def test_the_fold_checks_where_more_micro_batches_first_differ(scenario):
+    """The one run's t* (fold._divergence: after the backward that follows the last forward, or at it
+    where it is the last micro-batch's) is no later than where the plan with q more micro-batches
+    first differs on every compute stream, and every task before it is the same; the last
+    micro-batch's backward is built apart (interleaved, overlapped reduction: split per layer)."""
+    from simulator.strategies.spmd.fold import _MORE, _divergence, _plan
+
+    for points in engine_fold_points(scenario):
+        q = points[1] - points[0]
+        ran = points[1] + _MORE * q
+        plan, more = _plan(scenario, ran, None), _plan(scenario, ran + q, None)
+        for actor, tasks in plan.compute_tasks.items():
+            longer = more.compute_tasks[actor]
+            differs = next(i for i, (a, b) in enumerate(zip(tasks, longer, strict=False)) if a.name != b.name)
+            d = _divergence(tasks, ran)
+            assert 0 < d <= differs, (actor, d, differs)
+            assert all(a.duration_s == b.duration_s and a.alloc_bytes == b.alloc_bytes
+                       for a, b in zip(tasks[:d], longer[:d], strict=True))
 
 
 @pytest.mark.parametrize("change", [

@@ -59,13 +59,15 @@ def test_top_k_is_the_exhaustive_engine_ranking_and_carries_both_times(exhaustiv
 
 
 def test_fast_path_beside_the_engine_walks_its_plans():
-    """``fast_beside_engine`` times the fast path on the plans the engine runs (no second build: its
-    micro-batch counts are the engine's, not ``fast_step``'s three fold points): the engine's result
-    is bit for bit the engine alone's, and the fast path's step and bound equal ``fast_step``'s (to
-    round-off) on a folded 1F1B pipeline and an unrolled interleaved one."""
+    """``fast_beside_engine`` times the fast path on the plans the engine builds (unrolled: the plan the
+    engine runs; folded: the fold's two points, whose plans the engine's one run extends by two periods;
+    not ``fast_step``'s three fold points): the engine's result is bit for bit the engine alone's, and
+    the fast path's step and bound equal ``fast_step``'s (to round-off) on a folded 1F1B pipeline and
+    an unrolled interleaved one."""
     from simulator.scenario import load_scenario
     from simulator.simulate import simulate
     from simulator.strategies.spmd.fast import fast_beside_engine, fast_step
+    from simulator.strategies.spmd.fold import engine_fold_points
 
     base = ["model=gpt-1.7b", "training.seq_length=1024", "cluster.num_gpus=16", "parallelism.tp=2",
             "parallelism.pp=4", "parallelism.global_batch_size=128", "parallelism.micro_batch_size=1"]
@@ -76,8 +78,11 @@ def test_fast_path_beside_the_engine_walks_its_plans():
         result, estimate = fast_beside_engine(scenario)
         assert result.to_dict() == alone
         assert ("engine_fold" in alone) == folded
-        engine_points = (tuple(alone["engine_fold"]["micro_batches_evaluated"]) if folded
-                         else (scenario.parallelism.num_micro_batches,))
+        if folded:  # the pair whose run (two periods past its second point) the engine folded
+            (ran,) = alone["engine_fold"]["micro_batches_evaluated"]
+            engine_points = next(p for p in engine_fold_points(scenario) if 3 * p[1] - 2 * p[0] == ran)
+        else:
+            engine_points = (scenario.parallelism.num_micro_batches,)
         assert estimate.micro_batches_evaluated == engine_points
         reference = fast_step(scenario)
         assert reference.micro_batches_evaluated != engine_points or not folded

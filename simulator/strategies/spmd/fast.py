@@ -608,13 +608,13 @@ def compute_bound_s(scenario: Scenario, planner=None) -> float:
 
 
 def fast_beside_engine(scenario: Scenario, run_if_oom: bool = False):
-    """The engine's result for ``scenario`` and the fast path's estimate from the *same* plans: each
-    plan the engine runs (folded: its two fold points; else the unrolled plan) is walked by
-    :func:`longest_path` just before the engine runs it, so the fast path costs its walks, not the
-    planner's builds (``search`` reports both times for every row the engine timed). Folded, the
-    fast path's step is extrapolated from the engine's two points, as the engine's is
-    (simulator/strategies/spmd/fold.py: two points suffice where one more period is an insertion
-    into a periodic schedule, checked on the walk's own task times); where that check refuses, the
+    """The engine's result for ``scenario`` and the fast path's estimate beside it: unrolled, the plan
+    the engine runs is walked by :func:`longest_path` just before the engine
+    runs it, so the fast path costs its walk, not the planner's build; folded, the plans at the fold's
+    two points, built for this walk alone (the engine runs one plan, two periods past them:
+    simulator/strategies/spmd/fold.py) (``search`` reports both times for every row the engine timed).
+    Folded, the fast path's step is extrapolated from those two points (two points suffice where one
+    more period is an insertion into a periodic schedule, checked on the walk's own task times); where that check refuses, the
     fast path runs on its own (:func:`fast_step`). Returns (the engine's
     :class:`~simulator.simulate.SimulationResult`, the :class:`FastEstimate` or None where the fast
     path does not apply: another strategy kind, straggler draws, co-located jobs, or nothing timed)."""
@@ -643,7 +643,7 @@ def fast_beside_engine(scenario: Scenario, run_if_oom: bool = False):
             return result, fast_step(scenario)
         times = walked[m][0]
         return result, FastEstimate(times.end_s, times.contended, times.interference, (m,), times.alone_end_s)
-    mid, last = fold["micro_batches_evaluated"]
+    mid, last = list(walked)[-2:]  # the fold's two points whose plans it observed last (its engine ran one more period)
     (t_mid, run_mid), (t_last, run_last) = walked[mid], walked[last]
     if not _one_period_later(run_mid, run_last, t_last.end_s - t_mid.end_s, t_last.end_s):
         return result, fast_step(scenario)
