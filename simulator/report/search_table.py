@@ -165,6 +165,11 @@ def render_table(rows: list[dict[str, Any]], top: int = 10, read: frozenset[str]
     head += "".join(f" {_VARIED_COLUMNS[k]:>5}" for k in varied)
     lines = [head]
     shown = 0
+    # the breakdown in milliseconds where every row shown steps in under a second (in seconds a ResNet-50 row read
+    # "0.126 0.000 0.000 0.000 0.000 0.000": its 0.225 ms gradient all-reduce hidden), as simulate's table does
+    steps = [_engine_s(r) or r.get("step_time_s") for r in shown_rows]
+    in_ms = bool(steps) and all(t is not None and t < 1 for t in steps)
+    scale = 1e3 if in_ms else 1.0
     for row in rows:
         if shown >= top or not (row.get("fits") and _rate(row)):
             break
@@ -178,7 +183,7 @@ def render_table(rows: list[dict[str, Any]], top: int = 10, read: frozenset[str]
             f"{_fmt(row.get('mfu') and 100 * row['mfu'], '.1f'):>5}% {_fmt(_engine_s(row), '.3f'):>8} "
             f"{_fmt(row.get('fast_step_time_s'), '.3f'):>8} "
             f"{_fmt(row.get('peak_memory_gib'), '.1f'):>8} "
-            + " ".join(f"{_fmt(b.get(k), '.3f'):>{w}}" for k, w in
+            + " ".join(f"{_fmt(None if b.get(k) is None else scale * b[k], '.3f'):>{w}}" for k, w in
                        (("compute", 8), ("tp_comm", 7), ("ep_comm", 7), ("dp_comm", 7), ("pp_comm", 7), ("pipeline_bubble", 7)))
             + (f" {p.get('global_batch_size', '-'):>6} {_fmt(row.get('time_to_target_s'), ',.0f'):>10}" if with_target
                else "")
@@ -193,6 +198,6 @@ def render_table(rows: list[dict[str, Any]], top: int = 10, read: frozenset[str]
         lines.append(f"  invalid ({count:,}): {reason}")
     if shown:  # the header's tp ... pp come twice: the layout's degrees, then seconds of each one's communication
         lines.append("  columns: engine s / fast s: the step time by the engine / by the fast path; compute, tp, ep, "
-                     "dp, pp, bubble (after mem GiB): seconds of the step on the critical rank: compute, exposed "
-                     "tp/ep/dp/pp communication, pipeline bubble")
+                     f"dp, pp, bubble (after mem GiB): {'milliseconds' if in_ms else 'seconds'} of the step on the "
+                     "critical rank: compute, exposed tp/ep/dp/pp communication, pipeline bubble")
     return "\n".join(lines)
