@@ -173,7 +173,9 @@ def average(breakdowns: list[StepBreakdown], source: str) -> StepBreakdown:
         exposed_communication_s=sum(b.exposed_communication_s for b in breakdowns) / n,
         idle_s=sum(b.idle_s for b in breakdowns) / n,
         intervals=first.intervals,  # the timeline plot shows the first step
-        notes=[f"timeline shows {first.step}"] + first.notes,
+        # said without --plot too, so it names the plot (a bare "timeline shows ProfilerStep#1" under a table of
+        # averages read as if the table were that one step)
+        notes=[f"the --plot timeline shows {first.step}; the times are the average of {n} steps"] + first.notes,
     )
 
 
@@ -419,7 +421,7 @@ def measured_breakdown(path: str | Path, step: int | None = None) -> StepBreakdo
     else:
         intervals, notes = _host_intervals(events)
         windows = steps
-        where = "host (no device events)"
+        where = "host"
     if not intervals:
         raise ConfigError("--trace", f"{path}: no compute or communication events found")
     if not windows:
@@ -442,7 +444,7 @@ def measured_breakdown(path: str | Path, step: int | None = None) -> StepBreakdo
     per_step = [breakdown_of(sec, (lo * 1e-6, hi * 1e-6), str(path), name) for name, lo, hi in windows]
     result = per_step[0] if len(per_step) == 1 else average(per_step, str(path))
     missing = [c for c in CATEGORIES if result.busy_s[c] == 0.0]
-    result.notes = notes + result.notes + [f"measured on the {where} timeline"]
+    result.notes = notes + result.notes + [f"measured on the {where} timeline" + ("" if device else " (the trace has no device events)")]
     if missing:
         result.notes.append("not in the trace: " + ", ".join(missing))
     return result
