@@ -8,7 +8,9 @@ subprocess where it is CLI behaviour).
 - ``training.tokens: 300B`` and ``hbm_reserve_gib: 2GiB`` were refused without saying what to write.
 - ``cluster.node: h100`` and ``clustersim specs show h100`` suggested nothing (no close spelling).
 - ``--out`` a folder the system cannot create (``/proc/...``, as root) ended in a FileNotFoundError traceback.
-- ``clustersim search``'s table repeats ``tp ... pp`` as headers: degrees first, then seconds of communication.
+- ``clustersim search``'s table repeats ``tp ... pp`` as headers: degrees first, then seconds of communication,
+  printed 0.000 where the step is short (now milliseconds there, and a line that says what the columns are).
+- ``clustersim compare`` said "timeline shows ProfilerStep#1" with no timeline asked for.
 - ``sweep --resume`` on a results file with a lost column did not say which.
 """
 
@@ -150,12 +152,48 @@ def test_checking_an_output_folder_leaves_nothing(tmp_path):
 
 
 def test_the_search_table_says_what_its_columns_are(tmp_path):
-    proc = _cli("search", "examples/resnet50-8xa100.yaml", "--space", "micro_batch_size=256", "--space", "pp=1",
-                "--workers", "1", "--no-cache", "--top", "2")
+    args = ("search", "examples/resnet50-8xa100.yaml", "--space", "micro_batch_size=256", "--space", "pp=1",
+            "--workers", "1", "--no-cache", "--top", "2")
+    proc = _cli(*args)
     assert proc.returncode == 0, proc.stderr[-2000:]
-    last = proc.stdout.strip().splitlines()[-1]
-    assert last.startswith("  columns: engine s / fast s: the step time by the engine / by the fast path; compute, "
-                           "tp, ep, dp, pp, bubble (after mem GiB): seconds of the step on the critical rank")
+    lines = proc.stdout.strip().splitlines()
+    assert lines[-1].startswith("  columns: engine s / fast s: the step time by the engine / by the fast path; "
+                                "compute, tp, ep, dp, pp, bubble (after mem GiB): milliseconds of the step on the "
+                                "critical rank")
+    best = json.loads(_cli(*args, "--json").stdout)[0]
+    cells = lines[1].split()
+    breakdown = best["time_breakdown_s"]
+    assert [float(c) for c in cells[-6:]] == pytest.approx(
+        [1e3 * (breakdown.get(k) or 0) for k in ("compute", "tp_comm", "ep_comm", "dp_comm", "pp_comm",
+                                                 "pipeline_bubble")], abs=5e-4)
+    assert float(cells[-3]) > 0  # the gradient all-reduce the seconds column printed as 0.000
+
+
+def test_the_search_table_keeps_seconds_where_a_step_takes_a_second_or_more():
+    from simulator.report.search_table import render_table
+    from simulator.scenario import load_scenario
+    from simulator.simulate import simulate
+
+    result = simulate(load_scenario(None))  # the default, 27 s a step
+    row = {**result.to_dict(), "engine_step_time_s": result.step_time_s}
+    table = render_table([row])
+    assert "(after mem GiB): seconds of the step" in table
+    assert float(table.splitlines()[1].split()[-6]) == pytest.approx(result.time_breakdown_s["compute"], abs=5e-4)
+    short = render_table([{**row, "engine_step_time_s": 0.5}])
+    assert "(after mem GiB): milliseconds of the step" in short
+    assert float(short.splitlines()[1].split()[-6]) == pytest.approx(1e3 * result.time_breakdown_s["compute"],
+                                                                     abs=5e-4)
+
+
+def test_compare_names_the_plot_its_timeline_note_is_about(tmp_path):
+    scenario = tmp_path / "s.yaml"
+    scenario.write_text("model: gpt-1.7b\ncluster: {node: dgx-a100-80g, num_gpus: 2}\n"
+                        "parallelism: {tp: 2, global_batch_size: 2}\n")
+    proc = _cli("compare", str(scenario), "--trace", str(ROOT / "tests" / "data" / "traces" / "gloo_cpu_two_steps.json"))
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    assert "note: the --plot timeline shows ProfilerStep#" in proc.stdout
+    assert "; the times are the average of 2 steps" in proc.stdout
+    assert "note: measured on the host timeline (the trace has no device events)" in proc.stdout
 
 
 def test_resume_names_the_columns_a_results_file_lacks(tmp_path):
@@ -174,3 +212,22 @@ def test_resume_names_the_columns_a_results_file_lacks(tmp_path):
     assert column_difference(["b", "a"], ["a", "b"]) == ": the same columns in another order"
     assert column_difference(["a", "x", "y", "z", "w"], ["a", "b"]) == \
         ": missing 'b'; not this sweep's: 'x', 'y', 'z' and 1 more"
+
+
+def test_a_wrapped_table_line_keeps_a_number_with_its_unit():
+    import textwrap
+
+    from simulator.report.result import TABLE_WIDTH, unwrap_table, wrap_table_line
+
+    label = "  with failures  "
+    for pad in range(TABLE_WIDTH):  # a line whose plain wrap splits "3.1 h" in two
+        line = f"{label}{'x' * pad} one interruption every 3.1 h, a checkpoint every 5 min (an economics: block)"
+        if any(p.endswith(" 3.1") for p in textwrap.wrap(line[len(label):], width=TABLE_WIDTH, initial_indent=label,
+                                                           break_long_words=False, break_on_hyphens=False)):
+            break
+    else:
+        pytest.fail("no padding splits the number from its unit")
+    pieces = wrap_table_line(line)
+    assert len(pieces) > 1 and all(len(p) <= TABLE_WIDTH for p in pieces)
+    assert not any(p.endswith(" 3.1") for p in pieces) and any("3.1 h," in p for p in pieces)
+    assert unwrap_table("\n".join(pieces)) == [line]

@@ -647,8 +647,16 @@ def wrap_table_line(line: str, width: int = TABLE_WIDTH) -> list[str]:
     if len(line) <= width:
         return [line]
     start = _value_start(line)
-    return textwrap.wrap(line[start:], width=width, initial_indent=line[:start],
-                         subsequent_indent=" " * (start + 2), break_long_words=False, break_on_hyphens=False)
+    glued = _NUMBER_UNIT.sub(lambda m: m.group(1) + _GLUE, line[start:])  # "3.1 h" never split over two lines
+    return [piece.replace(_GLUE, " ") for piece in
+            textwrap.wrap(glued, width=width, initial_indent=line[:start], subsequent_indent=" " * (start + 2),
+                          break_long_words=False, break_on_hyphens=False)]
+
+
+#: A number and the unit after it, kept on one line by :func:`wrap_table_line` ("one interruption every 3.1" then
+#: "h" on the next line, before): the space between them is replaced by ``_GLUE`` while wrapping.
+_NUMBER_UNIT = re.compile(r"(\d) (?=(?:s|ms|us|h|min|days|GiB|GB|MB|kW|MWh|W|B|M|GB/s|Gb/s|TFLOP/s|%)(?:[\s,;:.)]|$))")
+_GLUE = "\x00"
 
 
 def _value_start(line: str) -> int:
@@ -669,7 +677,7 @@ def unwrap_table(text: str, width: int = TABLE_WIDTH) -> list[str]:
         body = line.lstrip(" ")
         messages = messages or body.startswith(("WARNING: ", "NOTE: "))
         if (not messages and out and body and len(line) - len(body) == _value_start(out[-1]) + 2
-                and len(last) + 1 + len(body.split(" ")[0]) > width
+                and len(last) + 1 + len(_NUMBER_UNIT.sub(lambda m: m.group(1) + _GLUE, body).split(" ")[0]) > width
                 and not (_value_start(out[-1]) == 0 and _LABEL.match(line))):  # the title, then a field's line
             out[-1] += " " + body
         else:
