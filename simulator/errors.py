@@ -61,6 +61,9 @@ def from_pydantic(exc, prefix: str = "", drop_tags: bool = False, schema=None,
                 msg += f" (known here: {', '.join(known)})"
         elif err.get("type") == "missing":
             msg = "required field is missing"
+        elif err.get("type") == "model_type":  # "a valid dictionary or instance of TrainingSpec": a class name
+            msg = (f"expected a mapping of its fields ({loc or 'section'}: {{key: value, ...}}, or --set "
+                   f"{loc or 'section'}.key=value), got {err.get('input')!r}")
         elif err.get("type") in ("float_parsing", "int_parsing") and isinstance(err.get("input"), str):
             msg += unit_hint(err["input"], str(parts[-1]) if parts else "", err.get("type") == "int_parsing")
         problems.append((field or prefix or "input", msg))

@@ -231,3 +231,12 @@ def test_a_wrapped_table_line_keeps_a_number_with_its_unit():
     assert len(pieces) > 1 and all(len(p) <= TABLE_WIDTH for p in pieces)
     assert not any(p.endswith(" 3.1") for p in pieces) and any("3.1 h," in p for p in pieces)
     assert unwrap_table("\n".join(pieces)) == [line]
+
+
+@pytest.mark.parametrize(("override", "got"), [("training=fp16", "'fp16'"), ("cluster=8", "8")])
+def test_a_value_where_a_section_is_meant_says_what_a_section_is(override, got):
+    section = override.split("=")[0]
+    line = _bad("simulate", "--set", override)
+    assert line == (f"clustersim: error: {section}: expected a mapping of its fields ({section}: {{key: value, ...}}, "
+                    f"or --set {section}.key=value), got {got}")
+    assert "Spec" not in line  # pydantic's "a valid dictionary or instance of TrainingSpec" named a class
