@@ -955,6 +955,17 @@ def scenario_for_run(run: dict[str, Any], profile_path: str | Path) -> dict[str,
             # a CPU every gather sits on the critical path (torch's FSDPParamGroup.pre_forward /
             # _prefetch_unshard; the harness trace: the main thread waits in them).
             **({"overlap_param_gather": False} if run.get("device_type", "cpu") == "cpu" else {}),
+            # ... and its reduce-scatters block the host as well: post_backward runs on the autograd
+            # thread, which on a CPU is the caller's, and foreach_reduce calls reduce_scatter_comm
+            # with async_op left False (torch 2.13 _fsdp_collectives.py:619; _fsdp_param_group.py:688),
+            # so dist.reduce_scatter_single waits for the gloo work (distributed_c10d.py:4943); the
+            # reduce-scatter "stream" it runs in is a torch.cpu.Stream whose stream context, wait_stream
+            # and record_event do nothing (torch/cpu/__init__.py). The saved traces agree: every
+            # gloo:all_reduce of an FSDP reduce lies inside the main thread's FSDP::post_backward_reduce,
+            # with no backward kernel beside it. (DDP differs: its reducer's gloo all-reduces are async
+            # work waited at the backward's end, and the traces show its mm kernels running beside them.)
+            **({"zero3_reduce_overlap": False} if run.get("device_type", "cpu") == "cpu"
+               and int(lay["zero_stage"]) == 3 else {}),
             # FSDP2 reduce-scatters each fully_shard unit's gradients (one block) as its backward
             # ends; DDP buckets at 25 MB (PyTorch's default bucket_cap_mb, the simulator's default)
             **({"gradient_bucket_mb": _block_gradient_mb(run)} if int(lay["zero_stage"]) == 3 else {}),

@@ -126,6 +126,12 @@ class Parallelism(BaseModel):
                     "prefetch, Megatron-FSDP), so it runs beside that layer's kernels; post = issued when the "
                     "current layer's backward ends, ahead of its gradient reduce-scatter (FSDP BACKWARD_POST, "
                     "MosaicML Composer's default): the next layer waits for its gather")
+    zero3_reduce_overlap: bool = Field(
+        default=True,
+        description="ZeRO-3 gradient reduce-scatters run beside the next layers' backward (FSDP2/FSDP1 on their "
+                    "reduce-scatter stream, DeepSpeed); off: each one blocks the compute until it is done, the "
+                    "next layer's backward waiting for it (PyTorch FSDP2 over gloo on a CPU: foreach_reduce calls "
+                    "the collective with async_op false on the autograd thread and a CPU stream does nothing)")
     zero_buffer_copies: bool | Literal["fsdp1"] = Field(
         default=True,
         description="ZeRO-2/3 copy kernels. true: as PyTorch FSDP2 runs them (torch 2.13 _fsdp_collectives.py): "
@@ -178,12 +184,15 @@ class Parallelism(BaseModel):
     @model_serializer(mode="wrap")
     def _without_unset_modules(self, handler):
         """Dumps (``--json``, search rows, sweeps) leave ``recompute_modules`` out when it is unset: a run that
-        does not set it dumps as before the field existed; so do ``recompute_method`` / ``recompute_num_layers``."""
+        does not set it dumps as before the field existed; so do ``recompute_method`` / ``recompute_num_layers``,
+        and ``zero3_reduce_overlap`` where it is on (its default: every run but a CPU FSDP2-over-gloo one)."""
         data = handler(self)
         if isinstance(data, dict):
             for name in ("recompute_modules", "recompute_method", "recompute_num_layers"):
                 if getattr(self, name) is None:
                     data.pop(name, None)
+            if self.zero3_reduce_overlap:
+                data.pop("zero3_reduce_overlap", None)
         return data
 
     @property

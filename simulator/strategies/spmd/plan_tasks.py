@@ -352,6 +352,14 @@ class PlanTasks:
                 task.deps.append(after)
                 streams[(actor, "dp")].append(task)
                 dp_tasks.append(task)
+                if zero >= 3 and not par.zero3_reduce_overlap:
+                    # host-blocking reduce (FSDP2 over gloo on a CPU, torch 2.13): post_backward runs on the
+                    # autograd thread and foreach_reduce calls reduce_scatter_comm without async_op (False:
+                    # dist.reduce_scatter_single waits for the work), inside device_handle.stream(...) of a
+                    # torch.cpu.Stream, whose stream context, wait_stream and events do nothing
+                    # (_fsdp_collectives.py foreach_reduce; _fsdp_param_group.py post_backward;
+                    # torch/cpu/__init__.py): the next layer's backward starts once the reduce is done
+                    carry.append(task)
             bucket["n"] += 1
 
         # ZeRO-1/2 with overlapped parameter all-gather: gather each chunk's updated weights
