@@ -378,6 +378,47 @@ def test_missing_inputs_are_config_errors(tmp_path, capsys):
     assert "file not found" in capsys.readouterr().err
 
 
+def _drop_column(path: Path, column: str) -> None:
+    rows = list(csv.DictReader(path.open()))
+    with path.open("w", newline="") as fh:
+        writer = csv.DictWriter(fh, [c for c in rows[0] if c != column])
+        writer.writeheader()
+        writer.writerows({k: v for k, v in r.items() if k != column} for r in rows)
+
+
+@pytest.mark.parametrize(("file", "column"), [("memory", "median_s"), ("gemm", "m"), ("collectives", "bus_bytes")])
+def test_a_microbench_file_without_a_column_a_fit_needs_is_one_line_exit_2(tmp_path, file, column):
+    """A harness file missing a column the fit reads: one line naming the file and the column, exit 2, no profile
+    written (was a KeyError traceback, exit 1; newcomer4, thirteenth session)."""
+    import subprocess
+    import sys
+
+    folder = synthetic_microbench(tmp_path / "m")
+    _drop_column(folder / "microbench" / f"{file}.csv", column)
+    out = tmp_path / "profile.yaml"
+    run = subprocess.run([sys.executable, "-m", "simulator", "calibrate", "--from", str(folder), "--out", str(out)],
+                         capture_output=True, text=True)
+    assert run.returncode == 2 and "Traceback" not in run.stderr and not out.exists()
+    assert f"{file}.csv: missing column '{column}'" in run.stderr and len(run.stderr.strip().splitlines()) == 1
+
+
+def test_a_gemm_file_without_kind_is_refused_only_where_rows_are_batched(tmp_path):
+    """Without ``kind``, rows of batch 1 are GEMMs (files of older harness versions); a batched row could be a bmm or
+    attention row, which was fitted as a GEMM: refused, naming the column."""
+    folder = synthetic_microbench(tmp_path / "m")
+    gemm = folder / "microbench" / "gemm.csv"
+    _drop_column(gemm, "kind")
+    read_microbench(folder)  # every synthetic row has batch 1
+    rows = list(csv.DictReader(gemm.open()))
+    rows[0]["batch"] = "16"
+    with gemm.open("w", newline="") as fh:
+        writer = csv.DictWriter(fh, list(rows[0]))
+        writer.writeheader()
+        writer.writerows(rows)
+    with pytest.raises(ConfigError, match="missing column 'kind'"):
+        read_microbench(folder)
+
+
 def test_speed_probe_travels_from_the_files_to_the_profile_and_the_run_rows(tmp_path, capsys):
     """The profile records the probe; validate-runs reports each run's probe over the
     calibration's; the raw prediction is the same with or without it, and the prediction at

@@ -114,10 +114,35 @@ def fit_alpha_beta(bytes_: list[float] | np.ndarray, times_s: list[float] | np.n
 
 
 # --------------------------------------------------------------------------- reading
-def _read_csv(path: Path) -> list[dict[str, Any]]:
+# The columns of each microbenchmark file without which a fit cannot run: found by dropping each column of a
+# harness folder in turn and calibrating (thirteenth session); before, each raised a KeyError traceback. Columns a
+# fit reads with a default (files of older harness versions: gemm ``layout``, collectives ``context``, skew
+# ``method``, ...) stay optional; gemm.csv's ``kind`` is required where a row has batch > 1 (a bmm or attention row,
+# which without it was fitted as a GEMM: 12 points where the file had 9).
+REQUIRED_COLUMNS: dict[str, tuple[str, ...]] = {
+    "gemm": ("precision", "batch", "m", "n", "k", "median_s"),
+    "memory": ("kernel", "elements", "bytes", "median_s"),
+    "collectives": ("collective", "size_bytes", "bus_bytes", "median_s"),
+    "overlap": (),
+    "skew": ("segment_mean_s",),
+    "dispatch": ("micro_batch_size", "model"),
+    "loss": (),
+    "fsdp": ("world_size", "block_params"),
+}
+
+
+def _read_csv(path: Path, required: tuple[str, ...] = ()) -> list[dict[str, Any]]:
+    """The rows of a CSV as numbers where they parse; a ConfigError naming the file and the columns of
+    ``required`` its header lacks (bad input: one line, exit 2, before any fit)."""
     rows = []
     with path.open(newline="") as fh:
-        for row in csv.DictReader(fh):
+        reader = csv.DictReader(fh)
+        missing = [c for c in required if c not in (reader.fieldnames or ())]
+        if missing:
+            raise ConfigError("--from", f"{path}: missing column{'s' if len(missing) > 1 else ''} "
+                                        f"{', '.join(repr(c) for c in missing)} (calibrate reads "
+                                        f"{', '.join(required)}; rerun `python -m validation.harness --out DIR`)")
+        for row in reader:
             rows.append({k: _num(v) for k, v in row.items()})
     return rows
 
@@ -149,7 +174,11 @@ def read_microbench(folder: str | Path) -> dict[str, Any]:
     for name in ("gemm", "memory", "collectives", "overlap", "skew", "dispatch", "loss", "fsdp"):
         path = micro / f"{name}.csv"
         if path.is_file():
-            data[name] = _read_csv(path)
+            data[name] = _read_csv(path, REQUIRED_COLUMNS[name])
+            if name == "gemm" and data[name] and "kind" not in data[name][0] \
+                    and any(r.get("batch") not in (1, None) for r in data[name]):
+                raise ConfigError("--from", f"{path}: missing column 'kind' (rows with batch > 1 are bmm or attention "
+                                            "rows, not GEMMs; rerun `python -m validation.harness --out DIR`)")
         elif name in meta:
             data[name] = meta[name]
         elif name in ("overlap", "skew", "dispatch", "loss", "fsdp"):  # optional: files from harness versions without these
