@@ -52,7 +52,7 @@ from workloads.layer_graph import LayerGraph
 from workloads.layer_kinds import layer_kind_keys as transformer_kind_keys
 from workloads.schema import TransformerSpec
 
-# This module's names: the byte counts and comm_category live in plan_costs.py, kernel_info in plan_tasks.py.
+# This module's names: the byte counts and comm_category live in plan_costs.py, kernel_info in actor_tasks.py.
 __all__ = ["OPTIMIZER_BYTES_PER_PARAM", "WEIGHT_BYTES", "Planner", "comm_category", "kernel_info", "layer_kind_keys"]
 
 
