@@ -143,11 +143,18 @@ class PlanModel:
 
     # -- memory over time ------------------------------------------------------------------
 
-    def stage_memory(self, stage: int) -> MemoryBreakdown:
-        hit = self._memory_cache.get(("stage", stage))
+    def _memory_count(self, name: str, count, arg: int):
+        """``count(scenario, arg)``, one of simulator/memory/analytic.py's counts, cached per (``name``, ``arg``)
+        (asked per pass and per stage while building; kinds that override :meth:`stage_memory` share the cache)."""
+        key = (name, arg)
+        hit = self._memory_cache.get(key)
         if hit is None:
-            hit = self._memory_cache[("stage", stage)] = rank_memory(self.sc, stage)
+            hit = self._memory_cache[key] = count(self.sc, arg)
         return hit
+
+    def stage_memory(self, stage: int) -> MemoryBreakdown:
+        """The analytic memory of a rank of ``stage`` (:func:`simulator.memory.analytic.rank_memory`)."""
+        return self._memory_count("stage", rank_memory, stage)
 
     def base_memory_bytes(self, stage: int) -> float:
         """Held from the start (the steady state of training): weights, optimizer state and the
@@ -157,17 +164,11 @@ class PlanModel:
 
     def activation_bytes(self, global_chunk: int) -> float:
         """Saved by one micro-batch's forward of the chunk until its backward (analytic accounting)."""
-        hit = self._memory_cache.get(("act", global_chunk))
-        if hit is None:
-            hit = self._memory_cache[("act", global_chunk)] = chunk_activation_bytes(self.sc, global_chunk)
-        return hit
+        return self._memory_count("act", chunk_activation_bytes, global_chunk)
 
     def working_bytes(self, stage: int) -> float:
         """Recompute working set alive during a backward pass of the stage (0 without recompute)."""
-        hit = self._memory_cache.get(("working", stage))
-        if hit is None:
-            hit = self._memory_cache[("working", stage)] = recompute_working_bytes(self.sc, stage)
-        return hit
+        return self._memory_count("working", recompute_working_bytes, stage)
 
     def largest_module_gradient_bytes(self, stage: int) -> float:
         """Gradient bytes of the stage's largest module (a layer, the embedding or the head), as the
