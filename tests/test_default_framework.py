@@ -17,6 +17,8 @@ import yaml
 
 from simulator.cost.default_framework import (
     FrameworkSummary,
+    _rows_of,
+    framework_text,
     load,
     part_block,
     summaries,
@@ -63,13 +65,23 @@ def test_warning_without_a_framework_with_the_shipped_heldout_figures():
     warning = " ".join(line.strip() for line in lines)
     expected = {s.framework: s for s in summaries(load(), "h100-sxm-80g", "llm", "16-bit")}
     assert {"torchtitan", "llm-foundry"} <= set(expected)
-    for summary in expected.values():  # every framework's figure, as the shipped rows give it, one line each
-        assert f"          {summary.text()}" in lines
+    from hardware_specs.catalog import ACCELERATORS
+    from workloads.catalog import resolve_model
+
+    block = part_block(ACCELERATORS.get("h100-sxm-80g"), resolve_model("llama3-8b"), "bf16", load())
+    for summary in expected.values():  # every framework's figures, as the shipped rows give them, two lines at most
+        said = framework_text(summary, _rows_of(block, summary.framework, load()))
+        assert said in warning and said.startswith(f"{summary.framework} (") and "held-out row" in said
     assert expected["torchtitan"].median_error > 0.2  # the gap the audit found: much too optimistic, now said
     assert "- 16-bit decoder-transformer runs on h100-sxm-80g:" in warning
-    assert "Name the run's framework for its fitted factors (training.framework: " in warning
+    # under the table, whose framework line says what the default is: said once, the WARNING adds the names
+    assert "priced as megatron-core, as the framework line says; name the run's framework for its fitted factors " \
+           "(training.framework: " in warning
+    assert text.count("Transformer Engine reaches") == 1  # the framework line's words, not the WARNING's too
     # readable: no line of it wider than the table (it was one line of 900-2,100 characters before session 11)
-    assert sum(line.startswith(" " * 10) for line in lines) == len(expected) and max(map(len, lines)) <= 110
+    starts = [line for line in lines if line.startswith(" " * 10) and line[10] != " "]
+    assert len(starts) == len(expected) and max(map(len, lines)) <= 110
+    assert sum(line.startswith(" " * 10) for line in lines) <= 2 * len(expected)
     assert "ASSUMED (not measured): framework_factors" in text
 
 
@@ -201,8 +213,13 @@ def test_a_measured_profile_is_not_called_a_network_without_convolution(tmp_path
     assert block["family_note"].endswith("a measured profile names no kernels")
     warning = next(w for w in doc["warnings"] if w.startswith(PREFIX))
     assert "has no convolution" not in warning
-    assert "dle-tf1-xla (no shipped training.framework profile)" in warning
-    assert "dle-pytorch n=" not in warning or "dle-pytorch (no shipped" not in warning
+    joined = " ".join(line.strip() for line in warning.split("\n"))
+    assert ("dle-tf1-xla (NVIDIA DeepLearningExamples' CNN throughput, TensorFlow 1 XLA, no shipped "
+            "training.framework profile)") in joined
+    from hardware_specs.framework import framework_names
+
+    unnamed = [s["framework"] for s in block["by_framework"] if s["framework"] not in framework_names()]
+    assert joined.count("no shipped training.framework profile") == len(unnamed) >= 1
 
 
 def test_a_profile_whose_layers_give_kernels_is_judged_by_them(tmp_path):

@@ -628,8 +628,24 @@ def render_table(result: SimulationResult) -> str:
     from simulator.report.messages import message_lines
 
     lines = [piece for line in lines for piece in wrap_table_line(line)]
-    lines += message_lines(result.extra.get("warnings", ()), result.extra.get("notes", ()))
+    lines += message_lines(_warnings_under_table(result, framework_line_shown=bool(_framework_lines(
+        result.run or {}, result.extra.get("framework_profile"), result.extra.get("node_groups")))),
+        result.extra.get("notes", ()))
     return "\n".join(lines)
+
+
+def _warnings_under_table(result: SimulationResult, framework_line_shown: bool) -> list[str]:
+    """The run's WARNINGs as the table prints them: the no-framework WARNING without what the table's
+    ``framework`` line already says (:func:`simulator.cost.default_framework.default_framework_warning`);
+    ``--json`` keeps the whole text."""
+    warnings = list(result.extra.get("warnings", ()))
+    block = result.extra.get("default_framework")
+    if not (block and framework_line_shown):
+        return warnings
+    from simulator.cost.default_framework import default_framework_warning
+
+    whole = default_framework_warning(block)
+    return [default_framework_warning(block, framework_line_shown=True) if w == whole else w for w in warnings]
 
 
 #: Widest line of ``clustersim simulate``'s table (the no-framework WARNING's lines are at most 102 wide).
