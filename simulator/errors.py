@@ -43,35 +43,133 @@ def from_pydantic(exc, prefix: str = "", drop_tags: bool = False, schema=None,
     the reason lists every other bad field of the input too (one line, so a file is fixed in one go).
     ``drop_tags``: the error came from a tagged union, whose tag pydantic puts first in the path.
     ``schema``: the model validated; an unknown key's reason then lists the keys known at that level.
-    ``hints``: unknown key (dotted path) -> where that setting lives instead."""
-    problems = []
-    for err in exc.errors():
-        parts = list(err.get("loc", ()))[1 if drop_tags else 0:]
+    ``hints``: unknown key (dotted path) -> where that setting lives instead.
+
+    A field whose type is a union (``cluster.node: str | dict``, ``parallelism.dp: int | "auto"``) fails once per
+    member, and pydantic puts each member's tag in the path (``cluster.node.str``, ``cluster.node.dict[str,any]``):
+    the tags are taken out (:func:`union_tag`), and the members' errors become one, ``expected a node name or a
+    mapping of node fields, got 5`` (:func:`_accepted`); where the value had a member's shape and failed inside it
+    (a mapping with a bad field), that inner error is the one said."""
+    problems: list[tuple[str, str]] = []
+    unions: dict[tuple, int] = {}   # a union field's path -> its problem's index
+    errors = [_untagged(err, drop_tags) for err in exc.errors()]
+    inside = {e["union"] for e in errors if e["union"] is not None and e["depth"] > 0}
+    for e in errors:
+        err, parts = e["err"], e["parts"]
         loc = ".".join(str(p) for p in parts if p != "__root__")
         field = ".".join(p for p in (prefix, loc) if p)
-        msg = err.get("msg", "invalid value")
-        if err.get("type") == "extra_forbidden":
-            msg = "unknown key"
-            known = _known_keys(schema, parts[:-1]) if schema is not None else None
-            if hints and loc in hints:
-                msg += f": {hints[loc]}"
-            elif known and parts:
-                msg += did_you_mean(str(parts[-1]), known)
-            if known:
-                msg += f" (known here: {', '.join(known)})"
-        elif err.get("type") == "missing":
-            msg = "required field is missing"
-        elif err.get("type") == "model_type":  # "a valid dictionary or instance of TrainingSpec": a class name
-            msg = (f"expected a mapping of its fields ({loc or 'section'}: {{key: value, ...}}, or --set "
-                   f"{loc or 'section'}.key=value), got {err.get('input')!r}")
-        elif err.get("type") in ("float_parsing", "int_parsing") and isinstance(err.get("input"), str):
-            msg += unit_hint(err["input"], str(parts[-1]) if parts else "", err.get("type") == "int_parsing")
-        problems.append((field or prefix or "input", msg))
+        if e["union"] is not None and e["depth"] == 0:   # a member the value did not have the shape of
+            if e["union"] in inside:
+                continue                                 # another member's inner error says what is wrong
+            if e["union"] in unions:
+                merged = problems[unions[e["union"]]]
+                problems[unions[e["union"]]] = (merged[0], merged[1] + [(e["tag"], err)])
+                continue
+            unions[e["union"]] = len(problems)
+            problems.append((field or prefix or "input", [(e["tag"], err)]))
+            continue
+        problems.append((field or prefix or "input", _reason(err, parts, loc, schema, hints)))
+    problems = [(f, m if isinstance(m, str) else _accepted(f, m)) for f, m in problems]
     field, reason = problems[0]
     others = [f"{f}: {m}" for f, m in problems[1:]]
     if others:
         reason += f" (and {len(others)} more: " + "; ".join(others) + ")"
     return ConfigError(field, reason)
+
+
+def _reason(err: dict, parts: list, loc: str, schema, hints: dict[str, str] | None) -> str:
+    """One pydantic error's reason in the project's words (``parts``/``loc``: its path, union tags taken out)."""
+    msg = err.get("msg", "invalid value")
+    if err.get("type") == "extra_forbidden":
+        msg = "unknown key"
+        known = _known_keys(schema, parts[:-1]) if schema is not None else None
+        if hints and loc in hints:
+            msg += f": {hints[loc]}"
+        elif known and parts:
+            msg += did_you_mean(str(parts[-1]), known)
+        if known:
+            msg += f" (known here: {', '.join(known)})"
+    elif err.get("type") == "missing":
+        msg = "required field is missing"
+    elif err.get("type") == "model_type":  # "a valid dictionary or instance of TrainingSpec": a class name
+        msg = (f"expected a mapping of its fields ({loc or 'section'}: {{key: value, ...}}, or --set "
+               f"{loc or 'section'}.key=value), got {err.get('input')!r}")
+    elif err.get("type") in ("float_parsing", "int_parsing") and isinstance(err.get("input"), str):
+        msg += unit_hint(err["input"], str(parts[-1]) if parts else "", err.get("type") == "int_parsing")
+    return msg
+
+
+#: Union members' tags with no brackets, as pydantic-core names them in an error's path.
+_PLAIN_TAGS = frozenset({"str", "int", "float", "bool", "none", "bytes", "any", "list", "dict", "set", "tuple",
+                         "decimal", "date", "datetime", "time", "timedelta", "uuid", "url", "callable"})
+
+
+def union_tag(part: object) -> bool:
+    """Whether a part of a pydantic error's path is a union member's tag, not a field, key or index: a type name
+    (``str``, ``int``), a bracketed schema (``dict[str,any]``, ``literal['auto']``, ``function-after[f(), int]``,
+    ``list[int]``) or a pydantic model's class name (``NodeSpec``: the member a mapping was tried as)."""
+    import re
+
+    if not isinstance(part, str):
+        return False
+    if part in _PLAIN_TAGS or re.fullmatch(r"[a-z][a-z-]*\[.*\]", part):
+        return True
+    return part.isidentifier() and part in _model_names()
+
+
+def _model_names() -> set[str]:
+    from pydantic import BaseModel
+
+    names, todo = set(), [BaseModel]
+    while todo:
+        for cls in todo.pop().__subclasses__():
+            names.add(cls.__name__)
+            todo.append(cls)
+    return names
+
+
+def _untagged(err: dict, drop_tags: bool) -> dict:
+    """An error's path without union tags: ``union`` is the path up to its first tag (None: no union),
+    ``tag`` that tag and ``depth`` how many parts follow it (0: the value did not have the member's shape)."""
+    raw = list(err.get("loc", ()))[1 if drop_tags else 0:]
+    first = next((i for i, p in enumerate(raw) if union_tag(p)), None)
+    parts = [p for p in raw if not union_tag(p)]
+    if first is None:
+        return {"err": err, "parts": parts, "union": None, "tag": None, "depth": 0}
+    union = tuple(raw[:first])
+    return {"err": err, "parts": parts, "union": union, "tag": raw[first],
+            "depth": len([p for p in raw[first + 1:] if not union_tag(p)])}
+
+
+#: A union field's accepted values in words, by the field's name: a catalog name or the entry spelt out.
+ACCEPTED = {"node": "a node name (clustersim specs list --kind node) or a mapping of node fields",
+            "fabric": "a fabric name (clustersim specs list --kind fabric) or a mapping of fabric fields",
+            "model": "a model name (clustersim specs list --kind model) or a mapping of model fields"}
+
+
+def _tag_words(tag: str) -> str:
+    """A union member's tag in words: ``int`` -> an integer, ``literal['auto']`` -> 'auto'."""
+    import re
+
+    if (inner := re.fullmatch(r"function-\w+\[[^,\]]*, (.*)\]", tag)) is not None:
+        return _tag_words(inner.group(1))   # a validator around a type: the type
+    if (literal := re.fullmatch(r"literal\[(.*)\]", tag)) is not None:
+        return literal.group(1).replace(",", " or ")
+    head = re.split(r"[\[-]", tag, maxsplit=1)[0]
+    words = {"str": "a string", "int": "an integer", "float": "a number", "bool": "true or false", "none": "null",
+             "list": "a list", "tuple": "a list", "set": "a list", "dict": "a mapping"}
+    return words.get(head) or ("a mapping of its fields" if tag in _model_names() else f"a {tag}")
+
+
+def _accepted(field: str, members: list[tuple[str, dict]]) -> str:
+    """One reason for a union field whose every member refused the value: what it accepts (:data:`ACCEPTED`
+    by the field's name, else each member in words) and what it got; a number with a unit says what to write."""
+    words = ACCEPTED.get(field.rsplit(".", 1)[-1]) or " or ".join(dict.fromkeys(_tag_words(t) for t, _ in members))
+    value = members[0][1].get("input")
+    hint = next((unit_hint(e["input"], field.rsplit(".", 1)[-1], e.get("type") == "int_parsing")
+                 for _, e in members if e.get("type") in ("float_parsing", "int_parsing")
+                 and isinstance(e.get("input"), str)), "")
+    return f"expected {words}, got {value!r}{hint}"
 
 
 #: A field name's unit suffix -> the unit its number is in (the project's rule: units in field names).
