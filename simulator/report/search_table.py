@@ -73,6 +73,15 @@ def _fmt(value: Any, spec: str) -> str:
     return format(value, spec)
 
 
+def _time_cell(value: Any) -> str:
+    """A breakdown cell: three decimals, and a time too small for them in two significant figures (``0.00033``,
+    ``4.1e-05``; 7 characters at most), not ``0.000``: a 1 s step's 0.33 ms gradient all-reduce read as no time
+    at all where a row shown took a second or more (the columns are then in seconds). An exact 0 stays ``0.000``."""
+    if value is None or (isinstance(value, float) and not math.isfinite(value)) or not 0 < abs(value) < 0.0005:
+        return _fmt(value, ".3f")
+    return format(value, ".2g")
+
+
 SEARCH_COLUMNS = ("rank", "evaluated_by", "engine_step_time_s", "fast_step_time_s", "fast_path_lower_bound_s",
                   "step_time_lower_bound_s")
 """The columns a search's CSV puts before a sweep row's (:func:`write_csv`)."""
@@ -183,7 +192,7 @@ def render_table(rows: list[dict[str, Any]], top: int = 10, read: frozenset[str]
             f"{_fmt(row.get('mfu') and 100 * row['mfu'], '.1f'):>5}% {_fmt(_engine_s(row), '.3f'):>8} "
             f"{_fmt(row.get('fast_step_time_s'), '.3f'):>8} "
             f"{_fmt(row.get('peak_memory_gib'), '.1f'):>8} "
-            + " ".join(f"{_fmt(None if b.get(k) is None else scale * b[k], '.3f'):>{w}}" for k, w in
+            + " ".join(f"{_time_cell(None if b.get(k) is None else scale * b[k]):>{w}}" for k, w in
                        (("compute", 8), ("tp_comm", 7), ("ep_comm", 7), ("dp_comm", 7), ("pp_comm", 7), ("pipeline_bubble", 7)))
             + (f" {p.get('global_batch_size', '-'):>6} {_fmt(row.get('time_to_target_s'), ',.0f'):>10}" if with_target
                else "")
