@@ -168,11 +168,11 @@ def test_the_fold_checks_where_more_micro_batches_first_differ(scenario):
     where it is the last micro-batch's) is no later than where the plan with q more micro-batches
     first differs on every compute stream, and every task before it is the same; the last
     micro-batch's backward is built apart (interleaved, overlapped reduction: split per layer)."""
-    from simulator.strategies.spmd.fold import _MORE, _divergence, _plan
+    from simulator.strategies.spmd.fold import _divergence, _more, _plan
 
     for points in engine_fold_points(scenario):
         q = points[1] - points[0]
-        ran = points[1] + _MORE * q
+        ran = points[1] + _more(q) * q
         plan, more = _plan(scenario, ran, None), _plan(scenario, ran + q, None)
         for actor, tasks in plan.compute_tasks.items():
             longer = more.compute_tasks[actor]

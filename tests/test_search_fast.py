@@ -67,7 +67,7 @@ def test_fast_path_beside_the_engine_walks_its_plans():
     from simulator.scenario import load_scenario
     from simulator.simulate import simulate
     from simulator.strategies.spmd.fast import fast_beside_engine, fast_step
-    from simulator.strategies.spmd.fold import engine_fold_points
+    from simulator.strategies.spmd.fold import _more, engine_fold_points
 
     base = ["model=gpt-1.7b", "training.seq_length=1024", "cluster.num_gpus=16", "parallelism.tp=2",
             "parallelism.pp=4", "parallelism.global_batch_size=128", "parallelism.micro_batch_size=1"]
@@ -78,9 +78,10 @@ def test_fast_path_beside_the_engine_walks_its_plans():
         result, estimate = fast_beside_engine(scenario)
         assert result.to_dict() == alone
         assert ("engine_fold" in alone) == folded
-        if folded:  # the pair whose run (two periods past its second point) the engine folded
+        if folded:  # the pair whose run (one or two periods past its second point: fold._more) the engine folded
             (ran,) = alone["engine_fold"]["micro_batches_evaluated"]
-            engine_points = next(p for p in engine_fold_points(scenario) if 3 * p[1] - 2 * p[0] == ran)
+            engine_points = next(p for p in engine_fold_points(scenario)
+                                 if p[1] + _more(p[1] - p[0]) * (p[1] - p[0]) == ran)
         else:
             engine_points = (scenario.parallelism.num_micro_batches,)
         assert estimate.micro_batches_evaluated == engine_points

@@ -135,7 +135,8 @@ class Task:
     shares: str | None = None
     priority: int = 0
     interferes: float = 0.0
-    run_spans: list[tuple[float, float]] = field(default_factory=list)  # on a shared executor: when it progressed
+    # on a shared executor: when it progressed (a list once it has; () until then: no list per task)
+    run_spans: list[tuple[float, float]] | tuple[()] = ()
     # Counters (see the module docstring): added to (actor, counter) at start, taken from it at end.
     alloc_bytes: float = 0.0
     free_bytes: float = 0.0
@@ -143,7 +144,11 @@ class Task:
     start_s: float = float("nan")
     end_s: float = float("nan")
     ready_s: float = float("nan")
-    done: _Event | None = None  # the engine's event: processed once the task's end is known to dependents
+    done: _Event | Task | None = None  # the engine's event: processed once the task's end is known to dependents
+    # The engine's event fields on the task itself (Engine.run sets ``done`` to the task: no event object per
+    # task, ~18k a Megatron-1T fold run; the simpy engine keeps its own events in ``done``).
+    callbacks: list | None = field(default=None, init=False, repr=False)
+    triggered: bool = field(default=False, init=False, repr=False)
 
 
 @contextmanager
@@ -187,7 +192,7 @@ class _Stop(Exception):
     """Raised by the loop's stop entry (``run(until_done=...)``)."""
 
 
-_TRIGGERED, _END = attrgetter("done.triggered"), attrgetter("end_s")
+_TRIGGERED, _END = attrgetter("triggered"), attrgetter("end_s")  # a run's tasks are their own events
 
 _URGENT = 0  # SimPy's priorities: a process starts before the normal events (_NORMAL = 1) of its instant
 
@@ -218,7 +223,14 @@ class _Stream:
         now = engine.now
         task.end_s = now + propagation
         if task.free_bytes:
-            engine._count((task.actor, task.counter), -task.free_bytes)
+            if engine._keep_series:
+                engine._count((task.actor, task.counter), -task.free_bytes)
+            else:  # Engine._count without the series, inlined (the same sum and peak)
+                key = (task.actor, task.counter)
+                counters = engine.counters
+                value = counters[key] = counters.get(key, 0.0) + -task.free_bytes
+                if value > engine.counter_peaks.get(key, -math.inf):
+                    engine.counter_peaks[key] = value
         done = task.done
         if propagation > 0:
             heappush(engine._queue, (now + propagation, _NORMAL, next(engine._sequence), engine.succeed, done))
@@ -247,7 +259,18 @@ class _Stream:
     def after_wait(self, _event) -> None:
         task = self.tasks[self.i]
         engine = self.engine
-        engine._end(task)  # Engine._finish, inlined
+        # Engine._end, inlined (once per transfer)
+        propagation = task.propagation_s
+        now = engine.now
+        task.end_s = now + propagation
+        if task.free_bytes:
+            engine._count((task.actor, task.counter), -task.free_bytes)
+        done = task.done
+        if propagation > 0:
+            heappush(engine._queue, (now + propagation, _NORMAL, next(engine._sequence), engine.succeed, done))
+        else:
+            done.triggered = True
+            engine._now_queue.append((next(engine._sequence), _fire, done))
         self.i += 1
         engine._go(self)
 
@@ -377,7 +400,9 @@ class Engine:
             self._count(key, value)
         for tasks in streams.values():
             for task in tasks:
-                task.done = _Event()
+                task.callbacks = []  # the task is its own done event (_Event's two fields)
+                task.triggered = False
+                task.done = task
         runs = [_Stream(self, tasks) for tasks in streams.values()]
         required = [t for tasks in streams.values() for t in tasks] if until_done is None else until_done
         try:
@@ -391,8 +416,10 @@ class Engine:
         finally:
             for run in runs:  # each refers to its stream: left, they would keep the plan for the collector
                 run.on_deps = run.on_compute = run.on_wait = None
+                for task in run.tasks:  # a task that is its own event is a cycle: left, the same
+                    task.done = None
         if not all(map(_TRIGGERED, required)):
-            unfinished = [t for t in required if not t.done.triggered]
+            unfinished = [t for t in required if not t.triggered]
             first = unfinished[0]
             raise RuntimeError(f"deadlock: {len(unfinished)} tasks never ran, first {first.actor}/{first.name}")
         return max(map(_END, required), default=0.0)
@@ -455,13 +482,30 @@ class Engine:
                             _AllOf(self, pending, run.on_deps)
                         return
             if task.demands is not None or (task.rendezvous is not None and task.rendezvous_size > 1):
+                if (task.rendezvous is None or task.rendezvous_size <= 1) and not (
+                        task.comm_slowdown_while_computing > 0 or task.contends):
+                    # _begin's common case, inlined (a transfer nothing slows and nothing else waits for)
+                    now = self.now
+                    task.ready_s = now
+                    task.start_s = now
+                    if task.alloc_bytes:
+                        self._count((task.actor, task.counter), task.alloc_bytes)
+                    self.network.transfer_then(task.demands, task.latency_s, run.on_wait)
+                    return
                 self._begin(run, task)
                 return
             now = self.now
             task.ready_s = now
             task.start_s = now
             if task.alloc_bytes:
-                self._count((task.actor, task.counter), task.alloc_bytes)
+                if self._keep_series:
+                    self._count((task.actor, task.counter), task.alloc_bytes)
+                else:  # _count without the series, inlined (the same sum and peak)
+                    key = (task.actor, task.counter)
+                    counters = self.counters
+                    value = counters[key] = counters.get(key, 0.0) + task.alloc_bytes
+                    if value > self.counter_peaks.get(key, -math.inf):
+                        self.counter_peaks[key] = value
             duration = task.duration_s
             if duration > 0:
                 if task.slows_comm:
@@ -637,7 +681,9 @@ class Engine:
             yield self._any_of([finish, *changes])
             now = self.now
             if key is not None and now > began:  # when it ran on the shared executor (for the timeline)
-                if task.run_spans and task.run_spans[-1][1] == began:
+                if not task.run_spans:
+                    task.run_spans = [(began, now)]
+                elif task.run_spans[-1][1] == began:
                     task.run_spans[-1] = (task.run_spans[-1][0], now)
                 else:
                     task.run_spans.append((began, now))

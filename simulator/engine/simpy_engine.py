@@ -221,7 +221,9 @@ class SimPyEngine:
             finish = env.timeout(remaining / rate)
             yield simpy.AnyOf(env, [finish, *changes])
             if key is not None and env.now > began:  # when it ran on the shared executor (for the timeline)
-                if task.run_spans and task.run_spans[-1][1] == began:
+                if not task.run_spans:
+                    task.run_spans = [(began, env.now)]
+                elif task.run_spans[-1][1] == began:
                     task.run_spans[-1] = (task.run_spans[-1][0], env.now)
                 else:
                     task.run_spans.append((began, env.now))

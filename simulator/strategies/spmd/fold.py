@@ -6,7 +6,8 @@ work for every micro-batch once the pipeline is full, and the engine is determin
 time-invariant. :func:`engine_fold_points` picks a period q (one micro-batch, then p, for 1F1B; p for
 the interleaved schedule) and points m_b = m_a + q, m_c = m_a + 2q past the fill (m_a ≡ m mod q: every
 stage's micro-batches in flight, so its memory peak, at their steady count). The engine (unchanged,
-the reference) runs once, on the plan at r = m_c + 2q micro-batches, and the run folds only where it
+the reference) runs once, on the plan at r = m_c + q micro-batches for q = 1, m_c + 2q for a longer
+period (the fewest with enough clean periods for the check, ``_more``), and the run folds only where it
 shows one period repeating exactly around the point t* where a plan with q more micro-batches would
 first do something else:
 
@@ -45,7 +46,7 @@ interference (increments that wander without a period) fail the window and run u
 2026-12-06 the engine ran the plans at m_b and m_c and checked that the second was the first with a
 period inserted; one run of r = m_c + 2q micro-batches costs about half of that (Megatron-1T, pp 64:
 69 micro-batches against 66 + 67), and its figures differ from the two-run extrapolation by round-off
-(examples: at most 2e-13 relative). Folded and unrolled agree to 1e-9 relative (tests/test_engine_fold.py:
+(examples: at most 2e-13 relative); since 2026-12-06 (trim24) q = 1 runs m_c + q (Megatron-1T: 68). Folded and unrolled agree to 1e-9 relative (tests/test_engine_fold.py:
 toy and real layouts, 1F1B and interleaved, shared links, sync jitter, full and symmetric mode).
 
 Not folded: several steps, traces (``detail``), stragglers (per-device draws), GPipe (its memory
@@ -71,9 +72,13 @@ from simulator.strategies.spmd.fast import _with_micro_batches
 AFFINE_RTOL = 1e-9
 # The checked window: the last _BACK periods before t* (one-run check, module docstring).
 _BACK = 2.75
-# The run: this many periods past the second point (stage 0 of a 1F1B pipeline then has over _BACK + 1
-# periods of the alternation past its first backward, which allocates the gradients).
-_MORE = 2
+# The run: periods past the second point, the fewest with which stage 0 of a 1F1B pipeline has over _BACK + 1
+# clean periods of the alternation past its first backward (which allocates the gradients): one past it
+# leaves 3 + 1/q (fold24, 2026-12-06), enough for q = 1 alone; two leave 4 + 1/q. No run shorter than
+# that folds (Megatron-1T, q = 1: 68 folds, 67 is refused by the check).
+def _more(q: int) -> int:
+    return 1 if q == 1 else 2
+
 # Fold only where the points tried (m_b + m_c each, as when the engine ran both; it now runs m_c + 2q)
 # cost at most this share of the unrolled plan's micro-batches.
 MAX_WORK_SHARE = 0.5
@@ -363,7 +368,7 @@ def _folded(scenario: Scenario, points: tuple[int, int], mode: str | None, obser
     from simulator.simulate import least_waiting_stage, pipeline_bubble_s, time_breakdown
 
     q = points[1] - points[0]
-    ran = points[1] + _MORE * q
+    ran = points[1] + _more(q) * q
     if observe is not None:  # the search's fast path extrapolates its walks of the plans at both points
         for k in points:
             observe(k, _plan(scenario, k, mode))
