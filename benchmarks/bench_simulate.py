@@ -7,7 +7,7 @@ time measures the load, not the simulator) over repeats for:
 - DeepSeek-V3 at pp 32 (480 micro-batches), the deep pipeline that the flow network's
   unshared-port shortcut is for;
 - Megatron-1T on 3,072 A100s (tp 8, pp 64, 512 micro-batches), which the engine runs folded
-  (simulator/strategies/spmd/fold.py: one run at 69 micro-batches; two at 66 and 67 until 2026-12-06), and unrolled;
+  (simulator/strategies/spmd/fold.py: one run at 68 micro-batches; 69 before trim24, two at 66 and 67 before fold24), and unrolled;
 - the same 405B layout at dp 8, 32, 128 and 512, as ratios to dp 8, to show that symmetric mode
   does not grow with the data-parallel degree;
 - with ``--resim``, the engine's re-simulation of the default GPT-3 search's top 20 (the layouts
