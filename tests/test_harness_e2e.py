@@ -205,7 +205,8 @@ def test_predicted_ratios_meet_the_targets(predicted, tmp_path):
         pytest.skip(f"the machine was overloaded (one-minute load average {max(load_per_core):.1f} per core, above "
                     f"{OVERLOAD_PER_CORE:g}): the three loops missed the targets ({verdict.splitlines()[-1]}), "
                     "which judges the load, not the model")
-    assert _meets_targets(pooled), ("the median of three loops missed the targets\n" + verdict + "\n"
+    assert _meets_targets(pooled), ("the median of three loops missed the targets (one-minute load average per core "
+                                    f"after each loop: {', '.join(f'{x:.2f}' for x in load_per_core)})\n" + verdict + "\n"
                                     + "\n".join(f"loop {i}:\n{t}" for i, t in enumerate(tables, 1)))
 
 
