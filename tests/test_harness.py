@@ -35,6 +35,22 @@ def test_launcher_runs_a_two_process_gloo_job():
     assert all(r["threads"] == 1 for r in results)
 
 
+def test_a_second_timed_job_waits_for_the_first():
+    """Two harness jobs on one machine time their steps one after the other (the launcher's lock): while another
+    job holds the lock, a launched job cannot finish, however fast its ranks would be (a one-rank job finishes in
+    2-3 s unlocked); once it is released, it runs."""
+    import threading
+
+    results = []
+    with launcher._one_timed_job_at_a_time():
+        job = threading.Thread(target=lambda: results.extend(launcher.launch(launcher.probe_rank, 1, 2.0)))
+        job.start()
+        job.join(timeout=6.0)
+        assert job.is_alive() and not results  # waiting for the lock
+    job.join()
+    assert results[0]["sum"] == 2.0
+
+
 def test_launcher_reports_the_failing_rank():
     with pytest.raises(launcher.LaunchError, match="rank 1"):
         launcher.launch(_fail_on_rank_one, 2)
