@@ -496,7 +496,7 @@ def layout_text(par: dict[str, Any], read: frozenset[str] | None = None) -> str:
 
 
 def _folded_note(result: SimulationResult) -> str:
-    """", folded from 69 micro-batches" where the engine ran a long pipeline folded (the one count it ran; before the
+    """", folded from 68 micro-batches" where the engine ran a long pipeline folded (the one count it ran; before the
     thirteenth session two counts, "from 66 and 67")
     (simulator/strategies/spmd/fold.py; ``engine_fold`` in --json): the table said nothing of it, though a folded
     result has no memory-over-time series and no timeline."""
