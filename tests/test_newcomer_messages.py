@@ -39,6 +39,8 @@ from simulator.cost.default_framework import (
 from simulator.errors import from_pydantic, union_tag
 
 ROOT = Path(__file__).resolve().parents[1]
+from test_default_framework import _warning_lines  # noqa: E402
+
 UNNAMED = "no training.framework named: priced as megatron-core"
 
 
@@ -50,14 +52,7 @@ def _cli(*args: str) -> subprocess.CompletedProcess:
 
 def _warning(text: str) -> str:
     """The no-framework WARNING as printed under simulate's table, its lines joined."""
-    lines = text.splitlines()
-    first = next(i for i, line in enumerate(lines) if line.startswith("  WARNING: " + UNNAMED))
-    block = [lines[first]]
-    for line in lines[first + 1:]:
-        if not line.startswith("      "):
-            break
-        block.append(line)
-    return " ".join(line.strip() for line in block)
+    return " ".join(line.strip() for line in _warning_lines(text))  # test_default_framework's block reader
 
 
 # --- 1. the held-out figures in words -------------------------------------------------------------------------
