@@ -8,7 +8,8 @@
 2. :meth:`~ActorTasks.run_passes` -- the forward, backward (and zero bubble's weight-gradient) passes in
    the stage's schedule order (:meth:`~ActorTasks.forward_pass`, :meth:`~ActorTasks.backward_pass`,
    :meth:`~ActorTasks.backward_layers`, :meth:`~ActorTasks.weight_pass`), with the gradient reductions that
-   overlap them and the pipeline entry / exit of each pass (``lookup``, which ``_link_pipeline`` joins);
+   overlap them and the pipeline entry / exit of each pass (:attr:`~ActorTasks.f_entry` and the like, which
+   ``_link_pipeline`` joins);
 3. :meth:`~ActorTasks.reduce_gradients` -- the reductions after the backward (ZeRO-0/1 without overlap,
    the tied embedding's gradients across the first and last stage);
 4. :meth:`~ActorTasks.optimizer_update` -- the optimizer step (whole, or per chunk under optimizer fusion)
@@ -49,22 +50,29 @@ class ActorTasks:
     step (its first kernel and its start-of-step gathers wait for them)."""
 
     __slots__ = (
-        "planner", "par", "sc", "actor", "rank", "streams", "lookup", "after", "stage", "compute", "m_total",
+        "planner", "par", "sc", "actor", "rank", "streams", "after", "stage", "compute", "m_total",
+        "f_entry", "f_exit", "b_entry", "b_exit",
         "order", "compute_list", "prev", "dp_tasks", "zero", "dp_size", "shard", "weight_bytes", "grad_bytes",
         "layer_ends", "carry", "grads_held", "fusion", "optimizer_bytes", "fused", "deferred", "pending_forward",
         "bucket_limit", "bucket", "reduce_kind", "start_gathers", "per_layer_gathers", "reduces_every_pass",
     )
 
-    def __init__(self, planner: Planner, actor: str, rank: int, streams, lookup: dict[tuple, Task],
-                 after: tuple[Task, ...] = ()):
+    def __init__(self, planner: Planner, actor: str, rank: int, streams, after: tuple[Task, ...] = ()):
         self.planner = planner
         par = self.par = planner.par
         sc = self.sc = planner.sc
-        self.actor, self.rank, self.streams, self.lookup, self.after = actor, rank, streams, lookup, after
+        self.actor, self.rank, self.streams, self.after = actor, rank, streams, after
         self.stage = planner.layout.coords(rank).pp
         self.compute = planner.compute_of(rank)  # this rank's accelerator (its node group's on a mixed cluster)
         self.m_total = par.num_micro_batches
         self.order = planner._stage_order(rank, self.stage)
+        # Each pass's first and last task (its pipeline entry and exit), at micro-batch x virtual stages +
+        # chunk (the chunk's index on this stage): what ``_link_pipeline`` joins across stages.
+        slots = self.m_total * par.virtual_stages
+        self.f_entry: list[Task | None] = [None] * slots
+        self.f_exit: list[Task | None] = [None] * slots
+        self.b_entry: list[Task | None] = [None] * slots
+        self.b_exit: list[Task | None] = [None] * slots
         self.compute_list: list[Task] = []  # this step's tasks on the compute stream, in order
         self.prev: Task | None = None  # last task on the compute/tp chain
         self.dp_tasks: list[Task] = []  # gradient reductions and gathers on the dp stream (the update waits)
@@ -392,19 +400,24 @@ class ActorTasks:
 
     def run_passes(self) -> None:
         """Every pass of the step in the stage's schedule order (``phase``, micro-batch, chunk), each one's
-        pipeline entry and exit task recorded in ``lookup`` for ``_link_pipeline``.
+        pipeline entry and exit task recorded (:attr:`f_entry`, :attr:`f_exit`, :attr:`b_entry`, :attr:`b_exit`)
+        for ``_link_pipeline``.
 
-        The passes most plans are made of are built inline here (8,448 on a Megatron-1T fold point): a
+        The passes most plans are made of are built inline here (8,576 of 8,704 on a Megatron-1T fold point): a
         forward as one fused task (no trace detail, TP on links of its own, no per-layer gathers, no
         host-floor stall, no pending fused update) and a backward as one chain task (its recompute and its
         backward; no reduction inside the pass, no gradient accumulation kernel, not the step-in-backward
         case). Each builds the tasks, deps and bytes the general path (:meth:`forward_pass`,
         :meth:`backward_pass`) does -- per chunk (duration, segments, saved activation bytes) or (duration,
-        parts, activation bytes), found once -- with the same float operations (``0.0 + x`` where the
-        general path does ``+=``)."""
-        planner, par, actor, lookup, add = self.planner, self.par, self.actor, self.lookup, self.add
-        stage, rank, m_total, pp = self.stage, self.rank, self.m_total, par.pp
+        parts, the bytes allocated and freed), found once -- with the same float operations (``0.0 + x``
+        where the general path does ``+=``), and appends it as :meth:`add` does (inline: its chain's last
+        task, then the side tasks carried, as the task's deps; on the compute stream and list)."""
+        planner, par, actor, streams = self.planner, self.par, self.actor, self.streams
+        stage, rank, m_total, pp, v = self.stage, self.rank, self.m_total, par.pp, par.virtual_stages
         start_gathers, pending_forward, grads_held = self.start_gathers, self.pending_forward, self.grads_held
+        f_entry, f_exit, b_entry, b_exit = self.f_entry, self.f_exit, self.b_entry, self.b_exit
+        carry, compute_list = self.carry, self.compute_list
+        compute_stream = None  # fetched at the first inline pass, where add() would first touch it
         zero_bubble = par.schedule == "zb-h1"
         fast_forward: dict[int, tuple | None] | None = (
             {} if not (planner.detail or self.per_layer_gathers) and planner.tp_exclusive else None)
@@ -417,33 +430,56 @@ class ActorTasks:
         working = None  # the stage's recompute working set, asked for at its first inline backward
         for phase, mb, chunk in self.order:
             g = chunk * pp + stage
+            i = mb * v + chunk
             if phase == "F" and fast_forward is not None and not pending_forward:
                 hit = fast_forward.get(g, False)
                 if hit is False:
                     hit = fast_forward[g] = (None if planner.host_floor_stall_s(rank, "F", planner.chunk_runs(g)) > 0
                                              else (*planner._fused_pass(rank, planner._chunk_ops("F", g), "compute"),
-                                                   planner.activation_bytes(g)))
+                                                   0.0 + planner.activation_bytes(g)))
                 if hit is not None:  # run_ops' fused task, add(), the saved activations (+=, as forward_pass)
-                    entry = add(Task(f"F.mb{mb}.c{g}", actor, "compute", "compute", duration_s=hit[0],
-                                     segments=hit[1], alloc_bytes=0.0 + hit[2]))
+                    prev = self.prev
+                    deps = [] if prev is None else [prev]
+                    if carry:
+                        deps.extend(carry)
+                        carry.clear()
+                    entry = Task(f"F.mb{mb}.c{g}", actor, "compute", "compute", duration_s=hit[0],
+                                 segments=hit[1], alloc_bytes=hit[2], deps=deps)
+                    if compute_stream is None:
+                        compute_stream = streams[(actor, "compute")]
+                    compute_stream.append(entry)
+                    compute_list.append(entry)
+                    self.prev = entry
                     if mb == 0 and g in start_gathers:
-                        entry.deps.append(start_gathers[g])
-                    lookup[("F_entry", actor, mb, g)] = entry
-                    lookup[("F_exit", actor, mb, g)] = entry
+                        deps.append(start_gathers[g])
+                    f_entry[i] = f_exit[i] = entry
                     continue
             elif (phase == "B" and fast_backward is not None and grads_held and not step_in_backward
                   and not (reduces_every_pass and (zero >= 2 or mb == m_total - 1))):
                 hit = fast_backward.get(g, False)
                 if hit is False:
                     chain = planner._backward_chain_of(rank, g)
-                    hit = fast_backward[g] = None if chain is None else (*chain, planner.activation_bytes(g))
+                    if chain is None:
+                        hit = fast_backward[g] = None
+                    else:
+                        activations = planner.activation_bytes(g)
+                        if working is None:
+                            working = planner.working_bytes(stage)
+                        hit = fast_backward[g] = (*chain, 0.0 + working, 0.0 + (working + activations))
                 if hit is not None:  # _backward_chain's task, add(), backward_memory's bytes (+=, as there)
-                    if working is None:
-                        working = planner.working_bytes(stage)
-                    task = add(Task(f"B.mb{mb}.c{g}", actor, "compute", "compute", duration_s=hit[0], parts=hit[1],
-                                    alloc_bytes=0.0 + working, free_bytes=0.0 + (working + hit[2])))
-                    lookup[("B_entry", actor, mb, g)] = task
-                    lookup[("B_exit", actor, mb, g)] = task
+                    prev = self.prev
+                    deps = [] if prev is None else [prev]
+                    if carry:
+                        deps.extend(carry)
+                        carry.clear()
+                    task = Task(f"B.mb{mb}.c{g}", actor, "compute", "compute", duration_s=hit[0], parts=hit[1],
+                                alloc_bytes=hit[2], free_bytes=hit[3], deps=deps)
+                    if compute_stream is None:
+                        compute_stream = streams[(actor, "compute")]
+                    compute_stream.append(task)
+                    compute_list.append(task)
+                    self.prev = task
+                    b_entry[i] = b_exit[i] = task
                     if mb == m_total - 1:
                         self.fused_backward_update(g, mb)
                     continue
@@ -500,8 +536,8 @@ class ActorTasks:
         entry.alloc_bytes += planner.activation_bytes(g)  # saved for this chunk's backward
         if mb == 0 and g in self.start_gathers:
             entry.deps.append(self.start_gathers[g])
-        self.lookup[("F_entry", actor, mb, g)] = entry
-        self.lookup[("F_exit", actor, mb, g)] = self.prev
+        i = mb * self.par.virtual_stages + g // self.par.pp
+        self.f_entry[i], self.f_exit[i] = entry, self.prev
 
     def weight_pass(self, mb: int, g: int) -> None:
         """Zero bubble's weight-gradient pass of chunk ``g``, micro-batch ``mb``: the chunk's gradients
@@ -547,8 +583,8 @@ class ActorTasks:
                     self.prev = planner._chain_pass(compute_list, pass_start, self.streams[(actor, "compute")])
         self.accumulate_grads(g, mb, tag)
         self.backward_memory(g, compute_list[pass_start], self.prev)
-        self.lookup[("B_entry", actor, mb, g)] = compute_list[pass_start]
-        self.lookup[("B_exit", actor, mb, g)] = self.prev
+        i = mb * par.virtual_stages + g // par.pp
+        self.b_entry[i], self.b_exit[i] = compute_list[pass_start], self.prev
         self.fused_backward_update(g, mb)  # acts on the last micro-batch only
 
     def backward_layers(self, mb: int, g: int, tag: str, reduce_now: bool, overlapped_reduce: bool) -> None:

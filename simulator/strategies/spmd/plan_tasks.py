@@ -41,16 +41,16 @@ class PlanTasks:
         boundary: dict[str, tuple[Task, ...]] = {}
         for step in range(steps):
             before = {key: len(tasks) for key, tasks in streams.items()}
-            lookup: dict[tuple, Task] = {}
+            passes: dict[str, ActorTasks] = {}  # actor -> its step's passes (their pipeline entries and exits)
             self.final_step = step == steps - 1
             for actor, rank in self.actor_ranks.items():
-                tasks, boundary[actor] = self._build_actor(actor, rank, streams, lookup, boundary.get(actor, ()))
+                tasks, boundary[actor] = self._build_actor(actor, rank, streams, passes, boundary.get(actor, ()))
                 compute_tasks[actor].extend(tasks)
                 load = self.input_task(actor, rank)
                 if load is not None:  # the next step's samples, loaded beside this step: both end the step
                     streams[(actor, "input")].append(load)
                     boundary[actor] = (*boundary[actor], load)
-            self._link_pipeline(lookup)
+            self._link_pipeline(passes)
             extra_ends = self.after_step(step, streams, boundary)
             if steps > 1:
                 for key, tasks in streams.items():
@@ -111,69 +111,79 @@ class PlanTasks:
         mark_interference(effs[0], streams, efficiency_of=lambda actor: (
             self.sc.rank_accelerator(self.actor_ranks[actor]).efficiency if actor in self.actor_ranks else effs[0]))
 
-    def _build_actor(self, actor: str, rank: int, streams, lookup,
+    def _build_actor(self, actor: str, rank: int, streams, passes: dict[str, ActorTasks],
                      after: tuple[Task, ...] = ()) -> tuple[list[Task], tuple[Task, ...]]:
         """One step of ``actor``: its tasks on every stream, starting after ``after`` (the end of
-        its previous step). Returns its compute tasks and the tasks that end its step. The phases
-        are :class:`~simulator.strategies.spmd.actor_tasks.ActorTasks`' methods (actor_tasks.py)."""
-        tasks = ActorTasks(self, actor, rank, streams, lookup, after)
+        its previous step), recorded in ``passes[actor]`` for :meth:`_link_pipeline`. Returns its compute
+        tasks and the tasks that end its step. The phases are
+        :class:`~simulator.strategies.spmd.actor_tasks.ActorTasks`' methods (actor_tasks.py)."""
+        tasks = passes[actor] = ActorTasks(self, actor, rank, streams, after)
         tasks.gather_chunk_params()  # ZeRO-1/2 with overlapped gathers: each chunk's weights at the start
         tasks.run_passes()  # forward / backward / W passes in schedule order, reductions that overlap them
         tasks.reduce_gradients()  # reductions after the backward
         return tasks.compute_list, tasks.optimizer_update()
 
-    def _link_pipeline(self, lookup: dict[tuple, Task]) -> None:
-        """Add the sends between stages and the cross-stage dependencies (in the order of ``lookup``:
-        the engine runs a stream's tasks in list order and wakes waiters in the order they came)."""
+    def _link_pipeline(self, passes: dict[str, ActorTasks]) -> None:
+        """Add the sends between stages and the cross-stage dependencies: actor by actor (the order of
+        ``passes``, the build's), each actor's passes in its schedule order (the engine runs a stream's
+        tasks in list order and wakes waiters in the order they came). A pass's entry and exit are found
+        by position (``mb * virtual_stages + chunk``: :attr:`ActorTasks.f_entry`), not looked up by a key."""
         par = self.par
-        last = self.chunks - 1
-        coords = {actor: self.layout.coords(rank) for actor, rank in self.actor_ranks.items()}
-        edges: dict[tuple[str, str, int], tuple] = {}  # (kind, actor, chunk) -> how its pass hands on
-
-        def edge(kind: str, actor: str, g: int) -> tuple:
-            """(receiver actor, within the stage, send prototype or None, name prefix): the same for every
-            micro-batch of the chunk, so worked out once."""
-            forward = kind == "F_exit"
-            dst_stage = (g + 1) % par.pp if forward else (g - 1) % par.pp
-            c = coords[actor]
-            dst = self._pipeline_peer(self.layout.rank(type(c)(c.tp, c.cp, c.dp, dst_stage)), dst_stage)
-            dst_actor = self.rank_actor[dst]
-            if dst_stage == c.pp:
-                return dst_actor, True, None, None, None
-            prefix = "send_act" if forward else "send_grad"
-            payload = self._pp_payload(g if forward else g - 1)
-            proto = self.send_task(actor, dst, prefix, payload)
-            # a cached pipeline edge: every micro-batch's send is this one renamed (a wide-area route
-            # is asked for per send, as before)
-            reusable = self.wan is None and proto.propagation_s == 0.0
-            return dst_actor, False, (proto if reusable else (dst, payload)), prefix, streams[(actor, "pp")]
-
-        streams = self._streams_ref
-        for (kind, actor, mb, g), task in lookup.items():  # read only: the tasks' deps change, not the keys
-            if kind == "F_exit":
-                if g == last:
-                    lookup[("B_entry", actor, mb, g)].deps.append(task)
+        last, pp, v = self.chunks - 1, par.pp, par.virtual_stages
+        for actor, at in passes.items():
+            c = self.layout.coords(at.rank)
+            stage, f_exit, b_entry, b_exit = c.pp, at.f_exit, at.b_entry, at.b_exit
+            edges: dict[int, tuple] = {}  # chunk g's forward (g) or backward (~g) -> how its pass hands on
+            for phase, mb, chunk in at.order:
+                g = chunk * pp + stage
+                i = mb * v + chunk
+                if phase == "F":
+                    task = f_exit[i]
+                    if g == last:
+                        b_entry[i].deps.append(task)
+                        continue
+                    key, to = g, mb * v + (g + 1) // pp  # the receiver's slot: chunk g + 1 of its stage
+                elif phase != "B" or g == 0:
                     continue
-            elif kind != "B_exit" or g == 0:
-                continue
-            key = (kind, actor, g)
-            hit = edges.get(key)
-            if hit is None:
-                hit = edges[key] = edge(kind, actor, g)
-            dst_actor, local, proto, prefix, pp_stream = hit
-            receiver = ("F_entry", dst_actor, mb, g + 1) if kind == "F_exit" else ("B_entry", dst_actor, mb, g - 1)
-            if local:
-                lookup[receiver].deps.append(task)
-                continue
-            name = f"{prefix}.mb{mb}.c{g}"
-            if isinstance(proto, Task):
-                send = Task(name, actor, "pp", "pp_comm", demands=proto.demands, latency_s=proto.latency_s,
-                            deps=[task])
-            else:
-                send = self.send_task(actor, proto[0], name, proto[1])
-                send.deps.append(task)
-            pp_stream.append(send)
-            lookup[receiver].deps.append(send)
+                else:
+                    task = b_exit[i]
+                    key, to = ~g, mb * v + (g - 1) // pp
+                hit = edges.get(key)
+                if hit is None:
+                    hit = edges[key] = self._pipeline_edge(passes, actor, c, phase == "F", g)
+                entries, local, proto, prefix, pp_stream = hit
+                if local:
+                    entries[to].deps.append(task)
+                    continue
+                name = f"{prefix}.mb{mb}.c{g}"
+                if isinstance(proto, Task):
+                    send = Task(name, actor, "pp", "pp_comm", demands=proto.demands, latency_s=proto.latency_s,
+                                deps=[task])
+                else:
+                    send = self.send_task(actor, proto[0], name, proto[1])
+                    send.deps.append(task)
+                pp_stream.append(send)
+                entries[to].deps.append(send)
+
+    def _pipeline_edge(self, passes: dict[str, ActorTasks], actor: str, c, forward: bool, g: int) -> tuple:
+        """How chunk ``g``'s forward (or backward) pass of ``actor`` (at coordinates ``c``) hands on: (the
+        receiving passes' entries, whether within the stage, the send prototype or (peer, payload), the send
+        name's prefix, the actor's pp stream). The same for every micro-batch of the chunk, so worked out once
+        (:meth:`_link_pipeline`)."""
+        pp = self.par.pp
+        dst_stage = (g + 1) % pp if forward else (g - 1) % pp
+        dst = self._pipeline_peer(self.layout.rank(type(c)(c.tp, c.cp, c.dp, dst_stage)), dst_stage)
+        receiver = passes[self.rank_actor[dst]]
+        entries = receiver.f_entry if forward else receiver.b_entry
+        if dst_stage == c.pp:
+            return entries, True, None, None, None
+        prefix = "send_act" if forward else "send_grad"
+        payload = self._pp_payload(g if forward else g - 1)
+        proto = self.send_task(actor, dst, prefix, payload)
+        # a cached pipeline edge: every micro-batch's send is this one renamed (a wide-area route
+        # is asked for per send, as before)
+        reusable = self.wan is None and proto.propagation_s == 0.0
+        return entries, False, (proto if reusable else (dst, payload)), prefix, self._streams_ref[(actor, "pp")]
 
     def _pipeline_peer(self, rank: int, stage: int) -> int:
         """The simulated rank that receives a send meant for ``rank`` of ``stage``: itself, or in
