@@ -467,6 +467,129 @@ def test_speed_probe_travels_from_the_files_to_the_profile_and_the_run_rows(tmp_
     assert main(["validate-runs", "--profile", str(plain_profile), "--runs", str(runs_folder), "--probe-adjusted"]) == 2
 
 
+def test_the_runs_probe_median_says_how_the_machine_moved_and_names_the_runs_off_it():
+    """probe_drift: the median of the runs' probe ratios, their range, and the runs whose own ratio lies >10% off
+    that median (a sample right after that strategy's step reads its aftermath: step_in_backward read x1.44-2.37
+    in loops whose other runs read x0.92-1.11)."""
+    from simulator.commands.validate_runs import render_drift
+    from simulator.cost.calibration import probe_drift
+
+    rows = [{"strategy": s, "probe_slowdown": v} for s, v in
+            [("single", 1.07), ("ddp", 1.07), ("fsdp", 0.98), ("pp_gpipe", 0.99), ("pp_1f1b", 0.97), ("tp", 0.89),
+             ("step_in_backward", 1.95)]] + [{"strategy": "gpu_run", "probe_slowdown": None}]
+    drift = probe_drift(rows)
+    assert drift["runs"] == 7 and drift["median_probe_slowdown"] == pytest.approx(0.99)
+    assert (drift["min_probe_slowdown"], drift["max_probe_slowdown"]) == (0.89, 1.95)
+    assert [s for s, _ in drift["off_the_median"]] == ["tp", "step_in_backward"]
+    text = "\n".join(render_drift(drift, 0.0018))
+    assert "1.800 ms while calibrating" in text and "median x0.99" in text and "1% faster" in text
+    assert "tp x0.89, step_in_backward x1.95" in text
+    assert probe_drift([{"strategy": "single", "probe_slowdown": None}]) is None and render_drift(None, None) == []
+
+
+def _host_trace(path: Path, events: list[tuple[str, float, float]], step_us: float) -> None:
+    """A PyTorch-profiler-like Chrome trace of one step on one thread: (name, start us, duration us) cpu_ops."""
+    ev = [{"ph": "X", "cat": "user_annotation", "name": "ProfilerStep#1", "ts": 0.0, "dur": step_us, "pid": 1, "tid": 1}]
+    ev += [{"ph": "X", "cat": "cpu_op", "name": n, "ts": t, "dur": d, "pid": 1, "tid": 1} for n, t, d in events]
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text(json.dumps({"schemaVersion": 1, "traceEvents": ev}))
+
+
+def test_traced_split_sets_the_one_device_runs_gemms_and_the_rest_beside_the_prediction(tmp_path, capsys):
+    """validate-runs splits the traced step of each one-device run (no communication) into GEMMs and the rest, each
+    beside the simulated step's kernels of those classes: a GEMM ratio away from 1 is drift of the host between the
+    microbenchmarks and the runs (GEMMs are priced on rows of these shapes), the rest's shortfall the model's. Every
+    rank's trace counts (each trains its own copy); runs on two devices and runs without traces are left out."""
+    from simulator.cost.calibration import traced_split
+
+    profile = write_profile(build_profile(read_microbench(synthetic_microbench(tmp_path / "m"))), tmp_path / "p.yaml")
+    folder = _runs_doc(tmp_path / "r")
+    path = folder / "training" / "runs.json"
+    doc = json.loads(path.read_text())
+    single = next(r for r in doc["runs"] if r["strategy"] == "single")
+    single["traces"] = ["traces/single_rank0.json", "traces/single_rank1.json", "traces/missing.json"]
+    single["system_cpu_s_per_step"], single["minor_faults_per_step"] = 0.006, 3800.0
+    next(r for r in doc["runs"] if r["strategy"] == "ddp")["traces"] = ["traces/single_rank0.json"]  # two devices
+    path.write_text(json.dumps(doc))
+    # rank 0: a 1000 us GEMM, a 300 us GELU, a 10 us view in a 2000 us step (690 us between ops); rank 1: GEMM 1200
+    _host_trace(folder / "training" / "traces" / "single_rank0.json",
+                [("aten::mm", 0.0, 1000.0), ("aten::gelu", 1100.0, 300.0), ("aten::view", 1500.0, 10.0)], 2000.0)
+    _host_trace(folder / "training" / "traces" / "single_rank1.json",
+                [("aten::mm", 0.0, 1200.0), ("aten::gelu", 1300.0, 300.0), ("aten::view", 1700.0, 10.0)], 2200.0)
+    runs = read_runs(folder)
+    rows = predict_runs(runs, profile)
+    split = traced_split(runs, profile, rows)
+    assert [x["strategy"] for x in split] == ["single"] and split[0]["traces"] == 2
+    x = split[0]
+    assert x["gemm_traced_s"] == pytest.approx(1100e-6)  # the mean of the two ranks' GEMM self time
+    assert x["rest_traced_s"] == pytest.approx(1000e-6)  # GELU 300 + view 10 + 690 between ops, on both ranks
+    assert x["framework_python_traced_s"] == pytest.approx(700e-6)
+    assert x["gemm_predicted_s"] > 0 and x["rest_predicted_s"] > 0
+    step = rows[0]["predicted_step_time_s"]
+    assert x["gemm_predicted_s"] + x["rest_predicted_s"] == pytest.approx(step, rel=0.05)  # the classes cover the step
+    assert x["system_cpu_s_per_step"] == 0.006 and x["minor_faults_per_step"] == 3800.0
+    assert main(["validate-runs", "--profile", str(profile), "--runs", str(folder)]) == 0
+    out = capsys.readouterr().out
+    assert "traced steps of the runs on one device" in out and "GEMMs: traced at x" in out
+    line = next(ln for ln in out.splitlines() if ln.startswith("single ") and "ms x" in ln)
+    assert f"x{1100e-6 / x['gemm_predicted_s']:.3f}" in line and line.rstrip().endswith("6.0 ms")
+    assert main(["validate-runs", "--profile", str(profile), "--runs", str(folder), "--json"]) == 0
+    by = {r["strategy"]: r for r in json.loads(capsys.readouterr().out)}
+    assert by["single"]["traced_split"]["gemm_traced_s"] == pytest.approx(1100e-6)
+    assert "traced_split" not in by["ddp"]
+
+
+def _with_cold_dispatch(folder: Path, ratios: list[float], model: dict | None = None) -> Path:
+    """Append ``gpt_fwd_bwd_cold`` rows (one per rank) with these ``over_warm_median`` to dispatch.csv."""
+    from tests.test_eager_dispatch import TINY
+
+    path = folder / "microbench" / "dispatch.csv"
+    rows = list(csv.DictReader(path.open()))
+    extra = ["warm_hooked_median_s", "over_warm_median", "evictions", "evict_bytes"]
+    for rank, ratio in enumerate(ratios):
+        rows.append({"kernel": "gpt_fwd_bwd_cold", "precision": "fp32", "micro_batch_size": 1, "tokens": 8,
+                     "model": json.dumps(model or TINY, sort_keys=True), "median_s": 0.004, "p10_s": 0.003,
+                     "p90_s": 0.005, "reps": 15, "rank": rank, "warm_hooked_median_s": 0.002,
+                     "over_warm_median": ratio, "evictions": 79, "evict_bytes": 2097152})
+    with path.open("w", newline="") as fh:
+        writer = csv.DictWriter(fh, list(rows[0]) + extra)
+        writer.writeheader()
+        writer.writerows(rows)
+    return folder
+
+
+def test_the_cold_dispatch_rows_scale_the_dispatch_fit(tmp_path):
+    """dispatch.csv's gpt_fwd_bwd_cold rows (the dispatch row's step with the caches emptied between its ops, over
+    the same step back to back, interleaved in one process) multiply the measured step the per-kernel overhead is
+    fitted to: the median over ranks, floored at 1; rows of another model are not used; files without them fit as
+    before."""
+    from simulator.cost.calibration import _dispatch_run, _simulated_fwd_bwd_s, cold_dispatch_factor
+    from tests.test_eager_dispatch import TINY, _with_dispatch
+
+    def fitted(folder):
+        profile = build_profile(read_microbench(folder))
+        return profile, profile["node"]["accelerator"]["efficiency"]
+
+    _, warm = fitted(_with_dispatch(synthetic_microbench(tmp_path / "w"), [2.0e-3, 3.0e-3]))
+    profile, eff = fitted(_with_cold_dispatch(_with_dispatch(synthetic_microbench(tmp_path / "c"), [2.0e-3, 3.0e-3]),
+                                              [2.2, 2.6]))
+    # the step the overhead is fitted to: the warm median 2.5 ms x the ranks' median ratio 2.4 = 6 ms
+    assert _simulated_fwd_bwd_s(profile, _dispatch_run(TINY, 1), eff["kernel_launch_overhead_us"]) == pytest.approx(
+        6.0e-3, rel=1e-3)
+    assert eff["kernel_launch_overhead_us"] > 2 * warm["kernel_launch_overhead_us"]
+    assert "x2.400 (kernel=gpt_fwd_bwd_cold, 2 rank(s)" in eff["fitted_on"] and "= 6.000 ms" in eff["fitted_on"]
+    # a ratio below 1 is the row's noise: emptying the caches cannot make the ops faster
+    _, floored = fitted(_with_cold_dispatch(_with_dispatch(synthetic_microbench(tmp_path / "f"), [2.0e-3, 3.0e-3]),
+                                            [0.9, 0.95]))
+    assert floored["kernel_launch_overhead_us"] == pytest.approx(warm["kernel_launch_overhead_us"])
+    assert "floored at 1" in floored["fitted_on"]
+    # rows that timed another model say nothing of this one
+    _, other = fitted(_with_cold_dispatch(_with_dispatch(synthetic_microbench(tmp_path / "o"), [2.0e-3, 3.0e-3]),
+                                          [2.4, 2.4], model={**TINY, "hidden_size": 32}))
+    assert other["kernel_launch_overhead_us"] == pytest.approx(warm["kernel_launch_overhead_us"])
+    assert cold_dispatch_factor([{"kernel": "gpt_fwd_bwd", "over_warm_median": 3.0}]) is None
+
+
 def test_the_optimizer_gets_the_fused_adam_rows_bandwidth(tmp_path):
     folder = synthetic_microbench(tmp_path / "m", adam_slowdown=2.0)
     eff = build_profile(read_microbench(folder), source_label="microbench")["node"]["accelerator"]["efficiency"]

@@ -159,13 +159,23 @@ def test_quick_microbenchmarks_write_files_with_expected_fields(tmp_path):
     assert [r["segment_target_s"] for r in cadence] == [0.004, 0.016] and all(r["reps"] == 12 for r in cadence)
     for row in cadence:
         assert row["wait_mean_s"] >= 0 and row["wait_median_s"] >= 0 and row["size_bytes"] == 512 * 1024
-    dispatch = doc["dispatch"]  # one row per rank: the harness GPT's fwd + bwd at a tiny shape (eager dispatch)
+    # per rank: the harness GPT's fwd + bwd at a tiny shape (eager dispatch), back to back and with the caches emptied
+    # between its ops
+    dispatch = [r for r in doc["dispatch"] if r["kernel"] == "gpt_fwd_bwd"]
     assert (folder / "dispatch.csv").is_file() and sorted(r["rank"] for r in dispatch) == [0, 1]
     for row in dispatch:
         model = json.loads(row["model"])
-        assert row["kernel"] == "gpt_fwd_bwd" and model["hidden_size"] == 16 and model["num_layers"] == 4
+        assert model["hidden_size"] == 16 and model["num_layers"] == 4
         # ~140 simulated kernels (each dispatched at least as a bare add is; not compared: timed apart)
         assert 0 < row["p10_s"] <= row["median_s"] <= row["p90_s"]
+    cold = [r for r in doc["dispatch"] if r["kernel"] == "gpt_fwd_bwd_cold"]
+    assert sorted(r["rank"] for r in cold) == [0, 1] and len(doc["dispatch"]) == 4
+    for row in cold:
+        assert json.loads(row["model"]) == json.loads(dispatch[0]["model"])  # the same step
+        # 27 leaf modules' forwards and 52 parameters' gradients of the 4-layer model, 2 MiB each (4 x 128 x 1024 fp32)
+        assert row["evictions"] == 79 and row["evict_bytes"] == 2 * 1024 * 1024 and row["reps"] == 3
+        # a difference of timed calls and a ratio: load-dependent, so only its sign is asserted
+        assert row["warm_hooked_median_s"] > 0 and row["over_warm_median"] > 0
     loss = doc["loss"]  # F.cross_entropy fwd + bwd at the harness's logits shapes, each beside a log_softmax gauge
     assert (folder / "loss.csv").is_file() and len(loss) == 2 * 2 * 4  # 2 ranks x 4 micro-batches x (loss, gauge)
     for ce, gauge in zip(loss[::2], loss[1::2], strict=True):
@@ -213,6 +223,9 @@ def test_every_strategy_trains_and_agrees_on_the_loss(tmp_path):
         # single pools its two independent copies' steps; a job's step is its slowest rank's
         assert run["steps_timed"] == (4 if name == "single" else 2) and run["step_time_s"] > 0
         assert run["speed_probe"]["samples"] == 2 * 2 and run["speed_probe"]["median_s"] > 0  # 1 per step and rank
+        # getrusage of each rank's process over each timed step (Linux): CPU seconds and fault counts
+        assert run["user_cpu_s_per_step"] > 0 and run["system_cpu_s_per_step"] >= 0, name
+        assert run["minor_faults_per_step"] >= 0, name
         assert len(run["step_times_s_per_rank"]) == 2
         assert run["layout"] == layout_of(name, cfg, 2)
         assert run["model"]["hidden_size"] == 64
@@ -233,13 +246,20 @@ def test_every_strategy_trains_and_agrees_on_the_loss(tmp_path):
 def test_a_job_step_is_its_slowest_rank_and_single_pools_independent_copies():
     cfg = TrainingConfig(spec=TINY_SPEC, warmup_steps=0, steps=2)
 
-    def rec(strategy, rank, times):
+    def rec(strategy, rank, times, usage=None):
         return {"strategy": strategy, "rank": rank, "active": True, "losses": [1.0, 1.0], "step_times_s": times,
-                "trace": None, "local_params": 10, "probe_samples_s": [0.003, 0.004], "probe_shape": [512, 1024, 256]}
+                "trace": None, "local_params": 10, "probe_samples_s": [0.003, 0.004], "probe_shape": [512, 1024, 256],
+                **({"host_usage_per_step": usage} if usage is not None else {})}
 
-    per_rank = [[rec("single", 0, [0.10, 0.30]), rec("ddp", 0, [0.10, 0.30])],
-                [rec("single", 1, [0.20, 0.40]), rec("ddp", 1, [0.20, 0.25])]]
+    # (kernel-mode s, user-mode s, minor faults) per timed step of each rank
+    per_rank = [[rec("single", 0, [0.10, 0.30], [(0.004, 0.09, 3000), (0.008, 0.28, 9000)]), rec("ddp", 0, [0.10, 0.30])],
+                [rec("single", 1, [0.20, 0.40], [(0.005, 0.19, 4000), (0.020, 0.37, 1000)]), rec("ddp", 1, [0.20, 0.25])]]
     runs = {r["strategy"]: r for r in merge_ranks(per_rank, cfg, 2)}
+    # the host's own work per step: medians over every rank's timed steps; runs recorded without it carry none
+    assert runs["single"]["system_cpu_s_per_step"] == pytest.approx(0.0065)
+    assert runs["single"]["user_cpu_s_per_step"] == pytest.approx(0.235)
+    assert runs["single"]["minor_faults_per_step"] == pytest.approx(3500)
+    assert "system_cpu_s_per_step" not in runs["ddp"]
     assert runs["ddp"]["step_times_s"] == [0.20, 0.30]
     assert runs["ddp"]["step_time_s"] == pytest.approx(0.25)
     assert sorted(runs["single"]["step_times_s"]) == [0.10, 0.20, 0.30, 0.40]

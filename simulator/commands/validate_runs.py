@@ -127,6 +127,58 @@ def render(rows: list[dict], summary: dict, tolerance: tuple[float, float], adju
     return "\n".join(lines)
 
 
+def render_drift(drift: dict | None, calib_probe_s: float | None) -> list[str]:
+    """The speed probe of the runs as a whole (``probe_drift``) in a line, and the runs whose own probe is off it."""
+    if not drift:
+        return []
+    med = drift["median_probe_slowdown"]
+    how = "slower" if med > 1 else "faster"
+    lines = [f"speed probe (one fixed GEMM){f' {calib_probe_s * 1e3:.3f} ms while calibrating' if calib_probe_s else ''}"
+             f"; over the {drift['runs']} runs median x{med:.2f} (x{drift['min_probe_slowdown']:.2f}"
+             f"..x{drift['max_probe_slowdown']:.2f}): the machine ran {abs(med - 1) * 100:.0f}% {how} while the runs "
+             "were timed than while the profile's microbenchmarks were"]
+    if drift["off_the_median"]:
+        lines.append("  the probe of " + ", ".join(f"{s} x{v:.2f}" for s, v in drift["off_the_median"])
+                     + " lies >10% off the runs' median: a sample taken right after that strategy's step reads its "
+                       "aftermath, not the machine (the 'at probe' column is no correction there)")
+    return lines
+
+
+def render_split(split: list[dict], rows: list[dict]) -> list[str]:
+    """The traced steps of the one-device runs, GEMMs and the rest, against the prediction (``traced_split``)."""
+    if not split:
+        return []
+    measured = {r["strategy"]: r["measured_step_time_s"] for r in rows}
+    width = max(len("strategy"), *(len(x["strategy"]) for x in split))
+    lines = ["traced steps of the runs on one device (no communication; profiler traces of every rank, per op "
+             "class as `clustersim compare --op-classes`):",
+             f"{'strategy':<{width}s} {'GEMMs traced / predicted':>31s} {'the rest traced / predicted':>40s}"
+             f" {'framework+Python':>16s} {'kernel CPU':>10s}"]
+    for x in split:
+        gt, gp, rt, rp = (x[k] * 1e3 for k in ("gemm_traced_s", "gemm_predicted_s", "rest_traced_s", "rest_predicted_s"))
+        share = (rt - rp) / (measured.get(x["strategy"]) or float("nan")) / 1e3 * 100
+        sys_ms = x.get("system_cpu_s_per_step")
+        lines.append(f"{x['strategy']:<{width}s} {gt:7.1f} /{gp:7.1f} ms x{gt / gp if gp else float('nan'):5.3f} "
+                     f"{rt:7.1f} /{rp:7.1f} ms {rt - rp:+6.1f} ({share:+5.1f}%) {x['framework_python_traced_s'] * 1e3:13.1f} ms"
+                     + (f" {sys_ms * 1e3:7.1f} ms" if sys_ms is not None else f" {'-':>10s}"))
+    ratios = [x["gemm_traced_s"] / x["gemm_predicted_s"] for x in split if x["gemm_predicted_s"] > 0]
+    gaps = [(x["rest_traced_s"] - x["rest_predicted_s"]) / measured[x["strategy"]] for x in split if x["strategy"] in measured]
+    if ratios:
+        r = sorted(ratios)[len(ratios) // 2]
+        lines.append(f"  GEMMs: traced at x{r:.3f} of the prediction (median), on shapes gemm.csv timed: a ratio away "
+                     "from 1 that moves from loop to loop is the host's speed between the microbenchmarks and the runs "
+                     "(drift), not the model")
+    if gaps:
+        g = sorted(gaps)[len(gaps) // 2]
+        lines.append(f"  the rest: {g * 100:+.1f}% of the step (median) beyond the prediction: memory-bound kernels, "
+                     "the loss, the optimizer, framework and Python between ops (the simulator prices eager dispatch "
+                     "inside each kernel); a share the same in every loop is what the model leaves out"
+                     + ("; 'kernel CPU': the rank's kernel-mode CPU per step (page faults of the allocator's fresh "
+                        "pages, frees), which no term prices" if any(x.get("system_cpu_s_per_step") is not None
+                                                                  for x in split) else ""))
+    return lines
+
+
 def plot(rows: list[dict], path: str | Path, title: str) -> Path:
     import matplotlib
 
@@ -159,7 +211,14 @@ def plot(rows: list[dict], path: str | Path, title: str) -> Path:
 
 
 def run(args) -> int:
-    from simulator.cost.calibration import error_summary, predict_runs, read_runs
+    from simulator.cost.calibration import (
+        calibration_probe_s,
+        error_summary,
+        predict_runs,
+        probe_drift,
+        read_runs,
+        traced_split,
+    )
 
     tolerance = parse_tolerance(args.tolerance)
     if args.plot:
@@ -182,9 +241,17 @@ def run(args) -> int:
         machine = doc.get("machine", {})
         plot(rows, args.plot, f"{machine.get('hostname', '')} {machine.get('cpu_model', '')}: "
                               f"median |err| {summary['median_abs_relative_error'] * 100:.1f}%")
+    split = traced_split(doc, profile, rows)
+    drift = probe_drift(rows)
     if args.json:
         from simulator.report.result import finite_json
 
+        by_split = {x["strategy"]: x for x in split}
+        for r in rows:
+            if r["strategy"] in by_split:
+                r["traced_split"] = {k: v for k, v in by_split[r["strategy"]].items() if k != "strategy"}
+            if drift:
+                r["runs_median_probe_slowdown"] = drift["median_probe_slowdown"]
         print(json.dumps(finite_json(rows), indent=2, default=str, allow_nan=False))
     else:
         print(f"profile {profile}; runs {doc['path']}")
@@ -197,6 +264,11 @@ def run(args) -> int:
         if drifted:
             print("  note: the speed probe (one fixed GEMM) ran slower (>1) or faster (<1) during these runs than "
                   f"during calibration: {', '.join(drifted)} (the machine's speed changed between calibration and run)")
+        for line in render_drift(drift, calibration_probe_s(profile)):
+            print("  " + line)
+        if split:
+            print()
+            print("\n".join(render_split(split, rows)))
         if busy:
             print(f"  note: the machine was busier than its {cores} cores while measuring {', '.join(busy)} "
                   "(1-min load average); other processes slow the runs the profile does not know about")

@@ -23,6 +23,7 @@ from __future__ import annotations
 
 import json
 
+import numpy as np
 import torch
 
 from validation.harness.launcher import RankContext
@@ -45,6 +46,12 @@ def dispatch_spec(base: dict | None = None) -> dict:
 def tiny_gpt_step(ctx: RankContext):
     """(the tiny GPT's forward + loss + backward as a call, its model mapping): what the rows time; also the
     gauge of the host's eager speed beside other rows (validation/harness/fsdp_host.py)."""
+    fwd_bwd, spec_map, _ = _tiny_gpt(ctx)
+    return fwd_bwd, spec_map
+
+
+def _tiny_gpt(ctx: RankContext):
+    """(forward + loss + backward as a call, the model mapping, the module) of :func:`tiny_gpt_step`."""
     from validation.harness.model import GPT
     from workloads.schema import TransformerSpec
 
@@ -63,7 +70,7 @@ def tiny_gpt_step(ctx: RankContext):
             p.grad = None
         model(tokens, targets).backward()
 
-    return fwd_bwd, spec_map
+    return fwd_bwd, spec_map, model
 
 
 def bench_eager_dispatch(ctx: RankContext, warmup: int, reps: int, min_sample_s: float) -> list[dict]:
@@ -77,5 +84,103 @@ def bench_eager_dispatch(ctx: RankContext, warmup: int, reps: int, min_sample_s:
     b, s = DISPATCH_MICRO_BATCH, DISPATCH_SHAPE["seq_length"]
     inner = _inner_count(fwd_bwd, ctx.sync, min_sample_s)
     st = summarize(time_op(fwd_bwd, warmup, reps, ctx.sync, inner))
-    return [{"kernel": "gpt_fwd_bwd", "precision": "fp32", "micro_batch_size": b, "tokens": b * s,
+    rows = [{"kernel": "gpt_fwd_bwd", "precision": "fp32", "micro_batch_size": b, "tokens": b * s,
              "model": json.dumps(spec_map, sort_keys=True), **st, "rank": ctx.rank}]
+    return rows + bench_cold_dispatch(ctx, warmup, reps)
+
+
+def evict_bytes(base: dict | None = None, micro_batch: int = 4) -> int:
+    """Bytes each eviction streams: the harness model's MLP activation at its training micro-batch (fp32
+    tokens x ffn; the default: 4 x 128 x 1024 x 4 B = 2 MiB), what a training step's kernel touches
+    between two of its ops (the GEMM outputs, GELU, the LayerNorms' inputs are this size or a quarter of it)."""
+    from validation.harness.model import DEFAULT_SPEC
+    from workloads.schema import TransformerSpec
+
+    spec = TransformerSpec.model_validate(base or DEFAULT_SPEC)
+    return micro_batch * spec.seq_length * spec.ffn_size * 4
+
+
+def tiny_gpt_evicting_step(ctx: RankContext, nbytes: int):
+    """The dispatch row's step with the caches emptied between its ops as a training step's kernels empty them.
+
+    Returns (step(evict: bool), evictions alone (count), evictions per step). Every leaf module's forward pre-hook
+    and every parameter's post-accumulate-grad hook (its gradient is ready, in the backward) streams ``nbytes``
+    (``buf.add_(1)``, two buffers in turn, so each is last touched two evictions earlier: out of the per-core
+    caches); with ``evict`` False the same hooks run and return at once, so the hooks' own Python is in both."""
+    fwd_bwd, _, model = _tiny_gpt(ctx)
+    bufs = [torch.zeros(max(1, nbytes // 4), device=ctx.device) for _ in range(2)]
+    state = {"on": False, "turn": 0, "count": 0}
+
+    def evict(*_args) -> None:
+        state["count"] += 1
+        if state["on"]:
+            state["turn"] ^= 1
+            with torch.no_grad():
+                bufs[state["turn"]].add_(1.0)
+
+    for m in model.modules():
+        if not list(m.children()):
+            m.register_forward_pre_hook(evict)
+    for p in model.parameters():
+        p.register_post_accumulate_grad_hook(evict)
+
+    def step(on: bool) -> None:
+        state["on"] = on
+        fwd_bwd()
+
+    state["count"] = 0
+    step(False)
+    per_step = state["count"]
+
+    def alone(count: int) -> None:
+        with torch.no_grad():
+            for _ in range(count):
+                state["turn"] ^= 1
+                bufs[state["turn"]].add_(1.0)
+
+    return step, alone, per_step
+
+
+def bench_cold_dispatch(ctx: RankContext, warmup: int, reps: int) -> list[dict]:
+    """One row (this rank, CPU): the dispatch row's step with the caches emptied between its ops, over the same
+    step with them left warm, interleaved per repetition (so the host's drift hits both alike).
+
+    The dispatch row (:func:`bench_eager_dispatch`) runs its step back to back: the interpreter's, the
+    dispatcher's and autograd's code and data stay in the per-core caches. In a training step every op
+    follows a kernel that streamed megabytes, and the same ops take several times longer: the harness GPT's
+    forward + backward profiled at the dispatch row's shape and at the training shape in one process
+    (2026-12-06, load 4.4, alternating): aten::view 89 -> 351 us per pass, aten::t 62 -> 285, transpose
+    89 -> 294, as_strided 51 -> 184, empty 38 -> 168 (ops that touch no tensor data), framework self time
+    0.85 -> 3.76 ms, Python between ops 1.04 -> 5.25 ms. Per repetition: A = the step with the hooks
+    returning at once, B = with every hook streaming :func:`evict_bytes`, C = the same number of evictions
+    alone. ``median_s`` is the median of B - C; ``over_warm_median`` the median of (B - C) / A, the factor
+    ``clustersim calibrate`` applies to the dispatch row (``fit_eager_dispatch``)."""
+    if ctx.is_cuda:
+        return []
+    import time
+
+    nbytes = evict_bytes()
+    step, alone, per_step = tiny_gpt_evicting_step(ctx, nbytes)
+    for _ in range(warmup):
+        step(False)
+        step(True)
+        alone(per_step)
+    a_s, net_s, ratios = [], [], []
+    for _ in range(reps):
+        t0 = time.perf_counter()
+        step(False)
+        t1 = time.perf_counter()
+        step(True)
+        t2 = time.perf_counter()
+        alone(per_step)
+        t3 = time.perf_counter()
+        a, net = t1 - t0, (t2 - t1) - (t3 - t2)
+        a_s.append(a)
+        net_s.append(net)
+        ratios.append(net / a)
+    b, s = DISPATCH_MICRO_BATCH, DISPATCH_SHAPE["seq_length"]
+    st = summarize(net_s)
+    return [{"kernel": "gpt_fwd_bwd_cold", "precision": "fp32", "micro_batch_size": b, "tokens": b * s,
+             "model": json.dumps(dispatch_spec(), sort_keys=True), **st, "rank": ctx.rank,
+             "warm_hooked_median_s": float(np.median(a_s)), "over_warm_median": float(np.median(ratios)),
+             "evictions": per_step, "evict_bytes": nbytes}]
