@@ -457,8 +457,8 @@ def fit_eager_dispatch(profile: dict[str, Any], rows: list[dict], file_label: st
     back-to-back time times their factor (:func:`cold_dispatch_factor`): in a training step every op follows a
     kernel that streamed megabytes, and the interpreter's, dispatcher's and autograd's state is no longer in the
     per-core caches (the harness GPT's framework ops took 3.3-4.6x as long per call at the training shape as
-    at the dispatch row's, profiled in one process; a one-device run's traced framework + Python time was 12-14
-    ms per step on every saved loop of 2026-12-05/06 against ~3 ms priced from the warm row). Nothing is read
+    at the dispatch row's, profiled in one process; the traced framework + Python time of ``single`` was 12-23 ms
+    per step on the saved loops of 2026-12-05/06, 12.4-13.9 on the quiet ones, against 2.8 ms priced from the warm row). Nothing is read
     from the training runs."""
     eff = profile["node"]["accelerator"]["efficiency"]
     by_model: dict[tuple[str, int], list[float]] = {}
@@ -1124,7 +1124,7 @@ def probe_drift(rows: list[dict[str, Any]], off: float = 0.10) -> dict[str, Any]
 
     One run's ratio is a poor gauge of the machine: its samples are taken right after that strategy's step
     and read its aftermath (the saved loops of 2026-12-05/06: step_in_backward x1.44-2.37 where every other
-    run of the same loop read x0.92-1.11; tp x0.89 in a loop whose runs' median was x0.98). On eight saved
+    run of the same loop read x0.92-1.19; tp x0.89 in a loop whose runs' median was x0.98). On eight saved
     CPU loops the per-run correction (prediction x the run's ratio) *widened* the loop-to-loop spread of the
     runs' errors (rms 8.5 points against 3.7 raw; 3.5 against 3.8 without step_in_backward) and the
     loop-wide one (x this median) left it unchanged (3.7), so neither decides the verdict: the median here
