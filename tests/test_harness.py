@@ -173,7 +173,7 @@ def test_quick_microbenchmarks_write_files_with_expected_fields(tmp_path):
     for row in cold:
         assert json.loads(row["model"]) == json.loads(dispatch[0]["model"])  # the same step
         # 27 leaf modules' forwards and 52 parameters' gradients of the 4-layer model, 2 MiB each (4 x 128 x 1024 fp32)
-        assert row["evictions"] == 79 and row["evict_bytes"] == 2 * 1024 * 1024 and row["reps"] == 3
+        assert row["evictions"] == 79 and row["evict_bytes"] == 2 * 1024 * 1024 and row["reps"] == 3 * 3
         # a difference of timed calls and a ratio: load-dependent, so only its sign is asserted
         assert row["warm_hooked_median_s"] > 0 and row["over_warm_median"] > 0
     loss = doc["loss"]  # F.cross_entropy fwd + bwd at the harness's logits shapes, each beside a log_softmax gauge

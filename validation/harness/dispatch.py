@@ -86,7 +86,13 @@ def bench_eager_dispatch(ctx: RankContext, warmup: int, reps: int, min_sample_s:
     st = summarize(time_op(fwd_bwd, warmup, reps, ctx.sync, inner))
     rows = [{"kernel": "gpt_fwd_bwd", "precision": "fp32", "micro_batch_size": b, "tokens": b * s,
              "model": json.dumps(spec_map, sort_keys=True), **st, "rank": ctx.rank}]
-    return rows + bench_cold_dispatch(ctx, warmup, reps)
+    # three times the repetitions: the row is a difference of timed calls (B - C, each ~10x A), and the ranks' median
+    # of two is their mean (at load ~5 on 2 cores one rank's 40-repetition median read 5.9 where three others read 2.1-2.5)
+    return rows + bench_cold_dispatch(ctx, warmup, COLD_REPS_PER_REP * reps)
+
+
+#: repetitions of the cold row per repetition of the warm one
+COLD_REPS_PER_REP = 3
 
 
 def evict_bytes(base: dict | None = None, micro_batch: int = 4) -> int:
