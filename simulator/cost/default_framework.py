@@ -74,7 +74,10 @@ def load(path: Path = SHIPPED) -> tuple[HeldoutRow, ...]:
 
 @dataclass(frozen=True)
 class FrameworkSummary:
-    """The catalog-only errors of one framework's held-out rows in a (part, family) cell."""
+    """The catalog-only errors of one framework's held-out rows in a (part, family) cell: the figures both
+    ``--json``'s ``by_framework`` entries (:meth:`as_dict`) and the WARNING's lines (:func:`framework_text`) are
+    written from. ``source`` .. ``worst_error`` are filled by :func:`summaries` from the rows (a summary made
+    without them is said by its median and max alone, :meth:`text`)."""
 
     framework: str
     rows: int
@@ -82,17 +85,47 @@ class FrameworkSummary:
     median_abs_error: float
     max_abs_error: float
     precisions: tuple[str, ...]
+    sets: tuple[str, ...] = ()            # the validation sets the rows are from (``--case-set`` names)
+    abs_error_p90: float | None = None    # 90th percentile of |error|, from :data:`P90_MIN_ROWS` rows
+    worst_set: str | None = None          # the row of the largest |error|: its set, row and error
+    worst_row: int | None = None
+    worst_error: float | None = None
 
-    def as_dict(self) -> dict[str, Any]:
-        return {"framework": self.framework, "rows": self.rows, "precisions": list(self.precisions),
-                "median_error": round(self.median_error, 5), "median_abs_error": round(self.median_abs_error, 5),
-                "max_abs_error": round(self.max_abs_error, 5)}
+    @property
+    def source(self) -> str:
+        """Where the rows were published, in words (:data:`SOURCES`; else the sets' names)."""
+        return SOURCES.get(self.framework) or "the rows of " + ", ".join(self.sets)
 
-    def text(self) -> str:
+    @property
+    def shipped_profile(self) -> bool:
+        """Whether ``training.framework`` can name this framework (DLE's TensorFlow rows: no)."""
         from hardware_specs.framework import framework_names
 
+        return self.framework in framework_names()
+
+    def as_dict(self) -> dict[str, Any]:
+        out: dict[str, Any] = {
+            "framework": self.framework, "rows": self.rows, "precisions": list(self.precisions),
+            "median_error": round(self.median_error, 5), "median_abs_error": round(self.median_abs_error, 5),
+            "max_abs_error": round(self.max_abs_error, 5)}
+        if self.worst_set is not None:
+            out.update({"source": self.source, "sets": list(self.sets), "shipped_profile": self.shipped_profile,
+                        "abs_error_p90": None if self.abs_error_p90 is None else round(self.abs_error_p90, 5),
+                        "worst": {"set": self.worst_set, "row": self.worst_row,
+                                  "relative_error": round(self.worst_error, 5)}})
+        return out
+
+    @classmethod
+    def from_dict(cls, d: dict[str, Any]) -> FrameworkSummary:
+        """The summary back from :meth:`as_dict` (the WARNING is written from ``--json``'s block)."""
+        worst = d.get("worst") or {}
+        return cls(d["framework"], d["rows"], d["median_error"], d["median_abs_error"], d["max_abs_error"],
+                   tuple(d["precisions"]), tuple(d.get("sets", ())), d.get("abs_error_p90"), worst.get("set"),
+                   worst.get("row"), worst.get("relative_error"))
+
+    def text(self) -> str:
         # a framework of the published rows that training.framework cannot name (DLE's TensorFlow rows) says so
-        shipped = "" if self.framework in framework_names() else " (no shipped training.framework profile)"
+        shipped = "" if self.shipped_profile else " (no shipped training.framework profile)"
         return (f"{self.framework}{shipped} n={self.rows} median {100 * self.median_error:+.1f}% "
                 f"(max |error| {100 * self.max_abs_error:.1f}%)")
 
@@ -115,9 +148,13 @@ def summaries(rows: tuple[HeldoutRow, ...], part: str | None, family: str,
     out = []
     for framework, group in sorted(by.items()):
         errors = [r.relative_error for r in group]
+        ordered = sorted(abs(e) for e in errors)
+        worst = max(group, key=lambda r: abs(r.relative_error))
+        p90 = ordered[math.ceil(0.9 * len(ordered)) - 1] if len(ordered) >= P90_MIN_ROWS else None
         out.append(FrameworkSummary(framework, len(group), statistics.median(errors),
-                                    statistics.median(abs(e) for e in errors), max(abs(e) for e in errors),
-                                    tuple(sorted({r.precision for r in group}))))
+                                    statistics.median(ordered), ordered[-1],
+                                    tuple(sorted({r.precision for r in group})), tuple(sorted({r.set for r in group})),
+                                    p90, worst.set, worst.row, worst.relative_error))
     return out
 
 
@@ -211,6 +248,10 @@ def default_framework_block(scenario) -> dict[str, Any] | None:
                        "Engine reaches; no framework factor",
             "heldout_catalog_only": list(seen.values()),
             "error_sign": "simulated rate / measured - 1: positive = predicted faster than the run measured",
+            "fields": f"per framework: source (where its rows were published), sets (python -m validation.modern "
+                      f"--case-set SET lists them), rows (held-out count), median_error, abs_error_p90 (90th "
+                      f"percentile of |error|; null under {P90_MIN_ROWS} rows, where it is the worst row or one "
+                      f"next to it), worst (the row of the largest |error|)",
             "shipped_profiles": [n for n in framework_names()
                                  if n != DEFAULT_FRAMEWORK and bool(framework_profile(n).networks) == cnn],
             "source": f"{SHIPPED.relative_to(FOLDER.parents[1])} (python -m validation.modern.default_framework)"}
@@ -254,35 +295,21 @@ SOURCES = {
 P90_MIN_ROWS = 20
 
 
-def _rows_of(part_block_: dict[str, Any], framework: str, rows: tuple[HeldoutRow, ...]) -> list[HeldoutRow]:
-    """The shipped rows behind one framework's summary in a :func:`part_block` (its parts, family, precision)."""
-    group = part_block_["rows_precisions"] if part_block_["rows_precisions"] in PRECISION_GROUPS.values() else None
-    return [r for r in rows if r.framework == framework and r.family == part_block_["family"]
-            and r.accelerator in part_block_["rows_on"] and r.relative_error is not None
-            and (group is None or PRECISION_GROUPS.get(r.precision) == group)]
-
-
-def framework_text(summary: FrameworkSummary, rows: list[HeldoutRow]) -> str:
-    """One framework's held-out figures in words: where the rows were published, how many, the median signed
-    error, the 90th percentile of |error| (from :data:`P90_MIN_ROWS` rows) and the worst row, named by its set
-    and row so ``python -m validation.modern --case-set SET`` finds it. ``rows``: :func:`_rows_of` (empty or a
-    different count: the summary's figures alone, :meth:`FrameworkSummary.text`)."""
-    if len(rows) != summary.rows or not rows:
+def framework_text(summary: FrameworkSummary) -> str:
+    """One framework's held-out figures in words, from the same summary ``--json``'s ``by_framework`` entry is
+    (:meth:`FrameworkSummary.as_dict`): where the rows were published, how many, the median signed error, the
+    90th percentile of |error| (from :data:`P90_MIN_ROWS` rows) and the worst row, named by its set and row so
+    ``python -m validation.modern --case-set SET`` finds it. A summary without its worst row: its median and max
+    alone (:meth:`FrameworkSummary.text`)."""
+    if summary.worst_set is None or summary.worst_error is None:
         return summary.text()
-    from hardware_specs.framework import framework_names
-
-    source = SOURCES.get(summary.framework) or "the rows of " + ", ".join(sorted({r.set for r in rows}))
-    shipped = "" if summary.framework in framework_names() else ", no shipped training.framework profile"
-    worst = max(rows, key=lambda r: abs(r.relative_error))
-    spread = ""
-    if len(rows) >= P90_MIN_ROWS:
-        ordered = sorted(abs(r.relative_error) for r in rows)
-        spread = f", 9 in 10 within \u00b1{100 * ordered[math.ceil(0.9 * len(ordered)) - 1]:.0f}%"
-    if len(rows) == 1:
-        return (f"{summary.framework} ({source}{shipped}): 1 held-out row, {100 * worst.relative_error:+.1f}% "
-                f"({worst.set} row {worst.row})")
-    return (f"{summary.framework} ({source}{shipped}): {summary.rows} held-out rows, median {100 * summary.median_error:+.1f}%{spread}, worst {100 * worst.relative_error:+.1f}% "
-            f"({worst.set} row {worst.row})")
+    shipped = "" if summary.shipped_profile else ", no shipped training.framework profile"
+    worst = f"{100 * summary.worst_error:+.1f}% ({summary.worst_set} row {summary.worst_row})"
+    if summary.rows == 1:
+        return f"{summary.framework} ({summary.source}{shipped}): 1 held-out row, {worst}"
+    spread = "" if summary.abs_error_p90 is None else f", 9 in 10 within \u00b1{100 * summary.abs_error_p90:.0f}%"
+    return (f"{summary.framework} ({summary.source}{shipped}): {summary.rows} held-out rows, median "
+            f"{100 * summary.median_error:+.1f}%{spread}, worst {worst}")
 
 
 def default_framework_warning(block: dict[str, Any], framework_line_shown: bool = False) -> str:
@@ -308,16 +335,14 @@ def default_framework_warning(block: dict[str, Any], framework_line_shown: bool 
         f"{lead} How far {block['used']} was from published runs of named frameworks, predicted with these "
         "constants alone, on held-out rows of `python -m validation.modern` (error: simulated/measured rate - 1; "
         "positive: predicted too fast):")
-    rows = load()
     for p in block["heldout_catalog_only"]:
         on = "" if p["rows_from"] == "this part" else f", from {p['rows_from']}: {', '.join(p['rows_on'])}"
         note = f" ({p['family_note']})" if p.get("family_note") else ""
         precisions = f"{p['rows_precisions']} " if p["rows_precisions"] in PRECISION_GROUPS.values() else ""
         lines += _wrapped(f"{precisions}{FAMILY_WORDS[p['family']]} on {p['accelerator']}{on}{note}:", "- ", "  ")
-        summaries_ = [FrameworkSummary(s["framework"], s["rows"], s["median_error"], s["median_abs_error"],
-                                       s["max_abs_error"], tuple(s["precisions"])) for s in p["by_framework"]]
+        summaries_ = [FrameworkSummary.from_dict(s) for s in p["by_framework"]]
         for s in summaries_:
-            lines += _wrapped(framework_text(s, _rows_of(p, s.framework, rows)), "    ", "      ")
+            lines += _wrapped(framework_text(s), "    ", "      ")
         if not summaries_:
             lines.append("    none")
     return "\n".join(lines)
