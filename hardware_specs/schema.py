@@ -678,6 +678,12 @@ class IntraNodeFabric(Spec):
     bandwidth_per_gpu_gb_per_s: float = Field(gt=0)
     latency_us: float = Field(ge=0)
     collective_efficiency: float = Field(gt=0, le=1)
+    collective_efficiency_fitted_on: str | None = Field(
+        default=None,
+        description="the microbenchmark file and row(s) collective_efficiency was read from (a row of another "
+                    "node's part marked '(transferred from NODE ...)'); None: stated in source. Where the ring "
+                    "collectives have fitted laws (Node.intra_node_measured) it still prices sends, all-to-alls "
+                    "and a cross-node collective's NVLink phase (simulator/cost/topology.py)")
     supports_nvls: bool = False
     collectives: dict[CollectiveName, AlphaBeta] | None = Field(
         default=None, description="fitted per-collective laws (from `clustersim calibrate`); override the above"

@@ -18,26 +18,34 @@ B200 = (DERIVED, "b200")            # a sibling's level at the same fraction of 
 RULE_A100 = (DERIVED, "a100-sxm-80g by rule")  # validation/calibrate_microbench.py IN_TRAINING_RULE
 RULE_H100 = (DERIVED, "h100-sxm-80g by rule")  # validation/calibrate_microbench.py MEMORY_BOUND_RULE
 LINKS_B200 = (DERIVED, "dgx-b200")  # DGX B200's fitted NVLink-5 collective laws, transferred
+P2P_GB200 = (DERIVED, "gb200-nvl72")  # sends / all-to-alls: GB200's p2p copy (collectives_bandwidth.csv row 117)
 SPEC = "stated in the spec"         # a datasheet / NIC figure written into the node spec (no fit)
 FA4_PARTS_NOT_MEASURED = ("bwd_efficiency", "causal_half_seq_len", "half_seq_len", "head_dim_factor")
 
 #: node -> component -> (state, the start of "from what") or SPEC. Components: the GEMM curves (bf16; fp8 per
 #: tensor; the mxfp8 recipe's own kernel), the in-step GEMM factor, the fused attention kernel (FA4), memory-bound
 #: kernels, the sustained clock (listed where the level came from a sibling at another power limit), collectives
-#: inside the NVLink domain and across it (2 domains).
+#: inside the NVLink domain and across it (2 domains), and the link efficiency that prices sends and all-to-alls
+#: inside it (``intra_node.collective_efficiency``: GB200's own p2p copy row, carried to the other NVLink5 nodes).
 EXPECTED = {
     "dgx-b200": {"gemm_bf16": (C, ""), "gemm_fp8": (C, ""), "attention_kernel": (C, ""),
-                 "intra_node_collectives": (C, ""), "inter_node_collectives": SPEC},
+                 "intra_node_collectives": (C, ""), "inter_node_collectives": SPEC,
+                 "intra_node_send_all_to_all": P2P_GB200},
     "p6-b200": {"gemm_bf16": (C, ""), "gemm_fp8": (C, ""), "attention_kernel": (C, ""),
-                "intra_node_collectives": LINKS_B200, "inter_node_collectives": (C, "")},
+                "intra_node_collectives": LINKS_B200, "inter_node_collectives": (C, ""),
+                "intra_node_send_all_to_all": P2P_GB200},
     "hgx-b200": {"gemm_bf16": (C, ""), "gemm_fp8": (C, ""), "attention_kernel": (C, ""),
-                 "intra_node_collectives": LINKS_B200, "inter_node_collectives": (A, "")},
+                 "intra_node_collectives": LINKS_B200, "inter_node_collectives": (A, ""),
+                 "intra_node_send_all_to_all": P2P_GB200},
     "dgx-b300": {"gemm_bf16": B200, "gemm_fp8": B200, "attention_kernel": B200, "sustained_clock": (A, ""),
-                 "intra_node_collectives": LINKS_B200, "inter_node_collectives": (A, "")},
+                 "intra_node_collectives": LINKS_B200, "inter_node_collectives": (A, ""),
+                 "intra_node_send_all_to_all": P2P_GB200},
     "gb200-nvl72": {"gemm_bf16": B200, "gemm_fp8": B200, "attention_kernel": B200, "sustained_clock": (A, ""),
-                    "intra_node_collectives": LINKS_B200, "inter_node_collectives": SPEC},
+                    "intra_node_collectives": LINKS_B200, "inter_node_collectives": SPEC,
+                    "intra_node_send_all_to_all": (C, "")},
     "gb300-nvl72": {"gemm_bf16": B200, "gemm_fp8": B200, "attention_kernel": B200, "sustained_clock": (A, ""),
-                    "intra_node_collectives": LINKS_B200, "inter_node_collectives": (A, "")},
+                    "intra_node_collectives": LINKS_B200, "inter_node_collectives": (A, ""),
+                    "intra_node_send_all_to_all": P2P_GB200},
 }
 PEAK_RULE = (DERIVED, "fp8 curve by rule")  # simulator/cost/compute.py BLOCK_SCALED_PEAK: fp8 curve on the recipe's peak
 EVERY_BLACKWELL_NODE = {"in_training_gemm_factor": RULE_A100, "memory_bound": RULE_H100, "gemm_mxfp8": PEAK_RULE,

@@ -256,10 +256,14 @@ def efficiency_provenance(scenario: Scenario) -> dict[str, str]:
                                   f"{clock.fitted_on or clock.source}")
     node = scenario.node
     laws = node.intra_laws or {}
+    link = node.intra_node.collective_efficiency_fitted_on or _stated(node.intra_node.source)
     if "all_reduce" in laws and laws["all_reduce"].fitted_on:
         out["intra_node_collectives"] = laws["all_reduce"].fitted_on
-    else:  # the link rate times collective_efficiency: measured where the node's source says so
-        out["intra_node_collectives"] = _stated(node.intra_node.source)
+        # the ring laws price the ring collectives; the link rate times collective_efficiency still prices sends,
+        # all-to-alls and a cross-node collective's NVLink phase (simulator/cost/topology.py ``group_links``)
+        out["intra_node_send_all_to_all"] = link
+    else:  # the link rate times collective_efficiency prices every collective and send inside the node
+        out["intra_node_collectives"] = link
     if scenario.num_gpus > node.domain_gpus:
         inter = node.inter_node_collectives or {}
         if "all_reduce" in inter and inter["all_reduce"].fitted_on:

@@ -60,7 +60,7 @@ PRECISIONS = (("bf16", {"precision": "bf16"}), ("fp16", {"precision": "fp16"}), 
               ("tf32", {"precision": "fp32", "tf32": True}),
               *((f"fp8 {recipe}", {"precision": "fp8", "fp8_recipe": recipe})
                 for recipe in ("delayed", "current", "rowwise", "blockwise", "mxfp8", "nvfp4")))
-NODE_COMPONENTS = ("intra_node_collectives", "inter_node_collectives")
+NODE_COMPONENTS = ("intra_node_collectives", "intra_node_send_all_to_all", "inter_node_collectives")
 
 
 # ------------------------------------------------------------------------------------------- end to end
