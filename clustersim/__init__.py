@@ -88,7 +88,9 @@ def simulate(scenario_or_path: Any = None, *, mode: str | None = None, trace: st
 
     Returns a :class:`simulator.report.result.SimulationResult`: ``step_time_s``, ``tokens_per_s``,
     ``mfu``, ``peak_memory_gib``, ``time_breakdown_s``, ... ; ``to_frame()`` gives one pandas row,
-    ``to_dict()`` the ``clustersim simulate --json`` object."""
+    ``to_dict()`` the ``clustersim simulate --json`` object (its ``warnings``, ``notes`` and
+    ``efficiency_provenance`` too; all but ``memory_series_bytes``); in a notebook it shows as the command's
+    table, WARNINGs included."""
     from simulator.simulate import simulate as _simulate
 
     scenario = load_scenario(scenario_or_path, **overrides)
@@ -98,6 +100,9 @@ def simulate(scenario_or_path: Any = None, *, mode: str | None = None, trace: st
 
         check_output_path(trace, "trace")
     result = _simulate(scenario, mode=mode, detail=trace is not None)
+    from simulator.commands.simulate import annotate
+
+    annotate(result, scenario)  # provenance, WARNINGs and NOTEs: what `clustersim simulate` says of the run
     if trace is not None:
         write_chrome_trace(result, trace)
     return result
@@ -110,15 +115,16 @@ def search(scenario_or_path: Any = None, *, num_gpus: int | None = None, space: 
 
     ``space`` maps a layout field to its candidates (``{"tp": [4, 8], "recompute": ["full"]}``),
     ``constraints`` to a limit (``{"max_memory_gib": 70}``); see ``clustersim search --help``.
-    Returns one row per layout with the flat columns of a sweep (``layout.tp``, ``step_time_s``,
-    ``fits``, ``infeasible_reason``, ...). ``workers=1`` runs in this process."""
+    Returns one row per layout with the columns of ``clustersim search --csv`` (``rank``, ``layout.tp``,
+    ``step_time_s``, ``fits``, ``infeasible_reason``, ``warnings``, ``notes``, ...). ``workers=1`` runs in this
+    process."""
     import pandas as pd
     from pydantic import ValidationError
 
     from simulator.errors import from_pydantic
     from simulator.explore.search import SearchConstraints, SearchSpace
     from simulator.explore.search import search as _search
-    from simulator.explore.sweep import flatten_result
+    from simulator.report.search_table import flat_rows
 
     try:
         space_spec = SearchSpace.model_validate(space or {})
@@ -134,7 +140,8 @@ def search(scenario_or_path: Any = None, *, num_gpus: int | None = None, space: 
 
         raw = absolutize(raw, base)
     rows = _search(raw, num_gpus=num_gpus, space=space_spec, constraints=limits, workers=workers, dask=dask)
-    return pd.DataFrame([flatten_result(r) for r in rows])
+    columns, flat = flat_rows(rows)  # the columns of `clustersim search --csv`: rank, warnings, notes too
+    return pd.DataFrame(flat, columns=columns)
 
 
 def sweep(sweep_or_path: str | Path | dict[str, Any], out: str | Path, *, resume: bool = False,

@@ -62,37 +62,22 @@ def memory_series(result) -> dict[str, list[list[float]]] | None:
     return out
 
 
-def run(args) -> int:
-    from simulator.startup import paused_gc
+def annotate(result, scenario) -> None:
+    """What ``clustersim simulate`` adds to a result beside the step's figures (``result.extra``): each efficiency's
+    provenance and state, the WARNINGs and NOTEs every command says of the scenario
+    (simulator/report/messages.py), the no-framework block, the framework profile used, an MoE run's grouped
+    kernels. The table and ``--json`` read them; ``clustersim.simulate`` (the notebook API) calls this too, so
+    its ``to_dict()`` and notebook table say the same as the command line."""
+    from simulator.cost.provenance import (
+        assumed_components,
+        efficiency_provenance,
+        efficiency_states,
+        grouped_gemm_kernels,
+        network_fields_not_applied,
+        runs_no_fp8_gemm,
+    )
+    from simulator.report.messages import scenario_messages
 
-    with paused_gc():  # imports, validators, catalogs, the scenario: long-lived, no garbage
-        from simulator.cost.provenance import (
-            assumed_components,
-            efficiency_provenance,
-            efficiency_states,
-            grouped_gemm_kernels,
-            network_fields_not_applied,
-            runs_no_fp8_gemm,
-        )
-        from simulator.report.messages import scenario_messages
-        from simulator.report.result import finite_json, render_table
-        from simulator.scenario import load_scenario
-        from simulator.simulate import simulate
-
-        ranks = _trace_ranks(args.trace_ranks)
-        if ranks is not None and args.trace is None:
-            raise ConfigError("--trace-ranks", "needs --trace FILE")
-        if args.trace_summary and args.trace is None:
-            raise ConfigError("--trace-summary", "needs --trace FILE")
-        if args.trace is not None:
-            from simulator.report.output_path import check_output_path
-
-            check_output_path(args.trace, "--trace")
-        overrides = list(args.overrides)
-        if args.steps is not None:
-            overrides.append(f"simulation.steps={args.steps}")
-        scenario = load_scenario(args.scenario, overrides)
-    result = simulate(scenario, mode=args.mode, detail=bool(args.trace), engine=args.engine)
     provenance = efficiency_provenance(scenario)
     result.extra["efficiency_provenance"] = provenance
     result.extra["assumed_efficiencies"] = assumed_components(provenance)
@@ -119,6 +104,33 @@ def run(args) -> int:
     if scenario.frameworks:  # training.framework: the entry used, its factors and the rows they were fitted on
         choices = [c.as_dict() for c in scenario.frameworks]
         result.extra["framework_profile"] = choices[0] if len(choices) == 1 else choices
+
+
+def run(args) -> int:
+    from simulator.startup import paused_gc
+
+    with paused_gc():  # imports, validators, catalogs, the scenario: long-lived, no garbage
+        import simulator.cost.provenance  # noqa: F401 - imported here with the collector paused; annotate's
+        import simulator.report.messages  # noqa: F401
+        from simulator.report.result import finite_json, render_table
+        from simulator.scenario import load_scenario
+        from simulator.simulate import simulate
+
+        ranks = _trace_ranks(args.trace_ranks)
+        if ranks is not None and args.trace is None:
+            raise ConfigError("--trace-ranks", "needs --trace FILE")
+        if args.trace_summary and args.trace is None:
+            raise ConfigError("--trace-summary", "needs --trace FILE")
+        if args.trace is not None:
+            from simulator.report.output_path import check_output_path
+
+            check_output_path(args.trace, "--trace")
+        overrides = list(args.overrides)
+        if args.steps is not None:
+            overrides.append(f"simulation.steps={args.steps}")
+        scenario = load_scenario(args.scenario, overrides)
+    result = simulate(scenario, mode=args.mode, detail=bool(args.trace), engine=args.engine)
+    annotate(result, scenario)
     if args.trace:
         from simulator.report.trace import write_chrome_trace
 

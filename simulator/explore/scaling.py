@@ -155,8 +155,11 @@ def scaling_curve(
 
         for n, point in tqdm(list(zip(counts, points, strict=True)), desc="GPU counts", unit="count",
                              file=sys.stderr, disable=not progress, dynamic_ncols=True):
-            found = search(point, space=space, constraints=constraints, workers=workers, dask=dask,
-                           simulate_fn=simulate_fn, progress=progress)
+            try:
+                found = search(point, space=space, constraints=constraints, workers=workers, dask=dask,
+                               simulate_fn=simulate_fn, progress=progress)
+            except ConfigError as exc:  # the scenario at this count (its fabric's regions): say which count
+                raise ConfigError(exc.field, f"{exc.reason} (at --gpus {n})") from None
             best = found[0] if found and found[0].get("fits") and _rate(found[0]) else None
             if best is None and found:
                 reasons = {str(r.get("infeasible_reason")).split(":")[0] for r in found[:50]}
@@ -268,8 +271,12 @@ def render_table(rows: list[dict[str, Any]], read: frozenset[str] | None = None)
         return "-" if v is None or (isinstance(v, float) and not math.isfinite(v)) else format(v, spec)
 
     columns = [c for c in _LAYOUT_COLUMNS if read is None or c[0] in read]
+    # per GPU: tokens where a row has them (a sequence model), else samples (a CNN's tokens/s are all "-")
+    tokens = any(r.get("tokens_per_s") for r in rows)
+    per_gpu, per_gpu_header = ("tokens_per_s_per_gpu", "tok/s/GPU") if tokens else ("samples_per_s_per_gpu",
+                                                                                    "smp/s/GPU")
     lines = [f"{'GPUs':>6} {'gbs':>6} " + "".join(f"{header:{align}{width}} " for _, header, width, align in columns)
-             + f"{'samples/s':>11} {'tokens/s':>13} {'tok/s/GPU':>10} {'MFU':>6} {'eff':>6}"]
+             + f"{'samples/s':>11} {'tokens/s':>13} {per_gpu_header:>10} {'MFU':>6} {'eff':>6}"]
     for r in rows:
         if not _rate(r):
             lines.append(f"{r['num_gpus']:>6} {r['global_batch_size']:>6}  -- {r['infeasible_reason']}")
@@ -278,6 +285,13 @@ def render_table(rows: list[dict[str, Any]], read: frozenset[str] | None = None)
             f"{r['num_gpus']:>6} {r['global_batch_size']:>6} "
             + "".join(f"{r[name]!s:{align}{width}} " for name, _, width, align in columns)
             + f"{f(r['samples_per_s'], ',.1f'):>11} {f(r['tokens_per_s'], ',.0f'):>13} "
-            f"{f(r['tokens_per_s_per_gpu'], ',.0f'):>10} "
+            f"{f(r[per_gpu], ',.0f' if tokens else ',.1f'):>10} "
             f"{f(r['mfu'] and 100 * r['mfu'], '.1f'):>5}% {f(r['scaling_efficiency'] and 100 * r['scaling_efficiency'], '.0f'):>5}%")
+    import textwrap
+
+    lines += textwrap.wrap(
+        f"columns: gbs: global batch (samples per step); samples/s, tokens/s: the whole cluster's; {per_gpu_header}: "
+        f"{'tokens' if tokens else 'samples'}/s per GPU; MFU: model FLOP/s over peak; eff: scaling efficiency, "
+        "the rate over ideal (linear from the first GPU count that runs)", 108, initial_indent="  ",
+        subsequent_indent="    ", break_on_hyphens=False)
     return "\n".join(lines)

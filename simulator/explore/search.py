@@ -559,6 +559,12 @@ def prepare(source, overrides, num_gpus, space: SearchSpace, constraints: Search
     n_probe = (probe.get("cluster") or {}).get("num_gpus") or cluster_gpus(probe)
     probe["parallelism"] = {"global_batch_size": n_probe if isinstance(n_probe, int) and n_probe > 0 else 1}
     scenario = build_scenario(probe)
+    # the cluster's fabric against its GPU count (wide-area regions that hold more nodes than the cluster) is no
+    # matter of the layout: one error here, not every candidate refused by the same check deep in the pool
+    from simulator.cost.topology import build_topology
+
+    build_topology(scenario.node, scenario.fabric, scenario.num_gpus,
+                   groups=[(g.node, g.num_gpus) for g in scenario.groups] if scenario.mixed else None)
     from simulator.strategies.registry import get_kind
 
     kind = get_kind(scenario.strategy_kind)

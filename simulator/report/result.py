@@ -191,12 +191,16 @@ class SimulationResult:
         """``to_dict()`` with nested mappings as ``outer.inner`` keys (``parallelism`` as ``layout.*``):
         every value a scalar or a list, every name with its unit."""
         flat: dict[str, Any] = {}
-        for key, value in self.to_dict().items():
+
+        def put(key: str, value: Any) -> None:  # a mapping inside a mapping (framework_profile's factors) too
             if isinstance(value, dict):
-                prefix = "layout" if key == "parallelism" else key
-                flat.update({f"{prefix}.{inner}": v for inner, v in value.items()})
+                for inner, v in value.items():
+                    put(f"{key}.{inner}", v)
             else:
                 flat[key] = value
+
+        for key, value in self.to_dict().items():
+            put("layout" if key == "parallelism" else key, value)
         return flat
 
     def to_frame(self):

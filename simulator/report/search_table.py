@@ -87,35 +87,40 @@ SEARCH_COLUMNS = ("rank", "evaluated_by", "engine_step_time_s", "fast_step_time_
 """The columns a search's CSV puts before a sweep row's (:func:`write_csv`)."""
 
 
-def write_csv(rows: list[dict[str, Any]], path: str) -> None:
-    """Every row of a search as CSV, best first: ``rank`` (1, 2, ... for the timed rows, empty for the
-    rest), who timed it (``evaluated_by``) and each path's step time
+def flat_rows(rows: list[dict[str, Any]]) -> tuple[list[str], list[dict[str, Any]]]:
+    """(columns, one flat mapping per row) of a search, best first: ``rank`` (1, 2, ... for the timed rows, None
+    for the rest), who timed it (``evaluated_by``) and each path's step time
     (:func:`simulator.explore.search.labelled`), the bound, then the columns ``clustersim sweep`` writes
-    (simulator/explore/sweep.py: the result's, its ``warnings`` and ``notes``, ``extra_json`` last)."""
-    import csv
-
-    from simulator.explore.sweep import (
-        MESSAGE_COLUMNS,
-        RESULT_COLUMNS,
-        _csv_text,
-        flatten_result,
-        message_cells,
-    )
+    (simulator/explore/sweep.py: the result's, its ``warnings`` and ``notes`` as JSON text, ``extra_json``
+    last). ``--csv`` writes them; ``clustersim.search`` returns them as a DataFrame."""
+    from simulator.explore.sweep import MESSAGE_COLUMNS, RESULT_COLUMNS, flatten_result, message_cells
 
     columns = [*SEARCH_COLUMNS, *RESULT_COLUMNS, *MESSAGE_COLUMNS, "extra_json"]
+    out, rank = [], 0
+    for row in rows:
+        flat = flatten_result({k: v for k, v in row.items() if k not in (*SEARCH_COLUMNS, *MESSAGE_COLUMNS)})
+        flat.update({k: row.get(k) for k in SEARCH_COLUMNS})
+        flat.update(message_cells(row))
+        timed = bool(row.get("fits") and _rate(row))
+        rank += timed
+        flat["rank"] = rank if timed else None
+        out.append({c: flat.get(c) for c in columns})
+    return columns, out
+
+
+def write_csv(rows: list[dict[str, Any]], path: str) -> None:
+    """Every row of a search as CSV, best first (:func:`flat_rows`)."""
+    import csv
+
+    from simulator.explore.sweep import _csv_text
+
+    columns, flat = flat_rows(rows)
     try:
         with open(path, "w", newline="") as fh:
             writer = csv.writer(fh)
             writer.writerow(columns)
-            rank = 0
-            for row in rows:
-                flat = flatten_result({k: v for k, v in row.items() if k not in (*SEARCH_COLUMNS, *MESSAGE_COLUMNS)})
-                flat.update({k: row.get(k) for k in SEARCH_COLUMNS})
-                flat.update(message_cells(row))
-                timed = bool(row.get("fits") and _rate(row))
-                rank += timed
-                flat["rank"] = rank if timed else None
-                writer.writerow([_csv_text(flat.get(c)) for c in columns])
+            for row in flat:
+                writer.writerow([_csv_text(row[c]) for c in columns])
     except OSError as exc:
         raise ConfigError("--csv", f"cannot write {path}: {exc.strerror or exc}") from None
 
