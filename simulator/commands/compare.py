@@ -106,6 +106,13 @@ def run(args) -> int:
     said = scenario_messages(scenario)  # what `clustersim simulate` says of the scenario
     par = scenario.parallelism
     rank_class = args.rank_class or stage_of_rank(trace_rank(doc), scenario.num_gpus, par.pp)
+    classes = sorted({e.rank_class for e in result.timeline})
+    if args.rank_class is None and rank_class is not None and classes and rank_class not in classes:
+        # the default is the trace's pipeline stage; a kind whose ranks are named otherwise (swarm's peers,
+        # co-located jobs' ranks) has none: say so, not "--rank-class: 'stage0' is not simulated" unasked
+        shown = ", ".join(classes[:12]) + (f", ... ({len(classes)} in all)" if len(classes) > 12 else "")
+        raise ConfigError("--rank-class", f"needed here: the trace's rank is pipeline stage {rank_class!r}, which this "
+                                          f"scenario's ranks are not named by; give one of: {shown}")
     simulated = simulated_breakdown(result, rank_class, par.zero_stage)
     rows = compare_rows(measured, simulated)
     op_rows = None

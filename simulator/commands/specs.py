@@ -66,6 +66,18 @@ def _summary(kind: str, spec) -> str:
     return f"{total_params(spec) / 1e9:.1f} B params, {spec.num_layers} layers, h={spec.hidden_size}"
 
 
+def _default_framework() -> dict:
+    """``training.framework``'s default, which has no profile file (so ``specs list`` lists none for it): the
+    catalog constants alone. The WARNING of a run that names no framework says "priced as megatron-core", and
+    ``specs show megatron-core`` says what that is instead of "no catalog entry"."""
+    from hardware_specs.framework import DEFAULT_FRAMEWORK
+    from simulator.cost.default_framework import DEFAULT_MEANING
+
+    return {"name": DEFAULT_FRAMEWORK, "default": True, "description": DEFAULT_MEANING,
+            "source": "simulator/cost/framework.py; how far it was from held-out runs of named frameworks: "
+                      "hardware_specs/frameworks/default_heldout.csv"}
+
+
 def run_list(args) -> int:
     CATALOGS = _catalogs()  # noqa: N806
     kinds = [args.kind] if args.kind else list(CATALOGS)
@@ -88,6 +100,10 @@ def run_show(args) -> int:
     CATALOGS = _catalogs()  # noqa: N806
     kinds = [args.kind] if args.kind else list(CATALOGS)
     found = [(k, CATALOGS[k].get(args.name)) for k in kinds if args.name in CATALOGS[k].names()]
+    default = _default_framework()
+    if not found and args.name == default["name"] and "framework" in kinds:
+        print(json.dumps(default, indent=2) if args.json else "# framework\n" + yaml.safe_dump(default, sort_keys=False))
+        return 0
     if not found:
         names = [name for k in kinds for name in CATALOGS[k].names()]
         raise ConfigError("name", f"no catalog entry {args.name!r}{did_you_mean(args.name, names)} "

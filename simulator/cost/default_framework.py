@@ -41,6 +41,10 @@ from hardware_specs.framework import DEFAULT_FRAMEWORK, FOLDER
 SHIPPED: Path = FOLDER / "default_heldout.csv"
 #: Model families of the shipped rows.
 LLM, CNN = "llm", "cnn"
+#: What the default (``training.framework`` unset or ``megatron-core``) prices with, in words: ``--json``'s
+#: ``default_framework.meaning`` and ``clustersim specs show megatron-core``.
+DEFAULT_MEANING = ("the catalog constants: kernel microbenchmarks, the rates Megatron-Core with Transformer Engine "
+                   "reaches; no framework factor")
 FAMILY_WORDS = {LLM: "decoder-transformer runs", CNN: "CNN runs"}
 
 
@@ -244,8 +248,7 @@ def default_framework_block(scenario) -> dict[str, Any] | None:
 
     cnn = _family(scenario.model) == CNN  # the shipped profiles of the run's kind: fitted on networks or not
     return {"named": False, "used": DEFAULT_FRAMEWORK,
-            "meaning": "the catalog constants: kernel microbenchmarks, the rates Megatron-Core with Transformer "
-                       "Engine reaches; no framework factor",
+            "meaning": DEFAULT_MEANING,
             "heldout_catalog_only": list(seen.values()),
             "error_sign": "simulated rate / measured - 1: positive = predicted faster than the run measured",
             "fields": f"per framework: source (where its rows were published), sets (python -m validation.modern "
