@@ -245,3 +245,21 @@ def test_compare_on_a_kind_without_pipeline_stages_asks_for_rank_class():
     assert "give one of: peer0, " in line
     ok = _cli("compare", swarm, "--trace", trace, "--rank-class", "peer0")
     assert ok.returncode == 0 and "simulated step (peer0)" in ok.stdout
+
+
+def test_deeppool_plan_says_how_many_layers_run_on_each_gpu_count():
+    """The plan's header said "GPUs per layer {4: 8, 8: 23, 1: 9}": layer counts keyed by GPU count, read as
+    "layer 4 on 8 GPUs". Now "23 layers on 8 GPUs, 8 on 4 GPUs, 9 on 1 GPU", and they add up to the network."""
+    proc = _cli("plan", str(EXAMPLES / "vgg16-deeppool-8xa100.yaml"), "--planner", "deeppool", "--json")
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    doc = json.loads(proc.stdout)
+    summary = doc["summary"]
+    assert "GPUs per layer" not in summary
+    counts = re.search(r"\): (\d+) layers on (\d+) GPUs((?:, \d+ on \d+ GPUs?)*);", summary)
+    assert counts, summary
+    pairs = [(int(counts.group(1)), int(counts.group(2)))] + [
+        (int(a), int(b)) for a, b in re.findall(r", (\d+) on (\d+) GPU", counts.group(3))]
+    per_layer = doc["details"]["gpus_per_layer"]
+    assert sum(n for n, _ in pairs) == len(per_layer)
+    gpus = list(per_layer.values())   # layer -> its GPU count
+    assert sorted(pairs, key=lambda p: p[1]) == sorted(((gpus.count(g), g) for g in set(gpus)), key=lambda p: p[1])

@@ -90,7 +90,12 @@ def run_deeppool(raw: dict[str, Any], options: dict[str, Any]) -> PlanResult:
     plan = oracle.evaluate(with_per_layer(raw, strategy_block(splits)))
     everywhere = oracle.evaluate(with_per_layer(raw, {"kind": "per_layer", "default": {"batch": p}}))
     ratio = plan.step_time_s / everywhere.step_time_s if plan.fits and everywhere.fits else math.nan
-    summary = (f"DeepPool bursts (amplification limit {limit}): GPUs per layer {dict(Counter(s.batch for s in splits))}; "
+    # layers by their GPU count, most GPUs first ("23 layers on 8 GPUs, 8 on 4, 9 on 1"; it read "GPUs per layer
+    # {4: 8, 8: 23, 1: 9}", counts of layers keyed by GPUs, which reads as layer 4 on 8 GPUs)
+    by_gpus = sorted(Counter(s.batch for s in splits).items(), reverse=True)
+    counts = ", ".join(f"{layers}{' layers' if i == 0 else ''} on {gpus} GPU{'s' if gpus > 1 else ''}"
+                       for i, (gpus, layers) in enumerate(by_gpus))
+    summary = (f"DeepPool bursts (amplification limit {limit}): {counts}; "
                f"layer GPU-seconds {gpu_seconds:.4g}")
     summary += (f" vs {all_gpus:.4g} on all {p} GPUs" if all_gpus is not None else
                 f"; every layer on all {p} GPUs is not a plan ({len(not_on_all)} layers cannot split over {p}, "
