@@ -70,6 +70,25 @@ def _raw(source: Any, overrides: dict[str, Any]) -> tuple[dict[str, Any], Path |
     return raw, base
 
 
+#: The command-line options the core's errors name, and the keyword arguments they are here (``search(num_gpus=0)``
+#: said "--gpus: must be a positive integer", ``space={"tp": [0]}`` "--space tp: ...").
+_OPTION_ARGUMENTS = (("--gpus", "num_gpus"), ("--space", "space"), ("--constraint", "constraints"),
+                     ("--workers", "workers"), ("--dask", "dask"), ("--out", "out"), ("--resume", "resume"),
+                     ("--force", "force"))
+
+
+def _as_arguments(exc: Exception) -> Exception:
+    """A ConfigError naming a command-line option, renamed to this API's keyword argument (others unchanged)."""
+    from simulator.errors import ConfigError
+
+    if isinstance(exc, ConfigError):
+        for option, argument in _OPTION_ARGUMENTS:
+            if exc.field == option or exc.field.startswith(option + " "):
+                reason = exc.reason.replace("pass --resume", "pass resume=True").replace("--force", "force=True")
+                return ConfigError(argument + exc.field[len(option):].replace(" ", ".", 1), reason)
+    return exc
+
+
 def load_scenario(source: str | Path | dict[str, Any] | None = None, **overrides: Any) -> Scenario:
     """A resolved, checked scenario from a YAML path, a mapping, or (``None``) the built-in default."""
     from simulator.scenario import Scenario, build_scenario
@@ -91,8 +110,11 @@ def simulate(scenario_or_path: Any = None, *, mode: str | None = None, trace: st
     ``to_dict()`` the ``clustersim simulate --json`` object (its ``warnings``, ``notes`` and
     ``efficiency_provenance`` too; all but ``memory_series_bytes``); in a notebook it shows as the command's
     table, WARNINGs included."""
+    from simulator.errors import ConfigError
     from simulator.simulate import simulate as _simulate
 
+    if mode not in (None, "symmetric", "full"):  # as `clustersim simulate --mode`; any other was run as symmetric
+        raise ConfigError("mode", f"must be 'symmetric' or 'full' (or None: simulation.mode), got {mode!r}")
     scenario = load_scenario(scenario_or_path, **overrides)
     if trace is not None:
         from simulator.report.output_path import check_output_path
@@ -139,7 +161,12 @@ def search(scenario_or_path: Any = None, *, num_gpus: int | None = None, space: 
         from simulator.explore.sweep import absolutize
 
         raw = absolutize(raw, base)
-    rows = _search(raw, num_gpus=num_gpus, space=space_spec, constraints=limits, workers=workers, dask=dask)
+    from simulator.errors import ConfigError
+
+    try:
+        rows = _search(raw, num_gpus=num_gpus, space=space_spec, constraints=limits, workers=workers, dask=dask)
+    except ConfigError as exc:
+        raise _as_arguments(exc) from None
     columns, flat = flat_rows(rows)  # the columns of `clustersim search --csv`: rank, warnings, notes too
     return pd.DataFrame(flat, columns=columns)
 
@@ -149,8 +176,12 @@ def sweep(sweep_or_path: str | Path | dict[str, Any], out: str | Path, *, resume
           progress: bool = False) -> pandas.DataFrame:
     """Run a sweep file (or mapping, see ``examples/sweeps/``), stream its rows to ``out`` (.csv or
     .parquet) and return them as a DataFrame, one row per point."""
+    from simulator.errors import ConfigError
     from simulator.explore.sweep import load_sweep, read_results, run_sweep
 
     spec = load_sweep(sweep_or_path)
-    run_sweep(spec, Path(out), resume=resume, force=force, workers=workers, dask=dask, progress=progress)
+    try:
+        run_sweep(spec, Path(out), resume=resume, force=force, workers=workers, dask=dask, progress=progress)
+    except ConfigError as exc:
+        raise _as_arguments(exc) from None
     return read_results(out)

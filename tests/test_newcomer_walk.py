@@ -263,3 +263,29 @@ def test_deeppool_plan_says_how_many_layers_run_on_each_gpu_count():
     assert sum(n for n, _ in pairs) == len(per_layer)
     gpus = list(per_layer.values())   # layer -> its GPU count
     assert sorted(pairs, key=lambda p: p[1]) == sorted(((gpus.count(g), g) for g in set(gpus)), key=lambda p: p[1])
+
+
+def test_plan_refuses_co_located_jobs_before_planning():
+    """Every planner returns a per_layer or replicated_pipeline plan, which co-location cannot run: plan printed
+    "# the plan cannot run" (exit 0) after the planner's work; now refused as search and scale refuse it."""
+    line = _bad("plan", str(EXAMPLES / "vgg16-with-background-8xa100.yaml"), "--planner", "deeppool")
+    assert line.startswith("clustersim: error: co_located_jobs: plan explores one job's layouts")
+
+
+def test_steps_below_one_names_the_option_typed():
+    assert _bad("simulate", RESNET, "--steps", "0") == "clustersim: error: --steps: must be at least 1, got 0"
+
+
+def test_the_api_names_its_own_arguments_and_refuses_an_unknown_mode(tmp_path):
+    with pytest.raises(clustersim.ConfigError, match=r"^num_gpus: must be a positive integer, got 0$"):
+        clustersim.search(RESNET, num_gpus=0)
+    with pytest.raises(clustersim.ConfigError, match=r"^space\.tp: values must be positive integers, got 0$"):
+        clustersim.search(RESNET, space={"tp": [0]})
+    with pytest.raises(clustersim.ConfigError, match=r"^out: must end in \.csv or \.parquet"):
+        clustersim.sweep({"base": RESNET, "grid": {"parallelism.micro_batch_size": [128]}}, tmp_path / "rows.txt")
+    existing = tmp_path / "rows.csv"
+    existing.write_text("x\n")
+    with pytest.raises(clustersim.ConfigError, match=r"pass resume=True to continue it or force=True to overwrite"):
+        clustersim.sweep({"base": RESNET, "grid": {"parallelism.micro_batch_size": [128]}}, existing)
+    with pytest.raises(clustersim.ConfigError, match=r"^mode: must be 'symmetric' or 'full'"):
+        clustersim.simulate(RESNET, mode="asymmetric")   # was run as symmetric, silently

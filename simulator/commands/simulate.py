@@ -126,6 +126,8 @@ def run(args) -> int:
 
             check_output_path(args.trace, "--trace")
         overrides = list(args.overrides)
+        if args.steps is not None and args.steps < 1:  # the option the user typed, not simulation.steps
+            raise ConfigError("--steps", f"must be at least 1, got {args.steps}")
         if args.steps is not None:
             overrides.append(f"simulation.steps={args.steps}")
         scenario = load_scenario(args.scenario, overrides)
