@@ -289,3 +289,21 @@ def test_the_api_names_its_own_arguments_and_refuses_an_unknown_mode(tmp_path):
         clustersim.sweep({"base": RESNET, "grid": {"parallelism.micro_batch_size": [128]}}, existing)
     with pytest.raises(clustersim.ConfigError, match=r"^mode: must be 'symmetric' or 'full'"):
         clustersim.simulate(RESNET, mode="asymmetric")   # was run as symmetric, silently
+
+
+def test_plots_of_a_step_under_a_second_are_in_milliseconds_as_the_table_is():
+    """The table gives a sub-second step's breakdown in ms (session 13); plot's bars read "4.21e-05 s" and its
+    timeline's axis 0.000-0.020 s beside "events shorter than 0.0145 ms drawn that wide"."""
+    from simulator.report.plots import memory_over_time_figure, time_breakdown_figure, timeline_figure
+
+    ax = time_breakdown_figure({"compute": 0.0209, "dp_comm": 4.21e-05}, 0.0217, title="t").axes[0]
+    texts = [t.get_text() for t in ax.texts]
+    assert " 20.9 ms (96.3%)" in texts and " 0.0421 ms (0.2%)" in texts
+    assert ax.get_xlabel().startswith("milliseconds per step")
+    long = time_breakdown_figure({"compute": 20.0, "dp_comm": 7.3}, 27.3).axes[0]
+    assert " 20 s (73.3%)" in [t.get_text() for t in long.texts] and long.get_xlabel().startswith("seconds per step")
+    events = [{"rank_class": "r", "stream": "compute", "category": "compute", "start_s": 0.0, "end_s": 0.02}]
+    timeline = timeline_figure(events).axes[0]
+    assert timeline.get_xlabel().startswith("time in the step (ms)") and timeline.get_xlim()[1] > 15
+    memory = memory_over_time_figure({"r": [(0.0, 2**30), (0.02, 2 * 2**30)]}, 80.0).axes[0]
+    assert memory.get_xlabel() == "time (ms)"

@@ -76,21 +76,34 @@ def memory_figure(stages: Sequence[dict[str, float]], hbm_gib: float, usable_gib
     return fig
 
 
+def _step_text(step_time_s: float) -> str:
+    """A step time in the breakdown's unit (:func:`time_breakdown_figure`): "21.7 ms", "27.3 s"."""
+    from simulator.report.result import _breakdown_unit
+
+    scale, unit = _breakdown_unit(step_time_s)
+    return f"{scale * step_time_s:.3g} {unit}"
+
+
 def time_breakdown_figure(breakdown: dict[str, float], step_time_s: float | None = None, title: str = "") -> Figure:
-    """Horizontal bars of the step's time breakdown (seconds and share of the step)."""
+    """Horizontal bars of the step's time breakdown (time and share of the step), in the table's unit: seconds
+    from a one-second step up, else milliseconds (:func:`simulator.report.result._breakdown_unit`; in seconds a
+    ResNet-50 step's 0.0421 ms gradient all-reduce read "4.21e-05 s" beside the table's milliseconds)."""
+    from simulator.report.result import _breakdown_unit
+
     items = [(k, float(v)) for k, v in breakdown.items() if v and float(v) > 0]
     fig = Figure(figsize=(7.0, 0.45 * max(len(items), 1) + 1.6))
     ax = fig.add_subplot()
     total = step_time_s or sum(v for _, v in items) or 1.0
+    scale, unit = _breakdown_unit(total)
     names = [k for k, _ in items][::-1]
-    values = [v for _, v in items][::-1]
+    values = [scale * v for _, v in items][::-1]
     ax.barh(names, values, color=[CATEGORY_COLOURS.get(k, "#777777") for k in names])
     for y, v in enumerate(values):
-        ax.text(v, y, f" {v:.3g} s ({100 * v / total:.1f}%)", va="center", fontsize=8)
+        ax.text(v, y, f" {v:.3g} {unit} ({100 * v / (scale * total):.1f}%)", va="center", fontsize=8)
     ax.set_xlim(0, max(values, default=1.0) * 1.35)
-    ax.set_xlabel("seconds per step: exposed time on the critical rank (the one that finishes last; "
-                  "communication hidden under compute not counted)", fontsize=8)
-    ax.set_title(title or f"time breakdown of one step ({total:.3g} s)")
+    ax.set_xlabel(f"{'seconds' if unit == 's' else 'milliseconds'} per step: exposed time on the critical rank (the "
+                  "one that finishes last; communication hidden under compute not counted)", fontsize=8)
+    ax.set_title(title or f"time breakdown of one step ({scale * total:.3g} {unit})")
     return fig
 
 
@@ -117,9 +130,14 @@ def timeline_figure(events: Iterable[Any], title: str = "", max_events: int = 20
     spans_all = [s for cats in rows.values() for spans in cats.values() for s in spans]
     span = (max((s + w for s, w in spans_all), default=1.0) - min((s for s, _ in spans_all), default=0.0)) or 1.0
     min_width = span / 1500
+    # drawn in the breakdown's unit: milliseconds for a run under one second (its axis read 0.000-0.020 s beside
+    # "events shorter than 0.0145 ms")
+    from simulator.report.result import _breakdown_unit
+
+    scale, unit = _breakdown_unit(span)
     for cats in rows.values():
         for category, spans in cats.items():
-            cats[category] = [(s, max(w, min_width)) for s, w in spans]
+            cats[category] = [(scale * s, scale * max(w, min_width)) for s, w in spans]
     order = sorted(rows, key=lambda k: (_natural(k[0]), k[1] != "compute", k[1]))
     fig = Figure(figsize=(11.0, 0.32 * max(len(order), 1) + 1.6))
     ax = fig.add_subplot()
@@ -130,9 +148,9 @@ def timeline_figure(events: Iterable[Any], title: str = "", max_events: int = 20
             used.add(category)
     ax.set_yticks(range(len(order)), [f"{rc} · {st}" for rc, st in order], fontsize=8)
     ax.invert_yaxis()
-    ax.set_xlabel(f"time in the step (s); events shorter than {min_width * 1e3:.3g} ms drawn that wide")
+    ax.set_xlabel(f"time in the step ({unit}); events shorter than {min_width * 1e3:.3g} ms drawn that wide")
     ax.set_title((title or "simulated step timeline") + (
-        f" (the first {shown_until:.3g} s of {len(flat):,} events)" if shown_until is not None else ""))
+        f" (the first {scale * shown_until:.3g} {unit} of {len(flat):,} events)" if shown_until is not None else ""))
     ax.legend(handles=[Patch(color=CATEGORY_COLOURS.get(c, "#777777"), label=c) for c in sorted(used)],
               fontsize=8, loc="upper left", bbox_to_anchor=(1.01, 1.0))
     return fig
@@ -140,15 +158,19 @@ def timeline_figure(events: Iterable[Any], title: str = "", max_events: int = 20
 
 def memory_over_time_figure(series: dict[str, Sequence[tuple[float, float]]], hbm_gib: float,
                             analytic_peak_gib: dict[str, float] | None = None, title: str = "") -> Figure:
-    """Step lines of memory (GiB) against time (s), one per rank class; dashed: its analytic peak."""
+    """Step lines of memory (GiB) against time, one per rank class; dashed: its analytic peak. Time in the
+    breakdown's unit: milliseconds for a run under one second (:func:`timeline_figure`)."""
+    from simulator.report.result import _breakdown_unit
+
     fig = Figure(figsize=(9.0, 4.2))
     ax = fig.add_subplot()
     top = 0.0
+    scale, unit = _breakdown_unit(max((t for points in series.values() for t, _ in points), default=1.0))
     for actor in sorted(series, key=_natural):
         points = list(series[actor])
         if not points:
             continue
-        xs = [t for t, _ in points]
+        xs = [scale * t for t, _ in points]
         ys = [b / 2**30 for _, b in points]
         line, = ax.step(xs, ys, where="post", lw=1.2, label=f"{actor} (peak {max(ys):.3g} GiB)")
         top = max(top, max(ys))
@@ -157,7 +179,7 @@ def memory_over_time_figure(series: dict[str, Sequence[tuple[float, float]]], hb
     if hbm_gib <= 2 * top:  # far above the curves it would flatten them: named in the title instead
         ax.axhline(hbm_gib, color="black", lw=1.2, label=f"HBM {hbm_gib:g} GiB")
         top = max(top, hbm_gib)
-    ax.set_xlabel("time (s)")
+    ax.set_xlabel(f"time ({unit})")
     ax.set_ylabel("memory per GPU (GiB)")
     ax.set_ylim(0, top * 1.1)
     ax.set_title(title or "simulated memory over time (dotted: analytic peak)")
@@ -187,7 +209,7 @@ def plot_scenario(scenario, out_dir: str | Path, formats: Sequence[str] = FORMAT
                                  title=f"{name}: memory per GPU by pipeline stage"), out, "memory", formats)
     if result.step_time_s:
         paths += save_figures(time_breakdown_figure(result.time_breakdown_s, result.step_time_s,
-                                             title=f"{name}: step {result.step_time_s:.3g} s"),
+                                             title=f"{name}: step {_step_text(result.step_time_s)}"),
                        out, "time_breakdown", formats)
     if result.timeline:
         steps = f"{result.steps} simulated steps" if result.steps > 1 else "one simulated step"
