@@ -102,6 +102,50 @@ def test_a_rank_killed_before_reporting_restarts_the_job_once(tmp_path):
         launcher.launch(_always_abort_on_rank_one, 2)
 
 
+def _freed_memory_faults(keep: bool = False) -> int:
+    """Minor page faults of 20 rounds of eight 4 MiB blocks allocated, touched and freed (after one round)."""
+    import resource
+
+    if keep:
+        launcher.keep_freed_memory()
+
+    def round_():
+        blocks = [bytearray(4 << 20) for _ in range(8)]
+        for b in blocks:
+            b[::4096] = b"\x01" * len(range(0, len(b), 4096))
+
+    round_()
+    before = resource.getrusage(resource.RUSAGE_SELF).ru_minflt
+    for _ in range(20):
+        round_()
+    return resource.getrusage(resource.RUSAGE_SELF).ru_minflt - before
+
+
+def _rank_freed_memory_faults(ctx) -> int:
+    return _freed_memory_faults()
+
+
+@pytest.mark.skipif(not hasattr(os, "sched_getaffinity"), reason="glibc's malloc (Linux) only")
+def test_cpu_ranks_keep_freed_memory():
+    """A CPU rank's malloc keeps what it frees (launcher.KEEP_FREED_MEMORY): the same rounds of large blocks fault
+    their pages in again every round under glibc's defaults (a fresh interpreter) and not in a rank, nor in a fresh
+    interpreter told to keep them. Fault counts, not times."""
+    import subprocess
+    import sys
+
+    code = "import sys; from tests.test_harness import _freed_memory_faults as f; print(f(sys.argv[1] == 'keep'))"
+    root = str(Path(__file__).resolve().parents[1])
+    env = {**os.environ, "PYTHONPATH": root + os.pathsep + os.environ.get("PYTHONPATH", "")}
+    default, keep = (int(subprocess.run([sys.executable, "-c", code, arg], capture_output=True, text=True,
+                                        check=True, cwd=root, env=env).stdout) for arg in ("default", "keep"))
+    in_rank = launcher.launch(_rank_freed_memory_faults, 1)[0]
+    assert default > 20 * 1000, default  # 8 x 4 MiB = 8192 pages a round
+    assert keep < 1000 and in_rank < 1000, (keep, in_rank)
+    assert launcher.allocator_settings("cpu")["trim_threshold_bytes"] == launcher.KEEP_FREED_MEMORY[
+        "trim_threshold_bytes"]
+    assert "caching allocator" in launcher.allocator_settings("cuda")["host_malloc"]
+
+
 def test_quick_microbenchmarks_write_files_with_expected_fields(tmp_path):
     cfg = MicrobenchConfig(gemm_shapes=[(64, 64, 64), (128, 128, 128)], bmm_shapes=[(4, 32, 32, 16)],
                            gemm_layouts=["nn", "tn"], attention_shapes=[(1, 2, 32, 16)],
@@ -115,6 +159,7 @@ def test_quick_microbenchmarks_write_files_with_expected_fields(tmp_path):
     assert doc["machine"]["cpu_cores"] >= 1 and doc["machine"]["hostname"]
     assert doc["machine"]["versions"]["torch"] == torch.__version__
     assert doc["settings"]["backend"] == "gloo" and doc["settings"]["world_size"] == 2
+    assert doc["settings"]["allocator"] == launcher.allocator_settings("cpu")
     assert doc["started"] and doc["finished"]
     gemm = doc["gemm"]
     assert len(gemm) == 2 * (2 * 2 + 1 + 2)  # 2 ranks x (2 shapes x 2 layouts + 1 bmm + sdpa fwd, fwd+bwd)

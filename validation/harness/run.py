@@ -116,7 +116,7 @@ def write_json(path: Path, data: Any) -> None:
 def run_microbench_files(out: Path, world_size: int, quick: bool, device: str | None = None,
                          threads_per_rank: int = 1, config=None) -> dict:
     """Run the microbenchmarks in a ``world_size`` job and write ``out/microbench/*``."""
-    from validation.harness.launcher import choose_device, launch
+    from validation.harness.launcher import allocator_settings, choose_device, launch
     from validation.harness.microbench import MicrobenchConfig, run_microbenchmarks
     from validation.harness.probe import probe_summary
 
@@ -153,7 +153,8 @@ def run_microbench_files(out: Path, world_size: int, quick: bool, device: str | 
         "finished": now_iso(),
         "machine": machine_info(),
         "settings": {"world_size": world_size, "backend": choice.backend, "device_type": choice.device_type,
-                     "threads_per_rank": threads_per_rank, "quick": quick, **cfg.to_dict()},
+                     "threads_per_rank": threads_per_rank, "quick": quick, **cfg.to_dict(),
+                     "allocator": allocator_settings(choice.device_type)},
         "files": {"gemm": "gemm.csv", "memory": "memory.csv", "collectives": "collectives.csv",
                   **({"overlap": "overlap.csv"} if overlap else {}), **({"skew": "skew.csv"} if skew else {}),
                   **({"dispatch": "dispatch.csv"} if dispatch else {}), **({"loss": "loss.csv"} if loss else {}),
@@ -172,7 +173,7 @@ def run_training_files(out: Path, world_size: int, quick: bool, device: str | No
 
     ``strategies`` (default: the default loop, ``layouts.STRATEGIES``) may name the extra ones too
     (``layouts.EXTRA_STRATEGIES``); a given ``config`` carries its own list instead."""
-    from validation.harness.launcher import choose_device, launch
+    from validation.harness.launcher import allocator_settings, choose_device, launch
     from validation.harness.model import default_spec
     from validation.harness.training import TrainingConfig, merge_ranks, run_training
 
@@ -203,7 +204,8 @@ def run_training_files(out: Path, world_size: int, quick: bool, device: str | No
         "machine": machine_info(),
         "settings": {"world_size": world_size, "backend": choice.backend, "device_type": choice.device_type,
                      "threads_per_rank": threads_per_rank, "quick": quick,
-                     **{k: v for k, v in config.to_dict().items() if k != "trace_dir"}},
+                     **{k: v for k, v in config.to_dict().items() if k != "trace_dir"},
+                     "allocator": allocator_settings(choice.device_type)},
         "runs": runs,
     }
     write_json(folder / "runs.json", doc)
