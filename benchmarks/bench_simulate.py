@@ -28,6 +28,11 @@ time measures the load, not the simulator) over repeats for:
     python benchmarks/bench_simulate.py [--repeats 5] [--resim] [--parts]
     python benchmarks/bench_simulate.py --baseline /path/to/old/checkout [--repeats 5] [--rounds 3]
     python benchmarks/bench_simulate.py --phases [--baseline /path/to/old/checkout] [--repeats 5] [--rounds 3]
+    python benchmarks/bench_simulate.py [--phases] --pure-baseline [--repeats 5] [--rounds 3]
+
+``--pure-baseline``: before is this checkout with its pure-Python engine (``CLUSTERSIM_ENGINE=python``), after the
+same checkout with whichever engine it selects (the compiled one where setup.py built it: simulator/engine/__init__.py);
+each process's engine build is printed first.
 """
 
 from __future__ import annotations
@@ -113,7 +118,19 @@ def wrap(owner, name, phase):
             depth[0] -= 1
     setattr(owner, name, timed)
 wrap(Planner, "build", "build")
-wrap(Engine, "run", "engine")
+# The engine with its run timed: a stand-in built where simulate and the fold build one (a compiled Engine's
+# methods cannot be replaced, and a subclass would slow its typed calls).
+class TimedEngine:
+    def __init__(self, *args, **kwargs):
+        self._engine = Engine(*args, **kwargs)
+    def run(self, *args, **kwargs):
+        return self._engine.run(*args, **kwargs)
+    def __getattr__(self, name):
+        return getattr(self._engine, name)
+wrap(TimedEngine, "run", "engine")
+S.Engine = TimedEngine
+if hasattr(F, "Engine"):
+    F.Engine = TimedEngine
 wrap(S, "time_breakdown", "breakdowns")
 wrap(S, "stage_breakdowns", "breakdowns")
 wrap(S, "pipeline_bubble_s", "breakdowns")
@@ -137,21 +154,42 @@ print(json.dumps({phase: statistics.median(v) for phase, v in phases.items()}))
 """
 
 
-def phases_process(code: Path, repeats: int) -> dict[str, float]:
-    """Median CPU seconds per phase of a folded Megatron-1T simulate by the checkout at ``code``, in a fresh process."""
+def _env(code: Path, pure: bool = False) -> dict[str, str]:
+    """The environment of a fresh process running the checkout at ``code`` (``pure``: its pure-Python engine,
+    ``CLUSTERSIM_ENGINE=python``, even where the compiled one is built; simulator/engine/__init__.py)."""
     env = {**os.environ, "PYTHONPATH": str(code)}
+    env.pop("CLUSTERSIM_ENGINE", None)
+    if pure:
+        env["CLUSTERSIM_ENGINE"] = "python"
+    return env
+
+
+def engine_build(code: Path, pure: bool = False) -> str:
+    """Which engine build the checkout at ``code`` runs: compiled (Cython) or pure Python."""
+    done = subprocess.run([sys.executable, "-c", "import simulator.engine as e; print(e.ENGINE_BUILD)"],
+                          env=_env(code, pure), cwd=code, capture_output=True, text=True, check=True)
+    return done.stdout.strip()
+
+
+def phases_process(code: Path, repeats: int, pure: bool = False) -> dict[str, float]:
+    """Median CPU seconds per phase of a folded Megatron-1T simulate by the checkout at ``code``, in a fresh process."""
+    env = _env(code, pure)
     done = subprocess.run([sys.executable, "-c", _PHASES, str(repeats), json.dumps(MEGATRON_1T)],
                           env=env, cwd=code, capture_output=True, text=True, check=True)
     return json.loads(done.stdout.splitlines()[-1])
 
 
-def compare_phases(baseline: Path | None, repeats: int, rounds: int) -> None:
+def compare_phases(baseline: Path | None, repeats: int, rounds: int, pure_baseline: bool = False) -> None:
+    """``pure_baseline``: before is this checkout with its pure-Python engine (``baseline`` is this checkout)."""
     here = Path(__file__).resolve().parents[1]
     codes = {"before": baseline, "after": here} if baseline else {"this code": here}
+    pure = {"before": pure_baseline}
+    for label, code in codes.items():
+        print(f"{label}: engine {engine_build(code, pure.get(label, False))}")
     runs: dict[str, list[dict[str, float]]] = {label: [] for label in codes}
     for _ in range(rounds if baseline else 1):
         for label, code in codes.items():
-            runs[label].append(phases_process(code, repeats))
+            runs[label].append(phases_process(code, repeats, pure.get(label, False)))
     print(f"megatron-1t 3072 A100 tp8 pp64 1f1b, engine folded: CPU ms per simulate (every fold run), median of "
           f"{repeats} per process" + (f", median over {rounds} alternating pairs ({baseline} / {here})" if baseline else ""))
     print(f"{'phase':<12}" + "".join(f"{label:>12}" for label in codes) + (f"{'after/before':>14}" if baseline else ""))
@@ -163,19 +201,21 @@ def compare_phases(baseline: Path | None, repeats: int, rounds: int) -> None:
         print(line)
 
 
-def one_process(code: Path, repeats: int) -> dict[str, float]:
+def one_process(code: Path, repeats: int, pure: bool = False) -> dict[str, float]:
     """Median CPU seconds per case, simulated by the checkout at ``code`` in a fresh process."""
-    env = {**os.environ, "PYTHONPATH": str(code)}
+    env = _env(code, pure)
     done = subprocess.run([sys.executable, "-c", _ONE_PROCESS, str(code), str(repeats), json.dumps(BASELINE_CASES)],
                           env=env, cwd=code, capture_output=True, text=True, check=True)
     return json.loads(done.stdout.splitlines()[-1])
 
 
-def compare_with_baseline(baseline: Path, repeats: int, rounds: int) -> None:
+def compare_with_baseline(baseline: Path, repeats: int, rounds: int, pure_baseline: bool = False) -> None:
+    """``pure_baseline``: before is this checkout with its pure-Python engine (``baseline`` is this checkout)."""
     here = Path(__file__).resolve().parents[1]
+    print(f"before: engine {engine_build(baseline, pure_baseline)}; after: engine {engine_build(here)}")
     runs: dict[str, list[dict[str, float]]] = {"before": [], "after": []}
     for _ in range(rounds):
-        runs["before"].append(one_process(baseline, repeats))
+        runs["before"].append(one_process(baseline, repeats, pure_baseline))
         runs["after"].append(one_process(here, repeats))
     print(f"before = {baseline}, after = {here}: CPU s, median of {repeats} runs per process, "
           f"median over {rounds} alternating pairs of processes")
@@ -266,12 +306,21 @@ def main() -> None:
     parser.add_argument("--rounds", type=int, default=3, help="with --baseline: alternating pairs of processes")
     parser.add_argument("--phases", action="store_true", help="where a folded Megatron-1T simulate goes, by phase "
                                                               "(with --baseline: before and after)")
+    parser.add_argument("--pure-baseline", action="store_true",
+                        help="the baseline is this checkout with its pure-Python engine (CLUSTERSIM_ENGINE=python): "
+                             "the compiled engine against the same source uncompiled")
     args = parser.parse_args()
+    if args.pure_baseline:
+        if args.baseline:
+            parser.error("--pure-baseline compares this checkout with itself: no --baseline")
+        args.baseline = Path(__file__).resolve().parents[1]
+    print(f"engine: {engine_build(Path(__file__).resolve().parents[1])}")
     if args.phases:
-        compare_phases(args.baseline.resolve() if args.baseline else None, args.repeats, args.rounds)
+        compare_phases(args.baseline.resolve() if args.baseline else None, args.repeats, args.rounds,
+                       args.pure_baseline)
         return
     if args.baseline:
-        compare_with_baseline(args.baseline.resolve(), args.repeats, args.rounds)
+        compare_with_baseline(args.baseline.resolve(), args.repeats, args.rounds, args.pure_baseline)
         return
     print(f"{'scenario':<52} {'CPU s':>9}")
     print(f"{'default (GPT-3 175B, 1024 A100, interleaved)':<52} {median_seconds(None, [], args.repeats):>9.3f}")

@@ -34,7 +34,10 @@ class _VersionAction(argparse.Action):
     """``--version``, with the version read only when asked (importlib.metadata costs ~50 ms at start)."""
 
     def __call__(self, parser, namespace, values, option_string=None):
-        print(f"clustersim {_version()}")
+        # which engine build runs: setup.py's compiled one or pure Python
+        from simulator.engine import ENGINE_BUILD
+
+        print(f"clustersim {_version()} (engine: {ENGINE_BUILD})")
         parser.exit(0)
 
 

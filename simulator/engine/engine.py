@@ -512,7 +512,7 @@ class Engine:
                 if task.slows_comm:
                     self._compute_state(task.actor, +1)
                 if task.slowdown_while_contended > 0 or task.shares is not None:
-                    self._drive(self._run_slowable(task), lambda: run.after_compute(None))
+                    self._drive(self._run_slowable(task), partial(run.after_compute, None))  # no closure: compiled too
                 elif task.parts is not None:  # a chain: each part ends where the one before it did, plus its own
                     end = now
                     for part in task.parts:
