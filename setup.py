@@ -6,7 +6,7 @@ changes that do not change what it does -- ``slots=True`` dropped from its ``@da
 extension types have fixed fields already and its dataclass takes no ``slots``) and a last line
 ``_SOURCE_SHA256 = "..."``, the fingerprint of the ``.py`` and ``.pxd`` (simulator/engine/_source_hash.py) that
 :mod:`simulator.engine` compares before it uses the module. C flags keep IEEE results as the interpreter computes
-them: ```-O2 -ffp-contract=off -fno-fast-math`` (no fused multiply-add, no reassociation), no ``-march=native``.
+them: ``-O2 -ffp-contract=off -fno-fast-math`` (no fused multiply-add, no reassociation), no ``-march=native``.
 
 Optional: without Cython or a C compiler (``CC=/bin/false``), or if the build fails, the package installs without
 the extensions and the pure-Python modules run (a warning says why). Metadata stays in pyproject.toml.
