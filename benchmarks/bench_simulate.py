@@ -165,8 +165,9 @@ def _env(code: Path, pure: bool = False) -> dict[str, str]:
 
 
 def engine_build(code: Path, pure: bool = False) -> str:
-    """Which engine build the checkout at ``code`` runs: compiled (Cython) or pure Python."""
-    done = subprocess.run([sys.executable, "-c", "import simulator.engine as e; print(e.ENGINE_BUILD)"],
+    """Which engine build the checkout at ``code`` runs: compiled (Cython) or pure Python (an older checkout, from
+    before the compiled build, says nothing: pure Python)."""
+    done = subprocess.run([sys.executable, "-c", "import simulator.engine as e; print(getattr(e, 'ENGINE_BUILD', 'pure Python'))"],
                           env=_env(code, pure), cwd=code, capture_output=True, text=True, check=True)
     return done.stdout.strip()
 
