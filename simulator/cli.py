@@ -111,8 +111,23 @@ def main(argv: list[str] | None = None) -> int:
         signal.signal(signal.SIGTERM, previous)
 
 
+def _negative_lists_joined(argv: list[str]) -> list[str]:
+    """``--gpus -8,16`` as ``--gpus=-8,16``: argparse takes a token that starts with '-' and is not one plain
+    negative number for an option, and answered "argument --gpus: expected one argument"; joined, the option's own
+    check names the bad count ("--gpus: GPU counts must be positive, got -8")."""
+    import re
+
+    out: list[str] = []
+    for token in argv:
+        if out and out[-1].startswith("--") and "=" not in out[-1] and re.fullmatch(r"-\d[\d.]*(,-?[\d.]*)+", token):
+            out[-1] = f"{out[-1]}={token}"
+        else:
+            out.append(token)
+    return out
+
+
 def _main(argv: list[str] | None) -> int:
-    argv = sys.argv[1:] if argv is None else list(argv)
+    argv = _negative_lists_joined(sys.argv[1:] if argv is None else list(argv))
     command = argv[0] if argv and not argv[0].startswith("-") else None
     parser = (command and build_parser(command)) or build_parser()  # an unknown command: every one, for its error
     args = parser.parse_args(argv)

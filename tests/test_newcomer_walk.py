@@ -307,3 +307,13 @@ def test_plots_of_a_step_under_a_second_are_in_milliseconds_as_the_table_is():
     assert timeline.get_xlabel().startswith("time in the step (ms)") and timeline.get_xlim()[1] > 15
     memory = memory_over_time_figure({"r": [(0.0, 2**30), (0.02, 2 * 2**30)]}, 80.0).axes[0]
     assert memory.get_xlabel() == "time (ms)"
+
+
+def test_a_negative_count_in_a_list_is_named_by_the_option_not_taken_for_an_option():
+    """argparse took ``-8,16`` for an option: "argument --gpus: expected one argument"."""
+    assert _bad("scale", RESNET, "--gpus", "-8,16") == "clustersim: error: --gpus: GPU counts must be positive, got -8"
+    from simulator.cli import _negative_lists_joined
+
+    assert _negative_lists_joined(["scale", "--gpus", "-8,16", "--json"]) == ["scale", "--gpus=-8,16", "--json"]
+    assert _negative_lists_joined(["search", "--workers", "-1", "--top", "3"]) == [
+        "search", "--workers", "-1", "--top", "3"]   # one plain negative number: argparse reads it already
