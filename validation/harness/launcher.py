@@ -126,8 +126,9 @@ allocator, which is not what the harness validates; keeping the memory removes i
 allocator does on a GPU.
 
 *How.* ``M_TRIM_THRESHOLD`` (-1) and ``M_MMAP_THRESHOLD`` (-3) at 1 GiB (glibc malloc/malloc.c ``mallopt``; the
-same as the environment's ``MALLOC_TRIM_THRESHOLD_`` / ``MALLOC_MMAP_THRESHOLD_``, which glibc reads only when the
-process starts, so ``mallopt`` in the rank is what reaches the spawned ranks here): freed blocks stay in the heap
+same as the environment's ``MALLOC_TRIM_THRESHOLD_`` / ``MALLOC_MMAP_THRESHOLD_``, which glibc reads only when a
+process starts: they would have to be set in the launching process, for everything it starts; ``mallopt`` in the
+rank touches the ranks alone): freed blocks stay in the heap
 and are reused next step. Setting the mmap threshold also stops glibc's dynamic threshold. A check at 12:27 UTC on
 2026-12-06 (this host, glibc 2.36): 20 steps of eight 4 MiB blocks allocated, touched and freed took 163,251
 minor faults with glibc's defaults and 0 with these settings. CPU ranks only: on a GPU the tensors are the caching
