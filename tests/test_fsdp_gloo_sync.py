@@ -71,3 +71,11 @@ def test_overlapped_the_compute_runs_beside_a_reduce_scatter(tmp_path):
     # the breakdown: the same compute, the blocking run's data-parallel communication all exposed
     assert abs(overlapped.time_breakdown_s["compute"] - blocking.time_breakdown_s["compute"]) < 1e-12
     assert abs(blocking.time_breakdown_s["dp_comm"] - overlapped.time_breakdown_s["dp_comm"] - beside) < 1e-12
+
+
+def test_the_harness_prices_ddps_bucket_copies_for_ddp_runs_only(tmp_path):
+    """The harness's ddp is torch's DistributedDataParallel with gradient_as_bucket_view left False: its reducer
+    copies each gradient into a bucket and back (ddp_bucket_copies: true); no other run sets it."""
+    profile = tmp_path / "p.yaml"
+    assert scenario_for_run(_harness_run("ddp", 0), profile)["parallelism"]["ddp_bucket_copies"] is True
+    assert "ddp_bucket_copies" not in scenario_for_run(_harness_run("fsdp", 3), profile)["parallelism"]

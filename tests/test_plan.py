@@ -371,3 +371,35 @@ def test_stage_params_with_tp():
     pl = Planner(a100(16, tp=2, pp=2, dp=4))
     assert pl.stage_params_local(0) == pytest.approx(987_904)
     assert pl.stage_params_local(1) == pytest.approx(922_880)
+
+
+def test_ddp_bucket_copies_as_pytorch_ddps_reducer_runs_them():
+    # PyTorch DDP (ddp_bucket_copies: true, gradient_as_bucket_view false): every bucket's gradients copied in
+    # (divided by the world size, reducer::mul_out) on the compute stream before its all-reduce, and copied back
+    # (copy_bucket_to_grad) by finalize_backward: on the compute stream after the backward, each once its
+    # all-reduce is done, before the optimizer step; bucket_view: the in-place divide alone; false (the
+    # default, Megatron-Core's grad buffer): neither.
+    def planned(copies):
+        planner = Planner(a100(8, tp=1, pp=1, dp=8, zero_stage=0,
+                               **({} if copies is None else {"ddp_bucket_copies": copies})))
+        return planner, planner.build()
+
+    planner, plan = planned(True)
+    copy_s = planner.compute_of(0).copy_s
+    compute = _tasks(plan, "stage0", "compute")
+    into = [t for t in compute if t.name.endswith(".ddp_bucket_in")]
+    back = [t for t in compute if t.name.startswith("ddp_bucket_to_grad")]
+    reduces = [t for t in _tasks(plan, "stage0", "dp") if "grad_all_reduce" in t.name]
+    assert into and len(into) == len(back) == len(reduces)
+    bytes_ = [r.demands["stage0:nvl_tx"] * 8 / (2 * 7) for r in reduces]  # ring all-reduce: 2 (n-1)/n of the bucket
+    assert sum(t.duration_s for t in into) == pytest.approx(sum(copy_s(b) for b in bytes_), rel=1e-9)
+    assert [t.duration_s for t in back] == pytest.approx([copy_s(b) for b in bytes_], rel=1e-9)
+    assert all(r in b.deps for r, b in zip(reduces, back, strict=True))
+    last_backward = max(i for i, t in enumerate(compute) if t.name.startswith("B."))
+    opt = next(i for i, t in enumerate(compute) if t.category == "optimizer")
+    assert all(last_backward < compute.index(b) < opt for b in back)
+    _, view = planned("bucket_view")
+    names = [t.name for t in _tasks(view, "stage0", "compute")]
+    assert any(n.endswith(".ddp_bucket_in") for n in names) and not any("ddp_bucket_to_grad" in n for n in names)
+    for default in (planned(None)[1], planned(False)[1]):
+        assert not [t for s in ("compute", "dp") for t in _tasks(default, "stage0", s) if "ddp_bucket" in t.name]

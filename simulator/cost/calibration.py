@@ -1037,6 +1037,10 @@ def scenario_for_run(run: dict[str, Any], profile_path: str | Path) -> dict[str,
             # FSDP2 reduce-scatters each fully_shard unit's gradients (one block) as its backward
             # ends; DDP buckets at 25 MB (PyTorch's default bucket_cap_mb, the simulator's default)
             **({"gradient_bucket_mb": _block_gradient_mb(run)} if int(lay["zero_stage"]) == 3 else {}),
+            # the harness's ddp is torch's DistributedDataParallel with gradient_as_bucket_view left False: its
+            # reducer copies each gradient into a bucket (divided by the world size) and back after the all-reduce
+            # (the s13 trace: reducer::mul_out 2.7 ms, copy_bucket_to_grad 2.1-4.4 ms per step)
+            **({"ddp_bucket_copies": True} if run["strategy"] == "ddp" else {}),
         },
         # PyTorch eager: bias gradients and gradient accumulation are kernels of their own
         "training": {"precision": run.get("precision", "fp32"), "optimizer": run.get("optimizer", "adam"),

@@ -452,6 +452,7 @@ _SETTING_APPLIES = {
     "parallelism.overlap_tp_grad_comm": lambda sc: sc.parallelism.tp > 1,
     "parallelism.zero3_backward_prefetch": lambda sc: sc.parallelism.zero_stage == 3,
     "parallelism.zero_buffer_copies": lambda sc: sc.parallelism.zero_stage >= 2,
+    "parallelism.ddp_bucket_copies": lambda sc: sc.parallelism.zero_stage == 0 and sc.parallelism.dp > 1,
     "parallelism.overlap_grad_reduce": lambda sc: sc.parallelism.dp > 1,
     "training.fp8_saved_inputs": lambda sc: sc.training.precision == "fp8",
 }

@@ -52,7 +52,7 @@ class ActorTasks:
     __slots__ = (
         "planner", "par", "sc", "actor", "rank", "streams", "after", "stage", "compute", "m_total",
         "f_entry", "f_exit", "b_entry", "b_exit",
-        "order", "compute_list", "prev", "dp_tasks", "zero", "dp_size", "shard", "weight_bytes", "grad_bytes",
+        "order", "compute_list", "prev", "dp_tasks", "copy_back", "zero", "dp_size", "shard", "weight_bytes", "grad_bytes",
         "layer_ends", "carry", "grads_held", "fusion", "optimizer_bytes", "fused", "deferred", "pending_forward",
         "bucket_limit", "bucket", "reduce_kind", "start_gathers", "per_layer_gathers", "reduces_every_pass",
     )
@@ -76,6 +76,7 @@ class ActorTasks:
         self.compute_list: list[Task] = []  # this step's tasks on the compute stream, in order
         self.prev: Task | None = None  # last task on the compute/tp chain
         self.dp_tasks: list[Task] = []  # gradient reductions and gathers on the dp stream (the update waits)
+        self.copy_back: list[tuple[Task, float]] = []  # DDP's reduced buckets and their bytes, copied back at the end
         zero = self.zero = par.zero_stage
         # weights are replicated over dp and cp (Megatron); a kind that does not reduce gradients every
         # step (local SGD) plans each replica on its own
@@ -252,6 +253,15 @@ class ActorTasks:
         unsharded gradients, every element once; torch 2.13 _fsdp_collectives.py; DeepSpeed's ipg
         bucket): a memory-bound kernel on the compute stream. Returns what the reduction waits for
         (``after`` where nothing is copied)."""
+        if self.zero == 0:
+            if not self.par.ddp_bucket_copies:
+                return after
+            # PyTorch DDP's reducer (torch 2.13 libtorch: RECORD_FUNCTION "torch::distributed::reducer::mul_out";
+            # reducer.hpp: bucket_views_in[i].copy_(grad), div_factor_ = the process group's size): each
+            # gradient into its bucket view times 1 / world size, or, where the gradient is the bucket view
+            # (gradient_as_bucket_view), the view divided in place: read + write of the bucket, on the compute stream
+            return self.add(Task(f"{label}.ddp_bucket_in", self.actor, "compute", "compute",
+                                 duration_s=self.compute.copy_s(grad_bytes)))
         if self.zero < 2 or not self.par.zero_buffer_copies:
             return after
         actor, compute = self.actor, self.compute
@@ -312,6 +322,12 @@ class ActorTasks:
             task.deps.append(after)
             self.streams[(actor, "dp")].append(task)
             self.dp_tasks.append(task)
+            if zero == 0 and self.par.ddp_bucket_copies is True:
+                # ... and, with gradient_as_bucket_view false, the reduced bucket copied back into the gradients
+                # (reducer.hpp copy_bucket_to_grad: grad.copy_(bucket_views_out[i]); RECORD_FUNCTION
+                # "torch.distributed.ddp.reducer::copy_bucket_to_grad"): done by finalize_backward once every
+                # bucket is reduced, on the compute stream before the optimizer step (:meth:`optimizer_update`)
+                self.copy_back.append((task, nbytes))
             if zero >= 3 and not self.par.zero3_reduce_overlap:
                 # host-blocking reduce (FSDP2 over gloo on a CPU, torch 2.13): post_backward runs on the
                 # autograd thread and foreach_reduce calls reduce_scatter_comm without async_op (False:
@@ -671,6 +687,9 @@ class ActorTasks:
         to the chunk's first forward of the next step (now on the run's last step). Returns the tasks that
         end the step (what the next step waits for)."""
         planner, par, dp_tasks = self.planner, self.par, self.dp_tasks
+        for n, (reduced, nbytes) in enumerate(self.copy_back):  # DDP's finalize_backward (:meth:`flush_bucket`)
+            self.add(Task(f"ddp_bucket_to_grad{n}", self.actor, "compute", "compute",
+                          duration_s=self.compute.copy_s(nbytes)), (reduced,))
         local_params = planner.stage_params_local(self.stage)
         fusion, fused = self.fusion, self.fused
         if fusion == "backward":

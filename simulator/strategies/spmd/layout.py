@@ -132,6 +132,15 @@ class Parallelism(BaseModel):
                     "reduce-scatter stream, DeepSpeed); off: each one blocks the compute until it is done, the "
                     "next layer's backward waiting for it (PyTorch FSDP2 over gloo on a CPU: foreach_reduce calls "
                     "the collective with async_op false on the autograd thread and a CPU stream does nothing)")
+    ddp_bucket_copies: bool | Literal["bucket_view"] = Field(
+        default=False,
+        description="ZeRO-0 gradient buckets as PyTorch DDP's C++ reducer fills them. true (DDP's default, "
+                    "gradient_as_bucket_view false): each gradient copied into its flat bucket while divided by the "
+                    "world size (reducer::mul_out) before the bucket's all-reduce, and the bucket copied back into "
+                    "the gradients after it (copy_bucket_to_grad): two memory-bound passes (read + write) over the "
+                    "gradients. bucket_view (gradient_as_bucket_view true): the gradients are views of the buckets, "
+                    "divided in place (one pass). false (the default): the reduction runs on the gradients where "
+                    "they are, scaled inside the collective (Megatron-Core's contiguous grad buffer)")
     zero_buffer_copies: bool | Literal["fsdp1"] = Field(
         default=True,
         description="ZeRO-2/3 copy kernels. true: as PyTorch FSDP2 runs them (torch 2.13 _fsdp_collectives.py): "
