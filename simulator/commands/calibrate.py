@@ -49,6 +49,10 @@ def run(args) -> int:
         check_output_path(args.out, "--out")
     if args.source:
         folder = Path(args.source)
+        if folder.is_file():  # "folder not found" misled a user who had given a file that is there
+            raise ConfigError("--from", f"{folder} is a file; give the folder that holds the harness's microbenchmark "
+                                        "files (gemm.csv, memory.csv, collectives.csv, microbench.json; `python -m "
+                                        "validation.harness --out DIR` writes them), or the DIR holding that microbench/")
         if not folder.is_dir():
             raise ConfigError("--from", f"folder not found: {folder}")
         if not args.out:  # the profile goes into the --from folder

@@ -86,6 +86,11 @@ def run(args) -> int:
 
         check_output_path(args.plot, "--plot")
     measured = measured_breakdown(trace, step=args.step)
+    measured_classes = None
+    if args.op_classes:  # read (and a device trace refused) before the scenario is simulated
+        from simulator.report.op_classes import measured_op_classes
+
+        measured_classes = measured_op_classes(trace, step=args.step)
     if args.scenario:
         scenario = load_scenario(args.scenario, args.overrides)
         described = str(args.scenario)
@@ -116,10 +121,9 @@ def run(args) -> int:
     simulated = simulated_breakdown(result, rank_class, par.zero_stage)
     rows = compare_rows(measured, simulated)
     op_rows = None
-    if args.op_classes:
-        from simulator.report.op_classes import measured_op_classes, op_class_rows, simulated_op_classes
+    if measured_classes is not None:
+        from simulator.report.op_classes import op_class_rows, simulated_op_classes
 
-        measured_classes = measured_op_classes(trace, step=args.step)
         detailed = simulate(scenario, detail=True)  # one timeline event per kernel (as `simulate --trace`)
         sim_class = rank_class or sorted({e.rank_class for e in detailed.timeline})[0]
         op_rows = op_class_rows(measured_classes, simulated_op_classes(detailed, sim_class))

@@ -17,7 +17,8 @@ def register(subparsers) -> None:
         "tokens/s and MFU against GPUs with ideal scaling; writes scaling.csv, scaling.png, scaling.svg.",
     )
     p.add_argument("scenario", nargs="?", help="scenario YAML (default: the built-in default)")
-    p.add_argument("--gpus", required=True, help="comma-separated GPU counts, e.g. 64,128,256")
+    p.add_argument("--gpus", required=True, help="comma-separated GPU counts, e.g. 64,128,256 (run and listed "
+                                                 "from the fewest GPUs, each count once)")
     mode = p.add_mutually_exclusive_group()
     mode.add_argument("--strong", action="store_true", help="keep the global batch (default)")
     mode.add_argument("--weak", action="store_true", help="keep the batch per GPU")
@@ -42,6 +43,10 @@ def run(args) -> int:
 
     check_output_folder(args.out, "--out")
     counts = parse_gpu_counts(args.gpus)
+    given = [int(t) for t in args.gpus.split(",")]
+    if given != counts:  # the curve runs from the fewest GPUs: say so where the order given differs
+        print(f"clustersim: note: --gpus {args.gpus} runs from the fewest GPUs, each count once: "
+              f"{','.join(map(str, counts))}", file=sys.stderr)
     space = parse_assignments(args.space, SearchSpace, "--space", lists=True)
     constraints = parse_assignments(args.constraint, SearchConstraints, "--constraint", lists=False)
     rows = scaling_curve(args.scenario, counts, overrides=args.overrides, weak=args.weak,

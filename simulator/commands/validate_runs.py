@@ -66,12 +66,20 @@ def _profile_path(args) -> Path:
     return path
 
 
+def _given_runs(args) -> Path | None:
+    """``--runs`` as given, checked before the profile (a missing --runs was answered with the default profile's
+    absence, though the user had named the runs and not the profile)."""
+    if not args.runs:
+        return None
+    folder = Path(args.runs)
+    if not folder.exists():
+        raise ConfigError("--runs", f"not found: {folder} (a harness output folder, its training/ folder, or a runs.json)")
+    return folder
+
+
 def _runs_folder(args, profile: Path) -> Path:
     if args.runs:
-        folder = Path(args.runs)
-        if not folder.exists():
-            raise ConfigError("--runs", f"not found: {folder}")
-        return folder
+        return _given_runs(args)
     folder = args.dir
     if args.rerun or not (folder / "training" / "runs.json").is_file():
         from simulator.report.output_path import check_output_folder
@@ -225,6 +233,7 @@ def run(args) -> int:
         from simulator.report.output_path import check_output_path
 
         check_output_path(args.plot, "--plot")
+    _given_runs(args)
     profile = _profile_path(args)
     folder = _runs_folder(args, profile)
     doc = read_runs(folder)

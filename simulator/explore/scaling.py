@@ -38,9 +38,14 @@ CSV_COLUMNS = (
 
 
 def parse_gpu_counts(text: str | Sequence[int]) -> list[int]:
-    """``"64,128,256"`` (or a list) into sorted unique positive GPU counts."""
+    """``"64,128,256"`` (or a list) into sorted unique positive GPU counts (the curve runs from the fewest GPUs;
+    ``clustersim scale`` says so when the order given differs). An empty item (``8,,16``, ``8,``) is refused: it
+    was dropped silently, where it is likely a count left out."""
     if isinstance(text, str):
-        items = [t.strip() for t in text.split(",") if t.strip()]
+        items = [t.strip() for t in text.split(",")]
+        if any(items) and not all(items):
+            raise ConfigError("--gpus", f"empty item in {text!r} (write comma-separated GPU counts, e.g. 64,128,256)")
+        items = [t for t in items if t]
         try:
             counts = [int(t) for t in items]
         except ValueError:

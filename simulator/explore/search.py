@@ -99,7 +99,7 @@ from typing import Any
 import yaml
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
-from simulator.errors import ConfigError, did_you_mean, from_pydantic
+from simulator.errors import ConfigError, did_you_mean, from_pydantic, unit_hint
 from simulator.explore.sweep import empty_result, parallel_map, process_pool, run_point
 
 _SCHEDULES = ("gpipe", "1f1b", "interleaved", "zb-h1")
@@ -198,17 +198,72 @@ def parse_assignments(items: list[str], schema: type[BaseModel], flag: str, list
                                                f"(known: {', '.join(schema.model_fields)})")
         try:
             if lists:
-                value: Any = [yaml.safe_load(v.strip()) for v in text.split(",") if v.strip()]
+                values = [v.strip() for v in text.split(",")]
+                if any(values) and not all(values):  # "tp=1,,2" dropped the empty item silently
+                    raise ConfigError(f"{flag} {key}", f"empty item in {text!r}; expected "
+                                                       f"{_allowed_values(schema, key, flag, lists)}")
+                value: Any = [yaml.safe_load(v) for v in values if v]
             else:
                 value = yaml.safe_load(text)
         except yaml.YAMLError:
             raise ConfigError(f"{flag} {key}", f"cannot parse {text!r}") from None
+        if bool not in _kinds(schema, key) and any(isinstance(v, bool) for v in (value if lists else [value])):
+            # pydantic's lax mode reads true as 1 ("--space tp=true" searched tp 1), as the scenario's fields refuse
+            raise ConfigError(f"{flag} {key}", f"expected {_allowed_values(schema, key, flag, lists)}, got {text!r}")
         data[key] = value
     try:
         return schema.model_validate(data)
     except ValidationError as exc:
-        err = from_pydantic(exc)
-        raise ConfigError(f"{flag} {err.field.split('.')[0]}", err.reason) from None
+        # pydantic's wording ("Input should be a valid integer, unable to parse string as an integer") named no
+        # option value: say what the option takes and which value was not that, per bad key
+        problems = []
+        for err in exc.errors():
+            key = str(err["loc"][0]) if err.get("loc") else ""
+            got = err.get("input")
+            hint = (unit_hint(got, key, err.get("type") == "int_parsing")
+                    if err.get("type") in ("float_parsing", "int_parsing") and isinstance(got, str) else "")
+            problems.append((f"{flag} {key}", f"expected {_allowed_values(schema, key, flag, lists)}, got {got!r}{hint}"))
+        (field, reason), others = problems[0], [f"{f}: {r}" for f, r in problems[1:]]
+        raise ConfigError(field, reason + (f" (and {len(others)} more: " + "; ".join(others) + ")" if others else ""))\
+            from None
+
+
+#: Named values a --space / --constraint key takes, and the example its error gives (else 1,2,4 / 8).
+_NAMED = {"recompute": _RECOMPUTE, "schedule": _SCHEDULES, "pp_split": _SPLITS}
+_EXAMPLES = {"zero_stage": "0,1", "global_batch_size": "512,1024", "micro_batch_size": "1,2",
+             "max_memory_gib": "70"}
+
+
+def _kinds(schema: type[BaseModel], key: str) -> set[type]:
+    """The plain types (int, float, bool, str) a field's annotation holds, lists and None taken out."""
+    import typing
+
+    todo, kinds = [schema.model_fields[key].annotation], set()
+    while todo:
+        a = todo.pop()
+        args = typing.get_args(a)
+        if args:
+            todo.extend(args)
+        elif a in (int, float, bool, str):
+            kinds.add(a)
+    return kinds
+
+
+def _allowed_values(schema: type[BaseModel], key: str, flag: str, lists: bool) -> str:
+    """What ``flag key=...`` takes, in words with an example: ``--space tp`` takes positive integers separated by
+    commas (``--space tp=1,2,4``), ``--space recompute`` one or more of none, selective, full."""
+    kinds = _kinds(schema, key)
+    several = " separated by commas" if lists else ""
+    if str in kinds and key in _NAMED:
+        return f"{'one or more' if lists else 'one'} of {', '.join(_NAMED[key])}{several}"
+    if bool in kinds:
+        return f"true or false{' (both: ' + flag + ' ' + key + '=false,true)' if lists else ''}"
+    if key == "zero_stage":
+        return f"ZeRO stages 0, 1, 2 or 3{several} (e.g. {flag} {key}={_EXAMPLES[key]})"
+    example = _EXAMPLES.get(key, "1,2,4" if lists else "8")
+    what = "numbers" if float in kinds and int not in kinds else "integers"
+    what = ("positive " + what) if lists else ("a positive " + what[:-1])
+    return f"{what}{several} (e.g. {flag} {key}={example})"
 
 
 def _divisors(n: int) -> list[int]:

@@ -1,0 +1,115 @@
+"""What newcomer6's walk found and left (session 14), each checked through a subprocess as the user meets it:
+
+- ``calibrate --from FILE`` (a file that is there) said "folder not found": it now says it is a file and what the
+  folder must hold.
+- ``validate-runs --runs /nonexistent`` complained about the default profile first: ``--runs`` is checked first.
+- ``compare --op-classes`` on a device trace simulated the scenario (and warned about it) before refusing the option:
+  it is refused first.
+- ``scale --gpus 8,,`` dropped the empty item silently: refused, naming the option and the item. ``--gpus 16,8`` ran
+  sorted without a word: the help says the curve runs from the fewest GPUs, and a note says so where the order
+  given differs (the table and scaling.csv list the counts ascending, as docs/commands.md's ``--gpus 64,128,...``).
+- ``search --space tp=abc`` gave pydantic's wording ("Input should be a valid integer, unable to parse string as an
+  integer"): one line naming ``--space tp`` and what it takes; ``--space tp=1,,2`` (an empty item) and
+  ``--space tp=true`` (read as tp 1) were run silently and are refused too.
+"""
+
+from __future__ import annotations
+
+import csv
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[1]
+EXAMPLES = ROOT / "examples"
+GPU_TRACE = ROOT / "tests" / "data" / "traces" / "nccl_gpu_two_steps.json"
+TINY = ["model=llama-1b", "cluster.node=dgx-h100", "cluster.num_gpus=8", "training.seq_length=1024",
+        "parallelism.global_batch_size=32", "parallelism.tp=1", "parallelism.pp=1", "parallelism.virtual_stages=1",
+        "parallelism.schedule=1f1b"]
+
+
+def _cli(*args: str, cwd: Path = ROOT) -> subprocess.CompletedProcess:
+    env = {**os.environ, "PYTHONPATH": str(ROOT)}
+    env.pop("CLUSTERSIM_CALIBRATION_DIR", None)
+    return subprocess.run([sys.executable, "-m", "simulator", *args], cwd=cwd, env=env, capture_output=True, text=True,
+                          timeout=600, stdin=subprocess.DEVNULL)
+
+
+def _bad(*args: str, cwd: Path = ROOT) -> str:
+    """The one stderr line of a refused command (exit 2, no traceback), without the ``clustersim: error:`` head."""
+    proc = _cli(*args, cwd=cwd)
+    assert proc.returncode == 2, (proc.returncode, proc.stderr[-2000:])
+    assert "Traceback" not in proc.stderr
+    lines = proc.stderr.strip().splitlines()
+    assert len(lines) == 1 and lines[0].startswith("clustersim: error: "), proc.stderr
+    return lines[0].removeprefix("clustersim: error: ")
+
+
+def test_calibrate_from_a_file_says_it_is_a_file_and_what_the_folder_holds(tmp_path):
+    (tmp_path / "gemm.csv").write_text("m,n,k\n")
+    line = _bad("calibrate", "--from", "gemm.csv", cwd=tmp_path)
+    assert line.startswith("--from: gemm.csv is a file;"), line
+    assert "not found" not in line
+    assert "gemm.csv, memory.csv, collectives.csv" in line and "microbench/" in line
+
+
+def test_validate_runs_names_a_missing_runs_before_the_default_profile(tmp_path):
+    # tmp_path holds no clustersim-calibration/profile.yaml: the default profile is missing too
+    line = _bad("validate-runs", "--runs", str(tmp_path / "nonexistent"), cwd=tmp_path)
+    assert line.startswith("--runs: not found: "), line
+    assert "profile" not in line
+
+
+def test_compare_refuses_op_classes_on_a_device_trace_before_simulating():
+    # the scenario's 8 GPUs against the trace's 2 ranks: a run that got as far as the simulation warned about it first
+    line = _bad("compare", str(EXAMPLES / "resnet50-8xa100.yaml"), "--trace", str(GPU_TRACE), "--op-classes")
+    assert line.startswith("--op-classes: the trace has device events"), line
+
+
+@pytest.mark.parametrize("gpus", ["8,,", "8,,16", ",8"])
+def test_scale_refuses_an_empty_gpu_count(tmp_path, gpus):
+    line = _bad("scale", "--gpus", gpus, "--fixed", "--workers", "1", "--out", str(tmp_path / "out"), cwd=tmp_path)
+    assert line.startswith(f"--gpus: empty item in {gpus!r}"), line
+    assert not (tmp_path / "out").exists()
+
+
+def test_scale_says_it_runs_the_counts_from_the_fewest(tmp_path):
+    help_text = _cli("scale", "--help").stdout
+    assert "from the fewest GPUs" in " ".join(help_text.split())
+    args = ["scale", "--gpus", "16,8,16", "--fixed", "--workers", "1", "--out", str(tmp_path)]
+    for item in TINY:
+        args += ["--set", item]
+    proc = _cli(*args, cwd=tmp_path)
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    assert "clustersim: note: --gpus 16,8,16 runs from the fewest GPUs, each count once: 8,16" in proc.stderr
+    with (tmp_path / "scaling.csv").open() as fh:
+        assert [int(r["num_gpus"]) for r in csv.DictReader(fh)] == [8, 16]
+    # counts given ascending: no note
+    proc = _cli(*[a if a != "16,8,16" else "8,16" for a in args], cwd=tmp_path)
+    assert proc.returncode == 0 and "note: --gpus" not in proc.stderr
+
+
+@pytest.mark.parametrize("option, want", [
+    (["--space", "tp=abc"],
+     "--space tp: expected positive integers separated by commas (e.g. --space tp=1,2,4), got 'abc'"),
+    (["--space", "tp=1,,2"],
+     "--space tp: empty item in '1,,2'; expected positive integers separated by commas (e.g. --space tp=1,2,4)"),
+    (["--space", "tp=true"],
+     "--space tp: expected positive integers separated by commas (e.g. --space tp=1,2,4), got 'true'"),
+    (["--space", "zero_stage=x"],
+     "--space zero_stage: expected ZeRO stages 0, 1, 2 or 3 separated by commas (e.g. --space zero_stage=0,1), "
+     "got 'x'"),
+    (["--space", "sequence_parallel=maybe"],
+     "--space sequence_parallel: expected true or false (both: --space sequence_parallel=false,true), got 'maybe'"),
+    (["--constraint", "max_tp=abc"], "--constraint max_tp: expected a positive integer (e.g. --constraint max_tp=8), "
+                                     "got 'abc'"),
+    (["--constraint", "max_tp=0"], "--constraint max_tp: expected a positive integer (e.g. --constraint max_tp=8), "
+                                   "got 0"),
+])
+def test_search_space_values_are_said_in_one_line_naming_the_option(option, want):
+    line = _bad("search", *option, "--workers", "1")
+    assert line == want
+    assert "Input should be" not in line
