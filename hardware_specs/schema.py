@@ -841,7 +841,7 @@ class WanTransport(Spec):
 class WanRegion(Spec):
     """A site of a wide-area cluster: ``nodes`` consecutive nodes (nodes fill regions in order)."""
 
-    name: str
+    name: str = Field(min_length=1)  # '' was refused only as a link's "unknown region 'frankfurt' (regions: virginia, )"
     nodes: PositiveInt
 
 
@@ -913,10 +913,10 @@ class WideArea(Spec):
                 raise ValueError("links name regions: regions are required with links")
             names = [r.name for r in self.regions]
             given = set()
-            for link in self.links:
-                for end in (link.src, link.dst):
-                    if end not in names:
-                        raise ValueError(f"links: unknown region {end!r} (regions: {', '.join(names)})")
+            for i, link in enumerate(self.links):
+                for side, end in (("src", link.src), ("dst", link.dst)):
+                    if end not in names:  # the link's own field named, as a field validator's error would be
+                        raise ValueError(f"links.{i}.{side}: unknown region {end!r} (regions: {', '.join(names)})")
                 given.add((link.src, link.dst))
                 if link.both_directions:
                     given.add((link.dst, link.src))
@@ -952,7 +952,10 @@ class WideArea(Spec):
 # simulator/cost/topology.py maps each fabric onto link classes (ports, hops).
 def _fabric_kind(value) -> str:
     if isinstance(value, dict):
-        return value.get("topology", "fat-tree")
+        kind = value.get("topology", "fat-tree")
+        # a tag for any value, so that `topology: null` is answered with the topologies there are (pydantic said
+        # "Unable to extract tag using discriminator _fabric_kind()" for None)
+        return "null" if kind is None else kind if isinstance(kind, str) else str(kind)
     return getattr(value, "topology", "fat-tree")
 
 

@@ -68,6 +68,12 @@ def from_pydantic(exc, prefix: str = "", drop_tags: bool = False, schema=None,
             unions[e["union"]] = len(problems)
             problems.append((field or prefix or "input", [(e["tag"], err)]))
             continue
+        if err.get("type") == "union_tag_invalid" and (key := _TAG_KEYS.get(str(err.get("ctx", {}).get("discriminator")))):
+            # "Input tag '' found using _fabric_kind() does not match any of the expected tags": the key that holds the
+            # tag named, and what it takes
+            problems.append((f"{field or prefix or 'input'}.{key}", f"expected one of {err['ctx'].get('expected_tags')}, "
+                                                                    f"got {err['ctx'].get('tag')!r}"))
+            continue
         problems.append((field or prefix or "input", _reason(err, parts, loc, schema, hints)))
     problems = [(f, m if isinstance(m, str) else _accepted(f, m)) for f, m in problems]
     field, reason = problems[0]
@@ -75,6 +81,10 @@ def from_pydantic(exc, prefix: str = "", drop_tags: bool = False, schema=None,
     if others:
         reason += f" (and {len(others)} more: " + "; ".join(others) + ")"
     return ConfigError(field, reason)
+
+
+#: A discriminated union's tag function (as pydantic names it) -> the key whose value is the tag.
+_TAG_KEYS = {"_fabric_kind()": "topology"}
 
 
 def _reason(err: dict, parts: list, loc: str, schema, hints: dict[str, str] | None) -> str:
@@ -89,6 +99,10 @@ def _reason(err: dict, parts: list, loc: str, schema, hints: dict[str, str] | No
             msg += did_you_mean(str(parts[-1]), known)
         if known:
             msg += f" (known here: {', '.join(known)})"
+    elif err.get("type") == "value_error":  # a validator's own ValueError: its words, without pydantic's "Value error, "
+        msg = str(msg).removeprefix("Value error, ")
+    elif err.get("type") == "string_too_short" and (err.get("ctx") or {}).get("min_length") == 1:
+        msg = "must not be empty"  # pydantic: "String should have at least 1 character"
     elif err.get("type") == "missing":
         msg = "required field is missing"
     elif err.get("type") == "model_type":  # "a valid dictionary or instance of TrainingSpec": a class name

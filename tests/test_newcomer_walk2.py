@@ -11,6 +11,11 @@
 - ``search --space tp=abc`` gave pydantic's wording ("Input should be a valid integer, unable to parse string as an
   integer"): one line naming ``--space tp`` and what it takes; ``--space tp=1,,2`` (an empty item) and
   ``--space tp=true`` (read as tp 1) were run silently and are refused too.
+
+And what tests/test_bad_input_mutations.py (one field of an example changed at a time) found: a wide-area fabric's
+errors in pydantic's words or naming the fabric, not its key (a link's unknown region, a topology of '' or null, an
+empty region name); an inline model's ``num_layers: true`` read as 1 layer; DAPPLE's stages against the cluster
+naming no ``cluster.num_gpus``.
 """
 
 from __future__ import annotations
@@ -113,3 +118,37 @@ def test_search_space_values_are_said_in_one_line_naming_the_option(option, want
     line = _bad("search", *option, "--workers", "1")
     assert line == want
     assert "Input should be" not in line
+
+
+# --- what tests/test_bad_input_mutations.py found (one example each, as the user meets it) ----------------------
+
+WAN = str(EXAMPLES / "gpt-1.7b-diloco-two-continents.yaml")
+
+
+@pytest.mark.parametrize("override, want", [
+    # a link to a region that is not there named the fabric and kept pydantic's "Value error, " head
+    ("cluster.fabric.links=[{src: '', dst: frankfurt, delay_ms: 45, bandwidth_gbit_per_s: 10}]",
+     "cluster.fabric: links.0.src: unknown region '' (regions: virginia, frankfurt)"),
+    # pydantic: "Input tag '' found using _fabric_kind() does not match any of the expected tags: ..."
+    ("cluster.fabric.topology=''", "cluster.fabric.topology: expected one of 'fat-tree', 'rail-optimized', 'wan', "
+                                   "got ''"),
+    # pydantic: "Unable to extract tag using discriminator _fabric_kind()"
+    ("cluster.fabric.topology=null", "cluster.fabric.topology: expected one of 'fat-tree', 'rail-optimized', 'wan', "
+                                     "got 'null'"),
+    # an empty region name was refused only through a link: "links.0.dst: unknown region 'frankfurt' (regions: virginia, )"
+    ("cluster.fabric.regions=[{name: virginia, nodes: 2}, {name: '', nodes: 2}]",
+     "cluster.fabric.regions.1.name: must not be empty"),
+])
+def test_wide_area_fabric_errors_name_the_key(override, want):
+    assert _bad("simulate", WAN, "--set", override) == want
+
+
+def test_an_inline_model_refuses_true_for_a_count():
+    # `num_layers: true` was read as 1 layer: "parallelism.pp: pp*virtual_stages = 7 exceeds the model's 1 layers"
+    line = _bad("simulate", str(EXAMPLES / "swarm-t4-preemptible.yaml"), "--set", "model.num_layers=true")
+    assert line == "model.num_layers: expected a number, got true/false"
+
+
+def test_dapple_stages_against_the_cluster_name_num_gpus():
+    line = _bad("simulate", str(EXAMPLES / "vgg16-dapple-v100.yaml"), "--set", "cluster.num_gpus=32")
+    assert line == "strategy.stages: the stages' replicas use 16 GPUs; cluster.num_gpus is 32"

@@ -12,7 +12,9 @@ from __future__ import annotations
 
 from typing import Literal
 
-from pydantic import AliasChoices, BaseModel, ConfigDict, Field, model_validator
+from pydantic import AliasChoices, BaseModel, ConfigDict, Field, field_validator, model_validator
+
+from simulator.errors import no_bool_numbers
 
 
 def padded_vocab(vocab_size: int, divisible_by: int, tp: int) -> int:
@@ -28,6 +30,7 @@ class MoESpec(BaseModel):
     """Mixture-of-experts feed-forward: ``num_experts`` routed experts, ``top_k`` per token."""
 
     model_config = ConfigDict(extra="forbid", frozen=True, allow_inf_nan=False)
+    _no_bool_numbers = field_validator("*", mode="before")(no_bool_numbers)  # `num_layers: true` is an error, not 1
 
     num_experts: int = Field(gt=0)
     top_k: int = Field(gt=0)
@@ -65,6 +68,7 @@ class MLASpec(BaseModel):
     (heads·v_head_dim x hidden). RMSNorms on both latents. No biases."""
 
     model_config = ConfigDict(extra="forbid", frozen=True, allow_inf_nan=False)
+    _no_bool_numbers = field_validator("*", mode="before")(no_bool_numbers)  # `num_layers: true` is an error, not 1
 
     q_lora_rank: int | None = Field(default=None, gt=0, description="query latent; none: full-rank W_Q")
     kv_lora_rank: int = Field(gt=0)
@@ -82,6 +86,7 @@ class TransformerSpec(BaseModel):
     """A decoder-only transformer language model."""
 
     model_config = ConfigDict(extra="forbid", frozen=True, allow_inf_nan=False)
+    _no_bool_numbers = field_validator("*", mode="before")(no_bool_numbers)  # `num_layers: true` is an error, not 1
 
     name: str
     num_layers: int = Field(gt=0)

@@ -134,7 +134,7 @@ def check(scenario) -> ReplicatedPipelineConfig:
             f"the stages hold {total} layers; the model {scenario.model.name} has {layers}")
     gpus = sum(s.replicas for s in cfg.stages)
     require(gpus == scenario.num_gpus, "strategy.stages",
-            f"the stages use {gpus} GPUs; the cluster has {scenario.num_gpus}")
+            f"the stages' replicas use {gpus} GPUs; cluster.num_gpus is {scenario.num_gpus}")
     g, m = par.global_batch_size, cfg.micro_batches
     require(g % m == 0, "strategy.micro_batches", f"{m} does not divide global_batch_size {g}")
     for i, stage in enumerate(cfg.stages):
