@@ -265,7 +265,24 @@ def no_bool_numbers(cls, value, info):
     if isinstance(value, bool) and info.field_name in cls.model_fields:
         if not _accepts_bool(cls.model_fields[info.field_name].annotation):
             raise ValueError("expected a number, got true/false")
+    elif isinstance(value, list) and info.field_name in cls.model_fields and any(isinstance(v, bool) for v in value):
+        # a list of numbers too (swarm's `peers_per_stage: [true, 4, ...]` counted true as 1 peer)
+        if not _list_items_accept_bool(cls.model_fields[info.field_name].annotation):
+            first = next(i for i, v in enumerate(value) if isinstance(v, bool))
+            raise ValueError(f"expected numbers, got true/false at item {first}")
     return value
+
+
+def _list_items_accept_bool(annotation) -> bool:
+    """Whether a list the annotation allows may hold true/false: True where it allows no list of numbers (pydantic
+    answers a list of strings)."""
+    import types
+    import typing
+
+    members = typing.get_args(annotation) if typing.get_origin(annotation) in (typing.Union, types.UnionType) else (annotation,)
+    lists = [a for a in members if typing.get_origin(a) in (list, tuple)
+             and any(item in (int, float) for item in typing.get_args(a))]
+    return not lists or any(_accepts_bool(item) for a in lists for item in typing.get_args(a))
 
 
 def _own_signature(function):

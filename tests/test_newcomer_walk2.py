@@ -152,3 +152,10 @@ def test_an_inline_model_refuses_true_for_a_count():
 def test_dapple_stages_against_the_cluster_name_num_gpus():
     line = _bad("simulate", str(EXAMPLES / "vgg16-dapple-v100.yaml"), "--set", "cluster.num_gpus=32")
     assert line == "strategy.stages: the stages' replicas use 16 GPUs; cluster.num_gpus is 32"
+
+
+def test_a_list_of_counts_refuses_true():
+    # swarm's peers_per_stage counted true as 1 peer: "strategy.peers_per_stage: sums to 25, not cluster.num_gpus = 28"
+    line = _bad("simulate", str(EXAMPLES / "swarm-t4-preemptible.yaml"), "--set",
+                "strategy.peers_per_stage=[4,true,4,4,4,4,4]")
+    assert line == "strategy.peers_per_stage: expected numbers, got true/false at item 1"

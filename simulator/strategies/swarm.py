@@ -117,8 +117,8 @@ class SwarmConfig(BaseModel):
     """``strategy: {kind: swarm, ...}``; the stages are ``parallelism.pp``, the batch ``parallelism``'s."""
 
     model_config = ConfigDict(extra="forbid", frozen=True, allow_inf_nan=False)
-    _no_bool_numbers = field_validator("seed", "preemptions_per_hour", "mean_downtime_s", "rebalance_every_steps",
-                                       mode="before")(no_bool_numbers)
+    _no_bool_numbers = field_validator("seed", "peers_per_stage", "preemptions_per_hour", "mean_downtime_s",
+                                       "rebalance_every_steps", mode="before")(no_bool_numbers)
 
     kind: Literal["swarm"] = "swarm"
     seed: int = Field(default=0, ge=0, description="seeds the wiring, the gossip pairs and the preemptions")
