@@ -147,3 +147,34 @@ def test_overlapping_runs_are_the_runs_of_windows_starting_before_an_earlier_end
     for k in late:
         runs = runs[:-1] + [(runs[-1][0], k + 1)] if runs and runs[-1][1] == k else runs + [(k - 1, k + 1)]
     assert fast._overlapping_runs(windows) == runs
+
+
+def _timed(name: str, actor: str, stream: str, category: str, start: float, end: float, deps=()) -> Task:
+    task = Task(name, actor, stream, category, duration_s=end - start, deps=list(deps))
+    task.start_s, task.end_s = start, end
+    return task
+
+
+def test_bubble_walk_charges_every_category_as_the_whole_breakdown():
+    """The chains ``pipeline_bubble_s`` walks without the whole breakdown: a gap waiting on a task whose own
+    category is ``pipeline_bubble`` (swarm's barriers), on another rank's kernel, on a send, on a chain of
+    parts and on a category outside the breakdown, and the tail after the last kernel; the bubble is
+    time_breakdown's to the bit (the cheaper walk once left out the first of these)."""
+    y = _timed("y", "c", "dp", "dp_comm", 0.5, 3.0)
+    barrier = _timed("barrier", "b", "compute", "pipeline_bubble", 2.0, 4.0, [y])
+    other = _timed("other", "b", "compute", "compute", 3.5, 6.5, [barrier])
+    send = _timed("send", "b", "pp", "pp_comm", 6.5, 7.25, [other])
+    odd = _timed("odd", "d", "misc", "no_such_category", 6.0, 8.5, [send])
+    k1 = _timed("k1", "a", "compute", "compute", 0.0, 1.0)
+    k2 = _timed("k2", "a", "compute", "compute", 5.0, 6.0, [k1, barrier])
+    k3 = _timed("k3", "a", "compute", "compute", 9.0, 10.0, [k2, odd])
+    tail = _timed("reduce", "a", "dp", "dp_comm", 10.0, 11.5, [k3, send])
+
+    class _Plan:
+        compute_tasks = {"a": [k1, k2, k3]}
+        streams = {("a", "compute"): [k1, k2, k3], ("a", "dp"): [tail], ("b", "compute"): [barrier, other],
+                   ("b", "pp"): [send], ("c", "dp"): [y], ("d", "misc"): [odd]}
+
+    whole = time_breakdown(_Plan, "a", 12.0)
+    assert whole["pipeline_bubble"] > 0 and whole["dp_comm"] > 0
+    assert pipeline_bubble_s(_Plan, "a", 12.0) == whole["pipeline_bubble"]

@@ -446,30 +446,13 @@ class ActorTasks:
         working = None  # the stage's recompute working set, asked for at its first inline backward
         for phase, mb, chunk in self.order:
             g = chunk * pp + stage
-            i = mb * v + chunk
-            if phase == "F" and fast_forward is not None and not pending_forward:
+            forward = phase == "F"
+            if forward and fast_forward is not None and not pending_forward:
                 hit = fast_forward.get(g, False)
                 if hit is False:
                     hit = fast_forward[g] = (None if planner.host_floor_stall_s(rank, "F", planner.chunk_runs(g)) > 0
                                              else (*planner._fused_pass(rank, planner._chunk_ops("F", g), "compute"),
                                                    0.0 + planner.activation_bytes(g)))
-                if hit is not None:  # run_ops' fused task, add(), the saved activations (+=, as forward_pass)
-                    prev = self.prev
-                    deps = [] if prev is None else [prev]
-                    if carry:
-                        deps.extend(carry)
-                        carry.clear()
-                    entry = Task(f"F.mb{mb}.c{g}", actor, "compute", "compute", duration_s=hit[0],
-                                 segments=hit[1], alloc_bytes=hit[2], deps=deps)
-                    if compute_stream is None:
-                        compute_stream = streams[(actor, "compute")]
-                    compute_stream.append(entry)
-                    compute_list.append(entry)
-                    self.prev = entry
-                    if mb == 0 and g in start_gathers:
-                        deps.append(start_gathers[g])
-                    f_entry[i] = f_exit[i] = entry
-                    continue
             elif (phase == "B" and fast_backward is not None and grads_held and not step_in_backward
                   and not (reduces_every_pass and (zero >= 2 or mb == m_total - 1))):
                 hit = fast_backward.get(g, False)
@@ -482,29 +465,41 @@ class ActorTasks:
                         if working is None:
                             working = planner.working_bytes(stage)
                         hit = fast_backward[g] = (*chain, 0.0 + working, 0.0 + (working + activations))
-                if hit is not None:  # _backward_chain's task, add(), backward_memory's bytes (+=, as there)
-                    prev = self.prev
-                    deps = [] if prev is None else [prev]
-                    if carry:
-                        deps.extend(carry)
-                        carry.clear()
-                    task = Task(f"B.mb{mb}.c{g}", actor, "compute", "compute", duration_s=hit[0], parts=hit[1],
-                                alloc_bytes=hit[2], free_bytes=hit[3], deps=deps)
-                    if compute_stream is None:
-                        compute_stream = streams[(actor, "compute")]
-                    compute_stream.append(task)
-                    compute_list.append(task)
-                    self.prev = task
-                    b_entry[i] = b_exit[i] = task
-                    if mb == m_total - 1:
-                        self.fused_backward_update(g, mb)
-                    continue
-            if phase == "F":
-                self.forward_pass(mb, g)
-            elif phase == "W":
-                self.weight_pass(mb, g)
             else:
-                self.backward_pass(mb, g)
+                hit = None
+            if hit is None:  # the general path
+                if forward:
+                    self.forward_pass(mb, g)
+                elif phase == "W":
+                    self.weight_pass(mb, g)
+                else:
+                    self.backward_pass(mb, g)
+                continue
+            # inline: appended as add() appends (its deps: the chain's last task, then the side tasks carried)
+            prev = self.prev
+            deps = [] if prev is None else [prev]
+            if carry:
+                deps.extend(carry)
+                carry.clear()
+            i = mb * v + chunk
+            if forward:  # run_ops' fused task, the saved activations (+=, as forward_pass)
+                task = Task(f"F.mb{mb}.c{g}", actor, "compute", "compute", duration_s=hit[0],
+                            segments=hit[1], alloc_bytes=hit[2], deps=deps)
+                f_entry[i] = f_exit[i] = task
+            else:  # _backward_chain's task, backward_memory's bytes (+=, as there)
+                task = Task(f"B.mb{mb}.c{g}", actor, "compute", "compute", duration_s=hit[0], parts=hit[1],
+                            alloc_bytes=hit[2], free_bytes=hit[3], deps=deps)
+                b_entry[i] = b_exit[i] = task
+            if compute_stream is None:
+                compute_stream = streams[(actor, "compute")]
+            compute_stream.append(task)
+            compute_list.append(task)
+            self.prev = task
+            if forward:
+                if mb == 0 and g in start_gathers:
+                    deps.append(start_gathers[g])
+            elif mb == m_total - 1:
+                self.fused_backward_update(g, mb)
 
     def forward_pass(self, mb: int, g: int) -> None:
         """Chunk ``g``'s forward of micro-batch ``mb`` (the general path): under optimizer fusion "forward"

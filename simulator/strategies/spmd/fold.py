@@ -238,16 +238,15 @@ def _periodic_window(plan, micro_batches: int, q: int, tol: float):
         if not span:
             continue
         where = {}
-        for i in span:
-            label = _label(stream[i].name)
+        labels = [_label(stream[i].name) for i in span]  # each task's (shape, micro-batch), parsed once
+        for i, label in zip(span, labels, strict=True):
             if label is not None:
                 where[label] = i
         period_start = None
-        for i in span:
+        for i, label in zip(span, labels, strict=True):
             task = stream[i]
             if task.end_s <= lo:
                 continue
-            label = _label(task.name)
             if label is None:
                 return None  # something that is not a micro-batch's runs in the steady state
             for step in (-q, q):

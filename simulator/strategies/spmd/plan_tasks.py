@@ -151,39 +151,39 @@ class PlanTasks:
                 hit = edges.get(key)
                 if hit is None:
                     hit = edges[key] = self._pipeline_edge(passes, actor, c, phase == "F", g)
-                entries, local, proto, prefix, pp_stream = hit
+                entries, local, prefix, demands, latency, per_send, pp_stream = hit
                 if local:
                     entries[to].deps.append(task)
                     continue
                 name = f"{prefix}.mb{mb}.c{g}"
-                if isinstance(proto, Task):
-                    send = Task(name, actor, "pp", "pp_comm", demands=proto.demands, latency_s=proto.latency_s,
-                                deps=[task])
+                if per_send is None:  # the edge's send renamed
+                    send = Task(name, actor, "pp", "pp_comm", demands=demands, latency_s=latency, deps=[task])
                 else:
-                    send = self.send_task(actor, proto[0], name, proto[1])
+                    send = self.send_task(actor, per_send[0], name, per_send[1])
                     send.deps.append(task)
                 pp_stream.append(send)
                 entries[to].deps.append(send)
 
     def _pipeline_edge(self, passes: dict[str, ActorTasks], actor: str, c, forward: bool, g: int) -> tuple:
         """How chunk ``g``'s forward (or backward) pass of ``actor`` (at coordinates ``c``) hands on: (the
-        receiving passes' entries, whether within the stage, the send prototype or (peer, payload), the send
-        name's prefix, the actor's pp stream). The same for every micro-batch of the chunk, so worked out once
-        (:meth:`_link_pipeline`)."""
+        receiving passes' entries, whether within the stage, the send name's prefix, the send's demands and
+        latency, None or (peer, payload) where each send is asked for apart, the actor's pp stream). The same
+        for every micro-batch of the chunk, so worked out once (:meth:`_link_pipeline`)."""
         pp = self.par.pp
         dst_stage = (g + 1) % pp if forward else (g - 1) % pp
         dst = self._pipeline_peer(self.layout.rank(type(c)(c.tp, c.cp, c.dp, dst_stage)), dst_stage)
         receiver = passes[self.rank_actor[dst]]
         entries = receiver.f_entry if forward else receiver.b_entry
         if dst_stage == c.pp:
-            return entries, True, None, None, None
+            return entries, True, None, None, None, None, None
         prefix = "send_act" if forward else "send_grad"
         payload = self._pp_payload(g if forward else g - 1)
         proto = self.send_task(actor, dst, prefix, payload)
         # a cached pipeline edge: every micro-batch's send is this one renamed (a wide-area route
         # is asked for per send, as before)
-        reusable = self.wan is None and proto.propagation_s == 0.0
-        return entries, False, (proto if reusable else (dst, payload)), prefix, self._streams_ref[(actor, "pp")]
+        per_send = None if self.wan is None and proto.propagation_s == 0.0 else (dst, payload)
+        return (entries, False, prefix, proto.demands, proto.latency_s, per_send,
+                self._streams_ref[(actor, "pp")])
 
     def _pipeline_peer(self, rank: int, stage: int) -> int:
         """The simulated rank that receives a send meant for ``rank`` of ``stage``: itself, or in
