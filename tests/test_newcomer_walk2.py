@@ -159,3 +159,10 @@ def test_a_list_of_counts_refuses_true():
     line = _bad("simulate", str(EXAMPLES / "swarm-t4-preemptible.yaml"), "--set",
                 "strategy.peers_per_stage=[4,true,4,4,4,4,4]")
     assert line == "strategy.peers_per_stage: expected numbers, got true/false at item 1"
+
+
+def test_a_per_layer_rule_refuses_true_for_an_index():
+    # `range: [true, 3]` was read as [1, 3] (and failed later on another layer's split, or ran)
+    line = _bad("simulate", str(EXAMPLES / "vgg16-adaptive-8xa100.yaml"), "--set",
+                "strategy.layers=[{range: [true, 3], devices: 8}]")
+    assert line == "strategy.layers.0.range: expected numbers, got true/false at item 0"

@@ -34,7 +34,9 @@ from __future__ import annotations
 import math
 from typing import Literal
 
-from pydantic import BaseModel, ConfigDict, Field, model_validator
+from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
+
+from simulator.errors import no_bool_numbers
 
 #: The cuts, outermost first: a layer's devices are numbered mixed-radix in this order, so the
 #: reduction and channel groups are neighbouring ranks (inside a node, as Megatron puts TP).
@@ -52,6 +54,7 @@ class Split(BaseModel):
     """How one layer's iteration space is cut (each field: devices along that dimension)."""
 
     model_config = ConfigDict(extra="forbid", frozen=True)
+    _no_bool_numbers = field_validator("*", mode="before")(no_bool_numbers)  # `range: [true, 3]` is not [1, 3]
 
     batch: int = Field(default=1, ge=1, description="samples of the global batch")
     sequence: int = Field(default=1, ge=1, description="tokens of each sample")
@@ -85,6 +88,7 @@ class LayerRule(BaseModel):
     and the split they get (``split``; or ``devices``, shorthand for ``{batch: devices}``)."""
 
     model_config = ConfigDict(extra="forbid", frozen=True)
+    _no_bool_numbers = field_validator("*", mode="before")(no_bool_numbers)  # `range: [true, 3]` is not [1, 3]
 
     match: str | None = Field(default=None, description="fnmatch pattern on layer names")
     range: tuple[int, int] | None = Field(default=None, description="first and last layer index, inclusive")
