@@ -18,12 +18,10 @@ from __future__ import annotations
 
 import csv
 import json
-import os
-import subprocess
-import sys
 from pathlib import Path
 
 import pytest
+from cli_run import refused_line, run_cli
 
 from simulator.errors import ConfigError, did_you_mean, unit_hint
 from simulator.explore.sweep import column_difference
@@ -32,20 +30,7 @@ from simulator.report.output_path import check_output_folder
 ROOT = Path(__file__).resolve().parents[1]
 
 
-def _cli(*args: str, cwd: Path = ROOT) -> subprocess.CompletedProcess:
-    env = {**os.environ, "PYTHONPATH": str(ROOT)}
-    return subprocess.run([sys.executable, "-m", "simulator", *args], cwd=cwd, env=env, capture_output=True, text=True,
-                          timeout=600, stdin=subprocess.DEVNULL)
-
-
-def _bad(*args: str, cwd: Path = ROOT) -> str:
-    """The one stderr line of a refused command (exit 2, no traceback)."""
-    proc = _cli(*args, cwd=cwd)
-    assert proc.returncode == 2, (proc.returncode, proc.stderr[-2000:])
-    assert "Traceback" not in proc.stderr
-    lines = proc.stderr.strip().splitlines()
-    assert len(lines) == 1 and lines[0].startswith("clustersim: error: "), proc.stderr
-    return lines[0]
+_cli, _bad = run_cli, refused_line
 
 
 def _breakdown(text: str) -> dict[str, tuple[float, str]]:

@@ -23,13 +23,11 @@ from __future__ import annotations
 import csv
 import json
 import math
-import os
 import re
-import subprocess
-import sys
 from pathlib import Path
 
 import pytest
+from cli_run import refused_line, run_cli
 
 import clustersim
 from simulator.cost.default_framework import FrameworkSummary, framework_text, load
@@ -40,20 +38,7 @@ WAN = str(EXAMPLES / "gpt-1.7b-diloco-two-continents.yaml")
 RESNET = str(EXAMPLES / "resnet50-8xa100.yaml")
 
 
-def _cli(*args: str, cwd: Path = ROOT) -> subprocess.CompletedProcess:
-    env = {**os.environ, "PYTHONPATH": str(ROOT)}
-    return subprocess.run([sys.executable, "-m", "simulator", *args], cwd=cwd, env=env, capture_output=True, text=True,
-                          timeout=600, stdin=subprocess.DEVNULL)
-
-
-def _bad(*args: str, cwd: Path = ROOT) -> str:
-    """The one stderr line of a refused command (exit 2, no traceback)."""
-    proc = _cli(*args, cwd=cwd)
-    assert proc.returncode == 2, (proc.returncode, proc.stderr[-2000:])
-    assert "Traceback" not in proc.stderr
-    lines = proc.stderr.strip().splitlines()
-    assert len(lines) == 1 and lines[0].startswith("clustersim: error: "), proc.stderr
-    return lines[0]
+_cli, _bad = run_cli, refused_line
 
 
 @pytest.fixture(scope="module")

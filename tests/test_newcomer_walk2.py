@@ -21,12 +21,10 @@ naming no ``cluster.num_gpus``.
 from __future__ import annotations
 
 import csv
-import os
-import subprocess
-import sys
 from pathlib import Path
 
 import pytest
+from cli_run import refused_line, run_cli
 
 ROOT = Path(__file__).resolve().parents[1]
 EXAMPLES = ROOT / "examples"
@@ -36,21 +34,12 @@ TINY = ["model=llama-1b", "cluster.node=dgx-h100", "cluster.num_gpus=8", "traini
         "parallelism.schedule=1f1b"]
 
 
-def _cli(*args: str, cwd: Path = ROOT) -> subprocess.CompletedProcess:
-    env = {**os.environ, "PYTHONPATH": str(ROOT)}
-    env.pop("CLUSTERSIM_CALIBRATION_DIR", None)
-    return subprocess.run([sys.executable, "-m", "simulator", *args], cwd=cwd, env=env, capture_output=True, text=True,
-                          timeout=600, stdin=subprocess.DEVNULL)
+_cli = run_cli
 
 
 def _bad(*args: str, cwd: Path = ROOT) -> str:
-    """The one stderr line of a refused command (exit 2, no traceback), without the ``clustersim: error:`` head."""
-    proc = _cli(*args, cwd=cwd)
-    assert proc.returncode == 2, (proc.returncode, proc.stderr[-2000:])
-    assert "Traceback" not in proc.stderr
-    lines = proc.stderr.strip().splitlines()
-    assert len(lines) == 1 and lines[0].startswith("clustersim: error: "), proc.stderr
-    return lines[0].removeprefix("clustersim: error: ")
+    """The one stderr line of a refused command, without the ``clustersim: error:`` head."""
+    return refused_line(*args, cwd=cwd).removeprefix("clustersim: error: ")
 
 
 def test_calibrate_from_a_file_says_it_is_a_file_and_what_the_folder_holds(tmp_path):
