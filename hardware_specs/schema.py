@@ -14,6 +14,7 @@ Units used throughout:
 
 from __future__ import annotations
 
+import math
 from typing import Annotated, Literal
 
 from pydantic import (
@@ -182,6 +183,46 @@ class ConvEfficiency(Spec):
         return min(1.0, eff)
 
 
+class SizePoint(Spec):
+    """One point of a by-size efficiency table: an op of ``size`` (the table's unit) runs at ``efficiency``."""
+
+    size: float = Field(gt=0)
+    efficiency: float = Field(gt=0, le=1)
+
+
+class SizedEfficiency(Spec):
+    """An efficiency that depends on the op's size, fitted per microbenchmark size where one pooled number
+    is off at a given shape (the harness's attention at (b·h, s, d) = (16, 128, 64) ran 0.72-0.82 of the
+    curve where the pool over its sizes read 0.97-1.00; session 14's harness14b report). Read log-linear in
+    size between the points, clamped at the ends (as the GEMM curve, simulator/cost/compute.py
+    ``gemm_efficiency``). The unit of ``size`` is named by the field that holds the table. Written by
+    ``clustersim calibrate`` from the rows it fits; ``fitted_on`` names them."""
+
+    points: list[SizePoint] = Field(min_length=1)
+    fitted_on: str
+
+    @field_validator("points")
+    @classmethod
+    def _increasing(cls, points: list[SizePoint]) -> list[SizePoint]:
+        sizes = [p.size for p in points]
+        if sizes != sorted(sizes) or len(set(sizes)) != len(sizes):
+            raise ValueError("points must have strictly increasing size")
+        return points
+
+    def at(self, size: float) -> float:
+        """The efficiency at ``size``: log-linear between the two points around it, the end point's outside."""
+        pts = self.points
+        if size <= pts[0].size:
+            return pts[0].efficiency
+        if size >= pts[-1].size:
+            return pts[-1].efficiency
+        for lo, hi in zip(pts, pts[1:], strict=False):
+            if lo.size <= size <= hi.size:
+                frac = (math.log(size) - math.log(lo.size)) / (math.log(hi.size) - math.log(lo.size))
+                return lo.efficiency + frac * (hi.efficiency - lo.efficiency)
+        return pts[-1].efficiency  # unreachable: the points are sorted
+
+
 class MemoryKernelEfficiency(Spec):
     """Achieved / peak HBM bandwidth of the memory-bound CNN kernels that do not stream (forward +
     backward of one layer, on the bytes the layer graph counts; simulator/cost/memory_kernels.py):
@@ -195,6 +236,11 @@ class MemoryKernelEfficiency(Spec):
 
     by_kernel: dict[Literal["maxpool", "avgpool", "adaptive_avgpool", "concat", "cross_entropy"], float] = Field(
         description="efficiency per kernel class (0, 1]")
+    by_kernel_forward_bytes: dict[Literal["cross_entropy"], SizedEfficiency] = Field(
+        default_factory=dict,
+        description="a kernel class's efficiency by the bytes its forward op moves (a ``.grad`` op is looked up at "
+                    "its forward's bytes, half its own: workloads/graph.py _backward_of), in place of by_kernel's "
+                    "one number; a class not listed runs at by_kernel's")
     source: str
     fitted_on: str | None = None
 
@@ -378,6 +424,11 @@ class ComputeEfficiency(Spec):
     attention_efficiency_factor: float = Field(
         default=1.0, gt=0, le=1, description="attention GEMMs (QK^T, AV) relative to the curve"
     )
+    attention_efficiency_by_gemm_macs: SizedEfficiency | None = Field(
+        default=None,
+        description="attention_efficiency_factor by the size of one attention GEMM in multiply-adds (batch·m·n·k: "
+                    "b·h·s·s_kv·d for QK^T and for AV, forward and backward alike), in place of the one factor; "
+                    "None: the factor at every size")
     kernel_launch_overhead_us: float = Field(ge=0)
     overlap_compute_slowdown: float = Field(
         default=0.0, ge=0, le=10,

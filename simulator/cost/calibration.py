@@ -14,7 +14,11 @@ and :class:`hardware_specs.schema.FatTree`. What is fitted, and from what:
 - ``gemm_curve``: efficiency vs GFLOP of one GEMM, ``flops / (peak · (t - launch))`` per shape
   (median over ranks, and over shapes of equal size), in the simulator's roofline convention;
 - ``attention_efficiency_factor``: batched (``bmm``) GEMMs' efficiency over the curve at the
-  size of one of their GEMMs (how the simulator prices attention);
+  size of one of their GEMMs (how the simulator prices attention), the median over the
+  ``sdpa_fwd_bwd`` (else ``sdpa``, ``bmm``) shapes; with two sizes or more, also each size's own
+  factor in ``attention_efficiency_by_gemm_macs`` (by b·h·s·s·d, read by simulator/cost/compute.py at
+  the op's own size: at the harness's (16, 128, 64) the rows ran 0.70-0.82 of the curve where the
+  pool read 0.97-1.00, session 14);
 - ``hbm_bandwidth_gb_per_s``: the best copy bandwidth; ``memory_bound_efficiency``: the harmonic
   mean of the memory-bound kernels' bandwidths (copy, add, GELU, LayerNorm, softmax; each one's
   seconds per byte net of the launch term, averaged over sizes up to 64 MiB) over that copy peak;
@@ -512,7 +516,11 @@ def fit_loss_kernel(accelerator: dict[str, Any], rows: list[dict], memory: list[
     the bytes the simulator counts over that time as seconds per byte, the median over every rank's row
     of every size (one rank's burst of load in one size moves a mean: at load 6-8 on the 2-core host of
     2026-12-06 single (rank, size) ratios read 2-15 where the rest read 3-5), over the copy peak. On a CPU the log-softmax's exp and log per element make the loss slower than
-    the streaming kernels ``memory_bound_efficiency`` averages. Nothing is read from the training runs."""
+    the streaming kernels ``memory_bound_efficiency`` averages. With two sizes or more, each size's own
+    efficiency (the median over its ranks) also goes to ``memory_kernels.by_kernel_forward_bytes``, by the
+    bytes of the loss's forward op, which the simulator reads at a run's own size (session 14's quiet loop:
+    0.67 at mb 1 down to 0.54 at mb 8, where the pool read one number). Nothing is read from the training
+    runs."""
     from workloads.graph import _memory
 
     def by_size(kernel: str) -> dict[int, list[dict]]:
@@ -531,6 +539,7 @@ def fit_loss_kernel(accelerator: dict[str, Any], rows: list[dict], memory: list[
     ref_x = sorted(ref)
     ref_y = [max(ref[n] - launch_s, 0.05 * ref[n]) / ref_bytes[n] for n in ref_x]
     s_per_byte, scales = [], []
+    by_bytes: dict[float, list[float]] = {}  # the same seconds per byte by the forward op's bytes
     for elements, loss_rows in sorted(loss.items()):
         op = _memory("cross_entropy", elements, 2, 1, 4)  # head_work's loss; its backward moves 2x (graph._backward_of)
         ref_s = None
@@ -548,12 +557,19 @@ def fit_loss_kernel(accelerator: dict[str, Any], rows: list[dict], memory: list[
             scales.append(scale)
             t *= scale
             s_per_byte.append(max(t - 2 * launch_s, 0.05 * t) / (op.bytes_moved * 3))
+            by_bytes.setdefault(float(op.bytes_moved), []).append(s_per_byte[-1])
     rate = 1.0 / float(np.median(s_per_byte))
     eff = accelerator["efficiency"]
     hbm = accelerator["hbm_bandwidth_gb_per_s"] * 1e9
     value = round(float(min(1.0, max(1e-3, rate / hbm))), 4)
     kernels = eff.get("memory_kernels") or {"by_kernel": {}, "source": "", "fitted_on": ""}
     kernels["by_kernel"]["cross_entropy"] = value
+    if len(by_bytes) > 1:  # per size, the median over ranks (one size: the pooled value is that size's)
+        kernels.setdefault("by_kernel_forward_bytes", {})["cross_entropy"] = {
+            "points": [{"size": b, "efficiency": round(float(min(1.0, max(1e-3, 1.0 / float(np.median(v)) / hbm))), 4)}
+                       for b, v in sorted(by_bytes.items())],
+            "fitted_on": (f"{file_label}/loss.csv rows kernel=cross_entropy_fwd_bwd, each size's median over ranks "
+                          "of the seconds per byte below, by the bytes of the loss's forward op (12 per logit)")}
     sizes = sorted(loss)
     note = (f"cross_entropy from {file_label}/loss.csv rows kernel=cross_entropy_fwd_bwd ({len(sizes)} sizes, "
             f"{sizes[0]}..{sizes[-1]} fp32 logits, median over ranks and sizes): F.cross_entropy forward + backward at "
@@ -658,6 +674,7 @@ def fit_compute(data: dict[str, Any], file_label: str) -> tuple[dict[str, float]
     curve_precision = "fp32" if "fp32" in precisions else precisions[0]
     curve: list[dict] = []
     attention_factor, attention_rows = 1.0, "none (factor 1)"
+    attention_by_size: dict[str, Any] | None = None
     for p in precisions:
         mm = [r for r in gemm if r["precision"] == p and r.get("kind", "mm") == "mm"]
         # median over ranks per (shape, layout)
@@ -687,6 +704,7 @@ def fit_compute(data: dict[str, Any], file_label: str) -> tuple[dict[str, float]
         # (3 then 6 passes over b·h·s² elements); the factor makes that equal the measured kernel.
         elem = 4 if p == "fp32" else 2
         factors = []
+        by_macs: dict[int, list[float]] = {}  # the same factors by one attention GEMM's multiply-adds
         for kind, passes, gemm_mult in (("sdpa_fwd_bwd", 9, 3), ("sdpa", 3, 1)):
             rows = [r for r in gemm if r["precision"] == p and r.get("kind") == kind]
             per = _median_by(rows, lambda r: (int(r["batch"]), int(r["m"]), int(r["n"]), int(r["k"])))
@@ -695,6 +713,7 @@ def fit_compute(data: dict[str, Any], file_label: str) -> tuple[dict[str, float]
                 gemm_s = max(t - softmax_s - 2 * gemm_mult * launch_s, 0.2 * t)
                 one = 2.0 * sq * sq * d / 1e9
                 factors.append((gemm_mult * 4.0 * bh * sq * sq * d) / (peak * _interp_curve(curve, one) * gemm_s))
+                by_macs.setdefault(bh * sq * sq * d, []).append(factors[-1])
             if factors:
                 attention_rows = f"kind={kind} ({len(per)} shapes)"
                 break
@@ -704,10 +723,18 @@ def fit_compute(data: dict[str, Any], file_label: str) -> tuple[dict[str, float]
             for (b, m, n, k), t in per_bmm.items():
                 eff = 2.0 * b * m * n * k / (peak * max(t - launch_s, t * 0.05))
                 factors.append(eff / _interp_curve(curve, 2.0 * m * n * k / 1e9))
+                by_macs.setdefault(b * m * n * k, []).append(factors[-1])
             if factors:
                 attention_rows = f"kind=bmm ({len(per_bmm)} shapes)"
         if factors:
             attention_factor = float(min(1.0, max(0.01, np.median(factors))))
+        if len(by_macs) > 1:  # one size: the pooled factor is that size's
+            attention_by_size = {
+                "points": [{"size": float(macs), "efficiency": round(float(min(1.0, max(0.01, np.median(f)))), 4)}
+                           for macs, f in sorted(by_macs.items())],
+                "fitted_on": (f"{file_label}/gemm.csv rows precision={p} {attention_rows}: the factor of "
+                              "attention_efficiency_factor per shape (median over shapes of equal size), by "
+                              "batch*m*n*k of one attention GEMM")}
     kernels_used = list(per_kernel)
     optimizer = {}
     if "adam" in per_kernel:
@@ -740,6 +767,8 @@ def fit_compute(data: dict[str, Any], file_label: str) -> tuple[dict[str, float]
         ),
         **optimizer,
     }
+    if attention_by_size is not None:
+        efficiency["attention_efficiency_by_gemm_macs"] = attention_by_size
     notes["hbm_bandwidth_gb_per_s"] = f"{hbm / 1e9:.3f}"
     return peaks, efficiency, notes
 

@@ -9,13 +9,14 @@ the microbenchmark's best shapes) and ``misaligned_gemm_factor`` when a dimensio
 multiple of 16 bytes. A fused attention kernel (FlashAttention) uses the spec's
 ``attention`` efficiency by pass, sequence length, head size and causality where the spec has
 one; otherwise (and for the materialised QK^T / AV GEMMs) the GEMM curve at the size of one
-GEMM times ``attention_efficiency_factor``. Where the constants come from is recorded in the
+GEMM times ``attention_efficiency_factor`` (or, where a calibrated profile fitted it per size,
+``attention_efficiency_by_gemm_macs`` at the op's batch·m·n·k: hardware_specs.schema.SizedEfficiency). Where the constants come from is recorded in the
 spec (``source`` / ``fitted_on`` per curve; see simulator/cost/provenance.py). Each distinct op
 shape is priced once (memoized). A convolution pass (``op.conv``) is priced by the spec's
 ``conv_efficiency`` for the precision where it has one (simulator/cost/conv.py: efficiency by
 output channels, reduction length and window class), else as a GEMM on the curve. A pooling or
 concatenation kernel runs at the spec's ``memory_kernels`` efficiency for its class where it has one
-(simulator/cost/memory_kernels.py); a broadcast elementwise kernel is priced by its elements, at the
+(simulator/cost/memory_kernels.py; by the forward op's bytes where ``by_kernel_forward_bytes`` has the class); a broadcast elementwise kernel is priced by its elements, at the
 bytes they take in fp32 (``element_bound_bytes``: PyTorch's non-vectorized broadcast loop).
 A convolution pass also takes ``bytes_moved x conv_sm_cycles_per_byte / (sm_count x sm_clock)`` where a framework
 profile sets that constant: work its framework runs beside the convolution kernel at the SMs' instruction rate,
@@ -196,6 +197,11 @@ class ComputeModel:
         self.mem_bw = accelerator.hbm_bandwidth_gb_per_s * 1e9 * eff.memory_bound_efficiency
         self.hbm_bw = accelerator.hbm_bandwidth_gb_per_s * 1e9
         self.memory_kernels = eff.memory_kernels.by_kernel if eff.memory_kernels is not None else {}
+        # ... by the forward op's bytes where a calibrated profile fitted them per size (SizedEfficiency)
+        self.memory_kernels_by_size = (eff.memory_kernels.by_kernel_forward_bytes if eff.memory_kernels is not None
+                                       else {})
+        # attention_efficiency_factor by one attention GEMM's multiply-adds, where fitted per size
+        self.attention_by_size = eff.attention_efficiency_by_gemm_macs
         self.optimizer_bw = accelerator.hbm_bandwidth_gb_per_s * 1e9 * (
             eff.optimizer_efficiency if eff.optimizer_efficiency is not None else eff.memory_bound_efficiency)
         self.launch_s = eff.kernel_launch_overhead_us * 1e-6
@@ -261,7 +267,12 @@ class ComputeModel:
             return self._conv_time(as_pointwise_pass(op))
         if op.kind == "memory":
             moved = element_bound_bytes(op.name, op.bytes_moved, self.activation_bytes)
-            eff = self.memory_kernels.get(memory_kernel_class(op.name))
+            kernel_class = memory_kernel_class(op.name)
+            sized = self.memory_kernels_by_size.get(kernel_class)
+            if sized is not None:  # at the forward's bytes: a .grad op moves twice them (graph._backward_of)
+                eff = sized.at(op.bytes_moved / 2 if op.name.endswith(".grad") else op.bytes_moved)
+            else:
+                eff = self.memory_kernels.get(kernel_class)
             if eff is not None:  # a pooling / concatenation kernel at its own measured efficiency
                 return moved / (self.hbm_bw * eff) + self.launch_s
             if moved != op.bytes_moved:  # a broadcast kernel: element-bound (simulator/cost/memory_kernels.py)
@@ -291,7 +302,8 @@ class ComputeModel:
         gemm_precision = self.gemm_key if kind == "gemm" else self.high_precision
         eff = kernel_gemm_efficiency(self.accelerator, m, n, k, gemm_precision, weight_grad) * self.in_training
         if kind == "attention":
-            eff *= self.accelerator.efficiency.attention_efficiency_factor
+            eff *= (self.attention_by_size.at(batch * m * n * k) if self.attention_by_size is not None
+                    else self.accelerator.efficiency.attention_efficiency_factor)
             return max(flops / (self.bf16_peak_flops * eff), memory_s) + self.launch_s
         entry = self.grouped.get(self.grouped_key if kind == "gemm" else self.high_precision) if grouped else None
         scheduling_s = 0.0
