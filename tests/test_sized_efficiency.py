@@ -153,3 +153,20 @@ def test_one_size_writes_no_table(tmp_path):
     eff = profile["node"]["accelerator"]["efficiency"]
     assert "attention_efficiency_by_gemm_macs" not in eff
     assert eff["attention_efficiency_factor"] == pytest.approx(0.6, rel=2e-3)
+
+
+def test_a_framework_attention_scale_scales_the_per_size_table_too():
+    """``scaled_efficiency_block`` (training.framework's factors): where a calibrated profile carries
+    ``attention_efficiency_by_gemm_macs``, the table is what compute.py reads, so the framework's
+    attention scale applies to each of its points (capped at 1), as it does to the pooled factor."""
+    from simulator.cost.framework import scaled_efficiency_block
+
+    block = {"gemm_curve": [{"gflop": 1.0, "efficiency": 0.5}], "attention_efficiency_factor": 0.9,
+             "attention_efficiency_by_gemm_macs": {"points": [{"size": 1e6, "efficiency": 0.6},
+                                                              {"size": 1e9, "efficiency": 0.95}],
+                                                   "fitted_on": "attention rows"}}
+    scaled = scaled_efficiency_block(block, 1.0, None, attention_scale=1.1)
+    assert scaled["attention_efficiency_factor"] == 0.99
+    assert [p["efficiency"] for p in scaled["attention_efficiency_by_gemm_macs"]["points"]] == [0.66, 1.0]
+    assert scaled["attention_efficiency_by_gemm_macs"]["fitted_on"].endswith("x 1.1000 (framework profile)")
+    assert block["attention_efficiency_by_gemm_macs"]["points"][0]["efficiency"] == 0.6  # the input untouched

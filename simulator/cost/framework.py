@@ -113,6 +113,11 @@ def scaled_efficiency_block(efficiency: dict[str, Any], gemm_scale: float, launc
         else:
             eff["attention_efficiency_factor"] = round(
                 min(1.0, eff.get("attention_efficiency_factor", 1.0) * attention_scale), 5)
+            sized = eff.get("attention_efficiency_by_gemm_macs")
+            if sized:  # a calibrated profile's per-size table: each point scaled alike
+                for point in sized["points"]:
+                    point["efficiency"] = round(min(1.0, point["efficiency"] * attention_scale), 5)
+                sized["fitted_on"] += f"; x {attention_scale:.4f} (framework profile)"
     tilt, ceiling = gemm_tilt or 0.0, gemm_ceiling or 1.0
     eff["gemm_curve"] = _scaled_points(eff["gemm_curve"], gemm_scale, tilt, ceiling)
     for curve in (eff.get("gemm_curves") or {}).values():  # per-precision curves, where the spec has them
