@@ -170,3 +170,28 @@ def test_a_framework_attention_scale_scales_the_per_size_table_too():
     assert [p["efficiency"] for p in scaled["attention_efficiency_by_gemm_macs"]["points"]] == [0.66, 1.0]
     assert scaled["attention_efficiency_by_gemm_macs"]["fitted_on"].endswith("x 1.1000 (framework profile)")
     assert block["attention_efficiency_by_gemm_macs"]["points"][0]["efficiency"] == 0.6  # the input untouched
+
+
+def test_simulate_names_the_per_size_attention_table_as_its_source(tmp_path):
+    """A run on a profile with ``attention_efficiency_by_gemm_macs`` prices eager attention from that table
+    (compute.py), so its provenance names the table's rows, not the pooled factor as ASSUMED; without the
+    table the pooled factor stays ASSUMED."""
+    from simulator.cost.provenance import ASSUMED, efficiency_provenance
+    from simulator.scenario import load_scenario
+
+    profile = build_profile(read_microbench(_with_sdpa(synthetic_microbench(tmp_path / "a"))))
+    scalar_profile = copy.deepcopy(profile)
+    del scalar_profile["node"]["accelerator"]["efficiency"]["attention_efficiency_by_gemm_macs"]
+    provenance = {}
+    for name, prof in (("sized", profile), ("scalar", scalar_profile)):
+        path = write_profile(prof, tmp_path / f"{name}.yaml")
+        sc = load_scenario({"model": {"name": "t", "num_layers": 2, "hidden_size": 64, "num_attention_heads": 4,
+                                      "vocab_size": 256, "seq_length": 32},
+                            "cluster": {"profile": str(path), "num_gpus": 1},
+                            "parallelism": {"dp": 1, "micro_batch_size": 2, "global_batch_size": 2},
+                            "training": {"precision": "fp32", "attention": "standard"}})
+        provenance[name] = efficiency_provenance(sc)
+    assert "sdpa_fwd_bwd" in provenance["sized"]["attention_efficiency_by_gemm_macs"]
+    assert "attention_efficiency_factor" not in provenance["sized"]
+    assert provenance["scalar"]["attention_efficiency_factor"] == ASSUMED
+    assert "attention_efficiency_by_gemm_macs" not in provenance["scalar"]

@@ -228,7 +228,11 @@ def efficiency_provenance(scenario: Scenario) -> dict[str, str]:
             for name in eff.attention.assumed:  # parts of the kernel no row measured (e.g. FlashAttention-3's backward)
                 out[f"attention_kernel.{name}"] = ASSUMED
     if "eager" in paths or ("fused" in paths and eff.attention is None):
-        out["attention_efficiency_factor"] = ASSUMED  # no run of this project has measured it
+        sized = eff.attention_efficiency_by_gemm_macs  # a calibrated profile's table by size (compute.py reads it)
+        if sized is not None:
+            out["attention_efficiency_by_gemm_macs"] = sized.fitted_on
+        else:
+            out["attention_efficiency_factor"] = ASSUMED  # no run of this project has measured it
     if getattr(scenario.model, "moe", None) is not None:  # expert GEMMs as one grouped kernel (simulator/cost/compute.py)
         grouped = eff.grouped_gemm.get(RECIPE_CURVE[scenario.training.fp8_recipe]
                                        if scenario.training.precision == "fp8" else key)
