@@ -334,6 +334,16 @@ def resolve_layout(par: Parallelism, model: TransformerSpec, num_gpus: int) -> P
     counts = chunk_layer_counts(par, num_layers)  # checks first_stage_layers / last_stage_layers
     _check_partial_full(par, model, counts)
     replica_batch = dp * par.micro_batch_size
+    if par.dp == "auto" and replica_batch > par.global_batch_size:
+        # dp came from cluster.num_gpus: more replicas than the batch has micro-batches is a cluster too
+        # large (or a num_gpus typed with extra zeros), not a batch that dp does not divide
+        raise ConfigError(
+            "cluster.num_gpus",
+            f"{num_gpus:,} GPUs give dp = num_gpus/(tp*cp*pp) = {dp:,} replicas, more than the global batch of "
+            f"{par.global_batch_size} samples feeds at micro_batch_size {par.micro_batch_size} (at most "
+            f"{par.global_batch_size // par.micro_batch_size * mp:,} GPUs at tp*cp*pp = {mp}); use fewer GPUs or a "
+            "larger parallelism.global_batch_size",
+        )
     if par.global_batch_size % replica_batch:
         raise ConfigError(
             "parallelism.global_batch_size",
