@@ -82,11 +82,35 @@ class MLASpec(BaseModel):
         return self.qk_nope_head_dim + self.qk_rope_head_dim
 
 
+#: Upper bounds on a transformer's sizes: each 20-1000x past any model trained (figures as of 2026), so
+#: none refuses a real model; they catch a typo (extra zeros, bytes for a count) that would otherwise
+#: make the simulator's per-layer and per-token work, or a run's simulated horizon, astronomically
+#: large and never finish (10**6 layers: over a minute in per-layer loops; 10**30: for ever).
+MODEL_SIZE_LIMITS: dict[str, tuple[int, str]] = {
+    "num_layers": (100_000, "the deepest transformer trained has 1,000 layers (DeepNet, Wang et al. 2022)"),
+    "hidden_size": (1_000_000, "the widest trained has 25,600 (PaLM 540B: 18,432; Megatron-1T: 25,600)"),
+    "num_attention_heads": (100_000, "the most heads trained is 160 (Megatron-1T)"),
+    "ffn_hidden_size": (10_000_000, "the widest FFN trained has ~100,000 (Megatron-1T: 102,400)"),
+    "vocab_size": (10_000_000, "the largest vocabularies trained hold ~260,000 tokens (Gemma: 256,000)"),
+    "seq_length": (100_000_000, "the longest context trained is 10 M tokens (Llama 4 Scout)"),
+}
+
+
+def model_size_bound(value, info):
+    """Refuse a model size past :data:`MODEL_SIZE_LIMITS` with the bound and why (see there)."""
+    limit, why = MODEL_SIZE_LIMITS[info.field_name]
+    if isinstance(value, int) and value > limit:
+        raise ValueError(f"{value:,} is past the limit of {limit:,} ({why}; a larger figure is likely a typo "
+                         "and would make the simulation run for ever)")
+    return value
+
+
 class TransformerSpec(BaseModel):
     """A decoder-only transformer language model."""
 
     model_config = ConfigDict(extra="forbid", frozen=True, allow_inf_nan=False)
     _no_bool_numbers = field_validator("*", mode="before")(no_bool_numbers)  # `num_layers: true` is an error, not 1
+    _size_bound = field_validator(*MODEL_SIZE_LIMITS)(model_size_bound)
 
     name: str
     num_layers: int = Field(gt=0)

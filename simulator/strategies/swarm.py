@@ -77,7 +77,7 @@ from pydantic import BaseModel, ConfigDict, Field, field_validator
 
 from simulator.cost.wan import WanTopology
 from simulator.engine.engine import Task
-from simulator.engine.failures import Outage
+from simulator.engine.failures import Outage, expected_outages
 from simulator.errors import ConfigError, no_bool_numbers
 from simulator.memory.analytic import (
     ACTIVATION_ELEMENT_BYTES_16BIT,
@@ -99,6 +99,11 @@ QUANT_BLOCK = 4096
 INT8_BYTES_PER_ELEMENT = 1.0 + 4.0 / QUANT_BLOCK
 #: Micro-batches of one step the simulator accepts (as the spmd kind's cap per replica).
 MAX_MICRO_BATCHES = 16_384
+#: Preemptions one run may draw (each is an event the dispatcher walks in Python). The example's 28
+#: peers at 2 per peer-hour over its 2 steps draw a few dozen; a horizon that needs more than this comes
+#: from a step astronomically long (a model size or a link figure typed with extra zeros) and would
+#: run for hours, so it is refused up front with the count, the limit and the step time.
+MAX_PREEMPTIONS = 100_000
 
 
 class OutageSpec(BaseModel):
@@ -190,6 +195,19 @@ def _check(scenario) -> SwarmConfig:
     _require(cfg.preemptions_per_hour == 0 or cfg.mean_downtime_s > 0, "strategy.mean_downtime_s",
              "must be > 0 when preemptions_per_hour is set")
     return cfg
+
+
+def _check_preemptions(cfg: SwarmConfig, peers: int, horizon_s: float, run_s: float, steps: int) -> None:
+    """Refuse a draw of more than :data:`MAX_PREEMPTIONS` preemptions (or over an infinite horizon)
+    before it starts: it would not end in a useful time."""
+    expected = expected_outages(peers, cfg.preemptions_per_hour, horizon_s, cfg.mean_downtime_s, "after_repair")
+    _require(math.isfinite(horizon_s) and expected <= MAX_PREEMPTIONS, "strategy.preemptions_per_hour",
+             f"{cfg.preemptions_per_hour:g} per peer-hour over {peers} peers would draw ~{expected:.3g} "
+             f"preemptions over {horizon_s:.3g} s of simulated time, over the limit of {MAX_PREEMPTIONS:,} (each "
+             f"is an event the dispatcher walks): the {steps} step(s) take {run_s:.3g} s without preemptions; "
+             "so many usually means this rate, or a figure that makes the step long (a model size: "
+             "model.num_layers, hidden_size, vocab_size, seq_length; a link's bandwidth or latency), is off by "
+             "orders of magnitude")
 
 
 def micro_batches(scenario) -> int:
@@ -401,8 +419,10 @@ def compile_swarm(scenario, mode: str | None = None, detail: bool = False) -> Pl
     if cfg.preemptions_per_hour > 0:
         # Draw preemptions up to a horizon past the end; if the run outlasts it, draw again over twice
         # as long (the draws depend on the horizon, and it is a function of the seed's run: reproducible).
-        horizon = 2.0 * schedule.stats["end_s"] + 10.0 * cfg.mean_downtime_s
+        run_s = schedule.stats["end_s"]
+        horizon = 2.0 * run_s + 10.0 * cfg.mean_downtime_s
         while True:
+            _check_preemptions(cfg, len(flat_speeds), horizon, run_s, scenario.simulation.steps)
             schedule = dispatch(horizon)
             if schedule.stats["end_s"] <= horizon:
                 break

@@ -10,6 +10,8 @@ longer one when the run outlasts it, so one seed still gives one run bit for bit
 
 from __future__ import annotations
 
+from bisect import bisect_left
+
 from simulator.engine.failures import Outage, draw_outages
 
 
@@ -28,7 +30,12 @@ class Preemptions:
                 self._outages[int(outage.actor)].append(outage)
         for outages in self._outages:
             outages.sort(key=lambda o: o.down_s)
+        self._starts = [[o.down_s for o in outages] for outages in self._outages]
 
     def next_after(self, peer: int, time_s: float) -> Outage | None:
-        """The first outage of ``peer`` that starts at or after ``time_s`` (None: no more)."""
-        return next((o for o in self._outages[peer] if o.down_s >= time_s), None)
+        """The first outage of ``peer`` that starts at or after ``time_s`` (None: no more): a binary search
+        (the first index whose start is >= time_s, as the linear scan found; a long run's thousands of
+        outages per peer made that scan quadratic)."""
+        i = bisect_left(self._starts[peer], time_s)
+        outages = self._outages[peer]
+        return outages[i] if i < len(outages) else None
