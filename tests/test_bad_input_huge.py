@@ -110,6 +110,14 @@ def test_reliability_over_a_hundred_million_days_is_refused_in_one_line():
     drew ~2.7e8 outages (tens of GB of Python objects); now the bound's ConfigError is one line, exit 2."""
     line = _refused("simulate", "examples/llama3-405b-16k-h100-failures.yaml", "--set", "reliability.days=100000000")
     assert "outages" in line and "over the limit of 10,000,000" in line and "days or steps" in line, line
+    assert line.startswith("clustersim: error: reliability.days: "), line  # the field that set the horizon
+
+
+def test_local_learning_aux_layers_past_the_layer_bound_is_refused():
+    """An auxiliary head of 10**6 layers took over 20 s in per-layer loops (10**30: for ever); the bound is a
+    model's own num_layers' (workloads/schema.py MODEL_SIZE_LIMITS)."""
+    line = _refused("simulate", "examples/gpt-1.7b-local-learning-a100.yaml", "--set", "strategy.aux_layers=1000000")
+    assert "strategy.aux_layers:" in line and "100000" in line.replace(",", ""), line
 
 
 @pytest.mark.parametrize("renewal", ["after_repair", "immediate"])

@@ -27,6 +27,8 @@ from simulator.economics.job_timeline import (
     simulate_sync_job,
 )
 from simulator.economics.reliability import ReliabilitySpec, resolve_processes
+from simulator.engine.failures import OutageLimitError
+from simulator.errors import ConfigError
 
 if TYPE_CHECKING:
     from simulator.scenario import Scenario
@@ -87,7 +89,12 @@ def simulated_goodput(scenario: Scenario, step_s: float, num_parameters: float) 
         total_steps, horizon_s = None, (spec.days if spec.days is not None else gp.LLAMA3_SNAPSHOT_DAYS) * 86400.0
     kind = scenario.strategy_kind
     elastic = kind in ELASTIC_KINDS
-    outages = draw_job_outages(processes, cluster, horizon_s, spec.seed, "after_repair" if elastic else "immediate")
+    try:
+        outages = draw_job_outages(processes, cluster, horizon_s, spec.seed,
+                                   "after_repair" if elastic else "immediate")
+    except OutageLimitError as exc:  # name the field that set the horizon (the engine layer knows none)
+        field = "reliability.steps" if spec.steps is not None else "reliability.days"
+        raise ConfigError(field, f"{exc.reason} ({field} sets the {horizon_s:.3g} s drawn over)") from None
     report: dict[str, Any] = {
         "seed": spec.seed,
         "recovery": "elastic: the group shrinks, a returning replica downloads its state" if elastic
