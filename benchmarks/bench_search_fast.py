@@ -68,6 +68,14 @@ def _key(row):
     return tuple(sorted(row["parallelism"].items()))
 
 
+def _same_time(a: float | None, b: float | None) -> bool:
+    """Two rows' step times agree to 1e-9; a row that does not run (out of memory, refused) has none, and agrees
+    only with another that does not (a search with fewer than 20 feasible layouts lists them after the rest)."""
+    if a is None or b is None:
+        return a is None and b is None
+    return abs(a / b - 1) < 1e-9
+
+
 def run_search(name: str, path: Path, workers: int, check: bool) -> None:
     wall0, cpu0 = time.perf_counter(), cpu_seconds()
     rows = search(str(path), workers=workers)
@@ -81,8 +89,8 @@ def run_search(name: str, path: Path, workers: int, check: bool) -> None:
         reference = search(str(path), workers=workers, simulate_fn=engine_everywhere)
         wall_ref, cpu_ref = time.perf_counter() - wall0, cpu_seconds() - cpu0
         same = [_key(r) for r in rows[:20]] == [_key(r) for r in reference[:20]]
-        times = all(abs(a["step_time_s"] / b["step_time_s"] - 1) < 1e-9 for a, b in zip(rows[:20], reference[:20],
-                                                                                         strict=True))
+        times = all(_same_time(a["step_time_s"], b["step_time_s"])
+                    for a, b in zip(rows[:20], reference[:20], strict=True))
         print(f"  engine on every feasible layout: wall {wall_ref:.1f} s, CPU {cpu_ref:.1f} s "
               f"(fast search: {cpu_ref / cpu:.1f}x less CPU); top 20 identical: {same and times}")
 
