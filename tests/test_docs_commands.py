@@ -163,10 +163,10 @@ def _strict(parser: argparse.ArgumentParser) -> None:
 
 
 def _parse(parser: argparse.ArgumentParser, argv: list[str],
-           options: argparse.ArgumentParser | None = None) -> str | None:
+           options: argparse.ArgumentParser | None = None, parsed: list | None = None) -> str | None:
     """None when ``parser`` accepts argv (``--help`` included), else what argparse printed. An option hidden from
     ``--help`` (an old name kept working, such as validate's ``--set NAME``) is refused: the docs quote the current
-    name. ``options``: the (sub-command) parser whose options argv names."""
+    name. ``options``: the (sub-command) parser whose options argv names; ``parsed`` gets the namespace."""
     hidden = [token for token in argv if token.startswith("--")
               and (action := (options or parser)._option_string_actions.get(token.split("=")[0])) is not None
               and action.help == argparse.SUPPRESS]
@@ -176,7 +176,9 @@ def _parse(parser: argparse.ArgumentParser, argv: list[str],
     err = io.StringIO()
     try:
         with contextlib.redirect_stderr(err), contextlib.redirect_stdout(io.StringIO()):
-            _PARSE_ARGS(parser, argv)
+            namespace = _PARSE_ARGS(parser, argv)
+        if parsed is not None:
+            parsed.append(namespace)
     except SystemExit as exc:
         message = err.getvalue().strip()
         # a command quoted by its name and some options (`clustersim plan --planner adaptive`) leaves out what
@@ -217,7 +219,30 @@ def parse_clustersim(argv: list[str]) -> str | None:
 
     parser = _clustersim_parser()
     argv = _command_filled(parser, _negative_lists_joined(argv))
-    return _parse(parser, _filled(_subparser(parser, argv), argv), _subparser(parser, argv))
+    parsed: list[argparse.Namespace] = []
+    why = _parse(parser, _filled(_subparser(parser, argv), argv), _subparser(parser, argv), parsed)
+    return why or (_scenario_loads(parsed[0]) if parsed else None)
+
+
+def _scenario_loads(args: argparse.Namespace) -> str | None:
+    """A command's scenario with its ``--set`` fields, loaded and checked as the command would before it runs
+    (a renamed field fails here; nothing is simulated). A placeholder scenario (``SCENARIO``, ``<example>``) or
+    value is not loaded."""
+    from simulator.errors import ConfigError
+    from simulator.scenario import load_scenario
+
+    scenario, overrides = getattr(args, "scenario", None), getattr(args, "overrides", None) or []
+    if not hasattr(args, "scenario") or (scenario is None and not overrides):
+        return None
+    if scenario is not None and (PLACEHOLDER.fullmatch(scenario) or not (ROOT / scenario).is_file()):
+        return None if PLACEHOLDER.fullmatch(scenario) else f"no scenario file {scenario}"
+    if any(PLACEHOLDER.fullmatch(o.partition("=")[2]) for o in overrides):
+        return None
+    try:
+        load_scenario(None if scenario is None else str(ROOT / scenario), list(overrides))
+    except ConfigError as exc:
+        return f"the scenario does not load: {exc}"
+    return None
 
 
 def parse_program(target: str, argv: list[str]) -> str | None:
@@ -356,6 +381,8 @@ def test_every_option_quoted_alone_exists():
     "clustersim simulate examples/resnet50-8xa100.yaml --stepz 3",
     "clustersim plan SCENARIO --planner dapple --options k=v",  # it is --option
     "clustersim specs list --kind gpu",                     # not a kind
+    "clustersim simulate examples/gpt-1.7b-pipedream-a100.yaml --set training.optimizer-fusion=backward",  # a field
+    "clustersim simulate examples/no-such-example.yaml",
     "clustersim simulate --steps many",                     # --steps takes a number
     "bench_simulate.py --rounds",                           # a benchmark named without its folder
     "python benchmarks/bench_engine_examples_json.py",      # reads its output folder from sys.argv
