@@ -97,9 +97,10 @@ def all_commands() -> list[tuple[str, str]]:
 
 
 def all_paths() -> list[tuple[str, str]]:
+    """Every path under a top-level folder of the repository that a page names, quoted or in prose."""
     out = []
     for page in PAGES:
-        for number, text in quoted(page):
+        for number, text in enumerate(_lines(page), 1):
             for match in PATH.finditer(text):
                 path = match.group(1).rstrip(".,:;)")
                 out.append((f"{page.relative_to(ROOT)}:{number}", path))
