@@ -140,3 +140,70 @@ def test_validate_runs_still_fails_past_its_tolerance(tmp_path, capsys):
     # fsdp -15.5% and local_sgd -16.5% past a 15% worst-run bound
     assert main(["validate-runs", "--profile", str(profile), "--runs", str(LOOP), "--tolerance", "0.15,0.15"]) != 0
     assert "FAIL" in capsys.readouterr().out
+
+
+def _trace(path: Path, steps: list[tuple[float, float]], colls: list[tuple[str, float, float]]) -> str:
+    """A Kineto-like CPU trace: ProfilerStep windows on the main thread, collectives on a gloo thread (us)."""
+    import json
+
+    events = [{"ph": "X", "cat": "user_annotation", "name": f"ProfilerStep#{i + 1}", "pid": 1, "tid": 1, "ts": lo,
+               "dur": hi - lo} for i, (lo, hi) in enumerate(steps)]
+    events += [{"ph": "X", "cat": "cpu_op", "name": "aten::mm", "pid": 1, "tid": 1, "ts": lo + 1, "dur": 5}
+               for lo, _ in steps]
+    events += [{"ph": "X", "cat": "cpu_op", "name": n, "pid": 1, "tid": 2, "ts": ts, "dur": d} for n, ts, d in colls]
+    path.write_text(json.dumps({"schemaVersion": 1, "traceEvents": events}))
+    return path.name
+
+
+def test_traced_collectives_set_the_ranks_side_by_side(tmp_path):
+    """Two steps of two ranks on one clock: rank 1 starts each all-reduce 300 us after rank 0, which waits for it;
+    a send and a collective outside the steps are left out."""
+    from simulator.report.collective_waits import traced_collectives
+
+    steps = [(0.0, 10_000.0), (10_000.0, 20_000.0)]
+    r0 = [("gloo:all_reduce", 1_000, 1_300), ("gloo:all_gather", 5_000, 800), ("gloo:send", 6_000, 4_000),
+          ("gloo:all_reduce", 11_000, 1_300), ("gloo:all_gather", 15_000, 800), ("gloo:all_reduce", 30_000, 50)]
+    r1 = [("gloo:all_reduce", 1_300, 1_000), ("gloo:all_gather", 5_000, 800), ("gloo:recv", 6_000, 100),
+          ("gloo:all_reduce", 11_300, 1_000), ("gloo:all_gather", 15_000, 800), ("gloo:all_reduce", 30_000, 50)]
+    paths = [tmp_path / _trace(tmp_path / "t_rank0.json", steps, r0),
+             tmp_path / _trace(tmp_path / "t_rank1.json", steps, r1)]
+    got = traced_collectives(paths)
+    assert got["ranks"] == 2 and got["collectives_per_step"] == 2
+    assert got["traced_s_per_step"] == pytest.approx((1.3e-3 + 0.8e-3 + 1.0e-3 + 0.8e-3) / 2)
+    assert got["wait_for_last_rank_s_per_step"] == pytest.approx(0.3e-3 / 2)  # rank 0 waits 0.3 ms a step, rank 1 none
+    assert got["one_median_s"] == pytest.approx(0.9e-3) and got["one_mean_s"] == pytest.approx(0.975e-3)
+    # sequences that differ: no wait
+    r1_other = [c for c in r1 if c[0] != "gloo:all_gather"]
+    _trace(tmp_path / "t_rank1.json", steps, r1_other)
+    assert traced_collectives(paths)["wait_for_last_rank_s_per_step"] is None
+
+
+def test_validate_runs_sets_the_traced_collectives_beside_the_priced(tmp_path, capsys):
+    """A copy of the saved loop whose tp run carries two small synthetic traces: validate-runs prints the
+    collectives' line and --json carries them; runs without traces print none."""
+    import json
+
+    loop = tmp_path / "loop"
+    shutil.copytree(LOOP, loop)
+    doc = json.loads((loop / "training" / "runs.json").read_text())
+    steps = [(0.0, 200_000.0)]
+    colls = [("gloo:all_reduce", 1_000.0 + 4_000 * k, 1_500.0) for k in range(42)]
+    (loop / "training" / "traces").mkdir()
+    for r in (0, 1):
+        _trace(loop / "training" / "traces" / f"tp_rank{r}.json", steps, colls)
+    for run in doc["runs"]:
+        if run["strategy"] == "tp":
+            run["traces"] = ["traces/tp_rank0.json", "traces/tp_rank1.json"]
+    (loop / "training" / "runs.json").write_text(json.dumps(doc))
+    profile = _profile(loop, tmp_path / "p.yaml")
+    assert main(["validate-runs", "--profile", str(profile), "--runs", str(loop), "--strategy", "tp"]) == 0
+    out = capsys.readouterr().out
+    line = next(x for x in out.splitlines() if x.startswith("tp ") and "/ 42" in x)
+    assert "63.0 /" in line and "0.0 ms" in line  # 42 x 1.5 ms traced, no wait (both ranks alike)
+    assert main(["validate-runs", "--profile", str(profile), "--runs", str(loop), "--strategy", "tp", "--json"]) == 0
+    rows = json.loads(capsys.readouterr().out)
+    got = rows[0]["traced_collectives"]
+    assert got["collectives_per_step"] == 42 and got["predicted_collectives_per_step"] == 42
+    assert got["traced_s_per_step"] == pytest.approx(0.063) and got["predicted_s_per_step"] > 0.04
+    assert main(["validate-runs", "--profile", str(profile), "--runs", str(LOOP), "--strategy", "fsdp"]) == 0
+    assert "collectives of the runs on several ranks" not in capsys.readouterr().out

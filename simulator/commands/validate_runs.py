@@ -187,6 +187,27 @@ def render_split(split: list[dict], rows: list[dict]) -> list[str]:
     return lines
 
 
+def render_comm_split(comm: list[dict]) -> list[str]:
+    """The collectives of the runs on several ranks, traced against priced (``traced_comm_split``)."""
+    if not comm:
+        return []
+    width = max(len("strategy"), *(len(x["strategy"]) for x in comm))
+    lines = ["collectives of the runs on several ranks (profiler traces of every rank, on one clock; per step, mean "
+             "over ranks):",
+             f"{'strategy':<{width}s} {'count traced / priced':>21s} {'ms traced / priced':>19s} "
+             f"{'waiting for the last rank':>25s} {'one: median / mean':>20s}"]
+    for x in comm:
+        wait = x["wait_for_last_rank_s_per_step"]
+        lines.append(f"{x['strategy']:<{width}s} {x['collectives_per_step']:10.1f} / {x['predicted_collectives_per_step']:<8d}"
+                     f" {x['traced_s_per_step'] * 1e3:7.1f} / {x['predicted_s_per_step'] * 1e3:<9.1f}"
+                     f" {(f'{wait * 1e3:.1f} ms' if wait is not None else '-'):>25s}"
+                     f" {x['one_median_s'] * 1e3:8.2f} / {x['one_mean_s'] * 1e3:.2f} ms")
+    lines.append("  traced: each collective's time on its rank's gloo thread (what a blocked main thread waits; DDP's "
+                 "and local SGD's run beside compute); priced: the simulated communication tasks of one rank, exposed "
+                 "or not, each law including the cadence rows' mean wait for the last rank")
+    return lines
+
+
 def plot(rows: list[dict], path: str | Path, title: str) -> Path:
     import matplotlib
 
@@ -225,6 +246,7 @@ def run(args) -> int:
         predict_runs,
         probe_drift,
         read_runs,
+        traced_comm_split,
         traced_split,
     )
 
@@ -251,14 +273,18 @@ def run(args) -> int:
         plot(rows, args.plot, f"{machine.get('hostname', '')} {machine.get('cpu_model', '')}: "
                               f"median |err| {summary['median_abs_relative_error'] * 100:.1f}%")
     split = traced_split(doc, profile, rows)
+    comm = traced_comm_split(doc, profile, rows)
     drift = probe_drift(rows)
     if args.json:
         from simulator.report.result import finite_json
 
         by_split = {x["strategy"]: x for x in split}
+        by_comm = {x["strategy"]: x for x in comm}
         for r in rows:
             if r["strategy"] in by_split:
                 r["traced_split"] = {k: v for k, v in by_split[r["strategy"]].items() if k != "strategy"}
+            if r["strategy"] in by_comm:
+                r["traced_collectives"] = {k: v for k, v in by_comm[r["strategy"]].items() if k != "strategy"}
             if drift:
                 r["runs_median_probe_slowdown"] = drift["median_probe_slowdown"]
         print(json.dumps(finite_json(rows), indent=2, default=str, allow_nan=False))
@@ -278,6 +304,9 @@ def run(args) -> int:
         if split:
             print()
             print("\n".join(render_split(split, rows)))
+        if comm:
+            print()
+            print("\n".join(render_comm_split(comm)))
         if busy:
             print(f"  note: the machine was busier than its {cores} cores while measuring {', '.join(busy)} "
                   "(1-min load average); other processes slow the runs the profile does not know about")
