@@ -1112,9 +1112,19 @@ def scenario_for_run(run: dict[str, Any], profile_path: str | Path) -> dict[str,
                      "attention": "standard",
                      **({"optimizer_fusion": lay["optimizer_fusion"]} if lay.get("optimizer_fusion") else {})},
         # a run of another strategy kind (local learning, local SGD) and the steps its period spans
-        **({"strategy": dict(lay["strategy"])} if lay.get("strategy") else {}),
+        **({"strategy": _run_strategy(lay["strategy"])} if lay.get("strategy") else {}),
         **({"simulation": {"steps": int(lay["steps"])}} if lay.get("steps") else {}),
     }
+
+
+def _run_strategy(block: dict[str, Any]) -> dict[str, Any]:
+    """The strategy block of a recorded run; a local_sgd run recorded before the layout named its averaging
+    (runs.json files before 2026-12-06 15:00 UTC) averaged as validation/harness/training.py does: one all-reduce
+    per parameter tensor (``outer_all_reduce: per_tensor``)."""
+    out = dict(block)
+    if out.get("kind") == "local_sgd":
+        out.setdefault("outer_all_reduce", "per_tensor")
+    return out
 
 
 def calibration_probe_s(profile_path: str | Path) -> float | None:

@@ -14,7 +14,11 @@ every ``local_steps`` (H) inner steps, each rank
    dtype the spmd kind reduces gradients in (``training.grad_dtype``), so the dp bytes per inner
    step are exactly DDP's / H; ``fp16`` 2 B, ``int8`` 1 B per element (quantisation as in
    DiLoCo's ablation, Table 5, and streaming DiLoCo's 4-bit outer gradients; the (de)quantisation
-   kernels are counted in the delta and outer-step kernels' bytes),
+   kernels are counted in the delta and outer-step kernels' bytes); with ``outer_all_reduce:
+   per_tensor`` one all-reduce per parameter tensor in turn, each paying its collective's latency (a
+   plain loop over ``model.parameters()``, as validation/harness/training.py's local_sgd: the
+   2026-12-06 loops' traces, 53 gloo all-reduces a period taking 53-68 ms where one flat one was
+   priced at 14 ms),
 3. applies the outer optimizer (``nesterov``: DiLoCo's outer Nesterov momentum; ``sgd``: plain
    averaging, i.e. local SGD): a memory-bound kernel over the averaged delta, the momentum, the
    anchor and the model weights (read 4 + 4 + 4, write 4 + 4 + 2 = 22 B per parameter; ``sgd``
@@ -75,6 +79,11 @@ class LocalSgdConfig(BaseModel):
     overlap_inner_steps: int = Field(
         default=0, ge=0, description="tau: the outer all-reduce runs beside the next tau inner steps (streaming "
                                      "DiLoCo); 0: blocking")
+    outer_all_reduce: Literal["flat", "per_tensor"] = Field(
+        default="flat", description="flat: one all-reduce of the whole delta (one buffer, as DiLoCo and torch's "
+                                    "model averagers flatten it); per_tensor: one all-reduce per parameter tensor "
+                                    "in turn (a plain loop over model.parameters(), as the measurement harness's "
+                                    "local_sgd)")
 
 
 def _config(scenario) -> LocalSgdConfig:
@@ -119,6 +128,7 @@ class LocalSgdPlanner(Planner):
         self._pending: dict[int, dict[str, Task]] = {}  # inner step -> actor -> outer step to apply before it
         self._outer_state = OUTER_STATE_BYTES_PER_PARAM[self.cfg.outer_optimizer]
         self._inner_step = 0  # the inner step being built (after_step advances it)
+        self._tensor_cache: dict[int, list[float]] = {}  # stage -> its parameter tensors' elements (per_tensor)
 
     def _build_actor(self, *args, **kwargs):
         """Optimizer fusion "forward" defers each inner update to the next inner step's first forward;
@@ -132,6 +142,39 @@ class LocalSgdPlanner(Planner):
         hit = self._memory_cache.get(("stage", stage))
         if hit is None:
             hit = self._memory_cache[("stage", stage)] = _stage_memory(self.sc, stage, self._outer_state)
+        return hit
+
+    def stage_tensors(self, stage: int, params: float) -> list[float]:
+        """The elements of each trained parameter tensor a rank of ``stage`` holds, in the graph's order: per
+        forward op of its layers ``weights`` k x n matrices, the bias, each table (workloads/graph.py ``Op``), a
+        frozen op's none; scaled so they sum to the rank's local parameters ``params`` (the planner's count, which
+        splits them by tp and ep). The harness GPT: 52 tensors, 4,240,896 parameters (12 per block)."""
+        hit = self._tensor_cache.get(stage)
+        if hit is None:
+            layers: list = []
+            for c in range(self.par.virtual_stages):
+                g = c * self.par.pp + stage
+                if g == 0:
+                    layers += self.graph.layers[:self.graph.prologue]
+                start = self.chunk_starts[g]
+                layers += self.pipelined[start:start + self.layers_per_chunk[g]]
+                if g == self.chunks - 1:
+                    layers += self.graph.layers[len(self.graph.layers) - self.graph.epilogue:]
+            sizes: list[float] = []
+            for layer in layers:
+                for op in layer.forward:
+                    if op.frozen:
+                        continue
+                    whole = int(op.weights)
+                    sizes += [float(op.k * op.n)] * whole
+                    if op.weights > whole:
+                        sizes.append((op.weights - whole) * op.k * op.n)
+                    if op.bias:
+                        sizes.append(float(op.bias))
+                    sizes += [float(math.prod(shape)) for shape in op.tables]
+            total = sum(sizes)
+            hit = [n * params / total for n in sizes] if total > 0 else [params]
+            self._tensor_cache[stage] = hit
         return hit
 
     def wire_bytes(self) -> int:
@@ -159,8 +202,10 @@ class LocalSgdPlanner(Planner):
                          duration_s=self.compute_of(rank).optimizer_step_s(params, DELTA_BYTES_PER_PARAM),
                          deps=list(boundary[actor]))
             streams[(actor, "compute")].append(delta)
+            parts = ([(self.grad_group, "all_reduce", n * wire) for n in self.stage_tensors(stage, params)]
+                     if self.cfg.outer_all_reduce == "per_tensor" else [(self.grad_group, "all_reduce", params * wire)])
             reduce = self.comm_task(actor, "dp", "dp_comm", f"outer_all_reduce.p{step // self.cfg.local_steps}", rank,
-                                    [(self.grad_group, "all_reduce", params * wire)], key=f"outer{step}")
+                                    parts, key=f"outer{step}")
             outer = Task(f"outer_step.p{step // self.cfg.local_steps}", actor, "compute", "optimizer",
                          duration_s=self.compute_of(rank).optimizer_step_s(
                              params, OUTER_STEP_BYTES_PER_PARAM[self.cfg.outer_optimizer]))

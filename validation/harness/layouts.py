@@ -38,7 +38,9 @@ def layout_of(strategy: str, cfg: Any, world: int) -> dict[str, Any]:
     if strategy == "local_sgd":
         return {"num_gpus": world, "tp": 1, "pp": 1, "dp": world, "zero_stage": 0, "schedule": "1f1b",
                 "micro_batch_size": g // world, "global_batch_size": g, "num_micro_batches": 1,
-                "strategy": {"kind": "local_sgd", "local_steps": LOCAL_SGD_STEPS, "outer_optimizer": "sgd"},
+                # training.py averages the replicas one all-reduce per parameter tensor (a plain loop)
+                "strategy": {"kind": "local_sgd", "local_steps": LOCAL_SGD_STEPS, "outer_optimizer": "sgd",
+                             "outer_all_reduce": "per_tensor"},
                 "steps": LOCAL_SGD_STEPS}
     if strategy in ("step_in_backward", "step_separate"):
         # every rank its own copy (as single), the whole global batch as one micro-batch: a step
