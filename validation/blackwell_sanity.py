@@ -52,6 +52,12 @@ price attention as their GEMM curve x 0.7, assumed), and an AMD run keeps NeMo's
 drives only its peers' links of the Infinity Fabric mesh. NeMo's ``attention_kernel: cudnn`` (NVIDIA's library) is
 left to the part's default on AMD.
 
+**NeMo's rows on Blackwell** (``--nemo``, validation/blackwell_nemo.py): every representable row of
+``nemo_perf_summary.csv`` as a NeMo user runs it (``training.framework: nemo``) on DGX H100, DGX B200, GB200 NVL72,
+DGX B300 and GB300 NVL72 (FP8 rows also in MXFP8 on Blackwell), with the step split by class and each speed-up
+(B200 / H100, GB200 / H100, GB200 / B200, B300 / H100, B300 / B200, GB300 / B300) against bounds rebuilt class by
+class from the parts' microbenchmark ratios; exit 1 when one falls outside (its docstring derives the bounds).
+
 ``python -m validation.blackwell_sanity`` prints the tables (``--json`` for the rows).
 """
 
@@ -449,7 +455,25 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--json", action="store_true", help="print the rows as JSON")
     parser.add_argument("--other-parts", action="store_true",
                         help="also print the runs on H200, MI300X and MI355X against H100 (not judged)")
+    parser.add_argument("--nemo", action="store_true",
+                        help="instead: every representable NeMo H100 row on B200, GB200, B300 and GB300 as a NeMo user "
+                             "asks (training.framework: nemo), the step split and the speed-ups against the bounds "
+                             "the parts' microbenchmarks allow (validation/blackwell_nemo.py); exit 1 on a flag")
+    parser.add_argument("--nemo-rows", help="with --nemo: comma-separated nemo_perf_summary.csv data rows (default: all)")
     args = parser.parse_args(argv)
+    if args.nemo_rows and not args.nemo:
+        parser.error("--nemo-rows needs --nemo")
+    if args.nemo:
+        from validation.blackwell_nemo import report
+
+        try:
+            rows = [int(x) for x in args.nemo_rows.split(",")] if args.nemo_rows else None
+        except ValueError:
+            parser.error(f"--nemo-rows: comma-separated row numbers, got {args.nemo_rows!r}")
+        try:
+            return report(rows, as_json=args.json)
+        except ValueError as exc:
+            parser.error(f"--nemo-rows: {exc}")
     other = other_parts_table() if args.other_parts else None
     t = table()
     titan = titan_moe_table()
