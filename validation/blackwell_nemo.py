@@ -310,7 +310,8 @@ def _pct(split: dict[str, float]) -> str:
     return " ".join(f"{short[c]}{100 * t / total:.0f}" for c, t in split.items() if t / total >= 0.005)
 
 
-def print_table(records: list[dict], file=sys.stdout) -> None:
+def print_table(records: list[dict], file=None) -> None:
+    file = file or sys.stdout
     print("NeMo H100 rows on Blackwell as a NeMo user asks (training.framework: nemo). tok: tokens/s per GPU; "
           "split in % of the step: G GEMM, A fused attention, M memory-bound, X NeMo's fixed MoE-layer time, "
           "C exposed communication, B pipeline bubble, O optimizer, H host/input; ratio [bounds] by the parts' "
@@ -342,8 +343,9 @@ def flagged(records: list[dict]) -> list[str]:
     return out
 
 
-def report(rows: list[int] | None = None, as_json: bool = False, file=sys.stdout) -> int:
+def report(rows: list[int] | None = None, as_json: bool = False, file=None) -> int:
     """Print the table (or its records as JSON) and the flags; 1 when any is raised, else 0."""
+    file = file or sys.stdout
     records = table(rows)
     if as_json:
         print(json.dumps(records, indent=1, default=float), file=file)
