@@ -11,9 +11,9 @@ whose speed-up is taken over H100's per-tensor FP8 (what a buyer compares).
 
 **The step split** (:func:`step_split`): the simulator's critical-path breakdown (``time_breakdown_s``: compute,
 recompute, exposed communication, pipeline bubble, optimizer, host stall) with its compute and recompute divided
-among GEMM, fused attention, memory-bound kernels and the NeMo profile's fixed time per MoE layer
-(``moe_layer_fixed_us``) in proportion to one rank's kernel seconds of those classes over the model's layer graph
-(priced by the scenario's own ComputeModel, the framework factors applied). *Exposed communication* is what the
+among GEMM, fused attention and memory-bound kernels in proportion to one rank's kernel seconds of those classes
+over the model's layer graph (priced by the scenario's own ComputeModel, the framework factors applied); the host
+stall is the NeMo profile's fixed time per MoE layer (``moe_layer_fixed_us``) where that is set. *Exposed communication* is what the
 breakdown leaves on the critical path (tp/cp/ep/pp/dp), not the collectives' whole time.
 
 **The bounds** (:func:`class_ratio_bands`, :func:`speedup_bounds`): each class of the reference part's split
@@ -193,16 +193,14 @@ def speedup_bounds(split: dict[str, float], bands: dict[str, tuple[float, float,
 
 
 def kernel_shares(scenario) -> dict[str, float]:
-    """One rank's kernel seconds by class over the model's layer graph (forward, backward, recompute), and the
-    NeMo profile's fixed time per MoE layer, as shares of their sum."""
+    """One rank's kernel seconds by class (GEMM, fused attention, memory-bound) over the model's layer graph
+    (forward, backward, recompute), as shares of their sum."""
     from simulator.cost.compute import ComputeModel
-    from simulator.strategies.framework_terms import is_moe_layer
     from workloads.graph import is_fused_attention
 
     tr, par = scenario.training, scenario.parallelism
     compute = ComputeModel(scenario.accelerator, tr.precision, tr.fp8_gemms, tr.fp8_recipe, tf32=tr.tf32)
     seconds: dict[str, float] = defaultdict(float)
-    moe_us = scenario.accelerator.efficiency.moe_layer_fixed_us or 0.0
     for layer in scenario.layer_graph().layers:
         for ops in (layer.forward, layer.backward, layer.recompute_ops(par.recompute_mode)):
             for op in ops:
@@ -210,21 +208,24 @@ def kernel_shares(scenario) -> dict[str, float]:
                     continue
                 cls = "attention" if is_fused_attention(op) else "gemm" if op.kind == "gemm" else "memory_bound"
                 seconds[cls] += compute.time_s(op)
-        if moe_us and is_moe_layer(layer.forward):
-            seconds["moe_fixed"] += moe_us * 1e-6
     total = sum(seconds.values()) or 1.0
     return {c: t / total for c, t in seconds.items()}
 
 
 def step_split(scenario, result: dict) -> dict[str, float]:
-    """The step's seconds by class (module docstring)."""
+    """The step's seconds by class (module docstring). The NeMo profile's fixed time per MoE layer stretches the
+    layer's passes (simulator/strategies/framework_terms.py ``layer_floor_stretch``) and shows as ``host_stall``:
+    with ``moe_layer_fixed_us`` set (and no host dispatch floor) the host stall is that time."""
     b = result["time_breakdown_s"]
     compute = b.get("compute", 0.0) + b.get("recompute", 0.0)
     split = {c: compute * s for c, s in kernel_shares(scenario).items()}
     split["comm_exposed"] = sum(b.get(k, 0.0) for k in COMM_KEYS)
     split["bubble"] = b.get("pipeline_bubble", 0.0)
     split["optimizer"] = b.get("optimizer", 0.0)
-    split["other"] = b.get("host_stall", 0.0) + b.get("input_wait", 0.0)
+    eff = scenario.accelerator.efficiency
+    fixed = bool(eff.moe_layer_fixed_us) and not eff.host_dispatch_us_per_kernel
+    split["moe_fixed" if fixed else "other"] = b.get("host_stall", 0.0)
+    split["other"] = split.get("other", 0.0) + b.get("input_wait", 0.0)
     return {c: split.get(c, 0.0) for c in SPLIT_CLASSES}
 
 
