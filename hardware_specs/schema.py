@@ -632,6 +632,13 @@ class AlphaBeta(Spec):
                     "where given with low_latency_bus_bandwidth_gb_per_s, a collective takes the faster of this "
                     "law and the main one, as NCCL's tuner picks a protocol per size (src/graph/tuning.cc)")
     low_latency_bus_bandwidth_gb_per_s: float | None = Field(default=None, gt=0)
+    arrival_wait_us: float = Field(
+        default=0.0, ge=0,
+        description="the mean wait for the group's last rank at a collective that follows compute (the ranks' "
+                    "drift over the segment before it), kept apart from the alpha-beta line: a collective issued "
+                    "right after another of its group, with no compute between, does not pay it "
+                    "(simulator/cost/collectives.py). clustersim calibrate fits it on a CPU host from skew.csv's "
+                    "collective_cadence rows; 0 elsewhere")
     source: str | None = None
     fitted_on: str | None = None
 
@@ -641,7 +648,8 @@ class AlphaBeta(Spec):
         if self.low_latency_per_step_us is None or self.low_latency_bus_bandwidth_gb_per_s is None:
             return None
         return AlphaBeta(latency_us=self.latency_us, latency_per_step_us=self.low_latency_per_step_us,
-                         bus_bandwidth_gb_per_s=self.low_latency_bus_bandwidth_gb_per_s)
+                         bus_bandwidth_gb_per_s=self.low_latency_bus_bandwidth_gb_per_s,
+                         arrival_wait_us=self.arrival_wait_us)
 
     @field_validator("bus_bandwidth_by_nodes")
     @classmethod

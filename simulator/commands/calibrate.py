@@ -111,5 +111,7 @@ def run(args) -> int:
         print(f"  FSDP host         {eff['zero3_gather_host_us'] / 1e3:.3g} ms per gather, "
               f"{eff['zero3_reduce_host_us'] / 1e3:.3g} ms per reduce (fsdp.csv)")
     for name, law in (profile["node"]["intra_node"].get("collectives") or {}).items():
-        print(f"  {name:<16s}  {law['latency_us']:9.1f} us + bytes / {law['bus_bandwidth_gb_per_s']:.4g} GB/s")
+        wait = (f"; + {law['arrival_wait_us']:.1f} us waiting for the last rank after compute"
+                if law.get("arrival_wait_us") else "")
+        print(f"  {name:<16s}  {law['latency_us']:9.1f} us + bytes / {law['bus_bandwidth_gb_per_s']:.4g} GB/s{wait}")
     return 0

@@ -204,7 +204,8 @@ def render_comm_split(comm: list[dict]) -> list[str]:
                      f" {x['one_median_s'] * 1e3:8.2f} / {x['one_mean_s'] * 1e3:.2f} ms")
     lines.append("  traced: each collective's time on its rank's gloo thread (what a blocked main thread waits; DDP's "
                  "and local SGD's run beside compute); priced: the simulated communication tasks of one rank, exposed "
-                 "or not, each law including the cadence rows' mean wait for the last rank")
+                 "or not, a collective after compute paying the cadence rows' mean wait for the last rank (not one right after "
+                 "another of its group)")
     return lines
 
 

@@ -262,7 +262,16 @@ def fit_collective_wait(skew: list[dict], file_label: str) -> tuple[float, str] 
     ranks leave a gloo collective when the scheduler next runs their main threads, sliced a few ms at a time
     among the ranks' main, gloo and transport threads. So it is charged per collective, as a latency added to
     each group collective's law (:func:`add_collective_wait`); the segments' own spread stays in
-    ``sync_jitter`` (the overlap of the two, that spread at a collective, is the barrier rows' 0.04-0.2 ms)."""
+    ``sync_jitter`` (the overlap of the two, that spread at a collective, is the barrier rows' 0.04-0.2 ms).
+
+    It is the wait at a collective that *follows compute*: every row times a segment of GEMMs, then one
+    all-reduce. The fourteenth session's two quiet loops (512 KiB all-reduce; wait_mean_s at segment_mean_s):
+    13:23 (s14 outq3) 0.473 ms at 4.1 ms, 0.456 at 7.6, 0.524 at 17.3, 0.655 at 31.3 (median 0.499); 13:47
+    (outq4) 0.368 at 4.0, 0.537 at 8.7, 0.236 at 16.4, 0.390 at 32.1 (median 0.379). Over 4-32 ms it does not
+    shrink with the segment (it grows a little in one loop, not in the other), so one value, the median, is
+    kept; no row has a segment shorter than 4 ms, and none times a collective right after another. So the wait
+    is kept apart from the alpha-beta law (``arrival_wait_us``) and the planner charges it only to a collective
+    that follows compute, not to the 2nd..n-th of a run issued back to back (simulator/cost/collectives.py)."""
     rows = [r for r in skew if r.get("method") == CADENCE_METHOD and r.get("wait_mean_s") is not None]
     waits = [float(r["wait_mean_s"]) for r in rows if float(r["wait_mean_s"]) >= 0]
     if not waits:
@@ -270,21 +279,21 @@ def fit_collective_wait(skew: list[dict], file_label: str) -> tuple[float, str] 
     wait = float(np.median(waits))
     per = ", ".join(f"{float(r['segment_mean_s']) * 1e3:.1f} ms: {float(r['wait_mean_s']) * 1e3:.3f} ms" for r in rows)
     size = rows[0].get("size_bytes")
-    return wait, (f"+ {wait * 1e6:.1f} us waiting for the group's last rank (median over {len(waits)} cadences of the "
+    return wait, (f"arrival_wait_us {wait * 1e6:.1f}: waiting for the group's last rank after compute, not charged to a "
+                  f"collective right after another of its group (median over {len(waits)} cadences of the "
                   f"mean wait at an all-reduce{f' of {int(size)} B' if size else ''} after equal GEMM segments: {per}; "
                   f"{file_label}/skew.csv rows method={CADENCE_METHOD})")
 
 
 def add_collective_wait(collectives: dict[str, dict[str, Any]], wait_s: float, source: str) -> None:
-    """Add ``wait_s`` to every waited collective's law (:data:`WAITED_COLLECTIVES`): its latency and, where it
-    keeps them, each measured point (the collective as a rank's step meets it: the others' arrival, then the
-    transfer the microbenchmark timed)."""
+    """Give every waited collective's law (:data:`WAITED_COLLECTIVES`) ``wait_s`` as its ``arrival_wait_us``,
+    apart from its alpha-beta line and measured points: a collective after compute takes the others' arrival, then
+    the transfer the microbenchmark timed; one issued right after another of its group, the transfer alone
+    (simulator/cost/collectives.py)."""
     for name, law in collectives.items():
         if name not in WAITED_COLLECTIVES:
             continue
-        law["latency_us"] = round(law["latency_us"] + wait_s * 1e6, 3)
-        if law.get("measured_points"):
-            law["measured_points"] = [[b, round(t + wait_s * 1e6, 3)] for b, t in law["measured_points"]]
+        law["arrival_wait_us"] = round(wait_s * 1e6, 3)
         law["source"] += f"; {source}"
 
 
@@ -1272,8 +1281,9 @@ def traced_comm_split(runs_doc: dict[str, Any], profile_path: str | Path, rows: 
     (:func:`simulator.report.collective_waits.traced_collectives`: per step, their count, their time on the gloo
     thread and the wait for the group's last rank, averaged over ranks; one collective's median and mean) beside the
     prediction's (the simulated step's communication tasks of one rank: their count and summed duration, exposed or
-    not). The fifteenth session's saved loops: fsdp's 14 collectives a step took 58-70 ms traced, of which 9-12 ms
-    waiting for the other rank, against 46-47 ms priced on the rows' medians; tp's 42 took 68-84 ms against 64-72.
+    not; a task standing for several collectives in turn counts each, its ``collectives`` trace argument). The
+    fifteenth session's saved loops: fsdp's 14 collectives a step took 58-70 ms traced, of which 9-12 ms waiting for
+    the other rank, against 46-47 ms priced on the rows' medians; tp's 42 took 68-84 ms against 64-72.
     Nothing here feeds the prediction."""
     from simulator.report.collective_waits import traced_collectives
     from simulator.scenario import load_scenario
@@ -1301,7 +1311,9 @@ def traced_comm_split(runs_doc: dict[str, Any], profile_path: str | Path, rows: 
         # group collectives only: a pipeline's sends and receives are left out on both sides
         comm = [e for e in result.timeline if e.rank_class == rank_class and e.category.endswith("_comm")
                 and e.category != "pp_comm"]
-        out.append({"strategy": run["strategy"], **traced, "predicted_collectives_per_step": len(comm),
+        # a task may stand for several collectives run in turn (local SGD's per-tensor all-reduces): count each
+        out.append({"strategy": run["strategy"], **traced,
+                    "predicted_collectives_per_step": sum(int(dict(e.args).get("collectives", 1)) for e in comm),
                     "predicted_s_per_step": sum(e.end_s - e.start_s for e in comm)})
     return out
 

@@ -38,6 +38,19 @@ microbenchmarks, e.g. ``validation/calibrate_efa.py``) override these for the li
 were measured on; a law's latency is ``latency_us + steps · latency_per_step_us``. A law with
 ``measured_points`` (timed at one group size) gives that group size the measured time itself:
 the latency is the table's time less what the bytes take at the law's bandwidth.
+
+A calibrated law's ``arrival_wait_us`` (a CPU host's; 0 in every catalog law) is the mean wait for the group's
+last rank at a collective that follows compute: the ranks drift apart over the segment before it and the
+collective starts when the last arrives. It is part of ``CollectiveCost.latency_s`` (so a single collective
+after compute, and every caller that reads the latency, prices it as before), and kept apart as
+``CollectiveCost.arrival_wait_s`` so that a collective issued right after another of its group, with no compute
+between (a loop of blocking all-reduces over the parameter tensors), does not pay it again: there is no fresh
+drift to wait for (``PlanCosts.comm_task``'s ``back_to_back``). Where it comes from:
+``simulator.cost.calibration.fit_collective_wait`` (``skew.csv``'s ``collective_cadence`` rows: GEMM segments of
+4-32 ms, each then a 512 KiB all-reduce; the wait did not shrink with the segment there, so it is one value). The
+saved 2026-12-06 loops' local_sgd traces (52 parameter all-reduces back to back after 4 inner steps) agree: the
+first waited 0.6-3.7 ms for the other rank, each later one 0.04-0.09 ms on average, against the 0.38-0.50 ms
+the cadence rows give.
 """
 
 from __future__ import annotations
@@ -68,6 +81,7 @@ class CollectiveCost:
     latency_s: float
     bytes_by_link: dict[str, float]   # "nvl" | "nic" | "up" -> bytes per rank (each direction); "wan:a>b" -> bytes
     #                                   on a wide-area pair port (simulator/cost/wan.py)
+    arrival_wait_s: float = 0.0       # of latency_s, the law's wait for the last rank (see the module docstring)
 
     def isolated_time_s(self, links: LinkCapacities) -> float:
         transfer = max((b / links.capacity_of(k) for k, b in self.bytes_by_link.items() if b > 0), default=0.0)
@@ -90,8 +104,9 @@ def ring_steps(collective: str, n: int) -> int:
 
 
 def _law_latency_s(law: AlphaBeta, collective: str, n: int) -> float:
-    """A measured law's latency over n ranks: fixed part plus per-ring-step part."""
-    return (law.latency_us + ring_steps(collective, n) * law.latency_per_step_us) * 1e-6
+    """A measured law's latency over n ranks: fixed part plus per-ring-step part, plus the wait for the last
+    rank after compute (``arrival_wait_us``; 0 in every catalog law, which adds nothing)."""
+    return (law.latency_us + ring_steps(collective, n) * law.latency_per_step_us) * 1e-6 + law.arrival_wait_us * 1e-6
 
 
 def collective_cost(
@@ -128,16 +143,17 @@ def collective_cost(
         if law is not None:
             # Scale bytes so that alone on the port it takes bus / law bandwidth.
             scaled = bus * links.intra_bytes_per_s / (law.bus_bandwidth_gb_per_s * 1e9)
+            wait = law.arrival_wait_us * 1e-6
             table_s = law.table_time_s(bus, n)
             if table_s is not None:  # the measured time: what the bytes do not take is latency
-                latency = max(0.0, table_s - bus / (law.bus_bandwidth_gb_per_s * 1e9))
-                return CollectiveCost("measured", latency, {"nvl": scaled})
-            simple = CollectiveCost("measured", _law_latency_s(law, collective, n), {"nvl": scaled})
+                latency = max(0.0, table_s - bus / (law.bus_bandwidth_gb_per_s * 1e9)) + wait
+                return CollectiveCost("measured", latency, {"nvl": scaled}, wait)
+            simple = CollectiveCost("measured", _law_latency_s(law, collective, n), {"nvl": scaled}, wait)
             ll = law.low_latency
             if ll is None:
                 return simple
             fast = CollectiveCost("measured_ll", _law_latency_s(ll, collective, n),
-                                  {"nvl": bus * links.intra_bytes_per_s / (ll.bus_bandwidth_gb_per_s * 1e9)})
+                                  {"nvl": bus * links.intra_bytes_per_s / (ll.bus_bandwidth_gb_per_s * 1e9)}, wait)
             return fast if fast.isolated_time_s(links) < simple.isolated_time_s(links) else simple
         return CollectiveCost("ring", ring_steps(collective, n) * links.intra_latency_s, {"nvl": bus})
 
@@ -152,7 +168,7 @@ def collective_cost(
         bandwidth = law.bandwidth_gb_per_s(k) * 1e9
         by_link = {key: b * links.inter_bytes_per_s / (bandwidth / g) if key == "nic" else b
                    for key, b in by_link.items()}
-        return CollectiveCost("measured", _law_latency_s(law, collective, n), by_link)
+        return CollectiveCost("measured", _law_latency_s(law, collective, n), by_link, law.arrival_wait_us * 1e-6)
     hop = max(links.inter_latency_s, links.intra_latency_s)
     ring_latency = _ring_latency_s(collective, n, k, links.inter_latency_s, links.intra_latency_s)
     if collective == "send_recv":

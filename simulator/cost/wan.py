@@ -216,7 +216,7 @@ class WanTopology(Topology):
         nodes = len({self.physical_node_of(r) for r in ranks})
         if collective == "all_reduce":
             steps = min(steps, 2 * math.ceil(math.log2(nodes)))
-        return CollectiveCost(f"{cost.algorithm}+wan", cost.latency_s + steps * slowest, by_link)
+        return CollectiveCost(f"{cost.algorithm}+wan", cost.latency_s + steps * slowest, by_link, cost.arrival_wait_s)
 
 
 def wan_topology(node: Node, fabric: WideArea, num_gpus: int, groups=None) -> WanTopology:

@@ -18,7 +18,8 @@ every ``local_steps`` (H) inner steps, each rank
    per_tensor`` one all-reduce per parameter tensor in turn, each paying its collective's latency (a
    plain loop over ``model.parameters()``, as validation/harness/training.py's local_sgd: the
    2026-12-06 loops' traces, 53 gloo all-reduces a period taking 53-68 ms where one flat one was
-   priced at 14 ms),
+   priced at 14 ms); back to back, so only the first pays a calibrated law's wait for the last rank
+   (``arrival_wait_us``; the traces: 0.6-3.7 ms at the first, 0.04-0.09 ms at each later one),
 3. applies the outer optimizer (``nesterov``: DiLoCo's outer Nesterov momentum; ``sgd``: plain
    averaging, i.e. local SGD): a memory-bound kernel over the averaged delta, the momentum, the
    anchor and the model weights (read 4 + 4 + 4, write 4 + 4 + 2 = 22 B per parameter; ``sgd``
@@ -202,10 +203,12 @@ class LocalSgdPlanner(Planner):
                          duration_s=self.compute_of(rank).optimizer_step_s(params, DELTA_BYTES_PER_PARAM),
                          deps=list(boundary[actor]))
             streams[(actor, "compute")].append(delta)
+            per_tensor = self.cfg.outer_all_reduce == "per_tensor"
             parts = ([(self.grad_group, "all_reduce", n * wire) for n in self.stage_tensors(stage, params)]
-                     if self.cfg.outer_all_reduce == "per_tensor" else [(self.grad_group, "all_reduce", params * wire)])
+                     if per_tensor else [(self.grad_group, "all_reduce", params * wire)])
+            # per tensor, the all-reduces run back to back: only the first waits for the other ranks' arrival
             reduce = self.comm_task(actor, "dp", "dp_comm", f"outer_all_reduce.p{step // self.cfg.local_steps}", rank,
-                                    parts, key=f"outer{step}")
+                                    parts, key=f"outer{step}", back_to_back=per_tensor)
             outer = Task(f"outer_step.p{step // self.cfg.local_steps}", actor, "compute", "optimizer",
                          duration_s=self.compute_of(rank).optimizer_step_s(
                              params, OUTER_STEP_BYTES_PER_PARAM[self.cfg.outer_optimizer]))

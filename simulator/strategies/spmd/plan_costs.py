@@ -136,19 +136,29 @@ class PlanCosts:
         return float(hit[(self.wan.region_of(src_rank), self.wan.region_of(dst_rank))])
 
     def comm_task(self, actor: str, stream: str, category: str, name: str, rank: int,
-                  parts: list[tuple], key: str) -> Task | None:
+                  parts: list[tuple], key: str, back_to_back: bool = False) -> Task | None:
         """One task moving one or more collectives ``(group, collective, payload[, share])`` in
-        sequence; ``share`` scales an overlapped collective down to its exposed part."""
-        cache_key = (actor, tuple(parts))
+        sequence; ``share`` scales an overlapped collective down to its exposed part.
+
+        Each part's latency includes its law's wait for the group's last rank (``arrival_wait_s``, a calibrated
+        CPU law's; simulator/cost/collectives.py), the ranks' drift over the compute before it. ``back_to_back``:
+        the parts are issued one right after another with no compute between (a loop of blocking collectives
+        over the parameter tensors, local SGD's ``outer_all_reduce: per_tensor``), so only the first, which
+        follows compute, pays that wait; the later ones have no fresh drift to wait for. Without it every part
+        pays it: the parts that the coarse planner merges per pass (``_segments``) each follow a kernel."""
+        cache_key = (actor, tuple(parts), back_to_back)
         cached = self._comm_cache.get(cache_key)
         if cached is None:
             demands: dict[str, float] = defaultdict(float)
             latency, size, group_root = 0.0, 1, None
-            for part in parts:
+            for i, part in enumerate(parts):
                 group, collective, payload = part[:3]
                 share = part[3] if len(part) > 3 else 1.0  # exposed share of an overlapped collective
                 cost, ranks, simulated = self._collective(rank, group, collective, payload)
-                latency += cost.latency_s * share
+                if back_to_back and i > 0 and cost.arrival_wait_s:
+                    latency += (cost.latency_s - cost.arrival_wait_s) * share
+                else:
+                    latency += cost.latency_s * share
                 for link, b in cost.bytes_by_link.items():
                     if link.startswith("wan:"):  # a wide-area pair port, shared by every flow crossing it
                         demands[link] += b * share
@@ -160,8 +170,11 @@ class PlanCosts:
         demands, latency, size, group_root = cached
         if not demands and latency == 0.0:
             return None
-        return Task(name, actor, stream, category, demands=demands, latency_s=latency,
+        task = Task(name, actor, stream, category, demands=demands, latency_s=latency,
                     rendezvous=f"{key}@{group_root}" if size > 1 else None, rendezvous_size=size)
+        if self.detail and len(parts) > 1:  # for the trace and validate-runs' count: the collectives it stands for
+            task.info = (("collectives", len(parts)),)
+        return task
 
     def send_task(self, actor: str, dst_rank: int, name: str, payload: float) -> Task:
         src_rank = self.actor_ranks[actor]
