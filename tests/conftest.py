@@ -43,16 +43,20 @@ def torchvision():
 
 # Under pytest-xdist (the README's test command: `-n 2 --dist loadfile --no-loadscope-reorder`) each
 # file runs whole on one worker (its module-scoped fixtures computed once), and files are handed out
-# in collection order as workers free up. The files below take longest (2026-12-05, `--durations`
-# of a 2-worker run): they are collected first, longest first, so that the two workers finish
-# together rather than one running the real-run harness (about a minute on 2 idle cores) alone at the
-# end. A file missing from the list only runs later; a name that no longer exists is ignored.
+# in collection order as workers free up. The files below take longest (2026-12-06, CPU seconds per
+# file, the test process's and its subprocesses', of a 2-worker run): they are collected first,
+# longest first, so that the two workers finish together rather than one running a long file alone
+# at the end. The real-run harness goes first: its two ranks take both cores (at a raised priority)
+# for about a minute, whatever else runs; test_harness.py's own jobs wait for each of its jobs
+# (validation/harness/launcher.py: one timed job at a time). A file missing from the list only runs later; a name that
+# no longer exists is ignored.
 LONGEST_FILES_FIRST = (
-    "test_harness_e2e.py", "test_search_bounds.py", "test_layout_ranking.py", "test_plan_cli.py",
-    "test_memory_framework_settings.py", "test_validation_exit_codes.py", "test_harness.py",
-    "test_torch_import.py", "test_pase_planner.py", "test_networks.py", "test_planners_on_examples.py",
-    "test_search_fast.py", "test_modern_validation.py", "test_pp_split_estimate.py", "test_search_checks.py",
-    "test_conv_calibration.py",
+    "test_harness_e2e.py", "test_layout_ranking.py", "test_plan_cli.py", "test_search_bounds.py", "test_harness.py",
+    "test_torch_import.py", "test_command_warnings.py", "test_planners_on_examples.py", "test_pase_planner.py",
+    "test_modern_validation.py", "test_derived_parts.py", "test_conv_calibration.py", "test_validation_exit_codes.py",
+    "test_catalog_only_validation.py", "test_deeppool_model.py", "test_networks.py", "test_kind_layout_fields.py",
+    "test_search_split.py", "test_newcomer_walk.py", "test_newcomer_output.py", "test_ds3lab.py",
+    "test_search_ranking.py", "test_search_checks.py", "test_examples.py", "test_cli.py", "test_search_space.py",
 )
 
 
