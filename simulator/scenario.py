@@ -76,6 +76,12 @@ class ClusterSpec(_Strict):
     num_gpus: int | None = Field(default=None, gt=0)
     groups: list[NodeGroupSpec] | None = Field(
         default=None, min_length=1, description="node groups of a mixed cluster, in rank order (instead of node)")
+    gpus_used_per_nvlink_domain: int | None = Field(
+        default=None, gt=0,
+        description="GPUs of each NVLink domain the job uses, where the node's domain spans several nodes (GB200/GB300 "
+                    "NVL72: 72 GPUs in 18 trays of 4): ranks fill this many GPUs of one rack, then the next rack, so "
+                    "a layout's TP/CP/EP groups can stay inside one rack (64: 16 trays per rack, the rest idle). Whole "
+                    "nodes; at most the domain. None: ranks fill each domain whole, in order")
 
 
 @dataclass(frozen=True)
@@ -335,6 +341,9 @@ class Scenario:
     # pipelined layers per global chunk, fixed by the caller (simulator/strategies/spmd/split.py ``chunk_counts``):
     # the engine fold and the fast path run a ``balanced`` plan at fewer micro-batches with the whole step's cut
     pipeline_cut: tuple[int, ...] | None = None
+    # cluster.gpus_used_per_nvlink_domain where set: (GPUs used of each domain, the node's own domain size); ``node``'s
+    # nvlink_domain_gpus is then the GPUs used, so ranks fill that many per domain (simulator/cost/topology.py)
+    nvlink_domain_use: tuple[int, int] | None = None
 
     @property
     def groups(self) -> tuple[NodeGroup, ...]:
@@ -635,7 +644,31 @@ def build_scenario(raw: dict[str, Any], base: Path | None = None) -> Scenario:
     training = _resolved_attention(training, accelerator)
     accelerator = with_attention_kernel(accelerator, training.attention_kernel, training.attention)
     n = doc.cluster.num_gpus
-    return _resolved(doc, raw, base, model, fabric, training, [NodeGroup(node, accelerator, n, 0)], (choice,))
+    node, use = _used_per_domain(node, doc.cluster.gpus_used_per_nvlink_domain)
+    scenario = _resolved(doc, raw, base, model, fabric, training, [NodeGroup(node, accelerator, n, 0)], (choice,))
+    return replace(scenario, nvlink_domain_use=use) if use else scenario
+
+
+def _used_per_domain(node: Node, used: int | None) -> tuple[Node, tuple[int, int] | None]:
+    """``cluster.gpus_used_per_nvlink_domain``: the node with its NVLink domain cut to the GPUs used of each (ranks
+    then fill ``used`` GPUs of a rack before the next, :meth:`simulator.cost.topology.Topology.node_of`), and
+    (used, the node's own domain). Refused where the node's domain is one node (nothing to choose), where it is
+    not whole nodes, or more than the domain holds."""
+    if used is None:
+        return node, None
+    field, domain, per_node = "cluster.gpus_used_per_nvlink_domain", node.domain_gpus, node.gpus_per_node
+    if domain <= per_node:
+        raise ConfigError(field, f"{node.name}'s NVLink domain is one node of {per_node} GPUs, so ranks already fill "
+                                 "whole domains: the field chooses how many GPUs of an NVLink domain that spans "
+                                 "several nodes a job uses (gb200-nvl72, gb300-nvl72: 72 GPUs in 18 trays of 4); "
+                                 "leave it out here")
+    if used > domain:
+        raise ConfigError(field, f"{used} is more than the {domain} GPUs of one {node.name} NVLink domain")
+    if used % per_node:
+        raise ConfigError(field, f"{used} is not whole {node.name} nodes of {per_node} GPUs (a node's GPUs share one "
+                                 f"tray and its NICs): use a multiple of {per_node}, e.g. "
+                                 f"{max(per_node, used - used % per_node)}")
+    return node.model_copy(update={"nvlink_domain_gpus": used}), (used, domain)
 
 
 def _framework(training: TrainingSpec, accelerator: Accelerator, model=None, node: Node | None = None) -> FrameworkChoice:
@@ -840,6 +873,9 @@ def _build_mixed(doc: ScenarioFile, model, base: Path | None, fabric_ref: Any, r
         raise ConfigError("cluster.groups", "give either cluster.node (one kind of node) or cluster.groups, not both")
     if cluster.profile is not None:
         raise ConfigError("cluster.groups", "a calibrated profile describes one node: not with cluster.groups")
+    if cluster.gpus_used_per_nvlink_domain is not None:
+        raise ConfigError("cluster.gpus_used_per_nvlink_domain", "applies to one kind of node (cluster.node), not "
+                                                                 "to cluster.groups")
     groups: list[NodeGroup] = []
     choices: list[FrameworkChoice] = []
     first = 0

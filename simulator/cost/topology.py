@@ -335,3 +335,68 @@ def send_demands(sender: str, receiver: str, links: tuple[str, ...], nbytes: flo
         demands[f"{sender}:{link}_tx"] = nbytes
         demands[f"{receiver}:{link}_rx"] = nbytes
     return demands
+
+
+# ---- NVLink domains larger than a node (GB200/GB300 NVL72): which groups straddle two racks ----------------------
+
+#: The communicator groups whose traffic rides NVLink when they sit inside one domain and the NICs when they
+#: straddle two (every micro-batch's TP collectives, CP ring sends, EP all-to-alls): the groups the placement
+#: note counts. Data-parallel and pipeline groups cross domains on any multi-rack job.
+PLACED_GROUP_KINDS: tuple[GroupKind, ...] = ("tp", "cp", "ep")
+
+
+def group_spans(par: Parallelism, kind: GroupKind) -> list[tuple[int, int]]:
+    """Every distinct ``kind`` group of the layout as (lowest rank, highest rank), in rank order. Each
+    group lies inside one pipeline stage (tp, cp, ep keep the stage; :class:`RankLayout`), and each stage
+    holds the same groups shifted by the stage's rank count, so only stage 0 is walked (O(ranks/pp))."""
+    layout = RankLayout(par)
+    stage = layout.tp * layout.cp * layout.dp
+    seen = bytearray(stage)
+    first: list[tuple[int, int]] = []
+    for rank in range(stage):
+        if seen[rank]:
+            continue
+        members = layout.group(rank, kind)
+        for m in members:
+            seen[m] = 1
+        first.append((min(members), max(members)))
+    return [(lo + s * stage, hi + s * stage) for s in range(layout.pp) for lo, hi in first]
+
+
+def straddling(spans: list[tuple[int, int]], domain_gpus: int) -> int:
+    """How many of the groups ``spans`` (:func:`group_spans`) cross a boundary of ``domain_gpus``-GPU NVLink
+    domains filled in rank order (domain = rank // domain_gpus, as :meth:`Topology.node_of`)."""
+    return sum(lo // domain_gpus != hi // domain_gpus for lo, hi in spans)
+
+
+def placement_note(scenario, used: int | None = None, physical: int | None = None) -> str | None:
+    """The NOTE ``clustersim simulate`` prints where TP, CP or EP groups of the layout straddle NVLink
+    domains that span several nodes (GB200/GB300 NVL72 racks): how many of which kind, and which value of
+    ``cluster.gpus_used_per_nvlink_domain`` keeps every one inside one domain (the largest such multiple of
+    the node's GPUs, none where a group is wider than the domain). Counted, not simulated: a straddling
+    group's traffic runs at the NIC pace (:meth:`Topology.send_links`, :meth:`Topology.placement`).
+    ``used`` / ``physical``: the field's value and the node's own domain size, where the field is set.
+    None: a one-node domain, a job inside one domain, a mixed cluster, or nothing straddles."""
+    node = scenario.node
+    physical = physical or node.domain_gpus
+    domain = node.domain_gpus
+    if scenario.mixed or physical <= node.gpus_per_node or scenario.num_gpus <= domain:
+        return None
+    par = scenario.parallelism
+    sizes = {"tp": par.tp, "cp": par.cp, "ep": par.ep}
+    spans = {kind: group_spans(par, kind) for kind in PLACED_GROUP_KINDS if sizes[kind] > 1}
+    counts = {kind: straddling(s, domain) for kind, s in spans.items()}
+    if not any(counts.values()):
+        return None
+    said = ", ".join(f"{counts[k]} of {len(spans[k])} {k.upper()}-{sizes[k]} groups" for k in spans if counts[k])
+    where = (f"{used} GPUs used of each {physical}-GPU NVLink domain (cluster.gpus_used_per_nvlink_domain)"
+             if used else f"ranks fill each {physical}-GPU NVLink domain of {node.name} in order")
+    keeps = [n for n in range(physical, 0, -node.gpus_per_node)
+             if not any(straddling(s, n) for s in spans.values())]
+    if keeps:
+        fix = (f"cluster.gpus_used_per_nvlink_domain: {keeps[0]} ({keeps[0] // node.gpus_per_node} of each domain's "
+               f"{physical // node.gpus_per_node} nodes) keeps every one inside one domain")
+    else:
+        fix = "no value of cluster.gpus_used_per_nvlink_domain keeps them all inside one domain (a group is wider)"
+    return (f"{said} span more than one NVLink domain ({where}): their traffic between domains is priced at the "
+            f"NIC pace; {fix}")

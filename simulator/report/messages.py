@@ -16,6 +16,8 @@ or point. What each message says and why is documented where it is produced:
   with the held-out errors of the named frameworks on the run's part;
 - :func:`simulator.strategies.optimizer_fusion.accumulation_notes` and
   :func:`simulator.cost.provenance.moe_field_notes`: settings accepted and changing nothing (NOTEs);
+- :func:`nvlink_domain_notes`: a layout's TP/CP/EP groups that straddle two NVLink domains of a GB200/GB300
+  NVL72 cluster, and ``cluster.gpus_used_per_nvlink_domain`` where set (NOTEs);
 - :func:`workloads.networks.profiles.profile_flops_notes`: a measured profile's layers whose FLOPs count 0
   (their lines give no shapes), so TFLOP/s and MFU are a lower bound (a NOTE).
 """
@@ -45,12 +47,37 @@ def scenario_messages(scenario) -> dict[str, Any]:
         warnings.append(default_framework_warning(default))
     # optimizer fusion accepted but changing no memory; MoE-only fields on a model without experts; a
     # measured profile's layers whose lines give no shapes (their FLOPs count 0)
-    notes = accumulation_notes(scenario) + moe_field_notes(scenario)
+    notes = accumulation_notes(scenario) + moe_field_notes(scenario) + nvlink_domain_notes(scenario)
     if getattr(scenario.model, "family", None) == "profile":  # the network builder loads only for a profile
         from workloads.networks.profiles import profile_flops_notes
 
         notes += profile_flops_notes(scenario)
     return {"warnings": warnings, "notes": notes, "default_framework": default}
+
+
+def nvlink_domain_notes(scenario) -> list[str]:
+    """Where the node's NVLink domain spans several nodes (GB200/GB300 NVL72): what
+    ``cluster.gpus_used_per_nvlink_domain`` set, and the TP/CP/EP groups that straddle two domains with the
+    value that keeps them inside one (:func:`simulator.cost.topology.placement_note`; counted, not simulated)."""
+    from simulator.cost.topology import placement_note
+
+    notes = []
+    use = getattr(scenario, "nvlink_domain_use", None)
+    if use:
+        used, physical = use
+        node, per_node = scenario.node, scenario.node.gpus_per_node
+        domains = -(-scenario.num_gpus // used)
+        if used == physical:
+            notes.append(f"cluster.gpus_used_per_nvlink_domain {used}: ranks fill each {physical}-GPU NVLink domain "
+                         f"whole, in order, as when the field is left out: {scenario.num_gpus:,} GPUs over {domains:,} "
+                         "domains")
+        else:
+            notes.append(f"cluster.gpus_used_per_nvlink_domain {used}: ranks fill {used} of each {physical}-GPU "
+                         f"NVLink domain ({used // per_node} of its {physical // per_node} {node.name} nodes), then "
+                         f"the next: {scenario.num_gpus:,} GPUs over {domains:,} domains; the other {physical - used} "
+                         "GPUs of each are not the job's (not in its GPU count, cost or power)")
+    said = placement_note(scenario, *(use or (None, None)))
+    return notes + ([said] if said else [])
 
 
 def distinct_messages(rows: Iterable[dict[str, Any] | None]) -> tuple[list[str], list[str]]:
