@@ -81,6 +81,10 @@ def _charge_gap(breakdown: dict[str, float], gap_start: float, gap_end: float, w
             return
         start = waited_for.start_s  # clipped to the gap: min(gap_end, max(gap_start, start))
         own_start = gap_start if start <= gap_start else (gap_end if start >= gap_end else start)
+        # from its upstream's end to its own start it sat queued behind its own stream: its own too
+        ready = upstream.end_s
+        if ready < own_start:
+            own_start = ready
         breakdown[category] += gap_end - own_start
         gap_end, waited_for = own_start, upstream
 
@@ -188,6 +192,9 @@ def _gap_bubble(bubble: float, gap_start: float, gap_end: float, waited_for: Tas
             return bubble + (gap_end - gap_start) if to_bubble else bubble
         start = waited_for.start_s  # clipped to the gap: min(gap_end, max(gap_start, start))
         own_start = gap_start if start <= gap_start else (gap_end if start >= gap_end else start)
+        ready = upstream.end_s  # queued behind its own stream after its upstream ended: its own (as _charge_gap)
+        if ready < own_start:
+            own_start = ready
         if to_bubble:
             bubble += gap_end - own_start
         gap_end, waited_for = own_start, upstream
