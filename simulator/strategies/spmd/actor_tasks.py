@@ -175,7 +175,20 @@ class ActorTasks:
             return None
         return self.add(Task(f"{label}.host_floor", self.actor, "compute", "host_stall", duration_s=stall))
 
-    def gather_params(self, label: str, params: float) -> tuple[Task, ...]:
+    def weight_gather_parts(self, params: float, expert: float) -> list[tuple]:
+        """The all-gathers that bring a rank's ``params`` weights (``expert`` of them routed experts) back
+        from their ZeRO shards: the dense ones over the shard group (dp, x cp; hybrid: the shard set), the
+        routed experts over the expert-data-parallel group -- the ranks holding the same experts, over
+        which their optimizer state is sharded and their gradients reduced (:meth:`flush_bucket`;
+        Megatron-Core's ``expert_parallel_buffers`` on ``get_expert_data_parallel_group()``, torchtitan's
+        ``efsdp`` mesh). One task moves both in sequence (it meets its edp peers)."""
+        weight_bytes = self.weight_bytes
+        parts: list[tuple] = [(self.planner.shard_group, "all_gather", (params - expert) * weight_bytes)]
+        if expert > 0:
+            parts.append(("edp", "all_gather", expert * weight_bytes))
+        return parts
+
+    def gather_params(self, label: str, params: float, expert: float = 0.0) -> tuple[Task, ...]:
         """ZeRO-3: all-gather a layer's weights on the dp stream, prefetched one task ahead
         (``overlap_param_gather``), or, with it off, issued only when the layer before has
         finished, so the compute waits for every gather (a host-blocking backend). Returns what the
@@ -186,8 +199,7 @@ class ActorTasks:
             return ()
         weight_bytes, after, streams = self.weight_bytes, self.after, self.streams
         task = planner.comm_task(actor, "dp", "dp_comm", f"{label}.zero3_gather", self.rank,
-                                 [(planner.shard_group, "all_gather", params * weight_bytes)],
-                                 key=f"{label}.zero3_gather")
+                                 self.weight_gather_parts(params, expert), key=f"{label}.zero3_gather")
         if task is None:
             return ()
         task.deps.extend(after)  # the weights the previous step's optimizer updated
@@ -404,9 +416,9 @@ class ActorTasks:
             return
         for c in range(par.virtual_stages):
             g = c * par.pp + self.stage
+            expert = planner._layers_params(planner.chunk_runs(g), expert_only=True)
             task = planner.comm_task(self.actor, "dp", "dp_comm", f"c{g}.param_all_gather", self.rank,
-                                     [(planner.shard_group, "all_gather",
-                                       planner.chunk_params_local(g) * self.weight_bytes)],
+                                     self.weight_gather_parts(planner.chunk_params_local(g), expert),
                                      key=f"c{g}.param_gather")
             if task is not None:
                 task.deps.extend(self.after)
@@ -531,7 +543,8 @@ class ActorTasks:
                 label = f"F.{tag}.L{layer}"
                 kind = planner.chunk_layer_kind(g, layer)
                 done = self.run_ops(planner.layer_works[kind].forward, label, "compute",
-                                    self.gather_params(label, planner.layer_params_held(kind)),
+                                    self.gather_params(label, planner.layer_params_held(kind),
+                                                       planner.layer_params_split(kind)[1]),
                                     layer=planner.layer_name(g, layer))
                 self.layer_ends.append(self.host_floor(label, "F", ((kind, 1),)) or done)
             if g == last_chunk:
@@ -620,7 +633,7 @@ class ActorTasks:
             label = f"B.{tag}.L{layer}"
             kind = planner.chunk_layer_kind(g, layer)
             work, lp = planner.layer_works[kind], planner.layer_params_local(kind)
-            gathered = self.gather_params(label, planner.layer_params_held(kind))
+            gathered = self.gather_params(label, planner.layer_params_held(kind), planner.layer_params_split(kind)[1])
             if waiting_reduce:
                 flush_bucket(*waiting_reduce.pop())
             rc_ops, rc_runs = planner.unit_recompute(g, layer, par.recompute_mode)
@@ -709,9 +722,10 @@ class ActorTasks:
         opt.free_bytes += sum(self.grads_held.values())  # zero_grad(set_to_none=True)
         ends: tuple[Task, ...] = (opt,)
         if zero in (1, 2) and self.dp_size > 1 and not par.overlap_param_gather:
+            expert = sum(planner._layers_params(planner.chunk_runs(c * par.pp + self.stage), expert_only=True)
+                         for c in range(par.virtual_stages))
             task = planner.comm_task(self.actor, "dp", "dp_comm", "param_all_gather", self.rank,
-                                     [(planner.shard_group, "all_gather", local_params * self.weight_bytes)],
-                                     key="param_gather")
+                                     self.weight_gather_parts(local_params, expert), key="param_gather")
             if task is not None:
                 task.deps.append(opt)
                 self.streams[(self.actor, "dp")].append(task)
