@@ -76,6 +76,23 @@ def _charge_gap(breakdown: dict[str, float], gap_start: float, gap_end: float, w
             category, upstream = waited_for.category, _binding_dep(waited_for)
         if category in _BUSY or category not in breakdown:
             category = "pipeline_bubble"  # a kernel of another rank: waiting on the pipeline
+        ready = waited_for.ready_s
+        if ready < waited_for.start_s and ready < gap_end:  # NaN (a mark, never run): not this branch
+            # A collective that met its peers late (a rendezvous: ready, its own inputs done and its stream
+            # free, at ``ready_s``; begun when the last member came, at ``start_s``): the time between was
+            # another rank's work -- e.g. the tied-embedding all-reduce of the last stage waiting for the first
+            # stage's backward (the pipeline's drain), not the collective's own time.
+            start = waited_for.start_s
+            own_start = gap_start if start <= gap_start else (gap_end if start >= gap_end else start)
+            breakdown[category] += gap_end - own_start
+            late = gap_start if ready <= gap_start else ready
+            breakdown["pipeline_bubble"] += own_start - late
+            gap_end = late
+            if upstream is None or upstream.end_s <= gap_start:
+                breakdown[category] += gap_end - gap_start  # queued behind its own stream: all its own
+                return
+            waited_for = upstream
+            continue
         if upstream is None or upstream.end_s <= gap_start:
             breakdown[category] += gap_end - gap_start  # queued behind its own stream: all its own
             return
@@ -188,6 +205,19 @@ def _gap_bubble(bubble: float, gap_start: float, gap_end: float, waited_for: Tas
                     if upstream is None or d.end_s > upstream.end_s:
                         upstream = d
         to_bubble = category not in _CHARGED_AS_ITSELF  # as _charge_gap's category is "pipeline_bubble"
+        ready = waited_for.ready_s
+        if ready < waited_for.start_s and ready < gap_end:  # met its peers late (as _charge_gap)
+            start = waited_for.start_s
+            own_start = gap_start if start <= gap_start else (gap_end if start >= gap_end else start)
+            if to_bubble:
+                bubble += gap_end - own_start
+            late = gap_start if ready <= gap_start else ready
+            bubble += own_start - late
+            gap_end = late
+            if upstream is None or upstream.end_s <= gap_start:
+                return bubble + (gap_end - gap_start) if to_bubble else bubble
+            waited_for = upstream
+            continue
         if upstream is None or upstream.end_s <= gap_start:
             return bubble + (gap_end - gap_start) if to_bubble else bubble
         start = waited_for.start_s  # clipped to the gap: min(gap_end, max(gap_start, start))
