@@ -65,7 +65,9 @@ def test_step_positive_finite_and_breakdown_adds_up(layout, detail, mode):
     # busy time can never exceed the step, and the step is at least the busy work
     busy = r.time_breakdown_s["compute"] + r.time_breakdown_s["recompute"] + r.time_breakdown_s["optimizer"]
     assert busy <= r.step_time_s * (1 + 1e-9)
-    assert 0 < r.mfu <= r.hfu * (1 + 1e-12) <= 1.0
+    # HFU counts what the kernels run: under the default fused attention the causal tiles skipped are not run, so
+    # it can fall below MFU (whose model FLOPs count the whole s x s, Narayanan et al. 2021); never above 1
+    assert 0 < r.mfu <= 1.0 and 0 < r.hfu <= 1.0
     assert math.isclose(r.tokens_per_s, par["global_batch_size"] * 256 / r.step_time_s, rel_tol=1e-12)
 
 

@@ -296,27 +296,34 @@ class LayerGraph:
         def flops(ops: tuple[Op, ...]) -> float:
             return sum(op.flops for op in ops if op.kind in FLOPS_KINDS)
 
+        def executed(ops: tuple[Op, ...]) -> float:
+            # what the kernels run: a causal fused attention kernel skips the tiles above the diagonal
+            # (``Op.executed_fraction``; the model FLOPs keep the non-causal count, Narayanan et al. 2021)
+            return sum(op.flops * op.executed_fraction for op in ops if op.kind in FLOPS_KINDS)
+
         first, last = self.prologue, len(self.layers) - self.epilogue
         groups: dict[tuple[int, int, bool], list] = {}  # (forward, backward, pipelined) -> [layer, count]
         for i, layer in enumerate(self.layers):
             group = groups.setdefault((id(layer.forward), id(layer.backward), first <= i < last), [layer, 0])
             group[1] += 1
-        forward = backward = recomputed = frozen = 0.0
+        forward = backward = recomputed = frozen = run_forward = run_backward = 0.0
         for (_, _, pipelined), (layer, count) in groups.items():
             forward += count * flops(layer.forward)
             backward += count * flops(layer.backward)
+            run_forward += count * executed(layer.forward)
+            run_backward += count * executed(layer.backward)
             # a frozen GEMM (LoRA's base, workloads/lora.py) runs no weight gradient: its forward FLOPs' worth
             frozen += count * sum(op.flops for op in layer.forward if op.frozen and op.kind == "gemm")
             if pipelined:
-                recomputed += count * flops(layer.recompute_ops(recompute))
+                recomputed += count * executed(layer.recompute_ops(recompute))
         if partial_full_of(recompute) is not None:  # the layers of the chunks' checkpoint units alone
             recomputed, start = 0.0, first
             for count in chunk_layers:
                 for unit_first, unit_end in full_units(recompute, count):
-                    recomputed += sum(flops(self.layers[start + i].forward) for i in range(unit_first, unit_end))
+                    recomputed += sum(executed(self.layers[start + i].forward) for i in range(unit_first, unit_end))
                 start += count
         model = 3 * forward - frozen if self.model_flops_rule == "three_forward" else forward + backward
-        return model, forward + backward + recomputed
+        return model, run_forward + run_backward + recomputed
 
     def flops_counted_layers(self) -> int:
         """How many layers' FLOPs are counted (all but the profiled blocks whose kernels are unknown)."""
