@@ -49,7 +49,7 @@ def test_no_two_tasks_overlap_on_a_stream_busy_fits_the_step_and_kernels_run_the
     assert any(stream == "compute" for _, stream in by_stream)
     for (rank, stream), events in by_stream.items():
         events.sort(key=lambda e: (e.start_s, e.end_s))
-        for a, b in zip(events, events[1:]):
+        for a, b in zip(events, events[1:], strict=False):
             assert b.start_s >= a.end_s - 1e-12 * max(1.0, makespan), (rank, stream, a, b)
         if stream == "compute":
             busy = sum(e.end_s - e.start_s for e in events)
