@@ -91,6 +91,10 @@ def _charge_gap(breakdown: dict[str, float], gap_start: float, gap_end: float, w
             if upstream is None or upstream.end_s <= gap_start:
                 breakdown[category] += gap_end - gap_start  # queued behind its own stream: all its own
                 return
+            queued = upstream.end_s  # from its upstream's end until ready it sat behind its own stream: its own
+            if queued < gap_end:
+                breakdown[category] += gap_end - queued
+                gap_end = queued
             waited_for = upstream
             continue
         if upstream is None or upstream.end_s <= gap_start:
@@ -216,6 +220,11 @@ def _gap_bubble(bubble: float, gap_start: float, gap_end: float, waited_for: Tas
             gap_end = late
             if upstream is None or upstream.end_s <= gap_start:
                 return bubble + (gap_end - gap_start) if to_bubble else bubble
+            queued = upstream.end_s  # behind its own stream until ready: its own (as _charge_gap)
+            if queued < gap_end:
+                if to_bubble:
+                    bubble += gap_end - queued
+                gap_end = queued
             waited_for = upstream
             continue
         if upstream is None or upstream.end_s <= gap_start:
