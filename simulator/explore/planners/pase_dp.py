@@ -65,9 +65,17 @@ def min_cost_assignment(
         if not opts:
             raise ValueError(f"vertex {v} has no configuration")
 
-    # table: assignment of the dependent set (a tuple aligned with `frontier`) -> (cost, backpointer)
+    # The table works on each configuration's position in options[v] (hashing an int, not a configuration: the
+    # per-layer planners' configurations are frozen pydantic models, whose hash is recomputed on every lookup).
+    # Equal configurations share the position of the first (``canon``), as they shared one dict key before.
+    canon = {}
+    for v, opts in options.items():
+        first: dict[Hashable, int] = {}
+        canon[v] = tuple(first.setdefault(c, j) for j, c in enumerate(opts))
+
+    # table: assignment of the dependent set (a tuple of positions aligned with `frontier`) -> (cost, backpointer)
     frontier: tuple[Hashable, ...] = ()
-    table: dict[tuple, tuple[float, tuple | None, Hashable | None]] = {(): (0.0, None, None)}
+    table: dict[tuple, tuple[float, tuple | None, int | None]] = {(): (0.0, None, None)}
     history: list[tuple[tuple[Hashable, ...], dict]] = []
     states = transitions = max_d = 0
     for i, v in enumerate(vertices):
@@ -77,26 +85,31 @@ def min_cost_assignment(
         new_members = [u for u in frontier if last_neighbour[u] > i] + ([v] if last_neighbour[v] > i else [])
         keep = [frontier.index(u) for u in new_members if u != v]
         new_frontier = tuple(new_members)
-        new_table: dict[tuple, tuple[float, tuple | None, Hashable | None]] = {}
-        own = {c: vertex_cost(v, c) for c in options[v]}
+        new_table: dict[tuple, tuple[float, tuple | None, int | None]] = {}
+        opts, ids = options[v], canon[v]
+        own: dict[int, float] = {}
+        for j, c in enumerate(opts):
+            own[ids[j]] = vertex_cost(v, c)
+        v_kept = v in new_frontier
         edge_memo: dict[tuple, float] = {}
         for state, (cost, _, _) in table.items():
-            for c in options[v]:
+            for j, c in enumerate(opts):
                 transitions += 1
-                total = cost + own[c]
+                cid = ids[j]
+                total = cost + own[cid]
                 for k, u, into_v, out_of_v in earlier:
-                    pair = (k, state[k], c)
+                    pair = (k, state[k], cid)
                     price = edge_memo.get(pair)
                     if price is None:  # each edge's cost once per pair of configurations, not per state
-                        a = state[k]
+                        a = options[u][state[k]]
                         price = ((into_v * edge_cost(u, v, a, c) if into_v else 0.0)
                                  + (out_of_v * edge_cost(v, u, c, a) if out_of_v else 0.0))
                         edge_memo[pair] = price
                     total += price
-                key = tuple(state[k] for k in keep) + ((c,) if v in new_frontier else ())
+                key = tuple(state[k] for k in keep) + ((cid,) if v_kept else ())
                 best = new_table.get(key)
                 if best is None or total < best[0]:
-                    new_table[key] = (total, state, c)
+                    new_table[key] = (total, state, j)
         history.append((frontier, new_table))
         frontier, table = new_frontier, new_table
         states += len(table)
@@ -108,7 +121,7 @@ def min_cost_assignment(
     for i in range(len(vertices) - 1, -1, -1):
         _, step_table = history[i]
         _, previous_state, choice = step_table[key]
-        assignment[vertices[i]] = choice
+        assignment[vertices[i]] = options[vertices[i]][choice]
         key = previous_state
     return DpResult(cost, assignment, states, transitions, max_d)
 
