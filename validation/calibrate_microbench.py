@@ -930,7 +930,10 @@ def efficiency_block(name: str) -> dict:
         "curve (validation/calibrate_microbench.py _in_training_factor)")
     if name.startswith(("h100", "h200", "h800", "gh200")) and fit.misaligned_on:
         block["misaligned_gemm_factor"] = round(fit.misaligned_factor, 4)
-        block["misaligned_gemm_factor_source"] = f"H100 torch.bmm d_ff sweep, {fit.misaligned_on}"
+        # measured on an H100 (the rows name no variant): another Hopper board of the die carries it (its
+        # provenance reads derived, simulator/cost/provenance.py)
+        block["misaligned_gemm_factor_source"] = f"H100 torch.bmm d_ff sweep, {fit.misaligned_on}" + (
+            "" if name == "h100-sxm-80g" else " (sibling h100-sxm-80g)")
     if name in HOPPER_TF32_CONV:  # written here so that --write keeps it (it was added by hand to the block)
         a100 = ACCELERATORS.get("a100-sxm-80g").efficiency.conv_efficiency["tf32"]
         block["conv_efficiency"] = {"tf32": {**a100.model_dump(exclude={"source", "fitted_on"}), "source": (

@@ -72,7 +72,9 @@ def _mark(block: Any, base: str) -> Any:
     if isinstance(block, dict):
         out = {}
         for key, value in block.items():
-            if isinstance(value, str) and (key == "fitted_on" or key.endswith("_fitted_on")):
+            # misaligned_gemm_factor_source names the rows the factor was measured on: a fitted_on by another name
+            if isinstance(value, str) and (key == "fitted_on" or key.endswith("_fitted_on")
+                                           or key == "misaligned_gemm_factor_source"):
                 out[key] = f"{value} (derived by rule from {base})"
             else:
                 out[key] = _mark(value, base)

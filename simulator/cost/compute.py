@@ -290,6 +290,33 @@ class ComputeModel:
         grouped = kind.startswith("gemm") and bool(self.grouped) and gemm_class(op) == "experts"
         return self._time(kind, flops, op.bytes_moved, op.m, op.n, k, op.batch, op.name.endswith(".wgrad"), grouped)
 
+    def misaligned_gemm(self, op: Op) -> bool:
+        """Whether pricing ``op`` multiplies its efficiency by the spec's ``misaligned_gemm_factor``: the op reaches
+        :func:`kernel_gemm_efficiency` (:meth:`_kernel_time_s`'s routes, read here without pricing: not a measured,
+        collective or memory op, not a convolution on the spec's convolution model, not a linear priced as a 1x1
+        convolution, not a fused attention on the attention kernel model) with a row stride :func:`is_aligned`
+        refuses in the precision the kernel runs in. simulator/cost/provenance.py lists the factor's provenance for
+        a run that has such a GEMM (tests/test_misaligned_provenance.py checks this against the priced times)."""
+        if op.kind not in ("gemm", "attention") or op.measured_s is not None:
+            return False
+        k = op.k
+        if is_grouped(op):
+            if self.conv_model is not None:
+                return False
+            return not is_aligned(op.m, op.n, k, self.gemm_key)  # _time("gemm", ...) with weight_grad unset
+        if (op.conv is not None and op.kind == "gemm" and self.conv_model is not None) \
+                or self.prices_linear_as_pointwise(op):
+            return False
+        kind = op.kind
+        if kind == "gemm" and self.fp8 and gemm_class(op) not in self.fp8_gemms:
+            kind = "gemm_bf16"
+        if kind == "attention" and is_fused_attention(op):
+            if self.attention is not None:
+                return False
+            k = kernel_head_dim(FALLBACK_ATTENTION_KERNEL, op.k)
+        precision = self.gemm_key if kind == "gemm" else self.high_precision
+        return not is_aligned(op.m, op.n, k, precision, op.name.endswith(".wgrad"))
+
     def _time_uncached(self, kind: str, flops: float, bytes_moved: float, m: int, n: int, k: int, batch: int,
                        weight_grad: bool = False, grouped: bool = False) -> float:
         memory_s = bytes_moved / self.mem_bw

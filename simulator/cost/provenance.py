@@ -140,6 +140,36 @@ def runs_no_fp8_gemm(scenario: Scenario) -> bool:
     return classes is not None and not classes & set(scenario.training.fp8_gemms)
 
 
+#: The provenance entry of ``misaligned_gemm_factor``, listed only for a run with a misaligned GEMM.
+MISALIGNED = "misaligned_gemm_factor"
+#: What an assumed entry stands at, printed beside its name on the ASSUMED line (``clustersim simulate``).
+ASSUMED_NOTES = {MISALIGNED: "1.0: no penalty assumed"}
+
+
+def has_misaligned_gemm(scenario: Scenario) -> bool:
+    """Whether a GEMM of the scenario's layer graph at its layout's shard (``scenario.layer_graph()``: forward and
+    backward; a recomputed op is a copy of a forward one) is priced with ``misaligned_gemm_factor``
+    (simulator/cost/compute.py ``ComputeModel.misaligned_gemm``: a row stride not a multiple of 16 bytes of the
+    element type, on a route that reads the GEMM curve). A graph that cannot be built here counts as having one:
+    listing more constants is the safe side."""
+    from simulator.cost.compute import ComputeModel
+
+    training = scenario.training
+    compute = ComputeModel(scenario.accelerator, training.precision, training.fp8_gemms, training.fp8_recipe,
+                           tf32=training.tf32)
+    try:
+        graph = scenario.layer_graph()
+    except Exception:  # noqa: BLE001 - listing more constants is the safe side
+        return True
+    return any(compute.misaligned_gemm(op) for layer in graph.layers for op in (*layer.forward, *layer.backward))
+
+
+def assumed_note(component: str) -> str:
+    """What an assumed ``component`` (``<node>:<name>`` on a mixed cluster) stands at, where that says more than
+    its name (:data:`ASSUMED_NOTES`), else ""."""
+    return ASSUMED_NOTES.get(component.rsplit(":", 1)[-1], "")
+
+
 def linear_rule_split(scenario: Scenario, shapes) -> tuple[int, int]:
     """(linear layers priced as 1x1 convolution passes, linear layers priced on the GEMM size curve) of the
     scenario's graph at its layout's shard (``scenario.shard``), by their forward (M, N, K) against ``shapes``
@@ -218,6 +248,10 @@ def efficiency_provenance(scenario: Scenario) -> dict[str, str]:
         out["gemm_bf16"] = curve("bf16")  # the GEMMs kept in higher precision
     if eff.in_training_gemm_factor != 1.0:
         out["in_training_gemm_factor"] = eff.in_training_gemm_factor_fitted_on or ASSUMED
+    if has_misaligned_gemm(scenario):
+        # a GEMM with a row stride not a multiple of 16 bytes runs at misaligned_gemm_factor of the curve
+        # (simulator/cost/compute.py is_aligned): the rows it was measured on, or 1.0 (no penalty) assumed
+        out[MISALIGNED] = eff.misaligned_gemm_factor_source or ASSUMED
     # no attention op in the graph (a CNN; GNMT's attention is GEMMs): neither constant is read; a fused kernel
     # on the FlashAttention kernel model where the spec has one, else (and the materialised path) on the GEMM
     # curve x attention_efficiency_factor (simulator/cost/compute.py)

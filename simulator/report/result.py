@@ -614,13 +614,14 @@ def render_table(result: SimulationResult) -> str:
         lines.append(f"    {'simulated peak':<16} {max(peaks.values()):10.2f} GiB (memory over time; per rank: {shown})")
     provenance = result.extra.get("efficiency_provenance")
     if provenance:
-        from simulator.cost.provenance import ASSUMED, CALIBRATED, DERIVED, STATED, provenance_state
+        from simulator.cost.provenance import ASSUMED, CALIBRATED, DERIVED, STATED, assumed_note, provenance_state
 
         states = {k: provenance_state(v) for k, v in provenance.items()}
         calibrated = [k for k, (state, _) in states.items() if state == CALIBRATED]
         derived = [f"{k} ({source})" for k, (state, source) in states.items() if state == DERIVED]
         stated = [k for k, (state, _) in states.items() if state == STATED]
-        assumed = [k for k, (state, _) in states.items() if state == ASSUMED]
+        assumed = [f"{k} ({assumed_note(k)})" if assumed_note(k) else k
+                   for k, (state, _) in states.items() if state == ASSUMED]
         lines += ["", "  efficiencies   calibrated (fitted on rows measured on this part): " + (", ".join(calibrated) or "none"),
                   "                 derived (from another part or a ratio): " + (", ".join(derived) or "none"),
                   *(["                 stated (a datasheet or external figure, not fitted here): " + ", ".join(stated)]
