@@ -375,7 +375,12 @@ class ComputeEfficiency(Spec):
         description="a GEMM with a dimension that is not a multiple of 16 bytes of its element type runs at "
                     "this fraction of the curve (tensor cores need 16-byte aligned tiles: NVIDIA, Matrix "
                     "Multiplication Background User's Guide, 'Tensor Core Requirements')")
-    misaligned_gemm_factor_source: str | None = None
+    misaligned_gemm_factor_source: str | None = Field(
+        default=None,
+        description="data and rows misaligned_gemm_factor was measured on (validation/calibrate_microbench.py: the "
+                    "H100 torch.bmm d_ff sweep), marked '(sibling <part>)' or '(derived by rule from <part>)' where "
+                    "carried from another board of the die; None = assumed (the default 1.0: no penalty). A run "
+                    "with a misaligned GEMM lists it as calibrated, derived or assumed (simulator/cost/provenance.py)")
     conv_efficiency: dict[CurveKey, ConvEfficiency] = Field(
         default_factory=dict, description="convolution passes by shape, per precision (simulator/cost/conv.py);"
                                           " a precision without one prices convolutions on its GEMM curve")

@@ -15,7 +15,9 @@ that no fit of this project checked: a node's link rate times its collective eff
 Only the constants the run's layer graph uses are listed (:func:`graph_features`): the attention
 kernel or factor where the graph has attention ops (not for a CNN, nor for GNMT's attention, which is
 GEMMs), the convolution model where it has convolutions, a pooling / concatenation kernel's
-efficiency where it has that kernel.
+efficiency where it has that kernel, ``misaligned_gemm_factor`` where a GEMM the run prices on the curve has a
+row stride not a multiple of 16 bytes (:func:`has_misaligned_gemm`: calibrated on H100's d_ff sweep, carried to
+the other Hopper boards, assumed elsewhere, where it is 1.0 -- no penalty -- and the ASSUMED line says so).
 """
 
 from __future__ import annotations

@@ -614,7 +614,14 @@ def render_table(result: SimulationResult) -> str:
         lines.append(f"    {'simulated peak':<16} {max(peaks.values()):10.2f} GiB (memory over time; per rank: {shown})")
     provenance = result.extra.get("efficiency_provenance")
     if provenance:
-        from simulator.cost.provenance import ASSUMED, CALIBRATED, DERIVED, STATED, assumed_note, provenance_state
+        from simulator.cost.provenance import (
+            ASSUMED,
+            CALIBRATED,
+            DERIVED,
+            STATED,
+            assumed_note,
+            provenance_state,
+        )
 
         states = {k: provenance_state(v) for k, v in provenance.items()}
         calibrated = [k for k, (state, _) in states.items() if state == CALIBRATED]
