@@ -39,11 +39,94 @@ Precision = Literal["fp64", "fp32", "tf32", "bf16", "fp16", "fp8", "fp4"]
 CurveKey = Literal["fp64", "fp32", "tf32", "bf16", "fp16", "fp8", "fp4", "fp8_block", "fp8_rowwise", "mxfp8", "nvfp4"]
 
 
+_LATENCY = ("the slowest links trained over are peers on the internet (SWARM's 20 ms) and one-way delays across the "
+            "globe (~250 ms)")
+_LINK_GBIT = ("the fastest NICs sold run at 800 Gbit/s (ConnectX-8), the widest links between regions at a few "
+              "Tbit/s")
+_LINK_GB = "the fastest GPU link is NVLink 5's 900 GB/s a direction (B200, GB200)"
+_NODES = "the largest clusters trained on hold ~100,000 GPUs (~12,500 nodes of 8)"
+
+#: Upper bounds on the figures of links, NICs and fabrics, by field name (the same name means the same unit in every
+#: spec below), each 20-1000x past any hardware sold or measured (the catalog's largest figure is in each reason), so
+#: none refuses a real part; they catch a typo (extra zeros, bits for bytes) that would make the simulated times
+#: astronomical or vanishing and the step's figures nonsense: a NIC of 10**30 Gbit/s or a latency of 10**30 us ran
+#: and printed them with exit 0. Matrices (a wide-area fabric's) and tables (bus_bandwidth_by_nodes) are bounded
+#: entry by entry.
+LINK_LIMITS: dict[str, tuple[float, str]] = {
+    "latency_us": (10_000_000.0, _LATENCY),
+    "latency_per_step_us": (10_000_000.0, _LATENCY),
+    "low_latency_per_step_us": (10_000_000.0, _LATENCY),
+    "nic_latency_us": (10_000_000.0, _LATENCY),
+    "nic_low_latency_us": (10_000_000.0, _LATENCY),
+    "switch_latency_us": (10_000_000.0, _LATENCY),
+    "delay_ms": (10_000.0, _LATENCY),
+    "nic_bandwidth_gbit_per_s": (100_000.0, _LINK_GBIT),
+    "bandwidth_gbit_per_s": (100_000.0, _LINK_GBIT),
+    "max_flow_gbit_per_s": (100_000.0, _LINK_GBIT),
+    "bandwidth_per_gpu_gb_per_s": (100_000.0, _LINK_GB),
+    "bus_bandwidth_gb_per_s": (100_000.0, _LINK_GB),
+    "low_latency_bus_bandwidth_gb_per_s": (100_000.0, _LINK_GB),
+    "bandwidth_gb_per_s": (100_000.0, _LINK_GB),
+    "link_bandwidth_gb_per_s": (100_000.0, _LINK_GB),
+    "unlinked_pair_bandwidth_gb_per_s": (100_000.0, _LINK_GB),
+    "bus_bandwidth_by_nodes": (100_000.0, _LINK_GB),
+    "nics_per_node": (1_000, "the most NICs of a node in the catalog is 32 (p5.48xlarge's EFA interfaces)"),
+    "gpus_per_node": (100_000, "the largest NVLink domain sold holds 576 GPUs (NVL576); a node, 16"),
+    "nvlink_domain_gpus": (100_000, "the largest NVLink domain sold holds 576 GPUs (NVL576)"),
+    "oversubscription": (1_000.0, "fabrics are built from 1:1 to ~10:1 (the catalog's highest, fitted: 9.3)"),
+    "pod_size_nodes": (1_000_000, _NODES),
+    "rail_group_nodes": (1_000_000, _NODES),
+    "nodes": (1_000_000, _NODES),
+    "window_bytes": (1e12, "TCP's window scaling caps a window at 1 GiB (RFC 7323 Sec. 2.3)"),
+    "initial_window_bytes": (1e12, "TCP's window scaling caps a window at 1 GiB (RFC 7323 Sec. 2.3)"),
+}
+
+
+_SLOW_GBIT = "the slowest links trained over run at ~0.1-0.2 Gbit/s (SWARM's preemptible peers)"
+_SLOW_GB = "the slowest GPU links measured run at ~0.5 GB/s (gloo between CPU ranks)"
+
+#: Lower bounds on bandwidths, 100-500x below the slowest in the catalog and the examples: a unit slip (bits for
+#: gigabits) below them made a step astronomically long, refused later in a line naming another field (the swarm
+#: example's nic_bandwidth_gbit_per_s of 1e-30: ``strategy.preemptions_per_hour``).
+LINK_FLOORS: dict[str, tuple[float, str]] = {
+    **{name: (0.001, _SLOW_GBIT) for name in ("nic_bandwidth_gbit_per_s", "bandwidth_gbit_per_s",
+                                              "max_flow_gbit_per_s")},
+    **{name: (0.001, _SLOW_GB) for name in ("bandwidth_per_gpu_gb_per_s", "bus_bandwidth_gb_per_s",
+                                            "low_latency_bus_bandwidth_gb_per_s", "bandwidth_gb_per_s",
+                                            "link_bandwidth_gb_per_s", "unlinked_pair_bandwidth_gb_per_s",
+                                            "bus_bandwidth_by_nodes")},
+}
+
+
+def _numbers(value):
+    """The numbers in a link figure: itself, a matrix's entries, a table's values."""
+    if isinstance(value, dict):
+        return list(value.values())
+    if isinstance(value, list | tuple):
+        return [x for row in value for x in (row if isinstance(row, list | tuple) else (row,))]
+    return [value]
+
+
+def link_bound(value, info):
+    """Refuse a link, NIC or fabric figure past :data:`LINK_LIMITS` with the bound and why (see there)."""
+    limit, why = LINK_LIMITS[info.field_name]
+    for number in _numbers(value) if value is not None else ():
+        if isinstance(number, int | float) and number > limit:
+            raise ValueError(f"{number:,} is past the limit of {int(limit):,} ({why}; a larger figure is likely a typo "
+                             "and would make the simulated times nonsense)")
+        floor, slow = LINK_FLOORS.get(info.field_name, (None, ""))
+        if floor is not None and isinstance(number, int | float) and 0 < number < floor:
+            raise ValueError(f"{number:g} is below the floor of {floor:g} ({slow}; a smaller figure is likely a unit "
+                             "slip and would make the simulated times nonsense)")
+    return value
+
+
 class Spec(BaseModel):
-    """Base of every spec: immutable, unknown keys rejected."""
+    """Base of every spec: immutable, unknown keys rejected; link figures bounded (:data:`LINK_LIMITS`)."""
 
     model_config = ConfigDict(extra="forbid", frozen=True, allow_inf_nan=False, defer_build=True)
     _no_bool_numbers = field_validator("*", mode="before")(no_bool_numbers)
+    _link_bound = field_validator(*LINK_LIMITS, check_fields=False)(link_bound)
 
 
 class EfficiencyPoint(Spec):

@@ -87,7 +87,9 @@ class MLASpec(BaseModel):
 #: make the simulator's per-layer and per-token work, or a run's simulated horizon, astronomically
 #: large and never finish (10**6 layers: over a minute in per-layer loops; 10**30: for ever).
 MODEL_SIZE_LIMITS: dict[str, tuple[int, str]] = {
-    "num_layers": (100_000, "the deepest transformer trained has 1,000 layers (DeepNet, Wang et al. 2022)"),
+    # 20x, not more: the simulator's per-layer work is linear in the layers, ~0.1 ms of Python per layer on most
+    # strategies and ~2 ms under subnetwork_dp, so 10**5 layers took 10-15 s to run (220 s under subnetwork_dp)
+    "num_layers": (20_000, "the deepest transformer trained has 1,000 layers (DeepNet, Wang et al. 2022)"),
     "hidden_size": (1_000_000, "the widest trained has 25,600 (PaLM 540B: 18,432; Megatron-1T: 25,600)"),
     "num_attention_heads": (100_000, "the most heads trained is 160 (Megatron-1T)"),
     "ffn_hidden_size": (10_000_000, "the widest FFN trained has ~100,000 (Megatron-1T: 102,400)"),

@@ -70,10 +70,10 @@ class LocalLearningConfig(BaseModel):
 
     kind: Literal["local_learning"] = "local_learning"
     aux_layers: int = Field(
-        default=0, ge=0, le=100_000,  # as a model's num_layers (workloads/schema.py MODEL_SIZE_LIMITS): a typo's
+        default=0, ge=0, le=20_000,  # as a model's num_layers (workloads/schema.py MODEL_SIZE_LIMITS): a typo's
         # 10**6 layers per head would take minutes in per-layer loops, 10**30 for ever
         description="layers (of the model's first layer kind) in each auxiliary head before its output layer: "
-                    "0 a linear head (Laskin 2020), > 0 a local critic network (Lee 2022); at most 100,000, "
+                    "0 a linear head (Laskin 2020), > 0 a local critic network (Lee 2022); at most 20,000, "
                     "the bound on a model's own layers")
     sync_steps: bool = Field(
         default=False, description="every group waits for all at the end of each step (a barrier)")
