@@ -182,3 +182,24 @@ def test_every_catalog_node_and_fabric_is_inside_the_bounds():
     for catalog in (NODES, FABRICS):
         for name in catalog.names():
             catalog.get(name, "cluster")
+
+
+def _traced(**model) -> dict:
+    return {"name": "traced", "model": {"torch": "torch_nets:ResNet", "input_shape": [3, 64, 64],
+                                        "kwargs": {"blocks": [1, 1, 1, 1], "width_per_group": 16}, **model},
+            "cluster": {"node": "dgx-a100-80g", "num_gpus": 8},
+            "parallelism": {"dp": 8, "micro_batch_size": 4, "global_batch_size": 32}}
+
+
+def test_traced_model_input_shape_past_its_bound_is_one_line(tmp_path):
+    """Before: a traceback out of torch.empty (a shape past int64)."""
+    pytest.importorskip("torch")
+    line = _refused_line(_traced(input_shape=[3, HUGE, 64]), tmp_path)
+    assert line.startswith("clustersim: error: model.input_shape: ") and "limit of 100,000,000" in line, line
+
+
+def test_traced_model_constructor_failure_is_one_line(tmp_path):
+    """Before: torch's C++ stack (60 lines of frames) after the first line of the message."""
+    pytest.importorskip("torch")
+    line = _refused_line(_traced(kwargs={"blocks": [1, 1, 1, 1], "width_per_group": HUGE}), tmp_path)
+    assert "model.torch:" in line and "Overflow" in line, line

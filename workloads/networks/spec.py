@@ -81,20 +81,24 @@ NETWORK_SIZE_LIMITS: dict[str, tuple[float, str]] = {
     "source_length": (100_000_000, _SEQUENCE),
     "target_length": (100_000_000, _SEQUENCE),
     "steps": (100_000_000, _SEQUENCE),
+    # each dimension of a traced model's sample: channels, pixels or tokens
+    "input_shape": (100_000_000, "a traced model's sample is at most a 10 M-token sequence (Llama 4 Scout) or an "
+                                 "image of a few thousand pixels a side"),
     "profile_batch": (100_000_000, "the largest batches trained hold ~100,000 samples (LARS/LAMB: 64-128 K images)"),
 }
 
 
 def network_size_bound(cls, value, info):
-    """Refuse a network size past :data:`NETWORK_SIZE_LIMITS` with the bound and why (a list: its sum, the
-    blocks of all stages)."""
+    """Refuse a network size past :data:`NETWORK_SIZE_LIMITS` with the bound and why (``blocks``: their sum over the
+    stages; another list: each item)."""
     bound = NETWORK_SIZE_LIMITS.get(info.field_name)
     if bound is None or value is None:
         return value
     limit, why = bound
-    for item in (sum(value),) if isinstance(value, tuple | list) else (value,):
+    summed = info.field_name == "blocks"
+    for item in (sum(value),) if summed else value if isinstance(value, tuple | list) else (value,):
         if isinstance(item, int | float) and item > limit:
-            raise ValueError(f"{item:,}{' in all' if isinstance(value, tuple | list) else ''} is past the limit of {limit:,} ({why}; a larger figure is likely a typo and "
+            raise ValueError(f"{item:,}{' in all' if summed else ''} is past the limit of {limit:,} ({why}; a larger figure is likely a typo and "
                              "would make the simulation run for minutes or its figures overflow)")
     return value
 

@@ -54,7 +54,7 @@ class TorchModelSpec(NetworkSpec):
     family: Literal["torch"] = "torch"
     name: str = ""
     torch: str = Field(min_length=1)
-    input_shape: tuple[PositiveInt, ...] = Field(min_length=1)   # per sample, no batch dimension
+    input_shape: tuple[PositiveInt, ...] = Field(min_length=1)   # per sample, no batch dimension (bounded: spec.py)
     kwargs: dict[str, Any] = Field(default_factory=dict)
     sample: ClassVar[str] = "image"
 
@@ -107,7 +107,10 @@ class TorchModelSpec(NetworkSpec):
                 with _weights_on_meta(torch):  # the constructor computes with tensors (RegNet's widths)
                     module = factory(**self.kwargs)
         except Exception as exc:  # the user's code: any failure is a bad model reference
-            raise ConfigError("model.torch", f"{self.torch}(**kwargs) failed: {type(exc).__name__}: {exc}") from None
+            # the first line only: torch's C++ errors carry their stack (`kwargs: {width_per_group: 10**30}` printed
+            # 60 lines of frames after "Overflow when unpacking long long")
+            first = str(exc).strip().splitlines()[0] if str(exc).strip() else ""
+            raise ConfigError("model.torch", f"{self.torch}(**kwargs) failed: {type(exc).__name__}: {first}") from None
         if not isinstance(module, torch.nn.Module):
             raise ConfigError("model.torch", f"{self.torch} returned {type(module).__name__}, not a torch.nn.Module")
         return module.train()
@@ -250,9 +253,9 @@ def trace(module, input_shape: tuple[int, ...], ref: str):
     except Exception as exc:  # data-dependent control flow, unsupported Python
         raise ConfigError("model.torch", f"{ref}: cannot be traced by torch.fx: {type(exc).__name__}: "
                                          f"{str(exc).splitlines()[0] if str(exc) else ''}") from None
-    sample = torch.empty(2, *input_shape, device="meta")
     prop = _named_shape_prop(traced)
     try:
+        sample = torch.empty(2, *input_shape, device="meta")  # inside: a shape past int64 is the input's fault
         # ShapeProp prints the failing node's traceback to stderr before it raises: keep it off the user's screen
         with contextlib.redirect_stderr(io.StringIO()):
             prop.propagate(sample)
