@@ -66,8 +66,25 @@ def _raw(source: Any, overrides: dict[str, Any]) -> tuple[dict[str, Any], Path |
 
     raw, base = load_raw(Path(source) if isinstance(source, str) else source)
     for path, value in _override_items(overrides):
+        _check_not_set_lines(path, value)
         set_path(raw, path, value)
     return raw, base
+
+
+def _check_not_set_lines(key: str, value: Any) -> None:
+    """``set=["parallelism.dp=4"]`` or ``overrides=[...]`` (the command line's ``--set`` lines, or
+    ``simulator.scenario.load_scenario``'s list) is refused with the form this API takes: it read as a scenario field
+    and said "input: expected a list, got ['parallelism.dp=4']" or "overrides: unknown key"."""
+    from simulator.errors import ConfigError
+    from simulator.scenario import ScenarioFile
+
+    if "." in key or key in ScenarioFile.model_fields:
+        return
+    if isinstance(value, list | tuple) and value and all(isinstance(v, str) and "=" in v for v in value):
+        example = value[0].split("=", 1)
+        raise ConfigError(key, f"not a scenario field: overrides are keyword arguments, a dotted path with __ for each "
+                               f"dot ({example[0].replace('.', '__')}={example[1]} for --set {value[0]}), or a "
+                               "mapping merged into the scenario (parallelism={'tp': 4})")
 
 
 #: The command-line options the core's errors name, and the keyword arguments they are here (``search(num_gpus=0)``

@@ -17,6 +17,11 @@ from simulator.errors import ConfigError
 DEFAULT_DIR = Path(os.environ.get("CLUSTERSIM_CALIBRATION_DIR", "clustersim-calibration"))
 
 
+#: The most processes ``calibrate`` starts to measure with (``--world-size``): a node holds at most 72 GPUs of one
+#: NVLink domain; CPU runs use a few ranks per core.
+MAX_WORLD_SIZE = 1024
+
+
 def register(subparsers) -> None:
     p = subparsers.add_parser(
         "calibrate", help="fit a hardware profile from microbenchmarks (runs them, or reads --from DIR)",
@@ -43,11 +48,17 @@ def run(args) -> int:
 
     if args.world_size < 1:
         raise ConfigError("--world-size", "must be at least 1")
+    if args.world_size > MAX_WORLD_SIZE:  # each rank is a process started here: 10**6 of them would not end
+        raise ConfigError("--world-size", f"{args.world_size:,} is past the limit of {MAX_WORLD_SIZE:,} processes on "
+                                          "this machine (one per GPU, or a few per core on a CPU)")
+    if args.source is not None and not args.source.strip():  # `--from ""` measured this machine instead (minutes)
+        raise ConfigError("--from", "empty: give the folder of the harness's measurements, or leave --from out "
+                                    "to measure here")
     from simulator.report.output_path import check_output_folder, check_output_path
 
     if args.out:
         check_output_path(args.out, "--out")
-    if args.source:
+    if args.source is not None:
         folder = Path(args.source)
         if folder.is_file():  # "folder not found" misled a user who had given a file that is there
             raise ConfigError("--from", f"{folder} is a file; give the folder that holds the harness's microbenchmark "
