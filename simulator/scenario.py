@@ -52,6 +52,23 @@ Precision = Literal["fp32", "bf16", "fp16", "fp8"]
 GemmClass = Literal["attention_proj", "mlp", "experts", "router", "lm_head"]
 
 
+#: The most GPUs a command's ``--gpus`` may name: 5-10x the largest clusters trained on (~100,000-200,000 GPUs, 2025).
+#: Past it the layout search's divisor walk and the planners' loops over GPU counts would not end (``search``,
+#: ``plan --gpus 10**30`` ran for ever; ``scale`` raised a numpy TypeError).
+MAX_GPUS = 1_000_000
+
+
+def check_gpu_count(count: int, field: str = "--gpus") -> int:
+    """``count`` when it is a positive GPU count no larger than :data:`MAX_GPUS`; else a ConfigError naming ``field``."""
+    if count < 1:
+        raise ConfigError(field, f"must be a positive integer, got {count}")
+    if count > MAX_GPUS:
+        raise ConfigError(field, f"{count:,} GPUs is past the limit of {MAX_GPUS:,} (the largest clusters trained on "
+                                 "hold ~100,000-200,000 GPUs; a larger count is likely a typo, and searching or "
+                                 "planning over it would not end)")
+    return count
+
+
 class _Strict(BaseModel):
     model_config = ConfigDict(extra="forbid", frozen=True, allow_inf_nan=False)
     _no_bool_numbers = field_validator("*", mode="before")(no_bool_numbers)

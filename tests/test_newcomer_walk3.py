@@ -64,3 +64,17 @@ def test_api_keyword_overrides_still_apply():
     assert scenario.parallelism.micro_batch_size == 128
     with pytest.raises(ConfigError, match="did you mean 'parallelism'"):
         clustersim.load_scenario(str(ROOT / "examples" / "resnet50-8xa100.yaml"), paralelism__dp=4)
+
+
+@pytest.mark.parametrize("command", [
+    ["search", str(ROOT / "examples" / "resnet50-8xa100.yaml"), "--no-cache", "--workers", "1", "--gpus"],
+    ["scale", str(ROOT / "examples" / "resnet50-8xa100.yaml"), "--fixed", "--workers", "1", "--gpus"],
+    ["plan", str(ROOT / "examples" / "vgg16-pase-32x1080ti.yaml"), "--planner", "pase", "--gpus"],
+    ["plan", str(ROOT / "examples" / "vgg16-dapple-v100.yaml"), "--planner", "dapple", "--gpus"]],
+    ids=["search", "scale", "plan-pase", "plan-dapple"])
+def test_gpus_past_the_limit_is_refused_not_walked(tmp_path, monkeypatch, command):
+    """Found by tests/test_bad_input_mutations.py's flag draws: --gpus 10**30 ran for ever in search (the divisor walk)
+    and every planner, and scale raised a numpy TypeError out of log2."""
+    monkeypatch.chdir(tmp_path)
+    line = _refused(*command, str(10**30))
+    assert line.startswith("clustersim: error: --gpus: ") and "limit of 1,000,000" in line, line

@@ -96,9 +96,9 @@ def run(args) -> int:
 
         refuse_co_located("plan")
     if args.gpus is not None:
-        if args.gpus < 1:
-            raise ConfigError("--gpus", f"must be a positive integer, got {args.gpus}")
-        raw.setdefault("cluster", {})["num_gpus"] = args.gpus
+        from simulator.scenario import check_gpu_count
+
+        raw.setdefault("cluster", {})["num_gpus"] = check_gpu_count(args.gpus)
     started_cpu_s = _cpu_s()
     result = planner.run(raw, options)
     result.cpu_s = _cpu_s() - started_cpu_s

@@ -57,6 +57,10 @@ def parse_gpu_counts(text: str | Sequence[int]) -> list[int]:
     bad = [c for c in counts if c < 1]
     if bad:
         raise ConfigError("--gpus", f"GPU counts must be positive, got {bad[0]}")
+    from simulator.scenario import check_gpu_count
+
+    for count in counts:
+        check_gpu_count(count)
     return sorted(set(counts))
 
 

@@ -590,7 +590,7 @@ def prepare(source, overrides, num_gpus, space: SearchSpace, constraints: Search
     ``parallelism`` mappings (:func:`enumerate_layouts`; for a strategy kind that reads only some of
     the layout's fields, :func:`kind_candidates`, which adds a line to ``notes``)."""
     from simulator.explore.sweep import absolutize
-    from simulator.scenario import apply_overrides, build_scenario, cluster_gpus, load_raw
+    from simulator.scenario import apply_overrides, build_scenario, check_gpu_count, cluster_gpus, load_raw
     from simulator.strategies.spmd.layout import Parallelism
 
     raw, base_dir = load_raw(source)
@@ -602,9 +602,7 @@ def prepare(source, overrides, num_gpus, space: SearchSpace, constraints: Search
 
         refuse_co_located("search")
     if num_gpus is not None:
-        if num_gpus < 1:
-            raise ConfigError("--gpus", f"must be a positive integer, got {num_gpus}")
-        raw.setdefault("cluster", {})["num_gpus"] = num_gpus
+        raw.setdefault("cluster", {})["num_gpus"] = check_gpu_count(num_gpus)
     # The scenario as given must be well-formed apart from its layout: check it with a trivial layout.
     try:
         base_par = Parallelism.model_validate(raw.get("parallelism") or {})
@@ -612,6 +610,8 @@ def prepare(source, overrides, num_gpus, space: SearchSpace, constraints: Search
         raise from_pydantic(exc, "parallelism", schema=Parallelism) from None
     probe = copy.deepcopy(raw)
     n_probe = (probe.get("cluster") or {}).get("num_gpus") or cluster_gpus(probe)
+    if isinstance(n_probe, int) and not isinstance(n_probe, bool) and num_gpus is None:
+        check_gpu_count(n_probe, "cluster.num_gpus")  # the scenario's own count: its layouts are walked too
     probe["parallelism"] = {"global_batch_size": n_probe if isinstance(n_probe, int) and n_probe > 0 else 1}
     scenario = build_scenario(probe)
     # the cluster's fabric against its GPU count (wide-area regions that hold more nodes than the cluster) is no
