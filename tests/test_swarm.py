@@ -413,3 +413,22 @@ def test_many_steps_through_the_cli(tmp_path):
     assert sum(out["step_times_s"]) == pytest.approx(out["makespan_s"], rel=1e-9)
     assert set(out["simulated_peak_memory_per_rank_gib"]) == {"peer0", "peer1", "peer2"}
     assert out["simulated_peak_memory_gib"] <= out["peak_memory_gib"]
+
+
+def test_no_refresh_download_once_the_stage_has_trained_its_last_step():
+    # peer 2 rejoins early in the run and downloads stage 1 (0.02 -> ~0.62 s at 1 Gb/s) while stage 1 steps
+    # (~0.2 s a step). With steps left it must fetch the stepped parameters again (refresh); after the stage's last
+    # step there is nothing left to train, so, as a peer that rejoins after the last step downloads nothing
+    # (dispatch's _on_rejoin), it fetches nothing: the refresh (~0.54 s more) made the one-step run 1.16 s.
+    def one(steps):
+        return run(swarm_raw(peers=(1, 2), batch=16, peer_speeds=[[1.0], [0.5, 0.5]], seed=3, steps=steps,
+                             nic_gbit_per_s=1.0, outages=[{"peer": 2, "down_at_s": 0.01, "up_at_s": 0.02}]))
+    last = one(1)
+    rejoin = [e for e in tasks(last, "peer2") if "rejoin_download" in e.name]
+    assert len(rejoin) == 1
+    assert not [e for e in tasks(last) if "refresh_download" in e.name]
+    assert last.makespan_s == pytest.approx(max(e.end_s for e in tasks(last)), rel=1e-12)
+    assert last.makespan_s == pytest.approx(max(rejoin[0].end_s, max(
+        e.end_s for e in tasks(last) if e.category == "optimizer")), rel=1e-12)
+    three = one(3)  # the stage stepped during the download and has steps left: it fetches again
+    assert len([e for e in tasks(three, "peer2") if "refresh_download" in e.name]) == 1

@@ -554,6 +554,8 @@ class Dispatcher:
     def _on_available(self, peer: Peer, now: float) -> None:
         if not peer.alive:
             return
+        if self.stage_step[peer.stage] >= self.steps:
+            return  # training is over for its stage: nothing to fetch or train (as _on_rejoin)
         if peer.step < self.stage_step[peer.stage]:  # its stage stepped while it downloaded: fetch again
             peer.step = self.stage_step[peer.stage]
             source = next((p for p in self.peers if p.stage == peer.stage and p.alive and p.available), None)
