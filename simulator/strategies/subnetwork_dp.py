@@ -76,7 +76,8 @@ Statistical efficiency (what masking costs in accuracy) is not modelled.
 from __future__ import annotations
 
 import dataclasses
-from collections import defaultdict
+import functools
+from collections import OrderedDict, defaultdict
 from typing import Literal
 
 from pydantic import BaseModel, ConfigDict, Field
@@ -213,8 +214,38 @@ def keep_fraction(cfg: SubnetworkDpConfig) -> float:
     return 1 / cfg.subnetworks if cfg.subnetworks else 0.5
 
 
+#: Results computed once per scenario object (a :class:`simulator.scenario.Scenario` is a frozen dataclass: the same
+#: object reads the same specs): its :func:`assignment` and each distinct worker's :func:`worker_work`. compile,
+#: memory and step FLOPs each ask for every subnetwork's work (3·S walks of the graph, ~2 ms of Python per layer
+#: each); subnetworks whose layers all have the same :class:`Scale` (every neuron mask: the k of a layer does not
+#: depend on which slices are kept) do the same work, so it is computed once. Keyed on the object's identity,
+#: checked (the entry holds the object, so the id is not reused while it is here); only the 2 latest scenarios are
+#: kept (a simulate asks for one; holding more kept their ops alive and slowed the next scenarios' garbage collection).
+_MEMO: OrderedDict[int, tuple[object, dict]] = OrderedDict()
+_MEMO_SCENARIOS = 2
+
+
+def _memo(scenario) -> dict:
+    entry = _MEMO.get(id(scenario))
+    if entry is None or entry[0] is not scenario:
+        entry = _MEMO[id(scenario)] = (scenario, {})
+        while len(_MEMO) > _MEMO_SCENARIOS:
+            _MEMO.popitem(last=False)
+    else:
+        _MEMO.move_to_end(id(scenario))
+    return entry[1]
+
+
 def assignment(scenario) -> Assignment:
-    """The slices and which subnetwork keeps which (see the module docstring)."""
+    """The slices and which subnetwork keeps which (see the module docstring); computed once per scenario
+    object (:data:`_MEMO`)."""
+    memo = _memo(scenario)
+    if "assignment" not in memo:
+        memo["assignment"] = _assignment(scenario)
+    return memo["assignment"]
+
+
+def _assignment(scenario) -> Assignment:
     cfg = _check(scenario)
     graph = scenario.layer_graph()
     n = scenario.parallelism.dp_degree
@@ -271,6 +302,19 @@ def layer_scale(cfg: SubnetworkDpConfig, assign: Assignment, subnetwork: int, la
     return Scale(wgrad=0.0, trained=0.0)
 
 
+def _replaced(op: Op, **changes) -> Op:
+    """``dataclasses.replace(op, **changes)`` without its per-call field walk (it was 0.65 of 3.6 CPU-s at 2,000
+    layers): :class:`Op` is a frozen dataclass with no ``__post_init__``, slots or cached properties, so a copy of
+    its fields with ``changes`` over them is the object ``__init__`` would build."""
+    if type(op) is not Op:  # a subclass may add what this copy would skip
+        return dataclasses.replace(op, **changes)
+    new = object.__new__(Op)
+    fields = new.__dict__
+    fields.update(op.__dict__)
+    fields.update(changes)
+    return new
+
+
 def scaled_op(op: Op, factor: float, n_keep: float | None = None, k_keep: float | None = None) -> Op | None:
     """``op`` computing ``factor`` of its outputs (None when nothing is left): FLOPs and bytes
     scale, and the GEMM's N (an attention's heads) so that its efficiency sees the smaller shape;
@@ -282,12 +326,12 @@ def scaled_op(op: Op, factor: float, n_keep: float | None = None, k_keep: float 
     if op.kind == "gemm":
         n = op.n * (factor if n_keep is None else n_keep)
         k = op.k * (1.0 if k_keep is None else k_keep)
-        return dataclasses.replace(op, flops=op.flops * factor, bytes_moved=op.bytes_moved * factor,
-                                   n=max(1, round(n)), k=max(1, round(k)))
+        return _replaced(op, flops=op.flops * factor, bytes_moved=op.bytes_moved * factor,
+                         n=max(1, round(n)), k=max(1, round(k)))
     if op.kind == "attention":
-        return dataclasses.replace(op, flops=op.flops * factor, bytes_moved=op.bytes_moved * factor,
-                                   batch=max(1, round(op.batch * factor)))
-    return dataclasses.replace(op, flops=op.flops * factor, bytes_moved=op.bytes_moved * factor)
+        return _replaced(op, flops=op.flops * factor, bytes_moved=op.bytes_moved * factor,
+                         batch=max(1, round(op.batch * factor)))
+    return _replaced(op, flops=op.flops * factor, bytes_moved=op.bytes_moved * factor)
 
 
 def _is_wgrad(op: Op) -> bool:
@@ -311,6 +355,8 @@ def _factor(layer: Layer, op: Op, factor: float, scale: Scale) -> float:
 
 def masked_ops(layer: Layer, scale: Scale) -> tuple[tuple[Op, ...], tuple[Op, ...]]:
     """(forward ops, backward ops) the worker runs of ``layer``."""
+    if scale.forward >= 1.0 and scale.dgrad >= 1.0 and scale.wgrad >= 1.0:  # scaled_op keeps every op as it is
+        return tuple(layer.forward), tuple(layer.backward)
     shape = (scale.n_keep, scale.k_keep)
     forward = tuple(o for o in (scaled_op(op, _factor(layer, op, scale.forward, scale), *shape)
                                 for op in layer.forward) if o is not None)
@@ -336,17 +382,32 @@ class WorkerWork:
     # each op-priced layer's masked (forward, backward, recompute) ops: the eager host floor is per layer pass
     layer_passes: tuple[tuple[tuple[Op, ...], tuple[Op, ...], tuple[Op, ...]], ...] = ()
 
-    @property
+    @functools.cached_property
     def flops(self) -> float:
-        """GEMM and attention FLOPs of one micro-batch (what model FLOPs count, workloads/graph.py)."""
+        """GEMM and attention FLOPs of one micro-batch (what model FLOPs count, workloads/graph.py); summed once
+        per object (compile and the step's FLOPs each read it for every subnetwork)."""
         return sum(op.flops for op in self.forward + self.backward if op.kind in ("gemm", "attention"))
 
 
 def worker_work(scenario, subnetwork: int, assign: Assignment | None = None) -> WorkerWork:
-    """The masked ops, parameters and activations of one subnetwork's worker (per micro-batch)."""
+    """The masked ops, parameters and activations of one subnetwork's worker (per micro-batch). It reads the
+    scenario, ``assign`` and the subnetwork only through each layer's :func:`layer_scale`, so it is computed once
+    per scenario object, ``assign`` object and tuple of layer scales (:data:`_MEMO`)."""
     cfg = _config(scenario)
     assign = assign or assignment(scenario)
     graph = scenario.layer_graph()
+    scales = tuple(layer_scale(cfg, assign, subnetwork, layer) for layer in graph.layers)
+    works = _memo(scenario).setdefault("works", {})
+    key = (id(assign), scales)
+    hit = works.get(key)
+    if hit is not None and hit[0] is assign:
+        return hit[1]
+    work = _worker_work(scenario, assign, graph, scales)
+    works[key] = (assign, work)
+    return work
+
+
+def _worker_work(scenario, assign: Assignment, graph, scales: tuple[Scale, ...]) -> WorkerWork:
     recompute = scenario.parallelism.recompute
     forward: list[Op] = []
     backward: list[Op] = []
@@ -356,17 +417,23 @@ def worker_work(scenario, subnetwork: int, assign: Assignment | None = None) -> 
     shares, saved_shares = [], []
     layer_passes = []
     k = assign.kept_slices / assign.subnetworks
-    for layer, layer_kept in zip(graph.layers, every_kept, strict=True):
-        scale = layer_scale(cfg, assign, subnetwork, layer)
+    # a block's shares read only the kind, whether it has experts and its saved bytes (_block_tensors), the
+    # factors and the recompute: priced once per such block in the scenario, not once per layer and worker
+    block_shares = _memo(scenario).setdefault("block_shares", {})
+    for layer, layer_kept, scale in zip(graph.layers, every_kept, scales, strict=True):
         kept_share = saved_share = scale.activations
-        factors = None
+        factors = which = None
         if 0 < scale.activations < 1 and layer.name in assign.neuron_layers:
-            factors = dict.fromkeys(HEAD_AND_UNIT_TENSORS, k)  # its residual-stream tensors stay whole
+            factors, which = dict.fromkeys(HEAD_AND_UNIT_TENSORS, k), ("neuron", k)  # residual stream whole
         elif scale.activations == 1 and scale.trained == 0:
-            factors = dict.fromkeys(WEIGHT_GRADIENT_ONLY_TENSORS, 0.0)  # a frozen block (backward masking)
-        tensors = _block_tensors(scenario, layer) if factors else None
-        if tensors is not None:
-            kept_share, saved_share = block_activation_shares(tensors, factors, recompute)
+            factors, which = dict.fromkeys(WEIGHT_GRADIENT_ONLY_TENSORS, 0.0), ("frozen",)  # a frozen block
+        if factors:
+            key = (layer.kind, layer.expert_params > 0, layer.saved_bytes, which, recompute)
+            if key not in block_shares:
+                tensors = _block_tensors(scenario, layer)
+                block_shares[key] = None if tensors is None else block_activation_shares(tensors, factors, recompute)
+            if block_shares[key] is not None:
+                kept_share, saved_share = block_shares[key]
         f, b = masked_ops(layer, scale)
         rerun = {id(op) for op in layer.recompute_ops(recompute)}
         if layer.measured_forward_s is not None:  # a profiled layer: its times scale with its work
@@ -392,15 +459,26 @@ def worker_work(scenario, subnetwork: int, assign: Assignment | None = None) -> 
                       tuple(again), measured_r, working, tuple(layer_passes))
 
 
-def pass_seconds(compute: ComputeModel, work: WorkerWork, jitter: float,
-                 host_dispatch_us: float | None, moe_fixed_us: float | None = None) -> tuple[float, float, float]:
+def pass_seconds(compute: ComputeModel, work: WorkerWork, jitter: float, host_dispatch_us: float | None,
+                 moe_fixed_us: float | None = None, times: dict[int, float] | None = None) -> tuple[float, float, float]:
     """Seconds of a worker's forward, backward and recompute pass of one micro-batch: the kernels
     stretched by the wait for the slowest rank (``jitter``) and each layer's passes by its host floor
     under an eager framework (its issue floor) or NeMo's fixed time per MoE layer pass (``moe_fixed_us``,
     for a layer whose masked forward still runs expert GEMMs: a masked-out MoE block runs nothing and pays
-    nothing), as spmd applies them (simulator/strategies/framework_terms.py)."""
+    nothing), as spmd applies them (simulator/strategies/framework_terms.py). ``times``: each op's
+    ``compute.time_s`` by ``id(op)``, shared by the calls of one :func:`worker_prices` (a block-masked
+    subnetwork's kept layers run the graph's own op objects, the same in every subnetwork keeping them); the
+    caller keeps the ops alive while it holds the dict."""
+    times = {} if times is None else times
+
+    def time_s(op: Op) -> float:
+        t = times.get(id(op))
+        if t is None:
+            t = times[id(op)] = compute.time_s(op)
+        return t
+
     def kernels(ops) -> list[float]:
-        return [compute.time_s(op) * jitter for op in ops if op.kind != "collective"]
+        return [time_s(op) * jitter for op in ops if op.kind != "collective"]
 
     if host_dispatch_us or moe_fixed_us:
         f_s = b_s = r_s = 0.0
@@ -410,7 +488,9 @@ def pass_seconds(compute: ComputeModel, work: WorkerWork, jitter: float,
                                          moe_fixed_us if is_moe_layer(f) else None)
             f_s, b_s, r_s = f_s + sum(kf) * factor, b_s + sum(kb) * factor, r_s + sum(kr) * factor
     else:
-        f_s, b_s, r_s = (compute.ops_time_s(ops) * jitter for ops in (work.forward, work.backward, work.recompute))
+        # compute.ops_time_s's sum, in its order, of the shared prices
+        f_s, b_s, r_s = (sum(time_s(op) for op in ops if op.kind != "collective") * jitter
+                         for ops in (work.forward, work.backward, work.recompute))
     return (f_s + work.measured_forward_s * jitter, b_s + work.measured_backward_s * jitter,
             r_s + work.measured_recompute_s * jitter)
 
@@ -519,9 +599,14 @@ def worker_prices(scenario, assign: Assignment) -> tuple[ComputeModel, list[Work
     works = [worker_work(scenario, j, assign) for j in range(assign.subnetworks)]
     efficiency = scenario.accelerator.efficiency
     jitter = kernel_stretch(efficiency, scenario.num_gpus)
-    seconds = [pass_seconds(compute, work, jitter, efficiency.host_dispatch_us_per_kernel, efficiency.moe_layer_fixed_us)
-               for work in works]
-    return compute, works, seconds, [compute.optimizer_step_s(work.trained_params, opt_per_param) for work in works]
+    priced: dict[int, tuple[tuple[float, float, float], float]] = {}  # subnetworks doing the same work: priced once
+    times: dict[int, float] = {}  # each op object's seconds (pass_seconds); ``works`` holds the ops
+    for work in works:
+        if id(work) not in priced:
+            priced[id(work)] = (pass_seconds(compute, work, jitter, efficiency.host_dispatch_us_per_kernel,
+                                             efficiency.moe_layer_fixed_us, times),
+                                compute.optimizer_step_s(work.trained_params, opt_per_param))
+    return compute, works, [priced[id(w)][0] for w in works], [priced[id(w)][1] for w in works]
 
 
 def step_lower_bound_subnetwork_dp(scenario, prices) -> float:
