@@ -396,8 +396,14 @@ def worker_work(scenario, subnetwork: int, assign: Assignment | None = None) -> 
     cfg = _config(scenario)
     assign = assign or assignment(scenario)
     graph = scenario.layer_graph()
-    scales = tuple(layer_scale(cfg, assign, subnetwork, layer) for layer in graph.layers)
-    works = _memo(scenario).setdefault("works", {})
+    memo = _memo(scenario)
+    known = memo.setdefault("scales", {}).get((id(assign), subnetwork))
+    if known is not None and known[0] is assign:
+        scales = known[1]
+    else:
+        scales = tuple(layer_scale(cfg, assign, subnetwork, layer) for layer in graph.layers)
+        memo["scales"][(id(assign), subnetwork)] = (assign, scales)
+    works = memo.setdefault("works", {})
     key = (id(assign), scales)
     hit = works.get(key)
     if hit is not None and hit[0] is assign:
@@ -521,13 +527,22 @@ def unmasked_work(scenario) -> WorkerWork:
                       0.0, working)
 
 
+def _dp_memory(scenario) -> MemoryBreakdown:
+    """Data parallelism's rank 0 (``rank_memory(scenario, 0)``), once per scenario object (:data:`_MEMO`): every
+    worker's breakdown reads its buffers and the result its peak."""
+    memo = _memo(scenario)
+    if "dp_memory" not in memo:
+        memo["dp_memory"] = rank_memory(scenario, 0)
+    return memo["dp_memory"]
+
+
 def worker_memory(scenario, work: WorkerWork, subnetwork: int) -> MemoryBreakdown:
     """Bytes one worker holds: held weights, trained gradients and optimizer state, its kept
     activations of one micro-batch and its recompute working set (a worker runs each micro-batch's
     forward and backward before the next one's forward, :func:`compile_subnetwork_dp`, whatever
     ``parallelism.schedule`` says), and data parallelism's buffers."""
     tr = scenario.training
-    base = rank_memory(scenario, 0)
+    base = _dp_memory(scenario)
     per = bytes_per_param(tr.precision, tr.optimizer, tr.param_dtype == "fp32")  # as data parallelism's
     activations = work.kept_activation_bytes + work.working_bytes
     held_grad = held_gradient_bytes(gradient_bytes(tr), tr.precision, tr.optimizer, tr.param_dtype == "fp32")
@@ -710,7 +725,7 @@ def compile_subnetwork_dp(scenario, mode: str | None = None, detail: bool = Fals
                 ends.append(load)
         step_ends.append(ends)
     full = unmasked_work(scenario)
-    dp = rank_memory(scenario, 0)
+    dp = _dp_memory(scenario)
     peak = max((worker_memory(scenario, w, j) for j, w in enumerate(works)), key=lambda m: m.total_bytes)
     worker_flops = sum(w.flops for w in works) / s
     extra = {"sdp_subnetworks": s, "sdp_keep_fraction": assign.kept_slices / s,
