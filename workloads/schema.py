@@ -87,8 +87,8 @@ class MLASpec(BaseModel):
 #: make the simulator's per-layer and per-token work, or a run's simulated horizon, astronomically
 #: large and never finish (10**6 layers: over a minute in per-layer loops; 10**30: for ever).
 MODEL_SIZE_LIMITS: dict[str, tuple[int, str]] = {
-    # 20x, not more: the simulator's per-layer work is linear in the layers, ~0.1 ms of Python per layer on most
-    # strategies and ~2 ms under subnetwork_dp, so 10**5 layers took 10-15 s to run (220 s under subnetwork_dp)
+    # 20x, not more: the simulator's per-layer work is linear in the layers, ~0.1-0.25 ms of Python per layer (subnetwork_dp
+    # ~0.2 ms since the fifteenth session, ~2-3.6 ms before), so 10**5 layers took 10-15 s to run; 20,000 take ~4 CPU-s
     "num_layers": (20_000, "the deepest transformer trained has 1,000 layers (DeepNet, Wang et al. 2022)"),
     "hidden_size": (1_000_000, "the widest trained has 25,600 (PaLM 540B: 18,432; Megatron-1T: 25,600)"),
     "num_attention_heads": (100_000, "the most heads trained is 160 (Megatron-1T)"),
