@@ -77,12 +77,20 @@ def run(args) -> int:
     check_workers(args.workers)
     space = parse_assignments(args.space, SearchSpace, "--space", lists=True)
     constraints = parse_assignments(args.constraint, SearchConstraints, "--constraint", lists=False)
+    notes: list[str] = []
+    previous = os.environ.get("CLUSTERSIM_CACHE")
     if args.no_cache:
         os.environ["CLUSTERSIM_CACHE"] = "0"  # read by the workers too (they inherit the environment)
-    notes: list[str] = []
-    rows = search(args.scenario, overrides=args.overrides, num_gpus=args.gpus, space=space,
-                  constraints=constraints, workers=args.workers, dask=args.dask, rank_by=args.rank_by,
-                  top_k=args.top_k, progress=sys.stderr.isatty(), notes=notes)
+    try:
+        rows = search(args.scenario, overrides=args.overrides, num_gpus=args.gpus, space=space,
+                      constraints=constraints, workers=args.workers, dask=args.dask, rank_by=args.rank_by,
+                      top_k=args.top_k, progress=sys.stderr.isatty(), notes=notes)
+    finally:  # --no-cache is this run's: a caller's process (clustersim.cli.main in a notebook) keeps its cache
+        if args.no_cache:
+            if previous is None:
+                os.environ.pop("CLUSTERSIM_CACHE", None)
+            else:
+                os.environ["CLUSTERSIM_CACHE"] = previous
     if args.csv:
         from simulator.report.search_table import write_csv
 
