@@ -155,6 +155,24 @@ def _trace(path: Path, steps: list[tuple[float, float]], colls: list[tuple[str, 
     return path.name
 
 
+def loop_with_traces(tmp_path: Path, strategy: str, steps: list[tuple[float, float]],
+                     colls: list[tuple[str, float, float]]) -> Path:
+    """A copy of the saved loop whose ``strategy`` run carries two synthetic rank traces (``_trace``)."""
+    import json
+
+    loop = tmp_path / "loop"
+    shutil.copytree(LOOP, loop)
+    doc = json.loads((loop / "training" / "runs.json").read_text())
+    (loop / "training" / "traces").mkdir()
+    for r in (0, 1):
+        _trace(loop / "training" / "traces" / f"{strategy}_rank{r}.json", steps, colls)
+    for run in doc["runs"]:
+        if run["strategy"] == strategy:
+            run["traces"] = [f"traces/{strategy}_rank0.json", f"traces/{strategy}_rank1.json"]
+    (loop / "training" / "runs.json").write_text(json.dumps(doc))
+    return loop
+
+
 def test_traced_collectives_set_the_ranks_side_by_side(tmp_path):
     """Two steps of two ranks on one clock: rank 1 starts each all-reduce 300 us after rank 0, which waits for it;
     a send and a collective outside the steps are left out."""
@@ -183,18 +201,8 @@ def test_validate_runs_sets_the_traced_collectives_beside_the_priced(tmp_path, c
     collectives' line and --json carries them; runs without traces print none."""
     import json
 
-    loop = tmp_path / "loop"
-    shutil.copytree(LOOP, loop)
-    doc = json.loads((loop / "training" / "runs.json").read_text())
-    steps = [(0.0, 200_000.0)]
-    colls = [("gloo:all_reduce", 1_000.0 + 4_000 * k, 1_500.0) for k in range(42)]
-    (loop / "training" / "traces").mkdir()
-    for r in (0, 1):
-        _trace(loop / "training" / "traces" / f"tp_rank{r}.json", steps, colls)
-    for run in doc["runs"]:
-        if run["strategy"] == "tp":
-            run["traces"] = ["traces/tp_rank0.json", "traces/tp_rank1.json"]
-    (loop / "training" / "runs.json").write_text(json.dumps(doc))
+    loop = loop_with_traces(tmp_path, "tp", [(0.0, 200_000.0)],
+                            [("gloo:all_reduce", 1_000.0 + 4_000 * k, 1_500.0) for k in range(42)])
     profile = _profile(loop, tmp_path / "p.yaml")
     assert main(["validate-runs", "--profile", str(profile), "--runs", str(loop), "--strategy", "tp"]) == 0
     out = capsys.readouterr().out

@@ -7,7 +7,6 @@ all-reduces paid it 52 times a period, now once."""
 from __future__ import annotations
 
 import json
-import shutil
 
 import pytest
 import yaml
@@ -16,7 +15,7 @@ from hardware_specs.schema import AlphaBeta
 from simulator.cli import main
 from simulator.cost.collectives import collective_cost
 from simulator.cost.topology import LinkCapacities, Placement
-from tests.test_harness_fit15 import LOOP, _errors, _profile, _trace
+from tests.test_harness_fit15 import LOOP, _errors, _profile, loop_with_traces
 
 WAIT_US = 379.0  # median of the loop's four cadence rows: 0.368, 0.537, 0.236, 0.390 ms
 
@@ -116,18 +115,8 @@ def test_back_to_back_all_reduces_pay_the_wait_once(tmp_path):
 def test_validate_runs_counts_each_collective_a_task_stands_for(tmp_path, capsys):
     """local_sgd's per-tensor averaging is one task of 52 all-reduces: the priced count is 52 (was 1), against
     the trace's 53 (the harness also all-reduces the loss)."""
-    loop = tmp_path / "loop"
-    shutil.copytree(LOOP, loop)
-    doc = json.loads((loop / "training" / "runs.json").read_text())
-    steps = [(0.0, 600_000.0)]
-    colls = [("gloo:all_reduce", 500_000.0 + 1_000 * k, 800.0) for k in range(53)]
-    (loop / "training" / "traces").mkdir()
-    for r in (0, 1):
-        _trace(loop / "training" / "traces" / f"local_sgd_rank{r}.json", steps, colls)
-    for run in doc["runs"]:
-        if run["strategy"] == "local_sgd":
-            run["traces"] = ["traces/local_sgd_rank0.json", "traces/local_sgd_rank1.json"]
-    (loop / "training" / "runs.json").write_text(json.dumps(doc))
+    loop = loop_with_traces(tmp_path, "local_sgd", [(0.0, 600_000.0)],
+                            [("gloo:all_reduce", 500_000.0 + 1_000 * k, 800.0) for k in range(53)])
     profile = _profile(loop, tmp_path / "p.yaml")
     assert main(["validate-runs", "--profile", str(profile), "--runs", str(loop), "--strategy", "local_sgd",
                  "--json"]) == 0
